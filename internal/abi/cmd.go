@@ -1,0 +1,688 @@
+package abi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Command messages travel on the agent's SOCK_SEQPACKET Unix socket, one
+// message per packet: a 16-byte header, then a JSON body.
+//
+//	0      2        3      4      6          8      12         16
+//	| "VR" | version| flags| op   | reserved | seq  | body len | JSON body ...
+//
+// A response carries the request's op and seq with FlagResponse set, and
+// FlagError when its body is an *Error. File descriptors ride along as
+// SCM_RIGHTS on the messages that the op's documentation names.
+
+// HeaderSize is the size of a command message header.
+const CmdHeaderSize = 16
+
+// MaxMessage bounds a command message, header included.
+const MaxMessage = 1 << 20
+
+// Header flags.
+const (
+	FlagResponse = 1 << 0
+	FlagError    = 1 << 1
+)
+
+// Op identifies a command.
+type Op uint16
+
+// Commands. Their request and response bodies are the types named in the
+// comment; "fds:" lists descriptors the response carries, in order.
+const (
+	OpHello         Op = 1  // Hello → HelloReply
+	OpAttach        Op = 2  // Attach → AttachReply; fds: guest memory memfd
+	OpQueryDevice   Op = 3  // AdapterRef → DeviceAttr
+	OpQueryPort     Op = 4  // AdapterRef → PortAttr
+	OpAllocPD       Op = 5  // AdapterRef → Handle
+	OpDeallocPD     Op = 6  // Handle → Empty
+	OpRegMR         Op = 7  // RegMR → RegMRReply
+	OpDeregMR       Op = 8  // Handle → Empty
+	OpCreateCQ      Op = 9  // CreateCQ → CreateCQReply; fds: ring memfd, event eventfd
+	OpDestroyCQ     Op = 10 // Handle → Empty
+	OpCreateQP      Op = 11 // CreateQP → CreateQPReply; fds: ring memfd, doorbell eventfd
+	OpModifyQP      Op = 12 // ModifyQP → Empty
+	OpQueryQP       Op = 13 // Handle → QueryQPReply
+	OpDestroyQP     Op = 14 // Handle → Empty
+	OpListen        Op = 15 // Listen → Handle
+	OpGetRequest    Op = 16 // Handle (listener) → ConnRequest; blocks until a peer dials
+	OpAcceptRequest Op = 17 // AcceptRequest → ConnectReply
+	OpRejectRequest Op = 18 // RejectRequest → Empty
+	OpCloseListener Op = 19 // Handle → Empty
+	OpConnect       Op = 20 // Connect → ConnectReply; blocks until accepted or refused
+	OpStatus        Op = 21 // Empty → Status
+	OpDefineVM      Op = 22 // DefineVM → Empty
+	OpUndefineVM    Op = 23 // VMRef → Empty
+	OpListVMs       Op = 24 // Empty → VMList
+	opMax           Op = 25
+)
+
+var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
+	"dereg-mr", "create-cq", "destroy-cq", "create-qp", "modify-qp", "query-qp", "destroy-qp", "listen",
+	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
+	"undefine-vm", "list-vms"}
+
+func (o Op) String() string {
+	if o > 0 && o < opMax {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint16(o))
+}
+
+// Header is a decoded command message header.
+type Header struct {
+	Version uint8
+	Flags   uint8
+	Op      Op
+	Seq     uint32
+	Len     uint32
+}
+
+// AppendMessage appends a message with header h (Len is computed) and the
+// JSON encoding of body to dst.
+func AppendMessage(dst []byte, h Header, body any) ([]byte, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return dst, fmt.Errorf("encode %s body: %w", h.Op, err)
+	}
+	if CmdHeaderSize+len(b) > MaxMessage {
+		return dst, fmt.Errorf("%s message of %d bytes exceeds the %d-byte limit", h.Op, CmdHeaderSize+len(b), MaxMessage)
+	}
+	var hdr [CmdHeaderSize]byte
+	hdr[0], hdr[1] = 'V', 'R'
+	hdr[2] = h.Version
+	hdr[3] = h.Flags
+	binary.LittleEndian.PutUint16(hdr[4:], uint16(h.Op))
+	binary.LittleEndian.PutUint32(hdr[8:], h.Seq)
+	binary.LittleEndian.PutUint32(hdr[12:], uint32(len(b)))
+	return append(append(dst, hdr[:]...), b...), nil
+}
+
+// ParseMessage splits msg into its header and body, checking the magic,
+// the version, the op and the length.
+func ParseMessage(msg []byte) (Header, []byte, error) {
+	var h Header
+	if len(msg) < CmdHeaderSize {
+		return h, nil, fmt.Errorf("message of %d bytes is shorter than the %d-byte header", len(msg), CmdHeaderSize)
+	}
+	if msg[0] != 'V' || msg[1] != 'R' {
+		return h, nil, errors.New("message does not start with the \"VR\" magic: not a vrdma client")
+	}
+	h.Version = msg[2]
+	h.Flags = msg[3]
+	h.Op = Op(binary.LittleEndian.Uint16(msg[4:]))
+	h.Seq = binary.LittleEndian.Uint32(msg[8:])
+	h.Len = binary.LittleEndian.Uint32(msg[12:])
+	if h.Version != Version {
+		return h, nil, fmt.Errorf("ABI version %d, but this side speaks %d: use a library and agent of the same release", h.Version, Version)
+	}
+	if h.Op == 0 || h.Op >= opMax {
+		return h, nil, fmt.Errorf("unknown op %d", uint16(h.Op))
+	}
+	if uint64(h.Len) != uint64(len(msg)-CmdHeaderSize) {
+		return h, nil, fmt.Errorf("header says %d body bytes, message has %d", h.Len, len(msg)-CmdHeaderSize)
+	}
+	return h, msg[CmdHeaderSize:], nil
+}
+
+// NewRequest returns a zero request body for op, to decode into.
+func NewRequest(op Op) any {
+	switch op {
+	case OpHello:
+		return new(Hello)
+	case OpAttach:
+		return new(Attach)
+	case OpQueryDevice, OpQueryPort, OpAllocPD:
+		return new(AdapterRef)
+	case OpDeallocPD, OpDeregMR, OpDestroyCQ, OpQueryQP, OpDestroyQP, OpGetRequest, OpCloseListener:
+		return new(Handle)
+	case OpRegMR:
+		return new(RegMR)
+	case OpCreateCQ:
+		return new(CreateCQ)
+	case OpCreateQP:
+		return new(CreateQP)
+	case OpModifyQP:
+		return new(ModifyQP)
+	case OpListen:
+		return new(Listen)
+	case OpAcceptRequest:
+		return new(AcceptRequest)
+	case OpRejectRequest:
+		return new(RejectRequest)
+	case OpConnect:
+		return new(Connect)
+	case OpStatus, OpListVMs:
+		return new(Empty)
+	case OpDefineVM:
+		return new(DefineVM)
+	case OpUndefineVM:
+		return new(VMRef)
+	}
+	return nil
+}
+
+// Validator is implemented by request bodies with checks beyond decoding.
+type Validator interface {
+	Validate() error
+}
+
+// DecodeRequest parses a whole request message into its header and a
+// validated body. Errors name the field at fault.
+func DecodeRequest(msg []byte) (Header, any, error) {
+	h, body, err := ParseMessage(msg)
+	if err != nil {
+		return h, nil, err
+	}
+	if h.Flags&FlagResponse != 0 {
+		return h, nil, fmt.Errorf("%s: a response where a request was expected", h.Op)
+	}
+	req := NewRequest(h.Op)
+	if err := json.Unmarshal(body, req); err != nil {
+		return h, nil, fmt.Errorf("%s: decode body: %w", h.Op, err)
+	}
+	if v, ok := req.(Validator); ok {
+		if err := v.Validate(); err != nil {
+			return h, nil, fmt.Errorf("%s: %w", h.Op, err)
+		}
+	}
+	return h, req, nil
+}
+
+// Error codes, stable strings that scripts may match.
+const (
+	CodeInvalid     = "invalid-argument"
+	CodeNotFound    = "not-found"
+	CodeLimit       = "limit-exceeded"
+	CodeState       = "bad-state"
+	CodeExists      = "already-exists"
+	CodePermission  = "permission-denied"
+	CodeUnavailable = "unavailable"
+	CodeRefused     = "refused"
+	CodeInternal    = "internal"
+)
+
+// Error is the body of an error response.
+type Error struct {
+	Code    string `json:"code"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (field %s): %s", e.Message, e.Field, e.Code)
+	}
+	return e.Message
+}
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code, field, format string, args ...any) *Error {
+	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Empty is a body with no fields.
+type Empty struct{}
+
+// Hello opens a session.
+type Hello struct {
+	Client string `json:"client"`
+}
+
+// HelloReply describes the agent.
+type HelloReply struct {
+	Host         string `json:"host"`
+	HostID       string `json:"host_id"`
+	AgentVersion string `json:"agent_version"`
+}
+
+// Attach attaches the session to a VM by name.
+type Attach struct {
+	VM string `json:"vm"`
+}
+
+// Validate checks the VM name.
+func (a *Attach) Validate() error { return ValidName("vm", a.VM) }
+
+// AdapterInfo describes one adapter of an attached VM.
+type AdapterInfo struct {
+	Name  string `json:"name"`
+	Index int    `json:"index"`
+	MAC   string `json:"mac"`
+	GID   GID    `json:"gid"`
+}
+
+// AttachReply describes the attached VM; the guest memory memfd rides along.
+type AttachReply struct {
+	VM        string        `json:"vm"`
+	Host      string        `json:"host"`
+	MemSize   uint64        `json:"mem_size"`
+	MemLocked bool          `json:"mem_locked"`
+	AsyncMode bool          `json:"async_mode"`
+	Adapters  []AdapterInfo `json:"adapters"`
+}
+
+// AdapterRef names an adapter of the attached VM ("vrdma0").
+type AdapterRef struct {
+	Adapter string `json:"adapter"`
+}
+
+// Validate checks the adapter name.
+func (a *AdapterRef) Validate() error { return validAdapter(a.Adapter) }
+
+func validAdapter(s string) error {
+	if len(s) < 6 || len(s) > 8 || s[:5] != "vrdma" {
+		return Errorf(CodeInvalid, "adapter", "adapter %q is not of the form vrdmaN", s)
+	}
+	for _, c := range s[5:] {
+		if c < '0' || c > '9' {
+			return Errorf(CodeInvalid, "adapter", "adapter %q is not of the form vrdmaN", s)
+		}
+	}
+	return nil
+}
+
+// Handle names an object of the session (PD, MR, CQ, QP, listener).
+type Handle struct {
+	Handle uint32 `json:"handle"`
+}
+
+// RegMR registers a memory region of guest memory.
+type RegMR struct {
+	PD     uint32 `json:"pd"`
+	Addr   uint64 `json:"addr"`
+	Length uint64 `json:"length"`
+	Access Access `json:"access"`
+}
+
+// Validate checks the access flags.
+func (r *RegMR) Validate() error {
+	if r.Access&^AccessAll != 0 {
+		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessAll))
+	}
+	if r.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && r.Access&AccessLocalWrite == 0 {
+		return Errorf(CodeInvalid, "access", "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in ibv_reg_mr)")
+	}
+	return nil
+}
+
+// RegMRReply returns the new region's handle and keys.
+type RegMRReply struct {
+	Handle uint32 `json:"handle"`
+	LKey   uint32 `json:"lkey"`
+	RKey   uint32 `json:"rkey"`
+}
+
+// CreateCQ creates a completion queue of at least CQE entries.
+type CreateCQ struct {
+	Adapter string `json:"adapter"`
+	CQE     uint32 `json:"cqe"`
+}
+
+// Validate checks the adapter and size.
+func (c *CreateCQ) Validate() error {
+	if err := validAdapter(c.Adapter); err != nil {
+		return err
+	}
+	if c.CQE == 0 || c.CQE > MaxCQE {
+		return Errorf(CodeInvalid, "cqe", "cqe %d out of range 1..%d (max_cqe)", c.CQE, MaxCQE)
+	}
+	return nil
+}
+
+// CreateCQReply returns the CQ and its ring geometry.
+type CreateCQReply struct {
+	Handle uint32   `json:"handle"`
+	Layout CQLayout `json:"layout"`
+}
+
+// QPType is a queue pair's transport type. Only RC exists today.
+type QPType string
+
+// QP types.
+const QPTypeRC QPType = "RC"
+
+// CreateQP creates a queue pair.
+type CreateQP struct {
+	PD       uint32 `json:"pd"`
+	SendCQ   uint32 `json:"send_cq"`
+	RecvCQ   uint32 `json:"recv_cq"`
+	Type     QPType `json:"qp_type"`
+	SQSigAll bool   `json:"sq_sig_all"`
+	Caps     QPCaps `json:"caps"`
+}
+
+// Validate checks the type; caps are checked by NewQPLayout.
+func (c *CreateQP) Validate() error {
+	if c.Type != QPTypeRC {
+		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC", c.Type)
+	}
+	return nil
+}
+
+// CreateQPReply returns the QP, its number, real caps and ring geometry.
+type CreateQPReply struct {
+	Handle uint32   `json:"handle"`
+	QPN    uint32   `json:"qpn"`
+	Caps   QPCaps   `json:"caps"`
+	Layout QPLayout `json:"layout"`
+}
+
+// QPAttrMask selects the attributes a ModifyQP applies (IBV_QP_*).
+type QPAttrMask uint32
+
+// Attribute mask bits, valued as in ibv_qp_attr_mask.
+const (
+	MaskState           QPAttrMask = 1 << 0
+	MaskAccessFlags     QPAttrMask = 1 << 3
+	MaskPort            QPAttrMask = 1 << 5
+	MaskAV              QPAttrMask = 1 << 7
+	MaskPathMTU         QPAttrMask = 1 << 8
+	MaskTimeout         QPAttrMask = 1 << 9
+	MaskRetryCnt        QPAttrMask = 1 << 10
+	MaskRNRRetry        QPAttrMask = 1 << 11
+	MaskRQPSN           QPAttrMask = 1 << 12
+	MaskMaxRdAtomic     QPAttrMask = 1 << 13
+	MaskMinRNRTimer     QPAttrMask = 1 << 15
+	MaskSQPSN           QPAttrMask = 1 << 16
+	MaskMaxDestRdAtomic QPAttrMask = 1 << 17
+	MaskDestQPN         QPAttrMask = 1 << 20
+)
+
+// QPAttr are a queue pair's attributes (ibv_qp_attr, the RC subset).
+type QPAttr struct {
+	State           QPState `json:"qp_state"`
+	AccessFlags     Access  `json:"qp_access_flags"`
+	Port            uint8   `json:"port_num"`
+	PathMTU         uint32  `json:"path_mtu"`
+	DestQPN         uint32  `json:"dest_qp_num"`
+	DGID            GID     `json:"dgid"`
+	RQPSN           uint32  `json:"rq_psn"`
+	SQPSN           uint32  `json:"sq_psn"`
+	Timeout         uint8   `json:"timeout"`
+	RetryCnt        uint8   `json:"retry_cnt"`
+	RNRRetry        uint8   `json:"rnr_retry"`
+	MinRNRTimer     uint8   `json:"min_rnr_timer"`
+	MaxRdAtomic     uint8   `json:"max_rd_atomic"`
+	MaxDestRdAtomic uint8   `json:"max_dest_rd_atomic"`
+}
+
+// ModifyQP changes the attributes in Mask.
+type ModifyQP struct {
+	Handle uint32     `json:"handle"`
+	Mask   QPAttrMask `json:"mask"`
+	Attr   QPAttr     `json:"attr"`
+}
+
+// Validate checks the ranges of the attributes the mask selects.
+func (m *ModifyQP) Validate() error {
+	a := &m.Attr
+	switch {
+	case m.Mask&MaskState != 0 && a.State > QPSErr:
+		return Errorf(CodeInvalid, "qp_state", "QP state %d is not a state (0..6)", a.State)
+	case m.Mask&MaskAccessFlags != 0 && a.AccessFlags&^AccessAll != 0:
+		return Errorf(CodeInvalid, "qp_access_flags", "unknown access flags 0x%x", uint32(a.AccessFlags&^AccessAll))
+	case m.Mask&MaskPort != 0 && a.Port != 1:
+		return Errorf(CodeInvalid, "port_num", "port %d does not exist: adapters have port 1", a.Port)
+	case m.Mask&MaskPathMTU != 0 && !validMTU(a.PathMTU):
+		return Errorf(CodeInvalid, "path_mtu", "path MTU %d is not one of 256, 512, 1024, 2048, 4096", a.PathMTU)
+	case m.Mask&MaskDestQPN != 0 && a.DestQPN >= 1<<24:
+		return Errorf(CodeInvalid, "dest_qp_num", "QPN 0x%x does not fit 24 bits", a.DestQPN)
+	case m.Mask&MaskRQPSN != 0 && a.RQPSN >= 1<<24:
+		return Errorf(CodeInvalid, "rq_psn", "PSN 0x%x does not fit 24 bits", a.RQPSN)
+	case m.Mask&MaskSQPSN != 0 && a.SQPSN >= 1<<24:
+		return Errorf(CodeInvalid, "sq_psn", "PSN 0x%x does not fit 24 bits", a.SQPSN)
+	case m.Mask&MaskTimeout != 0 && a.Timeout > 31:
+		return Errorf(CodeInvalid, "timeout", "timeout %d out of range 0..31", a.Timeout)
+	case m.Mask&MaskRetryCnt != 0 && a.RetryCnt > 7:
+		return Errorf(CodeInvalid, "retry_cnt", "retry_cnt %d out of range 0..7", a.RetryCnt)
+	case m.Mask&MaskRNRRetry != 0 && a.RNRRetry > 7:
+		return Errorf(CodeInvalid, "rnr_retry", "rnr_retry %d out of range 0..7 (7 = infinite)", a.RNRRetry)
+	case m.Mask&MaskMinRNRTimer != 0 && a.MinRNRTimer > 31:
+		return Errorf(CodeInvalid, "min_rnr_timer", "min_rnr_timer %d out of range 0..31", a.MinRNRTimer)
+	case m.Mask&MaskMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtom:
+		return Errorf(CodeInvalid, "max_rd_atomic", "max_rd_atomic %d exceeds max_qp_init_rd_atom %d", a.MaxRdAtomic, MaxRdAtom)
+	case m.Mask&MaskMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtom:
+		return Errorf(CodeInvalid, "max_dest_rd_atomic", "max_dest_rd_atomic %d exceeds max_qp_rd_atom %d", a.MaxDestRdAtomic, MaxRdAtom)
+	}
+	return nil
+}
+
+func validMTU(m uint32) bool { return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096 }
+
+// MaxRdAtom is the device's max_qp_rd_atom and max_qp_init_rd_atom.
+const MaxRdAtom = 16
+
+// PathInfo says how a connected QP moves its bytes and why.
+type PathInfo struct {
+	Path   PathKind `json:"path"`
+	Reason string   `json:"reason"`
+}
+
+// QueryQPReply returns a QP's attributes and path.
+type QueryQPReply struct {
+	QPN  uint32   `json:"qpn"`
+	Attr QPAttr   `json:"attr"`
+	Caps QPCaps   `json:"caps"`
+	Path PathInfo `json:"path"`
+}
+
+// Listen starts listening for connections on (adapter, port).
+type Listen struct {
+	Adapter string `json:"adapter"`
+	Port    uint16 `json:"port"`
+}
+
+// Validate checks the adapter and port.
+func (l *Listen) Validate() error {
+	if err := validAdapter(l.Adapter); err != nil {
+		return err
+	}
+	if l.Port == 0 {
+		return Errorf(CodeInvalid, "port", "service port 0 is reserved: pick 1..65535")
+	}
+	return nil
+}
+
+// ConnRequest is a peer's connection request, delivered to a listener.
+type ConnRequest struct {
+	ID            uint32 `json:"id"`
+	RemoteVM      string `json:"remote_vm"`
+	RemoteAdapter string `json:"remote_adapter"`
+	RemoteGID     GID    `json:"remote_gid"`
+	RemoteQPN     uint32 `json:"remote_qpn"`
+	Port          uint16 `json:"port"`
+}
+
+// AcceptRequest accepts a connection request with a QP of this session in
+// RESET or INIT; the agent brings both QPs to RTS.
+type AcceptRequest struct {
+	Listener uint32 `json:"listener"`
+	ID       uint32 `json:"id"`
+	QP       uint32 `json:"qp"`
+}
+
+// RejectRequest refuses a connection request.
+type RejectRequest struct {
+	Listener uint32 `json:"listener"`
+	ID       uint32 `json:"id"`
+	Reason   string `json:"reason"`
+}
+
+// Connect dials "vm/vrdmaN" (or a GID) and service port with a QP of this
+// session in RESET or INIT; on success both QPs are in RTS.
+type Connect struct {
+	QP        uint32 `json:"qp"`
+	Remote    string `json:"remote"`
+	Port      uint16 `json:"port"`
+	TimeoutMS uint32 `json:"timeout_ms"`
+}
+
+// Validate checks the port and the remote's length.
+func (c *Connect) Validate() error {
+	if c.Port == 0 {
+		return Errorf(CodeInvalid, "port", "service port 0 is reserved: pick 1..65535")
+	}
+	if c.Remote == "" || len(c.Remote) > 128 {
+		return Errorf(CodeInvalid, "remote", "remote %q must be \"vm/vrdmaN\" or a GID", c.Remote)
+	}
+	return nil
+}
+
+// ConnectReply reports the connected peer and the path.
+type ConnectReply struct {
+	RemoteQPN uint32   `json:"remote_qpn"`
+	RemoteGID GID      `json:"remote_gid"`
+	Path      PathInfo `json:"path"`
+}
+
+// DefineVM stores (or replaces) a VM's VMX configuration on the agent.
+type DefineVM struct {
+	Name string `json:"name"`
+	VMX  string `json:"vmx"`
+}
+
+// Validate checks the name and size.
+func (d *DefineVM) Validate() error {
+	if err := ValidName("name", d.Name); err != nil {
+		return err
+	}
+	if len(d.VMX) > 1<<19 {
+		return Errorf(CodeInvalid, "vmx", "VMX of %d bytes exceeds the 512 KiB limit", len(d.VMX))
+	}
+	return nil
+}
+
+// VMRef names a VM.
+type VMRef struct {
+	Name string `json:"name"`
+}
+
+// Validate checks the name.
+func (v *VMRef) Validate() error { return ValidName("name", v.Name) }
+
+// VMList lists the VMs an agent knows.
+type VMList struct {
+	VMs []VMStatus `json:"vms"`
+}
+
+// QPStatus is one QP in a status report.
+type QPStatus struct {
+	QPN     uint32   `json:"qpn"`
+	Adapter string   `json:"adapter"`
+	State   string   `json:"state"`
+	Peer    string   `json:"peer,omitempty"`
+	PeerQPN uint32   `json:"peer_qpn,omitempty"`
+	Path    PathInfo `json:"path"`
+}
+
+// VMStatus is one VM in a status report.
+type VMStatus struct {
+	Name      string        `json:"name"`
+	Attached  bool          `json:"attached"`
+	AsyncMode bool          `json:"async_mode"`
+	MemSize   uint64        `json:"mem_size"`
+	MemLocked bool          `json:"mem_locked"`
+	Adapters  []AdapterInfo `json:"adapters"`
+	QPs       []QPStatus    `json:"qps,omitempty"`
+}
+
+// Status is an agent's status report.
+type Status struct {
+	Host   string     `json:"host"`
+	HostID string     `json:"host_id"`
+	VMs    []VMStatus `json:"vms"`
+}
+
+// ValidName checks a VM or object name: 1..64 characters of letters,
+// digits, '-', '_' and '.', not starting with '.' or '-'.
+func ValidName(field, s string) error {
+	if len(s) == 0 || len(s) > 64 {
+		return Errorf(CodeInvalid, field, "name %q must be 1..64 characters", s)
+	}
+	for i, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' ||
+			(i > 0 && (c == '-' || c == '.'))
+		if !ok {
+			return Errorf(CodeInvalid, field, "name %q: character %q at %d not allowed (letters, digits, _ - .)", s, c, i)
+		}
+	}
+	return nil
+}
+
+// GID is a 128-bit RoCE global identifier, written in IPv6 form.
+type GID [16]byte
+
+func (g GID) String() string { return netip.AddrFrom16(g).String() }
+
+// MarshalText writes the IPv6 form.
+func (g GID) MarshalText() ([]byte, error) { return []byte(g.String()), nil }
+
+// UnmarshalText parses an IPv6 (or IPv4, mapped) address.
+func (g *GID) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*g = GID{}
+		return nil
+	}
+	a, err := netip.ParseAddr(string(b))
+	if err != nil {
+		return fmt.Errorf("GID %q: %w", b, err)
+	}
+	*g = GID(a.As16())
+	return nil
+}
+
+// ParseGID parses a GID in IPv6 or IPv4 form.
+func ParseGID(s string) (GID, error) {
+	var g GID
+	err := g.UnmarshalText([]byte(s))
+	return g, err
+}
+
+// IsZero reports whether g is all zeros.
+func (g GID) IsZero() bool { return g == GID{} }
+
+// DeviceAttr are an adapter's device attributes (ibv_device_attr).
+type DeviceAttr struct {
+	FWVer           string `json:"fw_ver"`
+	NodeGUID        string `json:"node_guid"`
+	SysImageGUID    string `json:"sys_image_guid"`
+	VendorID        uint32 `json:"vendor_id"`
+	VendorPartID    uint32 `json:"vendor_part_id"`
+	HWVer           uint32 `json:"hw_ver"`
+	MaxMRSize       uint64 `json:"max_mr_size"`
+	PageSizeCap     uint64 `json:"page_size_cap"`
+	MaxQP           uint32 `json:"max_qp"`
+	MaxQPWR         uint32 `json:"max_qp_wr"`
+	MaxSGE          uint32 `json:"max_sge"`
+	MaxCQ           uint32 `json:"max_cq"`
+	MaxCQE          uint32 `json:"max_cqe"`
+	MaxMR           uint32 `json:"max_mr"`
+	MaxPD           uint32 `json:"max_pd"`
+	MaxQPRdAtom     uint32 `json:"max_qp_rd_atom"`
+	MaxQPInitRdAtom uint32 `json:"max_qp_init_rd_atom"`
+	MaxInlineData   uint32 `json:"max_inline_data"`
+	MaxSRQ          uint32 `json:"max_srq"`
+	AtomicCap       string `json:"atomic_cap"`
+	PhysPortCnt     uint32 `json:"phys_port_cnt"`
+	TransportType   string `json:"transport_type"`
+}
+
+// PortAttr are an adapter port's attributes (ibv_port_attr).
+type PortAttr struct {
+	State        string   `json:"state"`
+	MaxMTU       uint32   `json:"max_mtu"`
+	ActiveMTU    uint32   `json:"active_mtu"`
+	GIDTblLen    uint32   `json:"gid_tbl_len"`
+	LinkLayer    string   `json:"link_layer"`
+	GID          GID      `json:"gid"`
+	MAC          string   `json:"mac"`
+	ActiveSpeed  string   `json:"active_speed"`
+	PortCapFlags []string `json:"port_cap_flags"`
+}

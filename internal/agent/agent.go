@@ -1,0 +1,247 @@
+// Package agent is vrdmad, the host agent: the device behind every vrdma
+// adapter on this host. It owns the authoritative state of every PD, MR, CQ
+// and QP, checks every key, bound and state transition, and moves the bytes.
+//
+// Goroutines and who owns them:
+//
+//	Agent.Serve            accept loop; owns the listening socket.
+//	session.serve          one per client connection: reads commands in order
+//	                       and answers them; blocking commands (connect,
+//	                       get-request) run in their own goroutine, owned by
+//	                       the session and waited for when it ends.
+//	qp.runSQ               one per QP (RoutineQPSender): sleeps on the QP's
+//	                       doorbell (or spins, in async mode), executes send
+//	                       work requests in order over the QP's path, writes
+//	                       completions, and flushes both queues in ERR. Owned
+//	                       by the QP; destroyQP stops it and waits.
+//
+// A VM's mappings (guest memory and rings) are unmapped only under the VM's
+// memMu write lock, after it is marked dead; any goroutine that touches
+// another VM's mappings holds that VM's memMu read lock and checks dead.
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// Version is the agent's release.
+const Version = "0.1.0"
+
+// Limits are the per-VM resource limits; errors that refuse an object name
+// the limit.
+type Limits struct {
+	MaxPD        int // max_pd
+	MaxMR        int // max_mr
+	MaxCQ        int // max_cq
+	MaxQP        int // max_qp
+	MaxListeners int // listening service ports per VM
+}
+
+// DefaultLimits are the limits an agent applies unless told otherwise.
+var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256}
+
+// Config configures an Agent.
+type Config struct {
+	Socket   string // Unix socket path
+	StateDir string // VM definitions and host identity live here
+	Host     string // host name; defaults to os.Hostname
+	Limits   Limits
+	Logger   *slog.Logger
+}
+
+// Agent is a running host agent. It is safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	hostID string
+
+	ln *net.UnixListener
+
+	mu        sync.Mutex
+	vms       map[string]*vm          // attached VMs by name; +checklocks:mu
+	listeners map[listenKey]*listener // +checklocks:mu
+	qps       map[uint32]*qp          // all QPs of this host by QPN; +checklocks:mu
+	nextQPN   uint32                  // +checklocks:mu
+	sessions  map[*session]struct{}   // +checklocks:mu
+
+	nextListener atomic.Uint32
+	wg           sync.WaitGroup
+	closing      atomic.Bool
+}
+
+// New prepares an agent: it creates the state directory, loads or creates
+// the host ID, and binds the socket (removing a stale one).
+func New(cfg Config) (*Agent, error) {
+	if cfg.Socket == "" {
+		cfg.Socket = paths.Socket()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = paths.StateDir()
+	}
+	if cfg.Host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("host name: %w (pass --host)", err)
+		}
+		cfg.Host = h
+	}
+	if cfg.Limits == (Limits{}) {
+		cfg.Limits = DefaultLimits
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o700); err != nil {
+		return nil, fmt.Errorf("create state directory: %w (pass --state-dir)", err)
+	}
+	id, err := loadHostID(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger.With("host", cfg.Host),
+		hostID:    id,
+		vms:       make(map[string]*vm),
+		listeners: make(map[listenKey]*listener),
+		qps:       make(map[uint32]*qp),
+		sessions:  make(map[*session]struct{}),
+	}
+	var b [2]byte
+	rand.Read(b[:])
+	a.nextQPN = 0x100 + uint32(b[0])<<8 | uint32(b[1])
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func loadHostID(dir string) (string, error) {
+	p := filepath.Join(dir, "host-id")
+	if b, err := os.ReadFile(p); err == nil {
+		id := strings.TrimSpace(string(b))
+		if len(id) == 32 {
+			if _, err := hex.DecodeString(id); err == nil {
+				return id, nil
+			}
+		}
+		return "", fmt.Errorf("%s holds %q, not a 32-digit hex host ID: remove it to get a new one", p, id)
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	if err := os.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write host ID: %w", err)
+	}
+	return id, nil
+}
+
+func (a *Agent) listen() error {
+	path := a.cfg.Socket
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("create socket directory: %w", err)
+	}
+	// A socket nobody answers on is stale; one that answers belongs to a
+	// running agent, which we must not steal.
+	if c, err := net.Dial("unixpacket", path); err == nil {
+		c.Close()
+		return fmt.Errorf("an agent already serves %s: stop it or pass another --socket", path)
+	}
+	os.Remove(path)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	// Workloads of other users reach the agent; the VM's owner check (the
+	// management rules) decides who may attach.
+	os.Chmod(path, 0o666)
+	a.ln = ln
+	return nil
+}
+
+// Socket returns the path the agent serves.
+func (a *Agent) Socket() string { return a.cfg.Socket }
+
+// HostID returns the agent's stable host ID.
+func (a *Agent) HostID() string { return a.hostID }
+
+// Serve accepts clients until ctx ends or Close is called, then tears down
+// every session and returns.
+func (a *Agent) Serve(ctx context.Context) error {
+	a.log.Info("vrdmad serving", "socket", a.cfg.Socket, "state_dir", a.cfg.StateDir, "host_id", a.hostID, "version", Version)
+	stop := context.AfterFunc(ctx, func() { a.Close() })
+	defer stop()
+	for {
+		c, err := a.ln.AcceptUnix()
+		if err != nil {
+			if a.closing.Load() || errors.Is(err, net.ErrClosed) {
+				a.shutdown()
+				return nil
+			}
+			a.log.Warn("accept", "err", err)
+			continue
+		}
+		s := newSession(a, sys.NewPacketConn(c))
+		a.mu.Lock()
+		a.sessions[s] = struct{}{}
+		a.mu.Unlock()
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			s.serve()
+			a.mu.Lock()
+			delete(a.sessions, s)
+			a.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting clients; Serve then ends every session.
+func (a *Agent) Close() error {
+	if a.closing.Swap(true) {
+		return nil
+	}
+	return a.ln.Close()
+}
+
+func (a *Agent) shutdown() {
+	a.mu.Lock()
+	for s := range a.sessions {
+		s.conn.Close()
+	}
+	a.mu.Unlock()
+	a.wg.Wait()
+	a.log.Info("vrdmad stopped")
+}
+
+// allocQPNLocked returns an unused 24-bit QPN (never 0 or 1, which IB
+// reserves for QP0 and QP1).
+func (a *Agent) allocQPNLocked() uint32 {
+	for {
+		a.nextQPN = (a.nextQPN + 1) & 0xffffff
+		if a.nextQPN < 2 {
+			continue
+		}
+		if _, used := a.qps[a.nextQPN]; !used {
+			return a.nextQPN
+		}
+	}
+}
+
+var errAgentClosing = abi.Errorf(abi.CodeUnavailable, "", "the agent is shutting down")

@@ -1,0 +1,560 @@
+package agent
+
+// Send-queue pipeline of one QP (RoutineQPSender, qp.runSQ):
+//
+//	workload: writes WQE into SQ slot, bumps SQ tail, rings the doorbell
+//	          if the agent said it sleeps (OffSQDoorbell)
+//	runSQ:    waits (doorbell mode: sleeps on the eventfd; async mode:
+//	          spins, then yields, then sleeps), copies each new slot into a
+//	          private buffer before looking at it (the workload may rewrite
+//	          the slot at any time), decodes and checks it, executes it over
+//	          the QP's path, writes the completion to the send CQ, advances
+//	          the SQ head.
+//	path:     memcpy: the sender's goroutine acts as the responder too: it
+//	          takes the remote VM's memMu for reading, checks rkey, bounds
+//	          and access there, consumes the remote receive queue for SEND,
+//	          and copies once between the two guest memories.
+//
+// In ERR the same goroutine completes everything queued, on both queues,
+// with WR_FLUSH_ERR. Nothing here allocates per work request.
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrdma/vrdma/internal/abi"
+)
+
+// Async-mode polling budget: spin this many empty polls, then yield the
+// CPU (sched_yield) between polls up to asyncYields, then sleep on the
+// doorbell. On a machine with fewer cores than spinners, yielding is what
+// lets the workloads run.
+const (
+	asyncSpins  = 2000
+	asyncYields = 20000
+)
+
+// maxMessage is the largest message (max_msg_sz), 2 GiB as on RoCE HCAs.
+const maxMessage = 1 << 31
+
+func (q *qp) runSQ() {
+	defer close(q.done)
+	defer func() {
+		if r := recover(); r != nil {
+			buf := make([]byte, 8192)
+			buf = buf[:runtime.Stack(buf, false)]
+			q.vm.a.log.Error("QP goroutine failed; QP moved to ERR", "vm", q.vm.name, "qpn", q.qpn, "panic", r, "stack", string(buf))
+			q.moveToErr(fmt.Sprint("internal error: ", r))
+		}
+	}()
+	for q.waitWork() {
+		q.drain()
+	}
+}
+
+// kicked is set when the QP's state changed and the goroutine must act.
+func (q *qp) hasWork(tail uint32) bool {
+	if q.stop.Load() {
+		return true
+	}
+	if tail != q.sqHead {
+		return true
+	}
+	s := q.State()
+	if s == abi.QPSErr || s == abi.QPSReset {
+		mem := q.ring.Bytes()
+		return abi.Word(mem, abi.OffRQTail).Load() != abi.Word(mem, abi.OffRQHead).Load()
+	}
+	return false
+}
+
+// waitWork returns when there may be work, false when the QP is stopping.
+func (q *qp) waitWork() bool {
+	mem := q.ring.Bytes()
+	tailW := abi.Word(mem, abi.OffSQTail)
+	dbW := abi.Word(mem, abi.OffSQDoorbell)
+	spins, yields := 0, 0
+	if q.vm.async {
+		spins, yields = asyncSpins, asyncSpins+asyncYields
+	}
+	for i := 0; ; i++ {
+		if q.stop.Load() {
+			return false
+		}
+		if q.hasWork(tailW.Load()) {
+			return true
+		}
+		if i < spins {
+			continue
+		}
+		if i < yields {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		dbW.Store(1)
+		if q.hasWork(tailW.Load()) {
+			dbW.Store(0)
+			return true
+		}
+		q.doorbell.Wait()
+		dbW.Store(0)
+		i = 0
+	}
+}
+
+// drain processes what the queues hold, according to the QP's state.
+func (q *qp) drain() {
+	mem := q.ring.Bytes()
+	size := q.layout.SQEntries
+	for !q.stop.Load() {
+		s := q.State()
+		tail := abi.Word(mem, abi.OffSQTail).Load()
+		n, ok := abi.Pending(tail, q.sqHead, size)
+		if !ok {
+			q.vm.a.log.Warn("send queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
+				"vm", q.vm.name, "qpn", q.qpn, "tail", tail, "head", q.sqHead, "size", size)
+			q.moveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
+			q.flushRQ()
+			// Skip the garbage: nothing queued can be trusted.
+			return
+		}
+		switch s {
+		case abi.QPSReset:
+			q.sqHead = tail
+			abi.Word(mem, abi.OffSQHead).Store(tail)
+			q.dropRQ()
+			return
+		case abi.QPSErr:
+			q.flushSQ(tail)
+			q.flushRQ()
+			return
+		case abi.QPSSQD, abi.QPSInit, abi.QPSRTR:
+			if s != abi.QPSSQD && n > 0 {
+				// The library refuses posts before RTS; a WQE here was
+				// written by hand. Refuse it the way hardware would.
+				q.execOne(mem, true)
+				continue
+			}
+			return // SQD: hold the queue until RTS
+		}
+		if n == 0 {
+			return
+		}
+		q.execOne(mem, false)
+	}
+}
+
+// execOne executes (or, with refuse, fails) the WQE at the SQ head.
+func (q *qp) execOne(mem []byte, refuse bool) {
+	size, stride := q.layout.SQEntries, q.layout.SQStride
+	off := q.layout.SQOffset + abi.Slot(q.sqHead, size)*stride
+	copy(q.sqSlot, mem[off:off+stride])
+	w := &q.wqe
+	st := abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+	var n uint32
+	switch {
+	case refuse:
+		st = abi.WCLocQPOpErr
+	case st == abi.WCSuccess:
+		st, n = q.execute(w)
+	}
+	q.completeSend(w, st, n)
+	q.sqHead = abi.Next(q.sqHead, size)
+	abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
+		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
+	}
+}
+
+func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
+	if st == abi.WCSuccess && w.Flags&abi.SendSignaled == 0 && !q.sqSigAll {
+		return
+	}
+	q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: st, ByteLen: n}
+	q.sendCQ.push(&q.cqe)
+}
+
+// execute gathers the local side of w and delivers it over the path.
+func (q *qp) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
+	var need abi.Access
+	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
+		need = abi.AccessLocalWrite // the local side is written
+	}
+	nseg := 0
+	var total uint64
+	if w.Flags&abi.SendInline != 0 {
+		q.segs[0] = abi.Inline(q.sqSlot, w)
+		nseg, total = 1, uint64(w.InlineLen)
+	} else {
+		for i := 0; i < int(w.NumSGE); i++ {
+			sge := &w.SGE[i]
+			b, ok := q.vm.resolve(q.pd, sge.LKey, sge.Addr, uint64(sge.Length), need)
+			if !ok {
+				return abi.WCLocProtErr, 0
+			}
+			q.segs[nseg] = b
+			nseg++
+			total += uint64(sge.Length)
+		}
+	}
+	if total > maxMessage {
+		return abi.WCLocLenErr, 0
+	}
+	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
+		return abi.WCLocLenErr, 0 // an atomic returns 8 bytes into one SGE
+	}
+	return q.deliver(w, q.segs[:nseg], total)
+}
+
+// delivery outcomes that are not completions.
+type outcome uint8
+
+const (
+	outDone   outcome = iota // the status is final
+	outNoPeer                // nothing answered: transport retry
+	outRNR                   // the responder had no receive posted
+)
+
+// deliver runs the RC retry rules around the path: transport retries
+// (timeout × retry_cnt) when the responder does not answer, RNR retries
+// (min_rnr_timer × rnr_retry, 7 = infinite) when it has no receive posted.
+func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus, uint32) {
+	q.mu.Lock()
+	retries, rnr, timeout := q.attr.RetryCnt, q.attr.RNRRetry, q.attr.Timeout
+	q.mu.Unlock()
+	for {
+		out, st, n, rnrTimer := q.memcpyDeliver(w, segs, total)
+		switch out {
+		case outDone:
+			if st == abi.WCSuccess {
+				q.bytesSent.Add(total)
+			}
+			return st, n
+		case outNoPeer:
+			if retries == 0 {
+				return abi.WCRetryExcErr, 0
+			}
+			retries--
+			if !q.sleep(retryTimeout(timeout)) {
+				return abi.WCWRFlushErr, 0
+			}
+		case outRNR:
+			if rnr == 0 {
+				return abi.WCRNRRetryExcErr, 0
+			}
+			if rnr != 7 {
+				rnr--
+			}
+			if !q.sleep(rnrDelay(rnrTimer)) {
+				return abi.WCWRFlushErr, 0
+			}
+		}
+	}
+}
+
+// retryTimeout is IBTA's local ACK timeout, 4.096 µs × 2^timeout. IBTA
+// reads 0 as infinite; vrdma never waits forever and reads it as 14 (67 ms).
+func retryTimeout(t uint8) time.Duration {
+	if t == 0 {
+		t = 14
+	}
+	return time.Duration(4096<<t) * time.Nanosecond
+}
+
+// rnrTimes is IBTA's RNR NAK timer table (9.7.5.2.8), in microseconds.
+var rnrTimes = [32]uint32{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
+	3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+
+func rnrDelay(t uint8) time.Duration { return time.Duration(rnrTimes[t&31]) * time.Microsecond }
+
+// sleep waits d, returning false early when the QP stops or leaves the
+// states in which it sends.
+func (q *qp) sleep(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if q.stop.Load() {
+			return false
+		}
+		if s := q.State(); s == abi.QPSErr || s == abi.QPSReset {
+			return false
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return true
+		}
+		time.Sleep(min(left, time.Millisecond))
+	}
+}
+
+// peerQP returns the QP at the remote end, resolving it on first use.
+func (q *qp) peerQP() *qp {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.peer != nil && !q.peer.destroyed.Load() {
+		return q.peer
+	}
+	q.peer = nil
+	a := q.vm.a
+	a.mu.Lock()
+	p := a.qps[q.remoteQPN]
+	a.mu.Unlock()
+	if p == nil || p.ad.gid != q.remoteGID {
+		return nil
+	}
+	q.peer = p
+	return p
+}
+
+// memcpyDeliver is the memcpy path: q's goroutine plays the responder p
+// against p's VM's memory. Checks happen before any byte moves, so a
+// refused request leaves the target untouched.
+func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome, abi.WCStatus, uint32, uint8) {
+	p := q.peerQP()
+	if p == nil {
+		return outNoPeer, 0, 0, 0
+	}
+	pv := p.vm
+	pv.memMu.RLock()
+	defer pv.memMu.RUnlock()
+	if pv.dead || p.destroyed.Load() {
+		return outNoPeer, 0, 0, 0
+	}
+	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
+		return outNoPeer, 0, 0, 0 // a responder outside RTR..SQD drops what it gets
+	}
+	p.mu.Lock()
+	bound := p.remoteQPN == q.qpn && p.remoteGID == q.ad.gid
+	access, rnrTimer := p.attr.AccessFlags, p.attr.MinRNRTimer
+	p.mu.Unlock()
+	if !bound {
+		return outNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
+	}
+	n := uint32(total)
+	switch w.Opcode {
+	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
+		dst, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, total, abi.AccessRemoteWrite)
+		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
+			p.moveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", q.qpn, w.RKey, w.RemoteAddr, total))
+			return outDone, abi.WCRemAccessErr, 0, 0
+		}
+		if w.Opcode == abi.OpRDMAWrite {
+			gather(dst, segs)
+			return outDone, abi.WCSuccess, n, 0
+		}
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+		switch p.peekRecvLocked() {
+		case recvNone:
+			return outRNR, 0, 0, rnrTimer
+		case recvBroken:
+			return outDone, abi.WCRemOpErr, 0, 0
+		}
+		gather(dst, segs)
+		p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q.qpn)
+		return outDone, abi.WCSuccess, n, 0
+
+	case abi.OpSend, abi.OpSendWithImm:
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+		switch p.peekRecvLocked() {
+		case recvNone:
+			return outRNR, 0, 0, rnrTimer
+		case recvBroken:
+			return outDone, abi.WCRemOpErr, 0, 0
+		}
+		rw := &p.rwqe
+		var room uint64
+		nr := 0
+		for i := 0; i < int(rw.NumSGE); i++ {
+			sge := &rw.SGE[i]
+			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
+			if !ok {
+				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q.qpn)
+				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")
+				return outDone, abi.WCRemOpErr, 0, 0
+			}
+			p.rsegs[nr] = b
+			nr++
+			room += uint64(sge.Length)
+		}
+		if room < total {
+			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q.qpn)
+			p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
+			return outDone, abi.WCRemInvReqErr, 0, 0
+		}
+		scatter(p.rsegs[:nr], segs)
+		clear(p.rsegs[:nr])
+		p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q.qpn)
+		return outDone, abi.WCSuccess, n, 0
+
+	case abi.OpRDMARead:
+		src, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, total, abi.AccessRemoteRead)
+		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
+			p.moveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", q.qpn, w.RKey, w.RemoteAddr, total))
+			return outDone, abi.WCRemAccessErr, 0, 0
+		}
+		scatterBytes(segs, src)
+		return outDone, abi.WCSuccess, n, 0
+
+	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
+		if w.RemoteAddr&7 != 0 {
+			p.moveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", w.RemoteAddr, q.qpn))
+			return outDone, abi.WCRemInvReqErr, 0, 0
+		}
+		t, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, 8, abi.AccessRemoteAtomic)
+		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
+			p.moveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", q.qpn, w.RKey, w.RemoteAddr))
+			return outDone, abi.WCRemAccessErr, 0, 0
+		}
+		word := abi.Word64(t, 0)
+		var old uint64
+		if w.Opcode == abi.OpAtomicFetchAdd {
+			old = word.Add(w.CompareAdd) - w.CompareAdd
+		} else {
+			for {
+				old = word.Load()
+				if old != w.CompareAdd || word.CompareAndSwap(old, w.Swap) {
+					break
+				}
+			}
+		}
+		binary.LittleEndian.PutUint64(segs[0], old)
+		return outDone, abi.WCSuccess, 8, 0
+	}
+	return outDone, abi.WCRemInvReqErr, 0, 0
+}
+
+// gather copies the segments src, in order, into dst.
+func gather(dst []byte, src [][]byte) {
+	for _, s := range src {
+		dst = dst[copy(dst, s):]
+	}
+}
+
+// scatter copies the segments src, in order, across the segments dst,
+// which hold at least as many bytes.
+func scatter(dst, src [][]byte) {
+	for _, s := range src {
+		dst = scatterBytes(dst, s)
+	}
+}
+
+// scatterBytes copies src across the segments dst and returns what is left
+// of dst.
+func scatterBytes(dst [][]byte, src []byte) [][]byte {
+	for len(src) > 0 {
+		for len(dst[0]) == 0 {
+			dst = dst[1:]
+		}
+		n := copy(dst[0], src)
+		src = src[n:]
+		dst[0] = dst[0][n:]
+	}
+	return dst
+}
+
+type recvState uint8
+
+const (
+	recvReady recvState = iota
+	recvNone
+	recvBroken
+)
+
+// peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
+// without consuming it. The caller holds rqMu and keeps the VM mapped.
+func (p *qp) peekRecvLocked() recvState {
+	if p.rqBroken {
+		return recvBroken
+	}
+	mem := p.ring.Bytes()
+	size := p.layout.RQEntries
+	tail := abi.Word(mem, abi.OffRQTail).Load()
+	n, ok := abi.Pending(tail, p.rqHead, size)
+	if !ok {
+		p.rqBroken = true
+		p.vm.a.log.Warn("receive queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
+			"vm", p.vm.name, "qpn", p.qpn, "tail", tail, "head", p.rqHead)
+		p.moveToErr(fmt.Sprintf("receive queue tail %d invalid for %d slots", tail, size))
+		return recvBroken
+	}
+	if n == 0 {
+		return recvNone
+	}
+	off := p.layout.RQOffset + abi.Slot(p.rqHead, size)*p.layout.RQStride
+	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
+	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, 0)
+		p.moveToErr("receive work request has too many SGEs")
+		return recvBroken
+	}
+	return recvReady
+}
+
+// completeRecvLocked consumes the peeked receive WQE with a completion.
+func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, src uint32) {
+	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: src}
+	if withImm {
+		e.Imm, e.Flags = imm, abi.WCWithImm
+	}
+	p.recvCQ.push(&e)
+	p.rqHead = abi.Next(p.rqHead, p.layout.RQEntries)
+	abi.Word(p.ring.Bytes(), abi.OffRQHead).Store(p.rqHead)
+}
+
+// flushSQ completes every queued send WQE with WR_FLUSH_ERR.
+func (q *qp) flushSQ(tail uint32) {
+	mem := q.ring.Bytes()
+	size, stride := q.layout.SQEntries, q.layout.SQStride
+	for q.sqHead != tail && !q.stop.Load() {
+		off := q.layout.SQOffset + abi.Slot(q.sqHead, size)*stride
+		copy(q.sqSlot, mem[off:off+stride])
+		w := &q.wqe
+		abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+		q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: abi.WCWRFlushErr}
+		if !q.sendCQ.push(&q.cqe) {
+			return
+		}
+		q.sqHead = abi.Next(q.sqHead, size)
+		abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+	}
+}
+
+// flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
+func (q *qp) flushRQ() {
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	mem := q.ring.Bytes()
+	size := q.layout.RQEntries
+	tail := abi.Word(mem, abi.OffRQTail).Load()
+	if _, ok := abi.Pending(tail, q.rqHead, size); !ok {
+		return
+	}
+	for q.rqHead != tail && !q.stop.Load() {
+		off := q.layout.RQOffset + abi.Slot(q.rqHead, size)*q.layout.RQStride
+		copy(q.rqSlot, mem[off:off+q.layout.RQStride])
+		e := abi.CQE{WRID: binary.LittleEndian.Uint64(q.rqSlot), QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
+		if !q.recvCQ.push(&e) {
+			return
+		}
+		q.rqHead = abi.Next(q.rqHead, size)
+		abi.Word(mem, abi.OffRQHead).Store(q.rqHead)
+	}
+}
+
+// dropRQ discards the receive queue (transition to RESET).
+func (q *qp) dropRQ() {
+	q.rqMu.Lock()
+	defer q.rqMu.Unlock()
+	mem := q.ring.Bytes()
+	tail := abi.Word(mem, abi.OffRQTail).Load()
+	if abi.ValidIndex(tail, q.layout.RQEntries) {
+		q.rqHead = tail
+		abi.Word(mem, abi.OffRQHead).Store(tail)
+	}
+	q.rqBroken = false
+}

@@ -1,0 +1,226 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// pd is a protection domain.
+type pd struct {
+	handle uint32
+	ad     *adapter
+	refs   int // MRs and QPs in it; +checklocks:vm.objMu
+}
+
+// mr is a registered memory region. Immutable once published.
+type mr struct {
+	handle uint32
+	key    uint32 // lkey == rkey
+	pd     *pd
+	addr   uint64
+	length uint64
+	access abi.Access
+}
+
+func (v *vm) allocPD(adName string) (uint32, error) {
+	ad, err := v.adapter(adName)
+	if err != nil {
+		return 0, err
+	}
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	if len(v.pds) >= v.a.cfg.Limits.MaxPD {
+		return 0, abi.Errorf(abi.CodeLimit, "", "VM %q has %d PDs, the limit (max_pd): deallocate some first", v.name, len(v.pds))
+	}
+	p := &pd{handle: v.allocHandleLocked(), ad: ad}
+	v.pds[p.handle] = p
+	return p.handle, nil
+}
+
+func (v *vm) deallocPD(h uint32) error {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	p, ok := v.pds[h]
+	if !ok {
+		return abi.Errorf(abi.CodeNotFound, "handle", "no PD with handle %d", h)
+	}
+	if p.refs > 0 {
+		return abi.Errorf(abi.CodeState, "handle", "PD %d still holds %d MRs or QPs: destroy them first (EBUSY)", h, p.refs)
+	}
+	delete(v.pds, h)
+	return nil
+}
+
+func (v *vm) regMR(r *abi.RegMR) (abi.RegMRReply, error) {
+	if r.Length == 0 {
+		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "length", "a memory region must be at least 1 byte")
+	}
+	if !sys.InBounds(r.Addr, r.Length, v.memSize) {
+		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "addr", "region [0x%x, +%d) lies outside the VM's %d bytes of guest memory", r.Addr, r.Length, v.memSize)
+	}
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	p, ok := v.pds[r.PD]
+	if !ok {
+		return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", r.PD)
+	}
+	// Find a free key slot; the low byte is a generation so that a stale
+	// key of a freed slot does not match its next region.
+	idx := 0
+	for i := 1; i < len(v.mrs); i++ {
+		if v.mrs[i].Load() == nil {
+			idx = i
+			break
+		}
+	}
+	if idx == 0 {
+		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs)-1)
+	}
+	v.mrGen++
+	m := &mr{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, length: r.Length, access: r.Access}
+	p.refs++
+	v.mrHandles[m.handle] = m
+	v.mrs[idx].Store(m)
+	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
+}
+
+func (v *vm) deregMR(h uint32) error {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	m, ok := v.mrHandles[h]
+	if !ok {
+		return abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", h)
+	}
+	delete(v.mrHandles, h)
+	v.mrs[m.key>>8].Store(nil)
+	m.pd.refs--
+	return nil
+}
+
+// cq is a completion queue. The agent produces; the library consumes.
+type cq struct {
+	handle uint32
+	vm     *vm
+	ad     *adapter
+	layout abi.CQLayout
+	ringFD int
+	ring   *sys.Mapping
+	event  *sys.EventFD
+
+	mu     sync.Mutex // producer lock: completions come from several QPs' goroutines
+	tail   uint32     // +checklocks:mu
+	broken bool       // +checklocks:mu
+	refs   int        // QPs using it; +checklocks:vm.objMu
+}
+
+func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
+	ad, err := v.adapter(c.Adapter)
+	if err != nil {
+		return nil, err
+	}
+	layout, err := abi.NewCQLayout(c.CQE)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInvalid, "cqe", "%v", err)
+	}
+	v.objMu.Lock()
+	n := len(v.cqs)
+	v.objMu.Unlock()
+	if n >= v.a.cfg.Limits.MaxCQ {
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d CQs, the limit (max_cq): destroy some first", v.name, n)
+	}
+	fd, err := sys.Memfd("vrdma-cq", int64(layout.Size))
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	ring, err := sys.Map(fd, int(layout.Size), true)
+	if err != nil {
+		sys.CloseFD(fd)
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	ev, err := sys.NewEventFD()
+	if err != nil {
+		ring.Unmap()
+		sys.CloseFD(fd)
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	c2 := &cq{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
+	v.objMu.Lock()
+	c2.handle = v.allocHandleLocked()
+	v.cqs[c2.handle] = c2
+	v.objMu.Unlock()
+	return c2, nil
+}
+
+func (v *vm) destroyCQ(h uint32) error {
+	v.objMu.Lock()
+	c, ok := v.cqs[h]
+	if ok && c.refs > 0 {
+		v.objMu.Unlock()
+		return abi.Errorf(abi.CodeState, "handle", "CQ %d is still used by %d QPs: destroy them first (EBUSY)", h, c.refs)
+	}
+	delete(v.cqs, h)
+	v.objMu.Unlock()
+	if !ok {
+		return abi.Errorf(abi.CodeNotFound, "handle", "no CQ with handle %d", h)
+	}
+	v.memMu.Lock()
+	c.release()
+	v.memMu.Unlock()
+	return nil
+}
+
+// release unmaps and closes the CQ. The caller holds vm.memMu.
+func (c *cq) release() {
+	c.ring.Unmap()
+	sys.CloseFD(c.ringFD)
+	c.event.Close()
+}
+
+// push writes one completion. If the CQ is full it waits for the consumer
+// (vrdma never overruns a CQ) unless the VM is going away. It reports false
+// when the completion could not be delivered: the CQ is broken (its consumer
+// index is garbage) or its VM is dying. The caller keeps the VM's mappings
+// alive (holds memMu for reading, or is that VM's own QP goroutine).
+func (c *cq) push(e *abi.CQE) bool {
+	mem := c.ring.Bytes()
+	size := c.layout.Entries
+	for wait := time.Duration(0); ; {
+		c.mu.Lock()
+		if c.broken {
+			c.mu.Unlock()
+			return false
+		}
+		head := abi.Word(mem, abi.OffCQHead).Load()
+		n, ok := abi.Pending(c.tail, head, size)
+		if !ok {
+			c.broken = true
+			c.mu.Unlock()
+			c.vm.a.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
+				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
+			return false
+		}
+		if n < size {
+			slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
+			abi.EncodeCQE(slot, e)
+			c.tail = abi.Next(c.tail, size)
+			abi.Word(mem, abi.OffCQTail).Store(c.tail)
+			c.mu.Unlock()
+			armed := abi.Word(mem, abi.OffCQArmed)
+			if armed.Load() != 0 && armed.CompareAndSwap(1, 0) {
+				c.event.Ring()
+			}
+			return true
+		}
+		c.mu.Unlock()
+		if c.vm.dying.Load() {
+			return false
+		}
+		// Full: wake a waiting consumer, then back off.
+		c.event.Ring()
+		wait = min(max(wait*2, 20*time.Microsecond), 2*time.Millisecond)
+		time.Sleep(wait)
+	}
+}

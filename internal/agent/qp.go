@@ -1,0 +1,351 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// qp is an RC queue pair.
+type qp struct {
+	handle   uint32
+	qpn      uint32
+	vm       *vm
+	pd       *pd
+	ad       *adapter
+	sendCQ   *cq
+	recvCQ   *cq
+	sqSigAll bool
+	caps     abi.QPCaps
+	layout   abi.QPLayout
+	ringFD   int
+	ring     *sys.Mapping
+	doorbell *sys.EventFD
+
+	state atomic.Uint32 // abi.QPState; written under mu, read anywhere
+
+	mu        sync.Mutex
+	attr      abi.QPAttr   // +checklocks:mu (State mirrors state)
+	path      abi.PathInfo // +checklocks:mu
+	remoteQPN uint32       // +checklocks:mu
+	remoteGID abi.GID      // +checklocks:mu
+	peer      *qp          // resolved remote end on this host; +checklocks:mu
+	errReason string       // +checklocks:mu
+
+	// Receive side: consumed by whichever goroutine delivers a message to
+	// this QP (a peer's sender) or flushes it (this QP's sender).
+	rqMu     sync.Mutex
+	rqHead   uint32             // +checklocks:rqMu
+	rqSlot   []byte             // private copy of one RQ slot; +checklocks:rqMu
+	rwqe     abi.RecvWQE        // +checklocks:rqMu
+	rsegs    [abi.MaxSGE][]byte // +checklocks:rqMu
+	rqBroken bool               // +checklocks:rqMu
+
+	// Send side: owned by runSQ.
+	sqHead uint32
+	sqSlot []byte
+	wqe    abi.SendWQE
+	segs   [abi.MaxSGE][]byte
+	cqe    abi.CQE
+
+	stop      atomic.Bool
+	destroyed atomic.Bool
+	done      chan struct{}
+
+	bytesSent atomic.Uint64
+	wrsDone   atomic.Uint64
+}
+
+func (q *qp) State() abi.QPState { return abi.QPState(q.state.Load()) }
+
+func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
+	layout, caps, err := abi.NewQPLayout(c.Caps)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInvalid, "caps", "%v", err)
+	}
+	v.objMu.Lock()
+	p, ok := v.pds[c.PD]
+	scq, ok2 := v.cqs[c.SendCQ]
+	rcq, ok3 := v.cqs[c.RecvCQ]
+	nqp := len(v.qps)
+	v.objMu.Unlock()
+	switch {
+	case !ok:
+		return nil, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", c.PD)
+	case !ok2:
+		return nil, abi.Errorf(abi.CodeNotFound, "send_cq", "no CQ with handle %d", c.SendCQ)
+	case !ok3:
+		return nil, abi.Errorf(abi.CodeNotFound, "recv_cq", "no CQ with handle %d", c.RecvCQ)
+	case nqp >= v.a.cfg.Limits.MaxQP:
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, nqp)
+	}
+	fd, err := sys.Memfd("vrdma-qp", int64(layout.Size))
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	ring, err := sys.Map(fd, int(layout.Size), true)
+	if err != nil {
+		sys.CloseFD(fd)
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	db, err := sys.NewEventFD()
+	if err != nil {
+		ring.Unmap()
+		sys.CloseFD(fd)
+		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
+		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride)}
+	q.attr.Port = 1
+	q.attr.PathMTU = 1024
+
+	v.objMu.Lock()
+	if len(v.qps) >= v.a.cfg.Limits.MaxQP {
+		v.objMu.Unlock()
+		q.release()
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, len(v.qps))
+	}
+	q.handle = v.allocHandleLocked()
+	p.refs++
+	scq.refs++
+	rcq.refs++
+	v.qps[q.handle] = q
+	v.objMu.Unlock()
+
+	v.a.mu.Lock()
+	q.qpn = v.a.allocQPNLocked()
+	v.a.qps[q.qpn] = q
+	v.a.mu.Unlock()
+
+	go q.runSQ()
+	return q, nil
+}
+
+func (q *qp) release() {
+	q.ring.Unmap()
+	sys.CloseFD(q.ringFD)
+	q.doorbell.Close()
+}
+
+// destroyQP stops the QP's goroutine, unlinks it and unmaps its rings.
+func (v *vm) destroyQP(q *qp) {
+	if q.destroyed.Swap(true) {
+		return
+	}
+	q.stop.Store(true)
+	q.doorbell.Ring()
+	<-q.done
+
+	v.a.mu.Lock()
+	delete(v.a.qps, q.qpn)
+	v.a.mu.Unlock()
+	v.objMu.Lock()
+	delete(v.qps, q.handle)
+	q.pd.refs--
+	q.sendCQ.refs--
+	q.recvCQ.refs--
+	v.objMu.Unlock()
+
+	v.memMu.Lock() // peers' senders may be reading our receive ring
+	q.release()
+	v.memMu.Unlock()
+}
+
+func (v *vm) qpByHandle(h uint32) (*qp, error) {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	q, ok := v.qps[h]
+	if !ok {
+		return nil, abi.Errorf(abi.CodeNotFound, "handle", "no QP with handle %d", h)
+	}
+	return q, nil
+}
+
+// legal[from] is the set of states a QP may move to from "from" (IBTA
+// 10.3.1; RC).
+var legal = [...]uint8{
+	abi.QPSReset: 1<<abi.QPSReset | 1<<abi.QPSInit | 1<<abi.QPSErr,
+	abi.QPSInit:  1<<abi.QPSReset | 1<<abi.QPSInit | 1<<abi.QPSRTR | 1<<abi.QPSErr,
+	abi.QPSRTR:   1<<abi.QPSReset | 1<<abi.QPSRTS | 1<<abi.QPSErr,
+	abi.QPSRTS:   1<<abi.QPSReset | 1<<abi.QPSRTS | 1<<abi.QPSSQD | 1<<abi.QPSErr,
+	abi.QPSSQD:   1<<abi.QPSReset | 1<<abi.QPSRTS | 1<<abi.QPSSQD | 1<<abi.QPSErr,
+	abi.QPSSQE:   1<<abi.QPSReset | 1<<abi.QPSRTS | 1<<abi.QPSErr,
+	abi.QPSErr:   1<<abi.QPSReset | 1<<abi.QPSErr,
+}
+
+type required struct {
+	mask abi.QPAttrMask
+	name string
+}
+
+var (
+	reqInit = []required{{abi.MaskPort, "port_num (IBV_QP_PORT)"}, {abi.MaskAccessFlags, "qp_access_flags (IBV_QP_ACCESS_FLAGS)"}}
+	reqRTR  = []required{{abi.MaskAV, "ah_attr with the remote GID (IBV_QP_AV)"}, {abi.MaskPathMTU, "path_mtu (IBV_QP_PATH_MTU)"},
+		{abi.MaskDestQPN, "dest_qp_num (IBV_QP_DEST_QPN)"}, {abi.MaskRQPSN, "rq_psn (IBV_QP_RQ_PSN)"},
+		{abi.MaskMaxDestRdAtomic, "max_dest_rd_atomic (IBV_QP_MAX_DEST_RD_ATOMIC)"}, {abi.MaskMinRNRTimer, "min_rnr_timer (IBV_QP_MIN_RNR_TIMER)"}}
+	reqRTS = []required{{abi.MaskSQPSN, "sq_psn (IBV_QP_SQ_PSN)"}, {abi.MaskTimeout, "timeout (IBV_QP_TIMEOUT)"},
+		{abi.MaskRetryCnt, "retry_cnt (IBV_QP_RETRY_CNT)"}, {abi.MaskRNRRetry, "rnr_retry (IBV_QP_RNR_RETRY)"},
+		{abi.MaskMaxRdAtomic, "max_rd_atomic (IBV_QP_MAX_QP_RD_ATOMIC)"}}
+)
+
+// modify applies a ModifyQP. Transitions follow the IBTA state machine;
+// attributes a transition requires must be present.
+func (q *qp) modify(m *abi.ModifyQP) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cur := abi.QPState(q.state.Load())
+	next := cur
+	if m.Mask&abi.MaskState != 0 {
+		next = m.Attr.State
+	}
+	if legal[cur]&(1<<next) == 0 {
+		return abi.Errorf(abi.CodeState, "qp_state", "QP 0x%x: %s → %s is not a legal transition (IBTA 10.3.1)", q.qpn, cur, next)
+	}
+	var need []required
+	switch {
+	case cur == abi.QPSReset && next == abi.QPSInit:
+		need = reqInit
+	case cur == abi.QPSInit && next == abi.QPSRTR:
+		need = reqRTR
+	case cur == abi.QPSRTR && next == abi.QPSRTS:
+		need = reqRTS
+	}
+	for _, r := range need {
+		if m.Mask&r.mask == 0 {
+			return abi.Errorf(abi.CodeInvalid, "mask", "QP 0x%x: %s → %s needs %s", q.qpn, cur, next, r.name)
+		}
+	}
+	if cur == abi.QPSInit && next == abi.QPSRTR {
+		if err := q.bindRemoteLocked(m.Attr.DGID, m.Attr.DestQPN); err != nil {
+			return err
+		}
+	}
+	q.applyLocked(m.Mask, &m.Attr)
+	if next != cur {
+		q.setStateLocked(next)
+	}
+	return nil
+}
+
+func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
+	t := &q.attr
+	if mask&abi.MaskAccessFlags != 0 {
+		t.AccessFlags = a.AccessFlags
+	}
+	if mask&abi.MaskPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if mask&abi.MaskAV != 0 {
+		t.DGID = a.DGID
+	}
+	if mask&abi.MaskDestQPN != 0 {
+		t.DestQPN = a.DestQPN
+	}
+	if mask&abi.MaskRQPSN != 0 {
+		t.RQPSN = a.RQPSN
+	}
+	if mask&abi.MaskSQPSN != 0 {
+		t.SQPSN = a.SQPSN
+	}
+	if mask&abi.MaskTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if mask&abi.MaskRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if mask&abi.MaskRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+	}
+	if mask&abi.MaskMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&abi.MaskMaxRdAtomic != 0 {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask&abi.MaskMaxDestRdAtomic != 0 {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+}
+
+// setStateLocked records a new state, publishes it to the library and
+// wakes the QP's goroutine, which flushes in ERR.
+func (q *qp) setStateLocked(s abi.QPState) {
+	q.attr.State = s
+	q.state.Store(uint32(s))
+	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
+	switch s {
+	case abi.QPSReset:
+		q.peer, q.remoteQPN, q.remoteGID, q.path, q.errReason = nil, 0, abi.GID{}, abi.PathInfo{}, ""
+		q.doorbell.Ring() // the goroutine drops what the queues hold
+	case abi.QPSErr:
+		q.doorbell.Ring()
+	}
+}
+
+// moveToErr moves the QP to ERR (from any state but RESET), recording why.
+func (q *qp) moveToErr(why string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if s := q.State(); s == abi.QPSErr || s == abi.QPSReset {
+		return
+	}
+	q.errReason = why
+	q.setStateLocked(abi.QPSErr)
+}
+
+// bindRemoteLocked decides the path to the remote end (dgid, qpn) when the
+// QP enters RTR. The path is a pure function of where the two ends live.
+func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32) error {
+	a := q.vm.a
+	a.mu.Lock()
+	ad := a.findAdapterByGIDLocked(dgid)
+	a.mu.Unlock()
+	if ad == nil {
+		return abi.Errorf(abi.CodeUnavailable, "dgid",
+			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane, which this agent does not run yet (rejected: memcpy: the remote VM is not on this host)",
+			q.qpn, dgid, a.cfg.Host)
+	}
+	q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
+	q.path = abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.vm.name, ad.vm.name, a.cfg.Host)}
+	return nil
+}
+
+// remoteIsVM reports whether the QP's remote end is an adapter of v.
+func (q *qp) remoteIsVM(v *vm) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.peer != nil {
+		return q.peer.vm == v
+	}
+	if q.remoteGID.IsZero() {
+		return false
+	}
+	for _, ad := range v.adapters {
+		if ad.gid == q.remoteGID {
+			return true
+		}
+	}
+	return false
+}
+
+func (q *qp) query() abi.QueryQPReply {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return abi.QueryQPReply{QPN: q.qpn, Attr: q.attr, Caps: q.caps, Path: q.path}
+}
+
+func (q *qp) statusReport() abi.QPStatus {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.path}
+	if q.peer != nil {
+		st.Peer = q.peer.vm.name + "/" + q.peer.ad.name
+	} else if !q.remoteGID.IsZero() {
+		st.Peer = q.remoteGID.String()
+	}
+	return st
+}

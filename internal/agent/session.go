@@ -1,0 +1,362 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/vmconfig"
+)
+
+// session is one client connection: a workload attached to a VM, or a
+// management client (vrdmactl) that never attaches.
+type session struct {
+	a    *Agent
+	conn *sys.PacketConn
+	pid  int32
+	uid  uint32
+
+	ctx    context.Context // ends with the connection; cancels blocking ops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // blocking ops
+
+	sendMu sync.Mutex
+	out    []byte // +checklocks:sendMu
+
+	vm *vm // set by attach; read by the serve goroutine and blocking ops after it
+
+	lmu       sync.Mutex
+	listeners map[uint32]*listener // +checklocks:lmu
+}
+
+func newSession(a *Agent, c *sys.PacketConn) *session {
+	s := &session{a: a, conn: c, listeners: map[uint32]*listener{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if cred, err := c.PeerCred(); err == nil {
+		s.pid, s.uid = cred.Pid, cred.Uid
+	}
+	return s
+}
+
+// serve reads commands until the connection ends, then cleans up.
+func (s *session) serve() {
+	defer s.end()
+	buf := make([]byte, abi.MaxMessage)
+	for {
+		n, fds, err := s.conn.Recv(buf)
+		for _, fd := range fds {
+			sys.CloseFD(fd) // clients never send descriptors
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.a.log.Debug("session read", "pid", s.pid, "err", err)
+			}
+			return
+		}
+		h, req, err := abi.DecodeRequest(buf[:n])
+		if err != nil {
+			if h.Op == 0 || h.Version != abi.Version {
+				s.a.log.Warn("closing session: undecodable message", "pid", s.pid, "err", err)
+				s.replyErr(h, abi.Errorf(abi.CodeInvalid, "", "%v", err))
+				return
+			}
+			s.replyErr(h, abi.Errorf(abi.CodeInvalid, fieldOf(err), "%v", err))
+			continue
+		}
+		if h.Op == abi.OpConnect || h.Op == abi.OpGetRequest {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.dispatch(h, req)
+			}()
+			continue
+		}
+		s.dispatch(h, req)
+	}
+}
+
+func fieldOf(err error) string {
+	var e *abi.Error
+	if errors.As(err, &e) {
+		return e.Field
+	}
+	return ""
+}
+
+func (s *session) end() {
+	s.cancel()
+	s.conn.Close()
+	s.lmu.Lock()
+	for _, l := range s.listeners {
+		s.a.closeListener(l)
+	}
+	s.lmu.Unlock()
+	s.wg.Wait()
+	if s.vm != nil {
+		s.vm.teardown()
+	}
+}
+
+func (s *session) reply(h abi.Header, body any, fds ...int) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	var err error
+	s.out, err = abi.AppendMessage(s.out[:0], abi.Header{Version: abi.Version, Flags: abi.FlagResponse, Op: h.Op, Seq: h.Seq}, body)
+	if err != nil {
+		s.a.log.Error("encode reply", "op", h.Op, "err", err)
+		return
+	}
+	if err := s.conn.Send(s.out, fds...); err != nil {
+		s.a.log.Debug("send reply", "op", h.Op, "err", err)
+	}
+}
+
+func (s *session) replyErr(h abi.Header, e *abi.Error) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	var err error
+	s.out, err = abi.AppendMessage(s.out[:0], abi.Header{Version: abi.Version, Flags: abi.FlagResponse | abi.FlagError, Op: h.Op, Seq: h.Seq}, e)
+	if err == nil {
+		s.conn.Send(s.out)
+	}
+}
+
+// dispatch runs one command and answers it. A panic in a handler is a bug:
+// it is logged and answered as an internal error, and the agent goes on
+// serving.
+func (s *session) dispatch(h abi.Header, req any) {
+	defer func() {
+		if r := recover(); r != nil {
+			buf := make([]byte, 8192)
+			buf = buf[:runtime.Stack(buf, false)]
+			s.a.log.Error("command handler failed", "op", h.Op, "panic", r, "stack", string(buf))
+			s.replyErr(h, abi.Errorf(abi.CodeInternal, "", "internal error in %s: %v (a bug: please report it)", h.Op, r))
+		}
+	}()
+	body, fds, err := s.handle(h.Op, req)
+	if err != nil {
+		var e *abi.Error
+		if !errors.As(err, &e) {
+			e = abi.Errorf(abi.CodeInternal, "", "%v", err)
+		}
+		s.replyErr(h, e)
+		return
+	}
+	s.reply(h, body, fds...)
+}
+
+var errNotAttached = abi.Errorf(abi.CodeState, "", "attach a VM first: this command works on an attached VM's objects")
+
+func (s *session) handle(op abi.Op, req any) (any, []int, error) {
+	a := s.a
+	switch op {
+	case abi.OpHello:
+		return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version}, nil, nil
+	case abi.OpStatus:
+		return a.status(), nil, nil
+	case abi.OpListVMs:
+		return abi.VMList{VMs: a.status().VMs}, nil, nil
+	case abi.OpDefineVM:
+		return abi.Empty{}, nil, a.defineVM(req.(*abi.DefineVM))
+	case abi.OpUndefineVM:
+		return abi.Empty{}, nil, a.undefineVM(req.(*abi.VMRef).Name)
+	case abi.OpAttach:
+		if s.vm != nil {
+			return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.name)
+		}
+		v, err := a.attachVM(s, req.(*abi.Attach).VM)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.vm = v
+		r := abi.AttachReply{VM: v.name, Host: a.cfg.Host, MemSize: v.memSize, MemLocked: v.mem.Locked(), AsyncMode: v.async}
+		for _, ad := range v.adapters {
+			r.Adapters = append(r.Adapters, ad.info())
+		}
+		a.log.Info("VM attached", "vm", v.name, "pid", s.pid, "mem_mib", v.cfg.MemSizeMB, "locked", v.mem.Locked(), "async", v.async, "adapters", len(v.adapters))
+		return r, []int{v.memFD}, nil
+	}
+	v := s.vm
+	if v == nil {
+		return nil, nil, errNotAttached
+	}
+	switch op {
+	case abi.OpQueryDevice:
+		if _, err := v.adapter(req.(*abi.AdapterRef).Adapter); err != nil {
+			return nil, nil, err
+		}
+		return a.deviceAttr(v), nil, nil
+	case abi.OpQueryPort:
+		ad, err := v.adapter(req.(*abi.AdapterRef).Adapter)
+		if err != nil {
+			return nil, nil, err
+		}
+		return portAttr(ad), nil, nil
+	case abi.OpAllocPD:
+		h, err := v.allocPD(req.(*abi.AdapterRef).Adapter)
+		return abi.Handle{Handle: h}, nil, err
+	case abi.OpDeallocPD:
+		return abi.Empty{}, nil, v.deallocPD(req.(*abi.Handle).Handle)
+	case abi.OpRegMR:
+		r, err := v.regMR(req.(*abi.RegMR))
+		return r, nil, err
+	case abi.OpDeregMR:
+		return abi.Empty{}, nil, v.deregMR(req.(*abi.Handle).Handle)
+	case abi.OpCreateCQ:
+		c, err := v.createCQ(req.(*abi.CreateCQ))
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD, c.event.FD()}, nil
+	case abi.OpDestroyCQ:
+		return abi.Empty{}, nil, v.destroyCQ(req.(*abi.Handle).Handle)
+	case abi.OpCreateQP:
+		q, err := v.createQP(req.(*abi.CreateQP))
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD, q.doorbell.FD()}, nil
+	case abi.OpModifyQP:
+		m := req.(*abi.ModifyQP)
+		q, err := v.qpByHandle(m.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Empty{}, nil, q.modify(m)
+	case abi.OpQueryQP:
+		q, err := v.qpByHandle(req.(*abi.Handle).Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q.query(), nil, nil
+	case abi.OpDestroyQP:
+		q, err := v.qpByHandle(req.(*abi.Handle).Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		v.destroyQP(q)
+		return abi.Empty{}, nil, nil
+	case abi.OpListen:
+		l, err := s.listen(req.(*abi.Listen))
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Handle{Handle: l.id}, nil, nil
+	case abi.OpCloseListener:
+		return abi.Empty{}, nil, s.closeListener(req.(*abi.Handle).Handle)
+	case abi.OpGetRequest:
+		r, err := s.getRequest(req.(*abi.Handle).Handle)
+		return r, nil, err
+	case abi.OpAcceptRequest:
+		r, err := s.acceptRequest(req.(*abi.AcceptRequest))
+		return r, nil, err
+	case abi.OpRejectRequest:
+		return abi.Empty{}, nil, s.rejectRequest(req.(*abi.RejectRequest))
+	case abi.OpConnect:
+		r, err := s.connect(req.(*abi.Connect))
+		return r, nil, err
+	}
+	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
+}
+
+func (a *Agent) deviceAttr(v *vm) abi.DeviceAttr {
+	l := a.cfg.Limits
+	return abi.DeviceAttr{
+		FWVer: Version, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
+		VendorID: 0x15ad, VendorPartID: 0x0820, HWVer: 1,
+		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
+		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
+		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
+		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
+	}
+}
+
+func guid(mac net.HardwareAddr) string {
+	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
+}
+
+func portAttr(ad *adapter) abi.PortAttr {
+	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: 1024, GIDTblLen: 1, LinkLayer: "Ethernet",
+		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
+}
+
+func (a *Agent) status() abi.Status {
+	st := abi.Status{Host: a.cfg.Host, HostID: a.hostID}
+	a.mu.Lock()
+	vms := make([]*vm, 0, len(a.vms))
+	for _, v := range a.vms {
+		if v.mem != nil {
+			vms = append(vms, v)
+		}
+	}
+	a.mu.Unlock()
+	seen := map[string]bool{}
+	for _, v := range vms {
+		st.VMs = append(st.VMs, v.status())
+		seen[v.name] = true
+	}
+	files, _ := filepath.Glob(filepath.Join(a.cfg.StateDir, "vms", "*.vmx"))
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".vmx")
+		if seen[name] {
+			continue
+		}
+		vs := abi.VMStatus{Name: name}
+		if cfg, err := a.loadVMConfig(name); err == nil {
+			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
+			for _, c := range cfg.Adapters {
+				vs.Adapters = append(vs.Adapters, abi.AdapterInfo{Name: c.Name(), Index: c.Index})
+			}
+		}
+		st.VMs = append(st.VMs, vs)
+	}
+	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
+	return st
+}
+
+func (a *Agent) defineVM(d *abi.DefineVM) error {
+	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
+		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
+	}
+	a.mu.Lock()
+	_, attached := a.vms[d.Name]
+	a.mu.Unlock()
+	if attached {
+		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
+	}
+	p := filepath.Join(a.cfg.StateDir, "vms", d.Name+".vmx")
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.VMX), 0o600); err != nil {
+		return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", d.Name, err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", d.Name, err)
+	}
+	return nil
+}
+
+func (a *Agent) undefineVM(name string) error {
+	a.mu.Lock()
+	_, attached := a.vms[name]
+	a.mu.Unlock()
+	if attached {
+		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload first", name)
+	}
+	if err := os.Remove(filepath.Join(a.cfg.StateDir, "vms", name+".vmx")); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined", name)
+		}
+		return abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	return nil
+}

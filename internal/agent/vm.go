@@ -1,0 +1,292 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/vmconfig"
+)
+
+// vm is an attached VM: its guest memory, adapters and verbs objects.
+type vm struct {
+	a       *Agent
+	name    string
+	cfg     *vmconfig.Config
+	async   bool
+	owner   *session
+	memSize uint64
+	memFD   int
+
+	// memMu orders unmapping against use: see the package comment.
+	memMu sync.RWMutex
+	mem   *sys.Mapping // +checklocks:memMu (for Unmap)
+	dead  bool         // +checklocks:memMu
+	dying atomic.Bool  // set first in teardown, read by waiters that must give up
+
+	adapters []*adapter
+
+	// mrs is the key table: mrs[key>>8] holds the region whose key is key.
+	// Lookups are lock-free; writes happen under objMu.
+	mrs []atomic.Pointer[mr]
+
+	objMu      sync.Mutex
+	pds        map[uint32]*pd // +checklocks:objMu
+	mrHandles  map[uint32]*mr // +checklocks:objMu
+	cqs        map[uint32]*cq // +checklocks:objMu
+	qps        map[uint32]*qp // +checklocks:objMu
+	nextHandle uint32         // +checklocks:objMu
+	mrGen      uint8          // +checklocks:objMu
+}
+
+// adapter is one vrdmaN adapter of a VM.
+type adapter struct {
+	vm    *vm
+	name  string
+	index int
+	mac   net.HardwareAddr
+	gid   abi.GID
+}
+
+func (ad *adapter) info() abi.AdapterInfo {
+	return abi.AdapterInfo{Name: ad.name, Index: ad.index, MAC: ad.mac.String(), GID: ad.gid}
+}
+
+// loadVMConfig reads a VM's definition from the state directory.
+func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
+	p := filepath.Join(a.cfg.StateDir, "vms", name+".vmx")
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s: define it first (vrdmactl vm define %s FILE.vmx)", name, a.cfg.Host, name)
+	}
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInternal, "vm", "read VM %q: %v", name, err)
+	}
+	cfg, err := vmconfig.Parse(b)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q (%s): %v", name, p, err)
+	}
+	return cfg, nil
+}
+
+// attachVM creates the runtime VM for a session: guest memory (a memfd of
+// memSize, locked when all guest memory is reserved) and the adapters.
+func (a *Agent) attachVM(s *session, name string) (*vm, error) {
+	cfg, err := a.loadVMConfig(name)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Adapters) == 0 {
+		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q has no PVRDMA adapter: add ethernetN.virtualDev = \"vrdma\"", name)
+	}
+	a.mu.Lock()
+	if old, ok := a.vms[name]; ok {
+		a.mu.Unlock()
+		return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.pid)
+	}
+	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, memFD: -1,
+		pds: map[uint32]*pd{}, mrHandles: map[uint32]*mr{}, cqs: map[uint32]*cq{}, qps: map[uint32]*qp{},
+		mrs: make([]atomic.Pointer[mr], a.cfg.Limits.MaxMR+1)}
+	a.vms[name] = v // reserve the name while memory is set up
+	a.mu.Unlock()
+
+	if err := v.setupMemory(); err != nil {
+		a.mu.Lock()
+		delete(a.vms, name)
+		a.mu.Unlock()
+		return nil, err
+	}
+	for _, c := range cfg.Adapters {
+		mac := c.MAC
+		if len(mac) != 6 {
+			mac = generatedMAC(a.hostID, name, c.Index)
+		}
+		v.adapters = append(v.adapters, &adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
+	}
+	return v, nil
+}
+
+func (v *vm) setupMemory() error {
+	v.memSize = uint64(v.cfg.MemSizeMB) << 20
+	fd, err := sys.Memfd("vrdma-guest-"+v.name, int64(v.memSize))
+	if err != nil {
+		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
+	}
+	locked := v.cfg.MemoryLocked()
+	m, err := sys.Map(fd, int(v.memSize), locked)
+	if err != nil {
+		sys.CloseFD(fd)
+		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
+	}
+	if locked {
+		if err := m.Lock(); err != nil {
+			m.Unmap()
+			sys.CloseFD(fd)
+			return abi.Errorf(abi.CodeLimit, "memSize",
+				"VM %q reserves and locks all %d MiB of guest memory (sched.mem.pin = \"TRUE\", sched.mem.min >= memSize), but the lock failed: %v; or lower memSize, or drop sched.mem.pin to run unlocked",
+				v.name, v.cfg.MemSizeMB, err)
+		}
+	}
+	v.memFD, v.mem = fd, m
+	return nil
+}
+
+// generatedMAC derives a stable MAC in VMware's generated range (00:0c:29)
+// from the host, VM and adapter.
+func generatedMAC(hostID, vmName string, index int) net.HardwareAddr {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s/%s/%d", hostID, vmName, index))
+	return net.HardwareAddr{0x00, 0x0c, 0x29, h[0], h[1], h[2]}
+}
+
+// gidFromMAC returns the link-local GID (GID index 0 of a RoCE port) whose
+// interface ID is the MAC's modified EUI-64.
+func gidFromMAC(mac net.HardwareAddr) abi.GID {
+	var g abi.GID
+	g[0], g[1] = 0xfe, 0x80
+	g[8], g[9], g[10] = mac[0]^0x02, mac[1], mac[2]
+	g[11], g[12] = 0xff, 0xfe
+	g[13], g[14], g[15] = mac[3], mac[4], mac[5]
+	return g
+}
+
+func (v *vm) adapter(name string) (*adapter, error) {
+	for _, ad := range v.adapters {
+		if ad.name == name {
+			return ad, nil
+		}
+	}
+	names := make([]string, len(v.adapters))
+	for i, ad := range v.adapters {
+		names[i] = ad.name
+	}
+	return nil, abi.Errorf(abi.CodeNotFound, "adapter", "VM %q has no adapter %q (it has %v)", v.name, name, names)
+}
+
+// lookupMR returns the region with key, or nil. Lock-free: data path.
+func (v *vm) lookupMR(key uint32) *mr {
+	idx := key >> 8
+	if idx == 0 || int(idx) >= len(v.mrs) {
+		return nil
+	}
+	m := v.mrs[idx].Load()
+	if m == nil || m.key != key {
+		return nil
+	}
+	return m
+}
+
+// resolve checks that [addr, addr+n) lies in region key of protection
+// domain pd with the access flags need, and returns that guest memory.
+// Zero-length ranges need no key. The caller keeps v's memory alive.
+func (v *vm) resolve(pd *pd, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	m := v.lookupMR(key)
+	if m == nil || m.pd != pd || m.access&need != need {
+		return nil, false
+	}
+	if addr < m.addr || !sys.InBounds(addr-m.addr, n, m.length) {
+		return nil, false
+	}
+	return v.mem.Bytes()[addr : addr+n], true
+}
+
+func (v *vm) allocHandleLocked() uint32 {
+	v.nextHandle++
+	return v.nextHandle
+}
+
+// status returns the VM's status report.
+func (v *vm) status() abi.VMStatus {
+	st := abi.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
+	for _, ad := range v.adapters {
+		st.Adapters = append(st.Adapters, ad.info())
+	}
+	v.objMu.Lock()
+	for _, q := range v.qps {
+		st.QPs = append(st.QPs, q.statusReport())
+	}
+	v.objMu.Unlock()
+	sort.Slice(st.QPs, func(i, j int) bool { return st.QPs[i].QPN < st.QPs[j].QPN })
+	return st
+}
+
+// findAdapterByGID returns the adapter of an attached VM with gid, or nil.
+func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *adapter {
+	for _, v := range a.vms {
+		for _, ad := range v.adapters {
+			if ad.gid == gid {
+				return ad
+			}
+		}
+	}
+	return nil
+}
+
+// teardown destroys everything a VM holds, after its workload is gone:
+// its QPs (peers' QPs move to ERR and flush), listeners, CQs, MRs, PDs and
+// finally its mappings.
+func (v *vm) teardown() {
+	a := v.a
+	v.dying.Store(true)
+	v.objMu.Lock()
+	qps := make([]*qp, 0, len(v.qps))
+	for _, q := range v.qps {
+		qps = append(qps, q)
+	}
+	v.objMu.Unlock()
+
+	a.mu.Lock()
+	for k, l := range a.listeners {
+		if l.ad.vm == v {
+			l.close()
+			delete(a.listeners, k)
+		}
+	}
+	// Peers: QPs elsewhere whose remote end is one of ours.
+	var peers []*qp
+	for _, o := range a.qps {
+		if o.vm != v && o.remoteIsVM(v) {
+			peers = append(peers, o)
+		}
+	}
+	a.mu.Unlock()
+	for _, o := range peers {
+		o.moveToErr("peer VM " + v.name + " went away")
+	}
+	for _, q := range qps {
+		v.destroyQP(q)
+	}
+
+	v.memMu.Lock()
+	v.dead = true
+	v.objMu.Lock()
+	for _, c := range v.cqs {
+		c.release()
+	}
+	v.cqs, v.mrHandles, v.pds = nil, nil, nil
+	v.objMu.Unlock()
+	v.mem.Unmap()
+	sys.CloseFD(v.memFD)
+	v.memMu.Unlock()
+
+	a.mu.Lock()
+	if a.vms[v.name] == v {
+		delete(a.vms, v.name)
+	}
+	a.mu.Unlock()
+	a.log.Info("VM detached", "vm", v.name)
+}
+
+// netipGID formats a GID for logs.
+func netipGID(g abi.GID) netip.Addr { return netip.AddrFrom16(g) }

@@ -1,0 +1,64 @@
+// Package agentcmd is the command line of the host agent, shared by
+// vrdmad and by "vrdmactl agent" (which quickstart and perf start when no
+// vrdmad binary is installed).
+package agentcmd
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/paths"
+)
+
+// Main parses args (without the program name), runs the agent until
+// SIGINT or SIGTERM, and returns the process exit code.
+func Main(name string, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg := agent.Config{Limits: agent.DefaultLimits}
+	fs.StringVar(&cfg.Socket, "socket", paths.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	fs.StringVar(&cfg.StateDir, "state-dir", paths.StateDir(), "directory for VM definitions and the host ID")
+	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
+	fs.IntVar(&cfg.Limits.MaxQP, "max-qp", agent.DefaultLimits.MaxQP, "QPs per VM (max_qp)")
+	fs.IntVar(&cfg.Limits.MaxCQ, "max-cq", agent.DefaultLimits.MaxCQ, "CQs per VM (max_cq)")
+	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")
+	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM (max_pd)")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "%s: --log-level %q: %v\n", name, *level, err)
+		return 2
+	}
+	for _, l := range []struct {
+		n string
+		v int
+	}{{"max-qp", cfg.Limits.MaxQP}, {"max-cq", cfg.Limits.MaxCQ}, {"max-mr", cfg.Limits.MaxMR}, {"max-pd", cfg.Limits.MaxPD}} {
+		if l.v < 1 || l.v > 1<<16 {
+			fmt.Fprintf(stderr, "%s: --%s %d out of range 1..65536\n", name, l.n, l.v)
+			return 2
+		}
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Serve(ctx); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,325 @@
+package vrdma
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// QPInitAttr are the attributes a QP is created with (ibv_qp_init_attr).
+type QPInitAttr struct {
+	SendCQ   *CQ
+	RecvCQ   *CQ
+	Caps     QPCaps
+	SQSigAll bool // every send WR completes with a CQE, signaled or not
+}
+
+// QP is a reliable-connected queue pair (ibv_qp, IBV_QPT_RC). PostSend and
+// PostRecv may be called from several goroutines.
+type QP struct {
+	pd     *PD
+	vm     *VM
+	handle uint32
+	qpn    uint32
+	caps   QPCaps
+	layout abi.QPLayout
+	ring   *sys.Mapping
+	db     *sys.EventFD
+	sendCQ *CQ
+	recvCQ *CQ
+	psn    uint32
+
+	sqMu   sync.Mutex
+	sqTail uint32 // +checklocks:sqMu
+	rqMu   sync.Mutex
+	rqTail uint32 // +checklocks:rqMu
+
+	pathMu sync.Mutex
+	path   PathInfo // +checklocks:pathMu
+}
+
+// CreateQP creates an RC queue pair in pd (ibv_create_qp). Caps are
+// rounded up to what the queues hold; QP.Caps reports them.
+func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
+	v := pd.ad.vm
+	if attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, fmt.Errorf("vrdma: CreateQP: SendCQ and RecvCQ are required")
+	}
+	var r abi.CreateQPReply
+	fds, err := v.c.call(ctx, abi.OpCreateQP, &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
+		Type: abi.QPTypeRC, SQSigAll: attr.SQSigAll, Caps: attr.Caps}, &r)
+	if err != nil {
+		return nil, fmt.Errorf("vrdma: CreateQP: %w", err)
+	}
+	if len(fds) != 2 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
+	}
+	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ}
+	var b [4]byte
+	rand.Read(b[:])
+	q.psn = binary.LittleEndian.Uint32(b[:]) & 0xffffff
+	size, err := sys.FileSize(fds[0])
+	if err == nil {
+		err = r.Layout.Check(size)
+	}
+	if err == nil {
+		q.ring, err = sys.Map(fds[0], int(r.Layout.Size), true)
+	}
+	if err == nil {
+		q.db, err = sys.EventFDFrom(fds[1])
+	}
+	if err != nil {
+		if q.ring != nil {
+			q.ring.Unmap()
+		}
+		closeFDs(fds)
+		v.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: r.Handle}, nil)
+		return nil, fmt.Errorf("vrdma: CreateQP: %w", err)
+	}
+	sys.CloseFD(fds[0])
+	return q, nil
+}
+
+// QPN returns the QP number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Caps returns the QP's real sizes.
+func (q *QP) Caps() QPCaps { return q.caps }
+
+// State returns the QP's current state, as the agent last published it.
+func (q *QP) State() QPState { return QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load()) }
+
+// Path returns the path the connected QP uses and why; the zero PathInfo
+// before the QP is connected.
+func (q *QP) Path() PathInfo {
+	q.pathMu.Lock()
+	defer q.pathMu.Unlock()
+	return q.path
+}
+
+func (q *QP) setPath(p PathInfo) {
+	q.pathMu.Lock()
+	q.path = p
+	q.pathMu.Unlock()
+}
+
+// Modify changes the attributes mask selects (ibv_modify_qp), following
+// the IBTA state machine.
+func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
+	if _, err := q.vm.c.call(ctx, abi.OpModifyQP, &abi.ModifyQP{Handle: q.handle, Mask: mask, Attr: *attr}, nil); err != nil {
+		return fmt.Errorf("vrdma: modify QP 0x%x: %w", q.qpn, err)
+	}
+	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSReset) {
+		r, err := q.Query(ctx)
+		if err == nil {
+			q.setPath(r.Path)
+		}
+	}
+	return nil
+}
+
+// QPInfo is what Query reports.
+type QPInfo struct {
+	QPN  uint32
+	Attr QPAttr
+	Caps QPCaps
+	Path PathInfo
+}
+
+// Query returns the QP's attributes and path (ibv_query_qp).
+func (q *QP) Query(ctx context.Context) (QPInfo, error) {
+	var r abi.QueryQPReply
+	if _, err := q.vm.c.call(ctx, abi.OpQueryQP, &abi.Handle{Handle: q.handle}, &r); err != nil {
+		return QPInfo{}, err
+	}
+	return QPInfo{QPN: r.QPN, Attr: r.Attr, Caps: r.Caps, Path: r.Path}, nil
+}
+
+// Destroy destroys the QP (ibv_destroy_qp).
+func (q *QP) Destroy(ctx context.Context) error {
+	if _, err := q.vm.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: q.handle}, nil); err != nil {
+		return err
+	}
+	q.ring.Unmap()
+	q.db.Close()
+	return nil
+}
+
+// PostError says which work request of a post failed and why; the ones
+// before it were posted (the bad_wr of ibv_post_send).
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("vrdma: work request %d: %v", e.Index, e.Err) }
+func (e *PostError) Unwrap() error { return e.Err }
+
+// ErrQueueFull is returned (in a PostError) when a queue has no free slot:
+// poll completions first.
+var ErrQueueFull = fmt.Errorf("queue full: poll completions to free slots")
+
+// PostSend posts send work requests (ibv_post_send). They execute in
+// order; each signaled one (or every one, with SQSigAll) completes on the
+// send CQ. Posting to a QP in ERR completes the requests with WR_FLUSH_ERR.
+// It does not allocate.
+func (q *QP) PostSend(wrs []SendWR) error {
+	if err := q.vm.check(); err != nil {
+		return err
+	}
+	mem := q.ring.Bytes()
+	switch s := QPState(abi.Word(mem, abi.OffQPState).Load()); s {
+	case QPSRTS, QPSSQD, QPSErr, QPSSQE:
+	default:
+		return fmt.Errorf("vrdma: PostSend on QP 0x%x in %s: a QP sends in RTS", q.qpn, s)
+	}
+	size, stride := q.layout.SQEntries, q.layout.SQStride
+	q.sqMu.Lock()
+	head := abi.Word(mem, abi.OffSQHead).Load()
+	tail := q.sqTail
+	var err error
+	posted := 0
+	for i := range wrs {
+		if n, _ := abi.Pending(tail, head, size); n >= size {
+			err = &PostError{Index: i, Err: ErrQueueFull}
+			break
+		}
+		slot := mem[q.layout.SQOffset+abi.Slot(tail, size)*stride:][:stride]
+		if err = q.encodeSend(slot, &wrs[i]); err != nil {
+			err = &PostError{Index: i, Err: err}
+			break
+		}
+		tail = abi.Next(tail, size)
+		posted++
+	}
+	if posted > 0 {
+		q.sqTail = tail
+		abi.Word(mem, abi.OffSQTail).Store(tail)
+	}
+	q.sqMu.Unlock()
+	if posted > 0 && abi.Word(mem, abi.OffSQDoorbell).Load() != 0 {
+		q.db.Ring()
+	}
+	return err
+}
+
+func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
+	if !wr.Opcode.Valid() {
+		return fmt.Errorf("unknown opcode %d", wr.Opcode)
+	}
+	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+	if wr.Flags&SendInline != 0 {
+		if wr.Opcode == OpRDMARead || wr.Opcode.IsAtomic() {
+			return fmt.Errorf("%s cannot be inline: it writes into local memory", wr.Opcode)
+		}
+		// Copy the bytes now, straight into the slot: the buffers may be
+		// reused as soon as PostSend returns.
+		mem := q.vm.mem.Bytes()
+		n := uint32(0)
+		for _, s := range wr.SGL {
+			if !sys.InBounds(s.Addr, uint64(s.Length), uint64(len(mem))) {
+				return fmt.Errorf("inline SGE [0x%x,+%d) is outside guest memory", s.Addr, s.Length)
+			}
+			if n+s.Length > q.caps.MaxInlineData || n+s.Length < n {
+				return fmt.Errorf("inline data exceeds max_inline_data %d", q.caps.MaxInlineData)
+			}
+			copy(slot[abi.SendHdr+n:], mem[s.Addr:s.Addr+uint64(s.Length)])
+			n += s.Length
+		}
+		w.InlineLen = n
+		abi.EncodeSend(slot, &w, slot[abi.SendHdr:abi.SendHdr+n])
+		return nil
+	}
+	if len(wr.SGL) > int(q.caps.MaxSendSGE) {
+		return fmt.Errorf("%d SGEs exceed the QP's max_send_sge %d", len(wr.SGL), q.caps.MaxSendSGE)
+	}
+	w.NumSGE = uint8(len(wr.SGL))
+	copy(w.SGE[:], wr.SGL)
+	abi.EncodeSend(slot, &w, nil)
+	return nil
+}
+
+// PostRecv posts receive work requests (ibv_post_recv). It does not
+// allocate.
+func (q *QP) PostRecv(wrs []RecvWR) error {
+	if err := q.vm.check(); err != nil {
+		return err
+	}
+	mem := q.ring.Bytes()
+	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {
+		return fmt.Errorf("vrdma: PostRecv on QP 0x%x in RESET: move it to INIT first", q.qpn)
+	}
+	size, stride := q.layout.RQEntries, q.layout.RQStride
+	q.rqMu.Lock()
+	head := abi.Word(mem, abi.OffRQHead).Load()
+	tail := q.rqTail
+	var err error
+	posted := 0
+	var w abi.RecvWQE
+	for i := range wrs {
+		if n, _ := abi.Pending(tail, head, size); n >= size {
+			err = &PostError{Index: i, Err: ErrQueueFull}
+			break
+		}
+		wr := &wrs[i]
+		if len(wr.SGL) > int(q.caps.MaxRecvSGE) {
+			err = &PostError{Index: i, Err: fmt.Errorf("%d SGEs exceed the QP's max_recv_sge %d", len(wr.SGL), q.caps.MaxRecvSGE)}
+			break
+		}
+		w.WRID, w.NumSGE = wr.ID, uint8(len(wr.SGL))
+		copy(w.SGE[:], wr.SGL)
+		abi.EncodeRecv(mem[q.layout.RQOffset+abi.Slot(tail, size)*stride:][:stride], &w)
+		tail = abi.Next(tail, size)
+		posted++
+	}
+	if posted > 0 {
+		q.rqTail = tail
+		abi.Word(mem, abi.OffRQTail).Store(tail)
+	}
+	q.rqMu.Unlock()
+	// In ERR the agent flushes receives; tell it there are new ones.
+	if posted > 0 && QPState(abi.Word(mem, abi.OffQPState).Load()) == QPSErr {
+		q.db.Ring()
+	}
+	return err
+}
+
+// Endpoint is what a peer needs to connect to a QP out of band, as
+// perftest exchanges it: GID, QPN and starting PSN.
+type Endpoint struct {
+	GID GID    `json:"gid"`
+	QPN uint32 `json:"qpn"`
+	PSN uint32 `json:"psn"`
+}
+
+// Endpoint returns this QP's endpoint for out-of-band exchange.
+func (q *QP) Endpoint() Endpoint { return Endpoint{GID: q.pd.ad.gid, QPN: q.qpn, PSN: q.psn} }
+
+// ConnectTo brings the QP from RESET to RTS facing remote, exchanged out
+// of band, with full remote access and the usual RC defaults (timeout 14,
+// retry_cnt 7, rnr_retry 7, min_rnr_timer 12).
+func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
+	steps := []struct {
+		attr QPAttr
+		mask QPAttrMask
+	}{
+		{QPAttr{State: QPSInit, Port: 1, AccessFlags: AccessAll}, MaskState | MaskPort | MaskAccessFlags},
+		{QPAttr{State: QPSRTR, DGID: remote.GID, PathMTU: 1024, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: 12},
+			MaskState | MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer},
+		{QPAttr{State: QPSRTS, SQPSN: q.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: abi.MaxRdAtom},
+			MaskState | MaskSQPSN | MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskMaxRdAtomic},
+	}
+	for _, s := range steps {
+		if err := q.Modify(ctx, &s.attr, s.mask); err != nil {
+			return err
+		}
+	}
+	return nil
+}

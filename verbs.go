@@ -1,0 +1,221 @@
+package vrdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// PD is a protection domain (ibv_pd). Memory regions and QPs of one PD can
+// be used together only.
+type PD struct {
+	ad     *Adapter
+	handle uint32
+}
+
+// AllocPD allocates a protection domain (ibv_alloc_pd).
+func (a *Adapter) AllocPD(ctx context.Context) (*PD, error) {
+	var r abi.Handle
+	if _, err := a.vm.c.call(ctx, abi.OpAllocPD, &abi.AdapterRef{Adapter: a.name}, &r); err != nil {
+		return nil, fmt.Errorf("vrdma: alloc PD on %s: %w", a.name, err)
+	}
+	return &PD{ad: a, handle: r.Handle}, nil
+}
+
+// Dealloc frees the PD (ibv_dealloc_pd); it must hold no MR or QP.
+func (pd *PD) Dealloc(ctx context.Context) error {
+	_, err := pd.ad.vm.c.call(ctx, abi.OpDeallocPD, &abi.Handle{Handle: pd.handle}, nil)
+	return err
+}
+
+// Adapter returns the PD's adapter.
+func (pd *PD) Adapter() *Adapter { return pd.ad }
+
+// MR is a registered memory region (ibv_mr).
+type MR struct {
+	pd     *PD
+	handle uint32
+	buf    []byte
+	addr   uint64
+	lkey   uint32
+	rkey   uint32
+}
+
+// RegMR registers buf, which must lie in the VM's guest memory (see
+// VM.Alloc), with the given access rights (ibv_reg_mr).
+func (pd *PD) RegMR(ctx context.Context, buf []byte, access Access) (*MR, error) {
+	v := pd.ad.vm
+	addr, ok := v.AddrOf(buf)
+	if !ok {
+		return nil, fmt.Errorf("vrdma: RegMR: the %d-byte buffer is not inside VM %q's guest memory: allocate it with VM.Alloc or slice VM.Memory", len(buf), v.name)
+	}
+	var r abi.RegMRReply
+	if _, err := v.c.call(ctx, abi.OpRegMR, &abi.RegMR{PD: pd.handle, Addr: addr, Length: uint64(len(buf)), Access: access}, &r); err != nil {
+		return nil, fmt.Errorf("vrdma: RegMR: %w", err)
+	}
+	return &MR{pd: pd, handle: r.Handle, buf: buf, addr: addr, lkey: r.LKey, rkey: r.RKey}, nil
+}
+
+// LKey returns the region's local key.
+func (m *MR) LKey() uint32 { return m.lkey }
+
+// RKey returns the region's remote key.
+func (m *MR) RKey() uint32 { return m.rkey }
+
+// Addr returns the guest address of the region's first byte.
+func (m *MR) Addr() uint64 { return m.addr }
+
+// Bytes returns the region's memory.
+func (m *MR) Bytes() []byte { return m.buf }
+
+// SGE returns the scatter/gather element for n bytes at offset off of the
+// region.
+func (m *MR) SGE(off, n int) SGE {
+	return SGE{Addr: m.addr + uint64(off), Length: uint32(n), LKey: m.lkey}
+}
+
+// Dereg deregisters the region (ibv_dereg_mr).
+func (m *MR) Dereg(ctx context.Context) error {
+	_, err := m.pd.ad.vm.c.call(ctx, abi.OpDeregMR, &abi.Handle{Handle: m.handle}, nil)
+	return err
+}
+
+// CQ is a completion queue (ibv_cq) with its completion channel. Poll and
+// Wait may be called from several goroutines.
+type CQ struct {
+	vm     *VM
+	handle uint32
+	layout abi.CQLayout
+	ringFD int
+	ring   *sys.Mapping
+	ev     *sys.EventFD
+
+	mu   sync.Mutex
+	head uint32 // +checklocks:mu
+	cqe  abi.CQE
+}
+
+// CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
+func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
+	v := a.vm
+	if cqe <= 0 || cqe > abi.MaxCQE {
+		return nil, fmt.Errorf("vrdma: CreateCQ: cqe %d out of range 1..%d (max_cqe)", cqe, abi.MaxCQE)
+	}
+	var r abi.CreateCQReply
+	fds, err := v.c.call(ctx, abi.OpCreateCQ, &abi.CreateCQ{Adapter: a.name, CQE: uint32(cqe)}, &r)
+	if err != nil {
+		return nil, fmt.Errorf("vrdma: CreateCQ: %w", err)
+	}
+	if len(fds) != 2 {
+		closeFDs(fds)
+		return nil, fmt.Errorf("vrdma: CreateCQ: the agent sent %d descriptors, want 2", len(fds))
+	}
+	cq := &CQ{vm: v, handle: r.Handle, layout: r.Layout, ringFD: fds[0]}
+	size, err := sys.FileSize(fds[0])
+	if err == nil {
+		err = r.Layout.Check(size)
+	}
+	if err == nil {
+		cq.ring, err = sys.Map(fds[0], int(r.Layout.Size), true)
+	}
+	if err == nil {
+		cq.ev, err = sys.EventFDFrom(fds[1])
+	}
+	if err != nil {
+		if cq.ring != nil {
+			cq.ring.Unmap()
+		}
+		closeFDs(fds)
+		v.c.call(ctx, abi.OpDestroyCQ, &abi.Handle{Handle: r.Handle}, nil)
+		return nil, fmt.Errorf("vrdma: CreateCQ: %w", err)
+	}
+	sys.CloseFD(fds[0])
+	v.objMu.Lock()
+	v.cqs[cq] = struct{}{}
+	v.objMu.Unlock()
+	return cq, nil
+}
+
+// Entries returns the number of completions the CQ holds.
+func (cq *CQ) Entries() int { return int(cq.layout.Entries) }
+
+// Poll moves up to len(wc) completions into wc and returns how many
+// (ibv_poll_cq). It does not allocate or block. Once the agent is gone and
+// the CQ is empty it returns ErrAgentGone.
+func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	mem := cq.ring.Bytes()
+	size := cq.layout.Entries
+	cq.mu.Lock()
+	tail := abi.Word(mem, abi.OffCQTail).Load()
+	n := 0
+	for n < len(wc) && cq.head != tail {
+		off := cq.layout.Offset + abi.Slot(cq.head, size)*abi.CQESize
+		abi.DecodeCQE(mem[off:off+abi.CQESize], &cq.cqe)
+		e := &cq.cqe
+		wc[n] = WorkCompletion{WRID: e.WRID, Status: e.Status, Opcode: e.Opcode, Flags: e.Flags, ByteLen: e.ByteLen,
+			Imm: e.Imm, QPNum: e.QPNum, SrcQP: e.SrcQP}
+		n++
+		cq.head = abi.Next(cq.head, size)
+	}
+	if n > 0 {
+		abi.Word(mem, abi.OffCQHead).Store(cq.head)
+	}
+	cq.mu.Unlock()
+	if n == 0 && cq.vm.c.dead.Load() {
+		return 0, ErrAgentGone
+	}
+	return n, nil
+}
+
+func (cq *CQ) empty() bool {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load() == cq.head
+}
+
+// Wait blocks until the CQ holds a completion, ctx ends, or the agent goes
+// away. It arms the completion channel (ibv_req_notify_cq) and sleeps on it
+// (ibv_get_cq_event), so it costs no CPU while waiting.
+func (cq *CQ) Wait(ctx context.Context) error {
+	armed := abi.Word(cq.ring.Bytes(), abi.OffCQArmed)
+	for {
+		if !cq.empty() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if cq.vm.c.dead.Load() {
+			return ErrAgentGone
+		}
+		armed.Store(1)
+		if !cq.empty() {
+			return nil
+		}
+		stop := context.AfterFunc(ctx, func() { cq.ev.Ring() })
+		err := cq.ev.Wait()
+		stop()
+		if err != nil {
+			return fmt.Errorf("vrdma: wait on CQ: %w", err)
+		}
+	}
+}
+
+// Destroy destroys the CQ (ibv_destroy_cq); no QP may use it.
+func (cq *CQ) Destroy(ctx context.Context) error {
+	v := cq.vm
+	if _, err := v.c.call(ctx, abi.OpDestroyCQ, &abi.Handle{Handle: cq.handle}, nil); err != nil && !errors.Is(err, ErrAgentGone) {
+		return err
+	}
+	v.objMu.Lock()
+	delete(v.cqs, cq)
+	v.objMu.Unlock()
+	cq.ev.Ring()
+	cq.ring.Unmap()
+	cq.ev.Close()
+	return nil
+}
