@@ -278,7 +278,7 @@ func (a *Agent) resolveRemote(remote string) (*adapter, error) {
 	defer a.mu.Unlock()
 	if vmName, adName, ok := strings.Cut(remote, "/"); ok {
 		v, attached := a.vms[vmName]
-		if !attached || v.mem == nil {
+		if !attached || !v.ready.Load() {
 			return nil, abi.Errorf(abi.CodeUnavailable, "remote",
 				"VM %q is not attached on host %s: start its workload; a VM on another host needs the control plane, which this agent does not run yet", vmName, a.cfg.Host)
 		}

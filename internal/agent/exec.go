@@ -175,7 +175,7 @@ func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 		return
 	}
 	q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: st, ByteLen: n}
-	q.sendCQ.push(&q.cqe)
+	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
 
 // execute gathers the local side of w and delivers it over the path.
@@ -347,20 +347,20 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 		}
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked() {
+		switch p.peekRecvLocked(q) {
 		case recvNone:
 			return outRNR, 0, 0, rnrTimer
 		case recvBroken:
 			return outDone, abi.WCRemOpErr, 0, 0
 		}
 		gather(dst, segs)
-		p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q.qpn)
+		p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q)
 		return outDone, abi.WCSuccess, n, 0
 
 	case abi.OpSend, abi.OpSendWithImm:
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked() {
+		switch p.peekRecvLocked(q) {
 		case recvNone:
 			return outRNR, 0, 0, rnrTimer
 		case recvBroken:
@@ -373,7 +373,7 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			sge := &rw.SGE[i]
 			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 			if !ok {
-				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q.qpn)
+				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q)
 				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")
 				return outDone, abi.WCRemOpErr, 0, 0
 			}
@@ -382,13 +382,13 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			room += uint64(sge.Length)
 		}
 		if room < total {
-			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q.qpn)
+			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q)
 			p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
 			return outDone, abi.WCRemInvReqErr, 0, 0
 		}
 		scatter(p.rsegs[:nr], segs)
 		clear(p.rsegs[:nr])
-		p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q.qpn)
+		p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q)
 		return outDone, abi.WCSuccess, n, 0
 
 	case abi.OpRDMARead:
@@ -467,7 +467,7 @@ const (
 
 // peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
 // without consuming it. The caller holds rqMu and keeps the VM mapped.
-func (p *qp) peekRecvLocked() recvState {
+func (p *qp) peekRecvLocked(from *qp) recvState {
 	if p.rqBroken {
 		return recvBroken
 	}
@@ -488,20 +488,21 @@ func (p *qp) peekRecvLocked() recvState {
 	off := p.layout.RQOffset + abi.Slot(p.rqHead, size)*p.layout.RQStride
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, 0)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, from)
 		p.moveToErr("receive work request has too many SGEs")
 		return recvBroken
 	}
 	return recvReady
 }
 
-// completeRecvLocked consumes the peeked receive WQE with a completion.
-func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, src uint32) {
-	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: src}
+// completeRecvLocked consumes the peeked receive WQE with a completion for
+// a message from QP from, whose goroutine runs this.
+func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, from *qp) {
+	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: from.qpn}
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}
-	p.recvCQ.push(&e)
+	p.recvCQ.push(&e, &from.stop, &p.destroyed)
 	p.rqHead = abi.Next(p.rqHead, p.layout.RQEntries)
 	abi.Word(p.ring.Bytes(), abi.OffRQHead).Store(p.rqHead)
 }
@@ -516,7 +517,7 @@ func (q *qp) flushSQ(tail uint32) {
 		w := &q.wqe
 		abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 		q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: abi.WCWRFlushErr}
-		if !q.sendCQ.push(&q.cqe) {
+		if !q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed) {
 			return
 		}
 		q.sqHead = abi.Next(q.sqHead, size)
@@ -538,7 +539,7 @@ func (q *qp) flushRQ() {
 		off := q.layout.RQOffset + abi.Slot(q.rqHead, size)*q.layout.RQStride
 		copy(q.rqSlot, mem[off:off+q.layout.RQStride])
 		e := abi.CQE{WRID: binary.LittleEndian.Uint64(q.rqSlot), QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
-		if !q.recvCQ.push(&e) {
+		if !q.recvCQ.push(&e, &q.stop, &q.destroyed) {
 			return
 		}
 		q.rqHead = abi.Next(q.rqHead, size)

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -180,11 +181,13 @@ func (c *cq) release() {
 }
 
 // push writes one completion. If the CQ is full it waits for the consumer
-// (vrdma never overruns a CQ) unless the VM is going away. It reports false
-// when the completion could not be delivered: the CQ is broken (its consumer
-// index is garbage) or its VM is dying. The caller keeps the VM's mappings
-// alive (holds memMu for reading, or is that VM's own QP goroutine).
-func (c *cq) push(e *abi.CQE) bool {
+// (vrdma never overruns a CQ) unless the VM is going away or one of the
+// abort flags is set (the pushing QP stops, or the QP the completion is for
+// is destroyed). It reports false when the completion could not be
+// delivered: the CQ is broken (its consumer index is garbage), or waiting
+// was abandoned. The caller keeps the VM's mappings alive (holds memMu for
+// reading, or is that VM's own QP goroutine).
+func (c *cq) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
 	for wait := time.Duration(0); ; {
@@ -215,7 +218,7 @@ func (c *cq) push(e *abi.CQE) bool {
 			return true
 		}
 		c.mu.Unlock()
-		if c.vm.dying.Load() {
+		if c.vm.dying.Load() || abort1.Load() || abort2.Load() {
 			return false
 		}
 		// Full: wake a waiting consumer, then back off.

@@ -295,7 +295,7 @@ func (a *Agent) status() abi.Status {
 	a.mu.Lock()
 	vms := make([]*vm, 0, len(a.vms))
 	for _, v := range a.vms {
-		if v.mem != nil {
+		if v.ready.Load() {
 			vms = append(vms, v)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,6 +31,7 @@ type vm struct {
 	mem   *sys.Mapping // +checklocks:memMu (for Unmap)
 	dead  bool         // +checklocks:memMu
 	dying atomic.Bool  // set first in teardown, read by waiters that must give up
+	ready atomic.Bool  // set once memory and adapters exist; until then others ignore the VM
 
 	adapters []*adapter
 
@@ -112,6 +112,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		}
 		v.adapters = append(v.adapters, &adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
 	}
+	v.ready.Store(true)
 	return v, nil
 }
 
@@ -224,6 +225,9 @@ func (v *vm) status() abi.VMStatus {
 // findAdapterByGID returns the adapter of an attached VM with gid, or nil.
 func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *adapter {
 	for _, v := range a.vms {
+		if !v.ready.Load() {
+			continue
+		}
 		for _, ad := range v.adapters {
 			if ad.gid == gid {
 				return ad
@@ -288,5 +292,3 @@ func (v *vm) teardown() {
 	a.log.Info("VM detached", "vm", v.name)
 }
 
-// netipGID formats a GID for logs.
-func netipGID(g abi.GID) netip.Addr { return netip.AddrFrom16(g) }
