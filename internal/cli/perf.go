@@ -1,0 +1,421 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/perf"
+)
+
+type perfOptions struct {
+	test        perf.Test
+	size        int
+	iters       int
+	txDepth     int
+	cqMod       int
+	all         bool
+	duration    int
+	local       bool
+	path        string
+	async       bool
+	outJSON     bool
+	outJSONFile string
+}
+
+// perfMaxAll is the largest size of -a (perftest's 2^23).
+const perfMaxAll = 1 << 23
+
+// perfInline is the max_inline_data of latency runs (perftest's default
+// for RDMA WRITE latency); messages up to it are posted inline.
+const perfInline = 220
+
+func (a *app) perfCommand() *cobra.Command {
+	var o perfOptions
+	cmd := &cobra.Command{
+		Use:   "perf write_bw|read_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH] [--async] [--out_json] [--out_json_file FILE]",
+		Short: "Measure bandwidth or latency between two VMs, like perftest",
+		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
+write_bw and read_bw (RDMA WRITE / READ bandwidth, up to -t work requests
+outstanding, one in -Q signaled) print BW peak and average in MiB/s (2^20 B/s)
+and the message rate in Mpps; write_lat (RDMA WRITE ping-pong, each side
+spinning on the last byte of its buffer) prints latency as RTT/2 in µs: min,
+max, typical (median), average, standard deviation, 99% and 99.9%.
+
+--local starts everything it needs and removes it afterwards: an agent process
+with temporary state, two VMs sized to the message size (memory locked when
+run as root), and a workload goroutine per VM. It is the only mode today.
+
+--path fails the run (exit 1) unless the pair gets that path (memcpy,
+memcpy-direct, tcp, rdma). --out_json prints the report as JSON instead of
+text, --out_json_file writes it to a file: perftest's keys (MsgSize,
+n_iterations, BW_peak, BW_average, MsgRate; t_min, t_max, t_typical, t_avg,
+t_stdev, percentile_99, percentile_99.9) plus test, path and reason, and the
+header as test_info; with -a the per-size results are in "results".`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("perf: name one test: write_bw, read_bw or write_lat")
+			}
+			t, err := perf.ParseTest(args[0])
+			if err != nil {
+				return &exitError{code: exitUsage, err: fmt.Errorf("perf: %w", err)}
+			}
+			o.test = t
+			return nil
+		},
+		ValidArgs: []string{string(perf.WriteBW), string(perf.ReadBW), string(perf.WriteLat)},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.outJSON = o.outJSON || a.json()
+			return a.perf(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&o.size, "size", "s", 0, "message size in bytes (default 65536 for BW, 2 for latency)")
+	f.IntVarP(&o.iters, "iters", "n", 0, "iterations (default 5000 for write_bw, 1000 otherwise)")
+	f.IntVarP(&o.txDepth, "tx-depth", "t", 128, "outstanding work requests (BW tests)")
+	f.IntVarP(&o.cqMod, "cq-mod", "Q", perf.DefaultCQMod, "signal one work request in this many")
+	f.BoolVarP(&o.all, "all", "a", false, "run every size from 2 to 2^23 bytes")
+	f.IntVarP(&o.duration, "duration", "D", 0, "run BW tests for this many seconds instead of -n iterations (no BW peak)")
+	f.BoolVar(&o.local, "local", false, "start an agent and two VMs for the run, and remove them after")
+	f.StringVar(&o.path, "path", "", "fail unless the pair takes this path: memcpy, memcpy-direct, tcp or rdma")
+	f.BoolVar(&o.async, "async", false, "VMs in async mode (vrdma.asyncMode: the agent polls their queues)")
+	f.BoolVar(&o.outJSON, "out_json", false, "print the report as JSON instead of text")
+	f.StringVar(&o.outJSONFile, "out_json_file", "", "write the report as JSON to this file")
+	return cmd
+}
+
+var knownPaths = []vrdma.PathKind{vrdma.PathMemcpy, vrdma.PathMemcpyDirect, vrdma.PathTCP, vrdma.PathRDMA}
+
+func (o *perfOptions) check() error {
+	if !o.local {
+		return usageErrorf("perf: only --local exists today: it starts an agent and two VMs on this machine for the run "+
+			"(vrdmactl perf %s --local --path memcpy); measuring VMs of a running agent or between hosts comes later", o.test)
+	}
+	if o.path != "" {
+		ok := false
+		for _, p := range knownPaths {
+			ok = ok || string(p) == o.path
+		}
+		if !ok {
+			return usageErrorf("perf: --path %q: want memcpy, memcpy-direct, tcp or rdma", o.path)
+		}
+	}
+	switch {
+	case o.all && o.size != 0:
+		return usageErrorf("perf: -a runs every size: drop -s")
+	case o.size < 0 || o.size > 1<<30:
+		return usageErrorf("perf: -s %d out of range 1..%d", o.size, 1<<30)
+	case o.iters < 0:
+		return usageErrorf("perf: -n %d must be positive", o.iters)
+	case o.txDepth < 1 || o.txDepth > vrdma.MaxQPWR/2:
+		return usageErrorf("perf: -t %d out of range 1..%d", o.txDepth, vrdma.MaxQPWR/2)
+	case o.cqMod < 1:
+		return usageErrorf("perf: -Q %d must be positive", o.cqMod)
+	case o.duration < 0:
+		return usageErrorf("perf: -D %d must be positive", o.duration)
+	case o.duration > 0 && o.test.Latency():
+		return usageErrorf("perf: -D is for BW tests; latency tests count iterations (-n)")
+	}
+	return nil
+}
+
+func (o *perfOptions) sizes() []int {
+	if o.all {
+		var s []int
+		for n := 2; n <= perfMaxAll; n *= 2 {
+			s = append(s, n)
+		}
+		return s
+	}
+	if o.size > 0 {
+		return []int{o.size}
+	}
+	return []int{o.test.DefaultSize()}
+}
+
+// perfInfo is the report's header: perftest's test_info, plus the path.
+type perfInfo struct {
+	Test           string   `json:"test"`
+	Title          string   `json:"title"`
+	Device         string   `json:"Device"`
+	NumberOfQPs    int      `json:"Number_of_qps"`
+	TransportType  string   `json:"Transport_type"`
+	ConnectionType string   `json:"Connection_type"`
+	UsingSRQ       string   `json:"Using_SRQ"`
+	TXDepth        int      `json:"TX_depth"`
+	CQModeration   int      `json:"CQ_Moderation"`
+	Mtu            int      `json:"Mtu"`
+	LinkType       string   `json:"Link_type"`
+	GIDIndex       int      `json:"GID_index"`
+	MaxInlineData  int      `json:"Max_inline_data"`
+	RdmaCMQPs      string   `json:"rdma_cm_QPs"`
+	DataExMethod   string   `json:"Data_ex_method"`
+	Transport      string   `json:"Transport"`
+	Path           string   `json:"path"`
+	Reason         string   `json:"reason"`
+	AsyncMode      bool     `json:"async_mode"`
+	MemoryLocked   bool     `json:"memory_locked"`
+	GuestMemoryMiB int      `json:"guest_memory_mib"`
+	Local          string   `json:"local_address"`
+	Remote         string   `json:"remote_address"`
+	Notes          []string `json:"notes,omitempty"`
+}
+
+// perfBW and perfLat are one size's result, with perftest's keys.
+type perfBW struct {
+	MsgSize   int     `json:"MsgSize"`
+	Iters     int     `json:"n_iterations"`
+	BWPeak    float64 `json:"BW_peak"`
+	BWAverage float64 `json:"BW_average"`
+	MsgRate   float64 `json:"MsgRate"`
+}
+
+type perfLat struct {
+	MsgSize  int     `json:"MsgSize"`
+	Iters    int     `json:"n_iterations"`
+	TMin     float64 `json:"t_min"`
+	TMax     float64 `json:"t_max"`
+	TTypical float64 `json:"t_typical"`
+	TAvg     float64 `json:"t_avg"`
+	TStdev   float64 `json:"t_stdev"`
+	P99      float64 `json:"percentile_99"`
+	P999     float64 `json:"percentile_99.9"`
+}
+
+func resultJSON(r perf.Result) any {
+	if r.Test.Latency() {
+		return perfLat{MsgSize: r.MsgSize, Iters: r.Iters, TMin: round2(r.TMin), TMax: round2(r.TMax), TTypical: round2(r.TTypical),
+			TAvg: round2(r.TAvg), TStdev: round2(r.TStdev), P99: round2(r.P99), P999: round2(r.P999)}
+	}
+	return perfBW{MsgSize: r.MsgSize, Iters: r.Iters, BWPeak: round2(r.BWPeak), BWAverage: round2(r.BWAvg), MsgRate: float64(int64(r.MsgRate*1e6+0.5)) / 1e6}
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// perfJSON is the JSON report: for one size, the result's keys sit at the
+// top level next to test, path and reason; with -a they are in Results.
+func perfJSON(info perfInfo, results []perf.Result, all bool) ([]byte, error) {
+	m := map[string]any{"test": info.Test, "path": info.Path, "reason": info.Reason, "test_info": info}
+	if all {
+		rs := make([]any, len(results))
+		for i, r := range results {
+			rs[i] = resultJSON(r)
+		}
+		m["results"] = rs
+	} else if len(results) == 1 {
+		b, err := json.Marshal(resultJSON(results[0]))
+		if err != nil {
+			return nil, err
+		}
+		var flat map[string]any
+		if err := json.Unmarshal(b, &flat); err != nil {
+			return nil, err
+		}
+		for k, v := range flat {
+			m[k] = v
+		}
+	}
+	return json.MarshalIndent(m, "", "  ")
+}
+
+func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
+	if err := o.check(); err != nil {
+		return err
+	}
+	sizes := o.sizes()
+	maxSize := sizes[len(sizes)-1]
+	buf := maxSize
+	if o.test.Latency() {
+		buf = 2 * maxSize
+	}
+	buf = max(buf, 4096)
+	memMB := (buf+(1<<20)-1)>>20 + 1
+	inline := 0
+	if o.test.Latency() {
+		inline = perfInline
+	}
+
+	ag, err := startLocalAgent(ctx)
+	if err != nil {
+		return fmt.Errorf("perf: %w", err)
+	}
+	defer func() {
+		if cerr := ag.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("perf: %w", cerr)
+		}
+	}()
+	specs := []*localVM{
+		{Name: "vm1", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
+		{Name: "vm2", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	vms, notes, err := openLocalVMs(sctx, ag.Socket, "vrdmactl perf", specs)
+	if err != nil {
+		return fmt.Errorf("perf: %w", err)
+	}
+	defer func() {
+		for _, v := range vms {
+			v.Close()
+		}
+	}()
+	p, err := perf.Connect(sctx, vms[0].Adapters()[0], vms[1].Adapters()[0],
+		perf.PairConfig{BufSize: buf, TxDepth: o.txDepth, MaxInline: inline})
+	if err != nil {
+		return fmt.Errorf("perf: connect %s/vrdma0 → %s/vrdma0: %w", vms[0].Name(), vms[1].Name(), err)
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	path := p.Path()
+	if o.path != "" && string(path.Path) != o.path {
+		return fmt.Errorf("perf: the requested path is %q, but the pair %s → %s got %q (%s)",
+			o.path, p.A.Name(), p.B.Name(), path.Path, path.Reason)
+	}
+
+	info := perfInfo{Test: string(o.test), Title: o.test.Title(), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
+		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth),
+		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
+		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
+		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
+	if o.test.Latency() {
+		info.TXDepth = 1
+	}
+	if qi, err := p.A.QP.Query(sctx); err == nil {
+		info.Mtu = int(qi.Attr.PathMTU)
+		info.Local = addressLine(p.A, qi.Attr.SQPSN)
+	}
+	if qi, err := p.B.QP.Query(sctx); err == nil {
+		info.Remote = addressLine(p.B, qi.Attr.SQPSN)
+	}
+	cancel()
+
+	defer shareOneCore()()
+	text := !o.outJSON
+	if text {
+		printPerfHeader(a.stdout, info, o)
+	}
+	var results []perf.Result
+	for _, size := range sizes {
+		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod,
+			Duration: time.Duration(o.duration) * time.Second}
+		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
+		r, err := p.Run(rctx, c)
+		cancel()
+		if err != nil {
+			if text {
+				fmt.Fprintln(a.stdout, perfRule)
+			}
+			return fmt.Errorf("perf: %s of %d bytes: %w", o.test, size, err)
+		}
+		results = append(results, r)
+		if text {
+			printPerfResult(a.stdout, r)
+		}
+	}
+	if text {
+		fmt.Fprintln(a.stdout, perfRule)
+	}
+	if o.outJSON || o.outJSONFile != "" {
+		b, err := perfJSON(info, results, o.all)
+		if err != nil {
+			return err
+		}
+		b = append(b, '\n')
+		if o.outJSON {
+			a.stdout.Write(b)
+		}
+		if o.outJSONFile != "" {
+			if err := os.WriteFile(o.outJSONFile, b, 0o644); err != nil {
+				return fmt.Errorf("perf: --out_json_file: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// runTimeout bounds one size's run generously: a run that takes longer
+// is stuck, not slow.
+func runTimeout(c perf.Config) time.Duration {
+	if c.Duration > 0 {
+		return c.Duration + time.Minute
+	}
+	iters := c.Iters
+	if iters == 0 {
+		iters = c.Test.DefaultIters()
+	}
+	// 100 MiB/s and 1 ms per iteration are far below any path's speed.
+	return time.Minute + time.Duration(iters)*(time.Millisecond+time.Duration(c.Size)*10*time.Nanosecond)
+}
+
+func addressLine(s *perf.Side, psn uint32) string {
+	return fmt.Sprintf("LID 0000 QPN 0x%04x PSN 0x%06x RKey 0x%06x VAddr 0x%014x", s.QP.QPN(), psn, s.MR.RKey(), s.MR.Addr())
+}
+
+const perfRule = "---------------------------------------------------------------------------------------"
+
+func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
+	fmt.Fprintln(w, perfRule)
+	fmt.Fprintf(w, "%*s\n", 20+len(info.Title), info.Title)
+	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", info.Device)
+	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	fmt.Fprintf(w, " TX depth        : %d\n", info.TXDepth)
+	if o.test == perf.ReadBW {
+		fmt.Fprintf(w, " Outstand reads  : %d\n", abi.MaxRdAtom)
+	}
+	if !o.test.Latency() {
+		fmt.Fprintf(w, " CQ Moderation   : %d\n", info.CQModeration)
+	}
+	fmt.Fprintf(w, " Mtu             : %d[B]\n", info.Mtu)
+	fmt.Fprintf(w, " Link type       : Ethernet\n")
+	fmt.Fprintf(w, " GID index       : 0\n")
+	fmt.Fprintf(w, " Max inline data : %d[B]\n", info.MaxInlineData)
+	fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
+	fmt.Fprintf(w, " Data ex. method : rdma_cm\n")
+	fmt.Fprintf(w, " Transport       : %s\n", info.Transport)
+	fmt.Fprintf(w, " Path reason     : %s\n", info.Reason)
+	mode := "doorbell"
+	if info.AsyncMode {
+		mode = "async (the agent polls the queues)"
+	}
+	fmt.Fprintf(w, " Agent mode      : %s\n", mode)
+	lock := "unlocked"
+	if info.MemoryLocked {
+		lock = "reserved and locked"
+	}
+	fmt.Fprintf(w, " Guest memory    : %d MiB per VM, %s\n", info.GuestMemoryMiB, lock)
+	for _, n := range info.Notes {
+		fmt.Fprintf(w, " Note            : %s\n", n)
+	}
+	fmt.Fprintln(w, perfRule)
+	if info.Local != "" {
+		fmt.Fprintf(w, " local address: %s\n", info.Local)
+	}
+	if info.Remote != "" {
+		fmt.Fprintf(w, " remote address: %s\n", info.Remote)
+	}
+	fmt.Fprintln(w, perfRule)
+	if o.test.Latency() {
+		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
+		return
+	}
+	if o.duration > 0 {
+		fmt.Fprintln(w, " WARNING: BW peak won't be measured in this run.")
+	}
+	fmt.Fprintln(w, " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]")
+}
+
+func printPerfResult(w io.Writer, r perf.Result) {
+	if r.Test.Latency() {
+		fmt.Fprintf(w, " %-7d %-10d %-7.2f        %-7.2f      %-7.2f          %-7.2f        %-7.2f          %-7.2f                %-7.2f\n",
+			r.MsgSize, r.Iters, r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999)
+		return
+	}
+	fmt.Fprintf(w, " %-7d    %-10d       %-7.2f            %-7.2f\t\t     %-7.6f\n", r.MsgSize, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+}

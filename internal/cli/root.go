@@ -1,0 +1,163 @@
+// Package cli is vrdmactl, the command line of vrdma: one file per
+// subcommand, built on cobra. Main is the whole program; cmd/vrdmactl
+// only calls it.
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/paths"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the command ran and failed
+	exitUsage   = 2 // the command line is wrong
+)
+
+// app is the state shared by the subcommands: the global flags and where
+// output goes.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+
+	socket string // --socket
+	output string // -o/--output: text or json
+}
+
+// exitError makes Main exit with code, printing err if it is not nil.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// Main runs vrdmactl with args (without the program name) and returns the
+// process exit code. SIGINT and SIGTERM cancel the command's context, so
+// that commands which started an agent or attached VMs clean up.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	code := exitFailure
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
+	} else if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
+		code = exitUsage
+	}
+	fmt.Fprintf(stderr, "vrdmactl: %v\n", err)
+	if code == exitUsage {
+		fmt.Fprintln(stderr, "Run 'vrdmactl --help' for usage.")
+	}
+	return code
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vrdmactl",
+		Short: "Manage and measure vrdma, a paravirtual RDMA fabric",
+		Long: `vrdmactl manages vrdma: the host agent (vrdmad), its VMs and their RDMA
+adapters, and measures the paths between them.
+
+Start with 'vrdmactl quickstart': it needs no root and no installed agent, and
+shows two VMs talking RDMA on this machine in a few seconds.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if a.output != "text" && a.output != "json" {
+				return usageErrorf("--output %q: want text or json", a.output)
+			}
+			return nil
+		},
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return &exitError{code: exitUsage, err: err}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.socket, "socket", paths.Socket(), "the agent's Unix socket (env VRDMA_SOCKET)")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	root.AddCommand(
+		a.agentCommand(),
+		a.quickstartCommand(),
+		a.devinfoCommand(),
+		a.statusCommand(),
+		a.vmCommand(),
+		a.perfCommand(),
+	)
+	return root
+}
+
+// json reports whether -o json was given.
+func (a *app) json() bool { return a.output == "json" }
+
+// printJSON writes v to stdout, indented.
+func (a *app) printJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// dialAgent connects to the agent at --socket, for management commands.
+func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
+	return vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
+}
+
+// callTimeout bounds management commands against a running agent.
+const callTimeout = 15 * time.Second
+
+// exactArgs is cobra.ExactArgs with a usage error that shows the usage.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%s: want %d arguments, got %d (usage: %s)", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// mib formats a byte count in MiB.
+func mib(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}

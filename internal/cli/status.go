@@ -1,0 +1,127 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+)
+
+// statusReport is what status prints (-o json).
+type statusReport struct {
+	Socket       string `json:"socket"`
+	AgentVersion string `json:"agent_version"`
+	vrdma.Status
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the agent's VMs, adapters and QPs with their paths",
+		Long: `status asks the agent for its VMs (attached to a workload, or only defined),
+their adapters, and every QP with its state, its peer, and the path it takes
+(memcpy, tcp, rdma) with the reason it was chosen.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			ag, err := a.dialAgent(ctx)
+			if err != nil {
+				return err
+			}
+			defer ag.Close()
+			st, err := ag.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			rep := statusReport{Socket: a.socket, AgentVersion: ag.Info.AgentVersion, Status: st}
+			if rep.VMs == nil {
+				rep.VMs = []vrdma.VMStatus{}
+			}
+			if a.json() {
+				return a.printJSON(rep)
+			}
+			printStatus(a.stdout, rep)
+			return nil
+		},
+	}
+}
+
+func vmState(v *vrdma.VMStatus) string {
+	if v.Attached {
+		return "attached"
+	}
+	return "defined"
+}
+
+func vmMemory(v *vrdma.VMStatus) string {
+	s := mib(v.MemSize)
+	if v.Attached {
+		if v.MemLocked {
+			s += ", locked"
+		} else {
+			s += ", unlocked"
+		}
+	}
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+func printStatus(w io.Writer, rep statusReport) {
+	fmt.Fprintf(w, "host %s (host ID %s), agent %s at %s\n\n", rep.Host, rep.HostID, rep.AgentVersion, rep.Socket)
+	if len(rep.VMs) == 0 {
+		fmt.Fprintln(w, "no VMs: define one with 'vrdmactl vm define NAME FILE.vmx'")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VM\tSTATE\tMEMORY\tASYNC\tADAPTERS")
+	nqp := 0
+	for i := range rep.VMs {
+		v := &rep.VMs[i]
+		var ads []string
+		for _, ad := range v.Adapters {
+			s := ad.Name
+			if !ad.GID.IsZero() {
+				s += " " + ad.GID.String()
+			}
+			ads = append(ads, s)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Name, vmState(v), vmMemory(v), onOff(v.AsyncMode), strings.Join(ads, ", "))
+		nqp += len(v.QPs)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	if nqp == 0 {
+		fmt.Fprintln(w, "no QPs")
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QPN\tADAPTER\tSTATE\tPEER\tPEER QPN\tPATH\tREASON")
+	for _, v := range rep.VMs {
+		for _, q := range v.QPs {
+			peer, peerQPN, path := "-", "-", "-"
+			if q.Peer != "" {
+				peer = q.Peer
+			}
+			if q.PeerQPN != 0 {
+				peerQPN = fmt.Sprintf("0x%06x", q.PeerQPN)
+			}
+			if q.Path.Path != "" {
+				path = string(q.Path.Path)
+			}
+			fmt.Fprintf(tw, "0x%06x\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", q.QPN, v.Name, q.Adapter, q.State, peer, peerQPN, path, q.Path.Reason)
+		}
+	}
+	tw.Flush()
+}

@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+)
+
+func (a *app) vmCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "vm",
+		Short: "Define, undefine and list VMs on the agent",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("vm: name a subcommand: define, undefine or list")
+		},
+	}
+	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.vmListCommand())
+	return cmd
+}
+
+func (a *app) vmDefineCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "define NAME FILE.vmx",
+		Short: "Store (or replace) VM NAME's VMX configuration on the agent ('-' reads stdin)",
+		Long: `define stores VM NAME's configuration, a VMX file (key = "value" lines), on
+the agent. The agent checks it: memSize, the PVRDMA adapters (ethernetN with
+ethernetN.virtualDev = "vrdma"), the reservation (sched.mem.min, sched.mem.pin),
+vrdma.asyncMode... A VM attached to a workload cannot be redefined.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, file := args[0], args[1]
+			var b []byte
+			var err error
+			if file == "-" {
+				b, err = io.ReadAll(a.stdin)
+			} else {
+				b, err = os.ReadFile(file)
+			}
+			if err != nil {
+				return fmt.Errorf("vm define: %w", err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			ag, err := a.dialAgent(ctx)
+			if err != nil {
+				return err
+			}
+			defer ag.Close()
+			if err := ag.DefineVM(ctx, name, b); err != nil {
+				return fmt.Errorf("vm define %s: %w", name, err)
+			}
+			if a.json() {
+				return a.printJSON(map[string]any{"name": name, "defined": true})
+			}
+			fmt.Fprintf(a.stdout, "VM %s defined\n", name)
+			return nil
+		},
+	}
+}
+
+func (a *app) vmUndefineCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "undefine NAME",
+		Short: "Remove VM NAME's definition (it must not be attached)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			ag, err := a.dialAgent(ctx)
+			if err != nil {
+				return err
+			}
+			defer ag.Close()
+			if err := ag.UndefineVM(ctx, args[0]); err != nil {
+				return fmt.Errorf("vm undefine %s: %w", args[0], err)
+			}
+			if a.json() {
+				return a.printJSON(map[string]any{"name": args[0], "defined": false})
+			}
+			fmt.Fprintf(a.stdout, "VM %s undefined\n", args[0])
+			return nil
+		},
+	}
+}
+
+func (a *app) vmListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the agent's VMs",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			ag, err := a.dialAgent(ctx)
+			if err != nil {
+				return err
+			}
+			defer ag.Close()
+			st, err := ag.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("vm list: %w", err)
+			}
+			if a.json() {
+				vms := st.VMs
+				if vms == nil {
+					vms = []vrdma.VMStatus{}
+				}
+				return a.printJSON(map[string]any{"vms": vms})
+			}
+			if len(st.VMs) == 0 {
+				fmt.Fprintln(a.stdout, "no VMs")
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tMEMORY\tASYNC\tADAPTERS\tQPS")
+			for i := range st.VMs {
+				v := &st.VMs[i]
+				var ads []string
+				for _, ad := range v.Adapters {
+					ads = append(ads, ad.Name)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Name, vmState(v), vmMemory(v), onOff(v.AsyncMode), strings.Join(ads, ","), len(v.QPs))
+			}
+			return tw.Flush()
+		},
+	}
+}

@@ -1,0 +1,493 @@
+package perf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
+)
+
+// Test names a benchmark, as perftest's binaries do (ib_write_bw is
+// write_bw).
+type Test string
+
+// Tests.
+const (
+	WriteBW  Test = "write_bw"
+	ReadBW   Test = "read_bw"
+	WriteLat Test = "write_lat"
+)
+
+// Tests lists the tests Run knows.
+var Tests = []Test{WriteBW, ReadBW, WriteLat}
+
+// ParseTest returns the test called s.
+func ParseTest(s string) (Test, error) {
+	for _, t := range Tests {
+		if string(t) == s {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("unknown test %q: want one of write_bw, read_bw, write_lat", s)
+}
+
+// Title returns perftest's title line: "RDMA_Write BW Test".
+func (t Test) Title() string {
+	switch t {
+	case WriteBW:
+		return "RDMA_Write BW Test"
+	case ReadBW:
+		return "RDMA_Read BW Test"
+	case WriteLat:
+		return "RDMA_Write Latency Test"
+	}
+	return string(t)
+}
+
+// Latency reports whether t measures latency (else bandwidth).
+func (t Test) Latency() bool { return t == WriteLat }
+
+// DefaultSize is perftest's default message size (-s): 65536 for BW, 2 for
+// latency.
+func (t Test) DefaultSize() int {
+	if t.Latency() {
+		return 2
+	}
+	return 65536
+}
+
+// DefaultIters is perftest's default iteration count (-n): 5000 for write
+// BW, 1000 otherwise.
+func (t Test) DefaultIters() int {
+	if t == WriteBW {
+		return 5000
+	}
+	return 1000
+}
+
+// DefaultCQMod is perftest's CQ moderation (-Q): one signaled send in 100.
+const DefaultCQMod = 100
+
+// Config is one run of a test.
+type Config struct {
+	Test  Test
+	Size  int // message size in bytes (default Test.DefaultSize)
+	Iters int // iterations (default Test.DefaultIters)
+	// Duration, if positive, runs a BW test for about that long instead of
+	// Iters iterations (perftest's -D); BW peak is then not measured.
+	// Latency tests always count iterations.
+	Duration time.Duration
+	// TxDepth bounds the outstanding work requests of BW tests (default,
+	// and at most, the pair's TxDepth).
+	TxDepth int
+	// CQMod signals one send in CQMod (default DefaultCQMod, at most
+	// TxDepth).
+	CQMod int
+}
+
+// Result is what a run measured. Bandwidths are MiB/s (2^20 bytes per
+// second), message rates Mpps, latencies µs (RTT/2 for write_lat, as
+// perftest reports them).
+type Result struct {
+	Test     Test
+	MsgSize  int
+	Iters    int
+	Elapsed  time.Duration
+	PeakSeen bool // BWPeak was measured (iteration mode)
+
+	BWPeak  float64
+	BWAvg   float64
+	MsgRate float64
+
+	TMin, TMax, TTypical, TAvg, TStdev, P99, P999 float64
+
+	Path vrdma.PathInfo
+}
+
+// Run runs one test on the pair, A acting and B passive (write_lat: both
+// ping-pong). It fails if a work request fails, the QP leaves RTS, or ctx
+// ends.
+func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
+	if _, err := ParseTest(string(c.Test)); err != nil {
+		return Result{}, err
+	}
+	if c.Size <= 0 {
+		c.Size = c.Test.DefaultSize()
+	}
+	if c.Iters <= 0 {
+		c.Iters = c.Test.DefaultIters()
+	}
+	if c.TxDepth <= 0 || c.TxDepth > p.cfg.TxDepth {
+		c.TxDepth = p.cfg.TxDepth
+	}
+	if c.CQMod <= 0 {
+		c.CQMod = DefaultCQMod
+	}
+	c.CQMod = min(c.CQMod, c.TxDepth)
+	need := c.Size
+	if c.Test.Latency() {
+		need = 2 * c.Size
+	}
+	if need > p.cfg.BufSize {
+		return Result{}, fmt.Errorf("perf: %s of %d bytes needs %d bytes of buffer per side; the pair has %d", c.Test, c.Size, need, p.cfg.BufSize)
+	}
+	if c.Size > math.MaxUint32 {
+		return Result{}, fmt.Errorf("perf: message size %d exceeds 4 GiB", c.Size)
+	}
+	var (
+		r   Result
+		err error
+	)
+	switch c.Test {
+	case WriteBW:
+		r, err = p.runBW(ctx, c, vrdma.OpRDMAWrite)
+	case ReadBW:
+		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
+	case WriteLat:
+		r, err = p.runWriteLat(ctx, c)
+	}
+	r.Test, r.MsgSize, r.Path = c.Test, c.Size, p.Path()
+	return r, err
+}
+
+// spinner is the busy-wait policy of the measuring loops: spin, but every
+// 64 turns yield the CPU (sched_yield for the agent process, Gosched for
+// goroutines of this one) so that spinners on a small machine do not
+// starve the agent; every 4096 turns look at ctx and the QP's state.
+// sched_yield is a raw system call: it never blocks, and the runtime must
+// not hand this goroutine's P to another thread while the kernel runs
+// someone else.
+type spinner struct {
+	ctx context.Context
+	qp  *vrdma.QP
+	n   uint32
+}
+
+func (s *spinner) spin() error {
+	s.n++
+	if s.n&63 != 0 {
+		return nil
+	}
+	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	runtime.Gosched()
+	if s.n&4095 != 0 {
+		return nil
+	}
+	if err := s.ctx.Err(); err != nil {
+		return err
+	}
+	if st := s.qp.State(); st != vrdma.QPSRTS {
+		return fmt.Errorf("QP 0x%x left RTS: it is in %s", s.qp.QPN(), st)
+	}
+	return nil
+}
+
+func (s *spinner) reset() { s.n = 0 }
+
+// completionError describes a failed work completion.
+func completionError(wc *vrdma.WorkCompletion) error {
+	return fmt.Errorf("work request %d (%s) completed with %s", wc.WRID, wc.Opcode, wc.Status)
+}
+
+// runBW is perftest's BW loop: keep up to TxDepth work requests
+// outstanding, signal one in CQMod, and count completions.
+func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, error) {
+	a, b := p.A, p.B
+	iters := c.Iters
+	peak := c.Duration <= 0
+	var tposted, tcompleted []int64
+	if peak {
+		tposted = make([]int64, iters)
+		tcompleted = make([]int64, iters)
+	}
+	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
+	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}}
+	wc := make([]vrdma.WorkCompletion, 64)
+	sp := spinner{ctx: ctx, qp: a.QP}
+	posted, completed := 0, 0
+	start := time.Now()
+	var deadline time.Time
+	if !peak {
+		deadline = start.Add(c.Duration)
+		iters = math.MaxInt
+	}
+	var last time.Duration
+	for completed < iters {
+		for posted < iters && posted-completed < c.TxDepth {
+			wr := &wrs[0]
+			wr.ID = uint64(posted)
+			wr.Flags = 0
+			if (posted+1)%c.CQMod == 0 || posted+1 == iters {
+				wr.Flags = vrdma.SendSignaled
+			}
+			if peak {
+				tposted[posted] = int64(time.Since(start))
+			}
+			if err := a.QP.PostSend(wrs); err != nil {
+				var pe *vrdma.PostError
+				if errors.As(err, &pe) && errors.Is(pe.Err, vrdma.ErrQueueFull) {
+					break // the agent has not freed the slot yet: poll
+				}
+				return Result{}, err
+			}
+			posted++
+			if !peak && posted%c.CQMod == 0 && time.Now().After(deadline) {
+				iters = posted // stop at a signaled request
+			}
+		}
+		n, err := a.CQ.Poll(wc)
+		if err != nil {
+			return Result{}, err
+		}
+		if n == 0 {
+			if err := sp.spin(); err != nil {
+				return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, iters, err)
+			}
+			continue
+		}
+		sp.reset()
+		now := time.Since(start)
+		for i := range n {
+			if wc[i].Status != vrdma.WCSuccess {
+				return Result{}, fmt.Errorf("perf: %s: %w", c.Test, completionError(&wc[i]))
+			}
+			done := int(wc[i].WRID) + 1
+			if peak {
+				tcompleted[done-1] = int64(now)
+			}
+			completed = max(completed, done)
+		}
+		last = now
+	}
+	r := Result{Iters: iters, Elapsed: last, PeakSeen: peak}
+	// perftest: average from the first post to the last completion.
+	sec := float64(last) / 1e9
+	if sec > 0 {
+		r.BWAvg = float64(iters) * float64(c.Size) / sec / (1 << 20)
+		r.MsgRate = float64(iters) / sec / 1e6
+	}
+	if peak {
+		r.BWPeak = peakBW(tposted, tcompleted, c.Size, c.CQMod)
+	}
+	return r, nil
+}
+
+// peakBW is perftest's peak: the best rate over any run of requests from
+// one posted (i) to one whose completion was seen (j), (j-i+1)×size over
+// tcompleted[j]-tposted[i]. Completions are seen at signaled requests
+// only, so j steps by cqMod; i steps too when the run is long, to bound
+// the work.
+func peakBW(tposted, tcompleted []int64, size, cqMod int) float64 {
+	n := len(tposted)
+	var signaled []int
+	for j := range n {
+		if tcompleted[j] != 0 {
+			signaled = append(signaled, j)
+		}
+	}
+	step := 1
+	for n/step*len(signaled) > 50_000_000 {
+		step *= 2
+	}
+	best := 0.0
+	for i := 0; i < n; i += step {
+		for _, j := range signaled {
+			if j < i {
+				continue
+			}
+			dt := tcompleted[j] - tposted[i]
+			if dt <= 0 {
+				continue
+			}
+			if bw := float64(j-i+1) * float64(size) / (float64(dt) / 1e9); bw > best {
+				best = bw
+			}
+		}
+	}
+	return best / (1 << 20)
+}
+
+// runWriteLat is perftest's write_lat: A and B ping-pong RDMA WRITEs of
+// Size bytes into each other's receive half; each spins on the last byte
+// of its receive half changing, and writes after seeing the peer's write.
+// A stamps each of its posts; RTT is the time between two stamps.
+func (p *Pair) runWriteLat(ctx context.Context, c Config) (Result, error) {
+	iters := c.Iters
+	// Both sides count from 1; clear the bytes they watch, which earlier
+	// runs may have written.
+	for _, s := range []*Side{p.A, p.B} {
+		b := s.MR.Bytes()
+		b[c.Size-1], b[2*c.Size-1] = 0, 0
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stamps := make([]int64, iters+1)
+	errc := make(chan error, 1)
+	go func() {
+		err := latSide(ctx, p.B, p.A, c, iters, nil)
+		if err != nil {
+			cancel()
+		}
+		errc <- err
+	}()
+	err := latSide(ctx, p.A, p.B, c, iters, stamps)
+	if err != nil {
+		cancel()
+	}
+	errB := <-errc
+	switch {
+	case err != nil && errB != nil && !errors.Is(errB, context.Canceled):
+		err = fmt.Errorf("perf: %s: %v; passive side %s: %w", c.Test, err, p.B.Name(), errB)
+	case err != nil:
+		err = fmt.Errorf("perf: %s: %w", c.Test, err)
+	case errB != nil:
+		err = fmt.Errorf("perf: %s: passive side %s: %w", c.Test, p.B.Name(), errB)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	rtt := make([]float64, iters)
+	for i := range iters {
+		rtt[i] = float64(stamps[i+1]-stamps[i]) / 1e3 / 2 // µs, RTT/2
+	}
+	r := Result{Iters: iters, Elapsed: time.Duration(stamps[iters] - stamps[0])}
+	r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999 = latencyStats(rtt)
+	return r, nil
+}
+
+// latSide runs one side of write_lat: s writes into peer's receive half.
+// Write k (1..iters) carries byte(k) in its last byte; the exchange
+// alternates strictly, so the byte wrapping around is harmless. With
+// stamps, s is the active side: it writes first, stamps each post and,
+// last, the arrival of the final answer.
+func latSide(ctx context.Context, s, peer *Side, c Config, iters int, stamps []int64) error {
+	buf := s.MR.Bytes()
+	size := c.Size
+	sendLast := size - 1   // last byte of our send half
+	recvLast := 2*size - 1 // last byte of our receive half, written by the peer
+	word := abi.Word(buf, recvLast&^3)
+	shift := uint(recvLast&3) * 8
+	sp := spinner{ctx: ctx, qp: s.QP}
+	wait := func(k int) error {
+		want := byte(k)
+		for byte(word.Load()>>shift) != want {
+			if err := sp.spin(); err != nil {
+				return fmt.Errorf("waiting for write %d of %d from %s: %w", k, iters, peer.Name(), err)
+			}
+		}
+		sp.reset()
+		return nil
+	}
+
+	flags := vrdma.SendFlags(0)
+	if size <= int(s.QP.Caps().MaxInlineData) {
+		flags = vrdma.SendInline
+	}
+	wrs := []vrdma.SendWR{{Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{s.MR.SGE(0, size)},
+		RemoteAddr: peer.MR.Addr() + uint64(size), RKey: peer.MR.RKey()}}
+	wc := make([]vrdma.WorkCompletion, 16)
+	signaled := 0 // signaled writes whose completion is still to be polled
+	poll := func() error {
+		n, err := s.CQ.Poll(wc)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if wc[i].Status != vrdma.WCSuccess {
+				return completionError(&wc[i])
+			}
+			signaled--
+		}
+		return nil
+	}
+	active := stamps != nil
+	start := time.Now()
+	for k := 1; k <= iters; k++ {
+		if active {
+			stamps[k-1] = int64(time.Since(start))
+		} else if err := wait(k); err != nil {
+			return err
+		}
+		buf[sendLast] = byte(k)
+		wr := &wrs[0]
+		wr.ID = uint64(k)
+		wr.Flags = flags
+		if k%c.CQMod == 0 || k == iters {
+			wr.Flags |= vrdma.SendSignaled
+		}
+		for {
+			err := s.QP.PostSend(wrs)
+			if err == nil {
+				break
+			}
+			var pe *vrdma.PostError
+			if !errors.As(err, &pe) || !errors.Is(pe.Err, vrdma.ErrQueueFull) {
+				return err
+			}
+			if err := sp.spin(); err != nil {
+				return err
+			}
+		}
+		if wr.Flags&vrdma.SendSignaled != 0 {
+			signaled++
+		}
+		if err := poll(); err != nil {
+			return err
+		}
+		if active {
+			if err := wait(k); err != nil {
+				return err
+			}
+		}
+	}
+	if active {
+		stamps[iters] = int64(time.Since(start))
+	}
+	// Drain our signaled completions so the CQ is empty for the next run.
+	for signaled > 0 {
+		if err := poll(); err != nil {
+			return err
+		}
+		if signaled > 0 {
+			if err := sp.spin(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// latencyStats returns perftest's latency columns of samples (µs): min,
+// max, typical (median), average, standard deviation, 99th and 99.9th
+// percentiles.
+func latencyStats(v []float64) (tmin, tmax, typical, avg, stdev, p99, p999 float64) {
+	if len(v) == 0 {
+		return
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	n := len(s)
+	var sum float64
+	for _, x := range s {
+		sum += x
+	}
+	avg = sum / float64(n)
+	var sq float64
+	for _, x := range s {
+		sq += (x - avg) * (x - avg)
+	}
+	stdev = math.Sqrt(sq / float64(n))
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p*float64(n))) - 1
+		return s[min(max(i, 0), n-1)]
+	}
+	return s[0], s[n-1], s[n/2], avg, stdev, pct(0.99), pct(0.999)
+}
