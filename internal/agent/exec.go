@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,9 +34,14 @@ import (
 // CPU (sched_yield) between polls up to asyncYields, then sleep on the
 // doorbell. On a machine with fewer cores than spinners, yielding is what
 // lets the workloads run.
+//
+// In doorbell mode the goroutine polls for doorbellPoll after its last
+// work before it sleeps: a burst of posts then costs one wake-up, not one
+// per post.
 const (
-	asyncSpins  = 2000
-	asyncYields = 20000
+	asyncSpins   = 2000
+	asyncYields  = 20000
+	doorbellPoll = 20 * time.Microsecond
 )
 
 // maxMessage is the largest message (max_msg_sz), 2 GiB as on RoCE HCAs.
@@ -56,53 +62,78 @@ func (q *qp) runSQ() {
 	}
 }
 
-// kicked is set when the QP's state changed and the goroutine must act.
+// hasWork reports whether the goroutine has something to do: it must stop,
+// or a queue holds entries that drain acts on in the QP's state. It
+// compares the workload's tails with the agent's own heads (the head words
+// in shared memory are the workload's to overwrite). A tail that drain
+// found invalid is not work until the workload changes it, and neither is
+// the send queue in SQD (the move to RTS rings the doorbell): otherwise
+// the goroutine would spin on them.
 func (q *qp) hasWork(tail uint32) bool {
 	if q.stop.Load() {
 		return true
 	}
-	if tail != q.sqHead {
+	s := q.State()
+	if tail != q.sqHead && s != abi.QPSSQD && !(q.sqBad && tail == q.sqBadTail) {
 		return true
 	}
-	s := q.State()
 	if s == abi.QPSErr || s == abi.QPSReset {
-		mem := q.ring.Bytes()
-		return abi.Word(mem, abi.OffRQTail).Load() != abi.Word(mem, abi.OffRQHead).Load()
+		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
+		q.rqMu.Lock()
+		idle := rt == q.rqHead || q.rqBad && rt == q.rqBadTail
+		q.rqMu.Unlock()
+		return !idle
 	}
 	return false
 }
 
 // waitWork returns when there may be work, false when the QP is stopping.
+// It polls first — briefly in doorbell mode, to catch back-to-back posts
+// without a wake-up; long in async mode (spin, then yield) — then sets
+// the doorbell flag, looks once more, and sleeps until rung.
 func (q *qp) waitWork() bool {
 	mem := q.ring.Bytes()
 	tailW := abi.Word(mem, abi.OffSQTail)
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
-	spins, yields := 0, 0
-	if q.vm.async {
-		spins, yields = asyncSpins, asyncSpins+asyncYields
-	}
-	for i := 0; ; i++ {
+	for {
 		if q.stop.Load() {
 			return false
 		}
-		if q.hasWork(tailW.Load()) {
-			return true
-		}
-		if i < spins {
-			continue
-		}
-		if i < yields {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			continue
+		if q.poll(tailW) {
+			return !q.stop.Load()
 		}
 		dbW.Store(1)
 		if q.hasWork(tailW.Load()) {
 			dbW.Store(0)
-			return true
+			continue
 		}
 		q.doorbell.Wait()
 		dbW.Store(0)
-		i = 0
+	}
+}
+
+// poll looks for work without sleeping, for the QP's polling budget, and
+// reports whether it found some.
+func (q *qp) poll(tailW *atomic.Uint32) bool {
+	if q.vm.async {
+		for i := 0; i < asyncSpins+asyncYields; i++ {
+			if q.hasWork(tailW.Load()) {
+				return true
+			}
+			if i >= asyncSpins {
+				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(doorbellPoll)
+	for i := 0; ; i++ {
+		if q.hasWork(tailW.Load()) {
+			return true
+		}
+		if i&63 == 63 && time.Now().After(deadline) {
+			return false
+		}
 	}
 }
 
@@ -115,13 +146,21 @@ func (q *qp) drain() {
 		tail := abi.Word(mem, abi.OffSQTail).Load()
 		n, ok := abi.Pending(tail, q.sqHead, size)
 		if !ok {
-			q.vm.a.log.Warn("send queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
-				"vm", q.vm.name, "qpn", q.qpn, "tail", tail, "head", q.sqHead, "size", size)
+			if !q.sqBad || tail != q.sqBadTail {
+				q.sqBad, q.sqBadTail = true, tail
+				q.vm.a.log.Warn("send queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
+					"vm", q.vm.name, "qpn", q.qpn, "tail", tail, "head", q.sqHead, "size", size)
+			}
+			// Skip the garbage: nothing queued can be trusted.
+			if s == abi.QPSReset {
+				q.dropRQ()
+				return
+			}
 			q.moveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
 			q.flushRQ()
-			// Skip the garbage: nothing queued can be trusted.
 			return
 		}
+		q.sqBad = false
 		switch s {
 		case abi.QPSReset:
 			q.sqHead = tail
@@ -162,12 +201,21 @@ func (q *qp) execOne(mem []byte, refuse bool) {
 	case st == abi.WCSuccess:
 		st, n = q.execute(w)
 	}
-	q.completeSend(w, st, n)
-	q.sqHead = abi.Next(q.sqHead, size)
-	abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+	if st == abi.WCWRFlushErr && q.State() == abi.QPSReset {
+		// The QP was reset while the WR waited (RNR, retries): RESET
+		// empties the queues without completions; drain drops the rest.
+		return
+	}
+	// An error moves the QP to ERR before its completion is visible: a
+	// workload that sees the error and queries the QP finds it in ERR.
 	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
 		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
 	}
+	// Free the slot before the completion is visible: a workload that
+	// sees the completion may post into the slot at once.
+	q.sqHead = abi.Next(q.sqHead, size)
+	abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+	q.completeSend(w, st, n)
 }
 
 func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
@@ -373,8 +421,8 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			sge := &rw.SGE[i]
 			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 			if !ok {
+				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)") // ERR first, as in execOne
 				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q)
-				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")
 				return outDone, abi.WCRemOpErr, 0, 0
 			}
 			p.rsegs[nr] = b
@@ -382,8 +430,8 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			room += uint64(sge.Length)
 		}
 		if room < total {
-			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q)
 			p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
+			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q)
 			return outDone, abi.WCRemInvReqErr, 0, 0
 		}
 		scatter(p.rsegs[:nr], segs)
@@ -488,8 +536,8 @@ func (p *qp) peekRecvLocked(from *qp) recvState {
 	off := p.layout.RQOffset + abi.Slot(p.rqHead, size)*p.layout.RQStride
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, from)
 		p.moveToErr("receive work request has too many SGEs")
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, from)
 		return recvBroken
 	}
 	return recvReady
@@ -502,9 +550,9 @@ func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}
-	p.recvCQ.push(&e, &from.stop, &p.destroyed)
-	p.rqHead = abi.Next(p.rqHead, p.layout.RQEntries)
+	p.rqHead = abi.Next(p.rqHead, p.layout.RQEntries) // free the slot first, as in execOne
 	abi.Word(p.ring.Bytes(), abi.OffRQHead).Store(p.rqHead)
+	p.recvCQ.push(&e, &from.stop, &p.destroyed)
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR.
@@ -517,11 +565,11 @@ func (q *qp) flushSQ(tail uint32) {
 		w := &q.wqe
 		abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 		q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: abi.WCWRFlushErr}
-		if !q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed) {
-			return
-		}
+		// A broken CQ drops the completion; the WQE is consumed all the
+		// same, or the goroutine would come back to it forever.
 		q.sqHead = abi.Next(q.sqHead, size)
 		abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+		q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 	}
 }
 
@@ -533,17 +581,17 @@ func (q *qp) flushRQ() {
 	size := q.layout.RQEntries
 	tail := abi.Word(mem, abi.OffRQTail).Load()
 	if _, ok := abi.Pending(tail, q.rqHead, size); !ok {
+		q.rqBad, q.rqBadTail = true, tail // see hasWork
 		return
 	}
+	q.rqBad = false
 	for q.rqHead != tail && !q.stop.Load() {
 		off := q.layout.RQOffset + abi.Slot(q.rqHead, size)*q.layout.RQStride
 		copy(q.rqSlot, mem[off:off+q.layout.RQStride])
 		e := abi.CQE{WRID: binary.LittleEndian.Uint64(q.rqSlot), QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
-		if !q.recvCQ.push(&e, &q.stop, &q.destroyed) {
-			return
-		}
 		q.rqHead = abi.Next(q.rqHead, size)
 		abi.Word(mem, abi.OffRQHead).Store(q.rqHead)
+		q.recvCQ.push(&e, &q.stop, &q.destroyed) // as in flushSQ
 	}
 }
 
@@ -553,7 +601,8 @@ func (q *qp) dropRQ() {
 	defer q.rqMu.Unlock()
 	mem := q.ring.Bytes()
 	tail := abi.Word(mem, abi.OffRQTail).Load()
-	if abi.ValidIndex(tail, q.layout.RQEntries) {
+	q.rqBad, q.rqBadTail = !abi.ValidIndex(tail, q.layout.RQEntries), tail // see hasWork
+	if !q.rqBad {
 		q.rqHead = tail
 		abi.Word(mem, abi.OffRQHead).Store(tail)
 	}

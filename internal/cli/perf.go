@@ -40,7 +40,7 @@ const perfInline = 220
 func (a *app) perfCommand() *cobra.Command {
 	var o perfOptions
 	cmd := &cobra.Command{
-		Use:   "perf write_bw|read_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH] [--async] [--out_json] [--out_json_file FILE]",
+		Use:   "perf write_bw|read_bw|send_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH] [--async] [--out_json] [--out_json_file FILE]",
 		Short: "Measure bandwidth or latency between two VMs, like perftest",
 		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
 write_bw and read_bw (RDMA WRITE / READ bandwidth, up to -t work requests
@@ -70,7 +70,7 @@ header as test_info; with -a the per-size results are in "results".`,
 			o.test = t
 			return nil
 		},
-		ValidArgs: []string{string(perf.WriteBW), string(perf.ReadBW), string(perf.WriteLat)},
+		ValidArgs: []string{string(perf.WriteBW), string(perf.ReadBW), string(perf.SendBW), string(perf.WriteLat)},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.outJSON = o.outJSON || a.json()
 			return a.perf(cmd.Context(), o)

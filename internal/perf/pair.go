@@ -123,15 +123,20 @@ func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, err
 	if s.MR, err = s.PD.RegMR(ctx, buf, vrdma.AccessAll); err != nil {
 		return s, err
 	}
-	// Room for every signaled send plus the receives CheckOpcodes posts.
-	if s.CQ, err = ad.CreateCQ(ctx, cfg.TxDepth+64); err != nil {
+	// The receive queue is 4× the send depth, perftest's rx_depth of 512
+	// for the default 128: send_bw's receiver reposts in bursts, and a
+	// sender that finds the queue empty waits an RNR timer (0.64 ms).
+	rq := min(4*cfg.TxDepth, vrdma.MaxQPWR)
+	// Room for every signaled send, plus a full receive queue (send_bw),
+	// plus the receives CheckOpcodes posts.
+	if s.CQ, err = ad.CreateCQ(ctx, cfg.TxDepth+rq+64); err != nil {
 		return s, err
 	}
 	// Twice the depth: a completion can be seen a moment before the agent
 	// frees its send-queue slot.
 	sq := min(2*cfg.TxDepth, vrdma.MaxQPWR)
 	s.QP, err = s.PD.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: s.CQ, RecvCQ: s.CQ,
-		Caps: vrdma.QPCaps{MaxSendWR: uint32(sq), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(cfg.MaxInline)}})
+		Caps: vrdma.QPCaps{MaxSendWR: uint32(sq), MaxRecvWR: uint32(rq), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(cfg.MaxInline)}})
 	return s, err
 }
 

@@ -24,10 +24,11 @@ const (
 	WriteBW  Test = "write_bw"
 	ReadBW   Test = "read_bw"
 	WriteLat Test = "write_lat"
+	SendBW   Test = "send_bw"
 )
 
 // Tests lists the tests Run knows.
-var Tests = []Test{WriteBW, ReadBW, WriteLat}
+var Tests = []Test{WriteBW, ReadBW, WriteLat, SendBW}
 
 // ParseTest returns the test called s.
 func ParseTest(s string) (Test, error) {
@@ -36,7 +37,7 @@ func ParseTest(s string) (Test, error) {
 			return t, nil
 		}
 	}
-	return "", fmt.Errorf("unknown test %q: want one of write_bw, read_bw, write_lat", s)
+	return "", fmt.Errorf("unknown test %q: want one of write_bw, read_bw, write_lat, send_bw", s)
 }
 
 // Title returns perftest's title line: "RDMA_Write BW Test".
@@ -48,6 +49,8 @@ func (t Test) Title() string {
 		return "RDMA_Read BW Test"
 	case WriteLat:
 		return "RDMA_Write Latency Test"
+	case SendBW:
+		return "Send BW Test"
 	}
 	return string(t)
 }
@@ -153,6 +156,8 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
 	case WriteLat:
 		r, err = p.runWriteLat(ctx, c)
+	case SendBW:
+		r, err = p.runSendBW(ctx, c)
 	}
 	r.Test, r.MsgSize, r.Path = c.Test, c.Size, p.Path()
 	return r, err
@@ -276,6 +281,72 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 	}
 	if peak {
 		r.BWPeak = peakBW(tposted, tcompleted, c.Size, c.CQMod)
+	}
+	return r, nil
+}
+
+// runSendBW is perftest's send_bw: B keeps its receive queue full and
+// reposts a receive for each one consumed, while A runs the BW loop with
+// SENDs. A waits for B to have counted every message.
+func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
+	b := p.B
+	depth := min(int(b.QP.Caps().MaxRecvWR), c.Iters)
+	rwrs := make([]vrdma.RecvWR, depth)
+	for i := range rwrs {
+		rwrs[i] = vrdma.RecvWR{ID: uint64(i), SGL: []vrdma.SGE{b.MR.SGE(0, c.Size)}}
+	}
+	// Post exactly Iters receives in all, so none is left for a later run.
+	postedRecv := depth
+	if err := b.QP.PostRecv(rwrs); err != nil {
+		return Result{}, fmt.Errorf("perf: send_bw: post receives on %s: %w", b.Name(), err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	received := make(chan error, 1)
+	go func() {
+		wc := make([]vrdma.WorkCompletion, 64)
+		sp := spinner{ctx: ctx, qp: b.QP}
+		for got := 0; got < c.Iters; {
+			n, err := b.CQ.Poll(wc)
+			if err != nil {
+				received <- err
+				return
+			}
+			if n == 0 {
+				if err := sp.spin(); err != nil {
+					received <- fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, c.Iters, err)
+					return
+				}
+				continue
+			}
+			sp.reset()
+			for i := range n {
+				if wc[i].Status != vrdma.WCSuccess {
+					received <- completionError(&wc[i])
+					return
+				}
+			}
+			got += n
+			// Repost as many receives as were consumed, but never more
+			// than the messages still to come need.
+			if k := min(n, c.Iters-postedRecv); k > 0 {
+				if err := b.QP.PostRecv(rwrs[:k]); err != nil {
+					received <- err
+					return
+				}
+				postedRecv += k
+			}
+		}
+		received <- nil
+	}()
+	r, err := p.runBW(ctx, c, vrdma.OpSend)
+	if err != nil {
+		cancel()
+		<-received
+		return r, err
+	}
+	if err := <-received; err != nil {
+		return Result{}, fmt.Errorf("perf: send_bw: %w", err)
 	}
 	return r, nil
 }
