@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -141,9 +142,10 @@ func (q *QP) Query(ctx context.Context) (QPInfo, error) {
 	return QPInfo{QPN: r.QPN, Attr: r.Attr, Caps: r.Caps, Path: r.Path}, nil
 }
 
-// Destroy destroys the QP (ibv_destroy_qp).
+// Destroy destroys the QP (ibv_destroy_qp). Once the agent is gone the QP
+// is gone with it: Destroy then only releases what this process holds.
 func (q *QP) Destroy(ctx context.Context) error {
-	if _, err := q.vm.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: q.handle}, nil); err != nil {
+	if _, err := q.vm.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: q.handle}, nil); err != nil && !errors.Is(err, ErrAgentGone) {
 		return err
 	}
 	q.ring.Unmap()

@@ -55,7 +55,8 @@ RETRIES=${PEERS_RETRIES:-2}        # extra attempts for a test disturbed by othe
 DISTURB_PCT=${PEERS_DISTURB_PCT:-10} # foreign CPU (% of one core, averaged over the test) that counts as disturbed
 QUIET_PCT=10                       # before each attempt, wait for a 0.2 s window below this ...
 QUIET_MAX_S=5                      # ... for at most this long
-DEADLINE_S=${PEERS_DEADLINE_S:-100} # after this many seconds: no more retries or quiet-waiting
+DEADLINE_S=${PEERS_DEADLINE_S:-75} # after this many seconds: no more retries or quiet-waiting
+PROBE_NEAR_US=0.15                 # probe median below this = "near" vCPU placement
 
 LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/vrdma-peers.XXXXXX")
 SERVER_PIDS=()
@@ -84,7 +85,7 @@ trap 'exit 143' TERM
 # --- results bookkeeping ----------------------------------------------------
 declare -A FIG=()      # figure key -> number or "null"
 declare -A CMDS=()     # test id -> client command line of the kept attempt
-declare -A QUAL=()     # test id -> "foreign_cpu_pct attempts wall_s"
+declare -A QUAL=()     # test id -> "foreign_cpu_pct attempts wall_s placement probe_before probe_after"
 FIG_KEYS=()
 TEST_IDS=()
 ERRORS=()
@@ -96,7 +97,12 @@ R_CMD=""
 
 rkeys() { local k; R=(); R_KEYS=("$@"); for k in "$@"; do R[$k]=null; done; }
 is_num() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
-next_port() { PORT=$((PORT + 1)); }
+# next_port: advance PORT to the next port with no TCP/UDP socket bound to it, so a
+# stray listener (another run, another tool) can never answer our client.
+next_port() {
+    PORT=$((PORT + 1))
+    while ss -H -n -a -t -u "sport = :$PORT" 2>/dev/null | grep -q .; do PORT=$((PORT + 1)); done
+}
 fgt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
 # --- foreign-load accounting -------------------------------------------------
@@ -128,35 +134,72 @@ wait_quiet() {
     echo "peers.sh: box still busy (${pct}% of a core used by other processes); measuring anyway" >&2
 }
 
-# measure ID FUNC ARGS...: run a test, retrying (up to RETRIES more times) when
-# other processes used more than DISTURB_PCT% of a core during it. Keeps the
-# successful attempt with the least foreign load.
+# --- vCPU placement probe ----------------------------------------------------
+# On this VM the core-to-core latency between vCPU 0 and 1 is bimodal and flips
+# every few tens of seconds (hypervisor moving the vCPUs): the median one-way
+# UCX shm put latency is ~0.075 us ("near") or ~0.27 us ("far"), and every
+# shared-memory figure follows it. probe() measures it (~0.15 s) into PROBE_US.
+probe() {
+    local saved_err=$R_ERR log
+    PROBE_US=null
+    next_port
+    if start_server probe t "$PORT" env UCX_TLS=posix,self ucx_perftest -p "$PORT" -c "$SRV_CPU"; then
+        log="$LOGDIR/probe.$PORT.cli.log"
+        timeout -k 1 5 taskset -c "$CLI_CPU" env UCX_TLS=posix,self ucx_perftest "$HOST" -p "$PORT" \
+            -c "$CLI_CPU" -t ucp_put_lat -s 8 -n 20000 -w 2000 -f -v >"$log" 2>&1 || true
+        stop_server "$SRV_PID" 20
+        PROBE_US=$(awk -F, '
+            $1 == "iterations" { for (i = 1; i <= NF; i++) if ($i ~ /(percentile|typical)_lat$/) c = i; next }
+            c && $1 ~ /^ *[0-9]+ *$/ { m = $c } END { print (m == "" ? "null" : m) }' "$log")
+        is_num "$PROBE_US" || PROBE_US=null
+    fi
+    R_ERR=$saved_err
+}
+# placement BEFORE AFTER: near | far | mixed | unknown
+placement() {
+    local b=$1 a=$2
+    if [[ $b == null || $a == null ]]; then echo unknown
+    elif ! fgt "$b" "$PROBE_NEAR_US" && ! fgt "$a" "$PROBE_NEAR_US"; then echo near
+    elif fgt "$b" "$PROBE_NEAR_US" && fgt "$a" "$PROBE_NEAR_US"; then echo far
+    else echo mixed; fi
+}
+
+# measure ID FUNC ARGS...: run a test with a placement probe before and after,
+# retrying (up to RETRIES more times, while time is left) when other processes
+# used more than DISTURB_PCT% of a core during it or the placement changed
+# during it. Keeps the successful attempt with the lowest score (foreign CPU %,
+# +1000 if the placement changed).
 measure() {
-    local id=$1 try tries=0 ok a b pct wall best="" k last_err="no attempt ran"
+    local id=$1 try tries=0 ok a b pct wall best="" score k last_err="no attempt ran" p0 p1 pl
     shift
     TEST_IDS+=("$id")
     for ((try = 1; try <= 1 + RETRIES; try++)); do
         if ((try > 1 && $(date +%s) - START > DEADLINE_S)); then break; fi
         (($(date +%s) - START > DEADLINE_S)) || wait_quiet
         tries=$try
+        probe; p0=$PROBE_US
         R_ERR=""; R_CMD=""
         a=$(cpu_sample)
         if "$@"; then ok=1; else ok=0; fi
         b=$(cpu_sample)
+        probe; p1=$PROBE_US
+        pl=$(placement "$p0" "$p1")
         pct=$(foreign_pct "$a" "$b")
         wall=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.1f", (y[3] - x[3]) / 100 }')
         if ((try == 1)); then
             for k in "${R_KEYS[@]}"; do FIG_KEYS+=("$k"); FIG[$k]=null; done
         fi
         if ((ok)); then
-            if [[ -z $best ]] || fgt "$best" "$pct"; then
-                best=$pct
+            score=$pct
+            [[ $pl == mixed ]] && score=$(awk -v p="$pct" 'BEGIN { print p + 1000 }')
+            if [[ -z $best ]] || fgt "$best" "$score"; then
+                best=$score
                 for k in "${R_KEYS[@]}"; do FIG[$k]=${R[$k]}; done
                 CMDS[$id]=$R_CMD
-                QUAL[$id]="$pct $try $wall"
+                QUAL[$id]="$pct $try $wall $pl $p0 $p1"
             fi
-            fgt "$pct" "$DISTURB_PCT" || break
-            echo "peers.sh: $id attempt $try disturbed (${pct}% of a core used by other processes)" >&2
+            fgt "$score" "$DISTURB_PCT" || break
+            echo "peers.sh: $id attempt $try disturbed (${pct}% of a core used by other processes, placement $pl)" >&2
         else
             last_err=$R_ERR
             echo "peers.sh: $id attempt $try failed: $R_ERR (logs: $LOGDIR)" >&2
@@ -164,9 +207,10 @@ measure() {
     done
     if [[ -z $best ]]; then
         ERRORS+=("$id: $last_err")
-        QUAL[$id]="null $tries null"
+        QUAL[$id]="null $tries null unknown null null"
     else
-        QUAL[$id]="${QUAL[$id]% * *} $tries ${QUAL[$id]##* }"
+        read -r pct try wall pl p0 p1 <<<"${QUAL[$id]}"
+        QUAL[$id]="$pct $tries $wall $pl $p0 $p1"
         fgt "$best" "$DISTURB_PCT" && DISTURBED+=("$id")
     fi
     return 0
@@ -333,14 +377,15 @@ LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- human table ---------------------------------------------------------------
 f() { local v=${FIG[$1]:-null}; [[ $v == null ]] && echo "FAIL" || echo "$v"; }
-bg() { local q=${QUAL[$1]:-null}; q=${q%% *}; [[ $q == null ]] && echo "-" || echo "$q"; }
-FMT='%-16s %-12s %-7s %10s %10s %12s %6s\n'
-lat_row() { printf "$FMT" "$1" "$2" "$3" "$(f "$4_median_us")" "$(f "$4_avg_us")" "-" "$(bg "$4")"; }
-bw_row()  { printf "$FMT" "$1" "$2" "$3" "-" "-" "$(f "$4_MiBps")" "$(bg "$4")"; }
+bg() { local q; read -r q _ <<<"${QUAL[$1]:-null}"; [[ $q == null ]] && echo "-" || echo "$q"; }
+pl() { local q; read -r _ _ _ q _ <<<"${QUAL[$1]:-x x x unknown}"; echo "${q:-unknown}"; }
+FMT='%-16s %-12s %-7s %10s %10s %12s %6s  %s\n'
+lat_row() { printf "$FMT" "$1" "$2" "$3" "$(f "$4_median_us")" "$(f "$4_avg_us")" "-" "$(bg "$4")" "$(pl "$4")"; }
+bw_row()  { printf "$FMT" "$1" "$2" "$3" "-" "-" "$(f "$4_MiBps")" "$(bg "$4")" "$(pl "$4")"; }
 echo
 echo "vrdma peer baselines: loopback, server cpu $SRV_CPU, client cpu $CLI_CPU, ${ELAPSED}s, loadavg $LOAD_BEFORE -> $LOAD_AFTER"
-printf "$FMT" "path" "test" "size" "median_us" "avg_us" "MiB/s" "bg%"
-printf "$FMT" "----" "----" "----" "---------" "------" "-----" "---"
+printf "$FMT" "path" "test" "size" "median_us" "avg_us" "MiB/s" "bg%" "vcpus"
+printf "$FMT" "----" "----" "----" "---------" "------" "-----" "---" "-----"
 lat_row "ucx posix,self" ucp_put_lat "8 B"    ucx_shm_put_lat_8B
 lat_row "ucx posix,self" tag_lat     "8 B"    ucx_shm_tag_lat_8B
 bw_row  "ucx posix,self" ucp_put_bw  "4 KiB"  ucx_shm_put_bw_4KiB
@@ -358,6 +403,8 @@ echo "iperf3: $(f iperf3_tcp_Gbps) Gbit/s, ${FIG[iperf3_tcp_retransmits]:-?} ret
      "sockperf p99: udp $(f "sockperf_udp_pp_${SP}B_p99_us") us, tcp $(f "sockperf_tcp_pp_${SP}B_p99_us") us."
 echo "Latencies are one-way (RTT/2). MiB/s = 2^20 B/s (ucx_perftest prints it as 'MB/s')."
 echo "bg% = CPU used by other processes during the kept attempt, in % of one core (>${DISTURB_PCT} = disturbed)."
+echo "vcpus = vCPU placement from the probe before/after the test: near (shm put_lat median <= ${PROBE_NEAR_US} us)," \
+     "far, or mixed (changed during the test). Shared-memory figures depend on it; see bench/PEERS-NOTES.md."
 if ((${#DISTURBED[@]})); then echo "DISTURBED (all attempts had foreign load): ${DISTURBED[*]}"; fi
 if ((${#ERRORS[@]})); then printf 'FAILED: %s\n' "${ERRORS[@]}"; fi
 
@@ -366,11 +413,13 @@ if [[ -n $JSON_OUT ]]; then
     ver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo unknown; }
     {
         for k in "${FIG_KEYS[@]}"; do printf 'F\t%s\t%s\n' "$k" "${FIG[$k]}"; done
-        for k in "${!CMDS[@]}"; do printf 'C\t%s\t%s\n' "$k" "${CMDS[$k]}"; done
+        for k in "${TEST_IDS[@]}"; do
+            if [[ -n ${CMDS[$k]:-} ]]; then printf 'C\t%s\t%s\n' "$k" "${CMDS[$k]}"; fi
+        done
         for e in "${ERRORS[@]}"; do printf 'E\t%s\t\n' "$e"; done
         for k in "${TEST_IDS[@]}"; do
-            read -r q1 q2 q3 <<<"${QUAL[$k]:-null 0 null}"
-            printf 'Q\t%s\t%s\t%s\t%s\n' "$k" "$q1" "$q2" "$q3"
+            read -r q1 q2 q3 q4 q5 q6 <<<"${QUAL[$k]:-null 0 null unknown null null}"
+            printf 'Q\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$q1" "$q2" "$q3" "$q4" "$q5" "$q6"
         done
     } | jq -R -s \
         --arg date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
@@ -379,7 +428,7 @@ if [[ -n $JSON_OUT ]]; then
         --arg kernel "$(uname -r)" \
         --arg ucx "$(ver ucx-utils)" --arg sockperf "$(ver sockperf)" --arg iperf3 "$(ver iperf3)" \
         --arg srv "$SRV_CPU" --arg cli "$CLI_CPU" --arg elapsed "$ELAPSED" \
-        --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" --arg spmsg "$SOCKPERF_MSG" --arg disturb "$DISTURB_PCT" '
+        --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" --arg spmsg "$SOCKPERF_MSG" --arg disturb "$DISTURB_PCT" --arg near "$PROBE_NEAR_US" '
         [split("\n")[] | select(length > 0) | split("\t")] as $rows
         | {
             schema: "vrdma-peers/1",
@@ -390,6 +439,7 @@ if [[ -n $JSON_OUT ]]; then
                 elapsed_s: ($elapsed | tonumber), loadavg_before: $lb, loadavg_after: $la,
                 sockperf_msg_bytes: ($spmsg | tonumber),
                 disturb_threshold_pct_of_core: ($disturb | tonumber),
+                probe_near_threshold_us: ($near | tonumber),
                 units: {
                     _us: "microseconds, one-way (RTT/2) for UCX and sockperf",
                     _MiBps: "2^20 bytes/s (ucx_perftest prints this as MB/s)",
@@ -405,10 +455,16 @@ if [[ -n $JSON_OUT ]]; then
                             foreign_cpu_pct_of_core: (if .[2] == "null" then null else (.[2] | tonumber) end),
                             attempts: (.[3] | tonumber),
                             wall_s: (if .[4] == "null" then null else (.[4] | tonumber) end),
-                            disturbed: (if .[2] == "null" then null else ((.[2] | tonumber) > ($disturb | tonumber)) end)}}]
+                            disturbed: (if .[2] == "null" then null
+                                        else ((.[2] | tonumber) > ($disturb | tonumber)) or .[5] == "mixed" end),
+                            vcpu_placement: .[5],
+                            probe_before_us: (if .[6] == "null" then null else (.[6] | tonumber) end),
+                            probe_after_us: (if .[7] == "null" then null else (.[7] | tonumber) end)}}]
                       | from_entries),
             errors: [$rows[] | select(.[0] == "E") | .[1]]
-          }' >"$JSON_OUT"
+          }
+        | .placement = (.quality | to_entries | group_by(.value.vcpu_placement)
+                        | map({key: .[0].value.vcpu_placement, value: map(.key)}) | from_entries)' >"$JSON_OUT"
     echo "wrote $JSON_OUT"
 fi
 

@@ -68,6 +68,9 @@ var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "
 	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
 	"undefine-vm", "list-vms"}
 
+// Known reports whether o is an op of this ABI version.
+func (o Op) Known() bool { return o > 0 && o < opMax }
+
 func (o Op) String() string {
 	if o > 0 && o < opMax {
 		return opNames[o]
@@ -109,10 +112,10 @@ func AppendMessage(dst []byte, h Header, body any) ([]byte, error) {
 func ParseMessage(msg []byte) (Header, []byte, error) {
 	var h Header
 	if len(msg) < CmdHeaderSize {
-		return h, nil, fmt.Errorf("message of %d bytes is shorter than the %d-byte header", len(msg), CmdHeaderSize)
+		return h, nil, Errorf(CodeInvalid, "header", "message of %d bytes is shorter than the %d-byte header", len(msg), CmdHeaderSize)
 	}
 	if msg[0] != 'V' || msg[1] != 'R' {
-		return h, nil, errors.New("message does not start with the \"VR\" magic: not a vrdma client")
+		return h, nil, Errorf(CodeInvalid, "magic", "message does not start with the \"VR\" magic: not a vrdma client")
 	}
 	h.Version = msg[2]
 	h.Flags = msg[3]
@@ -120,13 +123,13 @@ func ParseMessage(msg []byte) (Header, []byte, error) {
 	h.Seq = binary.LittleEndian.Uint32(msg[8:])
 	h.Len = binary.LittleEndian.Uint32(msg[12:])
 	if h.Version != Version {
-		return h, nil, fmt.Errorf("ABI version %d, but this side speaks %d: use a library and agent of the same release", h.Version, Version)
+		return h, nil, Errorf(CodeInvalid, "version", "ABI version %d, but this side speaks %d: use a library and agent of the same release", h.Version, Version)
 	}
 	if h.Op == 0 || h.Op >= opMax {
-		return h, nil, fmt.Errorf("unknown op %d", uint16(h.Op))
+		return h, nil, Errorf(CodeInvalid, "op", "unknown op %d", uint16(h.Op))
 	}
 	if uint64(h.Len) != uint64(len(msg)-CmdHeaderSize) {
-		return h, nil, fmt.Errorf("header says %d body bytes, message has %d", h.Len, len(msg)-CmdHeaderSize)
+		return h, nil, Errorf(CodeInvalid, "len", "header says %d body bytes, message has %d", h.Len, len(msg)-CmdHeaderSize)
 	}
 	return h, msg[CmdHeaderSize:], nil
 }
@@ -181,11 +184,17 @@ func DecodeRequest(msg []byte) (Header, any, error) {
 		return h, nil, err
 	}
 	if h.Flags&FlagResponse != 0 {
-		return h, nil, fmt.Errorf("%s: a response where a request was expected", h.Op)
+		return h, nil, fmt.Errorf("%s: %w", h.Op, Errorf(CodeInvalid, "flags", "a response where a request was expected"))
 	}
 	req := NewRequest(h.Op)
 	if err := json.Unmarshal(body, req); err != nil {
-		return h, nil, fmt.Errorf("%s: decode body: %w", h.Op, err)
+		// Name the field at fault when the decoder knows it.
+		field := "body"
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			field = te.Field
+		}
+		return h, nil, fmt.Errorf("%s: %w", h.Op, Errorf(CodeInvalid, field, "decode body: %v", err))
 	}
 	if v, ok := req.(Validator); ok {
 		if err := v.Validate(); err != nil {

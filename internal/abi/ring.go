@@ -144,7 +144,7 @@ func (l QPLayout) Check(fileSize int64) error {
 	ok := l.SQEntries > 0 && l.SQEntries <= MaxQPWR && l.SQEntries&(l.SQEntries-1) == 0 &&
 		l.RQEntries > 0 && l.RQEntries <= MaxQPWR && l.RQEntries&(l.RQEntries-1) == 0 &&
 		l.SQStride >= SendHdr+SGESize && l.SQStride <= 4096 && l.RQStride >= RecvHdr+SGESize && l.RQStride <= 4096 &&
-		l.SQOffset >= HeaderSize && l.RQOffset >= l.SQOffset+l.SQEntries*l.SQStride &&
+		l.SQOffset >= HeaderSize && uint64(l.RQOffset) >= uint64(l.SQOffset)+uint64(l.SQEntries)*uint64(l.SQStride) &&
 		uint64(l.RQOffset)+uint64(l.RQEntries)*uint64(l.RQStride) <= uint64(l.Size) &&
 		int64(l.Size) <= fileSize
 	if !ok {
@@ -269,7 +269,7 @@ func DecodeSend(slot []byte, w *SendWQE, maxSGE, maxInline uint32) WCStatus {
 		return WCLocQPOpErr
 	}
 	if w.Flags&SendInline != 0 {
-		if w.InlineLen > maxInline || int(SendHdr+w.InlineLen) > len(slot) {
+		if w.InlineLen > maxInline || uint64(SendHdr)+uint64(w.InlineLen) > uint64(len(slot)) {
 			return WCLocLenErr
 		}
 		if w.Opcode == OpRDMARead || w.Opcode.IsAtomic() {
@@ -278,7 +278,7 @@ func DecodeSend(slot []byte, w *SendWQE, maxSGE, maxInline uint32) WCStatus {
 		w.NumSGE = 0
 		return WCSuccess
 	}
-	if uint32(w.NumSGE) > maxSGE || int(SendHdr+uint32(w.NumSGE)*SGESize) > len(slot) {
+	if uint32(w.NumSGE) > min(maxSGE, MaxSGE) || int(SendHdr+uint32(w.NumSGE)*SGESize) > len(slot) {
 		return WCLocLenErr
 	}
 	for i := 0; i < int(w.NumSGE); i++ {
@@ -318,7 +318,7 @@ func DecodeRecv(slot []byte, w *RecvWQE, maxSGE uint32) WCStatus {
 	}
 	w.WRID = le.Uint64(slot[0:])
 	w.NumSGE = slot[8]
-	if uint32(w.NumSGE) > maxSGE || int(RecvHdr+uint32(w.NumSGE)*SGESize) > len(slot) {
+	if uint32(w.NumSGE) > min(maxSGE, MaxSGE) || int(RecvHdr+uint32(w.NumSGE)*SGESize) > len(slot) {
 		return WCLocLenErr
 	}
 	for i := 0; i < int(w.NumSGE); i++ {

@@ -100,8 +100,13 @@ func New(cfg Config) (*Agent, error) {
 		}
 		cfg.Host = h
 	}
-	if cfg.Limits == (Limits{}) {
-		cfg.Limits = DefaultLimits
+	// A limit left at zero takes its default (a zero limit would refuse
+	// every object of its kind).
+	for _, l := range []struct{ v, def *int }{{&cfg.Limits.MaxPD, &DefaultLimits.MaxPD}, {&cfg.Limits.MaxMR, &DefaultLimits.MaxMR},
+		{&cfg.Limits.MaxCQ, &DefaultLimits.MaxCQ}, {&cfg.Limits.MaxQP, &DefaultLimits.MaxQP}, {&cfg.Limits.MaxListeners, &DefaultLimits.MaxListeners}} {
+		if *l.v <= 0 {
+			*l.v = *l.def
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -209,7 +209,7 @@ func (s *session) rejectRequest(r *abi.RejectRequest) error {
 func (s *session) acceptRequest(r *abi.AcceptRequest) (abi.ConnectReply, error) {
 	q, err := s.vm.qpByHandle(r.QP)
 	if err != nil {
-		return abi.ConnectReply{}, err
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
 	}
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: accept with a QP in RESET or INIT", q.qpn, st)
@@ -302,7 +302,7 @@ func (a *Agent) resolveRemote(remote string) (*adapter, error) {
 func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	q, err := s.vm.qpByHandle(c.QP)
 	if err != nil {
-		return abi.ConnectReply{}, err
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", c.QP)
 	}
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.qpn, st)

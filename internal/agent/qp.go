@@ -37,12 +37,14 @@ type qp struct {
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
-	rqMu     sync.Mutex
-	rqHead   uint32             // +checklocks:rqMu
-	rqSlot   []byte             // private copy of one RQ slot; +checklocks:rqMu
-	rwqe     abi.RecvWQE        // +checklocks:rqMu
-	rsegs    [abi.MaxSGE][]byte // +checklocks:rqMu
-	rqBroken bool               // +checklocks:rqMu
+	rqMu      sync.Mutex
+	rqHead    uint32             // +checklocks:rqMu
+	rqSlot    []byte             // private copy of one RQ slot; +checklocks:rqMu
+	rwqe      abi.RecvWQE        // +checklocks:rqMu
+	rsegs     [abi.MaxSGE][]byte // +checklocks:rqMu
+	rqBroken  bool               // +checklocks:rqMu
+	rqBad     bool               // RQ tail rqBadTail was found invalid in ERR or RESET (see hasWork); +checklocks:rqMu
+	rqBadTail uint32             // +checklocks:rqMu
 
 	// Send side: owned by runSQ.
 	sqHead uint32
@@ -50,6 +52,10 @@ type qp struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
+	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
+	// the workload changes it (see hasWork).
+	sqBad     bool
+	sqBadTail uint32
 
 	stop      atomic.Bool
 	destroyed atomic.Bool
@@ -151,7 +157,9 @@ func (v *vm) destroyQP(q *qp) {
 	v.objMu.Unlock()
 
 	v.memMu.Lock() // peers' senders may be reading our receive ring
+	q.mu.Lock()    // setStateLocked (connection setup, peers' errors) may be writing the state word
 	q.release()
+	q.mu.Unlock()
 	v.memMu.Unlock()
 }
 
@@ -192,11 +200,39 @@ var (
 		{abi.MaskMaxRdAtomic, "max_rd_atomic (IBV_QP_MAX_QP_RD_ATOMIC)"}}
 )
 
+// knownAttrs are the attribute mask bits vrdma knows; others are ignored.
+const knownAttrs = abi.MaskState | abi.MaskAccessFlags | abi.MaskPort | abi.MaskAV | abi.MaskPathMTU | abi.MaskTimeout |
+	abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskRQPSN | abi.MaskMaxRdAtomic | abi.MaskMinRNRTimer | abi.MaskSQPSN |
+	abi.MaskMaxDestRdAtomic | abi.MaskDestQPN
+
+// optionalAttrs are the attributes a transition accepts besides its
+// required ones: the RC column of IBTA 10.3.1 (the kernel's
+// qp_state_table). Transitions to RESET and ERR take none. SQD→SQD does not
+// take a new address or port: vrdma does not move a connected QP.
+func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
+	switch {
+	case cur == abi.QPSInit && next == abi.QPSInit:
+		return abi.MaskPort | abi.MaskAccessFlags
+	case cur == abi.QPSInit && next == abi.QPSRTR, cur == abi.QPSSQE && next == abi.QPSRTS:
+		return abi.MaskAccessFlags
+	case cur == abi.QPSRTR && next == abi.QPSRTS, cur == abi.QPSRTS && next == abi.QPSRTS, cur == abi.QPSSQD && next == abi.QPSRTS:
+		return abi.MaskAccessFlags | abi.MaskMinRNRTimer
+	case cur == abi.QPSSQD && next == abi.QPSSQD:
+		return abi.MaskAccessFlags | abi.MaskMinRNRTimer | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry |
+			abi.MaskMaxRdAtomic | abi.MaskMaxDestRdAtomic
+	}
+	return 0
+}
+
 // modify applies a ModifyQP. Transitions follow the IBTA state machine;
 // attributes a transition requires must be present.
 func (q *qp) modify(m *abi.ModifyQP) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.destroyed.Load() {
+		// Connection setup may reach a QP its owner destroyed meanwhile.
+		return abi.Errorf(abi.CodeNotFound, "qp", "QP 0x%x was destroyed", q.qpn)
+	}
 	cur := abi.QPState(q.state.Load())
 	next := cur
 	if m.Mask&abi.MaskState != 0 {
@@ -214,10 +250,16 @@ func (q *qp) modify(m *abi.ModifyQP) error {
 	case cur == abi.QPSRTR && next == abi.QPSRTS:
 		need = reqRTS
 	}
+	allowed := abi.MaskState | optionalAttrs(cur, next)
 	for _, r := range need {
 		if m.Mask&r.mask == 0 {
 			return abi.Errorf(abi.CodeInvalid, "mask", "QP 0x%x: %s → %s needs %s", q.qpn, cur, next, r.name)
 		}
+		allowed |= r.mask
+	}
+	if extra := m.Mask & knownAttrs &^ allowed; extra != 0 {
+		return abi.Errorf(abi.CodeInvalid, "mask", "QP 0x%x: %s → %s does not take the attributes of mask 0x%x (IBTA 10.3.1; ibv_modify_qp fails with EINVAL)",
+			q.qpn, cur, next, uint32(extra))
 	}
 	if cur == abi.QPSInit && next == abi.QPSRTR {
 		if err := q.bindRemoteLocked(m.Attr.DGID, m.Attr.DestQPN); err != nil {
@@ -276,14 +318,16 @@ func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 func (q *qp) setStateLocked(s abi.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
-	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
-	switch s {
-	case abi.QPSReset:
+	if s == abi.QPSReset {
 		q.peer, q.remoteQPN, q.remoteGID, q.path, q.errReason = nil, 0, abi.GID{}, abi.PathInfo{}, ""
-		q.doorbell.Ring() // the goroutine drops what the queues hold
-	case abi.QPSErr:
-		q.doorbell.Ring()
 	}
+	if q.destroyed.Load() {
+		return // destroyQP unmaps the rings under q.mu once destroyed is set
+	}
+	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
+	// Wake the goroutine: in RESET it drops what the queues hold, in ERR it
+	// flushes them, in RTS it resumes a send queue that SQD held.
+	q.doorbell.Ring()
 }
 
 // moveToErr moves the QP to ERR (from any state but RESET), recording why.
@@ -340,12 +384,25 @@ func (q *qp) query() abi.QueryQPReply {
 
 func (q *qp) statusReport() abi.QPStatus {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.path}
-	if q.peer != nil {
-		st.Peer = q.peer.vm.name + "/" + q.peer.ad.name
-	} else if !q.remoteGID.IsZero() {
-		st.Peer = q.remoteGID.String()
+	peer, gid := q.peer, q.remoteGID
+	q.mu.Unlock()
+	switch {
+	case peer != nil:
+		st.Peer = peer.vm.name + "/" + peer.ad.name
+	case !gid.IsZero():
+		// The peer is resolved on first use; until then name it by the
+		// adapter its GID belongs to, if that is on this host. a.mu is
+		// taken after q.mu is released (teardown takes them the other way).
+		a := q.vm.a
+		a.mu.Lock()
+		ad := a.findAdapterByGIDLocked(gid)
+		a.mu.Unlock()
+		if ad != nil {
+			st.Peer = ad.vm.name + "/" + ad.name
+		} else {
+			st.Peer = gid.String()
+		}
 	}
 	return st
 }

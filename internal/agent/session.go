@@ -26,9 +26,10 @@ type session struct {
 	pid  int32
 	uid  uint32
 
-	ctx    context.Context // ends with the connection; cancels blocking ops
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // blocking ops
+	ctx      context.Context // ends with the connection; cancels blocking ops
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // blocking ops
+	blocking chan struct{}  // one token per blocking op in flight
 
 	sendMu sync.Mutex
 	out    []byte // +checklocks:sendMu
@@ -40,7 +41,7 @@ type session struct {
 }
 
 func newSession(a *Agent, c *sys.PacketConn) *session {
-	s := &session{a: a, conn: c, listeners: map[uint32]*listener{}}
+	s := &session{a: a, conn: c, listeners: map[uint32]*listener{}, blocking: make(chan struct{}, maxBlocking)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cred, err := c.PeerCred(); err == nil {
 		s.pid, s.uid = cred.Pid, cred.Uid
@@ -67,16 +68,32 @@ func (s *session) serve() {
 		if err != nil {
 			if h.Op == 0 || h.Version != abi.Version {
 				s.a.log.Warn("closing session: undecodable message", "pid", s.pid, "err", err)
-				s.replyErr(h, abi.Errorf(abi.CodeInvalid, "", "%v", err))
+				s.replyErr(h, decodeError(h, err))
 				return
 			}
-			s.replyErr(h, abi.Errorf(abi.CodeInvalid, fieldOf(err), "%v", err))
+			s.replyErr(h, decodeError(h, err))
 			continue
 		}
 		if h.Op == abi.OpConnect || h.Op == abi.OpGetRequest {
+			// Blocking commands run in their own goroutine. They need an
+			// attached VM; checking that here, before the goroutine
+			// starts, means s.vm is never written while one runs. Their
+			// number is bounded so that a client cannot pile up
+			// goroutines.
+			if s.vm == nil {
+				s.replyErr(h, errNotAttached)
+				continue
+			}
+			select {
+			case s.blocking <- struct{}{}:
+			default:
+				s.replyErr(h, abi.Errorf(abi.CodeLimit, "", "%d blocking commands (connect, get-request) already in flight on this session, the limit: wait for some to finish", maxBlocking))
+				continue
+			}
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
+				defer func() { <-s.blocking }()
 				s.dispatch(h, req)
 			}()
 			continue
@@ -85,13 +102,22 @@ func (s *session) serve() {
 	}
 }
 
-func fieldOf(err error) string {
+// decodeError turns a DecodeRequest error into the error reply, keeping
+// the field at fault.
+func decodeError(h abi.Header, err error) *abi.Error {
 	var e *abi.Error
-	if errors.As(err, &e) {
-		return e.Field
+	if !errors.As(err, &e) {
+		return abi.Errorf(abi.CodeInvalid, "", "%v", err)
 	}
-	return ""
+	msg := e.Message
+	if h.Op.Known() {
+		msg = h.Op.String() + ": " + msg
+	}
+	return &abi.Error{Code: e.Code, Field: e.Field, Message: msg}
 }
+
+// maxBlocking bounds the blocking commands in flight on one session.
+const maxBlocking = 256
 
 func (s *session) end() {
 	s.cancel()

@@ -257,16 +257,27 @@ func (v *vm) teardown() {
 			delete(a.listeners, k)
 		}
 	}
-	// Peers: QPs elsewhere whose remote end is one of ours.
-	var peers []*qp
+	// Peers: QPs elsewhere whose remote end is one of ours. remoteIsVM
+	// takes o.mu, which is taken before a.mu elsewhere (peerQP, modify):
+	// look only after a.mu is released.
+	var others []*qp
 	for _, o := range a.qps {
-		if o.vm != v && o.remoteIsVM(v) {
-			peers = append(peers, o)
+		if o.vm != v {
+			others = append(others, o)
 		}
 	}
 	a.mu.Unlock()
-	for _, o := range peers {
-		o.moveToErr("peer VM " + v.name + " went away")
+	for _, o := range others {
+		if !o.remoteIsVM(v) {
+			continue
+		}
+		// o's VM may be tearing down at the same time and unmapping o's
+		// rings: touch them only under its memMu, while o lives.
+		o.vm.memMu.RLock()
+		if !o.vm.dead && !o.destroyed.Load() {
+			o.moveToErr("peer VM " + v.name + " went away")
+		}
+		o.vm.memMu.RUnlock()
 	}
 	for _, q := range qps {
 		v.destroyQP(q)
@@ -291,4 +302,3 @@ func (v *vm) teardown() {
 	a.mu.Unlock()
 	a.log.Info("VM detached", "vm", v.name)
 }
-

@@ -18,8 +18,22 @@ type PacketConn struct {
 	oob []byte
 }
 
-// NewPacketConn wraps c, which must be a "unixpacket" connection.
+// sendBuffer is the send buffer a PacketConn asks for. A SOCK_SEQPACKET
+// message must fit the sender's buffer, whose default (net.core.wmem_default,
+// often 208 KiB) is smaller than the largest command message (1 MiB).
+const sendBuffer = 2 << 20
+
+// NewPacketConn wraps c, which must be a "unixpacket" connection. It raises
+// the socket's send buffer so that messages up to 1 MiB fit: beyond
+// net.core.wmem_max with CAP_NET_ADMIN, up to it otherwise.
 func NewPacketConn(c *net.UnixConn) *PacketConn {
+	if raw, err := c.SyscallConn(); err == nil {
+		raw.Control(func(fd uintptr) {
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, sendBuffer) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, sendBuffer)
+			}
+		})
+	}
 	return &PacketConn{c: c, oob: make([]byte, unix.CmsgSpace(4*MaxFDsPerMessage))}
 }
 

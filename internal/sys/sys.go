@@ -20,14 +20,23 @@ var PageSize = os.Getpagesize()
 
 // Memfd creates an anonymous shared-memory file of size bytes. The caller
 // owns the returned descriptor and must close it.
+//
+// The file's size is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): a
+// process it is shared with cannot truncate it, which would turn every
+// access to the pages beyond the new end into a SIGBUS that kills the
+// process mapping them (the agent).
 func Memfd(name string, size int64) (int, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return -1, fmt.Errorf("memfd_create %q: %w", name, err)
 	}
 	if err := unix.Ftruncate(fd, size); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("size memfd %q to %d bytes: %w", name, size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("seal the size of memfd %q: %w", name, err)
 	}
 	return fd, nil
 }

@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +28,29 @@ type Env struct {
 	StateDir string
 	Agent    *agent.Agent // nil for an agent process
 	Cmd      *exec.Cmd    // nil for an in-process agent
+
+	logs    *logs         // in-process agent
+	stderr  syncBuffer    // agent process
+	exited  chan struct{} // closed when the agent process has exited
+	waitErr error         // the process's exit, once exited is closed
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // +checklocks:mu
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // VMOptions shape a test VM.
@@ -56,16 +82,27 @@ func VMX(o VMOptions) string {
 	return s
 }
 
+// Options shape an in-process agent.
+type Options struct {
+	Limits agent.Limits // per-VM limits; a zero field takes agent.DefaultLimits
+}
+
 // Start runs an agent in this process with fresh state; it stops at the
-// end of the test.
-func Start(tb testing.TB) *Env {
+// end of the test. The test fails at its end if the agent logged an error
+// (a command handler or a QP goroutine panicked).
+func Start(tb testing.TB) *Env { return StartWith(tb, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, o Options) *Env {
 	tb.Helper()
 	dir := shortTempDir(tb)
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var inner slog.Handler = slog.NewTextHandler(io.Discard, nil)
 	if testing.Verbose() {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
 	}
-	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: "hostA", Logger: logger})
+	rec := &recorder{inner: inner, logs: new(logs)}
+	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: "hostA",
+		Logger: slog.New(rec), Limits: o.Limits})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -79,8 +116,193 @@ func Start(tb testing.TB) *Env {
 	tb.Cleanup(func() {
 		cancel()
 		wg.Wait()
+		if errs := rec.logs.get(slog.LevelError); len(errs) > 0 {
+			tb.Errorf("the agent logged %d errors (a bug):\n%s", len(errs), strings.Join(errs, "\n"))
+		}
 	})
-	return &Env{Socket: a.Socket(), StateDir: filepath.Join(dir, "state"), Agent: a}
+	return &Env{Socket: a.Socket(), StateDir: filepath.Join(dir, "state"), Agent: a, logs: rec.logs}
+}
+
+// Logs returns what the in-process agent logged at level or above, one
+// line per record: the message, then its attributes.
+func (e *Env) Logs(level slog.Level) []string {
+	if e.logs == nil {
+		return nil
+	}
+	return e.logs.get(level)
+}
+
+type logs struct {
+	mu  sync.Mutex
+	all []logLine // +checklocks:mu
+}
+
+type logLine struct {
+	level slog.Level
+	text  string
+}
+
+func (l *logs) get(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.all {
+		if r.level >= level {
+			out = append(out, r.text)
+		}
+	}
+	return out
+}
+
+// recorder is a slog.Handler that keeps every record and passes it on.
+type recorder struct {
+	inner slog.Handler
+	attrs []slog.Attr
+	logs  *logs
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *recorder) Handle(ctx context.Context, rec slog.Record) error {
+	var b strings.Builder
+	b.WriteString(rec.Message)
+	add := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range r.attrs {
+		add(a)
+	}
+	rec.Attrs(add)
+	r.logs.mu.Lock()
+	r.logs.all = append(r.logs.all, logLine{rec.Level, b.String()})
+	r.logs.mu.Unlock()
+	if r.inner.Enabled(ctx, rec.Level) {
+		return r.inner.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (r *recorder) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recorder{inner: r.inner.WithAttrs(as), attrs: append(append([]slog.Attr(nil), r.attrs...), as...), logs: r.logs}
+}
+
+func (r *recorder) WithGroup(name string) slog.Handler {
+	return &recorder{inner: r.inner.WithGroup(name), attrs: r.attrs, logs: r.logs}
+}
+
+// ProcessOptions shape an agent process.
+type ProcessOptions struct {
+	Limits agent.Limits // per-VM limits; a zero field takes the default
+}
+
+// StartProcess runs a real vrdmad process, built from this module (once
+// per test binary), with fresh state. It is killed at the end of the test
+// if it still runs; Kill kills it before.
+func StartProcess(tb testing.TB, o ProcessOptions) *Env {
+	tb.Helper()
+	bin := AgentBinary(tb)
+	dir := shortTempDir(tb)
+	e := &Env{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), exited: make(chan struct{})}
+	args := []string{"--socket", e.Socket, "--state-dir", e.StateDir, "--host", "hostA", "--log-level", "warn"}
+	for _, l := range []struct {
+		flag string
+		v    int
+	}{{"--max-qp", o.Limits.MaxQP}, {"--max-cq", o.Limits.MaxCQ}, {"--max-mr", o.Limits.MaxMR}, {"--max-pd", o.Limits.MaxPD}} {
+		if l.v > 0 {
+			args = append(args, l.flag, fmt.Sprint(l.v))
+		}
+	}
+	e.Cmd = exec.Command(bin, args...)
+	e.Cmd.Stderr = &e.stderr
+	if err := e.Cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", bin, err)
+	}
+	go func() {
+		e.waitErr = e.Cmd.Wait()
+		close(e.exited)
+	}()
+	tb.Cleanup(func() { e.Kill() })
+	// Wait until it answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(e.Socket))
+		cancel()
+		if err == nil {
+			a.Close()
+			return e
+		}
+		select {
+		case <-e.exited:
+			tb.Fatalf("vrdmad exited before serving: %v\n%s", e.waitErr, e.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("vrdmad does not answer on %s: %v\n%s", e.Socket, err, e.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill kills an agent process (SIGKILL) and waits for it to exit.
+func (e *Env) Kill() {
+	if e.Cmd == nil {
+		return
+	}
+	e.Cmd.Process.Kill()
+	<-e.exited
+}
+
+// Stderr returns what an agent process wrote to its standard error.
+func (e *Env) Stderr() string { return e.stderr.String() }
+
+var agentBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// AgentBinary returns the path of a vrdmad binary built from this module,
+// building it on first use. It lives next to the test binary (in the go
+// command's work directory, which go test removes) when it can, so that a
+// test run builds it once.
+func AgentBinary(tb testing.TB) string {
+	tb.Helper()
+	agentBin.once.Do(func() {
+		base := os.TempDir()
+		if exe, err := os.Executable(); err == nil {
+			base = filepath.Dir(exe)
+		}
+		dir, err := os.MkdirTemp(base, "vrdmad-")
+		if err != nil {
+			dir, err = os.MkdirTemp("", "vrdmad-")
+		}
+		if err != nil {
+			agentBin.err = err
+			return
+		}
+		goTool := "go"
+		if p, err := exec.LookPath("go"); err == nil {
+			goTool = p
+		} else if r := os.Getenv("GOROOT"); r != "" {
+			goTool = filepath.Join(r, "bin", "go")
+		}
+		out := filepath.Join(dir, "vrdmad")
+		cmd := exec.Command(goTool, "build", "-o", out, "github.com/vrdma/vrdma/cmd/vrdmad")
+		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+			cmd.Dir = filepath.Dir(file) // inside the module
+		}
+		if b, err := cmd.CombinedOutput(); err != nil {
+			agentBin.err = fmt.Errorf("go build ./cmd/vrdmad: %v\n%s", err, b)
+			return
+		}
+		agentBin.path = out
+	})
+	if agentBin.err != nil {
+		tb.Fatal(agentBin.err)
+	}
+	return agentBin.path
 }
 
 // shortTempDir returns a temporary directory whose path fits a Unix
