@@ -1,0 +1,309 @@
+// Package member is a host's membership in the control plane and its
+// view of everyone else.
+//
+// Register puts the host's record in the store and proves the host alive
+// with a lease: the host's Alive record lives under the lease, the Member
+// keeps the lease alive, and when the lease expires (the agent died, or
+// could not reach etcd for a TTL) etcd deletes the record and every cache
+// shows the host down. A host that is down gets no new connections
+// (package pathsel); its established QPs fail only when their own transport
+// times out, never because of etcd.
+//
+// Cache is an agent's watch-driven copy of the inventory: hosts (with their
+// liveness), switches, port groups, VMs, adapters and the endpoint
+// directory. Lookups are served from memory; a lookup of something the
+// cache does not hold goes to etcd, bounded by a timeout, and fails with
+// store.ErrUnavailable when etcd cannot be reached. What is cached keeps
+// working while etcd is unreachable.
+//
+// PublishVM and RemoveVM write a VM, its adapters and their directory
+// entries in one transaction.
+package member
+
+// Goroutines. A Member owns one, keepalive: it waits for the lease's
+// session to end (the lease expired or was revoked, or etcd stayed out of
+// reach past the TTL) and claims the host again under a new lease, with
+// backoff, until Close. The session itself (concurrency.Session) runs the
+// etcd client's lease keep-alive loop; Close revokes it. Close stops
+// keepalive and waits for it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// ErrHostIDInUse: another live agent holds the host ID.
+var ErrHostIDInUse = errors.New("host ID in use")
+
+// Options configure Register.
+type Options struct {
+	// TTL is the lease's time to live: how long after its agent stops
+	// (or loses etcd) a host is shown down. Rounded up to whole seconds,
+	// at least 1 s; etcd raises it to its own minimum (1.5 election
+	// timeouts). Default 10 s.
+	TTL time.Duration
+	// TakeoverWait is how long Register waits for a previous lease of
+	// the same host ID to expire (an agent restarted right after a crash)
+	// before failing with ErrHostIDInUse. Default TTL + 2 s.
+	TakeoverWait time.Duration
+	// Logger; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Member is a registered host. It is safe for concurrent use.
+type Member struct {
+	st   *store.Store
+	id   string
+	ttl  int64 // seconds
+	opts Options
+	log  *slog.Logger
+
+	ctx    context.Context // lives until Close has revoked the lease
+	cancel context.CancelFunc
+	stopc  chan struct{} // closed by Close: keepalive must return
+	done   chan struct{} // closed when keepalive has returned
+	once   sync.Once
+
+	mu   sync.Mutex
+	sess *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
+}
+
+// Register registers host h: it creates or updates h's record (keeping a
+// "maintenance" state an administrator set) and claims the host under a
+// lease that the Member keeps alive. If another live agent holds the same
+// host ID, Register waits up to TakeoverWait for its lease to expire, then
+// fails with ErrHostIDInUse.
+func Register(ctx context.Context, st *store.Store, h records.Host, opts Options) (*Member, error) {
+	if opts.TTL <= 0 {
+		opts.TTL = 10 * time.Second
+	}
+	ttl := int64(math.Ceil(opts.TTL.Seconds()))
+	if ttl < 1 {
+		ttl = 1
+	}
+	if opts.TakeoverWait <= 0 {
+		opts.TakeoverWait = time.Duration(ttl)*time.Second + 2*time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if h.State == "" || h.State == records.HostDown {
+		h.State = records.HostUp
+	}
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	if _, _, err := store.Update(ctx, st, records.HostKey(h.ID), func(old *records.Host) (*records.Host, error) {
+		n := h
+		if old != nil && old.State == records.HostMaintenance {
+			n.State = records.HostMaintenance
+		}
+		return &n, nil
+	}); err != nil {
+		return nil, fmt.Errorf("register host %s: %w", h.ID, err)
+	}
+	mctx, cancel := context.WithCancel(context.Background())
+	m := &Member{
+		st: st, id: h.ID, ttl: ttl, opts: opts,
+		log:    opts.Logger.With("host", h.ID),
+		ctx:    mctx,
+		cancel: cancel,
+		stopc:  make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	sess, err := m.claim(ctx, h.AgentVersion, opts.TakeoverWait)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	m.mu.Lock()
+	m.sess = sess
+	m.mu.Unlock()
+	go m.keepalive(h.AgentVersion)
+	return m, nil
+}
+
+// claim grants a lease and puts the host's Alive record under it, if no
+// other lease holds it; otherwise it waits up to wait for that lease to go.
+func (m *Member) claim(ctx context.Context, agentVersion string, wait time.Duration) (*concurrency.Session, error) {
+	cli := m.st.Client()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(int(m.ttl)), concurrency.WithContext(m.ctx))
+	if err != nil {
+		return nil, fmt.Errorf("register host %s: grant lease: %w", m.id, m.st.Classify(err))
+	}
+	key := records.AliveKey(m.id)
+	val, err := store.Encode(records.Alive{
+		HostID: m.id, Lease: int64(sess.Lease()), TTL: m.ttl,
+		SinceUnixMs: time.Now().UnixMilli(), AgentVersion: agentVersion,
+	})
+	if err != nil {
+		sess.Orphan()
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		resp, err := cli.Txn(wctx).
+			If(clientv3.Compare(clientv3.Version(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(sess.Lease()))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			m.revoke(sess)
+			return nil, fmt.Errorf("register host %s: %w", m.id, m.st.Classify(err))
+		}
+		if resp.Succeeded {
+			return sess, nil
+		}
+		holder := "another agent"
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			if a, err := store.Decode[records.Alive](key, kvs[0].Value); err == nil {
+				holder = fmt.Sprintf("an agent (version %s, lease %x, since %s)", a.AgentVersion, a.Lease, time.UnixMilli(a.SinceUnixMs).Format(time.RFC3339))
+			}
+		}
+		// Wait for the holder's record to go: its lease expires or is
+		// revoked.
+		wch := cli.Watch(wctx, key, clientv3.WithRev(resp.Header.Revision+1))
+		gone := false
+		for wr := range wch {
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					gone = true
+				}
+			}
+			if gone || wr.Err() != nil {
+				break
+			}
+		}
+		if !gone {
+			m.revoke(sess)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("register host %s: %w: %s holds it (another vrdmad with this host ID, or one that died less than %ds ago)",
+				m.id, ErrHostIDInUse, holder, m.ttl)
+		}
+	}
+}
+
+// revoke gives up a session's lease, bounded in time.
+func (m *Member) revoke(sess *concurrency.Session) {
+	sess.Orphan()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m.st.Client().Revoke(ctx, sess.Lease())
+}
+
+// keepalive claims the host again whenever its lease is lost. See the
+// comment at the top of the file.
+func (m *Member) keepalive(agentVersion string) {
+	defer close(m.done)
+	m.log.Debug("member keepalive started")
+	defer m.log.Debug("member keepalive stopped")
+	for {
+		m.mu.Lock()
+		sess := m.sess
+		m.mu.Unlock()
+		select {
+		case <-m.stopc:
+			return
+		case <-sess.Done():
+		}
+		select {
+		case <-m.stopc:
+			return
+		default:
+		}
+		m.log.Warn("host lease lost: the host shows down until it is claimed again", "lease", fmt.Sprintf("%x", sess.Lease()))
+		m.mu.Lock()
+		m.sess = nil
+		m.mu.Unlock()
+		for attempt := 0; ; attempt++ {
+			if m.st.Client().Ctx().Err() != nil {
+				m.log.Warn("host lease lost and the etcd client is closed: giving up")
+				<-m.stopc
+				return
+			}
+			d := min(time.Second<<min(attempt, 5), time.Duration(m.ttl)*time.Second)
+			select {
+			case <-m.stopc:
+				return
+			case <-time.After(d / 2):
+			}
+			ctx, cancel := context.WithTimeout(m.ctx, time.Duration(m.ttl)*time.Second+5*time.Second)
+			s, err := m.claim(ctx, agentVersion, time.Duration(m.ttl)*time.Second+2*time.Second)
+			cancel()
+			if err == nil {
+				m.mu.Lock()
+				m.sess = s
+				m.mu.Unlock()
+				m.log.Info("host claimed again", "lease", fmt.Sprintf("%x", s.Lease()))
+				break
+			}
+			m.log.Warn("claim host again", "err", err)
+		}
+	}
+}
+
+// HostID returns the registered host's ID.
+func (m *Member) HostID() string { return m.id }
+
+// Lease returns the lease the host is alive under, or 0 while it has none
+// (it lost its lease and has not claimed the host again yet).
+func (m *Member) Lease() clientv3.LeaseID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return 0
+	}
+	return m.sess.Lease()
+}
+
+// UpdateHost changes the host's record with a compare-and-swap
+// read-modify-write (see store.Update): fn gets the current record and
+// edits it in place.
+func (m *Member) UpdateHost(ctx context.Context, fn func(h *records.Host) error) (records.Host, error) {
+	h, _, err := store.Update(ctx, m.st, records.HostKey(m.id), func(old *records.Host) (*records.Host, error) {
+		if old == nil {
+			return nil, fmt.Errorf("host %s: %w", m.id, store.ErrNotFound)
+		}
+		if err := fn(old); err != nil {
+			return nil, err
+		}
+		return old, nil
+	})
+	return h, err
+}
+
+// Close stops keeping the host alive and revokes its lease: every cache
+// shows the host down at once. Close may be called more than once.
+func (m *Member) Close() error {
+	var err error
+	m.once.Do(func() {
+		close(m.stopc)
+		<-m.done
+		m.mu.Lock()
+		sess := m.sess
+		m.sess = nil
+		m.mu.Unlock()
+		if sess != nil {
+			err = sess.Close()
+		}
+		m.cancel()
+		if errors.Is(err, context.Canceled) || m.st.Client().Ctx().Err() != nil {
+			err = nil
+		}
+	})
+	return err
+}

@@ -1,0 +1,163 @@
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// ErrGIDInUse: a GID already belongs to another adapter.
+var ErrGIDInUse = errors.New("GID in use")
+
+// PublishVM writes vm and its adapters in one transaction: the VM record
+// (vm.Adapters is set from adapters), one record per adapter, and, when
+// the VM is on a host, the directory entries of every adapter under its
+// GID and under "vm/vrdmaN". Adapters the VM had before and has no more
+// are removed with their entries. The VM's host and every port group must
+// exist; a GID must not belong to another adapter (ErrGIDInUse). A
+// concurrent change to any record involved makes the transaction run again
+// (store.Txn).
+func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []records.Adapter) error {
+	adapters = slices.Clone(adapters)
+	slices.SortFunc(adapters, func(a, b records.Adapter) int { return a.Index - b.Index })
+	vm.Adapters = nil
+	for _, a := range adapters {
+		if a.VM != vm.Name {
+			return fmt.Errorf("publish VM %s: adapter %s/%s belongs to another VM", vm.Name, a.VM, a.Name())
+		}
+		vm.Adapters = append(vm.Adapters, a.Name())
+	}
+	if err := vm.Validate(); err != nil {
+		return fmt.Errorf("publish VM %s: %w", vm.Name, err)
+	}
+	for _, a := range adapters {
+		if err := a.Validate(); err != nil {
+			return fmt.Errorf("publish VM %s: %w", vm.Name, err)
+		}
+	}
+	_, err := store.Txn(ctx, st, func(tx *store.Tx) error {
+		keys := []string{records.VMKey(vm.Name)}
+		if vm.Host != "" {
+			keys = append(keys, records.HostKey(vm.Host))
+		}
+		for _, a := range adapters {
+			keys = append(keys, records.AdapterKey(vm.Name, a.Name()), records.PortGroupKey(a.PortGroup),
+				records.EndpointGIDKey(a.GID), records.EndpointNameKey(vm.Name, a.Name()))
+		}
+		if err := tx.Prefetch(keys...); err != nil {
+			return err
+		}
+		if vm.Host != "" {
+			if ok, err := tx.Exists(records.HostKey(vm.Host)); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("publish VM %s: host %s: %w", vm.Name, vm.Host, store.ErrNotFound)
+			}
+		}
+		old, err := store.TxGet[records.VM](tx, records.VMKey(vm.Name))
+		if err != nil && !errors.Is(err, store.ErrBadRecord) {
+			return err // a bad old record is overwritten
+		}
+		if old != nil {
+			for _, name := range old.Adapters {
+				if !slices.Contains(vm.Adapters, name) {
+					if err := removeAdapter(tx, vm.Name, name); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if err := tx.Put(records.VMKey(vm.Name), vm); err != nil {
+			return err
+		}
+		for _, a := range adapters {
+			if ok, err := tx.Exists(records.PortGroupKey(a.PortGroup)); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("publish VM %s: adapter %s: port group %s: %w", vm.Name, a.Name(), a.PortGroup, store.ErrNotFound)
+			}
+			oldA, err := store.TxGet[records.Adapter](tx, records.AdapterKey(vm.Name, a.Name()))
+			if err != nil && !errors.Is(err, store.ErrBadRecord) {
+				return err
+			}
+			if oldA != nil && oldA.GID != a.GID {
+				if err := tx.Delete(records.EndpointGIDKey(oldA.GID)); err != nil {
+					return err
+				}
+			}
+			cur, err := store.TxGet[records.Endpoint](tx, records.EndpointGIDKey(a.GID))
+			if err != nil && !errors.Is(err, store.ErrBadRecord) {
+				return err
+			}
+			if cur != nil && (cur.VM != vm.Name || cur.Adapter != a.Name()) {
+				return fmt.Errorf("publish VM %s: adapter %s: %w: %s belongs to %s", vm.Name, a.Name(), ErrGIDInUse, a.GID, cur.Name())
+			}
+			if err := tx.Put(records.AdapterKey(vm.Name, a.Name()), a); err != nil {
+				return err
+			}
+			if vm.Host == "" {
+				if err := tx.Delete(records.EndpointGIDKey(a.GID)); err != nil {
+					return err
+				}
+				if err := tx.Delete(records.EndpointNameKey(vm.Name, a.Name())); err != nil {
+					return err
+				}
+				continue
+			}
+			e := records.EndpointOf(a, vm.Host)
+			if err := tx.Put(records.EndpointGIDKey(a.GID), e); err != nil {
+				return err
+			}
+			if err := tx.Put(records.EndpointNameKey(vm.Name, a.Name()), e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+// removeAdapter deletes adapter name of VM vm and its directory entries.
+func removeAdapter(tx *store.Tx, vm, name string) error {
+	key := records.AdapterKey(vm, name)
+	a, err := store.TxGet[records.Adapter](tx, key)
+	if err != nil && !errors.Is(err, store.ErrBadRecord) {
+		return err
+	}
+	if a != nil {
+		if e, err := store.TxGet[records.Endpoint](tx, records.EndpointGIDKey(a.GID)); err == nil && e != nil && e.VM == vm && e.Adapter == name {
+			if err := tx.Delete(records.EndpointGIDKey(a.GID)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tx.Delete(records.EndpointNameKey(vm, name)); err != nil {
+		return err
+	}
+	return tx.Delete(key)
+}
+
+// RemoveVM deletes VM name, its adapters and their directory entries in
+// one transaction. ErrNotFound if there is no such VM.
+func RemoveVM(ctx context.Context, st *store.Store, name string) error {
+	_, err := store.Txn(ctx, st, func(tx *store.Tx) error {
+		vm, err := store.TxGet[records.VM](tx, records.VMKey(name))
+		if err != nil {
+			return err
+		}
+		if vm == nil {
+			return fmt.Errorf("VM %s: %w", name, store.ErrNotFound)
+		}
+		for _, a := range vm.Adapters {
+			if err := removeAdapter(tx, name, a); err != nil {
+				return err
+			}
+		}
+		return tx.Delete(records.VMKey(name))
+	})
+	return err
+}
