@@ -142,6 +142,16 @@ func (q *qp) drain() {
 	mem := q.ring.Bytes()
 	size := q.layout.SQEntries
 	for !q.stop.Load() {
+		if r := q.resets.Load(); r != q.sqResets {
+			q.sqResets = r
+			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
+				q.sqHead = t // what was posted before the reset goes
+				abi.Word(mem, abi.OffSQHead).Store(t)
+			}
+			q.rqMu.Lock()
+			q.rqCatchUpLocked()
+			q.rqMu.Unlock()
+		}
 		s := q.State()
 		tail := abi.Word(mem, abi.OffSQTail).Load()
 		n, ok := abi.Pending(tail, q.sqHead, size)
@@ -201,9 +211,10 @@ func (q *qp) execOne(mem []byte, refuse bool) {
 	case st == abi.WCSuccess:
 		st, n = q.execute(w)
 	}
-	if st == abi.WCWRFlushErr && q.State() == abi.QPSReset {
-		// The QP was reset while the WR waited (RNR, retries): RESET
-		// empties the queues without completions; drain drops the rest.
+	if q.resets.Load() != q.sqResets {
+		// The QP was reset while the WR ran or waited (RNR, retries):
+		// RESET empties the queues without completions; drain drops it
+		// and the rest.
 		return
 	}
 	// An error moves the QP to ERR before its completion is visible: a
@@ -327,7 +338,7 @@ func (q *qp) sleep(d time.Duration) bool {
 		if q.stop.Load() {
 			return false
 		}
-		if s := q.State(); s == abi.QPSErr || s == abi.QPSReset {
+		if s := q.State(); s == abi.QPSErr || s == abi.QPSReset || q.resets.Load() != q.sqResets {
 			return false
 		}
 		left := time.Until(deadline)
@@ -516,6 +527,7 @@ const (
 // peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
 // without consuming it. The caller holds rqMu and keeps the VM mapped.
 func (p *qp) peekRecvLocked(from *qp) recvState {
+	p.rqCatchUpLocked()
 	if p.rqBroken {
 		return recvBroken
 	}
@@ -577,6 +589,7 @@ func (q *qp) flushSQ(tail uint32) {
 func (q *qp) flushRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
+	q.rqCatchUpLocked()
 	mem := q.ring.Bytes()
 	size := q.layout.RQEntries
 	tail := abi.Word(mem, abi.OffRQTail).Load()
@@ -595,10 +608,34 @@ func (q *qp) flushRQ() {
 	}
 }
 
+// validPending reports whether tail is a valid index at most size entries
+// ahead of head.
+func validPending(tail, head, size uint32) bool {
+	_, ok := abi.Pending(tail, head, size)
+	return ok
+}
+
+// rqCatchUpLocked skips the receives posted before the last move to RESET,
+// once per reset (see qp.resets). The caller holds rqMu and keeps the
+// rings mapped.
+func (q *qp) rqCatchUpLocked() {
+	r := q.resets.Load()
+	if r == q.rqResets {
+		return
+	}
+	q.rqResets = r
+	if t := q.resetRQTail.Load(); validPending(t, q.rqHead, q.layout.RQEntries) {
+		q.rqHead = t
+		abi.Word(q.ring.Bytes(), abi.OffRQHead).Store(t)
+	}
+	q.rqBroken = false
+}
+
 // dropRQ discards the receive queue (transition to RESET).
 func (q *qp) dropRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
+	q.rqCatchUpLocked() // acknowledge the reset: it must not move the head later
 	mem := q.ring.Bytes()
 	tail := abi.Word(mem, abi.OffRQTail).Load()
 	q.rqBad, q.rqBadTail = !abi.ValidIndex(tail, q.layout.RQEntries), tail // see hasWork

@@ -61,6 +61,17 @@ type qp struct {
 	destroyed atomic.Bool
 	done      chan struct{}
 
+	// RESET empties both queues without completions, even if the QP has
+	// moved on by the time the queues are next looked at: every move to
+	// RESET records the workload's tails, then bumps resets; the send
+	// goroutine and the receive side each skip to the recorded tail when
+	// they see a new value.
+	resets      atomic.Uint32
+	resetSQTail atomic.Uint32
+	resetRQTail atomic.Uint32
+	sqResets    uint32 // resets the send side has caught up with; owned by runSQ
+	rqResets    uint32 // +checklocks:rqMu
+
 	bytesSent atomic.Uint64
 	wrsDone   atomic.Uint64
 }
@@ -323,6 +334,12 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	}
 	if q.destroyed.Load() {
 		return // destroyQP unmaps the rings under q.mu once destroyed is set
+	}
+	if s == abi.QPSReset {
+		mem := q.ring.Bytes()
+		q.resetSQTail.Store(abi.Word(mem, abi.OffSQTail).Load())
+		q.resetRQTail.Store(abi.Word(mem, abi.OffRQTail).Load())
+		q.resets.Add(1)
 	}
 	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
 	// Wake the goroutine: in RESET it drops what the queues hold, in ERR it
