@@ -30,6 +30,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,6 +210,15 @@ func (a *Agent) Serve(ctx context.Context) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
+			defer func() {
+				// A bug in a session's teardown must not take the other
+				// VMs down with it.
+				if r := recover(); r != nil {
+					buf := make([]byte, 8192)
+					buf = buf[:runtime.Stack(buf, false)]
+					a.log.Error("session failed", "pid", s.pid, "panic", r, "stack", string(buf))
+				}
+			}()
 			s.serve()
 			a.mu.Lock()
 			delete(a.sessions, s)

@@ -49,6 +49,14 @@ const maxMessage = 1 << 31
 
 func (q *qp) runSQ() {
 	defer close(q.done)
+	for q.waitWork() {
+		q.safeDrain()
+	}
+}
+
+// safeDrain is drain, except that a panic — a bug — moves the QP to ERR
+// and is logged; the loop goes on and flushes what the QP holds.
+func (q *qp) safeDrain() {
 	defer func() {
 		if r := recover(); r != nil {
 			buf := make([]byte, 8192)
@@ -57,9 +65,7 @@ func (q *qp) runSQ() {
 			q.moveToErr(fmt.Sprint("internal error: ", r))
 		}
 	}()
-	for q.waitWork() {
-		q.drain()
-	}
+	q.drain()
 }
 
 // hasWork reports whether the goroutine has something to do: it must stop,
@@ -413,7 +419,9 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			return outDone, abi.WCRemOpErr, 0, 0
 		}
 		gather(dst, segs)
-		p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q)
+		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q) {
+			return outRNR, 0, 0, rnrTimer // the receive CQ is full: not ready
+		}
 		return outDone, abi.WCSuccess, n, 0
 
 	case abi.OpSend, abi.OpSendWithImm:
@@ -433,7 +441,7 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 			if !ok {
 				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)") // ERR first, as in execOne
-				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q)
+				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q) // if the CQ is full, the flush completes it
 				return outDone, abi.WCRemOpErr, 0, 0
 			}
 			p.rsegs[nr] = b
@@ -447,7 +455,11 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 		}
 		scatter(p.rsegs[:nr], segs)
 		clear(p.rsegs[:nr])
-		p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q)
+		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q) {
+			// The receive CQ is full: not ready. The bytes landed in a
+			// buffer still posted, which is not yet the receiver's to read.
+			return outRNR, 0, 0, rnrTimer
+		}
 		return outDone, abi.WCSuccess, n, 0
 
 	case abi.OpRDMARead:
@@ -557,14 +569,14 @@ func (p *qp) peekRecvLocked(from *qp) recvState {
 
 // completeRecvLocked consumes the peeked receive WQE with a completion for
 // a message from QP from, whose goroutine runs this.
-func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, from *qp) {
+// It reports false, consuming nothing, when p's receive CQ is full: the
+// sender then treats p as not ready (RNR) and retries later.
+func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, from *qp) bool {
 	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: from.qpn}
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}
-	p.rqHead = abi.Next(p.rqHead, p.layout.RQEntries) // free the slot first, as in execOne
-	abi.Word(p.ring.Bytes(), abi.OffRQHead).Store(p.rqHead)
-	p.recvCQ.push(&e, &from.stop, &p.destroyed)
+	return p.recvCQ.tryPushRecv(&e, p)
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR.

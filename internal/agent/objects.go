@@ -180,6 +180,54 @@ func (c *cq) release() {
 	c.event.Close()
 }
 
+// tryPushRecv writes the completion of the receive WQE at rq's RQ head
+// and consumes that WQE — freeing its slot before the completion is
+// visible — if the CQ has room. It never waits: a completion for another
+// VM's QP comes from the sender's goroutine, which must not stall behind a
+// receiver that does not poll. The caller holds rq.rqMu and keeps the VM
+// mapped. It reports false when the CQ is full (the sender treats that as
+// receiver-not-ready) or broken.
+func (c *cq) tryPushRecv(e *abi.CQE, rq *qp) bool {
+	mem := c.ring.Bytes()
+	size := c.layout.Entries
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken {
+		return false
+	}
+	head := abi.Word(mem, abi.OffCQHead).Load()
+	n, ok := abi.Pending(c.tail, head, size)
+	if !ok {
+		c.broken = true
+		c.vm.a.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
+			"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
+		return false
+	}
+	if n >= size {
+		c.event.Ring() // wake a consumer that waits: it has work
+		return false
+	}
+	rq.rqHead = abi.Next(rq.rqHead, rq.layout.RQEntries)
+	abi.Word(rq.ring.Bytes(), abi.OffRQHead).Store(rq.rqHead)
+	c.publishLocked(e)
+	return true
+}
+
+// publishLocked writes e at the tail, which has room, and signals an armed
+// consumer. The caller holds mu.
+func (c *cq) publishLocked(e *abi.CQE) {
+	mem := c.ring.Bytes()
+	size := c.layout.Entries
+	slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
+	abi.EncodeCQE(slot, e)
+	c.tail = abi.Next(c.tail, size)
+	abi.Word(mem, abi.OffCQTail).Store(c.tail)
+	armed := abi.Word(mem, abi.OffCQArmed)
+	if armed.Load() != 0 && armed.CompareAndSwap(1, 0) {
+		c.event.Ring()
+	}
+}
+
 // push writes one completion. If the CQ is full it waits for the consumer
 // (vrdma never overruns a CQ) unless the VM is going away or one of the
 // abort flags is set (the pushing QP stops, or the QP the completion is for
@@ -206,15 +254,8 @@ func (c *cq) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 			return false
 		}
 		if n < size {
-			slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
-			abi.EncodeCQE(slot, e)
-			c.tail = abi.Next(c.tail, size)
-			abi.Word(mem, abi.OffCQTail).Store(c.tail)
+			c.publishLocked(e)
 			c.mu.Unlock()
-			armed := abi.Word(mem, abi.OffCQArmed)
-			if armed.Load() != 0 && armed.CompareAndSwap(1, 0) {
-				c.event.Ring()
-			}
 			return true
 		}
 		c.mu.Unlock()
