@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -191,9 +192,14 @@ func (c *conn) call(ctx context.Context, op abi.Op, req, resp any) ([]int, error
 	}
 }
 
+// close ends the session. Once the agent is gone there is nothing left
+// to close, and that is no error.
 func (c *conn) close() error {
 	err := c.pc.Close()
 	<-c.done
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
 	return err
 }
 

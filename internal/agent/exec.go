@@ -440,7 +440,7 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 			sge := &rw.SGE[i]
 			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 			if !ok {
-				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)") // ERR first, as in execOne
+				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")   // ERR first, as in execOne
 				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q) // if the CQ is full, the flush completes it
 				return outDone, abi.WCRemOpErr, 0, 0
 			}

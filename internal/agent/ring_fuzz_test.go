@@ -81,6 +81,9 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	}
 	h.v, h.pd = attach("sender")
 	h.pv, h.ppd = attach("peer")
+	// The files are read: remove them now, for fuzzing workers are killed
+	// without running cleanups.
+	os.RemoveAll(dir)
 	return h
 }
 

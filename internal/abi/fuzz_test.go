@@ -1,0 +1,281 @@
+package abi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+// requestSeeds are well-formed requests of every op, the seeds of
+// FuzzDecodeRequest (testdata/fuzz/FuzzDecodeRequest holds more, and
+// malformed ones).
+func requestSeeds() map[Op]any {
+	gid, _ := ParseGID("fe80::20c:29ff:fe01:203")
+	return map[Op]any{
+		OpHello:         &Hello{Client: "vrdma"},
+		OpAttach:        &Attach{VM: "vm1"},
+		OpQueryDevice:   &AdapterRef{Adapter: "vrdma0"},
+		OpQueryPort:     &AdapterRef{Adapter: "vrdma1"},
+		OpAllocPD:       &AdapterRef{Adapter: "vrdma9"},
+		OpDeallocPD:     &Handle{Handle: 1},
+		OpRegMR:         &RegMR{PD: 1, Addr: 4096, Length: 1 << 20, Access: AccessLocalWrite | AccessRemoteWrite},
+		OpDeregMR:       &Handle{Handle: 2},
+		OpCreateCQ:      &CreateCQ{Adapter: "vrdma0", CQE: 256},
+		OpDestroyCQ:     &Handle{Handle: 3},
+		OpCreateQP:      &CreateQP{PD: 1, SendCQ: 3, RecvCQ: 3, Type: QPTypeRC, SQSigAll: true, Caps: QPCaps{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2, MaxInlineData: 64}},
+		OpModifyQP:      &ModifyQP{Handle: 4, Mask: MaskState | MaskAV | MaskDestQPN, Attr: QPAttr{State: QPSRTR, DGID: gid, DestQPN: 0x1234, PathMTU: 1024}},
+		OpQueryQP:       &Handle{Handle: 4},
+		OpDestroyQP:     &Handle{Handle: 4},
+		OpListen:        &Listen{Adapter: "vrdma0", Port: 7471},
+		OpGetRequest:    &Handle{Handle: 5},
+		OpAcceptRequest: &AcceptRequest{Listener: 5, ID: 1, QP: 4},
+		OpRejectRequest: &RejectRequest{Listener: 5, ID: 2, Reason: "busy"},
+		OpCloseListener: &Handle{Handle: 5},
+		OpConnect:       &Connect{QP: 4, Remote: "vm2/vrdma0", Port: 7471, TimeoutMS: 1000},
+		OpStatus:        &Empty{},
+		OpDefineVM:      &DefineVM{Name: "vm1", VMX: "memSize = \"4\"\nethernet0.virtualDev = \"vrdma\"\n"},
+		OpUndefineVM:    &VMRef{Name: "vm1"},
+		OpListVMs:       &Empty{},
+	}
+}
+
+// FuzzDecodeRequest checks that DecodeRequest never panics on any message,
+// that it returns a body exactly when it returns no error, that an error
+// is an *Error naming a field when the header was sound, and that a
+// decoded request encodes (AppendMessage) and decodes again to an equal
+// header and body.
+func FuzzDecodeRequest(f *testing.F) {
+	for op, body := range requestSeeds() {
+		msg, err := AppendMessage(nil, Header{Version: Version, Op: op, Seq: uint32(op) * 7}, body)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(msg)
+	}
+	hdr := func(version, flags uint8, op Op, n uint32) []byte {
+		h := make([]byte, CmdHeaderSize)
+		h[0], h[1], h[2], h[3] = 'V', 'R', version, flags
+		binary.LittleEndian.PutUint16(h[4:], uint16(op))
+		binary.LittleEndian.PutUint32(h[12:], n)
+		return h
+	}
+	f.Add([]byte{})
+	f.Add([]byte("VR"))
+	f.Add(append(hdr(Version, 0, OpCreateCQ, 2), "{}"...))
+	f.Add(append(hdr(Version, 0, OpCreateCQ, 29), `{"adapter":"vrdma0","cqe":1e9}`...))
+	f.Add(append(hdr(Version, 0, OpModifyQP, 39), `{"handle":1,"mask":1,"attr":{"dgid":7}}`...))
+	f.Add(append(hdr(Version, FlagResponse, OpHello, 2), "{}"...))
+	f.Add(append(hdr(Version+1, 0, OpHello, 2), "{}"...))
+	f.Add(append(hdr(Version, 0, opMax, 2), "{}"...))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, req, err := DecodeRequest(msg)
+		if err != nil {
+			if req != nil {
+				t.Fatalf("error %v with a body %#v", err, req)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v is not an *Error", err)
+			}
+			if e.Field == "" {
+				t.Fatalf("error %v names no field", err)
+			}
+			_ = err.Error()
+			return
+		}
+		if req == nil || !h.Op.Known() || h.Version != Version || h.Flags&FlagResponse != 0 {
+			t.Fatalf("decoded header %+v body %#v", h, req)
+		}
+		if int(h.Len) != len(msg)-CmdHeaderSize {
+			t.Fatalf("header length %d for a %d-byte body", h.Len, len(msg)-CmdHeaderSize)
+		}
+		out, err := AppendMessage(nil, h, req)
+		if err != nil {
+			t.Fatalf("re-encode %#v: %v", req, err)
+		}
+		h2, req2, err := DecodeRequest(out)
+		if err != nil {
+			t.Fatalf("re-encoded request %q does not decode: %v", out, err)
+		}
+		h.Len, h2.Len = 0, 0
+		if h2 != h || !reflect.DeepEqual(req2, req) {
+			t.Fatalf("round trip changed the request:\n%+v %#v\n%+v %#v", h, req, h2, req2)
+		}
+		// A canonical encoding is stable.
+		out2, _ := AppendMessage(nil, h2, req2)
+		if !bytes.Equal(out, out2) {
+			t.Fatalf("encoding is not stable: %q then %q", out, out2)
+		}
+	})
+}
+
+// FuzzDecodeSend checks that DecodeSend never panics, whatever the slot
+// bytes and the limits (even limits beyond the device's), that what it
+// accepts respects the limits and fits the slot, and that an accepted WQE
+// encodes and decodes back to itself.
+func FuzzDecodeSend(f *testing.F) {
+	slot := make([]byte, 128)
+	EncodeSend(slot, &SendWQE{WRID: 1, Opcode: OpSend, Flags: SendSignaled, NumSGE: 2,
+		SGE: [MaxSGE]SGE{{Addr: 4096, Length: 100, LKey: 0x101}, {Addr: 8192, Length: 10, LKey: 0x202}}}, nil)
+	f.Add(slot, uint32(4), uint32(64))
+	slot = make([]byte, 128)
+	EncodeSend(slot, &SendWQE{WRID: 2, Opcode: OpRDMAWrite, Flags: SendInline, InlineLen: 11, RemoteAddr: 64, RKey: 0x303}, []byte("hello, rdma"))
+	f.Add(slot, uint32(4), uint32(64))
+	slot = make([]byte, 64)
+	EncodeSend(slot, &SendWQE{WRID: 3, Opcode: OpAtomicCmpAndSwp, CompareAdd: 1, Swap: 2}, nil)
+	f.Add(slot, uint32(0), uint32(0))
+	f.Add(bytes.Repeat([]byte{0xff}, 320), uint32(0xffffffff), uint32(0xffffffff))
+	f.Add([]byte{1, 2, 3}, uint32(1), uint32(1))
+	// More SGEs than the device has, allowed by a caller's limit.
+	slot = make([]byte, SendHdr+17*SGESize)
+	EncodeSend(slot, &SendWQE{WRID: 4, Opcode: OpSend}, nil)
+	slot[swNumSGE] = 17
+	f.Add(slot, uint32(100), uint32(0))
+	// An inline length that wraps around when the header is added.
+	slot = make([]byte, 128)
+	EncodeSend(slot, &SendWQE{WRID: 5, Opcode: OpSend, Flags: SendInline, InlineLen: 0xffffffc0}, nil)
+	f.Add(slot, uint32(1), uint32(0xffffffff))
+	f.Fuzz(func(t *testing.T, slot []byte, maxSGE, maxInline uint32) {
+		var w SendWQE
+		st := DecodeSend(slot, &w, maxSGE, maxInline)
+		if st != WCSuccess {
+			if st != WCLocQPOpErr && st != WCLocLenErr {
+				t.Fatalf("status %s", st)
+			}
+			return
+		}
+		if !w.Opcode.Valid() {
+			t.Fatalf("accepted opcode %d", w.Opcode)
+		}
+		var inline []byte
+		if w.Flags&SendInline != 0 {
+			if w.InlineLen > maxInline || uint64(SendHdr)+uint64(w.InlineLen) > uint64(len(slot)) || w.NumSGE != 0 {
+				t.Fatalf("accepted inline length %d (max %d, slot %d bytes), %d SGEs", w.InlineLen, maxInline, len(slot), w.NumSGE)
+			}
+			if w.Opcode == OpRDMARead || w.Opcode.IsAtomic() {
+				t.Fatalf("accepted inline %s", w.Opcode)
+			}
+			inline = Inline(slot, &w)
+		} else if uint32(w.NumSGE) > maxSGE || w.NumSGE > MaxSGE || SendHdr+int(w.NumSGE)*SGESize > len(slot) {
+			t.Fatalf("accepted %d SGEs (max %d, slot %d bytes)", w.NumSGE, maxSGE, len(slot))
+		}
+		again := make([]byte, len(slot))
+		EncodeSend(again, &w, inline)
+		var w2 SendWQE
+		if st := DecodeSend(again, &w2, maxSGE, maxInline); st != WCSuccess || w2 != w {
+			t.Fatalf("round trip: %s\n%+v\n%+v", st, w, w2)
+		}
+	})
+}
+
+// FuzzDecodeRecv is FuzzDecodeSend for receive WQEs.
+func FuzzDecodeRecv(f *testing.F) {
+	slot := make([]byte, 64)
+	EncodeRecv(slot, &RecvWQE{WRID: 9, NumSGE: 3, SGE: [MaxSGE]SGE{{Addr: 1, Length: 2, LKey: 3}, {Addr: 4, Length: 5, LKey: 6}, {Addr: 7, Length: 8, LKey: 9}}})
+	f.Add(slot, uint32(3))
+	f.Add(bytes.Repeat([]byte{0xff}, 512), uint32(0xffffffff))
+	f.Add([]byte{}, uint32(0))
+	slot = make([]byte, RecvHdr+20*SGESize)
+	EncodeRecv(slot, &RecvWQE{WRID: 10})
+	slot[8] = 20
+	f.Add(slot, uint32(255))
+	f.Fuzz(func(t *testing.T, slot []byte, maxSGE uint32) {
+		var w RecvWQE
+		st := DecodeRecv(slot, &w, maxSGE)
+		if st != WCSuccess {
+			if st != WCLocQPOpErr && st != WCLocLenErr {
+				t.Fatalf("status %s", st)
+			}
+			return
+		}
+		if uint32(w.NumSGE) > maxSGE || w.NumSGE > MaxSGE || RecvHdr+int(w.NumSGE)*SGESize > len(slot) {
+			t.Fatalf("accepted %d SGEs (max %d, slot %d bytes)", w.NumSGE, maxSGE, len(slot))
+		}
+		again := make([]byte, len(slot))
+		EncodeRecv(again, &w)
+		var w2 RecvWQE
+		if st := DecodeRecv(again, &w2, maxSGE); st != WCSuccess || w2 != w {
+			t.Fatalf("round trip: %s\n%+v\n%+v", st, w, w2)
+		}
+	})
+}
+
+// FuzzRingIndex checks the ring index rules for any indices and sizes:
+// Pending never reports more than size entries as legal, legal counts
+// agree with the indices, and for a real ring (a power of two up to
+// MaxCQE slots) Slot stays inside it and Next stays legal.
+func FuzzRingIndex(f *testing.F) {
+	f.Add(uint32(0), uint32(0), uint32(8))
+	f.Add(uint32(8), uint32(0), uint32(8))
+	f.Add(uint32(15), uint32(7), uint32(8))
+	f.Add(uint32(0xdeadbeef), uint32(3), uint32(4096))
+	f.Add(uint32(1), uint32(0), uint32(0))
+	f.Add(uint32(0x80000000), uint32(0), uint32(0x80000000))
+	f.Add(uint32(5), uint32(2), uint32(6))
+	f.Fuzz(func(t *testing.T, tail, head, size uint32) {
+		n, ok := Pending(tail, head, size)
+		if ok {
+			if n > size {
+				t.Fatalf("Pending(%d, %d, %d) = %d entries, ok", tail, head, size, n)
+			}
+			if !ValidIndex(tail, size) || !ValidIndex(head, size) {
+				t.Fatalf("Pending(%d, %d, %d) ok with an invalid index", tail, head, size)
+			}
+		}
+		if size == 0 || size > MaxCQE || size&(size-1) != 0 {
+			return
+		}
+		if !ok && ValidIndex(tail, size) && ValidIndex(head, size) && n <= size {
+			t.Fatalf("Pending(%d, %d, %d) refused %d entries", tail, head, size, n)
+		}
+		for _, idx := range []uint32{tail, head} {
+			if s := Slot(idx, size); s >= size {
+				t.Fatalf("Slot(%d, %d) = %d", idx, size, s)
+			}
+			if ValidIndex(idx, size) {
+				nx := Next(idx, size)
+				if !ValidIndex(nx, size) || Slot(nx, size) != (Slot(idx, size)+1)%size {
+					t.Fatalf("Next(%d, %d) = %d", idx, size, nx)
+				}
+			}
+		}
+		if ok {
+			// Consuming every pending entry empties the ring.
+			h := head
+			for range n {
+				h = Next(h, size)
+			}
+			if m, ok := Pending(tail, h, size); !ok || m != 0 {
+				t.Fatalf("after consuming %d of Pending(%d, %d, %d): %d, %v", n, tail, head, size, m, ok)
+			}
+		}
+	})
+}
+
+// FuzzLayoutCheck checks that a ring layout that Check accepts puts every
+// slot of every queue inside the file, whatever the other side sent.
+func FuzzLayoutCheck(f *testing.F) {
+	l, _, _ := NewQPLayout(QPCaps{MaxSendWR: 64, MaxRecvWR: 32, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: 128})
+	f.Add(l.SQEntries, l.SQStride, l.RQEntries, l.RQStride, l.SQOffset, l.RQOffset, l.Size, int64(l.Size))
+	f.Add(uint32(1), uint32(4096), uint32(1), uint32(4096), uint32(0xfffff000), uint32(4096), uint32(8192), int64(8192))
+	c, _ := NewCQLayout(100)
+	f.Add(c.Entries, uint32(0), uint32(0), uint32(0), c.Offset, uint32(0), c.Size, int64(c.Size))
+	f.Fuzz(func(t *testing.T, sqn, sqs, rqn, rqs, sqo, rqo, size uint32, file int64) {
+		l := QPLayout{SQEntries: sqn, SQStride: sqs, RQEntries: rqn, RQStride: rqs, SQOffset: sqo, RQOffset: rqo, Size: size}
+		if l.Check(file) == nil {
+			end := func(off, n, stride uint32) uint64 { return uint64(off) + uint64(n)*uint64(stride) }
+			if end(sqo, sqn, sqs) > uint64(size) || end(rqo, rqn, rqs) > uint64(size) || int64(size) > file ||
+				uint64(sqo) < HeaderSize || end(sqo, sqn, sqs) > uint64(rqo) {
+				t.Fatalf("accepted %+v for a %d-byte file", l, file)
+			}
+		}
+		c := CQLayout{Entries: sqn, Offset: sqo, Size: size}
+		if c.Check(file) == nil {
+			if uint64(sqo)+uint64(sqn)*CQESize > uint64(size) || int64(size) > file || uint64(sqo) < HeaderSize {
+				t.Fatalf("accepted %+v for a %d-byte file", c, file)
+			}
+		}
+	})
+}
