@@ -1279,12 +1279,12 @@ func TestLifecycleHostileCommands(t *testing.T) {
 
 	r := lcDialRaw(t, env.Socket)
 	// Descriptors sent to the agent are closed, not kept.
-	ev, err := sys.NewEventFD()
+	ev, err := sys.NewBellPair()
 	if err != nil {
 		t.Fatal(err)
 	}
 	hello, _ := abi.AppendMessage(nil, abi.Header{Version: abi.Version, Op: abi.OpHello, Seq: 1000}, &abi.Hello{})
-	r.sendRaw(hello, ev.FD(), ev.FD(), ev.FD())
+	r.sendRaw(hello, ev.PeerFD(), ev.PeerFD(), ev.PeerFD())
 	ev.Close()
 	if _, e := r.wait(1000, nil); e != nil {
 		t.Fatalf("hello with descriptors: %v", e)
@@ -1549,7 +1549,7 @@ type lcRawCQ struct {
 	layout abi.CQLayout
 	fd     int
 	ring   *sys.Mapping
-	ev     *sys.EventFD
+	ev     *sys.Bell
 	head   uint32
 }
 
@@ -1562,7 +1562,7 @@ func (h *lcHostile) newCQ(cqe uint32) *lcRawCQ {
 	if c.ring, err = sys.Map(fds[0], int(rep.Layout.Size), false); err != nil {
 		h.t.Fatal(err)
 	}
-	if c.ev, err = sys.EventFDFrom(fds[1]); err != nil {
+	if c.ev, err = sys.BellFrom(fds[1]); err != nil {
 		h.t.Fatal(err)
 	}
 	h.undo = append(h.undo, func() {
@@ -1601,7 +1601,7 @@ type lcRawQP struct {
 	layout abi.QPLayout
 	fd     int
 	ring   *sys.Mapping
-	db     *sys.EventFD
+	db     *sys.Bell
 	sqTail uint32
 	rqTail uint32
 }
@@ -1616,7 +1616,7 @@ func (h *lcHostile) newQP(scq, rcq *lcRawCQ) *lcRawQP {
 	if q.ring, err = sys.Map(fds[0], int(rep.Layout.Size), false); err != nil {
 		h.t.Fatal(err)
 	}
-	if q.db, err = sys.EventFDFrom(fds[1]); err != nil {
+	if q.db, err = sys.BellFrom(fds[1]); err != nil {
 		h.t.Fatal(err)
 	}
 	h.undo = append(h.undo, func() {

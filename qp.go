@@ -30,7 +30,7 @@ type QP struct {
 	caps   QPCaps
 	layout abi.QPLayout
 	ring   *sys.Mapping
-	db     *sys.EventFD
+	db     *sys.Bell
 	sendCQ *CQ
 	recvCQ *CQ
 	psn    uint32
@@ -73,7 +73,7 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		q.ring, err = sys.Map(fds[0], int(r.Layout.Size), true)
 	}
 	if err == nil {
-		q.db, err = sys.EventFDFrom(fds[1])
+		q.db, err = sys.BellFrom(fds[1])
 	}
 	if err != nil {
 		if q.ring != nil {

@@ -92,7 +92,7 @@ type CQ struct {
 	layout abi.CQLayout
 	ringFD int
 	ring   *sys.Mapping
-	ev     *sys.EventFD
+	ev     *sys.Bell
 
 	mu   sync.Mutex
 	head uint32 // +checklocks:mu
@@ -123,7 +123,7 @@ func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
 		cq.ring, err = sys.Map(fds[0], int(r.Layout.Size), true)
 	}
 	if err == nil {
-		cq.ev, err = sys.EventFDFrom(fds[1])
+		cq.ev, err = sys.BellFrom(fds[1])
 	}
 	if err != nil {
 		if cq.ring != nil {
@@ -196,7 +196,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if !cq.empty() {
 			return nil
 		}
-		stop := context.AfterFunc(ctx, func() { cq.ev.Ring() })
+		stop := context.AfterFunc(ctx, func() { cq.ev.Wake() })
 		err := cq.ev.Wait()
 		stop()
 		if err != nil {
@@ -214,7 +214,7 @@ func (cq *CQ) Destroy(ctx context.Context) error {
 	v.objMu.Lock()
 	delete(v.cqs, cq)
 	v.objMu.Unlock()
-	cq.ev.Ring()
+	cq.ev.Wake()
 	cq.ring.Unmap()
 	cq.ev.Close()
 	return nil

@@ -172,7 +172,7 @@ func (v *VM) wakeAll() {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	for cq := range v.cqs {
-		cq.ev.Ring()
+		cq.ev.Wake()
 	}
 }
 

@@ -2,6 +2,11 @@
 // behind every vrdma adapter of the VMs whose workloads attach to it.
 //
 //	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL]
+//	       [--etcd-endpoints URLS [--etcd-cert F --etcd-key F] [--etcd-ca F] | --no-control-plane]
+//	       [--switch NAME] [--pvrdma-address ADDR:PORT] [--firewall-pvrdma] [--rdma-uplink KIND/ADDR[/GID][@DEV]]...
+//
+// By default it runs the control plane's embedded etcd under
+// STATE-DIR/etcd; see docs/control-plane.md.
 package main
 
 import (

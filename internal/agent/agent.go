@@ -63,6 +63,9 @@ type Config struct {
 	Host     string // host name; defaults to os.Hostname
 	Limits   Limits
 	Logger   *slog.Logger
+	// Control configures the control plane (control.go); nil runs the
+	// agent standalone, with same-host peers only.
+	Control *ControlConfig
 }
 
 // Agent is a running host agent. It is safe for concurrent use.
@@ -71,7 +74,8 @@ type Agent struct {
 	log    *slog.Logger
 	hostID string
 
-	ln *net.UnixListener
+	ln  *net.UnixListener
+	ctl *control // nil: standalone
 
 	mu        sync.Mutex
 	vms       map[string]*vm          // attached VMs by name; +checklocks:mu
@@ -133,6 +137,12 @@ func New(cfg Config) (*Agent, error) {
 	a.nextQPN = 0x100 + uint32(b[0])<<8 | uint32(b[1])
 	if err := a.listen(); err != nil {
 		return nil, err
+	}
+	if cfg.Control != nil {
+		if err := a.startControl(); err != nil {
+			a.ln.Close()
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -242,6 +252,7 @@ func (a *Agent) shutdown() {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	a.stopControl()
 	a.log.Info("vrdmad stopped")
 }
 

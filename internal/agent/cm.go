@@ -307,7 +307,7 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.qpn, st)
 	}
-	ad, err := s.a.resolveRemote(c.Remote)
+	ad, err := s.a.resolveConnect(q, c.Remote) // control.go
 	if err != nil {
 		return abi.ConnectReply{}, err
 	}

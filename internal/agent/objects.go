@@ -109,7 +109,7 @@ type cq struct {
 	layout abi.CQLayout
 	ringFD int
 	ring   *sys.Mapping
-	event  *sys.EventFD
+	event  *sys.Bell
 
 	mu     sync.Mutex // producer lock: completions come from several QPs' goroutines
 	tail   uint32     // +checklocks:mu
@@ -141,7 +141,7 @@ func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
 		sys.CloseFD(fd)
 		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
-	ev, err := sys.NewEventFD()
+	ev, err := sys.NewBellPair()
 	if err != nil {
 		ring.Unmap()
 		sys.CloseFD(fd)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -23,7 +24,7 @@ type qp struct {
 	layout   abi.QPLayout
 	ringFD   int
 	ring     *sys.Mapping
-	doorbell *sys.EventFD
+	doorbell *sys.Bell
 
 	state atomic.Uint32 // abi.QPState; written under mu, read anywhere
 
@@ -108,7 +109,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 		sys.CloseFD(fd)
 		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
-	db, err := sys.NewEventFD()
+	db, err := sys.NewBellPair()
 	if err != nil {
 		ring.Unmap()
 		sys.CloseFD(fd)
@@ -154,7 +155,7 @@ func (v *vm) destroyQP(q *qp) {
 		return
 	}
 	q.stop.Store(true)
-	q.doorbell.Ring()
+	q.doorbell.Wake()
 	<-q.done
 
 	v.a.mu.Lock()
@@ -238,6 +239,7 @@ func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
 // modify applies a ModifyQP. Transitions follow the IBTA state machine;
 // attributes a transition requires must be present.
 func (q *qp) modify(m *abi.ModifyQP) error {
+	pre := q.vm.a.preRTR(q, m) // control-plane lookups, before q.mu (control.go)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed.Load() {
@@ -273,7 +275,7 @@ func (q *qp) modify(m *abi.ModifyQP) error {
 			q.qpn, cur, next, uint32(extra))
 	}
 	if cur == abi.QPSInit && next == abi.QPSRTR {
-		if err := q.bindRemoteLocked(m.Attr.DGID, m.Attr.DestQPN); err != nil {
+		if err := q.bindRemoteLocked(m.Attr.DGID, m.Attr.DestQPN, pre); err != nil {
 			return err
 		}
 	}
@@ -344,7 +346,7 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
 	// Wake the goroutine: in RESET it drops what the queues hold, in ERR it
 	// flushes them, in RTS it resumes a send queue that SQD held.
-	q.doorbell.Ring()
+	q.doorbell.Wake()
 }
 
 // moveToErr moves the QP to ERR (from any state but RESET), recording why.
@@ -360,11 +362,14 @@ func (q *qp) moveToErr(why string) {
 
 // bindRemoteLocked decides the path to the remote end (dgid, qpn) when the
 // QP enters RTR. The path is a pure function of where the two ends live.
-func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32) error {
+func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error {
 	a := q.vm.a
 	a.mu.Lock()
 	ad := a.findAdapterByGIDLocked(dgid)
 	a.mu.Unlock()
+	if pre != nil && pre.err != nil {
+		return pre.err
+	}
 	if ad == nil {
 		return abi.Errorf(abi.CodeUnavailable, "dgid",
 			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane, which this agent does not run yet (rejected: memcpy: the remote VM is not on this host)",
@@ -372,6 +377,9 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32) error {
 	}
 	q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
 	q.path = abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.vm.name, ad.vm.name, a.cfg.Host)}
+	if pre != nil && pre.ok && pre.dec.Path == pathsel.Memcpy {
+		q.path.Reason = pre.dec.String()
+	}
 	return nil
 }
 

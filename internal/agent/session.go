@@ -243,7 +243,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD, c.event.FD()}, nil
+		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD, c.event.PeerFD()}, nil
 	case abi.OpDestroyCQ:
 		return abi.Empty{}, nil, v.destroyCQ(req.(*abi.Handle).Handle)
 	case abi.OpCreateQP:
@@ -251,7 +251,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD, q.doorbell.FD()}, nil
+		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD, q.doorbell.PeerFD()}, nil
 	case abi.OpModifyQP:
 		m := req.(*abi.ModifyQP)
 		q, err := v.qpByHandle(m.Handle)

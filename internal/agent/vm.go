@@ -112,6 +112,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		}
 		v.adapters = append(v.adapters, &adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
 	}
+	a.publishVM(v, s.uid) // control.go
 	v.ready.Store(true)
 	return v, nil
 }
@@ -295,6 +296,7 @@ func (v *vm) teardown() {
 	sys.CloseFD(v.memFD)
 	v.memMu.Unlock()
 
+	a.unpublishVM(v) // control.go; while the name is still taken, so a new attach publishes after
 	a.mu.Lock()
 	if a.vms[v.name] == v {
 		delete(a.vms, v.name)

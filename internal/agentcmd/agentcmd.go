@@ -31,9 +31,16 @@ func Main(name string, args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")
 	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM (max_pd)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	cp := addControlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	ctl, err := cp.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	cfg.Control = ctl
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(*level)); err != nil {
 		fmt.Fprintf(stderr, "%s: --log-level %q: %v\n", name, *level, err)

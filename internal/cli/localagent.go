@@ -26,10 +26,11 @@ type localAgent struct {
 	How    string // which binary runs, and why that one
 	Host   string // the host name the agent reports
 
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when the process has exited
-	waitErr error         // set before exited is closed
-	logPath string
+	cmd       *exec.Cmd
+	extraArgs []string      // agent flags beyond socket, state and log level
+	exited    chan struct{} // closed when the process has exited
+	waitErr   error         // set before exited is closed
+	logPath   string
 }
 
 // agentEnv names the environment variable that picks the agent binary:
@@ -96,7 +97,10 @@ const agentStartTimeout = 15 * time.Second
 // and waits until its socket answers. It tries the candidates in turn: a
 // binary that exits or answers garbage is skipped, and the error names
 // each one and why it failed.
-func startLocalAgent(ctx context.Context) (*localAgent, error) {
+//
+// extraArgs are more agent flags: "--no-control-plane" for an agent without
+// etcd, "--switch NAME" for quickstart's.
+func startLocalAgent(ctx context.Context, extraArgs ...string) (*localAgent, error) {
 	dir, err := os.MkdirTemp("", "vrdmactl-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory for the agent: %w", err)
@@ -111,7 +115,7 @@ func startLocalAgent(ctx context.Context) (*localAgent, error) {
 	var failures []string
 	for i, c := range agentCandidates() {
 		l := &localAgent{Dir: dir, Socket: filepath.Join(dir, "vrdmad.sock"), How: c.how,
-			logPath: filepath.Join(dir, fmt.Sprintf("agent-%d.log", i))}
+			logPath: filepath.Join(dir, fmt.Sprintf("agent-%d.log", i)), extraArgs: extraArgs}
 		err := l.start(ctx, c)
 		if err == nil {
 			return l, nil
@@ -134,6 +138,7 @@ func (l *localAgent) start(ctx context.Context, c agentCandidate) error {
 	defer logf.Close()
 	args := append(append([]string(nil), c.args...),
 		"--socket", l.Socket, "--state-dir", filepath.Join(l.Dir, "state"), "--log-level", "warn")
+	args = append(args, l.extraArgs...)
 	cmd := exec.Command(c.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = os.Environ()
@@ -249,6 +254,9 @@ type localVM struct {
 	MemMB  int
 	Locked bool // reserve and lock all guest memory
 	Async  bool // vrdma.asyncMode
+	// Switch and PortGroup put ethernet0 on a distributed port group
+	// (ethernet0.dvs.switchId, ethernet0.dvs.portgroupId); "" for none.
+	Switch, PortGroup string
 }
 
 // vmx returns the VM's VMX configuration.
@@ -264,6 +272,12 @@ func (v localVM) vmx(by string) string {
 		b.WriteString("vrdma.asyncMode = \"TRUE\"\nsched.cpu.latencySensitivity = \"high\"\n")
 	}
 	b.WriteString("ethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n")
+	if v.Switch != "" {
+		fmt.Fprintf(&b, "ethernet0.dvs.switchId = %q\n", v.Switch)
+	}
+	if v.PortGroup != "" {
+		fmt.Fprintf(&b, "ethernet0.dvs.portgroupId = %q\n", v.PortGroup)
+	}
 	return b.String()
 }
 

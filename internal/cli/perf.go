@@ -242,7 +242,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		inline = perfInline
 	}
 
-	ag, err := startLocalAgent(ctx)
+	ag, err := startLocalAgent(ctx, "--no-control-plane") // perf measures paths, not the inventory
 	if err != nil {
 		return fmt.Errorf("perf: %w", err)
 	}

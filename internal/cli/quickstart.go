@@ -43,6 +43,8 @@ type quickstartReport struct {
 	AgentPID     int          `json:"agent_pid"`
 	Host         string       `json:"host"`
 	MemoryLocked bool         `json:"memory_locked"`
+	Switch       string       `json:"switch,omitempty"`     // created in the agent's control plane
+	PortGroup    string       `json:"port_group,omitempty"` // created on Switch; the VMs' adapters are on it
 	Notes        []string     `json:"notes,omitempty"`
 	Pairs        []pairReport `json:"pairs"`
 	ElapsedS     float64      `json:"elapsed_s"`
@@ -68,8 +70,9 @@ func (a *app) quickstartCommand() *cobra.Command {
 		Short: "Start a throw-away agent with two VMs and show RDMA between them",
 		Long: `quickstart shows vrdma working on this machine, with no root, no installed
 agent and nothing left behind. It starts a host agent process with temporary
-state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself), defines two
-VMs, vm1 and vm2, with 3 MiB of guest memory each (reserved and locked when the
+state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself) and its
+embedded control plane (etcd), creates a distributed switch and a port group
+there (quickstart-dvs, dvportgroup-quickstart), defines two VMs on them, vm1 and vm2, with 3 MiB of guest memory each (reserved and locked when the
 memlock limit allows), attaches a workload to each, connects vm1/vrdma0 to
 vm2/vrdma0 through the connection manager, runs every opcode (SEND,
 SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
@@ -114,7 +117,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 	}
 
 	fmt.Fprintf(progress, "starting a host agent with temporary state… ")
-	ag, err := startLocalAgent(ctx)
+	ag, err := startLocalAgent(ctx, "--switch", quickstartSwitch) // quickstart_control.go
 	if err != nil {
 		fmt.Fprintln(progress, "failed")
 		return fail(err)
@@ -127,7 +130,16 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 	rep.Agent, rep.AgentPID, rep.Host = ag.How, ag.PID(), ag.Host
 	fmt.Fprintf(progress, "pid %d, %s\n", ag.PID(), ag.How)
 
-	specs := []*localVM{{Name: "vm1", MemMB: quickstartVMMB, Locked: true}, {Name: "vm2", MemMB: quickstartVMMB, Locked: true}}
+	fmt.Fprintf(progress, "creating switch %s and port group %s in its control plane… ", quickstartSwitch, quickstartPortGroup)
+	if err := createQuickstartFabric(ctx, ag); err != nil {
+		fmt.Fprintln(progress, "failed")
+		return fail(err)
+	}
+	rep.Switch, rep.PortGroup = quickstartSwitch, quickstartPortGroup
+	fmt.Fprintln(progress, "ok")
+
+	specs := []*localVM{{Name: "vm1", MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup},
+		{Name: "vm2", MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}}
 	fmt.Fprintf(progress, "defining and attaching VMs vm1 and vm2 (%d MiB of guest memory each)… ", quickstartVMMB)
 	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	vms, notes, err := openLocalVMs(octx, ag.Socket, "vrdmactl quickstart", specs)

@@ -22,6 +22,11 @@ func TestQuickstart(t *testing.T) {
 	if !p.OK || p.A != "vm1/vrdma0" || p.B != "vm2/vrdma0" || p.Path != "memcpy" || !strings.HasPrefix(p.Reason, "memcpy: ") {
 		t.Errorf("pair %+v", p)
 	}
+	// The agent ran the embedded control plane: quickstart created a switch
+	// and a port group, and path selection decided the pair's path.
+	if rep.Switch != quickstartSwitch || rep.PortGroup != quickstartPortGroup || !strings.Contains(p.Reason, "same host") {
+		t.Errorf("switch %q, port group %q, reason %q: want %s, %s and path selection's reason", rep.Switch, rep.PortGroup, p.Reason, quickstartSwitch, quickstartPortGroup)
+	}
 	if len(p.Opcodes) != len(perf.Opcodes) {
 		t.Errorf("%d opcodes, want %d: %v", len(p.Opcodes), len(perf.Opcodes), p.Opcodes)
 	}

@@ -34,8 +34,9 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 
-	socket string // --socket
-	output string // -o/--output: text or json
+	socket string       // --socket
+	output string       // -o/--output: text or json
+	ctl    controlFlags // where etcd is (control.go)
 }
 
 // exitError makes Main exit with code, printing err if it is not nil.
@@ -114,6 +115,7 @@ shows two VMs talking RDMA on this machine in a few seconds.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.socket, "socket", paths.Socket(), "the agent's Unix socket (env VRDMA_SOCKET)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	a.addControlFlags(root)
 	root.AddCommand(
 		a.agentCommand(),
 		a.quickstartCommand(),
@@ -121,6 +123,10 @@ shows two VMs talking RDMA on this machine in a few seconds.`,
 		a.statusCommand(),
 		a.vmCommand(),
 		a.perfCommand(),
+		a.switchCommand(),
+		a.portgroupCommand(),
+		a.hostCommand(),
+		a.pathCommand(),
 	)
 	return root
 }

@@ -19,10 +19,10 @@ func (a *app) vmCommand() *cobra.Command {
 		Short: "Define, undefine and list VMs on the agent",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("vm: name a subcommand: define, undefine or list")
+			return usageErrorf("vm: name a subcommand: define, undefine, list or show")
 		},
 	}
-	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.vmListCommand())
+	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.withClusterList(a.vmListCommand()), a.vmShowCommand()) // vmcluster.go
 	return cmd
 }
 

@@ -9,6 +9,7 @@ package sys
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -119,82 +120,142 @@ func InBounds(off, n, size uint64) bool {
 	return off <= size && n <= size-off
 }
 
-// EventFD is an eventfd used as a doorbell between a workload and the agent.
-// Wait blocks the calling OS thread in read(2), which wakes faster than the
-// Go netpoller; Ring never blocks. It is safe for concurrent use.
-type EventFD struct {
-	mu     sync.RWMutex // guards fd against Close while in use
-	fd     int
+// Bell carries wake-ups across the trust boundary between the agent and
+// a workload, over one end of a SOCK_SEQPACKET socketpair: each side holds
+// its own end, so neither can change the other's file status flags, steal
+// the other's wake-ups, or make the other block. Ring sends one byte with
+// MSG_DONTWAIT and never blocks (a full socket buffer already means a
+// wake-up is pending). Wait sleeps in poll(2) on the end and on a private
+// eventfd that only Wake writes, so a side can always interrupt its own
+// Wait, whatever the peer does. It is safe for concurrent use.
+type Bell struct {
+	mu     sync.RWMutex // guards the fds against Close while in use
+	end    int          // this side's end of the socketpair
+	peer   int          // the other end, until handed over (agent side), or -1
+	wake   int          // private eventfd for Wake
 	closed bool
 }
 
-// NewEventFD creates a blocking eventfd with a zero counter.
-func NewEventFD() (*EventFD, error) {
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+// NewBellPair creates a socketpair and returns this side's Bell; PeerFD is
+// the other end, to pass to the peer.
+func NewBellPair() (*Bell, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("socketpair for a doorbell: %w", err)
+	}
+	b, err := newBell(fds[0])
+	if err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
+	}
+	b.peer = fds[1]
+	return b, nil
+}
+
+// BellFrom adopts fd, an end received from the peer, as a Bell.
+func BellFrom(fd int) (*Bell, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return nil, fmt.Errorf("doorbell fd %d is not a socket", fd)
+	}
+	return newBell(fd)
+}
+
+func newBell(end int) (*Bell, error) {
+	// Non-blocking, so that Wait can drain: this side's end is its own
+	// file description, which the peer's end does not share.
+	if err := unix.SetNonblock(end, true); err != nil {
+		return nil, fmt.Errorf("doorbell: %w", err)
+	}
+	w, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	return &EventFD{fd: fd}, nil
+	return &Bell{end: end, peer: -1, wake: w}, nil
 }
 
-// EventFDFrom adopts fd (received from a peer) as an EventFD. The fd is made
-// blocking so that Wait sleeps in the kernel.
-func EventFDFrom(fd int) (*EventFD, error) {
-	if err := unix.SetNonblock(fd, false); err != nil {
-		return nil, fmt.Errorf("eventfd %d: set blocking: %w", fd, err)
-	}
-	return &EventFD{fd: fd}, nil
-}
-
-// FD returns the descriptor, for passing to a peer. It stays owned by e.
-func (e *EventFD) FD() int { return e.fd }
+// PeerFD returns the other end, for passing to the peer; it stays owned by
+// b until Close.
+func (b *Bell) PeerFD() int { return b.peer }
 
 var one = []byte{1, 0, 0, 0, 0, 0, 0, 0}
 
-// Ring adds one to the counter, waking a waiter.
-func (e *EventFD) Ring() error {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed {
+// Ring wakes the peer's Wait. It never blocks.
+func (b *Bell) Ring() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
 		return os.ErrClosed
 	}
 	for {
-		_, err := unix.Write(e.fd, one)
-		if err == unix.EINTR {
+		err := unix.Send(b.end, one[:1], unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		switch err {
+		case unix.EINTR:
 			continue
+		case unix.EAGAIN:
+			return nil // the peer has wake-ups pending already
 		}
 		return err
 	}
 }
 
-// Wait blocks until the counter is non-zero, then resets it.
-func (e *EventFD) Wait() error {
-	e.mu.RLock()
-	fd, closed := e.fd, e.closed
-	e.mu.RUnlock()
-	if closed {
-		return os.ErrClosed
-	}
-	var buf [8]byte
-	for {
-		_, err := unix.Read(fd, buf[:])
-		if err == unix.EINTR {
-			continue
-		}
-		return err
+// Wake wakes this side's own Wait.
+func (b *Bell) Wake() {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if !b.closed {
+		unix.Write(b.wake, one)
 	}
 }
 
-// Close closes the eventfd. A goroutine blocked in Wait must be woken by
-// Ring before Close; callers arrange that.
-func (e *EventFD) Close() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+// Wait blocks until the peer rings, Wake is called, or the peer's end is
+// closed (then it returns io.EOF), and consumes the pending wake-ups.
+func (b *Bell) Wait() error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return os.ErrClosed
+	}
+	fds := [2]unix.PollFd{{Fd: int32(b.end), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds[:], -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll doorbell: %w", err)
+		}
+		break
+	}
+	var buf [64]byte
+	if fds[1].Revents != 0 {
+		unix.Read(b.wake, buf[:8])
+	}
+	if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 && fds[0].Revents&unix.POLLIN == 0 {
+		return io.EOF
+	}
+	for fds[0].Revents&unix.POLLIN != 0 {
+		n, err := unix.Read(b.end, buf[:])
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	return nil
+}
+
+// Close closes this side's fds. A goroutine blocked in Wait must be woken
+// (Wake) and have returned first; callers arrange that.
+func (b *Bell) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
 		return nil
 	}
-	e.closed = true
-	return unix.Close(e.fd)
+	b.closed = true
+	CloseFD(b.peer)
+	unix.Close(b.wake)
+	return unix.Close(b.end)
 }
 
 // CloseFD closes a raw descriptor, ignoring -1.

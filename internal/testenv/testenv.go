@@ -85,6 +85,11 @@ func VMX(o VMOptions) string {
 // Options shape an in-process agent.
 type Options struct {
 	Limits agent.Limits // per-VM limits; a zero field takes agent.DefaultLimits
+	// Host is the agent's host name; default "hostA".
+	Host string
+	// Control runs the agent with a control plane (see StartControl);
+	// nil, the default, runs it standalone, without etcd.
+	Control *agent.ControlConfig
 }
 
 // Start runs an agent in this process with fresh state; it stops at the
@@ -101,8 +106,11 @@ func StartWith(tb testing.TB, o Options) *Env {
 		inner = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
 	}
 	rec := &recorder{inner: inner, logs: new(logs)}
-	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: "hostA",
-		Logger: slog.New(rec), Limits: o.Limits})
+	if o.Host == "" {
+		o.Host = "hostA"
+	}
+	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
+		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -204,7 +212,7 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 	bin := AgentBinary(tb)
 	dir := shortTempDir(tb)
 	e := &Env{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), exited: make(chan struct{})}
-	args := []string{"--socket", e.Socket, "--state-dir", e.StateDir, "--host", "hostA", "--log-level", "warn"}
+	args := []string{"--socket", e.Socket, "--state-dir", e.StateDir, "--host", "hostA", "--log-level", "warn", "--no-control-plane"}
 	for _, l := range []struct {
 		flag string
 		v    int

@@ -1,0 +1,485 @@
+package agent
+
+// The agent's side of the control plane (DESIGN.md §3, "Control plane on
+// etcd"; issue 3 item 5). With Config.Control set, the agent
+//
+//   - opens the store: an embedded single-node etcd under the state
+//     directory by default, or the external cluster at Control.Endpoints;
+//   - registers its host under a lease (member.Register) and keeps a
+//     watch-driven member.Cache of the inventory;
+//   - publishes every attached VM with its adapters (member.PublishVM) and
+//     removes it when it detaches;
+//   - resolves connect targets ("vm/vrdmaN" or a GID) that are not on this
+//     host through the cache (etcd only on a miss), and decides every new
+//     connection's path with pathsel through the cache.
+//
+// Only connection setup reads the control plane: the data path of an
+// established QP never does, so QPs keep moving data while etcd is out of
+// reach. Until the tcp and rdma paths exist, a peer on another host is
+// refused with a "path not available yet" error (code unavailable) that
+// carries the decision: the path, the reason, and every rejected
+// candidate with why.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/pathsel"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// ControlConfig configures the agent's control plane. A nil
+// Config.Control runs the agent standalone: only same-host peers, no etcd.
+type ControlConfig struct {
+	// Endpoints of an external etcd cluster; empty runs an embedded
+	// single-node etcd in DataDir.
+	Endpoints []string
+	// TLS files for an external cluster.
+	TLS store.TLSFiles
+	// DataDir of the embedded etcd; default <StateDir>/etcd.
+	DataDir string
+
+	// The host record (records.Host) beyond ID, name and version.
+	PVRDMAAddress  netip.AddrPort   // Net.PVRDMAVmknic: address:port of inter-host PVRDMA traffic
+	FirewallPVRDMA bool             // the "pvrdma" firewall ruleset is enabled
+	Switch         string           // the distributed switch the host is on
+	Uplinks        []records.Uplink // RDMA uplinks on Switch (recorded only, none exists yet)
+
+	// LeaseTTL is how long after the agent stops (or loses etcd) its host
+	// is shown down; default 10 s.
+	LeaseTTL time.Duration
+	// LookupTimeout bounds a lookup that misses the cache and goes to
+	// etcd, and each publish or remove of a VM; default 3 s.
+	LookupTimeout time.Duration
+	// StartTimeout bounds opening the store and registering; default 60 s.
+	StartTimeout time.Duration
+	// UnsafeNoFsync turns fsync off in the embedded etcd (tests only).
+	UnsafeNoFsync bool
+	// EtcdLog receives etcd's own logs; nil discards them.
+	EtcdLog io.Writer
+}
+
+// control is a running control-plane client of the agent.
+type control struct {
+	a      *Agent
+	cfg    ControlConfig
+	log    *slog.Logger
+	st     *store.Store
+	member *member.Member
+	cache  *member.Cache
+
+	pubMu sync.Mutex // orders publishes and removals of VMs
+
+	stop chan struct{}  // closed by stopControl: retries give up
+	wg   sync.WaitGroup // publish retries
+}
+
+// ParseUplink parses an RDMA uplink given as KIND/ADDRESS[/GID][@DEVICE]:
+// "rocev2-soft/192.0.2.10", "hca/192.0.2.10/fe80::1@mlx5_0". Without a GID
+// the address's GID form is used (IPv4-mapped for an IPv4 address).
+func ParseUplink(s string) (records.Uplink, error) {
+	var u records.Uplink
+	spec, dev, _ := strings.Cut(s, "@")
+	parts := strings.SplitN(spec, "/", 3)
+	if len(parts) < 2 {
+		return u, fmt.Errorf("uplink %q: want KIND/ADDRESS[/GID][@DEVICE], e.g. rocev2-soft/192.0.2.10", s)
+	}
+	u.Kind = records.UplinkKind(parts[0])
+	if u.Kind != records.UplinkSoftRoCEv2 && u.Kind != records.UplinkHCA {
+		return u, fmt.Errorf("uplink %q: kind %q is not %q or %q", s, parts[0], records.UplinkSoftRoCEv2, records.UplinkHCA)
+	}
+	addr, err := netip.ParseAddr(parts[1])
+	if err != nil {
+		return u, fmt.Errorf("uplink %q: address: %v", s, err)
+	}
+	u.Address = addr
+	u.GID = records.GIDOf(addr)
+	if len(parts) == 3 {
+		if u.GID, err = records.ParseGID(parts[2]); err != nil {
+			return u, fmt.Errorf("uplink %q: GID: %v", s, err)
+		}
+	}
+	u.Device = dev
+	return u, nil
+}
+
+// startControl opens the store, registers the host and starts the cache.
+func (a *Agent) startControl() error {
+	cfg := *a.cfg.Control
+	if cfg.DataDir == "" {
+		cfg.DataDir = filepath.Join(a.cfg.StateDir, "etcd")
+	}
+	if cfg.LookupTimeout <= 0 {
+		cfg.LookupTimeout = 3 * time.Second
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.StartTimeout)
+	defer cancel()
+	log := a.log.With("component", "control")
+	scfg := store.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, Logger: log, EtcdLog: cfg.EtcdLog}
+	if len(cfg.Endpoints) == 0 {
+		scfg.DataDir = cfg.DataDir
+		scfg.UnsafeNoFsync = cfg.UnsafeNoFsync
+	}
+	st, err := store.Open(ctx, scfg)
+	if err != nil {
+		where := "embedded etcd in " + cfg.DataDir
+		if len(cfg.Endpoints) > 0 {
+			where = "etcd at " + strings.Join(cfg.Endpoints, ",")
+		}
+		return fmt.Errorf("control plane (%s): %w (or run standalone with --no-control-plane)", where, err)
+	}
+	h := records.Host{ID: a.hostID, Name: a.cfg.Host, PVRDMAAddress: cfg.PVRDMAAddress, FirewallPVRDMA: cfg.FirewallPVRDMA,
+		Uplinks: cfg.Uplinks, Switch: cfg.Switch, AgentVersion: Version, State: records.HostUp}
+	m, err := member.Register(ctx, st, h, member.Options{TTL: cfg.LeaseTTL, Logger: log})
+	if err != nil {
+		st.Close()
+		return fmt.Errorf("control plane: register host %s: %w", h.Label(), err)
+	}
+	c := &control{a: a, cfg: cfg, log: log, st: st, member: m, stop: make(chan struct{})}
+	c.cache = member.NewCache(st, member.CacheConfig{LookupTimeout: cfg.LookupTimeout, Logger: log})
+	// No VM is attached yet: VMs a previous run of this host left
+	// published (it crashed) are gone.
+	if vms, _, _, err := store.List[records.VM](ctx, st, records.VMPrefix); err == nil {
+		for _, it := range vms {
+			if it.Value.Host == a.hostID && it.Value.Power != records.PoweredOff {
+				if err := member.RemoveVM(ctx, st, it.Value.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+					log.Warn("remove VM left by a previous run", "vm", it.Value.Name, "err", err)
+				}
+			}
+		}
+	}
+	a.ctl = c
+	log.Info("control plane", "endpoints", st.Endpoints(), "embedded", st.Embedded() != nil, "switch", cfg.Switch)
+	return nil
+}
+
+// stopControl removes the host's VMs (none is attached any more), revokes
+// the host's lease and closes the store.
+func (a *Agent) stopControl() {
+	c := a.ctl
+	if c == nil {
+		return
+	}
+	close(c.stop)
+	c.wg.Wait()
+	c.cache.Close()
+	if err := c.member.Close(); err != nil {
+		c.log.Warn("leave the control plane", "err", err)
+	}
+	if err := c.st.Close(); err != nil {
+		c.log.Warn("close the control plane", "err", err)
+	}
+}
+
+// ControlCache returns the agent's control-plane cache, or nil when the
+// agent runs standalone.
+func (a *Agent) ControlCache() *member.Cache {
+	if a.ctl == nil {
+		return nil
+	}
+	return a.ctl.cache
+}
+
+// ControlStore returns the agent's control-plane store, or nil when the
+// agent runs standalone. It stays owned by the agent.
+func (a *Agent) ControlStore() *store.Store {
+	if a.ctl == nil {
+		return nil
+	}
+	return a.ctl.st
+}
+
+// publishVM publishes attached VM v and its adapters. It never fails the
+// attach: a VM the control plane does not know is reachable from this
+// host only, and the warning says why.
+func (a *Agent) publishVM(v *vm, uid uint32) {
+	c := a.ctl
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+	defer cancel()
+	vmx, _ := os.ReadFile(filepath.Join(a.cfg.StateDir, "vms", v.name+".vmx"))
+	rec := records.VM{Name: v.name, VMX: string(vmx), Owner: records.Owner{UID: uid}, Host: a.hostID, Power: records.PoweredOn}
+	if len(rec.VMX) > records.MaxVMXBytes {
+		rec.VMX = ""
+	}
+	var ads []records.Adapter
+	for i, ad := range v.adapters {
+		vc := v.cfg.Adapters[i]
+		pg := vc.PortGroupID
+		if pg == "" {
+			c.log.Warn("adapter not on a distributed port group (no ethernetN.dvs.portgroupId): reachable from this host only",
+				"vm", v.name, "adapter", ad.name)
+			continue
+		}
+		sw := vc.SwitchID
+		if sw == "" {
+			sw = c.cfg.Switch
+		}
+		if p, err := c.cache.PortGroup(ctx, pg); err == nil && sw != "" && !sameSwitch(c, ctx, sw, p.Switch) {
+			c.log.Warn("adapter's switch is not its port group's", "vm", v.name, "adapter", ad.name,
+				"switch", sw, "port_group", pg, "port_group_switch", p.Switch)
+		}
+		ads = append(ads, records.Adapter{VM: v.name, Index: ad.index, MAC: ad.mac.String(), GID: netip.AddrFrom16(ad.gid),
+			PortGroup: pg, NativeEndpoint: vc.NativeEndpoint})
+	}
+	err := c.publish(ctx, v, rec, ads)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.name, "err", err)
+		return
+	}
+	// etcd is out of reach: keep trying in the background while the VM
+	// stays attached, so that it appears once etcd is back.
+	c.log.Warn("VM not published in the control plane yet (unreachable); retrying", "vm", v.name, "err", err)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		wait := time.Second
+		for {
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(wait):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+			err := c.publish(ctx, v, rec, ads)
+			cancel()
+			switch {
+			case err == nil:
+				c.log.Info("VM published in the control plane", "vm", v.name)
+				return
+			case errors.Is(err, errDetached):
+				return
+			case !errors.Is(err, store.ErrUnavailable):
+				c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.name, "err", err)
+				return
+			}
+			wait = min(2*wait, 10*time.Second)
+		}
+	}()
+}
+
+var errDetached = errors.New("VM detached")
+
+// publish publishes v unless it is detaching, and waits until the cache
+// sees it, so that the VM is in the cache before anyone is told it is
+// attached.
+func (c *control) publish(ctx context.Context, v *vm, rec records.VM, ads []records.Adapter) error {
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	if v.dying.Load() {
+		return errDetached
+	}
+	if err := member.PublishVM(ctx, c.st, rec, ads); err != nil {
+		return err
+	}
+	if _, rev, err := store.Get[records.VM](ctx, c.st, records.VMKey(v.name)); err == nil {
+		if err := c.cache.WaitRev(ctx, rev); err != nil {
+			c.log.Warn("control-plane cache lags", "vm", v.name, "err", err)
+		}
+	}
+	return nil
+}
+
+func sameSwitch(c *control, ctx context.Context, id, name string) bool {
+	if id == name {
+		return true
+	}
+	sw, err := c.cache.Switch(ctx, name)
+	if err != nil {
+		return true // cannot tell; pathsel decides
+	}
+	return normUUID(sw.UUID) == normUUID(id)
+}
+
+func normUUID(s string) string {
+	return strings.ToLower(strings.NewReplacer(" ", "", "-", "").Replace(s))
+}
+
+// unpublishVM removes VM v from the control plane after it detached.
+func (a *Agent) unpublishVM(v *vm) {
+	c := a.ctl
+	if c == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+	defer cancel()
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	// Only the record this host published: the VM may run elsewhere now.
+	rec, _, err := store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			c.log.Warn("VM not removed from the control plane", "vm", v.name, "err", err)
+		}
+		return
+	}
+	if rec.Host != a.hostID {
+		return
+	}
+	if err := member.RemoveVM(ctx, c.st, v.name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		c.log.Warn("VM not removed from the control plane", "vm", v.name, "err", err)
+	}
+}
+
+// endName is how the control plane names adapter ad: "vm/vrdmaN".
+func endName(ad *adapter) string { return ad.vm.name + "/" + ad.name }
+
+// policyErr reports whether err is a refusal by path selection (as
+// opposed to a failed lookup).
+func policyErr(err error) bool {
+	for _, e := range []error{pathsel.ErrDifferentSwitch, pathsel.ErrVLANIsolation, pathsel.ErrHostDown, pathsel.ErrNotOnSwitch, pathsel.ErrNoPath} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// explain formats a decision for error messages: the path and reason, then
+// every rejected candidate with why.
+func explain(d pathsel.Decision) string {
+	var b strings.Builder
+	if d.Path != "" {
+		fmt.Fprintf(&b, "decision: %s", d.String())
+	}
+	if len(d.Rejected) > 0 {
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("rejected: ")
+		for i, r := range d.Rejected {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "%s: %s", r.Path, r.Why)
+		}
+	}
+	return b.String()
+}
+
+// decideLocal decides the path between local adapters from and to. ok is
+// false when the control plane cannot decide (a VM not published, etcd out
+// of reach for something uncached): the agent then falls back to memcpy,
+// as standalone. A refusal by path selection is an error.
+func (c *control) decideLocal(from, to *adapter) (d pathsel.Decision, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+	defer cancel()
+	d, err = c.cache.Decide(ctx, endName(from), endName(to))
+	switch {
+	case err == nil:
+		return d, true, nil
+	case policyErr(err):
+		msg := fmt.Sprintf("%s cannot connect to %s: %v", endName(from), endName(to), err)
+		if e := explain(d); e != "" {
+			msg += " (" + e + ")"
+		}
+		return d, false, abi.Errorf(abi.CodeRefused, "remote", "%s", msg)
+	default:
+		c.log.Debug("no control-plane decision for a same-host pair; memcpy", "from", endName(from), "to", endName(to), "err", err)
+		return d, false, nil
+	}
+}
+
+// remoteErr explains why from cannot connect to target, a "vm/vrdmaN" or
+// GID that is not an attached adapter of this host: it looks target up in
+// the control plane (cache first) and decides the path.
+func (c *control) remoteErr(from *adapter, target, field string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+	defer cancel()
+	end, err := c.cache.ResolveEnd(ctx, target)
+	switch {
+	case errors.Is(err, member.ErrBadTarget):
+		return abi.Errorf(abi.CodeInvalid, field, "%q is neither \"vm/vrdmaN\" nor a GID", target)
+	case errors.Is(err, store.ErrNotFound):
+		return abi.Errorf(abi.CodeNotFound, field, "%s is not attached on any host (not in the control plane's endpoint directory): %v", target, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err)
+	case err != nil:
+		return abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err)
+	}
+	if end.Endpoint.Host == c.a.hostID {
+		return abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host)
+	}
+	d, err := c.cache.Decide(ctx, endName(from), target)
+	if err != nil {
+		msg := fmt.Sprintf("%s cannot connect to %s on host %s: %v", endName(from), end.Endpoint.Name(), end.Host.Host.Label(), err)
+		if e := explain(d); e != "" {
+			msg += " (" + e + ")"
+		}
+		code := abi.CodeRefused
+		if !policyErr(err) {
+			code = abi.CodeUnavailable
+		}
+		return abi.Errorf(code, field, "%s", msg)
+	}
+	return abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
+		end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
+}
+
+// resolveConnect finds the adapter a connect from q targets. Same-host
+// targets resolve locally (and must pass path selection, when the control
+// plane can decide); others are looked up in the control plane, and fail
+// with the decision until paths to other hosts exist.
+func (a *Agent) resolveConnect(q *qp, remote string) (*adapter, error) {
+	ad, err := a.resolveRemote(remote)
+	c := a.ctl
+	if c == nil {
+		return ad, err
+	}
+	if err == nil {
+		if _, _, perr := c.decideLocal(q.ad, ad); perr != nil {
+			return nil, perr
+		}
+		return ad, nil
+	}
+	var ae *abi.Error
+	if !errors.As(err, &ae) || ae.Code != abi.CodeUnavailable {
+		return nil, err
+	}
+	return nil, c.remoteErr(q.ad, remote, "remote")
+}
+
+// rtrDecision is what the control plane says about a QP's remote end,
+// worked out before the QP's lock is taken (lookups may go to etcd).
+type rtrDecision struct {
+	dec pathsel.Decision
+	ok  bool  // dec holds a decision for a same-host peer
+	err error // the transition must fail with err
+}
+
+// preRTR returns the control plane's word on modify m of q when it takes
+// q from INIT to RTR, or nil.
+func (a *Agent) preRTR(q *qp, m *abi.ModifyQP) *rtrDecision {
+	c := a.ctl
+	if c == nil || m.Mask&abi.MaskState == 0 || m.Attr.State != abi.QPSRTR || q.State() != abi.QPSInit || m.Mask&abi.MaskAV == 0 {
+		return nil
+	}
+	a.mu.Lock()
+	ad := a.findAdapterByGIDLocked(m.Attr.DGID)
+	a.mu.Unlock()
+	if ad != nil {
+		d, ok, err := c.decideLocal(q.ad, ad)
+		return &rtrDecision{dec: d, ok: ok, err: err}
+	}
+	return &rtrDecision{err: c.remoteErr(q.ad, m.Attr.DGID.String(), "dgid")}
+}

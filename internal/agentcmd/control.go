@@ -1,0 +1,86 @@
+package agentcmd
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/control/records"
+)
+
+// controlFlags are the agent's control-plane flags.
+type controlFlags struct {
+	none      bool
+	endpoints string
+	cert, key string
+	ca        string
+	dataDir   string
+	address   string
+	firewall  bool
+	sw        string
+	uplinks   []records.Uplink
+}
+
+func addControlFlags(fs *flag.FlagSet) *controlFlags {
+	c := &controlFlags{}
+	fs.BoolVar(&c.none, "no-control-plane", false, "run standalone: no etcd, same-host peers only")
+	fs.StringVar(&c.endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster (default: an embedded etcd under the state directory)")
+	fs.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
+	fs.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
+	fs.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
+	fs.StringVar(&c.dataDir, "etcd-data-dir", "", "data directory of the embedded etcd (default STATE-DIR/etcd)")
+	fs.StringVar(&c.address, "pvrdma-address", "", "ADDRESS:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic)")
+	fs.BoolVar(&c.firewall, "firewall-pvrdma", false, "the host's pvrdma firewall ruleset is enabled (needed for traffic with other hosts)")
+	fs.StringVar(&c.sw, "switch", "", "the distributed switch this host is on")
+	fs.Func("rdma-uplink", "an RDMA uplink on the switch, KIND/ADDRESS[/GID][@DEVICE], KIND rocev2-soft or hca (repeatable; recorded only)", func(s string) error {
+		u, err := agent.ParseUplink(s)
+		if err != nil {
+			return err
+		}
+		c.uplinks = append(c.uplinks, u)
+		return nil
+	})
+	return c
+}
+
+// config returns the agent's ControlConfig, nil for --no-control-plane.
+func (c *controlFlags) config() (*agent.ControlConfig, error) {
+	if c.none {
+		if c.endpoints != "" || c.address != "" || c.sw != "" || len(c.uplinks) > 0 {
+			return nil, errors.New("--no-control-plane excludes --etcd-endpoints, --pvrdma-address, --switch and --rdma-uplink")
+		}
+		return nil, nil
+	}
+	cfg := &agent.ControlConfig{DataDir: c.dataDir, FirewallPVRDMA: c.firewall, Switch: c.sw, Uplinks: c.uplinks}
+	for _, e := range strings.Split(c.endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			cfg.Endpoints = append(cfg.Endpoints, e)
+		}
+	}
+	cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.CAFile = c.cert, c.key, c.ca
+	if (c.cert == "") != (c.key == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	if len(cfg.Endpoints) == 0 && (c.cert != "" || c.ca != "") {
+		return nil, errors.New("--etcd-cert, --etcd-key and --etcd-ca need --etcd-endpoints (the embedded etcd listens on a private Unix socket)")
+	}
+	if c.address != "" {
+		ap, err := netip.ParseAddrPort(c.address)
+		if err != nil {
+			return nil, fmt.Errorf("--pvrdma-address %q: want ADDRESS:PORT: %v", c.address, err)
+		}
+		cfg.PVRDMAAddress = ap
+	}
+	if c.sw != "" {
+		if err := records.CheckName(c.sw); err != nil {
+			return nil, fmt.Errorf("--switch: %v", err)
+		}
+	}
+	if len(c.uplinks) > 0 && c.sw == "" {
+		return nil, errors.New("--rdma-uplink needs --switch: an uplink belongs to the host's switch")
+	}
+	return cfg, nil
+}

@@ -1,0 +1,135 @@
+package cli
+
+// How vrdmactl reaches the control plane (issue 3 item 6). The commands
+// switch, portgroup, host, path, "vm show" and "vm list --cluster" read
+// and write etcd directly, not through the agent:
+//
+//   - with --etcd-endpoints (and --etcd-cert/--etcd-key/--etcd-ca for TLS)
+//     they talk to that cluster: the same flags every vrdmad of the
+//     cluster was started with;
+//   - without it they find the local agent's embedded etcd: the agent
+//     writes its client URL to STATE-DIR/etcd/client-url
+//     (store.EndpointFile), and that URL is a Unix socket only STATE-DIR's
+//     owner can reach. --state-dir defaults to the agent's default state
+//     directory (/var/lib/vrdma as root, ~/.local/state/vrdma otherwise).
+//
+// Nothing here starts an etcd: a CLI that found none says so and how to
+// point it at one.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/paths"
+)
+
+// controlFlags are vrdmactl's flags that say where etcd is.
+type controlFlags struct {
+	endpoints []string
+	cert, key string
+	ca        string
+	stateDir  string
+}
+
+func (a *app) addControlFlags(root *cobra.Command) {
+	c, pf := &a.ctl, root.PersistentFlags()
+	pf.StringSliceVar(&c.endpoints, "etcd-endpoints", nil, "etcd endpoints of the control plane (default: the local agent's embedded etcd, found under --state-dir)")
+	pf.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
+	pf.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
+	pf.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
+	pf.StringVar(&c.stateDir, "state-dir", paths.StateDir(), "the local agent's state directory, where its embedded etcd writes its address")
+}
+
+// controlEndpoints returns the etcd endpoints to use, and where they come
+// from.
+func (a *app) controlEndpoints() ([]string, error) {
+	if len(a.ctl.endpoints) > 0 {
+		return a.ctl.endpoints, nil
+	}
+	dir := filepath.Join(a.ctl.stateDir, "etcd")
+	url, err := store.ReadEndpointFile(dir)
+	if err != nil {
+		return nil, fmt.Errorf("no control plane: no --etcd-endpoints, and no local agent's embedded etcd under %s (%v): start vrdmad, pass --state-dir of a running agent, or --etcd-endpoints of the cluster", dir, err)
+	}
+	return []string{url}, nil
+}
+
+// openStore connects to the control plane.
+func (a *app) openStore(ctx context.Context) (*store.Store, error) {
+	eps, err := a.controlEndpoints()
+	if err != nil {
+		return nil, err
+	}
+	if (a.ctl.cert == "") != (a.ctl.key == "") {
+		return nil, usageErrorf("--etcd-cert and --etcd-key go together")
+	}
+	st, err := store.Open(ctx, store.Config{Endpoints: eps, TLS: store.TLSFiles{CertFile: a.ctl.cert, KeyFile: a.ctl.key, CAFile: a.ctl.ca},
+		DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("control plane at %s: %w", strings.Join(eps, ","), err)
+	}
+	return st, nil
+}
+
+// withCache runs fn with a cache of the whole inventory, listed once.
+func (a *app) withCache(ctx context.Context, fn func(st *store.Store, c *member.Cache) error) error {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	c := member.NewCache(st, member.CacheConfig{LookupTimeout: 5 * time.Second, OnBadRecord: func(e *store.RecordError) {
+		fmt.Fprintf(a.stderr, "vrdmactl: skipping %v\n", e)
+	}})
+	defer c.Close()
+	select {
+	case <-c.Synced():
+	case <-ctx.Done():
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("read the control plane: %w", err)
+		}
+		return fmt.Errorf("read the control plane at %s: %w", strings.Join(st.Endpoints(), ","), ctx.Err())
+	}
+	return fn(st, c)
+}
+
+// notFound makes a store.ErrNotFound say what was looked up.
+func notFound(err error, what string) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%s: not found in the control plane", what)
+	}
+	return err
+}
+
+// randomUUID returns a random RFC 4122 UUID, for switches created without
+// one.
+func randomUUID() string {
+	var b [16]byte
+	f, err := os.Open("/dev/urandom")
+	if err == nil {
+		f.Read(b[:])
+		f.Close()
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// orDash returns s, or "-" if it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

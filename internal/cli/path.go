@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/pathsel"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// pathReport is what path explain prints (-o json).
+type pathReport struct {
+	A        string              `json:"a"`
+	B        string              `json:"b"`
+	OK       bool                `json:"ok"`
+	Path     pathsel.Path        `json:"path"`
+	Reason   string              `json:"reason"`
+	Rejected []pathsel.Rejection `json:"rejected"`
+	Error    string              `json:"error,omitempty"`
+}
+
+// pathCommand is "vrdmactl path explain A B": the control plane's path
+// decision between two adapters, as the agents make it at connect time.
+func (a *app) pathCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "path",
+		Short: "Explain the path (memcpy, rdma, tcp) between two adapters",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("path: name a subcommand: explain")
+		},
+	}
+	explain := &cobra.Command{
+		Use:   "explain VM1/vrdmaN VM2/vrdmaM",
+		Short: "Print the path two adapters get, why, and every rejected candidate with why",
+		Long: `explain decides the path between two adapters, each named "vm/vrdmaN" or by
+GID, exactly as the agents do when they connect: from the two hosts' records,
+the switch and the port groups in the control plane. It prints the path, the
+reason, and every candidate it rejected with why. It exits 1 when the two
+cannot connect at all (different switches, VLAN isolation, a host down).`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
+				d, err := c.Decide(cmd.Context(), args[0], args[1])
+				r := pathReport{A: args[0], B: args[1], OK: err == nil, Path: d.Path, Reason: d.Reason, Rejected: d.Rejected}
+				if r.Rejected == nil {
+					r.Rejected = []pathsel.Rejection{}
+				}
+				if err != nil {
+					if errors.Is(err, store.ErrNotFound) {
+						err = fmt.Errorf("%w (is the VM attached? 'vrdmactl vm list --cluster')", err)
+					}
+					r.Error = err.Error()
+				}
+				if a.json() {
+					if err := a.printJSON(r); err != nil {
+						return err
+					}
+				} else {
+					if r.OK {
+						fmt.Fprintf(a.stdout, "%s ↔ %s: %s\n  reason: %s\n", r.A, r.B, r.Path, r.Reason)
+					} else {
+						fmt.Fprintf(a.stdout, "%s ↔ %s: cannot connect\n  error: %s\n", r.A, r.B, r.Error)
+					}
+					for _, rj := range r.Rejected {
+						fmt.Fprintf(a.stdout, "  rejected %s: %s\n", rj.Path, rj.Why)
+					}
+				}
+				if err != nil {
+					return &exitError{code: exitFailure, err: fmt.Errorf("path explain: %w", err)}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(explain)
+	return cmd
+}
