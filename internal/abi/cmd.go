@@ -44,9 +44,9 @@ const (
 	OpDeallocPD     Op = 6  // Handle → Empty
 	OpRegMR         Op = 7  // RegMR → RegMRReply
 	OpDeregMR       Op = 8  // Handle → Empty
-	OpCreateCQ      Op = 9  // CreateCQ → CreateCQReply; fds: ring memfd, event eventfd
+	OpCreateCQ      Op = 9  // CreateCQ → CreateCQReply; fds: ring memfd, event socket (socketpair end)
 	OpDestroyCQ     Op = 10 // Handle → Empty
-	OpCreateQP      Op = 11 // CreateQP → CreateQPReply; fds: ring memfd, doorbell eventfd
+	OpCreateQP      Op = 11 // CreateQP → CreateQPReply; fds: ring memfd, doorbell socket (socketpair end)
 	OpModifyQP      Op = 12 // ModifyQP → Empty
 	OpQueryQP       Op = 13 // Handle → QueryQPReply
 	OpDestroyQP     Op = 14 // Handle → Empty

@@ -4,12 +4,13 @@ package agent
 //
 //	workload: writes WQE into SQ slot, bumps SQ tail, rings the doorbell
 //	          if the agent said it sleeps (OffSQDoorbell)
-//	runSQ:    waits (doorbell mode: sleeps on the eventfd; async mode:
-//	          spins, then yields, then sleeps), copies each new slot into a
+//	runSQ:    waits (doorbell mode: polls 20 µs, then sleeps on the
+//	          doorbell socket; async mode: spins, then yields, then
+//	          sleeps), frees each slot before completing it, copies each new slot into a
 //	          private buffer before looking at it (the workload may rewrite
 //	          the slot at any time), decodes and checks it, executes it over
-//	          the QP's path, writes the completion to the send CQ, advances
-//	          the SQ head.
+//	          the QP's path, advances the SQ head, then writes the
+//	          completion to the send CQ.
 //	path:     memcpy: the sender's goroutine acts as the responder too: it
 //	          takes the remote VM's memMu for reading, checks rkey, bounds
 //	          and access there, consumes the remote receive queue for SEND,
@@ -39,7 +40,7 @@ import (
 // work before it sleeps: a burst of posts then costs one wake-up, not one
 // per post.
 const (
-	asyncSpins   = 2000
+	asyncSpins   = 64
 	asyncYields  = 20000
 	doorbellPoll = 20 * time.Microsecond
 )
@@ -132,13 +133,19 @@ func (q *qp) poll(tailW *atomic.Uint32) bool {
 		}
 		return false
 	}
+	// Yield between looks: on a small machine the thread that must run
+	// next (a workload, or another QP's goroutine waking) may need this
+	// core.
 	deadline := time.Now().Add(doorbellPoll)
 	for i := 0; ; i++ {
 		if q.hasWork(tailW.Load()) {
 			return true
 		}
-		if i&63 == 63 && time.Now().After(deadline) {
-			return false
+		if i&7 == 7 {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			if time.Now().After(deadline) {
+				return false
+			}
 		}
 	}
 }

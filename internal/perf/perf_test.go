@@ -15,7 +15,12 @@ import (
 // newPair starts an in-process agent with two VMs and connects a pair.
 func newPair(tb testing.TB, o testenv.VMOptions, cfg perf.PairConfig) *perf.Pair {
 	tb.Helper()
-	env := testenv.Start(tb)
+	return connectPair(tb, testenv.Start(tb), o, cfg)
+}
+
+// connectPair defines two VMs on env and connects a pair.
+func connectPair(tb testing.TB, env *testenv.Env, o testenv.VMOptions, cfg perf.PairConfig) *perf.Pair {
+	tb.Helper()
 	v1 := env.Open(tb, "vm1", o)
 	v2 := env.Open(tb, "vm2", o)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -100,7 +105,11 @@ func benchmark(b *testing.B, c perf.Config, async bool) {
 	if c.Test.Latency() {
 		need *= 2
 	}
-	p := newPair(b, testenv.VMOptions{MemMB: need>>20 + 2, Async: async}, perf.PairConfig{BufSize: need, MaxInline: 220})
+	// The agent runs as its own process, as in production: in this
+	// process its goroutines would compete for the Go scheduler with the
+	// two spinning workload sides, which distorts latency.
+	env := testenv.StartProcess(b, testenv.ProcessOptions{})
+	p := connectPair(b, env, testenv.VMOptions{MemMB: need>>20 + 2, Async: async}, perf.PairConfig{BufSize: need, MaxInline: 220})
 	// Warm up: fault in both guest memories in the agent and here, and
 	// let the path reach its steady state, before the timed run.
 	w := c
