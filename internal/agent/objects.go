@@ -9,6 +9,28 @@ import (
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
+// newRing creates what every queue object shares with its workload: a
+// sealed memfd of size bytes for its rings, mapped here, and a doorbell
+// socketpair.
+func newRing(name string, size uint32) (int, *sys.Mapping, *sys.Bell, error) {
+	fd, err := sys.Memfd(name, int64(size))
+	if err != nil {
+		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	ring, err := sys.Map(fd, int(size), true)
+	if err != nil {
+		sys.CloseFD(fd)
+		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	bell, err := sys.NewBellPair()
+	if err != nil {
+		ring.Unmap()
+		sys.CloseFD(fd)
+		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	return fd, ring, bell, nil
+}
+
 // pd is a protection domain.
 type pd struct {
 	handle uint32
@@ -132,20 +154,9 @@ func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
 	if n >= v.a.cfg.Limits.MaxCQ {
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d CQs, the limit (max_cq): destroy some first", v.name, n)
 	}
-	fd, err := sys.Memfd("vrdma-cq", int64(layout.Size))
+	fd, ring, ev, err := newRing("vrdma-cq", layout.Size)
 	if err != nil {
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	ring, err := sys.Map(fd, int(layout.Size), true)
-	if err != nil {
-		sys.CloseFD(fd)
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	ev, err := sys.NewBellPair()
-	if err != nil {
-		ring.Unmap()
-		sys.CloseFD(fd)
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		return nil, err
 	}
 	c2 := &cq{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
 	v.objMu.Lock()

@@ -100,20 +100,9 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	case nqp >= v.a.cfg.Limits.MaxQP:
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, nqp)
 	}
-	fd, err := sys.Memfd("vrdma-qp", int64(layout.Size))
+	fd, ring, db, err := newRing("vrdma-qp", layout.Size)
 	if err != nil {
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	ring, err := sys.Map(fd, int(layout.Size), true)
-	if err != nil {
-		sys.CloseFD(fd)
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	db, err := sys.NewBellPair()
-	if err != nil {
-		ring.Unmap()
-		sys.CloseFD(fd)
-		return nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		return nil, err
 	}
 	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
