@@ -122,7 +122,7 @@ func (h *ringHarness) newQP(tb testing.TB, v *vm, p *pd, c *cq, sigAll bool) *qp
 		tb.Fatal(err)
 	}
 	q.stop.Store(true)
-	q.doorbell.Ring()
+	q.doorbell.Wake()
 	<-q.done
 	q.stop.Store(false)
 	return q
