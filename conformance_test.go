@@ -99,6 +99,7 @@ var conformanceCases = []conformanceCase{
 	{"ordering", testOrdering},
 	{"unsignaled", testUnsignaled},
 	{"rnr", testRNR},
+	{"recv-cq-full", testRecvCQFull},
 	{"remote-access", testRemoteAccess},
 	{"local-errors", testLocalErrors},
 	{"length-error", testLengthError},
@@ -1286,6 +1287,50 @@ func testRNR(t *testing.T, s *suite) {
 		expectBytes(t, "write after it", dst.Bytes()[100:], src.Bytes()[:28])
 		expectState(t, a.qp, vrdma.QPSRTS)
 	})
+}
+
+// testRecvCQFull checks that a receiver whose receive CQ is full is not
+// ready: the sender retries as on RNR (and gives up after rnr_retry), it
+// is never blocked behind the receiver, and the receive stays posted
+// until the CQ has room.
+func testRecvCQFull(t *testing.T, s *suite) {
+	caps := defaultCaps
+	caps.MaxRecvWR = 2 // and so a receive CQ of two entries
+	for _, retry := range []uint8{1, 7} {
+		t.Run(fmt.Sprintf("rnr_retry=%d", retry), func(t *testing.T) {
+			pa, pb := defaultRC, defaultRC
+			pa.rnrRetry, pb.minRNRTimer = retry, 1
+			a, b := s.pairWith(t, pairConfig{b: qpConfig{caps: caps}}, pa, pb)
+			if n := b.rcq.Entries(); n != 2 {
+				t.Fatalf("receive CQ of %d entries, want 2", n)
+			}
+			src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 3*64, vrdma.AccessAll)
+			postRecv(t, b.qp, vrdma.RecvWR{ID: 1, SGL: sgl(dst.SGE(0, 64))}, vrdma.RecvWR{ID: 2, SGL: sgl(dst.SGE(64, 64))})
+			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))},
+				vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+			for i, w := range waitWC(t, a.scq, 2) {
+				expectWC(t, w, a.qp, uint64(i+1), vrdma.WCSuccess, vrdma.WCSend)
+			}
+			// The receive CQ holds two completions nobody polled: full.
+			postRecv(t, b.qp, vrdma.RecvWR{ID: 3, SGL: sgl(dst.SGE(128, 64))})
+			postSend(t, a.qp, vrdma.SendWR{ID: 3, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+			if retry != 7 {
+				expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 3, vrdma.WCRNRRetryExcErr, 0)
+				expectState(t, a.qp, vrdma.QPSErr)
+				wc := waitWC(t, b.rcq, 2)
+				expectRecv(t, wc[0], b.qp, 1, vrdma.WCRecv, 64, 0, false)
+				expectRecv(t, wc[1], b.qp, 2, vrdma.WCRecv, 64, 0, false)
+				expectNoWC(t, b.rcq, quiet, "the receive the refused message did not consume")
+				return
+			}
+			expectNoWC(t, a.scq, 3*quiet, "a SEND to a receiver whose receive CQ is full")
+			wc := waitWC(t, b.rcq, 2) // room again: the send goes through
+			expectRecv(t, wc[0], b.qp, 1, vrdma.WCRecv, 64, 0, false)
+			expectRecv(t, wc[1], b.qp, 2, vrdma.WCRecv, 64, 0, false)
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 3, vrdma.WCSuccess, vrdma.WCSend)
+			expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 3, vrdma.WCRecv, 64, 0, false)
+		})
+	}
 }
 
 // testRemoteAccess checks that every remote key, bound and access violation

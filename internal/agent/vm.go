@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -28,10 +29,11 @@ type vm struct {
 
 	// memMu orders unmapping against use: see the package comment.
 	memMu sync.RWMutex
-	mem   *sys.Mapping // +checklocks:memMu (for Unmap)
-	dead  bool         // +checklocks:memMu
-	dying atomic.Bool  // set first in teardown, read by waiters that must give up
-	ready atomic.Bool  // set once memory and adapters exist; until then others ignore the VM
+	mem   *sys.Mapping  // +checklocks:memMu (for Unmap)
+	dead  bool          // +checklocks:memMu
+	dying atomic.Bool   // set first in teardown, read by waiters that must give up
+	ready atomic.Bool   // set once memory and adapters exist; until then others ignore the VM
+	gone  chan struct{} // closed when teardown has released the name
 
 	adapters []*adapter
 
@@ -47,6 +49,13 @@ type vm struct {
 	nextHandle uint32         // +checklocks:objMu
 	mrGen      uint8          // +checklocks:objMu
 }
+
+// How long an attach waits for a VM's previous workload: closeGrace for
+// its session to notice the close, detachWait for the teardown.
+const (
+	closeGrace = 200 * time.Millisecond
+	detachWait = 10 * time.Second
+)
 
 // adapter is one vrdmaN adapter of a VM.
 type adapter struct {
@@ -88,12 +97,31 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 	if len(cfg.Adapters) == 0 {
 		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q has no PVRDMA adapter: add ethernetN.virtualDev = \"vrdma\"", name)
 	}
-	a.mu.Lock()
-	if old, ok := a.vms[name]; ok {
+	// A workload that closed its VM a moment ago may still be detaching
+	// (its session has seen the close, or is about to): wait for that,
+	// briefly, rather than refuse an immediate reopen.
+	start := time.Now()
+	for {
+		a.mu.Lock()
+		old, ok := a.vms[name]
+		if !ok {
+			break // a.mu stays held: reserve the name below
+		}
 		a.mu.Unlock()
-		return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.pid)
+		if old.owner.ctx.Err() != nil {
+			select {
+			case <-old.gone:
+			case <-time.After(detachWait):
+				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, detachWait)
+			}
+			continue
+		}
+		if time.Since(start) > closeGrace {
+			return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.pid)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, memFD: -1,
+	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, memFD: -1, gone: make(chan struct{}),
 		pds: map[uint32]*pd{}, mrHandles: map[uint32]*mr{}, cqs: map[uint32]*cq{}, qps: map[uint32]*qp{},
 		mrs: make([]atomic.Pointer[mr], a.cfg.Limits.MaxMR+1)}
 	a.vms[name] = v // reserve the name while memory is set up
@@ -103,6 +131,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		a.mu.Lock()
 		delete(a.vms, name)
 		a.mu.Unlock()
+		close(v.gone)
 		return nil, err
 	}
 	for _, c := range cfg.Adapters {
@@ -302,5 +331,6 @@ func (v *vm) teardown() {
 		delete(a.vms, v.name)
 	}
 	a.mu.Unlock()
+	close(v.gone)
 	a.log.Info("VM detached", "vm", v.name)
 }

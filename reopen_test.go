@@ -1,0 +1,41 @@
+package vrdma_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// TestLifecycleReopenAtOnce checks that a VM closed by its workload can be
+// opened again at once (the agent waits for the detach rather than refuse
+// it), and that a VM a live workload holds is still refused.
+func TestLifecycleReopenAtOnce(t *testing.T) {
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 50 {
+		v, err := vrdma.Open(ctx, "vm1", vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatalf("open %d right after the previous close: %v", i, err)
+		}
+		if _, err := v.Adapters()[0].AllocPD(ctx); err != nil {
+			t.Fatal(err)
+		}
+		v.Close()
+	}
+	holder, err := vrdma.Open(ctx, "vm1", vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	_, err = vrdma.Open(ctx, "vm1", vrdma.WithSocket(env.Socket))
+	var e *vrdma.Error
+	if !errors.As(err, &e) || e.Code != "already-exists" {
+		t.Fatalf("second workload on a held VM: %v, want already-exists", err)
+	}
+}
