@@ -147,6 +147,18 @@ func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
 	return vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
 }
 
+// openAgent connects to the agent for a management command, both bounded
+// by callTimeout; done closes the connection and releases the context.
+func (a *app) openAgent(cmd *cobra.Command) (context.Context, *vrdma.Agent, func(), error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	ag, err := a.dialAgent(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, ag, func() { ag.Close(); cancel() }, nil
+}
+
 // callTimeout bounds management commands against a running agent.
 const callTimeout = 15 * time.Second
 

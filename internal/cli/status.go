@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -28,13 +27,11 @@ their adapters, and every QP with its state, its peer, and the path it takes
 (memcpy, tcp, rdma) with the reason it was chosen.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			ag, err := a.dialAgent(ctx)
+			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err
 			}
-			defer ag.Close()
+			defer done()
 			st, err := ag.Status(ctx)
 			if err != nil {
 				return fmt.Errorf("status: %w", err)

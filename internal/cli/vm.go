@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -47,13 +46,11 @@ vrdma.asyncMode... A VM attached to a workload cannot be redefined.`,
 			if err != nil {
 				return fmt.Errorf("vm define: %w", err)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			ag, err := a.dialAgent(ctx)
+			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err
 			}
-			defer ag.Close()
+			defer done()
 			if err := ag.DefineVM(ctx, name, b); err != nil {
 				return fmt.Errorf("vm define %s: %w", name, err)
 			}
@@ -72,13 +69,11 @@ func (a *app) vmUndefineCommand() *cobra.Command {
 		Short: "Remove VM NAME's definition (it must not be attached)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			ag, err := a.dialAgent(ctx)
+			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err
 			}
-			defer ag.Close()
+			defer done()
 			if err := ag.UndefineVM(ctx, args[0]); err != nil {
 				return fmt.Errorf("vm undefine %s: %w", args[0], err)
 			}
@@ -97,13 +92,11 @@ func (a *app) vmListCommand() *cobra.Command {
 		Short: "List the agent's VMs",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			ag, err := a.dialAgent(ctx)
+			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err
 			}
-			defer ag.Close()
+			defer done()
 			st, err := ag.Status(ctx)
 			if err != nil {
 				return fmt.Errorf("vm list: %w", err)
