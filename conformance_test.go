@@ -40,6 +40,17 @@ func TestConformance(t *testing.T) {
 			runConformance(t, &memcpyEnv{env: env, prefix: "ca", async: true}, connOOB)
 		})
 	})
+	t.Run("tcp", func(t *testing.T) {
+		// Three hosts, so that any two of the (at most three) VMs a case
+		// opens are on different hosts. As root each host is a network
+		// namespace on a bridge; otherwise a loopback address.
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3})
+		t.Logf("hosts in network namespaces: %v %s", c.Netns, c.NoNetnsReason)
+		runConformance(t, &tcpEnv{c: c, prefix: "td"}, connCM)
+		t.Run("async", func(t *testing.T) {
+			runConformance(t, &tcpEnv{c: c, prefix: "ta", async: true}, connOOB)
+		})
+	})
 }
 
 // pathEnv is what a path provides to the suite.
@@ -87,39 +98,115 @@ type suite struct {
 type conformanceCase struct {
 	name string
 	run  func(t *testing.T, s *suite)
+	// local: the case's work requests fail before they leave the host, so
+	// an out-of-band connected pair moves nothing over an uplink (its QPs
+	// must still report the env's path).
+	local bool
 }
 
 var conformanceCases = []conformanceCase{
-	{"connect", testConnect},
-	{"connect-refused", testConnectRefused},
-	{"opcodes", testOpcodes},
-	{"sizes", testSizes},
-	{"sgl", testSGL},
-	{"inline", testInline},
-	{"ordering", testOrdering},
-	{"unsignaled", testUnsignaled},
-	{"rnr", testRNR},
-	{"recv-cq-full", testRecvCQFull},
-	{"remote-access", testRemoteAccess},
-	{"local-errors", testLocalErrors},
-	{"length-error", testLengthError},
-	{"recv-bad-sge", testRecvBadSGE},
-	{"transitions", testTransitions},
-	{"rtr-receives", testRTRReceives},
-	{"flush", testFlush},
-	{"reset", testReset},
-	{"sqd", testSQD},
-	{"queue-full", testQueueFull},
-	{"atomics-concurrent", testAtomicsConcurrent},
-	{"concurrent-post-poll", testConcurrentPostPoll},
-	{"cq", testCQ},
+	{name: "connect", run: testConnect},
+	{name: "connect-refused", run: testConnectRefused},
+	{name: "opcodes", run: testOpcodes},
+	{name: "sizes", run: testSizes},
+	{name: "sgl", run: testSGL},
+	{name: "inline", run: testInline},
+	{name: "ordering", run: testOrdering},
+	{name: "unsignaled", run: testUnsignaled},
+	{name: "rnr", run: testRNR},
+	{name: "recv-cq-full", run: testRecvCQFull},
+	{name: "remote-access", run: testRemoteAccess},
+	{name: "local-errors", run: testLocalErrors, local: true},
+	{name: "length-error", run: testLengthError},
+	{name: "recv-bad-sge", run: testRecvBadSGE},
+	{name: "transitions", run: testTransitions},
+	{name: "rtr-receives", run: testRTRReceives},
+	{name: "flush", run: testFlush},
+	{name: "reset", run: testReset},
+	{name: "sqd", run: testSQD},
+	{name: "queue-full", run: testQueueFull},
+	{name: "atomics-concurrent", run: testAtomicsConcurrent},
+	{name: "concurrent-post-poll", run: testConcurrentPostPoll},
+	{name: "cq", run: testCQ},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {
 	s := &suite{env: env, how: how}
+	ue, _ := env.(uplinkEnv)
 	for _, c := range conformanceCases {
-		t.Run(c.name, func(t *testing.T) { c.run(t, s) })
+		t.Run(c.name, func(t *testing.T) {
+			var before uint64
+			if ue != nil {
+				before = ue.UplinkBytes(t)
+			}
+			c.run(t, s)
+			if ue != nil && !c.local && !t.Failed() {
+				if after := ue.UplinkBytes(t); after <= before {
+					t.Errorf("the uplinks' byte counters did not move (%d before, %d after): the case's traffic did not cross the %s path", before, after, env.Path())
+				}
+			}
+		})
 	}
+}
+
+// uplinkEnv is a pathEnv whose traffic crosses uplinks between hosts: the
+// suite checks that every case moved bytes over them, so that a silent
+// fallback to another path fails.
+type uplinkEnv interface {
+	// UplinkBytes returns the bytes the env's hosts sent over their
+	// uplinks so far.
+	UplinkBytes(t *testing.T) uint64
+}
+
+// tcpEnv puts each VM on the next of three hosts, each its own vrdmad
+// process: the tcp path.
+type tcpEnv struct {
+	c      *testenv.Cluster
+	prefix string
+	async  bool
+	seq    atomic.Int32
+}
+
+func (e *tcpEnv) Path() vrdma.PathKind { return vrdma.PathTCP }
+
+func (e *tcpEnv) OpenVMs(t *testing.T, n int) []*vrdma.VM {
+	t.Helper()
+	if n > len(e.c.Hosts) {
+		t.Fatalf("tcpEnv: %d VMs need %d hosts, the cluster has %d", n, n, len(e.c.Hosts))
+	}
+	vms := make([]*vrdma.VM, n)
+	first := int(e.seq.Load()) // rotate, so that every host serves both ends over the run
+	for i := range vms {
+		name := fmt.Sprintf("%s%d", e.prefix, e.seq.Add(1))
+		h := e.c.Hosts[(first+i)%len(e.c.Hosts)]
+		vms[i] = h.Open(t, name, testenv.VMOptions{MemMB: 64, Async: e.async})
+	}
+	return vms
+}
+
+func (e *tcpEnv) Remote(ad *vrdma.Adapter) string { return ad.VM().Name() + "/" + ad.Name() }
+
+func (e *tcpEnv) UplinkBytes(t *testing.T) uint64 {
+	t.Helper()
+	var sum uint64
+	for _, h := range e.c.Hosts {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(h.Socket))
+		if err != nil {
+			cancel()
+			t.Fatalf("host %s: %v", h.Name, err)
+		}
+		st, err := a.Status(ctx)
+		a.Close()
+		cancel()
+		if err != nil {
+			t.Fatalf("host %s: status: %v", h.Name, err)
+		}
+		for _, u := range st.Uplinks {
+			sum += u.BytesOut
+		}
+	}
+	return sum
 }
 
 // waitTimeout bounds every wait of the suite.

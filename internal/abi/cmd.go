@@ -607,6 +607,8 @@ type Status struct {
 	Host   string     `json:"host"`
 	HostID string     `json:"host_id"`
 	VMs    []VMStatus `json:"vms"`
+	// Uplinks are the host's links to other hosts (the tcp path).
+	Uplinks []UplinkStatus `json:"uplinks,omitempty"`
 }
 
 // ValidName checks a VM or object name: 1..64 characters of letters,

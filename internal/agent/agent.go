@@ -76,6 +76,7 @@ type Agent struct {
 
 	ln  *net.UnixListener
 	ctl *control // nil: standalone
+	up  *uplink  // the tcp path; nil without the control plane or a PVRDMA address
 
 	mu        sync.Mutex
 	vms       map[string]*vm          // attached VMs by name; +checklocks:mu
@@ -140,6 +141,11 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Control != nil {
 		if err := a.startControl(); err != nil {
+			a.ln.Close()
+			return nil, err
+		}
+		if err := a.startUplink(); err != nil {
+			a.stopControl()
 			a.ln.Close()
 			return nil, err
 		}
@@ -252,6 +258,9 @@ func (a *Agent) shutdown() {
 	}
 	a.mu.Unlock()
 	a.wg.Wait()
+	if a.up != nil {
+		a.up.close()
+	}
 	a.stopControl()
 	a.log.Info("vrdmad stopped")
 }

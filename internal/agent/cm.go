@@ -40,12 +40,23 @@ type listener struct {
 type connResult struct {
 	reply abi.ConnectReply
 	err   error
+	// A remote dialer's PSNs: its send PSN and its receive PSN.
+	sqPSN, rqPSN uint32
+}
+
+// remoteDialer is the QP that dials from another host (uplink_cm.go).
+type remoteDialer struct {
+	vm, adapter string
+	gid         abi.GID
+	qpn         uint32
+	host        string // its host ID
 }
 
 type connReq struct {
-	id    uint32
-	from  *qp
-	reply chan connResult // buffered 1: whoever answers never blocks
+	id     uint32
+	from   *qp             // a dialer on this host, or
+	remote *remoteDialer   // one on another host
+	reply  chan connResult // buffered 1: whoever answers never blocks
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
 	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
 	state atomic.Uint32
@@ -164,6 +175,10 @@ func (s *session) getRequest(id uint32) (abi.ConnRequest, error) {
 			r.id = l.nextReq
 			l.pending[r.id] = r
 			l.mu.Unlock()
+			if d := r.remote; d != nil {
+				return abi.ConnRequest{ID: r.id, RemoteVM: d.vm, RemoteAdapter: d.adapter, RemoteGID: d.gid,
+					RemoteQPN: d.qpn, Port: l.key.port}, nil
+			}
 			from := r.from
 			return abi.ConnRequest{ID: r.id, RemoteVM: from.vm.name, RemoteAdapter: from.ad.name, RemoteGID: from.ad.gid,
 				RemoteQPN: from.qpn, Port: l.key.port}, nil
@@ -218,6 +233,9 @@ func (s *session) acceptRequest(r *abi.AcceptRequest) (abi.ConnectReply, error) 
 	if err != nil {
 		return abi.ConnectReply{}, err
 	}
+	if d := req.remote; d != nil {
+		return acceptRemote(q, req, d)
+	}
 	from := req.from
 	if err := connectPair(from, q); err != nil {
 		req.reply <- connResult{err: err}
@@ -237,8 +255,8 @@ func connectPair(a, b *qp) error {
 	for _, step := range []func() error{
 		func() error { return toInit(a) },
 		func() error { return toInit(b) },
-		func() error { return toRTR(a, b, psnB) },
-		func() error { return toRTR(b, a, psnA) },
+		func() error { return toRTR(a, b.ad.gid, b.qpn, psnB) },
+		func() error { return toRTR(b, a.ad.gid, a.qpn, psnA) },
 		func() error { return toRTS(a, psnA) },
 		func() error { return toRTS(b, psnB) },
 	} {
@@ -259,10 +277,10 @@ func toInit(q *qp) error {
 		Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}})
 }
 
-func toRTR(q, remote *qp, rqPSN uint32) error {
+func toRTR(q *qp, gid abi.GID, qpn, rqPSN uint32) error {
 	return q.modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
-		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: remote.ad.gid, PathMTU: 1024, DestQPN: remote.qpn, RQPSN: rqPSN,
+		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: 1024, DestQPN: qpn, RQPSN: rqPSN,
 			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: 12}})
 }
 
@@ -307,9 +325,12 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.qpn, st)
 	}
-	ad, err := s.a.resolveConnect(q, c.Remote) // control.go
+	ad, end, err := s.a.resolveConnect(q, c.Remote) // control.go
 	if err != nil {
 		return abi.ConnectReply{}, err
+	}
+	if end != nil {
+		return s.remoteConnect(q, c, end) // uplink_cm.go
 	}
 	s.a.mu.Lock()
 	l := s.a.listeners[listenKey{ad.vm.name, ad.name, c.Port}]

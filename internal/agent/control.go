@@ -15,9 +15,10 @@ package agent
 //
 // Only connection setup reads the control plane: the data path of an
 // established QP never does, so QPs keep moving data while etcd is out of
-// reach. Until the tcp and rdma paths exist, a peer on another host is
-// refused with a "path not available yet" error (code unavailable) that
-// carries the decision: the path, the reason, and every rejected
+// reach. A peer on another host is reached over the tcp path (uplink.go)
+// when path selection says tcp; until the rdma path exists, a decision for
+// rdma is refused with a "path not available yet" error (code unavailable)
+// that carries the decision: the path, the reason, and every rejected
 // candidate with why.
 
 import (
@@ -400,25 +401,26 @@ func (c *control) decideLocal(from, to *adapter) (d pathsel.Decision, ok bool, e
 	}
 }
 
-// remoteErr explains why from cannot connect to target, a "vm/vrdmaN" or
-// GID that is not an attached adapter of this host: it looks target up in
-// the control plane (cache first) and decides the path.
-func (c *control) remoteErr(from *adapter, target, field string) error {
+// lookupRemote resolves target, a "vm/vrdmaN" or GID that is not an
+// attached adapter of this host, in the control plane (cache first) and
+// decides the path from adapter from to it. The error explains a refusal
+// or a failed lookup; a path this agent cannot serve is refused too.
+func (c *control) lookupRemote(from *adapter, target, field string) (member.End, pathsel.Decision, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	end, err := c.cache.ResolveEnd(ctx, target)
 	switch {
 	case errors.Is(err, member.ErrBadTarget):
-		return abi.Errorf(abi.CodeInvalid, field, "%q is neither \"vm/vrdmaN\" nor a GID", target)
+		return end, pathsel.Decision{}, abi.Errorf(abi.CodeInvalid, field, "%q is neither \"vm/vrdmaN\" nor a GID", target)
 	case errors.Is(err, store.ErrNotFound):
-		return abi.Errorf(abi.CodeNotFound, field, "%s is not attached on any host (not in the control plane's endpoint directory): %v", target, err)
+		return end, pathsel.Decision{}, abi.Errorf(abi.CodeNotFound, field, "%s is not attached on any host (not in the control plane's endpoint directory): %v", target, err)
 	case errors.Is(err, store.ErrUnavailable):
-		return abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err)
+		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err)
 	case err != nil:
-		return abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err)
+		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err)
 	}
 	if end.Endpoint.Host == c.a.hostID {
-		return abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host)
+		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host)
 	}
 	d, err := c.cache.Decide(ctx, endName(from), target)
 	if err != nil {
@@ -430,41 +432,49 @@ func (c *control) remoteErr(from *adapter, target, field string) error {
 		if !policyErr(err) {
 			code = abi.CodeUnavailable
 		}
-		return abi.Errorf(code, field, "%s", msg)
+		return end, d, abi.Errorf(code, field, "%s", msg)
 	}
-	return abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
-		end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
+	if d.Path != pathsel.TCP || c.a.up == nil {
+		return end, d, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
+			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
+	}
+	return end, d, nil
 }
 
 // resolveConnect finds the adapter a connect from q targets. Same-host
 // targets resolve locally (and must pass path selection, when the control
-// plane can decide); others are looked up in the control plane, and fail
-// with the decision until paths to other hosts exist.
-func (a *Agent) resolveConnect(q *qp, remote string) (*adapter, error) {
+// plane can decide); others are looked up in the control plane and
+// returned as end, reached over the tcp path.
+func (a *Agent) resolveConnect(q *qp, remote string) (*adapter, *member.End, error) {
 	ad, err := a.resolveRemote(remote)
 	c := a.ctl
 	if c == nil {
-		return ad, err
+		return ad, nil, err
 	}
 	if err == nil {
 		if _, _, perr := c.decideLocal(q.ad, ad); perr != nil {
-			return nil, perr
+			return nil, nil, perr
 		}
-		return ad, nil
+		return ad, nil, nil
 	}
 	var ae *abi.Error
 	if !errors.As(err, &ae) || ae.Code != abi.CodeUnavailable {
-		return nil, err
+		return nil, nil, err
 	}
-	return nil, c.remoteErr(q.ad, remote, "remote")
+	end, _, err := c.lookupRemote(q.ad, remote, "remote")
+	if err != nil {
+		return nil, nil, err
+	}
+	return nil, &end, nil
 }
 
 // rtrDecision is what the control plane says about a QP's remote end,
 // worked out before the QP's lock is taken (lookups may go to etcd).
 type rtrDecision struct {
-	dec pathsel.Decision
-	ok  bool  // dec holds a decision for a same-host peer
-	err error // the transition must fail with err
+	dec    pathsel.Decision
+	ok     bool        // dec holds a decision for a same-host peer
+	remote *member.End // the peer is on another host, reached over the tcp path
+	err    error       // the transition must fail with err
 }
 
 // preRTR returns the control plane's word on modify m of q when it takes
@@ -481,5 +491,9 @@ func (a *Agent) preRTR(q *qp, m *abi.ModifyQP) *rtrDecision {
 		d, ok, err := c.decideLocal(q.ad, ad)
 		return &rtrDecision{dec: d, ok: ok, err: err}
 	}
-	return &rtrDecision{err: c.remoteErr(q.ad, m.Attr.DGID.String(), "dgid")}
+	end, d, err := c.lookupRemote(q.ad, m.Attr.DGID.String(), "dgid")
+	if err != nil {
+		return &rtrDecision{err: err}
+	}
+	return &rtrDecision{dec: d, remote: &end}
 }

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // Async-mode polling budget: spin this many empty polls, then yield the
@@ -297,9 +298,21 @@ const (
 func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus, uint32) {
 	q.mu.Lock()
 	retries, rnr, timeout := q.attr.RetryCnt, q.attr.RNRRetry, q.attr.Timeout
+	path, l := q.path.Path, q.link
+	psn := q.npsn // the WR keeps its PSN across retries
+	q.npsn = (psn + 1) & tcpwire.PSNMask
 	q.mu.Unlock()
 	for {
-		out, st, n, rnrTimer := q.memcpyDeliver(w, segs, total)
+		var out outcome
+		var st abi.WCStatus
+		var n uint32
+		var rnrTimer uint8
+		waited := false
+		if path == abi.PathTCP {
+			out, st, n, rnrTimer, waited = q.tcpDeliver(l, w, segs, total, psn, retryTimeout(timeout))
+		} else {
+			out, st, n, rnrTimer = q.memcpyDeliver(w, segs, total)
+		}
 		switch out {
 		case outDone:
 			if st == abi.WCSuccess {
@@ -311,7 +324,8 @@ func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus,
 				return abi.WCRetryExcErr, 0
 			}
 			retries--
-			if !q.sleep(retryTimeout(timeout)) {
+			// A tcp request that waited out its timeout has spent it.
+			if !waited && !q.sleep(retryTimeout(timeout)) || waited && !q.sleep(0) {
 				return abi.WCWRFlushErr, 0
 			}
 		case outRNR:
@@ -400,125 +414,15 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 	}
 	p.mu.Lock()
 	bound := p.remoteQPN == q.qpn && p.remoteGID == q.ad.gid
-	access, rnrTimer := p.attr.AccessFlags, p.attr.MinRNRTimer
 	p.mu.Unlock()
 	if !bound {
 		return outNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
 	}
-	n := uint32(total)
-	switch w.Opcode {
-	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
-		dst, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, total, abi.AccessRemoteWrite)
-		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
-			p.moveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", q.qpn, w.RKey, w.RemoteAddr, total))
-			return outDone, abi.WCRemAccessErr, 0, 0
-		}
-		if w.Opcode == abi.OpRDMAWrite {
-			gather(dst, segs)
-			return outDone, abi.WCSuccess, n, 0
-		}
-		p.rqMu.Lock()
-		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked(q) {
-		case recvNone:
-			return outRNR, 0, 0, rnrTimer
-		case recvBroken:
-			return outDone, abi.WCRemOpErr, 0, 0
-		}
-		gather(dst, segs)
-		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, w.Imm, true, q) {
-			return outRNR, 0, 0, rnrTimer // the receive CQ is full: not ready
-		}
-		return outDone, abi.WCSuccess, n, 0
-
-	case abi.OpSend, abi.OpSendWithImm:
-		p.rqMu.Lock()
-		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked(q) {
-		case recvNone:
-			return outRNR, 0, 0, rnrTimer
-		case recvBroken:
-			return outDone, abi.WCRemOpErr, 0, 0
-		}
-		rw := &p.rwqe
-		var room uint64
-		nr := 0
-		for i := 0; i < int(rw.NumSGE); i++ {
-			sge := &rw.SGE[i]
-			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
-			if !ok {
-				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")   // ERR first, as in execOne
-				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, q) // if the CQ is full, the flush completes it
-				return outDone, abi.WCRemOpErr, 0, 0
-			}
-			p.rsegs[nr] = b
-			nr++
-			room += uint64(sge.Length)
-		}
-		if room < total {
-			p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
-			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, q)
-			return outDone, abi.WCRemInvReqErr, 0, 0
-		}
-		scatter(p.rsegs[:nr], segs)
-		clear(p.rsegs[:nr])
-		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, w.Imm, w.Opcode == abi.OpSendWithImm, q) {
-			// The receive CQ is full: not ready. The bytes landed in a
-			// buffer still posted, which is not yet the receiver's to read.
-			return outRNR, 0, 0, rnrTimer
-		}
-		return outDone, abi.WCSuccess, n, 0
-
-	case abi.OpRDMARead:
-		src, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, total, abi.AccessRemoteRead)
-		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
-			p.moveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", q.qpn, w.RKey, w.RemoteAddr, total))
-			return outDone, abi.WCRemAccessErr, 0, 0
-		}
-		scatterBytes(segs, src)
-		return outDone, abi.WCSuccess, n, 0
-
-	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		if w.RemoteAddr&7 != 0 {
-			p.moveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", w.RemoteAddr, q.qpn))
-			return outDone, abi.WCRemInvReqErr, 0, 0
-		}
-		t, ok := pv.resolve(p.pd, w.RKey, w.RemoteAddr, 8, abi.AccessRemoteAtomic)
-		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
-			p.moveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", q.qpn, w.RKey, w.RemoteAddr))
-			return outDone, abi.WCRemAccessErr, 0, 0
-		}
-		word := abi.Word64(t, 0)
-		var old uint64
-		if w.Opcode == abi.OpAtomicFetchAdd {
-			old = word.Add(w.CompareAdd) - w.CompareAdd
-		} else {
-			for {
-				old = word.Load()
-				if old != w.CompareAdd || word.CompareAndSwap(old, w.Swap) {
-					break
-				}
-			}
-		}
-		binary.LittleEndian.PutUint64(segs[0], old)
-		return outDone, abi.WCSuccess, 8, 0
-	}
-	return outDone, abi.WCRemInvReqErr, 0, 0
-}
-
-// gather copies the segments src, in order, into dst.
-func gather(dst []byte, src [][]byte) {
-	for _, s := range src {
-		dst = dst[copy(dst, s):]
-	}
-}
-
-// scatter copies the segments src, in order, across the segments dst,
-// which hold at least as many bytes.
-func scatter(dst, src [][]byte) {
-	for _, s := range src {
-		dst = scatterBytes(dst, s)
-	}
+	q.mreq = rcRequest{op: w.Opcode, srcQPN: q.qpn, rkey: w.RKey, raddr: w.RemoteAddr, total: total, imm: w.Imm,
+		compare: w.CompareAdd, swap: w.Swap}
+	q.mpay.reset(segs)
+	out, st, n, rnrTimer, _ := p.respond(&q.mreq, &q.mpay)
+	return out, st, n, rnrTimer
 }
 
 // scatterBytes copies src across the segments dst and returns what is left
@@ -545,7 +449,7 @@ const (
 
 // peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
 // without consuming it. The caller holds rqMu and keeps the VM mapped.
-func (p *qp) peekRecvLocked(from *qp) recvState {
+func (p *qp) peekRecvLocked(srcQPN uint32) recvState {
 	p.rqCatchUpLocked()
 	if p.rqBroken {
 		return recvBroken
@@ -568,18 +472,18 @@ func (p *qp) peekRecvLocked(from *qp) recvState {
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
 		p.moveToErr("receive work request has too many SGEs")
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, from)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN)
 		return recvBroken
 	}
 	return recvReady
 }
 
 // completeRecvLocked consumes the peeked receive WQE with a completion for
-// a message from QP from, whose goroutine runs this.
+// a message from QP srcQPN.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
-func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, from *qp) bool {
-	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: from.qpn}
+func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
+	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: srcQPN}
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}

@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // qp is an RC queue pair.
@@ -35,6 +37,19 @@ type qp struct {
 	remoteGID abi.GID      // +checklocks:mu
 	peer      *qp          // resolved remote end on this host; +checklocks:mu
 	errReason string       // +checklocks:mu
+	// tcp path: the remote end's host and the link to it, set at RTR.
+	remoteHost string // +checklocks:mu
+	link       *link  // +checklocks:mu
+	npsn       uint32 // the next request's PSN (from sq_psn); +checklocks:mu
+
+	// Responder state of the tcp path: the expected PSN and the last
+	// response, for duplicates (a request retried after its response was
+	// lost). rspMu is taken before mu.
+	rspMu   sync.Mutex
+	rspGen  uint32 // the resets generation ePSN belongs to; +checklocks:rspMu
+	rspInit bool   // +checklocks:rspMu
+	ePSN    uint32 // +checklocks:rspMu
+	rspLast lastResponse
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
@@ -53,6 +68,11 @@ type qp struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
+	mreq   rcRequest  // memcpy path: the request q's goroutine plays at the responder
+	mpay   memPayload // memcpy path: q's segments as the responder's payload
+	call   *call      // tcp path: the request in flight
+	treq   tcpwire.Header
+	timer  *time.Timer // tcp path: response timeout
 	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
 	// the workload changes it (see hasWork).
 	sqBad     bool
@@ -106,7 +126,8 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	}
 	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
-		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride)}
+		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), call: newCall(), timer: time.NewTimer(time.Hour)}
+	q.timer.Stop()
 	q.attr.Port = 1
 	q.attr.PathMTU = 1024
 
@@ -294,6 +315,7 @@ func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 	}
 	if mask&abi.MaskSQPSN != 0 {
 		t.SQPSN = a.SQPSN
+		q.npsn = a.SQPSN & tcpwire.PSNMask
 	}
 	if mask&abi.MaskTimeout != 0 {
 		t.Timeout = a.Timeout
@@ -322,6 +344,7 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	q.state.Store(uint32(s))
 	if s == abi.QPSReset {
 		q.peer, q.remoteQPN, q.remoteGID, q.path, q.errReason = nil, 0, abi.GID{}, abi.PathInfo{}, ""
+		q.remoteHost, q.link = "", nil
 	}
 	if q.destroyed.Load() {
 		return // destroyQP unmaps the rings under q.mu once destroyed is set
@@ -358,6 +381,13 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 	a.mu.Unlock()
 	if pre != nil && pre.err != nil {
 		return pre.err
+	}
+	if ad == nil && pre != nil && pre.remote != nil && a.up != nil {
+		h := pre.remote.Host.Host
+		q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
+		q.remoteHost, q.link = h.ID, a.up.linkTo(h.ID)
+		q.path = abi.PathInfo{Path: abi.PathTCP, Reason: pre.dec.String()}
+		return nil
 	}
 	if ad == nil {
 		return abi.Errorf(abi.CodeUnavailable, "dgid",

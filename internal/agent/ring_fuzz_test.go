@@ -153,8 +153,8 @@ func (h *ringHarness) setup(tb testing.TB, sq []byte, sqTail, sqHead uint32, prq
 	for _, step := range []func() error{
 		func() error { return toInit(q) },
 		func() error { return toInit(p) },
-		func() error { return toRTR(q, p, 0) },
-		func() error { return toRTR(p, q, 0) },
+		func() error { return toRTR(q, p.ad.gid, p.qpn, 0) },
+		func() error { return toRTR(p, q.ad.gid, q.qpn, 0) },
 		func() error { return toRTS(p, 0) },
 		func() error {
 			return q.modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,

@@ -347,6 +347,9 @@ func (a *Agent) status() abi.Status {
 		st.VMs = append(st.VMs, vs)
 	}
 	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
+	if a.up != nil {
+		st.Uplinks = a.up.status()
+	}
 	return st
 }
 

@@ -1,0 +1,587 @@
+package agent
+
+// The tcp path (issue 4; DESIGN.md §3): the agent's links to the other
+// hosts of its switch, over TCP on the host's PVRDMA address.
+//
+// Connections. Between two hosts A and B there are two TCP connections:
+// the one A opened carries A's requests and B's responses, the one B
+// opened carries B's requests and A's responses. A responder thus never
+// waits on its own requests to write a response, and two agents flooding
+// each other cannot deadlock on full socket buffers. A connection is opened
+// on first use, after a handshake that agrees on a version and proves both
+// hosts hold the switch's secret (docs/wire-tcp.md).
+//
+// Goroutines and who owns them:
+//
+//	uplink.serve        accept loop on the PVRDMA address; owned by the
+//	                    uplink, stopped by close.
+//	tconn.serveRequests one per accepted connection (responder side): reads
+//	                    requests in order, executes each against the
+//	                    target VM's memory (reading a WRITE's or SEND's
+//	                    payload straight into guest memory), writes the
+//	                    response. CM requests go to their own goroutine,
+//	                    which may wait for a listener's accept.
+//	tconn.readResponses one per opened connection (requester side): reads
+//	                    responses, hands each to the call waiting for its
+//	                    tag (a READ's data goes straight into the caller's
+//	                    local segments), fails every waiting call when the
+//	                    connection ends.
+//
+// Requesters are QP goroutines (qp.runSQ): each writes its request frame
+// under the connection's write lock and waits for its response; a QP has
+// at most one request in flight (stop and wait), which keeps RC ordering
+// without a reorder buffer. Flow control is TCP's: a slow responder stops
+// reading, the requester's write blocks, the QP waits. No buffer grows with
+// traffic: frames go from guest memory to the socket (writev) and from the
+// socket to guest memory.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/tcpwire"
+)
+
+// Handshake and connection timing.
+const (
+	handshakeTimeout = 5 * time.Second
+	keepAlive        = 15 * time.Second
+	// writeStall bounds a frame write that makes no progress (the peer
+	// stopped reading): the connection is then closed.
+	writeStall = 10 * time.Second
+)
+
+// uplink is the agent's tcp path.
+type uplink struct {
+	a    *Agent
+	log  *slog.Logger
+	ln   *net.TCPListener
+	addr netip.AddrPort
+	boot string // this process's boot ID
+
+	secretMu sync.Mutex
+	secret   []byte // the switch secret, once read
+
+	mu     sync.Mutex
+	links  map[string]*link // by peer host ID; +checklocks:mu
+	closed bool             // +checklocks:mu
+
+	wg sync.WaitGroup
+}
+
+// link is this host's relation with one peer host: the connection it
+// opened (requests out), the connections the peer opened (requests in),
+// and counters.
+type link struct {
+	u      *uplink
+	peerID string
+
+	dialMu sync.Mutex // one dial at a time
+	out    atomic.Pointer[tconn]
+
+	mu       sync.Mutex
+	in       map[*tconn]struct{} // +checklocks:mu
+	peerName string              // +checklocks:mu
+	addr     netip.AddrPort      // +checklocks:mu
+	peerBoot string              // +checklocks:mu
+	lastErr  string              // +checklocks:mu
+	down     bool                // +checklocks:mu
+
+	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
+}
+
+// startUplink listens on the host's PVRDMA address. Without one (or
+// without the control plane) the host has no tcp path.
+func (a *Agent) startUplink() error {
+	c := a.ctl
+	if c == nil || !c.cfg.PVRDMAAddress.IsValid() {
+		return nil
+	}
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(c.cfg.PVRDMAAddress))
+	if err != nil {
+		return fmt.Errorf("tcp path: listen on the PVRDMA address %s: %w (is the address on this host, the port free?)", c.cfg.PVRDMAAddress, err)
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	u := &uplink{a: a, log: a.log.With("component", "uplink"), ln: ln, addr: c.cfg.PVRDMAAddress,
+		boot: hex.EncodeToString(b[:]), links: map[string]*link{}}
+	a.up = u
+	u.wg.Add(1)
+	go u.serve()
+	u.log.Info("tcp path listening", "address", ln.Addr().String(), "boot", u.boot)
+	return nil
+}
+
+// close stops accepting and closes every connection; waiting requesters
+// fail over to their retry rules.
+func (u *uplink) close() {
+	u.mu.Lock()
+	u.closed = true
+	links := make([]*link, 0, len(u.links))
+	for _, l := range u.links {
+		links = append(links, l)
+	}
+	u.mu.Unlock()
+	u.ln.Close()
+	for _, l := range links {
+		l.closeAll(errors.New("agent stopping"))
+	}
+	u.wg.Wait()
+}
+
+// linkTo returns the link to host id, creating it.
+func (u *uplink) linkTo(id string) *link {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	l := u.links[id]
+	if l == nil {
+		l = &link{u: u, peerID: id, in: map[*tconn]struct{}{}}
+		u.links[id] = l
+	}
+	return l
+}
+
+func (l *link) setErr(err error) {
+	l.mu.Lock()
+	l.lastErr = err.Error()
+	l.mu.Unlock()
+}
+
+// closeAll closes every connection with the peer.
+func (l *link) closeAll(why error) {
+	if c := l.out.Load(); c != nil {
+		c.close(why)
+	}
+	l.mu.Lock()
+	in := make([]*tconn, 0, len(l.in))
+	for c := range l.in {
+		in = append(in, c)
+	}
+	l.mu.Unlock()
+	for _, c := range in {
+		c.close(why)
+	}
+}
+
+// switchSecret returns the switch's secret, creating it in the control
+// plane if this is the first host to need it.
+func (u *uplink) switchSecret(ctx context.Context) ([]byte, error) {
+	u.secretMu.Lock()
+	defer u.secretMu.Unlock()
+	if u.secret != nil {
+		return u.secret, nil
+	}
+	c := u.a.ctl
+	sw := c.cfg.Switch
+	if sw == "" {
+		return nil, errors.New("this host is on no distributed switch (--switch): it has no tcp path")
+	}
+	key := records.SwitchSecretKey(sw)
+	s, _, err := store.Get[records.SwitchSecret](ctx, c.st, key)
+	if errors.Is(err, store.ErrNotFound) {
+		ns := records.SwitchSecret{Switch: sw, Key: make([]byte, records.SwitchSecretLen)}
+		rand.Read(ns.Key)
+		if _, err = c.st.Create(ctx, key, ns); err == nil {
+			s = ns
+		} else if errors.Is(err, store.ErrExists) {
+			s, _, err = store.Get[records.SwitchSecret](ctx, c.st, key)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("switch %s's secret (%s): %w", sw, key, err)
+	}
+	u.secret = s.Key
+	return u.secret, nil
+}
+
+// serve accepts connections from other hosts.
+func (u *uplink) serve() {
+	defer u.wg.Done()
+	for {
+		nc, err := u.ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			u.log.Warn("tcp path: accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		u.wg.Add(1)
+		go func() {
+			defer u.wg.Done()
+			c, err := u.acceptHandshake(nc)
+			if err != nil {
+				nc.Close()
+				return
+			}
+			c.serveRequests()
+		}()
+	}
+}
+
+// tconn is one TCP connection of the tcp path.
+type tconn struct {
+	l        *link
+	nc       *net.TCPConn
+	outgoing bool // opened by this host: requests out, responses in
+	ver      uint8
+	peerBoot string // the peer agent's boot ID at the handshake
+
+	wmu  sync.Mutex // one frame at a time
+	whdr [tcpwire.HeaderLen]byte
+	wiov net.Buffers // +checklocks:wmu
+
+	pmu     sync.Mutex
+	pending map[uint64]*call // requests waiting for a response; +checklocks:pmu
+	nextTag uint64           // +checklocks:pmu
+	dead    bool             // +checklocks:pmu
+
+	// The responder's scratch, owned by serveRequests.
+	resp tcpwire.Header
+	sp   sockPayload
+	req  rcRequest
+	segs [1][]byte
+
+	cmMu sync.Mutex
+	cms  map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
+
+	lastRead atomic.Int64 // monotonic ns of the last read progress
+	closed   chan struct{}
+	once     sync.Once
+	err      error // why it closed; set before closed is closed
+}
+
+func newTconn(l *link, nc *net.TCPConn, outgoing bool, ver uint8) *tconn {
+	nc.SetNoDelay(true)
+	nc.SetKeepAlive(true)
+	nc.SetKeepAlivePeriod(keepAlive)
+	c := &tconn{l: l, nc: nc, outgoing: outgoing, ver: ver, pending: map[uint64]*call{}, closed: make(chan struct{}),
+		cms:  map[uint64]*connReq{},
+		wiov: make(net.Buffers, 0, abi.MaxSGE+1)}
+	c.lastRead.Store(nanotime())
+	return c
+}
+
+var monoStart = time.Now()
+
+func nanotime() int64 { return int64(time.Since(monoStart)) }
+
+// close closes the connection and fails every waiting call.
+func (c *tconn) close(why error) {
+	c.once.Do(func() {
+		c.err = why
+		close(c.closed)
+		c.nc.Close()
+		c.pmu.Lock()
+		c.dead = true
+		for tag, k := range c.pending {
+			delete(c.pending, tag)
+			k.err = errConnLost
+			k.done <- struct{}{}
+		}
+		c.pmu.Unlock()
+		l := c.l
+		l.out.CompareAndSwap(c, nil)
+		l.mu.Lock()
+		delete(l.in, c)
+		l.mu.Unlock()
+		if why != nil && !errors.Is(why, io.EOF) && !errors.Is(why, net.ErrClosed) {
+			l.setErr(why)
+			l.u.log.Info("tcp path connection closed", "peer", l.peerID, "outgoing", c.outgoing, "why", why)
+		}
+	})
+}
+
+var errConnLost = errors.New("tcp path connection lost")
+
+// writeFrame writes header h and the payload segments as one frame.
+func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {
+	h.Version = c.ver
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	h.Put(c.whdr[:])
+	c.wiov = append(c.wiov[:0], c.whdr[:])
+	n := uint64(tcpwire.HeaderLen)
+	for _, p := range payload {
+		if len(p) > 0 {
+			c.wiov = append(c.wiov, p)
+			n += uint64(len(p))
+		}
+	}
+	// A floor of 100 MB/s on top of the stall bound: a big frame to a
+	// slow but working peer is not a stall.
+	c.nc.SetWriteDeadline(time.Now().Add(writeStall + time.Duration(n*10)))
+	bufs := c.wiov
+	_, err := bufs.WriteTo(c.nc)
+	clear(c.wiov) // do not keep guest memory reachable
+	if err != nil {
+		err = fmt.Errorf("write %s frame: %w", h.Type, err)
+		c.close(err)
+		return err
+	}
+	c.l.bytesOut.Add(n)
+	c.l.framesOut.Add(1)
+	return nil
+}
+
+// writeControl writes a control frame with a JSON payload.
+func (c *tconn) writeControl(t tcpwire.Type, tag uint64, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	h := tcpwire.Header{Type: t, Tag: tag, PayloadLen: uint32(len(b))}
+	return c.writeFrame(&h, [][]byte{b})
+}
+
+// readFull reads exactly len(b) bytes, recording progress.
+func (c *tconn) readFull(b []byte) error {
+	for len(b) > 0 {
+		chunk := b
+		if len(chunk) > 1<<20 {
+			chunk = chunk[:1<<20]
+		}
+		n, err := io.ReadFull(c.nc, chunk)
+		c.lastRead.Store(nanotime())
+		c.l.bytesIn.Add(uint64(n))
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// discard reads and drops n bytes of payload.
+func (c *tconn) discard(n uint64) error {
+	var buf [16 << 10]byte
+	for n > 0 {
+		k := min(n, uint64(len(buf)))
+		if err := c.readFull(buf[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// readHeader reads and validates the next frame header.
+func (c *tconn) readHeader(buf []byte, h *tcpwire.Header) error {
+	if err := c.readFull(buf[:tcpwire.HeaderLen]); err != nil {
+		return err
+	}
+	c.l.framesIn.Add(1)
+	return tcpwire.Decode(buf, c.ver, h)
+}
+
+// readControl reads a control frame's JSON payload into v.
+func (c *tconn) readControl(h *tcpwire.Header, v any) error {
+	if !h.Type.IsControl() {
+		return fmt.Errorf("%s frame where a control frame was expected", h.Type)
+	}
+	b := make([]byte, h.PayloadLen)
+	if err := c.readFull(b); err != nil {
+		return err
+	}
+	return tcpwire.DecodeJSON(b, v)
+}
+
+// call is one request waiting for its response. A QP owns one and reuses
+// it for every request; the connection's reader fills in the response.
+type call struct {
+	tag  uint64
+	done chan struct{} // buffered 1; signalled once per registered call
+	resp tcpwire.Header
+	err  error
+	// readSegs receive a READ response's data; ctl a control response's
+	// payload.
+	readSegs [][]byte
+	ctl      []byte
+}
+
+func newCall() *call { return &call{done: make(chan struct{}, 1)} }
+
+// register assigns k a tag and records it as waiting; false if the
+// connection is dead.
+func (c *tconn) register(k *call) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.dead {
+		return false
+	}
+	c.nextTag++
+	k.tag, k.err = c.nextTag, nil
+	c.pending[k.tag] = k
+	return true
+}
+
+// withdraw removes k from the waiting calls; false if the reader already
+// took it (it will signal done).
+func (c *tconn) withdraw(k *call) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.pending[k.tag] == k {
+		delete(c.pending, k.tag)
+		return true
+	}
+	return false
+}
+
+// roundTrip sends a request frame and waits up to wait for its response.
+// A timeout with no read progress on the connection since the request
+// was sent closes the connection (the peer or the link is gone); the
+// caller then retries on a new one.
+func (c *tconn) roundTrip(k *call, h *tcpwire.Header, payload [][]byte, wait time.Duration, t *time.Timer) error {
+	if !c.register(k) {
+		return errConnLost
+	}
+	h.Tag = k.tag
+	sent := nanotime()
+	if err := c.writeFrame(h, payload); err != nil {
+		c.withdraw(k)
+		return err
+	}
+	t.Reset(wait)
+	select {
+	case <-k.done:
+		t.Stop()
+		return k.err
+	case <-t.C:
+	}
+	if c.withdraw(k) {
+		if c.lastRead.Load() < sent {
+			c.close(fmt.Errorf("no response from host %s in %v: link or peer down", c.l.peerID, wait))
+		}
+		return errTimeout
+	}
+	// The reader has the response in hand (a READ's data may still be
+	// arriving): wait for it, unless the connection makes no progress.
+	for {
+		last := c.lastRead.Load()
+		t.Reset(wait)
+		select {
+		case <-k.done:
+			t.Stop()
+			return k.err
+		case <-t.C:
+		}
+		if c.lastRead.Load() == last {
+			c.close(fmt.Errorf("response from host %s stalled for %v", c.l.peerID, wait))
+		}
+	}
+}
+
+var errTimeout = errors.New("tcp path: no response in time")
+
+// readResponses is the requester side's reader.
+func (c *tconn) readResponses() {
+	var hb [tcpwire.HeaderLen]byte
+	var h tcpwire.Header
+	for {
+		if err := c.readHeader(hb[:], &h); err != nil {
+			c.close(err)
+			return
+		}
+		if h.Type != tcpwire.Ack && h.Type != tcpwire.ReadResp && h.Type != tcpwire.CMResp {
+			c.close(fmt.Errorf("host %s sent a %s frame on a connection that carries responses only", c.l.peerID, h.Type))
+			return
+		}
+		c.pmu.Lock()
+		k := c.pending[h.Tag]
+		delete(c.pending, h.Tag)
+		c.pmu.Unlock()
+		if k == nil { // a response for a request that gave up
+			if err := c.discard(uint64(h.PayloadLen)); err != nil {
+				c.close(err)
+				return
+			}
+			continue
+		}
+		k.resp = h
+		var err error
+		switch h.Type {
+		case tcpwire.ReadResp:
+			err = c.readInto(k.readSegs, uint64(h.PayloadLen))
+		case tcpwire.CMResp:
+			k.ctl = make([]byte, h.PayloadLen)
+			err = c.readFull(k.ctl)
+		}
+		if err != nil {
+			k.err = errConnLost
+			k.done <- struct{}{}
+			c.close(err)
+			return
+		}
+		k.done <- struct{}{}
+	}
+}
+
+// readInto reads n bytes of payload across segs; what segs cannot hold is
+// a protocol error (the responder sent more than was asked).
+func (c *tconn) readInto(segs [][]byte, n uint64) error {
+	for _, s := range segs {
+		if n == 0 {
+			break
+		}
+		k := min(uint64(len(s)), n)
+		if err := c.readFull(s[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	if n > 0 {
+		return fmt.Errorf("host %s sent %d bytes more than the READ asked for", c.l.peerID, n)
+	}
+	return nil
+}
+
+// status reports the uplink's links.
+func (u *uplink) status() []abi.UplinkStatus {
+	u.mu.Lock()
+	links := make([]*link, 0, len(u.links))
+	for _, l := range u.links {
+		links = append(links, l)
+	}
+	u.mu.Unlock()
+	var out []abi.UplinkStatus
+	for _, l := range links {
+		l.mu.Lock()
+		s := abi.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in)}
+		if l.addr.IsValid() {
+			s.Address = l.addr.String()
+		}
+		down := l.down
+		l.mu.Unlock()
+		if l.out.Load() != nil {
+			s.Conns++
+		}
+		switch {
+		case s.Conns > 0:
+			s.State = "up"
+		case down:
+			s.State = "down"
+		default:
+			s.State = "idle"
+		}
+		s.BytesOut, s.BytesIn = l.bytesOut.Load(), l.bytesIn.Load()
+		s.FramesOut, s.FramesIn = l.framesOut.Load(), l.framesIn.Load()
+		s.Dials, s.Refused = l.dials.Load(), l.refused.Load()
+		out = append(out, s)
+	}
+	return out
+}

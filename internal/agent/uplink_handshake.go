@@ -1,0 +1,342 @@
+package agent
+
+// The tcp path's handshake (docs/wire-tcp.md, "Handshake"): HELLO,
+// CHALLENGE, AUTH, READY. Each side checks the other is a live host of its
+// own switch, with a tagged PVRDMA address and the pvrdma firewall rule on,
+// and proves it holds the switch's secret with an HMAC over both nonces.
+// A refusal names the rule, is sent to the peer in a REFUSE frame when it
+// can be, and is logged.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/tcpwire"
+)
+
+// handshakeVersion is the version field of handshake frames, whatever the
+// versions offered: the handshake's own format never changes.
+const handshakeVersion = 1
+
+// supportedVersions are the protocol versions this build speaks.
+var supportedVersions = []uint8{tcpwire.Version}
+
+func nonce() string {
+	var b [tcpwire.NonceLen]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// checkPeerHost checks that host id may exchange PVRDMA traffic with this
+// host, as the control plane describes it; from is where its connection
+// comes from (invalid when this host dialed).
+func (u *uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) (records.Host, *records.Alive, error) {
+	c := u.a.ctl
+	hs, err := c.cache.Host(ctx, id)
+	if err != nil {
+		return records.Host{}, nil, fmt.Errorf("rule host-known: host %s is not in the control plane: %w", id, err)
+	}
+	h := hs.Host
+	switch {
+	case h.State == records.HostDown || hs.Alive == nil:
+		return h, nil, fmt.Errorf("rule host-up: host %s holds no live lease in the control plane (down or restarting)", h.Label())
+	case c.cfg.Switch == "" || h.Switch != c.cfg.Switch:
+		return h, nil, fmt.Errorf("rule host-on-switch: host %s is on switch %q, this host on %q: only hosts of one distributed switch exchange PVRDMA traffic", h.Label(), h.Switch, c.cfg.Switch)
+	case !h.PVRDMAAddress.IsValid():
+		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s has no tagged PVRDMA address (vrdmad --pvrdma-address)", h.Label())
+	case !h.FirewallPVRDMA:
+		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s's pvrdma firewall rule is off (vrdmad --firewall-pvrdma)", h.Label())
+	case !c.cfg.FirewallPVRDMA:
+		return h, nil, fmt.Errorf("rule host-rdma-configured: this host's pvrdma firewall rule is off (vrdmad --firewall-pvrdma): no PVRDMA traffic with other hosts")
+	case from.IsValid() && from.Unmap() != h.PVRDMAAddress.Addr().Unmap():
+		return h, nil, fmt.Errorf("rule pvrdma-address: the connection comes from %s, but host %s's PVRDMA address is %s", from, h.Label(), h.PVRDMAAddress.Addr())
+	}
+	return h, hs.Alive, nil
+}
+
+// refuse tells the peer why (best effort) and returns the error.
+func (c *tconn) refuse(err error) error {
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.writeControl(tcpwire.Refuse, 0, tcpwire.RefuseMsg{Reason: err.Error()})
+	return err
+}
+
+// dial opens a connection to the link's peer at addr and runs the
+// initiator's side of the handshake.
+func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
+	l.dials.Add(1)
+	d := net.Dialer{}
+	nc, err := d.DialContext(ctx, "tcp", addr.String())
+	if err != nil {
+		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)
+	}
+	c := newTconn(l, nc.(*net.TCPConn), true, handshakeVersion)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(handshakeTimeout)
+	}
+	nc.SetDeadline(deadline)
+	err = l.initiate(ctx, c)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+func (l *link) initiate(ctx context.Context, c *tconn) error {
+	u := l.u
+	secret, err := u.switchSecret(ctx)
+	if err != nil {
+		return err
+	}
+	a := u.a
+	hello := tcpwire.HelloMsg{Versions: supportedVersions, HostID: a.hostID, Host: a.cfg.Host, Switch: a.ctl.cfg.Switch,
+		Boot: u.boot, Nonce: nonce(), Target: l.peerID}
+	if err := c.writeControl(tcpwire.Hello, 0, hello); err != nil {
+		return err
+	}
+	var hb [tcpwire.HeaderLen]byte
+	var h tcpwire.Header
+	if err := c.readHeader(hb[:], &h); err != nil {
+		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
+	}
+	if h.Type == tcpwire.Refuse {
+		var r tcpwire.RefuseMsg
+		c.readControl(&h, &r)
+		l.refused.Add(1)
+		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
+	}
+	if h.Type != tcpwire.Challenge {
+		return fmt.Errorf("handshake with host %s: %s frame where CHALLENGE was expected", l.peerID, h.Type)
+	}
+	var ch tcpwire.ChallengeMsg
+	if err := c.readControl(&h, &ch); err != nil {
+		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
+	}
+	if err := ch.Validate(); err != nil {
+		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
+	}
+	if ch.HostID != l.peerID {
+		l.refused.Add(1)
+		return c.refuse(fmt.Errorf("rule host-identity: dialed host %s at its PVRDMA address, host %s answered", l.peerID, ch.HostID))
+	}
+	if !slices.Contains(supportedVersions, ch.Version) {
+		return c.refuse(fmt.Errorf("rule version: host %s chose version %d, this agent speaks %v", l.peerID, ch.Version, supportedVersions))
+	}
+	if !tcpwire.ProofOK(ch.Proof, tcpwire.Proof(secret, "acceptor", ch.Version, a.hostID, ch.HostID, hello.Nonce, ch.Nonce)) {
+		l.refused.Add(1)
+		err := fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret", ch.Host, ch.HostID, a.ctl.cfg.Switch)
+		u.log.Warn("tcp path: refused a host", "err", err)
+		return c.refuse(err)
+	}
+	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.hostID, ch.HostID, hello.Nonce, ch.Nonce)}
+	if err := c.writeControl(tcpwire.Auth, 0, auth); err != nil {
+		return err
+	}
+	if err := c.readHeader(hb[:], &h); err != nil {
+		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
+	}
+	switch h.Type {
+	case tcpwire.Ready:
+	case tcpwire.Refuse:
+		var r tcpwire.RefuseMsg
+		c.readControl(&h, &r)
+		l.refused.Add(1)
+		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
+	default:
+		return fmt.Errorf("handshake with host %s: %s frame where READY was expected", l.peerID, h.Type)
+	}
+	if h.PayloadLen != 0 {
+		return fmt.Errorf("handshake with host %s: READY carries a payload", l.peerID)
+	}
+	c.ver = ch.Version
+	l.notePeer(ch.Host, ch.Boot)
+	return nil
+}
+
+// notePeer records the peer's name and boot ID; a new boot ID means the
+// peer agent restarted, and every connection from its previous run is
+// stale.
+func (l *link) notePeer(name, boot string) {
+	l.mu.Lock()
+	old := l.peerBoot
+	l.peerName, l.peerBoot, l.down = name, boot, false
+	var stale []*tconn
+	if old != "" && old != boot {
+		for c := range l.in {
+			if c.peerBoot != boot {
+				stale = append(stale, c)
+			}
+		}
+	}
+	l.mu.Unlock()
+	if old != "" && old != boot {
+		l.u.log.Info("tcp path: peer agent restarted; dropping its stale connections", "peer", name, "stale", len(stale))
+		for _, c := range stale {
+			c.close(errors.New("peer agent restarted"))
+		}
+		if c := l.out.Load(); c != nil && c.peerBoot != boot {
+			c.close(errors.New("peer agent restarted"))
+		}
+	}
+}
+
+// acceptHandshake runs the acceptor's side of the handshake on nc.
+func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
+	remote := nc.RemoteAddr().(*net.TCPAddr).AddrPort()
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	// The link is not known until HELLO names the peer.
+	tmp := &link{u: u, peerID: "(unknown)", in: map[*tconn]struct{}{}}
+	c := newTconn(tmp, nc, false, handshakeVersion)
+	fail := func(err error) (*tconn, error) {
+		u.log.Warn("tcp path: refused a connection", "from", remote, "err", err)
+		c.l.refused.Add(1)
+		return nil, c.refuse(err)
+	}
+	var hb [tcpwire.HeaderLen]byte
+	var h tcpwire.Header
+	if err := c.readHeader(hb[:], &h); err != nil {
+		u.log.Warn("tcp path: bad first frame", "from", remote, "err", err)
+		return nil, err
+	}
+	if h.Type != tcpwire.Hello {
+		return fail(fmt.Errorf("rule handshake: first frame is %s, not HELLO", h.Type))
+	}
+	var hello tcpwire.HelloMsg
+	if err := c.readControl(&h, &hello); err != nil {
+		return fail(fmt.Errorf("rule handshake: %w", err))
+	}
+	if err := hello.Validate(); err != nil {
+		return fail(fmt.Errorf("rule handshake: %w", err))
+	}
+	a := u.a
+	if hello.Target != a.hostID {
+		return fail(fmt.Errorf("rule host-identity: the connection is for host %s, this is host %s (%s)", hello.Target, a.hostID, a.cfg.Host))
+	}
+	ver := uint8(0)
+	for _, v := range hello.Versions {
+		if slices.Contains(supportedVersions, v) && v > ver {
+			ver = v
+		}
+	}
+	if ver == 0 {
+		return fail(fmt.Errorf("rule version: host %s offers versions %v, this agent speaks %v: upgrade one of them", hello.Host, hello.Versions, supportedVersions))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
+	defer cancel()
+	if _, _, err := u.checkPeerHost(ctx, hello.HostID, remote.Addr()); err != nil {
+		return fail(err)
+	}
+	secret, err := u.switchSecret(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	ch := tcpwire.ChallengeMsg{Version: ver, HostID: a.hostID, Host: a.cfg.Host, Boot: u.boot, Nonce: nonce()}
+	ch.Proof = tcpwire.Proof(secret, "acceptor", ver, hello.HostID, a.hostID, hello.Nonce, ch.Nonce)
+	if err := c.writeControl(tcpwire.Challenge, 0, ch); err != nil {
+		return nil, err
+	}
+	if err := c.readHeader(hb[:], &h); err != nil {
+		return nil, err
+	}
+	if h.Type == tcpwire.Refuse {
+		var r tcpwire.RefuseMsg
+		c.readControl(&h, &r)
+		u.log.Warn("tcp path: the dialing host refused this host", "from", remote, "host", hello.Host, "reason", r.Reason)
+		return nil, errors.New(r.Reason)
+	}
+	if h.Type != tcpwire.Auth {
+		return fail(fmt.Errorf("rule handshake: %s frame where AUTH was expected", h.Type))
+	}
+	var auth tcpwire.AuthMsg
+	if err := c.readControl(&h, &auth); err != nil {
+		return fail(fmt.Errorf("rule handshake: %w", err))
+	}
+	if !tcpwire.ProofOK(auth.Proof, tcpwire.Proof(secret, "initiator", ver, hello.HostID, a.hostID, hello.Nonce, ch.Nonce)) {
+		return fail(fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret: not a member of the switch", hello.Host, hello.HostID, a.ctl.cfg.Switch))
+	}
+	l := u.linkTo(hello.HostID)
+	l.bytesIn.Add(tmp.bytesIn.Load())
+	l.framesIn.Add(tmp.framesIn.Load())
+	l.bytesOut.Add(tmp.bytesOut.Load())
+	l.framesOut.Add(tmp.framesOut.Load())
+	c.l, c.ver, c.peerBoot = l, handshakeVersion, hello.Boot
+	h = tcpwire.Header{Type: tcpwire.Ready}
+	if err := c.writeFrame(&h, nil); err != nil {
+		return nil, err
+	}
+	c.ver = ver
+	u.mu.Lock()
+	closed := u.closed
+	u.mu.Unlock()
+	if closed {
+		return nil, errors.New("agent stopping")
+	}
+	l.mu.Lock()
+	l.in[c] = struct{}{}
+	l.mu.Unlock()
+	l.notePeer(hello.Host, hello.Boot)
+	nc.SetDeadline(time.Time{})
+	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
+	return c, nil
+}
+
+// conn returns the link's connection for requests, dialing (within
+// wait) if there is none.
+func (l *link) conn(wait time.Duration) (*tconn, error) {
+	if c := l.out.Load(); c != nil {
+		return c, nil
+	}
+	l.dialMu.Lock()
+	defer l.dialMu.Unlock()
+	if c := l.out.Load(); c != nil {
+		return c, nil
+	}
+	u := l.u
+	u.mu.Lock()
+	closed := u.closed
+	u.mu.Unlock()
+	if closed {
+		return nil, errors.New("agent stopping")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 100*time.Millisecond))
+	defer cancel()
+	h, _, err := u.checkPeerHost(ctx, l.peerID, netip.Addr{})
+	if err == nil {
+		l.mu.Lock()
+		l.addr = h.PVRDMAAddress
+		l.mu.Unlock()
+		var c *tconn
+		c, err = l.dial(ctx, h.PVRDMAAddress)
+		if err == nil {
+			c.peerBoot = l.bootOf()
+			l.out.Store(c)
+			u.wg.Add(1)
+			go func() {
+				defer u.wg.Done()
+				c.readResponses()
+			}()
+			return c, nil
+		}
+	}
+	l.mu.Lock()
+	l.lastErr, l.down = err.Error(), true
+	l.mu.Unlock()
+	return nil, err
+}
+
+func (l *link) bootOf() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.peerBoot
+}

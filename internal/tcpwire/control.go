@@ -1,0 +1,178 @@
+package tcpwire
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+)
+
+// NonceLen is the length of a handshake nonce, in bytes.
+const NonceLen = 32
+
+// HelloMsg opens a connection: the initiator's versions, identity and
+// nonce. Versions lists every version it speaks.
+type HelloMsg struct {
+	Versions []uint8 `json:"versions"`
+	HostID   string  `json:"host_id"`
+	Host     string  `json:"host"`
+	Switch   string  `json:"switch"`
+	Boot     string  `json:"boot"`  // the agent process's boot ID (hex), new at every start
+	Nonce    string  `json:"nonce"` // NonceLen random bytes, hex
+	Target   string  `json:"target"`
+}
+
+// ChallengeMsg is the acceptor's answer: the version chosen, its identity
+// and nonce, and its proof of the switch secret.
+type ChallengeMsg struct {
+	Version uint8  `json:"version"`
+	HostID  string `json:"host_id"`
+	Host    string `json:"host"`
+	Boot    string `json:"boot"`
+	Nonce   string `json:"nonce"`
+	Proof   string `json:"proof"` // Proof(secret, "acceptor", …), hex
+}
+
+// AuthMsg is the initiator's proof of the switch secret.
+type AuthMsg struct {
+	Proof string `json:"proof"`
+}
+
+// RefuseMsg says why a handshake failed (or a connection is closed): the
+// rule that refused it and what to do.
+type RefuseMsg struct {
+	Reason string `json:"reason"`
+}
+
+// ConnReqMsg asks the acceptor's host to connect QP FromQPN (adapter
+// FromVM/FromAdapter, GID FromGID) to whoever listens on Target ("vm/vrdmaN")
+// port Port.
+type ConnReqMsg struct {
+	Target      string     `json:"target"`
+	Port        uint16     `json:"port"`
+	FromVM      string     `json:"from_vm"`
+	FromAdapter string     `json:"from_adapter"`
+	FromGID     netip.Addr `json:"from_gid"`
+	FromQPN     uint32     `json:"from_qpn"`
+	TimeoutMS   uint32     `json:"timeout_ms"`
+}
+
+// ConnRespMsg answers a ConnReqMsg: the accepting QP and the PSNs, or an
+// error (Code as in the local ABI's errors, and a message).
+type ConnRespMsg struct {
+	QPN     uint32     `json:"qpn,omitempty"`
+	GID     netip.Addr `json:"gid,omitzero"`
+	SQPSN   uint32     `json:"sq_psn,omitempty"` // the dialer's send PSN = the acceptor's receive PSN
+	RQPSN   uint32     `json:"rq_psn,omitempty"` // the dialer's receive PSN = the acceptor's send PSN
+	Code    string     `json:"code,omitempty"`
+	Message string     `json:"message,omitempty"`
+}
+
+var (
+	hexID   = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	hexNon  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	nameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$`)
+	endRE   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/vrdma[0-9]{1,2}$`)
+	adaptRE = regexp.MustCompile(`^vrdma[0-9]{1,2}$`)
+)
+
+// Validate checks every field of a HELLO.
+func (m *HelloMsg) Validate() error {
+	switch {
+	case len(m.Versions) == 0 || len(m.Versions) > 16:
+		return fmt.Errorf("HELLO: %d versions offered (want 1..16)", len(m.Versions))
+	case !hexID.MatchString(m.HostID):
+		return fmt.Errorf("HELLO: host_id %q is not a 32-digit lowercase hex host ID", m.HostID)
+	case !nameRE.MatchString(m.Host):
+		return fmt.Errorf("HELLO: host %q is not a host name", m.Host)
+	case m.Switch != "" && !nameRE.MatchString(m.Switch):
+		return fmt.Errorf("HELLO: switch %q is not a switch name", m.Switch)
+	case !hexID.MatchString(m.Boot):
+		return fmt.Errorf("HELLO: boot %q is not a 32-digit hex boot ID", m.Boot)
+	case !hexNon.MatchString(m.Nonce):
+		return fmt.Errorf("HELLO: nonce is not %d hex-encoded bytes", NonceLen)
+	case !hexID.MatchString(m.Target):
+		return fmt.Errorf("HELLO: target %q is not a 32-digit hex host ID", m.Target)
+	}
+	return nil
+}
+
+// Validate checks every field of a CHALLENGE.
+func (m *ChallengeMsg) Validate() error {
+	switch {
+	case m.Version == 0:
+		return fmt.Errorf("CHALLENGE: version 0")
+	case !hexID.MatchString(m.HostID):
+		return fmt.Errorf("CHALLENGE: host_id %q is not a 32-digit hex host ID", m.HostID)
+	case !nameRE.MatchString(m.Host):
+		return fmt.Errorf("CHALLENGE: host %q is not a host name", m.Host)
+	case !hexID.MatchString(m.Boot):
+		return fmt.Errorf("CHALLENGE: boot %q is not a 32-digit hex boot ID", m.Boot)
+	case !hexNon.MatchString(m.Nonce):
+		return fmt.Errorf("CHALLENGE: nonce is not %d hex-encoded bytes", NonceLen)
+	case len(m.Proof) != 2*sha256.Size:
+		return fmt.Errorf("CHALLENGE: proof is not a hex SHA-256 HMAC")
+	}
+	return nil
+}
+
+// Validate checks a CM_REQ.
+func (m *ConnReqMsg) Validate() error {
+	switch {
+	case !endRE.MatchString(m.Target):
+		return fmt.Errorf("CM_REQ: target %q is not \"vm/vrdmaN\"", m.Target)
+	case !nameRE.MatchString(m.FromVM) || len(m.FromVM) > 64:
+		return fmt.Errorf("CM_REQ: from_vm %q is not a VM name", m.FromVM)
+	case !adaptRE.MatchString(m.FromAdapter):
+		return fmt.Errorf("CM_REQ: from_adapter %q is not an adapter name", m.FromAdapter)
+	case !m.FromGID.Is6():
+		return fmt.Errorf("CM_REQ: from_gid %v is not a 16-byte GID", m.FromGID)
+	case m.FromQPN == 0 || m.FromQPN > 0xffffff:
+		return fmt.Errorf("CM_REQ: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
+	}
+	return nil
+}
+
+// Validate checks a CM_RESP.
+func (m *ConnRespMsg) Validate() error {
+	if m.Code != "" {
+		if len(m.Message) > 4096 {
+			return fmt.Errorf("CM_RESP: %d-byte message", len(m.Message))
+		}
+		return nil
+	}
+	switch {
+	case m.QPN == 0 || m.QPN > 0xffffff:
+		return fmt.Errorf("CM_RESP: qpn 0x%x out of range 1..0xffffff", m.QPN)
+	case !m.GID.Is6():
+		return fmt.Errorf("CM_RESP: gid %v is not a 16-byte GID", m.GID)
+	case m.SQPSN > PSNMask || m.RQPSN > PSNMask:
+		return fmt.Errorf("CM_RESP: PSN wider than 24 bits")
+	}
+	return nil
+}
+
+// DecodeJSON decodes a control payload into v, refusing unknown fields.
+func DecodeJSON(payload []byte, v any) error {
+	if err := json.Unmarshal(payload, v); err != nil {
+		return fmt.Errorf("control payload: %v", err)
+	}
+	return nil
+}
+
+// Proof is the HMAC-SHA-256, under the switch secret, that a side of a
+// handshake holds the secret: it covers the role ("initiator" or
+// "acceptor"), the version, both host IDs and both nonces, so that no
+// proof can be replayed on another connection or by the other side.
+func Proof(secret []byte, role string, version uint8, initiatorID, acceptorID, initiatorNonce, acceptorNonce string) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "vrdma-tcp-handshake\x00%s\x00%d\x00%s\x00%s\x00%s\x00%s", role, version, initiatorID, acceptorID, initiatorNonce, acceptorNonce)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// ProofOK compares a received proof with the expected one in constant
+// time.
+func ProofOK(got, want string) bool { return hmac.Equal([]byte(got), []byte(want)) }
