@@ -29,7 +29,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vrdma/vrdma/internal/abi"
-	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // Async-mode polling budget: spin this many empty polls, then yield the
@@ -51,6 +50,9 @@ const maxMessage = 1 << 31
 
 func (q *qp) runSQ() {
 	defer close(q.done)
+	// Requests in flight on the tcp path must not land in guest memory
+	// once the QP is gone.
+	defer q.txDrop()
 	for q.waitWork() {
 		q.safeDrain()
 	}
@@ -157,6 +159,7 @@ func (q *qp) drain() {
 	size := q.layout.SQEntries
 	for !q.stop.Load() {
 		if r := q.resets.Load(); r != q.sqResets {
+			q.txDrop()
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
 				q.sqHead = t // what was posted before the reset goes
@@ -177,24 +180,37 @@ func (q *qp) drain() {
 			}
 			// Skip the garbage: nothing queued can be trusted.
 			if s == abi.QPSReset {
+				q.txDrop()
 				q.dropRQ()
 				return
 			}
 			q.moveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
+			q.txFlush()
 			q.flushRQ()
 			return
 		}
 		q.sqBad = false
 		switch s {
 		case abi.QPSReset:
+			q.txDrop()
 			q.sqHead = tail
 			abi.Word(mem, abi.OffSQHead).Store(tail)
 			q.dropRQ()
 			return
 		case abi.QPSErr:
+			q.txFlush()
 			q.flushSQ(tail)
 			q.flushRQ()
 			return
+		}
+		if q.viaTCP.Load() && (s == abi.QPSRTS || s == abi.QPSSQD) {
+			q.tcpPump(mem)
+			if q.State() == s && q.tx.n == 0 {
+				return
+			}
+			continue
+		}
+		switch s {
 		case abi.QPSSQD, abi.QPSInit, abi.QPSRTR:
 			if s != abi.QPSSQD && n > 0 {
 				// The library refuses posts before RTS; a WQE here was
@@ -251,34 +267,12 @@ func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
 
-// execute gathers the local side of w and delivers it over the path.
+// execute gathers the local side of w and delivers it over the memcpy
+// path.
 func (q *qp) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
-	var need abi.Access
-	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
-		need = abi.AccessLocalWrite // the local side is written
-	}
-	nseg := 0
-	var total uint64
-	if w.Flags&abi.SendInline != 0 {
-		q.segs[0] = abi.Inline(q.sqSlot, w)
-		nseg, total = 1, uint64(w.InlineLen)
-	} else {
-		for i := 0; i < int(w.NumSGE); i++ {
-			sge := &w.SGE[i]
-			b, ok := q.vm.resolve(q.pd, sge.LKey, sge.Addr, uint64(sge.Length), need)
-			if !ok {
-				return abi.WCLocProtErr, 0
-			}
-			q.segs[nseg] = b
-			nseg++
-			total += uint64(sge.Length)
-		}
-	}
-	if total > maxMessage {
-		return abi.WCLocLenErr, 0
-	}
-	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
-		return abi.WCLocLenErr, 0 // an atomic returns 8 bytes into one SGE
+	st, nseg, total := q.gatherLocal(w, q.sqSlot, &q.segs)
+	if st != abi.WCSuccess {
+		return st, 0
 	}
 	return q.deliver(w, q.segs[:nseg], total)
 }
@@ -298,21 +292,9 @@ const (
 func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus, uint32) {
 	q.mu.Lock()
 	retries, rnr, timeout := q.attr.RetryCnt, q.attr.RNRRetry, q.attr.Timeout
-	path, l := q.path.Path, q.link
-	psn := q.npsn // the WR keeps its PSN across retries
-	q.npsn = (psn + 1) & tcpwire.PSNMask
 	q.mu.Unlock()
 	for {
-		var out outcome
-		var st abi.WCStatus
-		var n uint32
-		var rnrTimer uint8
-		waited := false
-		if path == abi.PathTCP {
-			out, st, n, rnrTimer, waited = q.tcpDeliver(l, w, segs, total, psn, retryTimeout(timeout))
-		} else {
-			out, st, n, rnrTimer = q.memcpyDeliver(w, segs, total)
-		}
+		out, st, n, rnrTimer := q.memcpyDeliver(w, segs, total)
 		switch out {
 		case outDone:
 			if st == abi.WCSuccess {
@@ -324,8 +306,7 @@ func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus,
 				return abi.WCRetryExcErr, 0
 			}
 			retries--
-			// A tcp request that waited out its timeout has spent it.
-			if !waited && !q.sleep(retryTimeout(timeout)) || waited && !q.sleep(0) {
+			if !q.sleep(retryTimeout(timeout)) {
 				return abi.WCWRFlushErr, 0
 			}
 		case outRNR:

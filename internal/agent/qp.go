@@ -46,10 +46,10 @@ type qp struct {
 	// response, for duplicates (a request retried after its response was
 	// lost). rspMu is taken before mu.
 	rspMu   sync.Mutex
-	rspGen  uint32 // the resets generation ePSN belongs to; +checklocks:rspMu
-	rspInit bool   // +checklocks:rspMu
-	ePSN    uint32 // +checklocks:rspMu
-	rspLast lastResponse
+	rspGen  uint32                 // the resets generation ePSN belongs to; +checklocks:rspMu
+	rspInit bool                   // +checklocks:rspMu
+	ePSN    uint32                 // +checklocks:rspMu
+	rspLast [txWindow]lastResponse // by PSN % txWindow; +checklocks:rspMu
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
@@ -68,11 +68,13 @@ type qp struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
-	mreq   rcRequest  // memcpy path: the request q's goroutine plays at the responder
-	mpay   memPayload // memcpy path: q's segments as the responder's payload
-	call   *call      // tcp path: the request in flight
-	treq   tcpwire.Header
-	timer  *time.Timer // tcp path: response timeout
+	mreq   rcRequest      // memcpy path: the request q's goroutine plays at the responder
+	mpay   memPayload     // memcpy path: q's segments as the responder's payload
+	tx     txState        // tcp path: the requests in flight (uplink_tx.go)
+	treq   tcpwire.Header // tcp path: the request being written
+	timer  *time.Timer    // tcp path: response timeout
+	wakeCh chan struct{}  // tcp path: a response arrived, or the state changed
+	viaTCP atomic.Bool    // the QP's path is tcp (set at RTR, cleared at RESET)
 	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
 	// the workload changes it (see hasWork).
 	sqBad     bool
@@ -126,8 +128,9 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	}
 	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
-		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), call: newCall(), timer: time.NewTimer(time.Hour)}
+		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: time.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
+	q.initTx()
 	q.attr.Port = 1
 	q.attr.PathMTU = 1024
 
@@ -165,7 +168,7 @@ func (v *vm) destroyQP(q *qp) {
 		return
 	}
 	q.stop.Store(true)
-	q.doorbell.Wake()
+	q.poke()
 	<-q.done
 
 	v.a.mu.Lock()
@@ -345,6 +348,7 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	if s == abi.QPSReset {
 		q.peer, q.remoteQPN, q.remoteGID, q.path, q.errReason = nil, 0, abi.GID{}, abi.PathInfo{}, ""
 		q.remoteHost, q.link = "", nil
+		q.viaTCP.Store(false)
 	}
 	if q.destroyed.Load() {
 		return // destroyQP unmaps the rings under q.mu once destroyed is set
@@ -358,7 +362,7 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
 	// Wake the goroutine: in RESET it drops what the queues hold, in ERR it
 	// flushes them, in RTS it resumes a send queue that SQD held.
-	q.doorbell.Wake()
+	q.poke()
 }
 
 // moveToErr moves the QP to ERR (from any state but RESET), recording why.
@@ -386,6 +390,7 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 		h := pre.remote.Host.Host
 		q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
 		q.remoteHost, q.link = h.ID, a.up.linkTo(h.ID)
+		q.viaTCP.Store(true)
 		q.path = abi.PathInfo{Path: abi.PathTCP, Reason: pre.dec.String()}
 		return nil
 	}

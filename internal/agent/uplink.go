@@ -292,7 +292,7 @@ func (c *tconn) close(why error) {
 		for tag, k := range c.pending {
 			delete(c.pending, tag)
 			k.err = errConnLost
-			k.done <- struct{}{}
+			k.signal()
 		}
 		c.pmu.Unlock()
 		l := c.l
@@ -412,6 +412,19 @@ type call struct {
 	// payload.
 	readSegs [][]byte
 	ctl      []byte
+	// wake, if set, is poked after done is signalled (the QP's wakeCh).
+	wake chan struct{}
+}
+
+// signal hands the call's outcome to its owner.
+func (k *call) signal() {
+	k.done <- struct{}{}
+	if k.wake != nil {
+		select {
+		case k.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func newCall() *call { return &call{done: make(chan struct{}, 1)} }
@@ -441,52 +454,6 @@ func (c *tconn) withdraw(k *call) bool {
 	}
 	return false
 }
-
-// roundTrip sends a request frame and waits up to wait for its response.
-// A timeout with no read progress on the connection since the request
-// was sent closes the connection (the peer or the link is gone); the
-// caller then retries on a new one.
-func (c *tconn) roundTrip(k *call, h *tcpwire.Header, payload [][]byte, wait time.Duration, t *time.Timer) error {
-	if !c.register(k) {
-		return errConnLost
-	}
-	h.Tag = k.tag
-	sent := nanotime()
-	if err := c.writeFrame(h, payload); err != nil {
-		c.withdraw(k)
-		return err
-	}
-	t.Reset(wait)
-	select {
-	case <-k.done:
-		t.Stop()
-		return k.err
-	case <-t.C:
-	}
-	if c.withdraw(k) {
-		if c.lastRead.Load() < sent {
-			c.close(fmt.Errorf("no response from host %s in %v: link or peer down", c.l.peerID, wait))
-		}
-		return errTimeout
-	}
-	// The reader has the response in hand (a READ's data may still be
-	// arriving): wait for it, unless the connection makes no progress.
-	for {
-		last := c.lastRead.Load()
-		t.Reset(wait)
-		select {
-		case <-k.done:
-			t.Stop()
-			return k.err
-		case <-t.C:
-		}
-		if c.lastRead.Load() == last {
-			c.close(fmt.Errorf("response from host %s stalled for %v", c.l.peerID, wait))
-		}
-	}
-}
-
-var errTimeout = errors.New("tcp path: no response in time")
 
 // readResponses is the requester side's reader.
 func (c *tconn) readResponses() {
@@ -523,11 +490,11 @@ func (c *tconn) readResponses() {
 		}
 		if err != nil {
 			k.err = errConnLost
-			k.done <- struct{}{}
+			k.signal()
 			c.close(err)
 			return
 		}
-		k.done <- struct{}{}
+		k.signal()
 	}
 }
 

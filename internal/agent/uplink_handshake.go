@@ -73,7 +73,9 @@ func (c *tconn) refuse(err error) error {
 // initiator's side of the handshake.
 func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	l.dials.Add(1)
-	d := net.Dialer{}
+	// Traffic leaves from this host's PVRDMA address, which the peer
+	// checks against the control plane (rule pvrdma-address).
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: l.u.addr.Addr().AsSlice()}}
 	nc, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)

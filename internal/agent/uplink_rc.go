@@ -5,19 +5,21 @@ package agent
 // the reader of a connection the peer opened).
 //
 // PSNs. Each request carries the requester QP's PSN (from sq_psn, one per
-// WR, kept across retries); the responder expects the PSN from its rq_psn.
+// WR, kept across retries; the requester's window is uplink_tx.go); the
+// responder expects the PSN from its rq_psn.
 // A request with the expected PSN executes, and the expected PSN advances
 // once the operation is final (not after RNR or NO_QP, which the requester
 // retries). A request with an older PSN is a duplicate, a retry whose
 // response was lost: it is answered from the last response (a READ is
-// executed again, as IBTA allows) and never executed twice. A newer PSN is
-// a sequence error, which the requester retries like a lost response.
+// executed again, as IBTA allows) and never executed twice; the last
+// txWindow responses are kept for that. A newer PSN is a sequence error:
+// an earlier request was refused (RNR) or lost, and the requester goes
+// back to it.
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/tcpwire"
@@ -43,67 +45,7 @@ var reqOps = map[tcpwire.Type]abi.Opcode{
 	tcpwire.FetchAdd: abi.OpAtomicFetchAdd,
 }
 
-// tcpDeliver sends w to the remote end over link l and waits up to wait
-// for the response. waited reports that the wait ran out (the retry
-// timeout is spent).
-func (q *qp) tcpDeliver(l *link, w *abi.SendWQE, segs [][]byte, total uint64, psn uint32, wait time.Duration) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, waited bool) {
-	if l == nil {
-		return outNoPeer, 0, 0, 0, false
-	}
-	start := time.Now()
-	c, err := l.conn(wait)
-	if err != nil {
-		return outNoPeer, 0, 0, 0, time.Since(start) >= wait
-	}
-	q.mu.Lock()
-	dst := q.remoteQPN
-	q.mu.Unlock()
-	h := &q.treq
-	*h = tcpwire.Header{Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.qpn, PSN: psn, RKey: w.RKey, RemoteAddr: w.RemoteAddr,
-		Compare: w.CompareAdd, Swap: w.Swap}
-	k := q.call
-	var pay [][]byte
-	switch w.Opcode {
-	case abi.OpRDMAWrite, abi.OpSend:
-		pay, h.PayloadLen = segs, uint32(total)
-	case abi.OpRDMAWriteWithImm, abi.OpSendWithImm:
-		pay, h.PayloadLen, h.ImmOrLen = segs, uint32(total), w.Imm
-	case abi.OpRDMARead:
-		h.ImmOrLen = uint32(total)
-		k.readSegs = segs
-	}
-	err = c.roundTrip(k, h, pay, wait, q.timer)
-	k.readSegs = nil
-	if err != nil {
-		return outNoPeer, 0, 0, 0, errors.Is(err, errTimeout) || time.Since(start) >= wait
-	}
-	r := &k.resp
-	wantType := tcpwire.Ack
-	if w.Opcode == abi.OpRDMARead {
-		wantType = tcpwire.ReadResp
-	}
-	if r.Type != wantType || r.Status == tcpwire.OK && r.Type == tcpwire.ReadResp && uint64(r.PayloadLen) != total {
-		c.close(fmt.Errorf("host %s answered a %s with a %s of %d bytes", l.peerID, w.Opcode, r.Type, r.PayloadLen))
-		return outNoPeer, 0, 0, 0, false
-	}
-	switch r.Status {
-	case tcpwire.OK:
-		if w.Opcode.IsAtomic() {
-			binary.LittleEndian.PutUint64(segs[0], r.Compare)
-			return outDone, abi.WCSuccess, 8, 0, false
-		}
-		return outDone, abi.WCSuccess, uint32(total), 0, false
-	case tcpwire.RNR:
-		return outRNR, 0, 0, r.RNRTimer, false
-	case tcpwire.RemAccessErr:
-		return outDone, abi.WCRemAccessErr, 0, 0, false
-	case tcpwire.RemOpErr:
-		return outDone, abi.WCRemOpErr, 0, 0, false
-	case tcpwire.RemInvReqErr:
-		return outDone, abi.WCRemInvReqErr, 0, 0, false
-	}
-	return outNoPeer, 0, 0, 0, false // NO_QP, SEQ_ERR: as if nothing answered
-}
+func putLE64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 
 // sockPayload is the tcp path's payload at the responder: a request's
 // data is read from the connection straight into guest memory; a READ's
@@ -217,7 +159,8 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return nil // p is connected to another QP: it ignores us
 	}
 	if gen := p.resets.Load(); !p.rspInit || p.rspGen != gen {
-		p.rspInit, p.rspGen, p.ePSN, p.rspLast = true, gen, rqPSN, lastResponse{}
+		p.rspInit, p.rspGen, p.ePSN = true, gen, rqPSN
+		clear(p.rspLast[:])
 	}
 	d := tcpwire.PSNDiff(h.PSN, p.ePSN)
 	switch {
@@ -227,8 +170,8 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	case d < 0 && h.Type != tcpwire.Read:
 		// A duplicate: answer as the first time, execute nothing.
 		resp.Status = tcpwire.OK
-		if p.rspLast.valid && p.rspLast.psn == h.PSN {
-			resp.Status, resp.Compare = p.rspLast.status, p.rspLast.value
+		if l := &p.rspLast[h.PSN%txWindow]; l.valid && l.psn == h.PSN {
+			resp.Status, resp.Compare = l.status, l.value
 		}
 		return nil
 	}
@@ -269,7 +212,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp.Compare = sp.old
 	if d == 0 {
 		p.ePSN = (p.ePSN + 1) & tcpwire.PSNMask
-		p.rspLast = lastResponse{valid: true, psn: h.PSN, status: resp.Status, value: sp.old}
+		p.rspLast[h.PSN%txWindow] = lastResponse{valid: true, psn: h.PSN, status: resp.Status, value: sp.old}
 	}
 	if sp.responded || resp.Type != tcpwire.ReadResp {
 		return nil

@@ -1,0 +1,85 @@
+package perf_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// The benchmarks of the tcp path: two vrdmad processes, each a host, on
+// loopback addresses ("loopback") and, as root, in two network namespaces
+// joined by veth pairs through a bridge ("veth"). Compare with the peers
+// on the same path (bench/peers.sh: UCX over TCP, sockperf, iperf3).
+
+func tcpBenchmark(b *testing.B, c perf.Config) {
+	for _, mode := range []struct {
+		name  string
+		netns testenv.NetnsMode
+	}{{"loopback", testenv.NetnsOff}, {"veth", testenv.NetnsOn}} {
+		b.Run(mode.name, func(b *testing.B) {
+			need := c.Size
+			if c.Test.Latency() {
+				need *= 2
+			}
+			cl := testenv.StartCluster(b, testenv.ClusterOptions{Hosts: 2, Netns: mode.netns, LogLevel: "warn"})
+			o := testenv.VMOptions{MemMB: need>>20 + 2}
+			v1 := cl.Hosts[0].Open(b, "bench1", o)
+			v2 := cl.Hosts[1].Open(b, "bench2", o)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: need, MaxInline: 220})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			if got := p.Path().Path; got != vrdma.PathTCP {
+				b.Fatalf("path %q, want tcp", got)
+			}
+			w := c
+			w.Iters = max(200, min(2000, (64<<20)/max(c.Size, 1)))
+			if _, err := p.Run(context.Background(), w); err != nil {
+				b.Fatal(err)
+			}
+			c := c
+			c.Iters = max(b.N, 100)
+			b.ResetTimer()
+			r, err := p.Run(context.Background(), c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(c.Size))
+			switch {
+			case c.Test.Latency():
+				b.ReportMetric(r.TTypical, "µs-typical")
+				b.ReportMetric(r.TAvg, "µs-avg")
+			case c.Test == perf.SendBW:
+				b.ReportMetric(r.MsgRate, "Mpps")
+			default:
+				b.ReportMetric(r.BWAvg, "MiB/s")
+			}
+		})
+	}
+}
+
+func BenchmarkTCPWriteBW(b *testing.B) {
+	for _, sz := range []int{64 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", sz>>10), func(b *testing.B) { tcpBenchmark(b, perf.Config{Test: perf.WriteBW, Size: sz}) })
+	}
+}
+
+func BenchmarkTCPReadBW(b *testing.B) {
+	b.Run("1024KiB", func(b *testing.B) { tcpBenchmark(b, perf.Config{Test: perf.ReadBW, Size: 1 << 20}) })
+}
+
+func BenchmarkTCPWriteLat(b *testing.B) {
+	b.Run("8B", func(b *testing.B) { tcpBenchmark(b, perf.Config{Test: perf.WriteLat, Size: 8}) })
+}
+
+func BenchmarkTCPSendRate(b *testing.B) {
+	b.Run("8B", func(b *testing.B) { tcpBenchmark(b, perf.Config{Test: perf.SendBW, Size: 8}) })
+}
