@@ -242,9 +242,10 @@ type tconn struct {
 	ver      uint8
 	peerBoot string // the peer agent's boot ID at the handshake
 
-	wmu  sync.Mutex // one frame at a time
-	whdr [tcpwire.HeaderLen]byte
-	wiov net.Buffers // +checklocks:wmu
+	wmu       sync.Mutex // one frame at a time
+	whdr      [tcpwire.HeaderLen]byte
+	wdeadline int64       // monotonic ns of the write deadline set; +checklocks:wmu
+	wiov      net.Buffers // +checklocks:wmu
 
 	pmu     sync.Mutex
 	pending map[uint64]*call // requests waiting for a response; +checklocks:pmu
@@ -257,8 +258,9 @@ type tconn struct {
 	req  rcRequest
 	segs [1][]byte
 
-	cmMu sync.Mutex
-	cms  map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
+	cmMu    sync.Mutex
+	cms     map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
+	cmCount atomic.Int32        // CM requests being served
 
 	lastRead atomic.Int64 // monotonic ns of the last read progress
 	closed   chan struct{}
@@ -323,9 +325,15 @@ func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {
 			n += uint64(len(p))
 		}
 	}
-	// A floor of 100 MB/s on top of the stall bound: a big frame to a
-	// slow but working peer is not a stall.
-	c.nc.SetWriteDeadline(time.Now().Add(writeStall + time.Duration(n*10)))
+	// The deadline bounds a write that makes no progress. Setting it costs
+	// a timer update, so small frames reuse one with at least half of
+	// writeStall left; a big frame gets its own, with a floor of 100 MB/s
+	// on top: a big frame to a slow but working peer is not a stall.
+	if now := nanotime(); n > 1<<20 || now > c.wdeadline-int64(writeStall/2) {
+		d := writeStall + time.Duration(n*10)
+		c.nc.SetWriteDeadline(time.Now().Add(d))
+		c.wdeadline = now + int64(d)
+	}
 	bufs := c.wiov
 	_, err := bufs.WriteTo(c.nc)
 	clear(c.wiov) // do not keep guest memory reachable

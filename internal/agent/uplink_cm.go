@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -21,8 +22,12 @@ import (
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
-// cmMaxWait bounds how long a CM_REQ may wait for an answer.
-const cmMaxWait = 60 * time.Second
+// cmMaxWait bounds how long a CM_REQ may wait for an answer; cmMaxPending
+// how many a connection may have waiting.
+const (
+	cmMaxWait    = 60 * time.Second
+	cmMaxPending = 256
+)
 
 // startCM reads a CM_REQ and hands it to its own goroutine.
 func (c *tconn) startCM(h *tcpwire.Header) error {
@@ -34,10 +39,16 @@ func (c *tconn) startCM(h *tcpwire.Header) error {
 	if err := m.Validate(); err != nil {
 		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeInvalid, Message: err.Error()})
 	}
+	if c.cmCount.Add(1) > cmMaxPending {
+		c.cmCount.Add(-1)
+		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeLimit,
+			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.a.cfg.Host, cmMaxPending)})
+	}
 	u := c.l.u
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
+		defer c.cmCount.Add(-1)
 		resp := c.serveCM(tag, &m)
 		if err := c.writeControl(tcpwire.CMResp, tag, resp); err != nil {
 			u.log.Info("tcp path: CM answer not delivered", "peer", c.l.peerID, "err", err)

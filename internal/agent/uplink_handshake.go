@@ -64,7 +64,6 @@ func (u *uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) 
 
 // refuse tells the peer why (best effort) and returns the error.
 func (c *tconn) refuse(err error) error {
-	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
 	c.writeControl(tcpwire.Refuse, 0, tcpwire.RefuseMsg{Reason: err.Error()})
 	return err
 }
@@ -92,6 +91,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
+	c.wdeadline = 0
 	return c, nil
 }
 
@@ -289,6 +289,7 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	l.mu.Unlock()
 	l.notePeer(hello.Host, hello.Boot)
 	nc.SetDeadline(time.Time{})
+	c.wdeadline = 0
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
 	return c, nil
 }
