@@ -127,6 +127,7 @@ shows two VMs talking RDMA on this machine in a few seconds.`,
 		a.portgroupCommand(),
 		a.hostCommand(),
 		a.pathCommand(),
+		a.vmxCommand(), // vmx.go
 	)
 	return root
 }

@@ -25,8 +25,10 @@
 //
 // Parse is stricter than VMware's own reader, which keeps malformed lines and
 // ignores them: here a malformed line, a bad escape, a NUL or control byte,
-// or a file larger than [MaxSize] is a [*ParseError] that names the line and
-// says how to fix it. Every input is treated as hostile; Parse never panics.
+// or a file larger than [MaxSize] or longer than [MaxLines] is a
+// [*ParseError] that names the line and says how to fix it. Every input is
+// treated as hostile; Parse never panics, and the memory it uses is bounded
+// by a small multiple of MaxSize.
 //
 // A File remembers every line's bytes. [File.Bytes] of an unmodified File
 // returns exactly the bytes it was parsed from; [File.Set] and
@@ -46,6 +48,11 @@ import (
 // MaxSize is the largest file, in bytes, that Parse accepts and that Set lets
 // a File grow to. Real .vmx files are a few kilobytes.
 const MaxSize = 1 << 20
+
+// MaxLines is the most lines Parse accepts and that Set lets a File grow
+// to. Real .vmx files have a few hundred; the limit keeps a file of empty
+// lines from costing far more memory than its size.
+const MaxLines = 1 << 16
 
 // utf8BOM is the byte order mark some editors put at the start of a file.
 const utf8BOM = "\xEF\xBB\xBF"
@@ -104,11 +111,19 @@ func Parse(data []byte) (*File, error) {
 	// The File keeps slices of data for its lines: copy it, so that the
 	// caller may reuse data, and count the lines to allocate them at once.
 	data = bytes.Clone(data)
-	f.lines = make([]line, 0, bytes.Count(data, []byte("\n"))+1)
 	if bytes.HasPrefix(data, []byte(utf8BOM)) {
 		f.bom = true
 		data = data[len(utf8BOM):]
 	}
+	nlines := bytes.Count(data, []byte("\n"))
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		nlines++
+	}
+	if nlines > MaxLines {
+		return nil, &ParseError{Msg: fmt.Sprintf("the file has %d lines, more than the %d-line limit for a .vmx file; "+
+			"a .vmx file normally has a few hundred: check that this is the right file", nlines, MaxLines)}
+	}
+	f.lines = make([]line, 0, nlines)
 	sawEOL := false
 	for n := 1; len(data) > 0; n++ {
 		end := len(data)
@@ -444,7 +459,7 @@ func (f *File) Duplicates() []Duplicate {
 // writes special ones as |XX escapes.
 //
 // Set fails, changing nothing, if key is not a valid key or if the file would
-// grow larger than MaxSize.
+// grow larger than MaxSize or longer than MaxLines.
 func (f *File) Set(key, value string) error {
 	if msg := checkKey(key); msg != "" {
 		return fmt.Errorf("vmx: cannot set %s: %s", strconv.Quote(shorten(key)), msg)
@@ -486,6 +501,9 @@ func (f *File) Set(key, value string) error {
 	}
 	if size > MaxSize {
 		return fmt.Errorf("vmx: cannot set %s: the file would be %d bytes, over the %d-byte limit", strconv.Quote(shorten(key)), size, MaxSize)
+	}
+	if len(f.lines)+1 > MaxLines {
+		return fmt.Errorf("vmx: cannot set %s: the file would have %d lines, over the %d-line limit", strconv.Quote(shorten(key)), len(f.lines)+1, MaxLines)
 	}
 	if fix != nil {
 		f.lines[len(f.lines)-1].raw = fix

@@ -225,7 +225,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestSizeLimit(t *testing.T) {
-	ok := bytes.Repeat([]byte("#\n"), MaxSize/2)
+	ok := bytes.Repeat([]byte("# 34567890123456789012345678901\n"), MaxSize/32)
 	if _, err := Parse(ok); err != nil {
 		t.Fatalf("Parse of a %d-byte file: %v", len(ok), err)
 	}
@@ -254,6 +254,53 @@ func TestSizeLimit(t *testing.T) {
 	}
 	if v, _ := f.Get("k"); v != "x" {
 		t.Fatalf("failed Set changed the value to %q", v)
+	}
+}
+
+func TestVMXLineLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{"MaxLines newlines", strings.Repeat("\n", MaxLines), true},
+		{"MaxLines lines, the last unterminated", strings.Repeat("\n", MaxLines-1) + "a = 1", true},
+		{"MaxLines with a BOM", utf8BOM + strings.Repeat("#\n", MaxLines), true},
+		{"one line more", strings.Repeat("\n", MaxLines+1), false},
+		{"one unterminated line more", strings.Repeat("\r\n", MaxLines) + "#", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Parse([]byte(tt.in))
+			if tt.ok {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if !bytes.Equal(f.Bytes(), []byte(tt.in)) {
+					t.Fatalf("the file does not round-trip")
+				}
+				return
+			}
+			var pe *ParseError
+			if !errors.As(err, &pe) || pe.Line != 0 || !strings.Contains(pe.Msg, "more than the 65536-line limit") {
+				t.Fatalf("Parse: %v; want a line-count error", err)
+			}
+		})
+	}
+
+	// Set does not grow a file past MaxLines, so that what it writes
+	// parses again.
+	f := mustParse(t, strings.Repeat("#\n", MaxLines-1))
+	if err := f.Set("a", "1"); err != nil {
+		t.Fatalf("Set of line %d: %v", MaxLines, err)
+	}
+	if err := f.Set("b", "2"); err == nil || !strings.Contains(err.Error(), "65536-line limit") {
+		t.Fatalf("Set past MaxLines: %v", err)
+	}
+	if err := f.Set("a", "rewritten"); err != nil {
+		t.Fatalf("rewrite at MaxLines: %v", err)
+	}
+	if _, err := Parse(f.Bytes()); err != nil {
+		t.Fatalf("Parse(Bytes()): %v", err)
 	}
 }
 
