@@ -262,10 +262,11 @@ type tconn struct {
 	cms     map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
 	cmCount atomic.Int32        // CM requests being served
 
-	lastRead atomic.Int64 // monotonic ns of the last read progress
-	closed   chan struct{}
-	once     sync.Once
-	err      error // why it closed; set before closed is closed
+	lastRead  atomic.Int64 // monotonic ns of the last read progress
+	rdeadline int64        // monotonic ns of the read deadline set, 0 for none; owned by the reader
+	closed    chan struct{}
+	once      sync.Once
+	err       error // why it closed; set before closed is closed
 }
 
 func newTconn(l *link, nc *net.TCPConn, outgoing bool, ver uint8) *tconn {
@@ -357,13 +358,17 @@ func (c *tconn) writeControl(t tcpwire.Type, tag uint64, v any) error {
 	return c.writeFrame(&h, [][]byte{b})
 }
 
-// readFull reads exactly len(b) bytes, recording progress.
+// readFull reads exactly len(b) bytes of a frame already begun, recording
+// progress. A read that makes no progress for writeStall (plus 10 ns a
+// byte) fails: the responder may hold a VM's memory lock while it reads a
+// payload into guest memory, and a stalled peer must not hold it forever.
 func (c *tconn) readFull(b []byte) error {
 	for len(b) > 0 {
 		chunk := b
 		if len(chunk) > 1<<20 {
 			chunk = chunk[:1<<20]
 		}
+		c.armRead(len(chunk))
 		n, err := io.ReadFull(c.nc, chunk)
 		c.lastRead.Store(nanotime())
 		c.l.bytesIn.Add(uint64(n))
@@ -373,6 +378,16 @@ func (c *tconn) readFull(b []byte) error {
 		b = b[n:]
 	}
 	return nil
+}
+
+// armRead makes sure a read deadline covers reading n more bytes. Setting
+// one costs a timer update, so one with half of writeStall left is kept.
+func (c *tconn) armRead(n int) {
+	if now := nanotime(); now > c.rdeadline-int64(writeStall/2) {
+		d := writeStall + time.Duration(n*10)
+		c.nc.SetReadDeadline(time.Now().Add(d))
+		c.rdeadline = now + int64(d)
+	}
 }
 
 // discard reads and drops n bytes of payload.
@@ -388,9 +403,26 @@ func (c *tconn) discard(n uint64) error {
 	return nil
 }
 
-// readHeader reads and validates the next frame header.
+// readHeader reads and validates the next frame header. Waiting for a
+// frame to begin has no time limit (an idle connection is fine); a read
+// deadline left from the last payload that expires before the first byte
+// is cleared.
 func (c *tconn) readHeader(buf []byte, h *tcpwire.Header) error {
-	if err := c.readFull(buf[:tcpwire.HeaderLen]); err != nil {
+	for {
+		n, err := io.ReadFull(c.nc, buf[:tcpwire.HeaderLen])
+		if n > 0 {
+			c.lastRead.Store(nanotime())
+			c.l.bytesIn.Add(uint64(n))
+		}
+		if err == nil {
+			break
+		}
+		var ne net.Error
+		if n == 0 && errors.As(err, &ne) && ne.Timeout() && c.rdeadline != 0 {
+			c.nc.SetReadDeadline(time.Time{})
+			c.rdeadline = 0
+			continue
+		}
 		return err
 	}
 	c.l.framesIn.Add(1)

@@ -91,7 +91,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
-	c.wdeadline = 0
+	c.wdeadline, c.rdeadline = 0, 0
 	return c, nil
 }
 
@@ -289,7 +289,7 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	l.mu.Unlock()
 	l.notePeer(hello.Host, hello.Boot)
 	nc.SetDeadline(time.Time{})
-	c.wdeadline = 0
+	c.wdeadline, c.rdeadline = 0, 0
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
 	return c, nil
 }
