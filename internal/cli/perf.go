@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,7 @@ type perfOptions struct {
 	duration    int
 	local       bool
 	path        string
+	hostAddrs   string // --pvrdma-addresses
 	async       bool
 	outJSON     bool
 	outJSONFile string
@@ -33,6 +36,13 @@ type perfOptions struct {
 // perfMaxAll is the largest size of -a (perftest's 2^23).
 const perfMaxAll = 1 << 23
 
+// The distributed switch and port group perf --path tcp creates in its
+// first host's embedded control plane.
+const (
+	perfSwitch    = "perf-dvs"
+	perfPortGroup = "dvportgroup-perf"
+)
+
 // perfInline is the max_inline_data of latency runs (perftest's default
 // for RDMA WRITE latency); messages up to it are posted inline.
 const perfInline = 220
@@ -40,7 +50,7 @@ const perfInline = 220
 func (a *app) perfCommand() *cobra.Command {
 	var o perfOptions
 	cmd := &cobra.Command{
-		Use:   "perf write_bw|read_bw|send_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH] [--async] [--out_json] [--out_json_file FILE]",
+		Use:   "perf write_bw|read_bw|send_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] [--out_json] [--out_json_file FILE]",
 		Short: "Measure bandwidth or latency between two VMs, like perftest",
 		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
 write_bw and read_bw (RDMA WRITE / READ bandwidth, up to -t work requests
@@ -52,13 +62,22 @@ max, typical (median), average, standard deviation, 99% and 99.9%.
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
 run as root), and a workload goroutine per VM. It is the only mode today.
+With --path tcp it starts two agent processes instead, two hosts on loopback
+addresses (127.0.0.2 and 127.0.0.3 by default, each on a free port; no root
+needed; --pvrdma-addresses IP[:PORT],IP[:PORT] picks others): the first runs
+its embedded control plane (etcd), the second joins it; both are on a
+distributed switch and port group the run creates, with no RDMA uplink, and
+each has one of the VMs, so the pair connects over the tcp path between them.
 
 --path fails the run (exit 1) unless the pair gets that path (memcpy,
-memcpy-direct, tcp, rdma). --out_json prints the report as JSON instead of
+memcpy-direct, tcp, rdma); with tcp, also unless the hosts' uplink byte
+counters moved during the run. --out_json prints the report as JSON instead of
 text, --out_json_file writes it to a file: perftest's keys (MsgSize,
 n_iterations, BW_peak, BW_average, MsgRate; t_min, t_max, t_typical, t_avg,
 t_stdev, percentile_99, percentile_99.9) plus test, path and reason, and the
-header as test_info; with -a the per-size results are in "results".`,
+header as test_info (with tcp: the hosts and uplink_bytes, the bytes the
+hosts sent each other during the run); with -a the per-size results are in
+"results".`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageErrorf("perf: name one test: write_bw, read_bw or write_lat")
@@ -85,6 +104,7 @@ header as test_info; with -a the per-size results are in "results".`,
 	f.IntVarP(&o.duration, "duration", "D", 0, "run BW tests for this many seconds instead of -n iterations (no BW peak)")
 	f.BoolVar(&o.local, "local", false, "start an agent and two VMs for the run, and remove them after")
 	f.StringVar(&o.path, "path", "", "fail unless the pair takes this path: memcpy, memcpy-direct, tcp or rdma")
+	f.StringVar(&o.hostAddrs, "pvrdma-addresses", "", "with --path tcp: the two hosts' PVRDMA addresses, IP[:PORT],IP[:PORT] (default 127.0.0.2,127.0.0.3; no port: a free one)")
 	f.BoolVar(&o.async, "async", false, "VMs in async mode (vrdma.asyncMode: the agent polls their queues)")
 	f.BoolVar(&o.outJSON, "out_json", false, "print the report as JSON instead of text")
 	f.StringVar(&o.outJSONFile, "out_json_file", "", "write the report as JSON to this file")
@@ -107,6 +127,14 @@ func (o *perfOptions) check() error {
 			return usageErrorf("perf: --path %q: want memcpy, memcpy-direct, tcp or rdma", o.path)
 		}
 	}
+	if o.hostAddrs != "" {
+		if o.path != string(vrdma.PathTCP) {
+			return usageErrorf("perf: --pvrdma-addresses is for --path tcp (two hosts on this machine)")
+		}
+		if _, err := o.hosts(); err != nil {
+			return usageErrorf("perf: --pvrdma-addresses: %v", err)
+		}
+	}
 	switch {
 	case o.all && o.size != 0:
 		return usageErrorf("perf: -a runs every size: drop -s")
@@ -124,6 +152,32 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -D is for BW tests; latency tests count iterations (-n)")
 	}
 	return nil
+}
+
+// hosts returns the two hosts of --path tcp.
+func (o *perfOptions) hosts() ([]localHostSpec, error) {
+	specs := []localHostSpec{{Name: "host1"}, {Name: "host2"}}
+	if o.hostAddrs == "" {
+		for i := range specs {
+			specs[i].Addr = netip.AddrPortFrom(defaultLocalHostAddrs[i], 0)
+		}
+		return specs, nil
+	}
+	parts := strings.Split(o.hostAddrs, ",")
+	if len(parts) != 2 {
+		return nil, fmt.Errorf("%q: want two addresses, IP[:PORT],IP[:PORT]", o.hostAddrs)
+	}
+	for i, p := range parts {
+		ap, err := parseHostAddr(strings.TrimSpace(p))
+		if err != nil {
+			return nil, err
+		}
+		specs[i].Addr = ap
+	}
+	if specs[0].Addr == specs[1].Addr && specs[0].Addr.Port() != 0 {
+		return nil, fmt.Errorf("%q: the two hosts need different addresses", o.hostAddrs)
+	}
+	return specs, nil
 }
 
 func (o *perfOptions) sizes() []int {
@@ -165,6 +219,8 @@ type perfInfo struct {
 	GuestMemoryMiB int      `json:"guest_memory_mib"`
 	Local          string   `json:"local_address"`
 	Remote         string   `json:"remote_address"`
+	Hosts          []string `json:"hosts,omitempty"`        // --path tcp: "NAME ADDRESS:PORT (VM)", the dialing side first
+	UplinkBytes    uint64   `json:"uplink_bytes,omitempty"` // --path tcp: bytes the hosts sent each other during the run
 	Notes          []string `json:"notes,omitempty"`
 }
 
@@ -242,30 +298,67 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		inline = perfInline
 	}
 
-	ag, err := startLocalAgent(ctx, "--no-control-plane") // perf measures paths, not the inventory
-	if err != nil {
-		return fmt.Errorf("perf: %w", err)
-	}
-	defer func() {
-		if cerr := ag.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("perf: %w", cerr)
-		}
-	}()
+	tcp := o.path == string(vrdma.PathTCP)
 	specs := []*localVM{
 		{Name: "vm1", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
 		{Name: "vm2", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
 	}
+	var hosts []*localHost // with --path tcp: vm1's, vm2's
+	var sockets []string   // the agent sockets of vm1 and vm2
+	if tcp {
+		hs, err := o.hosts()
+		if err != nil {
+			return usageErrorf("perf: --pvrdma-addresses: %v", err)
+		}
+		f, err := startLocalFabric(ctx, perfSwitch, perfPortGroup, hs)
+		if err != nil {
+			return fmt.Errorf("perf: %w", err)
+		}
+		defer func() {
+			if cerr := f.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("perf: %w", cerr)
+			}
+		}()
+		hosts = f.Hosts
+		for i, s := range specs {
+			s.Switch, s.PortGroup = f.Switch, f.PortGroup
+			sockets = append(sockets, hosts[i].Socket)
+		}
+	} else {
+		ag, err := startLocalAgent(ctx, "--no-control-plane") // perf measures paths, not the inventory
+		if err != nil {
+			return fmt.Errorf("perf: %w", err)
+		}
+		defer func() {
+			if cerr := ag.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("perf: %w", cerr)
+			}
+		}()
+		sockets = []string{ag.Socket, ag.Socket}
+	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	vms, notes, err := openLocalVMs(sctx, ag.Socket, "vrdmactl perf", specs)
-	if err != nil {
-		return fmt.Errorf("perf: %w", err)
-	}
+	var vms []*vrdma.VM
 	defer func() {
 		for _, v := range vms {
 			v.Close()
 		}
 	}()
+	var notes []string
+	if tcp {
+		for i, s := range specs {
+			v, n, err := openLocalVMs(sctx, sockets[i], "vrdmactl perf", []*localVM{s})
+			vms, notes = append(vms, v...), append(notes, n...)
+			if err != nil {
+				return fmt.Errorf("perf: host %s: %w", hosts[i].Name, err)
+			}
+		}
+	} else {
+		var err error
+		if vms, notes, err = openLocalVMs(sctx, sockets[0], "vrdmactl perf", specs); err != nil {
+			return fmt.Errorf("perf: %w", err)
+		}
+	}
 	p, err := perf.Connect(sctx, vms[0].Adapters()[0], vms[1].Adapters()[0],
 		perf.PairConfig{BufSize: buf, TxDepth: o.txDepth, MaxInline: inline})
 	if err != nil {
@@ -273,9 +366,21 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	defer p.Close(context.WithoutCancel(ctx))
 	path := p.Path()
-	if o.path != "" && string(path.Path) != o.path {
-		return fmt.Errorf("perf: the requested path is %q, but the pair %s → %s got %q (%s)",
-			o.path, p.A.Name(), p.B.Name(), path.Path, path.Reason)
+	if o.path != "" {
+		if string(path.Path) != o.path {
+			return fmt.Errorf("perf: the requested path is %q, but the pair %s → %s got %q (%s)",
+				o.path, p.A.Name(), p.B.Name(), path.Path, path.Reason)
+		}
+		if bp := p.B.QP.Path(); string(bp.Path) != o.path {
+			return fmt.Errorf("perf: the requested path is %q, and %s's QP reports it, but %s's reports %q (%s)",
+				o.path, p.A.Name(), p.B.Name(), bp.Path, bp.Reason)
+		}
+	}
+	var uplinkBefore uint64
+	if tcp {
+		if uplinkBefore, err = uplinkBytes(sctx, hosts...); err != nil {
+			return fmt.Errorf("perf: the hosts' uplink counters: %w", err)
+		}
 	}
 
 	info := perfInfo{Test: string(o.test), Title: o.test.Title(), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
@@ -283,6 +388,9 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
 		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
+	for i, h := range hosts {
+		info.Hosts = append(info.Hosts, fmt.Sprintf("%s (%s)", h.label(), specs[i].Name))
+	}
 	if o.test.Latency() {
 		info.TXDepth = 1
 	}
@@ -320,6 +428,20 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	if text {
 		fmt.Fprintln(a.stdout, perfRule)
+	}
+	if tcp {
+		// The QPs say tcp; the uplinks' byte counters show their traffic
+		// crossed it, not a silent shortcut.
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		after, err := uplinkBytes(uctx, hosts...)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("perf: the hosts' uplink counters: %w", err)
+		}
+		if after <= uplinkBefore {
+			return fmt.Errorf("perf: the pair reports the tcp path, but the hosts' uplink byte counters did not move (%d before, %d after): its traffic did not cross it", uplinkBefore, after)
+		}
+		info.UplinkBytes = after - uplinkBefore
 	}
 	if o.outJSON || o.outJSONFile != "" {
 		b, err := perfJSON(info, results, o.all)
@@ -390,6 +512,9 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 		lock = "reserved and locked"
 	}
 	fmt.Fprintf(w, " Guest memory    : %d MiB per VM, %s\n", info.GuestMemoryMiB, lock)
+	if len(info.Hosts) > 0 {
+		fmt.Fprintf(w, " Hosts           : %s\n", strings.Join(info.Hosts, " → "))
+	}
 	for _, n := range info.Notes {
 		fmt.Fprintf(w, " Note            : %s\n", n)
 	}

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -97,11 +99,11 @@ func TestPerfAllSizesToFile(t *testing.T) {
 
 func TestPerfWrongPath(t *testing.T) {
 	tmp := isolate(t)
-	out, errs, code := run(t, "", "perf", "write_bw", "--local", "--path", "tcp", "-n", "10", "--out_json")
+	out, errs, code := run(t, "", "perf", "write_bw", "--local", "--path", "rdma", "-n", "10", "--out_json")
 	if code != exitFailure {
-		t.Fatalf("--path tcp: exit %d, want 1; stderr %q", code, errs)
+		t.Fatalf("--path rdma: exit %d, want 1; stderr %q", code, errs)
 	}
-	if !strings.Contains(errs, `"tcp"`) || !strings.Contains(errs, `"memcpy"`) {
+	if !strings.Contains(errs, `"rdma"`) || !strings.Contains(errs, `"memcpy"`) {
 		t.Errorf("error does not name both paths: %q", errs)
 	}
 	if out != "" {
@@ -109,5 +111,109 @@ func TestPerfWrongPath(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("perf left %v in TMPDIR", left)
+	}
+}
+
+// --path tcp: two agents, each a host on its own loopback address, one VM
+// on each; the QPs report tcp and the uplinks carried the run.
+func TestPerfTCP(t *testing.T) {
+	tmp := isolate(t)
+	for _, tc := range []struct {
+		args []string
+		keys []string
+	}{
+		{[]string{"perf", "write_bw", "--local", "--path", "tcp", "-s", "65536", "-n", "200", "--out_json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "read_bw", "--local", "--path", "tcp", "-s", "65536", "-n", "100", "-t", "16", "--out_json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "send_bw", "--local", "--path", "tcp", "-s", "4096", "-n", "200", "--async", "-o", "json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "write_lat", "--local", "--path", "tcp", "-s", "8", "-n", "200", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+	} {
+		var m map[string]any
+		runJSON(t, &m, tc.args...)
+		for _, k := range append(tc.keys, "MsgSize", "n_iterations") {
+			if v, ok := m[k].(float64); !ok || v <= 0 {
+				t.Errorf("%v: key %q = %v, want a positive number", tc.args, k, m[k])
+			}
+		}
+		if n := m["n_iterations"].(float64); n != float64(atoi(t, tc.args[8])) {
+			t.Errorf("%v: %v iterations", tc.args, n)
+		}
+		reason, _ := m["reason"].(string)
+		if m["test"] != tc.args[1] || m["path"] != "tcp" || !strings.HasPrefix(reason, "tcp: ") || !strings.Contains(reason, "no RDMA uplink") {
+			t.Errorf("%v: test %v path %v reason %v", tc.args, m["test"], m["path"], m["reason"])
+		}
+		info, ok := m["test_info"].(map[string]any)
+		if !ok || info["Transport"] != "tcp" || info["path"] != "tcp" || info["Connection_type"] != "RC" {
+			t.Fatalf("%v: test_info %v", tc.args, m["test_info"])
+		}
+		if ub, ok := info["uplink_bytes"].(float64); !ok || ub <= 0 {
+			t.Errorf("%v: uplink_bytes %v: want a positive number", tc.args, info["uplink_bytes"])
+		}
+		hosts, _ := info["hosts"].([]any)
+		if len(hosts) != 2 {
+			t.Fatalf("%v: hosts %v", tc.args, info["hosts"])
+		}
+		for i, h := range hosts {
+			hs, _ := h.(string)
+			addr := fmt.Sprintf("127.0.0.%d:", 2+i)
+			if !strings.HasPrefix(hs, fmt.Sprintf("host%d %s", i+1, addr)) || !strings.HasSuffix(hs, fmt.Sprintf("(vm%d)", i+1)) {
+				t.Errorf("%v: host %d %q", tc.args, i, hs)
+			}
+			// The reason names both hosts' PVRDMA addresses.
+			if ap, _, _ := strings.Cut(strings.TrimPrefix(hs, fmt.Sprintf("host%d ", i+1)), " "); !strings.Contains(reason, ap) {
+				t.Errorf("%v: reason %q does not name %s", tc.args, reason, ap)
+			}
+		}
+		if async := slices.Contains(tc.args, "--async"); info["async_mode"] != async {
+			t.Errorf("%v: async_mode %v", tc.args, info["async_mode"])
+		}
+	}
+	out := runOK(t, "perf", "write_bw", "--local", "--path", "tcp", "-s", "65536", "-n", "100")
+	for _, want := range []string{"RDMA_Write BW Test", " Transport       : tcp", " Path reason     : tcp: ", " Hosts           : host1 127.0.0.2:",
+		" → host2 127.0.0.3:", "#bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]", " 65536      100 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("perf left %v in TMPDIR", left)
+	}
+}
+
+// --pvrdma-addresses picks the hosts' addresses; an address that is not
+// this machine's fails the run (exit 1) and leaves nothing behind.
+func TestPerfTCPAddresses(t *testing.T) {
+	tmp := isolate(t)
+	var m map[string]any
+	runJSON(t, &m, "perf", "write_lat", "--local", "--path", "tcp", "--pvrdma-addresses", "127.0.0.4,127.0.0.5", "-n", "50", "--out_json")
+	info, _ := m["test_info"].(map[string]any)
+	if hosts, _ := info["hosts"].([]any); m["path"] != "tcp" || len(hosts) != 2 ||
+		!strings.HasPrefix(hosts[0].(string), "host1 127.0.0.4:") || !strings.HasPrefix(hosts[1].(string), "host2 127.0.0.5:") {
+		t.Errorf("path %v, hosts %v", m["path"], info["hosts"])
+	}
+
+	out, errs, code := run(t, "", "perf", "write_bw", "--local", "--path", "tcp", "--pvrdma-addresses", "127.0.0.2,192.0.2.1", "-n", "10")
+	if code != exitFailure || !strings.Contains(errs, "host host2") || !strings.Contains(errs, "cannot listen on 192.0.2.1") {
+		t.Errorf("a host address not on this machine: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("perf left %v in TMPDIR", left)
+	}
+
+	for _, args := range [][]string{
+		{"--path", "memcpy", "--pvrdma-addresses", "127.0.0.2,127.0.0.3"},
+		{"--pvrdma-addresses", "127.0.0.2,127.0.0.3"},
+		{"--path", "tcp", "--pvrdma-addresses", "127.0.0.2"},
+		{"--path", "tcp", "--pvrdma-addresses", "127.0.0.2,localhost"},
+		{"--path", "tcp", "--pvrdma-addresses", "127.0.0.2:4791,127.0.0.2:4791"},
+	} {
+		args = append([]string{"perf", "write_bw", "--local"}, args...)
+		_, errs, code := run(t, "", args...)
+		if code != exitUsage || !strings.Contains(errs, "--pvrdma-addresses") {
+			t.Errorf("vrdmactl %s: exit %d, stderr %q; want exit 2 and a message", strings.Join(args, " "), code, errs)
+		}
 	}
 }

@@ -15,19 +15,27 @@ import (
 )
 
 // pairSpec is one pair quickstart checks: two adapters that must connect
-// over a given path. Today both VMs live on the local agent, so the path is
-// memcpy; pairs over tcp and rdma join this list with the hosts they need.
+// over a given path.
 type pairSpec struct {
 	A, B string         // "vm/vrdmaN"; A dials B
 	Path vrdma.PathKind // the path the pair must get
 }
 
 var quickstartPairs = []pairSpec{
-	{A: "vm1/vrdma0", B: "vm2/vrdma0", Path: vrdma.PathMemcpy},
+	{A: "vm1/vrdma0", B: "vm2/vrdma0", Path: vrdma.PathMemcpy}, // both on host1
+	{A: "vm1/vrdma0", B: "vm3/vrdma0", Path: vrdma.PathTCP},    // host1 → host2
 }
 
-// quickstartVMMB is each quickstart VM's guest memory: two of them, locked,
-// fit the 8 MiB RLIMIT_MEMLOCK that unprivileged users commonly get.
+// quickstartVMs are the VMs quickstart defines, and the index in
+// quickstartHosts of the host of each.
+var quickstartVMs = []struct {
+	Name string
+	Host int
+}{{"vm1", 0}, {"vm2", 0}, {"vm3", 1}}
+
+// quickstartVMMB is each quickstart VM's guest memory: the two of host1,
+// locked, fit the 8 MiB RLIMIT_MEMLOCK that unprivileged users commonly
+// get (each host agent is a process of its own, with its own limit).
 const quickstartVMMB = 3
 
 // Samples quickstart measures on each pair.
@@ -38,22 +46,35 @@ var (
 
 // quickstartReport is quickstart's result (-o json prints it).
 type quickstartReport struct {
-	OK           bool         `json:"ok"`
-	Agent        string       `json:"agent"`
-	AgentPID     int          `json:"agent_pid"`
-	Host         string       `json:"host"`
-	MemoryLocked bool         `json:"memory_locked"`
-	Switch       string       `json:"switch,omitempty"`     // created in the agent's control plane
-	PortGroup    string       `json:"port_group,omitempty"` // created on Switch; the VMs' adapters are on it
-	Notes        []string     `json:"notes,omitempty"`
-	Pairs        []pairReport `json:"pairs"`
-	ElapsedS     float64      `json:"elapsed_s"`
-	Error        string       `json:"error,omitempty"`
+	OK           bool             `json:"ok"`
+	Agent        string           `json:"agent"`     // which binary the agents run, and why that one
+	AgentPID     int              `json:"agent_pid"` // the first host's agent
+	Host         string           `json:"host"`      // the first host's name
+	Hosts        []quickstartHost `json:"hosts"`
+	MemoryLocked bool             `json:"memory_locked"`
+	Switch       string           `json:"switch,omitempty"`     // created in the first host's control plane
+	PortGroup    string           `json:"port_group,omitempty"` // created on Switch; the VMs' adapters are on it
+	Notes        []string         `json:"notes,omitempty"`
+	Pairs        []pairReport     `json:"pairs"`
+	ElapsedS     float64          `json:"elapsed_s"`
+	Error        string           `json:"error,omitempty"`
+}
+
+// quickstartHost is one host agent quickstart started.
+type quickstartHost struct {
+	Name          string   `json:"name"`
+	PID           int      `json:"pid,omitempty"`
+	PVRDMAAddress string   `json:"pvrdma_address"` // where it listens for the tcp path
+	ControlPlane  string   `json:"control_plane"`  // "embedded etcd" or "joined ENDPOINT"
+	VMs           []string `json:"vms"`
+	Error         string   `json:"error,omitempty"` // why it did not start
 }
 
 type pairReport struct {
 	A       string            `json:"a"`
 	B       string            `json:"b"`
+	HostA   string            `json:"host_a"`
+	HostB   string            `json:"host_b"`
 	Path    string            `json:"path"`
 	Want    string            `json:"want_path"`
 	Reason  string            `json:"reason"`
@@ -67,18 +88,23 @@ type pairReport struct {
 func (a *app) quickstartCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "quickstart",
-		Short: "Start a throw-away agent with two VMs and show RDMA between them",
+		Short: "Start two throw-away host agents with three VMs and show RDMA between them",
 		Long: `quickstart shows vrdma working on this machine, with no root, no installed
-agent and nothing left behind. It starts a host agent process with temporary
-state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself) and its
-embedded control plane (etcd), creates a distributed switch and a port group
-there (quickstart-dvs, dvportgroup-quickstart), defines two VMs on them, vm1 and vm2, with 3 MiB of guest memory each (reserved and locked when the
-memlock limit allows), attaches a workload to each, connects vm1/vrdma0 to
-vm2/vrdma0 through the connection manager, runs every opcode (SEND,
-SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ, ATOMIC_CMP_AND_SWP,
-ATOMIC_FETCH_AND_ADD) checking the data, measures a short bandwidth (64 KiB
-RDMA WRITEs) and latency (8-byte RDMA WRITE ping-pong) sample, prints the path
-each pair took and why, and removes everything. It exits 1 if anything failed.`,
+agent and nothing left behind. It starts two host agent processes with
+temporary state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself),
+each a host on its own loopback address: host1 on 127.0.0.2 with its embedded
+control plane (etcd), and host2 on 127.0.0.3 joined to it; neither has an RDMA
+uplink. It creates a distributed switch and a port group (quickstart-dvs,
+dvportgroup-quickstart), defines VMs on them, vm1 and vm2 on host1 and vm3 on
+host2, with 3 MiB of guest memory each (reserved and locked when the memlock
+limit allows), attaches a workload to each, and connects two pairs through the
+connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the memcpy path) and
+vm1/vrdma0 to vm3/vrdma0 (different hosts: the tcp path). On each pair it
+runs every opcode (SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
+RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD) checking the data,
+measures a short bandwidth (64 KiB RDMA WRITEs) and latency (8-byte RDMA
+WRITE ping-pong) sample, prints the path each pair took and why, and removes
+everything. It exits 1 if anything failed.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
@@ -106,7 +132,7 @@ each pair took and why, and removes everything. It exits 1 if anything failed.`,
 	}
 }
 
-// quickstart runs everything and reports; it never leaves the agent or its
+// quickstart runs everything and reports; it never leaves an agent or its
 // directory behind.
 func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstartReport) {
 	start := time.Now()
@@ -115,63 +141,138 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 		rep.OK, rep.Error = false, err.Error()
 		return rep
 	}
+	hosts := make([]*localHost, len(quickstartHosts))
+	hostErrs := make([]error, len(quickstartHosts))
+	rep.Hosts = make([]quickstartHost, len(quickstartHosts))
+	for i, s := range quickstartHosts {
+		rep.Hosts[i] = quickstartHost{Name: s.Name, PVRDMAAddress: s.Addr.String()}
+		for _, v := range quickstartVMs {
+			if v.Host == i {
+				rep.Hosts[i].VMs = append(rep.Hosts[i].VMs, v.Name)
+			}
+		}
+	}
+	// The last host first: the first serves the others' etcd.
+	defer func() {
+		for i := len(hosts) - 1; i >= 0; i-- {
+			if hosts[i] == nil {
+				continue
+			}
+			if err := hosts[i].Close(); err != nil {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("stopping host %s's agent: %v", hosts[i].Name, err))
+			}
+		}
+	}()
 
-	fmt.Fprintf(progress, "starting a host agent with temporary state… ")
-	ag, err := startLocalAgent(ctx, "--switch", quickstartSwitch) // quickstart_control.go
+	// host1, with the embedded etcd; nothing works without it.
+	hs := quickstartHosts[0]
+	fmt.Fprintf(progress, "starting host agent %s on %s with temporary state and an embedded control plane (etcd)… ", hs.Name, hs.Addr.Addr())
+	h, err := startLocalHost(ctx, hs, quickstartSwitch, "")
 	if err != nil {
 		fmt.Fprintln(progress, "failed")
 		return fail(err)
 	}
-	defer func() {
-		if err := ag.Close(); err != nil {
-			rep.Notes = append(rep.Notes, "stopping the agent: "+err.Error())
-		}
-	}()
-	rep.Agent, rep.AgentPID, rep.Host = ag.How, ag.PID(), ag.Host
-	fmt.Fprintf(progress, "pid %d, %s\n", ag.PID(), ag.How)
+	hosts[0] = h
+	rep.Agent, rep.AgentPID, rep.Host = h.How, h.PID(), h.Name
+	rep.Hosts[0].PID, rep.Hosts[0].PVRDMAAddress, rep.Hosts[0].ControlPlane = h.PID(), h.Addr.String(), "embedded etcd"
+	fmt.Fprintf(progress, "pid %d, %s\n", h.PID(), h.How)
+	endpoint, err := h.etcdEndpoint()
+	if err != nil {
+		return fail(err)
+	}
 
 	fmt.Fprintf(progress, "creating switch %s and port group %s in its control plane… ", quickstartSwitch, quickstartPortGroup)
-	if err := createQuickstartFabric(ctx, ag); err != nil {
+	if err := createLocalFabric(ctx, endpoint, quickstartSwitch, quickstartPortGroup); err != nil {
 		fmt.Fprintln(progress, "failed")
 		return fail(err)
 	}
 	rep.Switch, rep.PortGroup = quickstartSwitch, quickstartPortGroup
 	fmt.Fprintln(progress, "ok")
 
-	specs := []*localVM{{Name: "vm1", MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup},
-		{Name: "vm2", MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}}
-	fmt.Fprintf(progress, "defining and attaching VMs vm1 and vm2 (%d MiB of guest memory each)… ", quickstartVMMB)
-	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	vms, notes, err := openLocalVMs(octx, ag.Socket, "vrdmactl quickstart", specs)
-	cancel()
-	rep.Notes = append(rep.Notes, notes...)
-	if err != nil {
-		fmt.Fprintln(progress, "failed")
-		return fail(err)
+	// The other hosts, joined to host1's etcd. One that does not start
+	// fails the pairs with its VMs, not the others.
+	for i, hs := range quickstartHosts[1:] {
+		i++
+		fmt.Fprintf(progress, "starting host agent %s on %s, joined to %s's control plane, no RDMA uplink… ", hs.Name, hs.Addr.Addr(), hosts[0].Name)
+		h, err := startLocalHost(ctx, hs, quickstartSwitch, endpoint)
+		if err != nil {
+			fmt.Fprintln(progress, "failed")
+			hostErrs[i] = err
+			rep.Hosts[i].Error = err.Error()
+			continue
+		}
+		hosts[i] = h
+		rep.Hosts[i].PID, rep.Hosts[i].PVRDMAAddress, rep.Hosts[i].ControlPlane = h.PID(), h.Addr.String(), "joined "+endpoint
+		fmt.Fprintf(progress, "pid %d\n", h.PID())
 	}
+
+	var specs []*localVM
+	var where []string
+	for i, hr := range rep.Hosts {
+		if hosts[i] != nil && len(hr.VMs) > 0 {
+			where = append(where, strings.Join(hr.VMs, " and ")+" on "+hr.Name)
+		}
+	}
+	fmt.Fprintf(progress, "defining and attaching VMs %s (%d MiB of guest memory each)… ", strings.Join(where, ", "), quickstartVMMB)
+	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	byName := map[string]*vrdma.VM{}
 	defer func() {
-		for _, v := range vms {
+		for _, v := range byName {
 			v.Close()
 		}
 	}()
-	rep.MemoryLocked = specs[0].Locked && specs[1].Locked
+	for i, h := range hosts {
+		if h == nil {
+			continue
+		}
+		var hspecs []*localVM
+		for _, v := range quickstartVMs {
+			if v.Host == i {
+				s := &localVM{Name: v.Name, MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}
+				hspecs = append(hspecs, s)
+			}
+		}
+		vms, notes, err := openLocalVMs(octx, h.Socket, "vrdmactl quickstart", hspecs)
+		rep.Notes = append(rep.Notes, notes...)
+		for _, v := range vms {
+			byName[v.Name()] = v
+		}
+		if err != nil {
+			cancel()
+			fmt.Fprintln(progress, "failed")
+			return fail(fmt.Errorf("host %s: %w", h.Name, err))
+		}
+		specs = append(specs, hspecs...)
+	}
+	cancel()
+	var locked, unlocked []string
+	for _, s := range specs {
+		if s.Locked {
+			locked = append(locked, s.Name)
+		} else {
+			unlocked = append(unlocked, s.Name)
+		}
+	}
+	rep.MemoryLocked = len(unlocked) == 0
 	switch {
 	case rep.MemoryLocked:
 		fmt.Fprintln(progress, "reserved and locked")
-	case !specs[0].Locked && !specs[1].Locked:
+	case len(locked) == 0:
 		fmt.Fprintln(progress, "unlocked")
 	default:
-		fmt.Fprintf(progress, "%s locked, %s unlocked\n", lockedName(specs, true), lockedName(specs, false))
-	}
-	byName := map[string]*vrdma.VM{}
-	for _, v := range vms {
-		byName[v.Name()] = v
+		fmt.Fprintf(progress, "%s locked, %s unlocked\n", strings.Join(locked, ", "), strings.Join(unlocked, ", "))
 	}
 
 	rep.OK = true
 	for _, ps := range quickstartPairs {
 		fmt.Fprintf(progress, "pair %s → %s: ", ps.A, ps.B)
-		pr := runQuickstartPair(ctx, ps, byName)
+		var pr pairReport
+		if err := pairHostsErr(ps, hostErrs); err != nil {
+			pr = pairReport{A: ps.A, B: ps.B, Want: string(ps.Path), Opcodes: map[string]string{}, Errors: []string{err.Error()}}
+		} else {
+			pr = runQuickstartPair(ctx, ps, byName)
+		}
+		pr.HostA, pr.HostB = vmHost(ps.A), vmHost(ps.B)
 		if pr.OK {
 			fmt.Fprintln(progress, "ok")
 		} else {
@@ -183,13 +284,29 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 	return rep
 }
 
-func lockedName(specs []*localVM, locked bool) string {
-	for _, s := range specs {
-		if s.Locked == locked {
-			return s.Name
+// vmHost returns the name of the host of adapter "vm/vrdmaN".
+func vmHost(adapter string) string {
+	vm, _, _ := strings.Cut(adapter, "/")
+	for _, v := range quickstartVMs {
+		if v.Name == vm {
+			return quickstartHosts[v.Host].Name
 		}
 	}
 	return ""
+}
+
+// pairHostsErr returns why a host of the pair's VMs did not start, nil
+// if both did.
+func pairHostsErr(ps pairSpec, hostErrs []error) error {
+	for _, ad := range []string{ps.A, ps.B} {
+		vm, _, _ := strings.Cut(ad, "/")
+		for _, v := range quickstartVMs {
+			if v.Name == vm && hostErrs[v.Host] != nil {
+				return fmt.Errorf("%s's host did not start: %w", vm, hostErrs[v.Host])
+			}
+		}
+	}
+	return nil
 }
 
 // adapterOf resolves "vm/vrdmaN" among the attached VMs.
@@ -263,7 +380,7 @@ func printQuickstart(w io.Writer, rep quickstartReport) {
 	fmt.Fprintln(w)
 	if len(rep.Pairs) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "PAIR\tPATH\tREASON\tRESULT")
+		fmt.Fprintln(tw, "PAIR\tHOSTS\tPATH\tRESULT\tREASON")
 		for _, p := range rep.Pairs {
 			ok := 0
 			for _, v := range p.Opcodes {
@@ -282,7 +399,7 @@ func printQuickstart(w io.Writer, rep quickstartReport) {
 			if path == "" {
 				path = "-"
 			}
-			fmt.Fprintf(tw, "%s → %s\t%s\t%s\t%s\n", p.A, p.B, path, p.Reason, res)
+			fmt.Fprintf(tw, "%s → %s\t%s → %s\t%s\t%s\t%s\n", p.A, p.B, p.HostA, p.HostB, path, res, p.Reason)
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "(bandwidth: %d KiB RDMA WRITEs for %v; latency: typical of %d %d-byte RDMA WRITE ping-pongs, RTT/2)\n",
@@ -290,6 +407,11 @@ func printQuickstart(w io.Writer, rep quickstartReport) {
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, h := range rep.Hosts {
+		if h.Error != "" {
+			fmt.Fprintf(w, "FAIL %s\n", h.Error) // "host NAME: ..."
+		}
 	}
 	for _, p := range rep.Pairs {
 		for _, e := range p.Errors {
@@ -300,7 +422,7 @@ func printQuickstart(w io.Writer, rep quickstartReport) {
 		fmt.Fprintf(w, "FAIL: %s\n", rep.Error)
 	}
 	if rep.OK {
-		fmt.Fprintf(w, "ok: every pair works (%.1f s); the agent and its temporary state are gone\n", rep.ElapsedS)
+		fmt.Fprintf(w, "ok: every pair works (%.1f s); the agents and their temporary state are gone\n", rep.ElapsedS)
 	} else {
 		fmt.Fprintf(w, "FAILED (%.1f s)\n", rep.ElapsedS)
 	}

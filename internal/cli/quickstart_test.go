@@ -2,7 +2,10 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,35 +18,65 @@ func TestQuickstart(t *testing.T) {
 	var rep quickstartReport
 	runJSON(t, &rep, "quickstart", "-o", "json")
 	t.Logf("%+v", rep)
-	if !rep.OK || len(rep.Pairs) != 1 {
+	if !rep.OK || len(rep.Pairs) != 2 {
 		t.Fatalf("report %+v", rep)
 	}
+	// The same-host pair: memcpy, as path selection decided it on the
+	// switch and port group quickstart created.
 	p := rep.Pairs[0]
-	if !p.OK || p.A != "vm1/vrdma0" || p.B != "vm2/vrdma0" || p.Path != "memcpy" || !strings.HasPrefix(p.Reason, "memcpy: ") {
+	if !p.OK || p.A != "vm1/vrdma0" || p.B != "vm2/vrdma0" || p.HostA != "host1" || p.HostB != "host1" ||
+		p.Path != "memcpy" || p.Want != "memcpy" || !strings.HasPrefix(p.Reason, "memcpy: ") {
 		t.Errorf("pair %+v", p)
 	}
-	// The agent ran the embedded control plane: quickstart created a switch
-	// and a port group, and path selection decided the pair's path.
-	if rep.Switch != quickstartSwitch || rep.PortGroup != quickstartPortGroup || !strings.Contains(p.Reason, "same host") {
+	if rep.Switch != quickstartSwitch || rep.PortGroup != quickstartPortGroup || !strings.Contains(p.Reason, "same host host1") {
 		t.Errorf("switch %q, port group %q, reason %q: want %s, %s and path selection's reason", rep.Switch, rep.PortGroup, p.Reason, quickstartSwitch, quickstartPortGroup)
 	}
-	if len(p.Opcodes) != len(perf.Opcodes) {
-		t.Errorf("%d opcodes, want %d: %v", len(p.Opcodes), len(perf.Opcodes), p.Opcodes)
+	// The pair across hosts: tcp between the two agents' loopback
+	// addresses; neither host has an RDMA uplink.
+	q := rep.Pairs[1]
+	if !q.OK || q.A != "vm1/vrdma0" || q.B != "vm3/vrdma0" || q.HostA != "host1" || q.HostB != "host2" ||
+		q.Path != "tcp" || q.Want != "tcp" || !strings.HasPrefix(q.Reason, "tcp: ") || !strings.Contains(q.Reason, "no RDMA uplink") {
+		t.Errorf("pair %+v", q)
 	}
-	for _, op := range perf.Opcodes {
-		if p.Opcodes[op.String()] != "ok" {
-			t.Errorf("%s: %q", op, p.Opcodes[op.String()])
+	if len(rep.Hosts) != 2 {
+		t.Fatalf("hosts %+v", rep.Hosts)
+	}
+	for i, h := range rep.Hosts {
+		addr := fmt.Sprintf("127.0.0.%d:", 2+i)
+		if h.Name != fmt.Sprintf("host%d", i+1) || h.PID <= 0 || h.Error != "" || !strings.HasPrefix(h.PVRDMAAddress, addr) ||
+			!strings.Contains(q.Reason, h.PVRDMAAddress) {
+			t.Errorf("host %d: %+v (tcp pair's reason %q)", i, h, q.Reason)
 		}
 	}
-	if p.BWMiBs <= 0 || p.LatUs <= 0 {
-		t.Errorf("bandwidth %v MiB/s, latency %v µs", p.BWMiBs, p.LatUs)
+	if h := rep.Hosts; h[0].ControlPlane != "embedded etcd" || !strings.HasPrefix(h[1].ControlPlane, "joined unix://") ||
+		!slices.Equal(h[0].VMs, []string{"vm1", "vm2"}) || !slices.Equal(h[1].VMs, []string{"vm3"}) {
+		t.Errorf("hosts %+v", h)
+	}
+	if rep.AgentPID != rep.Hosts[0].PID || rep.Host != "host1" {
+		t.Errorf("agent pid %d host %q, hosts %+v", rep.AgentPID, rep.Host, rep.Hosts)
+	}
+	for _, p := range rep.Pairs {
+		if len(p.Opcodes) != len(perf.Opcodes) {
+			t.Errorf("%s → %s: %d opcodes, want %d: %v", p.A, p.B, len(p.Opcodes), len(perf.Opcodes), p.Opcodes)
+		}
+		for _, op := range perf.Opcodes {
+			if p.Opcodes[op.String()] != "ok" {
+				t.Errorf("%s → %s: %s: %q", p.A, p.B, op, p.Opcodes[op.String()])
+			}
+		}
+		if p.BWMiBs <= 0 || p.LatUs <= 0 {
+			t.Errorf("%s → %s: bandwidth %v MiB/s, latency %v µs", p.A, p.B, p.BWMiBs, p.LatUs)
+		}
 	}
 	if !strings.Contains(rep.Agent, "vrdmactl agent") {
 		t.Errorf("agent %q: want the re-executed vrdmactl", rep.Agent)
 	}
-	// Nothing is left: the agent has exited and its directory is gone.
-	if err := syscall.Kill(rep.AgentPID, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("agent pid %d still exists (kill 0: %v)", rep.AgentPID, err)
+	// Nothing is left: the agents have exited and their directories are
+	// gone.
+	for _, h := range rep.Hosts {
+		if err := syscall.Kill(h.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("host %s's agent pid %d still exists (kill 0: %v)", h.Name, h.PID, err)
+		}
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("quickstart left %v in TMPDIR", left)
@@ -53,7 +86,9 @@ func TestQuickstart(t *testing.T) {
 func TestQuickstartText(t *testing.T) {
 	isolate(t)
 	out := runOK(t, "quickstart")
-	for _, want := range []string{"PAIR", "vm1/vrdma0 → vm2/vrdma0", "memcpy", "7/7 opcodes ok", "MiB/s", "µs", "ok: every pair works"} {
+	for _, want := range []string{"PAIR", "HOSTS", "PATH", "vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy  7/7 opcodes ok, ",
+		"vm1/vrdma0 → vm3/vrdma0  host1 → host2  tcp     7/7 opcodes ok, ", "MiB/s", "µs",
+		"starting host agent host2 on 127.0.0.3, joined to host1's control plane", "vm1 and vm2 on host1, vm3 on host2", "ok: every pair works"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -66,5 +101,28 @@ func TestQuickstartNoAgent(t *testing.T) {
 	out, _, code := run(t, "", "quickstart")
 	if code != exitFailure || !strings.Contains(out, "could not start a host agent") || !strings.Contains(out, "/nonexistent/vrdmad") {
 		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+}
+
+// A second host that cannot start fails the tcp pair only: the memcpy pair
+// still runs, and the report says why the other failed.
+func TestQuickstartSecondHostFails(t *testing.T) {
+	tmp := isolate(t)
+	saved := quickstartHosts
+	t.Cleanup(func() { quickstartHosts = saved })
+	quickstartHosts = slices.Clone(saved)
+	quickstartHosts[1].Addr = netip.MustParseAddrPort("192.0.2.1:0") // TEST-NET-1: not this machine's
+	out, _, code := run(t, "", "quickstart")
+	if code != exitFailure {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	for _, want := range []string{"vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy  7/7 opcodes ok",
+		"\nFAIL host host2: cannot listen on 192.0.2.1", "FAIL vm1/vrdma0 → vm3/vrdma0: vm3's host did not start: host host2: cannot listen", "FAILED ("} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("quickstart left %v in TMPDIR", left)
 	}
 }
