@@ -3,6 +3,7 @@ package vrdma
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/paths"
@@ -48,13 +49,133 @@ func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
 	return a, nil
 }
 
-// DefineVM stores (or replaces) the VMX configuration of VM name.
+// DefineVM stores (or replaces) the VMX configuration of VM name on the
+// agent's host, where it is then powered on; the caller owns it (only its
+// uid, its primary group or root may attach it).
 func (a *Agent) DefineVM(ctx context.Context, name string, vmx []byte) error {
 	_, err := a.c.call(ctx, abi.OpDefineVM, &abi.DefineVM{Name: name, VMX: string(vmx)}, nil)
 	return err
 }
 
-// UndefineVM removes VM name's definition; it must not be attached.
+// DefineVMFor is DefineVM with another owner than the caller: processes
+// running as owner.UID or with primary group owner.GID may attach. Only
+// root (or the agent's user) may name someone else.
+func (a *Agent) DefineVMFor(ctx context.Context, name string, vmx []byte, owner Owner) error {
+	_, err := a.c.call(ctx, abi.OpDefineVM, &abi.DefineVM{Name: name, VMX: string(vmx), Owner: &owner}, nil)
+	return err
+}
+
+// Owner is who may use a VM: processes running as UID or with primary
+// group GID may attach; UID may change it; root may do both.
+type Owner = abi.Owner
+
+// Placement is where a VM sits in the inventory: datacenter, VM folder
+// and resource pool.
+type Placement = abi.Placement
+
+// VMInfo describes a VM: its VMX, power state, host, owner and placement.
+type VMInfo = abi.VMInfo
+
+// Finding is what a rule (or a power-on check) says of a VM.
+type Finding = abi.Finding
+
+// VMSpec is a VM to create: name, VMX, and optionally its owner, host and
+// placement.
+type VMSpec = abi.CreateVM
+
+// VMEdit is a change to a powered-off VM's VMX: adapters to add or
+// remove, advanced parameters to set or unset, the memory reservation.
+// Its Name is set by EditVM.
+type VMEdit = abi.EditVM
+
+// NewAdapter is a PVRDMA adapter that a VMEdit adds.
+type NewAdapter = abi.NewAdapter
+
+// KeyValue is a VMX setting of a VMEdit.
+type KeyValue = abi.KeyValue
+
+// EditResult is a VM after an edit, with what the rules say of it.
+type EditResult = abi.EditReply
+
+// PowerResult reports a power-on or power-off.
+type PowerResult = abi.PowerReply
+
+// RefusedError is a power-on or an edit that the rules refused; nothing
+// changed. Findings holds every finding (errors and warnings).
+type RefusedError struct {
+	Op       string // "power-on" or "edit"
+	VM       string
+	Findings []Finding
+}
+
+// Error lists the findings that are errors: "power-on of VM web refused by
+// 2 rules: hw-version: …; memory-reservation: …".
+func (e *RefusedError) Error() string {
+	var errs []string
+	for _, f := range e.Findings {
+		if f.Severity == "error" {
+			errs = append(errs, f.Rule+": "+f.Message)
+		}
+	}
+	return fmt.Sprintf("%s of VM %s refused by %d rules: %s", e.Op, e.VM, len(errs), strings.Join(errs, "; "))
+}
+
+// CreateVM creates a powered-off VM: in the control plane when the agent
+// has one (any host may then run it), else on the agent's host.
+func (a *Agent) CreateVM(ctx context.Context, spec VMSpec) (VMInfo, error) {
+	var in VMInfo
+	_, err := a.c.call(ctx, abi.OpCreateVM, &spec, &in)
+	return in, err
+}
+
+// VM returns VM name's configuration, power state and placement.
+func (a *Agent) VM(ctx context.Context, name string) (VMInfo, error) {
+	var in VMInfo
+	_, err := a.c.call(ctx, abi.OpGetVM, &abi.VMRef{Name: name}, &in)
+	return in, err
+}
+
+// EditVM changes powered-off VM name's VMX. An edit that would break a
+// rule that held before is refused with a *RefusedError, and the result
+// still describes the VM.
+func (a *Agent) EditVM(ctx context.Context, name string, e VMEdit) (EditResult, error) {
+	e.Name = name
+	var r EditResult
+	if _, err := a.c.call(ctx, abi.OpEditVM, &e, &r); err != nil {
+		return r, err
+	}
+	if r.Refused {
+		return r, &RefusedError{Op: "edit", VM: name, Findings: r.Findings}
+	}
+	return r, nil
+}
+
+// PowerOnVM runs every rule against VM name and host (name or ID; "" is
+// the host the VM is registered on, or the agent's) and powers the VM on
+// there if none fails; otherwise it returns a *RefusedError with every
+// finding, and the result too.
+func (a *Agent) PowerOnVM(ctx context.Context, name, host string) (PowerResult, error) {
+	var r PowerResult
+	if _, err := a.c.call(ctx, abi.OpPowerOnVM, &abi.PowerOnVM{Name: name, Host: host}, &r); err != nil {
+		return r, err
+	}
+	if r.Refused {
+		return r, &RefusedError{Op: "power-on", VM: name, Findings: r.Findings}
+	}
+	return r, nil
+}
+
+// PowerOffVM powers VM name off and detaches its workload, wherever it
+// runs: the workload's calls fail and its peers' QPs flush.
+func (a *Agent) PowerOffVM(ctx context.Context, name string) (PowerResult, error) {
+	var r PowerResult
+	_, err := a.c.call(ctx, abi.OpPowerOffVM, &abi.VMRef{Name: name}, &r)
+	return r, err
+}
+
+// UndefineVM removes VM name's definition: from the agent's host (it must
+// not be attached), or a managed VM from the control plane (it must be
+// powered off).
 func (a *Agent) UndefineVM(ctx context.Context, name string) error {
 	_, err := a.c.call(ctx, abi.OpUndefineVM, &abi.VMRef{Name: name}, nil)
 	return err

@@ -60,13 +60,18 @@ const (
 	OpDefineVM      Op = 22 // DefineVM → Empty
 	OpUndefineVM    Op = 23 // VMRef → Empty
 	OpListVMs       Op = 24 // Empty → VMList
-	opMax           Op = 25
+	OpCreateVM      Op = 25 // CreateVM → VMInfo
+	OpGetVM         Op = 26 // VMRef → VMInfo
+	OpEditVM        Op = 27 // EditVM → EditReply
+	OpPowerOnVM     Op = 28 // PowerOnVM → PowerReply
+	OpPowerOffVM    Op = 29 // VMRef → PowerReply
+	opMax           Op = 30
 )
 
 var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
 	"dereg-mr", "create-cq", "destroy-cq", "create-qp", "modify-qp", "query-qp", "destroy-qp", "listen",
 	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
-	"undefine-vm", "list-vms"}
+	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm"}
 
 // Known reports whether o is an op of this ABI version.
 func (o Op) Known() bool { return o > 0 && o < opMax }
@@ -165,8 +170,14 @@ func NewRequest(op Op) any {
 		return new(Empty)
 	case OpDefineVM:
 		return new(DefineVM)
-	case OpUndefineVM:
+	case OpUndefineVM, OpGetVM, OpPowerOffVM:
 		return new(VMRef)
+	case OpCreateVM:
+		return new(CreateVM)
+	case OpEditVM:
+		return new(EditVM)
+	case OpPowerOnVM:
+		return new(PowerOnVM)
 	}
 	return nil
 }
@@ -551,10 +562,14 @@ type ConnectReply struct {
 	Path      PathInfo `json:"path"`
 }
 
-// DefineVM stores (or replaces) a VM's VMX configuration on the agent.
+// DefineVM stores (or replaces) a VM's VMX configuration on the agent; the
+// VM is then powered on on that agent's host.
 type DefineVM struct {
 	Name string `json:"name"`
 	VMX  string `json:"vmx"`
+	// Owner may attach; nil: the caller. Only root (or the agent's user)
+	// may name another owner.
+	Owner *Owner `json:"owner,omitempty"`
 }
 
 // Validate checks the name and size.
@@ -566,6 +581,149 @@ func (d *DefineVM) Validate() error {
 		return Errorf(CodeInvalid, "vmx", "VMX of %d bytes exceeds the 512 KiB limit", len(d.VMX))
 	}
 	return nil
+}
+
+// Owner is who may use a VM: processes running as UID or with primary
+// group GID may attach; UID may change it. Root may do both.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// Placement is where a VM sits in the inventory: a datacenter, a VM
+// folder and a resource pool (paths of names separated by '/'). Empty
+// fields are not placed.
+type Placement struct {
+	Datacenter   string `json:"datacenter,omitempty"`
+	Folder       string `json:"folder,omitempty"`
+	ResourcePool string `json:"resource_pool,omitempty"`
+}
+
+// CreateVM creates a powered-off VM with a VMX configuration: in the
+// control plane's inventory when the agent has one, else in the agent's
+// state directory.
+type CreateVM struct {
+	Name  string `json:"name"`
+	VMX   string `json:"vmx"`
+	Owner *Owner `json:"owner,omitempty"` // nil: the caller
+	// Host registers the VM on a host (name or ID); "": the agent's.
+	Host string `json:"host,omitempty"`
+	Placement
+}
+
+// Validate checks the name and size.
+func (c *CreateVM) Validate() error {
+	d := DefineVM{Name: c.Name, VMX: c.VMX}
+	return d.Validate()
+}
+
+// VMInfo describes a VM: its configuration, power state, placement and
+// owner.
+type VMInfo struct {
+	Name string `json:"name"`
+	VMX  string `json:"vmx"`
+	// Power is "poweredOn" or "poweredOff".
+	Power  string `json:"power"`
+	Host   string `json:"host,omitempty"`    // the host it runs or is registered on (name)
+	HostID string `json:"host_id,omitempty"` // and its ID
+	Owner  Owner  `json:"owner"`
+	// Managed: the VM lives in the control plane's inventory (vm create
+	// with a control plane) and runs on whichever host it is powered on.
+	// Otherwise it lives in this agent's state directory.
+	Managed  bool `json:"managed"`
+	Attached bool `json:"attached"` // a workload is attached, on this agent
+	Placement
+}
+
+// EditVM changes a powered-off VM's VMX. The changes apply in order:
+// removals, additions, then settings, then the memory reservation; the
+// result must be a valid VM and must not break a rule that held before.
+type EditVM struct {
+	Name string `json:"name"`
+	// AddAdapters adds PVRDMA adapters, each at the lowest free ethernetN.
+	AddAdapters []NewAdapter `json:"add_adapters,omitempty"`
+	// RemoveAdapters removes PVRDMA adapters ethernetN (N as in vrdmaN),
+	// with their vrdmaN.* settings.
+	RemoveAdapters []int `json:"remove_adapters,omitempty"`
+	// Set sets advanced configuration parameters, in order.
+	Set []KeyValue `json:"set,omitempty"`
+	// Unset removes keys.
+	Unset []string `json:"unset,omitempty"`
+	// ReserveAllMemory reserves and locks all guest memory:
+	// sched.mem.pin = "TRUE", sched.mem.min = sched.mem.minSize = memSize.
+	ReserveAllMemory bool `json:"reserve_all_memory,omitempty"`
+}
+
+// MaxEdits bounds the changes of one EditVM.
+const MaxEdits = 256
+
+// Validate checks the name and the number of changes.
+func (e *EditVM) Validate() error {
+	if err := ValidName("name", e.Name); err != nil {
+		return err
+	}
+	if n := len(e.AddAdapters) + len(e.RemoveAdapters) + len(e.Set) + len(e.Unset); n > MaxEdits {
+		return Errorf(CodeInvalid, "set", "%d changes in one edit, more than %d", n, MaxEdits)
+	}
+	for _, a := range e.AddAdapters {
+		if a.PortGroup == "" {
+			return Errorf(CodeInvalid, "add_adapters", "a new PVRDMA adapter needs a distributed port group (--portgroup)")
+		}
+	}
+	return nil
+}
+
+// NewAdapter is a PVRDMA adapter to add, on a distributed port group.
+type NewAdapter struct {
+	PortGroup string `json:"portgroup"`        // ethernetN.dvs.portgroupId: the port group's key
+	Switch    string `json:"switch,omitempty"` // ethernetN.dvs.switchId; "": the port group's switch's UUID
+}
+
+// KeyValue is one VMX setting.
+type KeyValue struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Finding is a rule's verdict on a VM (see internal/rules and
+// docs/control-plane.md for the rule IDs).
+type Finding struct {
+	Rule     string `json:"rule"`
+	Severity string `json:"severity"` // "error" or "warning"
+	Key      string `json:"key,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Message  string `json:"message"`
+}
+
+// EditReply is the VM after an edit, with what the rules say of it. When
+// Refused, nothing changed and Findings holds the errors the edit would
+// have introduced.
+type EditReply struct {
+	VM       VMInfo    `json:"vm"`
+	Refused  bool      `json:"refused"`
+	Findings []Finding `json:"findings"`
+}
+
+// PowerOnVM powers a VM on on a host (name or ID; "": the host it is
+// registered on) after every rule passes.
+type PowerOnVM struct {
+	Name string `json:"name"`
+	Host string `json:"host,omitempty"`
+}
+
+// Validate checks the name.
+func (p *PowerOnVM) Validate() error { return ValidName("name", p.Name) }
+
+// PowerReply reports a power operation. When Refused, nothing changed and
+// Findings holds every rule that failed (and the warnings). Changed is
+// false when the VM was already in the requested state.
+type PowerReply struct {
+	VM       VMInfo    `json:"vm"`
+	Changed  bool      `json:"changed"`
+	Refused  bool      `json:"refused"`
+	Findings []Finding `json:"findings"`
+	// Detached is set by a power-off that detached a running workload.
+	Detached bool `json:"detached,omitempty"`
 }
 
 // VMRef names a VM.
@@ -595,6 +753,7 @@ type QPStatus struct {
 type VMStatus struct {
 	Name      string        `json:"name"`
 	Attached  bool          `json:"attached"`
+	Power     string        `json:"power,omitempty"` // "poweredOn" or "poweredOff"
 	AsyncMode bool          `json:"async_mode"`
 	MemSize   uint64        `json:"mem_size"`
 	MemLocked bool          `json:"mem_locked"`

@@ -54,10 +54,11 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	}
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
 	attach := func(name string) (*vm, *pd) {
-		if err := a.defineVM(&abi.DefineVM{Name: name, VMX: vmx}); err != nil {
+		root := &session{a: a, cred: true} // uid 0: may define and attach
+		if err := a.defineVM(root, &abi.DefineVM{Name: name, VMX: vmx}); err != nil {
 			tb.Fatal(err)
 		}
-		v, err := a.attachVM(&session{a: a}, name)
+		v, err := a.attachVM(root, name)
 		if err != nil {
 			tb.Fatal(err)
 		}

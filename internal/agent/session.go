@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
-	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // session is one client connection: a workload attached to a VM, or a
@@ -25,6 +23,10 @@ type session struct {
 	conn *sys.PacketConn
 	pid  int32
 	uid  uint32
+	gid  uint32
+	// cred says pid, uid and gid come from SO_PEERCRED; without it the
+	// session is nobody's and may attach or change no VM (manage.go).
+	cred bool
 
 	ctx      context.Context // ends with the connection; cancels blocking ops
 	cancel   context.CancelFunc
@@ -44,7 +46,9 @@ func newSession(a *Agent, c *sys.PacketConn) *session {
 	s := &session{a: a, conn: c, listeners: map[uint32]*listener{}, blocking: make(chan struct{}, maxBlocking)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if cred, err := c.PeerCred(); err == nil {
-		s.pid, s.uid = cred.Pid, cred.Uid
+		s.pid, s.uid, s.gid, s.cred = cred.Pid, cred.Uid, cred.Gid, true
+	} else {
+		a.log.Warn("SO_PEERCRED failed: the session may attach or change no VM", "err", err)
 	}
 	return s
 }
@@ -193,9 +197,12 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	case abi.OpListVMs:
 		return abi.VMList{VMs: a.status().VMs}, nil, nil
 	case abi.OpDefineVM:
-		return abi.Empty{}, nil, a.defineVM(req.(*abi.DefineVM))
+		return abi.Empty{}, nil, a.defineVM(s, req.(*abi.DefineVM))
 	case abi.OpUndefineVM:
-		return abi.Empty{}, nil, a.undefineVM(req.(*abi.VMRef).Name)
+		return abi.Empty{}, nil, a.undefineVM(s, req.(*abi.VMRef).Name)
+	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM:
+		r, err := a.manage(s, op, req) // manage.go
+		return r, nil, err
 	case abi.OpAttach:
 		if s.vm != nil {
 			return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.name)
@@ -337,7 +344,7 @@ func (a *Agent) status() abi.Status {
 		if seen[name] {
 			continue
 		}
-		vs := abi.VMStatus{Name: name}
+		vs := abi.VMStatus{Name: name, Power: a.localPower(name)}
 		if cfg, err := a.loadVMConfig(name); err == nil {
 			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
 			for _, c := range cfg.Adapters {
@@ -345,47 +352,12 @@ func (a *Agent) status() abi.Status {
 			}
 		}
 		st.VMs = append(st.VMs, vs)
+		seen[name] = true
 	}
+	st.VMs = append(st.VMs, a.managedHere(seen)...) // manage.go
 	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
 	if a.up != nil {
 		st.Uplinks = a.up.status()
 	}
 	return st
-}
-
-func (a *Agent) defineVM(d *abi.DefineVM) error {
-	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
-		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
-	}
-	a.mu.Lock()
-	_, attached := a.vms[d.Name]
-	a.mu.Unlock()
-	if attached {
-		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
-	}
-	p := filepath.Join(a.cfg.StateDir, "vms", d.Name+".vmx")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(d.VMX), 0o600); err != nil {
-		return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", d.Name, err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", d.Name, err)
-	}
-	return nil
-}
-
-func (a *Agent) undefineVM(name string) error {
-	a.mu.Lock()
-	_, attached := a.vms[name]
-	a.mu.Unlock()
-	if attached {
-		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload first", name)
-	}
-	if err := os.Remove(filepath.Join(a.cfg.StateDir, "vms", name+".vmx")); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined", name)
-		}
-		return abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	return nil
 }

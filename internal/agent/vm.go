@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
@@ -24,6 +25,7 @@ type vm struct {
 	cfg     *vmconfig.Config
 	async   bool
 	owner   *session
+	managed bool // a managed VM of the control plane (manage.go)
 	memSize uint64
 	memFD   int
 
@@ -90,7 +92,7 @@ func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
 // attachVM creates the runtime VM for a session: guest memory (a memfd of
 // memSize, locked when all guest memory is reserved) and the adapters.
 func (a *Agent) attachVM(s *session, name string) (*vm, error) {
-	cfg, err := a.loadVMConfig(name)
+	cfg, managed, err := a.attachConfig(s, name) // manage.go: owner, power, placement
 	if err != nil {
 		return nil, err
 	}
@@ -121,13 +123,19 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, memFD: -1, gone: make(chan struct{}),
+	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, memFD: -1, gone: make(chan struct{}),
 		pds: map[uint32]*pd{}, mrHandles: map[uint32]*mr{}, cqs: map[uint32]*cq{}, qps: map[uint32]*qp{},
 		mrs: make([]atomic.Pointer[mr], a.cfg.Limits.MaxMR+1)}
 	a.vms[name] = v // reserve the name while memory is set up
 	a.mu.Unlock()
 
-	if err := v.setupMemory(); err != nil {
+	// A power-off that ran since the check above found no VM to detach:
+	// check again now that the name is taken (manage.go).
+	_, _, err = a.attachConfig(s, name)
+	if err == nil {
+		err = v.setupMemory()
+	}
+	if err != nil {
 		a.mu.Lock()
 		delete(a.vms, name)
 		a.mu.Unlock()
@@ -239,7 +247,7 @@ func (v *vm) allocHandleLocked() uint32 {
 
 // status returns the VM's status report.
 func (v *vm) status() abi.VMStatus {
-	st := abi.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
+	st := abi.VMStatus{Name: v.name, Attached: true, Power: string(records.PoweredOn), AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
 	for _, ad := range v.adapters {
 		st.Adapters = append(st.Adapters, ad.info())
 	}

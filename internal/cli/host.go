@@ -26,12 +26,15 @@ type hostReport struct {
 	AgentVersion   string           `json:"agentVersion"`
 	LeaseAgeS      float64          `json:"leaseAgeS"` // how long it has held its lease; 0 when down
 	VMs            []string         `json:"vms,omitempty"`
+	Datacenter     string           `json:"datacenter,omitempty"` // its place in the inventory
+	Cluster        string           `json:"cluster,omitempty"`
+	Folder         string           `json:"folder,omitempty"`
 }
 
 func hostReportOf(h member.HostStatus) hostReport {
 	r := hostReport{ID: h.Host.ID, Name: h.Host.Name, State: string(h.Host.State), Declared: string(h.Declared), Switch: h.Host.Switch,
 		FirewallPVRDMA: h.Host.FirewallPVRDMA, Uplinks: h.Host.Uplinks, AgentVersion: h.Host.AgentVersion,
-		LeaseAgeS: round2(h.LeaseAge(time.Now()).Seconds())}
+		LeaseAgeS: round2(h.LeaseAge(time.Now()).Seconds()), Datacenter: h.Host.Datacenter, Cluster: h.Host.Cluster, Folder: h.Host.Folder}
 	if h.Host.PVRDMAAddress.IsValid() {
 		r.PVRDMAAddress = h.Host.PVRDMAAddress.String()
 	}
@@ -68,10 +71,10 @@ func leaseAge(s float64) string {
 func (a *app) hostCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "host",
-		Short: "List and show the hosts of the control plane, up or down",
+		Short: "List, show and configure the hosts of the control plane",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("host: name a subcommand: list or show")
+			return usageErrorf("host: name a subcommand: list, show or configure")
 		},
 	}
 	list := &cobra.Command{
@@ -138,11 +141,12 @@ func (a *app) hostCommand() *cobra.Command {
 				for _, u := range r.Uplinks {
 					fmt.Fprintf(a.stdout, "    %s %s GID %s %s\n", u.Kind, u.Address, u.GID, strings.Join(u.Capabilities, ","))
 				}
+				fmt.Fprintf(a.stdout, "  inventory:      datacenter %s, cluster %s, folder %s\n", orDash(r.Datacenter), orDash(r.Cluster), orDash(r.Folder))
 				fmt.Fprintf(a.stdout, "  VMs:            %s\n", orDash(strings.Join(r.VMs, ", ")))
 				return nil
 			})
 		},
 	}
-	cmd.AddCommand(list, show)
+	cmd.AddCommand(list, show, a.hostConfigureCommand()) // inventory.go
 	return cmd
 }

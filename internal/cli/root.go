@@ -127,7 +127,8 @@ shows two VMs talking RDMA on this machine in a few seconds.`,
 		a.portgroupCommand(),
 		a.hostCommand(),
 		a.pathCommand(),
-		a.vmxCommand(), // vmx.go
+		a.vmxCommand(),       // vmx.go
+		a.inventoryCommand(), // inventory.go
 	)
 	return root
 }

@@ -15,29 +15,39 @@ import (
 func (a *app) vmCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "vm",
-		Short: "Define, undefine and list VMs on the agent",
+		Short: "Create, configure, power on and off, define, list and show VMs",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("vm: name a subcommand: define, undefine, list or show")
+			return usageErrorf("vm: name a subcommand: create, show, edit, set, reserve-memory, power-on, power-off, define, undefine or list")
 		},
 	}
-	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.withClusterList(a.vmListCommand()), a.vmShowCommand()) // vmcluster.go
+	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.withClusterList(a.vmListCommand()), a.vmShowCommand(), // vmcluster.go
+		a.vmCreateCommand(), a.vmEditCommand(), a.vmSetCommand(), a.vmReserveMemoryCommand(), a.vmPowerOnCommand(), a.vmPowerOffCommand()) // vmproc.go
 	return cmd
 }
 
 func (a *app) vmDefineCommand() *cobra.Command {
-	return &cobra.Command{
+	var owner string
+	cmd := &cobra.Command{
 		Use:   "define NAME FILE.vmx",
-		Short: "Store (or replace) VM NAME's VMX configuration on the agent ('-' reads stdin)",
+		Short: "Store (or replace) VM NAME's VMX on the agent, powered on on its host ('-' reads stdin)",
 		Long: `define stores VM NAME's configuration, a VMX file (key = "value" lines), on
 the agent. The agent checks it: memSize, the PVRDMA adapters (ethernetN with
 ethernetN.virtualDev = "vrdma"), the reservation (sched.mem.min, sched.mem.pin),
-vrdma.asyncMode... A VM attached to a workload cannot be redefined.`,
+vrdma.asyncMode... A VM attached to a workload cannot be redefined.
+
+A defined VM lives on this agent's host and is powered on there at once, so a
+workload attaches it without further steps (vm create and vm power-on are the
+checked procedure). The caller owns it (--owner, as root, gives it to another
+user): only processes of its owner, of its group, or of root may attach.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, file := args[0], args[1]
+			o, err := parseOwner(owner)
+			if err != nil {
+				return err
+			}
 			var b []byte
-			var err error
 			if file == "-" {
 				b, err = io.ReadAll(a.stdin)
 			} else {
@@ -51,7 +61,12 @@ vrdma.asyncMode... A VM attached to a workload cannot be redefined.`,
 				return err
 			}
 			defer done()
-			if err := ag.DefineVM(ctx, name, b); err != nil {
+			if o != nil {
+				err = ag.DefineVMFor(ctx, name, b, *o)
+			} else {
+				err = ag.DefineVM(ctx, name, b)
+			}
+			if err != nil {
 				return fmt.Errorf("vm define %s: %w", name, err)
 			}
 			if a.json() {
@@ -61,12 +76,14 @@ vrdma.asyncMode... A VM attached to a workload cannot be redefined.`,
 			return nil
 		},
 	}
+	cmd.Flags().StringVar(&owner, "owner", "", "UID[:GID] who may attach (default: you; root only)")
+	return cmd
 }
 
 func (a *app) vmUndefineCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "undefine NAME",
-		Short: "Remove VM NAME's definition (it must not be attached)",
+		Short: "Remove VM NAME (defined here: not attached; managed: powered off)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, ag, done, err := a.openAgent(cmd)
@@ -113,14 +130,14 @@ func (a *app) vmListCommand() *cobra.Command {
 				return nil
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tMEMORY\tASYNC\tADAPTERS\tQPS")
+			fmt.Fprintln(tw, "NAME\tSTATE\tPOWER\tMEMORY\tASYNC\tADAPTERS\tQPS")
 			for i := range st.VMs {
 				v := &st.VMs[i]
 				var ads []string
 				for _, ad := range v.Adapters {
 					ads = append(ads, ad.Name)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", v.Name, vmState(v), vmMemory(v), onOff(v.AsyncMode), strings.Join(ads, ","), len(v.QPs))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", v.Name, vmState(v), orDash(v.Power), vmMemory(v), onOff(v.AsyncMode), strings.Join(ads, ","), len(v.QPs))
 			}
 			return tw.Flush()
 		},

@@ -151,6 +151,15 @@ func (c *Cache) Err() error {
 	return c.lastErr
 }
 
+// Changed returns a channel that is closed at the cache's next change
+// (a watch event or a new list). Take it before reading the cache, then
+// wait on it, and no change is missed.
+func (c *Cache) Changed() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
 // WaitRev waits until the cache reflects revision rev or later (the
 // revision a write returned, for instance).
 func (c *Cache) WaitRev(ctx context.Context, rev int64) error {

@@ -79,8 +79,12 @@ type Member struct {
 	sess *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
 }
 
-// Register registers host h: it creates or updates h's record (keeping a
-// "maintenance" state an administrator set) and claims the host under a
+// Register registers host h: it creates or updates h's record and claims
+// the host under a lease. What an administrator set in the record
+// (vrdmactl host configure) and h leaves unset is kept: a "maintenance"
+// state, the inventory placement, the PVRDMA address and vmknic when h
+// has none, the pvrdma firewall ruleset when it is on. Register claims
+// the host under a
 // lease that the Member keeps alive. If another live agent holds the same
 // host ID, Register waits up to TakeoverWait for its lease to expire, then
 // fails with ErrHostIDInUse.
@@ -106,8 +110,20 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 	}
 	if _, _, err := store.Update(ctx, st, records.HostKey(h.ID), func(old *records.Host) (*records.Host, error) {
 		n := h
-		if old != nil && old.State == records.HostMaintenance {
-			n.State = records.HostMaintenance
+		if old != nil {
+			if old.State == records.HostMaintenance {
+				n.State = records.HostMaintenance
+			}
+			if n.Inventory == (records.Inventory{}) {
+				n.Inventory = old.Inventory
+			}
+			if !n.PVRDMAAddress.IsValid() {
+				n.PVRDMAAddress = old.PVRDMAAddress
+				if n.PVRDMAVmknic == "" {
+					n.PVRDMAVmknic = old.PVRDMAVmknic
+				}
+			}
+			n.FirewallPVRDMA = n.FirewallPVRDMA || old.FirewallPVRDMA
 		}
 		return &n, nil
 	}); err != nil {

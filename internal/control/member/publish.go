@@ -21,6 +21,12 @@ var ErrGIDInUse = errors.New("GID in use")
 // exist; a GID must not belong to another adapter (ErrGIDInUse). A
 // concurrent change to any record involved makes the transaction run again
 // (store.Txn).
+//
+// A managed VM's record (records.VM.Managed) belongs to the inventory:
+// publishing it keeps the stored VMX, owner, power state and inventory
+// placement, and sets only the adapters; it must be placed on vm.Host
+// (ErrPlacement otherwise). A VM that is not managed cannot take the name
+// of one that is.
 func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []records.Adapter) error {
 	adapters = slices.Clone(adapters)
 	slices.SortFunc(adapters, func(a, b records.Adapter) int { return a.Index - b.Index })
@@ -62,6 +68,14 @@ func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []r
 		if err != nil && !errors.Is(err, store.ErrBadRecord) {
 			return err // a bad old record is overwritten
 		}
+		rec := vm
+		if old != nil && old.Managed {
+			if old.Host != vm.Host {
+				return fmt.Errorf("publish VM %s: %w: the inventory places it on host %s, not %s", vm.Name, ErrPlacement, orNone(old.Host), vm.Host)
+			}
+			rec = *old
+			rec.Adapters = vm.Adapters
+		}
 		if old != nil {
 			for _, name := range old.Adapters {
 				if !slices.Contains(vm.Adapters, name) {
@@ -71,7 +85,7 @@ func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []r
 				}
 			}
 		}
-		if err := tx.Put(records.VMKey(vm.Name), vm); err != nil {
+		if err := tx.Put(records.VMKey(vm.Name), rec); err != nil {
 			return err
 		}
 		for _, a := range adapters {
@@ -141,9 +155,33 @@ func removeAdapter(tx *store.Tx, vm, name string) error {
 	return tx.Delete(key)
 }
 
-// RemoveVM deletes VM name, its adapters and their directory entries in
-// one transaction. ErrNotFound if there is no such VM.
+// ErrPlacement: a managed VM is published by a host it is not placed on.
+var ErrPlacement = errors.New("VM placed on another host")
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+// RemoveVM takes VM name off its host when its workload detaches: it
+// deletes the VM's adapters and their directory entries and, unless the VM
+// is managed, the VM record, in one transaction. A managed VM's record
+// stays, with no adapters. ErrNotFound if there is no such VM.
 func RemoveVM(ctx context.Context, st *store.Store, name string) error {
+	return removeVM(ctx, st, name, false, nil)
+}
+
+// DeleteVM deletes VM name, managed or not, with its adapters and their
+// directory entries, in one transaction. check, if not nil, sees the
+// record first (inside the transaction) and may refuse with an error.
+// ErrNotFound if there is no such VM.
+func DeleteVM(ctx context.Context, st *store.Store, name string, check func(records.VM) error) error {
+	return removeVM(ctx, st, name, true, check)
+}
+
+func removeVM(ctx context.Context, st *store.Store, name string, all bool, check func(records.VM) error) error {
 	_, err := store.Txn(ctx, st, func(tx *store.Tx) error {
 		vm, err := store.TxGet[records.VM](tx, records.VMKey(name))
 		if err != nil {
@@ -152,10 +190,20 @@ func RemoveVM(ctx context.Context, st *store.Store, name string) error {
 		if vm == nil {
 			return fmt.Errorf("VM %s: %w", name, store.ErrNotFound)
 		}
+		if check != nil {
+			if err := check(*vm); err != nil {
+				return err
+			}
+		}
 		for _, a := range vm.Adapters {
 			if err := removeAdapter(tx, name, a); err != nil {
 				return err
 			}
+		}
+		if vm.Managed && !all {
+			kept := *vm
+			kept.Adapters = nil
+			return tx.Put(records.VMKey(name), kept)
 		}
 		return tx.Delete(records.VMKey(name))
 	})

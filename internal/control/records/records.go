@@ -393,6 +393,66 @@ type Host struct {
 	Switch         string    `json:"switch"`            // the distributed switch the host is on ("" = none)
 	AgentVersion   string    `json:"agentVersion"`
 	State          HostState `json:"state"`
+	// Where the host sits in the inventory (see Inventory); set by an
+	// administrator (vrdmactl host configure), kept when the agent
+	// registers again.
+	Inventory
+}
+
+// Inventory places a host or a VM in the inventory tree, as vSphere does:
+// a datacenter holds clusters and folders; a cluster holds hosts and
+// resource pools; a VM sits in a VM folder of its datacenter and a
+// resource pool of its host's cluster. Every field is optional ("" =
+// not placed). A host uses Datacenter, Cluster and Folder (its host
+// folder); a VM uses Datacenter, Folder (its VM folder) and ResourcePool,
+// and its cluster is its host's.
+type Inventory struct {
+	Datacenter   string `json:"datacenter,omitempty"`   // a name
+	Cluster      string `json:"cluster,omitempty"`      // a name; hosts only
+	Folder       string `json:"folder,omitempty"`       // a path of names: "prod/web"
+	ResourcePool string `json:"resourcePool,omitempty"` // a path of names, under the cluster's root pool; VMs only
+}
+
+// MaxPathDepth is the most names a folder or resource-pool path may have.
+const MaxPathDepth = 8
+
+// CheckPath reports whether s is a valid folder or resource-pool path:
+// 1 to MaxPathDepth names (see CheckName) separated by '/'.
+func CheckPath(s string) error {
+	parts := strings.Split(s, "/")
+	if len(parts) > MaxPathDepth {
+		return fmt.Errorf("%.32q… has %d levels, more than %d", s, len(parts), MaxPathDepth)
+	}
+	for _, p := range parts {
+		if err := CheckName(p); err != nil {
+			return fmt.Errorf("path %q: %v (a path is names separated by '/', e.g. \"prod/web\")", s, err)
+		}
+	}
+	return nil
+}
+
+func (c *checker) inventory(inv Inventory, host bool) {
+	c.optName("datacenter", inv.Datacenter)
+	if inv.Folder != "" {
+		if err := CheckPath(inv.Folder); err != nil {
+			c.add("folder", "%v", err)
+		}
+	}
+	if host {
+		c.optName("cluster", inv.Cluster)
+		if inv.ResourcePool != "" {
+			c.add("resourcePool", "a host has no resource pool (its VMs do)")
+		}
+		return
+	}
+	if inv.Cluster != "" {
+		c.add("cluster", "a VM's cluster is its host's: place the VM on a host of cluster %q", inv.Cluster)
+	}
+	if inv.ResourcePool != "" {
+		if err := CheckPath(inv.ResourcePool); err != nil {
+			c.add("resourcePool", "%v", err)
+		}
+	}
 }
 
 // Kind returns KindHost.
@@ -412,6 +472,7 @@ func (h Host) Validate() error {
 	if h.PVRDMAVmknic != "" {
 		c.name_("pvrdmaVmknic", h.PVRDMAVmknic)
 	}
+	c.inventory(h.Inventory, true)
 	if h.AgentVersion == "" || len(h.AgentVersion) > MaxNameLen {
 		c.add("agentVersion", "missing or longer than %d", MaxNameLen)
 	}
@@ -516,21 +577,44 @@ const (
 	Suspended  PowerState = "suspended"
 )
 
-// Owner is who may attach to a VM: the uid and gid of its workload.
+// Owner is who may attach to a VM: the uid and gid of its workload. A
+// process attaches if it runs as UID, with primary group GID, or as root;
+// only UID and root may change the VM.
 type Owner struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
 }
 
+// MayAttach reports whether a process running as uid with primary group
+// gid may attach to a VM owned by o. Root may.
+func (o Owner) MayAttach(uid, gid uint32) bool { return uid == 0 || uid == o.UID || gid == o.GID }
+
+// MayChange reports whether a process running as uid may change a VM
+// owned by o. Only its owner and root may.
+func (o Owner) MayChange(uid uint32) bool { return uid == 0 || uid == o.UID }
+
 // VM is a VM: its VMX configuration, its owner, the host it runs on and
 // the names of its adapters.
+//
+// A VM comes in one of two kinds. A VM defined on its host's agent
+// (vrdmactl vm define) keeps its VMX and power state in that agent's
+// state directory; its record here is published while a workload is
+// attached and removed when it detaches. A managed VM (vrdmactl vm
+// create) lives here: the record is its configuration and power state,
+// it outlives its workloads, and any host's agent runs it once it is
+// powered on there.
 type VM struct {
 	Name     string     `json:"name"`
 	VMX      string     `json:"vmx"` // the VMX text, as kept by the agent
 	Owner    Owner      `json:"owner"`
-	Host     string     `json:"host"` // host ID; required unless powered off
+	Host     string     `json:"host"` // host ID; required unless powered off (a managed VM keeps the host it is registered on)
 	Power    PowerState `json:"power"`
 	Adapters []string   `json:"adapters,omitempty"` // "vrdmaN" names, ascending, at most MaxAdapters
+	// Managed says the record is the VM's configuration (see above).
+	Managed bool `json:"managed,omitempty"`
+	// Where the VM sits in the inventory: datacenter, VM folder and
+	// resource pool (its cluster is its host's).
+	Inventory
 }
 
 // Kind returns KindVM.
@@ -553,6 +637,7 @@ func (v VM) Validate() error {
 	default:
 		c.add("power", `%q is not "poweredOn", "poweredOff" or "suspended"`, v.Power)
 	}
+	c.inventory(v.Inventory, false)
 	if len(v.Adapters) > MaxAdapters {
 		c.add("adapters", "%d adapters, more than %d", len(v.Adapters), MaxAdapters)
 	}

@@ -1,0 +1,1104 @@
+package agent
+
+// VM procedures, power state, placement and access (issue 5, items 4–6):
+// the agent's side of vrdmactl vm create, show, edit, set,
+// reserve-memory, power-on, power-off, define and undefine.
+//
+// Where a VM lives:
+//
+//   - A VM defined on this agent (vrdmactl vm define), and every VM of a
+//     standalone agent, lives in the state directory: vms/NAME.vmx is its
+//     VMX, byte for byte, and vms/NAME.state its power state, owner and
+//     inventory placement (JSON). It runs on this host only. "vm define"
+//     means defined and powered on here, as before the procedures
+//     existed, so that a workload attaches at once (the quickstart,
+//     testenv); a .vmx without a .state file (written by an older agent)
+//     is powered on and owned by the file's owner. Its records.VM in the
+//     control plane is published while a workload is attached, as before.
+//   - With a control plane, vm create makes a managed VM: its records.VM
+//     (Managed) in etcd holds its VMX, power state, the host it is
+//     registered on and its placement; every change is a
+//     compare-and-swap (store.Update). Power-on places it on a host; that
+//     host's agent attaches its workload. An agent with managed VMs
+//     attached watches their records (reconcile) and detaches a workload
+//     whose VM was powered off, moved or deleted, from whichever host the
+//     power-off came: the same teardown as a workload that goes away, so
+//     its peers' QPs flush.
+//
+// Names are global: the state directory is looked at first, then the
+// control plane; vm define refuses the name of a managed VM and vm create
+// any name in use.
+//
+// Access: a workload attaches only to a powered-on VM placed on this
+// host, and only if SO_PEERCRED says it runs as the VM's owner uid, with
+// its group as primary group, or as root or the agent's own user.
+// Changing a VM (define over it, edit, power on or off, undefine) takes
+// its owner uid, root or the agent's user.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/vmconfig"
+	"github.com/vrdma/vrdma/internal/vmx"
+)
+
+// mgmt is the agent's state for the procedures.
+type mgmt struct {
+	mu    sync.Mutex // serialises changes to the VMs of the state directory
+	watch sync.Once  // starts reconcile, at the first attach of a managed VM
+}
+
+// localState is a state-directory VM's vms/NAME.state.
+type localState struct {
+	Power records.PowerState `json:"power"`
+	Owner records.Owner      `json:"owner"`
+	records.Inventory
+}
+
+// vmEntry is a VM as the procedures see it, wherever it lives.
+type vmEntry struct {
+	name     string
+	vmx      string
+	power    records.PowerState
+	owner    records.Owner
+	host     string // ID of the host it runs or is registered on
+	inv      records.Inventory
+	managed  bool
+	adapters int // adapters published in the control plane (managed VMs)
+}
+
+func entryOf(r records.VM) *vmEntry {
+	return &vmEntry{name: r.Name, vmx: r.VMX, power: r.Power, owner: r.Owner, host: r.Host, inv: r.Inventory, managed: true, adapters: len(r.Adapters)}
+}
+
+// into writes e's fields into managed record r.
+func (e *vmEntry) into(r *records.VM) {
+	r.VMX, r.Power, r.Owner, r.Host, r.Inventory = e.vmx, e.power, e.owner, e.host, e.inv
+}
+
+// privileged reports whether s runs as root or as the agent's own user.
+func (s *session) privileged() bool {
+	return s.cred && (s.uid == 0 || s.uid == uint32(os.Geteuid()))
+}
+
+// mayAttach reports whether s may attach a VM owned by o.
+func (s *session) mayAttach(o records.Owner) bool {
+	return s.cred && (s.privileged() || o.MayAttach(s.uid, s.gid))
+}
+
+// mayChange reports whether s may change a VM owned by o.
+func (s *session) mayChange(o records.Owner) bool {
+	return s.cred && (s.privileged() || o.MayChange(s.uid))
+}
+
+func (s *session) who() string {
+	if !s.cred {
+		return "a process whose credentials the agent could not read (SO_PEERCRED failed)"
+	}
+	return fmt.Sprintf("uid %d gid %d (pid %d)", s.uid, s.gid, s.pid)
+}
+
+// checkChange refuses s a change to VM e unless s is its owner or root.
+func (s *session) checkChange(e *vmEntry) error {
+	if s.mayChange(e.owner) {
+		return nil
+	}
+	return abi.Errorf(abi.CodePermission, "owner", "VM %q belongs to uid %d: only its owner or root may change it, and this request comes from %s",
+		e.name, e.owner.UID, s.who())
+}
+
+// ownerFor returns the owner of a VM s creates or defines: o, which only a
+// privileged caller may set to someone else, or s's own credentials.
+func (s *session) ownerFor(o *abi.Owner) (records.Owner, error) {
+	if !s.cred {
+		return records.Owner{}, abi.Errorf(abi.CodePermission, "owner", "the agent could not read this client's credentials (SO_PEERCRED), so it cannot own a VM")
+	}
+	if o == nil {
+		return records.Owner{UID: s.uid, GID: s.gid}, nil
+	}
+	// The agent knows only a client's primary group (SO_PEERCRED), so
+	// that is the only group a client may name without being root.
+	if !s.privileged() && (o.UID != s.uid || o.GID != s.gid) {
+		return records.Owner{}, abi.Errorf(abi.CodePermission, "owner", "only root may give a VM to uid %d gid %d; this request comes from %s", o.UID, o.GID, s.who())
+	}
+	return records.Owner{UID: o.UID, GID: o.GID}, nil
+}
+
+func (a *Agent) vmxPath(name string) string { return filepath.Join(a.cfg.StateDir, "vms", name+".vmx") }
+func (a *Agent) statePath(name string) string {
+	return filepath.Join(a.cfg.StateDir, "vms", name+".state")
+}
+
+// readLocal reads VM name of the state directory; ok is false if there is
+// none. The caller holds a.mg.mu when it goes on to change the VM.
+func (a *Agent) readLocal(name string) (vmxText []byte, st localState, ok bool, err error) {
+	p := a.vmxPath(name)
+	vmxText, err = os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, st, false, nil
+	}
+	if err != nil {
+		return nil, st, false, abi.Errorf(abi.CodeInternal, "vm", "read VM %q: %v", name, err)
+	}
+	b, err := os.ReadFile(a.statePath(name))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Defined by an agent older than the procedures: powered on,
+		// owned by whoever owns the file (the agent's user).
+		st.Power = records.PoweredOn
+		if fi, err := os.Stat(p); err == nil {
+			if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+				st.Owner = records.Owner{UID: sys.Uid, GID: sys.Gid}
+			}
+		}
+	case err != nil:
+		return nil, st, false, abi.Errorf(abi.CodeInternal, "vm", "read VM %q's state: %v", name, err)
+	default:
+		if err := json.Unmarshal(b, &st); err != nil || (st.Power != records.PoweredOn && st.Power != records.PoweredOff) {
+			return nil, st, false, abi.Errorf(abi.CodeInternal, "vm", "VM %q: state file %s is not valid (%v, power %q): remove it (the VM is then powered on and owned by the .vmx file's owner) or undefine the VM",
+				name, a.statePath(name), err, st.Power)
+		}
+	}
+	return vmxText, st, true, nil
+}
+
+// writeLocal stores VM name in the state directory: its VMX (unless nil)
+// and its state, each replaced whole (write and rename).
+func (a *Agent) writeLocal(name string, vmxText []byte, st localState) error {
+	write := func(p string, b []byte) error {
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o600); err != nil {
+			return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", name, err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			return abi.Errorf(abi.CodeInternal, "", "store VM %q: %v", name, err)
+		}
+		return nil
+	}
+	if vmxText != nil {
+		if err := write(a.vmxPath(name), vmxText); err != nil {
+			return err
+		}
+	}
+	b, _ := json.Marshal(st)
+	return write(a.statePath(name), append(b, '\n'))
+}
+
+func (a *Agent) localEntry(name string, vmxText []byte, st localState) *vmEntry {
+	return &vmEntry{name: name, vmx: string(vmxText), power: st.Power, owner: st.Owner, host: a.hostID, inv: st.Inventory}
+}
+
+// notDefined is the error for a VM this agent does not know.
+func (a *Agent) notDefined(name string) error {
+	where := ""
+	if a.ctl != nil {
+		where = " nor in the control plane"
+	}
+	return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined on host %s%s: create it (vrdmactl vm create %s) or define it (vrdmactl vm define %s FILE.vmx)",
+		name, a.cfg.Host, where, name, name)
+}
+
+// hostLabel names host id for messages: its name and ID when known.
+func (a *Agent) hostLabel(id string) string {
+	if h, ok := a.hostRecord(id); ok {
+		return h.Label()
+	}
+	if id == "" {
+		return "(none)"
+	}
+	return id
+}
+
+// hostName returns host id's name, or id when it is not known.
+func (a *Agent) hostName(id string) string {
+	if h, ok := a.hostRecord(id); ok {
+		return h.Name
+	}
+	return id
+}
+
+func (a *Agent) hostRecord(id string) (records.Host, bool) {
+	switch {
+	case id == "":
+		return records.Host{}, false
+	case id == a.hostID:
+		return records.Host{ID: id, Name: a.cfg.Host}, true
+	case a.ctl == nil:
+		return records.Host{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	h, err := a.ctl.cache.Host(ctx, id)
+	return h.Host, err == nil
+}
+
+// elsewhere is the error for a VM defined on another host's agent.
+func (a *Agent) elsewhere(r records.VM) error {
+	return abi.Errorf(abi.CodeNotFound, "name", "VM %q is defined on host %s (vrdmactl vm define there), not on this host (%s): manage it and run its workload there",
+		r.Name, a.hostLabel(r.Host), a.cfg.Host)
+}
+
+// ctlErr turns a control-plane error about VM name into an agent error;
+// agent errors and refusals pass through.
+func ctlErr(err error, name string) error {
+	var ae *abi.Error
+	var rf *refusal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae), errors.As(err, &rf):
+		return err
+	case errors.Is(err, store.ErrNotFound):
+		return abi.Errorf(abi.CodeNotFound, "name", "VM %q: %v", name, err)
+	case errors.Is(err, store.ErrExists):
+		return abi.Errorf(abi.CodeExists, "name", "VM %q: %v", name, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return abi.Errorf(abi.CodeUnavailable, "", "VM %q: %v (try again when etcd is reachable)", name, err)
+	case errors.Is(err, store.ErrConflict):
+		return abi.Errorf(abi.CodeState, "", "VM %q: %v: try again", name, err)
+	case errors.Is(err, records.ErrInvalid):
+		return abi.Errorf(abi.CodeInvalid, "", "VM %q: %v", name, err)
+	}
+	return abi.Errorf(abi.CodeInternal, "", "VM %q: %v", name, err)
+}
+
+// refusal is a change the rules refused; the reply carries the findings.
+type refusal struct{ findings []abi.Finding }
+
+func (r *refusal) Error() string { return fmt.Sprintf("%d rules refused the change", len(r.findings)) }
+
+// lookup returns VM name: from the state directory, else from the
+// control plane (read from etcd, not the cache: a procedure acts on the
+// latest).
+func (a *Agent) lookup(ctx context.Context, name string) (*vmEntry, error) {
+	a.mg.mu.Lock()
+	b, st, ok, err := a.readLocal(name)
+	a.mg.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return a.localEntry(name, b, st), nil
+	}
+	if a.ctl == nil {
+		return nil, a.notDefined(name)
+	}
+	r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, a.notDefined(name)
+	}
+	if err != nil {
+		return nil, ctlErr(err, name)
+	}
+	if !r.Managed {
+		return nil, a.elsewhere(r)
+	}
+	return entryOf(r), nil
+}
+
+// update changes VM name with fn, a read-modify-write under the state
+// directory's lock or a compare-and-swap on the control plane's record;
+// fn may run more than once. It returns the VM as written.
+func (a *Agent) update(ctx context.Context, name string, fn func(e *vmEntry) error) (*vmEntry, error) {
+	a.mg.mu.Lock()
+	b, st, ok, err := a.readLocal(name)
+	if err != nil || ok {
+		defer a.mg.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		e := a.localEntry(name, b, st)
+		if err := fn(e); err != nil {
+			return nil, err
+		}
+		var nb []byte
+		if e.vmx != string(b) {
+			nb = []byte(e.vmx)
+		}
+		if err := a.writeLocal(name, nb, localState{Power: e.power, Owner: e.owner, Inventory: e.inv}); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	a.mg.mu.Unlock()
+	if a.ctl == nil {
+		return nil, a.notDefined(name)
+	}
+	var out *vmEntry
+	_, _, err = store.Update(ctx, a.ctl.st, records.VMKey(name), func(old *records.VM) (*records.VM, error) {
+		if old == nil {
+			return nil, a.notDefined(name)
+		}
+		if !old.Managed {
+			return nil, a.elsewhere(*old)
+		}
+		e := entryOf(*old)
+		if err := fn(e); err != nil {
+			return nil, err
+		}
+		n := *old
+		e.into(&n)
+		out = e
+		return &n, nil
+	})
+	if err != nil {
+		return nil, ctlErr(err, name)
+	}
+	return out, nil
+}
+
+// attached returns VM name if a workload has it attached here.
+func (a *Agent) attached(name string) *vm {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.vms[name]
+}
+
+// info describes e.
+func (a *Agent) info(e *vmEntry) abi.VMInfo {
+	in := abi.VMInfo{Name: e.name, VMX: e.vmx, Power: string(e.power), HostID: e.host, Owner: abi.Owner{UID: e.owner.UID, GID: e.owner.GID},
+		Managed: e.managed, Attached: a.attached(e.name) != nil,
+		Placement: abi.Placement{Datacenter: e.inv.Datacenter, Folder: e.inv.Folder, ResourcePool: e.inv.ResourcePool}}
+	if e.host != "" {
+		in.Host = a.hostName(e.host)
+	}
+	return in
+}
+
+// manage serves the procedures' commands.
+func (a *Agent) manage(s *session, op abi.Op, req any) (any, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 2*detachWait)
+	defer cancel()
+	switch op {
+	case abi.OpCreateVM:
+		return a.createVM(ctx, s, req.(*abi.CreateVM))
+	case abi.OpGetVM:
+		e, err := a.lookup(ctx, req.(*abi.VMRef).Name)
+		if err != nil {
+			return nil, err
+		}
+		return a.info(e), nil
+	case abi.OpEditVM:
+		return a.editVM(ctx, s, req.(*abi.EditVM))
+	case abi.OpPowerOnVM:
+		return a.powerOn(ctx, s, req.(*abi.PowerOnVM))
+	case abi.OpPowerOffVM:
+		return a.powerOff(ctx, s, req.(*abi.VMRef).Name)
+	}
+	return nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not a VM procedure", op)
+}
+
+// ---- attach ----------------------------------------------------------------
+
+// attachConfig decides whether session s may attach VM name on this host
+// and returns its configuration, and whether the VM is managed: the VM
+// must be powered on, on this host, and s must run as its owner (uid or
+// primary group) or root.
+func (a *Agent) attachConfig(s *session, name string) (*vmconfig.Config, bool, error) {
+	a.mg.mu.Lock()
+	b, st, ok, err := a.readLocal(name)
+	a.mg.mu.Unlock()
+	if err != nil {
+		return nil, false, err
+	}
+	var e *vmEntry
+	switch {
+	case ok:
+		e = a.localEntry(name, b, st)
+	case a.ctl == nil:
+		return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s: define it first (vrdmactl vm define %s FILE.vmx)", name, a.cfg.Host, name)
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), a.ctl.cfg.LookupTimeout)
+		defer cancel()
+		r, err := a.ctl.cache.VM(ctx, name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s nor in the control plane: define it (vrdmactl vm define %s FILE.vmx) or create it (vrdmactl vm create %s)", name, a.cfg.Host, name, name)
+		case err != nil:
+			return nil, false, abi.Errorf(abi.CodeUnavailable, "vm", "VM %q is not defined on this host and cannot be read from the control plane: %v", name, err)
+		case !r.Managed:
+			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is defined on host %s, not on this host (%s): run its workload there", name, a.hostLabel(r.Host), a.cfg.Host)
+		}
+		e = entryOf(r)
+		if e.power != records.PoweredOn || e.host != a.hostID {
+			// The cache may not have seen a power-on yet: ask etcd.
+			if r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name)); err == nil && r.Managed {
+				e = entryOf(r)
+			}
+		}
+	}
+	if !s.mayAttach(e.owner) {
+		return nil, false, abi.Errorf(abi.CodePermission, "vm", "VM %q may be attached only by its owner, uid %d or group %d, or by root (the owner rule); this workload runs as %s: run it as the owner, or have root give the VM to its user (vrdmactl vm define|create --owner UID:GID)",
+			name, e.owner.UID, e.owner.GID, s.who())
+	}
+	if e.power != records.PoweredOn {
+		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered off: power it on first (vrdmactl vm power-on %s)", name, name)
+	}
+	if e.host != a.hostID {
+		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered on on host %s, not on this host (%s): run its workload there, or power it off and on again with --host %s",
+			name, a.hostLabel(e.host), a.cfg.Host, a.cfg.Host)
+	}
+	cfg, err := vmconfig.Parse([]byte(e.vmx))
+	if err != nil {
+		return nil, false, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", name, err)
+	}
+	if e.managed {
+		a.startReconcile()
+	}
+	return cfg, e.managed, nil
+}
+
+// kick detaches VM v's workload, as if it had gone away: it closes the
+// workload's session, which then ends and tears the VM down (its peers'
+// QPs flush).
+func (v *vm) kick(why string) {
+	v.a.log.Info("detaching VM", "vm", v.name, "pid", v.owner.pid, "why", why)
+	v.owner.conn.Close()
+}
+
+// detach kicks v and waits for the teardown, at most detachWait.
+func (v *vm) detach(why string) bool {
+	v.kick(why)
+	select {
+	case <-v.gone:
+		return true
+	case <-time.After(detachWait):
+		return false
+	}
+}
+
+// startReconcile starts reconcile once, when a managed VM is attached.
+// The control plane's stop and wait group own it.
+func (a *Agent) startReconcile() {
+	c := a.ctl
+	a.mg.watch.Do(func() {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for {
+				ch := c.cache.Changed()
+				a.reconcile(c)
+				select {
+				case <-ch:
+				case <-c.stop:
+					return
+				}
+			}
+		}()
+	})
+}
+
+// reconcile detaches every attached managed VM whose record no longer
+// lets it run here: powered off, placed on another host, or deleted.
+func (a *Agent) reconcile(c *control) {
+	a.mu.Lock()
+	var vms []*vm
+	for _, v := range a.vms {
+		if v.managed && v.ready.Load() && !v.dying.Load() {
+			vms = append(vms, v)
+		}
+	}
+	a.mu.Unlock()
+	for _, v := range vms {
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+		r, err := c.cache.VM(ctx, v.name)
+		if err != nil || r.Power != records.PoweredOn || r.Host != a.hostID {
+			// Confirm with etcd: the cache may lag behind the power-on
+			// that let this VM attach.
+			r, _, err = store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
+		}
+		cancel()
+		why := ""
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			why = "deleted from the inventory"
+		case err != nil:
+			continue // out of reach: leave it running
+		case r.Power != records.PoweredOn:
+			why = "powered off"
+		case r.Host != a.hostID:
+			why = "placed on host " + r.Host
+		}
+		if why != "" {
+			v.kick(why)
+		}
+	}
+}
+
+// ---- define, undefine, create ----------------------------------------------
+
+// defineVM stores VM d.Name in the state directory, powered on here.
+func (a *Agent) defineVM(s *session, d *abi.DefineVM) error {
+	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
+		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
+	}
+	owner, err := s.ownerFor(d.Owner)
+	if err != nil {
+		return err
+	}
+	if c := a.ctl; c != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, c.cfg.LookupTimeout)
+		r, err := c.cache.VM(ctx, d.Name)
+		cancel()
+		if err == nil && r.Managed {
+			return abi.Errorf(abi.CodeExists, "name", "VM %q is a managed VM of the control plane (vm create): change it with vrdmactl vm edit/set, or delete it first (vrdmactl vm undefine %s)", d.Name, d.Name)
+		}
+	}
+	a.mg.mu.Lock()
+	defer a.mg.mu.Unlock()
+	_, st, ok, err := a.readLocal(d.Name)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := s.checkChange(a.localEntry(d.Name, nil, st)); err != nil {
+			return err
+		}
+		if d.Owner == nil {
+			owner = st.Owner // redefining keeps the owner
+		}
+	}
+	if a.attached(d.Name) != nil {
+		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
+	}
+	return a.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory})
+}
+
+// undefineVM removes VM name: from the state directory if it is there
+// (it must not be attached), else a managed VM from the control plane
+// (it must be powered off).
+func (a *Agent) undefineVM(s *session, name string) error {
+	a.mg.mu.Lock()
+	_, st, ok, err := a.readLocal(name)
+	if err != nil || ok {
+		defer a.mg.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := s.checkChange(a.localEntry(name, nil, st)); err != nil {
+			return err
+		}
+		if a.attached(name) != nil {
+			return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload first (vrdmactl vm power-off %s)", name, name)
+		}
+		if err := os.Remove(a.vmxPath(name)); err != nil {
+			return abi.Errorf(abi.CodeInternal, "", "%v", err)
+		}
+		os.Remove(a.statePath(name))
+		return nil
+	}
+	a.mg.mu.Unlock()
+	if a.ctl == nil {
+		return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined", name)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, detachWait)
+	defer cancel()
+	err = member.DeleteVM(ctx, a.ctl.st, name, func(r records.VM) error {
+		if !r.Managed {
+			return a.elsewhere(r)
+		}
+		e := entryOf(r)
+		if err := s.checkChange(e); err != nil {
+			return err
+		}
+		if r.Power != records.PoweredOff {
+			return abi.Errorf(abi.CodeState, "name", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", name, a.hostLabel(r.Host), name)
+		}
+		return nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined on host %s nor in the control plane", name, a.cfg.Host)
+	}
+	return ctlErr(err, name)
+}
+
+// resolveHost finds a host of the control plane by ID or name; "" is this
+// agent's host.
+func (a *Agent) resolveHost(ctx context.Context, ref string) (member.HostStatus, error) {
+	c := a.ctl
+	if ref == "" {
+		ref = a.hostID
+	}
+	var found []member.HostStatus
+	for _, h := range c.cache.Hosts() {
+		if h.Host.ID == ref {
+			return h, nil
+		}
+		if h.Host.Name == ref {
+			found = append(found, h)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		h, err := c.cache.Host(ctx, ref)
+		if errors.Is(err, store.ErrNotFound) {
+			return h, abi.Errorf(abi.CodeNotFound, "host", "host %q is not in the control plane: name a host of vrdmactl host list (by name or ID)", ref)
+		}
+		if err != nil {
+			return h, abi.Errorf(abi.CodeUnavailable, "host", "host %q: %v", ref, err)
+		}
+		return h, nil
+	}
+	var ids []string
+	for _, h := range found {
+		ids = append(ids, h.Host.ID)
+	}
+	return member.HostStatus{}, abi.Errorf(abi.CodeInvalid, "host", "host name %q is ambiguous: name one of the host IDs %s", ref, strings.Join(ids, ", "))
+}
+
+// isThisHost reports whether ref names this agent's host.
+func (a *Agent) isThisHost(ref string) bool {
+	return ref == "" || ref == a.hostID || ref == a.cfg.Host
+}
+
+func (a *Agent) createVM(ctx context.Context, s *session, req *abi.CreateVM) (abi.VMInfo, error) {
+	if _, err := vmconfig.Parse([]byte(req.VMX)); err != nil {
+		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", req.Name, err)
+	}
+	owner, err := s.ownerFor(req.Owner)
+	if err != nil {
+		return abi.VMInfo{}, err
+	}
+	inv := records.Inventory{Datacenter: req.Datacenter, Folder: req.Folder, ResourcePool: req.ResourcePool}
+	rec := records.VM{Name: req.Name, VMX: req.VMX, Owner: owner, Power: records.PoweredOff, Managed: true, Inventory: inv}
+	if err := rec.Validate(); err != nil {
+		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "", "%v", err)
+	}
+	a.mg.mu.Lock()
+	defer a.mg.mu.Unlock()
+	if _, _, ok, err := a.readLocal(req.Name); err != nil {
+		return abi.VMInfo{}, err
+	} else if ok {
+		return abi.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, a.cfg.Host)
+	}
+	if a.ctl == nil {
+		if !a.isThisHost(req.Host) {
+			return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", a.cfg.Host, req.Host)
+		}
+		if err := a.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv}); err != nil {
+			return abi.VMInfo{}, err
+		}
+		return a.info(a.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv})), nil
+	}
+	h, err := a.resolveHost(ctx, req.Host)
+	if err != nil {
+		return abi.VMInfo{}, err
+	}
+	if dc := h.Host.Datacenter; dc != "" && inv.Datacenter != "" && dc != inv.Datacenter {
+		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "datacenter", "host %s is in datacenter %s, not %s: register the VM on a host of %s (--host)", h.Host.Label(), dc, inv.Datacenter, inv.Datacenter)
+	}
+	if rec.Datacenter == "" {
+		rec.Datacenter = h.Host.Datacenter
+	}
+	rec.Host = h.Host.ID
+	if _, err := a.ctl.st.Create(ctx, records.VMKey(req.Name), rec); err != nil {
+		if errors.Is(err, store.ErrExists) {
+			return abi.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM name %q is taken in the control plane (VM names are unique across hosts): pick another", req.Name)
+		}
+		return abi.VMInfo{}, ctlErr(err, req.Name)
+	}
+	return a.info(entryOf(rec)), nil
+}
+
+// ---- edit -----------------------------------------------------------------
+
+// poweredOnErr is the refusal of a change to a powered-on VM.
+func (a *Agent) poweredOnErr(e *vmEntry) error {
+	return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
+}
+
+func (a *Agent) editVM(ctx context.Context, s *session, req *abi.EditVM) (abi.EditReply, error) {
+	// Port groups' switches are looked up before the change, outside
+	// its compare-and-swap.
+	adds := slices.Clone(req.AddAdapters)
+	for i := range adds {
+		if adds[i].Switch != "" {
+			continue
+		}
+		sw, err := a.portGroupSwitch(ctx, adds[i].PortGroup)
+		if err != nil {
+			return abi.EditReply{}, err
+		}
+		adds[i].Switch = sw
+	}
+	var after []abi.Finding
+	e, err := a.update(ctx, req.Name, func(e *vmEntry) error {
+		if err := s.checkChange(e); err != nil {
+			return err
+		}
+		if e.power != records.PoweredOff {
+			return a.poweredOnErr(e)
+		}
+		f, err := vmx.Parse([]byte(e.vmx))
+		if err != nil {
+			return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
+		}
+		before := vmRules(f, nil)
+		touched, err := applyEdit(f, req, adds)
+		if err != nil {
+			return abi.Errorf(abi.CodeInvalid, "", "VM %q: %v", e.name, err)
+		}
+		if _, err := vmconfig.FromFile(f); err != nil {
+			return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q after the change: %v", e.name, err)
+		}
+		after = vmRules(f, nil)
+		if added := newErrors(before, after, touched); len(added) > 0 {
+			return &refusal{findings: added}
+		}
+		e.vmx = string(f.Bytes())
+		return nil
+	})
+	var rf *refusal
+	if errors.As(err, &rf) {
+		cur, lerr := a.lookup(ctx, req.Name)
+		if lerr != nil {
+			return abi.EditReply{}, lerr
+		}
+		return abi.EditReply{VM: a.info(cur), Refused: true, Findings: rf.findings}, nil
+	}
+	if err != nil {
+		return abi.EditReply{}, err
+	}
+	return abi.EditReply{VM: a.info(e), Findings: nonNil(after)}, nil
+}
+
+func nonNil(f []abi.Finding) []abi.Finding {
+	if f == nil {
+		return []abi.Finding{}
+	}
+	return f
+}
+
+// newErrors returns the errors of after that are about a key the edit
+// touched (lower case) and that before did not have (by rule and key): an
+// edit may not break a rule on what it changes. Errors elsewhere (the
+// prerequisites that apply once a VM has its first adapter, say) are the
+// procedure's next steps, not the edit's fault.
+func newErrors(before, after []abi.Finding, touched map[string]bool) []abi.Finding {
+	type rk struct{ rule, key string }
+	had := map[rk]bool{}
+	for _, f := range before {
+		if f.Severity == "error" {
+			had[rk{f.Rule, strings.ToLower(f.Key)}] = true
+		}
+	}
+	var out []abi.Finding
+	for _, f := range after {
+		k := strings.ToLower(f.Key)
+		if f.Severity == "error" && touched[k] && !had[rk{f.Rule, k}] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// portGroupSwitch returns the switch ID of port group pg's switch, for
+// ethernetN.dvs.switchId: the switch's UUID.
+func (a *Agent) portGroupSwitch(ctx context.Context, pg string) (string, error) {
+	if a.ctl == nil {
+		return "", abi.Errorf(abi.CodeInvalid, "switch", "this agent runs standalone: there is no control plane to find port group %s's switch in; name it (--switch)", pg)
+	}
+	p, err := a.ctl.cache.PortGroup(ctx, pg)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", abi.Errorf(abi.CodeNotFound, "portgroup", "port group %s does not exist in the control plane: create it (vrdmactl portgroup create %s --switch SWITCH), or name an existing one (vrdmactl portgroup list)", pg, pg)
+	}
+	if err != nil {
+		return "", abi.Errorf(abi.CodeUnavailable, "portgroup", "port group %s: %v", pg, err)
+	}
+	sw, err := a.ctl.cache.Switch(ctx, p.Switch)
+	if err != nil {
+		return "", abi.Errorf(abi.CodeNotFound, "switch", "port group %s is on switch %s, which cannot be read: %v", pg, p.Switch, err)
+	}
+	return sw.UUID, nil
+}
+
+// maxEthernet is the number of network adapters a VM may have
+// (MAX_ETHERNET_CARDS): ethernet0 to ethernet9.
+const maxEthernet = 10
+
+// applyEdit applies req's changes to f, with adds' switches resolved, and
+// returns the keys it set or removed, in lower case.
+func applyEdit(f *vmx.File, req *abi.EditVM, adds []abi.NewAdapter) (map[string]bool, error) {
+	touched := map[string]bool{}
+	set := func(k, v string) error {
+		touched[strings.ToLower(k)] = true
+		return f.Set(k, v)
+	}
+	del := func(k string) {
+		touched[strings.ToLower(k)] = true
+		f.Delete(k)
+	}
+	keysOf := func(prefix string) []string {
+		var ks []string
+		for _, k := range f.Keys() {
+			if strings.HasPrefix(strings.ToLower(k), prefix) {
+				ks = append(ks, k)
+			}
+		}
+		return ks
+	}
+	for _, n := range req.RemoveAdapters {
+		if dev, _ := f.Get(fmt.Sprintf("ethernet%d.virtualDev", n)); !strings.EqualFold(dev, "vrdma") {
+			return nil, fmt.Errorf("ethernet%d is not a PVRDMA adapter (no ethernet%d.virtualDev = \"vrdma\"): nothing to remove", n, n)
+		}
+		for _, k := range keysOf(fmt.Sprintf("ethernet%d.", n)) {
+			del(k)
+		}
+		for _, k := range keysOf(fmt.Sprintf("vrdma%d.", n)) {
+			del(k)
+		}
+	}
+	for _, ad := range adds {
+		n := -1
+		for i := range maxEthernet {
+			if len(keysOf(fmt.Sprintf("ethernet%d.", i))) == 0 {
+				n = i
+				break
+			}
+		}
+		if n < 0 {
+			return nil, fmt.Errorf("all %d network adapters (ethernet0 to ethernet%d) are in use: remove one first (--remove-adapter N)", maxEthernet, maxEthernet-1)
+		}
+		for _, kv := range [][2]string{
+			{"present", "TRUE"}, {"virtualDev", "vrdma"}, {"addressType", "generated"},
+			{"dvs.switchId", ad.Switch}, {"dvs.portgroupId", ad.PortGroup},
+		} {
+			if err := set(fmt.Sprintf("ethernet%d.%s", n, kv[0]), kv[1]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, kv := range req.Set {
+		if err := set(kv.Key, kv.Value); err != nil {
+			return nil, err
+		}
+	}
+	for _, k := range req.Unset {
+		del(k)
+	}
+	if req.ReserveAllMemory {
+		mem, ok := f.Get("memSize")
+		if !ok {
+			return nil, errors.New("memSize is not set: set it first (vrdmactl vm set NAME memSize=MB)")
+		}
+		if _, err := strconv.Atoi(strings.TrimSpace(mem)); err != nil {
+			return nil, fmt.Errorf("memSize = %q is not a number of MB: fix it first", mem)
+		}
+		for _, k := range []string{"sched.mem.min", "sched.mem.minSize"} {
+			if err := set(k, strings.TrimSpace(mem)); err != nil {
+				return nil, err
+			}
+		}
+		if err := set("sched.mem.pin", "TRUE"); err != nil {
+			return nil, err
+		}
+	}
+	return touched, nil
+}
+
+// ---- power ------------------------------------------------------------------
+
+func (a *Agent) powerOn(ctx context.Context, s *session, req *abi.PowerOnVM) (abi.PowerReply, error) {
+	e, err := a.lookup(ctx, req.Name)
+	if err != nil {
+		return abi.PowerReply{}, err
+	}
+	if err := s.checkChange(e); err != nil {
+		return abi.PowerReply{}, err
+	}
+	// The host to run on, and its record (none for a standalone agent).
+	var host *records.Host
+	target := a.hostID
+	switch {
+	case !e.managed && !a.isThisHost(req.Host):
+		return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "host", "VM %q lives on host %s (vm define, or a standalone agent): it powers on there only; to run a VM on any host, create it in the control plane (vrdmactl vm create)",
+			e.name, a.cfg.Host)
+	case a.ctl != nil:
+		ref := req.Host
+		if ref == "" && e.managed {
+			ref = e.host
+		}
+		h, err := a.resolveHost(ctx, ref)
+		if err != nil {
+			return abi.PowerReply{}, err
+		}
+		host, target = &h.Host, h.Host.ID
+	}
+	if e.power == records.PoweredOn {
+		if e.host != target {
+			return abi.PowerReply{}, abi.Errorf(abi.CodeState, "power", "VM %q is powered on on host %s: power it off first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
+		}
+		f, err := vmx.Parse([]byte(e.vmx))
+		if err != nil {
+			return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
+		}
+		return abi.PowerReply{VM: a.info(e), Findings: nonNil(vmRules(f, host))}, nil
+	}
+	f, err := vmx.Parse([]byte(e.vmx))
+	if err != nil {
+		return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
+	}
+	findings := append(vmRules(f, host), a.placementChecks(ctx, e, f, host)...)
+	for _, fd := range findings {
+		if fd.Severity == "error" {
+			return abi.PowerReply{VM: a.info(e), Refused: true, Findings: findings}, nil
+		}
+	}
+	read := e.vmx
+	e, err = a.update(ctx, req.Name, func(e *vmEntry) error {
+		if err := s.checkChange(e); err != nil {
+			return err
+		}
+		if e.power != records.PoweredOff || e.vmx != read {
+			return abi.Errorf(abi.CodeState, "", "VM %q changed while it was checked for power-on: try again", e.name)
+		}
+		e.power, e.host = records.PoweredOn, target
+		if e.inv.Datacenter == "" && host != nil {
+			e.inv.Datacenter = host.Datacenter
+		}
+		return nil
+	})
+	if err != nil {
+		return abi.PowerReply{}, err
+	}
+	a.log.Info("VM powered on", "vm", e.name, "on_host", a.hostLabel(target), "uid", s.uid)
+	return abi.PowerReply{VM: a.info(e), Changed: true, Findings: nonNil(findings)}, nil
+}
+
+// placementChecks are the power-on checks beyond the rules: the host is
+// up and in the VM's datacenter, and every adapter's port group exists.
+func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []abi.Finding {
+	if host == nil {
+		return nil
+	}
+	var out []abi.Finding
+	switch host.State {
+	case records.HostDown:
+		out = append(out, abi.Finding{Rule: "host-up", Severity: "error",
+			Message: fmt.Sprintf("host %s is down (its agent holds no lease): start its vrdmad, or power the VM on on another host (--host)", host.Label())})
+	case records.HostMaintenance:
+		out = append(out, abi.Finding{Rule: "host-up", Severity: "error",
+			Message: fmt.Sprintf("host %s is in maintenance mode: take it out of maintenance, or power the VM on on another host (--host)", host.Label())})
+	}
+	if e.inv.Datacenter != "" && host.Datacenter != "" && e.inv.Datacenter != host.Datacenter {
+		out = append(out, abi.Finding{Rule: "host-datacenter", Severity: "error",
+			Message: fmt.Sprintf("VM %s is in datacenter %s, host %s in %s: power it on on a host of %s (--host)", e.name, e.inv.Datacenter, host.Label(), host.Datacenter, e.inv.Datacenter)})
+	}
+	cfg, err := vmconfig.FromFile(f)
+	if err != nil {
+		return out
+	}
+	for _, ad := range cfg.Adapters {
+		if ad.PortGroupID == "" {
+			continue // the distributed-portgroup rule says so
+		}
+		key := fmt.Sprintf("ethernet%d.dvs.portgroupId", ad.Index)
+		p, err := a.ctl.cache.PortGroup(ctx, ad.PortGroupID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			out = append(out, abi.Finding{Rule: "portgroup-exists", Severity: "error", Key: key, Line: f.Line(key),
+				Message: fmt.Sprintf("port group %s of PVRDMA adapter ethernet%d does not exist in the control plane: create it (vrdmactl portgroup create %s --switch SWITCH) or move the adapter to an existing one",
+					ad.PortGroupID, ad.Index, ad.PortGroupID)})
+		case err == nil && host.Switch != "" && p.Switch != host.Switch:
+			out = append(out, abi.Finding{Rule: "portgroup-exists", Severity: "error", Key: key, Line: f.Line(key),
+				Message: fmt.Sprintf("port group %s of PVRDMA adapter ethernet%d is on switch %s, and host %s is on switch %s: power the VM on on a host of %s, or move the adapter to a port group of %s",
+					ad.PortGroupID, ad.Index, p.Switch, host.Label(), host.Switch, p.Switch, host.Switch)})
+		}
+	}
+	return out
+}
+
+func (a *Agent) powerOff(ctx context.Context, s *session, name string) (abi.PowerReply, error) {
+	changed := false
+	e, err := a.update(ctx, name, func(e *vmEntry) error {
+		if err := s.checkChange(e); err != nil {
+			return err
+		}
+		changed = e.power != records.PoweredOff
+		e.power = records.PoweredOff
+		return nil
+	})
+	if err != nil {
+		return abi.PowerReply{}, err
+	}
+	rep := abi.PowerReply{Changed: changed, Findings: []abi.Finding{}}
+	if v := a.attached(name); v != nil {
+		if !v.detach("powered off") {
+			return abi.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.owner.pid, detachWait)
+		}
+		rep.Detached = true
+	} else if e.managed && e.host != a.hostID && e.adapters > 0 {
+		// Attached on another host: its agent sees the record change
+		// and detaches the workload (reconcile), which unpublishes it.
+		deadline := time.Now().Add(detachWait)
+		for {
+			r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name))
+			if err != nil || len(r.Adapters) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return abi.PowerReply{}, abi.Errorf(abi.CodeUnavailable, "", "VM %q is powered off, but host %s has not detached its workload after %v (is its agent running?): it will when it sees the change",
+					name, a.hostLabel(e.host), detachWait)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rep.Detached = true
+	}
+	rep.VM = a.info(e)
+	if changed {
+		a.log.Info("VM powered off", "vm", name, "detached", rep.Detached, "uid", s.uid)
+	}
+	return rep, nil
+}
+
+// ---- status -----------------------------------------------------------------
+
+// localPower returns the power state of state-directory VM name.
+func (a *Agent) localPower(name string) string {
+	a.mg.mu.Lock()
+	defer a.mg.mu.Unlock()
+	if _, st, ok, err := a.readLocal(name); err == nil && ok {
+		return string(st.Power)
+	}
+	return ""
+}
+
+// managedHere returns the status of the managed VMs registered on this
+// host that are not in seen (attached).
+func (a *Agent) managedHere(seen map[string]bool) []abi.VMStatus {
+	if a.ctl == nil {
+		return nil
+	}
+	var out []abi.VMStatus
+	for _, r := range a.ctl.cache.VMs() {
+		if !r.Managed || r.Host != a.hostID || seen[r.Name] {
+			continue
+		}
+		vs := abi.VMStatus{Name: r.Name, Power: string(r.Power)}
+		if cfg, err := vmconfig.Parse([]byte(r.VMX)); err == nil {
+			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
+			for _, c := range cfg.Adapters {
+				vs.Adapters = append(vs.Adapters, abi.AdapterInfo{Name: c.Name(), Index: c.Index})
+			}
+		}
+		out = append(out, vs)
+	}
+	return out
+}

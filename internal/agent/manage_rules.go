@@ -1,0 +1,23 @@
+package agent
+
+import (
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/rules"
+	"github.com/vrdma/vrdma/internal/vmx"
+)
+
+// vmRules runs every rule (package rules) against VM file f at vrdma's own
+// level (rules.Default, ESXi 8.0), and the host rules against host when it
+// is not nil.
+func vmRules(f *vmx.File, host *records.Host) []abi.Finding {
+	t := rules.Target{ESXi: rules.Default}
+	if host != nil {
+		t.Host = &rules.Host{Name: host.Name, PVRDMAAddress: host.PVRDMAAddress, FirewallPVRDMA: host.FirewallPVRDMA, Switch: host.Switch}
+	}
+	var out []abi.Finding
+	for _, fd := range rules.Check(f, t) {
+		out = append(out, abi.Finding{Rule: fd.Rule, Severity: fd.Severity, Key: fd.Key, Line: fd.Line, Message: fd.Message})
+	}
+	return out
+}

@@ -1,0 +1,410 @@
+package cli
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// The inventory tree (issue 5 item 5), as vSphere's Hosts and Clusters
+// view shows it: datacenter > cluster > host > VM, with each cluster's
+// resource pools and each datacenter's VM folders. It is derived from the
+// host and VM records: a host's datacenter, cluster and folder (vrdmactl
+// host configure), a VM's datacenter, folder and resource pool (vrdmactl
+// vm create); a VM's cluster is its host's.
+
+// invVM is a VM in the inventory tree.
+type invVM struct {
+	Name         string `json:"name"`
+	Power        string `json:"power"`
+	Managed      bool   `json:"managed"`
+	Folder       string `json:"folder,omitempty"`
+	ResourcePool string `json:"resourcePool,omitempty"`
+}
+
+// invHost is a host in the inventory tree, with the VMs on it.
+type invHost struct {
+	Name   string  `json:"name"`
+	ID     string  `json:"id"`
+	State  string  `json:"state"`
+	Folder string  `json:"folder,omitempty"` // its host folder
+	VMs    []invVM `json:"vms"`
+}
+
+// invGroup is a resource pool or VM folder and the VMs in it.
+type invGroup struct {
+	Path string   `json:"path"`
+	VMs  []string `json:"vms"`
+}
+
+// invCluster is a cluster: its hosts and resource pools.
+type invCluster struct {
+	Name          string     `json:"name"`
+	Hosts         []invHost  `json:"hosts"`
+	ResourcePools []invGroup `json:"resourcePools"`
+}
+
+// invDatacenter is a datacenter ("" for what is in none): its clusters,
+// its hosts in no cluster, and its VM folders.
+type invDatacenter struct {
+	Name     string       `json:"name"`
+	Clusters []invCluster `json:"clusters"`
+	Hosts    []invHost    `json:"hosts"`
+	Folders  []invGroup   `json:"folders"`
+}
+
+// inventoryOf builds the tree from the cache's hosts and VMs.
+func inventoryOf(c *member.Cache) []invDatacenter {
+	type hostAt struct {
+		dc, cluster string
+		h           *invHost
+	}
+	dcs := map[string]*invDatacenter{}
+	dcOf := func(name string) *invDatacenter {
+		d := dcs[name]
+		if d == nil {
+			d = &invDatacenter{Name: name, Clusters: []invCluster{}, Hosts: []invHost{}, Folders: []invGroup{}}
+			dcs[name] = d
+		}
+		return d
+	}
+	hosts := map[string]*hostAt{}
+	for _, h := range c.Hosts() {
+		dcOf(h.Host.Datacenter)
+		hosts[h.Host.ID] = &hostAt{dc: h.Host.Datacenter, cluster: h.Host.Cluster,
+			h: &invHost{Name: h.Host.Name, ID: h.Host.ID, State: string(h.Host.State), Folder: h.Host.Folder, VMs: []invVM{}}}
+	}
+	pools := map[[2]string]map[string][]string{} // (dc, cluster) → pool → VMs
+	folders := map[string]map[string][]string{}  // dc → folder → VMs
+	for _, v := range c.VMs() {
+		at := hosts[v.Host]
+		if at == nil {
+			// Its host has no record: show it under its ID.
+			at = &hostAt{dc: v.Datacenter, h: &invHost{Name: orDash(v.Host), ID: v.Host, State: "unknown", VMs: []invVM{}}}
+			hosts[v.Host] = at
+		}
+		dc := v.Datacenter
+		if dc == "" {
+			dc = at.dc
+		}
+		dcOf(dc)
+		at.h.VMs = append(at.h.VMs, invVM{Name: v.Name, Power: string(v.Power), Managed: v.Managed, Folder: v.Folder, ResourcePool: v.ResourcePool})
+		if v.ResourcePool != "" {
+			k := [2]string{at.dc, at.cluster}
+			if pools[k] == nil {
+				pools[k] = map[string][]string{}
+			}
+			pools[k][v.ResourcePool] = append(pools[k][v.ResourcePool], v.Name)
+		}
+		if v.Folder != "" {
+			if folders[dc] == nil {
+				folders[dc] = map[string][]string{}
+			}
+			folders[dc][v.Folder] = append(folders[dc][v.Folder], v.Name)
+		}
+	}
+	groups := func(m map[string][]string) []invGroup {
+		out := []invGroup{}
+		for p, vms := range m {
+			slices.Sort(vms)
+			out = append(out, invGroup{Path: p, VMs: vms})
+		}
+		slices.SortFunc(out, func(a, b invGroup) int { return strings.Compare(a.Path, b.Path) })
+		return out
+	}
+	for _, at := range hosts {
+		slices.SortFunc(at.h.VMs, func(a, b invVM) int { return strings.Compare(a.Name, b.Name) })
+		d := dcOf(at.dc)
+		if at.cluster == "" {
+			d.Hosts = append(d.Hosts, *at.h)
+			continue
+		}
+		i := slices.IndexFunc(d.Clusters, func(c invCluster) bool { return c.Name == at.cluster })
+		if i < 0 {
+			d.Clusters = append(d.Clusters, invCluster{Name: at.cluster, Hosts: []invHost{}, ResourcePools: groups(pools[[2]string{at.dc, at.cluster}])})
+			i = len(d.Clusters) - 1
+		}
+		d.Clusters[i].Hosts = append(d.Clusters[i].Hosts, *at.h)
+	}
+	var out []invDatacenter
+	for _, d := range dcs {
+		d.Folders = groups(folders[d.Name])
+		byName := func(a, b invHost) int { return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.ID, b.ID)) }
+		slices.SortFunc(d.Hosts, byName)
+		slices.SortFunc(d.Clusters, func(a, b invCluster) int { return strings.Compare(a.Name, b.Name) })
+		for i := range d.Clusters {
+			slices.SortFunc(d.Clusters[i].Hosts, byName)
+		}
+		out = append(out, *d)
+	}
+	// Named datacenters first, then what is in none.
+	slices.SortFunc(out, func(a, b invDatacenter) int {
+		if (a.Name == "") != (b.Name == "") {
+			if a.Name == "" {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+func (a *app) inventoryCommand() *cobra.Command {
+	var dc string
+	cmd := &cobra.Command{
+		Use:   "inventory [--datacenter D]",
+		Short: "Show the inventory tree: datacenters, clusters, hosts, resource pools, folders and VMs",
+		Long: `inventory shows the control plane's inventory as vSphere's Hosts and Clusters
+view does: each datacenter, its clusters, their hosts and the VMs on each host
+(with their folder and resource pool), each cluster's resource pools, and each
+datacenter's VM folders. Hosts are placed with 'vrdmactl host configure H
+--datacenter D --cluster C', VMs with 'vrdmactl vm create --datacenter D
+--folder F --resource-pool P'; 'vrdmactl vm list --datacenter D --cluster C'
+lists the VMs of one part.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
+				tree := []invDatacenter{}
+				for _, d := range inventoryOf(c) {
+					if dc == "" || d.Name == dc {
+						tree = append(tree, d)
+					}
+				}
+				if a.json() {
+					return a.printJSON(map[string]any{"datacenters": tree})
+				}
+				if len(tree) == 0 {
+					fmt.Fprintln(a.stdout, "nothing in the inventory")
+					return nil
+				}
+				for _, d := range tree {
+					if d.Name == "" {
+						fmt.Fprintln(a.stdout, "(no datacenter)")
+					} else {
+						fmt.Fprintf(a.stdout, "datacenter %s\n", d.Name)
+					}
+					for _, c := range d.Clusters {
+						fmt.Fprintf(a.stdout, "  cluster %s\n", c.Name)
+						for _, h := range c.Hosts {
+							a.printInvHost(h, "    ")
+						}
+						for _, p := range c.ResourcePools {
+							fmt.Fprintf(a.stdout, "    resource pool %s: %s\n", p.Path, strings.Join(p.VMs, ", "))
+						}
+					}
+					for _, h := range d.Hosts {
+						a.printInvHost(h, "  ")
+					}
+					for _, f := range d.Folders {
+						fmt.Fprintf(a.stdout, "  folder %s: %s\n", f.Path, strings.Join(f.VMs, ", "))
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&dc, "datacenter", "", "show datacenter D only")
+	return cmd
+}
+
+func (a *app) printInvHost(h invHost, indent string) {
+	folder := ""
+	if h.Folder != "" {
+		folder = ", folder " + h.Folder
+	}
+	fmt.Fprintf(a.stdout, "%shost %s (%s%s)\n", indent, h.Name, h.State, folder)
+	for _, v := range h.VMs {
+		var at []string
+		if v.Folder != "" {
+			at = append(at, "folder "+v.Folder)
+		}
+		if v.ResourcePool != "" {
+			at = append(at, "pool "+v.ResourcePool)
+		}
+		extra := ""
+		if len(at) > 0 {
+			extra = ", " + strings.Join(at, ", ")
+		}
+		fmt.Fprintf(a.stdout, "%s  vm %s (%s%s)\n", indent, v.Name, v.Power, extra)
+	}
+}
+
+// hostConfigureCommand is "vrdmactl host configure": ESXi's "Configure an
+// ESXi host for PVRDMA" (tag a vmknic, enable the pvrdma firewall rule),
+// and the host's place in the inventory.
+func (a *app) hostConfigureCommand() *cobra.Command {
+	var addr, vmknic, firewall, maint string
+	var inv records.Inventory
+	cmd := &cobra.Command{
+		Use:   "configure ID|NAME [--pvrdma-address ADDR:PORT|none] [--firewall-pvrdma on|off] [--datacenter D] [--cluster C] [--folder F]",
+		Short: "Configure a host for PVRDMA (tagged address, pvrdma firewall rule) and place it in the inventory",
+		Long: `configure changes a host's record in the control plane, as vSphere's
+"Configure an ESXi host for PVRDMA" does: --pvrdma-address tags the address
+that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic; "none" removes the
+tag; an address without a port keeps the current port), --firewall-pvrdma
+turns the host's pvrdma firewall rule on or off. --datacenter, --cluster and
+--folder place the host in the inventory; --maintenance on keeps new VMs and
+connections off it. Only the flags given change. What configure sets survives
+a restart of the host's agent, unless the agent is started with its own
+--pvrdma-address or --firewall-pvrdma, which then win.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			onOffFlag := func(name, v string) (bool, error) {
+				switch v {
+				case "on", "true", "yes":
+					return true, nil
+				case "off", "false", "no":
+					return false, nil
+				}
+				return false, usageErrorf("--%s %q: want on or off", name, v)
+			}
+			var fw, mt bool
+			var err error
+			if fl.Changed("firewall-pvrdma") {
+				if fw, err = onOffFlag("firewall-pvrdma", firewall); err != nil {
+					return err
+				}
+			}
+			if fl.Changed("maintenance") {
+				if mt, err = onOffFlag("maintenance", maint); err != nil {
+					return err
+				}
+			}
+			changed := false
+			for _, n := range []string{"pvrdma-address", "vmknic", "firewall-pvrdma", "datacenter", "cluster", "folder", "maintenance"} {
+				changed = changed || fl.Changed(n)
+			}
+			if !changed {
+				return usageErrorf("host configure: say what to change (--pvrdma-address, --firewall-pvrdma, --datacenter, --cluster, --folder, --vmknic, --maintenance)")
+			}
+			var out hostReport
+			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
+				id, err := hostIDOf(c, args[0])
+				if err != nil {
+					return err
+				}
+				h, _, err := store.Update(cmd.Context(), st, records.HostKey(id), func(old *records.Host) (*records.Host, error) {
+					if old == nil {
+						return nil, fmt.Errorf("host %s: %w", id, store.ErrNotFound)
+					}
+					n := *old
+					if fl.Changed("pvrdma-address") {
+						if n.PVRDMAAddress, err = parsePVRDMAAddress(addr, old.PVRDMAAddress); err != nil {
+							return nil, err
+						}
+						if !n.PVRDMAAddress.IsValid() {
+							n.PVRDMAVmknic = ""
+						}
+					}
+					if fl.Changed("vmknic") {
+						n.PVRDMAVmknic = vmknic
+					}
+					if fl.Changed("firewall-pvrdma") {
+						n.FirewallPVRDMA = fw
+					}
+					if fl.Changed("datacenter") {
+						n.Datacenter = inv.Datacenter
+					}
+					if fl.Changed("cluster") {
+						n.Cluster = inv.Cluster
+					}
+					if fl.Changed("folder") {
+						n.Folder = inv.Folder
+					}
+					if fl.Changed("maintenance") {
+						n.State = records.HostUp
+						if mt {
+							n.State = records.HostMaintenance
+						}
+					}
+					if err := n.Validate(); err != nil {
+						return nil, &exitError{code: exitUsage, err: err}
+					}
+					return &n, nil
+				})
+				if err != nil {
+					return err
+				}
+				hs, err := c.Host(cmd.Context(), h.ID)
+				if err != nil {
+					hs = member.HostStatus{Host: h, Declared: h.State}
+				}
+				hs.Host.Inventory, hs.Host.PVRDMAAddress, hs.Host.FirewallPVRDMA = h.Inventory, h.PVRDMAAddress, h.FirewallPVRDMA
+				out = hostReportOf(hs)
+				return nil
+			})
+			if err != nil {
+				var ee *exitError
+				if errors.As(err, &ee) {
+					return err
+				}
+				return fmt.Errorf("host configure %s: %w", args[0], err)
+			}
+			if a.json() {
+				return a.printJSON(out)
+			}
+			fmt.Fprintf(a.stdout, "host %s (%s) configured: PVRDMA address %s, pvrdma firewall rule %s, datacenter %s, cluster %s, folder %s\n",
+				out.Name, out.ID, orDash(out.PVRDMAAddress), onOff(out.FirewallPVRDMA), orDash(out.Datacenter), orDash(out.Cluster), orDash(out.Folder))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "pvrdma-address", "", "ADDR:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic), or none")
+	f.StringVar(&vmknic, "vmknic", "", "the interface that holds the PVRDMA address (e.g. vmk1), for people")
+	f.StringVar(&firewall, "firewall-pvrdma", "", "the host's pvrdma firewall rule: on or off")
+	f.StringVar(&inv.Datacenter, "datacenter", "", "the host's datacenter (\"\" removes it)")
+	f.StringVar(&inv.Cluster, "cluster", "", "the host's cluster (\"\" removes it)")
+	f.StringVar(&inv.Folder, "folder", "", "the host's folder, a path such as rack1/row2")
+	f.StringVar(&maint, "maintenance", "", "maintenance mode: on or off")
+	return cmd
+}
+
+// hostIDOf finds a host by ID or name.
+func hostIDOf(c *member.Cache, ref string) (string, error) {
+	var found []string
+	for _, h := range c.Hosts() {
+		if h.Host.ID == ref {
+			return ref, nil
+		}
+		if h.Host.Name == ref {
+			found = append(found, h.Host.ID)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("host %s: not found in the control plane (vrdmactl host list)", ref)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("host name %s is ambiguous: name one of the host IDs %s", ref, strings.Join(found, ", "))
+}
+
+// parsePVRDMAAddress parses --pvrdma-address: ADDR:PORT, ADDR (keeping
+// cur's port), or none.
+func parsePVRDMAAddress(s string, cur netip.AddrPort) (netip.AddrPort, error) {
+	if s == "none" || s == "" {
+		return netip.AddrPort{}, nil
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	ad, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.AddrPort{}, usageErrorf("--pvrdma-address %q: want ADDRESS:PORT (e.g. 192.0.2.10:4791, [2001:db8::1]:4791) or none", s)
+	}
+	if cur.Port() == 0 {
+		return netip.AddrPort{}, usageErrorf("--pvrdma-address %q: the host has no port yet: give ADDRESS:PORT (e.g. %s)", s, netip.AddrPortFrom(ad, 4791))
+	}
+	return netip.AddrPortFrom(ad, cur.Port()), nil
+}
