@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # bench/peers.sh - measure the peer baselines vrdma benchmarks are compared against.
 #
-# Loopback only (127.0.0.1 / lo / shared memory). Server pinned to core 0, client
-# to core 1 (override with PEERS_SERVER_CPU / PEERS_CLIENT_CPU). Every tool
-# invocation runs under `timeout`; background servers are killed on exit.
+# Default mode "loopback": 127.0.0.1 / lo / shared memory. Mode "veth" (--veth,
+# root only): the same TCP/UDP peers, server in network namespace peers-PID-a
+# (10.199.250.1) and client in peers-PID-b (10.199.250.2), each joined by a veth
+# pair to a bridge in namespace peers-PID-sw, MTU 9000 (PEERS_VETH_MTU) - the
+# topology of the vrdma test harness (internal/testenv/netns.go), i.e. the path of
+# BenchmarkTCP*/veth. The shared-memory UCX tests are skipped in veth mode (null
+# figures, reason under "skipped"). The namespaces are deleted on exit.
+# Server pinned to core 0, client to core 1 (override with PEERS_SERVER_CPU /
+# PEERS_CLIENT_CPU). Every tool invocation runs under `timeout`; background
+# servers are killed on exit.
 #
 #   bench/peers.sh                 # human table on stdout
 #   bench/peers.sh --json out.json # also write the figures as a JSON object
+#   bench/peers.sh --veth ...      # TCP/UDP peers across a veth pair (root)
 #   bench/peers.sh --keep-logs     # keep raw tool output (path printed at exit)
 #
-# Needs: ucx-utils (ucx_perftest), sockperf, iperf3, jq, iproute2 (ss),
-# util-linux (taskset), coreutils (timeout). ~40 s on a quiet box; tests disturbed
-# by other processes are retried (see measure()), so a busy box takes longer.
+# Needs: ucx-utils (ucx_perftest), sockperf, iperf3, jq, iproute2 (ss, ip),
+# util-linux (taskset), coreutils (timeout). ~40 s on a quiet box (veth: ~25 s);
+# tests disturbed by other processes are retried (see measure()), so a busy box
+# takes longer.
 # Exit status: 0 all figures measured; 1 some test failed (its figures are null
-# in the JSON and listed under "errors"); 2 usage / missing tool.
+# in the JSON and listed under "errors"); 2 usage / missing tool / --veth without
+# root / namespaces could not be set up.
 #
 # Units: UCX "MB/s" is 2^20 B/s, so *_MiBps keys hold exactly what ucx_perftest
 # prints as MB/s. UCX and sockperf latencies are one-way (RTT/2), in microseconds.
@@ -28,21 +38,48 @@ usage() {
 
 JSON_OUT=""
 KEEP_LOGS=0
+MODE=loopback
 while (($#)); do
     case "$1" in
         --json) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; JSON_OUT=$2; shift 2 ;;
         --json=*) JSON_OUT=${1#--json=}; shift ;;
         --keep-logs) KEEP_LOGS=1; shift ;;
+        --veth) MODE=veth; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "peers.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
     esac
 done
 
-for tool in ucx_perftest sockperf iperf3 jq ss taskset timeout awk sed; do
+if [[ $MODE == veth && $EUID -ne 0 ]]; then
+    echo "peers.sh: --veth creates network namespaces and needs root (euid $EUID): run it as root, or without --veth for the loopback figures" >&2
+    exit 2
+fi
+NEED=(ucx_perftest sockperf iperf3 jq ss taskset timeout awk sed)
+[[ $MODE == veth ]] && NEED+=(ip)
+for tool in "${NEED[@]}"; do
     command -v "$tool" >/dev/null 2>&1 || { echo "peers.sh: missing tool: $tool" >&2; exit 2; }
 done
 
-HOST=127.0.0.1
+PROBE_HOST=127.0.0.1               # the placement probe always runs on the root namespace's lo
+# Where the TCP/UDP peers run: server in namespace SRV_NS listening on HOST, client
+# in CLI_NS bound to CLI_ADDR; UCX TCP restricted to TCP_DEV. Empty namespace = this one.
+if [[ $MODE == veth ]]; then
+    NS_PREFIX=peers-                   # namespaces: peers-PID-{sw,a,b}
+    SW_NS=${NS_PREFIX}$$-sw
+    SRV_NS=${NS_PREFIX}$$-a
+    CLI_NS=${NS_PREFIX}$$-b
+    HOST=10.199.250.1
+    CLI_ADDR=10.199.250.2
+    VETH_PREFIX=30
+    VETH_MTU=${PEERS_VETH_MTU:-9000}   # the harness's default (ClusterOptions.MTU = records.MaxMTU)
+    TCP_DEV=eth0                       # interface name inside the host namespaces, as in the harness
+else
+    SW_NS=""; SRV_NS=""; CLI_NS=""
+    HOST=127.0.0.1
+    CLI_ADDR=127.0.0.1
+    TCP_DEV=lo
+fi
+NETNS_CREATED=()
 SRV_CPU=${PEERS_SERVER_CPU:-0}
 CLI_CPU=${PEERS_CLIENT_CPU:-1}
 PORT=${PEERS_PORT_BASE:-23400}     # each server/client pair gets the next port
@@ -59,6 +96,88 @@ DEADLINE_S=${PEERS_DEADLINE_S:-60} # after this many seconds: no more retries or
 HARD_DEADLINE_S=${PEERS_HARD_DEADLINE_S:-110} # tests not started by then are skipped (failed)
 PROBE_NEAR_US=0.15                 # probe median below this = "near" vCPU placement
 
+# --- veth mode: network namespaces ------------------------------------------
+# Mirrors internal/testenv/netns.go: a "switch" namespace holding bridge br0, and
+# per host a namespace whose eth0 is a veth joined to br0 through a port in the
+# switch namespace; lo up everywhere, the same MTU on the bridge and both veth
+# ends. Nothing touches the root namespace's links, addresses or routes.
+
+# nsip ARGS...: ip with a timeout; on failure, print the command and its output and exit 2.
+nsip() {
+    local out
+    if ! out=$(timeout 10 ip "$@" 2>&1); then
+        echo "peers.sh: --veth: 'ip $*' failed: $out" >&2
+        exit 2
+    fi
+}
+# netns_sweep: delete namespaces peers-PID-* left by runs of this script that
+# were killed before their trap ran (PID gone), and any with our own PID.
+netns_sweep() {
+    local n pid
+    for n in $(ip netns list 2>/dev/null | awk '{ print $1 }'); do
+        [[ $n =~ ^${NS_PREFIX}([0-9]+)-(sw|a|b)$ ]] || continue
+        pid=${BASH_REMATCH[1]}
+        if ((pid == $$)) || ! kill -0 "$pid" 2>/dev/null; then
+            echo "peers.sh: deleting stale network namespace $n" >&2
+            timeout 10 ip netns delete "$n" || true
+        fi
+    done
+}
+# netns_add NAME: create namespace NAME (recorded for netns_delete) and bring lo up.
+netns_add() {
+    nsip netns add "$1"
+    NETNS_CREATED+=("$1")
+    nsip -n "$1" link set lo up
+}
+# netns_setup: build the topology and wait until it forwards.
+netns_setup() {
+    local ns port addr i ok
+    netns_sweep
+    netns_add "$SW_NS"
+    nsip -n "$SW_NS" link add br0 mtu "$VETH_MTU" type bridge
+    nsip -n "$SW_NS" link set br0 up
+    for ns in "$SRV_NS" "$CLI_NS"; do
+        port=v${ns##*-}                       # switch ports va, vb
+        addr=$HOST; [[ $ns == "$CLI_NS" ]] && addr=$CLI_ADDR
+        netns_add "$ns"
+        nsip -n "$SW_NS" link add "$port" mtu "$VETH_MTU" type veth peer name "$TCP_DEV" mtu "$VETH_MTU" netns "$ns"
+        nsip -n "$SW_NS" link set "$port" master br0 up
+        nsip -n "$ns" addr add "$addr/$VETH_PREFIX" dev "$TCP_DEV"
+        nsip -n "$ns" link set "$TCP_DEV" up
+    done
+    # Both bridge ports forwarding and both eth0 with carrier (bridge without STP:
+    # immediate, but do not rely on it).
+    for ((i = 0; i < 100; i++)); do
+        ok=1
+        for port in va vb; do
+            ip -n "$SW_NS" -d link show "$port" 2>/dev/null | grep -q 'state forwarding' || ok=0
+        done
+        for ns in "$SRV_NS" "$CLI_NS"; do
+            ip -n "$ns" link show "$TCP_DEV" 2>/dev/null | grep -q 'LOWER_UP' || ok=0
+        done
+        ((ok)) && break
+        sleep 0.05
+    done
+    ((ok)) || { echo "peers.sh: --veth: links not up after 5 s (see 'ip -n $SW_NS -d link')" >&2; exit 2; }
+    # The client must reach the server through eth0, nothing else.
+    ip -n "$CLI_NS" route get "$HOST" 2>/dev/null | grep -q "dev $TCP_DEV " ||
+        { echo "peers.sh: --veth: no route from $CLI_NS to $HOST via $TCP_DEV" >&2; exit 2; }
+    echo "peers.sh: veth mode: server in netns $SRV_NS ($HOST), client in netns $CLI_NS ($CLI_ADDR)," \
+         "bridge br0 in netns $SW_NS, MTU $VETH_MTU" >&2
+}
+# netns_delete: delete the namespaces this run created (switch last); called from
+# cleanup after every server has been killed and reaped.
+netns_delete() {
+    local i ns
+    for ((i = ${#NETNS_CREATED[@]} - 1; i >= 0; i--)); do
+        ns=${NETNS_CREATED[i]}
+        [[ -e /run/netns/$ns ]] || continue
+        timeout 10 ip netns delete "$ns" ||
+            echo "peers.sh: could not delete network namespace $ns: delete it with 'ip netns delete $ns'" >&2
+    done
+    NETNS_CREATED=()
+}
+
 LOGDIR=$(mktemp -d "${TMPDIR:-/tmp}/vrdma-peers.XXXXXX")
 SERVER_PIDS=()
 SRV_PID=""
@@ -72,6 +191,7 @@ cleanup() {
     for p in "${SERVER_PIDS[@]}"; do
         wait "$p" 2>/dev/null || true
     done
+    netns_delete
     if ((KEEP_LOGS)); then
         echo "peers.sh: raw logs kept in $LOGDIR" >&2
     else
@@ -91,6 +211,8 @@ FIG_KEYS=()
 TEST_IDS=()
 ERRORS=()
 DISTURBED=()
+SKIPPED=()            # test ids not run in this mode
+declare -A SKIP_WHY=() # test id -> reason
 declare -A R=()        # figures of the current attempt
 R_KEYS=()
 R_ERR=""
@@ -99,11 +221,16 @@ DRY_KEYS=0             # 1: test functions only declare their figure keys
 
 rkeys() { local k; R=(); R_KEYS=("$@"); for k in "$@"; do R[$k]=null; done; }
 is_num() { [[ $1 =~ ^[0-9]+([.][0-9]+)?$ ]]; }
-# next_port: advance PORT to the next port with no TCP/UDP socket bound to it, so a
-# stray listener (another run, another tool) can never answer our client.
+# ss_srv ARGS...: ss in the server's namespace (SRV_NS; empty = this one).
+ss_srv() {
+    if [[ -n $SRV_NS ]]; then ss -N "$SRV_NS" "$@"; else ss "$@"; fi
+}
+# next_port: advance PORT to the next port with no TCP/UDP socket bound to it (in
+# the server's namespace), so a stray listener (another run, another tool) can
+# never answer our client.
 next_port() {
     PORT=$((PORT + 1))
-    while ss -H -n -a -t -u "sport = :$PORT" 2>/dev/null | grep -q .; do PORT=$((PORT + 1)); done
+    while ss_srv -H -n -a -t -u "sport = :$PORT" 2>/dev/null | grep -q .; do PORT=$((PORT + 1)); done
 }
 fgt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
@@ -141,13 +268,14 @@ wait_quiet() {
 # every few tens of seconds (hypervisor moving the vCPUs): the median one-way
 # UCX shm put latency is ~0.075 us ("near") or ~0.27 us ("far"), and every
 # shared-memory figure follows it. probe() measures it (~0.15 s) into PROBE_US.
+# The probe runs in this script's own namespace in both modes (SRV_NS shadowed).
 probe() {
-    local saved_err=$R_ERR log
+    local saved_err=$R_ERR log SRV_NS=""
     PROBE_US=null
     next_port
     if start_server probe t "$PORT" env UCX_TLS=posix,self ucx_perftest -p "$PORT" -c "$SRV_CPU"; then
         log="$LOGDIR/probe.$PORT.cli.log"
-        timeout -k 1 3 taskset -c "$CLI_CPU" env UCX_TLS=posix,self ucx_perftest "$HOST" -p "$PORT" \
+        timeout -k 1 3 taskset -c "$CLI_CPU" env UCX_TLS=posix,self ucx_perftest "$PROBE_HOST" -p "$PORT" \
             -c "$CLI_CPU" -t ucp_put_lat -s 8 -n 20000 -w 2000 -f -v >"$log" 2>&1 || true
         stop_server "$SRV_PID" 20
         PROBE_US=$(awk -F, '
@@ -226,12 +354,26 @@ measure() {
     return 0
 }
 
+# skip ID REASON FUNC ARGS...: a test that does not apply to this mode: its figures
+# are null, it is listed under "skipped" (not "errors"), and it does not change the
+# exit status.
+skip() {
+    local id=$1 why=$2 k
+    shift 2
+    TEST_IDS+=("$id")
+    SKIPPED+=("$id")
+    SKIP_WHY[$id]=$why
+    QUAL[$id]="null 0 null unknown null null"
+    DRY_KEYS=1; "$@" || true; DRY_KEYS=0
+    for k in "${R_KEYS[@]}"; do FIG_KEYS+=("$k"); FIG[$k]=null; done
+}
+
 # --- server lifecycle ------------------------------------------------------
 # wait_listen t|u PORT: wait until something listens on PORT (tcp) / is bound (udp).
 wait_listen() {
     local proto=$1 port=$2 i
     for ((i = 0; i < 100; i++)); do
-        if ss -H -n -l "-$proto" "sport = :$port" 2>/dev/null | grep -q .; then
+        if ss_srv -H -n -l "-$proto" "sport = :$port" 2>/dev/null | grep -q .; then
             return 0
         fi
         kill -0 "$SRV_PID" 2>/dev/null || return 1
@@ -240,11 +382,18 @@ wait_listen() {
     return 1
 }
 
-# start_server NAME t|u PORT CMD...: run CMD pinned to SRV_CPU in the background.
+# in_ns NS: set NSX to the command prefix that runs a command in namespace NS (empty if NS is).
+# `ip netns exec` execs the command in place (no fork), so timeout signals the tool itself.
+NSX=()
+in_ns() { NSX=(); [[ -z $1 ]] || NSX=(ip netns exec "$1"); }
+
+# start_server NAME t|u PORT CMD...: run CMD pinned to SRV_CPU in the background,
+# in the server's namespace.
 start_server() {
     local name=$1 proto=$2 port=$3
     shift 3
-    timeout -k 2 "$SRV_TIMEOUT" taskset -c "$SRV_CPU" "$@" >"$LOGDIR/$name.$port.srv.log" 2>&1 &
+    in_ns "$SRV_NS"
+    timeout -k 2 "$SRV_TIMEOUT" "${NSX[@]}" taskset -c "$SRV_CPU" "$@" >"$LOGDIR/$name.$port.srv.log" 2>&1 &
     SRV_PID=$!
     SERVER_PIDS+=("$SRV_PID")
     if ! wait_listen "$proto" "$port"; then
@@ -267,13 +416,15 @@ stop_server() {
     SERVER_PIDS=("${keep[@]}")
 }
 
-# run_client NAME TIMEOUT CMD...: run CMD pinned to CLI_CPU with a timeout; stdout -> CLI_LOG.
+# run_client NAME TIMEOUT CMD...: run CMD pinned to CLI_CPU with a timeout, in the
+# client's namespace; stdout -> CLI_LOG.
 run_client() {
     local name=$1 tmo=$2 rc=0 tool
     shift 2
-    R_CMD="taskset -c $CLI_CPU $*"
+    in_ns "$CLI_NS"
+    R_CMD="${NSX[*]}${NSX:+ }taskset -c $CLI_CPU $*"
     CLI_LOG="$LOGDIR/$name.$PORT.cli.log"
-    timeout -k 2 "$tmo" taskset -c "$CLI_CPU" "$@" >"$CLI_LOG" 2>"${CLI_LOG%.log}.err" || rc=$?
+    timeout -k 2 "$tmo" "${NSX[@]}" taskset -c "$CLI_CPU" "$@" >"$CLI_LOG" 2>"${CLI_LOG%.log}.err" || rc=$?
     if ((rc)); then
         for tool in "$@"; do [[ $tool == env || $tool == *=* ]] || break; done
         if ((rc == 124)); then R_ERR="$tool client timed out after ${tmo}s (box busy?)"
@@ -349,7 +500,7 @@ iperf3_tcp() {
     ((DRY_KEYS == 0)) || return 0
     next_port
     start_server "$id" t "$PORT" iperf3 -s -1 -B "$HOST" -p "$PORT" || return 1
-    run_client "$id" $((IPERF_SECS + 5)) iperf3 -c "$HOST" -B "$HOST" -p "$PORT" -t "$IPERF_SECS" -J || rc=$?
+    run_client "$id" $((IPERF_SECS + 5)) iperf3 -c "$HOST" -B "$CLI_ADDR" -p "$PORT" -t "$IPERF_SECS" -J || rc=$?
     stop_server "$SRV_PID" 40
     ((rc == 0)) || return 1
     bps=$(jq -r '.end.sum_received.bits_per_second // empty' "$CLI_LOG" 2>/dev/null || true)
@@ -361,25 +512,32 @@ iperf3_tcp() {
 }
 
 # --- run ---------------------------------------------------------------------
+if [[ $MODE == veth ]]; then netns_setup; fi
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 START=$(date +%s)
 SHM=posix,self
 TCP=tcp
 SP=$SOCKPERF_MSG
+# Shared-memory tests do not cross a network path: measured in loopback mode only.
+SHM_RUN=(measure)
+if [[ $MODE == veth ]]; then
+    SHM_RUN=(skip_shm)
+    skip_shm() { skip "$1" "shared memory only: not run in veth mode (see the loopback run)" "${@:2}"; }
+fi
 
 # UCX shared memory. Window (-O) is given explicitly as 32, the ucx_perftest
 # default for tag_bw/ucp_put_bw, so the figure does not depend on the build.
-measure ucx_shm_put_lat_8B   ucx ucx_shm_put_lat_8B   lat "$SHM" "" ucp_put_lat 8        500000  50000
-measure ucx_shm_tag_lat_8B   ucx ucx_shm_tag_lat_8B   lat "$SHM" "" tag_lat     8        200000  20000
-measure ucx_shm_put_bw_4KiB  ucx ucx_shm_put_bw_4KiB  bw  "$SHM" "" ucp_put_bw  4096     1000000 100000 -O 32
-measure ucx_shm_put_bw_64KiB ucx ucx_shm_put_bw_64KiB bw  "$SHM" "" ucp_put_bw  65536    200000  20000  -O 32
-measure ucx_shm_put_bw_1MiB  ucx ucx_shm_put_bw_1MiB  bw  "$SHM" "" ucp_put_bw  1048576  20000   2000   -O 32
-measure ucx_shm_put_bw_64MiB ucx ucx_shm_put_bw_64MiB bw  "$SHM" "" ucp_put_bw  67108864 200     20     -O 32
-measure ucx_shm_tag_bw_1MiB  ucx ucx_shm_tag_bw_1MiB  bw  "$SHM" "" tag_bw      1048576  10000   1000   -O 32
-# UCX over TCP, restricted to lo.
-measure ucx_tcp_tag_lat_8B   ucx ucx_tcp_tag_lat_8B   lat "$TCP" lo tag_lat     8        100000  10000
-measure ucx_tcp_tag_bw_1MiB  ucx ucx_tcp_tag_bw_1MiB  bw  "$TCP" lo tag_bw      1048576  4000    400    -O 32
-measure ucx_tcp_put_bw_1MiB  ucx ucx_tcp_put_bw_1MiB  bw  "$TCP" lo ucp_put_bw  1048576  1000    100    -O 32
+"${SHM_RUN[@]}" ucx_shm_put_lat_8B   ucx ucx_shm_put_lat_8B   lat "$SHM" "" ucp_put_lat 8        500000  50000
+"${SHM_RUN[@]}" ucx_shm_tag_lat_8B   ucx ucx_shm_tag_lat_8B   lat "$SHM" "" tag_lat     8        200000  20000
+"${SHM_RUN[@]}" ucx_shm_put_bw_4KiB  ucx ucx_shm_put_bw_4KiB  bw  "$SHM" "" ucp_put_bw  4096     1000000 100000 -O 32
+"${SHM_RUN[@]}" ucx_shm_put_bw_64KiB ucx ucx_shm_put_bw_64KiB bw  "$SHM" "" ucp_put_bw  65536    200000  20000  -O 32
+"${SHM_RUN[@]}" ucx_shm_put_bw_1MiB  ucx ucx_shm_put_bw_1MiB  bw  "$SHM" "" ucp_put_bw  1048576  20000   2000   -O 32
+"${SHM_RUN[@]}" ucx_shm_put_bw_64MiB ucx ucx_shm_put_bw_64MiB bw  "$SHM" "" ucp_put_bw  67108864 200     20     -O 32
+"${SHM_RUN[@]}" ucx_shm_tag_bw_1MiB  ucx ucx_shm_tag_bw_1MiB  bw  "$SHM" "" tag_bw      1048576  10000   1000   -O 32
+# UCX over TCP, restricted to lo (loopback) or the namespaces' eth0 (veth).
+measure ucx_tcp_tag_lat_8B   ucx ucx_tcp_tag_lat_8B   lat "$TCP" "$TCP_DEV" tag_lat     8        100000  10000
+measure ucx_tcp_tag_bw_1MiB  ucx ucx_tcp_tag_bw_1MiB  bw  "$TCP" "$TCP_DEV" tag_bw      1048576  4000    400    -O 32
+measure ucx_tcp_put_bw_1MiB  ucx ucx_tcp_put_bw_1MiB  bw  "$TCP" "$TCP_DEV" ucp_put_bw  1048576  1000    100    -O 32
 # Kernel sockets.
 measure "sockperf_udp_pp_${SP}B" sockperf_pp "sockperf_udp_pp_${SP}B" udp
 measure "sockperf_tcp_pp_${SP}B" sockperf_pp "sockperf_tcp_pp_${SP}B" tcp
@@ -389,14 +547,24 @@ ELAPSED=$(($(date +%s) - START))
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- human table ---------------------------------------------------------------
-f() { local v=${FIG[$1]:-null}; [[ $v == null ]] && echo "FAIL" || echo "$v"; }
+f() {
+    local v=${FIG[$1]:-null} id
+    if [[ $v != null ]]; then echo "$v"; return; fi
+    for id in "${SKIPPED[@]}"; do [[ $1 == "$id"_* ]] && { echo "skip"; return; }; done
+    echo "FAIL"
+}
 bg() { local q; read -r q _ <<<"${QUAL[$1]:-null}"; [[ $q == null ]] && echo "-" || echo "$q"; }
 pl() { local q; read -r _ _ _ q _ <<<"${QUAL[$1]:-x x x unknown}"; echo "${q:-unknown}"; }
 FMT='%-16s %-12s %-7s %10s %10s %12s %6s  %s\n'
 lat_row() { printf "$FMT" "$1" "$2" "$3" "$(f "$4_median_us")" "$(f "$4_avg_us")" "-" "$(bg "$4")" "$(pl "$4")"; }
 bw_row()  { printf "$FMT" "$1" "$2" "$3" "-" "-" "$(f "$4_MiBps")" "$(bg "$4")" "$(pl "$4")"; }
 echo
-echo "vrdma peer baselines: loopback, server cpu $SRV_CPU, client cpu $CLI_CPU, ${ELAPSED}s, loadavg $LOAD_BEFORE -> $LOAD_AFTER"
+if [[ $MODE == veth ]]; then
+    WHERE="veth (server netns $SRV_NS $HOST, client netns $CLI_NS $CLI_ADDR, bridge, MTU $VETH_MTU)"
+else
+    WHERE="loopback"
+fi
+echo "vrdma peer baselines: $WHERE, server cpu $SRV_CPU, client cpu $CLI_CPU, ${ELAPSED}s, loadavg $LOAD_BEFORE -> $LOAD_AFTER"
 printf "$FMT" "path" "test" "size" "median_us" "avg_us" "MiB/s" "bg%" "vcpus"
 printf "$FMT" "----" "----" "----" "---------" "------" "-----" "---" "-----"
 lat_row "ucx posix,self" ucp_put_lat "8 B"    ucx_shm_put_lat_8B
@@ -406,9 +574,9 @@ bw_row  "ucx posix,self" ucp_put_bw  "64 KiB" ucx_shm_put_bw_64KiB
 bw_row  "ucx posix,self" ucp_put_bw  "1 MiB"  ucx_shm_put_bw_1MiB
 bw_row  "ucx posix,self" ucp_put_bw  "64 MiB" ucx_shm_put_bw_64MiB
 bw_row  "ucx posix,self" tag_bw      "1 MiB"  ucx_shm_tag_bw_1MiB
-lat_row "ucx tcp (lo)"   tag_lat     "8 B"    ucx_tcp_tag_lat_8B
-bw_row  "ucx tcp (lo)"   tag_bw      "1 MiB"  ucx_tcp_tag_bw_1MiB
-bw_row  "ucx tcp (lo)"   ucp_put_bw  "1 MiB"  ucx_tcp_put_bw_1MiB
+lat_row "ucx tcp ($TCP_DEV)" tag_lat   "8 B"    ucx_tcp_tag_lat_8B
+bw_row  "ucx tcp ($TCP_DEV)" tag_bw    "1 MiB"  ucx_tcp_tag_bw_1MiB
+bw_row  "ucx tcp ($TCP_DEV)" ucp_put_bw "1 MiB" ucx_tcp_put_bw_1MiB
 lat_row "sockperf udp"   ping-pong   "$SP B"  "sockperf_udp_pp_${SP}B"
 lat_row "sockperf tcp"   ping-pong   "$SP B"  "sockperf_tcp_pp_${SP}B"
 bw_row  "iperf3 tcp"     "1 stream"  "${IPERF_SECS} s" iperf3_tcp
@@ -419,10 +587,13 @@ echo "bg% = CPU used by other processes during the kept attempt, in % of one cor
 echo "vcpus = vCPU placement from the probe before/after the test: near (shm put_lat median <= ${PROBE_NEAR_US} us)," \
      "far, or mixed (changed during the test). Shared-memory figures depend on it; see bench/PEERS-NOTES.md."
 if ((${#DISTURBED[@]})); then echo "DISTURBED (all attempts had foreign load): ${DISTURBED[*]}"; fi
+if ((${#SKIPPED[@]})); then echo "SKIPPED (${SKIP_WHY[${SKIPPED[0]}]}): ${SKIPPED[*]}"; fi
 if ((${#ERRORS[@]})); then printf 'FAILED: %s\n' "${ERRORS[@]}"; fi
 
 # --- JSON --------------------------------------------------------------------
 if [[ -n $JSON_OUT ]]; then
+    # MTU of the path the TCP peers used: the namespaces' eth0, or lo.
+    NET_MTU=$(${CLI_NS:+ip netns exec "$CLI_NS"} cat "/sys/class/net/$TCP_DEV/mtu" 2>/dev/null || true)
     ver() { dpkg-query -W -f='${Version}' "$1" 2>/dev/null || echo unknown; }
     {
         for k in "${FIG_KEYS[@]}"; do printf 'F\t%s\t%s\n' "$k" "${FIG[$k]}"; done
@@ -430,6 +601,7 @@ if [[ -n $JSON_OUT ]]; then
             if [[ -n ${CMDS[$k]:-} ]]; then printf 'C\t%s\t%s\n' "$k" "${CMDS[$k]}"; fi
         done
         for e in "${ERRORS[@]}"; do printf 'E\t%s\t\n' "$e"; done
+        for k in "${SKIPPED[@]}"; do printf 'S\t%s\t%s\n' "$k" "${SKIP_WHY[$k]}"; done
         for k in "${TEST_IDS[@]}"; do
             read -r q1 q2 q3 q4 q5 q6 <<<"${QUAL[$k]:-null 0 null unknown null null}"
             printf 'Q\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$k" "$q1" "$q2" "$q3" "$q4" "$q5" "$q6"
@@ -441,11 +613,21 @@ if [[ -n $JSON_OUT ]]; then
         --arg kernel "$(uname -r)" \
         --arg ucx "$(ver ucx-utils)" --arg sockperf "$(ver sockperf)" --arg iperf3 "$(ver iperf3)" \
         --arg srv "$SRV_CPU" --arg cli "$CLI_CPU" --arg elapsed "$ELAPSED" \
-        --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" --arg spmsg "$SOCKPERF_MSG" --arg disturb "$DISTURB_PCT" --arg near "$PROBE_NEAR_US" '
+        --arg lb "$LOAD_BEFORE" --arg la "$LOAD_AFTER" --arg spmsg "$SOCKPERF_MSG" --arg disturb "$DISTURB_PCT" --arg near "$PROBE_NEAR_US" \
+        --arg mode "$MODE" --arg saddr "$HOST" --arg caddr "$CLI_ADDR" --arg dev "$TCP_DEV" \
+        --arg sns "$SRV_NS" --arg cns "$CLI_NS" --arg swns "$SW_NS" --arg mtu "$NET_MTU" '
         [split("\n")[] | select(length > 0) | split("\t")] as $rows
-        | {
+        | def nul: if . == "" then null else . end;
+        {
             schema: "vrdma-peers/1",
+            mode: $mode,
             meta: {
+                network: {
+                    mode: $mode, server_addr: $saddr, client_addr: $caddr, ucx_net_devices: $dev,
+                    server_netns: ($sns | nul), client_netns: ($cns | nul), switch_netns: ($swns | nul),
+                    topology: (if $mode == "veth" then "veth pairs to bridge br0 (as internal/testenv/netns.go)" else "lo" end),
+                    mtu: ($mtu | nul | if . == null then null else tonumber end)
+                },
                 date: $date, cpu_model: $cpu, cpus: ($ncpu | tonumber), kernel: $kernel,
                 packages: {"ucx-utils": $ucx, sockperf: $sockperf, iperf3: $iperf3},
                 server_cpu: ($srv | tonumber), client_cpu: ($cli | tonumber),
@@ -474,9 +656,11 @@ if [[ -n $JSON_OUT ]]; then
                             probe_before_us: (if .[6] == "null" then null else (.[6] | tonumber) end),
                             probe_after_us: (if .[7] == "null" then null else (.[7] | tonumber) end)}}]
                       | from_entries),
-            errors: [$rows[] | select(.[0] == "E") | .[1]]
+            errors: [$rows[] | select(.[0] == "E") | .[1]],
+            skipped: ([$rows[] | select(.[0] == "S") | {key: .[1], value: .[2]}] | from_entries)
           }
-        | .placement = (.quality | to_entries | group_by(.value.vcpu_placement)
+        | .placement = (.skipped as $sk | .quality | to_entries | map(select($sk[.key] == null))
+                        | group_by(.value.vcpu_placement)
                         | map({key: .[0].value.vcpu_placement, value: map(.key)}) | from_entries)' >"$JSON_OUT"
     echo "wrote $JSON_OUT"
 fi

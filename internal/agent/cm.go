@@ -298,7 +298,7 @@ func (a *Agent) resolveRemote(remote string) (*adapter, error) {
 		v, attached := a.vms[vmName]
 		if !attached || !v.ready.Load() {
 			return nil, abi.Errorf(abi.CodeUnavailable, "remote",
-				"VM %q is not attached on host %s: start its workload; a VM on another host needs the control plane, which this agent does not run yet", vmName, a.cfg.Host)
+				"VM %q is not attached on host %s: start its workload (a VM on another host needs the control plane: this agent runs standalone, --no-control-plane)", vmName, a.cfg.Host)
 		}
 		for _, ad := range v.adapters {
 			if ad.name == adName {
@@ -314,7 +314,7 @@ func (a *Agent) resolveRemote(remote string) (*adapter, error) {
 	if ad := a.findAdapterByGIDLocked(gid); ad != nil {
 		return ad, nil
 	}
-	return nil, abi.Errorf(abi.CodeUnavailable, "remote", "GID %s is not an adapter on host %s; other hosts need the control plane, which this agent does not run yet", gid, a.cfg.Host)
+	return nil, abi.Errorf(abi.CodeUnavailable, "remote", "GID %s is not an adapter on host %s (other hosts need the control plane: this agent runs standalone, --no-control-plane)", gid, a.cfg.Host)
 }
 
 func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {

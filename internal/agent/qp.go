@@ -396,7 +396,7 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 	}
 	if ad == nil {
 		return abi.Errorf(abi.CodeUnavailable, "dgid",
-			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane, which this agent does not run yet (rejected: memcpy: the remote VM is not on this host)",
+			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
 			q.qpn, dgid, a.cfg.Host)
 	}
 	q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil

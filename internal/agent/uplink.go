@@ -252,21 +252,29 @@ type tconn struct {
 	nextTag uint64           // +checklocks:pmu
 	dead    bool             // +checklocks:pmu
 
-	// The responder's scratch, owned by serveRequests.
-	resp tcpwire.Header
-	sp   sockPayload
-	req  rcRequest
-	segs [1][]byte
+	// The responder's scratch, owned by serveRequests. ACKs wait in acks
+	// while the next request is already in the read buffer, and go out
+	// together (at most maxAcks).
+	acks  [maxAcks * tcpwire.HeaderLen]byte
+	nacks int
+	resp  tcpwire.Header
+	sp    sockPayload
+	req   rcRequest
+	segs  [1][]byte
 
 	cmMu    sync.Mutex
 	cms     map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
 	cmCount atomic.Int32        // CM requests being served
 
-	lastRead  atomic.Int64 // monotonic ns of the last read progress
-	rdeadline int64        // monotonic ns of the read deadline set, 0 for none; owned by the reader
-	closed    chan struct{}
-	once      sync.Once
-	err       error // why it closed; set before closed is closed
+	// The reader's side, owned by whichever goroutine reads.
+	rbuf        [rbufSize]byte
+	rr, rw      int          // rbuf[rr:rw] is read but not consumed
+	rdeadline   int64        // monotonic ns of the read deadline set, 0 for none
+	handshaking bool         // the handshake's own deadline applies
+	lastRead    atomic.Int64 // monotonic ns of the last read progress
+	closed      chan struct{}
+	once        sync.Once
+	err         error // why it closed; set before closed is closed
 }
 
 func newTconn(l *link, nc *net.TCPConn, outgoing bool, ver uint8) *tconn {
@@ -289,6 +297,10 @@ func (c *tconn) close(why error) {
 	c.once.Do(func() {
 		c.err = why
 		close(c.closed)
+		// Abortive close (RST): the kernel must not deliver requests
+		// still queued on a connection given up for dead once the link
+		// is back — the requester has already failed or resent them.
+		c.nc.SetLinger(0)
 		c.nc.Close()
 		c.pmu.Lock()
 		c.dead = true
@@ -348,6 +360,29 @@ func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {
 	return nil
 }
 
+// flushAcks writes the ACKs serveRC held back, in one write.
+func (c *tconn) flushAcks() error {
+	n := c.nacks
+	if n == 0 {
+		return nil
+	}
+	c.nacks = 0
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if now := nanotime(); now > c.wdeadline-int64(writeStall/2) {
+		c.nc.SetWriteDeadline(time.Now().Add(writeStall))
+		c.wdeadline = now + int64(writeStall)
+	}
+	if _, err := c.nc.Write(c.acks[:n*tcpwire.HeaderLen]); err != nil {
+		err = fmt.Errorf("write %d ACK frames: %w", n, err)
+		c.close(err)
+		return err
+	}
+	c.l.bytesOut.Add(uint64(n * tcpwire.HeaderLen))
+	c.l.framesOut.Add(uint64(n))
+	return nil
+}
+
 // writeControl writes a control frame with a JSON payload.
 func (c *tconn) writeControl(t tcpwire.Type, tag uint64, v any) error {
 	b, err := json.Marshal(v)
@@ -358,12 +393,33 @@ func (c *tconn) writeControl(t tcpwire.Type, tag uint64, v any) error {
 	return c.writeFrame(&h, [][]byte{b})
 }
 
+// rbufSize is the size of a connection's read buffer. It lets one recv
+// bring in several frame headers (a burst of ACKs, small requests); a
+// payload passes through it only for what came in with a header (at most
+// rbufSize bytes), the rest goes straight from the socket into its
+// destination.
+const rbufSize = 1024
+
+// maxAcks is how many ACKs the responder holds back at most.
+const maxAcks = 16
+
 // readFull reads exactly len(b) bytes of a frame already begun, recording
 // progress. A read that makes no progress for writeStall (plus 10 ns a
 // byte) fails: the responder may hold a VM's memory lock while it reads a
 // payload into guest memory, and a stalled peer must not hold it forever.
 func (c *tconn) readFull(b []byte) error {
+	n := copy(b, c.rbuf[c.rr:c.rw])
+	c.rr += n
+	b = b[n:]
 	for len(b) > 0 {
+		if len(b) < rbufSize {
+			if err := c.fill(len(b), false); err != nil {
+				return err
+			}
+			n := copy(b, c.rbuf[c.rr:c.rw])
+			c.rr += n
+			return nil
+		}
 		chunk := b
 		if len(chunk) > 1<<20 {
 			chunk = chunk[:1<<20]
@@ -380,9 +436,56 @@ func (c *tconn) readFull(b []byte) error {
 	return nil
 }
 
+// buffered reports whether a whole frame header is in the read buffer.
+func (c *tconn) buffered() bool { return c.rw-c.rr >= tcpwire.HeaderLen }
+
+// fill reads until the buffer holds need bytes. Waiting for a header
+// (header) on an idle connection has no time limit: a payload's deadline
+// that expires before its first byte is cleared. Once a frame has begun,
+// a read that makes no progress for the deadline fails.
+func (c *tconn) fill(need int, header bool) error {
+	if c.rw-c.rr >= need {
+		return nil
+	}
+	if c.rr > 0 {
+		c.rw = copy(c.rbuf[:], c.rbuf[c.rr:c.rw])
+		c.rr = 0
+	}
+	for c.rw < need {
+		if !header || c.rw > 0 {
+			c.armRead(need - c.rw)
+		}
+		n, err := c.nc.Read(c.rbuf[c.rw:])
+		if n > 0 {
+			c.rw += n
+			c.lastRead.Store(nanotime())
+			c.l.bytesIn.Add(uint64(n))
+			continue
+		}
+		if err == nil {
+			continue
+		}
+		var ne net.Error
+		if header && c.rw == 0 && !c.handshaking && c.rdeadline != 0 && errors.As(err, &ne) && ne.Timeout() {
+			c.nc.SetReadDeadline(time.Time{})
+			c.rdeadline = 0
+			continue
+		}
+		if errors.Is(err, io.EOF) && (!header || c.rw > 0) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	return nil
+}
+
 // armRead makes sure a read deadline covers reading n more bytes. Setting
 // one costs a timer update, so one with half of writeStall left is kept.
+// During the handshake its own deadline applies.
 func (c *tconn) armRead(n int) {
+	if c.handshaking {
+		return
+	}
 	if now := nanotime(); now > c.rdeadline-int64(writeStall/2) {
 		d := writeStall + time.Duration(n*10)
 		c.nc.SetReadDeadline(time.Now().Add(d))
@@ -392,41 +495,28 @@ func (c *tconn) armRead(n int) {
 
 // discard reads and drops n bytes of payload.
 func (c *tconn) discard(n uint64) error {
-	var buf [16 << 10]byte
 	for n > 0 {
-		k := min(n, uint64(len(buf)))
-		if err := c.readFull(buf[:k]); err != nil {
-			return err
+		if c.rr == c.rw {
+			if err := c.fill(1, false); err != nil {
+				return err
+			}
 		}
+		k := min(n, uint64(c.rw-c.rr))
+		c.rr += int(k)
 		n -= k
 	}
 	return nil
 }
 
-// readHeader reads and validates the next frame header. Waiting for a
-// frame to begin has no time limit (an idle connection is fine); a read
-// deadline left from the last payload that expires before the first byte
-// is cleared.
-func (c *tconn) readHeader(buf []byte, h *tcpwire.Header) error {
-	for {
-		n, err := io.ReadFull(c.nc, buf[:tcpwire.HeaderLen])
-		if n > 0 {
-			c.lastRead.Store(nanotime())
-			c.l.bytesIn.Add(uint64(n))
-		}
-		if err == nil {
-			break
-		}
-		var ne net.Error
-		if n == 0 && errors.As(err, &ne) && ne.Timeout() && c.rdeadline != 0 {
-			c.nc.SetReadDeadline(time.Time{})
-			c.rdeadline = 0
-			continue
-		}
+// readHeader reads and validates the next frame header into h.
+func (c *tconn) readHeader(h *tcpwire.Header) error {
+	if err := c.fill(tcpwire.HeaderLen, true); err != nil {
 		return err
 	}
+	b := c.rbuf[c.rr : c.rr+tcpwire.HeaderLen]
+	c.rr += tcpwire.HeaderLen
 	c.l.framesIn.Add(1)
-	return tcpwire.Decode(buf, c.ver, h)
+	return tcpwire.Decode(b, c.ver, h)
 }
 
 // readControl reads a control frame's JSON payload into v.
@@ -497,10 +587,9 @@ func (c *tconn) withdraw(k *call) bool {
 
 // readResponses is the requester side's reader.
 func (c *tconn) readResponses() {
-	var hb [tcpwire.HeaderLen]byte
 	var h tcpwire.Header
 	for {
-		if err := c.readHeader(hb[:], &h); err != nil {
+		if err := c.readHeader(&h); err != nil {
 			c.close(err)
 			return
 		}

@@ -91,7 +91,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
-	c.wdeadline, c.rdeadline = 0, 0
+	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
 	return c, nil
 }
 
@@ -107,15 +107,15 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 	if err := c.writeControl(tcpwire.Hello, 0, hello); err != nil {
 		return err
 	}
-	var hb [tcpwire.HeaderLen]byte
 	var h tcpwire.Header
-	if err := c.readHeader(hb[:], &h); err != nil {
+	if err := c.readHeader(&h); err != nil {
 		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
 	}
 	if h.Type == tcpwire.Refuse {
 		var r tcpwire.RefuseMsg
 		c.readControl(&h, &r)
 		l.refused.Add(1)
+		u.log.Warn("tcp path: a host refused this host's connection", "peer", l.peerID, "reason", r.Reason)
 		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
 	}
 	if h.Type != tcpwire.Challenge {
@@ -145,7 +145,7 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 	if err := c.writeControl(tcpwire.Auth, 0, auth); err != nil {
 		return err
 	}
-	if err := c.readHeader(hb[:], &h); err != nil {
+	if err := c.readHeader(&h); err != nil {
 		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
 	}
 	switch h.Type {
@@ -154,6 +154,7 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 		var r tcpwire.RefuseMsg
 		c.readControl(&h, &r)
 		l.refused.Add(1)
+		u.log.Warn("tcp path: a host refused this host's connection", "peer", l.peerID, "reason", r.Reason)
 		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
 	default:
 		return fmt.Errorf("handshake with host %s: %s frame where READY was expected", l.peerID, h.Type)
@@ -200,14 +201,16 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	// The link is not known until HELLO names the peer.
 	tmp := &link{u: u, peerID: "(unknown)", in: map[*tconn]struct{}{}}
 	c := newTconn(tmp, nc, false, handshakeVersion)
+	known := "" // the host, once the control plane knows it
 	fail := func(err error) (*tconn, error) {
 		u.log.Warn("tcp path: refused a connection", "from", remote, "err", err)
-		c.l.refused.Add(1)
+		if known != "" {
+			u.linkTo(known).refused.Add(1)
+		}
 		return nil, c.refuse(err)
 	}
-	var hb [tcpwire.HeaderLen]byte
 	var h tcpwire.Header
-	if err := c.readHeader(hb[:], &h); err != nil {
+	if err := c.readHeader(&h); err != nil {
 		u.log.Warn("tcp path: bad first frame", "from", remote, "err", err)
 		return nil, err
 	}
@@ -236,7 +239,11 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeTimeout)
 	defer cancel()
-	if _, _, err := u.checkPeerHost(ctx, hello.HostID, remote.Addr()); err != nil {
+	ph, _, err := u.checkPeerHost(ctx, hello.HostID, remote.Addr())
+	if ph.ID == hello.HostID {
+		known = ph.ID
+	}
+	if err != nil {
 		return fail(err)
 	}
 	secret, err := u.switchSecret(ctx)
@@ -248,7 +255,7 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	if err := c.writeControl(tcpwire.Challenge, 0, ch); err != nil {
 		return nil, err
 	}
-	if err := c.readHeader(hb[:], &h); err != nil {
+	if err := c.readHeader(&h); err != nil {
 		return nil, err
 	}
 	if h.Type == tcpwire.Refuse {
@@ -289,7 +296,7 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	l.mu.Unlock()
 	l.notePeer(hello.Host, hello.Boot)
 	nc.SetDeadline(time.Time{})
-	c.wdeadline, c.rdeadline = 0, 0
+	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
 	return c, nil
 }

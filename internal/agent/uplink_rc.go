@@ -67,6 +67,9 @@ func (s *sockPayload) in(dst []byte) error {
 }
 
 func (s *sockPayload) out(src []byte) error {
+	if err := s.c.flushAcks(); err != nil { // responses go out in order
+		return err
+	}
 	s.resp.Status, s.resp.PayloadLen = tcpwire.OK, uint32(len(src))
 	s.responded = true
 	s.c.segs[0] = src
@@ -79,10 +82,15 @@ func (s *sockPayload) atomic(old uint64) { s.old = old }
 
 // serveRequests is the responder side's reader.
 func (c *tconn) serveRequests() {
-	var hb [tcpwire.HeaderLen]byte
 	var h tcpwire.Header
 	for {
-		err := c.readHeader(hb[:], &h)
+		var err error
+		if !c.buffered() {
+			err = c.flushAcks() // before waiting for more
+		}
+		if err == nil {
+			err = c.readHeader(&h)
+		}
 		if err == nil {
 			switch {
 			case h.Type.IsRequest():
@@ -125,6 +133,20 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 	}
 	if sp.responded {
 		return nil
+	}
+	if resp.Type == tcpwire.Ack {
+		// Hold the ACK back while the next request is already here: a
+		// burst of requests is answered by one write.
+		resp.Version = c.ver
+		resp.Put(c.acks[c.nacks*tcpwire.HeaderLen:])
+		c.nacks++
+		if c.nacks < maxAcks && c.buffered() {
+			return nil
+		}
+		return c.flushAcks()
+	}
+	if err := c.flushAcks(); err != nil {
+		return err
 	}
 	return c.writeFrame(resp, nil)
 }

@@ -16,8 +16,9 @@ package agent
 //   - REM_ACCESS_ERR, REM_OP_ERR, REM_INV_REQ_ERR: the WR completes with
 //     that status, the QP moves to ERR and the rest of the window flushes.
 //   - RNR: the responder executed nothing from that PSN on (it answers the
-//     later ones SEQ_ERR). After the RNR delay every entry from the oldest
-//     is sent again (go-back-N); rnr_retry bounds the episodes.
+//     later ones SEQ_ERR). After the RNR delay the oldest is sent again,
+//     alone until it is accepted, then the rest (go-back-N); rnr_retry
+//     bounds the episodes.
 //   - NO_QP, SEQ_ERR, a lost connection, no response within the QP's
 //     timeout: transport retry, go-back-N after the timeout; retry_cnt
 //     bounds the episodes, then RETRY_EXC_ERR.
@@ -62,6 +63,7 @@ type txState struct {
 	rnr     uint8
 	failed  bool // the last send failed (no connection)
 	waited  bool // ... after waiting out the timeout
+	probe   bool // after an RNR, only the oldest goes out until it is accepted
 }
 
 func (q *qp) initTx() {
@@ -97,6 +99,10 @@ func (q *qp) tcpPump(mem []byte) {
 		}
 		if !q.txReap() {
 			continue
+		}
+		// A completion may have moved the QP to ERR: nothing more goes out.
+		if s = q.State(); s != abi.QPSRTS && s != abi.QPSSQD {
+			return
 		}
 		if s == abi.QPSRTS && !q.txFill(mem) {
 			return // an invalid tail: drain handles it
@@ -144,7 +150,7 @@ func (q *qp) txFill(mem []byte) bool {
 			q.mu.Unlock()
 		}
 	}
-	for tx.sent < tx.n {
+	for tx.sent < tx.n && !(tx.probe && tx.sent > 0) {
 		e := tx.at(tx.sent)
 		if e.local != abi.WCSuccess {
 			break
@@ -282,7 +288,7 @@ func (q *qp) txReap() bool {
 				n = 8
 			}
 			q.bytesSent.Add(e.total)
-			tx.armed = false
+			tx.armed, tx.probe = false, false
 			q.txComplete(abi.WCSuccess, n)
 		case tcpwire.RNR:
 			q.txRetry(true, r.RNRTimer, false)
@@ -368,6 +374,7 @@ func (q *qp) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 			tx.rnr--
 		}
 		delay = rnrDelay(rnrTimer)
+		tx.probe = true // the rest would only be refused (SEQ_ERR) again
 	case tx.retries == 0:
 		q.txComplete(abi.WCRetryExcErr, 0)
 		return
@@ -427,7 +434,7 @@ func (q *qp) txDrop() {
 	for i := 0; i < tx.n; i++ {
 		clear(tx.at(i).segs[:])
 	}
-	tx.head, tx.n, tx.sent, tx.armed = 0, 0, 0, false
+	tx.head, tx.n, tx.sent, tx.armed, tx.probe = 0, 0, 0, false, false
 }
 
 // txFlush completes every entry of the window with WR_FLUSH_ERR, in order
@@ -437,5 +444,5 @@ func (q *qp) txFlush() {
 	for q.tx.n > 0 {
 		q.txComplete(abi.WCWRFlushErr, 0)
 	}
-	q.tx.armed = false
+	q.tx.armed, q.tx.probe = false, false
 }

@@ -1,11 +1,13 @@
 package tcpwire
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"regexp"
 )
@@ -155,10 +157,20 @@ func (m *ConnRespMsg) Validate() error {
 	return nil
 }
 
-// DecodeJSON decodes a control payload into v, refusing unknown fields.
+// DecodeJSON decodes a control payload into v: one JSON object and
+// nothing after it. Unknown fields are refused, except in a HELLO: an
+// agent of a later version may add fields there, before the two agree on
+// a version.
 func DecodeJSON(payload []byte, v any) error {
-	if err := json.Unmarshal(payload, v); err != nil {
+	d := json.NewDecoder(bytes.NewReader(payload))
+	if _, hello := v.(*HelloMsg); !hello {
+		d.DisallowUnknownFields()
+	}
+	if err := d.Decode(v); err != nil {
 		return fmt.Errorf("control payload: %v", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return fmt.Errorf("control payload: data after the JSON object")
 	}
 	return nil
 }
