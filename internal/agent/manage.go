@@ -628,37 +628,52 @@ func (a *Agent) undefineVM(s *session, name string) error {
 }
 
 // resolveHost finds a host of the control plane by ID or name; "" is this
-// agent's host.
+// agent's host. The record is read from etcd when it answers (a procedure
+// must see a "host configure" that has just happened, which the cache may
+// not have yet), from the cache otherwise; liveness comes from the cache.
 func (a *Agent) resolveHost(ctx context.Context, ref string) (member.HostStatus, error) {
 	c := a.ctl
 	if ref == "" {
 		ref = a.hostID
 	}
-	var found []member.HostStatus
-	for _, h := range c.cache.Hosts() {
-		if h.Host.ID == ref {
-			return h, nil
+	var all []records.Host
+	if hs, _, _, err := store.List[records.Host](ctx, c.st, records.HostPrefix); err == nil {
+		for _, it := range hs {
+			all = append(all, it.Value)
 		}
-		if h.Host.Name == ref {
+	} else {
+		for _, h := range c.cache.Hosts() {
+			all = append(all, h.Host)
+		}
+	}
+	var found []records.Host
+	for _, h := range all {
+		if h.ID == ref {
+			found = []records.Host{h}
+			break
+		}
+		if h.Name == ref {
 			found = append(found, h)
 		}
 	}
 	switch len(found) {
-	case 1:
-		return found[0], nil
 	case 0:
-		h, err := c.cache.Host(ctx, ref)
-		if errors.Is(err, store.ErrNotFound) {
-			return h, abi.Errorf(abi.CodeNotFound, "host", "host %q is not in the control plane: name a host of vrdmactl host list (by name or ID)", ref)
+		return member.HostStatus{}, abi.Errorf(abi.CodeNotFound, "host", "host %q is not in the control plane: name a host of vrdmactl host list (by name or ID)", ref)
+	case 1:
+		hs, err := c.cache.Host(ctx, found[0].ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return hs, abi.Errorf(abi.CodeUnavailable, "host", "host %q: %v", ref, err)
 		}
-		if err != nil {
-			return h, abi.Errorf(abi.CodeUnavailable, "host", "host %q: %v", ref, err)
+		declared := found[0].State
+		hs.Host, hs.Declared = found[0], declared
+		if hs.Alive == nil {
+			hs.Host.State = records.HostDown
 		}
-		return h, nil
+		return hs, nil
 	}
 	var ids []string
 	for _, h := range found {
-		ids = append(ids, h.Host.ID)
+		ids = append(ids, h.ID)
 	}
 	return member.HostStatus{}, abi.Errorf(abi.CodeInvalid, "host", "host name %q is ambiguous: name one of the host IDs %s", ref, strings.Join(ids, ", "))
 }
