@@ -28,6 +28,7 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -49,6 +50,7 @@ type txEntry struct {
 	call  *call
 	conn  *tconn // the connection it is in flight on; nil when not sent
 	sent  time.Time
+	hdr   [tcpwire.HeaderLen]byte // its frame header, as last sent
 }
 
 // txState is the window; owned by the QP goroutine.
@@ -61,10 +63,15 @@ type txState struct {
 	armed   bool   // retries and rnr hold the oldest's counters
 	retries uint8
 	rnr     uint8
-	failed  bool // the last send failed (no connection)
-	waited  bool // ... after waiting out the timeout
-	probe   bool // after an RNR, only the oldest goes out until it is accepted
+	failed  bool        // the last send failed (no connection)
+	waited  bool        // ... after waiting out the timeout
+	probe   bool        // after an RNR, only the oldest goes out until it is accepted
+	iov     net.Buffers // the frames of one batch, for one writev
 }
+
+// txBatchBytes bounds the payload of one batch of frames: a connection's
+// write lock is not held for too long.
+const txBatchBytes = 1 << 20
 
 func (q *qp) initTx() {
 	for i := range q.tx.ents {
@@ -72,6 +79,7 @@ func (q *qp) initTx() {
 		q.tx.ents[i].call = newCall()
 		q.tx.ents[i].call.wake = q.wakeCh
 	}
+	q.tx.iov = make(net.Buffers, 0, txWindow*(abi.MaxSGE+1))
 }
 
 // poke wakes the QP goroutine wherever it waits.
@@ -150,15 +158,14 @@ func (q *qp) txFill(mem []byte) bool {
 			q.mu.Unlock()
 		}
 	}
-	for tx.sent < tx.n && !(tx.probe && tx.sent > 0) {
-		e := tx.at(tx.sent)
-		if e.local != abi.WCSuccess {
-			break
-		}
-		if !q.txSend(e) {
-			return true
-		}
-		tx.sent++
+	to := tx.sent
+	var bytes uint64
+	for to < tx.n && !(tx.probe && to > 0) && tx.at(to).local == abi.WCSuccess && (to == tx.sent || bytes < txBatchBytes) {
+		bytes += tx.at(to).total
+		to++
+	}
+	if to > tx.sent {
+		q.txSend(to)
 	}
 	return true
 }
@@ -196,9 +203,10 @@ func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 	return abi.WCSuccess, nseg, total
 }
 
-// txSend sends e; false when there is no connection to send it on
-// (tx.failed then says so).
-func (q *qp) txSend(e *txEntry) bool {
+// txSend sends the entries [tx.sent, to) of the window, in one write when
+// it can; on failure (no connection, a write error) tx.failed says so and
+// nothing is in flight from tx.sent on.
+func (q *qp) txSend(to int) {
 	tx := &q.tx
 	q.mu.Lock()
 	l, dst, timeout := q.link, q.remoteQPN, q.attr.Timeout
@@ -206,42 +214,70 @@ func (q *qp) txSend(e *txEntry) bool {
 	wait := retryTimeout(timeout)
 	if l == nil {
 		tx.failed, tx.waited = true, false
-		return false
+		return
 	}
 	start := time.Now()
 	c, err := l.conn(wait)
 	if err != nil {
 		tx.failed, tx.waited = true, time.Since(start) >= wait
-		return false
+		return
 	}
-	w := &e.wqe
-	h := &q.treq
-	*h = tcpwire.Header{Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.qpn, PSN: e.psn, RKey: w.RKey, RemoteAddr: w.RemoteAddr,
-		Compare: w.CompareAdd, Swap: w.Swap}
-	k := e.call
-	k.readSegs = nil
-	var pay [][]byte
-	switch w.Opcode {
-	case abi.OpRDMAWrite, abi.OpSend:
-		pay, h.PayloadLen = e.segs[:e.nseg], uint32(e.total)
-	case abi.OpRDMAWriteWithImm, abi.OpSendWithImm:
-		pay, h.PayloadLen, h.ImmOrLen = e.segs[:e.nseg], uint32(e.total), w.Imm
-	case abi.OpRDMARead:
-		h.ImmOrLen = uint32(e.total)
-		k.readSegs = e.segs[:e.nseg]
+	tx.iov = tx.iov[:0]
+	var n uint64
+	for i := tx.sent; i < to; i++ {
+		e := tx.at(i)
+		w := &e.wqe
+		h := &q.treq
+		*h = tcpwire.Header{Version: c.ver, Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.qpn, PSN: e.psn, RKey: w.RKey,
+			RemoteAddr: w.RemoteAddr, Compare: w.CompareAdd, Swap: w.Swap}
+		k := e.call
+		k.readSegs = nil
+		var pay [][]byte
+		switch w.Opcode {
+		case abi.OpRDMAWrite, abi.OpSend:
+			pay, h.PayloadLen = e.segs[:e.nseg], uint32(e.total)
+		case abi.OpRDMAWriteWithImm, abi.OpSendWithImm:
+			pay, h.PayloadLen, h.ImmOrLen = e.segs[:e.nseg], uint32(e.total), w.Imm
+		case abi.OpRDMARead:
+			h.ImmOrLen = uint32(e.total)
+			k.readSegs = e.segs[:e.nseg]
+		}
+		if !c.register(k) {
+			q.txUnregister(c, i)
+			tx.failed, tx.waited = true, false
+			return
+		}
+		h.Tag = k.tag
+		h.Put(e.hdr[:])
+		tx.iov = append(tx.iov, e.hdr[:])
+		n += tcpwire.HeaderLen
+		for _, p := range pay {
+			if len(p) > 0 {
+				tx.iov = append(tx.iov, p)
+				n += uint64(len(p))
+			}
+		}
 	}
-	if !c.register(k) {
+	err = c.writeFrames(&tx.iov, n, to-tx.sent)
+	clear(tx.iov[:cap(tx.iov)]) // do not keep guest memory reachable
+	if err != nil {
+		q.txUnregister(c, to)
 		tx.failed, tx.waited = true, false
-		return false
+		return
 	}
-	h.Tag = k.tag
-	if err := c.writeFrame(h, pay); err != nil {
-		c.withdraw(k)
-		tx.failed, tx.waited = true, false
-		return false
+	now := time.Now()
+	for i := tx.sent; i < to; i++ {
+		e := tx.at(i)
+		e.conn, e.sent = c, now
 	}
-	e.conn, e.sent = c, time.Now()
-	return true
+	tx.sent = to
+}
+
+// txUnregister withdraws the calls of entries [tx.sent, to) from c.
+func (q *qp) txUnregister(c *tconn, to int) {
+	for i := q.tx.sent; i < to; i++ {
+		c.withdraw(q.tx.at(i).call)
+	}
 }
 
 // txReap completes the window's finished entries from the oldest, in
