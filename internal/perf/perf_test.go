@@ -110,8 +110,13 @@ func benchmark(b *testing.B, c perf.Config, async bool) {
 	// two spinning workload sides, which distorts latency.
 	env := testenv.StartProcess(b, testenv.ProcessOptions{})
 	p := connectPair(b, env, testenv.VMOptions{MemMB: need>>20 + 2, Async: async}, perf.PairConfig{BufSize: need, MaxInline: 220})
-	// Warm up: fault in both guest memories in the agent and here, and
-	// let the path reach its steady state, before the timed run.
+	runBenchmark(b, p, c)
+}
+
+// runBenchmark warms pair p up — both guest memories faulted in, in the
+// agents and here, and the path in its steady state — then runs c for
+// b.N iterations (at least 100) and reports perftest's figure for it.
+func runBenchmark(b *testing.B, p *perf.Pair, c perf.Config) {
 	w := c
 	w.Iters = max(200, min(5000, (256<<20)/max(c.Size, 1)))
 	if _, err := p.Run(context.Background(), w); err != nil {

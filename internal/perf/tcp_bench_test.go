@@ -40,28 +40,7 @@ func tcpBenchmark(b *testing.B, c perf.Config) {
 			if got := p.Path().Path; got != vrdma.PathTCP {
 				b.Fatalf("path %q, want tcp", got)
 			}
-			w := c
-			w.Iters = max(200, min(2000, (64<<20)/max(c.Size, 1)))
-			if _, err := p.Run(context.Background(), w); err != nil {
-				b.Fatal(err)
-			}
-			c := c
-			c.Iters = max(b.N, 100)
-			b.ResetTimer()
-			r, err := p.Run(context.Background(), c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.SetBytes(int64(c.Size))
-			switch {
-			case c.Test.Latency():
-				b.ReportMetric(r.TTypical, "µs-typical")
-				b.ReportMetric(r.TAvg, "µs-avg")
-			case c.Test == perf.SendBW:
-				b.ReportMetric(r.MsgRate, "Mpps")
-			default:
-				b.ReportMetric(r.BWAvg, "MiB/s")
-			}
+			runBenchmark(b, p, c)
 		})
 	}
 }

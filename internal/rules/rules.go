@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vrdma/vrdma/internal/vmconfig"
 	"github.com/vrdma/vrdma/internal/vmx"
 )
 
@@ -307,30 +308,6 @@ func (c *checker) badValue(key, format string, args ...any) {
 	c.add(RuleBadValue, key, "%s = %s: %s", key, quoteValue(v), fmt.Sprintf(format, args...))
 }
 
-// parseDecimal parses a plain non-negative decimal of at most 18 digits,
-// as package vmconfig does; on failure it says what is wrong.
-func parseDecimal(v string) (int, string) {
-	if v == "" {
-		return 0, "empty"
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, "not a number"
-		}
-	}
-	if len(v) > 1 && v[0] == '0' {
-		return 0, "a number with a leading zero"
-	}
-	if len(v) > 18 {
-		return 0, "a number far too large"
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, "not a number"
-	}
-	return n, ""
-}
-
 // number returns the value of a numeric key and true, or false if it is
 // not set or bad (a bad value is a bad-value finding).
 func (c *checker) number(key string, lo, hi int, what, example string) (int, bool) {
@@ -338,7 +315,7 @@ func (c *checker) number(key string, lo, hi int, what, example string) (int, boo
 	if !ok {
 		return 0, false
 	}
-	n, problem := parseDecimal(v)
+	n, problem := vmconfig.ParseDecimal(v)
 	switch {
 	case problem != "":
 		c.badValue(key, "%s; set %s to %s, e.g. %s = %q", problem, key, what, key, example)
@@ -350,18 +327,6 @@ func (c *checker) number(key string, lo, hi int, what, example string) (int, boo
 	return n, true
 }
 
-// parseBool parses a VMX boolean as package vmconfig does: TRUE or FALSE
-// in any case, also 1/0 and yes/no.
-func parseBool(v string) (value, ok bool) {
-	switch strings.ToLower(v) {
-	case "true", "1", "yes":
-		return true, true
-	case "false", "0", "no":
-		return false, true
-	}
-	return false, false
-}
-
 // boolean returns the value of a boolean key, def if it is not set, and
 // false for ok if it is bad (a bad-value finding).
 func (c *checker) boolean(key string, def bool) (value, ok bool) {
@@ -369,7 +334,7 @@ func (c *checker) boolean(key string, def bool) (value, ok bool) {
 	if !set {
 		return def, true
 	}
-	b, good := parseBool(v)
+	b, good := vmconfig.ParseBool(v)
 	if !good {
 		c.badValue(key, "not a boolean; write %s = \"TRUE\" or %s = \"FALSE\"", key, key)
 		return def, false
@@ -391,7 +356,7 @@ func indexedKey(key, prefix, suffix string) (n int, canonical, ok bool) {
 			return 0, false, false
 		}
 	}
-	n, problem := parseDecimal(digits)
+	n, problem := vmconfig.ParseDecimal(digits)
 	if problem != "" || n > maxAdapterIndex {
 		return 0, false, true
 	}

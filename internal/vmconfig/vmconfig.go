@@ -196,7 +196,7 @@ func (r *reader) number(s numSpec) int {
 		return 0
 	}
 	fix := fmt.Sprintf("set %s to %s, e.g. %s = %q", s.key, s.what, s.key, s.example)
-	n, problem := parseDecimal(v)
+	n, problem := ParseDecimal(v)
 	switch {
 	case problem != "":
 		r.fail(s.key, "%s; %s", problem, fix)
@@ -209,9 +209,10 @@ func (r *reader) number(s numSpec) int {
 	return n
 }
 
-// parseDecimal parses a non-negative decimal number of at most 18 digits.
-// On failure it returns what is wrong with v.
-func parseDecimal(v string) (int, string) {
+// ParseDecimal parses a VMX number: a non-negative decimal of at most 18
+// digits, without a leading zero. On failure it returns what is wrong with
+// v. Package rules reads numbers the same way.
+func ParseDecimal(v string) (int, string) {
 	if v == "" {
 		return 0, "empty"
 	}
@@ -233,8 +234,9 @@ func parseDecimal(v string) (int, string) {
 	return n, ""
 }
 
-// parseBool parses a VMX boolean.
-func parseBool(v string) (value, ok bool) {
+// ParseBool parses a VMX boolean: TRUE or FALSE in any case, also 1/0 and
+// yes/no.
+func ParseBool(v string) (value, ok bool) {
 	switch strings.ToLower(v) {
 	case "true", "1", "yes":
 		return true, true
@@ -250,7 +252,7 @@ func (r *reader) boolean(key string, def bool) bool {
 	if !ok {
 		return def
 	}
-	b, ok := parseBool(v)
+	b, ok := ParseBool(v)
 	if !ok {
 		r.fail(key, "not a boolean; use %s = \"TRUE\" or %s = \"FALSE\" (1/0 and yes/no are accepted too, in any case)",
 			key, key)
@@ -274,7 +276,7 @@ func adapterKey(key string) (n int, canonical, ok bool) {
 			return 0, false, false
 		}
 	}
-	n, problem := parseDecimal(digits)
+	n, problem := ParseDecimal(digits)
 	if problem != "" || n > MaxAdapterIndex {
 		return 0, false, true
 	}
