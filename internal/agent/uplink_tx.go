@@ -31,6 +31,8 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -436,6 +438,26 @@ func (q *qp) txWait() {
 	q.mu.Lock()
 	wait := retryTimeout(q.attr.Timeout)
 	q.mu.Unlock()
+	// Poll first: a response or a new post within doorbellPollTCP then
+	// costs no sleep and wake-up of this goroutine's thread.
+	tailW := abi.Word(q.ring.Bytes(), abi.OffSQTail)
+	deadline := nanotime() + int64(doorbellPollTCP)
+	for i := 0; ; i++ {
+		if len(e.call.done) > 0 || q.stop.Load() || tx.n < txWindow && tailW.Load() != tx.next {
+			return
+		}
+		select {
+		case <-q.wakeCh:
+			return
+		default:
+		}
+		if i&7 == 7 {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			if nanotime() > deadline {
+				break
+			}
+		}
+	}
 	left := time.Until(e.sent.Add(wait))
 	if left > 0 {
 		q.timer.Reset(left)
