@@ -23,6 +23,7 @@ type perfOptions struct {
 	iters       int
 	txDepth     int
 	cqMod       int
+	useEvent    bool
 	all         bool
 	duration    int
 	local       bool
@@ -101,6 +102,7 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.IntVarP(&o.txDepth, "tx-depth", "t", 128, "outstanding work requests (BW tests)")
 	f.IntVarP(&o.cqMod, "cq-mod", "Q", perf.DefaultCQMod, "signal one work request in this many")
 	f.BoolVarP(&o.all, "all", "a", false, "run every size from 2 to 2^23 bytes")
+	f.BoolVarP(&o.useEvent, "use_event", "e", false, "BW tests: sleep on the CQ's completion event when the window is full, instead of polling")
 	f.IntVarP(&o.duration, "duration", "D", 0, "run BW tests for this many seconds instead of -n iterations (no BW peak)")
 	f.BoolVar(&o.local, "local", false, "start an agent and two VMs for the run, and remove them after")
 	f.StringVar(&o.path, "path", "", "fail unless the pair takes this path: memcpy, memcpy-direct, tcp or rdma")
@@ -205,6 +207,7 @@ type perfInfo struct {
 	UsingSRQ       string   `json:"Using_SRQ"`
 	TXDepth        int      `json:"TX_depth"`
 	CQModeration   int      `json:"CQ_Moderation"`
+	UseEvent       bool     `json:"use_event"`
 	Mtu            int      `json:"Mtu"`
 	LinkType       string   `json:"Link_type"`
 	GIDIndex       int      `json:"GID_index"`
@@ -384,7 +387,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 
 	info := perfInfo{Test: string(o.test), Title: o.test.Title(), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
-		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth),
+		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
 		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
@@ -410,7 +413,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	var results []perf.Result
 	for _, size := range sizes {
-		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod,
+		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent,
 			Duration: time.Duration(o.duration) * time.Second}
 		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
 		r, err := p.Run(rctx, c)
@@ -493,6 +496,9 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 	}
 	if !o.test.Latency() {
 		fmt.Fprintf(w, " CQ Moderation   : %d\n", info.CQModeration)
+		if info.UseEvent {
+			fmt.Fprintf(w, " Completion      : events (--use_event)\n")
+		}
 	}
 	fmt.Fprintf(w, " Mtu             : %d[B]\n", info.Mtu)
 	fmt.Fprintf(w, " Link type       : Ethernet\n")

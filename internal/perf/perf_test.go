@@ -58,6 +58,7 @@ func TestRun(t *testing.T) {
 	for _, c := range []perf.Config{
 		{Test: perf.WriteBW, Size: 4096, Iters: 1000},
 		{Test: perf.ReadBW, Size: 4096, Iters: 500, TxDepth: 16, CQMod: 7},
+		{Test: perf.WriteBW, Size: 4096, Iters: 1000, TxDepth: 8, UseEvent: true}, // sleeps on the CQ when the window is full
 		{Test: perf.WriteBW, Size: 65536, Duration: 50 * time.Millisecond},
 		{Test: perf.WriteLat, Size: 8, Iters: 300},
 		{Test: perf.WriteLat, Size: 4096, Iters: 300}, // not inline

@@ -94,6 +94,10 @@ type Config struct {
 	// CQMod signals one send in CQMod (default DefaultCQMod, at most
 	// TxDepth).
 	CQMod int
+	// UseEvent (perftest's --use_event): a BW test whose window is full
+	// sleeps on the CQ's completion event instead of polling, leaving the
+	// CPU to the agents (on a small machine they share it).
+	UseEvent bool
 }
 
 // Result is what a run measured. Bandwidths are MiB/s (2^20 bytes per
@@ -253,6 +257,12 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 			return Result{}, err
 		}
 		if n == 0 {
+			if c.UseEvent && posted-completed >= c.TxDepth {
+				if err := a.CQ.Wait(ctx); err != nil {
+					return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, iters, err)
+				}
+				continue
+			}
 			if err := sp.spin(); err != nil {
 				return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, iters, err)
 			}
