@@ -1565,7 +1565,7 @@ func testLocalErrors(t *testing.T, s *suite) {
 		t.Run(c.name, func(t *testing.T) {
 			a, b := s.pair(t, pairConfig{})
 			local := a.mr(t, 4096, c.access)
-			sge := local.SGE(0, 64)
+			var sge vrdma.SGE
 			if c.sge != nil {
 				sge = c.sge(local)
 			} else {

@@ -96,7 +96,6 @@ type qp struct {
 	rqResets    uint32 // +checklocks:rqMu
 
 	bytesSent atomic.Uint64
-	wrsDone   atomic.Uint64
 }
 
 func (q *qp) State() abi.QPState { return abi.QPState(q.state.Load()) }
