@@ -21,6 +21,10 @@ type VMStatus = abi.VMStatus
 // QPStatus is one QP in a VMStatus.
 type QPStatus = abi.QPStatus
 
+// UplinkStatus is the agent's traffic with one other host over the tcp
+// path, in a Status.
+type UplinkStatus = abi.UplinkStatus
+
 // AdapterInfo describes an adapter in a VMStatus.
 type AdapterInfo = abi.AdapterInfo
 

@@ -77,6 +77,7 @@ func onOff(b bool) string {
 
 func printStatus(w io.Writer, rep statusReport) {
 	fmt.Fprintf(w, "host %s (host ID %s), agent %s at %s\n\n", rep.Host, rep.HostID, rep.AgentVersion, rep.Socket)
+	defer printUplinks(w, rep.Uplinks)
 	if len(rep.VMs) == 0 {
 		fmt.Fprintln(w, "no VMs: define one with 'vrdmactl vm define NAME FILE.vmx'")
 		return
@@ -119,6 +120,30 @@ func printStatus(w io.Writer, rep statusReport) {
 			}
 			fmt.Fprintf(tw, "0x%06x\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", q.QPN, v.Name, q.Adapter, q.State, peer, peerQPN, path, q.Path.Reason)
 		}
+	}
+	tw.Flush()
+}
+
+// printUplinks prints the host's links to other hosts (the tcp path), if
+// it has any.
+func printUplinks(w io.Writer, ups []vrdma.UplinkStatus) {
+	if len(ups) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "UPLINK (tcp) TO	ADDRESS	STATE	CONNS	BYTES OUT	BYTES IN	FRAMES OUT	FRAMES IN	DIALS	REFUSED	LAST ERROR")
+	for _, u := range ups {
+		peer := u.PeerHost
+		if peer == "" {
+			peer = u.PeerHostID
+		}
+		addr := u.Address
+		if addr == "" {
+			addr = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", peer, addr, u.State, u.Conns, u.BytesOut, u.BytesIn,
+			u.FramesOut, u.FramesIn, u.Dials, u.Refused, u.LastError)
 	}
 	tw.Flush()
 }
