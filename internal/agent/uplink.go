@@ -250,6 +250,7 @@ type tconn struct {
 	whdr      [tcpwire.HeaderLen]byte
 	wdeadline int64       // monotonic ns of the write deadline set; +checklocks:wmu
 	wiov      net.Buffers // +checklocks:wmu
+	wbufs     net.Buffers // what WriteTo is consuming; a field, so that it does not escape per call; +checklocks:wmu
 
 	pmu     sync.Mutex
 	pending map[uint64]*call // requests waiting for a response; +checklocks:pmu
@@ -356,8 +357,8 @@ func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {
 		c.nc.SetWriteDeadline(time.Now().Add(d))
 		c.wdeadline = now + int64(d)
 	}
-	bufs := c.wiov
-	_, err := bufs.WriteTo(c.nc)
+	c.wbufs = c.wiov // WriteTo consumes its receiver; a field does not escape per call
+	_, err := c.wbufs.WriteTo(c.nc)
 	clear(c.wiov) // do not keep guest memory reachable
 	if err != nil {
 		err = fmt.Errorf("write %s frame: %w", h.Type, err)
@@ -379,8 +380,8 @@ func (c *tconn) writeFrames(iov *net.Buffers, n uint64, frames int) error {
 		c.nc.SetWriteDeadline(time.Now().Add(d))
 		c.wdeadline = now + int64(d)
 	}
-	bufs := *iov
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	c.wbufs = *iov
+	if _, err := c.wbufs.WriteTo(c.nc); err != nil {
 		err = fmt.Errorf("write %d request frames: %w", frames, err)
 		c.close(err)
 		return err
