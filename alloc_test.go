@@ -7,11 +7,18 @@ package vrdma_test
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -62,5 +69,165 @@ func TestHotPathAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("PostRecv+PostSend+Poll allocate %.1f times per round; the data path must not allocate", allocs)
+	}
+}
+
+// TestHotPathAllocsTCP checks that the tcp path allocates nothing per work
+// request, on either agent: two agents in this process, on loopback
+// addresses, with a pair between them doing RDMA WRITEs and SENDs.
+func TestHotPathAllocsTCP(t *testing.T) {
+	ep := etcdtest.Start(t).ClientURL()
+	st := etcdtest.Open(t, ep)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sw := records.Switch{Name: "dvs1", UUID: "50 1a 2b 3c 4d 5e 6f 70-81 92 a3 b4 c5 d6 e7 f8", MTU: 9000, UplinkPolicy: records.UplinkSingle}
+	if _, err := st.Create(ctx, records.SwitchKey(sw.Name), sw); err != nil {
+		t.Fatal(err)
+	}
+	pg := records.PortGroup{Name: "dvportgroup-10", Key: "dvportgroup-10", Switch: "dvs1", VLAN: 10, RoCEVersion: records.RoCEv2}
+	if _, err := st.Create(ctx, records.PortGroupKey(pg.Key), pg); err != nil {
+		t.Fatal(err)
+	}
+	var envs []*testenv.Env
+	for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
+		ln, err := net.Listen("tcp", ip+":0") // a free port on that address
+		if err != nil {
+			t.Skipf("loopback address %s: %v", ip, err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		envs = append(envs, testenv.StartControl(t, "alloc-"+ip, agent.ControlConfig{Endpoints: []string{ep}, Switch: "dvs1",
+			FirewallPVRDMA: true, PVRDMAAddress: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))}))
+	}
+	vmx := testenv.VMXOn(testenv.VMOptions{}, sw.UUID, pg.Key)
+	v1 := envs[0].OpenVMX(t, "alloc1", vmx)
+	v2 := envs[1].OpenVMX(t, "alloc2", vmx)
+	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: 8192, MaxInline: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Path().Path; got != vrdma.PathTCP {
+		t.Fatalf("path %q (%s), want tcp", got, p.Path().Reason)
+	}
+	a, b := p.A, p.B
+	sends := []vrdma.SendWR{
+		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
+		{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendInline, SGL: []vrdma.SGE{a.MR.SGE(64, 32)}},
+	}
+	recvs := []vrdma.RecvWR{{ID: 3, SGL: []vrdma.SGE{b.MR.SGE(4096, 64)}}}
+	wc := make([]vrdma.WorkCompletion, 8)
+	waitOne := func(cq *vrdma.CQ) {
+		for {
+			n, err := cq.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				if wc[0].Status != vrdma.WCSuccess {
+					t.Fatalf("completion %+v", wc[0])
+				}
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	round := func() {
+		if err := b.QP.PostRecv(recvs); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.QP.PostSend(sends); err != nil {
+			t.Fatal(err)
+		}
+		waitOne(a.CQ)
+		waitOne(b.CQ)
+	}
+	for range 50 { // connections opened, buffers and maps grown
+		round()
+	}
+	// The embedded etcd and its clients in this process allocate on their
+	// own (leases, heartbeats), so a process-wide count says nothing: count
+	// the allocations whose stacks pass through the tcp path's data-path
+	// functions, from the memory profile at its finest rate.
+	old := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	defer func() { runtime.MemProfileRate = old }()
+	before := dataPathAllocs()
+	for range 200 {
+		round()
+	}
+	if n, where := dataPathAllocsSince(before); n > 0 {
+		t.Fatalf("200 rounds of WRITE + SEND over the tcp path allocated %d times in the data path; the data path must not allocate:\n%s", n, where)
+	}
+}
+
+// dataPathFuncs are the agent's tcp data-path functions: an allocation
+// whose stack passes through one of them is a data-path allocation.
+var dataPathFuncs = []string{
+	"internal/agent.(*qp).tcpPump", "internal/agent.(*qp).txFill", "internal/agent.(*qp).txSend", "internal/agent.(*qp).txReap",
+	"internal/agent.(*qp).txWait", "internal/agent.(*qp).txComplete", "internal/agent.(*tconn).serveRC",
+	"internal/agent.(*tconn).readResponses", "internal/agent.(*tconn).writeFrames", "internal/agent.(*tconn).flushAcks",
+	"internal/agent.(*qp).respond", "internal/agent.(*tconn).execute",
+}
+
+// dataPathAllocs returns the allocation counts of the memory profile's
+// data-path stacks, by stack.
+func dataPathAllocs() map[[32]uintptr]int64 {
+	runtime.GC()
+	runtime.GC() // the profile is published a cycle late
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+50)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	out := map[[32]uintptr]int64{}
+	for _, r := range recs {
+		if inDataPath(r.Stack()) {
+			out[r.Stack0] += r.AllocObjects
+		}
+	}
+	return out
+}
+
+// dataPathAllocsSince returns how many data-path allocations happened
+// since before, and where.
+func dataPathAllocsSince(before map[[32]uintptr]int64) (int64, string) {
+	var n int64
+	var where strings.Builder
+	for stk, c := range dataPathAllocs() {
+		if d := c - before[stk]; d > 0 {
+			n += d
+			fmt.Fprintf(&where, "%d at:\n", d)
+			frames := runtime.CallersFrames(stk[:])
+			for {
+				f, more := frames.Next()
+				if f.Function != "" {
+					fmt.Fprintf(&where, "\t%s (%s:%d)\n", f.Function, f.File, f.Line)
+				}
+				if !more {
+					break
+				}
+			}
+		}
+	}
+	return n, where.String()
+}
+
+func inDataPath(stk []uintptr) bool {
+	frames := runtime.CallersFrames(stk)
+	for {
+		f, more := frames.Next()
+		for _, fn := range dataPathFuncs {
+			if strings.HasSuffix(f.Function, fn) {
+				return true
+			}
+		}
+		if !more {
+			return false
+		}
 	}
 }
