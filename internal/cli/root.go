@@ -96,7 +96,8 @@ func (a *app) rootCommand() *cobra.Command {
 adapters, and measures the paths between them.
 
 Start with 'vrdmactl quickstart': it needs no root and no installed agent, and
-shows two VMs talking RDMA on this machine in a few seconds.`,
+shows VMs talking RDMA on this machine in a few seconds: on one host (memcpy)
+and between two hosts (tcp).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
