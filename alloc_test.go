@@ -35,38 +35,7 @@ func TestHotPathAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := p.A, p.B
-	sends := []vrdma.SendWR{
-		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
-		{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendInline, SGL: []vrdma.SGE{a.MR.SGE(64, 32)}},
-	}
-	recvs := []vrdma.RecvWR{{ID: 3, SGL: []vrdma.SGE{b.MR.SGE(4096, 64)}}}
-	wc := make([]vrdma.WorkCompletion, 8)
-	waitOne := func(cq *vrdma.CQ) {
-		for {
-			n, err := cq.Poll(wc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n > 0 {
-				if wc[0].Status != vrdma.WCSuccess {
-					t.Fatalf("completion %+v", wc[0])
-				}
-				return
-			}
-			runtime.Gosched() // the agent runs in this process
-		}
-	}
-	allocs := testing.AllocsPerRun(200, func() {
-		if err := b.QP.PostRecv(recvs); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.QP.PostSend(sends); err != nil {
-			t.Fatal(err)
-		}
-		waitOne(a.CQ)
-		waitOne(b.CQ)
-	})
+	allocs := testing.AllocsPerRun(200, allocRound(t, p))
 	if allocs != 0 {
 		t.Fatalf("PostRecv+PostSend+Poll allocate %.1f times per round; the data path must not allocate", allocs)
 	}
@@ -109,38 +78,7 @@ func TestHotPathAllocsTCP(t *testing.T) {
 	if got := p.Path().Path; got != vrdma.PathTCP {
 		t.Fatalf("path %q (%s), want tcp", got, p.Path().Reason)
 	}
-	a, b := p.A, p.B
-	sends := []vrdma.SendWR{
-		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
-		{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendInline, SGL: []vrdma.SGE{a.MR.SGE(64, 32)}},
-	}
-	recvs := []vrdma.RecvWR{{ID: 3, SGL: []vrdma.SGE{b.MR.SGE(4096, 64)}}}
-	wc := make([]vrdma.WorkCompletion, 8)
-	waitOne := func(cq *vrdma.CQ) {
-		for {
-			n, err := cq.Poll(wc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n > 0 {
-				if wc[0].Status != vrdma.WCSuccess {
-					t.Fatalf("completion %+v", wc[0])
-				}
-				return
-			}
-			runtime.Gosched()
-		}
-	}
-	round := func() {
-		if err := b.QP.PostRecv(recvs); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.QP.PostSend(sends); err != nil {
-			t.Fatal(err)
-		}
-		waitOne(a.CQ)
-		waitOne(b.CQ)
-	}
+	round := allocRound(t, p)
 	for range 50 { // connections opened, buffers and maps grown
 		round()
 	}
@@ -160,6 +98,44 @@ func TestHotPathAllocsTCP(t *testing.T) {
 	// would show 400 times.
 	if n, where := dataPathAllocsSince(before); n > 10 {
 		t.Fatalf("200 rounds of WRITE + SEND over the tcp path allocated %d times in the data path; the data path must not allocate:\n%s", n, where)
+	}
+}
+
+// allocRound returns one round of the allocation tests on pair p: a
+// receive posted at B, an RDMA WRITE with an SGE list and a signaled
+// inline SEND posted at A, and both completions polled.
+func allocRound(t *testing.T, p *perf.Pair) func() {
+	a, b := p.A, p.B
+	sends := []vrdma.SendWR{
+		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
+		{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendInline, SGL: []vrdma.SGE{a.MR.SGE(64, 32)}},
+	}
+	recvs := []vrdma.RecvWR{{ID: 3, SGL: []vrdma.SGE{b.MR.SGE(4096, 64)}}}
+	wc := make([]vrdma.WorkCompletion, 8)
+	waitOne := func(cq *vrdma.CQ) {
+		for {
+			n, err := cq.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				if wc[0].Status != vrdma.WCSuccess {
+					t.Fatalf("completion %+v", wc[0])
+				}
+				return
+			}
+			runtime.Gosched() // the agents run in this process
+		}
+	}
+	return func() {
+		if err := b.QP.PostRecv(recvs); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.QP.PostSend(sends); err != nil {
+			t.Fatal(err)
+		}
+		waitOne(a.CQ)
+		waitOne(b.CQ)
 	}
 }
 

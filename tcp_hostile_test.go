@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
-	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/tcpwire"
@@ -524,7 +523,7 @@ func TestTCPHostile(t *testing.T) {
 	// counts what host B refused of connections that claimed host A, a
 	// host it knows.
 	t.Run("refused-counter", func(t *testing.T) {
-		if u := hostileUplink(t, hb, ha); u.Refused == 0 {
+		if u := uplinkTo(t, hb, ha); u.Refused == 0 {
 			t.Errorf("%s's uplink to %s reports %d refused handshakes after the refusals above of connections claiming %s: %+v",
 				hb.Name, ha.Name, u.Refused, ha.Name, u)
 		}
@@ -956,26 +955,4 @@ func hostileAdapter0(t *testing.T, v *vrdma.VM) *vrdma.Adapter {
 func hostileGID0(t *testing.T, v *vrdma.VM) [16]byte {
 	t.Helper()
 	return hostileAdapter0(t, v).GID()
-}
-
-// hostileUplink returns h's agent's status of its link to peer.
-func hostileUplink(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
-	t.Helper()
-	ctx := opCtx(t)
-	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(h.Socket))
-	if err != nil {
-		t.Fatalf("%s: %v", h.Name, err)
-	}
-	defer a.Close()
-	st, err := a.Status(ctx)
-	if err != nil {
-		t.Fatalf("%s: status: %v", h.Name, err)
-	}
-	for _, u := range st.Uplinks {
-		if u.PeerHostID == peer.ID() {
-			return u
-		}
-	}
-	t.Fatalf("%s's status has no uplink to %s: %+v", h.Name, peer.Name, st.Uplinks)
-	return abi.UplinkStatus{}
 }

@@ -78,9 +78,6 @@ const (
 	// MaxAdaptersBefore702 is the most PVRDMA adapters per VM before ESXi
 	// 7.0 U2 (the 6.5-era KB 328676: "only one PVRDMA device").
 	MaxAdaptersBefore702 = 1
-	// maxAdapterIndex bounds N in ethernetN, as package vmconfig does: a
-	// key with a larger N is not an adapter key.
-	maxAdapterIndex = 9999
 	// maxMemSizeMB bounds memSize and sched.mem.min (1 TiB), as package
 	// vmconfig does.
 	maxMemSizeMB = 1048576
@@ -342,27 +339,6 @@ func (c *checker) boolean(key string, def bool) (value, ok bool) {
 	return b, true
 }
 
-// indexedKey returns N if key is prefix + N + suffix (compared without
-// regard to ASCII case) with N plain decimal digits. canonical is false if N
-// has a leading zero or is larger than maxAdapterIndex.
-func indexedKey(key, prefix, suffix string) (n int, canonical, ok bool) {
-	k := strings.ToLower(key)
-	if !strings.HasPrefix(k, prefix) || !strings.HasSuffix(k, suffix) || len(k) <= len(prefix)+len(suffix) {
-		return 0, false, false
-	}
-	digits := k[len(prefix) : len(k)-len(suffix)]
-	for i := 0; i < len(digits); i++ {
-		if digits[i] < '0' || digits[i] > '9' {
-			return 0, false, false
-		}
-	}
-	n, problem := vmconfig.ParseDecimal(digits)
-	if problem != "" || n > maxAdapterIndex {
-		return 0, false, true
-	}
-	return n, true, true
-}
-
 // ethernetState is what the file says about ethernetN.
 type ethernetState struct {
 	dev     string // ethernetN.virtualDev
@@ -384,7 +360,7 @@ func (c *checker) ethernet(n int) ethernetState {
 // are to VMware.
 func (c *checker) findAdapters() {
 	for _, key := range c.f.Keys() {
-		n, canonical, ok := indexedKey(key, "ethernet", ".virtualdev")
+		n, canonical, ok := vmconfig.IndexedKey(key, "ethernet", ".virtualdev")
 		if !ok || !canonical {
 			continue
 		}
@@ -623,7 +599,7 @@ func (c *checker) nativeEndpointIndex(key string) {
 	}
 	const rule = "vrdmaX is the PVRDMA adapter ethernetX, whose number is the network adapter's number minus 1 " +
 		"(\"Network adapter 2\" is ethernet1, so vrdma1)"
-	n, canonical, ok := indexedKey(key, "vrdma", ".nativeendpointsupport")
+	n, canonical, ok := vmconfig.IndexedKey(key, "vrdma", ".nativeendpointsupport")
 	if !ok || !canonical {
 		c.add(RuleNativeEndpointIndex, key, "%s names no adapter: %s; write vrdmaX.nativeEndpointSupport with X the "+
 			"adapter's number, without leading zeros; %s", key, rule, have)

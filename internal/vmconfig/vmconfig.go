@@ -261,11 +261,12 @@ func (r *reader) boolean(key string, def bool) bool {
 	return b
 }
 
-// adapterKey returns N if key is "ethernetN.virtualDev" (in any case, with
-// N decimal digits). canonical is false if N has a leading zero or is larger
-// than MaxAdapterIndex.
-func adapterKey(key string) (n int, canonical, ok bool) {
-	const prefix, suffix = "ethernet", ".virtualdev"
+// IndexedKey returns N if key is prefix + N + suffix (prefix and suffix
+// in lower case; key compared without regard to ASCII case) with N plain
+// decimal digits: "ethernetN.virtualDev", "vrdmaN.nativeEndpointSupport".
+// canonical is false if N has a leading zero or is larger than
+// MaxAdapterIndex. Package rules reads keys the same way.
+func IndexedKey(key, prefix, suffix string) (n int, canonical, ok bool) {
 	k := strings.ToLower(key)
 	if !strings.HasPrefix(k, prefix) || !strings.HasSuffix(k, suffix) || len(k) <= len(prefix)+len(suffix) {
 		return 0, false, false
@@ -288,7 +289,7 @@ func (r *reader) adapters() []Adapter {
 	var found []Adapter
 	var keys []string // the virtualDev key of each adapter in found
 	for _, key := range r.f.Keys() {
-		n, canonical, ok := adapterKey(key)
+		n, canonical, ok := IndexedKey(key, "ethernet", ".virtualdev")
 		if !ok {
 			continue
 		}
