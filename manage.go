@@ -25,6 +25,10 @@ type QPStatus = abi.QPStatus
 // path, in a Status.
 type UplinkStatus = abi.UplinkStatus
 
+// PVRDMAStatus is the host's end of the tcp path in Status: its PVRDMA
+// address, where the agent listens, and the pvrdma firewall rule.
+type PVRDMAStatus = abi.PVRDMAStatus
+
 // AdapterInfo describes an adapter in a VMStatus.
 type AdapterInfo = abi.AdapterInfo
 

@@ -766,6 +766,9 @@ type Status struct {
 	Host   string     `json:"host"`
 	HostID string     `json:"host_id"`
 	VMs    []VMStatus `json:"vms"`
+	// PVRDMA is the host's end of the tcp path; nil without a control
+	// plane.
+	PVRDMA *PVRDMAStatus `json:"pvrdma,omitempty"`
 	// Uplinks are the host's links to other hosts (the tcp path).
 	Uplinks []UplinkStatus `json:"uplinks,omitempty"`
 }

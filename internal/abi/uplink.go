@@ -18,3 +18,13 @@ type UplinkStatus struct {
 	Refused    uint64 `json:"refused"` // handshakes refused, either side
 	LastError  string `json:"last_error,omitempty"`
 }
+
+// PVRDMAStatus describes the host's end of the tcp path, as its agent
+// applies its host record: the tagged PVRDMA address, where the agent
+// listens, and the pvrdma firewall rule.
+type PVRDMAStatus struct {
+	Address   string `json:"address,omitempty"`   // the host record's PVRDMA address:port
+	Listening string `json:"listening,omitempty"` // where the agent accepts other hosts' connections
+	Firewall  bool   `json:"firewall"`            // the pvrdma firewall rule is on
+	Error     string `json:"error,omitempty"`     // why it does not listen on Address
+}

@@ -357,6 +357,7 @@ func (a *Agent) status() abi.Status {
 	st.VMs = append(st.VMs, a.managedHere(seen)...) // manage.go
 	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
 	if a.up != nil {
+		st.PVRDMA = a.up.pvrdmaStatus()
 		st.Uplinks = a.up.status()
 	}
 	return st

@@ -13,8 +13,13 @@ package agent
 //
 // Goroutines and who owns them:
 //
-//	uplink.serve        accept loop on the PVRDMA address; owned by the
-//	                    uplink, stopped by close.
+//	uplink.serve        accept loop on the PVRDMA address; one per
+//	                    listener, owned by the uplink, stopped when the
+//	                    listener closes (the address changed, or close).
+//	uplink.watchConfig  follows this host's record in the control plane
+//	                    (uplink_config.go): a new PVRDMA address moves the
+//	                    listener, the pvrdma firewall rule turned off drops
+//	                    every connection; stopped by close.
 //	tconn.serveRequests one per accepted connection (responder side): reads
 //	                    requests in order (polling the socket for 200 µs
 //	                    before it sleeps), executes each against the
@@ -28,13 +33,12 @@ package agent
 //	                    local segments), fails every waiting call when the
 //	                    connection ends.
 //
-// Requesters are QP goroutines (qp.runSQ): each writes its request frame
-// under the connection's write lock and waits for its response; a QP has
-// at most one request in flight (stop and wait), which keeps RC ordering
-// without a reorder buffer. Flow control is TCP's: a slow responder stops
-// reading, the requester's write blocks, the QP waits. No buffer grows with
-// traffic: frames go from guest memory to the socket (writev) and from the
-// socket to guest memory.
+// Requesters are QP goroutines (qp.runSQ, uplink_tx.go): each writes its
+// request frames under the connection's write lock and keeps up to
+// txWindow requests in flight, completed in order. Flow control is TCP's:
+// a slow responder stops reading, the requester's write blocks, the QP
+// waits. No buffer grows with traffic: frames go from guest memory to the
+// socket (writev) and from the socket to guest memory.
 
 import (
 	"context"
@@ -73,18 +77,24 @@ const (
 type uplink struct {
 	a    *Agent
 	log  *slog.Logger
-	ln   *net.TCPListener
-	addr netip.AddrPort
 	boot string // this process's boot ID
+
+	// firewall is whether this host's pvrdma firewall rule is on, as its
+	// host record last said (vrdmad --firewall-pvrdma at start).
+	firewall atomic.Bool
 
 	secretMu sync.Mutex
 	secret   []byte // the switch secret, once read
 
-	mu     sync.Mutex
-	links  map[string]*link // by peer host ID; +checklocks:mu
-	closed bool             // +checklocks:mu
+	mu        sync.Mutex
+	ln        *net.TCPListener // nil: no PVRDMA address, or it could not be bound; +checklocks:mu
+	addr      netip.AddrPort   // the PVRDMA address, as the host record says; +checklocks:mu
+	listenErr string           // why ln is nil although addr is set; +checklocks:mu
+	links     map[string]*link // by peer host ID; +checklocks:mu
+	closed    bool             // +checklocks:mu
 
-	wg sync.WaitGroup
+	stop chan struct{} // closed by close: watchConfig returns
+	wg   sync.WaitGroup
 }
 
 // link is this host's relation with one peer host: the connection it
@@ -108,26 +118,60 @@ type link struct {
 	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
 }
 
-// startUplink listens on the host's PVRDMA address. Without one (or
-// without the control plane) the host has no tcp path.
+// startUplink starts the tcp path of an agent with a control plane: it
+// listens on the host's PVRDMA address when it has one, and follows the
+// host record for changes (a PVRDMA address given later with vrdmactl
+// host configure starts it then). A PVRDMA address given at start that
+// cannot be bound fails the start.
 func (a *Agent) startUplink() error {
 	c := a.ctl
-	if c == nil || !c.cfg.PVRDMAAddress.IsValid() {
+	if c == nil {
 		return nil
-	}
-	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(c.cfg.PVRDMAAddress))
-	if err != nil {
-		return fmt.Errorf("tcp path: listen on the PVRDMA address %s: %w (is the address on this host, the port free?)", c.cfg.PVRDMAAddress, err)
 	}
 	var b [16]byte
 	rand.Read(b[:])
-	u := &uplink{a: a, log: a.log.With("component", "uplink"), ln: ln, addr: c.cfg.PVRDMAAddress,
-		boot: hex.EncodeToString(b[:]), links: map[string]*link{}}
+	u := &uplink{a: a, log: a.log.With("component", "uplink"), boot: hex.EncodeToString(b[:]),
+		links: map[string]*link{}, stop: make(chan struct{})}
+	u.firewall.Store(c.cfg.FirewallPVRDMA)
+	if addr := c.cfg.PVRDMAAddress; addr.IsValid() {
+		u.mu.Lock()
+		err := u.listenLocked(addr)
+		u.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	a.up = u
 	u.wg.Add(1)
-	go u.serve()
+	go u.watchConfig()
+	return nil
+}
+
+// listenLocked listens on addr, the host's PVRDMA address, and starts its
+// accept loop.
+//
+// +checklocks:u.mu
+func (u *uplink) listenLocked(addr netip.AddrPort) error {
+	u.addr, u.listenErr = addr, ""
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
+	if err != nil {
+		err = fmt.Errorf("tcp path: listen on the PVRDMA address %s: %w (is the address on this host, the port free?)", addr, err)
+		u.listenErr = err.Error()
+		return err
+	}
+	u.ln = ln
+	u.wg.Add(1)
+	go u.serve(ln)
 	u.log.Info("tcp path listening", "address", ln.Addr().String(), "boot", u.boot)
 	return nil
+}
+
+// localAddr returns the host's PVRDMA address, the source of the
+// connections it opens; false when it has none it listens on.
+func (u *uplink) localAddr() (netip.AddrPort, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.addr, u.ln != nil
 }
 
 // close stops accepting and closes every connection; waiting requesters
@@ -135,16 +179,27 @@ func (a *Agent) startUplink() error {
 func (u *uplink) close() {
 	u.mu.Lock()
 	u.closed = true
+	if u.ln != nil {
+		u.ln.Close()
+		u.ln = nil
+	}
+	u.mu.Unlock()
+	close(u.stop)
+	u.dropAll(errors.New("agent stopping"))
+	u.wg.Wait()
+}
+
+// dropAll closes every connection with every peer.
+func (u *uplink) dropAll(why error) {
+	u.mu.Lock()
 	links := make([]*link, 0, len(u.links))
 	for _, l := range u.links {
 		links = append(links, l)
 	}
 	u.mu.Unlock()
-	u.ln.Close()
 	for _, l := range links {
-		l.closeAll(errors.New("agent stopping"))
+		l.closeAll(why)
 	}
-	u.wg.Wait()
 }
 
 // linkTo returns the link to host id, creating it.
@@ -212,11 +267,11 @@ func (u *uplink) switchSecret(ctx context.Context) ([]byte, error) {
 	return u.secret, nil
 }
 
-// serve accepts connections from other hosts.
-func (u *uplink) serve() {
+// serve accepts connections from other hosts on ln.
+func (u *uplink) serve(ln *net.TCPListener) {
 	defer u.wg.Done()
 	for {
-		nc, err := u.ln.AcceptTCP()
+		nc, err := ln.AcceptTCP()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return

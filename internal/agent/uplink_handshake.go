@@ -51,11 +51,11 @@ func (u *uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) 
 	case c.cfg.Switch == "" || h.Switch != c.cfg.Switch:
 		return h, nil, fmt.Errorf("rule host-on-switch: host %s is on switch %q, this host on %q: only hosts of one distributed switch exchange PVRDMA traffic", h.Label(), h.Switch, c.cfg.Switch)
 	case !h.PVRDMAAddress.IsValid():
-		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s has no tagged PVRDMA address (vrdmad --pvrdma-address)", h.Label())
+		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s has no tagged PVRDMA address (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", h.Label(), h.Name)
 	case !h.FirewallPVRDMA:
-		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s's pvrdma firewall rule is off (vrdmad --firewall-pvrdma)", h.Label())
-	case !c.cfg.FirewallPVRDMA:
-		return h, nil, fmt.Errorf("rule host-rdma-configured: this host's pvrdma firewall rule is off (vrdmad --firewall-pvrdma): no PVRDMA traffic with other hosts")
+		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s's pvrdma firewall rule is off (vrdmactl host configure %s --firewall-pvrdma on)", h.Label(), h.Name)
+	case !u.firewall.Load():
+		return h, nil, fmt.Errorf("rule host-rdma-configured: this host's pvrdma firewall rule is off (vrdmactl host configure %s --firewall-pvrdma on): no PVRDMA traffic with other hosts", u.a.cfg.Host)
 	case from.IsValid() && from.Unmap() != h.PVRDMAAddress.Addr().Unmap():
 		return h, nil, fmt.Errorf("rule pvrdma-address: the connection comes from %s, but host %s's PVRDMA address is %s", from, h.Label(), h.PVRDMAAddress.Addr())
 	}
@@ -74,7 +74,11 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	l.dials.Add(1)
 	// Traffic leaves from this host's PVRDMA address, which the peer
 	// checks against the control plane (rule pvrdma-address).
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: l.u.addr.Addr().AsSlice()}}
+	local, ok := l.u.localAddr()
+	if !ok {
+		return nil, fmt.Errorf("rule host-rdma-configured: this host has no PVRDMA address it listens on (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", l.u.a.cfg.Host)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.Addr().AsSlice()}}
 	nc, err := d.DialContext(ctx, "tcp", addr.String())
 	if err != nil {
 		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)

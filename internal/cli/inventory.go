@@ -254,7 +254,13 @@ that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic; "none" removes the
 tag; an address without a port keeps the current port), --firewall-pvrdma
 turns the host's pvrdma firewall rule on or off. --datacenter, --cluster and
 --folder place the host in the inventory; --maintenance on keeps new VMs and
-connections off it. Only the flags given change. What configure sets survives
+connections off it. Only the flags given change.
+
+The host's running agent applies a change of its PVRDMA address or firewall
+rule at once: it moves its listener to the new address (dropping connections
+made from the old one, which QPs remake within their retry budget), or drops
+every connection with other hosts and refuses new ones while the rule is off.
+'vrdmactl status' on that host shows where it listens. What configure sets survives
 a restart of the host's agent, unless the agent is started with its own
 --pvrdma-address or --firewall-pvrdma, which then win.`,
 		Args: exactArgs(1),

@@ -76,7 +76,11 @@ func onOff(b bool) string {
 }
 
 func printStatus(w io.Writer, rep statusReport) {
-	fmt.Fprintf(w, "host %s (host ID %s), agent %s at %s\n\n", rep.Host, rep.HostID, rep.AgentVersion, rep.Socket)
+	fmt.Fprintf(w, "host %s (host ID %s), agent %s at %s\n", rep.Host, rep.HostID, rep.AgentVersion, rep.Socket)
+	if p := rep.PVRDMA; p != nil {
+		fmt.Fprintf(w, "PVRDMA address %s, %s, firewall rule pvrdma %s\n", orDash(p.Address), pvrdmaListening(p), onOff(p.Firewall))
+	}
+	fmt.Fprintln(w)
 	defer printUplinks(w, rep.Uplinks)
 	if len(rep.VMs) == 0 {
 		fmt.Fprintln(w, "no VMs: define one with 'vrdmactl vm define NAME FILE.vmx'")
@@ -122,6 +126,19 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 	}
 	tw.Flush()
+}
+
+// pvrdmaListening says where the agent accepts other hosts' connections.
+func pvrdmaListening(p *vrdma.PVRDMAStatus) string {
+	switch {
+	case p.Listening != "":
+		return "listening on " + p.Listening
+	case p.Error != "":
+		return "not listening: " + p.Error
+	case p.Address == "":
+		return "no tcp path (vrdmactl host configure HOST --pvrdma-address ADDR:PORT)"
+	}
+	return "not listening"
 }
 
 // printUplinks prints the host's links to other hosts (the tcp path), if

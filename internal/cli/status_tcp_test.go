@@ -37,6 +37,10 @@ func TestStatusUplinks(t *testing.T) {
 	if line == nil || !strings.Contains(out, "UPLINK (tcp) TO") {
 		t.Fatalf("status of %s shows no uplink to %s at %s:\n%s", c.Hosts[0].Name, c.Hosts[1].Name, c.Hosts[1].PVRDMAAddress, out)
 	}
+	a := c.Hosts[0].PVRDMAAddress.String()
+	if want := "PVRDMA address " + a + ", listening on " + a + ", firewall rule pvrdma on"; !strings.Contains(out, want) {
+		t.Errorf("status of %s does not say %q:\n%s", c.Hosts[0].Name, want, out)
+	}
 	if n, _ := strconv.ParseUint(line[2], 10, 64); n < 200*65536 {
 		t.Errorf("uplink bytes out %d, want at least the 200 × 64 KiB written", n)
 	}
@@ -44,5 +48,8 @@ func TestStatusUplinks(t *testing.T) {
 	runJSON(t, &rep, "--socket", c.Hosts[0].Socket, "-o", "json", "status")
 	if len(rep.Uplinks) != 1 || rep.Uplinks[0].PeerHost != c.Hosts[1].Name || rep.Uplinks[0].BytesOut < 200*65536 || rep.Uplinks[0].Dials == 0 {
 		t.Errorf("status -o json uplinks: %+v", rep.Uplinks)
+	}
+	if p := rep.PVRDMA; p == nil || p.Address != a || p.Listening != a || !p.Firewall {
+		t.Errorf("status -o json pvrdma: %+v, want address and listener %s, firewall on", p, a)
 	}
 }

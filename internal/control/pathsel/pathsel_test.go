@@ -198,7 +198,7 @@ func TestPathSelect(t *testing.T) {
 		{
 			name: "no PVRDMA address on one host: no path",
 			sw:   dvs1, a: end("vm1/vrdma0", hNoVmk, pg80), b: end("vm2/vrdma0", hHCA, pg80),
-			err: ErrNoPath, reason: []string{"host h-novmk has no PVRDMA address (Net.PVRDMAVmknic is not set)"},
+			err: ErrNoPath, reason: []string{"host h-novmk has no PVRDMA address (Net.PVRDMAVmknic is not set; rule host-rdma-configured"},
 			rejected: []rej{{Memcpy, "different hosts"}, {RDMA, "Net.PVRDMAVmknic"}, {TCP, "Net.PVRDMAVmknic"}},
 		},
 		{

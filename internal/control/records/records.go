@@ -519,9 +519,9 @@ func (h Host) Validate() error {
 func (h Host) CanCarryInterHost() (ok bool, why string) {
 	switch {
 	case !h.PVRDMAAddress.IsValid():
-		return false, fmt.Sprintf("host %s has no PVRDMA address (Net.PVRDMAVmknic is not set)", h.label())
+		return false, fmt.Sprintf("host %s has no PVRDMA address (Net.PVRDMAVmknic is not set; rule host-rdma-configured: vrdmactl host configure %s --pvrdma-address ADDR:PORT)", h.label(), h.Name)
 	case !h.FirewallPVRDMA:
-		return false, fmt.Sprintf("host %s has the pvrdma firewall ruleset disabled", h.label())
+		return false, fmt.Sprintf("host %s has the pvrdma firewall ruleset disabled (rule host-rdma-configured: vrdmactl host configure %s --firewall-pvrdma on)", h.label(), h.Name)
 	}
 	return true, ""
 }

@@ -1,0 +1,107 @@
+package agent
+
+// The tcp path follows its host's record: vrdmactl host configure changes
+// the record in the control plane, and the host's agent applies it at
+// once, as ESXi applies a VMkernel adapter's tag or a firewall ruleset:
+//
+//   - a new PVRDMA address: the listener moves to it and every connection
+//     with other hosts is dropped (they were made from the old address,
+//     which peers now refuse by rule pvrdma-address); QPs reconnect from
+//     the new one within their retry budget;
+//   - no PVRDMA address any more: the listener closes, every connection is
+//     dropped, and the host has no tcp path until it gets one again;
+//   - the pvrdma firewall rule turned off: every connection is dropped and
+//     new ones are refused (rule host-rdma-configured) until it is on.
+//
+// An address that cannot be bound (not on this host, port taken) leaves
+// the host without a listener; vrdmactl status shows why.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/records"
+)
+
+// watchConfig applies each change of this host's record to the tcp path,
+// until close.
+func (u *uplink) watchConfig() {
+	defer u.wg.Done()
+	c := u.a.ctl
+	for {
+		ch := c.cache.Changed()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+		hs, err := c.cache.Host(ctx, u.a.hostID)
+		cancel()
+		if err == nil {
+			u.apply(hs.Host)
+		}
+		select {
+		case <-ch:
+		case <-u.stop:
+			return
+		}
+	}
+}
+
+// apply brings the tcp path in line with host record h.
+func (u *uplink) apply(h records.Host) {
+	if on := h.FirewallPVRDMA; u.firewall.Swap(on) != on {
+		if on {
+			u.log.Info("tcp path: the pvrdma firewall rule is on: PVRDMA traffic with other hosts is allowed")
+		} else {
+			u.log.Warn("tcp path: the pvrdma firewall rule is off: connections with other hosts dropped, new ones refused")
+			u.dropAll(errors.New("rule host-rdma-configured: this host's pvrdma firewall rule was turned off"))
+		}
+	}
+	u.mu.Lock()
+	if u.closed || h.PVRDMAAddress == u.addr {
+		u.mu.Unlock()
+		return
+	}
+	old := u.addr
+	if u.ln != nil {
+		u.ln.Close() // its serve returns
+		u.ln = nil
+	}
+	var err error
+	if h.PVRDMAAddress.IsValid() {
+		err = u.listenLocked(h.PVRDMAAddress)
+	} else {
+		u.addr, u.listenErr = netip.AddrPort{}, ""
+	}
+	u.mu.Unlock()
+	switch {
+	case err != nil:
+		u.log.Error("tcp path: the host's new PVRDMA address cannot be used: no tcp path until it is fixed (vrdmactl host configure --pvrdma-address)", "address", h.PVRDMAAddress, "err", err)
+	case !h.PVRDMAAddress.IsValid():
+		u.log.Warn("tcp path: the host has no PVRDMA address any more: no tcp path", "was", old)
+	}
+	if old.IsValid() {
+		u.dropAll(fmt.Errorf("this host's PVRDMA address changed from %s to %s", old, fmtAddr(h.PVRDMAAddress)))
+	}
+}
+
+func fmtAddr(a netip.AddrPort) string {
+	if !a.IsValid() {
+		return "none"
+	}
+	return a.String()
+}
+
+// pvrdmaStatus describes the host's side of the tcp path for status.
+func (u *uplink) pvrdmaStatus() *abi.PVRDMAStatus {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s := &abi.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}
+	if u.addr.IsValid() {
+		s.Address = u.addr.String()
+	}
+	if u.ln != nil {
+		s.Listening = u.ln.Addr().String()
+	}
+	return s
+}
