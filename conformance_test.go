@@ -1926,6 +1926,28 @@ func testSQD(t *testing.T, s *suite) {
 	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
 	expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 9, vrdma.WCRecv, 128, 0, false)
 	expectBytes(t, "message", dst.Bytes()[:128], src.Bytes()[:128])
+
+	// A WR already under way when the QP enters SQD — a SEND retrying
+	// after RNR, b having no receive — still completes in SQD: SQD drains
+	// what has begun and holds only what has not.
+	postSend(t, a.qp, vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(256, 128))})
+	expectNoWC(t, a.scq, quiet, "SEND waiting for a receive")
+	if err := a.qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSSQD}, vrdma.MaskState); err != nil {
+		t.Fatal(err)
+	}
+	postSend(t, a.qp, vrdma.SendWR{ID: 3, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(512, 128))})
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 10, SGL: sgl(dst.SGE(512, 128))}, vrdma.RecvWR{ID: 11, SGL: sgl(dst.SGE(1024, 128))})
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCSuccess, vrdma.WCSend)
+	expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 10, vrdma.WCRecv, 128, 0, false)
+	expectNoWC(t, a.scq, quiet, "a SEND posted in SQD")
+	expectState(t, a.qp, vrdma.QPSSQD)
+	if err := a.qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSRTS}, vrdma.MaskState); err != nil {
+		t.Fatal(err)
+	}
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 3, vrdma.WCSuccess, vrdma.WCSend)
+	expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 11, vrdma.WCRecv, 128, 0, false)
+	expectBytes(t, "messages", dst.Bytes()[512:640], src.Bytes()[256:384])
+	expectBytes(t, "messages", dst.Bytes()[1024:1152], src.Bytes()[512:640])
 }
 
 // testQueueFull fills both queues of a QP and checks that a post beyond

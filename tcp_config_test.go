@@ -171,6 +171,27 @@ func TestTCPHostReconfigure(t *testing.T) {
 	faultTraffic(t, p3, 4)
 	faultTraffic(t, p3.reverse(), 5)
 
+	// An address not on the host: the agent says why it does not listen,
+	// and listens once the address is there (it tries every 5 s). The
+	// namespace's own interface is needed for that (root).
+	if c.Netns {
+		ip := testenv.ClusterSubnet.Addr().As4()
+		ip[3] = 200 // no host holds it
+		spare := netip.AddrPortFrom(netip.AddrFrom4(ip), 4791)
+		configureHost(t, c, hb, func(h *records.Host) { h.PVRDMAAddress = spare })
+		s := waitPVRDMA(t, hb, "failing on an address it does not hold", func(s abi.PVRDMAStatus) bool { return s.Error != "" })
+		if s.Address != spare.String() || s.Listening != "" || !strings.Contains(s.Error, spare.String()) {
+			t.Errorf("%s's PVRDMA status on an address it does not hold: %+v", hb.Name, s)
+		}
+		if out, err := hb.Exec("ip", "addr", "add", spare.Addr().String()+"/24", "dev", hb.Link); err != nil {
+			t.Fatalf("%s: ip addr add: %v\n%s", hb.Name, err, out)
+		}
+		waitPVRDMA(t, hb, "listening once it holds the address", func(s abi.PVRDMAStatus) bool { return s.Listening == spare.String() })
+		faultTraffic(t, p3, 6)
+		faultTraffic(t, p3.reverse(), 7)
+		newAddr = spare
+	}
+
 	// No address: no listener.
 	configureHost(t, c, hb, func(h *records.Host) { h.PVRDMAAddress = netip.AddrPort{} })
 	waitPVRDMA(t, hb, "without a PVRDMA address", func(s abi.PVRDMAStatus) bool { return s.Address == "" && s.Listening == "" })

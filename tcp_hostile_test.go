@@ -688,6 +688,91 @@ func TestTCPHostile(t *testing.T) {
 			p.nc.Close() // the waiting requests end with the connection
 		})
 
+		// Connections that never start their handshake: at most 64 are
+		// held (each until the 5 s handshake timeout); the others are
+		// dropped at accept, and a real member still gets in once they
+		// are gone.
+		t.Run("handshake-flood", func(t *testing.T) {
+			const n, limit = 80, 64
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: asA.from.AsSlice()}, Timeout: 5 * time.Second}
+			var conns []net.Conn
+			dropped := 0
+			for range n {
+				c, err := d.Dial("tcp", hb.PVRDMAAddress.String())
+				switch {
+				case errors.Is(err, syscall.ECONNRESET):
+					dropped++ // reset before connect returned
+				case err != nil:
+					t.Fatal(err)
+				default:
+					conns = append(conns, c)
+				}
+			}
+			for _, c := range conns {
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				var b [1]byte
+				if _, err := c.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
+					dropped++
+				}
+			}
+			if dropped < n-limit || dropped == n {
+				t.Errorf("%d of %d connections that never start a handshake dropped at once; want at least %d, and not all", dropped, n, n-limit)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			// The agent frees the slots as it reads their ends: wait for a
+			// connection that is held, then join.
+			for t0 := time.Now(); ; {
+				c, err := d.Dial("tcp", hb.PVRDMAAddress.String())
+				if err == nil {
+					c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+					var b [1]byte
+					_, err = c.Read(b[:])
+					c.Close()
+					if errors.Is(err, os.ErrDeadlineExceeded) {
+						break
+					}
+				}
+				if time.Since(t0) > waitTimeout {
+					t.Fatalf("the agent drops every new connection %v after the flood ended: %v", waitTimeout, err)
+				}
+			}
+			p := rawJoin(t, asA, hb)
+			rawProbe(t, p, 1)
+		})
+
+		// A CM_REQ that its dialer cancels (CM_CANCEL) while it waits for
+		// the listener is answered at once, not when its 30 s run out: it
+		// holds no goroutine or pending slot for the rest of its timeout.
+		t.Run("cm-cancel", func(t *testing.T) {
+			ctx := opCtx(t)
+			port := uint16(nextPort.Add(1))
+			l, err := hostileAdapter0(t, vb).Listen(ctx, port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close(ctx)
+			p := rawJoin(t, asA, hb)
+			gidA := netip.AddrFrom16(hostileGID0(t, va))
+			for tag := uint64(1); tag <= 2; tag++ {
+				p.sendJSON(tcpwire.CMReq, tag, tcpwire.ConnReqMsg{Target: vb.Name() + "/vrdma0", Port: port, FromVM: va.Name(),
+					FromAdapter: "vrdma0", FromGID: gidA, FromQPN: uint32(0x100 + tag), TimeoutMS: 30000})
+			}
+			time.Sleep(quiet) // both wait for the listener
+			t0 := time.Now()
+			p.mustWrite(rawFrame(tcpwire.Header{Type: tcpwire.CMCancel, Tag: 2}, nil))
+			p.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var r tcpwire.ConnRespMsg
+			h := p.readJSON(tcpwire.CMResp, &r)
+			if h.Tag != 2 || r.QPN != 0 || !strings.Contains(r.Message, "canceled") {
+				t.Errorf("CM_RESP tag %d %+v; want tag 2 answered as canceled", h.Tag, r)
+			}
+			t.Logf("canceled CM_REQ answered after %v", time.Since(t0).Round(time.Millisecond))
+			p.nc.SetReadDeadline(time.Time{})
+			rawProbe(t, p, 1000)
+		})
+
 		// A member that says it is host A restarted (a new boot ID): host
 		// B drops every connection of host A's previous run, and host A's
 		// agent reconnects when it next has traffic.
@@ -716,25 +801,46 @@ func TestTCPHostile(t *testing.T) {
 		// answers the CHALLENGE. The acceptor must drop it at the 5 s
 		// handshake timeout; otherwise every such connection holds a
 		// goroutine and a socket for as long as the client likes.
-		t.Run("silent-after-hello", func(t *testing.T) {
-			t.Parallel()
-			p := dialRaw(t, asA.from, hb.PVRDMAAddress)
-			t0 := time.Now()
-			p.challenge(asA, p.hello(asA, hb.ID()))
-			p.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
-			var buf [64]byte
-			n, err := p.nc.Read(buf[:])
-			d := time.Since(t0)
-			switch {
-			case n > 0:
-				t.Fatalf("the agent sent %d bytes where it should drop the connection: %x", n, buf[:n])
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				t.Fatalf("the agent kept a connection that stopped after HELLO open for %v (still open): "+
-					"the handshake timeout is 5 s", d.Round(time.Millisecond))
-			case d > 8*time.Second:
-				t.Errorf("the agent dropped a connection that stopped after HELLO after %v, want the 5 s handshake timeout", d.Round(time.Millisecond))
+		// The same with a HELLO that arrives in two parts (header, then
+		// payload 200 ms later): the handshake's deadline must survive the
+		// reads of a frame's parts.
+		for _, parts := range []bool{false, true} {
+			name := "silent-after-hello"
+			if parts {
+				name = "silent-after-hello-in-parts"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				p := dialRaw(t, asA.from, hb.PVRDMAAddress)
+				t0 := time.Now()
+				var hello tcpwire.HelloMsg
+				if parts {
+					hello = tcpwire.HelloMsg{Versions: []uint8{tcpwire.Version}, HostID: asA.id, Host: asA.name, Switch: "dvs1",
+						Boot: asA.boot, Nonce: rawRandHex(tcpwire.NonceLen), Target: hb.ID()}
+					b, _ := json.Marshal(hello)
+					f := rawFrame(tcpwire.Header{Type: tcpwire.Hello}, b)
+					p.mustWrite(f[:tcpwire.HeaderLen])
+					time.Sleep(200 * time.Millisecond)
+					p.mustWrite(f[tcpwire.HeaderLen:])
+				} else {
+					hello = p.hello(asA, hb.ID())
+				}
+				p.challenge(asA, hello)
+				p.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
+				var buf [64]byte
+				n, err := p.nc.Read(buf[:])
+				d := time.Since(t0)
+				switch {
+				case n > 0:
+					t.Fatalf("the agent sent %d bytes where it should drop the connection: %x", n, buf[:n])
+				case errors.Is(err, os.ErrDeadlineExceeded):
+					t.Fatalf("the agent kept a connection that stopped after HELLO open for %v (still open): "+
+						"the handshake timeout is 5 s", d.Round(time.Millisecond))
+				case d > 8*time.Second:
+					t.Errorf("the agent dropped a connection that stopped after HELLO after %v, want the 5 s handshake timeout", d.Round(time.Millisecond))
+				}
+			})
+		}
 		// A header that arrives in two parts (a TCP segment boundary in the
 		// header, and the second segment retransmitted 1 s later), the
 		// second part after the read deadline that the previous frame's

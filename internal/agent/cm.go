@@ -60,6 +60,9 @@ type connReq struct {
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
 	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
 	state atomic.Uint32
+	// canceled, for a remote dialer's request, is closed when its dialer
+	// cancels it (CM_CANCEL) while it is pending.
+	canceled chan struct{}
 }
 
 const (

@@ -67,7 +67,10 @@ import (
 // Handshake and connection timing.
 const (
 	handshakeTimeout = 5 * time.Second
-	keepAlive        = 15 * time.Second
+	// maxHandshakes bounds the accepted connections in their handshake at
+	// once; more are dropped at accept.
+	maxHandshakes = 64
+	keepAlive     = 15 * time.Second
 	// writeStall bounds a frame write that makes no progress (the peer
 	// stopped reading): the connection is then closed.
 	writeStall = 10 * time.Second
@@ -82,6 +85,14 @@ type uplink struct {
 	// firewall is whether this host's pvrdma firewall rule is on, as its
 	// host record last said (vrdmad --firewall-pvrdma at start).
 	firewall atomic.Bool
+	// handshakes is how many accepted connections are in their handshake
+	// (at most maxHandshakes); floodLogged when the last one over the
+	// limit was logged.
+	handshakes  atomic.Int32
+	floodLogged atomic.Int64
+	// gen counts dropAll calls: a connection whose setup began before one
+	// is dropped once set up (see stale).
+	gen atomic.Uint64
 
 	secretMu sync.Mutex
 	secret   []byte // the switch secret, once read
@@ -189,8 +200,10 @@ func (u *uplink) close() {
 	u.wg.Wait()
 }
 
-// dropAll closes every connection with every peer.
+// dropAll closes every connection with every peer, and those being set
+// up when it is called.
 func (u *uplink) dropAll(why error) {
+	u.gen.Add(1)
 	u.mu.Lock()
 	links := make([]*link, 0, len(u.links))
 	for _, l := range u.links {
@@ -200,6 +213,23 @@ func (u *uplink) dropAll(why error) {
 	for _, l := range links {
 		l.closeAll(why)
 	}
+}
+
+// stale says why a connection whose setup began at generation gen must
+// not be used, now that it is registered with its link: the agent stops,
+// or dropAll ran meanwhile (the PVRDMA address changed, the firewall rule
+// went off). nil when it may.
+func (u *uplink) stale(gen uint64) error {
+	u.mu.Lock()
+	closed := u.closed
+	u.mu.Unlock()
+	switch {
+	case closed:
+		return errors.New("agent stopping")
+	case u.gen.Load() != gen || !u.firewall.Load():
+		return errors.New("this host's PVRDMA configuration changed while the connection was set up")
+	}
+	return nil
 }
 
 // linkTo returns the link to host id, creating it.
@@ -280,10 +310,23 @@ func (u *uplink) serve(ln *net.TCPListener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		if u.handshakes.Add(1) > maxHandshakes {
+			// A flood of connections that do not finish their handshakes:
+			// each holds a goroutine and buffers until its deadline.
+			u.handshakes.Add(-1)
+			nc.SetLinger(0)
+			nc.Close()
+			if now := nanotime(); now-u.floodLogged.Load() > int64(time.Second) {
+				u.floodLogged.Store(now)
+				u.log.Warn("tcp path: too many handshakes under way; connection dropped", "from", nc.RemoteAddr().String(), "limit", maxHandshakes)
+			}
+			continue
+		}
 		u.wg.Add(1)
 		go func() {
 			defer u.wg.Done()
 			c, err := u.acceptHandshake(nc)
+			u.handshakes.Add(-1)
 			if err != nil {
 				nc.Close()
 				return
@@ -345,8 +388,9 @@ func newTconn(l *link, nc *net.TCPConn, outgoing bool, ver uint8) *tconn {
 	nc.SetKeepAlive(true)
 	nc.SetKeepAlivePeriod(keepAlive)
 	c := &tconn{l: l, nc: nc, outgoing: outgoing, ver: ver, pending: map[uint64]*call{}, closed: make(chan struct{}),
-		cms:  map[uint64]*connReq{},
-		wiov: make(net.Buffers, 0, abi.MaxSGE+1)}
+		handshaking: true, // until the handshake ends, its own deadline bounds every read and write
+		cms:         map[uint64]*connReq{},
+		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
 	c.rc, _ = nc.SyscallConn()
 	c.pollFn = c.pollOnce
@@ -407,7 +451,8 @@ func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {
 	// a timer update, so small frames reuse one with at least half of
 	// writeStall left; a big frame gets its own, with a floor of 100 MB/s
 	// on top: a big frame to a slow but working peer is not a stall.
-	if now := nanotime(); n > 1<<20 || now > c.wdeadline-int64(writeStall/2) {
+	// During the handshake its own deadline applies.
+	if now := nanotime(); !c.handshaking && (n > 1<<20 || now > c.wdeadline-int64(writeStall/2)) {
 		d := writeStall + time.Duration(n*10)
 		c.nc.SetWriteDeadline(time.Now().Add(d))
 		c.wdeadline = now + int64(d)

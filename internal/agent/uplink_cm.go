@@ -67,11 +67,13 @@ func (c *tconn) cancelCM(h *tcpwire.Header) error {
 	c.cmMu.Lock()
 	r := c.cms[h.Tag]
 	c.cmMu.Unlock()
-	if r != nil {
-		r.state.CompareAndSwap(reqPending, reqAbandoned)
+	if r != nil && r.state.CompareAndSwap(reqPending, reqAbandoned) {
+		close(r.canceled) // serveCM returns
 	}
 	return nil
 }
+
+var errCMCanceled = errors.New("the dialer canceled the connection request")
 
 func cmErr(err error) tcpwire.ConnRespMsg {
 	var ae *abi.Error
@@ -111,7 +113,7 @@ func (c *tconn) serveCM(tag uint64, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	req := &connReq{remote: &remoteDialer{vm: m.FromVM, adapter: m.FromAdapter, gid: abi.GID(m.FromGID.As16()), qpn: m.FromQPN, host: c.l.peerID},
-		reply: make(chan connResult, 1)}
+		reply: make(chan connResult, 1), canceled: make(chan struct{})}
 	c.cmMu.Lock()
 	c.cms[tag] = req
 	c.cmMu.Unlock()
@@ -129,19 +131,28 @@ func (c *tconn) serveCM(tag uint64, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
 	case <-c.closed:
 		req.state.CompareAndSwap(reqPending, reqAbandoned)
 		return cmErr(errConnLost)
+	case <-req.canceled:
+		return cmErr(errCMCanceled)
 	}
 	var res connResult
 	select {
 	case res = <-req.reply:
 	case <-t.C:
 	case <-c.closed:
+	case <-req.canceled:
 	}
 	if res.err == nil && res.reply.RemoteQPN == 0 {
-		// No answer yet: withdraw, unless one is under way.
-		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
+		// No answer yet: withdraw, unless one is under way. A request
+		// the dialer canceled gets none.
+		if req.state.CompareAndSwap(reqPending, reqAbandoned) || req.state.Load() == reqAbandoned {
 			l.mu.Lock()
 			delete(l.pending, req.id)
 			l.mu.Unlock()
+			select {
+			case <-req.canceled:
+				return cmErr(errCMCanceled)
+			default:
+			}
 			return cmErr(abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v: the listener did not accept", m.Target, m.Port, wait))
 		}
 		res = <-req.reply

@@ -14,13 +14,15 @@ package agent
 //     new ones are refused (rule host-rdma-configured) until it is on.
 //
 // An address that cannot be bound (not on this host, port taken) leaves
-// the host without a listener; vrdmactl status shows why.
+// the host without a listener, tried again every listenRetry; vrdmactl
+// status shows why.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/records"
@@ -39,8 +41,13 @@ func (u *uplink) watchConfig() {
 		if err == nil {
 			u.apply(hs.Host)
 		}
+		var retry <-chan time.Time
+		if u.listenFailed() {
+			retry = time.After(listenRetry)
+		}
 		select {
 		case <-ch:
+		case <-retry:
 		case <-u.stop:
 			return
 		}
@@ -58,11 +65,11 @@ func (u *uplink) apply(h records.Host) {
 		}
 	}
 	u.mu.Lock()
-	if u.closed || h.PVRDMAAddress == u.addr {
+	if u.closed || h.PVRDMAAddress == u.addr && (u.ln != nil || u.listenErr == "") {
 		u.mu.Unlock()
 		return
 	}
-	old := u.addr
+	old, oldErr := u.addr, u.listenErr
 	if u.ln != nil {
 		u.ln.Close() // its serve returns
 		u.ln = nil
@@ -75,14 +82,28 @@ func (u *uplink) apply(h records.Host) {
 	}
 	u.mu.Unlock()
 	switch {
+	case err != nil && old == h.PVRDMAAddress && err.Error() == oldErr:
+		// Still failing the same way: logged already.
 	case err != nil:
-		u.log.Error("tcp path: the host's new PVRDMA address cannot be used: no tcp path until it is fixed (vrdmactl host configure --pvrdma-address)", "address", h.PVRDMAAddress, "err", err)
+		u.log.Warn("tcp path: the host's new PVRDMA address cannot be used: no tcp path until it is fixed (vrdmactl host configure --pvrdma-address)", "address", h.PVRDMAAddress, "err", err)
 	case !h.PVRDMAAddress.IsValid():
 		u.log.Warn("tcp path: the host has no PVRDMA address any more: no tcp path", "was", old)
 	}
-	if old.IsValid() {
+	if old.IsValid() && old != h.PVRDMAAddress {
 		u.dropAll(fmt.Errorf("this host's PVRDMA address changed from %s to %s", old, fmtAddr(h.PVRDMAAddress)))
 	}
+}
+
+// listenRetry is how often a PVRDMA address that could not be bound is
+// tried again.
+const listenRetry = 5 * time.Second
+
+// listenFailed reports whether the host's PVRDMA address could not be
+// bound.
+func (u *uplink) listenFailed() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.ln == nil && u.listenErr != ""
 }
 
 func fmtAddr(a netip.AddrPort) string {

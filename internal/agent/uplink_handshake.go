@@ -200,6 +200,7 @@ func (l *link) notePeer(name, boot string) {
 
 // acceptHandshake runs the acceptor's side of the handshake on nc.
 func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
+	gen := u.gen.Load()
 	remote := nc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	// The link is not known until HELLO names the peer.
@@ -289,15 +290,13 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 		return nil, err
 	}
 	c.ver = ver
-	u.mu.Lock()
-	closed := u.closed
-	u.mu.Unlock()
-	if closed {
-		return nil, errors.New("agent stopping")
-	}
 	l.mu.Lock()
 	l.in[c] = struct{}{}
 	l.mu.Unlock()
+	if err := u.stale(gen); err != nil {
+		c.close(err)
+		return nil, err
+	}
 	l.notePeer(hello.Host, hello.Boot)
 	nc.SetDeadline(time.Time{})
 	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
@@ -325,6 +324,7 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(wait, 100*time.Millisecond))
 	defer cancel()
+	gen := u.gen.Load()
 	h, _, err := u.checkPeerHost(ctx, l.peerID, netip.Addr{})
 	if err == nil {
 		l.mu.Lock()
@@ -335,18 +335,35 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 		if err == nil {
 			c.peerBoot = l.bootOf()
 			l.out.Store(c)
-			u.wg.Add(1)
-			go func() {
-				defer u.wg.Done()
-				c.readResponses()
-			}()
-			return c, nil
+			if err = u.stale(gen); err == nil {
+				err = u.goReader(c)
+			}
+			if err == nil {
+				return c, nil
+			}
+			c.close(err)
 		}
 	}
 	l.mu.Lock()
 	l.lastErr, l.down = err.Error(), true
 	l.mu.Unlock()
 	return nil, err
+}
+
+// goReader starts c's response reader, unless the agent stops: the
+// uplink's wait group must not grow once close waits on it.
+func (u *uplink) goReader(c *tconn) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return errors.New("agent stopping")
+	}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		c.readResponses()
+	}()
+	return nil
 }
 
 func (l *link) bootOf() string {

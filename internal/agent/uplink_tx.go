@@ -114,7 +114,9 @@ func (q *qp) tcpPump(mem []byte) {
 		if s = q.State(); s != abi.QPSRTS && s != abi.QPSSQD {
 			return
 		}
-		if s == abi.QPSRTS && !q.txFill(mem) {
+		// In SQD no new WQE is taken, but what the window holds is still
+		// sent (again, after a retry) until it completes: the drain.
+		if !q.txFill(mem, s == abi.QPSRTS) {
 			return // an invalid tail: drain handles it
 		}
 		if tx.failed {
@@ -129,9 +131,10 @@ func (q *qp) tcpPump(mem []byte) {
 	}
 }
 
-// txFill takes new WQEs into the window and sends what is not in flight.
-// It reports false when the SQ tail is invalid.
-func (q *qp) txFill(mem []byte) bool {
+// txFill takes new WQEs into the window (when takeNew: not in SQD) and
+// sends what is not in flight. It reports false when the SQ tail is
+// invalid.
+func (q *qp) txFill(mem []byte, takeNew bool) bool {
 	tx := &q.tx
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	tail := abi.Word(mem, abi.OffSQTail).Load()
@@ -139,7 +142,7 @@ func (q *qp) txFill(mem []byte) bool {
 	if !ok {
 		return false
 	}
-	for tx.n < txWindow && uint32(tx.n) < pending {
+	for takeNew && tx.n < txWindow && uint32(tx.n) < pending {
 		if tx.n > 0 && tx.at(tx.n-1).local != abi.WCSuccess {
 			break // nothing after a WR that failed locally: the QP goes to ERR there
 		}
@@ -278,7 +281,24 @@ func (q *qp) txSend(to int) {
 // txUnregister withdraws the calls of entries [tx.sent, to) from c.
 func (q *qp) txUnregister(c *tconn, to int) {
 	for i := q.tx.sent; i < to; i++ {
-		c.withdraw(q.tx.at(i).call)
+		withdrawCall(c, q.tx.at(i).call)
+	}
+}
+
+// withdrawCall takes call k back from c. If the connection already took
+// it (a response arrived, or the connection closed and failed it), it
+// waits for that signal and consumes it, so that no stale signal is left
+// to complete the entry's next attempt: it lets a reader that is storing a
+// READ's data finish, and cuts a stalled connection.
+func withdrawCall(c *tconn, k *call) {
+	if c.withdraw(k) {
+		return
+	}
+	select {
+	case <-k.done:
+	case <-time.After(writeStall):
+		c.close(fmt.Errorf("response from host %s stalled", c.l.peerID))
+		<-k.done
 	}
 }
 
@@ -372,16 +392,7 @@ func (q *qp) txRecall() {
 	for i := 0; i < tx.sent; i++ {
 		e := tx.at(i)
 		if c := e.conn; c != nil {
-			if !c.withdraw(e.call) {
-				// The reader holds the response (a READ's data may be
-				// arriving): let it finish, or cut a stalled connection.
-				select {
-				case <-e.call.done:
-				case <-time.After(writeStall):
-					c.close(fmt.Errorf("response from host %s stalled", c.l.peerID))
-					<-e.call.done
-				}
-			}
+			withdrawCall(c, e.call)
 			e.conn = nil
 		}
 	}
@@ -441,9 +452,10 @@ func (q *qp) txWait() {
 	// Poll first: a response or a new post within doorbellPollTCP then
 	// costs no sleep and wake-up of this goroutine's thread.
 	tailW := abi.Word(q.ring.Bytes(), abi.OffSQTail)
+	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
 	deadline := nanotime() + int64(doorbellPollTCP)
 	for i := 0; ; i++ {
-		if len(e.call.done) > 0 || q.stop.Load() || tx.n < txWindow && tailW.Load() != tx.next {
+		if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
 			return
 		}
 		select {

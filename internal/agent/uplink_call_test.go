@@ -1,0 +1,66 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+)
+
+// tconnPair returns a tcp path connection over a real loopback socket
+// whose far end discards what it gets.
+func tconnPair(t *testing.T) *tconn {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	nc, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &uplink{log: slog.New(slog.DiscardHandler), links: map[string]*link{}}
+	l := &link{u: u, peerID: "peer", in: map[*tconn]struct{}{}}
+	c := newTconn(l, nc, true, 1)
+	t.Cleanup(func() { c.close(nil) })
+	return c
+}
+
+// TestWithdrawAfterClose: a call the connection already failed (it closed
+// between the register and the write of a batch) is withdrawn with its
+// signal consumed, so that the call's next attempt, on a new connection,
+// is not completed by the stale signal and the previous response.
+func TestWithdrawAfterClose(t *testing.T) {
+	c := tconnPair(t)
+	k := newCall()
+	if !c.register(k) {
+		t.Fatal("register on an open connection failed")
+	}
+	c.close(errors.New("test: the connection is lost"))
+	withdrawCall(c, k)
+	if n := len(k.done); n != 0 {
+		t.Fatalf("%d stale signal(s) left on the call after it was withdrawn from a closed connection", n)
+	}
+
+	c2 := tconnPair(t)
+	if !c2.register(k) {
+		t.Fatal("register on a new connection failed")
+	}
+	select {
+	case <-k.done:
+		t.Fatal("the call is signalled on its new connection before any response")
+	default:
+	}
+	if !c2.withdraw(k) {
+		t.Fatal("withdraw of a call still waiting for its response failed")
+	}
+}
