@@ -1036,6 +1036,17 @@ func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, ho
 				Message: fmt.Sprintf("port group %s of PVRDMA adapter ethernet%d is on switch %s, and host %s is on switch %s: power the VM on on a host of %s, or move the adapter to a port group of %s",
 					ad.PortGroupID, ad.Index, p.Switch, host.Label(), host.Switch, p.Switch, host.Switch)})
 		}
+		if err != nil || ad.SwitchID == "" || ad.SwitchID == p.Switch {
+			continue
+		}
+		// ethernetN.dvs.switchId must name the port group's switch, by its
+		// UUID as vSphere writes it (or by name).
+		skey := fmt.Sprintf("ethernet%d.dvs.switchId", ad.Index)
+		if sw, err := a.ctl.cache.Switch(ctx, p.Switch); err == nil && !records.SameUUID(ad.SwitchID, sw.UUID) {
+			out = append(out, abi.Finding{Rule: "portgroup-switch", Severity: "error", Key: skey, Line: f.Line(skey),
+				Message: fmt.Sprintf("PVRDMA adapter ethernet%d names switch %q, but its port group %s is on switch %s (UUID %s): set %s = \"%s\" (vrdmactl vm set), or move the adapter to a port group of its switch",
+					ad.Index, ad.SwitchID, ad.PortGroupID, sw.Name, sw.UUID, skey, sw.UUID)})
+		}
 	}
 	return out
 }

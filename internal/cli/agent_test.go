@@ -131,8 +131,17 @@ func TestVM(t *testing.T) {
 	if err := os.WriteFile(file, []byte(testenv.VMX(testenv.VMOptions{MemMB: 16, Adapters: 2})), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if out := runOK(t, "--socket", env.Socket, "vm", "define", "web", file); !strings.Contains(out, "VM web defined") {
-		t.Errorf("define: %q", out)
+	// Defined, powered on, with the power-on rules it breaks as a warning:
+	// its memory is not reserved, its adapters on no distributed port
+	// group.
+	out, errs, code := run(t, "", "--socket", env.Socket, "vm", "define", "web", file)
+	if code != 0 || !strings.Contains(out, "VM web defined") {
+		t.Errorf("define: exit %d, %q, %q", code, out, errs)
+	}
+	for _, want := range []string{"warning: VM web breaks", "[memory-reservation]", "[distributed-portgroup]"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("define of a VM that breaks power-on rules: stderr %q does not say %q", errs, want)
+		}
 	}
 	if _, errs, code := run(t, testenv.VMX(testenv.VMOptions{}), "--socket", env.Socket, "vm", "define", "db", "-"); code != 0 {
 		t.Fatalf("define from stdin: exit %d, %s", code, errs)

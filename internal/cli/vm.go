@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/rules"
+	"github.com/vrdma/vrdma/internal/vmx"
 )
 
 func (a *app) vmCommand() *cobra.Command {
@@ -32,13 +34,16 @@ func (a *app) vmDefineCommand() *cobra.Command {
 		Use:   "define NAME FILE.vmx",
 		Short: "Store (or replace) VM NAME's VMX on the agent, powered on on its host ('-' reads stdin)",
 		Long: `define stores VM NAME's configuration, a VMX file (key = "value" lines), on
-the agent. The agent checks it: memSize, the PVRDMA adapters (ethernetN with
-ethernetN.virtualDev = "vrdma"), the reservation (sched.mem.min, sched.mem.pin),
-vrdma.asyncMode... A VM attached to a workload cannot be redefined.
+the agent. The agent checks that it can run it: memSize, the PVRDMA adapters
+(ethernetN with ethernetN.virtualDev = "vrdma"), the reservation
+(sched.mem.min, sched.mem.pin), vrdma.asyncMode... A VM attached to a workload
+cannot be redefined.
 
 A defined VM lives on this agent's host and is powered on there at once, so a
-workload attaches it without further steps (vm create and vm power-on are the
-checked procedure). The caller owns it (--owner, as root, gives it to another
+workload attaches it without further steps. The prerequisites that vm power-on
+enforces (docs/vmx-rules.md) are not: define lists the ones the VM breaks as a
+warning ("findings" with -o json); vm create and vm power-on are the checked
+procedure. The caller owns it (--owner, as root, gives it to another
 user): only processes of its owner, of its group, or of root may attach.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -69,10 +74,24 @@ user): only processes of its owner, of its group, or of root may attach.`,
 			if err != nil {
 				return fmt.Errorf("vm define %s: %w", name, err)
 			}
+			// The power-on rules are not enforced here; say which the VM
+			// breaks, as vmx check would.
+			findings := []rules.Finding{}
+			if f, err := vmx.Parse(b); err == nil {
+				if fs := rules.Check(f, rules.Target{}); fs != nil {
+					findings = fs
+				}
+			}
 			if a.json() {
-				return a.printJSON(map[string]any{"name": name, "defined": true})
+				return a.printJSON(map[string]any{"name": name, "defined": true, "findings": findings})
 			}
 			fmt.Fprintf(a.stdout, "VM %s defined\n", name)
+			if len(findings) > 0 {
+				fmt.Fprintf(a.stderr, "vrdmactl: warning: VM %s breaks %d of the rules that vm power-on enforces (vm define does not; 'vrdmactl vmx check' explains them):\n", name, len(findings))
+				for _, f := range findings {
+					fmt.Fprintf(a.stderr, "  %s [%s] %s\n", f.Severity, f.Rule, f.Message)
+				}
+			}
 			return nil
 		},
 	}

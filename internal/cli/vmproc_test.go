@@ -263,7 +263,14 @@ func TestVMProceduresControlPlane(t *testing.T) {
 	// and refuses with the whole list.
 	ctlFail(t, onA, []string{"memory-reservation", "host-rdma-configured", "PVRDMA address", "firewall"}, "vm", "power-on", "web", "--host", "esx3")
 	ctlOn(t, onA, "vm", "reserve-memory", "web", "--all")
+	// An adapter whose switchId is not its port group's switch.
+	ctlOn(t, onA, "vm", "set", "web", "ethernet0.dvs.switchId=00000000-0000-0000-0000-000000000000")
+	ctlFail(t, onA, []string{"portgroup-switch", "ethernet0.dvs.switchId", sw.Switch.UUID}, "vm", "power-on", "web", "--host", "esx3")
+	ctlOn(t, onA, "vm", "set", "web", "ethernet0.dvs.switchId="+strings.ToUpper(strings.ReplaceAll(sw.Switch.UUID, " ", "")))
 	out := ctlFail(t, onA, []string{"host-rdma-configured"}, "vm", "power-on", "web", "--host", "esx3")
+	if strings.Contains(out, "portgroup-switch") {
+		t.Errorf("portgroup-switch fails on the switch's UUID written another way:\n%s", out)
+	}
 	if strings.Contains(out, "memory-reservation") {
 		t.Errorf("memory-reservation still fails after reserve-memory:\n%s", out)
 	}

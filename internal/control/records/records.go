@@ -259,6 +259,19 @@ func (s Switch) Validate() error {
 	return c.err()
 }
 
+// SameUUID reports whether a and b are the same vDS UUID, however they
+// are written: hex digits compared without case, spaces and dashes
+// ignored. Two strings that are not UUIDs are never the same.
+func SameUUID(a, b string) bool {
+	if checkUUID(a) != nil || checkUUID(b) != nil {
+		return false
+	}
+	digits := func(s string) string {
+		return strings.ToLower(strings.NewReplacer(" ", "", "-", "").Replace(s))
+	}
+	return digits(a) == digits(b)
+}
+
 func checkUUID(u string) error {
 	if u == "" {
 		return errors.New(`missing (32 hex digits, e.g. "50 1d 0b 8e 8d 95 4e 2b-b2 5c 2f 3a a6 1a 9e 1d")`)
