@@ -132,6 +132,9 @@ func (a *Agent) startControl() error {
 	defer cancel()
 	log := a.log.With("component", "control")
 	scfg := store.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, Logger: log, EtcdLog: cfg.EtcdLog}
+	if len(cfg.Endpoints) > 0 {
+		log.Info("connecting to the control plane", "endpoints", cfg.Endpoints, "give_up_after", cfg.StartTimeout)
+	}
 	if len(cfg.Endpoints) == 0 {
 		scfg.DataDir = cfg.DataDir
 		scfg.UnsafeNoFsync = cfg.UnsafeNoFsync

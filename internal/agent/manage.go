@@ -1012,9 +1012,14 @@ func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, ho
 		out = append(out, abi.Finding{Rule: "host-up", Severity: "error",
 			Message: fmt.Sprintf("host %s is in maintenance mode: take it out of maintenance, or power the VM on on another host (--host)", host.Label())})
 	}
-	if e.inv.Datacenter != "" && host.Datacenter != "" && e.inv.Datacenter != host.Datacenter {
+	if e.inv.Datacenter != "" && e.inv.Datacenter != host.Datacenter {
+		in := "in " + host.Datacenter
+		if host.Datacenter == "" {
+			in = "in no datacenter"
+		}
 		out = append(out, abi.Finding{Rule: "host-datacenter", Severity: "error",
-			Message: fmt.Sprintf("VM %s is in datacenter %s, host %s in %s: power it on on a host of %s (--host)", e.name, e.inv.Datacenter, host.Label(), host.Datacenter, e.inv.Datacenter)})
+			Message: fmt.Sprintf("VM %s is in datacenter %s, host %s %s: power it on on a host of %s (--host), or place the host there (vrdmactl host configure %s --datacenter %s)",
+				e.name, e.inv.Datacenter, host.Label(), in, e.inv.Datacenter, host.Name, e.inv.Datacenter)})
 	}
 	cfg, err := vmconfig.FromFile(f)
 	if err != nil {

@@ -5,6 +5,7 @@ package agentcmd
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +34,9 @@ func Main(name string, args []string, stderr io.Writer) int {
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	cp := addControlFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0 // -h asked for the usage, which Parse printed
+		}
 		return 2
 	}
 	ctl, err := cp.config()

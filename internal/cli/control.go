@@ -58,7 +58,7 @@ func (a *app) controlEndpoints() ([]string, error) {
 	dir := filepath.Join(a.ctl.stateDir, "etcd")
 	url, err := store.ReadEndpointFile(dir)
 	if err != nil {
-		return nil, fmt.Errorf("no control plane: no --etcd-endpoints, and no local agent's embedded etcd under %s (%v): start vrdmad, pass --state-dir of a running agent, or --etcd-endpoints of the cluster", dir, err)
+		return nil, fmt.Errorf("no control plane: no --etcd-endpoints, and no local agent's embedded etcd under %s (%v): pass --state-dir of an agent that runs the control plane, or --etcd-endpoints of the cluster (an agent started with --no-control-plane has none)", dir, err)
 	}
 	return []string{url}, nil
 }

@@ -147,7 +147,11 @@ func (a *app) printJSON(v any) error {
 
 // dialAgent connects to the agent at --socket, for management commands.
 func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
-	return vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
+	if err != nil {
+		return nil, fmt.Errorf("no agent at %s (is vrdmad running? --socket or VRDMA_SOCKET names another socket): %w", a.socket, errors.Unwrap(err))
+	}
+	return ag, nil
 }
 
 // openAgent connects to the agent for a management command, both bounded

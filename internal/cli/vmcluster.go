@@ -70,11 +70,13 @@ func vmReportOf(cmd *cobra.Command, c *member.Cache, v records.VM, withVMX bool)
 		if err != nil {
 			continue
 		}
-		ar := vmAdapterReport{Adapter: ad, Name: name}
-		if p, err := c.PortGroup(cmd.Context(), ad.PortGroup); err == nil {
+		r.Adapters = append(r.Adapters, vmAdapterReport{Adapter: ad, Name: name})
+	}
+	for i := range r.Adapters { // the port group's switch and VLAN
+		ar := &r.Adapters[i]
+		if p, err := c.PortGroup(cmd.Context(), ar.PortGroup); ar.PortGroup != "" && err == nil {
 			ar.Switch, ar.VLAN = p.Switch, p.VLAN
 		}
-		r.Adapters = append(r.Adapters, ar)
 	}
 	if withVMX {
 		r.VMX = v.VMX

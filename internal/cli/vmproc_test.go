@@ -258,6 +258,16 @@ func TestVMProceduresControlPlane(t *testing.T) {
 		!strings.Contains(got, `ethernet0.dvs.portgroupId = "dvportgroup-10"`) || !strings.Contains(got, `ethernet0.virtualDev = "vrdma"`) {
 		t.Errorf("after vm edit --add-adapter (switch %s):\n%s", sw.Switch.UUID, got)
 	}
+	var shown vmReport // powered off: the adapters of its VMX, where their port groups are
+	runJSON(t, &shown, append(onA, "-o", "json", "vm", "show", "web")...)
+	if len(shown.Adapters) != 1 || shown.Adapters[0].PortGroup != "dvportgroup-10" || shown.Adapters[0].Switch != "dvs1" || shown.Adapters[0].VLAN != 10 {
+		t.Errorf("vm show web -o json adapters: %+v; want vrdma0 on dvportgroup-10, switch dvs1, VLAN 10", shown.Adapters)
+	}
+
+	// A VM of dc1 does not power on on a host in no datacenter.
+	ctlOn(t, cp, "host", "configure", "esx3", "--datacenter", "")
+	ctlFail(t, onA, []string{"host-datacenter", "in no datacenter"}, "vm", "power-on", "web", "--host", "esx3")
+	ctlOn(t, cp, "host", "configure", "esx3", "--datacenter", "dc1")
 
 	// Power-on on esx3 runs every rule against the VM and esx3's record,
 	// and refuses with the whole list.
