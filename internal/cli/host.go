@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -110,23 +111,15 @@ func (a *app) hostCommand() *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
-				var found []member.HostStatus
-				for _, h := range c.Hosts() {
-					if h.Host.ID == args[0] || h.Host.Name == args[0] {
-						found = append(found, h)
-					}
+				id, err := hostIDOf(c, args[0])
+				if err != nil {
+					return err
 				}
-				switch {
-				case len(found) == 0:
-					return fmt.Errorf("host %s: not found in the control plane", args[0])
-				case len(found) > 1:
-					var ids []string
-					for _, h := range found {
-						ids = append(ids, h.Host.ID)
-					}
-					return fmt.Errorf("host name %s is ambiguous: name one of the host IDs %s", args[0], strings.Join(ids, ", "))
+				hs, err := c.Host(cmd.Context(), id)
+				if err != nil {
+					return err
 				}
-				r := hostReportOf(found[0])
+				r := hostReportOf(hs)
 				for _, v := range c.VMs() {
 					if v.Host == r.ID {
 						r.VMs = append(r.VMs, v.Name)
@@ -147,6 +140,87 @@ func (a *app) hostCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show, a.hostConfigureCommand()) // inventory.go
+	cmd.AddCommand(list, show, a.hostConfigureCommand(), a.hostRemoveCommand()) // inventory.go
 	return cmd
+}
+
+// hostRemoveCommand is "vrdmactl host remove": vSphere's "Remove from
+// Inventory" for a host that is gone.
+func (a *app) hostRemoveCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "remove ID|NAME",
+		Short: "Remove a down host from the control plane, with the VM records its agent left",
+		Long: `remove deletes a host's record from the control plane, as vSphere's "Remove from
+Inventory" does for a host that is gone: a machine retired, or reinstalled with
+a new host ID under the same name. The host must be down (its agent holds no
+lease: stop its vrdmad first), and no managed VM may be registered on it
+(vm undefine them, or create them elsewhere). The records of VMs its agent
+published and left behind (it crashed) go with it. An agent that starts again
+with the same host ID registers the host anew.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var removed hostReport
+			var stale []string
+			err := a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
+				ctx := cmd.Context()
+				id, err := hostIDOf(c, args[0])
+				if err != nil {
+					return err
+				}
+				hs, err := c.Host(ctx, id)
+				if err != nil {
+					return err
+				}
+				removed = hostReportOf(hs)
+				// The lease, from etcd itself: the cache may lag.
+				if _, _, err := store.Get[records.Alive](ctx, st, records.AliveKey(id)); err == nil {
+					return fmt.Errorf("host %s (%s) is up: its agent holds a lease; stop its vrdmad first", hs.Host.Name, id)
+				} else if !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+				var managed []string
+				for _, v := range c.VMs() {
+					switch {
+					case v.Host != id:
+					case v.Managed:
+						managed = append(managed, v.Name)
+					default:
+						stale = append(stale, v.Name)
+					}
+				}
+				if len(managed) > 0 {
+					return fmt.Errorf("host %s (%s) has managed VMs registered on it: %s; vm undefine them (or create them on another host) first",
+						hs.Host.Name, id, strings.Join(managed, ", "))
+				}
+				for _, name := range stale {
+					if err := member.RemoveVM(ctx, st, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+						return fmt.Errorf("remove VM %s, left by host %s: %w", name, id, err)
+					}
+				}
+				_, rev, err := store.Get[records.Host](ctx, st, records.HostKey(id))
+				if err == nil {
+					err = st.Delete(ctx, records.HostKey(id), rev) // not if it changed meanwhile (an agent registered it)
+				}
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return fmt.Errorf("remove host %s: %w", id, err)
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("host remove %s: %w", args[0], err)
+			}
+			if stale == nil {
+				stale = []string{}
+			}
+			if a.json() {
+				return a.printJSON(map[string]any{"removed": removed.ID, "name": removed.Name, "vms_removed": stale})
+			}
+			fmt.Fprintf(a.stdout, "host %s (%s) removed from the control plane", removed.Name, removed.ID)
+			if len(stale) > 0 {
+				fmt.Fprintf(a.stdout, ", with the VM records it left: %s", strings.Join(stale, ", "))
+			}
+			fmt.Fprintln(a.stdout)
+			return nil
+		},
+	}
 }

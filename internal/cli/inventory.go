@@ -312,6 +312,9 @@ a restart of the host's agent, unless the agent is started with its own
 						if !n.PVRDMAAddress.IsValid() {
 							n.PVRDMAVmknic = ""
 						}
+						if err := addressFree(c, id, n.PVRDMAAddress); err != nil {
+							return nil, err
+						}
 					}
 					if fl.Changed("vmknic") {
 						n.PVRDMAVmknic = vmknic
@@ -394,6 +397,21 @@ func hostIDOf(c *member.Cache, ref string) (string, error) {
 		return found[0], nil
 	}
 	return "", fmt.Errorf("host name %s is ambiguous: name one of the host IDs %s", ref, strings.Join(found, ", "))
+}
+
+// addressFree checks that no host but id has addr's IP address as its
+// PVRDMA address: hosts tell each other apart by it (rule pvrdma-address
+// checks where a connection comes from).
+func addressFree(c *member.Cache, id string, addr netip.AddrPort) error {
+	if !addr.IsValid() {
+		return nil
+	}
+	for _, h := range c.Hosts() {
+		if o := h.Host; o.ID != id && o.PVRDMAAddress.IsValid() && o.PVRDMAAddress.Addr().Unmap() == addr.Addr().Unmap() {
+			return fmt.Errorf("--pvrdma-address %s: %s is host %s's (%s) PVRDMA address already; each host needs its own", addr, o.PVRDMAAddress.Addr(), o.Name, o.ID)
+		}
+	}
+	return nil
 }
 
 // parsePVRDMAAddress parses --pvrdma-address: ADDR:PORT, ADDR (keeping

@@ -377,6 +377,29 @@ func TestVMProceduresControlPlane(t *testing.T) {
 	ctlOn(t, onB, "vm", "edit", "web", "--remove-adapter", "vrdma0")
 	ctlOn(t, onA, "vm", "undefine", "web")
 	ctlFail(t, cp, []string{"not found"}, "vm", "show", "web")
+
+	// Each host has its own PVRDMA address.
+	ctlFail(t, cp, []string{"host esx1", "already"}, "host", "configure", "esx3", "--pvrdma-address", "127.0.0.1:4800")
+
+	// Removing a host: refused while its agent is up, and while managed
+	// VMs are registered on it; done once it is down and they are gone.
+	ctlFail(t, cp, []string{"is up", "stop its vrdmad"}, "host", "remove", "esx3")
+	b.Agent.Close()
+	for t0 := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		runJSON(t, &hr, append(cp, "-o", "json", "host", "show", "esx3")...)
+		if hr.State == "down" {
+			break
+		}
+		if time.Since(t0) > 15*time.Second {
+			t.Fatalf("esx3 still %s 15 s after its agent stopped", hr.State)
+		}
+	}
+	ctlFail(t, cp, []string{"managed VMs", "db"}, "host", "remove", "esx3")
+	ctlOn(t, onA, "vm", "undefine", "db")
+	if out := ctlOn(t, cp, "host", "remove", "esx3"); !strings.Contains(out, "host esx3 ("+b.Agent.HostID()+") removed") {
+		t.Errorf("host remove esx3: %s", out)
+	}
+	ctlFail(t, cp, []string{"not found"}, "host", "show", "esx3")
 }
 
 // accessHelperEnv names what the child process of TestVMAccessPeerCred

@@ -46,6 +46,9 @@ import (
 // ErrHostIDInUse: another live agent holds the host ID.
 var ErrHostIDInUse = errors.New("host ID in use")
 
+// ErrHostNameInUse: a live host with another host ID has the name.
+var ErrHostNameInUse = errors.New("host name in use")
+
 // Options configure Register.
 type Options struct {
 	// TTL is the lease's time to live: how long after its agent stops
@@ -108,6 +111,9 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkNameFree(ctx, st, h); err != nil {
+		return nil, err
+	}
 	if _, _, err := store.Update(ctx, st, records.HostKey(h.ID), func(old *records.Host) (*records.Host, error) {
 		n := h
 		if old != nil {
@@ -148,6 +154,33 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 	m.mu.Unlock()
 	go m.keepalive(h.AgentVersion)
 	return m, nil
+}
+
+// checkNameFree fails with ErrHostNameInUse when a live host (one whose
+// agent holds a lease) other than h has h's name: names are how people
+// and vrdmactl name hosts. A down host's name may be taken over (vrdmactl
+// host remove deletes its record). Two agents that register the same new
+// name at the same instant are not caught.
+func checkNameFree(ctx context.Context, st *store.Store, h records.Host) error {
+	hosts, _, _, err := store.List[records.Host](ctx, st, records.HostPrefix)
+	if err != nil {
+		return fmt.Errorf("register host %s: list the hosts: %w", h.ID, err)
+	}
+	for _, it := range hosts {
+		o := it.Value
+		if o.ID == h.ID || o.Name != h.Name {
+			continue
+		}
+		_, _, err := store.Get[records.Alive](ctx, st, records.AliveKey(o.ID))
+		switch {
+		case err == nil:
+			return fmt.Errorf("register host %s: %w: host %s is up under the name %q: start this agent with another --host, or stop that host's agent and remove it (vrdmactl host remove %s)",
+				h.ID, ErrHostNameInUse, o.ID, h.Name, o.ID)
+		case !errors.Is(err, store.ErrNotFound):
+			return fmt.Errorf("register host %s: is host %s, also named %q, up? %w", h.ID, o.ID, h.Name, err)
+		}
+	}
+	return nil
 }
 
 // claim grants a lease and puts the host's Alive record under it, if no

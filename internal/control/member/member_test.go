@@ -454,3 +454,40 @@ func TestControlPlaneMembershipCacheMiss(t *testing.T) {
 		t.Errorf("Host(never) = %v; want ErrNotFound", err)
 	}
 }
+
+// TestControlPlaneMembershipNameInUse: a second agent may not register
+// under the name of a live host with another host ID; once that host is
+// down, it may.
+func TestControlPlaneMembershipNameInUse(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	st := etcdtest.OpenEmbedded(t)
+	first := hostRec("host-n1", 1, false)
+	first.Name = "esx1"
+	m, err := member.Register(ctx, st, first, member.Options{TTL: ttl, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := hostRec("host-n2", 2, false)
+	second.Name = "esx1"
+	_, err = member.Register(ctx, st, second, member.Options{TTL: ttl, Logger: quiet})
+	if !errors.Is(err, member.ErrHostNameInUse) || !strings.Contains(err.Error(), "host-n1") || !strings.Contains(err.Error(), "--host") {
+		t.Fatalf("register a second host named esx1: %v; want ErrHostNameInUse naming host-n1 and what to do", err)
+	}
+	// The first host restarting under its own ID keeps its name.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err = member.Register(ctx, st, first, member.Options{TTL: ttl, Logger: quiet})
+	if err != nil {
+		t.Fatalf("the first host registers again: %v", err)
+	}
+	// Down, its name may be taken.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := member.Register(ctx, st, second, member.Options{TTL: ttl, Logger: quiet})
+	if err != nil {
+		t.Fatalf("register a host named esx1 while the first is down: %v", err)
+	}
+	m2.Close()
+}
