@@ -54,8 +54,9 @@ func (a *app) perfCommand() *cobra.Command {
 		Use:   "perf write_bw|read_bw|send_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] [--out_json] [--out_json_file FILE]",
 		Short: "Measure bandwidth or latency between two VMs, like perftest",
 		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
-write_bw and read_bw (RDMA WRITE / READ bandwidth, up to -t work requests
-outstanding, one in -Q signaled) print BW peak and average in MiB/s (2^20 B/s)
+write_bw, read_bw and send_bw (RDMA WRITE / READ / SEND bandwidth, up to -t
+work requests outstanding, one in -Q signaled; send_bw keeps the receiver's
+queue stocked with receives) print BW peak and average in MiB/s (2^20 B/s)
 and the message rate in Mpps; write_lat (RDMA WRITE ping-pong, each side
 spinning on the last byte of its buffer) prints latency as RTT/2 in µs: min,
 max, typical (median), average, standard deviation, 99% and 99.9%.

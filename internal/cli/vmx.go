@@ -62,7 +62,10 @@ change.
 --esxi is the ESXi version the VMs are to run on, written 8.0, 7.0.2,
 7.0U2 or "7.0 Update 2" (7.0 U2 is 7.0.2); without it the rules check
 against vrdma's own level, ESXi 8.0. --host also runs the host rules against
-that host of the control plane (see --etcd-endpoints, --state-dir).
+that host of the control plane (see --etcd-endpoints, --state-dir). vm
+power-on checks more than the rules: that the host is up, in the VM's
+datacenter, and that each adapter's port group exists on the host's switch
+(docs/control-plane.md); a file that passes here may still be refused there.
 
 Exit status: 0 when no file has an error (warnings allowed), 1 when a rule
 reports an error, 2 when a file cannot be read or parsed. With -o json the
