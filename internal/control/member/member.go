@@ -46,6 +46,9 @@ import (
 // ErrHostIDInUse: another live agent holds the host ID.
 var ErrHostIDInUse = errors.New("host ID in use")
 
+// revokeWait bounds the revocation of the host's lease at Close.
+const revokeWait = 2 * time.Second
+
 // ErrHostNameInUse: a live host with another host ID has the name.
 var ErrHostNameInUse = errors.New("host name in use")
 
@@ -347,7 +350,16 @@ func (m *Member) Close() error {
 		m.sess = nil
 		m.mu.Unlock()
 		if sess != nil {
-			err = sess.Close()
+			// Revoke the lease so that the host shows down at once; with
+			// etcd out of reach, give up soon: the lease then expires on
+			// its own after its TTL (Session.Close would wait the TTL).
+			sess.Orphan()
+			ctx, cancel := context.WithTimeout(m.ctx, revokeWait)
+			_, err = m.st.Client().Revoke(ctx, sess.Lease())
+			cancel()
+			if err != nil {
+				err = fmt.Errorf("revoke host %s's lease (it expires on its own after %d s): %w", m.id, m.ttl, m.st.Classify(err))
+			}
 		}
 		m.cancel()
 		if errors.Is(err, context.Canceled) || m.st.Client().Ctx().Err() != nil {

@@ -491,3 +491,28 @@ func TestControlPlaneMembershipNameInUse(t *testing.T) {
 	}
 	m2.Close()
 }
+
+// TestControlPlaneMembershipCloseWithoutEtcd: an agent that stops while
+// etcd is out of reach does not wait out its lease's TTL to revoke it: the
+// lease expires on its own, and Close says so.
+func TestControlPlaneMembershipCloseWithoutEtcd(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	srv := etcdtest.Start(t)
+	st := etcdtest.Open(t, srv.ClientURL())
+	const long = 10 * time.Second
+	m, err := member.Register(ctx, st, hostRec("host-c", 1, false), member.Options{TTL: long, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Close() // gone: nothing answers at its address
+	t0 := time.Now()
+	err = m.Close()
+	took := time.Since(t0)
+	t.Logf("Close with etcd gone: %v after %v", err, took.Round(time.Millisecond))
+	if err == nil || !strings.Contains(err.Error(), "expires on its own") {
+		t.Errorf("Close with etcd gone: %v; want an error saying the lease expires on its own", err)
+	}
+	if took >= long {
+		t.Errorf("Close with etcd gone took %v, the lease's whole TTL", took.Round(time.Millisecond))
+	}
+}
