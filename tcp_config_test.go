@@ -41,17 +41,7 @@ func configureHost(t *testing.T, c *testenv.Cluster, h *testenv.Host, change fun
 // pvrdmaStatus returns h's agent's view of its end of the tcp path.
 func pvrdmaStatus(t *testing.T, h *testenv.Host) abi.PVRDMAStatus {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
-	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(h.Socket))
-	if err != nil {
-		t.Fatalf("%s: %v", h.Name, err)
-	}
-	defer a.Close()
-	st, err := a.Status(ctx)
-	if err != nil {
-		t.Fatalf("%s: status: %v", h.Name, err)
-	}
+	st := agentStatus(t, h)
 	if st.PVRDMA == nil {
 		t.Fatalf("%s: status has no PVRDMA section", h.Name)
 	}

@@ -148,8 +148,8 @@ func expectFailedWithin(t *testing.T, e *end, id uint64, p rcParams, t0 time.Tim
 	return took
 }
 
-// uplinkTo returns h's agent's view of its link to peer.
-func uplinkTo(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
+// agentStatus returns the status of h's agent.
+func agentStatus(t *testing.T, h *testenv.Host) vrdma.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
@@ -162,6 +162,13 @@ func uplinkTo(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
 	if err != nil {
 		t.Fatalf("%s: status: %v", h.Name, err)
 	}
+	return st
+}
+
+// uplinkTo returns h's agent's view of its link to peer.
+func uplinkTo(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
+	t.Helper()
+	st := agentStatus(t, h)
 	for _, u := range st.Uplinks {
 		if u.PeerHostID == peer.ID() {
 			return u

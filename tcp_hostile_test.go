@@ -662,23 +662,30 @@ func TestTCPHostile(t *testing.T) {
 			rawProbe(t, p, 1)
 		})
 
-		// Connection requests waiting for a listener that does not accept:
-		// at most 256 per connection, the next is refused at once.
-		t.Run("cm-pending-limit", func(t *testing.T) {
+		// waitingCMReqs joins host B as host A and sends n CM_REQs (tags 1
+		// to n, 30 s timeouts) to a listener of B that does not accept.
+		waitingCMReqs := func(t *testing.T, n int) *rawPeer {
 			ctx := opCtx(t)
 			port := uint16(nextPort.Add(1))
 			l, err := hostileAdapter0(t, vb).Listen(ctx, port)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer l.Close(ctx)
+			t.Cleanup(func() { l.Close(context.Background()) })
 			p := rawJoin(t, asA, hb)
 			gidA := netip.AddrFrom16(hostileGID0(t, va))
-			const limit = 256
-			for i := range limit + 1 {
-				p.sendJSON(tcpwire.CMReq, uint64(1+i), tcpwire.ConnReqMsg{Target: vb.Name() + "/vrdma0", Port: port, FromVM: va.Name(),
+			for i := 1; i <= n; i++ {
+				p.sendJSON(tcpwire.CMReq, uint64(i), tcpwire.ConnReqMsg{Target: vb.Name() + "/vrdma0", Port: port, FromVM: va.Name(),
 					FromAdapter: "vrdma0", FromGID: gidA, FromQPN: uint32(0x100 + i), TimeoutMS: 30000})
 			}
+			return p
+		}
+
+		// Connection requests waiting for a listener that does not accept:
+		// at most 256 per connection, the next is refused at once.
+		t.Run("cm-pending-limit", func(t *testing.T) {
+			const limit = 256
+			p := waitingCMReqs(t, limit+1)
 			var r tcpwire.ConnRespMsg
 			h := p.readJSON(tcpwire.CMResp, &r)
 			if h.Tag != limit+1 || r.Code != "limit-exceeded" {
@@ -746,19 +753,7 @@ func TestTCPHostile(t *testing.T) {
 		// the listener is answered at once, not when its 30 s run out: it
 		// holds no goroutine or pending slot for the rest of its timeout.
 		t.Run("cm-cancel", func(t *testing.T) {
-			ctx := opCtx(t)
-			port := uint16(nextPort.Add(1))
-			l, err := hostileAdapter0(t, vb).Listen(ctx, port)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close(ctx)
-			p := rawJoin(t, asA, hb)
-			gidA := netip.AddrFrom16(hostileGID0(t, va))
-			for tag := uint64(1); tag <= 2; tag++ {
-				p.sendJSON(tcpwire.CMReq, tag, tcpwire.ConnReqMsg{Target: vb.Name() + "/vrdma0", Port: port, FromVM: va.Name(),
-					FromAdapter: "vrdma0", FromGID: gidA, FromQPN: uint32(0x100 + tag), TimeoutMS: 30000})
-			}
+			p := waitingCMReqs(t, 2)
 			time.Sleep(quiet) // both wait for the listener
 			t0 := time.Now()
 			p.mustWrite(rawFrame(tcpwire.Header{Type: tcpwire.CMCancel, Tag: 2}, nil))
