@@ -330,17 +330,8 @@ func (a *Agent) unpublishVM(v *vm) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	// Only the record this host published: the VM may run elsewhere now.
-	rec, _, err := store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
-	if err != nil {
-		if !errors.Is(err, store.ErrNotFound) {
-			c.log.Warn("VM not removed from the control plane", "vm", v.name, "err", err)
-		}
-		return
-	}
-	if rec.Host != a.hostID {
-		return
-	}
-	if err := member.RemoveVM(ctx, c.st, v.name); err != nil && !errors.Is(err, store.ErrNotFound) {
+	err := member.RemoveVMOf(ctx, c.st, v.name, a.hostID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, member.ErrPlacement) {
 		c.log.Warn("VM not removed from the control plane", "vm", v.name, "err", err)
 	}
 }

@@ -26,8 +26,9 @@ package agent
 //     its peers' QPs flush.
 //
 // Names are global: the state directory is looked at first, then the
-// control plane; vm define refuses the name of a managed VM and vm create
-// any name in use.
+// control plane; vm define refuses the name of a managed VM or of a VM
+// running on another host that is up, and vm create any name known
+// (docs/control-plane.md).
 //
 // Access: a workload attaches only to a powered-on VM placed on this
 // host, and only if SO_PEERCRED says it runs as the VM's owner uid, with
@@ -435,11 +436,10 @@ func (a *Agent) attachConfig(s *session, name string) (*vmconfig.Config, bool, e
 			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is defined on host %s, not on this host (%s): run its workload there", name, a.hostLabel(r.Host), a.cfg.Host)
 		}
 		e = entryOf(r)
-		if e.power != records.PoweredOn || e.host != a.hostID {
-			// The cache may not have seen a power-on yet: ask etcd.
-			if r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name)); err == nil && r.Managed {
-				e = entryOf(r)
-			}
+		// The cache may lag behind a power-on or a power-off: what etcd
+		// says decides, while it answers.
+		if r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name)); err == nil && r.Managed {
+			e = entryOf(r)
 		}
 	}
 	if !s.mayAttach(e.owner) {
@@ -515,28 +515,34 @@ func (a *Agent) reconcile(c *control) {
 	}
 	a.mu.Unlock()
 	for _, v := range vms {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
-		r, err := c.cache.VM(ctx, v.name)
-		if err != nil || r.Power != records.PoweredOn || r.Host != a.hostID {
-			// Confirm with etcd: the cache may lag behind the power-on
-			// that let this VM attach.
-			r, _, err = store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
-		}
-		cancel()
-		why := ""
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			why = "deleted from the inventory"
-		case err != nil:
-			continue // out of reach: leave it running
-		case r.Power != records.PoweredOn:
-			why = "powered off"
-		case r.Host != a.hostID:
-			why = "placed on host " + r.Host
-		}
-		if why != "" {
-			v.kick(why)
-		}
+		a.reconcileVM(c, v)
+	}
+}
+
+// reconcileVM detaches managed VM v if its record no longer lets it run
+// here.
+func (a *Agent) reconcileVM(c *control, v *vm) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
+	r, err := c.cache.VM(ctx, v.name)
+	if err != nil || r.Power != records.PoweredOn || r.Host != a.hostID {
+		// Confirm with etcd: the cache may lag behind the power-on
+		// that let this VM attach.
+		r, _, err = store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
+	}
+	cancel()
+	why := ""
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		why = "deleted from the inventory"
+	case err != nil:
+		return // out of reach: leave it running
+	case r.Power != records.PoweredOn:
+		why = "powered off"
+	case r.Host != a.hostID:
+		why = "placed on host " + r.Host
+	}
+	if why != "" {
+		v.kick(why)
 	}
 }
 
@@ -557,6 +563,14 @@ func (a *Agent) defineVM(s *session, d *abi.DefineVM) error {
 		cancel()
 		if err == nil && r.Managed {
 			return abi.Errorf(abi.CodeExists, "name", "VM %q is a managed VM of the control plane (vm create): change it with vrdmactl vm edit/set, or delete it first (vrdmactl vm undefine %s)", d.Name, d.Name)
+		}
+		if err == nil && r.Host != "" && r.Host != a.hostID {
+			ctx, cancel := context.WithTimeout(s.ctx, c.cfg.LookupTimeout)
+			hs, herr := c.cache.Host(ctx, r.Host)
+			cancel()
+			if herr == nil && hs.Alive != nil {
+				return abi.Errorf(abi.CodeExists, "name", "VM %q runs on host %s: VM names are global in the control plane; define this one under another name", d.Name, hs.Host.Label())
+			}
 		}
 	}
 	a.mg.mu.Lock()

@@ -151,6 +151,12 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 	}
 	a.publishVM(v, s.uid) // control.go
 	v.ready.Store(true)
+	if v.managed && a.ctl != nil {
+		// A power-off or a move that came after the checks above, and
+		// whose change the watch delivered before v was ready, found
+		// nothing to detach: look once more.
+		a.reconcileVM(a.ctl, v)
+	}
 	return v, nil
 }
 

@@ -189,11 +189,11 @@ with the same host ID registers the host anew.`,
 					}
 				}
 				if len(managed) > 0 {
-					return fmt.Errorf("host %s (%s) has managed VMs registered on it: %s; vm undefine them (or create them on another host) first",
+					return fmt.Errorf("host %s (%s) has managed VMs registered on it: %s; move them to another host (vrdmactl vm power-on VM --host H, then vm power-off VM) or delete them (vm power-off, then vm undefine) first",
 						hs.Host.Name, id, strings.Join(managed, ", "))
 				}
 				for _, name := range stale {
-					if err := member.RemoveVM(ctx, st, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+					if err := member.RemoveVMOf(ctx, st, name, id); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, member.ErrPlacement) {
 						return fmt.Errorf("remove VM %s, left by host %s: %w", name, id, err)
 					}
 				}

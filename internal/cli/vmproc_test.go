@@ -311,6 +311,10 @@ func TestVMProceduresControlPlane(t *testing.T) {
 		t.Errorf("vm show web while attached: %+v", vs)
 	}
 	peer := b.OpenVMX(t, "peer", vmxOn("dvportgroup-10"))
+	// Its name is taken across the control plane while it runs on esx3.
+	if _, errs, code := run(t, vmxOn("dvportgroup-10"), append(onA, "vm", "define", "peer", "-")...); code != exitFailure || !strings.Contains(errs, "runs on host esx3") {
+		t.Errorf("vm define on esx1 of a VM name running on esx3: exit %d, %s", code, errs)
+	}
 	p, err := perf.Connect(ctx, adapter0(t, peer), adapter0(t, web), perf.PairConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package member_test
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +52,18 @@ func TestControlPlaneManagedVM(t *testing.T) {
 	other.Host = "h2"
 	if err := member.PublishVM(ctx, st, other, ads); !errors.Is(err, member.ErrPlacement) {
 		t.Errorf("publish from h2: %v, want ErrPlacement", err)
+	}
+	// Nor may its own host while it is powered off (a power-off that
+	// raced the attach).
+	if _, _, err := store.Update(ctx, st, records.VMKey("vm1"), func(old *records.VM) (*records.VM, error) {
+		n := *old
+		n.Power = records.PoweredOff
+		return &n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := member.PublishVM(ctx, st, pub, ads); !errors.Is(err, member.ErrPlacement) || !strings.Contains(err.Error(), "poweredOff") {
+		t.Errorf("publish of a powered-off managed VM: %v, want ErrPlacement", err)
 	}
 	// Detach: the record stays, without adapters or directory entries.
 	if err := member.RemoveVM(ctx, st, "vm1"); err != nil {
@@ -106,5 +119,47 @@ func TestControlPlaneRegisterKeepsConfiguration(t *testing.T) {
 	}
 	if got.PVRDMAAddress != configured.PVRDMAAddress || !got.FirewallPVRDMA || got.Inventory != configured.Inventory {
 		t.Errorf("after Register: %+v", got)
+	}
+}
+
+// A VM that is not managed may not take the name of one that another host,
+// up, has published; once that host is down it may. A host removes only
+// the VM it published.
+func TestControlPlanePublishNameTaken(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	st := etcdtest.OpenEmbedded(t)
+	setupFabric(t, ctx, st)
+	for _, h := range []string{"h1", "h2"} {
+		if _, err := st.Create(ctx, records.HostKey(h), hostRec(h, 1, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Create(ctx, records.AliveKey("h1"), records.Alive{HostID: "h1", Lease: 1, TTL: 10, AgentVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	vm, ads := vmRec("vm2", "h1", 2, 1)
+	if err := member.PublishVM(ctx, st, vm, ads); err != nil {
+		t.Fatal(err)
+	}
+	other := vm
+	other.Host = "h2"
+	if err := member.PublishVM(ctx, st, other, ads); !errors.Is(err, member.ErrPlacement) || !strings.Contains(err.Error(), "h1") {
+		t.Fatalf("publish vm2 from h2 while h1 runs it: %v, want ErrPlacement naming h1", err)
+	}
+	r, err := st.Client().Delete(ctx, records.AliveKey("h1"))
+	if err != nil || r.Deleted != 1 {
+		t.Fatal(err)
+	}
+	if err := member.PublishVM(ctx, st, other, ads); err != nil {
+		t.Fatalf("publish vm2 from h2 once h1 is down: %v", err)
+	}
+	if err := member.RemoveVMOf(ctx, st, "vm2", "h1"); !errors.Is(err, member.ErrPlacement) {
+		t.Errorf("h1 removes vm2, which h2 has now: %v, want ErrPlacement", err)
+	}
+	if got, _, err := store.Get[records.VM](ctx, st, records.VMKey("vm2")); err != nil || got.Host != "h2" || len(got.Adapters) != 1 {
+		t.Errorf("vm2 after h1's removal was refused: %+v, %v", got, err)
+	}
+	if err := member.RemoveVMOf(ctx, st, "vm2", "h2"); err != nil {
+		t.Errorf("h2 removes its vm2: %v", err)
 	}
 }

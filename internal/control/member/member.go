@@ -85,8 +85,8 @@ type Member struct {
 	sess *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
 }
 
-// Register registers host h: it creates or updates h's record and claims
-// the host under a lease. What an administrator set in the record
+// Register registers host h: it claims the host under a lease, then
+// creates or updates h's record. What an administrator set in the record
 // (vrdmactl host configure) and h leaves unset is kept: a "maintenance"
 // state, the inventory placement, the PVRDMA address and vmknic when h
 // has none, the pvrdma firewall ruleset when it is on. Register claims
@@ -117,6 +117,23 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 	if err := checkNameFree(ctx, st, h); err != nil {
 		return nil, err
 	}
+	mctx, cancel := context.WithCancel(context.Background())
+	m := &Member{
+		st: st, id: h.ID, ttl: ttl, opts: opts,
+		log:    opts.Logger.With("host", h.ID),
+		ctx:    mctx,
+		cancel: cancel,
+		stopc:  make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	sess, err := m.claim(ctx, h.AgentVersion, opts.TakeoverWait)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// The record changes only once the host is claimed: a second agent
+	// with this host ID must not rewrite the live host's record (its
+	// address, switch, name) before it is refused.
 	if _, _, err := store.Update(ctx, st, records.HostKey(h.ID), func(old *records.Host) (*records.Host, error) {
 		n := h
 		if old != nil {
@@ -136,21 +153,9 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 		}
 		return &n, nil
 	}); err != nil {
-		return nil, fmt.Errorf("register host %s: %w", h.ID, err)
-	}
-	mctx, cancel := context.WithCancel(context.Background())
-	m := &Member{
-		st: st, id: h.ID, ttl: ttl, opts: opts,
-		log:    opts.Logger.With("host", h.ID),
-		ctx:    mctx,
-		cancel: cancel,
-		stopc:  make(chan struct{}),
-		done:   make(chan struct{}),
-	}
-	sess, err := m.claim(ctx, h.AgentVersion, opts.TakeoverWait)
-	if err != nil {
+		m.revoke(sess)
 		cancel()
-		return nil, err
+		return nil, fmt.Errorf("register host %s: %w", h.ID, err)
 	}
 	m.mu.Lock()
 	m.sess = sess
@@ -249,12 +254,16 @@ func (m *Member) claim(ctx context.Context, agentVersion string, wait time.Durat
 	}
 }
 
-// revoke gives up a session's lease, bounded in time.
-func (m *Member) revoke(sess *concurrency.Session) {
+// revoke gives up a session's lease, waiting at most revokeWait: with
+// etcd out of reach, the lease expires on its own after its TTL.
+func (m *Member) revoke(sess *concurrency.Session) error {
 	sess.Orphan()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), revokeWait)
 	defer cancel()
-	m.st.Client().Revoke(ctx, sess.Lease())
+	if _, err := m.st.Client().Revoke(ctx, sess.Lease()); err != nil {
+		return fmt.Errorf("revoke host %s's lease (it expires on its own after %d s): %w", m.id, m.ttl, m.st.Classify(err))
+	}
+	return nil
 }
 
 // keepalive claims the host again whenever its lease is lost. See the
@@ -353,13 +362,7 @@ func (m *Member) Close() error {
 			// Revoke the lease so that the host shows down at once; with
 			// etcd out of reach, give up soon: the lease then expires on
 			// its own after its TTL (Session.Close would wait the TTL).
-			sess.Orphan()
-			ctx, cancel := context.WithTimeout(m.ctx, revokeWait)
-			_, err = m.st.Client().Revoke(ctx, sess.Lease())
-			cancel()
-			if err != nil {
-				err = fmt.Errorf("revoke host %s's lease (it expires on its own after %d s): %w", m.id, m.ttl, m.st.Classify(err))
-			}
+			err = m.revoke(sess)
 		}
 		m.cancel()
 		if errors.Is(err, context.Canceled) || m.st.Client().Ctx().Err() != nil {

@@ -48,13 +48,18 @@ func TestControlPlaneMembershipLease(t *testing.T) {
 	}
 
 	// A second agent claiming host-a is refused while A lives.
+	// Its record is not touched: the live agent follows its record.
 	agentA2 := etcdtest.Open(t, srv.ClientURL())
-	_, err = member.Register(ctx, agentA2, hostRec("host-a", 1, true), member.Options{TTL: ttl, TakeoverWait: 300 * time.Millisecond, Logger: quiet})
+	dup := hostRec("host-a", 2, true) // another PVRDMA address
+	_, err = member.Register(ctx, agentA2, dup, member.Options{TTL: ttl, TakeoverWait: 300 * time.Millisecond, Logger: quiet})
 	if !errors.Is(err, member.ErrHostIDInUse) || !strings.Contains(err.Error(), "0.1.0-test") {
 		t.Fatalf("duplicate Register: %v; want ErrHostIDInUse naming the holder", err)
 	}
 	if hostState(cache, "host-a") != records.HostUp {
 		t.Fatal("a refused duplicate took host-a down")
+	}
+	if rec, _, err := store.Get[records.Host](ctx, observer, records.HostKey("host-a")); err != nil || rec.PVRDMAAddress != hostRec("host-a", 1, true).PVRDMAAddress {
+		t.Fatalf("host-a's record after a refused duplicate: %+v, %v; want its PVRDMA address unchanged", rec, err)
 	}
 
 	// Agent A dies (its connection goes, nothing is revoked): the host is

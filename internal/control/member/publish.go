@@ -25,8 +25,9 @@ var ErrGIDInUse = errors.New("GID in use")
 // A managed VM's record (records.VM.Managed) belongs to the inventory:
 // publishing it keeps the stored VMX, owner, power state and inventory
 // placement, and sets only the adapters; it must be placed on vm.Host
-// (ErrPlacement otherwise). A VM that is not managed cannot take the name
-// of one that is.
+// and powered on (ErrPlacement otherwise). A VM that is not managed cannot
+// take the name of one that is, nor of one that another host that is up
+// published.
 func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []records.Adapter) error {
 	adapters = slices.Clone(adapters)
 	slices.SortFunc(adapters, func(a, b records.Adapter) int { return a.Index - b.Index })
@@ -69,12 +70,24 @@ func PublishVM(ctx context.Context, st *store.Store, vm records.VM, adapters []r
 			return err // a bad old record is overwritten
 		}
 		rec := vm
-		if old != nil && old.Managed {
+		switch {
+		case old != nil && old.Managed:
 			if old.Host != vm.Host {
 				return fmt.Errorf("publish VM %s: %w: the inventory places it on host %s, not %s", vm.Name, ErrPlacement, orNone(old.Host), vm.Host)
 			}
+			if old.Power != records.PoweredOn {
+				return fmt.Errorf("publish VM %s: %w: it is %s", vm.Name, ErrPlacement, old.Power)
+			}
 			rec = *old
 			rec.Adapters = vm.Adapters
+		case old != nil && old.Host != "" && old.Host != vm.Host:
+			// A VM of that name, defined on another host, runs there
+			// while that host is up: this one may not take its name.
+			if up, err := tx.Exists(records.AliveKey(old.Host)); err != nil {
+				return err
+			} else if up {
+				return fmt.Errorf("publish VM %s: %w: a VM of that name runs on host %s; VM names are global: define this one under another name", vm.Name, ErrPlacement, old.Host)
+			}
 		}
 		if old != nil {
 			for _, name := range old.Adapters {
@@ -171,6 +184,19 @@ func orNone(s string) string {
 // stays, with no adapters. ErrNotFound if there is no such VM.
 func RemoveVM(ctx context.Context, st *store.Store, name string) error {
 	return removeVM(ctx, st, name, false, nil)
+}
+
+// RemoveVMOf is RemoveVM for the VM as host published it: if the record
+// places the VM on another host now, it fails with ErrPlacement and
+// removes nothing. The check is in the transaction, so a VM that another
+// host publishes meanwhile is left alone.
+func RemoveVMOf(ctx context.Context, st *store.Store, name, host string) error {
+	return removeVM(ctx, st, name, false, func(vm records.VM) error {
+		if vm.Host != host {
+			return fmt.Errorf("remove VM %s: %w: host %s has it now, not %s", name, ErrPlacement, orNone(vm.Host), host)
+		}
+		return nil
+	})
 }
 
 // DeleteVM deletes VM name, managed or not, with its adapters and their

@@ -173,9 +173,12 @@ func ParseAdapterName(s string) (int, error) {
 	if !ok || d == "" || len(d) > 4 || (len(d) > 1 && d[0] == '0') {
 		return 0, fmt.Errorf("adapter name %q is not vrdmaN (N = 0–%d, no leading zeros)", s, MaxAdapterIndex)
 	}
-	n, err := strconv.Atoi(d)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("adapter name %q is not vrdmaN (N = 0–%d, no leading zeros)", s, MaxAdapterIndex)
+	n := 0
+	for _, c := range []byte(d) { // digits only: Atoi would take a sign
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("adapter name %q is not vrdmaN (N = 0–%d, no leading zeros)", s, MaxAdapterIndex)
+		}
+		n = n*10 + int(c-'0')
 	}
 	return n, nil
 }

@@ -46,7 +46,7 @@ func TestAdapterName(t *testing.T) {
 			t.Errorf("ParseAdapterName(%q) = %d, %v", ok, n, err)
 		}
 	}
-	for _, bad := range []string{"", "vrdma", "vrdma01", "vrdma-1", "vrdma10000", "eth0", "vrdma1x", "VRDMA1"} {
+	for _, bad := range []string{"", "vrdma", "vrdma01", "vrdma-1", "vrdma-0", "vrdma+1", "vrdma10000", "eth0", "vrdma1x", "VRDMA1"} {
 		if _, err := ParseAdapterName(bad); err == nil {
 			t.Errorf("ParseAdapterName(%q) accepted", bad)
 		}
