@@ -312,11 +312,7 @@ func sameSwitch(c *control, ctx context.Context, id, name string) bool {
 	if err != nil {
 		return true // cannot tell; pathsel decides
 	}
-	return normUUID(sw.UUID) == normUUID(id)
-}
-
-func normUUID(s string) string {
-	return strings.ToLower(strings.NewReplacer(" ", "", "-", "").Replace(s))
+	return records.SameUUID(sw.UUID, id)
 }
 
 // unpublishVM removes VM v from the control plane after it detached.
