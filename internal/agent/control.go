@@ -28,7 +28,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -160,8 +159,10 @@ func (a *Agent) startControl() error {
 	// published (it crashed) are gone.
 	if vms, _, _, err := store.List[records.VM](ctx, st, records.VMPrefix); err == nil {
 		for _, it := range vms {
-			if it.Value.Host == a.hostID && it.Value.Power != records.PoweredOff {
-				if err := member.RemoveVM(ctx, st, it.Value.Name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			// A managed VM keeps its record, less the adapters it had
+			// here (also when it was powered off while this host was down).
+			if v := it.Value; v.Host == a.hostID && (v.Power != records.PoweredOff || len(v.Adapters) > 0) {
+				if err := member.RemoveVMOf(ctx, st, v.Name, a.hostID); err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, member.ErrPlacement) {
 					log.Warn("remove VM left by a previous run", "vm", it.Value.Name, "err", err)
 				}
 			}
@@ -218,8 +219,16 @@ func (a *Agent) publishVM(v *vm, uid uint32) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
-	vmx, _ := os.ReadFile(filepath.Join(a.cfg.StateDir, "vms", v.name+".vmx"))
-	rec := records.VM{Name: v.name, VMX: string(vmx), Owner: records.Owner{UID: uid}, Host: a.hostID, Power: records.PoweredOn}
+	// The VM's own record: its VMX and owner (from the state directory;
+	// a VM defined before owners existed is its attaching user's).
+	owner := records.Owner{UID: uid}
+	a.mg.mu.Lock()
+	vmx, st, ok, _ := a.readLocal(v.name)
+	a.mg.mu.Unlock()
+	if ok {
+		owner = st.Owner
+	}
+	rec := records.VM{Name: v.name, VMX: string(vmx), Owner: owner, Host: a.hostID, Power: records.PoweredOn}
 	if len(rec.VMX) > records.MaxVMXBytes {
 		rec.VMX = ""
 	}

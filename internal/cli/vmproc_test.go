@@ -18,6 +18,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -311,6 +312,21 @@ func TestVMProceduresControlPlane(t *testing.T) {
 		t.Errorf("vm show web while attached: %+v", vs)
 	}
 	peer := b.OpenVMX(t, "peer", vmxOn("dvportgroup-10"))
+	// A defined VM is published with its owner, whoever attaches it (root
+	// here).
+	if _, errs, code := run(t, vmxOn("dvportgroup-10"), append(onB, "vm", "define", "owned", "-", "--owner", "1000:1001")...); code != 0 {
+		t.Fatalf("vm define owned --owner 1000:1001: exit %d, %s", code, errs)
+	}
+	owned, err := vrdma.Open(ctx, "owned", vrdma.WithSocket(b.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ov vmReport
+	runJSON(t, &ov, append(cp, "-o", "json", "vm", "show", "owned")...)
+	if ov.Owner != (records.Owner{UID: 1000, GID: 1001}) || ov.HostName != "esx3" {
+		t.Errorf("vm show owned while attached: owner %+v on %s; want 1000:1001 on esx3", ov.Owner, ov.HostName)
+	}
+	owned.Close()
 	// Its name is taken across the control plane while it runs on esx3.
 	if _, errs, code := run(t, vmxOn("dvportgroup-10"), append(onA, "vm", "define", "peer", "-")...); code != exitFailure || !strings.Contains(errs, "runs on host esx3") {
 		t.Errorf("vm define on esx1 of a VM name running on esx3: exit %d, %s", code, errs)
