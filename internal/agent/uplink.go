@@ -581,7 +581,7 @@ func (c *tconn) pollHeader() int {
 		return 0
 	}
 	deadline := nanotime() + int64(headerPoll)
-	for i := 0; ; i++ {
+	for {
 		c.pn = 0
 		if c.rc.Control(c.pollFn) != nil {
 			return 0
@@ -589,11 +589,13 @@ func (c *tconn) pollHeader() int {
 		if c.pn != 0 {
 			return max(c.pn, 0)
 		}
-		if i&7 == 7 {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			if nanotime() > deadline {
-				return 0
-			}
+		// Yield at every turn: the threads this one waits for (a
+		// workload, the other agent) share the CPUs with it. Measured
+		// against every 8th turn: 8-byte latency 26 % lower, bandwidth
+		// the same (docs/BENCHMARKS.md).
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if nanotime() > deadline {
+			return 0
 		}
 	}
 }

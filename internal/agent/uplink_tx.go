@@ -454,7 +454,7 @@ func (q *qp) txWait() {
 	tailW := abi.Word(q.ring.Bytes(), abi.OffSQTail)
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
 	deadline := nanotime() + int64(doorbellPollTCP)
-	for i := 0; ; i++ {
+	for {
 		if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
 			return
 		}
@@ -463,11 +463,9 @@ func (q *qp) txWait() {
 			return
 		default:
 		}
-		if i&7 == 7 {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			if nanotime() > deadline {
-				break
-			}
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // at every turn, as pollHeader
+		if nanotime() > deadline {
+			break
 		}
 	}
 	left := time.Until(e.sent.Add(wait))
