@@ -1011,63 +1011,14 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *abi.PowerOnVM) (ab
 	return abi.PowerReply{VM: a.info(e), Changed: true, Findings: nonNil(findings)}, nil
 }
 
-// placementChecks are the power-on checks beyond the rules: the host is
-// up and in the VM's datacenter, and every adapter's port group exists.
+// placementChecks are the power-on checks beyond the rules
+// (member.PlacementFindings): the host is up and in the VM's datacenter,
+// and every adapter's port group exists on its switch.
 func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []abi.Finding {
 	if host == nil {
 		return nil
 	}
-	var out []abi.Finding
-	switch host.State {
-	case records.HostDown:
-		out = append(out, abi.Finding{Rule: "host-up", Severity: "error",
-			Message: fmt.Sprintf("host %s is down (its agent holds no lease): start its vrdmad, or power the VM on on another host (--host)", host.Label())})
-	case records.HostMaintenance:
-		out = append(out, abi.Finding{Rule: "host-up", Severity: "error",
-			Message: fmt.Sprintf("host %s is in maintenance mode: take it out of maintenance, or power the VM on on another host (--host)", host.Label())})
-	}
-	if e.inv.Datacenter != "" && e.inv.Datacenter != host.Datacenter {
-		in := "in " + host.Datacenter
-		if host.Datacenter == "" {
-			in = "in no datacenter"
-		}
-		out = append(out, abi.Finding{Rule: "host-datacenter", Severity: "error",
-			Message: fmt.Sprintf("VM %s is in datacenter %s, host %s %s: power it on on a host of %s (--host), or place the host there (vrdmactl host configure %s --datacenter %s)",
-				e.name, e.inv.Datacenter, host.Label(), in, e.inv.Datacenter, host.Name, e.inv.Datacenter)})
-	}
-	cfg, err := vmconfig.FromFile(f)
-	if err != nil {
-		return out
-	}
-	for _, ad := range cfg.Adapters {
-		if ad.PortGroupID == "" {
-			continue // the distributed-portgroup rule says so
-		}
-		key := fmt.Sprintf("ethernet%d.dvs.portgroupId", ad.Index)
-		p, err := a.ctl.cache.PortGroup(ctx, ad.PortGroupID)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			out = append(out, abi.Finding{Rule: "portgroup-exists", Severity: "error", Key: key, Line: f.Line(key),
-				Message: fmt.Sprintf("port group %s of PVRDMA adapter ethernet%d does not exist in the control plane: create it (vrdmactl portgroup create %s --switch SWITCH) or move the adapter to an existing one",
-					ad.PortGroupID, ad.Index, ad.PortGroupID)})
-		case err == nil && host.Switch != "" && p.Switch != host.Switch:
-			out = append(out, abi.Finding{Rule: "portgroup-exists", Severity: "error", Key: key, Line: f.Line(key),
-				Message: fmt.Sprintf("port group %s of PVRDMA adapter ethernet%d is on switch %s, and host %s is on switch %s: power the VM on on a host of %s, or move the adapter to a port group of %s",
-					ad.PortGroupID, ad.Index, p.Switch, host.Label(), host.Switch, p.Switch, host.Switch)})
-		}
-		if err != nil || ad.SwitchID == "" || ad.SwitchID == p.Switch {
-			continue
-		}
-		// ethernetN.dvs.switchId must name the port group's switch, by its
-		// UUID as vSphere writes it (or by name).
-		skey := fmt.Sprintf("ethernet%d.dvs.switchId", ad.Index)
-		if sw, err := a.ctl.cache.Switch(ctx, p.Switch); err == nil && !records.SameUUID(ad.SwitchID, sw.UUID) {
-			out = append(out, abi.Finding{Rule: "portgroup-switch", Severity: "error", Key: skey, Line: f.Line(skey),
-				Message: fmt.Sprintf("PVRDMA adapter ethernet%d names switch %q, but its port group %s is on switch %s (UUID %s): set %s = \"%s\" (vrdmactl vm set), or move the adapter to a port group of its switch",
-					ad.Index, ad.SwitchID, ad.PortGroupID, sw.Name, sw.UUID, skey, sw.UUID)})
-		}
-	}
-	return out
+	return abiFindings(a.ctl.cache.PlacementFindings(ctx, f, *host, e.name, e.inv.Datacenter))
 }
 
 func (a *Agent) powerOff(ctx context.Context, s *session, name string) (abi.PowerReply, error) {

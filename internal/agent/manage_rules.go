@@ -15,8 +15,13 @@ func vmRules(f *vmx.File, host *records.Host) []abi.Finding {
 	if host != nil {
 		t.Host = &rules.Host{Name: host.Name, PVRDMAAddress: host.PVRDMAAddress, FirewallPVRDMA: host.FirewallPVRDMA, Switch: host.Switch}
 	}
+	return abiFindings(rules.Check(f, t))
+}
+
+// abiFindings converts findings for the agent's replies.
+func abiFindings(fs []rules.Finding) []abi.Finding {
 	var out []abi.Finding
-	for _, fd := range rules.Check(f, t) {
+	for _, fd := range fs {
 		out = append(out, abi.Finding{Rule: fd.Rule, Severity: fd.Severity, Key: fd.Key, Line: fd.Line, Message: fd.Message})
 	}
 	return out

@@ -11,16 +11,15 @@ package cli
 // -o json the report is on stdout whatever the status.
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/rules"
 	"github.com/vrdma/vrdma/internal/vmx"
@@ -62,10 +61,11 @@ change.
 --esxi is the ESXi version the VMs are to run on, written 8.0, 7.0.2,
 7.0U2 or "7.0 Update 2" (7.0 U2 is 7.0.2); without it the rules check
 against vrdma's own level, ESXi 8.0. --host also runs the host rules against
-that host of the control plane (see --etcd-endpoints, --state-dir). vm
-power-on checks more than the rules: that the host is up, in the VM's
-datacenter, and that each adapter's port group exists on the host's switch
-(docs/control-plane.md); a file that passes here may still be refused there.
+that host of the control plane (see --etcd-endpoints, --state-dir), and the
+checks vm power-on adds there: the host is up (host-up), each adapter's port
+group exists on the host's switch (portgroup-exists) and its dvs.switchId
+names that switch (portgroup-switch). Only host-datacenter is left to
+power-on, since a file does not say the VM's datacenter.
 
 Exit status: 0 when no file has an error (warnings allowed), 1 when a rule
 reports an error, 2 when a file cannot be read or parsed. With -o json the
@@ -87,15 +87,31 @@ report goes to stdout whatever the exit status: a list with, per file,
 				}
 				target.ESXi = v
 			}
-			if host != "" {
-				h, err := a.lintHost(cmd, host)
+			if host == "" {
+				return a.vmxCheck(args, target, nil)
+			}
+			// The host rules, and power-on's placement checks, against the
+			// control plane as it is now.
+			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
+				id, err := hostIDOf(c, host)
 				if err != nil {
-					fmt.Fprintf(a.stderr, "vrdmactl: vmx check: %v\n", err)
+					fmt.Fprintf(a.stderr, "vrdmactl: vmx check: --host: %v\n", err)
 					return &exitError{code: exitUsage}
 				}
-				target.Host = h
-			}
-			return a.vmxCheck(args, target)
+				hs, err := c.Host(cmd.Context(), id)
+				if err != nil {
+					fmt.Fprintf(a.stderr, "vrdmactl: vmx check: --host: %v\n", err)
+					return &exitError{code: exitUsage}
+				}
+				h := hs.Host
+				if hs.Alive == nil {
+					h.State = records.HostDown
+				}
+				target.Host = &rules.Host{Name: h.Name, PVRDMAAddress: h.PVRDMAAddress, FirewallPVRDMA: h.FirewallPVRDMA, Switch: h.Switch}
+				return a.vmxCheck(args, target, func(f *vmx.File) []rules.Finding {
+					return c.PlacementFindings(cmd.Context(), f, h, "", "")
+				})
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -104,9 +120,9 @@ report goes to stdout whatever the exit status: a list with, per file,
 	return cmd
 }
 
-// vmxCheck lints files against target and reports; see vmxCheckCommand for
-// the exit status.
-func (a *app) vmxCheck(files []string, target rules.Target) error {
+// vmxCheck lints files against target, and with extra's checks when it is
+// not nil, and reports; see vmxCheckCommand for the exit status.
+func (a *app) vmxCheck(files []string, target rules.Target, extra func(*vmx.File) []rules.Finding) error {
 	reports := make([]vmxFileReport, 0, len(files))
 	unreadable, failed := false, false
 	stdinRead := false
@@ -118,8 +134,9 @@ func (a *app) vmxCheck(files []string, target rules.Target) error {
 			r.Error = err.Error()
 			fmt.Fprintf(a.stderr, "vrdmactl: vmx check: %v\n", err)
 		} else {
-			if fs := rules.Check(f, target); fs != nil {
-				r.Findings = fs
+			r.Findings = append(r.Findings, rules.Check(f, target)...)
+			if extra != nil {
+				r.Findings = append(r.Findings, extra(f)...)
 			}
 			failed = failed || rules.HasError(r.Findings)
 		}
@@ -220,41 +237,6 @@ func vmxPlural(n int, what string) string {
 		return "1 " + what
 	}
 	return fmt.Sprintf("%d %ss", n, what)
-}
-
-// lintHost looks host up (by ID or name) in the control plane, for the
-// host rules.
-func (a *app) lintHost(cmd *cobra.Command, host string) (*rules.Host, error) {
-	var out *rules.Host
-	err := a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
-		var found []member.HostStatus
-		for _, h := range c.Hosts() {
-			if h.Host.ID == host || h.Host.Name == host {
-				found = append(found, h)
-			}
-		}
-		switch {
-		case len(found) == 0:
-			return fmt.Errorf("--host %s: not found in the control plane: name a host of 'vrdmactl host list'", host)
-		case len(found) > 1:
-			var ids []string
-			for _, h := range found {
-				ids = append(ids, h.Host.ID)
-			}
-			return fmt.Errorf("--host %s: the name is ambiguous: name one of the host IDs %s", host, strings.Join(ids, ", "))
-		}
-		h := found[0].Host
-		out = &rules.Host{Name: h.Name, PVRDMAAddress: h.PVRDMAAddress, FirewallPVRDMA: h.FirewallPVRDMA, Switch: h.Switch}
-		return nil
-	})
-	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) && ee.err != nil {
-			err = ee.err
-		}
-		return nil, err
-	}
-	return out, nil
 }
 
 // vmxRulesCommand is "vrdmactl vmx rules": the list of rules.

@@ -272,9 +272,26 @@ func TestVmxCheckHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	file := vmxFixture("minimal-vrdma.vmx") // its adapter is on switch dvs1
+	// esx1 is up (it holds a lease); esx2 is down.
+	if _, err := st.Create(ctx, records.AliveKey("h1"), records.Alive{HostID: "h1", Lease: 1, TTL: 10, AgentVersion: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	file := vmxFixture("minimal-vrdma.vmx") // its adapter is on port group dvportgroup-10 of switch dvs1
 
+	// The port group does not exist yet: power-on's placement check says so.
 	out, errs, code := run(t, "", "--etcd-endpoints", ep, "vmx", "check", "--host", "esx1", file)
+	if code != 1 || !strings.Contains(out, "[portgroup-exists]") || !strings.Contains(out, "minimal-vrdma.vmx:10:") {
+		t.Fatalf("host esx1 without the port group: exit %d\n%s\n%s", code, out, errs)
+	}
+	sw := records.Switch{Name: "dvs1", UUID: "50 1a 2b 3c 4d 5e 6f 70-81 92 a3 b4 c5 d6 e7 f8", MTU: 9000, UplinkPolicy: records.UplinkSingle}
+	pg := records.PortGroup{Name: "dvportgroup-10", Key: "dvportgroup-10", Switch: "dvs1", VLAN: 10, RoCEVersion: records.RoCEv2}
+	if _, err := st.Create(ctx, records.SwitchKey(sw.Name), sw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, records.PortGroupKey(pg.Key), pg); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = run(t, "", "--etcd-endpoints", ep, "vmx", "check", "--host", "esx1", file)
 	if code != 0 || !strings.Contains(out, "ok against ESXi 8.0 (vrdma's level; --esxi to change) and host esx1") {
 		t.Fatalf("host esx1: exit %d\n%s\n%s", code, out, errs)
 	}
@@ -283,16 +300,16 @@ func TestVmxCheckHost(t *testing.T) {
 		t.Fatalf("host h2: exit %d\n%s\n%s", code, out, errs)
 	}
 	reps := vmxJSON(t, out)
-	if len(reps) != 1 || !slices.Equal(reportRules(reps[0]), []string{"host-on-switch", "host-rdma-configured", "host-rdma-configured"}) {
+	if len(reps) != 1 || !slices.Equal(reportRules(reps[0]), []string{"host-on-switch", "host-rdma-configured", "host-rdma-configured", "host-up"}) {
 		t.Fatalf("host h2: %+v", reps)
 	}
 	for _, f := range reps[0].Findings {
-		if !strings.Contains(f.Message, `host "esx2"`) || !strings.Contains(f.Message, "esx2") {
+		if !strings.Contains(f.Message, "esx2") {
 			t.Errorf("message does not name the host: %q", f.Message)
 		}
 	}
 	_, errs, code = run(t, "", "--etcd-endpoints", ep, "vmx", "check", "--host", "nosuch", file)
-	if code != 2 || !strings.Contains(errs, "--host nosuch: not found in the control plane") {
+	if code != 2 || !strings.Contains(errs, "host nosuch: not found in the control plane") {
 		t.Fatalf("unknown host: exit %d, %q", code, errs)
 	}
 }
