@@ -327,6 +327,14 @@ func TestVMProceduresControlPlane(t *testing.T) {
 		t.Errorf("vm show owned while attached: owner %+v on %s; want 1000:1001 on esx3", ov.Owner, ov.HostName)
 	}
 	owned.Close()
+	for t0 := time.Now(); ; time.Sleep(20 * time.Millisecond) { // its agent unpublishes it as the detach ends
+		if _, _, code := run(t, "", append(cp, "vm", "show", "owned")...); code != 0 {
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatal("VM owned is still in the control plane 10 s after its workload closed it")
+		}
+	}
 	// Its name is taken across the control plane while it runs on esx3.
 	if _, errs, code := run(t, vmxOn("dvportgroup-10"), append(onA, "vm", "define", "peer", "-")...); code != exitFailure || !strings.Contains(errs, "runs on host esx3") {
 		t.Errorf("vm define on esx1 of a VM name running on esx3: exit %d, %s", code, errs)
