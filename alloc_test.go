@@ -89,16 +89,56 @@ func TestHotPathAllocsTCP(t *testing.T) {
 	old := runtime.MemProfileRate
 	runtime.MemProfileRate = 1
 	defer func() { runtime.MemProfileRate = old }()
-	before := dataPathAllocs()
-	for range 200 {
-		round()
+	// The steady state is measured: on a loaded machine a response may
+	// come later than the QP's timeout, and the requester then gives the
+	// connection up and dials again, allocating on that recovery path.
+	// A measurement during which either agent dialed is taken again.
+	for attempt := 1; ; attempt++ {
+		dials := uplinkDials(t, envs...)
+		before := dataPathAllocs()
+		for range 200 {
+			round()
+		}
+		n, where := dataPathAllocsSince(before)
+		if d := uplinkDials(t, envs...); d != dials {
+			if attempt == 3 {
+				t.Fatalf("the agents dialed each other again during each of 3 measurements (%d dials, then %d): the link never held", dials, d)
+			}
+			t.Logf("the agents dialed each other again during the measurement (%d dials, then %d): a response came later than the QP's timeout; measuring again", dials, d)
+			continue
+		}
+		// Refills of the runtime's own caches are left out (inDataPath).
+		// An allocation per request would show 400 times; the margin is
+		// for runtime internals not listed there.
+		if n > 10 {
+			t.Fatalf("200 rounds of WRITE + SEND over the tcp path allocated %d times in the data path; the data path must not allocate:\n%s", n, where)
+		}
+		return
 	}
-	// Refills of the runtime's own caches are left out (inDataPath). An
-	// allocation per request would show 400 times; the margin is for
-	// runtime internals not listed there.
-	if n, where := dataPathAllocsSince(before); n > 10 {
-		t.Fatalf("200 rounds of WRITE + SEND over the tcp path allocated %d times in the data path; the data path must not allocate:\n%s", n, where)
+}
+
+// uplinkDials returns how many connections the agents of envs have opened
+// to other hosts.
+func uplinkDials(t *testing.T, envs ...*testenv.Env) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var n uint64
+	for _, e := range envs {
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(e.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := a.Status(ctx)
+		a.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range st.Uplinks {
+			n += u.Dials
+		}
 	}
+	return n
 }
 
 // allocRound returns one round of the allocation tests on pair p: a
