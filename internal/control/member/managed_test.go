@@ -1,6 +1,7 @@
 package member_test
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"strings"
@@ -17,14 +18,7 @@ import (
 // removing it (its workload attaching and detaching) touch only its
 // adapters; DeleteVM deletes it.
 func TestControlPlaneManagedVM(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	st := etcdtest.OpenEmbedded(t)
-	setupFabric(t, ctx, st)
-	for _, h := range []string{"h1", "h2"} {
-		if _, err := st.Create(ctx, records.HostKey(h), hostRec(h, 1, false)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, st := twoHosts(t)
 	managed, ads := vmRec("vm1", "h1", 1, 2)
 	managed.Managed, managed.Owner = true, records.Owner{UID: 42, GID: 43}
 	managed.Inventory = records.Inventory{Datacenter: "dc1", Folder: "prod"}
@@ -126,14 +120,7 @@ func TestControlPlaneRegisterKeepsConfiguration(t *testing.T) {
 // up, has published; once that host is down it may. A host removes only
 // the VM it published.
 func TestControlPlanePublishNameTaken(t *testing.T) {
-	ctx := ctxT(t, 30*time.Second)
-	st := etcdtest.OpenEmbedded(t)
-	setupFabric(t, ctx, st)
-	for _, h := range []string{"h1", "h2"} {
-		if _, err := st.Create(ctx, records.HostKey(h), hostRec(h, 1, false)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ctx, st := twoHosts(t)
 	if _, err := st.Create(ctx, records.AliveKey("h1"), records.Alive{HostID: "h1", Lease: 1, TTL: 10, AgentVersion: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,4 +149,18 @@ func TestControlPlanePublishNameTaken(t *testing.T) {
 	if err := member.RemoveVMOf(ctx, st, "vm2", "h2"); err != nil {
 		t.Errorf("h2 removes its vm2: %v", err)
 	}
+}
+
+// twoHosts opens a control plane with the test fabric and hosts h1 and h2.
+func twoHosts(t *testing.T) (context.Context, *store.Store) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	st := etcdtest.OpenEmbedded(t)
+	setupFabric(t, ctx, st)
+	for _, h := range []string{"h1", "h2"} {
+		if _, err := st.Create(ctx, records.HostKey(h), hostRec(h, 1, false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ctx, st
 }
