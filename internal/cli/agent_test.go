@@ -138,7 +138,7 @@ func TestVM(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "VM web defined") {
 		t.Errorf("define: exit %d, %q, %q", code, out, errs)
 	}
-	for _, want := range []string{"warning: VM web breaks", "[memory-reservation]", "[distributed-portgroup]"} {
+	for _, want := range []string{"warning: VM web breaks", "error   memory-reservation", "error   distributed-portgroup"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("define of a VM that breaks power-on rules: stderr %q does not say %q", errs, want)
 		}

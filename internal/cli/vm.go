@@ -76,22 +76,17 @@ user): only processes of its owner, of its group, or of root may attach.`,
 			}
 			// The power-on rules are not enforced here; say which the VM
 			// breaks, as vmx check would.
-			findings := []rules.Finding{}
+			findings := []vrdma.Finding{}
 			if f, err := vmx.Parse(b); err == nil {
-				if fs := rules.Check(f, rules.Target{}); fs != nil {
-					findings = fs
+				for _, fd := range rules.Check(f, rules.Target{}) {
+					findings = append(findings, vrdma.Finding{Rule: fd.Rule, Severity: fd.Severity, Key: fd.Key, Line: fd.Line, Message: fd.Message})
 				}
 			}
 			if a.json() {
 				return a.printJSON(map[string]any{"name": name, "defined": true, "findings": findings})
 			}
 			fmt.Fprintf(a.stdout, "VM %s defined\n", name)
-			if len(findings) > 0 {
-				fmt.Fprintf(a.stderr, "vrdmactl: warning: VM %s breaks %d of the rules that vm power-on enforces (vm define does not; 'vrdmactl vmx check' explains them):\n", name, len(findings))
-				for _, f := range findings {
-					fmt.Fprintf(a.stderr, "  %s [%s] %s\n", f.Severity, f.Rule, f.Message)
-				}
-			}
+			printFindings(a.stderr, fmt.Sprintf("vrdmactl: warning: VM %s breaks %d of the rules that vm power-on enforces (vm define does not; 'vrdmactl vmx check' explains them):", name, len(findings)), findings)
 			return nil
 		},
 	}
