@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -443,7 +444,10 @@ func (tr *lcTraffic) finish(t *testing.T, ctx context.Context) {
 		case err := <-tr.done:
 			t.Fatalf("traffic between two other VMs failed: %v", err)
 		case <-ctx.Done():
-			t.Fatalf("traffic between two other VMs stalled at %d round trips", tr.rounds.Load())
+			// The agent runs in this process: its goroutines show where.
+			var stacks strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Fatalf("traffic between two other VMs stalled at %d round trips; goroutines:\n%s", tr.rounds.Load(), stacks.String())
 		case <-time.After(time.Millisecond):
 		}
 	}
