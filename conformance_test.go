@@ -62,6 +62,8 @@ type pathEnv interface {
 	OpenVMs(t *testing.T, n int) []*vrdma.VM
 	// Remote is what a CM Connect dials to reach adapter ad.
 	Remote(ad *vrdma.Adapter) string
+	// Socket is the management socket of the agent that serves vm.
+	Socket(t *testing.T, vm *vrdma.VM) string
 }
 
 // memcpyEnv puts every VM on one in-process agent: the memcpy path.
@@ -88,6 +90,8 @@ func (e *memcpyEnv) OpenVMs(t *testing.T, n int) []*vrdma.VM {
 }
 
 func (e *memcpyEnv) Remote(ad *vrdma.Adapter) string { return ad.VM().Name() + "/" + ad.Name() }
+
+func (e *memcpyEnv) Socket(t *testing.T, vm *vrdma.VM) string { return e.env.Socket }
 
 // suite is one run of the cases over a path.
 type suite struct {
@@ -128,6 +132,9 @@ var conformanceCases = []conformanceCase{
 	{name: "atomics-concurrent", run: testAtomicsConcurrent},
 	{name: "concurrent-post-poll", run: testConcurrentPostPoll},
 	{name: "cq", run: testCQ},
+	{name: "fence", run: testFence},
+	{name: "rd-atomic-depth", run: testRdAtomicDepth},
+	{name: "retry-counts", run: testRetryCounts},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {
@@ -185,6 +192,17 @@ func (e *tcpEnv) OpenVMs(t *testing.T, n int) []*vrdma.VM {
 }
 
 func (e *tcpEnv) Remote(ad *vrdma.Adapter) string { return ad.VM().Name() + "/" + ad.Name() }
+
+func (e *tcpEnv) Socket(t *testing.T, vm *vrdma.VM) string {
+	t.Helper()
+	for _, h := range e.c.Hosts {
+		if h.Name == vm.Host() {
+			return h.Socket
+		}
+	}
+	t.Fatalf("VM %s is on host %q, which is not in the cluster", vm.Name(), vm.Host())
+	return ""
+}
 
 func (e *tcpEnv) UplinkBytes(t *testing.T) uint64 {
 	t.Helper()
@@ -402,9 +420,12 @@ type rcParams struct {
 	retryCnt    uint8
 	rnrRetry    uint8 // requester side: how often an RNR NAK is retried (7: forever)
 	minRNRTimer uint8 // responder side: the delay it asks for in an RNR NAK
+	// rdAtomic and destRdAtomic are max_rd_atomic and max_dest_rd_atomic;
+	// negative: the device's maximum.
+	rdAtomic, destRdAtomic int
 }
 
-var defaultRC = rcParams{access: vrdma.AccessAll, timeout: 14, retryCnt: 7, rnrRetry: 7, minRNRTimer: 12}
+var defaultRC = rcParams{access: vrdma.AccessAll, timeout: 14, retryCnt: 7, rnrRetry: 7, minRNRTimer: 12, rdAtomic: -1, destRdAtomic: -1}
 
 // modifyToRTS moves q from RESET to RTS facing remote with explicit
 // attributes, the way a perftest-style program does.
@@ -413,13 +434,19 @@ func modifyToRTS(ctx context.Context, q *vrdma.QP, ad *vrdma.Adapter, remote vrd
 	if err != nil {
 		return err
 	}
-	rdAtom := uint8(min(dev.MaxQPRdAtom, dev.MaxQPInitRdAtom, 255))
+	rdAtom, destRdAtom := uint8(min(dev.MaxQPInitRdAtom, 255)), uint8(min(dev.MaxQPRdAtom, 255))
+	if p.rdAtomic >= 0 {
+		rdAtom = uint8(p.rdAtomic)
+	}
+	if p.destRdAtomic >= 0 {
+		destRdAtom = uint8(p.destRdAtomic)
+	}
 	initAttr := vrdma.QPAttr{State: vrdma.QPSInit, Port: 1, AccessFlags: p.access}
 	if err := q.Modify(ctx, &initAttr, vrdma.MaskState|vrdma.MaskPort|vrdma.MaskAccessFlags); err != nil {
 		return err
 	}
 	rtr := vrdma.QPAttr{State: vrdma.QPSRTR, DGID: remote.GID, PathMTU: 1024, DestQPN: remote.QPN, RQPSN: remote.PSN,
-		MaxDestRdAtomic: rdAtom, MinRNRTimer: p.minRNRTimer}
+		MaxDestRdAtomic: destRdAtom, MinRNRTimer: p.minRNRTimer}
 	if err := q.Modify(ctx, &rtr, rtrMask); err != nil {
 		return err
 	}

@@ -21,6 +21,11 @@ type VMStatus = abi.VMStatus
 // QPStatus is one QP in a VMStatus.
 type QPStatus = abi.QPStatus
 
+// QPCounters are a QP's RC statistics in a QPStatus: retries, RNR NAKs,
+// dropped, duplicate and out-of-sequence requests, the READ and atomic
+// depth reached.
+type QPCounters = abi.QPCounters
+
 // UplinkStatus is the agent's traffic with one other host over the tcp
 // path, in a Status.
 type UplinkStatus = abi.UplinkStatus

@@ -747,6 +747,24 @@ type QPStatus struct {
 	Peer    string   `json:"peer,omitempty"`
 	PeerQPN uint32   `json:"peer_qpn,omitempty"`
 	Path    PathInfo `json:"path"`
+	// Counters are the QP's RC statistics since it was created (a move
+	// to RESET does not clear them), named after rxe's hardware counters.
+	Counters QPCounters `json:"counters"`
+}
+
+// QPCounters are one QP's RC statistics: the requester's retries and
+// the responder's refusals, so that the RC rules can be observed (and
+// tested by counting attempts).
+type QPCounters struct {
+	// Requester side.
+	TransportRetries uint64 `json:"transport_retries"` // requests sent again after a timeout, NO_QP or sequence error
+	RNRNaksReceived  uint64 `json:"rnr_naks_received"` // RNR NAKs its requests got (rxe: rcvd_rnr_err)
+	RdAtomicPeak     uint32 `json:"rd_atomic_peak"`    // most RDMA READs and atomics it had outstanding at once (≤ max_rd_atomic)
+	// Responder side.
+	RNRNaksSent      uint64 `json:"rnr_naks_sent"`       // requests it answered RNR: no receive posted, or its receive CQ full (rxe: send_rnr_err)
+	RequestsDropped  uint64 `json:"requests_dropped"`    // requests it ignored: outside RTR..SQD, or from a QP it is not connected to
+	DuplicateRequest uint64 `json:"duplicate_requests"`  // retried requests it had executed already, answered again (rxe: duplicate_request)
+	OutOfSeqRequest  uint64 `json:"out_of_seq_requests"` // requests past the expected PSN, answered with a sequence error (rxe: out_of_seq_request)
 }
 
 // VMStatus is one VM in a status report.

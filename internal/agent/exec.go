@@ -314,10 +314,12 @@ func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus,
 				return abi.WCRetryExcErr, 0
 			}
 			retries--
+			q.ctr.retries.Add(1)
 			if !q.sleep(retryTimeout(timeout)) {
 				return abi.WCWRFlushErr, 0
 			}
 		case outRNR:
+			q.ctr.rnrRcvd.Add(1)
 			if rnr == 0 {
 				return abi.WCRNRRetryExcErr, 0
 			}
@@ -399,13 +401,18 @@ func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome
 		return outNoPeer, 0, 0, 0
 	}
 	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
+		p.ctr.dropped.Add(1)
 		return outNoPeer, 0, 0, 0 // a responder outside RTR..SQD drops what it gets
 	}
 	p.mu.Lock()
 	bound := p.remoteQPN == q.qpn && p.remoteGID == q.ad.gid
 	p.mu.Unlock()
 	if !bound {
+		p.ctr.dropped.Add(1)
 		return outNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
+	}
+	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
+		q.ctr.notePeak(1) // the memcpy path executes one WR at a time
 	}
 	q.mreq = rcRequest{op: w.Opcode, srcQPN: q.qpn, rkey: w.RKey, raddr: w.RemoteAddr, total: total, imm: w.Imm,
 		compare: w.CompareAdd, swap: w.Swap}

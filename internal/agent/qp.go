@@ -96,6 +96,29 @@ type qp struct {
 	rqResets    uint32 // +checklocks:rqMu
 
 	bytesSent atomic.Uint64
+	ctr       qpCounters
+}
+
+// qpCounters are a QP's RC statistics (abi.QPCounters), updated by
+// whichever goroutine acts for the QP as requester or responder.
+type qpCounters struct {
+	retries, rnrRcvd, rnrSent, dropped, dups, seqErrs atomic.Uint64
+	rdAtomicPeak                                      atomic.Uint32
+}
+
+func (c *qpCounters) report() abi.QPCounters {
+	return abi.QPCounters{TransportRetries: c.retries.Load(), RNRNaksReceived: c.rnrRcvd.Load(), RdAtomicPeak: c.rdAtomicPeak.Load(),
+		RNRNaksSent: c.rnrSent.Load(), RequestsDropped: c.dropped.Load(), DuplicateRequest: c.dups.Load(), OutOfSeqRequest: c.seqErrs.Load()}
+}
+
+// notePeak records n READs and atomics outstanding at once.
+func (c *qpCounters) notePeak(n uint32) {
+	for {
+		p := c.rdAtomicPeak.Load()
+		if n <= p || c.rdAtomicPeak.CompareAndSwap(p, n) {
+			return
+		}
+	}
 }
 
 func (q *qp) State() abi.QPState { return abi.QPState(q.state.Load()) }
@@ -432,7 +455,8 @@ func (q *qp) query() abi.QueryQPReply {
 
 func (q *qp) statusReport() abi.QPStatus {
 	q.mu.Lock()
-	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.path}
+	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.path,
+		Counters: q.ctr.report()}
 	peer, gid := q.peer, q.remoteGID
 	q.mu.Unlock()
 	switch {

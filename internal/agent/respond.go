@@ -73,10 +73,26 @@ func (m *memPayload) atomic(old uint64) { binary.LittleEndian.PutUint64(m.segs[0
 // target untouched. err is an I/O error of the payload (tcp): the
 // connection is broken and the request did not complete.
 func (p *qp) respond(r *rcRequest, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+	out, st, n, rnrTimer, err = p.serve(r, io)
+	if out == outRNR {
+		p.ctr.rnrSent.Add(1)
+	}
+	return out, st, n, rnrTimer, err
+}
+
+// serve is respond without the counters.
+func (p *qp) serve(r *rcRequest, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
 	pv := p.vm
 	p.mu.Lock()
-	access, rnrTimer := p.attr.AccessFlags, p.attr.MinRNRTimer
+	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
+	if (r.op == abi.OpRDMARead || r.op.IsAtomic()) && rdAtomic == 0 {
+		// No responder resources for READs and atomics: an invalid
+		// request (IBTA 9.9.2, class C; rxe's
+		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ), and the responder goes to ERR.
+		p.moveToErr(fmt.Sprintf("%s from QP 0x%x refused: max_dest_rd_atomic is 0 (no responder resources for RDMA READ and atomics)", r.op, r.srcQPN))
+		return outDone, abi.WCRemInvReqErr, 0, 0, nil
+	}
 	total := r.total
 	n = uint32(total)
 	switch r.op {

@@ -169,6 +169,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return nil
 	}
 	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
+		p.ctr.dropped.Add(1)
 		return nil // a responder outside RTR..SQD drops what it gets
 	}
 	p.rspMu.Lock()
@@ -178,6 +179,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rqPSN := p.attr.RQPSN & tcpwire.PSNMask
 	p.mu.Unlock()
 	if !bound {
+		p.ctr.dropped.Add(1)
 		return nil // p is connected to another QP: it ignores us
 	}
 	if gen := p.resets.Load(); !p.rspInit || p.rspGen != gen {
@@ -187,8 +189,13 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	d := tcpwire.PSNDiff(h.PSN, p.ePSN)
 	switch {
 	case d > 0:
+		p.ctr.seqErrs.Add(1)
 		resp.Status = tcpwire.SeqErr
 		return nil
+	case d < 0:
+		p.ctr.dups.Add(1)
+	}
+	switch {
 	case d < 0 && h.Type != tcpwire.Read:
 		// A duplicate: answer as the first time, execute nothing.
 		resp.Status = tcpwire.OK

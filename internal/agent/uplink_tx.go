@@ -163,17 +163,43 @@ func (q *qp) txFill(mem []byte, takeNew bool) bool {
 			q.mu.Unlock()
 		}
 	}
+	q.mu.Lock()
+	depth := max(int(q.attr.MaxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
+	q.mu.Unlock()
+	// rd counts the READs and atomics among the entries before to: all of
+	// them are outstanding (a completed entry leaves the window).
+	rd := 0
+	for i := 0; i < tx.sent; i++ {
+		if isRdAtomic(tx.at(i).wqe.Opcode) {
+			rd++
+		}
+	}
 	to := tx.sent
 	var bytes uint64
 	for to < tx.n && !(tx.probe && to > 0) && tx.at(to).local == abi.WCSuccess && (to == tx.sent || bytes < txBatchBytes) {
+		w := &tx.at(to).wqe
+		if w.Flags&abi.SendFence != 0 && rd > 0 {
+			break // a fenced WR waits for every earlier READ and atomic
+		}
+		if isRdAtomic(w.Opcode) {
+			if rd >= depth {
+				break // max_rd_atomic outstanding
+			}
+			rd++
+		}
 		bytes += tx.at(to).total
 		to++
 	}
 	if to > tx.sent {
 		q.txSend(to)
+		q.ctr.notePeak(uint32(rd))
 	}
 	return true
 }
+
+// isRdAtomic reports whether op is an RDMA READ or an atomic: the requests
+// max_rd_atomic counts and a fence waits for.
+func isRdAtomic(op abi.Opcode) bool { return op == abi.OpRDMARead || op.IsAtomic() }
 
 // gatherLocal resolves the local side of w (slot is its private copy) into
 // segs.
@@ -413,6 +439,9 @@ func (q *qp) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 	timeout := q.attr.Timeout
 	q.mu.Unlock()
 	q.txRecall()
+	if rnr {
+		q.ctr.rnrRcvd.Add(1)
+	}
 	var delay time.Duration
 	switch {
 	case rnr && tx.rnr == 0:
@@ -429,6 +458,7 @@ func (q *qp) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 		return
 	default:
 		tx.retries--
+		q.ctr.retries.Add(1)
 		if !waited {
 			delay = retryTimeout(timeout)
 		}

@@ -1,0 +1,214 @@
+package vrdma_test
+
+// Conformance cases for RC ordering and depth (IBTA 10.8.3.3 fence,
+// 9.9.2 responder resources, 9.7.5.2.8 RNR and transport retries), checked
+// by what arrives and by the QPs' counters in the agents' status.
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/vrdma/vrdma"
+)
+
+// qpCounters returns the counters of e's QP from the status of the agent
+// that serves it.
+func (s *suite) qpCounters(t *testing.T, e *end) vrdma.QPCounters {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(s.env.Socket(t, e.vm)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	for _, v := range st.VMs {
+		if v.Name != e.vm.Name() {
+			continue
+		}
+		for _, q := range v.QPs {
+			if q.QPN == e.qp.QPN() {
+				return q.Counters
+			}
+		}
+	}
+	t.Fatalf("QP 0x%x of VM %s is not in its agent's status", e.qp.QPN(), e.vm.Name())
+	return vrdma.QPCounters{}
+}
+
+// testFence checks that a fenced WR waits for every earlier RDMA READ and
+// atomic of its QP: a fenced SEND or WRITE of the buffer a READ fills
+// carries the READ's data, and a fenced SEND of an atomic's result buffer
+// carries the original value.
+func testFence(t *testing.T, s *suite) {
+	t.Run("read", func(t *testing.T) {
+		const n = 64 << 10
+		a, b := s.pair(t, pairConfig{})
+		local := a.mr(t, n, vrdma.AccessAll)
+		remote, inbox, wdst := b.mr(t, n, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll)
+		fill(local.Bytes(), 1) // stale: what an unfenced SEND would carry
+		fill(remote.Bytes(), 2)
+		clear(inbox.Bytes())
+		clear(wdst.Bytes())
+		want := clone(remote.Bytes())
+		postRecv(t, b.qp, vrdma.RecvWR{ID: 7, SGL: sgl(inbox.SGE(0, n))})
+		postSend(t, a.qp,
+			vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, n)),
+				RemoteAddr: remote.Addr(), RKey: remote.RKey()},
+			vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendFence, SGL: sgl(local.SGE(0, n))},
+			vrdma.SendWR{ID: 3, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled | vrdma.SendFence, SGL: sgl(local.SGE(0, n)),
+				RemoteAddr: wdst.Addr(), RKey: wdst.RKey()})
+		wc := waitWC(t, a.scq, 3)
+		expectWC(t, wc[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCRDMARead)
+		expectWC(t, wc[1], a.qp, 2, vrdma.WCSuccess, vrdma.WCSend)
+		expectWC(t, wc[2], a.qp, 3, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 7, vrdma.WCRecv, n, 0, false)
+		expectBytes(t, "READ into the local buffer", local.Bytes(), want)
+		expectBytes(t, "fenced SEND of the READ's buffer", inbox.Bytes(), want)
+		expectBytes(t, "fenced WRITE of the READ's buffer", wdst.Bytes(), want)
+	})
+	t.Run("atomic", func(t *testing.T) {
+		a, b := s.pair(t, pairConfig{})
+		res := a.mr(t, 16, vrdma.AccessAll)
+		ctr, inbox := b.mr(t, 8, vrdma.AccessAll), b.mr(t, 16, vrdma.AccessAll)
+		put64(res.Bytes(), 0xdead)
+		put64(res.Bytes()[8:], 0xbeef)
+		put64(ctr.Bytes(), 1000)
+		postRecv(t, b.qp, vrdma.RecvWR{ID: 7, SGL: sgl(inbox.SGE(0, 16))})
+		postSend(t, a.qp,
+			vrdma.SendWR{ID: 1, Opcode: vrdma.OpAtomicFetchAdd, Flags: vrdma.SendSignaled, SGL: sgl(res.SGE(0, 8)),
+				RemoteAddr: ctr.Addr(), RKey: ctr.RKey(), CompareAdd: 5},
+			vrdma.SendWR{ID: 2, Opcode: vrdma.OpAtomicCmpAndSwp, Flags: vrdma.SendSignaled, SGL: sgl(res.SGE(8, 8)),
+				RemoteAddr: ctr.Addr(), RKey: ctr.RKey(), CompareAdd: 1005, Swap: 7},
+			vrdma.SendWR{ID: 3, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendFence, SGL: sgl(res.SGE(0, 16))})
+		wc := waitWC(t, a.scq, 3)
+		expectWC(t, wc[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCFetchAdd)
+		expectWC(t, wc[1], a.qp, 2, vrdma.WCSuccess, vrdma.WCCompSwap)
+		expectWC(t, wc[2], a.qp, 3, vrdma.WCSuccess, vrdma.WCSend)
+		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 7, vrdma.WCRecv, 16, 0, false)
+		if got := [2]uint64{le64(inbox.Bytes()), le64(inbox.Bytes()[8:])}; got != [2]uint64{1000, 1005} {
+			t.Fatalf("fenced SEND of the atomics' results carried %d, %d, want the original values 1000, 1005", got[0], got[1])
+		}
+		if got := le64(ctr.Bytes()); got != 7 {
+			t.Fatalf("counter %d after FETCH_ADD 5 and CMP_SWP 1005→7, want 7", got)
+		}
+	})
+}
+
+// testRdAtomicDepth checks max_rd_atomic (the requester never has more
+// READs and atomics outstanding) and max_dest_rd_atomic (a responder
+// without resources refuses them: REM_INV_REQ_ERR at the requester, both
+// QPs in ERR, as rxe does).
+func testRdAtomicDepth(t *testing.T, s *suite) {
+	for _, depth := range []int{1, 2} {
+		t.Run(fmt.Sprintf("max_rd_atomic=%d", depth), func(t *testing.T) {
+			const nReads, blk = 8, 8 << 10
+			pa := defaultRC
+			pa.rdAtomic = depth
+			a, b := s.pairWith(t, pairConfig{}, pa, defaultRC)
+			local := a.mr(t, nReads*blk+8*nReads, vrdma.AccessAll)
+			remote, ctr := b.mr(t, nReads*blk, vrdma.AccessAll), b.mr(t, 8, vrdma.AccessAll)
+			fill(remote.Bytes(), 3)
+			put64(ctr.Bytes(), 0)
+			var wrs []vrdma.SendWR
+			for i := range nReads {
+				wrs = append(wrs,
+					vrdma.SendWR{ID: uint64(2 * i), Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled,
+						SGL: sgl(local.SGE(i*blk, blk)), RemoteAddr: off(remote, i*blk), RKey: remote.RKey()},
+					vrdma.SendWR{ID: uint64(2*i + 1), Opcode: vrdma.OpAtomicFetchAdd, Flags: vrdma.SendSignaled,
+						SGL: sgl(local.SGE(nReads*blk+8*i, 8)), RemoteAddr: ctr.Addr(), RKey: ctr.RKey(), CompareAdd: 1})
+			}
+			postSend(t, a.qp, wrs...)
+			wc := waitWC(t, a.scq, len(wrs))
+			for i, w := range wc {
+				expectWC(t, w, a.qp, uint64(i), vrdma.WCSuccess, wcOpcode(wrs[i].Opcode))
+			}
+			expectBytes(t, "READs", local.Bytes()[:nReads*blk], remote.Bytes())
+			for i := range nReads {
+				if got := le64(local.Bytes()[nReads*blk+8*i:]); got != uint64(i) {
+					t.Fatalf("FETCH_ADD %d returned %d, want %d", i, got, i)
+				}
+			}
+			c := s.qpCounters(t, a)
+			if c.RdAtomicPeak < 1 || c.RdAtomicPeak > uint32(depth) {
+				t.Fatalf("the requester had %d READs and atomics outstanding at once, want 1..%d (max_rd_atomic)", c.RdAtomicPeak, depth)
+			}
+			expectState(t, a.qp, vrdma.QPSRTS)
+		})
+	}
+	for _, op := range []vrdma.Opcode{vrdma.OpRDMARead, vrdma.OpAtomicCmpAndSwp, vrdma.OpAtomicFetchAdd} {
+		t.Run(fmt.Sprintf("max_dest_rd_atomic=0/%s", op), func(t *testing.T) {
+			pb := defaultRC
+			pb.destRdAtomic = 0
+			a, b := s.pairWith(t, pairConfig{}, defaultRC, pb)
+			local, remote := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+			fill(local.Bytes(), 4)
+			postRecv(t, b.qp, vrdma.RecvWR{ID: 9, SGL: sgl(remote.SGE(32, 32))})
+			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled,
+				SGL: sgl(local.SGE(0, 32)), RemoteAddr: remote.Addr(), RKey: remote.RKey()})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+			expectBytes(t, "WRITE to a responder without READ resources", remote.Bytes()[:32], local.Bytes()[:32])
+			n := 32
+			if op != vrdma.OpRDMARead {
+				n = 8
+			}
+			postSend(t, a.qp, vrdma.SendWR{ID: 2, Opcode: op, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(32, n)),
+				RemoteAddr: remote.Addr(), RKey: remote.RKey(), CompareAdd: 1, Swap: 2})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCRemInvReqErr, 0)
+			expectState(t, a.qp, vrdma.QPSErr)
+			expectState(t, b.qp, vrdma.QPSErr)
+			expectWC(t, waitWC(t, b.rcq, 1)[0], b.qp, 9, vrdma.WCWRFlushErr, 0)
+		})
+	}
+}
+
+// testRetryCounts checks that rnr_retry and retry_cnt are honoured
+// exactly, by counting the attempts on both sides: rnr_retry n gives n+1
+// RNR NAKs, retry_cnt n gives n+1 requests to a responder that drops
+// them.
+func testRetryCounts(t *testing.T, s *suite) {
+	for _, retry := range []uint8{0, 3} {
+		t.Run(fmt.Sprintf("rnr_retry=%d", retry), func(t *testing.T) {
+			pa, pb := defaultRC, defaultRC
+			pa.rnrRetry, pb.minRNRTimer = retry, 1 // 0.01 ms
+			a, b := s.pairWith(t, pairConfig{}, pa, pb)
+			src := a.mr(t, 64, vrdma.AccessAll)
+			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRNRRetryExcErr, 0)
+			want := uint64(retry) + 1
+			if c := s.qpCounters(t, a); c.RNRNaksReceived != want || c.TransportRetries != 0 {
+				t.Fatalf("requester: %d RNR NAKs received, %d transport retries; want %d (rnr_retry %d + 1) and 0", c.RNRNaksReceived, c.TransportRetries, want, retry)
+			}
+			if c := s.qpCounters(t, b); c.RNRNaksSent != want {
+				t.Fatalf("responder: %d RNR NAKs sent, want %d (rnr_retry %d + 1)", c.RNRNaksSent, want, retry)
+			}
+		})
+	}
+	for _, retry := range []uint8{0, 2} {
+		t.Run(fmt.Sprintf("retry_cnt=%d", retry), func(t *testing.T) {
+			pa := defaultRC
+			pa.retryCnt, pa.timeout = retry, 10 // 4.2 ms
+			a, b := s.pairWith(t, pairConfig{}, pa, defaultRC)
+			// A responder in RESET drops what it gets, without an answer.
+			if err := b.qp.Modify(opCtx(t), &vrdma.QPAttr{State: vrdma.QPSReset}, vrdma.MaskState); err != nil {
+				t.Fatal(err)
+			}
+			src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)),
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRetryExcErr, 0)
+			expectState(t, a.qp, vrdma.QPSErr)
+			if c := s.qpCounters(t, a); c.TransportRetries != uint64(retry) || c.RNRNaksReceived != 0 {
+				t.Fatalf("requester: %d transport retries, %d RNR NAKs; want %d (retry_cnt) and 0", c.TransportRetries, c.RNRNaksReceived, retry)
+			}
+			if c := s.qpCounters(t, b); c.RequestsDropped != uint64(retry)+1 {
+				t.Fatalf("responder: dropped %d requests, want %d (retry_cnt %d + 1 attempts)", c.RequestsDropped, retry+1, retry)
+			}
+		})
+	}
+}
