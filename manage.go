@@ -9,8 +9,24 @@ import (
 	"github.com/vrdma/vrdma/internal/paths"
 )
 
-// AgentInfo describes a host agent.
+// AgentInfo describes a host agent: its host, release and capability bits
+// (Caps; see Caps.Effective for an agent that sends none).
 type AgentInfo = abi.HelloReply
+
+// Caps is a set of capability bits: the features an agent serves
+// (AgentInfo.Caps).
+type Caps = abi.Caps
+
+// Capability bits of AgentInfo.Caps.
+const (
+	CapAsyncMode  = abi.CapAsyncMode  // vrdma.asyncMode is honoured
+	CapFence      = abi.CapFence      // SendFence is honoured on every path
+	CapPathMemcpy = abi.CapPathMemcpy // same-host peers over memcpy
+	CapPathTCP    = abi.CapPathTCP    // other hosts over tcp (the agent runs a control plane and a PVRDMA address)
+	CapCM         = abi.CapCM         // Listen, Connect and the other connection-management calls
+	CapQPCounters = abi.CapQPCounters // QPStatus.Counters are filled
+	CapVMManage   = abi.CapVMManage   // the VM management calls
+)
 
 // Status is an agent's report of its VMs, adapters and QPs.
 type Status = abi.Status
@@ -55,7 +71,7 @@ func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{c: c}
-	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma"}, &a.Info); err != nil {
+	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: abi.CapsKnown}, &a.Info); err != nil {
 		c.close()
 		return nil, fmt.Errorf("vrdma: hello to the agent: %w", err)
 	}

@@ -250,9 +250,13 @@ func Errorf(code, field, format string, args ...any) *Error {
 // Empty is a body with no fields.
 type Empty struct{}
 
-// Hello opens a session.
+// Hello opens a session. It is optional: a session may start with any
+// command, but only hello tells the client what the agent serves.
 type Hello struct {
 	Client string `json:"client"`
+	// Caps are the features the client knows (see Caps); a client older
+	// than capability bits sends none.
+	Caps Caps `json:"caps"`
 }
 
 // HelloReply describes the agent.
@@ -260,6 +264,10 @@ type HelloReply struct {
 	Host         string `json:"host"`
 	HostID       string `json:"host_id"`
 	AgentVersion string `json:"agent_version"`
+	// Caps are the features this agent serves to this session (see
+	// Caps); 0 from an agent older than capability bits, which serves
+	// CapsBaseline.
+	Caps Caps `json:"caps"`
 }
 
 // Attach attaches the session to a VM by name.

@@ -40,6 +40,12 @@ type session struct {
 
 	lmu       sync.Mutex
 	listeners map[uint32]*listener // +checklocks:lmu
+
+	// clientCaps are the features the client said it knows in its hello
+	// (0 without one). No behaviour depends on them yet: a feature that a
+	// client could notice is started only for clients that set its bit.
+	// Written by the serve goroutine.
+	clientCaps abi.Caps
 }
 
 func newSession(a *Agent, c *sys.PacketConn) *session {
@@ -191,7 +197,10 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	a := s.a
 	switch op {
 	case abi.OpHello:
-		return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version}, nil, nil
+		hello := req.(*abi.Hello)
+		s.clientCaps = hello.Caps
+		a.log.Debug("hello", "pid", s.pid, "client", hello.Client, "caps", hello.Caps)
+		return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version, Caps: a.caps()}, nil, nil
 	case abi.OpStatus:
 		return a.status(), nil, nil
 	case abi.OpListVMs:
@@ -300,6 +309,17 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		return r, nil, err
 	}
 	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
+}
+
+// caps returns the capability bits the agent serves (abi.Caps): every
+// feature it has, and the tcp path only when it runs one (a control plane
+// and a PVRDMA address).
+func (a *Agent) caps() abi.Caps {
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage
+	if a.up != nil {
+		c |= abi.CapPathTCP
+	}
+	return c
 }
 
 func (a *Agent) deviceAttr(v *vm) abi.DeviceAttr {

@@ -1,0 +1,93 @@
+package abi
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Caps is a set of capability bits, exchanged in hello so that a client and
+// an agent of different releases (both speaking ABI Version) can tell what
+// the other does. The client sends the features it knows (Hello.Caps); the
+// agent answers with the features it serves (HelloReply.Caps). The rules
+// (docs/wire-local.md, "Capability bits"):
+//
+//   - a side ignores the bits it does not know;
+//   - a client uses a feature only if the agent set its bit, except that
+//     an agent that sends no caps at all (one older than capability bits)
+//     serves CapsBaseline;
+//   - an agent starts a behaviour that a client could notice (a new
+//     completion flag, a new doorbell rule) only for a client that set its
+//     bit: a client that sends no caps gets ABI 1 as first shipped.
+//
+// Only bits 0..52 are used, so that the value stays exact in any JSON
+// reader (a double holds 53 bits).
+type Caps uint64
+
+// Capability bits. A bit, once assigned, keeps its meaning.
+const (
+	// CapAsyncMode: the agent honours vrdma.asyncMode, polling an async
+	// VM's queues instead of sleeping on their doorbells; attach reports
+	// the VM's mode (async_mode).
+	CapAsyncMode Caps = 1 << 0
+	// CapFence: IBV_SEND_FENCE is honoured on every path: a fenced work
+	// request starts only after every earlier RDMA READ and atomic of its
+	// QP has completed.
+	CapFence Caps = 1 << 1
+	// CapPathMemcpy: QPs whose peers are VMs on the same host connect
+	// over the memcpy path.
+	CapPathMemcpy Caps = 1 << 2
+	// CapPathTCP: QPs whose peers are on other hosts connect over the
+	// tcp path. Set only by an agent that runs with a control plane and a
+	// PVRDMA address (an agent without them reaches same-host peers only).
+	CapPathTCP Caps = 1 << 3
+	// CapCM: the connection-management commands (listen, get-request,
+	// accept-request, reject-request, close-listener, connect).
+	CapCM Caps = 1 << 4
+	// CapQPCounters: the QPs of a status report carry their RC counters
+	// (QPStatus.Counters).
+	CapQPCounters Caps = 1 << 5
+	// CapVMManage: the VM commands (define-vm through power-off-vm), with
+	// the owner checks and the PVRDMA rules.
+	CapVMManage Caps = 1 << 6
+)
+
+// CapsKnown is every bit this package defines: what a client built on it
+// knows, and sends in its hello.
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage
+
+// CapsBaseline is what every ABI 1 agent serves, including those older than
+// capability bits, which send none: a client may assume these of an agent
+// whose HelloReply.Caps is 0. (Older agents did not honour a fence on the
+// tcp path, reported no counters, and some lacked ops 25..29.)
+const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
+
+var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage"}
+
+// Has reports whether c holds every bit of x.
+func (c Caps) Has(x Caps) bool { return c&x == x }
+
+// Effective returns the features an agent that answered c serves: c, or
+// CapsBaseline when c is 0 (an agent older than capability bits).
+func (c Caps) Effective() Caps {
+	if c == 0 {
+		return CapsBaseline
+	}
+	return c
+}
+
+// String names the bits, "fence|cm", with unknown bits in hex.
+func (c Caps) String() string {
+	if c == 0 {
+		return "none"
+	}
+	var names []string
+	for i, n := range capNames {
+		if c&(1<<i) != 0 {
+			names = append(names, n)
+		}
+	}
+	if rest := c &^ CapsKnown; rest != 0 {
+		names = append(names, fmt.Sprintf("0x%x", uint64(rest)))
+	}
+	return strings.Join(names, "|")
+}
