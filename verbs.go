@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -199,6 +200,9 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		stop := context.AfterFunc(ctx, func() { cq.ev.Wake() })
 		err := cq.ev.Wait()
 		stop()
+		if errors.Is(err, io.EOF) {
+			return ErrAgentGone // the agent closed its end of the CQ's event socket
+		}
 		if err != nil {
 			return fmt.Errorf("vrdma: wait on CQ: %w", err)
 		}

@@ -14,6 +14,10 @@
 //	                       work requests in order over the QP's path, writes
 //	                       completions, and flushes both queues in ERR. Owned
 //	                       by the QP; destroyQP stops it and waits.
+//	asyncPoller.run        one per async-mode VM (RoutineAsyncPoller): watches
+//	                       the queues of the VM's idle QPs within a bounded
+//	                       budget and wakes those that get work
+//	                       (asyncpoll.go). Owned by the VM; teardown stops it.
 //
 // A VM's mappings (guest memory and rings) are unmapped only under the VM's
 // memMu write lock, after it is marked dead; any goroutine that touches

@@ -5,8 +5,8 @@ package agent
 //	workload: writes WQE into SQ slot, bumps SQ tail, rings the doorbell
 //	          if the agent said it sleeps (OffSQDoorbell)
 //	runSQ:    waits (doorbell mode: polls 20 µs (200 µs on the tcp path), then sleeps on the
-//	          doorbell socket; async mode: spins, then yields, then
-//	          sleeps), frees each slot before completing it, copies each new slot into a
+//	          doorbell socket; async mode: spins briefly, then sleeps while
+//	          the VM's poller watches its tails), frees each slot before completing it, copies each new slot into a
 //	          private buffer before looking at it (the workload may rewrite
 //	          the slot at any time), decodes and checks it, executes it over
 //	          the QP's path, advances the SQ head, then writes the
@@ -31,10 +31,12 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 )
 
-// Async-mode polling budget: spin this many empty polls, then yield the
-// CPU (sched_yield) between polls up to asyncYields, then sleep on the
-// doorbell. On a machine with fewer cores than spinners, yielding is what
-// lets the workloads run.
+// Async-mode polling budget: a QP goroutine spins asyncSpins polls of its
+// own queues, then hands them to its VM's poller (asyncpoll.go), which
+// spins asyncSpins empty rounds over all of them, then yields the CPU
+// (sched_yield) between rounds up to asyncYields, then gives them back to
+// their doorbells. On a machine with fewer cores than spinners, yielding
+// is what lets the workloads run.
 //
 // In doorbell mode the goroutine polls for doorbellPoll after its last
 // work before it sleeps: a burst of posts then costs one wake-up, not one
@@ -116,6 +118,24 @@ func (q *qp) waitWork() bool {
 		if q.poll(tailW) {
 			return !q.stop.Load()
 		}
+		if q.vm.poller != nil && !q.idle.released.Swap(false) {
+			// Async mode: the VM's poller watches the tails published
+			// here; the doorbell flag stays clear (asyncpoll.go).
+			t := tailW.Load()
+			q.idle.sqTail.Store(t)
+			s := q.State()
+			q.idle.rq.Store(s == abi.QPSErr || s == abi.QPSReset)
+			q.idle.rqTail.Store(abi.Word(mem, abi.OffRQTail).Load())
+			if q.hasWork(t) {
+				continue
+			}
+			q.vm.poller.watch(q)
+			select {
+			case <-q.idle.ch:
+			case <-q.wakeCh:
+			}
+			continue
+		}
 		dbW.Store(1)
 		if q.hasWork(tailW.Load()) {
 			dbW.Store(0)
@@ -130,15 +150,12 @@ func (q *qp) waitWork() bool {
 // reports whether it found some.
 func (q *qp) poll(tailW *atomic.Uint32) bool {
 	if q.vm.async {
-		for i := 0; i < asyncSpins+asyncYields; i++ {
+		for range asyncSpins {
 			if q.hasWork(tailW.Load()) {
 				return true
 			}
-			if i >= asyncSpins {
-				unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-			}
 		}
-		return false
+		return false // the VM's poller takes over
 	}
 	// Yield between looks: on a small machine the thread that must run
 	// next (a workload, or another QP's goroutine waking) may need this
@@ -153,7 +170,7 @@ func (q *qp) poll(tailW *atomic.Uint32) bool {
 			return true
 		}
 		if i&7 == 7 {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yieldCPU()
 			if time.Now().After(deadline) {
 				return false
 			}
@@ -363,7 +380,14 @@ func (q *qp) sleep(d time.Duration) bool {
 		if left <= 0 {
 			return true
 		}
-		time.Sleep(min(left, time.Millisecond))
+		// A timer, not a polling loop: a QP waiting out an RNR or retry
+		// delay costs nothing until it fires or a state change pokes it.
+		q.timer.Reset(left)
+		select {
+		case <-q.timer.C:
+		case <-q.wakeCh:
+			q.timer.Stop()
+		}
 	}
 }
 
@@ -564,3 +588,9 @@ func (q *qp) dropRQ() {
 	}
 	q.rqBroken = false
 }
+
+// yieldCPU gives the CPU to another thread of the machine (a workload, a
+// peer agent) without blocking: sched_yield(2) as a raw system call, so
+// that the Go scheduler does not hand the P to a new OS thread meanwhile.
+// Many QPs yielding at once must not grow the agent by a thread each.
+func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

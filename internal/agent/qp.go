@@ -80,6 +80,7 @@ type qp struct {
 	sqBad     bool
 	sqBadTail uint32
 
+	idle      asyncIdle // async mode: the tails the VM's poller watches
 	stop      atomic.Bool
 	destroyed atomic.Bool
 	done      chan struct{}
@@ -152,6 +153,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: time.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
+	q.idle.ch = make(chan struct{}, 1)
 	q.initTx()
 	q.attr.Port = 1
 	q.attr.PathMTU = 1024
@@ -192,6 +194,9 @@ func (v *vm) destroyQP(q *qp) {
 	q.stop.Store(true)
 	q.poke()
 	<-q.done
+	if v.poller != nil {
+		v.poller.forget(q) // before its rings are unmapped
+	}
 
 	v.a.mu.Lock()
 	delete(v.a.qps, q.qpn)

@@ -31,8 +31,6 @@ import (
 	"net"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -493,7 +491,7 @@ func (q *qp) txWait() {
 			return
 		default:
 		}
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) // at every turn, as pollHeader
+		yieldCPU() // at every turn, as pollHeader
 		if nanotime() > deadline {
 			break
 		}

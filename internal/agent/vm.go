@@ -24,6 +24,7 @@ type vm struct {
 	name    string
 	cfg     *vmconfig.Config
 	async   bool
+	poller  *asyncPoller // async mode: watches idle QPs (asyncpoll.go); nil in doorbell mode
 	owner   *session
 	managed bool // a managed VM of the control plane (manage.go)
 	memSize uint64
@@ -148,6 +149,9 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 			mac = generatedMAC(a.hostID, name, c.Index)
 		}
 		v.adapters = append(v.adapters, &adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
+	}
+	if v.async {
+		v.poller = newAsyncPoller()
 	}
 	a.publishVM(v, s.uid) // control.go
 	v.ready.Store(true)
@@ -325,6 +329,9 @@ func (v *vm) teardown() {
 	}
 	for _, q := range qps {
 		v.destroyQP(q)
+	}
+	if v.poller != nil {
+		v.poller.close()
 	}
 
 	v.memMu.Lock()

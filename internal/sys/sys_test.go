@@ -1,6 +1,10 @@
 package sys
 
 import (
+	"io"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,4 +118,119 @@ func TestInBounds(t *testing.T) {
 			t.Errorf("InBounds(%d, %d, %d) = %v, want %v", c.off, c.n, c.size, got, c.want)
 		}
 	}
+}
+
+// TestBellWake checks that Wake interrupts a parked Wait, that a Wake
+// before Wait makes it return at once, that one Wake is consumed by one
+// Wait, and that a closed peer end is io.EOF.
+func TestBellWake(t *testing.T) {
+	b, err := NewBellPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.Wake()
+	if !waitReturns(b, 5*time.Second) {
+		t.Fatal("Wait did not return after an earlier Wake")
+	}
+	left := make(chan error, 1)
+	go func() { left <- b.Wait() }()
+	select {
+	case <-left:
+		t.Fatal("a second Wait returned on a Wake the first one consumed")
+	case <-time.After(50 * time.Millisecond):
+	}
+	// Every Wait in progress returns on one Wake (two pollers of one CQ).
+	go func() { left <- b.Wait() }()
+	time.Sleep(10 * time.Millisecond)
+	b.Wake()
+	for range 2 {
+		select {
+		case <-left:
+		case <-time.After(5 * time.Second):
+			t.Fatal("one of two parked Waits did not return after Wake")
+		}
+	}
+	for i := 0; i < 100; i++ {
+		done := make(chan error, 1)
+		go func() { done <- b.Wait() }()
+		if i%2 == 0 {
+			time.Sleep(time.Millisecond) // parked, or about to be
+		}
+		b.Wake()
+		b.Wake() // a second Wake before the Wait returns is merged
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Wait: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: Wait did not return after Wake", i)
+		}
+	}
+	unix.Close(b.peer)
+	b.peer = -1
+	time.Sleep(10 * time.Millisecond)
+	if err := b.Wait(); err != io.EOF {
+		t.Fatalf("Wait with the peer's end closed: %v, want io.EOF", err)
+	}
+}
+
+// TestBellWaitHoldsNoThread checks that goroutines waiting on doorbells
+// park on the network poller: 512 of them add no OS threads to the
+// process, where a Wait in poll(2) would hold one each.
+func TestBellWaitHoldsNoThread(t *testing.T) {
+	const n = 512
+	before := threads(t)
+	bells := make([]*Bell, n)
+	done := make(chan struct{}, n)
+	for i := range bells {
+		b, err := NewBellPair()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bells[i] = b
+		go func() {
+			b.Wait()
+			done <- struct{}{}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // every goroutine parks
+	during := threads(t)
+	for _, b := range bells {
+		b.Wake()
+	}
+	for range bells {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a Wait did not return after Wake")
+		}
+	}
+	for _, b := range bells {
+		b.Close()
+	}
+	if during > before+16 {
+		t.Fatalf("%d goroutines waiting on doorbells took the process from %d to %d OS threads, want at most %d", n, before, during, before+16)
+	}
+}
+
+// threads returns the OS threads of this process (/proc/self/status).
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
 }

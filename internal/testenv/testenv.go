@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,59 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// ProcStatus returns a field of the agent process's /proc/PID/status
+// (Threads, VmRSS in kB, ...) as a number.
+func (e *Env) ProcStatus(tb testing.TB, field string) int64 {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.PID(tb)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			n, err := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			if err != nil {
+				tb.Fatalf("/proc status field %s: %v", field, err)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("no %s in /proc/%d/status", field, e.PID(tb))
+	return 0
+}
+
+// CPUTime returns the CPU time (user + system) the agent process used so
+// far, from /proc/PID/stat.
+func (e *Env) CPUTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.PID(tb)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the command name, which is in parentheses: state is
+	// field 3, utime 14, stime 15 (proc(5)).
+	rest := string(b[strings.LastIndexByte(string(b), ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		tb.Fatalf("/proc/%d/stat: %q", e.PID(tb), b)
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * time.Second / clockTicks
+}
+
+// clockTicks is sysconf(_SC_CLK_TCK), 100 on Linux.
+const clockTicks = 100
+
+// PID returns the agent process's ID; it fails tb for an in-process agent.
+func (e *Env) PID(tb testing.TB) int {
+	tb.Helper()
+	if e.Cmd == nil || e.Cmd.Process == nil {
+		tb.Fatal("testenv: the agent is in this process, not its own")
+	}
+	return e.Cmd.Process.Pid
 }
 
 // Kill kills an agent process (SIGKILL) and waits for it to exit.
