@@ -4,10 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -20,16 +16,7 @@ import (
 // unknown ones, or is a client older than capability bits that sends no
 // caps field at all.
 func TestHelloCaps(t *testing.T) {
-	dir, err := os.MkdirTemp("", "vrdma-caps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	a, err := New(Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: "capshost",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newTestAgent(t, "capshost")
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(context.Background()) }()
 	t.Cleanup(func() {

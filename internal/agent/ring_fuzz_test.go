@@ -37,16 +37,7 @@ const (
 
 func newRingHarness(tb testing.TB) *ringHarness {
 	tb.Helper()
-	dir, err := os.MkdirTemp("", "vrdma-fuzz")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
-	a, err := New(Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: "fuzz",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	a := newTestAgent(tb, "fuzz")
 	tb.Cleanup(func() { a.Close() })
 	h := &ringHarness{a: a, pattern: make([]byte, harnessMem)}
 	for i := range h.pattern {
@@ -84,7 +75,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	h.pv, h.ppd = attach("peer")
 	// The files are read: remove them now, for fuzzing workers are killed
 	// without running cleanups.
-	os.RemoveAll(dir)
+	os.RemoveAll(filepath.Dir(a.cfg.StateDir))
 	return h
 }
 
@@ -449,4 +440,21 @@ func TestRingConsumerSpin(t *testing.T) {
 			h.teardown(t, rc)
 		})
 	}
+}
+
+// newTestAgent creates an agent with fresh state in a temporary directory
+// and no logs; the caller serves and closes it.
+func newTestAgent(tb testing.TB, host string) *Agent {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "vrdma-"+host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	a, err := New(Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: host,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
 }
