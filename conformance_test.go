@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -763,8 +764,13 @@ func testConnect(t *testing.T, s *suite) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if info.Path != e.qp.Path() || info.Path.Reason == "" {
+				if !reflect.DeepEqual(info.Path, e.qp.Path()) || info.Path.Reason == "" {
 					t.Fatalf("Query path %+v, Path() %+v: want the same, with a reason", info.Path, e.qp.Path())
+				}
+				if s.env.Path() == vrdma.PathTCP && len(info.Path.Rejected) != 2 {
+					// The control plane's decision keeps its rejected
+					// candidates: memcpy (other host) and rdma (no uplink).
+					t.Fatalf("Query path %+v: want the decision's two rejected candidates (memcpy, rdma)", info.Path)
 				}
 				at := info.Attr
 				if info.QPN != e.qp.QPN() || at.State != vrdma.QPSRTS || at.DestQPN != peer.qp.QPN() || at.DGID != peer.ad.GID() {

@@ -487,10 +487,18 @@ func validMTU(m uint32) bool { return m == 256 || m == 512 || m == 1024 || m == 
 // MaxRdAtom is the device's max_qp_rd_atom and max_qp_init_rd_atom.
 const MaxRdAtom = 16
 
-// PathInfo says how a connected QP moves its bytes and why.
+// PathInfo says how a connected QP moves its bytes and why: the path
+// decision as the QP was bound at RTR, with every candidate it rejected.
 type PathInfo struct {
-	Path   PathKind `json:"path"`
-	Reason string   `json:"reason"`
+	Path     PathKind        `json:"path"`
+	Reason   string          `json:"reason"`
+	Rejected []PathRejection `json:"rejected,omitempty"`
+}
+
+// PathRejection is a candidate path a decision did not choose, and why.
+type PathRejection struct {
+	Path PathKind `json:"path"`
+	Why  string   `json:"why"`
 }
 
 // QueryQPReply returns a QP's attributes and path.

@@ -4,20 +4,21 @@ package agent
 //
 //	workload: writes WQE into SQ slot, bumps SQ tail, rings the doorbell
 //	          if the agent said it sleeps (OffSQDoorbell)
-//	runSQ:    waits (doorbell mode: polls 20 µs (200 µs on the tcp path), then sleeps on the
-//	          doorbell socket; async mode: spins briefly, then sleeps while
-//	          the VM's poller watches its tails), frees each slot before completing it, copies each new slot into a
-//	          private buffer before looking at it (the workload may rewrite
-//	          the slot at any time), decodes and checks it, executes it over
-//	          the QP's path, advances the SQ head, then writes the
-//	          completion to the send CQ.
-//	path:     memcpy: the sender's goroutine acts as the responder too: it
-//	          takes the remote VM's memMu for reading, checks rkey, bounds
-//	          and access there, consumes the remote receive queue for SEND,
-//	          and copies once between the two guest memories.
+//	runSQ:    waits (doorbell mode: polls for the path's pollBudget, then
+//	          sleeps on the doorbell; async mode: spins briefly, then
+//	          sleeps while the VM's poller watches its tails), then hands
+//	          the queue to the QP's path (path.go) in RTS and SQD, which
+//	          copies each new slot into a private buffer before looking at
+//	          it (the workload may rewrite the slot at any time), decodes
+//	          and checks it, moves it, frees the slot and then writes the
+//	          completion to the send CQ (execOne, completeSend).
+//	path:     memcpy (path_memcpy.go) executes each WQE at the responder
+//	          before it looks at the next; tcp (uplink_tx.go) keeps a
+//	          window in flight to another host.
 //
 // In ERR the same goroutine completes everything queued, on both queues,
-// with WR_FLUSH_ERR. Nothing here allocates per work request.
+// with WR_FLUSH_ERR; in RESET it drops it and unbinds the path. Nothing
+// here allocates per work request.
 
 import (
 	"encoding/binary"
@@ -56,9 +57,9 @@ const maxMessage = 1 << 31
 
 func (q *qp) runSQ() {
 	defer close(q.done)
-	// Requests in flight on the tcp path must not land in guest memory
-	// once the QP is gone.
-	defer q.txDrop()
+	// Requests in flight must not land in guest memory once the QP is
+	// gone.
+	defer q.dropPath()
 	for q.waitWork() {
 		q.safeDrain()
 	}
@@ -161,8 +162,8 @@ func (q *qp) poll(tailW *atomic.Uint32) bool {
 	// next (a workload, or another QP's goroutine waking) may need this
 	// core.
 	poll := doorbellPoll
-	if q.viaTCP.Load() {
-		poll = doorbellPollTCP
+	if q.cur != nil {
+		poll = q.cur.pollBudget()
 	}
 	deadline := time.Now().Add(poll)
 	for i := 0; ; i++ {
@@ -184,7 +185,8 @@ func (q *qp) drain() {
 	size := q.layout.SQEntries
 	for !q.stop.Load() {
 		if r := q.resets.Load(); r != q.sqResets {
-			q.txDrop()
+			q.dropPath()
+			q.cur = nil // RESET unbinds the path
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
 				q.sqHead = t // what was posted before the reset goes
@@ -205,55 +207,65 @@ func (q *qp) drain() {
 			}
 			// Skip the garbage: nothing queued can be trusted.
 			if s == abi.QPSReset {
-				q.txDrop()
+				q.dropPath()
 				q.dropRQ()
 				return
 			}
 			q.moveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
-			q.txFlush()
+			q.flushPath()
 			q.flushRQ()
 			return
 		}
 		q.sqBad = false
 		switch s {
 		case abi.QPSReset:
-			q.txDrop()
+			q.dropPath()
 			q.sqHead = tail
 			abi.Word(mem, abi.OffSQHead).Store(tail)
 			q.dropRQ()
 			return
 		case abi.QPSErr:
-			q.txFlush()
+			q.flushPath()
 			q.flushSQ(tail)
 			q.flushRQ()
 			return
 		}
-		if q.viaTCP.Load() && (s == abi.QPSRTS || s == abi.QPSSQD) {
-			q.tcpPump(mem)
-			if q.State() == s && q.tx.n == 0 {
+		if q.cur == nil {
+			q.cur = q.boundPath()
+		}
+		if p := q.cur; p != nil && (s == abi.QPSRTS || s == abi.QPSSQD) {
+			p.pump(mem)
+			if q.State() == s && !p.busy() {
 				return
 			}
 			continue
 		}
-		switch s {
-		case abi.QPSSQD, abi.QPSInit, abi.QPSRTR:
-			if s != abi.QPSSQD && n > 0 {
-				// The library refuses posts before RTS; a WQE here was
-				// written by hand. Refuse it the way hardware would.
-				q.execOne(mem, true)
-				continue
-			}
-			return // SQD: hold the queue until RTS
-		}
-		if n == 0 {
+		if n == 0 || s == abi.QPSSQD {
 			return
 		}
-		q.execOne(mem, false)
+		// The library refuses posts before RTS (and RTS always has a
+		// path): a WQE here was written by hand. Refuse it the way
+		// hardware would.
+		q.execOne(mem, nil)
 	}
 }
 
-// execOne executes (or, with refuse, fails) the WQE at the SQ head.
-func (q *qp) execOne(mem []byte, refuse bool) {
+// dropPath drops what the QP's path has in flight (RESET, the QP's end).
+func (q *qp) dropPath() {
+	if q.cur != nil {
+		q.cur.drop()
+	}
+}
+
+// flushPath flushes what the QP's path has in flight (ERR).
+func (q *qp) flushPath() {
+	if q.cur != nil {
+		q.cur.flush()
+	}
+}
+
+// execOne executes the WQE at the SQ head with ex, or fails it (ex nil).
+func (q *qp) execOne(mem []byte, ex syncExecutor) {
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	off := q.layout.SQOffset + abi.Slot(q.sqHead, size)*stride
 	copy(q.sqSlot, mem[off:off+stride])
@@ -261,10 +273,10 @@ func (q *qp) execOne(mem []byte, refuse bool) {
 	st := abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 	var n uint32
 	switch {
-	case refuse:
+	case ex == nil:
 		st = abi.WCLocQPOpErr
 	case st == abi.WCSuccess:
-		st, n = q.execute(w)
+		st, n = ex.execute(w)
 	}
 	if q.resets.Load() != q.sqResets {
 		// The QP was reset while the WR ran or waited (RNR, retries):
@@ -292,78 +304,38 @@ func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
 
-// execute gathers the local side of w and delivers it over the memcpy
-// path.
-func (q *qp) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
-	st, nseg, total := q.gatherLocal(w, q.sqSlot, &q.segs)
-	if st != abi.WCSuccess {
-		return st, 0
+// gatherLocal resolves the local side of w (slot is its private copy) into
+// segs.
+func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) (abi.WCStatus, int, uint64) {
+	var need abi.Access
+	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
+		need = abi.AccessLocalWrite // the local side is written
 	}
-	return q.deliver(w, q.segs[:nseg], total)
-}
-
-// delivery outcomes that are not completions.
-type outcome uint8
-
-const (
-	outDone   outcome = iota // the status is final
-	outNoPeer                // nothing answered: transport retry
-	outRNR                   // the responder had no receive posted
-)
-
-// deliver runs the RC retry rules around the path: transport retries
-// (timeout × retry_cnt) when the responder does not answer, RNR retries
-// (min_rnr_timer × rnr_retry, 7 = infinite) when it has no receive posted.
-func (q *qp) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (abi.WCStatus, uint32) {
-	q.mu.Lock()
-	retries, rnr, timeout := q.attr.RetryCnt, q.attr.RNRRetry, q.attr.Timeout
-	q.mu.Unlock()
-	for {
-		out, st, n, rnrTimer := q.memcpyDeliver(w, segs, total)
-		switch out {
-		case outDone:
-			if st == abi.WCSuccess {
-				q.bytesSent.Add(total)
+	nseg := 0
+	var total uint64
+	if w.Flags&abi.SendInline != 0 {
+		segs[0] = abi.Inline(slot, w)
+		nseg, total = 1, uint64(w.InlineLen)
+	} else {
+		for i := 0; i < int(w.NumSGE); i++ {
+			sge := &w.SGE[i]
+			b, ok := q.vm.resolve(q.pd, sge.LKey, sge.Addr, uint64(sge.Length), need)
+			if !ok {
+				return abi.WCLocProtErr, 0, 0
 			}
-			return st, n
-		case outNoPeer:
-			if retries == 0 {
-				return abi.WCRetryExcErr, 0
-			}
-			retries--
-			q.ctr.retries.Add(1)
-			if !q.sleep(retryTimeout(timeout)) {
-				return abi.WCWRFlushErr, 0
-			}
-		case outRNR:
-			q.ctr.rnrRcvd.Add(1)
-			if rnr == 0 {
-				return abi.WCRNRRetryExcErr, 0
-			}
-			if rnr != 7 {
-				rnr--
-			}
-			if !q.sleep(rnrDelay(rnrTimer)) {
-				return abi.WCWRFlushErr, 0
-			}
+			segs[nseg] = b
+			nseg++
+			total += uint64(sge.Length)
 		}
 	}
-}
-
-// retryTimeout is IBTA's local ACK timeout, 4.096 µs × 2^timeout. IBTA
-// reads 0 as infinite; vrdma never waits forever and reads it as 14 (67 ms).
-func retryTimeout(t uint8) time.Duration {
-	if t == 0 {
-		t = 14
+	if total > maxMessage {
+		return abi.WCLocLenErr, 0, 0
 	}
-	return time.Duration(4096<<t) * time.Nanosecond
+	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
+		return abi.WCLocLenErr, 0, 0 // an atomic returns 8 bytes into one SGE
+	}
+	return abi.WCSuccess, nseg, total
 }
-
-// rnrTimes is IBTA's RNR NAK timer table (9.7.5.2.8), in microseconds.
-var rnrTimes = [32]uint32{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560,
-	3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
-
-func rnrDelay(t uint8) time.Duration { return time.Duration(rnrTimes[t&31]) * time.Microsecond }
 
 // sleep waits d, returning false early when the QP stops or leaves the
 // states in which it sends.
@@ -389,60 +361,6 @@ func (q *qp) sleep(d time.Duration) bool {
 			q.timer.Stop()
 		}
 	}
-}
-
-// peerQP returns the QP at the remote end, resolving it on first use.
-func (q *qp) peerQP() *qp {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.peer != nil && !q.peer.destroyed.Load() {
-		return q.peer
-	}
-	q.peer = nil
-	a := q.vm.a
-	a.mu.Lock()
-	p := a.qps[q.remoteQPN]
-	a.mu.Unlock()
-	if p == nil || p.ad.gid != q.remoteGID {
-		return nil
-	}
-	q.peer = p
-	return p
-}
-
-// memcpyDeliver is the memcpy path: q's goroutine plays the responder p
-// against p's VM's memory. Checks happen before any byte moves, so a
-// refused request leaves the target untouched.
-func (q *qp) memcpyDeliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome, abi.WCStatus, uint32, uint8) {
-	p := q.peerQP()
-	if p == nil {
-		return outNoPeer, 0, 0, 0
-	}
-	pv := p.vm
-	pv.memMu.RLock()
-	defer pv.memMu.RUnlock()
-	if pv.dead || p.destroyed.Load() {
-		return outNoPeer, 0, 0, 0
-	}
-	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
-		p.ctr.dropped.Add(1)
-		return outNoPeer, 0, 0, 0 // a responder outside RTR..SQD drops what it gets
-	}
-	p.mu.Lock()
-	bound := p.remoteQPN == q.qpn && p.remoteGID == q.ad.gid
-	p.mu.Unlock()
-	if !bound {
-		p.ctr.dropped.Add(1)
-		return outNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
-	}
-	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
-		q.ctr.notePeak(1) // the memcpy path executes one WR at a time
-	}
-	q.mreq = rcRequest{op: w.Opcode, srcQPN: q.qpn, rkey: w.RKey, raddr: w.RemoteAddr, total: total, imm: w.Imm,
-		compare: w.CompareAdd, swap: w.Swap}
-	q.mpay.reset(segs)
-	out, st, n, rnrTimer, _ := p.respond(&q.mreq, &q.mpay)
-	return out, st, n, rnrTimer
 }
 
 // scatterBytes copies src across the segments dst and returns what is left

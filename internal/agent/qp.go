@@ -32,24 +32,18 @@ type qp struct {
 
 	mu        sync.Mutex
 	attr      abi.QPAttr   // +checklocks:mu (State mirrors state)
-	path      abi.PathInfo // +checklocks:mu
+	pathInfo  abi.PathInfo // the decision bound is from; +checklocks:mu
 	remoteQPN uint32       // +checklocks:mu
 	remoteGID abi.GID      // +checklocks:mu
-	peer      *qp          // resolved remote end on this host; +checklocks:mu
 	errReason string       // +checklocks:mu
-	// tcp path: the remote end's host and the link to it, set at RTR.
-	remoteHost string // +checklocks:mu
-	link       *link  // +checklocks:mu
-	npsn       uint32 // the next request's PSN (from sq_psn); +checklocks:mu
+	npsn      uint32       // the next request's PSN (from sq_psn); +checklocks:mu
 
-	// Responder state of the tcp path: the expected PSN and the last
-	// response, for duplicates (a request retried after its response was
-	// lost). rspMu is taken before mu.
-	rspMu   sync.Mutex
-	rspGen  uint32                 // the resets generation ePSN belongs to; +checklocks:rspMu
-	rspInit bool                   // +checklocks:rspMu
-	ePSN    uint32                 // +checklocks:rspMu
-	rspLast [txWindow]lastResponse // by PSN % txWindow; +checklocks:rspMu
+	// bound is the path the QP was bound to at RTR (path.go), nil before
+	// and after RESET; written under mu. cur is the path the send-queue
+	// goroutine works with: it takes bound when it finds none, and drops
+	// it when it sees a reset.
+	bound atomic.Pointer[pathRef]
+	cur   path // owned by runSQ
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
@@ -68,13 +62,8 @@ type qp struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
-	mreq   rcRequest      // memcpy path: the request q's goroutine plays at the responder
-	mpay   memPayload     // memcpy path: q's segments as the responder's payload
-	tx     txState        // tcp path: the requests in flight (uplink_tx.go)
-	treq   tcpwire.Header // tcp path: the request being written
-	timer  *time.Timer    // tcp path: response timeout
-	wakeCh chan struct{}  // tcp path: a response arrived, or the state changed
-	viaTCP atomic.Bool    // the QP's path is tcp (set at RTR, cleared at RESET)
+	timer  *time.Timer   // RNR and retry delays, response timeouts
+	wakeCh chan struct{} // a response arrived, or the state changed
 	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
 	// the workload changes it (see hasWork).
 	sqBad     bool
@@ -154,7 +143,6 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: time.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
 	q.idle.ch = make(chan struct{}, 1)
-	q.initTx()
 	q.attr.Port = 1
 	q.attr.PathMTU = 1024
 
@@ -367,15 +355,23 @@ func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 	}
 }
 
+// poke wakes the QP goroutine wherever it waits.
+func (q *qp) poke() {
+	q.doorbell.Wake()
+	select {
+	case q.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
 // setStateLocked records a new state, publishes it to the library and
 // wakes the QP's goroutine, which flushes in ERR.
 func (q *qp) setStateLocked(s abi.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
 	if s == abi.QPSReset {
-		q.peer, q.remoteQPN, q.remoteGID, q.path, q.errReason = nil, 0, abi.GID{}, abi.PathInfo{}, ""
-		q.remoteHost, q.link = "", nil
-		q.viaTCP.Store(false)
+		q.remoteQPN, q.remoteGID, q.pathInfo, q.errReason = 0, abi.GID{}, abi.PathInfo{}, ""
+		q.bound.Store(nil)
 	}
 	if q.destroyed.Load() {
 		return // destroyQP unmaps the rings under q.mu once destroyed is set
@@ -415,10 +411,8 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 	}
 	if ad == nil && pre != nil && pre.remote != nil && a.up != nil {
 		h := pre.remote.Host.Host
-		q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
-		q.remoteHost, q.link = h.ID, a.up.linkTo(h.ID)
-		q.viaTCP.Store(true)
-		q.path = abi.PathInfo{Path: abi.PathTCP, Reason: pre.dec.String()}
+		q.remoteGID, q.remoteQPN = dgid, qpn
+		q.bindPathLocked(newTCPPath(q, h.ID, a.up.linkTo(h.ID)), decisionInfo(pre.dec))
 		return nil
 	}
 	if ad == nil {
@@ -426,21 +420,24 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
 			q.qpn, dgid, a.cfg.Host)
 	}
-	q.remoteGID, q.remoteQPN, q.peer = dgid, qpn, nil
-	q.path = abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.vm.name, ad.vm.name, a.cfg.Host)}
+	q.remoteGID, q.remoteQPN = dgid, qpn
+	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.vm.name, ad.vm.name, a.cfg.Host)}
 	if pre != nil && pre.ok && pre.dec.Path == pathsel.Memcpy {
-		q.path.Reason = pre.dec.String()
+		info = decisionInfo(pre.dec)
 	}
+	q.bindPathLocked(&memcpyPath{q: q}, info)
 	return nil
+}
+
+// decisionInfo is the path report of a control-plane decision.
+func decisionInfo(d pathsel.Decision) abi.PathInfo {
+	return abi.PathInfo{Path: d.Path, Reason: d.String(), Rejected: d.Rejected}
 }
 
 // remoteIsVM reports whether the QP's remote end is an adapter of v.
 func (q *qp) remoteIsVM(v *vm) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.peer != nil {
-		return q.peer.vm == v
-	}
 	if q.remoteGID.IsZero() {
 		return false
 	}
@@ -455,18 +452,16 @@ func (q *qp) remoteIsVM(v *vm) bool {
 func (q *qp) query() abi.QueryQPReply {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return abi.QueryQPReply{QPN: q.qpn, Attr: q.attr, Caps: q.caps, Path: q.path}
+	return abi.QueryQPReply{QPN: q.qpn, Attr: q.attr, Caps: q.caps, Path: q.pathInfo}
 }
 
 func (q *qp) statusReport() abi.QPStatus {
 	q.mu.Lock()
-	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.path,
+	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.pathInfo,
 		Counters: q.ctr.report()}
-	peer, gid := q.peer, q.remoteGID
+	gid := q.remoteGID
 	q.mu.Unlock()
 	switch {
-	case peer != nil:
-		st.Peer = peer.vm.name + "/" + peer.ad.name
 	case !gid.IsZero():
 		// The peer is resolved on first use; until then name it by the
 		// adapter its GID belongs to, if that is on this host. a.mu is

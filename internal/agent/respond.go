@@ -7,7 +7,6 @@ package agent
 // payload comes from or goes to differs (payload).
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -25,6 +24,16 @@ type rcRequest struct {
 	swap    uint64
 }
 
+// outcome is how a request ended at the responder, when not with a
+// status.
+type outcome uint8
+
+const (
+	outDone   outcome = iota // the status is final
+	outNoPeer                // nothing answered: transport retry
+	outRNR                   // the responder had no receive posted
+)
+
 // payload moves a request's data.
 type payload interface {
 	// in fills dst with the next len(dst) bytes of the request's data
@@ -35,36 +44,6 @@ type payload interface {
 	// atomic delivers an atomic's original value.
 	atomic(old uint64)
 }
-
-// memPayload is the memcpy path's payload: the requester's own segments.
-type memPayload struct {
-	arr  [abi.MaxSGE][]byte
-	segs [][]byte
-}
-
-func (m *memPayload) reset(segs [][]byte) {
-	n := copy(m.arr[:], segs)
-	m.segs = m.arr[:n]
-}
-
-func (m *memPayload) in(dst []byte) error {
-	for len(dst) > 0 {
-		for len(m.segs[0]) == 0 {
-			m.segs = m.segs[1:]
-		}
-		n := copy(dst, m.segs[0])
-		m.segs[0] = m.segs[0][n:]
-		dst = dst[n:]
-	}
-	return nil
-}
-
-func (m *memPayload) out(src []byte) error {
-	scatterBytes(m.segs, src)
-	return nil
-}
-
-func (m *memPayload) atomic(old uint64) { binary.LittleEndian.PutUint64(m.segs[0], old) }
 
 // respond executes request r at responder QP p, whose VM's memMu the
 // caller holds for reading (and has checked alive), after the caller

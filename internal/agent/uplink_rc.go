@@ -1,8 +1,8 @@
 package agent
 
-// RC operations over the tcp path: the requester's side (tcpDeliver, run
-// by the QP's goroutine) and the responder's (tconn.serveRequests, run by
-// the reader of a connection the peer opened).
+// RC operations over the tcp path, the responder's side
+// (tconn.serveRequests, run by the reader of a connection the peer
+// opened); the requester's is tcpPath (uplink_tx.go).
 //
 // PSNs. Each request carries the requester QP's PSN (from sq_psn, one per
 // WR, kept across retries; the requester's window is uplink_tx.go); the
@@ -172,21 +172,27 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		p.ctr.dropped.Add(1)
 		return nil // a responder outside RTR..SQD drops what it gets
 	}
-	p.rspMu.Lock()
-	defer p.rspMu.Unlock()
+	tp := tcpPathOf(p)
+	if tp == nil || tp.host != c.l.peerID {
+		p.ctr.dropped.Add(1)
+		return nil // p is connected to a QP of another host (or none): it ignores us
+	}
+	rs := &tp.rsp
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	p.mu.Lock()
-	bound := p.remoteHost == c.l.peerID && p.remoteQPN == h.SrcQPN
+	bound := p.remoteQPN == h.SrcQPN
 	rqPSN := p.attr.RQPSN & tcpwire.PSNMask
 	p.mu.Unlock()
 	if !bound {
 		p.ctr.dropped.Add(1)
 		return nil // p is connected to another QP: it ignores us
 	}
-	if gen := p.resets.Load(); !p.rspInit || p.rspGen != gen {
-		p.rspInit, p.rspGen, p.ePSN = true, gen, rqPSN
-		clear(p.rspLast[:])
+	if gen := p.resets.Load(); !rs.init || rs.gen != gen {
+		rs.init, rs.gen, rs.ePSN = true, gen, rqPSN
+		clear(rs.last[:])
 	}
-	d := tcpwire.PSNDiff(h.PSN, p.ePSN)
+	d := tcpwire.PSNDiff(h.PSN, rs.ePSN)
 	switch {
 	case d > 0:
 		p.ctr.seqErrs.Add(1)
@@ -199,7 +205,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	case d < 0 && h.Type != tcpwire.Read:
 		// A duplicate: answer as the first time, execute nothing.
 		resp.Status = tcpwire.OK
-		if l := &p.rspLast[h.PSN%txWindow]; l.valid && l.psn == h.PSN {
+		if l := &rs.last[h.PSN%txWindow]; l.valid && l.psn == h.PSN {
 			resp.Status, resp.Compare = l.status, l.value
 		}
 		return nil
@@ -240,8 +246,8 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	}
 	resp.Compare = sp.old
 	if d == 0 {
-		p.ePSN = (p.ePSN + 1) & tcpwire.PSNMask
-		p.rspLast[h.PSN%txWindow] = lastResponse{valid: true, psn: h.PSN, status: resp.Status, value: sp.old}
+		rs.ePSN = (rs.ePSN + 1) & tcpwire.PSNMask
+		rs.last[h.PSN%txWindow] = lastResponse{valid: true, psn: h.PSN, status: resp.Status, value: sp.old}
 	}
 	if sp.responded || resp.Type != tcpwire.ReadResp {
 		return nil

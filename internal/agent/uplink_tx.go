@@ -29,6 +29,7 @@ package agent
 import (
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -55,48 +56,80 @@ type txEntry struct {
 
 // txState is the window; owned by the QP goroutine.
 type txState struct {
-	ents    [txWindow]txEntry
-	head    int    // ents[head] is the WQE at q.sqHead
-	n       int    // entries in the window
-	sent    int    // entries [head, head+sent) are in flight
-	next    uint32 // SQ index of the next WQE to take into the window
-	armed   bool   // retries and rnr hold the oldest's counters
-	retries uint8
-	rnr     uint8
-	failed  bool        // the last send failed (no connection)
-	waited  bool        // ... after waiting out the timeout
-	probe   bool        // after an RNR, only the oldest goes out until it is accepted
-	iov     net.Buffers // the frames of one batch, for one writev
+	ents   [txWindow]txEntry
+	head   int    // ents[head] is the WQE at q.sqHead
+	n      int    // entries in the window
+	sent   int    // entries [head, head+sent) are in flight
+	next   uint32 // SQ index of the next WQE to take into the window
+	budget retryBudget
+	failed bool        // the last send failed (no connection)
+	waited bool        // ... after waiting out the timeout
+	probe  bool        // after an RNR, only the oldest goes out until it is accepted
+	iov    net.Buffers // the frames of one batch, for one writev
 }
 
 // txBatchBytes bounds the payload of one batch of frames: a connection's
 // write lock is not held for too long.
 const txBatchBytes = 1 << 20
 
-func (q *qp) initTx() {
-	for i := range q.tx.ents {
-		q.tx.ents[i].slot = make([]byte, q.layout.SQStride)
-		q.tx.ents[i].call = newCall()
-		q.tx.ents[i].call.wake = q.wakeCh
-	}
-	q.tx.iov = make(net.Buffers, 0, txWindow*(abi.MaxSGE+1))
+// tcpPath is the tcp path of one QP: its requester's window and the link
+// to the remote end's host, and its responder's PSN state. It is made when
+// the QP enters RTR and dropped at RESET.
+type tcpPath struct {
+	q    *qp
+	host string // the remote end's host ID
+	link *link  // the link to host
+
+	// Requester: owned by the QP's send-queue goroutine.
+	tx   txState
+	treq tcpwire.Header // the request being written
+
+	// Responder: the expected PSN and the last responses, for duplicates
+	// (a request retried after its response was lost), used by the
+	// readers of the connections host opened. rsp.mu is taken before q.mu.
+	rsp responderPSN
 }
 
-// poke wakes the QP goroutine wherever it waits.
-func (q *qp) poke() {
-	q.doorbell.Wake()
-	select {
-	case q.wakeCh <- struct{}{}:
-	default:
-	}
+// responderPSN is an RC responder's sequence state (uplink_rc.go).
+type responderPSN struct {
+	mu   sync.Mutex
+	gen  uint32                 // the resets generation ePSN belongs to; +checklocks:mu
+	init bool                   // +checklocks:mu
+	ePSN uint32                 // +checklocks:mu
+	last [txWindow]lastResponse // by PSN % txWindow; +checklocks:mu
 }
+
+func newTCPPath(q *qp, host string, l *link) *tcpPath {
+	t := &tcpPath{q: q, host: host, link: l}
+	for i := range t.tx.ents {
+		t.tx.ents[i].slot = make([]byte, q.layout.SQStride)
+		t.tx.ents[i].call = newCall()
+		t.tx.ents[i].call.wake = q.wakeCh
+	}
+	t.tx.iov = make(net.Buffers, 0, txWindow*(abi.MaxSGE+1))
+	return t
+}
+
+// tcpPathOf returns q's tcp path, nil if q is not bound to one.
+func tcpPathOf(q *qp) *tcpPath {
+	t, _ := q.boundPath().(*tcpPath)
+	return t
+}
+
+func (t *tcpPath) kind() abi.PathKind        { return abi.PathTCP }
+func (t *tcpPath) pump(mem []byte)           { t.tcpPump(mem) }
+func (t *tcpPath) busy() bool                { return t.tx.n > 0 }
+func (t *tcpPath) drop()                     { t.txDrop() }
+func (t *tcpPath) flush()                    { t.txFlush() }
+func (t *tcpPath) pollBudget() time.Duration { return doorbellPollTCP }
 
 func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
 
 // tcpPump runs the window until it is empty and the SQ holds nothing new,
 // or the QP leaves RTS/SQD (drain then flushes or drops what is left).
-func (q *qp) tcpPump(mem []byte) {
-	tx := &q.tx
+func (t *tcpPath) tcpPump(mem []byte) {
+	q := t.q
+	tx := &t.tx
 	if tx.n == 0 {
 		tx.next = q.sqHead
 	}
@@ -105,7 +138,7 @@ func (q *qp) tcpPump(mem []byte) {
 		if s != abi.QPSRTS && s != abi.QPSSQD {
 			return
 		}
-		if !q.txReap() {
+		if !t.txReap() {
 			continue
 		}
 		// A completion may have moved the QP to ERR: nothing more goes out.
@@ -114,26 +147,27 @@ func (q *qp) tcpPump(mem []byte) {
 		}
 		// In SQD no new WQE is taken, but what the window holds is still
 		// sent (again, after a retry) until it completes: the drain.
-		if !q.txFill(mem, s == abi.QPSRTS) {
+		if !t.txFill(mem, s == abi.QPSRTS) {
 			return // an invalid tail: drain handles it
 		}
 		if tx.failed {
 			tx.failed = false
-			q.txRetry(false, 0, tx.waited)
+			t.txRetry(false, 0, tx.waited)
 			continue
 		}
 		if tx.n == 0 {
 			return
 		}
-		q.txWait()
+		t.txWait()
 	}
 }
 
 // txFill takes new WQEs into the window (when takeNew: not in SQD) and
 // sends what is not in flight. It reports false when the SQ tail is
 // invalid.
-func (q *qp) txFill(mem []byte, takeNew bool) bool {
-	tx := &q.tx
+func (t *tcpPath) txFill(mem []byte, takeNew bool) bool {
+	q := t.q
+	tx := &t.tx
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	tail := abi.Word(mem, abi.OffSQTail).Load()
 	pending, ok := abi.Pending(tail, q.sqHead, size)
@@ -189,7 +223,7 @@ func (q *qp) txFill(mem []byte, takeNew bool) bool {
 		to++
 	}
 	if to > tx.sent {
-		q.txSend(to)
+		t.txSend(to)
 		q.ctr.notePeak(uint32(rd))
 	}
 	return true
@@ -199,46 +233,14 @@ func (q *qp) txFill(mem []byte, takeNew bool) bool {
 // max_rd_atomic counts and a fence waits for.
 func isRdAtomic(op abi.Opcode) bool { return op == abi.OpRDMARead || op.IsAtomic() }
 
-// gatherLocal resolves the local side of w (slot is its private copy) into
-// segs.
-func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) (abi.WCStatus, int, uint64) {
-	var need abi.Access
-	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
-		need = abi.AccessLocalWrite // the local side is written
-	}
-	nseg := 0
-	var total uint64
-	if w.Flags&abi.SendInline != 0 {
-		segs[0] = abi.Inline(slot, w)
-		nseg, total = 1, uint64(w.InlineLen)
-	} else {
-		for i := 0; i < int(w.NumSGE); i++ {
-			sge := &w.SGE[i]
-			b, ok := q.vm.resolve(q.pd, sge.LKey, sge.Addr, uint64(sge.Length), need)
-			if !ok {
-				return abi.WCLocProtErr, 0, 0
-			}
-			segs[nseg] = b
-			nseg++
-			total += uint64(sge.Length)
-		}
-	}
-	if total > maxMessage {
-		return abi.WCLocLenErr, 0, 0
-	}
-	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
-		return abi.WCLocLenErr, 0, 0 // an atomic returns 8 bytes into one SGE
-	}
-	return abi.WCSuccess, nseg, total
-}
-
 // txSend sends the entries [tx.sent, to) of the window, in one write when
 // it can; on failure (no connection, a write error) tx.failed says so and
 // nothing is in flight from tx.sent on.
-func (q *qp) txSend(to int) {
-	tx := &q.tx
+func (t *tcpPath) txSend(to int) {
+	q := t.q
+	tx := &t.tx
 	q.mu.Lock()
-	l, dst, timeout := q.link, q.remoteQPN, q.attr.Timeout
+	l, dst, timeout := t.link, q.remoteQPN, q.attr.Timeout
 	q.mu.Unlock()
 	wait := retryTimeout(timeout)
 	if l == nil {
@@ -256,7 +258,7 @@ func (q *qp) txSend(to int) {
 	for i := tx.sent; i < to; i++ {
 		e := tx.at(i)
 		w := &e.wqe
-		h := &q.treq
+		h := &t.treq
 		*h = tcpwire.Header{Version: c.ver, Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.qpn, PSN: e.psn, RKey: w.RKey,
 			RemoteAddr: w.RemoteAddr, Compare: w.CompareAdd, Swap: w.Swap}
 		k := e.call
@@ -272,7 +274,7 @@ func (q *qp) txSend(to int) {
 			k.readSegs = e.segs[:e.nseg]
 		}
 		if !c.register(k) {
-			q.txUnregister(c, i)
+			t.txUnregister(c, i)
 			tx.failed, tx.waited = true, false
 			return
 		}
@@ -290,7 +292,7 @@ func (q *qp) txSend(to int) {
 	err = c.writeFrames(&tx.iov, n, to-tx.sent)
 	clear(tx.iov[:cap(tx.iov)]) // do not keep guest memory reachable
 	if err != nil {
-		q.txUnregister(c, to)
+		t.txUnregister(c, to)
 		tx.failed, tx.waited = true, false
 		return
 	}
@@ -303,9 +305,9 @@ func (q *qp) txSend(to int) {
 }
 
 // txUnregister withdraws the calls of entries [tx.sent, to) from c.
-func (q *qp) txUnregister(c *tconn, to int) {
-	for i := q.tx.sent; i < to; i++ {
-		withdrawCall(c, q.tx.at(i).call)
+func (t *tcpPath) txUnregister(c *tconn, to int) {
+	for i := t.tx.sent; i < to; i++ {
+		withdrawCall(c, t.tx.at(i).call)
 	}
 }
 
@@ -328,12 +330,13 @@ func withdrawCall(c *tconn, k *call) {
 
 // txReap completes the window's finished entries from the oldest, in
 // order. It reports false when it ran a retry (the caller loops again).
-func (q *qp) txReap() bool {
-	tx := &q.tx
+func (t *tcpPath) txReap() bool {
+	q := t.q
+	tx := &t.tx
 	for tx.n > 0 {
 		e := tx.at(0)
 		if e.local != abi.WCSuccess {
-			q.txComplete(e.local, 0)
+			t.txComplete(e.local, 0)
 			return true
 		}
 		if e.conn == nil {
@@ -348,7 +351,7 @@ func (q *qp) txReap() bool {
 		e.conn = nil
 		k := e.call
 		if k.err != nil {
-			q.txRetry(false, 0, false)
+			t.txRetry(false, 0, false)
 			return false
 		}
 		r := &k.resp
@@ -359,7 +362,7 @@ func (q *qp) txReap() bool {
 		}
 		if r.Type != want || r.Status == tcpwire.OK && r.Type == tcpwire.ReadResp && uint64(r.PayloadLen) != e.total {
 			c.close(fmt.Errorf("host %s answered a %s with a %s of %d bytes", c.l.peerID, w.Opcode, r.Type, r.PayloadLen))
-			q.txRetry(false, 0, false)
+			t.txRetry(false, 0, false)
 			return false
 		}
 		switch r.Status {
@@ -370,19 +373,20 @@ func (q *qp) txReap() bool {
 				n = 8
 			}
 			q.bytesSent.Add(e.total)
-			tx.armed, tx.probe = false, false
-			q.txComplete(abi.WCSuccess, n)
+			tx.budget.reset()
+			tx.probe = false
+			t.txComplete(abi.WCSuccess, n)
 		case tcpwire.RNR:
-			q.txRetry(true, r.RNRTimer, false)
+			t.txRetry(true, r.RNRTimer, false)
 			return false
 		case tcpwire.RemAccessErr:
-			q.txComplete(abi.WCRemAccessErr, 0)
+			t.txComplete(abi.WCRemAccessErr, 0)
 		case tcpwire.RemOpErr:
-			q.txComplete(abi.WCRemOpErr, 0)
+			t.txComplete(abi.WCRemOpErr, 0)
 		case tcpwire.RemInvReqErr:
-			q.txComplete(abi.WCRemInvReqErr, 0)
+			t.txComplete(abi.WCRemInvReqErr, 0)
 		default: // NO_QP, SEQ_ERR: as if nothing had answered
-			q.txRetry(false, 0, false)
+			t.txRetry(false, 0, false)
 			return false
 		}
 	}
@@ -391,8 +395,9 @@ func (q *qp) txReap() bool {
 
 // txComplete completes the oldest entry with st and removes it from the
 // window; an error moves the QP to ERR first.
-func (q *qp) txComplete(st abi.WCStatus, n uint32) {
-	tx := &q.tx
+func (t *tcpPath) txComplete(st abi.WCStatus, n uint32) {
+	q := t.q
+	tx := &t.tx
 	e := tx.at(0)
 	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
 		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", e.wqe.WRID, e.wqe.Opcode, st))
@@ -411,8 +416,8 @@ func (q *qp) txComplete(st abi.WCStatus, n uint32) {
 
 // txRecall takes every in-flight entry back: its call is withdrawn (a
 // response that arrives later is dropped), and it will be sent again.
-func (q *qp) txRecall() {
-	tx := &q.tx
+func (t *tcpPath) txRecall() {
+	tx := &t.tx
 	for i := 0; i < tx.sent; i++ {
 		e := tx.at(i)
 		if c := e.conn; c != nil {
@@ -428,35 +433,27 @@ func (q *qp) txRecall() {
 // RETRY_EXC_ERR when its counter is spent; otherwise it recalls the
 // window and waits the delay (none when the timeout has already been
 // waited out), after which txFill sends everything again from the oldest.
-func (q *qp) txRetry(rnr bool, rnrTimer uint8, waited bool) {
-	tx := &q.tx
+func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
+	q := t.q
+	tx := &t.tx
 	q.mu.Lock()
-	if !tx.armed {
-		tx.retries, tx.rnr, tx.armed = q.attr.RetryCnt, q.attr.RNRRetry, true
-	}
+	tx.budget.arm(&q.attr)
 	timeout := q.attr.Timeout
 	q.mu.Unlock()
-	q.txRecall()
-	if rnr {
-		q.ctr.rnrRcvd.Add(1)
-	}
+	t.txRecall()
 	var delay time.Duration
-	switch {
-	case rnr && tx.rnr == 0:
-		q.txComplete(abi.WCRNRRetryExcErr, 0)
-		return
-	case rnr:
-		if tx.rnr != 7 {
-			tx.rnr--
+	if rnr {
+		if st, ok := tx.budget.rnrNak(&q.ctr); !ok {
+			t.txComplete(st, 0)
+			return
 		}
 		delay = rnrDelay(rnrTimer)
 		tx.probe = true // the rest would only be refused (SEQ_ERR) again
-	case tx.retries == 0:
-		q.txComplete(abi.WCRetryExcErr, 0)
-		return
-	default:
-		tx.retries--
-		q.ctr.retries.Add(1)
+	} else {
+		if st, ok := tx.budget.transport(&q.ctr); !ok {
+			t.txComplete(st, 0)
+			return
+		}
 		if !waited {
 			delay = retryTimeout(timeout)
 		}
@@ -468,8 +465,9 @@ func (q *qp) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 // later entry) or the oldest entry's timeout. A timeout with no read
 // progress on the connection since the request went out closes the
 // connection: the peer or the link is gone.
-func (q *qp) txWait() {
-	tx := &q.tx
+func (t *tcpPath) txWait() {
+	q := t.q
+	tx := &t.tx
 	e := tx.at(0)
 	if e.conn == nil {
 		return
@@ -524,21 +522,23 @@ func (q *qp) txWait() {
 }
 
 // txDrop empties the window without completions (RESET).
-func (q *qp) txDrop() {
-	q.txRecall()
-	tx := &q.tx
+func (t *tcpPath) txDrop() {
+	t.txRecall()
+	tx := &t.tx
 	for i := 0; i < tx.n; i++ {
 		clear(tx.at(i).segs[:])
 	}
-	tx.head, tx.n, tx.sent, tx.armed, tx.probe = 0, 0, 0, false, false
+	tx.head, tx.n, tx.sent, tx.probe = 0, 0, 0, false
+	tx.budget.reset()
 }
 
 // txFlush completes every entry of the window with WR_FLUSH_ERR, in order
 // (ERR), before drain flushes the rest of the SQ.
-func (q *qp) txFlush() {
-	q.txRecall()
-	for q.tx.n > 0 {
-		q.txComplete(abi.WCWRFlushErr, 0)
+func (t *tcpPath) txFlush() {
+	t.txRecall()
+	for t.tx.n > 0 {
+		t.txComplete(abi.WCWRFlushErr, 0)
 	}
-	q.tx.armed, q.tx.probe = false, false
+	t.tx.probe = false
+	t.tx.budget.reset()
 }

@@ -28,28 +28,26 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/records"
 )
 
-// Path is a way to move a connected QP's bytes. The values are those of
-// the agent's ABI (abi.PathKind), so a Path converts to it directly.
-type Path string
+// Path is a way to move a connected QP's bytes: the program's one path
+// vocabulary, abi.PathKind.
+type Path = abi.PathKind
 
 // The paths Select chooses between, in the order it considers them.
 const (
-	Memcpy Path = "memcpy"
-	RDMA   Path = "rdma"
-	TCP    Path = "tcp"
+	Memcpy = abi.PathMemcpy
+	RDMA   = abi.PathRDMA
+	TCP    = abi.PathTCP
 )
 
 // Candidates lists every path Select considers, in order.
 var Candidates = [...]Path{Memcpy, RDMA, TCP}
 
 // Rejection is a candidate path that was not chosen, and why.
-type Rejection struct {
-	Path Path   `json:"path"`
-	Why  string `json:"why"`
-}
+type Rejection = abi.PathRejection
 
 // Decision is the outcome of Select: the path, the reason, and every other
 // candidate with why it was rejected (in Candidates order).
@@ -149,7 +147,7 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 		return Decision{
 			Path:     Memcpy,
 			Reason:   fmt.Sprintf("same host %s: memcpy between the two VMs' memory", a.Host.Label()),
-			Rejected: []Rejection{{RDMA, why}, {TCP, why}},
+			Rejected: []Rejection{{Path: RDMA, Why: why}, {Path: TCP, Why: why}},
 		}, nil
 	}
 
@@ -162,7 +160,7 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 	}
 	if len(links) > 0 {
 		why := strings.Join(links, "; ")
-		d := Decision{Rejected: []Rejection{{Memcpy, memcpyWhy}, {RDMA, why}, {TCP, why}}}
+		d := Decision{Rejected: []Rejection{{Path: Memcpy, Why: memcpyWhy}, {Path: RDMA, Why: why}, {Path: TCP, Why: why}}}
 		return d, fmt.Errorf("%w between %s and %s: %s", ErrNoPath, a.Name, b.Name, why)
 	}
 
@@ -183,7 +181,7 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 			Path: RDMA,
 			Reason: fmt.Sprintf("hosts %s and %s both have an RDMA uplink on switch %s (%s %s, %s %s), RoCE %s",
 				a.Host.Label(), b.Host.Label(), sw.Name, ua.Kind, ua.Address, ub.Kind, ub.Address, a.PortGroup.RoCEVersion),
-			Rejected: []Rejection{{Memcpy, memcpyWhy}, {TCP, "rdma available"}},
+			Rejected: []Rejection{{Path: Memcpy, Why: memcpyWhy}, {Path: TCP, Why: "rdma available"}},
 		}, nil
 	}
 	rdmaWhy := strings.Join(noRDMA, "; ")
@@ -191,7 +189,7 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 		Path: TCP,
 		Reason: fmt.Sprintf("%s: TCP between %s and %s",
 			rdmaWhy, a.Host.PVRDMAAddress, b.Host.PVRDMAAddress),
-		Rejected: []Rejection{{Memcpy, memcpyWhy}, {RDMA, rdmaWhy}},
+		Rejected: []Rejection{{Path: Memcpy, Why: memcpyWhy}, {Path: RDMA, Why: rdmaWhy}},
 	}, nil
 }
 

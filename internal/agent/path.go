@@ -1,0 +1,76 @@
+package agent
+
+// Paths. A connected QP moves its work requests over exactly one path,
+// chosen when it enters RTR (bindRemoteLocked) and dropped when it moves
+// to RESET: memcpy between two VMs of this host, tcp to another host, and
+// later rdma (the software RoCEv2 engine), memcpy-direct and native
+// endpoints. The device — the QP state machine, the send-queue goroutine
+// (exec.go), the receive queue, the CQs and the responder (respond.go) —
+// knows the path only by this interface; everything a path needs per QP
+// (a window of requests in flight, a link, a responder's PSN state) lives
+// in the path's own value, made at RTR, so a QP that never connects pays
+// for none of it.
+//
+// How to add a path: write a type that implements path (pump, busy, drop,
+// flush, pollBudget, kind) and, if its responder side must recognise its
+// QPs, an accessor such as tcpPathOf; make bindRemoteLocked bind it when
+// the control plane's decision names it; add a pathEnv to the
+// conformance suite (conformance_test.go). docs/architecture.md has the
+// whole journey of a work request.
+
+import (
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+)
+
+// path moves a connected QP's send queue to its remote end. Its methods
+// are called only by the QP's send-queue goroutine (runSQ), which is thus
+// the owner of the path's requester state.
+type path interface {
+	// kind names the path (the vocabulary of abi.PathKind).
+	kind() abi.PathKind
+	// pump executes the send queue from the QP's SQ head while the QP is
+	// in RTS or SQD: in RTS it takes new WQEs, in SQD it only finishes
+	// what it already has in flight. It returns when it has nothing left
+	// to do, the QP leaves RTS and SQD, or the QP stops.
+	pump(mem []byte)
+	// busy reports whether work requests are in flight (taken from the SQ
+	// but not completed).
+	busy() bool
+	// drop forgets what is in flight, without completions (RESET, and
+	// the QP's end).
+	drop()
+	// flush completes what is in flight with WR_FLUSH_ERR, oldest first
+	// (ERR), before the device flushes the rest of the send queue.
+	flush()
+	// pollBudget is how long the send-queue goroutine polls for new work
+	// in doorbell mode before it sleeps: longer where round trips are.
+	pollBudget() time.Duration
+}
+
+// pathRef boxes a path for an atomic pointer.
+type pathRef struct{ p path }
+
+// boundPath returns the path the QP is bound to, nil before RTR and after
+// RESET. Any goroutine may call it.
+func (q *qp) boundPath() path {
+	if r := q.bound.Load(); r != nil {
+		return r.p
+	}
+	return nil
+}
+
+// bindPathLocked binds the QP to p (at RTR), with the decision to report.
+//
+// +checklocks:q.mu
+func (q *qp) bindPathLocked(p path, info abi.PathInfo) {
+	q.pathInfo = info
+	q.bound.Store(&pathRef{p})
+}
+
+// syncExecutor executes one work request to its end before it returns: a
+// path with nothing in flight between two calls (memcpy).
+type syncExecutor interface {
+	execute(w *abi.SendWQE) (abi.WCStatus, uint32)
+}
