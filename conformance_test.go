@@ -7,6 +7,9 @@ package vrdma_test
 //
 //	TestConformance/<path>/<case>[/<sub>]         doorbell mode, CM-connected pairs
 //	TestConformance/<path>/async/<case>[/<sub>]   vrdma.asyncMode VMs, pairs connected out of band
+//	TestConformance/lossy/<case>[/<sub>]          the test path: the tcp path's RC protocol over an
+//	                                              in-process link that drops, duplicates, reorders
+//	                                              and delays a few percent of its frames each
 //
 // A new path adds a pathEnv and one t.Run in TestConformance, and nothing
 // else. Every case builds its own VMs, PDs, CQs and QPs, so any case runs alone
@@ -31,6 +34,7 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/testlink"
 )
 
 func TestConformance(t *testing.T) {
@@ -40,6 +44,17 @@ func TestConformance(t *testing.T) {
 		t.Run("async", func(t *testing.T) {
 			runConformance(t, &memcpyEnv{env: env, prefix: "ca", async: true}, connOOB)
 		})
+	})
+	t.Run("lossy", func(t *testing.T) {
+		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 9}
+		env := testenv.StartWith(t, testenv.Options{TestLink: &faults})
+		s := &suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cl"}}, how: connOOB, oob: &lossyRC}
+		s.run(t)
+		st := env.Agent.TestLinkStats()
+		t.Logf("test link: %s", st)
+		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
+			t.Errorf("test link %s: every fault must have struck", st)
+		}
 	})
 	t.Run("tcp", func(t *testing.T) {
 		// Three hosts, so that any two of the (at most three) VMs a case
@@ -94,11 +109,43 @@ func (e *memcpyEnv) Remote(ad *vrdma.Adapter) string { return ad.VM().Name() + "
 
 func (e *memcpyEnv) Socket(t *testing.T, vm *vrdma.VM) string { return e.env.Socket }
 
+// lossy reports whether the suite's path loses frames (the test path).
+func (s *suite) lossy() bool { _, ok := s.env.(*lossyEnv); return ok }
+
+// expectNAK checks that w completes WR id with st, the status of a NAK
+// after which the responder is in ERR. On a lossy path the NAK itself may
+// be lost; the responder, in ERR, answers none of the retries, and the WR
+// then ends with RETRY_EXC_ERR (IBTA 9.9.2): there either is right.
+func (s *suite) expectNAK(t *testing.T, w vrdma.WorkCompletion, q *vrdma.QP, id uint64, st vrdma.WCStatus) {
+	t.Helper()
+	if s.lossy() && w.Status == vrdma.WCRetryExcErr {
+		t.Logf("completion %s: the %s NAK was lost", fmtWC(w), st)
+		st = vrdma.WCRetryExcErr
+	}
+	expectWC(t, w, q, id, st, 0)
+}
+
 // suite is one run of the cases over a path.
 type suite struct {
 	env pathEnv
 	how connMethod // how pair connects unless a case asks otherwise
+	// oob, if set, are the attributes of out-of-band connections instead
+	// of QP.ConnectTo's defaults.
+	oob *rcParams
 }
+
+// lossyEnv is the test path: VMs on one in-process agent started with a
+// test link, so that QPs between them cross it.
+type lossyEnv struct{ memcpyEnv }
+
+func (e *lossyEnv) Path() vrdma.PathKind { return vrdma.PathTest }
+
+func (e *lossyEnv) UplinkBytes(t *testing.T) uint64 { return uplinkBytes(t, e.env.Socket) }
+
+// lossyRC are the lossy run's connection attributes: a lost frame costs
+// one local ACK timeout, so it is short (timeout 10: 4.2 ms; a round trip
+// on the test link takes tens of µs).
+var lossyRC = rcParams{access: vrdma.AccessAll, timeout: 10, retryCnt: 7, rnrRetry: 7, minRNRTimer: 1, rdAtomic: -1, destRdAtomic: -1}
 
 type conformanceCase struct {
 	name string
@@ -136,10 +183,15 @@ var conformanceCases = []conformanceCase{
 	{name: "fence", run: testFence},
 	{name: "rd-atomic-depth", run: testRdAtomicDepth},
 	{name: "retry-counts", run: testRetryCounts},
+	{name: "stream", run: testStream},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {
-	s := &suite{env: env, how: how}
+	(&suite{env: env, how: how}).run(t)
+}
+
+func (s *suite) run(t *testing.T) {
+	env := s.env
 	ue, _ := env.(uplinkEnv)
 	for _, c := range conformanceCases {
 		t.Run(c.name, func(t *testing.T) {
@@ -207,19 +259,30 @@ func (e *tcpEnv) Socket(t *testing.T, vm *vrdma.VM) string {
 
 func (e *tcpEnv) UplinkBytes(t *testing.T) uint64 {
 	t.Helper()
-	var sum uint64
+	var socks []string
 	for _, h := range e.c.Hosts {
+		socks = append(socks, h.Socket)
+	}
+	return uplinkBytes(t, socks...)
+}
+
+// uplinkBytes returns the bytes the agents at sockets sent over their
+// uplinks so far, as their status reports.
+func uplinkBytes(t *testing.T, sockets ...string) uint64 {
+	t.Helper()
+	var sum uint64
+	for _, sock := range sockets {
 		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(h.Socket))
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
 		if err != nil {
 			cancel()
-			t.Fatalf("host %s: %v", h.Name, err)
+			t.Fatalf("agent %s: %v", sock, err)
 		}
 		st, err := a.Status(ctx)
 		a.Close()
 		cancel()
 		if err != nil {
-			t.Fatalf("host %s: status: %v", h.Name, err)
+			t.Fatalf("agent %s: status: %v", sock, err)
 		}
 		for _, u := range st.Uplinks {
 			sum += u.BytesOut
@@ -355,6 +418,15 @@ func (s *suite) connect(t *testing.T, a, b *end, how connMethod) {
 		s.cmConnect(t, a, b, how == connCMGID)
 	case connOOB:
 		ctx := opCtx(t)
+		if s.oob != nil {
+			if err := modifyToRTS(ctx, a.qp, a.ad, b.qp.Endpoint(), *s.oob); err != nil {
+				t.Fatal(err)
+			}
+			if err := modifyToRTS(ctx, b.qp, b.ad, a.qp.Endpoint(), *s.oob); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
 		if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
 			t.Fatal(err)
 		}
@@ -1539,7 +1611,7 @@ func testRemoteAccess(t *testing.T, s *suite) {
 					RemoteAddr: uint64(int64(m.Addr()) + int64(c.at)), RKey: rkey, CompareAdd: 0, Swap: 0xffff},
 				vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMAWrite, SGL: sgl(local.SGE(0, 64)), RemoteAddr: canary.Addr(), RKey: canary.RKey()})
 			wc := waitWC(t, a.scq, 2)
-			expectWC(t, wc[0], a.qp, 1, want, 0)
+			s.expectNAK(t, wc[0], a.qp, 1, want)
 			expectWC(t, wc[1], a.qp, 2, vrdma.WCWRFlushErr, 0) // unsignaled, but flushed WRs always complete
 			expectState(t, a.qp, vrdma.QPSErr)
 			postSend(t, a.qp, vrdma.SendWR{ID: 3, Opcode: vrdma.OpRDMAWrite, SGL: sgl(local.SGE(0, 64)), RemoteAddr: canary.Addr(), RKey: canary.RKey()})
@@ -1653,7 +1725,7 @@ func testLengthError(t *testing.T, s *suite) {
 				expectBytes(t, "message", append(clone(dst.Bytes()[:60]), dst.Bytes()[100:140]...), src.Bytes()[:100])
 				return
 			}
-			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRemInvReqErr, 0)
+			s.expectNAK(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRemInvReqErr)
 			expectWC(t, waitWC(t, b.rcq, 1)[0], b.qp, 7, vrdma.WCLocLenErr, 0)
 			expectState(t, a.qp, vrdma.QPSErr)
 			expectState(t, b.qp, vrdma.QPSErr)
@@ -1676,7 +1748,7 @@ func testRecvBadSGE(t *testing.T, s *suite) {
 	bad.LKey ^= 0x00ff_ff00
 	postRecv(t, b.qp, vrdma.RecvWR{ID: 7, SGL: sgl(dst.SGE(1024, 64), bad)})
 	postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 100))})
-	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRemOpErr, 0)
+	s.expectNAK(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRemOpErr)
 	expectWC(t, waitWC(t, b.rcq, 1)[0], b.qp, 7, vrdma.WCLocProtErr, 0)
 	expectState(t, a.qp, vrdma.QPSErr)
 	expectState(t, b.qp, vrdma.QPSErr)

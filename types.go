@@ -141,6 +141,7 @@ const (
 	PathMemcpyDirect = abi.PathMemcpyDirect
 	PathTCP          = abi.PathTCP
 	PathRDMA         = abi.PathRDMA
+	PathTest         = abi.PathTest // the test transport (agents started for tests only)
 )
 
 // PathInfo is a connected QP's path and the reason it was chosen.

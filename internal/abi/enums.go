@@ -220,4 +220,8 @@ const (
 	PathMemcpyDirect PathKind = "memcpy-direct"
 	PathTCP          PathKind = "tcp"
 	PathRDMA         PathKind = "rdma"
+	// PathTest is the test transport: the tcp path's RC protocol over an
+	// in-process link with faults, between two VMs of one agent started
+	// with a test link. Path selection never chooses it.
+	PathTest PathKind = "test"
 )

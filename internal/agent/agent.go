@@ -40,8 +40,10 @@ import (
 	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/testlink"
 )
 
 // Version is the agent's release.
@@ -70,6 +72,13 @@ type Config struct {
 	// Control configures the control plane (control.go); nil runs the
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
+	// TestLink, for tests, makes QPs between two VMs of this host take
+	// the test path (testpath.go): the tcp path's RC protocol over an
+	// in-process link with these faults, instead of memcpy.
+	TestLink *testlink.Faults
+	// Clock is the time source of the QPs' RC timers (retry, RNR and
+	// response timeouts); nil is the real clock. Tests pass a fake.
+	Clock clock.Clock
 }
 
 // Agent is a running host agent. It is safe for concurrent use.
@@ -81,6 +90,11 @@ type Agent struct {
 	ln  *net.UnixListener
 	ctl *control // nil: standalone
 	up  *uplink  // the tcp path; nil without the control plane or a PVRDMA address
+	clk clock.Clock
+
+	// loop is the test link (testpath.go); nil unless Config.TestLink.
+	loop      *link
+	testStats testlink.Stats
 
 	mu        sync.Mutex
 	vms       map[string]*vm          // attached VMs by name; +checklocks:mu
@@ -137,6 +151,15 @@ func New(cfg Config) (*Agent, error) {
 		listeners: make(map[listenKey]*listener),
 		qps:       make(map[uint32]*qp),
 		sessions:  make(map[*session]struct{}),
+	}
+	a.clk = cfg.Clock
+	if a.clk == nil {
+		a.clk = clock.Real
+	}
+	if cfg.TestLink != nil {
+		if err := a.startTestLink(*cfg.TestLink); err != nil {
+			return nil, err
+		}
 	}
 	var b [2]byte
 	rand.Read(b[:])
@@ -265,6 +288,9 @@ func (a *Agent) shutdown() {
 	a.wg.Wait()
 	if a.up != nil {
 		a.up.close()
+	}
+	if a.loop != nil {
+		a.loop.u.close()
 	}
 	a.stopControl()
 	a.log.Info("vrdmad stopped")

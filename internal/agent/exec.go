@@ -340,7 +340,8 @@ func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 // sleep waits d, returning false early when the QP stops or leaves the
 // states in which it sends.
 func (q *qp) sleep(d time.Duration) bool {
-	deadline := time.Now().Add(d)
+	clk := q.vm.a.clk
+	deadline := clk.Now().Add(d)
 	for {
 		if q.stop.Load() {
 			return false
@@ -348,7 +349,7 @@ func (q *qp) sleep(d time.Duration) bool {
 		if s := q.State(); s == abi.QPSErr || s == abi.QPSReset || q.resets.Load() != q.sqResets {
 			return false
 		}
-		left := time.Until(deadline)
+		left := deadline.Sub(clk.Now())
 		if left <= 0 {
 			return true
 		}
@@ -356,7 +357,7 @@ func (q *qp) sleep(d time.Duration) bool {
 		// delay costs nothing until it fires or a state change pokes it.
 		q.timer.Reset(left)
 		select {
-		case <-q.timer.C:
+		case <-q.timer.C():
 		case <-q.wakeCh:
 			q.timer.Stop()
 		}

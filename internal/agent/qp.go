@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/tcpwire"
@@ -62,7 +63,7 @@ type qp struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
-	timer  *time.Timer   // RNR and retry delays, response timeouts
+	timer  clock.Timer   // RNR and retry delays, response timeouts (Agent.clk)
 	wakeCh chan struct{} // a response arrived, or the state changed
 	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
 	// the workload changes it (see hasWork).
@@ -140,7 +141,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	}
 	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
-		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: time.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
+		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.a.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
 	q.idle.ch = make(chan struct{}, 1)
 	q.attr.Port = 1
@@ -413,6 +414,10 @@ func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error 
 		h := pre.remote.Host.Host
 		q.remoteGID, q.remoteQPN = dgid, qpn
 		q.bindPathLocked(newTCPPath(q, h.ID, a.up.linkTo(h.ID)), decisionInfo(pre.dec))
+		return nil
+	}
+	if ad != nil && a.loop != nil {
+		q.bindTestLocked(dgid, qpn, ad)
 		return nil
 	}
 	if ad == nil {

@@ -380,5 +380,8 @@ func (a *Agent) status() abi.Status {
 		st.PVRDMA = a.up.pvrdmaStatus()
 		st.Uplinks = a.up.status()
 	}
+	if a.loop != nil {
+		st.Uplinks = append(st.Uplinks, a.loop.u.status()...)
+	}
 	return st
 }

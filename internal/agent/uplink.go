@@ -118,6 +118,11 @@ type link struct {
 	dialMu sync.Mutex // one dial at a time
 	out    atomic.Pointer[tconn]
 
+	// The test link (testpath.go): pipe makes connection n (a pipe's two
+	// ends); lossy says frames may be lost without the connection.
+	pipe  func(n uint64) (req, resp *tconn, err error)
+	lossy bool
+
 	mu       sync.Mutex
 	in       map[*tconn]struct{} // +checklocks:mu
 	peerName string              // +checklocks:mu
@@ -339,8 +344,8 @@ func (u *uplink) serve(ln *net.TCPListener) {
 // tconn is one TCP connection of the tcp path.
 type tconn struct {
 	l        *link
-	nc       *net.TCPConn
-	outgoing bool // opened by this host: requests out, responses in
+	nc       net.Conn // a TCP connection; a Unix socket on the test link
+	outgoing bool     // opened by this host: requests out, responses in
 	ver      uint8
 	peerBoot string // the peer agent's boot ID at the handshake
 
@@ -383,16 +388,20 @@ type tconn struct {
 	err         error // why it closed; set before closed is closed
 }
 
-func newTconn(l *link, nc *net.TCPConn, outgoing bool, ver uint8) *tconn {
-	nc.SetNoDelay(true)
-	nc.SetKeepAlive(true)
-	nc.SetKeepAlivePeriod(keepAlive)
+func newTconn(l *link, nc net.Conn, outgoing bool, ver uint8) *tconn {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAlive(true)
+		tc.SetKeepAlivePeriod(keepAlive)
+	}
 	c := &tconn{l: l, nc: nc, outgoing: outgoing, ver: ver, pending: map[uint64]*call{}, closed: make(chan struct{}),
 		handshaking: true, // until the handshake ends, its own deadline bounds every read and write
 		cms:         map[uint64]*connReq{},
 		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
-	c.rc, _ = nc.SyscallConn()
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
+	}
 	c.pollFn = c.pollOnce
 	return c
 }
@@ -409,7 +418,9 @@ func (c *tconn) close(why error) {
 		// Abortive close (RST): the kernel must not deliver requests
 		// still queued on a connection given up for dead once the link
 		// is back — the requester has already failed or resent them.
-		c.nc.SetLinger(0)
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+		}
 		c.nc.Close()
 		c.pmu.Lock()
 		c.dead = true

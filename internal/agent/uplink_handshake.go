@@ -83,7 +83,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)
 	}
-	c := newTconn(l, nc.(*net.TCPConn), true, handshakeVersion)
+	c := newTconn(l, nc, true, handshakeVersion)
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(handshakeTimeout)
@@ -314,6 +314,9 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 	defer l.dialMu.Unlock()
 	if c := l.out.Load(); c != nil {
 		return c, nil
+	}
+	if l.pipe != nil {
+		return l.pipeConn()
 	}
 	u := l.u
 	u.mu.Lock()

@@ -19,9 +19,11 @@ package agent
 //     later ones SEQ_ERR). After the RNR delay the oldest is sent again,
 //     alone until it is accepted, then the rest (go-back-N); rnr_retry
 //     bounds the episodes.
-//   - NO_QP, SEQ_ERR, a lost connection, no response within the QP's
-//     timeout: transport retry, go-back-N after the timeout; retry_cnt
-//     bounds the episodes, then RETRY_EXC_ERR.
+//   - NO_QP, a lost connection, no response within the QP's timeout:
+//     transport retry, go-back-N after the timeout; retry_cnt bounds the
+//     episodes, then RETRY_EXC_ERR. SEQ_ERR (an earlier request was lost
+//     or overtaken, on the test link) spends a transport retry too, but
+//     goes back at once.
 //
 // A duplicate that reaches the responder (a response was lost, not the
 // request) is answered from its cache and never executed twice.
@@ -49,8 +51,9 @@ type txEntry struct {
 	psn   uint32
 	local abi.WCStatus // not success: failed before it left the host
 	call  *call
-	conn  *tconn // the connection it is in flight on; nil when not sent
-	sent  time.Time
+	conn  *tconn                  // the connection it is in flight on; nil when not sent
+	sent  time.Time               // when it was sent (the real clock: for stalls)
+	due   time.Time               // when its response is overdue (the QP's clock)
 	hdr   [tcpwire.HeaderLen]byte // its frame header, as last sent
 }
 
@@ -76,9 +79,10 @@ const txBatchBytes = 1 << 20
 // to the remote end's host, and its responder's PSN state. It is made when
 // the QP enters RTR and dropped at RESET.
 type tcpPath struct {
-	q    *qp
-	host string // the remote end's host ID
-	link *link  // the link to host
+	q        *qp
+	host     string // the remote end's host ID
+	link     *link  // the link to host
+	pathKind abi.PathKind
 
 	// Requester: owned by the QP's send-queue goroutine.
 	tx   txState
@@ -100,7 +104,7 @@ type responderPSN struct {
 }
 
 func newTCPPath(q *qp, host string, l *link) *tcpPath {
-	t := &tcpPath{q: q, host: host, link: l}
+	t := &tcpPath{q: q, host: host, link: l, pathKind: abi.PathTCP}
 	for i := range t.tx.ents {
 		t.tx.ents[i].slot = make([]byte, q.layout.SQStride)
 		t.tx.ents[i].call = newCall()
@@ -116,7 +120,7 @@ func tcpPathOf(q *qp) *tcpPath {
 	return t
 }
 
-func (t *tcpPath) kind() abi.PathKind        { return abi.PathTCP }
+func (t *tcpPath) kind() abi.PathKind        { return t.pathKind }
 func (t *tcpPath) pump(mem []byte)           { t.tcpPump(mem) }
 func (t *tcpPath) busy() bool                { return t.tx.n > 0 }
 func (t *tcpPath) drop()                     { t.txDrop() }
@@ -296,10 +300,10 @@ func (t *tcpPath) txSend(to int) {
 		tx.failed, tx.waited = true, false
 		return
 	}
-	now := time.Now()
+	now, due := time.Now(), q.vm.a.clk.Now().Add(wait)
 	for i := tx.sent; i < to; i++ {
 		e := tx.at(i)
-		e.conn, e.sent = c, now
+		e.conn, e.sent, e.due = c, now, due
 	}
 	tx.sent = to
 }
@@ -385,7 +389,13 @@ func (t *tcpPath) txReap() bool {
 			t.txComplete(abi.WCRemOpErr, 0)
 		case tcpwire.RemInvReqErr:
 			t.txComplete(abi.WCRemInvReqErr, 0)
-		default: // NO_QP, SEQ_ERR: as if nothing had answered
+		case tcpwire.SeqErr:
+			// The responder expects an earlier PSN: a request before
+			// this one was lost or overtaken. Go back to it at once, as
+			// IBTA's requester does on a PSN sequence error NAK.
+			t.txRetry(false, 0, true)
+			return false
+		default: // NO_QP: as if nothing had answered
 			t.txRetry(false, 0, false)
 			return false
 		}
@@ -494,8 +504,8 @@ func (t *tcpPath) txWait() {
 			break
 		}
 	}
-	left := time.Until(e.sent.Add(wait))
-	if left > 0 {
+	clk := q.vm.a.clk
+	if left := e.due.Sub(clk.Now()); left > 0 {
 		q.timer.Reset(left)
 		select {
 		case <-e.call.done:
@@ -505,10 +515,16 @@ func (t *tcpPath) txWait() {
 		case <-q.wakeCh:
 			q.timer.Stop()
 			return
-		case <-q.timer.C:
+		case <-q.timer.C():
 		}
 	}
 	if len(e.call.done) > 0 {
+		return
+	}
+	if t.link.lossy {
+		// The request or its response was lost, not the connection:
+		// go back to the oldest at once (the timeout is waited out).
+		t.txRetry(false, 0, true)
 		return
 	}
 	c := e.conn
@@ -518,7 +534,7 @@ func (t *tcpPath) txWait() {
 	}
 	// The connection makes progress (other responses flow): the response
 	// comes behind them; wait again.
-	e.sent = time.Now()
+	e.sent, e.due = time.Now(), clk.Now().Add(wait)
 }
 
 // txDrop empties the window without completions (RESET).

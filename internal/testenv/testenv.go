@@ -21,6 +21,8 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/clock"
+	"github.com/vrdma/vrdma/internal/testlink"
 )
 
 // Env is a running agent and the means to define VMs on it.
@@ -91,6 +93,11 @@ type Options struct {
 	// Control runs the agent with a control plane (see StartControl);
 	// nil, the default, runs it standalone, without etcd.
 	Control *agent.ControlConfig
+	// TestLink puts QPs between the agent's VMs on the test path, over an
+	// in-process link with these faults (agent.Config.TestLink).
+	TestLink *testlink.Faults
+	// Clock is the agent's clock for RC timers; nil: the real one.
+	Clock clock.Clock
 }
 
 // Start runs an agent in this process with fresh state; it stops at the
@@ -111,7 +118,8 @@ func StartWith(tb testing.TB, o Options) *Env {
 		o.Host = "hostA"
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
-		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control})
+		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
+		TestLink: o.TestLink, Clock: o.Clock})
 	if err != nil {
 		tb.Fatal(err)
 	}
