@@ -20,6 +20,7 @@ type memcpyPath struct {
 	peer *qp // the remote QP, resolved on first use
 	segs [abi.MaxSGE][]byte
 	req  rcRequest  // the request the goroutine plays at the responder
+	rx   rxMessage  // ... and its state there
 	pay  memPayload // q's segments as the responder's payload
 }
 
@@ -136,7 +137,7 @@ func (m *memcpyPath) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (outco
 	m.req = rcRequest{op: w.Opcode, srcQPN: q.qpn, rkey: w.RKey, raddr: w.RemoteAddr, total: total, imm: w.Imm,
 		compare: w.CompareAdd, swap: w.Swap}
 	m.pay.reset(segs)
-	out, st, n, rnrTimer, _ := p.respond(&m.req, &m.pay)
+	out, st, n, rnrTimer, _ := p.respond(&m.req, &m.rx, &m.pay)
 	return out, st, n, rnrTimer
 }
 

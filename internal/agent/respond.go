@@ -45,149 +45,269 @@ type payload interface {
 	atomic(old uint64)
 }
 
-// respond executes request r at responder QP p, whose VM's memMu the
-// caller holds for reading (and has checked alive), after the caller
-// checked that p is bound to the requester and in a state that receives.
-// Checks happen before any byte moves, so a refused request leaves the
-// target untouched. err is an I/O error of the payload (tcp): the
-// connection is broken and the request did not complete.
-func (p *qp) respond(r *rcRequest, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
-	out, st, n, rnrTimer, err = p.serve(r, io)
+// rxMessage is one request at its responder, taken in steps, as a RoCE
+// responder receives a message in packets: begin makes every check and
+// takes the receive WQE of a SEND; place gives where the bytes at an
+// offset go (or, for a READ, come from), for any offset, any number of
+// times (a retransmitted packet lands on the same bytes); end completes
+// it. The slices place returns are guest memory: they may be used only
+// while the caller holds the responder VM's memMu for reading, as it did
+// at begin; a caller that lets go of it between packets calls revalidate
+// after taking it again. One message at a time per responder QP: the
+// callers serialize them (the tcp responder under the QP's PSN lock, the
+// memcpy path by its one requester). The caller owns m.
+type rxMessage struct {
+	r      rcRequest
+	segs   [abi.MaxSGE][]byte // the target (WRITE, READ: one range; SEND: the receive's buffers)
+	nseg   int
+	recv   bool   // a receive WQE was taken (SEND, WRITE_WITH_IMM)
+	wrid   uint64 // its wr_id
+	rq     uint32 // its RQ index
+	resets uint32 // the responder's resets when it was taken
+	sges   [abi.MaxSGE]abi.SGE
+	nsge   int
+	old    uint64 // an atomic's original value
+}
+
+// begin checks request r at responder p and prepares m, before any byte
+// moves: a refused request leaves the target untouched. It executes an
+// atomic at once (one packet). The caller holds p's VM's memMu for
+// reading (and has checked it alive) and has checked that p is bound to
+// the requester and in a state that receives. outRNR: no receive is
+// posted (rnrTimer is what the responder asks the requester to wait).
+func (p *qp) begin(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+	out, st, rnrTimer = p.check(r, m)
 	if out == outRNR {
 		p.ctr.rnrSent.Add(1)
 	}
-	return out, st, n, rnrTimer, err
+	return out, st, rnrTimer
 }
 
-// serve is respond without the counters.
-func (p *qp) serve(r *rcRequest, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+func (p *qp) check(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rnrTimer uint8) {
 	pv := p.vm
+	m.r, m.nseg, m.recv, m.nsge = *r, 0, false, 0
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
-	if (r.op == abi.OpRDMARead || r.op.IsAtomic()) && rdAtomic == 0 {
+	if isRdAtomic(r.op) && rdAtomic == 0 {
 		// No responder resources for READs and atomics: an invalid
 		// request (IBTA 9.9.2, class C; rxe's
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ), and the responder goes to ERR.
 		p.moveToErr(fmt.Sprintf("%s from QP 0x%x refused: max_dest_rd_atomic is 0 (no responder resources for RDMA READ and atomics)", r.op, r.srcQPN))
-		return outDone, abi.WCRemInvReqErr, 0, 0, nil
+		return outDone, abi.WCRemInvReqErr, 0
 	}
 	total := r.total
-	n = uint32(total)
 	switch r.op {
 	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
 		dst, ok := pv.resolve(p.pd, r.rkey, r.raddr, total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
 			p.moveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", r.srcQPN, r.rkey, r.raddr, total))
-			return outDone, abi.WCRemAccessErr, 0, 0, nil
+			return outDone, abi.WCRemAccessErr, 0
 		}
-		if r.op == abi.OpRDMAWrite {
-			if err := io.in(dst); err != nil {
-				return outDone, 0, 0, 0, err
-			}
-			return outDone, abi.WCSuccess, n, 0, nil
+		m.segs[0], m.nseg = dst, 1
+		if r.op == abi.OpRDMAWriteWithImm {
+			return p.takeRecv(m, false, rnrTimer)
 		}
-		p.rqMu.Lock()
-		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked(r.srcQPN) {
-		case recvNone:
-			return outRNR, 0, 0, rnrTimer, nil
-		case recvBroken:
-			return outDone, abi.WCRemOpErr, 0, 0, nil
-		}
-		if err := io.in(dst); err != nil {
-			return outDone, 0, 0, 0, err
-		}
-		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecvRDMAWithImm, n, r.imm, true, r.srcQPN) {
-			return outRNR, 0, 0, rnrTimer, nil // the receive CQ is full: not ready
-		}
-		return outDone, abi.WCSuccess, n, 0, nil
+		return outDone, abi.WCSuccess, 0
 
 	case abi.OpSend, abi.OpSendWithImm:
-		p.rqMu.Lock()
-		defer p.rqMu.Unlock()
-		switch p.peekRecvLocked(r.srcQPN) {
-		case recvNone:
-			return outRNR, 0, 0, rnrTimer, nil
-		case recvBroken:
-			return outDone, abi.WCRemOpErr, 0, 0, nil
-		}
-		rw := &p.rwqe
-		var room uint64
-		nr := 0
-		for i := 0; i < int(rw.NumSGE); i++ {
-			sge := &rw.SGE[i]
-			b, ok := pv.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
-			if !ok {
-				p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")          // ERR first, as in execOne
-				p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.srcQPN) // if the CQ is full, the flush completes it
-				return outDone, abi.WCRemOpErr, 0, 0, nil
-			}
-			p.rsegs[nr] = b
-			nr++
-			room += uint64(sge.Length)
-		}
-		if room < total {
-			clear(p.rsegs[:nr])
-			p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
-			p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.srcQPN)
-			return outDone, abi.WCRemInvReqErr, 0, 0, nil
-		}
-		left := total
-		for _, b := range p.rsegs[:nr] {
-			if left == 0 {
-				break
-			}
-			k := min(uint64(len(b)), left)
-			if err := io.in(b[:k]); err != nil {
-				clear(p.rsegs[:nr])
-				return outDone, 0, 0, 0, err
-			}
-			left -= k
-		}
-		clear(p.rsegs[:nr])
-		if !p.completeRecvLocked(abi.WCSuccess, abi.WCRecv, n, r.imm, r.op == abi.OpSendWithImm, r.srcQPN) {
-			// The receive CQ is full: not ready. The bytes landed in a
-			// buffer still posted, which is not yet the receiver's to read.
-			return outRNR, 0, 0, rnrTimer, nil
-		}
-		return outDone, abi.WCSuccess, n, 0, nil
+		return p.takeRecv(m, true, rnrTimer)
 
 	case abi.OpRDMARead:
 		src, ok := pv.resolve(p.pd, r.rkey, r.raddr, total, abi.AccessRemoteRead)
 		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
 			p.moveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", r.srcQPN, r.rkey, r.raddr, total))
-			return outDone, abi.WCRemAccessErr, 0, 0, nil
+			return outDone, abi.WCRemAccessErr, 0
 		}
-		if err := io.out(src); err != nil {
-			return outDone, 0, 0, 0, err
-		}
-		return outDone, abi.WCSuccess, n, 0, nil
+		m.segs[0], m.nseg = src, 1
+		return outDone, abi.WCSuccess, 0
 
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
 		if r.raddr&7 != 0 {
 			p.moveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.raddr, r.srcQPN))
-			return outDone, abi.WCRemInvReqErr, 0, 0, nil
+			return outDone, abi.WCRemInvReqErr, 0
 		}
 		t, ok := pv.resolve(p.pd, r.rkey, r.raddr, 8, abi.AccessRemoteAtomic)
 		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
 			p.moveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.srcQPN, r.rkey, r.raddr))
-			return outDone, abi.WCRemAccessErr, 0, 0, nil
+			return outDone, abi.WCRemAccessErr, 0
 		}
 		word := abi.Word64(t, 0)
-		var old uint64
 		if r.op == abi.OpAtomicFetchAdd {
-			old = word.Add(r.compare) - r.compare
+			m.old = word.Add(r.compare) - r.compare
 		} else {
 			for {
-				old = word.Load()
-				if old != r.compare || word.CompareAndSwap(old, r.swap) {
+				m.old = word.Load()
+				if m.old != r.compare || word.CompareAndSwap(m.old, r.swap) {
 					break
 				}
 			}
 		}
-		io.atomic(old)
-		return outDone, abi.WCSuccess, 8, 0, nil
+		return outDone, abi.WCSuccess, 0
 	}
-	return outDone, abi.WCRemInvReqErr, 0, 0, nil
+	return outDone, abi.WCRemInvReqErr, 0
+}
+
+// takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers
+// (data), or a WRITE_WITH_IMM's completion. The WQE stays in the queue
+// until end consumes it.
+func (p *qp) takeRecv(m *rxMessage, data bool, rnrTimer uint8) (outcome, abi.WCStatus, uint8) {
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	r := &m.r
+	switch p.peekRecvLocked(r.srcQPN) {
+	case recvNone:
+		return outRNR, 0, rnrTimer
+	case recvBroken:
+		return outDone, abi.WCRemOpErr, 0
+	}
+	rw := &p.rwqe
+	m.recv, m.wrid, m.rq, m.resets = true, rw.WRID, p.rqHead, p.rqResets
+	if !data {
+		return outDone, abi.WCSuccess, 0
+	}
+	m.nsge = copy(m.sges[:], rw.SGE[:rw.NumSGE])
+	switch room, ok := m.resolveRecv(p); {
+	case !ok:
+		m.recv = false
+		p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")          // ERR first, as in execOne
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.srcQPN) // if the CQ is full, the flush completes it
+		return outDone, abi.WCRemOpErr, 0
+	case room < r.total:
+		m.recv = false
+		p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", r.total, room))
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.srcQPN)
+		return outDone, abi.WCRemInvReqErr, 0
+	}
+	return outDone, abi.WCSuccess, 0
+}
+
+// resolveRecv resolves the receive's SGEs into m.segs, reporting their
+// room; false if one is not a region of p's PD with local write.
+func (m *rxMessage) resolveRecv(p *qp) (uint64, bool) {
+	var room uint64
+	m.nseg = 0
+	for _, sge := range m.sges[:m.nsge] {
+		b, ok := p.vm.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
+		if !ok {
+			clear(m.segs[:m.nseg])
+			m.nseg = 0
+			return 0, false
+		}
+		m.segs[m.nseg] = b
+		m.nseg++
+		room += uint64(sge.Length)
+	}
+	return room, true
+}
+
+// revalidate resolves m's target again, for a caller that let go of the
+// responder VM's memMu since begin: a region deregistered meanwhile fails
+// it (the message then fails as a remote access or operation error).
+func (m *rxMessage) revalidate(p *qp) bool {
+	r := &m.r
+	switch {
+	case r.op == abi.OpSend || r.op == abi.OpSendWithImm:
+		_, ok := m.resolveRecv(p)
+		return ok
+	case r.op == abi.OpRDMARead:
+		b, ok := p.vm.resolve(p.pd, r.rkey, r.raddr, r.total, abi.AccessRemoteRead)
+		m.segs[0] = b
+		return ok
+	case r.op == abi.OpRDMAWrite || r.op == abi.OpRDMAWriteWithImm:
+		b, ok := p.vm.resolve(p.pd, r.rkey, r.raddr, r.total, abi.AccessRemoteWrite)
+		m.segs[0] = b
+		return ok
+	}
+	return true
+}
+
+// place returns where the message's bytes [off, off+n) go (READ: come
+// from): guest memory, at most n bytes, fewer at the end of a receive
+// buffer; the caller asks again from where it ends. nil when off+n is
+// beyond the message.
+func (m *rxMessage) place(off, n uint64) []byte {
+	if n == 0 || off+n < off || off+n > m.r.total {
+		return nil
+	}
+	for _, b := range m.segs[:m.nseg] {
+		if off < uint64(len(b)) {
+			return b[off : off+min(n, uint64(len(b))-off)]
+		}
+		off -= uint64(len(b))
+	}
+	return nil
+}
+
+// end completes the message at p: a SEND or WRITE_WITH_IMM consumes its
+// receive WQE with a completion. outRNR when p's receive CQ is full: the
+// bytes landed in a buffer still posted, which is not yet the receiver's
+// to read, and the requester tries again. A receive flushed or reset
+// since begin is not completed twice.
+func (p *qp) end(m *rxMessage) (outcome, abi.WCStatus) {
+	defer clear(m.segs[:m.nseg])
+	if !m.recv {
+		return outDone, abi.WCSuccess
+	}
+	r := &m.r
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	p.rqCatchUpLocked()
+	if p.rqResets != m.resets || p.rqHead != m.rq || p.rqBroken {
+		return outNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
+	}
+	p.rwqe.WRID = m.wrid
+	op, withImm := abi.WCRecv, r.op == abi.OpSendWithImm
+	if r.op == abi.OpRDMAWriteWithImm {
+		op, withImm = abi.WCRecvRDMAWithImm, true
+	}
+	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.total), r.imm, withImm, r.srcQPN) {
+		p.ctr.rnrSent.Add(1)
+		return outRNR, 0
+	}
+	return outDone, abi.WCSuccess
+}
+
+// respond executes request r at p in one step — begin, every byte through
+// io, end — for paths that carry a message whole (memcpy, tcp). m is the
+// caller's scratch. The caller holds what begin needs. err is an I/O
+// error of the payload (tcp): the connection is broken and the request
+// did not complete.
+func (p *qp) respond(r *rcRequest, m *rxMessage, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+	out, st, rnrTimer = p.begin(r, m)
+	if out != outDone || st != abi.WCSuccess {
+		clear(m.segs[:m.nseg])
+		return out, st, 0, rnrTimer, nil
+	}
+	switch r.op {
+	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
+		io.atomic(m.old)
+		return outDone, abi.WCSuccess, 8, 0, nil
+	case abi.OpRDMARead:
+		if r.total > 0 {
+			err = io.out(m.segs[0])
+		}
+	default:
+		for off := uint64(0); off < r.total && err == nil; {
+			b := m.place(off, r.total-off)
+			err = io.in(b)
+			off += uint64(len(b))
+		}
+	}
+	if err != nil {
+		clear(m.segs[:m.nseg])
+		return outDone, 0, 0, 0, err
+	}
+	out, st = p.end(m)
+	if out == outRNR {
+		rnrTimer = p.minRNRTimer()
+	}
+	return out, st, uint32(r.total), rnrTimer, nil
+}
+
+// minRNRTimer is the delay p asks of requesters in an RNR NAK.
+func (p *qp) minRNRTimer() uint8 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.attr.MinRNRTimer
 }

@@ -368,6 +368,7 @@ type tconn struct {
 	resp  tcpwire.Header
 	sp    sockPayload
 	req   rcRequest
+	rx    rxMessage
 	segs  [1][]byte
 
 	cmMu    sync.Mutex
@@ -443,6 +444,23 @@ func (c *tconn) close(why error) {
 }
 
 var errConnLost = errors.New("tcp path connection lost")
+
+// peerAcking reports whether the peer's kernel acknowledges what this
+// host sends (TCP_INFO): nothing is unacknowledged, or the last ACK came
+// within d. A link or host that is down acknowledges nothing; a peer
+// agent that is only slow (a loaded host, a deep queue on the connection)
+// is not taken for dead.
+func (c *tconn) peerAcking(d time.Duration) bool {
+	if c.rc == nil {
+		return false
+	}
+	alive := false
+	c.rc.Control(func(fd uintptr) {
+		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		alive = err == nil && (info.Unacked == 0 || time.Duration(info.Last_ack_recv)*time.Millisecond < d)
+	})
+	return alive
+}
 
 // writeFrame writes header h and the payload segments as one frame.
 func (c *tconn) writeFrame(h *tcpwire.Header, payload [][]byte) error {

@@ -223,7 +223,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	default:
 		r.total = uint64(h.PayloadLen)
 	}
-	out, st, _, rnrTimer, err := p.respond(r, sp)
+	out, st, _, rnrTimer, err := p.respond(r, &c.rx, sp)
 	if err != nil {
 		return err
 	}

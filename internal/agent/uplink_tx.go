@@ -52,7 +52,8 @@ type txEntry struct {
 	local abi.WCStatus // not success: failed before it left the host
 	call  *call
 	conn  *tconn                  // the connection it is in flight on; nil when not sent
-	sent  time.Time               // when it was sent (the real clock: for stalls)
+	sent  time.Time               // when it was sent, or last found waiting on a live peer (the real clock)
+	first time.Time               // when it was sent
 	due   time.Time               // when its response is overdue (the QP's clock)
 	hdr   [tcpwire.HeaderLen]byte // its frame header, as last sent
 }
@@ -303,7 +304,7 @@ func (t *tcpPath) txSend(to int) {
 	now, due := time.Now(), q.vm.a.clk.Now().Add(wait)
 	for i := tx.sent; i < to; i++ {
 		e := tx.at(i)
-		e.conn, e.sent, e.due = c, now, due
+		e.conn, e.sent, e.first, e.due = c, now, now, due
 	}
 	tx.sent = to
 }
@@ -528,12 +529,14 @@ func (t *tcpPath) txWait() {
 		return
 	}
 	c := e.conn
-	if c.lastRead.Load() < e.sent.Sub(monoStart).Nanoseconds() {
+	if c.lastRead.Load() < e.sent.Sub(monoStart).Nanoseconds() && (!c.peerAcking(wait) || time.Since(e.first) > writeStall) {
 		c.close(fmt.Errorf("no response from host %s in %v: link or peer down", c.l.peerID, wait))
 		return // the call fails: txReap retries
 	}
-	// The connection makes progress (other responses flow): the response
-	// comes behind them; wait again.
+	// The connection makes progress (other responses flow), or the peer's
+	// kernel acknowledges what was sent (its agent is slow: a loaded host,
+	// a deep queue on the connection): the response comes behind them;
+	// wait again.
 	e.sent, e.due = time.Now(), clk.Now().Add(wait)
 }
 
