@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/rc"
 )
 
 // memcpyPath is the memcpy path of one QP; owned by its send-queue
@@ -71,12 +72,12 @@ func (m *memcpyPath) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
 			if st, ok := budget.transport(&q.ctr); !ok {
 				return st, 0
 			}
-			d = retryTimeout(timeout)
+			d = rc.LocalACKTimeout(timeout)
 		case outRNR:
 			if st, ok := budget.rnrNak(&q.ctr); !ok {
 				return st, 0
 			}
-			d = rnrDelay(rnrTimer)
+			d = rc.RNRDelay(rnrTimer)
 		}
 		if !q.sleep(d) {
 			return abi.WCWRFlushErr, 0

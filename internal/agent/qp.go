@@ -9,8 +9,8 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
+	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/sys"
-	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // qp is an RC queue pair.
@@ -334,7 +334,7 @@ func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 	}
 	if mask&abi.MaskSQPSN != 0 {
 		t.SQPSN = a.SQPSN
-		q.npsn = a.SQPSN & tcpwire.PSNMask
+		q.npsn = a.SQPSN & rc.PSNMask
 	}
 	if mask&abi.MaskTimeout != 0 {
 		t.Timeout = a.Timeout

@@ -22,15 +22,39 @@ import (
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
-// lastResponse is a responder QP's last final response, for duplicates.
-type lastResponse struct {
-	valid  bool
-	psn    uint32
-	status tcpwire.Status
-	value  uint64
+// wireNAK is the NAK a tcp path response status says (rc.NAKNone for OK
+// and for NO_QP, which is no response at all).
+func wireNAK(s tcpwire.Status) rc.NAK {
+	switch s {
+	case tcpwire.RNR:
+		return rc.NAKRNR
+	case tcpwire.SeqErr:
+		return rc.NAKSeqErr
+	case tcpwire.RemAccessErr:
+		return rc.NAKRemAccess
+	case tcpwire.RemOpErr:
+		return rc.NAKRemOp
+	case tcpwire.RemInvReqErr:
+		return rc.NAKInvReq
+	}
+	return rc.NAKNone
+}
+
+// nakStatus is how the tcp path's wire says a final response.
+func nakStatus(n rc.NAK) tcpwire.Status {
+	switch n {
+	case rc.NAKNone:
+		return tcpwire.OK
+	case rc.NAKRemAccess:
+		return tcpwire.RemAccessErr
+	case rc.NAKRemOp:
+		return tcpwire.RemOpErr
+	}
+	return tcpwire.RemInvReqErr
 }
 
 var reqTypes = [...]tcpwire.Type{
@@ -182,33 +206,32 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	defer rs.mu.Unlock()
 	p.mu.Lock()
 	bound := p.remoteQPN == h.SrcQPN
-	rqPSN := p.attr.RQPSN & tcpwire.PSNMask
+	rqPSN := p.attr.RQPSN & rc.PSNMask
 	p.mu.Unlock()
 	if !bound {
 		p.ctr.dropped.Add(1)
 		return nil // p is connected to another QP: it ignores us
 	}
-	if gen := p.resets.Load(); !rs.init || rs.gen != gen {
-		rs.init, rs.gen, rs.ePSN = true, gen, rqPSN
-		clear(rs.last[:])
+	if gen := p.resets.Load(); !rs.seq.Started() || rs.gen != gen {
+		rs.gen = gen
+		rs.seq.Start(rqPSN)
 	}
-	d := tcpwire.PSNDiff(h.PSN, rs.ePSN)
-	switch {
-	case d > 0:
+	verdict := rs.seq.Check(h.PSN)
+	switch verdict {
+	case rc.Ahead:
 		p.ctr.seqErrs.Add(1)
 		resp.Status = tcpwire.SeqErr
 		return nil
-	case d < 0:
+	case rc.Duplicate:
 		p.ctr.dups.Add(1)
-	}
-	switch {
-	case d < 0 && h.Type != tcpwire.Read:
-		// A duplicate: answer as the first time, execute nothing.
-		resp.Status = tcpwire.OK
-		if l := &rs.last[h.PSN%txWindow]; l.valid && l.psn == h.PSN {
-			resp.Status, resp.Compare = l.status, l.value
+		if h.Type != tcpwire.Read {
+			// A duplicate: answer as the first time, execute nothing.
+			resp.Status = tcpwire.OK
+			if r, ok := rs.seq.Replay(h.PSN); ok {
+				resp.Status, resp.Compare = nakStatus(r.NAK), r.Value
+			}
+			return nil
 		}
-		return nil
 	}
 	r := &c.req
 	*r = rcRequest{op: reqOps[h.Type], srcQPN: h.SrcQPN, rkey: h.RKey, raddr: h.RemoteAddr, imm: h.ImmOrLen,
@@ -234,20 +257,10 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		resp.Status, resp.RNRTimer = tcpwire.RNR, rnrTimer
 		return nil
 	}
-	switch st {
-	case abi.WCSuccess:
-		resp.Status = tcpwire.OK
-	case abi.WCRemAccessErr:
-		resp.Status = tcpwire.RemAccessErr
-	case abi.WCRemOpErr:
-		resp.Status = tcpwire.RemOpErr
-	default:
-		resp.Status = tcpwire.RemInvReqErr
-	}
-	resp.Compare = sp.old
-	if d == 0 {
-		rs.ePSN = (rs.ePSN + 1) & tcpwire.PSNMask
-		rs.last[h.PSN%txWindow] = lastResponse{valid: true, psn: h.PSN, status: resp.Status, value: sp.old}
+	nak := rc.NAKOf(st)
+	resp.Status, resp.Compare = nakStatus(nak), sp.old
+	if verdict == rc.New {
+		rs.seq.Done(rc.Response{NAK: nak, Value: sp.old})
 	}
 	if sp.responded || resp.Type != tcpwire.ReadResp {
 		return nil

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
@@ -97,11 +98,9 @@ type tcpPath struct {
 
 // responderPSN is an RC responder's sequence state (uplink_rc.go).
 type responderPSN struct {
-	mu   sync.Mutex
-	gen  uint32                 // the resets generation ePSN belongs to; +checklocks:mu
-	init bool                   // +checklocks:mu
-	ePSN uint32                 // +checklocks:mu
-	last [txWindow]lastResponse // by PSN % txWindow; +checklocks:mu
+	mu  sync.Mutex
+	gen uint32 // the resets generation seq belongs to; +checklocks:mu
+	seq rc.Seq // +checklocks:mu
 }
 
 func newTCPPath(q *qp, host string, l *link) *tcpPath {
@@ -196,7 +195,7 @@ func (t *tcpPath) txFill(mem []byte, takeNew bool) bool {
 		if e.local == abi.WCSuccess {
 			q.mu.Lock()
 			e.psn = q.npsn
-			q.npsn = (q.npsn + 1) & tcpwire.PSNMask
+			q.npsn = rc.PSNNext(q.npsn)
 			q.mu.Unlock()
 		}
 	}
@@ -247,7 +246,7 @@ func (t *tcpPath) txSend(to int) {
 	q.mu.Lock()
 	l, dst, timeout := t.link, q.remoteQPN, q.attr.Timeout
 	q.mu.Unlock()
-	wait := retryTimeout(timeout)
+	wait := rc.LocalACKTimeout(timeout)
 	if l == nil {
 		tx.failed, tx.waited = true, false
 		return
@@ -384,12 +383,8 @@ func (t *tcpPath) txReap() bool {
 		case tcpwire.RNR:
 			t.txRetry(true, r.RNRTimer, false)
 			return false
-		case tcpwire.RemAccessErr:
-			t.txComplete(abi.WCRemAccessErr, 0)
-		case tcpwire.RemOpErr:
-			t.txComplete(abi.WCRemOpErr, 0)
-		case tcpwire.RemInvReqErr:
-			t.txComplete(abi.WCRemInvReqErr, 0)
+		case tcpwire.RemAccessErr, tcpwire.RemOpErr, tcpwire.RemInvReqErr:
+			t.txComplete(wireNAK(r.Status).Status(), 0)
 		case tcpwire.SeqErr:
 			// The responder expects an earlier PSN: a request before
 			// this one was lost or overtaken. Go back to it at once, as
@@ -458,7 +453,7 @@ func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 			t.txComplete(st, 0)
 			return
 		}
-		delay = rnrDelay(rnrTimer)
+		delay = rc.RNRDelay(rnrTimer)
 		tx.probe = true // the rest would only be refused (SEQ_ERR) again
 	} else {
 		if st, ok := tx.budget.transport(&q.ctr); !ok {
@@ -466,7 +461,7 @@ func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 			return
 		}
 		if !waited {
-			delay = retryTimeout(timeout)
+			delay = rc.LocalACKTimeout(timeout)
 		}
 	}
 	q.sleep(delay)
@@ -484,7 +479,7 @@ func (t *tcpPath) txWait() {
 		return
 	}
 	q.mu.Lock()
-	wait := retryTimeout(q.attr.Timeout)
+	wait := rc.LocalACKTimeout(q.attr.Timeout)
 	q.mu.Unlock()
 	// Poll first: a response or a new post within doorbellPollTCP then
 	// costs no sleep and wake-up of this goroutine's thread.

@@ -12,6 +12,8 @@ package tcpwire
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/vrdma/vrdma/internal/rc"
 )
 
 // Magic opens every frame: "VT".
@@ -256,10 +258,6 @@ func Decode(b []byte, ver uint8, h *Header) error {
 	return nil
 }
 
-// PSNMask keeps the 24 bits of a PSN.
-const PSNMask = 0xffffff
-
-// PSNDiff returns a − b in 24-bit PSN arithmetic, in [−2^23, 2^23).
-func PSNDiff(a, b uint32) int32 {
-	return int32((a-b)&PSNMask<<8) >> 8
-}
+// PSNMask keeps the 24 bits of a PSN field (rc.PSNMask: PSN arithmetic
+// is package rc's).
+const PSNMask = rc.PSNMask

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -394,43 +393,5 @@ func TestDecodeDoesNotAllocate(t *testing.T) {
 	var got tcpwire.Header
 	if n := testing.AllocsPerRun(100, func() { tcpwire.Decode(b, tcpwire.Version, &got) }); n != 0 {
 		t.Errorf("Decode of a valid header: %v allocations, want 0", n)
-	}
-}
-
-func TestPSNDiff(t *testing.T) {
-	cases := []struct {
-		a, b uint32
-		want int32
-	}{
-		{0, 0, 0},
-		{1, 0, 1},
-		{0, 1, -1},
-		{0, 0xffffff, 1},  // the wrap: 0 follows 0xffffff
-		{0xffffff, 0, -1}, // and 0xffffff precedes 0
-		{5, 0xfffffe, 7},
-		{0xfffffe, 5, -7},
-		{0x7fffff, 0, 0x7fffff},    // the farthest ahead
-		{0x800000, 0, -0x800000},   // half the space away counts as behind
-		{0, 0x800000, -0x800000},   // from either side
-		{0x123456, 0x123456, 0},    // equal
-		{0x1000000, 0, 0},          // bits above 24 are ignored
-		{0xff000001, 0x2000000, 1}, // in both operands
-	}
-	for _, c := range cases {
-		if got := tcpwire.PSNDiff(c.a, c.b); got != c.want {
-			t.Errorf("PSNDiff(0x%x, 0x%x) = %d, want %d", c.a, c.b, got, c.want)
-		}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 10000 {
-		a := r.Uint32() & tcpwire.PSNMask
-		d := int32(r.IntN(1<<24)) - 1<<23 // [-2^23, 2^23)
-		b := (a + uint32(d)) & tcpwire.PSNMask
-		if got := tcpwire.PSNDiff(b, a); got != d {
-			t.Fatalf("PSNDiff(0x%x, 0x%x) = %d, want %d", b, a, got, d)
-		}
-		if got := tcpwire.PSNDiff(a, b); d != -1<<23 && got != -d {
-			t.Fatalf("PSNDiff(0x%x, 0x%x) = %d, want %d", a, b, got, -d)
-		}
 	}
 }
