@@ -91,7 +91,6 @@ type CQ struct {
 	vm     *VM
 	handle uint32
 	layout abi.CQLayout
-	ringFD int
 	ring   *sys.Mapping
 	ev     *sys.Bell
 
@@ -115,7 +114,7 @@ func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: CreateCQ: the agent sent %d descriptors, want 2", len(fds))
 	}
-	cq := &CQ{vm: v, handle: r.Handle, layout: r.Layout, ringFD: fds[0]}
+	cq := &CQ{vm: v, handle: r.Handle, layout: r.Layout}
 	size, err := sys.FileSize(fds[0])
 	if err == nil {
 		err = r.Layout.Check(size)

@@ -12,21 +12,21 @@ import (
 // newRing creates what every queue object shares with its workload: a
 // sealed memfd of size bytes for its rings, mapped here, and a doorbell
 // socketpair.
-func newRing(name string, size uint32) (int, *sys.Mapping, *sys.Bell, error) {
+func newRing(name string, size uint32) (sys.FD, *sys.Mapping, *sys.Bell, error) {
 	fd, err := sys.Memfd(name, int64(size))
 	if err != nil {
-		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
-	ring, err := sys.Map(fd, int(size), true)
+	ring, err := sys.Map(fd.Int(), int(size), true)
 	if err != nil {
-		sys.CloseFD(fd)
-		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		fd.Close()
+		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
 	bell, err := sys.NewBellPair()
 	if err != nil {
 		ring.Unmap()
-		sys.CloseFD(fd)
-		return -1, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		fd.Close()
+		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
 	return fd, ring, bell, nil
 }
@@ -129,7 +129,7 @@ type cq struct {
 	vm     *vm
 	ad     *adapter
 	layout abi.CQLayout
-	ringFD int
+	ringFD sys.FD
 	ring   *sys.Mapping
 	event  *sys.Bell
 
@@ -187,7 +187,7 @@ func (v *vm) destroyCQ(h uint32) error {
 // release unmaps and closes the CQ. The caller holds vm.memMu.
 func (c *cq) release() {
 	c.ring.Unmap()
-	sys.CloseFD(c.ringFD)
+	c.ringFD.Close()
 	c.event.Close()
 }
 

@@ -25,7 +25,7 @@ type qp struct {
 	sqSigAll bool
 	caps     abi.QPCaps
 	layout   abi.QPLayout
-	ringFD   int
+	ringFD   sys.FD
 	ring     *sys.Mapping
 	doorbell *sys.Bell
 
@@ -171,7 +171,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 
 func (q *qp) release() {
 	q.ring.Unmap()
-	sys.CloseFD(q.ringFD)
+	q.ringFD.Close()
 	q.doorbell.Close()
 }
 

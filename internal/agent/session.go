@@ -226,7 +226,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 			r.Adapters = append(r.Adapters, ad.info())
 		}
 		a.log.Info("VM attached", "vm", v.name, "pid", s.pid, "mem_mib", v.cfg.MemSizeMB, "locked", v.mem.Locked(), "async", v.async, "adapters", len(v.adapters))
-		return r, []int{v.memFD}, nil
+		return r, []int{v.memFD.Int()}, nil
 	}
 	v := s.vm
 	if v == nil {
@@ -259,7 +259,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD, c.event.PeerFD()}, nil
+		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD.Int(), c.event.PeerFD()}, nil
 	case abi.OpDestroyCQ:
 		return abi.Empty{}, nil, v.destroyCQ(req.(*abi.Handle).Handle)
 	case abi.OpCreateQP:
@@ -267,7 +267,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD, q.doorbell.PeerFD()}, nil
+		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD.Int(), q.doorbell.PeerFD()}, nil
 	case abi.OpModifyQP:
 		m := req.(*abi.ModifyQP)
 		q, err := v.qpByHandle(m.Handle)

@@ -28,7 +28,7 @@ type vm struct {
 	owner   *session
 	managed bool // a managed VM of the control plane (manage.go)
 	memSize uint64
-	memFD   int
+	memFD   sys.FD
 
 	// memMu orders unmapping against use: see the package comment.
 	memMu sync.RWMutex
@@ -124,7 +124,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, memFD: -1, gone: make(chan struct{}),
+	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, gone: make(chan struct{}),
 		pds: map[uint32]*pd{}, mrHandles: map[uint32]*mr{}, cqs: map[uint32]*cq{}, qps: map[uint32]*qp{},
 		mrs: make([]atomic.Pointer[mr], a.cfg.Limits.MaxMR+1)}
 	a.vms[name] = v // reserve the name while memory is set up
@@ -171,15 +171,15 @@ func (v *vm) setupMemory() error {
 		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
 	}
 	locked := v.cfg.MemoryLocked()
-	m, err := sys.Map(fd, int(v.memSize), locked)
+	m, err := sys.Map(fd.Int(), int(v.memSize), locked)
 	if err != nil {
-		sys.CloseFD(fd)
+		fd.Close()
 		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
 	}
 	if locked {
 		if err := m.Lock(); err != nil {
 			m.Unmap()
-			sys.CloseFD(fd)
+			fd.Close()
 			return abi.Errorf(abi.CodeLimit, "memSize",
 				"VM %q reserves and locks all %d MiB of guest memory (sched.mem.pin = \"TRUE\", sched.mem.min >= memSize), but the lock failed: %v; or lower memSize, or drop sched.mem.pin to run unlocked",
 				v.name, v.cfg.MemSizeMB, err)
@@ -343,7 +343,7 @@ func (v *vm) teardown() {
 	v.cqs, v.mrHandles, v.pds = nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
-	sys.CloseFD(v.memFD)
+	v.memFD.Close()
 	v.memMu.Unlock()
 
 	a.unpublishVM(v) // control.go; while the name is still taken, so a new attach publishes after

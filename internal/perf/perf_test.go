@@ -187,8 +187,8 @@ func BenchmarkCopyMemfd(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				m, err := sys.Map(fd, sz.size, true)
-				sys.CloseFD(fd)
+				m, err := sys.Map(fd.Int(), sz.size, true)
+				fd.Close()
 				if err != nil {
 					b.Fatal(err)
 				}

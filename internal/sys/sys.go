@@ -22,27 +22,60 @@ import (
 // PageSize is the size of a memory page on this machine.
 var PageSize = os.Getpagesize()
 
-// Memfd creates an anonymous shared-memory file of size bytes. The caller
-// owns the returned descriptor and must close it.
+// FD is a file descriptor together with the duty to close it: whoever
+// holds an FD owns its descriptor, and Close is the one way to give it up
+// (it is idempotent). The zero FD holds no descriptor. An object keeps the
+// descriptors it lives with as FDs; a descriptor only passed through
+// (received and sent on, or dropped) stays a plain int, closed with
+// CloseFD.
+type FD struct{ n int32 } // the descriptor + 1, so that the zero FD holds none
+
+// Own takes ownership of descriptor fd (the zero FD for a negative one).
+func Own(fd int) FD {
+	if fd < 0 {
+		return FD{}
+	}
+	return FD{n: int32(fd) + 1}
+}
+
+// Int returns the descriptor's number, -1 for none. The FD keeps owning it.
+func (f FD) Int() int { return int(f.n) - 1 }
+
+// Valid reports whether f holds a descriptor.
+func (f FD) Valid() bool { return f.n != 0 }
+
+// Close closes the descriptor, once; the FD then holds none.
+func (f *FD) Close() error {
+	if f.n == 0 {
+		return nil
+	}
+	fd := f.Int()
+	f.n = 0
+	return unix.Close(fd)
+}
+
+// Memfd creates an anonymous shared-memory file of size bytes, owned by
+// the caller.
 //
 // The file's size is sealed (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): a
 // process it is shared with cannot truncate it, which would turn every
 // access to the pages beyond the new end into a SIGBUS that kills the
 // process mapping them (the agent).
-func Memfd(name string, size int64) (int, error) {
+func Memfd(name string, size int64) (FD, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
-		return -1, fmt.Errorf("memfd_create %q: %w", name, err)
+		return FD{}, fmt.Errorf("memfd_create %q: %w", name, err)
 	}
+	f := Own(fd)
 	if err := unix.Ftruncate(fd, size); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("size memfd %q to %d bytes: %w", name, size, err)
+		f.Close()
+		return FD{}, fmt.Errorf("size memfd %q to %d bytes: %w", name, size, err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("seal the size of memfd %q: %w", name, err)
+		f.Close()
+		return FD{}, fmt.Errorf("seal the size of memfd %q: %w", name, err)
 	}
-	return fd, nil
+	return f, nil
 }
 
 // FileSize returns the size of the file behind fd.
@@ -140,9 +173,9 @@ func InBounds(off, n, size uint64) bool {
 type Bell struct {
 	mu     sync.RWMutex // guards the fds against Close while in use
 	f      *os.File     // this side's end, registered with the network poller
-	end    int          // f's descriptor, for Ring, poll(2) and drain
-	peer   int          // the other end, until handed over (agent side), or -1
-	wake   int          // private eventfd: Wake's signal to a waiter in poll(2)
+	end    int          // f's descriptor (f owns it), for Ring, poll(2) and drain
+	peer   FD           // the other end (agent side), to hand over
+	wake   FD           // private eventfd: Wake's signal to a waiter in poll(2)
 	closed bool
 
 	// Wake interrupts the Waits in progress: those in poll(2) through the
@@ -183,7 +216,7 @@ func NewBellPair() (*Bell, error) {
 		unix.Close(fds[1])
 		return nil, err
 	}
-	b.peer = fds[1]
+	b.peer = Own(fds[1])
 	return b, nil
 }
 
@@ -207,12 +240,12 @@ func newBell(end int) (*Bell, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	return &Bell{f: os.NewFile(uintptr(end), "doorbell"), end: end, peer: -1, wake: w}, nil
+	return &Bell{f: os.NewFile(uintptr(end), "doorbell"), end: end, wake: Own(w)}, nil
 }
 
 // PeerFD returns the other end, for passing to the peer; it stays owned by
 // b until Close.
-func (b *Bell) PeerFD() int { return b.peer }
+func (b *Bell) PeerFD() int { return b.peer.Int() }
 
 var one = []byte{1}
 
@@ -251,7 +284,7 @@ func (b *Bell) Wake() {
 	b.woken = b.waiters
 	b.f.SetReadDeadline(past)
 	if b.hot > 0 {
-		unix.Write(b.wake, eventOne[:])
+		unix.Write(b.wake.Int(), eventOne[:])
 	}
 }
 
@@ -286,7 +319,7 @@ func (b *Bell) Wait() error {
 	}
 	b.wmu.Unlock()
 	if hot {
-		fds := [2]unix.PollFd{{Fd: int32(b.end), Events: unix.POLLIN}, {Fd: int32(b.wake), Events: unix.POLLIN}}
+		fds := [2]unix.PollFd{{Fd: int32(b.end), Events: unix.POLLIN}, {Fd: int32(b.wake.Int()), Events: unix.POLLIN}}
 		_, err := unix.Poll(fds[:], int(hotWait/time.Millisecond))
 		b.wmu.Lock()
 		b.hot--
@@ -297,7 +330,7 @@ func (b *Bell) Wait() error {
 			return fmt.Errorf("poll doorbell: %w", err)
 		}
 		if fds[1].Revents != 0 {
-			unix.Read(b.wake, buf[:8])
+			unix.Read(b.wake.Int(), buf[:8])
 		}
 		switch {
 		case fds[0].Revents&unix.POLLIN != 0:
@@ -383,12 +416,13 @@ func (b *Bell) Close() error {
 	b.wmu.Lock()
 	b.shut = true
 	b.wmu.Unlock()
-	CloseFD(b.peer)
-	unix.Close(b.wake)
+	b.peer.Close()
+	b.wake.Close()
 	return b.f.Close()
 }
 
-// CloseFD closes a raw descriptor, ignoring -1.
+// CloseFD closes a descriptor that is only passed through (see FD),
+// ignoring -1.
 func CloseFD(fd int) {
 	if fd >= 0 {
 		unix.Close(fd)

@@ -100,8 +100,8 @@ func TestBellFromRefusesANonSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer CloseFD(fd)
-	if _, err := BellFrom(fd); err == nil {
+	defer fd.Close()
+	if _, err := BellFrom(fd.Int()); err == nil {
 		t.Fatal("BellFrom accepted a memfd")
 	}
 }
@@ -168,8 +168,7 @@ func TestBellWake(t *testing.T) {
 			t.Fatalf("round %d: Wait did not return after Wake", i)
 		}
 	}
-	unix.Close(b.peer)
-	b.peer = -1
+	b.peer.Close()
 	time.Sleep(10 * time.Millisecond)
 	if err := b.Wait(); err != io.EOF {
 		t.Fatalf("Wait with the peer's end closed: %v, want io.EOF", err)
@@ -233,4 +232,31 @@ func threads(t *testing.T) int {
 	}
 	t.Fatal("no Threads line in /proc/self/status")
 	return 0
+}
+
+func TestFD(t *testing.T) {
+	var zero FD
+	if zero.Valid() || zero.Int() != -1 || zero.Close() != nil {
+		t.Fatal("the zero FD holds a descriptor")
+	}
+	if Own(-1).Valid() {
+		t.Fatal("Own(-1) holds a descriptor")
+	}
+	f, err := Memfd("fd-test", 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := f.Int()
+	if !f.Valid() || n < 0 {
+		t.Fatal("Memfd returned no descriptor")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.Valid() || f.Close() != nil {
+		t.Fatal("Close twice: the FD still holds its descriptor")
+	}
+	if _, err := FileSize(n); err == nil {
+		t.Fatal("the descriptor is still open after Close")
+	}
 }
