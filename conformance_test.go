@@ -7,7 +7,7 @@ package vrdma_test
 //
 //	TestConformance/<path>/<case>[/<sub>]         doorbell mode, CM-connected pairs
 //	TestConformance/<path>/async/<case>[/<sub>]   vrdma.asyncMode VMs, pairs connected out of band
-//	TestConformance/lossy/<case>[/<sub>]          the test path: the tcp path's RC protocol over an
+//	TestConformance/lossy[/async]/<case>[/<sub>]  the test path: the tcp path's RC protocol over an
 //	                                              in-process link that drops, duplicates, reorders
 //	                                              and delays a few percent of its frames each
 //
@@ -48,8 +48,10 @@ func TestConformance(t *testing.T) {
 	t.Run("lossy", func(t *testing.T) {
 		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 9}
 		env := testenv.StartWith(t, testenv.Options{TestLink: &faults})
-		s := &suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cl"}}, how: connOOB, oob: &lossyRC}
-		s.run(t)
+		(&suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cl"}}, how: connOOB, oob: &lossyRC}).run(t)
+		t.Run("async", func(t *testing.T) {
+			(&suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cla", async: true}}, how: connOOB, oob: &lossyRC}).run(t)
+		})
 		st := env.Agent.TestLinkStats()
 		t.Logf("test link: %s", st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {

@@ -485,20 +485,32 @@ func (t *tcpPath) txWait() {
 	// costs no sleep and wake-up of this goroutine's thread.
 	tailW := abi.Word(q.ring.Bytes(), abi.OffSQTail)
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
+	// Only while a polling slot is free (exec.go, spinners): otherwise one
+	// look, then sleep.
+	spin := trySpin()
 	deadline := nanotime() + int64(doorbellPollTCP)
 	for {
 		if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
-			return
+			break
 		}
 		select {
 		case <-q.wakeCh:
+			if spin {
+				endSpin()
+			}
 			return
 		default:
 		}
-		yieldCPU() // at every turn, as pollHeader
-		if nanotime() > deadline {
+		if !spin || nanotime() > deadline {
 			break
 		}
+		yieldCPU() // at every turn, as pollHeader
+	}
+	if spin {
+		endSpin()
+	}
+	if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
+		return
 	}
 	clk := q.vm.a.clk
 	if left := e.due.Sub(clk.Now()); left > 0 {
