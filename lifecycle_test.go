@@ -38,6 +38,7 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -1412,12 +1413,12 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		{"connect to a missing adapter", abi.OpConnect, &abi.Connect{QP: qp.Handle, Remote: "victim/vrdma5", Port: 7}, abi.CodeNotFound, "remote"},
 		{"connect to a closed port", abi.OpConnect, &abi.Connect{QP: qp.Handle, Remote: "victim/vrdma0", Port: 4444}, abi.CodeRefused, "port"},
 		{"connect with an unknown QP", abi.OpConnect, &abi.Connect{QP: 0, Remote: "victim/vrdma0", Port: 7}, abi.CodeNotFound, "qp"},
-		{"define a path", abi.OpDefineVM, &abi.DefineVM{Name: "../x", VMX: "memSize = \"4\"\n"}, abi.CodeInvalid, "name"},
-		{"define garbage", abi.OpDefineVM, &abi.DefineVM{Name: "junk", VMX: "\x00\x01 = = =\n"}, abi.CodeInvalid, "vmx"},
-		{"define an attached VM", abi.OpDefineVM, &abi.DefineVM{Name: "victim", VMX: lcVMX()}, abi.CodeState, "name"},
-		{"define a huge VMX", abi.OpDefineVM, &abi.DefineVM{Name: "huge", VMX: strings.Repeat("#", 1<<19+1)}, abi.CodeInvalid, "vmx"},
-		{"undefine an unknown VM", abi.OpUndefineVM, &abi.VMRef{Name: "nosuch"}, abi.CodeNotFound, "name"},
-		{"undefine an attached VM", abi.OpUndefineVM, &abi.VMRef{Name: "victim"}, abi.CodeState, "name"},
+		{"define a path", abi.OpDefineVM, &mgmt.DefineVM{Name: "../x", VMX: "memSize = \"4\"\n"}, abi.CodeInvalid, "name"},
+		{"define garbage", abi.OpDefineVM, &mgmt.DefineVM{Name: "junk", VMX: "\x00\x01 = = =\n"}, abi.CodeInvalid, "vmx"},
+		{"define an attached VM", abi.OpDefineVM, &mgmt.DefineVM{Name: "victim", VMX: lcVMX()}, abi.CodeState, "name"},
+		{"define a huge VMX", abi.OpDefineVM, &mgmt.DefineVM{Name: "huge", VMX: strings.Repeat("#", 1<<19+1)}, abi.CodeInvalid, "vmx"},
+		{"undefine an unknown VM", abi.OpUndefineVM, &mgmt.VMRef{Name: "nosuch"}, abi.CodeNotFound, "name"},
+		{"undefine an attached VM", abi.OpUndefineVM, &mgmt.VMRef{Name: "victim"}, abi.CodeState, "name"},
 	} {
 		r.refused(c.name, c.op, c.req, c.code, c.field)
 	}

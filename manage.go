@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/paths"
 )
 
@@ -29,26 +30,26 @@ const (
 )
 
 // Status is an agent's report of its VMs, adapters and QPs.
-type Status = abi.Status
+type Status = mgmt.Status
 
 // VMStatus is one VM in a Status.
-type VMStatus = abi.VMStatus
+type VMStatus = mgmt.VMStatus
 
 // QPStatus is one QP in a VMStatus.
-type QPStatus = abi.QPStatus
+type QPStatus = mgmt.QPStatus
 
 // QPCounters are a QP's RC statistics in a QPStatus: retries, RNR NAKs,
 // dropped, duplicate and out-of-sequence requests, the READ and atomic
 // depth reached.
-type QPCounters = abi.QPCounters
+type QPCounters = mgmt.QPCounters
 
 // UplinkStatus is the agent's traffic with one other host over the tcp
 // path, in a Status.
-type UplinkStatus = abi.UplinkStatus
+type UplinkStatus = mgmt.UplinkStatus
 
 // PVRDMAStatus is the host's end of the tcp path in Status: its PVRDMA
 // address, where the agent listens, and the pvrdma firewall rule.
-type PVRDMAStatus = abi.PVRDMAStatus
+type PVRDMAStatus = mgmt.PVRDMAStatus
 
 // AdapterInfo describes an adapter in a VMStatus.
 type AdapterInfo = abi.AdapterInfo
@@ -82,7 +83,7 @@ func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
 // agent's host, where it is then powered on; the caller owns it (only its
 // uid, its primary group or root may attach it).
 func (a *Agent) DefineVM(ctx context.Context, name string, vmx []byte) error {
-	_, err := a.c.call(ctx, abi.OpDefineVM, &abi.DefineVM{Name: name, VMX: string(vmx)}, nil)
+	_, err := a.c.call(ctx, abi.OpDefineVM, &mgmt.DefineVM{Name: name, VMX: string(vmx)}, nil)
 	return err
 }
 
@@ -90,44 +91,44 @@ func (a *Agent) DefineVM(ctx context.Context, name string, vmx []byte) error {
 // running as owner.UID or with primary group owner.GID may attach. Only
 // root (or the agent's user) may name someone else.
 func (a *Agent) DefineVMFor(ctx context.Context, name string, vmx []byte, owner Owner) error {
-	_, err := a.c.call(ctx, abi.OpDefineVM, &abi.DefineVM{Name: name, VMX: string(vmx), Owner: &owner}, nil)
+	_, err := a.c.call(ctx, abi.OpDefineVM, &mgmt.DefineVM{Name: name, VMX: string(vmx), Owner: &owner}, nil)
 	return err
 }
 
 // Owner is who may use a VM: processes running as UID or with primary
 // group GID may attach; UID may change it; root may do both.
-type Owner = abi.Owner
+type Owner = mgmt.Owner
 
 // Placement is where a VM sits in the inventory: datacenter, VM folder
 // and resource pool.
-type Placement = abi.Placement
+type Placement = mgmt.Placement
 
 // VMInfo describes a VM: its VMX, power state, host, owner and placement.
-type VMInfo = abi.VMInfo
+type VMInfo = mgmt.VMInfo
 
 // Finding is what a rule (or a power-on check) says of a VM.
-type Finding = abi.Finding
+type Finding = mgmt.Finding
 
 // VMSpec is a VM to create: name, VMX, and optionally its owner, host and
 // placement.
-type VMSpec = abi.CreateVM
+type VMSpec = mgmt.CreateVM
 
 // VMEdit is a change to a powered-off VM's VMX: adapters to add or
 // remove, advanced parameters to set or unset, the memory reservation.
 // Its Name is set by EditVM.
-type VMEdit = abi.EditVM
+type VMEdit = mgmt.EditVM
 
 // NewAdapter is a PVRDMA adapter that a VMEdit adds.
-type NewAdapter = abi.NewAdapter
+type NewAdapter = mgmt.NewAdapter
 
 // KeyValue is a VMX setting of a VMEdit.
-type KeyValue = abi.KeyValue
+type KeyValue = mgmt.KeyValue
 
 // EditResult is a VM after an edit, with what the rules say of it.
-type EditResult = abi.EditReply
+type EditResult = mgmt.EditReply
 
 // PowerResult reports a power-on or power-off.
-type PowerResult = abi.PowerReply
+type PowerResult = mgmt.PowerReply
 
 // RefusedError is a power-on or an edit that the rules refused; nothing
 // changed. Findings holds every finding (errors and warnings).
@@ -160,7 +161,7 @@ func (a *Agent) CreateVM(ctx context.Context, spec VMSpec) (VMInfo, error) {
 // VM returns VM name's configuration, power state and placement.
 func (a *Agent) VM(ctx context.Context, name string) (VMInfo, error) {
 	var in VMInfo
-	_, err := a.c.call(ctx, abi.OpGetVM, &abi.VMRef{Name: name}, &in)
+	_, err := a.c.call(ctx, abi.OpGetVM, &mgmt.VMRef{Name: name}, &in)
 	return in, err
 }
 
@@ -185,7 +186,7 @@ func (a *Agent) EditVM(ctx context.Context, name string, e VMEdit) (EditResult, 
 // finding, and the result too.
 func (a *Agent) PowerOnVM(ctx context.Context, name, host string) (PowerResult, error) {
 	var r PowerResult
-	if _, err := a.c.call(ctx, abi.OpPowerOnVM, &abi.PowerOnVM{Name: name, Host: host}, &r); err != nil {
+	if _, err := a.c.call(ctx, abi.OpPowerOnVM, &mgmt.PowerOnVM{Name: name, Host: host}, &r); err != nil {
 		return r, err
 	}
 	if r.Refused {
@@ -198,7 +199,7 @@ func (a *Agent) PowerOnVM(ctx context.Context, name, host string) (PowerResult, 
 // runs: the workload's calls fail and its peers' QPs flush.
 func (a *Agent) PowerOffVM(ctx context.Context, name string) (PowerResult, error) {
 	var r PowerResult
-	_, err := a.c.call(ctx, abi.OpPowerOffVM, &abi.VMRef{Name: name}, &r)
+	_, err := a.c.call(ctx, abi.OpPowerOffVM, &mgmt.VMRef{Name: name}, &r)
 	return r, err
 }
 
@@ -206,7 +207,7 @@ func (a *Agent) PowerOffVM(ctx context.Context, name string) (PowerResult, error
 // not be attached), or a managed VM from the control plane (it must be
 // powered off).
 func (a *Agent) UndefineVM(ctx context.Context, name string) error {
-	_, err := a.c.call(ctx, abi.OpUndefineVM, &abi.VMRef{Name: name}, nil)
+	_, err := a.c.call(ctx, abi.OpUndefineVM, &mgmt.VMRef{Name: name}, nil)
 	return err
 }
 

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
-	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -39,7 +39,7 @@ func configureHost(t *testing.T, c *testenv.Cluster, h *testenv.Host, change fun
 }
 
 // pvrdmaStatus returns h's agent's view of its end of the tcp path.
-func pvrdmaStatus(t *testing.T, h *testenv.Host) abi.PVRDMAStatus {
+func pvrdmaStatus(t *testing.T, h *testenv.Host) mgmt.PVRDMAStatus {
 	t.Helper()
 	st := agentStatus(t, h)
 	if st.PVRDMA == nil {
@@ -50,7 +50,7 @@ func pvrdmaStatus(t *testing.T, h *testenv.Host) abi.PVRDMAStatus {
 
 // waitPVRDMA waits until h's agent reports a PVRDMA status that ok
 // accepts, and returns it.
-func waitPVRDMA(t *testing.T, h *testenv.Host, what string, ok func(abi.PVRDMAStatus) bool) abi.PVRDMAStatus {
+func waitPVRDMA(t *testing.T, h *testenv.Host, what string, ok func(mgmt.PVRDMAStatus) bool) mgmt.PVRDMAStatus {
 	t.Helper()
 	t0 := time.Now()
 	for {
@@ -113,7 +113,7 @@ func TestTCPHostReconfigure(t *testing.T) {
 	for port := oldAddr.Port() + 1; ; port++ {
 		newAddr = netip.AddrPortFrom(oldAddr.Addr(), port)
 		configureHost(t, c, hb, func(h *records.Host) { h.PVRDMAAddress = newAddr })
-		s := waitPVRDMA(t, hb, "on the new address", func(s abi.PVRDMAStatus) bool {
+		s := waitPVRDMA(t, hb, "on the new address", func(s mgmt.PVRDMAStatus) bool {
 			return s.Address == newAddr.String() && (s.Listening != "" || s.Error != "")
 		})
 		if s.Listening == newAddr.String() {
@@ -134,7 +134,7 @@ func TestTCPHostReconfigure(t *testing.T) {
 
 	// The firewall rule off: B drops everything and A is refused.
 	configureHost(t, c, hb, func(h *records.Host) { h.FirewallPVRDMA = false })
-	waitPVRDMA(t, hb, "firewall off", func(s abi.PVRDMAStatus) bool { return !s.Firewall })
+	waitPVRDMA(t, hb, "firewall off", func(s mgmt.PVRDMAStatus) bool { return !s.Firewall })
 	for t0 := time.Now(); uplinkTo(t, hb, ha).Conns != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Since(t0) > waitTimeout {
 			t.Fatalf("%s keeps connections with %s with its firewall rule off: %+v", hb.Name, ha.Name, uplinkTo(t, hb, ha))
@@ -156,7 +156,7 @@ func TestTCPHostReconfigure(t *testing.T) {
 
 	// On again: a new pair works.
 	configureHost(t, c, hb, func(h *records.Host) { h.FirewallPVRDMA = true })
-	waitPVRDMA(t, hb, "firewall on", func(s abi.PVRDMAStatus) bool { return s.Firewall })
+	waitPVRDMA(t, hb, "firewall on", func(s mgmt.PVRDMAStatus) bool { return s.Firewall })
 	p3 := newFaultPair(t, vma, vmb, defaultRC, defaultRC)
 	faultTraffic(t, p3, 4)
 	faultTraffic(t, p3.reverse(), 5)
@@ -169,14 +169,14 @@ func TestTCPHostReconfigure(t *testing.T) {
 		ip[3] = 200 // no host holds it
 		spare := netip.AddrPortFrom(netip.AddrFrom4(ip), 4791)
 		configureHost(t, c, hb, func(h *records.Host) { h.PVRDMAAddress = spare })
-		s := waitPVRDMA(t, hb, "failing on an address it does not hold", func(s abi.PVRDMAStatus) bool { return s.Error != "" })
+		s := waitPVRDMA(t, hb, "failing on an address it does not hold", func(s mgmt.PVRDMAStatus) bool { return s.Error != "" })
 		if s.Address != spare.String() || s.Listening != "" || !strings.Contains(s.Error, spare.String()) {
 			t.Errorf("%s's PVRDMA status on an address it does not hold: %+v", hb.Name, s)
 		}
 		if out, err := hb.Exec("ip", "addr", "add", spare.Addr().String()+"/24", "dev", hb.Link); err != nil {
 			t.Fatalf("%s: ip addr add: %v\n%s", hb.Name, err, out)
 		}
-		waitPVRDMA(t, hb, "listening once it holds the address", func(s abi.PVRDMAStatus) bool { return s.Listening == spare.String() })
+		waitPVRDMA(t, hb, "listening once it holds the address", func(s mgmt.PVRDMAStatus) bool { return s.Listening == spare.String() })
 		faultTraffic(t, p3, 6)
 		faultTraffic(t, p3.reverse(), 7)
 		newAddr = spare
@@ -184,6 +184,6 @@ func TestTCPHostReconfigure(t *testing.T) {
 
 	// No address: no listener.
 	configureHost(t, c, hb, func(h *records.Host) { h.PVRDMAAddress = netip.AddrPort{} })
-	waitPVRDMA(t, hb, "without a PVRDMA address", func(s abi.PVRDMAStatus) bool { return s.Address == "" && s.Listening == "" })
+	waitPVRDMA(t, hb, "without a PVRDMA address", func(s mgmt.PVRDMAStatus) bool { return s.Address == "" && s.Listening == "" })
 	expectRefusedConnect(t, ha, newAddr)
 }

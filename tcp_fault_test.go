@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
-	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -166,7 +166,7 @@ func agentStatus(t *testing.T, h *testenv.Host) vrdma.Status {
 }
 
 // uplinkTo returns h's agent's view of its link to peer.
-func uplinkTo(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
+func uplinkTo(t *testing.T, h, peer *testenv.Host) mgmt.UplinkStatus {
 	t.Helper()
 	st := agentStatus(t, h)
 	for _, u := range st.Uplinks {
@@ -175,7 +175,7 @@ func uplinkTo(t *testing.T, h, peer *testenv.Host) abi.UplinkStatus {
 		}
 	}
 	t.Fatalf("%s's status has no uplink to %s (%s): %+v", h.Name, peer.Name, peer.ID(), st.Uplinks)
-	return abi.UplinkStatus{}
+	return mgmt.UplinkStatus{}
 }
 
 // waitReach waits until from reaches to's address again (a TCP connect to

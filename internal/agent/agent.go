@@ -102,7 +102,7 @@ type Agent struct {
 	qps       map[uint32]*qp          // all QPs of this host by QPN; +checklocks:mu
 	nextQPN   uint32                  // +checklocks:mu
 	sessions  map[*session]struct{}   // +checklocks:mu
-	mg        mgmt                    // VM procedures, power state and access (manage.go)
+	mg        procState               // VM procedures, power state and access (manage.go)
 
 	nextListener atomic.Uint32
 	wg           sync.WaitGroup

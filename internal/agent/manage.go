@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -58,8 +59,8 @@ import (
 	"github.com/vrdma/vrdma/internal/vmx"
 )
 
-// mgmt is the agent's state for the procedures.
-type mgmt struct {
+// procState is the agent's state for the procedures.
+type procState struct {
 	mu    sync.Mutex // serialises changes to the VMs of the state directory
 	watch sync.Once  // starts reconcile, at the first attach of a managed VM
 }
@@ -125,7 +126,7 @@ func (s *session) checkChange(e *vmEntry) error {
 
 // ownerFor returns the owner of a VM s creates or defines: o, which only a
 // privileged caller may set to someone else, or s's own credentials.
-func (s *session) ownerFor(o *abi.Owner) (records.Owner, error) {
+func (s *session) ownerFor(o *mgmt.Owner) (records.Owner, error) {
 	if !s.cred {
 		return records.Owner{}, abi.Errorf(abi.CodePermission, "owner", "the agent could not read this client's credentials (SO_PEERCRED), so it cannot own a VM")
 	}
@@ -279,7 +280,7 @@ func ctlErr(err error, name string) error {
 }
 
 // refusal is a change the rules refused; the reply carries the findings.
-type refusal struct{ findings []abi.Finding }
+type refusal struct{ findings []mgmt.Finding }
 
 func (r *refusal) Error() string { return fmt.Sprintf("%d rules refused the change", len(r.findings)) }
 
@@ -371,10 +372,10 @@ func (a *Agent) attached(name string) *vm {
 }
 
 // info describes e.
-func (a *Agent) info(e *vmEntry) abi.VMInfo {
-	in := abi.VMInfo{Name: e.name, VMX: e.vmx, Power: string(e.power), HostID: e.host, Owner: abi.Owner{UID: e.owner.UID, GID: e.owner.GID},
+func (a *Agent) info(e *vmEntry) mgmt.VMInfo {
+	in := mgmt.VMInfo{Name: e.name, VMX: e.vmx, Power: string(e.power), HostID: e.host, Owner: mgmt.Owner{UID: e.owner.UID, GID: e.owner.GID},
 		Managed: e.managed, Attached: a.attached(e.name) != nil,
-		Placement: abi.Placement{Datacenter: e.inv.Datacenter, Folder: e.inv.Folder, ResourcePool: e.inv.ResourcePool}}
+		Placement: mgmt.Placement{Datacenter: e.inv.Datacenter, Folder: e.inv.Folder, ResourcePool: e.inv.ResourcePool}}
 	if e.host != "" {
 		in.Host = a.hostName(e.host)
 	}
@@ -387,19 +388,19 @@ func (a *Agent) manage(s *session, op abi.Op, req any) (any, error) {
 	defer cancel()
 	switch op {
 	case abi.OpCreateVM:
-		return a.createVM(ctx, s, req.(*abi.CreateVM))
+		return a.createVM(ctx, s, req.(*mgmt.CreateVM))
 	case abi.OpGetVM:
-		e, err := a.lookup(ctx, req.(*abi.VMRef).Name)
+		e, err := a.lookup(ctx, req.(*mgmt.VMRef).Name)
 		if err != nil {
 			return nil, err
 		}
 		return a.info(e), nil
 	case abi.OpEditVM:
-		return a.editVM(ctx, s, req.(*abi.EditVM))
+		return a.editVM(ctx, s, req.(*mgmt.EditVM))
 	case abi.OpPowerOnVM:
-		return a.powerOn(ctx, s, req.(*abi.PowerOnVM))
+		return a.powerOn(ctx, s, req.(*mgmt.PowerOnVM))
 	case abi.OpPowerOffVM:
-		return a.powerOff(ctx, s, req.(*abi.VMRef).Name)
+		return a.powerOff(ctx, s, req.(*mgmt.VMRef).Name)
 	}
 	return nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not a VM procedure", op)
 }
@@ -549,7 +550,7 @@ func (a *Agent) reconcileVM(c *control, v *vm) {
 // ---- define, undefine, create ----------------------------------------------
 
 // defineVM stores VM d.Name in the state directory, powered on here.
-func (a *Agent) defineVM(s *session, d *abi.DefineVM) error {
+func (a *Agent) defineVM(s *session, d *mgmt.DefineVM) error {
 	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
 		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
 	}
@@ -697,41 +698,41 @@ func (a *Agent) isThisHost(ref string) bool {
 	return ref == "" || ref == a.hostID || ref == a.cfg.Host
 }
 
-func (a *Agent) createVM(ctx context.Context, s *session, req *abi.CreateVM) (abi.VMInfo, error) {
+func (a *Agent) createVM(ctx context.Context, s *session, req *mgmt.CreateVM) (mgmt.VMInfo, error) {
 	if _, err := vmconfig.Parse([]byte(req.VMX)); err != nil {
-		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", req.Name, err)
+		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", req.Name, err)
 	}
 	owner, err := s.ownerFor(req.Owner)
 	if err != nil {
-		return abi.VMInfo{}, err
+		return mgmt.VMInfo{}, err
 	}
 	inv := records.Inventory{Datacenter: req.Datacenter, Folder: req.Folder, ResourcePool: req.ResourcePool}
 	rec := records.VM{Name: req.Name, VMX: req.VMX, Owner: owner, Power: records.PoweredOff, Managed: true, Inventory: inv}
 	if err := rec.Validate(); err != nil {
-		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "", "%v", err)
+		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "", "%v", err)
 	}
 	a.mg.mu.Lock()
 	defer a.mg.mu.Unlock()
 	if _, _, ok, err := a.readLocal(req.Name); err != nil {
-		return abi.VMInfo{}, err
+		return mgmt.VMInfo{}, err
 	} else if ok {
-		return abi.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, a.cfg.Host)
+		return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, a.cfg.Host)
 	}
 	if a.ctl == nil {
 		if !a.isThisHost(req.Host) {
-			return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", a.cfg.Host, req.Host)
+			return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", a.cfg.Host, req.Host)
 		}
 		if err := a.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv}); err != nil {
-			return abi.VMInfo{}, err
+			return mgmt.VMInfo{}, err
 		}
 		return a.info(a.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv})), nil
 	}
 	h, err := a.resolveHost(ctx, req.Host)
 	if err != nil {
-		return abi.VMInfo{}, err
+		return mgmt.VMInfo{}, err
 	}
 	if dc := h.Host.Datacenter; dc != "" && inv.Datacenter != "" && dc != inv.Datacenter {
-		return abi.VMInfo{}, abi.Errorf(abi.CodeInvalid, "datacenter", "host %s is in datacenter %s, not %s: register the VM on a host of %s (--host)", h.Host.Label(), dc, inv.Datacenter, inv.Datacenter)
+		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "datacenter", "host %s is in datacenter %s, not %s: register the VM on a host of %s (--host)", h.Host.Label(), dc, inv.Datacenter, inv.Datacenter)
 	}
 	if rec.Datacenter == "" {
 		rec.Datacenter = h.Host.Datacenter
@@ -739,9 +740,9 @@ func (a *Agent) createVM(ctx context.Context, s *session, req *abi.CreateVM) (ab
 	rec.Host = h.Host.ID
 	if _, err := a.ctl.st.Create(ctx, records.VMKey(req.Name), rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
-			return abi.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM name %q is taken in the control plane (VM names are unique across hosts): pick another", req.Name)
+			return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM name %q is taken in the control plane (VM names are unique across hosts): pick another", req.Name)
 		}
-		return abi.VMInfo{}, ctlErr(err, req.Name)
+		return mgmt.VMInfo{}, ctlErr(err, req.Name)
 	}
 	return a.info(entryOf(rec)), nil
 }
@@ -753,7 +754,7 @@ func (a *Agent) poweredOnErr(e *vmEntry) error {
 	return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
 }
 
-func (a *Agent) editVM(ctx context.Context, s *session, req *abi.EditVM) (abi.EditReply, error) {
+func (a *Agent) editVM(ctx context.Context, s *session, req *mgmt.EditVM) (mgmt.EditReply, error) {
 	// Port groups' switches are looked up before the change, outside
 	// its compare-and-swap.
 	adds := slices.Clone(req.AddAdapters)
@@ -763,11 +764,11 @@ func (a *Agent) editVM(ctx context.Context, s *session, req *abi.EditVM) (abi.Ed
 		}
 		sw, err := a.portGroupSwitch(ctx, adds[i].PortGroup)
 		if err != nil {
-			return abi.EditReply{}, err
+			return mgmt.EditReply{}, err
 		}
 		adds[i].Switch = sw
 	}
-	var after []abi.Finding
+	var after []mgmt.Finding
 	e, err := a.update(ctx, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
@@ -798,19 +799,19 @@ func (a *Agent) editVM(ctx context.Context, s *session, req *abi.EditVM) (abi.Ed
 	if errors.As(err, &rf) {
 		cur, lerr := a.lookup(ctx, req.Name)
 		if lerr != nil {
-			return abi.EditReply{}, lerr
+			return mgmt.EditReply{}, lerr
 		}
-		return abi.EditReply{VM: a.info(cur), Refused: true, Findings: rf.findings}, nil
+		return mgmt.EditReply{VM: a.info(cur), Refused: true, Findings: rf.findings}, nil
 	}
 	if err != nil {
-		return abi.EditReply{}, err
+		return mgmt.EditReply{}, err
 	}
-	return abi.EditReply{VM: a.info(e), Findings: nonNil(after)}, nil
+	return mgmt.EditReply{VM: a.info(e), Findings: nonNil(after)}, nil
 }
 
-func nonNil(f []abi.Finding) []abi.Finding {
+func nonNil(f []mgmt.Finding) []mgmt.Finding {
 	if f == nil {
-		return []abi.Finding{}
+		return []mgmt.Finding{}
 	}
 	return f
 }
@@ -820,7 +821,7 @@ func nonNil(f []abi.Finding) []abi.Finding {
 // edit may not break a rule on what it changes. Errors elsewhere (the
 // prerequisites that apply once a VM has its first adapter, say) are the
 // procedure's next steps, not the edit's fault.
-func newErrors(before, after []abi.Finding, touched map[string]bool) []abi.Finding {
+func newErrors(before, after []mgmt.Finding, touched map[string]bool) []mgmt.Finding {
 	type rk struct{ rule, key string }
 	had := map[rk]bool{}
 	for _, f := range before {
@@ -828,7 +829,7 @@ func newErrors(before, after []abi.Finding, touched map[string]bool) []abi.Findi
 			had[rk{f.Rule, strings.ToLower(f.Key)}] = true
 		}
 	}
-	var out []abi.Finding
+	var out []mgmt.Finding
 	for _, f := range after {
 		k := strings.ToLower(f.Key)
 		if f.Severity == "error" && touched[k] && !had[rk{f.Rule, k}] {
@@ -864,7 +865,7 @@ const maxEthernet = 10
 
 // applyEdit applies req's changes to f, with adds' switches resolved, and
 // returns the keys it set or removed, in lower case.
-func applyEdit(f *vmx.File, req *abi.EditVM, adds []abi.NewAdapter) (map[string]bool, error) {
+func applyEdit(f *vmx.File, req *mgmt.EditVM, adds []mgmt.NewAdapter) (map[string]bool, error) {
 	touched := map[string]bool{}
 	set := func(k, v string) error {
 		touched[strings.ToLower(k)] = true
@@ -944,20 +945,20 @@ func applyEdit(f *vmx.File, req *abi.EditVM, adds []abi.NewAdapter) (map[string]
 
 // ---- power ------------------------------------------------------------------
 
-func (a *Agent) powerOn(ctx context.Context, s *session, req *abi.PowerOnVM) (abi.PowerReply, error) {
+func (a *Agent) powerOn(ctx context.Context, s *session, req *mgmt.PowerOnVM) (mgmt.PowerReply, error) {
 	e, err := a.lookup(ctx, req.Name)
 	if err != nil {
-		return abi.PowerReply{}, err
+		return mgmt.PowerReply{}, err
 	}
 	if err := s.checkChange(e); err != nil {
-		return abi.PowerReply{}, err
+		return mgmt.PowerReply{}, err
 	}
 	// The host to run on, and its record (none for a standalone agent).
 	var host *records.Host
 	target := a.hostID
 	switch {
 	case !e.managed && !a.isThisHost(req.Host):
-		return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "host", "VM %q lives on host %s (vm define, or a standalone agent): it powers on there only; to run a VM on any host, create it in the control plane (vrdmactl vm create)",
+		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "host", "VM %q lives on host %s (vm define, or a standalone agent): it powers on there only; to run a VM on any host, create it in the control plane (vrdmactl vm create)",
 			e.name, a.cfg.Host)
 	case a.ctl != nil:
 		ref := req.Host
@@ -966,28 +967,28 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *abi.PowerOnVM) (ab
 		}
 		h, err := a.resolveHost(ctx, ref)
 		if err != nil {
-			return abi.PowerReply{}, err
+			return mgmt.PowerReply{}, err
 		}
 		host, target = &h.Host, h.Host.ID
 	}
 	if e.power == records.PoweredOn {
 		if e.host != target {
-			return abi.PowerReply{}, abi.Errorf(abi.CodeState, "power", "VM %q is powered on on host %s: power it off first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
+			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "power", "VM %q is powered on on host %s: power it off first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
 		}
 		f, err := vmx.Parse([]byte(e.vmx))
 		if err != nil {
-			return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
+			return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		return abi.PowerReply{VM: a.info(e), Findings: nonNil(vmRules(f, host))}, nil
+		return mgmt.PowerReply{VM: a.info(e), Findings: nonNil(vmRules(f, host))}, nil
 	}
 	f, err := vmx.Parse([]byte(e.vmx))
 	if err != nil {
-		return abi.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
+		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 	}
 	findings := append(vmRules(f, host), a.placementChecks(ctx, e, f, host)...)
 	for _, fd := range findings {
 		if fd.Severity == "error" {
-			return abi.PowerReply{VM: a.info(e), Refused: true, Findings: findings}, nil
+			return mgmt.PowerReply{VM: a.info(e), Refused: true, Findings: findings}, nil
 		}
 	}
 	read := e.vmx
@@ -1005,23 +1006,23 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *abi.PowerOnVM) (ab
 		return nil
 	})
 	if err != nil {
-		return abi.PowerReply{}, err
+		return mgmt.PowerReply{}, err
 	}
 	a.log.Info("VM powered on", "vm", e.name, "on_host", a.hostLabel(target), "uid", s.uid)
-	return abi.PowerReply{VM: a.info(e), Changed: true, Findings: nonNil(findings)}, nil
+	return mgmt.PowerReply{VM: a.info(e), Changed: true, Findings: nonNil(findings)}, nil
 }
 
 // placementChecks are the power-on checks beyond the rules
 // (member.PlacementFindings): the host is up and in the VM's datacenter,
 // and every adapter's port group exists on its switch.
-func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []abi.Finding {
+func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []mgmt.Finding {
 	if host == nil {
 		return nil
 	}
 	return abiFindings(a.ctl.cache.PlacementFindings(ctx, f, *host, e.name, e.inv.Datacenter))
 }
 
-func (a *Agent) powerOff(ctx context.Context, s *session, name string) (abi.PowerReply, error) {
+func (a *Agent) powerOff(ctx context.Context, s *session, name string) (mgmt.PowerReply, error) {
 	changed := false
 	e, err := a.update(ctx, name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
@@ -1032,12 +1033,12 @@ func (a *Agent) powerOff(ctx context.Context, s *session, name string) (abi.Powe
 		return nil
 	})
 	if err != nil {
-		return abi.PowerReply{}, err
+		return mgmt.PowerReply{}, err
 	}
-	rep := abi.PowerReply{Changed: changed, Findings: []abi.Finding{}}
+	rep := mgmt.PowerReply{Changed: changed, Findings: []mgmt.Finding{}}
 	if v := a.attached(name); v != nil {
 		if !v.detach("powered off") {
-			return abi.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.owner.pid, detachWait)
+			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.owner.pid, detachWait)
 		}
 		rep.Detached = true
 	} else if e.managed && e.host != a.hostID && e.adapters > 0 {
@@ -1050,7 +1051,7 @@ func (a *Agent) powerOff(ctx context.Context, s *session, name string) (abi.Powe
 				break
 			}
 			if time.Now().After(deadline) {
-				return abi.PowerReply{}, abi.Errorf(abi.CodeUnavailable, "", "VM %q is powered off, but host %s has not detached its workload after %v (is its agent running?): it will when it sees the change",
+				return mgmt.PowerReply{}, abi.Errorf(abi.CodeUnavailable, "", "VM %q is powered off, but host %s has not detached its workload after %v (is its agent running?): it will when it sees the change",
 					name, a.hostLabel(e.host), detachWait)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -1078,16 +1079,16 @@ func (a *Agent) localPower(name string) string {
 
 // managedHere returns the status of the managed VMs registered on this
 // host that are not in seen (attached).
-func (a *Agent) managedHere(seen map[string]bool) []abi.VMStatus {
+func (a *Agent) managedHere(seen map[string]bool) []mgmt.VMStatus {
 	if a.ctl == nil {
 		return nil
 	}
-	var out []abi.VMStatus
+	var out []mgmt.VMStatus
 	for _, r := range a.ctl.cache.VMs() {
 		if !r.Managed || r.Host != a.hostID || seen[r.Name] {
 			continue
 		}
-		vs := abi.VMStatus{Name: r.Name, Power: string(r.Power)}
+		vs := mgmt.VMStatus{Name: r.Name, Power: string(r.Power)}
 		if cfg, err := vmconfig.Parse([]byte(r.VMX)); err == nil {
 			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
 			for _, c := range cfg.Adapters {

@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/rules"
 	"github.com/vrdma/vrdma/internal/vmx"
@@ -10,7 +10,7 @@ import (
 // vmRules runs every rule (package rules) against VM file f at vrdma's own
 // level (rules.Default, ESXi 8.0), and the host rules against host when it
 // is not nil.
-func vmRules(f *vmx.File, host *records.Host) []abi.Finding {
+func vmRules(f *vmx.File, host *records.Host) []mgmt.Finding {
 	t := rules.Target{ESXi: rules.Default}
 	if host != nil {
 		t.Host = &rules.Host{Name: host.Name, PVRDMAAddress: host.PVRDMAAddress, FirewallPVRDMA: host.FirewallPVRDMA, Switch: host.Switch}
@@ -19,10 +19,10 @@ func vmRules(f *vmx.File, host *records.Host) []abi.Finding {
 }
 
 // abiFindings converts findings for the agent's replies.
-func abiFindings(fs []rules.Finding) []abi.Finding {
-	var out []abi.Finding
+func abiFindings(fs []rules.Finding) []mgmt.Finding {
+	var out []mgmt.Finding
 	for _, fd := range fs {
-		out = append(out, abi.Finding{Rule: fd.Rule, Severity: fd.Severity, Key: fd.Key, Line: fd.Line, Message: fd.Message})
+		out = append(out, mgmt.Finding{Rule: fd.Rule, Severity: fd.Severity, Key: fd.Key, Line: fd.Line, Message: fd.Message})
 	}
 	return out
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/rc"
@@ -90,15 +91,15 @@ type qp struct {
 	ctr       qpCounters
 }
 
-// qpCounters are a QP's RC statistics (abi.QPCounters), updated by
+// qpCounters are a QP's RC statistics (mgmt.QPCounters), updated by
 // whichever goroutine acts for the QP as requester or responder.
 type qpCounters struct {
 	retries, rnrRcvd, rnrSent, dropped, dups, seqErrs atomic.Uint64
 	rdAtomicPeak                                      atomic.Uint32
 }
 
-func (c *qpCounters) report() abi.QPCounters {
-	return abi.QPCounters{TransportRetries: c.retries.Load(), RNRNaksReceived: c.rnrRcvd.Load(), RdAtomicPeak: c.rdAtomicPeak.Load(),
+func (c *qpCounters) report() mgmt.QPCounters {
+	return mgmt.QPCounters{TransportRetries: c.retries.Load(), RNRNaksReceived: c.rnrRcvd.Load(), RdAtomicPeak: c.rdAtomicPeak.Load(),
 		RNRNaksSent: c.rnrSent.Load(), RequestsDropped: c.dropped.Load(), DuplicateRequest: c.dups.Load(), OutOfSeqRequest: c.seqErrs.Load()}
 }
 
@@ -460,9 +461,9 @@ func (q *qp) query() abi.QueryQPReply {
 	return abi.QueryQPReply{QPN: q.qpn, Attr: q.attr, Caps: q.caps, Path: q.pathInfo}
 }
 
-func (q *qp) statusReport() abi.QPStatus {
+func (q *qp) statusReport() mgmt.QPStatus {
 	q.mu.Lock()
-	st := abi.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.pathInfo,
+	st := mgmt.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.pathInfo,
 		Counters: q.ctr.report()}
 	gid := q.remoteGID
 	q.mu.Unlock()

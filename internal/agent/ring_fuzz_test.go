@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 )
 
 // ringHarness is an agent with two attached VMs, built without sockets or
@@ -46,7 +47,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
 	attach := func(name string) (*vm, *pd) {
 		root := &session{a: a, cred: true} // uid 0: may define and attach
-		if err := a.defineVM(root, &abi.DefineVM{Name: name, VMX: vmx}); err != nil {
+		if err := a.defineVM(root, &mgmt.DefineVM{Name: name, VMX: vmx}); err != nil {
 			tb.Fatal(err)
 		}
 		v, err := a.attachVM(root, name)

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -204,11 +205,11 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	case abi.OpStatus:
 		return a.status(), nil, nil
 	case abi.OpListVMs:
-		return abi.VMList{VMs: a.status().VMs}, nil, nil
+		return mgmt.VMList{VMs: a.status().VMs}, nil, nil
 	case abi.OpDefineVM:
-		return abi.Empty{}, nil, a.defineVM(s, req.(*abi.DefineVM))
+		return abi.Empty{}, nil, a.defineVM(s, req.(*mgmt.DefineVM))
 	case abi.OpUndefineVM:
-		return abi.Empty{}, nil, a.undefineVM(s, req.(*abi.VMRef).Name)
+		return abi.Empty{}, nil, a.undefineVM(s, req.(*mgmt.VMRef).Name)
 	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM:
 		r, err := a.manage(s, op, req) // manage.go
 		return r, nil, err
@@ -343,8 +344,8 @@ func portAttr(ad *adapter) abi.PortAttr {
 		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }
 
-func (a *Agent) status() abi.Status {
-	st := abi.Status{Host: a.cfg.Host, HostID: a.hostID}
+func (a *Agent) status() mgmt.Status {
+	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
 	a.mu.Lock()
 	vms := make([]*vm, 0, len(a.vms))
 	for _, v := range a.vms {
@@ -364,7 +365,7 @@ func (a *Agent) status() abi.Status {
 		if seen[name] {
 			continue
 		}
-		vs := abi.VMStatus{Name: name, Power: a.localPower(name)}
+		vs := mgmt.VMStatus{Name: name, Power: a.localPower(name)}
 		if cfg, err := a.loadVMConfig(name); err == nil {
 			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
 			for _, c := range cfg.Adapters {

@@ -59,6 +59,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/tcpwire"
@@ -866,17 +867,17 @@ func (c *tconn) readInto(segs [][]byte, n uint64) error {
 }
 
 // status reports the uplink's links.
-func (u *uplink) status() []abi.UplinkStatus {
+func (u *uplink) status() []mgmt.UplinkStatus {
 	u.mu.Lock()
 	links := make([]*link, 0, len(u.links))
 	for _, l := range u.links {
 		links = append(links, l)
 	}
 	u.mu.Unlock()
-	var out []abi.UplinkStatus
+	var out []mgmt.UplinkStatus
 	for _, l := range links {
 		l.mu.Lock()
-		s := abi.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in)}
+		s := mgmt.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in)}
 		if l.addr.IsValid() {
 			s.Address = l.addr.String()
 		}

@@ -24,7 +24,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 )
 
@@ -114,10 +114,10 @@ func fmtAddr(a netip.AddrPort) string {
 }
 
 // pvrdmaStatus describes the host's side of the tcp path for status.
-func (u *uplink) pvrdmaStatus() *abi.PVRDMAStatus {
+func (u *uplink) pvrdmaStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s := &abi.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}
+	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}
 	if u.addr.IsValid() {
 		s.Address = u.addr.String()
 	}

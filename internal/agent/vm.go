@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/vmconfig"
@@ -256,8 +257,8 @@ func (v *vm) allocHandleLocked() uint32 {
 }
 
 // status returns the VM's status report.
-func (v *vm) status() abi.VMStatus {
-	st := abi.VMStatus{Name: v.name, Attached: true, Power: string(records.PoweredOn), AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
+func (v *vm) status() mgmt.VMStatus {
+	st := mgmt.VMStatus{Name: v.name, Attached: true, Power: string(records.PoweredOn), AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
 	for _, ad := range v.adapters {
 		st.Adapters = append(st.Adapters, ad.info())
 	}

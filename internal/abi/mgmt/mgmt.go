@@ -1,0 +1,278 @@
+// Package mgmt is the management and status part of the agent's socket
+// protocol (docs/wire-local.md §4.11): the JSON bodies of the VM
+// commands — define, create, edit, power on and off — and of status.
+// The data-path ABI the verbs need (framing, the verbs commands, the
+// rings) is package abi; a verbs client needs nothing from here.
+package mgmt
+
+import (
+	"github.com/vrdma/vrdma/internal/abi"
+)
+
+func init() {
+	abi.RegisterRequest(abi.OpDefineVM, func() any { return new(DefineVM) })
+	abi.RegisterRequest(abi.OpCreateVM, func() any { return new(CreateVM) })
+	abi.RegisterRequest(abi.OpEditVM, func() any { return new(EditVM) })
+	abi.RegisterRequest(abi.OpPowerOnVM, func() any { return new(PowerOnVM) })
+	for _, op := range []abi.Op{abi.OpUndefineVM, abi.OpGetVM, abi.OpPowerOffVM} {
+		abi.RegisterRequest(op, func() any { return new(VMRef) })
+	}
+}
+
+// DefineVM stores (or replaces) a VM's VMX configuration on the agent; the
+// VM is then powered on on that agent's host.
+type DefineVM struct {
+	Name string `json:"name"`
+	VMX  string `json:"vmx"`
+	// Owner may attach; nil: the caller. Only root (or the agent's user)
+	// may name another owner.
+	Owner *Owner `json:"owner,omitempty"`
+}
+
+// Validate checks the name and size.
+func (d *DefineVM) Validate() error {
+	if err := abi.ValidName("name", d.Name); err != nil {
+		return err
+	}
+	if len(d.VMX) > 1<<19 {
+		return abi.Errorf(abi.CodeInvalid, "vmx", "VMX of %d bytes exceeds the 512 KiB limit", len(d.VMX))
+	}
+	return nil
+}
+
+// Owner is who may use a VM: processes running as UID or with primary
+// group GID may attach; UID may change it. Root may do both.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+// Placement is where a VM sits in the inventory: a datacenter, a VM
+// folder and a resource pool (paths of names separated by '/'). Empty
+// fields are not placed.
+type Placement struct {
+	Datacenter   string `json:"datacenter,omitempty"`
+	Folder       string `json:"folder,omitempty"`
+	ResourcePool string `json:"resource_pool,omitempty"`
+}
+
+// CreateVM creates a powered-off VM with a VMX configuration: in the
+// control plane's inventory when the agent has one, else in the agent's
+// state directory.
+type CreateVM struct {
+	Name  string `json:"name"`
+	VMX   string `json:"vmx"`
+	Owner *Owner `json:"owner,omitempty"` // nil: the caller
+	// Host registers the VM on a host (name or ID); "": the agent's.
+	Host string `json:"host,omitempty"`
+	Placement
+}
+
+// Validate checks the name and size.
+func (c *CreateVM) Validate() error {
+	d := DefineVM{Name: c.Name, VMX: c.VMX}
+	return d.Validate()
+}
+
+// VMInfo describes a VM: its configuration, power state, placement and
+// owner.
+type VMInfo struct {
+	Name string `json:"name"`
+	VMX  string `json:"vmx"`
+	// Power is "poweredOn" or "poweredOff".
+	Power  string `json:"power"`
+	Host   string `json:"host,omitempty"`    // the host it runs or is registered on (name)
+	HostID string `json:"host_id,omitempty"` // and its ID
+	Owner  Owner  `json:"owner"`
+	// Managed: the VM lives in the control plane's inventory (vm create
+	// with a control plane) and runs on whichever host it is powered on.
+	// Otherwise it lives in this agent's state directory.
+	Managed  bool `json:"managed"`
+	Attached bool `json:"attached"` // a workload is attached, on this agent
+	Placement
+}
+
+// EditVM changes a powered-off VM's VMX. The changes apply in order:
+// removals, additions, then settings, then the memory reservation; the
+// result must be a valid VM and must not break a rule that held before.
+type EditVM struct {
+	Name string `json:"name"`
+	// AddAdapters adds PVRDMA adapters, each at the lowest free ethernetN.
+	AddAdapters []NewAdapter `json:"add_adapters,omitempty"`
+	// RemoveAdapters removes PVRDMA adapters ethernetN (N as in vrdmaN),
+	// with their vrdmaN.* settings.
+	RemoveAdapters []int `json:"remove_adapters,omitempty"`
+	// Set sets advanced configuration parameters, in order.
+	Set []KeyValue `json:"set,omitempty"`
+	// Unset removes keys.
+	Unset []string `json:"unset,omitempty"`
+	// ReserveAllMemory reserves and locks all guest memory:
+	// sched.mem.pin = "TRUE", sched.mem.min = sched.mem.minSize = memSize.
+	ReserveAllMemory bool `json:"reserve_all_memory,omitempty"`
+}
+
+// MaxEdits bounds the changes of one EditVM.
+const MaxEdits = 256
+
+// Validate checks the name and the number of changes.
+func (e *EditVM) Validate() error {
+	if err := abi.ValidName("name", e.Name); err != nil {
+		return err
+	}
+	if n := len(e.AddAdapters) + len(e.RemoveAdapters) + len(e.Set) + len(e.Unset); n > MaxEdits {
+		return abi.Errorf(abi.CodeInvalid, "set", "%d changes in one edit, more than %d", n, MaxEdits)
+	}
+	for _, a := range e.AddAdapters {
+		if a.PortGroup == "" {
+			return abi.Errorf(abi.CodeInvalid, "add_adapters", "a new PVRDMA adapter needs a distributed port group (--portgroup)")
+		}
+	}
+	return nil
+}
+
+// NewAdapter is a PVRDMA adapter to add, on a distributed port group.
+type NewAdapter struct {
+	PortGroup string `json:"portgroup"`        // ethernetN.dvs.portgroupId: the port group's key
+	Switch    string `json:"switch,omitempty"` // ethernetN.dvs.switchId; "": the port group's switch's UUID
+}
+
+// KeyValue is one VMX setting.
+type KeyValue struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Finding is a rule's verdict on a VM (see internal/rules and
+// docs/control-plane.md for the rule IDs).
+type Finding struct {
+	Rule     string `json:"rule"`
+	Severity string `json:"severity"` // "error" or "warning"
+	Key      string `json:"key,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Message  string `json:"message"`
+}
+
+// EditReply is the VM after an edit, with what the rules say of it. When
+// Refused, nothing changed and Findings holds the errors the edit would
+// have introduced.
+type EditReply struct {
+	VM       VMInfo    `json:"vm"`
+	Refused  bool      `json:"refused"`
+	Findings []Finding `json:"findings"`
+}
+
+// PowerOnVM powers a VM on on a host (name or ID; "": the host it is
+// registered on) after every rule passes.
+type PowerOnVM struct {
+	Name string `json:"name"`
+	Host string `json:"host,omitempty"`
+}
+
+// Validate checks the name.
+func (p *PowerOnVM) Validate() error { return abi.ValidName("name", p.Name) }
+
+// PowerReply reports a power operation. When Refused, nothing changed and
+// Findings holds every rule that failed (and the warnings). Changed is
+// false when the VM was already in the requested state.
+type PowerReply struct {
+	VM       VMInfo    `json:"vm"`
+	Changed  bool      `json:"changed"`
+	Refused  bool      `json:"refused"`
+	Findings []Finding `json:"findings"`
+	// Detached is set by a power-off that detached a running workload.
+	Detached bool `json:"detached,omitempty"`
+}
+
+// VMRef names a VM.
+type VMRef struct {
+	Name string `json:"name"`
+}
+
+// Validate checks the name.
+func (v *VMRef) Validate() error { return abi.ValidName("name", v.Name) }
+
+// VMList lists the VMs an agent knows.
+type VMList struct {
+	VMs []VMStatus `json:"vms"`
+}
+
+// QPStatus is one QP in a status report.
+type QPStatus struct {
+	QPN     uint32       `json:"qpn"`
+	Adapter string       `json:"adapter"`
+	State   string       `json:"state"`
+	Peer    string       `json:"peer,omitempty"`
+	PeerQPN uint32       `json:"peer_qpn,omitempty"`
+	Path    abi.PathInfo `json:"path"`
+	// Counters are the QP's RC statistics since it was created (a move
+	// to RESET does not clear them), named after rxe's hardware counters.
+	Counters QPCounters `json:"counters"`
+}
+
+// QPCounters are one QP's RC statistics: the requester's retries and
+// the responder's refusals, so that the RC rules can be observed (and
+// tested by counting attempts).
+type QPCounters struct {
+	// Requester side.
+	TransportRetries uint64 `json:"transport_retries"` // requests sent again after a timeout, NO_QP or sequence error
+	RNRNaksReceived  uint64 `json:"rnr_naks_received"` // RNR NAKs its requests got (rxe: rcvd_rnr_err)
+	RdAtomicPeak     uint32 `json:"rd_atomic_peak"`    // most RDMA READs and atomics it had outstanding at once (≤ max_rd_atomic)
+	// Responder side.
+	RNRNaksSent      uint64 `json:"rnr_naks_sent"`       // requests it answered RNR: no receive posted, or its receive CQ full (rxe: send_rnr_err)
+	RequestsDropped  uint64 `json:"requests_dropped"`    // requests it ignored: outside RTR..SQD, or from a QP it is not connected to
+	DuplicateRequest uint64 `json:"duplicate_requests"`  // retried requests it had executed already, answered again (rxe: duplicate_request)
+	OutOfSeqRequest  uint64 `json:"out_of_seq_requests"` // requests past the expected PSN, answered with a sequence error (rxe: out_of_seq_request)
+}
+
+// VMStatus is one VM in a status report.
+type VMStatus struct {
+	Name      string            `json:"name"`
+	Attached  bool              `json:"attached"`
+	Power     string            `json:"power,omitempty"` // "poweredOn" or "poweredOff"
+	AsyncMode bool              `json:"async_mode"`
+	MemSize   uint64            `json:"mem_size"`
+	MemLocked bool              `json:"mem_locked"`
+	Adapters  []abi.AdapterInfo `json:"adapters"`
+	QPs       []QPStatus        `json:"qps,omitempty"`
+}
+
+// Status is an agent's status report.
+type Status struct {
+	Host   string     `json:"host"`
+	HostID string     `json:"host_id"`
+	VMs    []VMStatus `json:"vms"`
+	// PVRDMA is the host's end of the tcp path; nil without a control
+	// plane.
+	PVRDMA *PVRDMAStatus `json:"pvrdma,omitempty"`
+	// Uplinks are the host's links to other hosts (the tcp path).
+	Uplinks []UplinkStatus `json:"uplinks,omitempty"`
+}
+
+// UplinkStatus describes the agent's traffic with one other host over the
+// tcp path: the connections it opened to the peer (requests out,
+// responses in) and those the peer opened to it (requests in, responses
+// out), with byte and frame counters that only grow.
+type UplinkStatus struct {
+	PeerHostID string `json:"peer_host_id"`
+	PeerHost   string `json:"peer_host"`
+	Address    string `json:"address"` // the peer's PVRDMA address:port
+	State      string `json:"state"`   // "up": a connection is open; "idle"; "down": the last attempt failed
+	Conns      int    `json:"conns"`   // open connections, both directions
+	BytesOut   uint64 `json:"bytes_out"`
+	BytesIn    uint64 `json:"bytes_in"`
+	FramesOut  uint64 `json:"frames_out"`
+	FramesIn   uint64 `json:"frames_in"`
+	Dials      uint64 `json:"dials"`   // connections opened to the peer
+	Refused    uint64 `json:"refused"` // handshakes refused, either side
+	LastError  string `json:"last_error,omitempty"`
+}
+
+// PVRDMAStatus describes the host's end of the tcp path, as its agent
+// applies its host record: the tagged PVRDMA address, where the agent
+// listens, and the pvrdma firewall rule.
+type PVRDMAStatus struct {
+	Address   string `json:"address,omitempty"`   // the host record's PVRDMA address:port
+	Listening string `json:"listening,omitempty"` // where the agent accepts other hosts' connections
+	Firewall  bool   `json:"firewall"`            // the pvrdma firewall rule is on
+	Error     string `json:"error,omitempty"`     // why it does not listen on Address
+}
