@@ -472,6 +472,7 @@ func (q *qp) flushRQ() {
 		copy(q.rqSlot, mem[off:off+q.layout.RQStride])
 		e := abi.CQE{WRID: binary.LittleEndian.Uint64(q.rqSlot), QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
 		q.rqHead = abi.Next(q.rqHead, size)
+		q.rqSeq++
 		abi.Word(mem, abi.OffRQHead).Store(q.rqHead)
 		q.recvCQ.push(&e, &q.stop, &q.destroyed) // as in flushSQ
 	}
@@ -495,6 +496,7 @@ func (q *qp) rqCatchUpLocked() {
 	q.rqResets = r
 	if t := q.resetRQTail.Load(); validPending(t, q.rqHead, q.layout.RQEntries) {
 		q.rqHead = t
+		q.rqSeq++
 		abi.Word(q.ring.Bytes(), abi.OffRQHead).Store(t)
 	}
 	q.rqBroken = false
@@ -510,6 +512,7 @@ func (q *qp) dropRQ() {
 	q.rqBad, q.rqBadTail = !abi.ValidIndex(tail, q.layout.RQEntries), tail // see hasWork
 	if !q.rqBad {
 		q.rqHead = tail
+		q.rqSeq++
 		abi.Word(mem, abi.OffRQHead).Store(tail)
 	}
 	q.rqBroken = false

@@ -219,6 +219,7 @@ func (c *cq) tryPushRecv(e *abi.CQE, rq *qp) bool {
 		return false
 	}
 	rq.rqHead = abi.Next(rq.rqHead, rq.layout.RQEntries)
+	rq.rqSeq++
 	abi.Word(rq.ring.Bytes(), abi.OffRQHead).Store(rq.rqHead)
 	c.publishLocked(e)
 	return true

@@ -51,6 +51,7 @@ type qp struct {
 	// this QP (a peer's sender) or flushes it (this QP's sender).
 	rqMu      sync.Mutex
 	rqHead    uint32             // +checklocks:rqMu
+	rqSeq     uint64             // bumped at every move of rqHead: a receive taken is still there while it holds; +checklocks:rqMu
 	rqSlot    []byte             // private copy of one RQ slot; +checklocks:rqMu
 	rwqe      abi.RecvWQE        // +checklocks:rqMu
 	rsegs     [abi.MaxSGE][]byte // +checklocks:rqMu

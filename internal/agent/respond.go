@@ -53,20 +53,23 @@ type payload interface {
 // it. The slices place returns are guest memory: they may be used only
 // while the caller holds the responder VM's memMu for reading, as it did
 // at begin; a caller that lets go of it between packets calls revalidate
-// after taking it again. One message at a time per responder QP: the
-// callers serialize them (the tcp responder under the QP's PSN lock, the
-// memcpy path by its one requester). The caller owns m.
+// after taking it again. A message that took a receive (m.recv) places
+// each packet under the responder's rqMu, after checking that taken still
+// holds: the receive may have been flushed (ERR) or dropped (RESET) since,
+// and its buffers are then the workload's again. One message at a time
+// per responder QP: the callers serialize them (the tcp responder under
+// the QP's PSN lock, the memcpy path by its one requester). The caller
+// owns m.
 type rxMessage struct {
-	r      rcRequest
-	segs   [abi.MaxSGE][]byte // the target (WRITE, READ: one range; SEND: the receive's buffers)
-	nseg   int
-	recv   bool   // a receive WQE was taken (SEND, WRITE_WITH_IMM)
-	wrid   uint64 // its wr_id
-	rq     uint32 // its RQ index
-	resets uint32 // the responder's resets when it was taken
-	sges   [abi.MaxSGE]abi.SGE
-	nsge   int
-	old    uint64 // an atomic's original value
+	r    rcRequest
+	segs [abi.MaxSGE][]byte // the target (WRITE, READ: one range; SEND: the receive's buffers)
+	nseg int
+	recv bool   // a receive WQE was taken (SEND, WRITE_WITH_IMM)
+	wrid uint64 // its wr_id
+	seq  uint64 // the responder's rqSeq when it was taken
+	sges [abi.MaxSGE]abi.SGE
+	nsge int
+	old  uint64 // an atomic's original value
 }
 
 // begin checks request r at responder p and prepares m, before any byte
@@ -76,14 +79,19 @@ type rxMessage struct {
 // the requester and in a state that receives. outRNR: no receive is
 // posted (rnrTimer is what the responder asks the requester to wait).
 func (p *qp) begin(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rnrTimer uint8) {
-	out, st, rnrTimer = p.check(r, m)
+	return p.check(r, m, false)
+}
+
+// check is begin; rqHeld says the caller holds p.rqMu already.
+func (p *qp) check(r *rcRequest, m *rxMessage, rqHeld bool) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+	out, st, rnrTimer = p.checkRequest(r, m, rqHeld)
 	if out == outRNR {
 		p.ctr.rnrSent.Add(1)
 	}
 	return out, st, rnrTimer
 }
 
-func (p *qp) check(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+func (p *qp) checkRequest(r *rcRequest, m *rxMessage, rqHeld bool) (out outcome, st abi.WCStatus, rnrTimer uint8) {
 	pv := p.vm
 	m.r, m.nseg, m.recv, m.nsge = *r, 0, false, 0
 	p.mu.Lock()
@@ -106,12 +114,12 @@ func (p *qp) check(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rn
 		}
 		m.segs[0], m.nseg = dst, 1
 		if r.op == abi.OpRDMAWriteWithImm {
-			return p.takeRecv(m, false, rnrTimer)
+			return p.takeRecv(m, false, rnrTimer, rqHeld)
 		}
 		return outDone, abi.WCSuccess, 0
 
 	case abi.OpSend, abi.OpSendWithImm:
-		return p.takeRecv(m, true, rnrTimer)
+		return p.takeRecv(m, true, rnrTimer, rqHeld)
 
 	case abi.OpRDMARead:
 		src, ok := pv.resolve(p.pd, r.rkey, r.raddr, total, abi.AccessRemoteRead)
@@ -150,10 +158,12 @@ func (p *qp) check(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rn
 
 // takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers
 // (data), or a WRITE_WITH_IMM's completion. The WQE stays in the queue
-// until end consumes it.
-func (p *qp) takeRecv(m *rxMessage, data bool, rnrTimer uint8) (outcome, abi.WCStatus, uint8) {
-	p.rqMu.Lock()
-	defer p.rqMu.Unlock()
+// until end consumes it. rqHeld says the caller holds p.rqMu.
+func (p *qp) takeRecv(m *rxMessage, data bool, rnrTimer uint8, rqHeld bool) (outcome, abi.WCStatus, uint8) {
+	if !rqHeld {
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+	}
 	r := &m.r
 	switch p.peekRecvLocked(r.srcQPN) {
 	case recvNone:
@@ -162,7 +172,7 @@ func (p *qp) takeRecv(m *rxMessage, data bool, rnrTimer uint8) (outcome, abi.WCS
 		return outDone, abi.WCRemOpErr, 0
 	}
 	rw := &p.rwqe
-	m.recv, m.wrid, m.rq, m.resets = true, rw.WRID, p.rqHead, p.rqResets
+	m.recv, m.wrid, m.seq = true, rw.WRID, p.rqSeq
 	if !data {
 		return outDone, abi.WCSuccess, 0
 	}
@@ -245,15 +255,34 @@ func (m *rxMessage) place(off, n uint64) []byte {
 // to read, and the requester tries again. A receive flushed or reset
 // since begin is not completed twice.
 func (p *qp) end(m *rxMessage) (outcome, abi.WCStatus) {
+	if !m.recv {
+		clear(m.segs[:m.nseg])
+		return outDone, abi.WCSuccess
+	}
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	return p.endLocked(m)
+}
+
+// taken reports whether the receive m took is still at p's RQ head, not
+// flushed (ERR) or dropped (RESET) since.
+//
+// +checklocks:p.rqMu
+func (m *rxMessage) taken(p *qp) bool {
+	p.rqCatchUpLocked()
+	return m.recv && p.rqSeq == m.seq && !p.rqBroken
+}
+
+// endLocked is end; the caller holds p.rqMu.
+//
+// +checklocks:p.rqMu
+func (p *qp) endLocked(m *rxMessage) (outcome, abi.WCStatus) {
 	defer clear(m.segs[:m.nseg])
 	if !m.recv {
 		return outDone, abi.WCSuccess
 	}
 	r := &m.r
-	p.rqMu.Lock()
-	defer p.rqMu.Unlock()
-	p.rqCatchUpLocked()
-	if p.rqResets != m.resets || p.rqHead != m.rq || p.rqBroken {
+	if !m.taken(p) {
 		return outNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
 	}
 	p.rwqe.WRID = m.wrid
@@ -273,8 +302,22 @@ func (p *qp) end(m *rxMessage) (outcome, abi.WCStatus) {
 // caller's scratch. The caller holds what begin needs. err is an I/O
 // error of the payload (tcp): the connection is broken and the request
 // did not complete.
+//
+// A message that takes a receive holds p.rqMu from begin to end, as a
+// whole: its bytes land in a receive nothing else can flush meanwhile.
 func (p *qp) respond(r *rcRequest, m *rxMessage, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
-	out, st, rnrTimer = p.begin(r, m)
+	if r.op == abi.OpSend || r.op == abi.OpSendWithImm || r.op == abi.OpRDMAWriteWithImm {
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+		return p.respondLocked(r, m, io, true)
+	}
+	return p.respondLocked(r, m, io, false)
+}
+
+// respondLocked is respond; rqHeld says the caller holds p.rqMu (for a
+// message that takes a receive).
+func (p *qp) respondLocked(r *rcRequest, m *rxMessage, io payload, rqHeld bool) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+	out, st, rnrTimer = p.check(r, m, rqHeld)
 	if out != outDone || st != abi.WCSuccess {
 		clear(m.segs[:m.nseg])
 		return out, st, 0, rnrTimer, nil
@@ -298,7 +341,11 @@ func (p *qp) respond(r *rcRequest, m *rxMessage, io payload) (out outcome, st ab
 		clear(m.segs[:m.nseg])
 		return outDone, 0, 0, 0, err
 	}
-	out, st = p.end(m)
+	if rqHeld {
+		out, st = p.endLocked(m)
+	} else {
+		out, st = p.end(m)
+	}
 	if out == outRNR {
 		rnrTimer = p.minRNRTimer()
 	}

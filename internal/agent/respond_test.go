@@ -49,9 +49,12 @@ func TestResumableResponder(t *testing.T) {
 	rng.Shuffle(len(offs), func(i, j int) { offs[i], offs[j] = offs[j], offs[i] })
 	offs = append(offs, offs[:4]...) // retransmissions
 	for _, off := range offs {
+		// As a packet engine places a packet of a message that took a
+		// receive: under memMu and rqMu, the receive still taken.
 		p.vm.memMu.RLock()
-		if !m.revalidate(p) {
-			t.Fatal("revalidate failed with every region in place")
+		p.rqMu.Lock()
+		if !m.revalidate(p) || !m.taken(p) {
+			t.Fatal("revalidate or taken failed with every region and the receive in place")
 		}
 		for o, end := off, min(off+chunk, total); o < end; {
 			b := m.place(o, end-o)
@@ -61,6 +64,7 @@ func TestResumableResponder(t *testing.T) {
 			copy(b, msg[o:])
 			o += uint64(len(b))
 		}
+		p.rqMu.Unlock()
 		p.vm.memMu.RUnlock()
 	}
 	if out, st := p.end(&m); out != outDone || st != abi.WCSuccess {
@@ -97,6 +101,12 @@ func TestResumableResponderFlushed(t *testing.T) {
 	}
 	p.moveToErr("test")
 	p.flushRQ()
+	p.rqMu.Lock()
+	still := m.taken(p)
+	p.rqMu.Unlock()
+	if still {
+		t.Fatal("the receive still counts as taken after the flush: its buffers would be written")
+	}
 	if out, _ := p.end(&m); out != outNoPeer {
 		t.Fatalf("end after the flush: %v, want outNoPeer", out)
 	}

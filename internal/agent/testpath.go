@@ -76,12 +76,14 @@ func (l *link) pipeConn() (*tconn, error) {
 		s.close(errors.New("agent stopping"))
 		return nil, errors.New("agent stopping")
 	}
+	// Registered before u.mu is let go: a close that follows finds both
+	// ends (dropAll) and its wait covers their readers.
 	u.wg.Add(2)
-	u.mu.Unlock()
 	l.mu.Lock()
 	l.in[s] = struct{}{}
 	l.mu.Unlock()
 	l.out.Store(c)
+	u.mu.Unlock()
 	go func() {
 		defer u.wg.Done()
 		c.readResponses()

@@ -450,7 +450,8 @@ var errConnLost = errors.New("tcp path connection lost")
 // host sends (TCP_INFO): nothing is unacknowledged, or the last ACK came
 // within d. A link or host that is down acknowledges nothing; a peer
 // agent that is only slow (a loaded host, a deep queue on the connection)
-// is not taken for dead.
+// is not taken for dead — for at most slowPeerLimit, since a host that
+// died after acknowledging everything looks the same.
 func (c *tconn) peerAcking(d time.Duration) bool {
 	if c.rc == nil {
 		return false

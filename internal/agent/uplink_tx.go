@@ -536,7 +536,7 @@ func (t *tcpPath) txWait() {
 		return
 	}
 	c := e.conn
-	if c.lastRead.Load() < e.sent.Sub(monoStart).Nanoseconds() && (!c.peerAcking(wait) || time.Since(e.first) > writeStall) {
+	if c.lastRead.Load() < e.sent.Sub(monoStart).Nanoseconds() && (!c.peerAcking(wait) || time.Since(e.first) > slowPeerLimit(wait)) {
 		c.close(fmt.Errorf("no response from host %s in %v: link or peer down", c.l.peerID, wait))
 		return // the call fails: txReap retries
 	}
@@ -546,6 +546,12 @@ func (t *tcpPath) txWait() {
 	// wait again.
 	e.sent, e.due = time.Now(), clk.Now().Add(wait)
 }
+
+// slowPeerLimit bounds how long a requester waits for a response from a
+// peer whose kernel acknowledges what was sent (peerAcking) while no
+// response comes: a peer host that died after acknowledging the request
+// looks the same, so this is how long its death may go unnoticed.
+func slowPeerLimit(wait time.Duration) time.Duration { return max(time.Second, 8*wait) }
 
 // txDrop empties the window without completions (RESET).
 func (t *tcpPath) txDrop() {

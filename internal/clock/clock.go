@@ -126,17 +126,17 @@ func (f *Fake) Advance(d time.Duration) {
 		if t.when.After(f.now) {
 			f.now = t.when
 		}
-		now := f.now
-		f.mu.Unlock()
+		// Fire under the lock: a Stop or Reset that follows cannot miss
+		// the value and let it be received later. The channel has room
+		// for one; the function runs in its own goroutine.
 		if t.fn != nil {
 			go t.fn()
 		} else {
 			select {
-			case t.ch <- now:
+			case t.ch <- f.now:
 			default:
 			}
 		}
-		f.mu.Lock()
 	}
 	f.now = end
 	f.mu.Unlock()

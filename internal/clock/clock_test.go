@@ -53,3 +53,25 @@ func TestFakeTimers(t *testing.T) {
 		t.Error("WaitArmed: want 1 armed timer, not 2")
 	}
 }
+
+// TestFakeNoStaleValue: a timer stopped or reset right after it fired,
+// while Advance runs in another goroutine, never delivers the old value
+// later.
+func TestFakeNoStaleValue(t *testing.T) {
+	f := NewFake(time.Unix(0, 0))
+	for i := range 2000 {
+		tm := f.NewTimer(time.Millisecond)
+		done := make(chan struct{})
+		go func() { f.Advance(time.Millisecond); close(done) }()
+		for f.Armed() != 0 {
+		}
+		tm.Reset(time.Hour)
+		<-done
+		select {
+		case <-tm.C():
+			t.Fatalf("run %d: a value arrived after Reset", i)
+		default:
+		}
+		tm.Stop()
+	}
+}

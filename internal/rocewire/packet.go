@@ -80,8 +80,13 @@ func Parse(b []byte, mtu int, p *Packet) error {
 	}
 	if h&HasAETH != 0 {
 		p.AETH = AETH(take(AETHLen))
-		if s := p.AETH.Syndrome(); !s.Valid() {
+		s := p.AETH.Syndrome()
+		if !s.Valid() {
 			return errorf("%s: AETH syndrome 0x%02x is reserved", op, uint8(s))
+		}
+		if op != Acknowledge && s.Kind() != KindACK {
+			// A NAK travels only in an ACKNOWLEDGE packet.
+			return errorf("%s carries an ACK syndrome, not 0x%02x (a NAK travels in an ACKNOWLEDGE)", op, uint8(s))
 		}
 	}
 	if h&HasAtomicAckETH != 0 {
@@ -109,6 +114,9 @@ func Parse(b []byte, mtu int, p *Packet) error {
 		return errorf("%s carries 1 to %d bytes (the path MTU), this one %d", op, mtu, n)
 	case rule == PayloadOnly && n > mtu:
 		return errorf("%s carries at most the path MTU (%d bytes), this one %d", op, mtu, n)
+	}
+	if p.RETH != nil && info.Position == PosOnly && info.Payload != PayloadNone && uint32(n) != p.RETH.DMALen() {
+		return errorf("%s: %d payload bytes, but the RETH says the message is %d", op, n, p.RETH.DMALen())
 	}
 	p.Payload = b[off : off+n : off+n]
 	p.Pad = b[off+n : end : end]

@@ -208,6 +208,16 @@ func TestParse(t *testing.T) {
 		{"not a whole number of words", "pad bytes", func() []byte { b := build(SendOnly, 5); return b[:len(b)-1] }(), 0},
 		{"headers cut", "shorter than its headers", build(RDMAReadRequest, 0)[:20], 0},
 		{"bad MTU", "path MTU 1000", build(SendOnly, 0), 1000},
+		{"NAK in a read response", "carries an ACK syndrome", func() []byte {
+			b := build(RDMAReadResponseOnly, 4)
+			b[BTHLen] = byte(NAK(NAKRemAccess))
+			return b
+		}(), 0},
+		{"WRITE_ONLY shorter than its RETH", "the RETH says", func() []byte {
+			b := build(RDMAWriteOnly, 8)
+			RETH(b[BTHLen:]).Encode(0x1000, 1, 1<<30)
+			return b
+		}(), 0},
 		{"pad beyond the body", "pad count 3", func() []byte { b := build(RDMAReadResponseMiddle, 0); b[1] |= 3 << 4; return b }(), 0},
 	}
 	bad[1].b[0] = 0x24      // UC SEND_ONLY

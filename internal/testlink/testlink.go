@@ -15,7 +15,9 @@
 // Each shaper reads whole frames (a header and the payload length it
 // declares, Framing), draws each one's fate and forwards it. A shaper
 // owns its direction; it ends when its reading side closes, and then
-// closes its writing side, so closing either conn ends the pipe.
+// closes its writing side, so closing either conn ends the pipe. Frames
+// still delayed when a direction ends are lost, as on a link that goes
+// down.
 package testlink
 
 import (
