@@ -41,6 +41,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/clock"
+	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testlink"
@@ -102,7 +103,7 @@ type Agent struct {
 	qps       map[uint32]*qp          // all QPs of this host by QPN; +checklocks:mu
 	nextQPN   uint32                  // +checklocks:mu
 	sessions  map[*session]struct{}   // +checklocks:mu
-	mg        procState               // VM procedures, power state and access (manage.go)
+	proc      *manage.Procedures      // VM procedures, power state and access (package manage)
 
 	nextListener atomic.Uint32
 	wg           sync.WaitGroup
@@ -178,7 +179,35 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
+	var mc *manage.Control
+	if c := a.ctl; c != nil {
+		mc = &manage.Control{Store: c.st, Cache: c.cache, LookupTimeout: c.cfg.LookupTimeout, Stop: c.stop, WG: &c.wg}
+	}
+	a.proc = manage.New(manage.Config{StateDir: cfg.StateDir, Host: cfg.Host, HostID: id, Logger: a.log, Control: mc, VMs: attachedVMs{a}})
 	return a, nil
+}
+
+// attachedVMs are the agent's attached VMs, for the procedures.
+type attachedVMs struct{ a *Agent }
+
+func (v attachedVMs) Attached(name string) (manage.VM, bool) {
+	v.a.mu.Lock()
+	defer v.a.mu.Unlock()
+	m, ok := v.a.vms[name]
+	if !ok {
+		return nil, false
+	}
+	return m, true
+}
+
+func (v attachedVMs) AttachedVMs() []manage.VM {
+	v.a.mu.Lock()
+	defer v.a.mu.Unlock()
+	out := make([]manage.VM, 0, len(v.a.vms))
+	for _, m := range v.a.vms {
+		out = append(out, m)
+	}
+	return out
 }
 
 func loadHostID(dir string) (string, error) {

@@ -222,11 +222,9 @@ func (a *Agent) publishVM(v *vm, uid uint32) {
 	// The VM's own record: its VMX and owner (from the state directory;
 	// a VM defined before owners existed is its attaching user's).
 	owner := records.Owner{UID: uid}
-	a.mg.mu.Lock()
-	vmx, st, ok, _ := a.readLocal(v.name)
-	a.mg.mu.Unlock()
+	vmx, o, ok := a.proc.LocalVM(v.name)
 	if ok {
-		owner = st.Owner
+		owner = o
 	}
 	rec := records.VM{Name: v.name, VMX: string(vmx), Owner: owner, Host: a.hostID, Power: records.PoweredOn}
 	if len(rec.VMX) > records.MaxVMXBytes {

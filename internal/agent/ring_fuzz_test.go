@@ -47,7 +47,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
 	attach := func(name string) (*vm, *pd) {
 		root := &session{a: a, cred: true} // uid 0: may define and attach
-		if err := a.defineVM(root, &mgmt.DefineVM{Name: name, VMX: vmx}); err != nil {
+		if err := a.proc.Define(root.caller(), &mgmt.DefineVM{Name: name, VMX: vmx}); err != nil {
 			tb.Fatal(err)
 		}
 		v, err := a.attachVM(root, name)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -207,11 +208,11 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	case abi.OpListVMs:
 		return mgmt.VMList{VMs: a.status().VMs}, nil, nil
 	case abi.OpDefineVM:
-		return abi.Empty{}, nil, a.defineVM(s, req.(*mgmt.DefineVM))
+		return abi.Empty{}, nil, a.proc.Define(s.caller(), req.(*mgmt.DefineVM))
 	case abi.OpUndefineVM:
-		return abi.Empty{}, nil, a.undefineVM(s, req.(*mgmt.VMRef).Name)
+		return abi.Empty{}, nil, a.proc.Undefine(s.caller(), req.(*mgmt.VMRef).Name)
 	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM:
-		r, err := a.manage(s, op, req) // manage.go
+		r, err := a.proc.Serve(s.caller(), op, req)
 		return r, nil, err
 	case abi.OpAttach:
 		if s.vm != nil {
@@ -365,7 +366,7 @@ func (a *Agent) status() mgmt.Status {
 		if seen[name] {
 			continue
 		}
-		vs := mgmt.VMStatus{Name: name, Power: a.localPower(name)}
+		vs := mgmt.VMStatus{Name: name, Power: a.proc.LocalPower(name)}
 		if cfg, err := a.loadVMConfig(name); err == nil {
 			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
 			for _, c := range cfg.Adapters {
@@ -375,7 +376,7 @@ func (a *Agent) status() mgmt.Status {
 		st.VMs = append(st.VMs, vs)
 		seen[name] = true
 	}
-	st.VMs = append(st.VMs, a.managedHere(seen)...) // manage.go
+	st.VMs = append(st.VMs, a.proc.ManagedHere(seen)...)
 	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
 	if a.up != nil {
 		st.PVRDMA = a.up.pvrdmaStatus()
@@ -385,4 +386,9 @@ func (a *Agent) status() mgmt.Status {
 		st.Uplinks = append(st.Uplinks, a.loop.u.status()...)
 	}
 	return st
+}
+
+// caller is s as the VM procedures see it.
+func (s *session) caller() *manage.Caller {
+	return &manage.Caller{Cred: s.cred, UID: s.uid, GID: s.gid, PID: s.pid, Ctx: s.ctx}
 }

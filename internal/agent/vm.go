@@ -15,6 +15,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
@@ -55,11 +56,41 @@ type vm struct {
 }
 
 // How long an attach waits for a VM's previous workload: closeGrace for
-// its session to notice the close, detachWait for the teardown.
-const (
-	closeGrace = 200 * time.Millisecond
-	detachWait = 10 * time.Second
-)
+// its session to notice the close, manage.DetachWait for the teardown.
+const closeGrace = 200 * time.Millisecond
+
+// Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
+
+// Name returns the VM's name.
+func (v *vm) Name() string { return v.name }
+
+// Managed reports whether v is a managed VM of the control plane.
+func (v *vm) Managed() bool { return v.managed }
+
+// Running reports whether v is set up and not being torn down.
+func (v *vm) Running() bool { return v.ready.Load() && !v.dying.Load() }
+
+// PID returns v's workload's process ID.
+func (v *vm) PID() int32 { return v.owner.pid }
+
+// Kick detaches v's workload, as if it had gone away: it closes the
+// workload's session, which then ends and tears the VM down (its peers'
+// QPs flush).
+func (v *vm) Kick(why string) {
+	v.a.log.Info("detaching VM", "vm", v.name, "pid", v.owner.pid, "why", why)
+	v.owner.conn.Close()
+}
+
+// Detach kicks v and waits for the teardown, at most manage.DetachWait.
+func (v *vm) Detach(why string) bool {
+	v.Kick(why)
+	select {
+	case <-v.gone:
+		return true
+	case <-time.After(manage.DetachWait):
+		return false
+	}
+}
 
 // adapter is one vrdmaN adapter of a VM.
 type adapter struct {
@@ -94,7 +125,7 @@ func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
 // attachVM creates the runtime VM for a session: guest memory (a memfd of
 // memSize, locked when all guest memory is reserved) and the adapters.
 func (a *Agent) attachVM(s *session, name string) (*vm, error) {
-	cfg, managed, err := a.attachConfig(s, name) // manage.go: owner, power, placement
+	cfg, managed, err := a.proc.AttachConfig(s.caller(), name) // owner, power, placement
 	if err != nil {
 		return nil, err
 	}
@@ -115,8 +146,8 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		if old.owner.ctx.Err() != nil {
 			select {
 			case <-old.gone:
-			case <-time.After(detachWait):
-				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, detachWait)
+			case <-time.After(manage.DetachWait):
+				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, manage.DetachWait)
 			}
 			continue
 		}
@@ -133,7 +164,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 
 	// A power-off that ran since the check above found no VM to detach:
 	// check again now that the name is taken (manage.go).
-	_, _, err = a.attachConfig(s, name)
+	_, _, err = a.proc.AttachConfig(s.caller(), name)
 	if err == nil {
 		err = v.setupMemory()
 	}
@@ -160,7 +191,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		// A power-off or a move that came after the checks above, and
 		// whose change the watch delivered before v was ready, found
 		// nothing to detach: look once more.
-		a.reconcileVM(a.ctl, v)
+		a.proc.Reconcile(v)
 	}
 	return v, nil
 }

@@ -1,7 +1,5 @@
-package agent
-
-// VM procedures, power state, placement and access (issue 5, items 4–6):
-// the agent's side of vrdmactl vm create, show, edit, set,
+// Package manage holds the agent's VM procedures, power state, placement
+// and access (issue 5, items 4–6): the agent's side of vrdmactl vm create, show, edit, set,
 // reserve-memory, power-on, power-off, define and undefine.
 //
 // Where a VM lives:
@@ -35,6 +33,7 @@ package agent
 // its group as primary group, or as root or the agent's own user.
 // Changing a VM (define over it, edit, power on or off, undefine) takes
 // its owner uid, root or the agent's user.
+package manage
 
 import (
 	"context"
@@ -50,6 +49,8 @@ import (
 	"syscall"
 	"time"
 
+	"log/slog"
+
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/member"
@@ -59,10 +60,85 @@ import (
 	"github.com/vrdma/vrdma/internal/vmx"
 )
 
-// procState is the agent's state for the procedures.
-type procState struct {
+// DetachWait bounds how long a procedure waits for a detached workload's
+// teardown.
+const DetachWait = 10 * time.Second
+
+// Procedures serve the VM commands of one agent. Its methods are safe for
+// concurrent use.
+type Procedures struct {
+	stateDir string // the agent's state directory: vms/NAME.vmx, vms/NAME.state
+	host     string // this host's name
+	hostID   string // this host's ID
+	log      *slog.Logger
+	ctl      *Control // nil: standalone
+	vms      Attached
+
 	mu    sync.Mutex // serialises changes to the VMs of the state directory
 	watch sync.Once  // starts reconcile, at the first attach of a managed VM
+}
+
+// Config is what the procedures need from their agent.
+type Config struct {
+	StateDir string
+	Host     string // this host's name
+	HostID   string
+	Logger   *slog.Logger
+	// Control is the control plane; nil runs standalone, with the state
+	// directory's VMs only.
+	Control *Control
+	// VMs are the agent's attached VMs.
+	VMs Attached
+}
+
+// Control is the agent's control plane as the procedures use it.
+type Control struct {
+	Store         *store.Store
+	Cache         *member.Cache
+	LookupTimeout time.Duration
+	// Stop ends the reconcile goroutine; WG waits for it.
+	Stop <-chan struct{}
+	WG   *sync.WaitGroup
+}
+
+// Attached are the VMs a workload has attached on this host.
+type Attached interface {
+	// Attached returns VM name if it is attached.
+	Attached(name string) (VM, bool)
+	// AttachedVMs returns every attached VM.
+	AttachedVMs() []VM
+}
+
+// VM is an attached VM.
+type VM interface {
+	Name() string
+	// Managed reports whether it is a managed VM of the control plane.
+	Managed() bool
+	// Running reports whether it is set up and not being torn down.
+	Running() bool
+	// PID is its workload's process.
+	PID() int32
+	// Kick detaches its workload, as if it had gone away (its peers'
+	// QPs flush).
+	Kick(why string)
+	// Detach kicks it and waits for the teardown, at most DetachWait;
+	// false if it did not end in time.
+	Detach(why string) bool
+}
+
+// Caller is the client a command comes from: its credentials
+// (SO_PEERCRED; Cred false when they could not be read) and the context
+// that ends with its connection.
+type Caller struct {
+	Cred     bool
+	UID, GID uint32
+	PID      int32
+	Ctx      context.Context
+}
+
+// New returns the procedures of an agent.
+func New(c Config) *Procedures {
+	return &Procedures{stateDir: c.StateDir, host: c.Host, hostID: c.HostID, log: c.Logger, ctl: c.Control, vms: c.VMs}
 }
 
 // localState is a state-directory VM's vms/NAME.state.
@@ -94,29 +170,29 @@ func (e *vmEntry) into(r *records.VM) {
 }
 
 // privileged reports whether s runs as root or as the agent's own user.
-func (s *session) privileged() bool {
-	return s.cred && (s.uid == 0 || s.uid == uint32(os.Geteuid()))
+func (s *Caller) privileged() bool {
+	return s.Cred && (s.UID == 0 || s.UID == uint32(os.Geteuid()))
 }
 
 // mayAttach reports whether s may attach a VM owned by o.
-func (s *session) mayAttach(o records.Owner) bool {
-	return s.cred && (s.privileged() || o.MayAttach(s.uid, s.gid))
+func (s *Caller) mayAttach(o records.Owner) bool {
+	return s.Cred && (s.privileged() || o.MayAttach(s.UID, s.GID))
 }
 
 // mayChange reports whether s may change a VM owned by o.
-func (s *session) mayChange(o records.Owner) bool {
-	return s.cred && (s.privileged() || o.MayChange(s.uid))
+func (s *Caller) mayChange(o records.Owner) bool {
+	return s.Cred && (s.privileged() || o.MayChange(s.UID))
 }
 
-func (s *session) who() string {
-	if !s.cred {
+func (s *Caller) who() string {
+	if !s.Cred {
 		return "a process whose credentials the agent could not read (SO_PEERCRED failed)"
 	}
-	return fmt.Sprintf("uid %d gid %d (pid %d)", s.uid, s.gid, s.pid)
+	return fmt.Sprintf("uid %d gid %d (pid %d)", s.UID, s.GID, s.PID)
 }
 
 // checkChange refuses s a change to VM e unless s is its owner or root.
-func (s *session) checkChange(e *vmEntry) error {
+func (s *Caller) checkChange(e *vmEntry) error {
 	if s.mayChange(e.owner) {
 		return nil
 	}
@@ -126,30 +202,32 @@ func (s *session) checkChange(e *vmEntry) error {
 
 // ownerFor returns the owner of a VM s creates or defines: o, which only a
 // privileged caller may set to someone else, or s's own credentials.
-func (s *session) ownerFor(o *mgmt.Owner) (records.Owner, error) {
-	if !s.cred {
+func (s *Caller) ownerFor(o *mgmt.Owner) (records.Owner, error) {
+	if !s.Cred {
 		return records.Owner{}, abi.Errorf(abi.CodePermission, "owner", "the agent could not read this client's credentials (SO_PEERCRED), so it cannot own a VM")
 	}
 	if o == nil {
-		return records.Owner{UID: s.uid, GID: s.gid}, nil
+		return records.Owner{UID: s.UID, GID: s.GID}, nil
 	}
 	// The agent knows only a client's primary group (SO_PEERCRED), so
 	// that is the only group a client may name without being root.
-	if !s.privileged() && (o.UID != s.uid || o.GID != s.gid) {
+	if !s.privileged() && (o.UID != s.UID || o.GID != s.GID) {
 		return records.Owner{}, abi.Errorf(abi.CodePermission, "owner", "only root may give a VM to uid %d gid %d; this request comes from %s", o.UID, o.GID, s.who())
 	}
 	return records.Owner{UID: o.UID, GID: o.GID}, nil
 }
 
-func (a *Agent) vmxPath(name string) string { return filepath.Join(a.cfg.StateDir, "vms", name+".vmx") }
-func (a *Agent) statePath(name string) string {
-	return filepath.Join(a.cfg.StateDir, "vms", name+".state")
+func (mg *Procedures) vmxPath(name string) string {
+	return filepath.Join(mg.stateDir, "vms", name+".vmx")
+}
+func (mg *Procedures) statePath(name string) string {
+	return filepath.Join(mg.stateDir, "vms", name+".state")
 }
 
 // readLocal reads VM name of the state directory; ok is false if there is
-// none. The caller holds a.mg.mu when it goes on to change the VM.
-func (a *Agent) readLocal(name string) (vmxText []byte, st localState, ok bool, err error) {
-	p := a.vmxPath(name)
+// none. The caller holds mg.mu when it goes on to change the VM.
+func (mg *Procedures) readLocal(name string) (vmxText []byte, st localState, ok bool, err error) {
+	p := mg.vmxPath(name)
 	vmxText, err = os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, st, false, nil
@@ -157,7 +235,7 @@ func (a *Agent) readLocal(name string) (vmxText []byte, st localState, ok bool, 
 	if err != nil {
 		return nil, st, false, abi.Errorf(abi.CodeInternal, "vm", "read VM %q: %v", name, err)
 	}
-	b, err := os.ReadFile(a.statePath(name))
+	b, err := os.ReadFile(mg.statePath(name))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		// Defined by an agent older than the procedures: powered on,
@@ -173,7 +251,7 @@ func (a *Agent) readLocal(name string) (vmxText []byte, st localState, ok bool, 
 	default:
 		if err := json.Unmarshal(b, &st); err != nil || (st.Power != records.PoweredOn && st.Power != records.PoweredOff) {
 			return nil, st, false, abi.Errorf(abi.CodeInternal, "vm", "VM %q: state file %s is not valid (%v, power %q): remove it (the VM is then powered on and owned by the .vmx file's owner) or undefine the VM",
-				name, a.statePath(name), err, st.Power)
+				name, mg.statePath(name), err, st.Power)
 		}
 	}
 	return vmxText, st, true, nil
@@ -181,7 +259,7 @@ func (a *Agent) readLocal(name string) (vmxText []byte, st localState, ok bool, 
 
 // writeLocal stores VM name in the state directory: its VMX (unless nil)
 // and its state, each replaced whole (write and rename).
-func (a *Agent) writeLocal(name string, vmxText []byte, st localState) error {
+func (mg *Procedures) writeLocal(name string, vmxText []byte, st localState) error {
 	write := func(p string, b []byte) error {
 		tmp := p + ".tmp"
 		if err := os.WriteFile(tmp, b, 0o600); err != nil {
@@ -193,31 +271,31 @@ func (a *Agent) writeLocal(name string, vmxText []byte, st localState) error {
 		return nil
 	}
 	if vmxText != nil {
-		if err := write(a.vmxPath(name), vmxText); err != nil {
+		if err := write(mg.vmxPath(name), vmxText); err != nil {
 			return err
 		}
 	}
 	b, _ := json.Marshal(st)
-	return write(a.statePath(name), append(b, '\n'))
+	return write(mg.statePath(name), append(b, '\n'))
 }
 
-func (a *Agent) localEntry(name string, vmxText []byte, st localState) *vmEntry {
-	return &vmEntry{name: name, vmx: string(vmxText), power: st.Power, owner: st.Owner, host: a.hostID, inv: st.Inventory}
+func (mg *Procedures) localEntry(name string, vmxText []byte, st localState) *vmEntry {
+	return &vmEntry{name: name, vmx: string(vmxText), power: st.Power, owner: st.Owner, host: mg.hostID, inv: st.Inventory}
 }
 
 // notDefined is the error for a VM this agent does not know.
-func (a *Agent) notDefined(name string) error {
+func (mg *Procedures) notDefined(name string) error {
 	where := ""
-	if a.ctl != nil {
+	if mg.ctl != nil {
 		where = " nor in the control plane"
 	}
 	return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined on host %s%s: create it (vrdmactl vm create %s) or define it (vrdmactl vm define %s FILE.vmx)",
-		name, a.cfg.Host, where, name, name)
+		name, mg.host, where, name, name)
 }
 
 // hostLabel names host id for messages: its name and ID when known.
-func (a *Agent) hostLabel(id string) string {
-	if h, ok := a.hostRecord(id); ok {
+func (mg *Procedures) hostLabel(id string) string {
+	if h, ok := mg.hostRecord(id); ok {
 		return h.Label()
 	}
 	if id == "" {
@@ -227,32 +305,32 @@ func (a *Agent) hostLabel(id string) string {
 }
 
 // hostName returns host id's name, or id when it is not known.
-func (a *Agent) hostName(id string) string {
-	if h, ok := a.hostRecord(id); ok {
+func (mg *Procedures) hostName(id string) string {
+	if h, ok := mg.hostRecord(id); ok {
 		return h.Name
 	}
 	return id
 }
 
-func (a *Agent) hostRecord(id string) (records.Host, bool) {
+func (mg *Procedures) hostRecord(id string) (records.Host, bool) {
 	switch {
 	case id == "":
 		return records.Host{}, false
-	case id == a.hostID:
-		return records.Host{ID: id, Name: a.cfg.Host}, true
-	case a.ctl == nil:
+	case id == mg.hostID:
+		return records.Host{ID: id, Name: mg.host}, true
+	case mg.ctl == nil:
 		return records.Host{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	h, err := a.ctl.cache.Host(ctx, id)
+	h, err := mg.ctl.Cache.Host(ctx, id)
 	return h.Host, err == nil
 }
 
 // elsewhere is the error for a VM defined on another host's agent.
-func (a *Agent) elsewhere(r records.VM) error {
+func (mg *Procedures) elsewhere(r records.VM) error {
 	return abi.Errorf(abi.CodeNotFound, "name", "VM %q is defined on host %s (vrdmactl vm define there), not on this host (%s): manage it and run its workload there",
-		r.Name, a.hostLabel(r.Host), a.cfg.Host)
+		r.Name, mg.hostLabel(r.Host), mg.host)
 }
 
 // ctlErr turns a control-plane error about VM name into an agent error;
@@ -287,28 +365,28 @@ func (r *refusal) Error() string { return fmt.Sprintf("%d rules refused the chan
 // lookup returns VM name: from the state directory, else from the
 // control plane (read from etcd, not the cache: a procedure acts on the
 // latest).
-func (a *Agent) lookup(ctx context.Context, name string) (*vmEntry, error) {
-	a.mg.mu.Lock()
-	b, st, ok, err := a.readLocal(name)
-	a.mg.mu.Unlock()
+func (mg *Procedures) lookup(ctx context.Context, name string) (*vmEntry, error) {
+	mg.mu.Lock()
+	b, st, ok, err := mg.readLocal(name)
+	mg.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	if ok {
-		return a.localEntry(name, b, st), nil
+		return mg.localEntry(name, b, st), nil
 	}
-	if a.ctl == nil {
-		return nil, a.notDefined(name)
+	if mg.ctl == nil {
+		return nil, mg.notDefined(name)
 	}
-	r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name))
+	r, _, err := store.Get[records.VM](ctx, mg.ctl.Store, records.VMKey(name))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, a.notDefined(name)
+		return nil, mg.notDefined(name)
 	}
 	if err != nil {
 		return nil, ctlErr(err, name)
 	}
 	if !r.Managed {
-		return nil, a.elsewhere(r)
+		return nil, mg.elsewhere(r)
 	}
 	return entryOf(r), nil
 }
@@ -316,15 +394,15 @@ func (a *Agent) lookup(ctx context.Context, name string) (*vmEntry, error) {
 // update changes VM name with fn, a read-modify-write under the state
 // directory's lock or a compare-and-swap on the control plane's record;
 // fn may run more than once. It returns the VM as written.
-func (a *Agent) update(ctx context.Context, name string, fn func(e *vmEntry) error) (*vmEntry, error) {
-	a.mg.mu.Lock()
-	b, st, ok, err := a.readLocal(name)
+func (mg *Procedures) update(ctx context.Context, name string, fn func(e *vmEntry) error) (*vmEntry, error) {
+	mg.mu.Lock()
+	b, st, ok, err := mg.readLocal(name)
 	if err != nil || ok {
-		defer a.mg.mu.Unlock()
+		defer mg.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		e := a.localEntry(name, b, st)
+		e := mg.localEntry(name, b, st)
 		if err := fn(e); err != nil {
 			return nil, err
 		}
@@ -332,22 +410,22 @@ func (a *Agent) update(ctx context.Context, name string, fn func(e *vmEntry) err
 		if e.vmx != string(b) {
 			nb = []byte(e.vmx)
 		}
-		if err := a.writeLocal(name, nb, localState{Power: e.power, Owner: e.owner, Inventory: e.inv}); err != nil {
+		if err := mg.writeLocal(name, nb, localState{Power: e.power, Owner: e.owner, Inventory: e.inv}); err != nil {
 			return nil, err
 		}
 		return e, nil
 	}
-	a.mg.mu.Unlock()
-	if a.ctl == nil {
-		return nil, a.notDefined(name)
+	mg.mu.Unlock()
+	if mg.ctl == nil {
+		return nil, mg.notDefined(name)
 	}
 	var out *vmEntry
-	_, _, err = store.Update(ctx, a.ctl.st, records.VMKey(name), func(old *records.VM) (*records.VM, error) {
+	_, _, err = store.Update(ctx, mg.ctl.Store, records.VMKey(name), func(old *records.VM) (*records.VM, error) {
 		if old == nil {
-			return nil, a.notDefined(name)
+			return nil, mg.notDefined(name)
 		}
 		if !old.Managed {
-			return nil, a.elsewhere(*old)
+			return nil, mg.elsewhere(*old)
 		}
 		e := entryOf(*old)
 		if err := fn(e); err != nil {
@@ -365,81 +443,81 @@ func (a *Agent) update(ctx context.Context, name string, fn func(e *vmEntry) err
 }
 
 // attached returns VM name if a workload has it attached here.
-func (a *Agent) attached(name string) *vm {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.vms[name]
+func (mg *Procedures) attached(name string) VM {
+	v, _ := mg.vms.Attached(name)
+	return v
 }
 
 // info describes e.
-func (a *Agent) info(e *vmEntry) mgmt.VMInfo {
+func (mg *Procedures) info(e *vmEntry) mgmt.VMInfo {
 	in := mgmt.VMInfo{Name: e.name, VMX: e.vmx, Power: string(e.power), HostID: e.host, Owner: mgmt.Owner{UID: e.owner.UID, GID: e.owner.GID},
-		Managed: e.managed, Attached: a.attached(e.name) != nil,
+		Managed: e.managed, Attached: mg.attached(e.name) != nil,
 		Placement: mgmt.Placement{Datacenter: e.inv.Datacenter, Folder: e.inv.Folder, ResourcePool: e.inv.ResourcePool}}
 	if e.host != "" {
-		in.Host = a.hostName(e.host)
+		in.Host = mg.hostName(e.host)
 	}
 	return in
 }
 
-// manage serves the procedures' commands.
-func (a *Agent) manage(s *session, op abi.Op, req any) (any, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, 2*detachWait)
+// Serve serves the procedures' commands other than define and undefine:
+// create, get, edit, power on and off.
+func (mg *Procedures) Serve(s *Caller, op abi.Op, req any) (any, error) {
+	ctx, cancel := context.WithTimeout(s.Ctx, 2*DetachWait)
 	defer cancel()
 	switch op {
 	case abi.OpCreateVM:
-		return a.createVM(ctx, s, req.(*mgmt.CreateVM))
+		return mg.createVM(ctx, s, req.(*mgmt.CreateVM))
 	case abi.OpGetVM:
-		e, err := a.lookup(ctx, req.(*mgmt.VMRef).Name)
+		e, err := mg.lookup(ctx, req.(*mgmt.VMRef).Name)
 		if err != nil {
 			return nil, err
 		}
-		return a.info(e), nil
+		return mg.info(e), nil
 	case abi.OpEditVM:
-		return a.editVM(ctx, s, req.(*mgmt.EditVM))
+		return mg.editVM(ctx, s, req.(*mgmt.EditVM))
 	case abi.OpPowerOnVM:
-		return a.powerOn(ctx, s, req.(*mgmt.PowerOnVM))
+		return mg.powerOn(ctx, s, req.(*mgmt.PowerOnVM))
 	case abi.OpPowerOffVM:
-		return a.powerOff(ctx, s, req.(*mgmt.VMRef).Name)
+		return mg.powerOff(ctx, s, req.(*mgmt.VMRef).Name)
 	}
 	return nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not a VM procedure", op)
 }
 
 // ---- attach ----------------------------------------------------------------
 
-// attachConfig decides whether session s may attach VM name on this host
+// AttachConfig decides whether session s may attach VM name on this host
 // and returns its configuration, and whether the VM is managed: the VM
 // must be powered on, on this host, and s must run as its owner (uid or
 // primary group) or root.
-func (a *Agent) attachConfig(s *session, name string) (*vmconfig.Config, bool, error) {
-	a.mg.mu.Lock()
-	b, st, ok, err := a.readLocal(name)
-	a.mg.mu.Unlock()
+func (mg *Procedures) AttachConfig(s *Caller, name string) (*vmconfig.Config, bool, error) {
+	mg.mu.Lock()
+	b, st, ok, err := mg.readLocal(name)
+	mg.mu.Unlock()
 	if err != nil {
 		return nil, false, err
 	}
 	var e *vmEntry
 	switch {
 	case ok:
-		e = a.localEntry(name, b, st)
-	case a.ctl == nil:
-		return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s: define it first (vrdmactl vm define %s FILE.vmx)", name, a.cfg.Host, name)
+		e = mg.localEntry(name, b, st)
+	case mg.ctl == nil:
+		return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s: define it first (vrdmactl vm define %s FILE.vmx)", name, mg.host, name)
 	default:
-		ctx, cancel := context.WithTimeout(context.Background(), a.ctl.cfg.LookupTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), mg.ctl.LookupTimeout)
 		defer cancel()
-		r, err := a.ctl.cache.VM(ctx, name)
+		r, err := mg.ctl.Cache.VM(ctx, name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s nor in the control plane: define it (vrdmactl vm define %s FILE.vmx) or create it (vrdmactl vm create %s)", name, a.cfg.Host, name, name)
+			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s nor in the control plane: define it (vrdmactl vm define %s FILE.vmx) or create it (vrdmactl vm create %s)", name, mg.host, name, name)
 		case err != nil:
 			return nil, false, abi.Errorf(abi.CodeUnavailable, "vm", "VM %q is not defined on this host and cannot be read from the control plane: %v", name, err)
 		case !r.Managed:
-			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is defined on host %s, not on this host (%s): run its workload there", name, a.hostLabel(r.Host), a.cfg.Host)
+			return nil, false, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is defined on host %s, not on this host (%s): run its workload there", name, mg.hostLabel(r.Host), mg.host)
 		}
 		e = entryOf(r)
 		// The cache may lag behind a power-on or a power-off: what etcd
 		// says decides, while it answers.
-		if r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name)); err == nil && r.Managed {
+		if r, _, err := store.Get[records.VM](ctx, mg.ctl.Store, records.VMKey(name)); err == nil && r.Managed {
 			e = entryOf(r)
 		}
 	}
@@ -450,53 +528,34 @@ func (a *Agent) attachConfig(s *session, name string) (*vmconfig.Config, bool, e
 	if e.power != records.PoweredOn {
 		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered off: power it on first (vrdmactl vm power-on %s)", name, name)
 	}
-	if e.host != a.hostID {
+	if e.host != mg.hostID {
 		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered on on host %s, not on this host (%s): run its workload there, or power it off and on again with --host %s",
-			name, a.hostLabel(e.host), a.cfg.Host, a.cfg.Host)
+			name, mg.hostLabel(e.host), mg.host, mg.host)
 	}
 	cfg, err := vmconfig.Parse([]byte(e.vmx))
 	if err != nil {
 		return nil, false, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", name, err)
 	}
 	if e.managed {
-		a.startReconcile()
+		mg.startReconcile()
 	}
 	return cfg, e.managed, nil
 }
 
-// kick detaches VM v's workload, as if it had gone away: it closes the
-// workload's session, which then ends and tears the VM down (its peers'
-// QPs flush).
-func (v *vm) kick(why string) {
-	v.a.log.Info("detaching VM", "vm", v.name, "pid", v.owner.pid, "why", why)
-	v.owner.conn.Close()
-}
-
-// detach kicks v and waits for the teardown, at most detachWait.
-func (v *vm) detach(why string) bool {
-	v.kick(why)
-	select {
-	case <-v.gone:
-		return true
-	case <-time.After(detachWait):
-		return false
-	}
-}
-
 // startReconcile starts reconcile once, when a managed VM is attached.
 // The control plane's stop and wait group own it.
-func (a *Agent) startReconcile() {
-	c := a.ctl
-	a.mg.watch.Do(func() {
-		c.wg.Add(1)
+func (mg *Procedures) startReconcile() {
+	c := mg.ctl
+	mg.watch.Do(func() {
+		c.WG.Add(1)
 		go func() {
-			defer c.wg.Done()
+			defer c.WG.Done()
 			for {
-				ch := c.cache.Changed()
-				a.reconcile(c)
+				ch := c.Cache.Changed()
+				mg.reconcile(c)
 				select {
 				case <-ch:
-				case <-c.stop:
+				case <-c.Stop:
 					return
 				}
 			}
@@ -506,29 +565,24 @@ func (a *Agent) startReconcile() {
 
 // reconcile detaches every attached managed VM whose record no longer
 // lets it run here: powered off, placed on another host, or deleted.
-func (a *Agent) reconcile(c *control) {
-	a.mu.Lock()
-	var vms []*vm
-	for _, v := range a.vms {
-		if v.managed && v.ready.Load() && !v.dying.Load() {
-			vms = append(vms, v)
+func (mg *Procedures) reconcile(c *Control) {
+	for _, v := range mg.vms.AttachedVMs() {
+		if !v.Managed() || !v.Running() {
+			continue
 		}
-	}
-	a.mu.Unlock()
-	for _, v := range vms {
-		a.reconcileVM(c, v)
+		mg.reconcileVM(c, v)
 	}
 }
 
 // reconcileVM detaches managed VM v if its record no longer lets it run
 // here.
-func (a *Agent) reconcileVM(c *control, v *vm) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
-	r, err := c.cache.VM(ctx, v.name)
-	if err != nil || r.Power != records.PoweredOn || r.Host != a.hostID {
+func (mg *Procedures) reconcileVM(c *Control, v VM) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.LookupTimeout)
+	r, err := c.Cache.VM(ctx, v.Name())
+	if err != nil || r.Power != records.PoweredOn || r.Host != mg.hostID {
 		// Confirm with etcd: the cache may lag behind the power-on
 		// that let this VM attach.
-		r, _, err = store.Get[records.VM](ctx, c.st, records.VMKey(v.name))
+		r, _, err = store.Get[records.VM](ctx, c.Store, records.VMKey(v.Name()))
 	}
 	cancel()
 	why := ""
@@ -539,18 +593,18 @@ func (a *Agent) reconcileVM(c *control, v *vm) {
 		return // out of reach: leave it running
 	case r.Power != records.PoweredOn:
 		why = "powered off"
-	case r.Host != a.hostID:
+	case r.Host != mg.hostID:
 		why = "placed on host " + r.Host
 	}
 	if why != "" {
-		v.kick(why)
+		v.Kick(why)
 	}
 }
 
 // ---- define, undefine, create ----------------------------------------------
 
-// defineVM stores VM d.Name in the state directory, powered on here.
-func (a *Agent) defineVM(s *session, d *mgmt.DefineVM) error {
+// Define stores VM d.Name in the state directory, powered on here.
+func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
 		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
 	}
@@ -558,86 +612,86 @@ func (a *Agent) defineVM(s *session, d *mgmt.DefineVM) error {
 	if err != nil {
 		return err
 	}
-	if c := a.ctl; c != nil {
-		ctx, cancel := context.WithTimeout(s.ctx, c.cfg.LookupTimeout)
-		r, err := c.cache.VM(ctx, d.Name)
+	if c := mg.ctl; c != nil {
+		ctx, cancel := context.WithTimeout(s.Ctx, c.LookupTimeout)
+		r, err := c.Cache.VM(ctx, d.Name)
 		cancel()
 		if err == nil && r.Managed {
 			return abi.Errorf(abi.CodeExists, "name", "VM %q is a managed VM of the control plane (vm create): change it with vrdmactl vm edit/set, or delete it first (vrdmactl vm undefine %s)", d.Name, d.Name)
 		}
-		if err == nil && r.Host != "" && r.Host != a.hostID {
-			ctx, cancel := context.WithTimeout(s.ctx, c.cfg.LookupTimeout)
-			hs, herr := c.cache.Host(ctx, r.Host)
+		if err == nil && r.Host != "" && r.Host != mg.hostID {
+			ctx, cancel := context.WithTimeout(s.Ctx, c.LookupTimeout)
+			hs, herr := c.Cache.Host(ctx, r.Host)
 			cancel()
 			if herr == nil && hs.Alive != nil {
 				return abi.Errorf(abi.CodeExists, "name", "VM %q runs on host %s: VM names are global in the control plane; define this one under another name", d.Name, hs.Host.Label())
 			}
 		}
 	}
-	a.mg.mu.Lock()
-	defer a.mg.mu.Unlock()
-	_, st, ok, err := a.readLocal(d.Name)
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	_, st, ok, err := mg.readLocal(d.Name)
 	if err != nil {
 		return err
 	}
 	if ok {
-		if err := s.checkChange(a.localEntry(d.Name, nil, st)); err != nil {
+		if err := s.checkChange(mg.localEntry(d.Name, nil, st)); err != nil {
 			return err
 		}
 		if d.Owner == nil {
 			owner = st.Owner // redefining keeps the owner
 		}
 	}
-	if a.attached(d.Name) != nil {
+	if mg.attached(d.Name) != nil {
 		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
 	}
-	return a.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory})
+	return mg.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory})
 }
 
-// undefineVM removes VM name: from the state directory if it is there
+// Undefine removes VM name: from the state directory if it is there
 // (it must not be attached), else a managed VM from the control plane
 // (it must be powered off).
-func (a *Agent) undefineVM(s *session, name string) error {
-	a.mg.mu.Lock()
-	_, st, ok, err := a.readLocal(name)
+func (mg *Procedures) Undefine(s *Caller, name string) error {
+	mg.mu.Lock()
+	_, st, ok, err := mg.readLocal(name)
 	if err != nil || ok {
-		defer a.mg.mu.Unlock()
+		defer mg.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if err := s.checkChange(a.localEntry(name, nil, st)); err != nil {
+		if err := s.checkChange(mg.localEntry(name, nil, st)); err != nil {
 			return err
 		}
-		if a.attached(name) != nil {
+		if mg.attached(name) != nil {
 			return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload first (vrdmactl vm power-off %s)", name, name)
 		}
-		if err := os.Remove(a.vmxPath(name)); err != nil {
+		if err := os.Remove(mg.vmxPath(name)); err != nil {
 			return abi.Errorf(abi.CodeInternal, "", "%v", err)
 		}
-		os.Remove(a.statePath(name))
+		os.Remove(mg.statePath(name))
 		return nil
 	}
-	a.mg.mu.Unlock()
-	if a.ctl == nil {
+	mg.mu.Unlock()
+	if mg.ctl == nil {
 		return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined", name)
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, detachWait)
+	ctx, cancel := context.WithTimeout(s.Ctx, DetachWait)
 	defer cancel()
-	err = member.DeleteVM(ctx, a.ctl.st, name, func(r records.VM) error {
+	err = member.DeleteVM(ctx, mg.ctl.Store, name, func(r records.VM) error {
 		if !r.Managed {
-			return a.elsewhere(r)
+			return mg.elsewhere(r)
 		}
 		e := entryOf(r)
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
 		if r.Power != records.PoweredOff {
-			return abi.Errorf(abi.CodeState, "name", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", name, a.hostLabel(r.Host), name)
+			return abi.Errorf(abi.CodeState, "name", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", name, mg.hostLabel(r.Host), name)
 		}
 		return nil
 	})
 	if errors.Is(err, store.ErrNotFound) {
-		return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined on host %s nor in the control plane", name, a.cfg.Host)
+		return abi.Errorf(abi.CodeNotFound, "name", "VM %q is not defined on host %s nor in the control plane", name, mg.host)
 	}
 	return ctlErr(err, name)
 }
@@ -646,18 +700,18 @@ func (a *Agent) undefineVM(s *session, name string) error {
 // agent's host. The record is read from etcd when it answers (a procedure
 // must see a "host configure" that has just happened, which the cache may
 // not have yet), from the cache otherwise; liveness comes from the cache.
-func (a *Agent) resolveHost(ctx context.Context, ref string) (member.HostStatus, error) {
-	c := a.ctl
+func (mg *Procedures) resolveHost(ctx context.Context, ref string) (member.HostStatus, error) {
+	c := mg.ctl
 	if ref == "" {
-		ref = a.hostID
+		ref = mg.hostID
 	}
 	var all []records.Host
-	if hs, _, _, err := store.List[records.Host](ctx, c.st, records.HostPrefix); err == nil {
+	if hs, _, _, err := store.List[records.Host](ctx, c.Store, records.HostPrefix); err == nil {
 		for _, it := range hs {
 			all = append(all, it.Value)
 		}
 	} else {
-		for _, h := range c.cache.Hosts() {
+		for _, h := range c.Cache.Hosts() {
 			all = append(all, h.Host)
 		}
 	}
@@ -675,7 +729,7 @@ func (a *Agent) resolveHost(ctx context.Context, ref string) (member.HostStatus,
 	case 0:
 		return member.HostStatus{}, abi.Errorf(abi.CodeNotFound, "host", "host %q is not in the control plane: name a host of vrdmactl host list (by name or ID)", ref)
 	case 1:
-		hs, err := c.cache.Host(ctx, found[0].ID)
+		hs, err := c.Cache.Host(ctx, found[0].ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return hs, abi.Errorf(abi.CodeUnavailable, "host", "host %q: %v", ref, err)
 		}
@@ -694,11 +748,11 @@ func (a *Agent) resolveHost(ctx context.Context, ref string) (member.HostStatus,
 }
 
 // isThisHost reports whether ref names this agent's host.
-func (a *Agent) isThisHost(ref string) bool {
-	return ref == "" || ref == a.hostID || ref == a.cfg.Host
+func (mg *Procedures) isThisHost(ref string) bool {
+	return ref == "" || ref == mg.hostID || ref == mg.host
 }
 
-func (a *Agent) createVM(ctx context.Context, s *session, req *mgmt.CreateVM) (mgmt.VMInfo, error) {
+func (mg *Procedures) createVM(ctx context.Context, s *Caller, req *mgmt.CreateVM) (mgmt.VMInfo, error) {
 	if _, err := vmconfig.Parse([]byte(req.VMX)); err != nil {
 		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", req.Name, err)
 	}
@@ -711,23 +765,23 @@ func (a *Agent) createVM(ctx context.Context, s *session, req *mgmt.CreateVM) (m
 	if err := rec.Validate(); err != nil {
 		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "", "%v", err)
 	}
-	a.mg.mu.Lock()
-	defer a.mg.mu.Unlock()
-	if _, _, ok, err := a.readLocal(req.Name); err != nil {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if _, _, ok, err := mg.readLocal(req.Name); err != nil {
 		return mgmt.VMInfo{}, err
 	} else if ok {
-		return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, a.cfg.Host)
+		return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, mg.host)
 	}
-	if a.ctl == nil {
-		if !a.isThisHost(req.Host) {
-			return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", a.cfg.Host, req.Host)
+	if mg.ctl == nil {
+		if !mg.isThisHost(req.Host) {
+			return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", mg.host, req.Host)
 		}
-		if err := a.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv}); err != nil {
+		if err := mg.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv}); err != nil {
 			return mgmt.VMInfo{}, err
 		}
-		return a.info(a.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv})), nil
+		return mg.info(mg.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv})), nil
 	}
-	h, err := a.resolveHost(ctx, req.Host)
+	h, err := mg.resolveHost(ctx, req.Host)
 	if err != nil {
 		return mgmt.VMInfo{}, err
 	}
@@ -738,23 +792,23 @@ func (a *Agent) createVM(ctx context.Context, s *session, req *mgmt.CreateVM) (m
 		rec.Datacenter = h.Host.Datacenter
 	}
 	rec.Host = h.Host.ID
-	if _, err := a.ctl.st.Create(ctx, records.VMKey(req.Name), rec); err != nil {
+	if _, err := mg.ctl.Store.Create(ctx, records.VMKey(req.Name), rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM name %q is taken in the control plane (VM names are unique across hosts): pick another", req.Name)
 		}
 		return mgmt.VMInfo{}, ctlErr(err, req.Name)
 	}
-	return a.info(entryOf(rec)), nil
+	return mg.info(entryOf(rec)), nil
 }
 
 // ---- edit -----------------------------------------------------------------
 
 // poweredOnErr is the refusal of a change to a powered-on VM.
-func (a *Agent) poweredOnErr(e *vmEntry) error {
-	return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
+func (mg *Procedures) poweredOnErr(e *vmEntry) error {
+	return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s): power off the VM first (vrdmactl vm power-off %s)", e.name, mg.hostLabel(e.host), e.name)
 }
 
-func (a *Agent) editVM(ctx context.Context, s *session, req *mgmt.EditVM) (mgmt.EditReply, error) {
+func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (mgmt.EditReply, error) {
 	// Port groups' switches are looked up before the change, outside
 	// its compare-and-swap.
 	adds := slices.Clone(req.AddAdapters)
@@ -762,19 +816,19 @@ func (a *Agent) editVM(ctx context.Context, s *session, req *mgmt.EditVM) (mgmt.
 		if adds[i].Switch != "" {
 			continue
 		}
-		sw, err := a.portGroupSwitch(ctx, adds[i].PortGroup)
+		sw, err := mg.portGroupSwitch(ctx, adds[i].PortGroup)
 		if err != nil {
 			return mgmt.EditReply{}, err
 		}
 		adds[i].Switch = sw
 	}
 	var after []mgmt.Finding
-	e, err := a.update(ctx, req.Name, func(e *vmEntry) error {
+	e, err := mg.update(ctx, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
 		if e.power != records.PoweredOff {
-			return a.poweredOnErr(e)
+			return mg.poweredOnErr(e)
 		}
 		f, err := vmx.Parse([]byte(e.vmx))
 		if err != nil {
@@ -797,16 +851,16 @@ func (a *Agent) editVM(ctx context.Context, s *session, req *mgmt.EditVM) (mgmt.
 	})
 	var rf *refusal
 	if errors.As(err, &rf) {
-		cur, lerr := a.lookup(ctx, req.Name)
+		cur, lerr := mg.lookup(ctx, req.Name)
 		if lerr != nil {
 			return mgmt.EditReply{}, lerr
 		}
-		return mgmt.EditReply{VM: a.info(cur), Refused: true, Findings: rf.findings}, nil
+		return mgmt.EditReply{VM: mg.info(cur), Refused: true, Findings: rf.findings}, nil
 	}
 	if err != nil {
 		return mgmt.EditReply{}, err
 	}
-	return mgmt.EditReply{VM: a.info(e), Findings: nonNil(after)}, nil
+	return mgmt.EditReply{VM: mg.info(e), Findings: nonNil(after)}, nil
 }
 
 func nonNil(f []mgmt.Finding) []mgmt.Finding {
@@ -841,18 +895,18 @@ func newErrors(before, after []mgmt.Finding, touched map[string]bool) []mgmt.Fin
 
 // portGroupSwitch returns the switch ID of port group pg's switch, for
 // ethernetN.dvs.switchId: the switch's UUID.
-func (a *Agent) portGroupSwitch(ctx context.Context, pg string) (string, error) {
-	if a.ctl == nil {
+func (mg *Procedures) portGroupSwitch(ctx context.Context, pg string) (string, error) {
+	if mg.ctl == nil {
 		return "", abi.Errorf(abi.CodeInvalid, "switch", "this agent runs standalone: there is no control plane to find port group %s's switch in; name it (--switch)", pg)
 	}
-	p, err := a.ctl.cache.PortGroup(ctx, pg)
+	p, err := mg.ctl.Cache.PortGroup(ctx, pg)
 	if errors.Is(err, store.ErrNotFound) {
 		return "", abi.Errorf(abi.CodeNotFound, "portgroup", "port group %s does not exist in the control plane: create it (vrdmactl portgroup create %s --switch SWITCH), or name an existing one (vrdmactl portgroup list)", pg, pg)
 	}
 	if err != nil {
 		return "", abi.Errorf(abi.CodeUnavailable, "portgroup", "port group %s: %v", pg, err)
 	}
-	sw, err := a.ctl.cache.Switch(ctx, p.Switch)
+	sw, err := mg.ctl.Cache.Switch(ctx, p.Switch)
 	if err != nil {
 		return "", abi.Errorf(abi.CodeNotFound, "switch", "port group %s is on switch %s, which cannot be read: %v", pg, p.Switch, err)
 	}
@@ -945,8 +999,8 @@ func applyEdit(f *vmx.File, req *mgmt.EditVM, adds []mgmt.NewAdapter) (map[strin
 
 // ---- power ------------------------------------------------------------------
 
-func (a *Agent) powerOn(ctx context.Context, s *session, req *mgmt.PowerOnVM) (mgmt.PowerReply, error) {
-	e, err := a.lookup(ctx, req.Name)
+func (mg *Procedures) powerOn(ctx context.Context, s *Caller, req *mgmt.PowerOnVM) (mgmt.PowerReply, error) {
+	e, err := mg.lookup(ctx, req.Name)
 	if err != nil {
 		return mgmt.PowerReply{}, err
 	}
@@ -955,17 +1009,17 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *mgmt.PowerOnVM) (m
 	}
 	// The host to run on, and its record (none for a standalone agent).
 	var host *records.Host
-	target := a.hostID
+	target := mg.hostID
 	switch {
-	case !e.managed && !a.isThisHost(req.Host):
+	case !e.managed && !mg.isThisHost(req.Host):
 		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "host", "VM %q lives on host %s (vm define, or a standalone agent): it powers on there only; to run a VM on any host, create it in the control plane (vrdmactl vm create)",
-			e.name, a.cfg.Host)
-	case a.ctl != nil:
+			e.name, mg.host)
+	case mg.ctl != nil:
 		ref := req.Host
 		if ref == "" && e.managed {
 			ref = e.host
 		}
-		h, err := a.resolveHost(ctx, ref)
+		h, err := mg.resolveHost(ctx, ref)
 		if err != nil {
 			return mgmt.PowerReply{}, err
 		}
@@ -973,26 +1027,26 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *mgmt.PowerOnVM) (m
 	}
 	if e.power == records.PoweredOn {
 		if e.host != target {
-			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "power", "VM %q is powered on on host %s: power it off first (vrdmactl vm power-off %s)", e.name, a.hostLabel(e.host), e.name)
+			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "power", "VM %q is powered on on host %s: power it off first (vrdmactl vm power-off %s)", e.name, mg.hostLabel(e.host), e.name)
 		}
 		f, err := vmx.Parse([]byte(e.vmx))
 		if err != nil {
 			return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		return mgmt.PowerReply{VM: a.info(e), Findings: nonNil(vmRules(f, host))}, nil
+		return mgmt.PowerReply{VM: mg.info(e), Findings: nonNil(vmRules(f, host))}, nil
 	}
 	f, err := vmx.Parse([]byte(e.vmx))
 	if err != nil {
 		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 	}
-	findings := append(vmRules(f, host), a.placementChecks(ctx, e, f, host)...)
+	findings := append(vmRules(f, host), mg.placementChecks(ctx, e, f, host)...)
 	for _, fd := range findings {
 		if fd.Severity == "error" {
-			return mgmt.PowerReply{VM: a.info(e), Refused: true, Findings: findings}, nil
+			return mgmt.PowerReply{VM: mg.info(e), Refused: true, Findings: findings}, nil
 		}
 	}
 	read := e.vmx
-	e, err = a.update(ctx, req.Name, func(e *vmEntry) error {
+	e, err = mg.update(ctx, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
@@ -1008,23 +1062,23 @@ func (a *Agent) powerOn(ctx context.Context, s *session, req *mgmt.PowerOnVM) (m
 	if err != nil {
 		return mgmt.PowerReply{}, err
 	}
-	a.log.Info("VM powered on", "vm", e.name, "on_host", a.hostLabel(target), "uid", s.uid)
-	return mgmt.PowerReply{VM: a.info(e), Changed: true, Findings: nonNil(findings)}, nil
+	mg.log.Info("VM powered on", "vm", e.name, "on_host", mg.hostLabel(target), "uid", s.UID)
+	return mgmt.PowerReply{VM: mg.info(e), Changed: true, Findings: nonNil(findings)}, nil
 }
 
 // placementChecks are the power-on checks beyond the rules
 // (member.PlacementFindings): the host is up and in the VM's datacenter,
 // and every adapter's port group exists on its switch.
-func (a *Agent) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []mgmt.Finding {
+func (mg *Procedures) placementChecks(ctx context.Context, e *vmEntry, f *vmx.File, host *records.Host) []mgmt.Finding {
 	if host == nil {
 		return nil
 	}
-	return abiFindings(a.ctl.cache.PlacementFindings(ctx, f, *host, e.name, e.inv.Datacenter))
+	return abiFindings(mg.ctl.Cache.PlacementFindings(ctx, f, *host, e.name, e.inv.Datacenter))
 }
 
-func (a *Agent) powerOff(ctx context.Context, s *session, name string) (mgmt.PowerReply, error) {
+func (mg *Procedures) powerOff(ctx context.Context, s *Caller, name string) (mgmt.PowerReply, error) {
 	changed := false
-	e, err := a.update(ctx, name, func(e *vmEntry) error {
+	e, err := mg.update(ctx, name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
@@ -1036,56 +1090,56 @@ func (a *Agent) powerOff(ctx context.Context, s *session, name string) (mgmt.Pow
 		return mgmt.PowerReply{}, err
 	}
 	rep := mgmt.PowerReply{Changed: changed, Findings: []mgmt.Finding{}}
-	if v := a.attached(name); v != nil {
-		if !v.detach("powered off") {
-			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.owner.pid, detachWait)
+	if v := mg.attached(name); v != nil {
+		if !v.Detach("powered off") {
+			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.PID(), DetachWait)
 		}
 		rep.Detached = true
-	} else if e.managed && e.host != a.hostID && e.adapters > 0 {
+	} else if e.managed && e.host != mg.hostID && e.adapters > 0 {
 		// Attached on another host: its agent sees the record change
 		// and detaches the workload (reconcile), which unpublishes it.
-		deadline := time.Now().Add(detachWait)
+		deadline := time.Now().Add(DetachWait)
 		for {
-			r, _, err := store.Get[records.VM](ctx, a.ctl.st, records.VMKey(name))
+			r, _, err := store.Get[records.VM](ctx, mg.ctl.Store, records.VMKey(name))
 			if err != nil || len(r.Adapters) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
 				return mgmt.PowerReply{}, abi.Errorf(abi.CodeUnavailable, "", "VM %q is powered off, but host %s has not detached its workload after %v (is its agent running?): it will when it sees the change",
-					name, a.hostLabel(e.host), detachWait)
+					name, mg.hostLabel(e.host), DetachWait)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		rep.Detached = true
 	}
-	rep.VM = a.info(e)
+	rep.VM = mg.info(e)
 	if changed {
-		a.log.Info("VM powered off", "vm", name, "detached", rep.Detached, "uid", s.uid)
+		mg.log.Info("VM powered off", "vm", name, "detached", rep.Detached, "uid", s.UID)
 	}
 	return rep, nil
 }
 
 // ---- status -----------------------------------------------------------------
 
-// localPower returns the power state of state-directory VM name.
-func (a *Agent) localPower(name string) string {
-	a.mg.mu.Lock()
-	defer a.mg.mu.Unlock()
-	if _, st, ok, err := a.readLocal(name); err == nil && ok {
+// LocalPower returns the power state of state-directory VM name.
+func (mg *Procedures) LocalPower(name string) string {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	if _, st, ok, err := mg.readLocal(name); err == nil && ok {
 		return string(st.Power)
 	}
 	return ""
 }
 
-// managedHere returns the status of the managed VMs registered on this
+// ManagedHere returns the status of the managed VMs registered on this
 // host that are not in seen (attached).
-func (a *Agent) managedHere(seen map[string]bool) []mgmt.VMStatus {
-	if a.ctl == nil {
+func (mg *Procedures) ManagedHere(seen map[string]bool) []mgmt.VMStatus {
+	if mg.ctl == nil {
 		return nil
 	}
 	var out []mgmt.VMStatus
-	for _, r := range a.ctl.cache.VMs() {
-		if !r.Managed || r.Host != a.hostID || seen[r.Name] {
+	for _, r := range mg.ctl.Cache.VMs() {
+		if !r.Managed || r.Host != mg.hostID || seen[r.Name] {
 			continue
 		}
 		vs := mgmt.VMStatus{Name: r.Name, Power: string(r.Power)}
@@ -1098,4 +1152,22 @@ func (a *Agent) managedHere(seen map[string]bool) []mgmt.VMStatus {
 		out = append(out, vs)
 	}
 	return out
+}
+
+// LocalVM returns VM name of the state directory: its VMX and owner; ok
+// is false if the state directory has none.
+func (mg *Procedures) LocalVM(name string) (vmxText []byte, owner records.Owner, ok bool) {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
+	b, st, ok, _ := mg.readLocal(name)
+	return b, st.Owner, ok
+}
+
+// Reconcile detaches attached managed VM v if its record no longer lets it
+// run here. The agent calls it once v is ready: a power-off or move whose
+// change arrived before then found nothing to detach.
+func (mg *Procedures) Reconcile(v VM) {
+	if mg.ctl != nil {
+		mg.reconcileVM(mg.ctl, v)
+	}
 }

@@ -1,4 +1,4 @@
-package agent
+package manage
 
 import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"

@@ -1,0 +1,127 @@
+package manage
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+)
+
+// fakeVM is an attached VM that records its detaches.
+type fakeVM struct {
+	name   string
+	mu     sync.Mutex
+	kicked []string
+}
+
+func (v *fakeVM) Name() string  { return v.name }
+func (v *fakeVM) Managed() bool { return false }
+func (v *fakeVM) Running() bool { return true }
+func (v *fakeVM) PID() int32    { return 42 }
+func (v *fakeVM) Kick(why string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.kicked = append(v.kicked, why)
+}
+func (v *fakeVM) Detach(why string) bool { v.Kick(why); return true }
+
+type fakeAttached map[string]*fakeVM
+
+func (f fakeAttached) Attached(name string) (VM, bool) {
+	v, ok := f[name]
+	if !ok {
+		return nil, false
+	}
+	return v, true
+}
+
+func (f fakeAttached) AttachedVMs() []VM {
+	var out []VM
+	for _, v := range f {
+		out = append(out, v)
+	}
+	return out
+}
+
+const testVMX = "memSize = \"4\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
+
+func standalone(t *testing.T, att fakeAttached) *Procedures {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "vms"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{StateDir: dir, Host: "hostA", HostID: "00112233445566778899aabbccddeeff",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: att})
+}
+
+func code(err error) string {
+	var e *abi.Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// TestStandaloneProcedures drives the procedures of a standalone agent
+// through the owner rule: define, show, attach rules, power off with the
+// workload detached, undefine.
+func TestStandaloneProcedures(t *testing.T) {
+	att := fakeAttached{}
+	p := standalone(t, att)
+	ctx := context.Background()
+	root := &Caller{Cred: true, Ctx: ctx}
+	alice := &Caller{Cred: true, UID: 1000, GID: 1000, PID: 7, Ctx: ctx}
+	bob := &Caller{Cred: true, UID: 1001, GID: 1001, PID: 8, Ctx: ctx}
+
+	if err := p.Define(root, &mgmt.DefineVM{Name: "web", VMX: testVMX, Owner: &mgmt.Owner{UID: 1000, GID: 1000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Define(bob, &mgmt.DefineVM{Name: "web", VMX: testVMX}); code(err) != abi.CodePermission {
+		t.Fatalf("bob redefines alice's VM: %v, want %s", err, abi.CodePermission)
+	}
+	in, err := p.Serve(alice, abi.OpGetVM, &mgmt.VMRef{Name: "web"})
+	if info := in.(mgmt.VMInfo); err != nil || info.Power != "poweredOn" || info.Owner.UID != 1000 || info.Host != "hostA" {
+		t.Fatalf("get: %+v %v", in, err)
+	}
+	if _, _, err := p.AttachConfig(bob, "web"); code(err) != abi.CodePermission {
+		t.Fatalf("bob attaches alice's VM: %v", err)
+	}
+	if cfg, managed, err := p.AttachConfig(alice, "web"); err != nil || managed || cfg == nil {
+		t.Fatalf("alice attaches her VM: %v %v %v", cfg, managed, err)
+	}
+	if _, owner, ok := p.LocalVM("web"); !ok || owner.UID != 1000 {
+		t.Fatalf("LocalVM: %+v %v", owner, ok)
+	}
+
+	att["web"] = &fakeVM{name: "web"}
+	if err := p.Undefine(alice, "web"); code(err) != abi.CodeState {
+		t.Fatalf("undefine an attached VM: %v, want %s", err, abi.CodeState)
+	}
+	rep, err := p.Serve(alice, abi.OpPowerOffVM, &mgmt.VMRef{Name: "web"})
+	if err != nil || !rep.(mgmt.PowerReply).Detached || len(att["web"].kicked) != 1 {
+		t.Fatalf("power off: %+v %v; detaches %v", rep, err, att["web"].kicked)
+	}
+	if p.LocalPower("web") != "poweredOff" {
+		t.Fatalf("power after power-off: %q", p.LocalPower("web"))
+	}
+	if _, _, err := p.AttachConfig(alice, "web"); code(err) != abi.CodeState {
+		t.Fatalf("attach a powered-off VM: %v", err)
+	}
+	delete(att, "web")
+	if err := p.Undefine(alice, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Serve(alice, abi.OpGetVM, &mgmt.VMRef{Name: "web"}); code(err) != abi.CodeNotFound {
+		t.Fatalf("get after undefine: %v", err)
+	}
+	if err := p.Define(&Caller{Ctx: ctx}, &mgmt.DefineVM{Name: "x", VMX: testVMX}); code(err) != abi.CodePermission {
+		t.Fatalf("define without credentials: %v", err)
+	}
+}
