@@ -241,7 +241,7 @@ func (q *qp) drain() {
 			q.cur = q.boundPath()
 		}
 		if p := q.cur; p != nil && (s == abi.QPSRTS || s == abi.QPSSQD) {
-			p.pump(mem)
+			p.pump()
 			if q.State() == s && !p.busy() {
 				return
 			}
@@ -253,7 +253,7 @@ func (q *qp) drain() {
 		// The library refuses posts before RTS (and RTS always has a
 		// path): a WQE here was written by hand. Refuse it the way
 		// hardware would.
-		q.execOne(mem, nil)
+		q.execOne(nil)
 	}
 }
 
@@ -272,12 +272,9 @@ func (q *qp) flushPath() {
 }
 
 // execOne executes the WQE at the SQ head with ex, or fails it (ex nil).
-func (q *qp) execOne(mem []byte, ex syncExecutor) {
-	size, stride := q.layout.SQEntries, q.layout.SQStride
-	off := q.layout.SQOffset + abi.Slot(q.sqHead, size)*stride
-	copy(q.sqSlot, mem[off:off+stride])
+func (q *qp) execOne(ex syncExecutor) {
 	w := &q.wqe
-	st := abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+	st := q.readWQE(q.sqHead, q.sqSlot, w)
 	var n uint32
 	switch {
 	case ex == nil:
@@ -291,16 +288,7 @@ func (q *qp) execOne(mem []byte, ex syncExecutor) {
 		// and the rest.
 		return
 	}
-	// An error moves the QP to ERR before its completion is visible: a
-	// workload that sees the error and queries the QP finds it in ERR.
-	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
-		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
-	}
-	// Free the slot before the completion is visible: a workload that
-	// sees the completion may post into the slot at once.
-	q.sqHead = abi.Next(q.sqHead, size)
-	abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
-	q.completeSend(w, st, n)
+	q.completeHead(w, st, n)
 }
 
 func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {

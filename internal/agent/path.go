@@ -34,7 +34,7 @@ type path interface {
 	// in RTS or SQD: in RTS it takes new WQEs, in SQD it only finishes
 	// what it already has in flight. It returns when it has nothing left
 	// to do, the QP leaves RTS and SQD, or the QP stops.
-	pump(mem []byte)
+	pump()
 	// busy reports whether work requests are in flight (taken from the SQ
 	// but not completed).
 	busy() bool

@@ -33,14 +33,14 @@ func (m *memcpyPath) pollBudget() time.Duration { return doorbellPoll }
 
 // pump executes the send queue in RTS, one WQE after the other; in SQD it
 // holds the queue.
-func (m *memcpyPath) pump(mem []byte) {
+func (m *memcpyPath) pump() {
 	q := m.q
-	for !q.stop.Load() && q.State() == abi.QPSRTS && q.resets.Load() == q.sqResets {
-		n, ok := abi.Pending(abi.Word(mem, abi.OffSQTail).Load(), q.sqHead, q.layout.SQEntries)
+	for q.sending() && q.State() == abi.QPSRTS {
+		n, ok := q.sqPending()
 		if !ok || n == 0 {
 			return // an invalid tail: drain handles it
 		}
-		q.execOne(mem, m)
+		q.execOne(m)
 	}
 }
 
@@ -54,11 +54,9 @@ func (m *memcpyPath) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
 	if st != abi.WCSuccess {
 		return st, 0
 	}
-	q.mu.Lock()
+	at := q.rcAttrs()
 	var budget retryBudget
-	budget.arm(&q.attr)
-	timeout := q.attr.Timeout
-	q.mu.Unlock()
+	budget.arm(&at)
 	for {
 		out, st, n, rnrTimer := m.deliver(w, m.segs[:nseg], total)
 		var d time.Duration
@@ -72,7 +70,7 @@ func (m *memcpyPath) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
 			if st, ok := budget.transport(&q.ctr); !ok {
 				return st, 0
 			}
-			d = rc.LocalACKTimeout(timeout)
+			d = rc.LocalACKTimeout(at.timeout)
 		case outRNR:
 			if st, ok := budget.rnrNak(&q.ctr); !ok {
 				return st, 0
@@ -92,9 +90,7 @@ func (m *memcpyPath) peerQP() *qp {
 	}
 	m.peer = nil
 	q := m.q
-	q.mu.Lock()
-	qpn, gid := q.remoteQPN, q.remoteGID
-	q.mu.Unlock()
+	qpn, gid := q.remote()
 	a := q.vm.a
 	a.mu.Lock()
 	p := a.qps[qpn]

@@ -12,7 +12,7 @@ import (
 type retryBudget struct{ b rc.Budget }
 
 // arm loads the QP's counters at the first retry of an episode.
-func (r *retryBudget) arm(a *abi.QPAttr) { r.b.Arm(a.RetryCnt, a.RNRRetry) }
+func (r *retryBudget) arm(a *rcAttrs) { r.b.Arm(a.retryCnt, a.rnrRetry) }
 
 // reset ends the episode.
 func (r *retryBudget) reset() { r.b.Reset() }

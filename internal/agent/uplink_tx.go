@@ -62,7 +62,7 @@ type txEntry struct {
 // txState is the window; owned by the QP goroutine.
 type txState struct {
 	ents   [txWindow]txEntry
-	head   int    // ents[head] is the WQE at q.sqHead
+	head   int    // ents[head] is the WQE at the SQ head
 	n      int    // entries in the window
 	sent   int    // entries [head, head+sent) are in flight
 	next   uint32 // SQ index of the next WQE to take into the window
@@ -106,7 +106,7 @@ type responderPSN struct {
 func newTCPPath(q *qp, host string, l *link) *tcpPath {
 	t := &tcpPath{q: q, host: host, link: l, pathKind: abi.PathTCP}
 	for i := range t.tx.ents {
-		t.tx.ents[i].slot = make([]byte, q.layout.SQStride)
+		t.tx.ents[i].slot = make([]byte, q.slotSize())
 		t.tx.ents[i].call = newCall()
 		t.tx.ents[i].call.wake = q.wakeCh
 	}
@@ -121,7 +121,7 @@ func tcpPathOf(q *qp) *tcpPath {
 }
 
 func (t *tcpPath) kind() abi.PathKind        { return t.pathKind }
-func (t *tcpPath) pump(mem []byte)           { t.tcpPump(mem) }
+func (t *tcpPath) pump()                     { t.tcpPump() }
 func (t *tcpPath) busy() bool                { return t.tx.n > 0 }
 func (t *tcpPath) drop()                     { t.txDrop() }
 func (t *tcpPath) flush()                    { t.txFlush() }
@@ -131,13 +131,13 @@ func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
 
 // tcpPump runs the window until it is empty and the SQ holds nothing new,
 // or the QP leaves RTS/SQD (drain then flushes or drops what is left).
-func (t *tcpPath) tcpPump(mem []byte) {
+func (t *tcpPath) tcpPump() {
 	q := t.q
 	tx := &t.tx
 	if tx.n == 0 {
-		tx.next = q.sqHead
+		tx.next = q.sqHeadIndex()
 	}
-	for !q.stop.Load() && q.resets.Load() == q.sqResets {
+	for q.sending() {
 		s := q.State()
 		if s != abi.QPSRTS && s != abi.QPSSQD {
 			return
@@ -151,7 +151,7 @@ func (t *tcpPath) tcpPump(mem []byte) {
 		}
 		// In SQD no new WQE is taken, but what the window holds is still
 		// sent (again, after a retry) until it completes: the drain.
-		if !t.txFill(mem, s == abi.QPSRTS) {
+		if !t.txFill(s == abi.QPSRTS) {
 			return // an invalid tail: drain handles it
 		}
 		if tx.failed {
@@ -169,12 +169,10 @@ func (t *tcpPath) tcpPump(mem []byte) {
 // txFill takes new WQEs into the window (when takeNew: not in SQD) and
 // sends what is not in flight. It reports false when the SQ tail is
 // invalid.
-func (t *tcpPath) txFill(mem []byte, takeNew bool) bool {
+func (t *tcpPath) txFill(takeNew bool) bool {
 	q := t.q
 	tx := &t.tx
-	size, stride := q.layout.SQEntries, q.layout.SQStride
-	tail := abi.Word(mem, abi.OffSQTail).Load()
-	pending, ok := abi.Pending(tail, q.sqHead, size)
+	pending, ok := q.sqPending()
 	if !ok {
 		return false
 	}
@@ -183,25 +181,18 @@ func (t *tcpPath) txFill(mem []byte, takeNew bool) bool {
 			break // nothing after a WR that failed locally: the QP goes to ERR there
 		}
 		e := tx.at(tx.n)
-		off := q.layout.SQOffset + abi.Slot(tx.next, size)*stride
-		copy(e.slot, mem[off:off+stride])
-		tx.next = abi.Next(tx.next, size)
+		e.local = q.readWQE(tx.next, e.slot, &e.wqe)
+		tx.next = q.sqNext(tx.next)
 		tx.n++
 		e.conn, e.nseg, e.total = nil, 0, 0
-		e.local = abi.DecodeSend(e.slot, &e.wqe, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 		if e.local == abi.WCSuccess {
 			e.local, e.nseg, e.total = q.gatherLocal(&e.wqe, e.slot, &e.segs)
 		}
 		if e.local == abi.WCSuccess {
-			q.mu.Lock()
-			e.psn = q.npsn
-			q.npsn = rc.PSNNext(q.npsn)
-			q.mu.Unlock()
+			e.psn = q.nextPSN()
 		}
 	}
-	q.mu.Lock()
-	depth := max(int(q.attr.MaxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
-	q.mu.Unlock()
+	depth := max(int(q.rcAttrs().maxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
 	// rd counts the READs and atomics among the entries before to: all of
 	// them are outstanding (a completed entry leaves the window).
 	rd := 0
@@ -243,10 +234,9 @@ func isRdAtomic(op abi.Opcode) bool { return op == abi.OpRDMARead || op.IsAtomic
 func (t *tcpPath) txSend(to int) {
 	q := t.q
 	tx := &t.tx
-	q.mu.Lock()
-	l, dst, timeout := t.link, q.remoteQPN, q.attr.Timeout
-	q.mu.Unlock()
-	wait := rc.LocalACKTimeout(timeout)
+	at := q.rcAttrs()
+	l, dst := t.link, at.remoteQPN
+	wait := rc.LocalACKTimeout(at.timeout)
 	if l == nil {
 		tx.failed, tx.waited = true, false
 		return
@@ -405,19 +395,13 @@ func (t *tcpPath) txComplete(st abi.WCStatus, n uint32) {
 	q := t.q
 	tx := &t.tx
 	e := tx.at(0)
-	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
-		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", e.wqe.WRID, e.wqe.Opcode, st))
-	}
 	tx.head = (tx.head + 1) % txWindow
 	tx.n--
 	if tx.sent > 0 {
 		tx.sent--
 	}
 	clear(e.segs[:e.nseg])
-	// Free the slot before the completion is visible.
-	q.sqHead = abi.Next(q.sqHead, q.layout.SQEntries)
-	abi.Word(q.ring.Bytes(), abi.OffSQHead).Store(q.sqHead)
-	q.completeSend(&e.wqe, st, n)
+	q.completeHead(&e.wqe, st, n)
 }
 
 // txRecall takes every in-flight entry back: its call is withdrawn (a
@@ -442,10 +426,9 @@ func (t *tcpPath) txRecall() {
 func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 	q := t.q
 	tx := &t.tx
-	q.mu.Lock()
-	tx.budget.arm(&q.attr)
-	timeout := q.attr.Timeout
-	q.mu.Unlock()
+	at := q.rcAttrs()
+	tx.budget.arm(&at)
+	timeout := at.timeout
 	t.txRecall()
 	var delay time.Duration
 	if rnr {
@@ -478,19 +461,16 @@ func (t *tcpPath) txWait() {
 	if e.conn == nil {
 		return
 	}
-	q.mu.Lock()
-	wait := rc.LocalACKTimeout(q.attr.Timeout)
-	q.mu.Unlock()
+	wait := rc.LocalACKTimeout(q.rcAttrs().timeout)
 	// Poll first: a response or a new post within doorbellPollTCP then
 	// costs no sleep and wake-up of this goroutine's thread.
-	tailW := abi.Word(q.ring.Bytes(), abi.OffSQTail)
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
 	// Only while a polling slot is free (exec.go, spinners): otherwise one
 	// look, then sleep.
 	spin := trySpin()
 	deadline := nanotime() + int64(doorbellPollTCP)
 	for {
-		if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
+		if len(e.call.done) > 0 || !q.sending() || takeNew && tx.n < txWindow && q.postedBeyond(tx.next) {
 			break
 		}
 		select {
@@ -509,7 +489,7 @@ func (t *tcpPath) txWait() {
 	if spin {
 		endSpin()
 	}
-	if len(e.call.done) > 0 || q.stop.Load() || takeNew && tx.n < txWindow && tailW.Load() != tx.next {
+	if len(e.call.done) > 0 || !q.sending() || takeNew && tx.n < txWindow && q.postedBeyond(tx.next) {
 		return
 	}
 	clk := q.vm.a.clk
