@@ -313,9 +313,11 @@ func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
 		mask QPAttrMask
 	}{
 		{QPAttr{State: QPSInit, Port: 1, AccessFlags: AccessAll}, MaskState | MaskPort | MaskAccessFlags},
-		{QPAttr{State: QPSRTR, DGID: remote.GID, PathMTU: 1024, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: 12},
+		{QPAttr{State: QPSRTR, DGID: remote.GID, PathMTU: abi.DefaultPathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: abi.MaxRdAtom,
+			MinRNRTimer: abi.DefaultMinRNRTimer},
 			MaskState | MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer},
-		{QPAttr{State: QPSRTS, SQPSN: q.psn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: abi.MaxRdAtom},
+		{QPAttr{State: QPSRTS, SQPSN: q.psn, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt, RNRRetry: abi.DefaultRNRRetry,
+			MaxRdAtomic: abi.MaxRdAtom},
 			MaskState | MaskSQPSN | MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskMaxRdAtomic},
 	}
 	for _, s := range steps {

@@ -500,6 +500,17 @@ func validMTU(m uint32) bool { return m == 256 || m == 512 || m == 1024 || m == 
 // MaxRdAtom is the device's max_qp_rd_atom and max_qp_init_rd_atom.
 const MaxRdAtom = 16
 
+// The RC attributes a connection gets when its program does not choose
+// them — the connection manager's and the library's QP.ConnectTo —:
+// rc_pingpong's, with the device's full READ and atomic depth (MaxRdAtom).
+const (
+	DefaultPathMTU     = 1024
+	DefaultMinRNRTimer = 12 // 0.64 ms
+	DefaultTimeout     = 14 // 67 ms
+	DefaultRetryCnt    = 7
+	DefaultRNRRetry    = 7 // infinite
+)
+
 // PathInfo says how a connected QP moves its bytes and why: the path
 // decision as the QP was bound at RTR, with every candidate it rejected.
 type PathInfo struct {

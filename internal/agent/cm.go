@@ -283,14 +283,15 @@ func toInit(q *qp) error {
 func toRTR(q *qp, gid abi.GID, qpn, rqPSN uint32) error {
 	return q.modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
-		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: 1024, DestQPN: qpn, RQPSN: rqPSN,
-			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: 12}})
+		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: abi.DefaultPathMTU, DestQPN: qpn, RQPSN: rqPSN,
+			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
 
 func toRTS(q *qp, sqPSN uint32) error {
 	return q.modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
-		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: abi.MaxRdAtom}})
+		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt,
+			RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
 }
 
 // resolveRemote finds the adapter "vm/vrdmaN" or GID names on this host.

@@ -147,7 +147,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	q.timer.Stop()
 	q.idle.ch = make(chan struct{}, 1)
 	q.attr.Port = 1
-	q.attr.PathMTU = 1024
+	q.attr.PathMTU = abi.DefaultPathMTU
 
 	v.objMu.Lock()
 	if len(v.qps) >= v.a.cfg.Limits.MaxQP {
