@@ -16,6 +16,12 @@ import (
 // that serves it.
 func (s *suite) qpCounters(t *testing.T, e *end) vrdma.QPCounters {
 	t.Helper()
+	return s.qpStatus(t, e).Counters
+}
+
+// qpStatus returns e's QP's status report from the agent that serves it.
+func (s *suite) qpStatus(t *testing.T, e *end) vrdma.QPStatus {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
 	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(s.env.Socket(t, e.vm)))
@@ -33,12 +39,32 @@ func (s *suite) qpCounters(t *testing.T, e *end) vrdma.QPCounters {
 		}
 		for _, q := range v.QPs {
 			if q.QPN == e.qp.QPN() {
-				return q.Counters
+				return q
 			}
 		}
 	}
 	t.Fatalf("QP 0x%x of VM %s is not in its agent's status", e.qp.QPN(), e.vm.Name())
-	return vrdma.QPCounters{}
+	return vrdma.QPStatus{}
+}
+
+// testInFlight checks the status report's in_flight: a SEND that waits for
+// a receive (RNR, retried forever) counts, and once the receive is posted
+// and the SEND completes, nothing does.
+func testInFlight(t *testing.T, s *suite) {
+	pa, pb := defaultRC, defaultRC
+	pa.rnrRetry, pb.minRNRTimer = 7, 1 // forever, 0.01 ms
+	a, b := s.pairWith(t, pairConfig{}, pa, pb)
+	src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+	if n := s.qpStatus(t, a).InFlight; n != 0 {
+		t.Fatalf("in flight before any post: %d", n)
+	}
+	postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+	waitFor(t, "the SEND waiting for a receive to show in flight", func() bool { return s.qpStatus(t, a).InFlight == 1 })
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 5, SGL: sgl(dst.SGE(0, 64))})
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
+	if n := s.qpStatus(t, a).InFlight; n != 0 {
+		t.Fatalf("in flight after the SEND completed: %d", n)
+	}
 }
 
 // testFence checks that a fenced WR waits for every earlier RDMA READ and

@@ -187,6 +187,7 @@ var conformanceCases = []conformanceCase{
 	{name: "rd-atomic-depth", run: testRdAtomicDepth},
 	{name: "retry-counts", run: testRetryCounts},
 	{name: "stream", run: testStream},
+	{name: "in-flight", run: testInFlight},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

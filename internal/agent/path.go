@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 )
 
 // path moves a connected QP's send queue to its remote end. Its methods
@@ -47,6 +48,12 @@ type path interface {
 	// pollBudget is how long the send-queue goroutine polls for new work
 	// in doorbell mode before it sleeps: longer where round trips are.
 	pollBudget() time.Duration
+}
+
+// pathStatuser is what a path that keeps work requests in flight adds to
+// its QP's status report; any goroutine may call it.
+type pathStatuser interface {
+	status(st *mgmt.QPStatus)
 }
 
 // pathRef boxes a path for an atomic pointer.

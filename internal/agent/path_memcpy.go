@@ -8,21 +8,24 @@ package agent
 
 import (
 	"encoding/binary"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/rc"
 )
 
 // memcpyPath is the memcpy path of one QP; owned by its send-queue
 // goroutine.
 type memcpyPath struct {
-	q    *qp
-	peer *qp // the remote QP, resolved on first use
-	segs [abi.MaxSGE][]byte
-	req  rcRequest  // the request the goroutine plays at the responder
-	rx   rxMessage  // ... and its state there
-	pay  memPayload // q's segments as the responder's payload
+	q      *qp
+	peer   *qp // the remote QP, resolved on first use
+	segs   [abi.MaxSGE][]byte
+	busyWR atomic.Bool // a WR is being executed (for status reports)
+	req    rcRequest   // the request the goroutine plays at the responder
+	rx     rxMessage   // ... and its state there
+	pay    memPayload  // q's segments as the responder's payload
 }
 
 func (m *memcpyPath) kind() abi.PathKind        { return abi.PathMemcpy }
@@ -30,6 +33,12 @@ func (m *memcpyPath) busy() bool                { return false }
 func (m *memcpyPath) drop()                     {}
 func (m *memcpyPath) flush()                    {}
 func (m *memcpyPath) pollBudget() time.Duration { return doorbellPoll }
+
+func (m *memcpyPath) status(st *mgmt.QPStatus) {
+	if m.busyWR.Load() {
+		st.InFlight = 1
+	}
+}
 
 // pump executes the send queue in RTS, one WQE after the other; in SQD it
 // holds the queue.
@@ -54,6 +63,8 @@ func (m *memcpyPath) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
 	if st != abi.WCSuccess {
 		return st, 0
 	}
+	m.busyWR.Store(true)
+	defer m.busyWR.Store(false)
 	at := q.rcAttrs()
 	var budget retryBudget
 	budget.arm(&at)

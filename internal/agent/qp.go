@@ -468,6 +468,9 @@ func (q *qp) statusReport() mgmt.QPStatus {
 		Counters: q.ctr.report()}
 	gid := q.remoteGID
 	q.mu.Unlock()
+	if ps, ok := q.boundPath().(pathStatuser); ok {
+		ps.status(&st)
+	}
 	switch {
 	case !gid.IsZero():
 		// The peer is resolved on first use; until then name it by the

@@ -32,9 +32,11 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -89,6 +91,8 @@ type tcpPath struct {
 	// Requester: owned by the QP's send-queue goroutine.
 	tx   txState
 	treq tcpwire.Header // the request being written
+	// inflight mirrors tx.n for status reports.
+	inflight atomic.Int32
 
 	// Responder: the expected PSN and the last responses, for duplicates
 	// (a request retried after its response was lost), used by the
@@ -126,6 +130,7 @@ func (t *tcpPath) busy() bool                { return t.tx.n > 0 }
 func (t *tcpPath) drop()                     { t.txDrop() }
 func (t *tcpPath) flush()                    { t.txFlush() }
 func (t *tcpPath) pollBudget() time.Duration { return doorbellPollTCP }
+func (t *tcpPath) status(st *mgmt.QPStatus)  { st.InFlight = int(t.inflight.Load()) }
 
 func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
 
@@ -184,6 +189,7 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 		e.local = q.readWQE(tx.next, e.slot, &e.wqe)
 		tx.next = q.sqNext(tx.next)
 		tx.n++
+		t.inflight.Store(int32(tx.n))
 		e.conn, e.nseg, e.total = nil, 0, 0
 		if e.local == abi.WCSuccess {
 			e.local, e.nseg, e.total = q.gatherLocal(&e.wqe, e.slot, &e.segs)
@@ -397,6 +403,7 @@ func (t *tcpPath) txComplete(st abi.WCStatus, n uint32) {
 	e := tx.at(0)
 	tx.head = (tx.head + 1) % txWindow
 	tx.n--
+	t.inflight.Store(int32(tx.n))
 	if tx.sent > 0 {
 		tx.sent--
 	}
@@ -541,6 +548,7 @@ func (t *tcpPath) txDrop() {
 		clear(tx.at(i).segs[:])
 	}
 	tx.head, tx.n, tx.sent, tx.probe = 0, 0, 0, false
+	t.inflight.Store(0)
 	tx.budget.reset()
 }
 

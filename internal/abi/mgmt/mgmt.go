@@ -207,6 +207,10 @@ type QPStatus struct {
 	// Counters are the QP's RC statistics since it was created (a move
 	// to RESET does not clear them), named after rxe's hardware counters.
 	Counters QPCounters `json:"counters"`
+	// InFlight is how many work requests the QP's path has taken from
+	// the send queue and not completed yet: in its window, or waiting
+	// out an RNR or retry delay.
+	InFlight int `json:"in_flight,omitempty"`
 }
 
 // QPCounters are one QP's RC statistics: the requester's retries and
