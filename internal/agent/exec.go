@@ -39,17 +39,14 @@ import (
 // their doorbells. On a machine with fewer cores than spinners, yielding
 // is what lets the workloads run.
 //
-// In doorbell mode the goroutine polls for doorbellPoll after its last
-// work before it sleeps: a burst of posts then costs one wake-up, not one
-// per post. A QP on the tcp path polls longer (doorbellPollTCP): its round
-// trips are longer, and a sleep and wake-up of a thread is most of the
-// cost of one on a small or virtual machine (measured: 8-byte write
-// latency 111–131 µs typical with 20 µs, 67–105 µs with 200 µs).
+// In doorbell mode the goroutine polls for its path's pollBudget after its
+// last work before it sleeps: a burst of posts then costs one wake-up, not
+// one per post. doorbellPoll is the budget of a path with short round
+// trips (memcpy).
 const (
-	asyncSpins      = 64
-	asyncYields     = 20000
-	doorbellPoll    = 20 * time.Microsecond
-	doorbellPollTCP = 200 * time.Microsecond
+	asyncSpins   = 64
+	asyncYields  = 20000
+	doorbellPoll = 20 * time.Microsecond
 )
 
 // maxMessage is the largest message (max_msg_sz), 2 GiB as on RoCE HCAs.
