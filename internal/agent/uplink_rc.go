@@ -26,35 +26,27 @@ import (
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
+// nakWire is how the tcp path's wire says each NAK (rc.NAKNone: OK).
+var nakWire = [...]tcpwire.Status{rc.NAKNone: tcpwire.OK, rc.NAKRNR: tcpwire.RNR, rc.NAKSeqErr: tcpwire.SeqErr,
+	rc.NAKInvReq: tcpwire.RemInvReqErr, rc.NAKRemAccess: tcpwire.RemAccessErr, rc.NAKRemOp: tcpwire.RemOpErr}
+
+// nakStatus is the wire status of NAK n.
+func nakStatus(n rc.NAK) tcpwire.Status {
+	if int(n) < len(nakWire) {
+		return nakWire[n]
+	}
+	return tcpwire.RemInvReqErr
+}
+
 // wireNAK is the NAK a tcp path response status says (rc.NAKNone for OK
 // and for NO_QP, which is no response at all).
 func wireNAK(s tcpwire.Status) rc.NAK {
-	switch s {
-	case tcpwire.RNR:
-		return rc.NAKRNR
-	case tcpwire.SeqErr:
-		return rc.NAKSeqErr
-	case tcpwire.RemAccessErr:
-		return rc.NAKRemAccess
-	case tcpwire.RemOpErr:
-		return rc.NAKRemOp
-	case tcpwire.RemInvReqErr:
-		return rc.NAKInvReq
+	for n, w := range nakWire {
+		if w == s {
+			return rc.NAK(n)
+		}
 	}
 	return rc.NAKNone
-}
-
-// nakStatus is how the tcp path's wire says a final response.
-func nakStatus(n rc.NAK) tcpwire.Status {
-	switch n {
-	case rc.NAKNone:
-		return tcpwire.OK
-	case rc.NAKRemAccess:
-		return tcpwire.RemAccessErr
-	case rc.NAKRemOp:
-		return tcpwire.RemOpErr
-	}
-	return tcpwire.RemInvReqErr
 }
 
 var reqTypes = [...]tcpwire.Type{
