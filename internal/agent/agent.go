@@ -98,9 +98,9 @@ type Agent struct {
 	testStats testlink.Stats
 
 	mu        sync.Mutex
-	vms       map[string]*vm          // attached VMs by name; +checklocks:mu
+	vms       map[string]*VM          // attached VMs by name; +checklocks:mu
 	listeners map[listenKey]*listener // +checklocks:mu
-	qps       map[uint32]*qp          // all QPs of this host by QPN; +checklocks:mu
+	qps       map[uint32]*QP          // all QPs of this host by QPN; +checklocks:mu
 	nextQPN   uint32                  // +checklocks:mu
 	sessions  map[*session]struct{}   // +checklocks:mu
 	proc      *manage.Procedures      // VM procedures, power state and access (package manage)
@@ -148,9 +148,9 @@ func New(cfg Config) (*Agent, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("host", cfg.Host),
 		hostID:    id,
-		vms:       make(map[string]*vm),
+		vms:       make(map[string]*VM),
 		listeners: make(map[listenKey]*listener),
-		qps:       make(map[uint32]*qp),
+		qps:       make(map[uint32]*QP),
 		sessions:  make(map[*session]struct{}),
 	}
 	a.clk = cfg.Clock

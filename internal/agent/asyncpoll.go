@@ -36,7 +36,7 @@ import (
 // asyncPoller watches the queues of a VM's idle async QPs.
 type asyncPoller struct {
 	mu      sync.Mutex
-	watched []*qp // +checklocks:mu
+	watched []*QP // +checklocks:mu
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -61,7 +61,7 @@ func newAsyncPoller() *asyncPoller {
 // watch adds q, which has published its idle tails, to the set. When it
 // returns, q is watched: a QP still in the set (woken by a state change)
 // stays, and the poller reads its new tails.
-func (p *asyncPoller) watch(q *qp) {
+func (p *asyncPoller) watch(q *QP) {
 	p.mu.Lock()
 	if !q.idle.polled.Load() {
 		q.idle.polled.Store(true)
@@ -75,7 +75,7 @@ func (p *asyncPoller) watch(q *qp) {
 }
 
 // forget removes q from the set: its rings are about to be unmapped.
-func (p *asyncPoller) forget(q *qp) {
+func (p *asyncPoller) forget(q *QP) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, o := range p.watched {

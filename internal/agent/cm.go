@@ -26,7 +26,7 @@ type listenKey struct {
 type listener struct {
 	id    uint32
 	key   listenKey
-	ad    *adapter
+	ad    *Adapter
 	owner *session
 	reqs  chan *connReq // backlog
 	quit  chan struct{}
@@ -54,7 +54,7 @@ type remoteDialer struct {
 
 type connReq struct {
 	id     uint32
-	from   *qp             // a dialer on this host, or
+	from   *QP             // a dialer on this host, or
 	remote *remoteDialer   // one on another host
 	reply  chan connResult // buffered 1: whoever answers never blocks
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
@@ -82,7 +82,7 @@ const backlog = 64
 
 func (s *session) listen(r *abi.Listen) (*listener, error) {
 	v := s.vm
-	ad, err := v.adapter(r.Adapter)
+	ad, err := v.Adapter(r.Adapter)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (s *session) rejectRequest(r *abi.RejectRequest) error {
 }
 
 func (s *session) acceptRequest(r *abi.AcceptRequest) (abi.ConnectReply, error) {
-	q, err := s.vm.qpByHandle(r.QP)
+	q, err := s.vm.QPByHandle(r.QP)
 	if err != nil {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
 	}
@@ -244,13 +244,13 @@ func (s *session) acceptRequest(r *abi.AcceptRequest) (abi.ConnectReply, error) 
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.qpn, RemoteGID: q.ad.gid, Path: from.query().Path}}
-	return abi.ConnectReply{RemoteQPN: from.qpn, RemoteGID: from.ad.gid, Path: q.query().Path}, nil
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.qpn, RemoteGID: q.ad.gid, Path: from.Query().Path}}
+	return abi.ConnectReply{RemoteQPN: from.qpn, RemoteGID: from.ad.gid, Path: q.Query().Path}, nil
 }
 
 // connectPair brings a and b to RTS facing each other, with the defaults
 // rdma_cm uses.
-func connectPair(a, b *qp) error {
+func connectPair(a, b *QP) error {
 	var psn [8]byte
 	rand.Read(psn[:])
 	psnA := binary.LittleEndian.Uint32(psn[:]) & 0xffffff
@@ -264,38 +264,38 @@ func connectPair(a, b *qp) error {
 		func() error { return toRTS(b, psnB) },
 	} {
 		if err := step(); err != nil {
-			a.moveToErr("connection setup failed")
-			b.moveToErr("connection setup failed")
+			a.MoveToErr("connection setup failed")
+			b.MoveToErr("connection setup failed")
 			return err
 		}
 	}
 	return nil
 }
 
-func toInit(q *qp) error {
+func toInit(q *QP) error {
 	if q.State() != abi.QPSReset {
-		return q.modify(&abi.ModifyQP{Mask: abi.MaskAccessFlags, Attr: abi.QPAttr{AccessFlags: abi.AccessAll}})
+		return q.Modify(&abi.ModifyQP{Mask: abi.MaskAccessFlags, Attr: abi.QPAttr{AccessFlags: abi.AccessAll}})
 	}
-	return q.modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskPort | abi.MaskAccessFlags,
+	return q.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskPort | abi.MaskAccessFlags,
 		Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}})
 }
 
-func toRTR(q *qp, gid abi.GID, qpn, rqPSN uint32) error {
-	return q.modify(&abi.ModifyQP{
+func toRTR(q *QP, gid abi.GID, qpn, rqPSN uint32) error {
+	return q.Modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
 		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: abi.DefaultPathMTU, DestQPN: qpn, RQPSN: rqPSN,
 			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
 
-func toRTS(q *qp, sqPSN uint32) error {
-	return q.modify(&abi.ModifyQP{
+func toRTS(q *QP, sqPSN uint32) error {
+	return q.Modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
 		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt,
 			RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
 }
 
 // resolveRemote finds the adapter "vm/vrdmaN" or GID names on this host.
-func (a *Agent) resolveRemote(remote string) (*adapter, error) {
+func (a *Agent) resolveRemote(remote string) (*Adapter, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if vmName, adName, ok := strings.Cut(remote, "/"); ok {
@@ -322,7 +322,7 @@ func (a *Agent) resolveRemote(remote string) (*adapter, error) {
 }
 
 func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
-	q, err := s.vm.qpByHandle(c.QP)
+	q, err := s.vm.QPByHandle(c.QP)
 	if err != nil {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", c.QP)
 	}

@@ -212,7 +212,7 @@ func (a *Agent) ControlStore() *store.Store {
 // publishVM publishes attached VM v and its adapters. It never fails the
 // attach: a VM the control plane does not know is reachable from this
 // host only, and the warning says why.
-func (a *Agent) publishVM(v *vm, uid uint32) {
+func (a *Agent) publishVM(v *VM, uid uint32) {
 	c := a.ctl
 	if c == nil {
 		return
@@ -294,7 +294,7 @@ var errDetached = errors.New("VM detached")
 // publish publishes v unless it is detaching, and waits until the cache
 // sees it, so that the VM is in the cache before anyone is told it is
 // attached.
-func (c *control) publish(ctx context.Context, v *vm, rec records.VM, ads []records.Adapter) error {
+func (c *control) publish(ctx context.Context, v *VM, rec records.VM, ads []records.Adapter) error {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	if v.dying.Load() {
@@ -323,7 +323,7 @@ func sameSwitch(c *control, ctx context.Context, id, name string) bool {
 }
 
 // unpublishVM removes VM v from the control plane after it detached.
-func (a *Agent) unpublishVM(v *vm) {
+func (a *Agent) unpublishVM(v *VM) {
 	c := a.ctl
 	if c == nil {
 		return
@@ -340,7 +340,7 @@ func (a *Agent) unpublishVM(v *vm) {
 }
 
 // endName is how the control plane names adapter ad: "vm/vrdmaN".
-func endName(ad *adapter) string { return ad.vm.name + "/" + ad.name }
+func endName(ad *Adapter) string { return ad.vm.name + "/" + ad.name }
 
 // policyErr reports whether err is a refusal by path selection (as
 // opposed to a failed lookup).
@@ -379,7 +379,7 @@ func explain(d pathsel.Decision) string {
 // false when the control plane cannot decide (a VM not published, etcd out
 // of reach for something uncached): the agent then falls back to memcpy,
 // as standalone. A refusal by path selection is an error.
-func (c *control) decideLocal(from, to *adapter) (d pathsel.Decision, ok bool, err error) {
+func (c *control) decideLocal(from, to *Adapter) (d pathsel.Decision, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	d, err = c.cache.Decide(ctx, endName(from), endName(to))
@@ -402,7 +402,7 @@ func (c *control) decideLocal(from, to *adapter) (d pathsel.Decision, ok bool, e
 // attached adapter of this host, in the control plane (cache first) and
 // decides the path from adapter from to it. The error explains a refusal
 // or a failed lookup; a path this agent cannot serve is refused too.
-func (c *control) lookupRemote(from *adapter, target, field string) (member.End, pathsel.Decision, error) {
+func (c *control) lookupRemote(from *Adapter, target, field string) (member.End, pathsel.Decision, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	end, err := c.cache.ResolveEnd(ctx, target)
@@ -442,7 +442,7 @@ func (c *control) lookupRemote(from *adapter, target, field string) (member.End,
 // targets resolve locally (and must pass path selection, when the control
 // plane can decide); others are looked up in the control plane and
 // returned as end, reached over the tcp path.
-func (a *Agent) resolveConnect(q *qp, remote string) (*adapter, *member.End, error) {
+func (a *Agent) resolveConnect(q *QP, remote string) (*Adapter, *member.End, error) {
 	ad, err := a.resolveRemote(remote)
 	c := a.ctl
 	if c == nil {
@@ -476,7 +476,7 @@ type rtrDecision struct {
 
 // preRTR returns the control plane's word on modify m of q when it takes
 // q from INIT to RTR, or nil.
-func (a *Agent) preRTR(q *qp, m *abi.ModifyQP) *rtrDecision {
+func (a *Agent) preRTR(q *QP, m *abi.ModifyQP) *rtrDecision {
 	c := a.ctl
 	if c == nil || m.Mask&abi.MaskState == 0 || m.Attr.State != abi.QPSRTR || q.State() != abi.QPSInit || m.Mask&abi.MaskAV == 0 {
 		return nil

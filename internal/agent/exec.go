@@ -41,18 +41,18 @@ import (
 //
 // In doorbell mode the goroutine polls for its path's pollBudget after its
 // last work before it sleeps: a burst of posts then costs one wake-up, not
-// one per post. doorbellPoll is the budget of a path with short round
+// one per post. DoorbellPoll is the budget of a path with short round
 // trips (memcpy).
 const (
 	asyncSpins   = 64
 	asyncYields  = 20000
-	doorbellPoll = 20 * time.Microsecond
+	DoorbellPoll = 20 * time.Microsecond
 )
 
 // maxMessage is the largest message (max_msg_sz), 2 GiB as on RoCE HCAs.
 const maxMessage = 1 << 31
 
-func (q *qp) runSQ() {
+func (q *QP) runSQ() {
 	defer close(q.done)
 	// Requests in flight must not land in guest memory once the QP is
 	// gone.
@@ -64,13 +64,13 @@ func (q *qp) runSQ() {
 
 // safeDrain is drain, except that a panic — a bug — moves the QP to ERR
 // and is logged; the loop goes on and flushes what the QP holds.
-func (q *qp) safeDrain() {
+func (q *QP) safeDrain() {
 	defer func() {
 		if r := recover(); r != nil {
 			buf := make([]byte, 8192)
 			buf = buf[:runtime.Stack(buf, false)]
 			q.vm.a.log.Error("QP goroutine failed; QP moved to ERR", "vm", q.vm.name, "qpn", q.qpn, "panic", r, "stack", string(buf))
-			q.moveToErr(fmt.Sprint("internal error: ", r))
+			q.MoveToErr(fmt.Sprint("internal error: ", r))
 		}
 	}()
 	q.drain()
@@ -83,7 +83,7 @@ func (q *qp) safeDrain() {
 // found invalid is not work until the workload changes it, and neither is
 // the send queue in SQD (the move to RTS rings the doorbell): otherwise
 // the goroutine would spin on them.
-func (q *qp) hasWork(tail uint32) bool {
+func (q *QP) hasWork(tail uint32) bool {
 	if q.stop.Load() {
 		return true
 	}
@@ -105,7 +105,7 @@ func (q *qp) hasWork(tail uint32) bool {
 // It polls first — briefly in doorbell mode, to catch back-to-back posts
 // without a wake-up; long in async mode (spin, then yield) — then sets
 // the doorbell flag, looks once more, and sleeps until rung.
-func (q *qp) waitWork() bool {
+func (q *QP) waitWork() bool {
 	mem := q.ring.Bytes()
 	tailW := abi.Word(mem, abi.OffSQTail)
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
@@ -146,7 +146,7 @@ func (q *qp) waitWork() bool {
 
 // poll looks for work without sleeping, for the QP's polling budget, and
 // reports whether it found some.
-func (q *qp) poll(tailW *atomic.Uint32) bool {
+func (q *QP) poll(tailW *atomic.Uint32) bool {
 	if q.vm.async {
 		for range asyncSpins {
 			if q.hasWork(tailW.Load()) {
@@ -165,9 +165,9 @@ func (q *qp) poll(tailW *atomic.Uint32) bool {
 	// Yield between looks: on a small machine the thread that must run
 	// next (a workload, or another QP's goroutine waking) may need this
 	// core.
-	poll := doorbellPoll
+	poll := DoorbellPoll
 	if q.cur != nil {
-		poll = q.cur.pollBudget()
+		poll = q.cur.PollBudget()
 	}
 	deadline := time.Now().Add(poll)
 	for i := 0; ; i++ {
@@ -184,7 +184,7 @@ func (q *qp) poll(tailW *atomic.Uint32) bool {
 }
 
 // drain processes what the queues hold, according to the QP's state.
-func (q *qp) drain() {
+func (q *QP) drain() {
 	mem := q.ring.Bytes()
 	size := q.layout.SQEntries
 	for !q.stop.Load() {
@@ -215,7 +215,7 @@ func (q *qp) drain() {
 				q.dropRQ()
 				return
 			}
-			q.moveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
+			q.MoveToErr(fmt.Sprintf("send queue tail %d invalid for %d slots", tail, size))
 			q.flushPath()
 			q.flushRQ()
 			return
@@ -235,11 +235,11 @@ func (q *qp) drain() {
 			return
 		}
 		if q.cur == nil {
-			q.cur = q.boundPath()
+			q.cur = q.BoundPath()
 		}
 		if p := q.cur; p != nil && (s == abi.QPSRTS || s == abi.QPSSQD) {
-			p.pump()
-			if q.State() == s && !p.busy() {
+			p.Pump()
+			if q.State() == s && !p.Busy() {
 				return
 			}
 			continue
@@ -250,34 +250,34 @@ func (q *qp) drain() {
 		// The library refuses posts before RTS (and RTS always has a
 		// path): a WQE here was written by hand. Refuse it the way
 		// hardware would.
-		q.execOne(nil)
+		q.ExecOne(nil)
 	}
 }
 
 // dropPath drops what the QP's path has in flight (RESET, the QP's end).
-func (q *qp) dropPath() {
+func (q *QP) dropPath() {
 	if q.cur != nil {
-		q.cur.drop()
+		q.cur.Drop()
 	}
 }
 
 // flushPath flushes what the QP's path has in flight (ERR).
-func (q *qp) flushPath() {
+func (q *QP) flushPath() {
 	if q.cur != nil {
-		q.cur.flush()
+		q.cur.Flush()
 	}
 }
 
-// execOne executes the WQE at the SQ head with ex, or fails it (ex nil).
-func (q *qp) execOne(ex syncExecutor) {
+// ExecOne executes the WQE at the SQ head with ex, or fails it (ex nil).
+func (q *QP) ExecOne(ex SyncExecutor) {
 	w := &q.wqe
-	st := q.readWQE(q.sqHead, q.sqSlot, w)
+	st := q.ReadWQE(q.sqHead, q.sqSlot, w)
 	var n uint32
 	switch {
 	case ex == nil:
 		st = abi.WCLocQPOpErr
 	case st == abi.WCSuccess:
-		st, n = ex.execute(w)
+		st, n = ex.Execute(w)
 	}
 	if q.resets.Load() != q.sqResets {
 		// The QP was reset while the WR ran or waited (RNR, retries):
@@ -285,10 +285,10 @@ func (q *qp) execOne(ex syncExecutor) {
 		// and the rest.
 		return
 	}
-	q.completeHead(w, st, n)
+	q.CompleteHead(w, st, n)
 }
 
-func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
+func (q *QP) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	if st == abi.WCSuccess && w.Flags&abi.SendSignaled == 0 && !q.sqSigAll {
 		return
 	}
@@ -296,9 +296,9 @@ func (q *qp) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
 
-// gatherLocal resolves the local side of w (slot is its private copy) into
+// GatherLocal resolves the local side of w (slot is its private copy) into
 // segs.
-func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) (abi.WCStatus, int, uint64) {
+func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) (abi.WCStatus, int, uint64) {
 	var need abi.Access
 	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
 		need = abi.AccessLocalWrite // the local side is written
@@ -329,9 +329,9 @@ func (q *qp) gatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 	return abi.WCSuccess, nseg, total
 }
 
-// sleep waits d, returning false early when the QP stops or leaves the
+// Sleep waits d, returning false early when the QP stops or leaves the
 // states in which it sends.
-func (q *qp) sleep(d time.Duration) bool {
+func (q *QP) Sleep(d time.Duration) bool {
 	clk := q.vm.a.clk
 	deadline := clk.Now().Add(d)
 	for {
@@ -380,7 +380,7 @@ const (
 
 // peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
 // without consuming it. The caller holds rqMu and keeps the VM mapped.
-func (p *qp) peekRecvLocked(srcQPN uint32) recvState {
+func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	p.rqCatchUpLocked()
 	if p.rqBroken {
 		return recvBroken
@@ -393,7 +393,7 @@ func (p *qp) peekRecvLocked(srcQPN uint32) recvState {
 		p.rqBroken = true
 		p.vm.a.log.Warn("receive queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
 			"vm", p.vm.name, "qpn", p.qpn, "tail", tail, "head", p.rqHead)
-		p.moveToErr(fmt.Sprintf("receive queue tail %d invalid for %d slots", tail, size))
+		p.MoveToErr(fmt.Sprintf("receive queue tail %d invalid for %d slots", tail, size))
 		return recvBroken
 	}
 	if n == 0 {
@@ -402,7 +402,7 @@ func (p *qp) peekRecvLocked(srcQPN uint32) recvState {
 	off := p.layout.RQOffset + abi.Slot(p.rqHead, size)*p.layout.RQStride
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
-		p.moveToErr("receive work request has too many SGEs")
+		p.MoveToErr("receive work request has too many SGEs")
 		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN)
 		return recvBroken
 	}
@@ -413,7 +413,7 @@ func (p *qp) peekRecvLocked(srcQPN uint32) recvState {
 // a message from QP srcQPN.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
-func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
+func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
 	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: srcQPN}
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
@@ -422,7 +422,7 @@ func (p *qp) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR.
-func (q *qp) flushSQ(tail uint32) {
+func (q *QP) flushSQ(tail uint32) {
 	mem := q.ring.Bytes()
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	for q.sqHead != tail && !q.stop.Load() {
@@ -440,7 +440,7 @@ func (q *qp) flushSQ(tail uint32) {
 }
 
 // flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
-func (q *qp) flushRQ() {
+func (q *QP) flushRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked()
@@ -473,7 +473,7 @@ func validPending(tail, head, size uint32) bool {
 // rqCatchUpLocked skips the receives posted before the last move to RESET,
 // once per reset (see qp.resets). The caller holds rqMu and keeps the
 // rings mapped.
-func (q *qp) rqCatchUpLocked() {
+func (q *QP) rqCatchUpLocked() {
 	r := q.resets.Load()
 	if r == q.rqResets {
 		return
@@ -488,7 +488,7 @@ func (q *qp) rqCatchUpLocked() {
 }
 
 // dropRQ discards the receive queue (transition to RESET).
-func (q *qp) dropRQ() {
+func (q *QP) dropRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked() // acknowledge the reset: it must not move the head later

@@ -31,25 +31,25 @@ func newRing(name string, size uint32) (sys.FD, *sys.Mapping, *sys.Bell, error) 
 	return fd, ring, bell, nil
 }
 
-// pd is a protection domain.
-type pd struct {
+// PD is a protection domain.
+type PD struct {
 	handle uint32
-	ad     *adapter
+	ad     *Adapter
 	refs   int // MRs and QPs in it; +checklocks:vm.objMu
 }
 
-// mr is a registered memory region. Immutable once published.
-type mr struct {
+// MR is a registered memory region. Immutable once published.
+type MR struct {
 	handle uint32
 	key    uint32 // lkey == rkey
-	pd     *pd
+	pd     *PD
 	addr   uint64
 	length uint64
 	access abi.Access
 }
 
-func (v *vm) allocPD(adName string) (uint32, error) {
-	ad, err := v.adapter(adName)
+func (v *VM) AllocPD(adName string) (uint32, error) {
+	ad, err := v.Adapter(adName)
 	if err != nil {
 		return 0, err
 	}
@@ -58,12 +58,12 @@ func (v *vm) allocPD(adName string) (uint32, error) {
 	if len(v.pds) >= v.a.cfg.Limits.MaxPD {
 		return 0, abi.Errorf(abi.CodeLimit, "", "VM %q has %d PDs, the limit (max_pd): deallocate some first", v.name, len(v.pds))
 	}
-	p := &pd{handle: v.allocHandleLocked(), ad: ad}
+	p := &PD{handle: v.allocHandleLocked(), ad: ad}
 	v.pds[p.handle] = p
 	return p.handle, nil
 }
 
-func (v *vm) deallocPD(h uint32) error {
+func (v *VM) DeallocPD(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	p, ok := v.pds[h]
@@ -77,7 +77,7 @@ func (v *vm) deallocPD(h uint32) error {
 	return nil
 }
 
-func (v *vm) regMR(r *abi.RegMR) (abi.RegMRReply, error) {
+func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	if r.Length == 0 {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "length", "a memory region must be at least 1 byte")
 	}
@@ -103,14 +103,14 @@ func (v *vm) regMR(r *abi.RegMR) (abi.RegMRReply, error) {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs)-1)
 	}
 	v.mrGen++
-	m := &mr{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, length: r.Length, access: r.Access}
+	m := &MR{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, length: r.Length, access: r.Access}
 	p.refs++
 	v.mrHandles[m.handle] = m
 	v.mrs[idx].Store(m)
 	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
 }
 
-func (v *vm) deregMR(h uint32) error {
+func (v *VM) DeregMR(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	m, ok := v.mrHandles[h]
@@ -123,11 +123,11 @@ func (v *vm) deregMR(h uint32) error {
 	return nil
 }
 
-// cq is a completion queue. The agent produces; the library consumes.
-type cq struct {
+// CQ is a completion queue. The agent produces; the library consumes.
+type CQ struct {
 	handle uint32
-	vm     *vm
-	ad     *adapter
+	vm     *VM
+	ad     *Adapter
 	layout abi.CQLayout
 	ringFD sys.FD
 	ring   *sys.Mapping
@@ -139,8 +139,8 @@ type cq struct {
 	refs   int        // QPs using it; +checklocks:vm.objMu
 }
 
-func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
-	ad, err := v.adapter(c.Adapter)
+func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
+	ad, err := v.Adapter(c.Adapter)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
 	if err != nil {
 		return nil, err
 	}
-	c2 := &cq{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
+	c2 := &CQ{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
 	v.objMu.Lock()
 	c2.handle = v.allocHandleLocked()
 	v.cqs[c2.handle] = c2
@@ -166,7 +166,7 @@ func (v *vm) createCQ(c *abi.CreateCQ) (*cq, error) {
 	return c2, nil
 }
 
-func (v *vm) destroyCQ(h uint32) error {
+func (v *VM) DestroyCQ(h uint32) error {
 	v.objMu.Lock()
 	c, ok := v.cqs[h]
 	if ok && c.refs > 0 {
@@ -185,7 +185,7 @@ func (v *vm) destroyCQ(h uint32) error {
 }
 
 // release unmaps and closes the CQ. The caller holds vm.memMu.
-func (c *cq) release() {
+func (c *CQ) release() {
 	c.ring.Unmap()
 	c.ringFD.Close()
 	c.event.Close()
@@ -198,7 +198,7 @@ func (c *cq) release() {
 // receiver that does not poll. The caller holds rq.rqMu and keeps the VM
 // mapped. It reports false when the CQ is full (the sender treats that as
 // receiver-not-ready) or broken.
-func (c *cq) tryPushRecv(e *abi.CQE, rq *qp) bool {
+func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
 	c.mu.Lock()
@@ -227,7 +227,7 @@ func (c *cq) tryPushRecv(e *abi.CQE, rq *qp) bool {
 
 // publishLocked writes e at the tail, which has room, and signals an armed
 // consumer. The caller holds mu.
-func (c *cq) publishLocked(e *abi.CQE) {
+func (c *CQ) publishLocked(e *abi.CQE) {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
 	slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
@@ -247,7 +247,7 @@ func (c *cq) publishLocked(e *abi.CQE) {
 // delivered: the CQ is broken (its consumer index is garbage), or waiting
 // was abandoned. The caller keeps the VM's mappings alive (holds memMu for
 // reading, or is that VM's own QP goroutine).
-func (c *cq) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
+func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
 	for wait := time.Duration(0); ; {

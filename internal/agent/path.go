@@ -25,43 +25,43 @@ import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 )
 
-// path moves a connected QP's send queue to its remote end. Its methods
+// Path moves a connected QP's send queue to its remote end. Its methods
 // are called only by the QP's send-queue goroutine (runSQ), which is thus
-// the owner of the path's requester state.
-type path interface {
-	// kind names the path (the vocabulary of abi.PathKind).
-	kind() abi.PathKind
-	// pump executes the send queue from the QP's SQ head while the QP is
+// the owner of the Path's requester state.
+type Path interface {
+	// Kind names the path (the vocabulary of abi.PathKind).
+	Kind() abi.PathKind
+	// Pump executes the send queue from the QP's SQ head while the QP is
 	// in RTS or SQD: in RTS it takes new WQEs, in SQD it only finishes
 	// what it already has in flight. It returns when it has nothing left
 	// to do, the QP leaves RTS and SQD, or the QP stops.
-	pump()
-	// busy reports whether work requests are in flight (taken from the SQ
+	Pump()
+	// Busy reports whether work requests are in flight (taken from the SQ
 	// but not completed).
-	busy() bool
-	// drop forgets what is in flight, without completions (RESET, and
+	Busy() bool
+	// Drop forgets what is in flight, without completions (RESET, and
 	// the QP's end).
-	drop()
-	// flush completes what is in flight with WR_FLUSH_ERR, oldest first
+	Drop()
+	// Flush completes what is in flight with WR_FLUSH_ERR, oldest first
 	// (ERR), before the device flushes the rest of the send queue.
-	flush()
-	// pollBudget is how long the send-queue goroutine polls for new work
+	Flush()
+	// PollBudget is how long the send-queue goroutine polls for new work
 	// in doorbell mode before it sleeps: longer where round trips are.
-	pollBudget() time.Duration
+	PollBudget() time.Duration
 }
 
-// pathStatuser is what a path that keeps work requests in flight adds to
+// PathStatuser is what a path that keeps work requests in flight adds to
 // its QP's status report; any goroutine may call it.
-type pathStatuser interface {
-	status(st *mgmt.QPStatus)
+type PathStatuser interface {
+	Status(st *mgmt.QPStatus)
 }
 
 // pathRef boxes a path for an atomic pointer.
-type pathRef struct{ p path }
+type pathRef struct{ p Path }
 
-// boundPath returns the path the QP is bound to, nil before RTR and after
+// BoundPath returns the path the QP is bound to, nil before RTR and after
 // RESET. Any goroutine may call it.
-func (q *qp) boundPath() path {
+func (q *QP) BoundPath() Path {
 	if r := q.bound.Load(); r != nil {
 		return r.p
 	}
@@ -71,13 +71,13 @@ func (q *qp) boundPath() path {
 // bindPathLocked binds the QP to p (at RTR), with the decision to report.
 //
 // +checklocks:q.mu
-func (q *qp) bindPathLocked(p path, info abi.PathInfo) {
+func (q *QP) bindPathLocked(p Path, info abi.PathInfo) {
 	q.pathInfo = info
 	q.bound.Store(&pathRef{p})
 }
 
-// syncExecutor executes one work request to its end before it returns: a
+// SyncExecutor executes one work request to its end before it returns: a
 // path with nothing in flight between two calls (memcpy).
-type syncExecutor interface {
-	execute(w *abi.SendWQE) (abi.WCStatus, uint32)
+type SyncExecutor interface {
+	Execute(w *abi.SendWQE) (abi.WCStatus, uint32)
 }

@@ -19,20 +19,20 @@ import (
 // memcpyPath is the memcpy path of one QP; owned by its send-queue
 // goroutine.
 type memcpyPath struct {
-	q      *qp
-	peer   *qp // the remote QP, resolved on first use
+	q      *QP
+	peer   *QP // the remote QP, resolved on first use
 	segs   [abi.MaxSGE][]byte
 	busyWR atomic.Bool // a WR is being executed (for status reports)
-	req    rcRequest   // the request the goroutine plays at the responder
-	rx     rxMessage   // ... and its state there
+	req    Request   // the request the goroutine plays at the responder
+	rx     Message   // ... and its state there
 	pay    memPayload  // q's segments as the responder's payload
 }
 
-func (m *memcpyPath) kind() abi.PathKind        { return abi.PathMemcpy }
-func (m *memcpyPath) busy() bool                { return false }
-func (m *memcpyPath) drop()                     {}
-func (m *memcpyPath) flush()                    {}
-func (m *memcpyPath) pollBudget() time.Duration { return doorbellPoll }
+func (m *memcpyPath) Kind() abi.PathKind        { return abi.PathMemcpy }
+func (m *memcpyPath) Busy() bool                { return false }
+func (m *memcpyPath) Drop()                     {}
+func (m *memcpyPath) Flush()                    {}
+func (m *memcpyPath) PollBudget() time.Duration { return DoorbellPoll }
 
 func (m *memcpyPath) status(st *mgmt.QPStatus) {
 	if m.busyWR.Load() {
@@ -40,68 +40,68 @@ func (m *memcpyPath) status(st *mgmt.QPStatus) {
 	}
 }
 
-// pump executes the send queue in RTS, one WQE after the other; in SQD it
+// Pump executes the send queue in RTS, one WQE after the other; in SQD it
 // holds the queue.
-func (m *memcpyPath) pump() {
+func (m *memcpyPath) Pump() {
 	q := m.q
-	for q.sending() && q.State() == abi.QPSRTS {
-		n, ok := q.sqPending()
+	for q.Sending() && q.State() == abi.QPSRTS {
+		n, ok := q.SQPending()
 		if !ok || n == 0 {
 			return // an invalid tail: drain handles it
 		}
-		q.execOne(m)
+		q.ExecOne(m)
 	}
 }
 
-// execute gathers the local side of w and delivers it under the RC retry
+// Execute gathers the local side of w and delivers it under the RC retry
 // rules: transport retries (timeout × retry_cnt) when the responder does
 // not answer, RNR retries (min_rnr_timer × rnr_retry, 7 = infinite) when
 // it has no receive posted.
-func (m *memcpyPath) execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
+func (m *memcpyPath) Execute(w *abi.SendWQE) (abi.WCStatus, uint32) {
 	q := m.q
-	st, nseg, total := q.gatherLocal(w, q.sqSlot, &m.segs)
+	st, nseg, total := q.GatherLocal(w, q.sqSlot, &m.segs)
 	if st != abi.WCSuccess {
 		return st, 0
 	}
 	m.busyWR.Store(true)
 	defer m.busyWR.Store(false)
-	at := q.rcAttrs()
-	var budget retryBudget
-	budget.arm(&at)
+	at := q.RCAttrs()
+	var budget RetryBudget
+	budget.Arm(&at)
 	for {
 		out, st, n, rnrTimer := m.deliver(w, m.segs[:nseg], total)
 		var d time.Duration
 		switch out {
-		case outDone:
+		case OutDone:
 			if st == abi.WCSuccess {
 				q.bytesSent.Add(total)
 			}
 			return st, n
-		case outNoPeer:
-			if st, ok := budget.transport(&q.ctr); !ok {
+		case OutNoPeer:
+			if st, ok := budget.Transport(&q.ctr); !ok {
 				return st, 0
 			}
-			d = rc.LocalACKTimeout(at.timeout)
-		case outRNR:
-			if st, ok := budget.rnrNak(&q.ctr); !ok {
+			d = rc.LocalACKTimeout(at.Timeout)
+		case OutRNR:
+			if st, ok := budget.RNRNak(&q.ctr); !ok {
 				return st, 0
 			}
 			d = rc.RNRDelay(rnrTimer)
 		}
-		if !q.sleep(d) {
+		if !q.Sleep(d) {
 			return abi.WCWRFlushErr, 0
 		}
 	}
 }
 
 // peerQP returns the QP at the remote end, resolving it on first use.
-func (m *memcpyPath) peerQP() *qp {
+func (m *memcpyPath) peerQP() *QP {
 	if m.peer != nil && !m.peer.destroyed.Load() {
 		return m.peer
 	}
 	m.peer = nil
 	q := m.q
-	qpn, gid := q.remote()
+	qpn, gid := q.Remote()
 	a := q.vm.a
 	a.mu.Lock()
 	p := a.qps[qpn]
@@ -116,36 +116,36 @@ func (m *memcpyPath) peerQP() *qp {
 // deliver plays w at the responder p against p's VM's memory. Checks
 // happen before any byte moves, so a refused request leaves the target
 // untouched.
-func (m *memcpyPath) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (outcome, abi.WCStatus, uint32, uint8) {
+func (m *memcpyPath) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (Outcome, abi.WCStatus, uint32, uint8) {
 	q := m.q
 	p := m.peerQP()
 	if p == nil {
-		return outNoPeer, 0, 0, 0
+		return OutNoPeer, 0, 0, 0
 	}
 	pv := p.vm
 	pv.memMu.RLock()
 	defer pv.memMu.RUnlock()
 	if pv.dead || p.destroyed.Load() {
-		return outNoPeer, 0, 0, 0
+		return OutNoPeer, 0, 0, 0
 	}
 	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
-		p.ctr.dropped.Add(1)
-		return outNoPeer, 0, 0, 0 // a responder outside RTR..SQD drops what it gets
+		p.ctr.Dropped.Add(1)
+		return OutNoPeer, 0, 0, 0 // a responder outside RTR..SQD drops what it gets
 	}
 	p.mu.Lock()
 	bound := p.remoteQPN == q.qpn && p.remoteGID == q.ad.gid
 	p.mu.Unlock()
 	if !bound {
-		p.ctr.dropped.Add(1)
-		return outNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
+		p.ctr.Dropped.Add(1)
+		return OutNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
 	}
 	if isRdAtomic(w.Opcode) {
-		q.ctr.notePeak(1) // the memcpy path executes one WR at a time
+		q.ctr.NotePeak(1) // the memcpy path executes one WR at a time
 	}
-	m.req = rcRequest{op: w.Opcode, srcQPN: q.qpn, rkey: w.RKey, raddr: w.RemoteAddr, total: total, imm: w.Imm,
-		compare: w.CompareAdd, swap: w.Swap}
+	m.req = Request{Op: w.Opcode, SrcQPN: q.qpn, RKey: w.RKey, RAddr: w.RemoteAddr, Total: total, Imm: w.Imm,
+		Compare: w.CompareAdd, Swap: w.Swap}
 	m.pay.reset(segs)
-	out, st, n, rnrTimer, _ := p.respond(&m.req, &m.rx, &m.pay)
+	out, st, n, rnrTimer, _ := p.Respond(&m.req, &m.rx, &m.pay)
 	return out, st, n, rnrTimer
 }
 
@@ -160,7 +160,7 @@ func (m *memPayload) reset(segs [][]byte) {
 	m.segs = m.arr[:n]
 }
 
-func (m *memPayload) in(dst []byte) error {
+func (m *memPayload) In(dst []byte) error {
 	for len(dst) > 0 {
 		for len(m.segs[0]) == 0 {
 			m.segs = m.segs[1:]
@@ -172,9 +172,9 @@ func (m *memPayload) in(dst []byte) error {
 	return nil
 }
 
-func (m *memPayload) out(src []byte) error {
+func (m *memPayload) Out(src []byte) error {
 	scatterBytes(m.segs, src)
 	return nil
 }
 
-func (m *memPayload) atomic(old uint64) { binary.LittleEndian.PutUint64(m.segs[0], old) }
+func (m *memPayload) Atomic(old uint64) { binary.LittleEndian.PutUint64(m.segs[0], old) }

@@ -14,15 +14,15 @@ import (
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
-// qp is an RC queue pair.
-type qp struct {
+// QP is an RC queue pair.
+type QP struct {
 	handle   uint32
 	qpn      uint32
-	vm       *vm
-	pd       *pd
-	ad       *adapter
-	sendCQ   *cq
-	recvCQ   *cq
+	vm       *VM
+	pd       *PD
+	ad       *Adapter
+	sendCQ   *CQ
+	recvCQ   *CQ
 	sqSigAll bool
 	caps     abi.QPCaps
 	layout   abi.QPLayout
@@ -45,7 +45,7 @@ type qp struct {
 	// goroutine works with: it takes bound when it finds none, and drops
 	// it when it sees a reset.
 	bound atomic.Pointer[pathRef]
-	cur   path // owned by runSQ
+	cur   Path // owned by runSQ
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
@@ -89,34 +89,34 @@ type qp struct {
 	rqResets    uint32 // +checklocks:rqMu
 
 	bytesSent atomic.Uint64
-	ctr       qpCounters
+	ctr       Counters
 }
 
-// qpCounters are a QP's RC statistics (mgmt.QPCounters), updated by
+// Counters are a QP's RC statistics (mgmt.QPCounters), updated by
 // whichever goroutine acts for the QP as requester or responder.
-type qpCounters struct {
-	retries, rnrRcvd, rnrSent, dropped, dups, seqErrs atomic.Uint64
-	rdAtomicPeak                                      atomic.Uint32
+type Counters struct {
+	Retries, RNRRcvd, RNRSent, Dropped, Dups, SeqErrs atomic.Uint64
+	RdAtomicPeak                                      atomic.Uint32
 }
 
-func (c *qpCounters) report() mgmt.QPCounters {
-	return mgmt.QPCounters{TransportRetries: c.retries.Load(), RNRNaksReceived: c.rnrRcvd.Load(), RdAtomicPeak: c.rdAtomicPeak.Load(),
-		RNRNaksSent: c.rnrSent.Load(), RequestsDropped: c.dropped.Load(), DuplicateRequest: c.dups.Load(), OutOfSeqRequest: c.seqErrs.Load()}
+func (c *Counters) report() mgmt.QPCounters {
+	return mgmt.QPCounters{TransportRetries: c.Retries.Load(), RNRNaksReceived: c.RNRRcvd.Load(), RdAtomicPeak: c.RdAtomicPeak.Load(),
+		RNRNaksSent: c.RNRSent.Load(), RequestsDropped: c.Dropped.Load(), DuplicateRequest: c.Dups.Load(), OutOfSeqRequest: c.SeqErrs.Load()}
 }
 
-// notePeak records n READs and atomics outstanding at once.
-func (c *qpCounters) notePeak(n uint32) {
+// NotePeak records n READs and atomics outstanding at once.
+func (c *Counters) NotePeak(n uint32) {
 	for {
-		p := c.rdAtomicPeak.Load()
-		if n <= p || c.rdAtomicPeak.CompareAndSwap(p, n) {
+		p := c.RdAtomicPeak.Load()
+		if n <= p || c.RdAtomicPeak.CompareAndSwap(p, n) {
 			return
 		}
 	}
 }
 
-func (q *qp) State() abi.QPState { return abi.QPState(q.state.Load()) }
+func (q *QP) State() abi.QPState { return abi.QPState(q.state.Load()) }
 
-func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
+func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 	layout, caps, err := abi.NewQPLayout(c.Caps)
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalid, "caps", "%v", err)
@@ -141,7 +141,7 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &qp{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.a.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
@@ -171,14 +171,14 @@ func (v *vm) createQP(c *abi.CreateQP) (*qp, error) {
 	return q, nil
 }
 
-func (q *qp) release() {
+func (q *QP) release() {
 	q.ring.Unmap()
 	q.ringFD.Close()
 	q.doorbell.Close()
 }
 
-// destroyQP stops the QP's goroutine, unlinks it and unmaps its rings.
-func (v *vm) destroyQP(q *qp) {
+// DestroyQP stops the QP's goroutine, unlinks it and unmaps its rings.
+func (v *VM) DestroyQP(q *QP) {
 	if q.destroyed.Swap(true) {
 		return
 	}
@@ -206,7 +206,7 @@ func (v *vm) destroyQP(q *qp) {
 	v.memMu.Unlock()
 }
 
-func (v *vm) qpByHandle(h uint32) (*qp, error) {
+func (v *VM) QPByHandle(h uint32) (*QP, error) {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	q, ok := v.qps[h]
@@ -267,9 +267,9 @@ func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
 	return 0
 }
 
-// modify applies a ModifyQP. Transitions follow the IBTA state machine;
+// Modify applies a ModifyQP. Transitions follow the IBTA state machine;
 // attributes a transition requires must be present.
-func (q *qp) modify(m *abi.ModifyQP) error {
+func (q *QP) Modify(m *abi.ModifyQP) error {
 	pre := q.vm.a.preRTR(q, m) // control-plane lookups, before q.mu (control.go)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -317,7 +317,7 @@ func (q *qp) modify(m *abi.ModifyQP) error {
 	return nil
 }
 
-func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
+func (q *QP) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 	t := &q.attr
 	if mask&abi.MaskAccessFlags != 0 {
 		t.AccessFlags = a.AccessFlags
@@ -359,7 +359,7 @@ func (q *qp) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 }
 
 // poke wakes the QP goroutine wherever it waits.
-func (q *qp) poke() {
+func (q *QP) poke() {
 	q.doorbell.Wake()
 	select {
 	case q.wakeCh <- struct{}{}:
@@ -369,7 +369,7 @@ func (q *qp) poke() {
 
 // setStateLocked records a new state, publishes it to the library and
 // wakes the QP's goroutine, which flushes in ERR.
-func (q *qp) setStateLocked(s abi.QPState) {
+func (q *QP) setStateLocked(s abi.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
 	if s == abi.QPSReset {
@@ -391,8 +391,8 @@ func (q *qp) setStateLocked(s abi.QPState) {
 	q.poke()
 }
 
-// moveToErr moves the QP to ERR (from any state but RESET), recording why.
-func (q *qp) moveToErr(why string) {
+// MoveToErr moves the QP to ERR (from any state but RESET), recording why.
+func (q *QP) MoveToErr(why string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if s := q.State(); s == abi.QPSErr || s == abi.QPSReset {
@@ -404,7 +404,7 @@ func (q *qp) moveToErr(why string) {
 
 // bindRemoteLocked decides the path to the remote end (dgid, qpn) when the
 // QP enters RTR. The path is a pure function of where the two ends live.
-func (q *qp) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error {
+func (q *QP) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error {
 	a := q.vm.a
 	a.mu.Lock()
 	ad := a.findAdapterByGIDLocked(dgid)
@@ -442,7 +442,7 @@ func decisionInfo(d pathsel.Decision) abi.PathInfo {
 }
 
 // remoteIsVM reports whether the QP's remote end is an adapter of v.
-func (q *qp) remoteIsVM(v *vm) bool {
+func (q *QP) remoteIsVM(v *VM) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.remoteGID.IsZero() {
@@ -456,20 +456,20 @@ func (q *qp) remoteIsVM(v *vm) bool {
 	return false
 }
 
-func (q *qp) query() abi.QueryQPReply {
+func (q *QP) Query() abi.QueryQPReply {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return abi.QueryQPReply{QPN: q.qpn, Attr: q.attr, Caps: q.caps, Path: q.pathInfo}
 }
 
-func (q *qp) statusReport() mgmt.QPStatus {
+func (q *QP) statusReport() mgmt.QPStatus {
 	q.mu.Lock()
 	st := mgmt.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.pathInfo,
 		Counters: q.ctr.report()}
 	gid := q.remoteGID
 	q.mu.Unlock()
-	if ps, ok := q.boundPath().(pathStatuser); ok {
-		ps.status(&st)
+	if ps, ok := q.BoundPath().(PathStatuser); ok {
+		ps.Status(&st)
 	}
 	switch {
 	case !gid.IsZero():

@@ -8,26 +8,26 @@ import (
 	"github.com/vrdma/vrdma/internal/rc"
 )
 
-// retryBudget is rc.Budget, counting retries and RNR NAKs received.
-type retryBudget struct{ b rc.Budget }
+// RetryBudget is rc.Budget, counting retries and RNR NAKs received.
+type RetryBudget struct{ b rc.Budget }
 
-// arm loads the QP's counters at the first retry of an episode.
-func (r *retryBudget) arm(a *rcAttrs) { r.b.Arm(a.retryCnt, a.rnrRetry) }
+// Arm loads the QP's counters at the first retry of an episode.
+func (r *RetryBudget) Arm(a *RCAttrs) { r.b.Arm(a.RetryCnt, a.RNRRetry) }
 
-// reset ends the episode.
-func (r *retryBudget) reset() { r.b.Reset() }
+// Reset ends the episode.
+func (r *RetryBudget) Reset() { r.b.Reset() }
 
-// transport spends a transport retry (rc.Budget.Transport).
-func (r *retryBudget) transport(c *qpCounters) (abi.WCStatus, bool) {
+// Transport spends a Transport retry (rc.Budget.Transport).
+func (r *RetryBudget) Transport(c *Counters) (abi.WCStatus, bool) {
 	st, ok := r.b.Transport()
 	if ok {
-		c.retries.Add(1)
+		c.Retries.Add(1)
 	}
 	return st, ok
 }
 
-// rnrNak spends an RNR retry for an RNR NAK received (rc.Budget.RNR).
-func (r *retryBudget) rnrNak(c *qpCounters) (abi.WCStatus, bool) {
-	c.rnrRcvd.Add(1)
+// RNRNak spends an RNR retry for an RNR NAK received (rc.Budget.RNR).
+func (r *RetryBudget) RNRNak(c *Counters) (abi.WCStatus, bool) {
+	c.RNRRcvd.Add(1)
 	return r.b.RNR()
 }

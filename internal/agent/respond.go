@@ -12,40 +12,40 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 )
 
-// rcRequest is an RC operation as its responder sees it.
-type rcRequest struct {
-	op      abi.Opcode
-	srcQPN  uint32
-	rkey    uint32
-	raddr   uint64
-	total   uint64
-	imm     uint32
-	compare uint64 // compare, or the addend
-	swap    uint64
+// Request is an RC operation as its responder sees it.
+type Request struct {
+	Op      abi.Opcode
+	SrcQPN  uint32
+	RKey    uint32
+	RAddr   uint64
+	Total   uint64
+	Imm     uint32
+	Compare uint64 // compare, or the addend
+	Swap    uint64
 }
 
-// outcome is how a request ended at the responder, when not with a
+// Outcome is how a request ended at the responder, when not with a
 // status.
-type outcome uint8
+type Outcome uint8
 
 const (
-	outDone   outcome = iota // the status is final
-	outNoPeer                // nothing answered: transport retry
-	outRNR                   // the responder had no receive posted
+	OutDone   Outcome = iota // the status is final
+	OutNoPeer                // nothing answered: transport retry
+	OutRNR                   // the responder had no receive posted
 )
 
-// payload moves a request's data.
-type payload interface {
-	// in fills dst with the next len(dst) bytes of the request's data
+// Payload moves a request's data.
+type Payload interface {
+	// In fills dst with the next len(dst) bytes of the request's data
 	// (WRITE, SEND).
-	in(dst []byte) error
-	// out delivers the data a READ asked for.
-	out(src []byte) error
-	// atomic delivers an atomic's original value.
-	atomic(old uint64)
+	In(dst []byte) error
+	// Out delivers the data a READ asked for.
+	Out(src []byte) error
+	// Atomic delivers an Atomic's original value.
+	Atomic(old uint64)
 }
 
-// rxMessage is one request at its responder, taken in steps, as a RoCE
+// Message is one request at its responder, taken in steps, as a RoCE
 // responder receives a message in packets: begin makes every check and
 // takes the receive WQE of a SEND; place gives where the bytes at an
 // offset go (or, for a READ, come from), for any offset, any number of
@@ -60,8 +60,8 @@ type payload interface {
 // per responder QP: the callers serialize them (the tcp responder under
 // the QP's PSN lock, the memcpy path by its one requester). The caller
 // owns m.
-type rxMessage struct {
-	r    rcRequest
+type Message struct {
+	r    Request
 	segs [abi.MaxSGE][]byte // the target (WRITE, READ: one range; SEND: the receive's buffers)
 	nseg int
 	recv bool   // a receive WQE was taken (SEND, WRITE_WITH_IMM)
@@ -72,129 +72,129 @@ type rxMessage struct {
 	old  uint64 // an atomic's original value
 }
 
-// begin checks request r at responder p and prepares m, before any byte
+// Begin checks request r at responder p and prepares m, before any byte
 // moves: a refused request leaves the target untouched. It executes an
 // atomic at once (one packet). The caller holds p's VM's memMu for
 // reading (and has checked it alive) and has checked that p is bound to
 // the requester and in a state that receives. outRNR: no receive is
 // posted (rnrTimer is what the responder asks the requester to wait).
-func (p *qp) begin(r *rcRequest, m *rxMessage) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+func (p *QP) Begin(r *Request, m *Message) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
 	return p.check(r, m, false)
 }
 
 // check is begin; rqHeld says the caller holds p.rqMu already.
-func (p *qp) check(r *rcRequest, m *rxMessage, rqHeld bool) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+func (p *QP) check(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
 	out, st, rnrTimer = p.checkRequest(r, m, rqHeld)
-	if out == outRNR {
-		p.ctr.rnrSent.Add(1)
+	if out == OutRNR {
+		p.ctr.RNRSent.Add(1)
 	}
 	return out, st, rnrTimer
 }
 
-func (p *qp) checkRequest(r *rcRequest, m *rxMessage, rqHeld bool) (out outcome, st abi.WCStatus, rnrTimer uint8) {
+func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
 	pv := p.vm
 	m.r, m.nseg, m.recv, m.nsge = *r, 0, false, 0
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
-	if isRdAtomic(r.op) && rdAtomic == 0 {
+	if isRdAtomic(r.Op) && rdAtomic == 0 {
 		// No responder resources for READs and atomics: an invalid
 		// request (IBTA 9.9.2, class C; rxe's
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ), and the responder goes to ERR.
-		p.moveToErr(fmt.Sprintf("%s from QP 0x%x refused: max_dest_rd_atomic is 0 (no responder resources for RDMA READ and atomics)", r.op, r.srcQPN))
-		return outDone, abi.WCRemInvReqErr, 0
+		p.MoveToErr(fmt.Sprintf("%s from QP 0x%x refused: max_dest_rd_atomic is 0 (no responder resources for RDMA READ and atomics)", r.Op, r.SrcQPN))
+		return OutDone, abi.WCRemInvReqErr, 0
 	}
-	total := r.total
-	switch r.op {
+	total := r.Total
+	switch r.Op {
 	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
-		dst, ok := pv.resolve(p.pd, r.rkey, r.raddr, total, abi.AccessRemoteWrite)
+		dst, ok := pv.resolve(p.pd, r.RKey, r.RAddr, total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
-			p.moveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", r.srcQPN, r.rkey, r.raddr, total))
-			return outDone, abi.WCRemAccessErr, 0
+			p.MoveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
+			return OutDone, abi.WCRemAccessErr, 0
 		}
 		m.segs[0], m.nseg = dst, 1
-		if r.op == abi.OpRDMAWriteWithImm {
+		if r.Op == abi.OpRDMAWriteWithImm {
 			return p.takeRecv(m, false, rnrTimer, rqHeld)
 		}
-		return outDone, abi.WCSuccess, 0
+		return OutDone, abi.WCSuccess, 0
 
 	case abi.OpSend, abi.OpSendWithImm:
 		return p.takeRecv(m, true, rnrTimer, rqHeld)
 
 	case abi.OpRDMARead:
-		src, ok := pv.resolve(p.pd, r.rkey, r.raddr, total, abi.AccessRemoteRead)
+		src, ok := pv.resolve(p.pd, r.RKey, r.RAddr, total, abi.AccessRemoteRead)
 		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
-			p.moveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", r.srcQPN, r.rkey, r.raddr, total))
-			return outDone, abi.WCRemAccessErr, 0
+			p.MoveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
+			return OutDone, abi.WCRemAccessErr, 0
 		}
 		m.segs[0], m.nseg = src, 1
-		return outDone, abi.WCSuccess, 0
+		return OutDone, abi.WCSuccess, 0
 
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		if r.raddr&7 != 0 {
-			p.moveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.raddr, r.srcQPN))
-			return outDone, abi.WCRemInvReqErr, 0
+		if r.RAddr&7 != 0 {
+			p.MoveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
+			return OutDone, abi.WCRemInvReqErr, 0
 		}
-		t, ok := pv.resolve(p.pd, r.rkey, r.raddr, 8, abi.AccessRemoteAtomic)
+		t, ok := pv.resolve(p.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
 		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
-			p.moveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.srcQPN, r.rkey, r.raddr))
-			return outDone, abi.WCRemAccessErr, 0
+			p.MoveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
+			return OutDone, abi.WCRemAccessErr, 0
 		}
 		word := abi.Word64(t, 0)
-		if r.op == abi.OpAtomicFetchAdd {
-			m.old = word.Add(r.compare) - r.compare
+		if r.Op == abi.OpAtomicFetchAdd {
+			m.old = word.Add(r.Compare) - r.Compare
 		} else {
 			for {
 				m.old = word.Load()
-				if m.old != r.compare || word.CompareAndSwap(m.old, r.swap) {
+				if m.old != r.Compare || word.CompareAndSwap(m.old, r.Swap) {
 					break
 				}
 			}
 		}
-		return outDone, abi.WCSuccess, 0
+		return OutDone, abi.WCSuccess, 0
 	}
-	return outDone, abi.WCRemInvReqErr, 0
+	return OutDone, abi.WCRemInvReqErr, 0
 }
 
 // takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers
 // (data), or a WRITE_WITH_IMM's completion. The WQE stays in the queue
 // until end consumes it. rqHeld says the caller holds p.rqMu.
-func (p *qp) takeRecv(m *rxMessage, data bool, rnrTimer uint8, rqHeld bool) (outcome, abi.WCStatus, uint8) {
+func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outcome, abi.WCStatus, uint8) {
 	if !rqHeld {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
 	}
 	r := &m.r
-	switch p.peekRecvLocked(r.srcQPN) {
+	switch p.peekRecvLocked(r.SrcQPN) {
 	case recvNone:
-		return outRNR, 0, rnrTimer
+		return OutRNR, 0, rnrTimer
 	case recvBroken:
-		return outDone, abi.WCRemOpErr, 0
+		return OutDone, abi.WCRemOpErr, 0
 	}
 	rw := &p.rwqe
 	m.recv, m.wrid, m.seq = true, rw.WRID, p.rqSeq
 	if !data {
-		return outDone, abi.WCSuccess, 0
+		return OutDone, abi.WCSuccess, 0
 	}
 	m.nsge = copy(m.sges[:], rw.SGE[:rw.NumSGE])
 	switch room, ok := m.resolveRecv(p); {
 	case !ok:
 		m.recv = false
-		p.moveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")          // ERR first, as in execOne
-		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.srcQPN) // if the CQ is full, the flush completes it
-		return outDone, abi.WCRemOpErr, 0
-	case room < r.total:
+		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")          // ERR first, as in execOne
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN) // if the CQ is full, the flush completes it
+		return OutDone, abi.WCRemOpErr, 0
+	case room < r.Total:
 		m.recv = false
-		p.moveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", r.total, room))
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.srcQPN)
-		return outDone, abi.WCRemInvReqErr, 0
+		p.MoveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", r.Total, room))
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.SrcQPN)
+		return OutDone, abi.WCRemInvReqErr, 0
 	}
-	return outDone, abi.WCSuccess, 0
+	return OutDone, abi.WCSuccess, 0
 }
 
 // resolveRecv resolves the receive's SGEs into m.segs, reporting their
 // room; false if one is not a region of p's PD with local write.
-func (m *rxMessage) resolveRecv(p *qp) (uint64, bool) {
+func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 	var room uint64
 	m.nseg = 0
 	for _, sge := range m.sges[:m.nsge] {
@@ -211,33 +211,33 @@ func (m *rxMessage) resolveRecv(p *qp) (uint64, bool) {
 	return room, true
 }
 
-// revalidate resolves m's target again, for a caller that let go of the
+// Revalidate resolves m's target again, for a caller that let go of the
 // responder VM's memMu since begin: a region deregistered meanwhile fails
 // it (the message then fails as a remote access or operation error).
-func (m *rxMessage) revalidate(p *qp) bool {
+func (m *Message) Revalidate(p *QP) bool {
 	r := &m.r
 	switch {
-	case r.op == abi.OpSend || r.op == abi.OpSendWithImm:
+	case r.Op == abi.OpSend || r.Op == abi.OpSendWithImm:
 		_, ok := m.resolveRecv(p)
 		return ok
-	case r.op == abi.OpRDMARead:
-		b, ok := p.vm.resolve(p.pd, r.rkey, r.raddr, r.total, abi.AccessRemoteRead)
+	case r.Op == abi.OpRDMARead:
+		b, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
 		m.segs[0] = b
 		return ok
-	case r.op == abi.OpRDMAWrite || r.op == abi.OpRDMAWriteWithImm:
-		b, ok := p.vm.resolve(p.pd, r.rkey, r.raddr, r.total, abi.AccessRemoteWrite)
+	case r.Op == abi.OpRDMAWrite || r.Op == abi.OpRDMAWriteWithImm:
+		b, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		m.segs[0] = b
 		return ok
 	}
 	return true
 }
 
-// place returns where the message's bytes [off, off+n) go (READ: come
+// Place returns where the message's bytes [off, off+n) go (READ: come
 // from): guest memory, at most n bytes, fewer at the end of a receive
 // buffer; the caller asks again from where it ends. nil when off+n is
 // beyond the message.
-func (m *rxMessage) place(off, n uint64) []byte {
-	if n == 0 || off+n < off || off+n > m.r.total {
+func (m *Message) Place(off, n uint64) []byte {
+	if n == 0 || off+n < off || off+n > m.r.Total {
 		return nil
 	}
 	for _, b := range m.segs[:m.nseg] {
@@ -249,26 +249,26 @@ func (m *rxMessage) place(off, n uint64) []byte {
 	return nil
 }
 
-// end completes the message at p: a SEND or WRITE_WITH_IMM consumes its
+// End completes the message at p: a SEND or WRITE_WITH_IMM consumes its
 // receive WQE with a completion. outRNR when p's receive CQ is full: the
 // bytes landed in a buffer still posted, which is not yet the receiver's
 // to read, and the requester tries again. A receive flushed or reset
 // since begin is not completed twice.
-func (p *qp) end(m *rxMessage) (outcome, abi.WCStatus) {
+func (p *QP) End(m *Message) (Outcome, abi.WCStatus) {
 	if !m.recv {
 		clear(m.segs[:m.nseg])
-		return outDone, abi.WCSuccess
+		return OutDone, abi.WCSuccess
 	}
 	p.rqMu.Lock()
 	defer p.rqMu.Unlock()
 	return p.endLocked(m)
 }
 
-// taken reports whether the receive m took is still at p's RQ head, not
+// Taken reports whether the receive m took is still at p's RQ head, not
 // flushed (ERR) or dropped (RESET) since.
 //
 // +checklocks:p.rqMu
-func (m *rxMessage) taken(p *qp) bool {
+func (m *Message) Taken(p *QP) bool {
 	p.rqCatchUpLocked()
 	return m.recv && p.rqSeq == m.seq && !p.rqBroken
 }
@@ -276,28 +276,28 @@ func (m *rxMessage) taken(p *qp) bool {
 // endLocked is end; the caller holds p.rqMu.
 //
 // +checklocks:p.rqMu
-func (p *qp) endLocked(m *rxMessage) (outcome, abi.WCStatus) {
+func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 	defer clear(m.segs[:m.nseg])
 	if !m.recv {
-		return outDone, abi.WCSuccess
+		return OutDone, abi.WCSuccess
 	}
 	r := &m.r
-	if !m.taken(p) {
-		return outNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
+	if !m.Taken(p) {
+		return OutNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
 	}
 	p.rwqe.WRID = m.wrid
-	op, withImm := abi.WCRecv, r.op == abi.OpSendWithImm
-	if r.op == abi.OpRDMAWriteWithImm {
+	op, withImm := abi.WCRecv, r.Op == abi.OpSendWithImm
+	if r.Op == abi.OpRDMAWriteWithImm {
 		op, withImm = abi.WCRecvRDMAWithImm, true
 	}
-	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.total), r.imm, withImm, r.srcQPN) {
-		p.ctr.rnrSent.Add(1)
-		return outRNR, 0
+	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.Total), r.Imm, withImm, r.SrcQPN) {
+		p.ctr.RNRSent.Add(1)
+		return OutRNR, 0
 	}
-	return outDone, abi.WCSuccess
+	return OutDone, abi.WCSuccess
 }
 
-// respond executes request r at p in one step — begin, every byte through
+// Respond executes request r at p in one step — begin, every byte through
 // io, end — for paths that carry a message whole (memcpy, tcp). m is the
 // caller's scratch. The caller holds what begin needs. err is an I/O
 // error of the payload (tcp): the connection is broken and the request
@@ -305,8 +305,8 @@ func (p *qp) endLocked(m *rxMessage) (outcome, abi.WCStatus) {
 //
 // A message that takes a receive holds p.rqMu from begin to end, as a
 // whole: its bytes land in a receive nothing else can flush meanwhile.
-func (p *qp) respond(r *rcRequest, m *rxMessage, io payload) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
-	if r.op == abi.OpSend || r.op == abi.OpSendWithImm || r.op == abi.OpRDMAWriteWithImm {
+func (p *QP) Respond(r *Request, m *Message, io Payload) (out Outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm || r.Op == abi.OpRDMAWriteWithImm {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
 		return p.respondLocked(r, m, io, true)
@@ -316,44 +316,44 @@ func (p *qp) respond(r *rcRequest, m *rxMessage, io payload) (out outcome, st ab
 
 // respondLocked is respond; rqHeld says the caller holds p.rqMu (for a
 // message that takes a receive).
-func (p *qp) respondLocked(r *rcRequest, m *rxMessage, io payload, rqHeld bool) (out outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
+func (p *QP) respondLocked(r *Request, m *Message, io Payload, rqHeld bool) (out Outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
 	out, st, rnrTimer = p.check(r, m, rqHeld)
-	if out != outDone || st != abi.WCSuccess {
+	if out != OutDone || st != abi.WCSuccess {
 		clear(m.segs[:m.nseg])
 		return out, st, 0, rnrTimer, nil
 	}
-	switch r.op {
+	switch r.Op {
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		io.atomic(m.old)
-		return outDone, abi.WCSuccess, 8, 0, nil
+		io.Atomic(m.old)
+		return OutDone, abi.WCSuccess, 8, 0, nil
 	case abi.OpRDMARead:
-		if r.total > 0 {
-			err = io.out(m.segs[0])
+		if r.Total > 0 {
+			err = io.Out(m.segs[0])
 		}
 	default:
-		for off := uint64(0); off < r.total && err == nil; {
-			b := m.place(off, r.total-off)
-			err = io.in(b)
+		for off := uint64(0); off < r.Total && err == nil; {
+			b := m.Place(off, r.Total-off)
+			err = io.In(b)
 			off += uint64(len(b))
 		}
 	}
 	if err != nil {
 		clear(m.segs[:m.nseg])
-		return outDone, 0, 0, 0, err
+		return OutDone, 0, 0, 0, err
 	}
 	if rqHeld {
 		out, st = p.endLocked(m)
 	} else {
-		out, st = p.end(m)
+		out, st = p.End(m)
 	}
-	if out == outRNR {
+	if out == OutRNR {
 		rnrTimer = p.minRNRTimer()
 	}
-	return out, st, uint32(r.total), rnrTimer, nil
+	return out, st, uint32(r.Total), rnrTimer, nil
 }
 
 // minRNRTimer is the delay p asks of requesters in an RNR NAK.
-func (p *qp) minRNRTimer() uint8 {
+func (p *QP) minRNRTimer() uint8 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.attr.MinRNRTimer

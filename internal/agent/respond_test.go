@@ -30,15 +30,15 @@ func TestResumableResponder(t *testing.T) {
 	for i := range msg {
 		msg[i] = byte(i*7 + 1)
 	}
-	var m rxMessage
-	r := rcRequest{op: abi.OpSendWithImm, srcQPN: rc.q.qpn, total: total, imm: 0xfeed}
+	var m Message
+	r := Request{Op: abi.OpSendWithImm, SrcQPN: rc.q.qpn, Total: total, Imm: 0xfeed}
 	p.vm.memMu.RLock()
-	out, st, _ := p.begin(&r, &m)
+	out, st, _ := p.Begin(&r, &m)
 	p.vm.memMu.RUnlock()
-	if out != outDone || st != abi.WCSuccess {
+	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)
 	}
-	if m.place(total-1, 2) != nil || m.place(0, 0) != nil {
+	if m.Place(total-1, 2) != nil || m.Place(0, 0) != nil {
 		t.Fatal("place beyond the message returned memory")
 	}
 	var offs []uint64
@@ -53,11 +53,11 @@ func TestResumableResponder(t *testing.T) {
 		// receive: under memMu and rqMu, the receive still taken.
 		p.vm.memMu.RLock()
 		p.rqMu.Lock()
-		if !m.revalidate(p) || !m.taken(p) {
+		if !m.Revalidate(p) || !m.Taken(p) {
 			t.Fatal("revalidate or taken failed with every region and the receive in place")
 		}
 		for o, end := off, min(off+chunk, total); o < end; {
-			b := m.place(o, end-o)
+			b := m.Place(o, end-o)
 			if len(b) == 0 {
 				t.Fatalf("place(%d, %d) returned nothing", o, end-o)
 			}
@@ -67,7 +67,7 @@ func TestResumableResponder(t *testing.T) {
 		p.rqMu.Unlock()
 		p.vm.memMu.RUnlock()
 	}
-	if out, st := p.end(&m); out != outDone || st != abi.WCSuccess {
+	if out, st := p.End(&m); out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("end: %v %s", out, st)
 	}
 	mem := h.pv.mem.Bytes()
@@ -91,23 +91,23 @@ func TestResumableResponder(t *testing.T) {
 func TestResumableResponderFlushed(t *testing.T) {
 	_, rc := respondCase(t)
 	p := rc.p
-	var m rxMessage
-	r := rcRequest{op: abi.OpSend, srcQPN: rc.q.qpn, total: 10}
+	var m Message
+	r := Request{Op: abi.OpSend, SrcQPN: rc.q.qpn, Total: 10}
 	p.vm.memMu.RLock()
-	out, st, _ := p.begin(&r, &m)
+	out, st, _ := p.Begin(&r, &m)
 	p.vm.memMu.RUnlock()
-	if out != outDone || st != abi.WCSuccess {
+	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)
 	}
-	p.moveToErr("test")
+	p.MoveToErr("test")
 	p.flushRQ()
 	p.rqMu.Lock()
-	still := m.taken(p)
+	still := m.Taken(p)
 	p.rqMu.Unlock()
 	if still {
 		t.Fatal("the receive still counts as taken after the flush: its buffers would be written")
 	}
-	if out, _ := p.end(&m); out != outNoPeer {
+	if out, _ := p.End(&m); out != OutNoPeer {
 		t.Fatalf("end after the flush: %v, want outNoPeer", out)
 	}
 	cqes := completions(rc.pcq)
@@ -121,23 +121,23 @@ func TestResumableResponderFlushed(t *testing.T) {
 func TestResumableResponderDeregistered(t *testing.T) {
 	h, rc := respondCase(t)
 	p := rc.p
-	reg, err := h.pv.regMR(&abi.RegMR{PD: h.ppd.handle, Addr: harnessRW + 0x8000, Length: 4096, Access: abi.AccessAll})
+	reg, err := h.pv.RegMR(&abi.RegMR{PD: h.ppd.handle, Addr: harnessRW + 0x8000, Length: 4096, Access: abi.AccessAll})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m rxMessage
-	r := rcRequest{op: abi.OpRDMAWrite, srcQPN: rc.q.qpn, rkey: reg.RKey, raddr: harnessRW + 0x8000, total: 4096}
+	var m Message
+	r := Request{Op: abi.OpRDMAWrite, SrcQPN: rc.q.qpn, RKey: reg.RKey, RAddr: harnessRW + 0x8000, Total: 4096}
 	p.vm.memMu.RLock()
-	out, st, _ := p.begin(&r, &m)
+	out, st, _ := p.Begin(&r, &m)
 	p.vm.memMu.RUnlock()
-	if out != outDone || st != abi.WCSuccess {
+	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)
 	}
-	if err := h.pv.deregMR(reg.Handle); err != nil {
+	if err := h.pv.DeregMR(reg.Handle); err != nil {
 		t.Fatal(err)
 	}
 	p.vm.memMu.RLock()
-	ok := m.revalidate(p)
+	ok := m.Revalidate(p)
 	p.vm.memMu.RUnlock()
 	if ok {
 		t.Fatal("revalidate succeeded after the region was deregistered")

@@ -20,8 +20,8 @@ import (
 // [harnessRO, +harnessROLen)), and nothing else that may change.
 type ringHarness struct {
 	a       *Agent
-	v, pv   *vm // the sender's VM and its peer's
-	pd, ppd *pd
+	v, pv   *VM // the sender's VM and its peer's
+	pd, ppd *PD
 	pattern []byte // what guest memory holds outside the writable regions
 }
 
@@ -45,7 +45,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 		h.pattern[i] = byte(i*131 + i>>8*7 + 3)
 	}
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
-	attach := func(name string) (*vm, *pd) {
+	attach := func(name string) (*VM, *PD) {
 		root := &session{a: a, cred: true} // uid 0: may define and attach
 		if err := a.proc.Define(root.caller(), &mgmt.DefineVM{Name: name, VMX: vmx}); err != nil {
 			tb.Fatal(err)
@@ -55,14 +55,14 @@ func newRingHarness(tb testing.TB) *ringHarness {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(v.teardown)
-		ph, err := v.allocPD("vrdma0")
+		ph, err := v.AllocPD("vrdma0")
 		if err != nil {
 			tb.Fatal(err)
 		}
 		p := v.pds[ph]
 		for _, r := range []abi.RegMR{{PD: ph, Addr: harnessRW, Length: harnessRWLen, Access: abi.AccessAll},
 			{PD: ph, Addr: harnessRO, Length: harnessROLen, Access: abi.AccessRemoteRead}} {
-			if _, err := v.regMR(&r); err != nil {
+			if _, err := v.RegMR(&r); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -84,8 +84,8 @@ func newRingHarness(tb testing.TB) *ringHarness {
 // to a QP p of the peer VM, with whatever the fuzzer wrote into their
 // rings.
 type ringCase struct {
-	q, p         *qp
-	cq, pcq      *cq    // q's CQ (send and receive), p's
+	q, p         *QP
+	cq, pcq      *CQ    // q's CQ (send and receive), p's
 	sqHead0      uint32 // q's SQ head before the run
 	sigAll       bool
 	cqGarbage    bool // q's CQ head index is garbage: its completions are dropped
@@ -107,9 +107,9 @@ const (
 
 // newQP creates a QP whose goroutine is stopped, so that the test runs
 // the consumer itself.
-func (h *ringHarness) newQP(tb testing.TB, v *vm, p *pd, c *cq, sigAll bool) *qp {
+func (h *ringHarness) newQP(tb testing.TB, v *VM, p *PD, c *CQ, sigAll bool) *QP {
 	tb.Helper()
-	q, err := v.createQP(&abi.CreateQP{PD: p.handle, SendCQ: c.handle, RecvCQ: c.handle, Type: abi.QPTypeRC, SQSigAll: sigAll,
+	q, err := v.CreateQP(&abi.CreateQP{PD: p.handle, SendCQ: c.handle, RecvCQ: c.handle, Type: abi.QPTypeRC, SQSigAll: sigAll,
 		Caps: abi.QPCaps{MaxSendWR: harnessCaps, MaxRecvWR: harnessCaps, MaxSendSGE: harnessCaps, MaxRecvSGE: harnessCaps, MaxInlineData: 64}})
 	if err != nil {
 		tb.Fatal(err)
@@ -121,9 +121,9 @@ func (h *ringHarness) newQP(tb testing.TB, v *vm, p *pd, c *cq, sigAll bool) *qp
 	return q
 }
 
-func (h *ringHarness) newCQ(tb testing.TB, v *vm) *cq {
+func (h *ringHarness) newCQ(tb testing.TB, v *VM) *CQ {
 	tb.Helper()
-	c, err := v.createCQ(&abi.CreateCQ{Adapter: "vrdma0", CQE: 64})
+	c, err := v.CreateCQ(&abi.CreateCQ{Adapter: "vrdma0", CQE: 64})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func (h *ringHarness) setup(tb testing.TB, sq []byte, sqTail, sqHead uint32, prq
 		func() error { return toRTR(p, q.ad.gid, q.qpn, 0) },
 		func() error { return toRTS(p, 0) },
 		func() error {
-			return q.modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
+			return q.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
 				Attr: abi.QPAttr{State: abi.QPSRTS, Timeout: 1, MaxRdAtomic: 1}})
 		},
 	} {
@@ -162,13 +162,13 @@ func (h *ringHarness) setup(tb testing.TB, sq []byte, sqTail, sqHead uint32, prq
 	rc.state = states[mode&7]
 	switch rc.state {
 	case abi.QPSSQD, abi.QPSErr, abi.QPSReset:
-		if err := q.modify(&abi.ModifyQP{Mask: abi.MaskState, Attr: abi.QPAttr{State: rc.state}}); err != nil {
+		if err := q.Modify(&abi.ModifyQP{Mask: abi.MaskState, Attr: abi.QPAttr{State: rc.state}}); err != nil {
 			tb.Fatal(err)
 		}
 	case abi.QPSInit:
 		for _, m := range []abi.ModifyQP{{Mask: abi.MaskState, Attr: abi.QPAttr{State: abi.QPSReset}},
 			{Mask: abi.MaskState | abi.MaskPort | abi.MaskAccessFlags, Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}}} {
-			if err := q.modify(&m); err != nil {
+			if err := q.Modify(&m); err != nil {
 				tb.Fatal(err)
 			}
 		}
@@ -223,7 +223,7 @@ func consumed(from, to, entries uint32, wr uint64) map[uint64]bool {
 }
 
 // completions returns the CQEs the agent wrote to c.
-func completions(c *cq) []abi.CQE {
+func completions(c *CQ) []abi.CQE {
 	var out []abi.CQE
 	mem := c.ring.Bytes()
 	for i := uint32(0); i != c.tail; i = abi.Next(i, c.layout.Entries) {
@@ -241,7 +241,7 @@ func (h *ringHarness) check(tb testing.TB, rc *ringCase) {
 	q, p := rc.q, rc.p
 	// Guest memory outside the writable regions is untouched, in both VMs
 	// (the read-only regions included).
-	for _, v := range []*vm{h.v, h.pv} {
+	for _, v := range []*VM{h.v, h.pv} {
 		mem := v.mem.Bytes()
 		if !bytes.Equal(mem[:harnessRW], h.pattern[:harnessRW]) || !bytes.Equal(mem[harnessRW+harnessRWLen:], h.pattern[harnessRW+harnessRWLen:]) {
 			for i := range mem {
@@ -294,7 +294,7 @@ func (h *ringHarness) check(tb testing.TB, rc *ringCase) {
 	}
 	// Nothing is left that would make the goroutine spin: the consumer
 	// did all it could.
-	for _, x := range []*qp{q, p} {
+	for _, x := range []*QP{q, p} {
 		if x.hasWork(abi.Word(x.ring.Bytes(), abi.OffSQTail).Load()) {
 			tb.Fatalf("QP 0x%x in %s still has work after draining (SQ tail %d head %d): its goroutine would spin",
 				x.qpn, x.State(), abi.Word(x.ring.Bytes(), abi.OffSQTail).Load(), x.sqHead)
@@ -308,17 +308,17 @@ func (h *ringHarness) check(tb testing.TB, rc *ringCase) {
 // teardown destroys the case's objects and restores the writable regions.
 func (h *ringHarness) teardown(tb testing.TB, rc *ringCase) {
 	tb.Helper()
-	h.v.destroyQP(rc.q)
-	h.pv.destroyQP(rc.p)
+	h.v.DestroyQP(rc.q)
+	h.pv.DestroyQP(rc.p)
 	for _, x := range []struct {
-		v *vm
-		c *cq
+		v *VM
+		c *CQ
 	}{{h.v, rc.cq}, {h.pv, rc.pcq}} {
-		if err := x.v.destroyCQ(x.c.handle); err != nil {
+		if err := x.v.DestroyCQ(x.c.handle); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	for _, v := range []*vm{h.v, h.pv} {
+	for _, v := range []*VM{h.v, h.pv} {
 		copy(v.mem.Bytes()[harnessRW:harnessRW+harnessRWLen], h.pattern[harnessRW:])
 	}
 }
@@ -427,7 +427,7 @@ func TestRingConsumerSpin(t *testing.T) {
 			rc.p.drain()
 			h.check(t, rc)
 			if c.mode == 2 { // SQD → RTS resumes the held WQEs
-				if err := rc.q.modify(&abi.ModifyQP{Mask: abi.MaskState, Attr: abi.QPAttr{State: abi.QPSRTS}}); err != nil {
+				if err := rc.q.Modify(&abi.ModifyQP{Mask: abi.MaskState, Attr: abi.QPAttr{State: abi.QPSRTS}}); err != nil {
 					t.Fatal(err)
 				}
 				if !rc.q.hasWork(abi.Word(rc.q.ring.Bytes(), abi.OffSQTail).Load()) {

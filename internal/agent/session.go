@@ -38,7 +38,7 @@ type session struct {
 	sendMu sync.Mutex
 	out    []byte // +checklocks:sendMu
 
-	vm *vm // set by attach; read by the serve goroutine and blocking ops after it
+	vm *VM // set by attach; read by the serve goroutine and blocking ops after it
 
 	lmu       sync.Mutex
 	listeners map[uint32]*listener // +checklocks:lmu
@@ -236,59 +236,59 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	}
 	switch op {
 	case abi.OpQueryDevice:
-		if _, err := v.adapter(req.(*abi.AdapterRef).Adapter); err != nil {
+		if _, err := v.Adapter(req.(*abi.AdapterRef).Adapter); err != nil {
 			return nil, nil, err
 		}
 		return a.deviceAttr(v), nil, nil
 	case abi.OpQueryPort:
-		ad, err := v.adapter(req.(*abi.AdapterRef).Adapter)
+		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
 		if err != nil {
 			return nil, nil, err
 		}
 		return portAttr(ad), nil, nil
 	case abi.OpAllocPD:
-		h, err := v.allocPD(req.(*abi.AdapterRef).Adapter)
+		h, err := v.AllocPD(req.(*abi.AdapterRef).Adapter)
 		return abi.Handle{Handle: h}, nil, err
 	case abi.OpDeallocPD:
-		return abi.Empty{}, nil, v.deallocPD(req.(*abi.Handle).Handle)
+		return abi.Empty{}, nil, v.DeallocPD(req.(*abi.Handle).Handle)
 	case abi.OpRegMR:
-		r, err := v.regMR(req.(*abi.RegMR))
+		r, err := v.RegMR(req.(*abi.RegMR))
 		return r, nil, err
 	case abi.OpDeregMR:
-		return abi.Empty{}, nil, v.deregMR(req.(*abi.Handle).Handle)
+		return abi.Empty{}, nil, v.DeregMR(req.(*abi.Handle).Handle)
 	case abi.OpCreateCQ:
-		c, err := v.createCQ(req.(*abi.CreateCQ))
+		c, err := v.CreateCQ(req.(*abi.CreateCQ))
 		if err != nil {
 			return nil, nil, err
 		}
 		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD.Int(), c.event.PeerFD()}, nil
 	case abi.OpDestroyCQ:
-		return abi.Empty{}, nil, v.destroyCQ(req.(*abi.Handle).Handle)
+		return abi.Empty{}, nil, v.DestroyCQ(req.(*abi.Handle).Handle)
 	case abi.OpCreateQP:
-		q, err := v.createQP(req.(*abi.CreateQP))
+		q, err := v.CreateQP(req.(*abi.CreateQP))
 		if err != nil {
 			return nil, nil, err
 		}
 		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD.Int(), q.doorbell.PeerFD()}, nil
 	case abi.OpModifyQP:
 		m := req.(*abi.ModifyQP)
-		q, err := v.qpByHandle(m.Handle)
+		q, err := v.QPByHandle(m.Handle)
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.Empty{}, nil, q.modify(m)
+		return abi.Empty{}, nil, q.Modify(m)
 	case abi.OpQueryQP:
-		q, err := v.qpByHandle(req.(*abi.Handle).Handle)
+		q, err := v.QPByHandle(req.(*abi.Handle).Handle)
 		if err != nil {
 			return nil, nil, err
 		}
-		return q.query(), nil, nil
+		return q.Query(), nil, nil
 	case abi.OpDestroyQP:
-		q, err := v.qpByHandle(req.(*abi.Handle).Handle)
+		q, err := v.QPByHandle(req.(*abi.Handle).Handle)
 		if err != nil {
 			return nil, nil, err
 		}
-		v.destroyQP(q)
+		v.DestroyQP(q)
 		return abi.Empty{}, nil, nil
 	case abi.OpListen:
 		l, err := s.listen(req.(*abi.Listen))
@@ -324,7 +324,7 @@ func (a *Agent) caps() abi.Caps {
 	return c
 }
 
-func (a *Agent) deviceAttr(v *vm) abi.DeviceAttr {
+func (a *Agent) deviceAttr(v *VM) abi.DeviceAttr {
 	l := a.cfg.Limits
 	return abi.DeviceAttr{
 		FWVer: Version, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
@@ -340,7 +340,7 @@ func guid(mac net.HardwareAddr) string {
 	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
-func portAttr(ad *adapter) abi.PortAttr {
+func portAttr(ad *Adapter) abi.PortAttr {
 	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: 1024, GIDTblLen: 1, LinkLayer: "Ethernet",
 		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }
@@ -348,7 +348,7 @@ func portAttr(ad *adapter) abi.PortAttr {
 func (a *Agent) status() mgmt.Status {
 	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
 	a.mu.Lock()
-	vms := make([]*vm, 0, len(a.vms))
+	vms := make([]*VM, 0, len(a.vms))
 	for _, v := range a.vms {
 		if v.ready.Load() {
 			vms = append(vms, v)
@@ -357,7 +357,7 @@ func (a *Agent) status() mgmt.Status {
 	a.mu.Unlock()
 	seen := map[string]bool{}
 	for _, v := range vms {
-		st.VMs = append(st.VMs, v.status())
+		st.VMs = append(st.VMs, v.Status())
 		seen[v.name] = true
 	}
 	files, _ := filepath.Glob(filepath.Join(a.cfg.StateDir, "vms", "*.vmx"))

@@ -12,55 +12,55 @@ import (
 	"github.com/vrdma/vrdma/internal/rc"
 )
 
-// rcAttrs are the attributes a requester works with, read together.
-type rcAttrs struct {
-	timeout, retryCnt, rnrRetry, maxRdAtomic uint8
-	remoteQPN                                uint32
+// RCAttrs are the attributes a requester works with, read together.
+type RCAttrs struct {
+	Timeout, RetryCnt, RNRRetry, MaxRdAtomic uint8
+	RemoteQPN                                uint32
 }
 
-// rcAttrs returns the QP's current requester attributes.
-func (q *qp) rcAttrs() rcAttrs {
+// RCAttrs returns the QP's current requester attributes.
+func (q *QP) RCAttrs() RCAttrs {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := &q.attr
-	return rcAttrs{timeout: a.Timeout, retryCnt: a.RetryCnt, rnrRetry: a.RNRRetry, maxRdAtomic: a.MaxRdAtomic, remoteQPN: q.remoteQPN}
+	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN}
 }
 
-// sending reports whether the goroutine may go on sending: the QP is not
+// Sending reports whether the goroutine may go on Sending: the QP is not
 // stopping and no RESET came since it last caught up.
-func (q *qp) sending() bool { return !q.stop.Load() && q.resets.Load() == q.sqResets }
+func (q *QP) Sending() bool { return !q.stop.Load() && q.resets.Load() == q.sqResets }
 
-// slotSize is the size of one SQ slot, for a path's private copies.
-func (q *qp) slotSize() uint32 { return q.layout.SQStride }
+// SlotSize is the size of one SQ slot, for a path's private copies.
+func (q *QP) SlotSize() uint32 { return q.layout.SQStride }
 
-// sqHeadIndex is the index of the oldest WQE not completed.
-func (q *qp) sqHeadIndex() uint32 { return q.sqHead }
+// SQHead is the index of the oldest WQE not completed.
+func (q *QP) SQHead() uint32 { return q.sqHead }
 
-// sqNext is the index after idx.
-func (q *qp) sqNext(idx uint32) uint32 { return abi.Next(idx, q.layout.SQEntries) }
+// SQNext is the index after idx.
+func (q *QP) SQNext(idx uint32) uint32 { return abi.Next(idx, q.layout.SQEntries) }
 
-// sqPending returns how many WQEs are posted beyond the head; false when
+// SQPending returns how many WQEs are posted beyond the head; false when
 // the workload's tail is invalid (drain deals with it).
-func (q *qp) sqPending() (uint32, bool) {
+func (q *QP) SQPending() (uint32, bool) {
 	return abi.Pending(abi.Word(q.ring.Bytes(), abi.OffSQTail).Load(), q.sqHead, q.layout.SQEntries)
 }
 
-// postedBeyond reports whether the workload posted past index idx.
-func (q *qp) postedBeyond(idx uint32) bool {
+// PostedBeyond reports whether the workload posted past index idx.
+func (q *QP) PostedBeyond(idx uint32) bool {
 	return abi.Word(q.ring.Bytes(), abi.OffSQTail).Load() != idx
 }
 
-// readWQE copies SQ slot idx into slot, the path's private copy (the
+// ReadWQE copies SQ slot idx into slot, the path's private copy (the
 // workload may rewrite the shared one at any time), and decodes it into w.
-func (q *qp) readWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus {
+func (q *QP) ReadWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus {
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	off := q.layout.SQOffset + abi.Slot(idx, size)*stride
 	copy(slot, q.ring.Bytes()[off:off+stride])
 	return abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 }
 
-// nextPSN takes the PSN of the next request.
-func (q *qp) nextPSN() uint32 {
+// NextPSN takes the PSN of the next request.
+func (q *QP) NextPSN() uint32 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	p := q.npsn
@@ -68,22 +68,22 @@ func (q *qp) nextPSN() uint32 {
 	return p
 }
 
-// completeHead completes the WQE at the head, w, with status st and n
+// CompleteHead completes the WQE at the head, w, with status st and n
 // bytes, in the one order every path keeps: an error moves the QP to ERR
 // first (a workload that sees the error and queries the QP finds it in
 // ERR), then the slot is freed (a workload that sees the completion may
 // post into it at once), then the completion is written.
-func (q *qp) completeHead(w *abi.SendWQE, st abi.WCStatus, n uint32) {
+func (q *QP) CompleteHead(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
-		q.moveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
+		q.MoveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
 	}
 	q.sqHead = abi.Next(q.sqHead, q.layout.SQEntries)
 	abi.Word(q.ring.Bytes(), abi.OffSQHead).Store(q.sqHead)
 	q.completeSend(w, st, n)
 }
 
-// remote returns the remote end the QP was connected to at RTR.
-func (q *qp) remote() (qpn uint32, gid abi.GID) {
+// Remote returns the Remote end the QP was connected to at RTR.
+func (q *QP) Remote() (qpn uint32, gid abi.GID) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.remoteQPN, q.remoteGID

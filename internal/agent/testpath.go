@@ -98,7 +98,7 @@ func (l *link) pipeConn() (*tconn, error) {
 // bindTestLocked binds q to the test path towards a QP of this host.
 //
 // +checklocks:q.mu
-func (q *qp) bindTestLocked(dgid abi.GID, qpn uint32, ad *adapter) {
+func (q *QP) bindTestLocked(dgid abi.GID, qpn uint32, ad *Adapter) {
 	a := q.vm.a
 	q.remoteGID, q.remoteQPN = dgid, qpn
 	t := newTCPPath(q, a.hostID, a.loop)

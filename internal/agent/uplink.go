@@ -368,8 +368,8 @@ type tconn struct {
 	nacks int
 	resp  tcpwire.Header
 	sp    sockPayload
-	req   rcRequest
-	rx    rxMessage
+	req   Request
+	rx    Message
 	segs  [1][]byte
 
 	cmMu    sync.Mutex

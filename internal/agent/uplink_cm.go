@@ -165,7 +165,7 @@ func (c *tconn) serveCM(tag uint64, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
 }
 
 // acceptRemote brings q to RTS facing remote dialer d and answers it.
-func acceptRemote(q *qp, req *connReq, d *remoteDialer) (abi.ConnectReply, error) {
+func acceptRemote(q *QP, req *connReq, d *remoteDialer) (abi.ConnectReply, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	dialerPSN := binary.LittleEndian.Uint32(b[:]) & tcpwire.PSNMask // the dialer's sq_psn
@@ -176,17 +176,17 @@ func acceptRemote(q *qp, req *connReq, d *remoteDialer) (abi.ConnectReply, error
 		func() error { return toRTS(q, ourPSN) },
 	} {
 		if err := step(); err != nil {
-			q.moveToErr("connection setup failed")
+			q.MoveToErr("connection setup failed")
 			req.reply <- connResult{err: err}
 			return abi.ConnectReply{}, err
 		}
 	}
 	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.qpn, RemoteGID: q.ad.gid}, sqPSN: dialerPSN, rqPSN: ourPSN}
-	return abi.ConnectReply{RemoteQPN: d.qpn, RemoteGID: d.gid, Path: q.query().Path}, nil
+	return abi.ConnectReply{RemoteQPN: d.qpn, RemoteGID: d.gid, Path: q.Query().Path}, nil
 }
 
 // remoteConnect dials the listener of end, on another host, for q.
-func (s *session) remoteConnect(q *qp, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
+func (s *session) remoteConnect(q *QP, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
 	a := s.a
 	timeout := time.Duration(c.TimeoutMS) * time.Millisecond
 	if timeout <= 0 {
@@ -244,9 +244,9 @@ func (s *session) remoteConnect(q *qp, c *abi.Connect, end *member.End) (abi.Con
 		func() error { return toRTS(q, r.SQPSN) },
 	} {
 		if err := step(); err != nil {
-			q.moveToErr("connection setup failed")
+			q.MoveToErr("connection setup failed")
 			return abi.ConnectReply{}, err
 		}
 	}
-	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.query().Path}, nil
+	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path}, nil
 }

@@ -74,7 +74,7 @@ type sockPayload struct {
 	old       uint64
 }
 
-func (s *sockPayload) in(dst []byte) error {
+func (s *sockPayload) In(dst []byte) error {
 	if uint64(len(dst)) > s.remaining {
 		return fmt.Errorf("payload shorter than the request says") // respond never asks for more than total
 	}
@@ -82,7 +82,7 @@ func (s *sockPayload) in(dst []byte) error {
 	return s.c.readFull(dst)
 }
 
-func (s *sockPayload) out(src []byte) error {
+func (s *sockPayload) Out(src []byte) error {
 	if err := s.c.flushAcks(); err != nil { // responses go out in order
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *sockPayload) out(src []byte) error {
 	return err
 }
 
-func (s *sockPayload) atomic(old uint64) { s.old = old }
+func (s *sockPayload) Atomic(old uint64) { s.old = old }
 
 // serveRequests is the responder side's reader.
 func (c *tconn) serveRequests() {
@@ -185,12 +185,12 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return nil
 	}
 	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
-		p.ctr.dropped.Add(1)
+		p.ctr.Dropped.Add(1)
 		return nil // a responder outside RTR..SQD drops what it gets
 	}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != c.l.peerID {
-		p.ctr.dropped.Add(1)
+		p.ctr.Dropped.Add(1)
 		return nil // p is connected to a QP of another host (or none): it ignores us
 	}
 	rs := &tp.rsp
@@ -201,7 +201,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rqPSN := p.attr.RQPSN & rc.PSNMask
 	p.mu.Unlock()
 	if !bound {
-		p.ctr.dropped.Add(1)
+		p.ctr.Dropped.Add(1)
 		return nil // p is connected to another QP: it ignores us
 	}
 	if gen := p.resets.Load(); !rs.seq.Started() || rs.gen != gen {
@@ -211,11 +211,11 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	verdict := rs.seq.Check(h.PSN)
 	switch verdict {
 	case rc.Ahead:
-		p.ctr.seqErrs.Add(1)
+		p.ctr.SeqErrs.Add(1)
 		resp.Status = tcpwire.SeqErr
 		return nil
 	case rc.Duplicate:
-		p.ctr.dups.Add(1)
+		p.ctr.Dups.Add(1)
 		if h.Type != tcpwire.Read {
 			// A duplicate: answer as the first time, execute nothing.
 			resp.Status = tcpwire.OK
@@ -226,26 +226,26 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		}
 	}
 	r := &c.req
-	*r = rcRequest{op: reqOps[h.Type], srcQPN: h.SrcQPN, rkey: h.RKey, raddr: h.RemoteAddr, imm: h.ImmOrLen,
-		compare: h.Compare, swap: h.Swap}
+	*r = Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
+		Compare: h.Compare, Swap: h.Swap}
 	switch h.Type {
 	case tcpwire.Read:
-		r.total, r.imm = uint64(h.ImmOrLen), 0
+		r.Total, r.Imm = uint64(h.ImmOrLen), 0
 	case tcpwire.CmpSwap, tcpwire.FetchAdd:
-		r.total, r.imm = 8, 0
+		r.Total, r.Imm = 8, 0
 	case tcpwire.Write, tcpwire.Send:
-		r.total, r.imm = uint64(h.PayloadLen), 0
+		r.Total, r.Imm = uint64(h.PayloadLen), 0
 	default:
-		r.total = uint64(h.PayloadLen)
+		r.Total = uint64(h.PayloadLen)
 	}
-	out, st, _, rnrTimer, err := p.respond(r, &c.rx, sp)
+	out, st, _, rnrTimer, err := p.Respond(r, &c.rx, sp)
 	if err != nil {
 		return err
 	}
 	switch out {
-	case outNoPeer:
+	case OutNoPeer:
 		return nil
-	case outRNR:
+	case OutRNR:
 		resp.Status, resp.RNRTimer = tcpwire.RNR, rnrTimer
 		return nil
 	}

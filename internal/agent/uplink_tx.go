@@ -68,7 +68,7 @@ type txState struct {
 	n      int    // entries in the window
 	sent   int    // entries [head, head+sent) are in flight
 	next   uint32 // SQ index of the next WQE to take into the window
-	budget retryBudget
+	budget RetryBudget
 	failed bool        // the last send failed (no connection)
 	waited bool        // ... after waiting out the timeout
 	probe  bool        // after an RNR, only the oldest goes out until it is accepted
@@ -90,7 +90,7 @@ const txBatchBytes = 1 << 20
 // to the remote end's host, and its responder's PSN state. It is made when
 // the QP enters RTR and dropped at RESET.
 type tcpPath struct {
-	q        *qp
+	q        *QP
 	host     string // the remote end's host ID
 	link     *link  // the link to host
 	pathKind abi.PathKind
@@ -114,10 +114,10 @@ type responderPSN struct {
 	seq rc.Seq // +checklocks:mu
 }
 
-func newTCPPath(q *qp, host string, l *link) *tcpPath {
+func newTCPPath(q *QP, host string, l *link) *tcpPath {
 	t := &tcpPath{q: q, host: host, link: l, pathKind: abi.PathTCP}
 	for i := range t.tx.ents {
-		t.tx.ents[i].slot = make([]byte, q.slotSize())
+		t.tx.ents[i].slot = make([]byte, q.SlotSize())
 		t.tx.ents[i].call = newCall()
 		t.tx.ents[i].call.wake = q.wakeCh
 	}
@@ -126,17 +126,17 @@ func newTCPPath(q *qp, host string, l *link) *tcpPath {
 }
 
 // tcpPathOf returns q's tcp path, nil if q is not bound to one.
-func tcpPathOf(q *qp) *tcpPath {
-	t, _ := q.boundPath().(*tcpPath)
+func tcpPathOf(q *QP) *tcpPath {
+	t, _ := q.BoundPath().(*tcpPath)
 	return t
 }
 
-func (t *tcpPath) kind() abi.PathKind        { return t.pathKind }
-func (t *tcpPath) pump()                     { t.tcpPump() }
-func (t *tcpPath) busy() bool                { return t.tx.n > 0 }
-func (t *tcpPath) drop()                     { t.txDrop() }
-func (t *tcpPath) flush()                    { t.txFlush() }
-func (t *tcpPath) pollBudget() time.Duration { return doorbellPollTCP }
+func (t *tcpPath) Kind() abi.PathKind        { return t.pathKind }
+func (t *tcpPath) Pump()                     { t.tcpPump() }
+func (t *tcpPath) Busy() bool                { return t.tx.n > 0 }
+func (t *tcpPath) Drop()                     { t.txDrop() }
+func (t *tcpPath) Flush()                    { t.txFlush() }
+func (t *tcpPath) PollBudget() time.Duration { return doorbellPollTCP }
 func (t *tcpPath) status(st *mgmt.QPStatus)  { st.InFlight = int(t.inflight.Load()) }
 
 func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
@@ -147,9 +147,9 @@ func (t *tcpPath) tcpPump() {
 	q := t.q
 	tx := &t.tx
 	if tx.n == 0 {
-		tx.next = q.sqHeadIndex()
+		tx.next = q.SQHead()
 	}
-	for q.sending() {
+	for q.Sending() {
 		s := q.State()
 		if s != abi.QPSRTS && s != abi.QPSSQD {
 			return
@@ -184,7 +184,7 @@ func (t *tcpPath) tcpPump() {
 func (t *tcpPath) txFill(takeNew bool) bool {
 	q := t.q
 	tx := &t.tx
-	pending, ok := q.sqPending()
+	pending, ok := q.SQPending()
 	if !ok {
 		return false
 	}
@@ -193,19 +193,19 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 			break // nothing after a WR that failed locally: the QP goes to ERR there
 		}
 		e := tx.at(tx.n)
-		e.local = q.readWQE(tx.next, e.slot, &e.wqe)
-		tx.next = q.sqNext(tx.next)
+		e.local = q.ReadWQE(tx.next, e.slot, &e.wqe)
+		tx.next = q.SQNext(tx.next)
 		tx.n++
 		t.inflight.Store(int32(tx.n))
 		e.conn, e.nseg, e.total = nil, 0, 0
 		if e.local == abi.WCSuccess {
-			e.local, e.nseg, e.total = q.gatherLocal(&e.wqe, e.slot, &e.segs)
+			e.local, e.nseg, e.total = q.GatherLocal(&e.wqe, e.slot, &e.segs)
 		}
 		if e.local == abi.WCSuccess {
-			e.psn = q.nextPSN()
+			e.psn = q.NextPSN()
 		}
 	}
-	depth := max(int(q.rcAttrs().maxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
+	depth := max(int(q.RCAttrs().MaxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
 	// rd counts the READs and atomics among the entries before to: all of
 	// them are outstanding (a completed entry leaves the window).
 	rd := 0
@@ -232,7 +232,7 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 	}
 	if to > tx.sent {
 		t.txSend(to)
-		q.ctr.notePeak(uint32(rd))
+		q.ctr.NotePeak(uint32(rd))
 	}
 	return true
 }
@@ -247,9 +247,9 @@ func isRdAtomic(op abi.Opcode) bool { return op == abi.OpRDMARead || op.IsAtomic
 func (t *tcpPath) txSend(to int) {
 	q := t.q
 	tx := &t.tx
-	at := q.rcAttrs()
-	l, dst := t.link, at.remoteQPN
-	wait := rc.LocalACKTimeout(at.timeout)
+	at := q.RCAttrs()
+	l, dst := t.link, at.RemoteQPN
+	wait := rc.LocalACKTimeout(at.Timeout)
 	if l == nil {
 		tx.failed, tx.waited = true, false
 		return
@@ -380,7 +380,7 @@ func (t *tcpPath) txReap() bool {
 				n = 8
 			}
 			q.bytesSent.Add(e.total)
-			tx.budget.reset()
+			tx.budget.Reset()
 			tx.probe = false
 			t.txComplete(abi.WCSuccess, n)
 		case tcpwire.RNR:
@@ -415,7 +415,7 @@ func (t *tcpPath) txComplete(st abi.WCStatus, n uint32) {
 		tx.sent--
 	}
 	clear(e.segs[:e.nseg])
-	q.completeHead(&e.wqe, st, n)
+	q.CompleteHead(&e.wqe, st, n)
 }
 
 // txRecall takes every in-flight entry back: its call is withdrawn (a
@@ -440,20 +440,20 @@ func (t *tcpPath) txRecall() {
 func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 	q := t.q
 	tx := &t.tx
-	at := q.rcAttrs()
-	tx.budget.arm(&at)
-	timeout := at.timeout
+	at := q.RCAttrs()
+	tx.budget.Arm(&at)
+	timeout := at.Timeout
 	t.txRecall()
 	var delay time.Duration
 	if rnr {
-		if st, ok := tx.budget.rnrNak(&q.ctr); !ok {
+		if st, ok := tx.budget.RNRNak(&q.ctr); !ok {
 			t.txComplete(st, 0)
 			return
 		}
 		delay = rc.RNRDelay(rnrTimer)
 		tx.probe = true // the rest would only be refused (SEQ_ERR) again
 	} else {
-		if st, ok := tx.budget.transport(&q.ctr); !ok {
+		if st, ok := tx.budget.Transport(&q.ctr); !ok {
 			t.txComplete(st, 0)
 			return
 		}
@@ -461,7 +461,7 @@ func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 			delay = rc.LocalACKTimeout(timeout)
 		}
 	}
-	q.sleep(delay)
+	q.Sleep(delay)
 }
 
 // txWait waits for a response, a poke (a state change, a response of a
@@ -475,7 +475,7 @@ func (t *tcpPath) txWait() {
 	if e.conn == nil {
 		return
 	}
-	wait := rc.LocalACKTimeout(q.rcAttrs().timeout)
+	wait := rc.LocalACKTimeout(q.RCAttrs().Timeout)
 	// Poll first: a response or a new post within doorbellPollTCP then
 	// costs no sleep and wake-up of this goroutine's thread.
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
@@ -484,7 +484,7 @@ func (t *tcpPath) txWait() {
 	spin := trySpin()
 	deadline := nanotime() + int64(doorbellPollTCP)
 	for {
-		if len(e.call.done) > 0 || !q.sending() || takeNew && tx.n < txWindow && q.postedBeyond(tx.next) {
+		if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 			break
 		}
 		select {
@@ -503,7 +503,7 @@ func (t *tcpPath) txWait() {
 	if spin {
 		endSpin()
 	}
-	if len(e.call.done) > 0 || !q.sending() || takeNew && tx.n < txWindow && q.postedBeyond(tx.next) {
+	if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 		return
 	}
 	clk := q.vm.a.clk
@@ -556,7 +556,7 @@ func (t *tcpPath) txDrop() {
 	}
 	tx.head, tx.n, tx.sent, tx.probe = 0, 0, 0, false
 	t.inflight.Store(0)
-	tx.budget.reset()
+	tx.budget.Reset()
 }
 
 // txFlush completes every entry of the window with WR_FLUSH_ERR, in order
@@ -567,5 +567,5 @@ func (t *tcpPath) txFlush() {
 		t.txComplete(abi.WCWRFlushErr, 0)
 	}
 	t.tx.probe = false
-	t.tx.budget.reset()
+	t.tx.budget.Reset()
 }

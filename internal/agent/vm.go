@@ -20,8 +20,8 @@ import (
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
-// vm is an attached VM: its guest memory, adapters and verbs objects.
-type vm struct {
+// VM is an attached VM: its guest memory, adapters and verbs objects.
+type VM struct {
 	a       *Agent
 	name    string
 	cfg     *vmconfig.Config
@@ -40,17 +40,17 @@ type vm struct {
 	ready atomic.Bool   // set once memory and adapters exist; until then others ignore the VM
 	gone  chan struct{} // closed when teardown has released the name
 
-	adapters []*adapter
+	adapters []*Adapter
 
 	// mrs is the key table: mrs[key>>8] holds the region whose key is key.
 	// Lookups are lock-free; writes happen under objMu.
-	mrs []atomic.Pointer[mr]
+	mrs []atomic.Pointer[MR]
 
 	objMu      sync.Mutex
-	pds        map[uint32]*pd // +checklocks:objMu
-	mrHandles  map[uint32]*mr // +checklocks:objMu
-	cqs        map[uint32]*cq // +checklocks:objMu
-	qps        map[uint32]*qp // +checklocks:objMu
+	pds        map[uint32]*PD // +checklocks:objMu
+	mrHandles  map[uint32]*MR // +checklocks:objMu
+	cqs        map[uint32]*CQ // +checklocks:objMu
+	qps        map[uint32]*QP // +checklocks:objMu
 	nextHandle uint32         // +checklocks:objMu
 	mrGen      uint8          // +checklocks:objMu
 }
@@ -62,27 +62,27 @@ const closeGrace = 200 * time.Millisecond
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
 
 // Name returns the VM's name.
-func (v *vm) Name() string { return v.name }
+func (v *VM) Name() string { return v.name }
 
 // Managed reports whether v is a managed VM of the control plane.
-func (v *vm) Managed() bool { return v.managed }
+func (v *VM) Managed() bool { return v.managed }
 
 // Running reports whether v is set up and not being torn down.
-func (v *vm) Running() bool { return v.ready.Load() && !v.dying.Load() }
+func (v *VM) Running() bool { return v.ready.Load() && !v.dying.Load() }
 
 // PID returns v's workload's process ID.
-func (v *vm) PID() int32 { return v.owner.pid }
+func (v *VM) PID() int32 { return v.owner.pid }
 
 // Kick detaches v's workload, as if it had gone away: it closes the
 // workload's session, which then ends and tears the VM down (its peers'
 // QPs flush).
-func (v *vm) Kick(why string) {
+func (v *VM) Kick(why string) {
 	v.a.log.Info("detaching VM", "vm", v.name, "pid", v.owner.pid, "why", why)
 	v.owner.conn.Close()
 }
 
 // Detach kicks v and waits for the teardown, at most manage.DetachWait.
-func (v *vm) Detach(why string) bool {
+func (v *VM) Detach(why string) bool {
 	v.Kick(why)
 	select {
 	case <-v.gone:
@@ -92,16 +92,16 @@ func (v *vm) Detach(why string) bool {
 	}
 }
 
-// adapter is one vrdmaN adapter of a VM.
-type adapter struct {
-	vm    *vm
+// Adapter is one vrdmaN Adapter of a VM.
+type Adapter struct {
+	vm    *VM
 	name  string
 	index int
 	mac   net.HardwareAddr
 	gid   abi.GID
 }
 
-func (ad *adapter) info() abi.AdapterInfo {
+func (ad *Adapter) info() abi.AdapterInfo {
 	return abi.AdapterInfo{Name: ad.name, Index: ad.index, MAC: ad.mac.String(), GID: ad.gid}
 }
 
@@ -124,7 +124,7 @@ func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
 
 // attachVM creates the runtime VM for a session: guest memory (a memfd of
 // memSize, locked when all guest memory is reserved) and the adapters.
-func (a *Agent) attachVM(s *session, name string) (*vm, error) {
+func (a *Agent) attachVM(s *session, name string) (*VM, error) {
 	cfg, managed, err := a.proc.AttachConfig(s.caller(), name) // owner, power, placement
 	if err != nil {
 		return nil, err
@@ -156,9 +156,9 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	v := &vm{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, gone: make(chan struct{}),
-		pds: map[uint32]*pd{}, mrHandles: map[uint32]*mr{}, cqs: map[uint32]*cq{}, qps: map[uint32]*qp{},
-		mrs: make([]atomic.Pointer[mr], a.cfg.Limits.MaxMR+1)}
+	v := &VM{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, gone: make(chan struct{}),
+		pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
+		mrs: make([]atomic.Pointer[MR], a.cfg.Limits.MaxMR+1)}
 	a.vms[name] = v // reserve the name while memory is set up
 	a.mu.Unlock()
 
@@ -180,7 +180,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 		if len(mac) != 6 {
 			mac = generatedMAC(a.hostID, name, c.Index)
 		}
-		v.adapters = append(v.adapters, &adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
+		v.adapters = append(v.adapters, &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
 	}
 	if v.async {
 		v.poller = newAsyncPoller()
@@ -196,7 +196,7 @@ func (a *Agent) attachVM(s *session, name string) (*vm, error) {
 	return v, nil
 }
 
-func (v *vm) setupMemory() error {
+func (v *VM) setupMemory() error {
 	v.memSize = uint64(v.cfg.MemSizeMB) << 20
 	fd, err := sys.Memfd("vrdma-guest-"+v.name, int64(v.memSize))
 	if err != nil {
@@ -239,7 +239,7 @@ func gidFromMAC(mac net.HardwareAddr) abi.GID {
 	return g
 }
 
-func (v *vm) adapter(name string) (*adapter, error) {
+func (v *VM) Adapter(name string) (*Adapter, error) {
 	for _, ad := range v.adapters {
 		if ad.name == name {
 			return ad, nil
@@ -253,7 +253,7 @@ func (v *vm) adapter(name string) (*adapter, error) {
 }
 
 // lookupMR returns the region with key, or nil. Lock-free: data path.
-func (v *vm) lookupMR(key uint32) *mr {
+func (v *VM) lookupMR(key uint32) *MR {
 	idx := key >> 8
 	if idx == 0 || int(idx) >= len(v.mrs) {
 		return nil
@@ -268,7 +268,7 @@ func (v *vm) lookupMR(key uint32) *mr {
 // resolve checks that [addr, addr+n) lies in region key of protection
 // domain pd with the access flags need, and returns that guest memory.
 // Zero-length ranges need no key. The caller keeps v's memory alive.
-func (v *vm) resolve(pd *pd, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
+func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
@@ -282,13 +282,13 @@ func (v *vm) resolve(pd *pd, key uint32, addr, n uint64, need abi.Access) ([]byt
 	return v.mem.Bytes()[addr : addr+n], true
 }
 
-func (v *vm) allocHandleLocked() uint32 {
+func (v *VM) allocHandleLocked() uint32 {
 	v.nextHandle++
 	return v.nextHandle
 }
 
-// status returns the VM's status report.
-func (v *vm) status() mgmt.VMStatus {
+// Status returns the VM's Status report.
+func (v *VM) Status() mgmt.VMStatus {
 	st := mgmt.VMStatus{Name: v.name, Attached: true, Power: string(records.PoweredOn), AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
 	for _, ad := range v.adapters {
 		st.Adapters = append(st.Adapters, ad.info())
@@ -303,7 +303,7 @@ func (v *vm) status() mgmt.VMStatus {
 }
 
 // findAdapterByGID returns the adapter of an attached VM with gid, or nil.
-func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *adapter {
+func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *Adapter {
 	for _, v := range a.vms {
 		if !v.ready.Load() {
 			continue
@@ -320,11 +320,11 @@ func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *adapter {
 // teardown destroys everything a VM holds, after its workload is gone:
 // its QPs (peers' QPs move to ERR and flush), listeners, CQs, MRs, PDs and
 // finally its mappings.
-func (v *vm) teardown() {
+func (v *VM) teardown() {
 	a := v.a
 	v.dying.Store(true)
 	v.objMu.Lock()
-	qps := make([]*qp, 0, len(v.qps))
+	qps := make([]*QP, 0, len(v.qps))
 	for _, q := range v.qps {
 		qps = append(qps, q)
 	}
@@ -340,7 +340,7 @@ func (v *vm) teardown() {
 	// Peers: QPs elsewhere whose remote end is one of ours. remoteIsVM
 	// takes o.mu, which is taken before a.mu elsewhere (peerQP, modify):
 	// look only after a.mu is released.
-	var others []*qp
+	var others []*QP
 	for _, o := range a.qps {
 		if o.vm != v {
 			others = append(others, o)
@@ -355,12 +355,12 @@ func (v *vm) teardown() {
 		// rings: touch them only under its memMu, while o lives.
 		o.vm.memMu.RLock()
 		if !o.vm.dead && !o.destroyed.Load() {
-			o.moveToErr("peer VM " + v.name + " went away")
+			o.MoveToErr("peer VM " + v.name + " went away")
 		}
 		o.vm.memMu.RUnlock()
 	}
 	for _, q := range qps {
-		v.destroyQP(q)
+		v.DestroyQP(q)
 	}
 	if v.poller != nil {
 		v.poller.close()
