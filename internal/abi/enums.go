@@ -41,6 +41,11 @@ func (o Opcode) Valid() bool { return o <= OpAtomicFetchAdd }
 // IsAtomic reports whether o is an atomic operation.
 func (o Opcode) IsAtomic() bool { return o == OpAtomicCmpAndSwp || o == OpAtomicFetchAdd }
 
+// IsRdAtomic reports whether o is an RDMA READ or an atomic: the requests
+// max_rd_atomic and max_dest_rd_atomic count, and the ones a fence waits
+// for.
+func (o Opcode) IsRdAtomic() bool { return o == OpRDMARead || o.IsAtomic() }
+
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
 type WCOpcode uint8
 

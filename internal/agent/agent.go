@@ -1,6 +1,11 @@
-// Package agent is vrdmad, the host agent: the device behind every vrdma
-// adapter on this host. It owns the authoritative state of every PD, MR, CQ
-// and QP, checks every key, bound and state transition, and moves the bytes.
+// Package agent is vrdmad, the host agent. It wires the layers together:
+// the device (package device: VMs, verbs objects, QPs and their send-queue
+// goroutines, the responder), the paths (package transport/memcpy, and
+// transport/tcp for other hosts), connection management (package cm), the
+// control plane (control.go) and the VM procedures (package manage). It
+// serves workloads and management clients on a Unix socket (session.go)
+// and is the device's Router (route.go): the control plane's decision
+// picks each connected QP's path.
 //
 // Goroutines and who owns them:
 //
@@ -9,19 +14,10 @@
 //	                       and answers them; blocking commands (connect,
 //	                       get-request) run in their own goroutine, owned by
 //	                       the session and waited for when it ends.
-//	qp.runSQ               one per QP (RoutineQPSender): sleeps on the QP's
-//	                       doorbell (or spins, in async mode), executes send
-//	                       work requests in order over the QP's path, writes
-//	                       completions, and flushes both queues in ERR. Owned
-//	                       by the QP; destroyQP stops it and waits.
-//	asyncPoller.run        one per async-mode VM (RoutineAsyncPoller): watches
-//	                       the queues of the VM's idle QPs within a bounded
-//	                       budget and wakes those that get work
-//	                       (asyncpoll.go). Owned by the VM; teardown stops it.
 //
-// A VM's mappings (guest memory and rings) are unmapped only under the VM's
-// memMu write lock, after it is marked dead; any goroutine that touches
-// another VM's mappings holds that VM's memMu read lock and checks dead.
+// The device's goroutines (a send-queue goroutine per QP, a poller per
+// async-mode VM) are described in package device; the tcp path's in
+// package tcp. docs/architecture.md has the whole picture.
 package agent
 
 import (
@@ -39,29 +35,24 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/clock"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
 // Version is the agent's release.
 const Version = "0.1.0"
 
-// Limits are the per-VM resource limits; errors that refuse an object name
-// the limit.
-type Limits struct {
-	MaxPD        int // max_pd
-	MaxMR        int // max_mr
-	MaxCQ        int // max_cq
-	MaxQP        int // max_qp
-	MaxListeners int // listening service ports per VM
-}
+// Limits are the per-VM resource limits (device.Limits).
+type Limits = device.Limits
 
 // DefaultLimits are the limits an agent applies unless told otherwise.
-var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256}
+var DefaultLimits = device.DefaultLimits
 
 // Config configures an Agent.
 type Config struct {
@@ -89,25 +80,23 @@ type Agent struct {
 	hostID string
 
 	ln  *net.UnixListener
-	ctl *control // nil: standalone
-	up  *uplink  // the tcp path; nil without the control plane or a PVRDMA address
+	dev *device.Device
+	cm  *cm.Manager
+	ctl *control    // nil: standalone
+	up  *tcp.Uplink // the tcp path; nil without the control plane
 	clk clock.Clock
 
-	// loop is the test link (testpath.go); nil unless Config.TestLink.
-	loop      *link
+	// loop is the test link (package tcp's NewTestLink); nil unless
+	// Config.TestLink.
+	loop      *tcp.Uplink
 	testStats testlink.Stats
 
-	mu        sync.Mutex
-	vms       map[string]*VM          // attached VMs by name; +checklocks:mu
-	listeners map[listenKey]*listener // +checklocks:mu
-	qps       map[uint32]*QP          // all QPs of this host by QPN; +checklocks:mu
-	nextQPN   uint32                  // +checklocks:mu
-	sessions  map[*session]struct{}   // +checklocks:mu
-	proc      *manage.Procedures      // VM procedures, power state and access (package manage)
+	mu       sync.Mutex
+	sessions map[*session]struct{} // +checklocks:mu
+	proc     *manage.Procedures    // VM procedures, power state and access (package manage)
 
-	nextListener atomic.Uint32
-	wg           sync.WaitGroup
-	closing      atomic.Bool
+	wg      sync.WaitGroup
+	closing atomic.Bool
 }
 
 // New prepares an agent: it creates the state directory, loads or creates
@@ -145,26 +134,25 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{
-		cfg:       cfg,
-		log:       cfg.Logger.With("host", cfg.Host),
-		hostID:    id,
-		vms:       make(map[string]*VM),
-		listeners: make(map[listenKey]*listener),
-		qps:       make(map[uint32]*QP),
-		sessions:  make(map[*session]struct{}),
+		cfg:      cfg,
+		log:      cfg.Logger.With("host", cfg.Host),
+		hostID:   id,
+		sessions: make(map[*session]struct{}),
 	}
 	a.clk = cfg.Clock
 	if a.clk == nil {
 		a.clk = clock.Real
 	}
+	a.dev = device.New(device.Config{Host: cfg.Host, HostID: id, FWVersion: Version, Limits: cfg.Limits, Clock: a.clk,
+		Log: a.log, Router: a, DetachWait: manage.DetachWait})
+	a.cm = cm.New(a.dev, cfg.Host, cfg.Limits.MaxListeners)
 	if cfg.TestLink != nil {
-		if err := a.startTestLink(*cfg.TestLink); err != nil {
+		loop, err := tcp.NewTestLink(a.tcpConfig(), *cfg.TestLink, a.clk, &a.testStats)
+		if err != nil {
 			return nil, err
 		}
+		a.loop = loop
 	}
-	var b [2]byte
-	rand.Read(b[:])
-	a.nextQPN = 0x100 + uint32(b[0])<<8 | uint32(b[1])
 	if err := a.listen(); err != nil {
 		return nil, err
 	}
@@ -191,9 +179,7 @@ func New(cfg Config) (*Agent, error) {
 type attachedVMs struct{ a *Agent }
 
 func (v attachedVMs) Attached(name string) (manage.VM, bool) {
-	v.a.mu.Lock()
-	defer v.a.mu.Unlock()
-	m, ok := v.a.vms[name]
+	m, ok := v.a.dev.Attached(name)
 	if !ok {
 		return nil, false
 	}
@@ -201,11 +187,10 @@ func (v attachedVMs) Attached(name string) (manage.VM, bool) {
 }
 
 func (v attachedVMs) AttachedVMs() []manage.VM {
-	v.a.mu.Lock()
-	defer v.a.mu.Unlock()
-	out := make([]manage.VM, 0, len(v.a.vms))
-	for _, m := range v.a.vms {
-		out = append(out, m)
+	vms := v.a.dev.AttachedVMs()
+	out := make([]manage.VM, len(vms))
+	for i, m := range vms {
+		out[i] = m
 	}
 	return out
 }
@@ -316,27 +301,11 @@ func (a *Agent) shutdown() {
 	a.mu.Unlock()
 	a.wg.Wait()
 	if a.up != nil {
-		a.up.close()
+		a.up.Close()
 	}
 	if a.loop != nil {
-		a.loop.u.close()
+		a.loop.Close()
 	}
 	a.stopControl()
 	a.log.Info("vrdmad stopped")
 }
-
-// allocQPNLocked returns an unused 24-bit QPN (never 0 or 1, which IB
-// reserves for QP0 and QP1).
-func (a *Agent) allocQPNLocked() uint32 {
-	for {
-		a.nextQPN = (a.nextQPN + 1) & 0xffffff
-		if a.nextQPN < 2 {
-			continue
-		}
-		if _, used := a.qps[a.nextQPN]; !used {
-			return a.nextQPN
-		}
-	}
-}
-
-var errAgentClosing = abi.Errorf(abi.CodeUnavailable, "", "the agent is shutting down")

@@ -38,6 +38,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/device"
 )
 
 // ControlConfig configures the agent's control plane. A nil
@@ -212,7 +213,7 @@ func (a *Agent) ControlStore() *store.Store {
 // publishVM publishes attached VM v and its adapters. It never fails the
 // attach: a VM the control plane does not know is reachable from this
 // host only, and the warning says why.
-func (a *Agent) publishVM(v *VM, uid uint32) {
+func (a *Agent) publishVM(v *device.VM, uid uint32) {
 	c := a.ctl
 	if c == nil {
 		return
@@ -222,21 +223,21 @@ func (a *Agent) publishVM(v *VM, uid uint32) {
 	// The VM's own record: its VMX and owner (from the state directory;
 	// a VM defined before owners existed is its attaching user's).
 	owner := records.Owner{UID: uid}
-	vmx, o, ok := a.proc.LocalVM(v.name)
+	vmx, o, ok := a.proc.LocalVM(v.Name())
 	if ok {
 		owner = o
 	}
-	rec := records.VM{Name: v.name, VMX: string(vmx), Owner: owner, Host: a.hostID, Power: records.PoweredOn}
+	rec := records.VM{Name: v.Name(), VMX: string(vmx), Owner: owner, Host: a.hostID, Power: records.PoweredOn}
 	if len(rec.VMX) > records.MaxVMXBytes {
 		rec.VMX = ""
 	}
 	var ads []records.Adapter
-	for i, ad := range v.adapters {
-		vc := v.cfg.Adapters[i]
+	for i, ad := range v.Adapters() {
+		vc := v.Config().Adapters[i]
 		pg := vc.PortGroupID
 		if pg == "" {
 			c.log.Warn("adapter not on a distributed port group (no ethernetN.dvs.portgroupId): reachable from this host only",
-				"vm", v.name, "adapter", ad.name)
+				"vm", v.Name(), "adapter", ad.Name())
 			continue
 		}
 		sw := vc.SwitchID
@@ -244,10 +245,10 @@ func (a *Agent) publishVM(v *VM, uid uint32) {
 			sw = c.cfg.Switch
 		}
 		if p, err := c.cache.PortGroup(ctx, pg); err == nil && sw != "" && !sameSwitch(c, ctx, sw, p.Switch) {
-			c.log.Warn("adapter's switch is not its port group's", "vm", v.name, "adapter", ad.name,
+			c.log.Warn("adapter's switch is not its port group's", "vm", v.Name(), "adapter", ad.Name(),
 				"switch", sw, "port_group", pg, "port_group_switch", p.Switch)
 		}
-		ads = append(ads, records.Adapter{VM: v.name, Index: ad.index, MAC: ad.mac.String(), GID: netip.AddrFrom16(ad.gid),
+		ads = append(ads, records.Adapter{VM: v.Name(), Index: ad.Index(), MAC: ad.MAC().String(), GID: netip.AddrFrom16(ad.GID()),
 			PortGroup: pg, NativeEndpoint: vc.NativeEndpoint})
 	}
 	err := c.publish(ctx, v, rec, ads)
@@ -255,12 +256,12 @@ func (a *Agent) publishVM(v *VM, uid uint32) {
 		return
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
-		c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.name, "err", err)
+		c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.Name(), "err", err)
 		return
 	}
 	// etcd is out of reach: keep trying in the background while the VM
 	// stays attached, so that it appears once etcd is back.
-	c.log.Warn("VM not published in the control plane yet (unreachable); retrying", "vm", v.name, "err", err)
+	c.log.Warn("VM not published in the control plane yet (unreachable); retrying", "vm", v.Name(), "err", err)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -276,12 +277,12 @@ func (a *Agent) publishVM(v *VM, uid uint32) {
 			cancel()
 			switch {
 			case err == nil:
-				c.log.Info("VM published in the control plane", "vm", v.name)
+				c.log.Info("VM published in the control plane", "vm", v.Name())
 				return
 			case errors.Is(err, errDetached):
 				return
 			case !errors.Is(err, store.ErrUnavailable):
-				c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.name, "err", err)
+				c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.Name(), "err", err)
 				return
 			}
 			wait = min(2*wait, 10*time.Second)
@@ -294,18 +295,18 @@ var errDetached = errors.New("VM detached")
 // publish publishes v unless it is detaching, and waits until the cache
 // sees it, so that the VM is in the cache before anyone is told it is
 // attached.
-func (c *control) publish(ctx context.Context, v *VM, rec records.VM, ads []records.Adapter) error {
+func (c *control) publish(ctx context.Context, v *device.VM, rec records.VM, ads []records.Adapter) error {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
-	if v.dying.Load() {
+	if v.Dying() {
 		return errDetached
 	}
 	if err := member.PublishVM(ctx, c.st, rec, ads); err != nil {
 		return err
 	}
-	if _, rev, err := store.Get[records.VM](ctx, c.st, records.VMKey(v.name)); err == nil {
+	if _, rev, err := store.Get[records.VM](ctx, c.st, records.VMKey(v.Name())); err == nil {
 		if err := c.cache.WaitRev(ctx, rev); err != nil {
-			c.log.Warn("control-plane cache lags", "vm", v.name, "err", err)
+			c.log.Warn("control-plane cache lags", "vm", v.Name(), "err", err)
 		}
 	}
 	return nil
@@ -323,7 +324,7 @@ func sameSwitch(c *control, ctx context.Context, id, name string) bool {
 }
 
 // unpublishVM removes VM v from the control plane after it detached.
-func (a *Agent) unpublishVM(v *VM) {
+func (a *Agent) unpublishVM(v *device.VM) {
 	c := a.ctl
 	if c == nil {
 		return
@@ -333,14 +334,14 @@ func (a *Agent) unpublishVM(v *VM) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	// Only the record this host published: the VM may run elsewhere now.
-	err := member.RemoveVMOf(ctx, c.st, v.name, a.hostID)
+	err := member.RemoveVMOf(ctx, c.st, v.Name(), a.hostID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, member.ErrPlacement) {
-		c.log.Warn("VM not removed from the control plane", "vm", v.name, "err", err)
+		c.log.Warn("VM not removed from the control plane", "vm", v.Name(), "err", err)
 	}
 }
 
 // endName is how the control plane names adapter ad: "vm/vrdmaN".
-func endName(ad *Adapter) string { return ad.vm.name + "/" + ad.name }
+func endName(ad *device.Adapter) string { return ad.VM().Name() + "/" + ad.Name() }
 
 // policyErr reports whether err is a refusal by path selection (as
 // opposed to a failed lookup).
@@ -379,7 +380,7 @@ func explain(d pathsel.Decision) string {
 // false when the control plane cannot decide (a VM not published, etcd out
 // of reach for something uncached): the agent then falls back to memcpy,
 // as standalone. A refusal by path selection is an error.
-func (c *control) decideLocal(from, to *Adapter) (d pathsel.Decision, ok bool, err error) {
+func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	d, err = c.cache.Decide(ctx, endName(from), endName(to))
@@ -402,7 +403,7 @@ func (c *control) decideLocal(from, to *Adapter) (d pathsel.Decision, ok bool, e
 // attached adapter of this host, in the control plane (cache first) and
 // decides the path from adapter from to it. The error explains a refusal
 // or a failed lookup; a path this agent cannot serve is refused too.
-func (c *control) lookupRemote(from *Adapter, target, field string) (member.End, pathsel.Decision, error) {
+func (c *control) lookupRemote(from *device.Adapter, target, field string) (member.End, pathsel.Decision, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	end, err := c.cache.ResolveEnd(ctx, target)
@@ -442,14 +443,14 @@ func (c *control) lookupRemote(from *Adapter, target, field string) (member.End,
 // targets resolve locally (and must pass path selection, when the control
 // plane can decide); others are looked up in the control plane and
 // returned as end, reached over the tcp path.
-func (a *Agent) resolveConnect(q *QP, remote string) (*Adapter, *member.End, error) {
-	ad, err := a.resolveRemote(remote)
+func (a *Agent) resolveConnect(q *device.QP, remote string) (*device.Adapter, *member.End, error) {
+	ad, err := a.cm.Resolve(remote)
 	c := a.ctl
 	if c == nil {
 		return ad, nil, err
 	}
 	if err == nil {
-		if _, _, perr := c.decideLocal(q.ad, ad); perr != nil {
+		if _, _, perr := c.decideLocal(q.Adapter(), ad); perr != nil {
 			return nil, nil, perr
 		}
 		return ad, nil, nil
@@ -458,39 +459,9 @@ func (a *Agent) resolveConnect(q *QP, remote string) (*Adapter, *member.End, err
 	if !errors.As(err, &ae) || ae.Code != abi.CodeUnavailable {
 		return nil, nil, err
 	}
-	end, _, err := c.lookupRemote(q.ad, remote, "remote")
+	end, _, err := c.lookupRemote(q.Adapter(), remote, "remote")
 	if err != nil {
 		return nil, nil, err
 	}
 	return nil, &end, nil
-}
-
-// rtrDecision is what the control plane says about a QP's remote end,
-// worked out before the QP's lock is taken (lookups may go to etcd).
-type rtrDecision struct {
-	dec    pathsel.Decision
-	ok     bool        // dec holds a decision for a same-host peer
-	remote *member.End // the peer is on another host, reached over the tcp path
-	err    error       // the transition must fail with err
-}
-
-// preRTR returns the control plane's word on modify m of q when it takes
-// q from INIT to RTR, or nil.
-func (a *Agent) preRTR(q *QP, m *abi.ModifyQP) *rtrDecision {
-	c := a.ctl
-	if c == nil || m.Mask&abi.MaskState == 0 || m.Attr.State != abi.QPSRTR || q.State() != abi.QPSInit || m.Mask&abi.MaskAV == 0 {
-		return nil
-	}
-	a.mu.Lock()
-	ad := a.findAdapterByGIDLocked(m.Attr.DGID)
-	a.mu.Unlock()
-	if ad != nil {
-		d, ok, err := c.decideLocal(q.ad, ad)
-		return &rtrDecision{dec: d, ok: ok, err: err}
-	}
-	end, d, err := c.lookupRemote(q.ad, m.Attr.DGID.String(), "dgid")
-	if err != nil {
-		return &rtrDecision{err: err}
-	}
-	return &rtrDecision{dec: d, remote: &end}
 }

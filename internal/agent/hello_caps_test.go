@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
 // TestHelloCaps checks the capability bits of the hello exchange on a real
@@ -80,11 +85,28 @@ func TestCapsAgentTCP(t *testing.T) {
 	if a.caps().Has(abi.CapPathTCP) {
 		t.Fatalf("agent without an uplink advertises %s", a.caps())
 	}
-	a.up = &uplink{}
+	a.up = &tcp.Uplink{}
 	if !a.caps().Has(abi.CapPathTCP) {
 		t.Fatalf("agent with an uplink advertises %s", a.caps())
 	}
 	if !a.caps().Has(abi.CapsBaseline) {
 		t.Fatalf("agent caps %s lack the baseline %s", a.caps(), abi.CapsBaseline)
 	}
+}
+
+// newTestAgent creates an agent with fresh state in a temporary directory
+// and no logs; the caller serves and closes it.
+func newTestAgent(tb testing.TB, host string) *Agent {
+	tb.Helper()
+	dir, err := os.MkdirTemp("", "vrdma-"+host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	a, err := New(Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: host,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
 }

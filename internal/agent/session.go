@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -14,6 +13,9 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
 )
@@ -38,10 +40,8 @@ type session struct {
 	sendMu sync.Mutex
 	out    []byte // +checklocks:sendMu
 
-	vm *VM // set by attach; read by the serve goroutine and blocking ops after it
-
-	lmu       sync.Mutex
-	listeners map[uint32]*listener // +checklocks:lmu
+	vm *device.VM // set by attach; read by the serve goroutine and blocking ops after it
+	cm *cm.Client // the session's listeners
 
 	// clientCaps are the features the client said it knows in its hello
 	// (0 without one). No behaviour depends on them yet: a feature that a
@@ -51,8 +51,9 @@ type session struct {
 }
 
 func newSession(a *Agent, c *sys.PacketConn) *session {
-	s := &session{a: a, conn: c, listeners: map[uint32]*listener{}, blocking: make(chan struct{}, maxBlocking)}
+	s := &session{a: a, conn: c, blocking: make(chan struct{}, maxBlocking)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cm = a.cm.NewClient(s.ctx)
 	if cred, err := c.PeerCred(); err == nil {
 		s.pid, s.uid, s.gid, s.cred = cred.Pid, cred.Uid, cred.Gid, true
 	} else {
@@ -134,16 +135,23 @@ const maxBlocking = 256
 func (s *session) end() {
 	s.cancel()
 	s.conn.Close()
-	s.lmu.Lock()
-	for _, l := range s.listeners {
-		s.a.closeListener(l)
-	}
-	s.lmu.Unlock()
+	s.cm.Close()
 	s.wg.Wait()
 	if s.vm != nil {
-		s.vm.teardown()
+		s.a.detachVM(s.vm)
 	}
 }
+
+// PID, Close and Closed make s a device.Owner.
+
+// PID is the session's peer process (SO_PEERCRED).
+func (s *session) PID() int32 { return s.pid }
+
+// Close closes the session's connection: serve then ends the session.
+func (s *session) Close() { s.conn.Close() }
+
+// Closed reports whether the session has ended or is ending.
+func (s *session) Closed() bool { return s.ctx.Err() != nil }
 
 func (s *session) reply(h abi.Header, body any, fds ...int) {
 	s.sendMu.Lock()
@@ -216,19 +224,16 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		return r, nil, err
 	case abi.OpAttach:
 		if s.vm != nil {
-			return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.name)
+			return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.Name())
 		}
 		v, err := a.attachVM(s, req.(*abi.Attach).VM)
 		if err != nil {
 			return nil, nil, err
 		}
 		s.vm = v
-		r := abi.AttachReply{VM: v.name, Host: a.cfg.Host, MemSize: v.memSize, MemLocked: v.mem.Locked(), AsyncMode: v.async}
-		for _, ad := range v.adapters {
-			r.Adapters = append(r.Adapters, ad.info())
-		}
-		a.log.Info("VM attached", "vm", v.name, "pid", s.pid, "mem_mib", v.cfg.MemSizeMB, "locked", v.mem.Locked(), "async", v.async, "adapters", len(v.adapters))
-		return r, []int{v.memFD.Int()}, nil
+		r, memFD := v.AttachReply(a.cfg.Host)
+		a.log.Info("VM attached", "vm", v.Name(), "pid", s.pid, "mem_mib", v.Config().MemSizeMB, "locked", r.MemLocked, "async", r.AsyncMode, "adapters", len(r.Adapters))
+		return r, []int{memFD}, nil
 	}
 	v := s.vm
 	if v == nil {
@@ -239,13 +244,13 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if _, err := v.Adapter(req.(*abi.AdapterRef).Adapter); err != nil {
 			return nil, nil, err
 		}
-		return a.deviceAttr(v), nil, nil
+		return v.DeviceAttr(), nil, nil
 	case abi.OpQueryPort:
 		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
 		if err != nil {
 			return nil, nil, err
 		}
-		return portAttr(ad), nil, nil
+		return ad.PortAttr(), nil, nil
 	case abi.OpAllocPD:
 		h, err := v.AllocPD(req.(*abi.AdapterRef).Adapter)
 		return abi.Handle{Handle: h}, nil, err
@@ -261,7 +266,8 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD.Int(), c.event.PeerFD()}, nil
+		r, fds := c.Reply()
+		return r, fds, nil
 	case abi.OpDestroyCQ:
 		return abi.Empty{}, nil, v.DestroyCQ(req.(*abi.Handle).Handle)
 	case abi.OpCreateQP:
@@ -269,7 +275,8 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD.Int(), q.doorbell.PeerFD()}, nil
+		r, fds := q.Reply()
+		return r, fds, nil
 	case abi.OpModifyQP:
 		m := req.(*abi.ModifyQP)
 		q, err := v.QPByHandle(m.Handle)
@@ -291,21 +298,21 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		v.DestroyQP(q)
 		return abi.Empty{}, nil, nil
 	case abi.OpListen:
-		l, err := s.listen(req.(*abi.Listen))
+		id, err := s.cm.Listen(v, req.(*abi.Listen))
 		if err != nil {
 			return nil, nil, err
 		}
-		return abi.Handle{Handle: l.id}, nil, nil
+		return abi.Handle{Handle: id}, nil, nil
 	case abi.OpCloseListener:
-		return abi.Empty{}, nil, s.closeListener(req.(*abi.Handle).Handle)
+		return abi.Empty{}, nil, s.cm.CloseListener(req.(*abi.Handle).Handle)
 	case abi.OpGetRequest:
-		r, err := s.getRequest(req.(*abi.Handle).Handle)
+		r, err := s.cm.GetRequest(req.(*abi.Handle).Handle)
 		return r, nil, err
 	case abi.OpAcceptRequest:
-		r, err := s.acceptRequest(req.(*abi.AcceptRequest))
+		r, err := s.cm.Accept(v, req.(*abi.AcceptRequest))
 		return r, nil, err
 	case abi.OpRejectRequest:
-		return abi.Empty{}, nil, s.rejectRequest(req.(*abi.RejectRequest))
+		return abi.Empty{}, nil, s.cm.Reject(req.(*abi.RejectRequest))
 	case abi.OpConnect:
 		r, err := s.connect(req.(*abi.Connect))
 		return r, nil, err
@@ -324,41 +331,14 @@ func (a *Agent) caps() abi.Caps {
 	return c
 }
 
-func (a *Agent) deviceAttr(v *VM) abi.DeviceAttr {
-	l := a.cfg.Limits
-	return abi.DeviceAttr{
-		FWVer: Version, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
-		VendorID: 0x15ad, VendorPartID: 0x0820, HWVer: 1,
-		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
-		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
-		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
-		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
-	}
-}
-
-func guid(mac net.HardwareAddr) string {
-	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
-}
-
-func portAttr(ad *Adapter) abi.PortAttr {
-	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: 1024, GIDTblLen: 1, LinkLayer: "Ethernet",
-		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
-}
-
 func (a *Agent) status() mgmt.Status {
 	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
-	a.mu.Lock()
-	vms := make([]*VM, 0, len(a.vms))
-	for _, v := range a.vms {
-		if v.ready.Load() {
-			vms = append(vms, v)
-		}
-	}
-	a.mu.Unlock()
 	seen := map[string]bool{}
-	for _, v := range vms {
-		st.VMs = append(st.VMs, v.Status())
-		seen[v.name] = true
+	for _, v := range a.dev.VMs() {
+		vs := v.Status()
+		vs.Power = string(records.PoweredOn)
+		st.VMs = append(st.VMs, vs)
+		seen[v.Name()] = true
 	}
 	files, _ := filepath.Glob(filepath.Join(a.cfg.StateDir, "vms", "*.vmx"))
 	for _, f := range files {
@@ -379,11 +359,11 @@ func (a *Agent) status() mgmt.Status {
 	st.VMs = append(st.VMs, a.proc.ManagedHere(seen)...)
 	sort.Slice(st.VMs, func(i, j int) bool { return st.VMs[i].Name < st.VMs[j].Name })
 	if a.up != nil {
-		st.PVRDMA = a.up.pvrdmaStatus()
-		st.Uplinks = a.up.status()
+		st.PVRDMA = a.up.PVRDMAStatus()
+		st.Uplinks = a.up.Status()
 	}
 	if a.loop != nil {
-		st.Uplinks = append(st.Uplinks, a.loop.u.status()...)
+		st.Uplinks = append(st.Uplinks, a.loop.Status()...)
 	}
 	return st
 }
@@ -391,4 +371,25 @@ func (a *Agent) status() mgmt.Status {
 // caller is s as the VM procedures see it.
 func (s *session) caller() *manage.Caller {
 	return &manage.Caller{Cred: s.cred, UID: s.uid, GID: s.gid, PID: s.pid, Ctx: s.ctx}
+}
+
+// connect dials c.Remote with a QP of the session's VM: a listener of
+// this host through connection management, or one on another host over
+// the tcp path.
+func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
+	q, err := s.vm.QPByHandle(c.QP)
+	if err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", c.QP)
+	}
+	if err := cm.CheckDialer(q); err != nil {
+		return abi.ConnectReply{}, err
+	}
+	ad, end, err := s.a.resolveConnect(q, c.Remote) // control.go
+	if err != nil {
+		return abi.ConnectReply{}, err
+	}
+	if end != nil {
+		return s.a.up.Connect(s.ctx, q, c, end)
+	}
+	return s.cm.Connect(q, ad, c)
 }

@@ -1,4 +1,4 @@
-package agent
+package tcp
 
 // The tcp path's handshake (docs/wire-tcp.md, "Handshake"): HELLO,
 // CHALLENGE, AUTH, READY. Each side checks the other is a live host of its
@@ -38,9 +38,9 @@ func nonce() string {
 // checkPeerHost checks that host id may exchange PVRDMA traffic with this
 // host, as the control plane describes it; from is where its connection
 // comes from (invalid when this host dialed).
-func (u *uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) (records.Host, *records.Alive, error) {
-	c := u.a.ctl
-	hs, err := c.cache.Host(ctx, id)
+func (u *Uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) (records.Host, *records.Alive, error) {
+	c := &u.cfg
+	hs, err := c.Cache.Host(ctx, id)
 	if err != nil {
 		return records.Host{}, nil, fmt.Errorf("rule host-known: host %s is not in the control plane: %w", id, err)
 	}
@@ -48,14 +48,14 @@ func (u *uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) 
 	switch {
 	case h.State == records.HostDown || hs.Alive == nil:
 		return h, nil, fmt.Errorf("rule host-up: host %s holds no live lease in the control plane (down or restarting)", h.Label())
-	case c.cfg.Switch == "" || h.Switch != c.cfg.Switch:
-		return h, nil, fmt.Errorf("rule host-on-switch: host %s is on switch %q, this host on %q: only hosts of one distributed switch exchange PVRDMA traffic", h.Label(), h.Switch, c.cfg.Switch)
+	case c.Switch == "" || h.Switch != c.Switch:
+		return h, nil, fmt.Errorf("rule host-on-switch: host %s is on switch %q, this host on %q: only hosts of one distributed switch exchange PVRDMA traffic", h.Label(), h.Switch, c.Switch)
 	case !h.PVRDMAAddress.IsValid():
 		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s has no tagged PVRDMA address (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", h.Label(), h.Name)
 	case !h.FirewallPVRDMA:
 		return h, nil, fmt.Errorf("rule host-rdma-configured: host %s's pvrdma firewall rule is off (vrdmactl host configure %s --firewall-pvrdma on)", h.Label(), h.Name)
 	case !u.firewall.Load():
-		return h, nil, fmt.Errorf("rule host-rdma-configured: this host's pvrdma firewall rule is off (vrdmactl host configure %s --firewall-pvrdma on): no PVRDMA traffic with other hosts", u.a.cfg.Host)
+		return h, nil, fmt.Errorf("rule host-rdma-configured: this host's pvrdma firewall rule is off (vrdmactl host configure %s --firewall-pvrdma on): no PVRDMA traffic with other hosts", u.cfg.Host)
 	case from.IsValid() && from.Unmap() != h.PVRDMAAddress.Addr().Unmap():
 		return h, nil, fmt.Errorf("rule pvrdma-address: the connection comes from %s, but host %s's PVRDMA address is %s", from, h.Label(), h.PVRDMAAddress.Addr())
 	}
@@ -76,7 +76,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	// checks against the control plane (rule pvrdma-address).
 	local, ok := l.u.localAddr()
 	if !ok {
-		return nil, fmt.Errorf("rule host-rdma-configured: this host has no PVRDMA address it listens on (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", l.u.a.cfg.Host)
+		return nil, fmt.Errorf("rule host-rdma-configured: this host has no PVRDMA address it listens on (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", l.u.cfg.Host)
 	}
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.Addr().AsSlice()}}
 	nc, err := d.DialContext(ctx, "tcp", addr.String())
@@ -105,8 +105,8 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 	if err != nil {
 		return err
 	}
-	a := u.a
-	hello := tcpwire.HelloMsg{Versions: supportedVersions, HostID: a.hostID, Host: a.cfg.Host, Switch: a.ctl.cfg.Switch,
+	a := &u.cfg
+	hello := tcpwire.HelloMsg{Versions: supportedVersions, HostID: a.HostID, Host: a.Host, Switch: a.Switch,
 		Boot: u.boot, Nonce: nonce(), Target: l.peerID}
 	if err := c.writeControl(tcpwire.Hello, 0, hello); err != nil {
 		return err
@@ -139,13 +139,13 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 	if !slices.Contains(supportedVersions, ch.Version) {
 		return c.refuse(fmt.Errorf("rule version: host %s chose version %d, this agent speaks %v", l.peerID, ch.Version, supportedVersions))
 	}
-	if !tcpwire.ProofOK(ch.Proof, tcpwire.Proof(secret, "acceptor", ch.Version, a.hostID, ch.HostID, hello.Nonce, ch.Nonce)) {
+	if !tcpwire.ProofOK(ch.Proof, tcpwire.Proof(secret, "acceptor", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)) {
 		l.refused.Add(1)
-		err := fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret", ch.Host, ch.HostID, a.ctl.cfg.Switch)
+		err := fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret", ch.Host, ch.HostID, a.Switch)
 		u.log.Warn("tcp path: refused a host", "err", err)
 		return c.refuse(err)
 	}
-	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.hostID, ch.HostID, hello.Nonce, ch.Nonce)}
+	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)}
 	if err := c.writeControl(tcpwire.Auth, 0, auth); err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func (l *link) notePeer(name, boot string) {
 }
 
 // acceptHandshake runs the acceptor's side of the handshake on nc.
-func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
+func (u *Uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	gen := u.gen.Load()
 	remote := nc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
@@ -229,9 +229,9 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	if err := hello.Validate(); err != nil {
 		return fail(fmt.Errorf("rule handshake: %w", err))
 	}
-	a := u.a
-	if hello.Target != a.hostID {
-		return fail(fmt.Errorf("rule host-identity: the connection is for host %s, this is host %s (%s)", hello.Target, a.hostID, a.cfg.Host))
+	a := &u.cfg
+	if hello.Target != a.HostID {
+		return fail(fmt.Errorf("rule host-identity: the connection is for host %s, this is host %s (%s)", hello.Target, a.HostID, a.Host))
 	}
 	ver := uint8(0)
 	for _, v := range hello.Versions {
@@ -255,8 +255,8 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	if err != nil {
 		return fail(err)
 	}
-	ch := tcpwire.ChallengeMsg{Version: ver, HostID: a.hostID, Host: a.cfg.Host, Boot: u.boot, Nonce: nonce()}
-	ch.Proof = tcpwire.Proof(secret, "acceptor", ver, hello.HostID, a.hostID, hello.Nonce, ch.Nonce)
+	ch := tcpwire.ChallengeMsg{Version: ver, HostID: a.HostID, Host: a.Host, Boot: u.boot, Nonce: nonce()}
+	ch.Proof = tcpwire.Proof(secret, "acceptor", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)
 	if err := c.writeControl(tcpwire.Challenge, 0, ch); err != nil {
 		return nil, err
 	}
@@ -276,8 +276,8 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	if err := c.readControl(&h, &auth); err != nil {
 		return fail(fmt.Errorf("rule handshake: %w", err))
 	}
-	if !tcpwire.ProofOK(auth.Proof, tcpwire.Proof(secret, "initiator", ver, hello.HostID, a.hostID, hello.Nonce, ch.Nonce)) {
-		return fail(fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret: not a member of the switch", hello.Host, hello.HostID, a.ctl.cfg.Switch))
+	if !tcpwire.ProofOK(auth.Proof, tcpwire.Proof(secret, "initiator", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)) {
+		return fail(fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret: not a member of the switch", hello.Host, hello.HostID, a.Switch))
 	}
 	l := u.linkTo(hello.HostID)
 	l.bytesIn.Add(tmp.bytesIn.Load())
@@ -285,11 +285,9 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	l.bytesOut.Add(tmp.bytesOut.Load())
 	l.framesOut.Add(tmp.framesOut.Load())
 	c.l, c.ver, c.peerBoot = l, handshakeVersion, hello.Boot
-	h = tcpwire.Header{Type: tcpwire.Ready}
-	if err := c.writeFrame(&h, nil); err != nil {
-		return nil, err
-	}
-	c.ver = ver
+	// Registered, and the peer's boot noted, before READY: once the peer
+	// has READY it may connect again (a restarted agent, a new boot ID),
+	// and that connection's notePeer must find this one to drop it.
 	l.mu.Lock()
 	l.in[c] = struct{}{}
 	l.mu.Unlock()
@@ -298,6 +296,12 @@ func (u *uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 		return nil, err
 	}
 	l.notePeer(hello.Host, hello.Boot)
+	h = tcpwire.Header{Type: tcpwire.Ready}
+	if err := c.writeFrame(&h, nil); err != nil {
+		c.close(err)
+		return nil, err
+	}
+	c.ver = ver
 	nc.SetDeadline(time.Time{})
 	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
@@ -355,7 +359,7 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 
 // goReader starts c's response reader, unless the agent stops: the
 // uplink's wait group must not grow once close waits on it.
-func (u *uplink) goReader(c *tconn) error {
+func (u *Uplink) goReader(c *tconn) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {

@@ -1,11 +1,11 @@
-package agent
+package tcp
 
 // RC operations over the tcp path, the responder's side
 // (tconn.serveRequests, run by the reader of a connection the peer
-// opened); the requester's is tcpPath (uplink_tx.go).
+// opened); the requester's is tcpPath (requester.go).
 //
 // PSNs. Each request carries the requester QP's PSN (from sq_psn, one per
-// WR, kept across retries; the requester's window is uplink_tx.go); the
+// WR, kept across retries; the requester's window is requester.go); the
 // responder expects the PSN from its rq_psn.
 // A request with the expected PSN executes, and the expected PSN advances
 // once the operation is final (not after RNR or NO_QP, which the requester
@@ -22,6 +22,7 @@ import (
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -74,6 +75,9 @@ type sockPayload struct {
 	old       uint64
 }
 
+// In, Out and Atomic make s a device.Payload.
+
+// In reads a request's data from the connection into dst.
 func (s *sockPayload) In(dst []byte) error {
 	if uint64(len(dst)) > s.remaining {
 		return fmt.Errorf("payload shorter than the request says") // respond never asks for more than total
@@ -82,6 +86,7 @@ func (s *sockPayload) In(dst []byte) error {
 	return s.c.readFull(dst)
 }
 
+// Out writes a READ's data to the connection, after the response header.
 func (s *sockPayload) Out(src []byte) error {
 	if err := s.c.flushAcks(); err != nil { // responses go out in order
 		return err
@@ -94,6 +99,7 @@ func (s *sockPayload) Out(src []byte) error {
 	return err
 }
 
+// Atomic keeps an atomic's original value for the response.
 func (s *sockPayload) Atomic(old uint64) { s.old = old }
 
 // serveRequests is the responder side's reader.
@@ -171,51 +177,37 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Status = tcpwire.NoQP
-	a := c.l.u.a
-	a.mu.Lock()
-	p := a.qps[h.DstQPN]
-	a.mu.Unlock()
-	if p == nil {
+	p := c.l.u.cfg.Device.QP(h.DstQPN)
+	if p == nil || !p.Hold() {
 		return nil
 	}
-	pv := p.vm
-	pv.memMu.RLock()
-	defer pv.memMu.RUnlock()
-	if pv.dead || p.destroyed.Load() {
-		return nil
-	}
-	if s := p.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
-		p.ctr.Dropped.Add(1)
-		return nil // a responder outside RTR..SQD drops what it gets
-	}
+	defer p.Release()
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != c.l.peerID {
-		p.ctr.Dropped.Add(1)
+		p.Counters().Dropped.Add(1)
 		return nil // p is connected to a QP of another host (or none): it ignores us
 	}
 	rs := &tp.rsp
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	p.mu.Lock()
-	bound := p.remoteQPN == h.SrcQPN
-	rqPSN := p.attr.RQPSN & rc.PSNMask
-	p.mu.Unlock()
-	if !bound {
-		p.ctr.Dropped.Add(1)
+	at := p.RCAttrs()
+	rqPSN := at.RQPSN & rc.PSNMask
+	if at.RemoteQPN != h.SrcQPN {
+		p.Counters().Dropped.Add(1)
 		return nil // p is connected to another QP: it ignores us
 	}
-	if gen := p.resets.Load(); !rs.seq.Started() || rs.gen != gen {
+	if gen := p.Resets(); !rs.seq.Started() || rs.gen != gen {
 		rs.gen = gen
 		rs.seq.Start(rqPSN)
 	}
 	verdict := rs.seq.Check(h.PSN)
 	switch verdict {
 	case rc.Ahead:
-		p.ctr.SeqErrs.Add(1)
+		p.Counters().SeqErrs.Add(1)
 		resp.Status = tcpwire.SeqErr
 		return nil
 	case rc.Duplicate:
-		p.ctr.Dups.Add(1)
+		p.Counters().Dups.Add(1)
 		if h.Type != tcpwire.Read {
 			// A duplicate: answer as the first time, execute nothing.
 			resp.Status = tcpwire.OK
@@ -226,7 +218,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		}
 	}
 	r := &c.req
-	*r = Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
+	*r = device.Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
 		Compare: h.Compare, Swap: h.Swap}
 	switch h.Type {
 	case tcpwire.Read:
@@ -243,9 +235,9 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return err
 	}
 	switch out {
-	case OutNoPeer:
+	case device.OutNoPeer:
 		return nil
-	case OutRNR:
+	case device.OutRNR:
 		resp.Status, resp.RNRTimer = tcpwire.RNR, rnrTimer
 		return nil
 	}

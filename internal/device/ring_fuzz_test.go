@@ -1,25 +1,24 @@
-package agent
+package device
 
 import (
 	"bytes"
 	"encoding/binary"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/vrdma/vrdma/internal/abi"
-	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
-// ringHarness is an agent with two attached VMs, built without sockets or
-// workloads, for driving the ring consumer by hand. Each VM's 1 MiB of
+// ringHarness is a device with two attached VMs, built without sockets or
+// workloads, for driving the ring consumer by hand; their QPs connect over
+// the memcpy path (harnessPath). Each VM's 1 MiB of
 // guest memory holds a pattern, two memory regions with keys 0x101 (every
 // access right, [harnessRW, +harnessRWLen)) and 0x202 (remote read only,
 // [harnessRO, +harnessROLen)), and nothing else that may change.
 type ringHarness struct {
-	a       *Agent
+	d       *Device
 	v, pv   *VM // the sender's VM and its peer's
 	pd, ppd *PD
 	pattern []byte // what guest memory holds outside the writable regions
@@ -38,23 +37,30 @@ const (
 
 func newRingHarness(tb testing.TB) *ringHarness {
 	tb.Helper()
-	a := newTestAgent(tb, "fuzz")
-	tb.Cleanup(func() { a.Close() })
-	h := &ringHarness{a: a, pattern: make([]byte, harnessMem)}
+	if harnessPath == nil {
+		tb.Fatal("no memcpy path: harness_path_test.go's init sets it")
+	}
+	d := New(Config{Host: "fuzz", HostID: "fuzz-host", Limits: DefaultLimits, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Router: harnessRouter{}})
+	h := &ringHarness{d: d, pattern: make([]byte, harnessMem)}
 	for i := range h.pattern {
 		h.pattern[i] = byte(i*131 + i>>8*7 + 3)
 	}
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
 	attach := func(name string) (*VM, *PD) {
-		root := &session{a: a, cred: true} // uid 0: may define and attach
-		if err := a.proc.Define(root.caller(), &mgmt.DefineVM{Name: name, VMX: vmx}); err != nil {
-			tb.Fatal(err)
-		}
-		v, err := a.attachVM(root, name)
+		cfg, err := vmconfig.Parse([]byte(vmx))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		tb.Cleanup(v.teardown)
+		v, err := d.Attach(harnessOwner{}, name, cfg, false, func() error { return nil })
+		if err != nil {
+			tb.Fatal(err)
+		}
+		v.SetReady()
+		tb.Cleanup(func() {
+			v.Teardown()
+			d.Remove(v)
+		})
 		ph, err := v.AllocPD("vrdma0")
 		if err != nil {
 			tb.Fatal(err)
@@ -74,10 +80,38 @@ func newRingHarness(tb testing.TB) *ringHarness {
 	}
 	h.v, h.pd = attach("sender")
 	h.pv, h.ppd = attach("peer")
-	// The files are read: remove them now, for fuzzing workers are killed
-	// without running cleanups.
-	os.RemoveAll(filepath.Dir(a.cfg.StateDir))
 	return h
+}
+
+// harnessPath makes the path of the harness's QPs: package memcpy's, set
+// by harness_path_test.go (package device_test, which may import it).
+var harnessPath func(q *QP) Path
+
+// harnessRouter binds every QP to harnessPath.
+type harnessRouter struct{}
+
+func (harnessRouter) Route(q *QP, dgid abi.GID, dqpn uint32) (Route, error) {
+	return Route{Info: abi.PathInfo{Path: abi.PathMemcpy, Reason: "memcpy: the ring harness"}, New: harnessPath}, nil
+}
+
+// harnessOwner is the harness's VMs' workload: none.
+type harnessOwner struct{}
+
+func (harnessOwner) PID() int32   { return 0 }
+func (harnessOwner) Close()       {}
+func (harnessOwner) Closed() bool { return false }
+
+// connect brings q from RESET to RTR facing p, with the attributes the
+// CM gives (package cm's ToInit and ToRTR).
+func connect(q, p *QP) error {
+	if err := q.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskPort | abi.MaskAccessFlags,
+		Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}}); err != nil {
+		return err
+	}
+	return q.Modify(&abi.ModifyQP{
+		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
+		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: p.ad.gid, PathMTU: abi.DefaultPathMTU, DestQPN: p.qpn,
+			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
 
 // ringCase is one run of the consumer: a QP q of the sender VM connected
@@ -144,11 +178,12 @@ func (h *ringHarness) setup(tb testing.TB, sq []byte, sqTail, sqHead uint32, prq
 	// Connected as the CM does, except that q fails at once rather than
 	// wait on a missing receive or peer (retry_cnt and rnr_retry 0).
 	for _, step := range []func() error{
-		func() error { return toInit(q) },
-		func() error { return toInit(p) },
-		func() error { return toRTR(q, p.ad.gid, p.qpn, 0) },
-		func() error { return toRTR(p, q.ad.gid, q.qpn, 0) },
-		func() error { return toRTS(p, 0) },
+		func() error { return connect(q, p) },
+		func() error { return connect(p, q) },
+		func() error {
+			return p.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
+				Attr: abi.QPAttr{State: abi.QPSRTS, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt, RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
+		},
 		func() error {
 			return q.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
 				Attr: abi.QPAttr{State: abi.QPSRTS, Timeout: 1, MaxRdAtomic: 1}})
@@ -441,21 +476,4 @@ func TestRingConsumerSpin(t *testing.T) {
 			h.teardown(t, rc)
 		})
 	}
-}
-
-// newTestAgent creates an agent with fresh state in a temporary directory
-// and no logs; the caller serves and closes it.
-func newTestAgent(tb testing.TB, host string) *Agent {
-	tb.Helper()
-	dir, err := os.MkdirTemp("", "vrdma-"+host)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
-	a, err := New(Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: host,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return a
 }

@@ -1,4 +1,4 @@
-package agent
+package device
 
 // Send-queue pipeline of one QP (RoutineQPSender, qp.runSQ):
 //
@@ -12,9 +12,9 @@ package agent
 //	          it (the workload may rewrite the slot at any time), decodes
 //	          and checks it, moves it, frees the slot and then writes the
 //	          completion to the send CQ (execOne, completeSend).
-//	path:     memcpy (path_memcpy.go) executes each WQE at the responder
-//	          before it looks at the next; tcp (uplink_tx.go) keeps a
-//	          window in flight to another host.
+//	path:     memcpy (package transport/memcpy) executes each WQE at
+//	          the responder before it looks at the next; tcp (package
+//	          transport/tcp) keeps a window in flight to another host.
 //
 // In ERR the same goroutine completes everything queued, on both queues,
 // with WR_FLUSH_ERR; in RESET it drops it and unbinds the path. Nothing
@@ -69,7 +69,7 @@ func (q *QP) safeDrain() {
 		if r := recover(); r != nil {
 			buf := make([]byte, 8192)
 			buf = buf[:runtime.Stack(buf, false)]
-			q.vm.a.log.Error("QP goroutine failed; QP moved to ERR", "vm", q.vm.name, "qpn", q.qpn, "panic", r, "stack", string(buf))
+			q.vm.d.log.Error("QP goroutine failed; QP moved to ERR", "vm", q.vm.name, "qpn", q.qpn, "panic", r, "stack", string(buf))
 			q.MoveToErr(fmt.Sprint("internal error: ", r))
 		}
 	}()
@@ -158,10 +158,10 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 	if q.hasWork(tailW.Load()) {
 		return true
 	}
-	if !trySpin() {
+	if !TrySpin() {
 		return false // enough goroutines poll already: sleep
 	}
-	defer endSpin()
+	defer EndSpin()
 	// Yield between looks: on a small machine the thread that must run
 	// next (a workload, or another QP's goroutine waking) may need this
 	// core.
@@ -175,7 +175,7 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 			return true
 		}
 		if i&7 == 7 {
-			yieldCPU()
+			YieldCPU()
 			if time.Now().After(deadline) {
 				return false
 			}
@@ -206,7 +206,7 @@ func (q *QP) drain() {
 		if !ok {
 			if !q.sqBad || tail != q.sqBadTail {
 				q.sqBad, q.sqBadTail = true, tail
-				q.vm.a.log.Warn("send queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
+				q.vm.d.log.Warn("send queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
 					"vm", q.vm.name, "qpn", q.qpn, "tail", tail, "head", q.sqHead, "size", size)
 			}
 			// Skip the garbage: nothing queued can be trusted.
@@ -277,7 +277,7 @@ func (q *QP) ExecOne(ex SyncExecutor) {
 	case ex == nil:
 		st = abi.WCLocQPOpErr
 	case st == abi.WCSuccess:
-		st, n = ex.Execute(w)
+		st, n = ex.Execute(w, q.sqSlot)
 	}
 	if q.resets.Load() != q.sqResets {
 		// The QP was reset while the WR ran or waited (RNR, retries):
@@ -332,7 +332,7 @@ func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 // Sleep waits d, returning false early when the QP stops or leaves the
 // states in which it sends.
 func (q *QP) Sleep(d time.Duration) bool {
-	clk := q.vm.a.clk
+	clk := q.vm.d.clk
 	deadline := clk.Now().Add(d)
 	for {
 		if q.stop.Load() {
@@ -356,9 +356,9 @@ func (q *QP) Sleep(d time.Duration) bool {
 	}
 }
 
-// scatterBytes copies src across the segments dst and returns what is left
+// ScatterBytes copies src across the segments dst and returns what is left
 // of dst.
-func scatterBytes(dst [][]byte, src []byte) [][]byte {
+func ScatterBytes(dst [][]byte, src []byte) [][]byte {
 	for len(src) > 0 {
 		for len(dst[0]) == 0 {
 			dst = dst[1:]
@@ -391,7 +391,7 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	n, ok := abi.Pending(tail, p.rqHead, size)
 	if !ok {
 		p.rqBroken = true
-		p.vm.a.log.Warn("receive queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
+		p.vm.d.log.Warn("receive queue tail index is invalid: the workload wrote garbage; QP moved to ERR",
 			"vm", p.vm.name, "qpn", p.qpn, "tail", tail, "head", p.rqHead)
 		p.MoveToErr(fmt.Sprintf("receive queue tail %d invalid for %d slots", tail, size))
 		return recvBroken
@@ -516,8 +516,8 @@ var spinners atomic.Int32
 // maxSpinners is one poller per CPU.
 var maxSpinners = int32(max(1, runtime.NumCPU()))
 
-// trySpin takes a polling slot; false when all are taken.
-func trySpin() bool {
+// TrySpin takes a polling slot; false when all are taken.
+func TrySpin() bool {
 	for {
 		n := spinners.Load()
 		if n >= maxSpinners {
@@ -529,11 +529,11 @@ func trySpin() bool {
 	}
 }
 
-// endSpin gives the slot back.
-func endSpin() { spinners.Add(-1) }
+// EndSpin gives the slot back.
+func EndSpin() { spinners.Add(-1) }
 
-// yieldCPU gives the CPU to another thread of the machine (a workload, a
+// YieldCPU gives the CPU to another thread of the machine (a workload, a
 // peer agent) without blocking: sched_yield(2) as a raw system call, so
 // that the Go scheduler does not hand the P to a new OS thread meanwhile.
 // Many QPs yielding at once must not grow the agent by a thread each.
-func yieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+func YieldCPU() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

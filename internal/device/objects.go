@@ -1,4 +1,4 @@
-package agent
+package device
 
 import (
 	"sync"
@@ -48,6 +48,7 @@ type MR struct {
 	access abi.Access
 }
 
+// AllocPD allocates a protection domain on adapter adName and returns its handle.
 func (v *VM) AllocPD(adName string) (uint32, error) {
 	ad, err := v.Adapter(adName)
 	if err != nil {
@@ -55,7 +56,7 @@ func (v *VM) AllocPD(adName string) (uint32, error) {
 	}
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
-	if len(v.pds) >= v.a.cfg.Limits.MaxPD {
+	if len(v.pds) >= v.d.cfg.Limits.MaxPD {
 		return 0, abi.Errorf(abi.CodeLimit, "", "VM %q has %d PDs, the limit (max_pd): deallocate some first", v.name, len(v.pds))
 	}
 	p := &PD{handle: v.allocHandleLocked(), ad: ad}
@@ -63,6 +64,7 @@ func (v *VM) AllocPD(adName string) (uint32, error) {
 	return p.handle, nil
 }
 
+// DeallocPD frees protection domain h; one still used by an MR or a QP is refused.
 func (v *VM) DeallocPD(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
@@ -77,6 +79,7 @@ func (v *VM) DeallocPD(h uint32) error {
 	return nil
 }
 
+// RegMR registers a memory region of guest memory, checked against the VM's memory.
 func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	if r.Length == 0 {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "length", "a memory region must be at least 1 byte")
@@ -110,6 +113,7 @@ func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
 }
 
+// DeregMR deregisters memory region h; its keys stop working at once.
 func (v *VM) DeregMR(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
@@ -139,6 +143,7 @@ type CQ struct {
 	refs   int        // QPs using it; +checklocks:vm.objMu
 }
 
+// CreateCQ creates a completion queue and its ring.
 func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 	ad, err := v.Adapter(c.Adapter)
 	if err != nil {
@@ -151,7 +156,7 @@ func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 	v.objMu.Lock()
 	n := len(v.cqs)
 	v.objMu.Unlock()
-	if n >= v.a.cfg.Limits.MaxCQ {
+	if n >= v.d.cfg.Limits.MaxCQ {
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d CQs, the limit (max_cq): destroy some first", v.name, n)
 	}
 	fd, ring, ev, err := newRing("vrdma-cq", layout.Size)
@@ -166,6 +171,7 @@ func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 	return c2, nil
 }
 
+// DestroyCQ destroys completion queue h; one still used by a QP is refused.
 func (v *VM) DestroyCQ(h uint32) error {
 	v.objMu.Lock()
 	c, ok := v.cqs[h]
@@ -210,7 +216,7 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 	n, ok := abi.Pending(c.tail, head, size)
 	if !ok {
 		c.broken = true
-		c.vm.a.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
+		c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
 			"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
 		return false
 	}
@@ -261,7 +267,7 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 		if !ok {
 			c.broken = true
 			c.mu.Unlock()
-			c.vm.a.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
+			c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
 				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
 			return false
 		}
@@ -279,4 +285,10 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 		wait = min(max(wait*2, 20*time.Microsecond), 2*time.Millisecond)
 		time.Sleep(wait)
 	}
+}
+
+// Reply is the answer to the workload's create, with the descriptors of
+// the CQ's ring and event channel to pass along.
+func (c *CQ) Reply() (abi.CreateCQReply, []int) {
+	return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD.Int(), c.event.PeerFD()}
 }

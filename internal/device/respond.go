@@ -1,4 +1,4 @@
-package agent
+package device
 
 // The responder of an RC operation, shared by every path: the checks and
 // effects at the target QP are the same whether the request comes from a
@@ -97,7 +97,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
-	if isRdAtomic(r.Op) && rdAtomic == 0 {
+	if r.Op.IsRdAtomic() && rdAtomic == 0 {
 		// No responder resources for READs and atomics: an invalid
 		// request (IBTA 9.9.2, class C; rxe's
 		// RESPST_ERR_TOO_MANY_RDMA_ATM_REQ), and the responder goes to ERR.

@@ -1,4 +1,4 @@
-package agent
+package device
 
 // The send queue as a path sees it: the device's half of the path
 // interface (path.go). A path reads WQEs, takes PSNs, reads the QP's RC
@@ -12,18 +12,20 @@ import (
 	"github.com/vrdma/vrdma/internal/rc"
 )
 
-// RCAttrs are the attributes a requester works with, read together.
+// RCAttrs are the RC attributes a requester or a responder works with,
+// read together.
 type RCAttrs struct {
 	Timeout, RetryCnt, RNRRetry, MaxRdAtomic uint8
 	RemoteQPN                                uint32
+	RQPSN                                    uint32 // the PSN the responder expects first (rq_psn)
 }
 
-// RCAttrs returns the QP's current requester attributes.
+// RCAttrs returns the QP's current RC attributes.
 func (q *QP) RCAttrs() RCAttrs {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := &q.attr
-	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN}
+	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not

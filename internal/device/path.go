@@ -1,8 +1,8 @@
-package agent
+package device
 
 // Paths. A connected QP moves its work requests over exactly one path,
-// chosen when it enters RTR (bindRemoteLocked) and dropped when it moves
-// to RESET: memcpy between two VMs of this host, tcp to another host, and
+// chosen by the device's Router when it enters RTR (Modify) and dropped
+// when it moves to RESET: memcpy between two VMs of this host, tcp to another host, and
 // later rdma (the software RoCEv2 engine), memcpy-direct and native
 // endpoints. The device — the QP state machine, the send-queue goroutine
 // (exec.go), the receive queue, the CQs and the responder (respond.go) —
@@ -11,12 +11,13 @@ package agent
 // in the path's own value, made at RTR, so a QP that never connects pays
 // for none of it.
 //
-// How to add a path: write a type that implements path (pump, busy, drop,
-// flush, pollBudget, kind) and, if its responder side must recognise its
-// QPs, an accessor such as tcpPathOf; make bindRemoteLocked bind it when
-// the control plane's decision names it; add a pathEnv to the
-// conformance suite (conformance_test.go). docs/architecture.md has the
-// whole journey of a work request.
+// How to add a path: write a package under internal/transport with a type
+// that implements Path (Pump, Busy, Drop, Flush, PollBudget, Kind) on the
+// device's half of the interface (sq.go) and, for its responder side, the
+// device's Hold, Respond or Begin/Place/End; make the agent's Router
+// (internal/agent/route.go) return it when the control plane's decision
+// names it; add a pathEnv to the conformance suite (conformance_test.go).
+// docs/architecture.md has the whole journey of a work request.
 
 import (
 	"time"
@@ -79,5 +80,5 @@ func (q *QP) bindPathLocked(p Path, info abi.PathInfo) {
 // SyncExecutor executes one work request to its end before it returns: a
 // path with nothing in flight between two calls (memcpy).
 type SyncExecutor interface {
-	Execute(w *abi.SendWQE) (abi.WCStatus, uint32)
+	Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32)
 }

@@ -1,6 +1,6 @@
-package agent
+package tcp
 
-// The test path (Config.TestLink; issue 9's test transport): QPs between
+// The test path (the agent's Config.TestLink; the test transport): QPs between
 // two VMs of this host are bound to the tcp path's requester (tcpPath) and
 // responder (tconn.serveRequests), over a loopback link whose frames go
 // through an in-process pipe with faults (package testlink) instead of
@@ -21,6 +21,8 @@ import (
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/clock"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 	"github.com/vrdma/vrdma/internal/testlink"
 )
@@ -30,33 +32,37 @@ var tcpFraming = testlink.Framing{HeaderLen: tcpwire.HeaderLen, Len: func(h []by
 	return int(binary.BigEndian.Uint32(h[4:8])), nil
 }}
 
-// startTestLink makes the agent's loopback test link.
-func (a *Agent) startTestLink(f testlink.Faults) error {
+// NewTestLink makes the agent's loopback test link: an Uplink with one
+// link, to this host itself, over in-process pipes with faults f on
+// clock clk, counting frames in stats. Nothing listens.
+func NewTestLink(cfg Config, f testlink.Faults, clk clock.Clock, stats *testlink.Stats) (*Uplink, error) {
 	if err := f.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	u := &uplink{a: a, log: a.log.With("component", "testlink"), links: map[string]*link{}, stop: make(chan struct{})}
-	l := &link{u: u, peerID: a.hostID, in: map[*tconn]struct{}{}, lossy: true}
-	l.peerName = a.cfg.Host + " (test link)"
+	u := &Uplink{cfg: cfg, log: cfg.Log.With("component", "testlink"), links: map[string]*link{}, stop: make(chan struct{})}
+	l := &link{u: u, peerID: cfg.HostID, in: map[*tconn]struct{}{}, lossy: true}
+	l.peerName = cfg.Host + " (test link)"
 	l.pipe = func(n uint64) (*tconn, *tconn, error) {
-		req, resp, err := testlink.Pipe(f, f.Seed+n, tcpFraming, a.clk, &a.testStats)
+		req, resp, err := testlink.Pipe(f, f.Seed+n, tcpFraming, clk, stats)
 		if err != nil {
 			return nil, nil, err
 		}
 		return newTconn(l, req, true, tcpwire.Version), newTconn(l, resp, false, tcpwire.Version), nil
 	}
-	u.links[a.hostID] = l
-	a.loop = l
-	return nil
+	u.links[cfg.HostID] = l
+	return u, nil
 }
 
-// TestLinkStats returns the frames the test link carried, by fate; nil
-// without a test link.
-func (a *Agent) TestLinkStats() *testlink.Stats {
-	if a.loop == nil {
-		return nil
+// BindTest returns the maker of the test path of a QP whose remote end is
+// on this host, for a device.Route: the tcp path's requester and
+// responder over the test link.
+func (u *Uplink) BindTest() func(q *device.QP) device.Path {
+	l := u.links[u.cfg.HostID]
+	return func(q *device.QP) device.Path {
+		t := newTCPPath(q, u.cfg.HostID, l)
+		t.pathKind = abi.PathTest
+		return t
 	}
-	return &a.testStats
 }
 
 // pipeConn makes a new pipe for the test link: its requester end becomes
@@ -93,16 +99,4 @@ func (l *link) pipeConn() (*tconn, error) {
 		s.serveRequests()
 	}()
 	return c, nil
-}
-
-// bindTestLocked binds q to the test path towards a QP of this host.
-//
-// +checklocks:q.mu
-func (q *QP) bindTestLocked(dgid abi.GID, qpn uint32, ad *Adapter) {
-	a := q.vm.a
-	q.remoteGID, q.remoteQPN = dgid, qpn
-	t := newTCPPath(q, a.hostID, a.loop)
-	t.pathKind = abi.PathTest
-	q.bindPathLocked(t, abi.PathInfo{Path: abi.PathTest, Reason: fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.vm.name, ad.vm.name, a.cfg.Host),
-		Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with a test link (tests only)"}}})
 }

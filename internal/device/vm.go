@@ -1,12 +1,9 @@
-package agent
+package device
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -14,21 +11,19 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
-	"github.com/vrdma/vrdma/internal/control/records"
-	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // VM is an attached VM: its guest memory, adapters and verbs objects.
 type VM struct {
-	a       *Agent
+	d       *Device
 	name    string
 	cfg     *vmconfig.Config
 	async   bool
 	poller  *asyncPoller // async mode: watches idle QPs (asyncpoll.go); nil in doorbell mode
-	owner   *session
-	managed bool // a managed VM of the control plane (manage.go)
+	owner   Owner
+	managed bool // a managed VM of the control plane (package manage)
 	memSize uint64
 	memFD   sys.FD
 
@@ -56,7 +51,7 @@ type VM struct {
 }
 
 // How long an attach waits for a VM's previous workload: closeGrace for
-// its session to notice the close, manage.DetachWait for the teardown.
+// its session to notice the close, Config.DetachWait for the teardown.
 const closeGrace = 200 * time.Millisecond
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -71,23 +66,23 @@ func (v *VM) Managed() bool { return v.managed }
 func (v *VM) Running() bool { return v.ready.Load() && !v.dying.Load() }
 
 // PID returns v's workload's process ID.
-func (v *VM) PID() int32 { return v.owner.pid }
+func (v *VM) PID() int32 { return v.owner.PID() }
 
 // Kick detaches v's workload, as if it had gone away: it closes the
 // workload's session, which then ends and tears the VM down (its peers'
 // QPs flush).
 func (v *VM) Kick(why string) {
-	v.a.log.Info("detaching VM", "vm", v.name, "pid", v.owner.pid, "why", why)
-	v.owner.conn.Close()
+	v.d.log.Info("detaching VM", "vm", v.name, "pid", v.owner.PID(), "why", why)
+	v.owner.Close()
 }
 
-// Detach kicks v and waits for the teardown, at most manage.DetachWait.
+// Detach kicks v and waits for the teardown, at most Config.DetachWait.
 func (v *VM) Detach(why string) bool {
 	v.Kick(why)
 	select {
 	case <-v.gone:
 		return true
-	case <-time.After(manage.DetachWait):
+	case <-time.After(v.d.cfg.DetachWait):
 		return false
 	}
 }
@@ -101,34 +96,45 @@ type Adapter struct {
 	gid   abi.GID
 }
 
-func (ad *Adapter) info() abi.AdapterInfo {
+// Name is the adapter's name, "vrdmaN".
+func (ad *Adapter) Name() string { return ad.name }
+
+// VM is the VM the adapter belongs to.
+func (ad *Adapter) VM() *VM { return ad.vm }
+
+// GID is the adapter's GID (index 0 of its port).
+func (ad *Adapter) GID() abi.GID { return ad.gid }
+
+// Index is the adapter's index N (ethernetN).
+func (ad *Adapter) Index() int { return ad.index }
+
+// MAC is the adapter's MAC address.
+func (ad *Adapter) MAC() net.HardwareAddr { return ad.mac }
+
+// Info describes the adapter.
+func (ad *Adapter) Info() abi.AdapterInfo {
 	return abi.AdapterInfo{Name: ad.name, Index: ad.index, MAC: ad.mac.String(), GID: ad.gid}
 }
 
-// loadVMConfig reads a VM's definition from the state directory.
-func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
-	p := filepath.Join(a.cfg.StateDir, "vms", name+".vmx")
-	b, err := os.ReadFile(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, abi.Errorf(abi.CodeNotFound, "vm", "VM %q is not defined on host %s: define it first (vrdmactl vm define %s FILE.vmx)", name, a.cfg.Host, name)
-	}
-	if err != nil {
-		return nil, abi.Errorf(abi.CodeInternal, "vm", "read VM %q: %v", name, err)
-	}
-	cfg, err := vmconfig.Parse(b)
-	if err != nil {
-		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q (%s): %v", name, p, err)
-	}
-	return cfg, nil
+// Owner is the workload that attached a VM: the agent's session with it.
+type Owner interface {
+	// PID is the workload's process ID.
+	PID() int32
+	// Close ends the workload's session; the session then tears the VM
+	// down.
+	Close()
+	// Closed reports whether the session has ended or is ending.
+	Closed() bool
 }
 
-// attachVM creates the runtime VM for a session: guest memory (a memfd of
-// memSize, locked when all guest memory is reserved) and the adapters.
-func (a *Agent) attachVM(s *session, name string) (*VM, error) {
-	cfg, managed, err := a.proc.AttachConfig(s.caller(), name) // owner, power, placement
-	if err != nil {
-		return nil, err
-	}
+// Attach creates VM name for workload o from its configuration: guest
+// memory (a memfd of memSize, locked when all guest memory is reserved)
+// and the adapters. A VM whose previous workload is still detaching is
+// waited for, briefly; one attached by a live workload is refused.
+// recheck runs once the name is reserved and before memory is set up (the
+// caller's access and power checks, again: a power-off may have come
+// between). The VM is not ready, and no peer sees it, until SetReady.
+func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool, recheck func() error) (*VM, error) {
 	if len(cfg.Adapters) == 0 {
 		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q has no PVRDMA adapter: add ethernetN.virtualDev = \"vrdma\"", name)
 	}
@@ -137,63 +143,75 @@ func (a *Agent) attachVM(s *session, name string) (*VM, error) {
 	// briefly, rather than refuse an immediate reopen.
 	start := time.Now()
 	for {
-		a.mu.Lock()
-		old, ok := a.vms[name]
+		d.mu.Lock()
+		old, ok := d.vms[name]
 		if !ok {
-			break // a.mu stays held: reserve the name below
+			break // d.mu stays held: reserve the name below
 		}
-		a.mu.Unlock()
-		if old.owner.ctx.Err() != nil {
+		d.mu.Unlock()
+		if old.owner.Closed() {
 			select {
 			case <-old.gone:
-			case <-time.After(manage.DetachWait):
-				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, manage.DetachWait)
+			case <-time.After(d.cfg.DetachWait):
+				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, d.cfg.DetachWait)
 			}
 			continue
 		}
 		if time.Since(start) > closeGrace {
-			return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.pid)
+			return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.PID())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	v := &VM{a: a, name: name, cfg: cfg, async: cfg.AsyncMode, owner: s, managed: managed, gone: make(chan struct{}),
+	v := &VM{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, gone: make(chan struct{}),
 		pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
-		mrs: make([]atomic.Pointer[MR], a.cfg.Limits.MaxMR+1)}
-	a.vms[name] = v // reserve the name while memory is set up
-	a.mu.Unlock()
+		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR+1)}
+	d.vms[name] = v // reserve the name while memory is set up
+	d.mu.Unlock()
 
-	// A power-off that ran since the check above found no VM to detach:
-	// check again now that the name is taken (manage.go).
-	_, _, err = a.proc.AttachConfig(s.caller(), name)
+	err := recheck()
 	if err == nil {
 		err = v.setupMemory()
 	}
 	if err != nil {
-		a.mu.Lock()
-		delete(a.vms, name)
-		a.mu.Unlock()
+		d.mu.Lock()
+		delete(d.vms, name)
+		d.mu.Unlock()
 		close(v.gone)
 		return nil, err
 	}
 	for _, c := range cfg.Adapters {
 		mac := c.MAC
 		if len(mac) != 6 {
-			mac = generatedMAC(a.hostID, name, c.Index)
+			mac = generatedMAC(d.cfg.HostID, name, c.Index)
 		}
 		v.adapters = append(v.adapters, &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
 	}
 	if v.async {
 		v.poller = newAsyncPoller()
 	}
-	a.publishVM(v, s.uid) // control.go
-	v.ready.Store(true)
-	if v.managed && a.ctl != nil {
-		// A power-off or a move that came after the checks above, and
-		// whose change the watch delivered before v was ready, found
-		// nothing to detach: look once more.
-		a.proc.Reconcile(v)
-	}
 	return v, nil
+}
+
+// Dying reports whether the VM is being torn down.
+func (v *VM) Dying() bool { return v.dying.Load() }
+
+// SetReady makes an attached VM visible to its peers and to status.
+func (v *VM) SetReady() { v.ready.Store(true) }
+
+// Adapters returns the VM's adapters, in configuration order.
+func (v *VM) Adapters() []*Adapter { return v.adapters }
+
+// Config returns the VM's configuration.
+func (v *VM) Config() *vmconfig.Config { return v.cfg }
+
+// AttachReply is the answer to the workload's attach, with the guest
+// memory's descriptor to pass along.
+func (v *VM) AttachReply(host string) (abi.AttachReply, int) {
+	r := abi.AttachReply{VM: v.name, Host: host, MemSize: v.memSize, MemLocked: v.mem.Locked(), AsyncMode: v.async}
+	for _, ad := range v.adapters {
+		r.Adapters = append(r.Adapters, ad.Info())
+	}
+	return r, v.memFD.Int()
 }
 
 func (v *VM) setupMemory() error {
@@ -239,6 +257,7 @@ func gidFromMAC(mac net.HardwareAddr) abi.GID {
 	return g
 }
 
+// Adapter returns the VM's adapter name ("vrdmaN").
 func (v *VM) Adapter(name string) (*Adapter, error) {
 	for _, ad := range v.adapters {
 		if ad.name == name {
@@ -289,9 +308,9 @@ func (v *VM) allocHandleLocked() uint32 {
 
 // Status returns the VM's Status report.
 func (v *VM) Status() mgmt.VMStatus {
-	st := mgmt.VMStatus{Name: v.name, Attached: true, Power: string(records.PoweredOn), AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
+	st := mgmt.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
 	for _, ad := range v.adapters {
-		st.Adapters = append(st.Adapters, ad.info())
+		st.Adapters = append(st.Adapters, ad.Info())
 	}
 	v.objMu.Lock()
 	for _, q := range v.qps {
@@ -302,26 +321,11 @@ func (v *VM) Status() mgmt.VMStatus {
 	return st
 }
 
-// findAdapterByGID returns the adapter of an attached VM with gid, or nil.
-func (a *Agent) findAdapterByGIDLocked(gid abi.GID) *Adapter {
-	for _, v := range a.vms {
-		if !v.ready.Load() {
-			continue
-		}
-		for _, ad := range v.adapters {
-			if ad.gid == gid {
-				return ad
-			}
-		}
-	}
-	return nil
-}
-
-// teardown destroys everything a VM holds, after its workload is gone:
-// its QPs (peers' QPs move to ERR and flush), listeners, CQs, MRs, PDs and
-// finally its mappings.
-func (v *VM) teardown() {
-	a := v.a
+// Teardown destroys everything a VM holds, after its workload is gone:
+// its QPs (peers' QPs move to ERR and flush), CQs, MRs, PDs and finally
+// its mappings. The name stays taken until Remove.
+func (v *VM) Teardown() {
+	d := v.d
 	v.dying.Store(true)
 	v.objMu.Lock()
 	qps := make([]*QP, 0, len(v.qps))
@@ -330,23 +334,17 @@ func (v *VM) teardown() {
 	}
 	v.objMu.Unlock()
 
-	a.mu.Lock()
-	for k, l := range a.listeners {
-		if l.ad.vm == v {
-			l.close()
-			delete(a.listeners, k)
-		}
-	}
 	// Peers: QPs elsewhere whose remote end is one of ours. remoteIsVM
-	// takes o.mu, which is taken before a.mu elsewhere (peerQP, modify):
-	// look only after a.mu is released.
+	// takes o.mu, which is taken before d.mu elsewhere (modify, status):
+	// look only after d.mu is released.
+	d.mu.Lock()
 	var others []*QP
-	for _, o := range a.qps {
+	for _, o := range d.qps {
 		if o.vm != v {
 			others = append(others, o)
 		}
 	}
-	a.mu.Unlock()
+	d.mu.Unlock()
 	for _, o := range others {
 		if !o.remoteIsVM(v) {
 			continue
@@ -377,13 +375,58 @@ func (v *VM) teardown() {
 	v.mem.Unmap()
 	v.memFD.Close()
 	v.memMu.Unlock()
+}
 
-	a.unpublishVM(v) // control.go; while the name is still taken, so a new attach publishes after
-	a.mu.Lock()
-	if a.vms[v.name] == v {
-		delete(a.vms, v.name)
+// Remove releases a torn-down VM's name: a new attach of it may go on.
+func (d *Device) Remove(v *VM) {
+	d.mu.Lock()
+	if d.vms[v.name] == v {
+		delete(d.vms, v.name)
 	}
-	a.mu.Unlock()
+	d.mu.Unlock()
 	close(v.gone)
-	a.log.Info("VM detached", "vm", v.name)
+	d.log.Info("VM detached", "vm", v.name)
+}
+
+// Attached returns the VM attached as name, ready or not.
+func (d *Device) Attached(name string) (*VM, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vms[name]
+	return v, ok
+}
+
+// AttachedVMs returns every attached VM, ready or not.
+func (d *Device) AttachedVMs() []*VM {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	vms := make([]*VM, 0, len(d.vms))
+	for _, v := range d.vms {
+		vms = append(vms, v)
+	}
+	return vms
+}
+
+// DeviceAttr are the attributes ibv_query_device reports for v's adapters.
+func (v *VM) DeviceAttr() abi.DeviceAttr {
+	l := v.d.cfg.Limits
+	return abi.DeviceAttr{
+		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
+		VendorID: 0x15ad, VendorPartID: 0x0820, HWVer: 1,
+		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
+		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
+		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
+		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
+	}
+}
+
+// guid is the EUI-64 GUID of a MAC, as ibv_devinfo prints it.
+func guid(mac net.HardwareAddr) string {
+	return fmt.Sprintf("%02x%02x:%02xff:fe%02x:%02x%02x", mac[0]^2, mac[1], mac[2], mac[3], mac[4], mac[5])
+}
+
+// PortAttr are the attributes ibv_query_port reports for ad's port.
+func (ad *Adapter) PortAttr() abi.PortAttr {
+	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: 1024, GIDTblLen: 1, LinkLayer: "Ethernet",
+		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }

@@ -1,4 +1,4 @@
-package agent
+package tcp
 
 // The tcp path follows its host's record: vrdmactl host configure changes
 // the record in the control plane, and the host's agent applies it at
@@ -30,13 +30,13 @@ import (
 
 // watchConfig applies each change of this host's record to the tcp path,
 // until close.
-func (u *uplink) watchConfig() {
+func (u *Uplink) watchConfig() {
 	defer u.wg.Done()
-	c := u.a.ctl
+	c := &u.cfg
 	for {
-		ch := c.cache.Changed()
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
-		hs, err := c.cache.Host(ctx, u.a.hostID)
+		ch := c.Cache.Changed()
+		ctx, cancel := context.WithTimeout(context.Background(), c.LookupTimeout)
+		hs, err := c.Cache.Host(ctx, u.cfg.HostID)
 		cancel()
 		if err == nil {
 			u.apply(hs.Host)
@@ -55,7 +55,7 @@ func (u *uplink) watchConfig() {
 }
 
 // apply brings the tcp path in line with host record h.
-func (u *uplink) apply(h records.Host) {
+func (u *Uplink) apply(h records.Host) {
 	if on := h.FirewallPVRDMA; u.firewall.Swap(on) != on {
 		if on {
 			u.log.Info("tcp path: the pvrdma firewall rule is on: PVRDMA traffic with other hosts is allowed")
@@ -100,7 +100,7 @@ const listenRetry = 5 * time.Second
 
 // listenFailed reports whether the host's PVRDMA address could not be
 // bound.
-func (u *uplink) listenFailed() bool {
+func (u *Uplink) listenFailed() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.ln == nil && u.listenErr != ""
@@ -113,8 +113,8 @@ func fmtAddr(a netip.AddrPort) string {
 	return a.String()
 }
 
-// pvrdmaStatus describes the host's side of the tcp path for status.
-func (u *uplink) pvrdmaStatus() *mgmt.PVRDMAStatus {
+// PVRDMAStatus describes the host's side of the tcp path for status.
+func (u *Uplink) PVRDMAStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}

@@ -1,6 +1,6 @@
-package agent
+package device
 
-// The agent's side of the RC rules (package rc): the retry budget,
+// The device's side of the RC rules (package rc): the retry budget,
 // counting into the QP's counters.
 
 import (

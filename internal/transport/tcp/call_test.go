@@ -1,4 +1,4 @@
-package agent
+package tcp
 
 import (
 	"errors"
@@ -28,7 +28,7 @@ func tconnPair(t *testing.T) *tconn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &uplink{log: slog.New(slog.DiscardHandler), links: map[string]*link{}}
+	u := &Uplink{log: slog.New(slog.DiscardHandler), links: map[string]*link{}}
 	l := &link{u: u, peerID: "peer", in: map[*tconn]struct{}{}}
 	c := newTconn(l, nc, true, 1)
 	t.Cleanup(func() { c.close(nil) })

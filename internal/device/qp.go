@@ -1,7 +1,6 @@
-package agent
+package device
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -9,7 +8,6 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/clock"
-	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/sys"
 )
@@ -65,7 +63,7 @@ type QP struct {
 	wqe    abi.SendWQE
 	segs   [abi.MaxSGE][]byte
 	cqe    abi.CQE
-	timer  clock.Timer   // RNR and retry delays, response timeouts (Agent.clk)
+	timer  clock.Timer   // RNR and retry delays, response timeouts (the device's clock)
 	wakeCh chan struct{} // a response arrived, or the state changed
 	// sqBad: the SQ tail sqBadTail was found invalid; it is not work until
 	// the workload changes it (see hasWork).
@@ -114,8 +112,11 @@ func (c *Counters) NotePeak(n uint32) {
 	}
 }
 
+// State is the QP's state; any goroutine may call it.
 func (q *QP) State() abi.QPState { return abi.QPState(q.state.Load()) }
 
+// CreateQP creates an RC QP, its rings and doorbell, and starts its
+// send-queue goroutine.
 func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 	layout, caps, err := abi.NewQPLayout(c.Caps)
 	if err != nil {
@@ -134,7 +135,7 @@ func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 		return nil, abi.Errorf(abi.CodeNotFound, "send_cq", "no CQ with handle %d", c.SendCQ)
 	case !ok3:
 		return nil, abi.Errorf(abi.CodeNotFound, "recv_cq", "no CQ with handle %d", c.RecvCQ)
-	case nqp >= v.a.cfg.Limits.MaxQP:
+	case nqp >= v.d.cfg.Limits.MaxQP:
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, nqp)
 	}
 	fd, ring, db, err := newRing("vrdma-qp", layout.Size)
@@ -143,14 +144,14 @@ func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 	}
 	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
-		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.a.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
+		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
 	q.idle.ch = make(chan struct{}, 1)
 	q.attr.Port = 1
 	q.attr.PathMTU = abi.DefaultPathMTU
 
 	v.objMu.Lock()
-	if len(v.qps) >= v.a.cfg.Limits.MaxQP {
+	if len(v.qps) >= v.d.cfg.Limits.MaxQP {
 		v.objMu.Unlock()
 		q.release()
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, len(v.qps))
@@ -162,10 +163,10 @@ func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 	v.qps[q.handle] = q
 	v.objMu.Unlock()
 
-	v.a.mu.Lock()
-	q.qpn = v.a.allocQPNLocked()
-	v.a.qps[q.qpn] = q
-	v.a.mu.Unlock()
+	v.d.mu.Lock()
+	q.qpn = v.d.allocQPNLocked()
+	v.d.qps[q.qpn] = q
+	v.d.mu.Unlock()
 
 	go q.runSQ()
 	return q, nil
@@ -189,9 +190,9 @@ func (v *VM) DestroyQP(q *QP) {
 		v.poller.forget(q) // before its rings are unmapped
 	}
 
-	v.a.mu.Lock()
-	delete(v.a.qps, q.qpn)
-	v.a.mu.Unlock()
+	v.d.mu.Lock()
+	delete(v.d.qps, q.qpn)
+	v.d.mu.Unlock()
 	v.objMu.Lock()
 	delete(v.qps, q.handle)
 	q.pd.refs--
@@ -206,6 +207,7 @@ func (v *VM) DestroyQP(q *QP) {
 	v.memMu.Unlock()
 }
 
+// QPByHandle returns the VM's QP with handle h.
 func (v *VM) QPByHandle(h uint32) (*QP, error) {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
@@ -270,7 +272,13 @@ func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
 // Modify applies a ModifyQP. Transitions follow the IBTA state machine;
 // attributes a transition requires must be present.
 func (q *QP) Modify(m *abi.ModifyQP) error {
-	pre := q.vm.a.preRTR(q, m) // control-plane lookups, before q.mu (control.go)
+	// The route of a QP entering RTR is decided before q.mu: the router
+	// may ask the control plane.
+	var route *Route
+	var routeErr error
+	if m.Mask&abi.MaskState != 0 && m.Attr.State == abi.QPSRTR && q.State() == abi.QPSInit && m.Mask&abi.MaskAV != 0 {
+		route, routeErr = q.vm.d.route(q, m.Attr.DGID, m.Attr.DestQPN)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.destroyed.Load() {
@@ -306,9 +314,14 @@ func (q *QP) Modify(m *abi.ModifyQP) error {
 			q.qpn, cur, next, uint32(extra))
 	}
 	if cur == abi.QPSInit && next == abi.QPSRTR {
-		if err := q.bindRemoteLocked(m.Attr.DGID, m.Attr.DestQPN, pre); err != nil {
-			return err
+		if routeErr != nil {
+			return routeErr
 		}
+		if route == nil {
+			return abi.Errorf(abi.CodeState, "qp_state", "QP 0x%x: another modify moved it to INIT meanwhile: try again", q.qpn)
+		}
+		q.remoteGID, q.remoteQPN = m.Attr.DGID, m.Attr.DestQPN
+		q.bindPathLocked(route.New(q), route.Info)
 	}
 	q.applyLocked(m.Mask, &m.Attr)
 	if next != cur {
@@ -402,43 +415,16 @@ func (q *QP) MoveToErr(why string) {
 	q.setStateLocked(abi.QPSErr)
 }
 
-// bindRemoteLocked decides the path to the remote end (dgid, qpn) when the
-// QP enters RTR. The path is a pure function of where the two ends live.
-func (q *QP) bindRemoteLocked(dgid abi.GID, qpn uint32, pre *rtrDecision) error {
-	a := q.vm.a
-	a.mu.Lock()
-	ad := a.findAdapterByGIDLocked(dgid)
-	a.mu.Unlock()
-	if pre != nil && pre.err != nil {
-		return pre.err
+// route asks the router for the path from q to (dgid, dqpn).
+func (d *Device) route(q *QP, dgid abi.GID, dqpn uint32) (*Route, error) {
+	if d.cfg.Router == nil {
+		return nil, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: this device has no paths", q.qpn)
 	}
-	if ad == nil && pre != nil && pre.remote != nil && a.up != nil {
-		h := pre.remote.Host.Host
-		q.remoteGID, q.remoteQPN = dgid, qpn
-		q.bindPathLocked(newTCPPath(q, h.ID, a.up.linkTo(h.ID)), decisionInfo(pre.dec))
-		return nil
+	r, err := d.cfg.Router.Route(q, dgid, dqpn)
+	if err != nil {
+		return nil, err
 	}
-	if ad != nil && a.loop != nil {
-		q.bindTestLocked(dgid, qpn, ad)
-		return nil
-	}
-	if ad == nil {
-		return abi.Errorf(abi.CodeUnavailable, "dgid",
-			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
-			q.qpn, dgid, a.cfg.Host)
-	}
-	q.remoteGID, q.remoteQPN = dgid, qpn
-	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.vm.name, ad.vm.name, a.cfg.Host)}
-	if pre != nil && pre.ok && pre.dec.Path == pathsel.Memcpy {
-		info = decisionInfo(pre.dec)
-	}
-	q.bindPathLocked(&memcpyPath{q: q}, info)
-	return nil
-}
-
-// decisionInfo is the path report of a control-plane decision.
-func decisionInfo(d pathsel.Decision) abi.PathInfo {
-	return abi.PathInfo{Path: d.Path, Reason: d.String(), Rejected: d.Rejected}
+	return &r, nil
 }
 
 // remoteIsVM reports whether the QP's remote end is an adapter of v.
@@ -456,6 +442,7 @@ func (q *QP) remoteIsVM(v *VM) bool {
 	return false
 }
 
+// Query answers ibv_query_qp: the attributes, capabilities and path.
 func (q *QP) Query() abi.QueryQPReply {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -474,13 +461,9 @@ func (q *QP) statusReport() mgmt.QPStatus {
 	switch {
 	case !gid.IsZero():
 		// The peer is resolved on first use; until then name it by the
-		// adapter its GID belongs to, if that is on this host. a.mu is
+		// adapter its GID belongs to, if that is on this host. d.mu is
 		// taken after q.mu is released (teardown takes them the other way).
-		a := q.vm.a
-		a.mu.Lock()
-		ad := a.findAdapterByGIDLocked(gid)
-		a.mu.Unlock()
-		if ad != nil {
+		if ad := q.vm.d.AdapterByGID(gid); ad != nil {
 			st.Peer = ad.vm.name + "/" + ad.name
 		} else {
 			st.Peer = gid.String()
@@ -488,3 +471,71 @@ func (q *QP) statusReport() mgmt.QPStatus {
 	}
 	return st
 }
+
+// QPN is the QP's number.
+func (q *QP) QPN() uint32 { return q.qpn }
+
+// Adapter is the adapter the QP belongs to.
+func (q *QP) Adapter() *Adapter { return q.ad }
+
+// GID is the GID of the QP's adapter.
+func (q *QP) GID() abi.GID { return q.ad.gid }
+
+// VM is the VM the QP belongs to.
+func (q *QP) VM() *VM { return q.vm }
+
+// Device is the device the QP belongs to.
+func (q *QP) Device() *Device { return q.vm.d }
+
+// Counters are the QP's RC statistics, for the path that acts for it.
+func (q *QP) Counters() *Counters { return &q.ctr }
+
+// Resets counts the QP's moves to RESET: a responder that keeps state for
+// the QP (its expected PSN) starts afresh when it changes.
+func (q *QP) Resets() uint32 { return q.resets.Load() }
+
+// Destroyed reports whether the QP was destroyed; a path that caches a
+// peer QP drops it then.
+func (q *QP) Destroyed() bool { return q.destroyed.Load() }
+
+// Reply is the answer to the workload's create, with the descriptors of
+// the QP's rings and doorbell to pass along.
+func (q *QP) Reply() (abi.CreateQPReply, []int) {
+	return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD.Int(), q.doorbell.PeerFD()}
+}
+
+// Hold makes q a responder for one request: it takes q's VM's memory for
+// reading and checks that the VM and q are alive and that q is in a state
+// that receives (RTR, RTS, SQD). It returns false, holding nothing, when
+// they are not; a request for a QP outside RTR..SQD is counted as
+// dropped. After true, the caller checks that q is bound to the
+// requester (Remote, RCAttrs), responds, and calls Release.
+func (q *QP) Hold() bool {
+	v := q.vm
+	v.memMu.RLock()
+	if v.dead || q.destroyed.Load() {
+		v.memMu.RUnlock()
+		return false
+	}
+	if s := q.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
+		q.ctr.Dropped.Add(1)
+		v.memMu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// Release ends what Hold began.
+func (q *QP) Release() { q.vm.memMu.RUnlock() }
+
+// NoteSent counts n bytes sent by a work request that completed.
+func (q *QP) NoteSent(n uint64) { q.bytesSent.Add(n) }
+
+// WakeCh is signalled when a response for the QP's path arrives or the
+// QP's state changes; its one slot is filled without blocking (a send
+// that finds it full is dropped: one signal stands for many).
+func (q *QP) WakeCh() chan struct{} { return q.wakeCh }
+
+// Timer is the QP's RC timer (on the device's clock), for its send-queue
+// goroutine: RNR and retry delays, response timeouts.
+func (q *QP) Timer() clock.Timer { return q.timer }

@@ -1,8 +1,10 @@
-package agent
+// Package tcp is the tcp path (DESIGN.md §3): the agent's links to the
+// other hosts of its switch, over TCP on the host's PVRDMA address, with
+// the RC protocol of package tcpwire: a requester per QP (requester.go)
+// and a responder per connection (responder.go) on package device's
+// shared responder, and connection management across hosts (cm.go).
+package tcp
 
-// The tcp path (issue 4; DESIGN.md §3): the agent's links to the other
-// hosts of its switch, over TCP on the host's PVRDMA address.
-//
 // Connections. Between two hosts A and B there are two TCP connections:
 // the one A opened carries A's requests and B's responses, the one B
 // opened carries B's requests and A's responses. A responder thus never
@@ -17,7 +19,7 @@ package agent
 //	                    listener, owned by the uplink, stopped when the
 //	                    listener closes (the address changed, or close).
 //	uplink.watchConfig  follows this host's record in the control plane
-//	                    (uplink_config.go): a new PVRDMA address moves the
+//	                    (config.go): a new PVRDMA address moves the
 //	                    listener, the pvrdma firewall rule turned off drops
 //	                    every connection; stopped by close.
 //	tconn.serveRequests one per accepted connection (responder side): reads
@@ -33,7 +35,7 @@ package agent
 //	                    local segments), fails every waiting call when the
 //	                    connection ends.
 //
-// Requesters are QP goroutines (qp.runSQ, uplink_tx.go): each writes its
+// Requesters are QP goroutines (device's runSQ, requester.go): each writes its
 // request frames under the connection's write lock and keeps up to
 // txWindow requests in flight, completed in order. Flow control is TCP's:
 // a slow responder stops reading, the requester's write blocks, the QP
@@ -60,8 +62,11 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
@@ -77,9 +82,29 @@ const (
 	writeStall = 10 * time.Second
 )
 
-// uplink is the agent's tcp path.
-type uplink struct {
-	a    *Agent
+// Config configures an Uplink.
+type Config struct {
+	Device *device.Device
+	CM     *cm.Manager // where remote dialers' requests go
+	HostID string      // this host's ID
+	Host   string      // this host's name, for messages
+	Log    *slog.Logger
+
+	// The control plane: this host's record and its peers' (Cache), the
+	// switch's secret (Store).
+	Store         *store.Store
+	Cache         *member.Cache
+	Switch        string        // the distributed switch this host is on
+	LookupTimeout time.Duration // bounds a lookup that goes to etcd
+	// PVRDMAAddress is where to listen at start (the host record may
+	// give another later); Firewall the pvrdma firewall rule at start.
+	PVRDMAAddress netip.AddrPort
+	Firewall      bool
+}
+
+// Uplink is the agent's tcp path: its links to the other hosts.
+type Uplink struct {
+	cfg  Config
 	log  *slog.Logger
 	boot string // this process's boot ID
 
@@ -113,13 +138,13 @@ type uplink struct {
 // opened (requests out), the connections the peer opened (requests in),
 // and counters.
 type link struct {
-	u      *uplink
+	u      *Uplink
 	peerID string
 
 	dialMu sync.Mutex // one dial at a time
 	out    atomic.Pointer[tconn]
 
-	// The test link (testpath.go): pipe makes connection n (a pipe's two
+	// The test link (testlink.go): pipe makes connection n (a pipe's two
 	// ends); lossy says frames may be lost without the connection.
 	pipe  func(n uint64) (req, resp *tconn, err error)
 	lossy bool
@@ -135,40 +160,42 @@ type link struct {
 	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
 }
 
-// startUplink starts the tcp path of an agent with a control plane: it
-// listens on the host's PVRDMA address when it has one, and follows the
-// host record for changes (a PVRDMA address given later with vrdmactl
-// host configure starts it then). A PVRDMA address given at start that
-// cannot be bound fails the start.
-func (a *Agent) startUplink() error {
-	c := a.ctl
-	if c == nil {
-		return nil
-	}
+// Start starts the tcp path of an agent with a control plane: it listens
+// on the host's PVRDMA address when it has one, and follows the host
+// record for changes (a PVRDMA address given later with vrdmactl host
+// configure starts it then). A PVRDMA address given at start that cannot
+// be bound fails the start.
+func Start(cfg Config) (*Uplink, error) {
 	var b [16]byte
 	rand.Read(b[:])
-	u := &uplink{a: a, log: a.log.With("component", "uplink"), boot: hex.EncodeToString(b[:]),
+	u := &Uplink{cfg: cfg, log: cfg.Log.With("component", "uplink"), boot: hex.EncodeToString(b[:]),
 		links: map[string]*link{}, stop: make(chan struct{})}
-	u.firewall.Store(c.cfg.FirewallPVRDMA)
-	if addr := c.cfg.PVRDMAAddress; addr.IsValid() {
+	u.firewall.Store(cfg.Firewall)
+	if addr := cfg.PVRDMAAddress; addr.IsValid() {
 		u.mu.Lock()
 		err := u.listenLocked(addr)
 		u.mu.Unlock()
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	a.up = u
 	u.wg.Add(1)
 	go u.watchConfig()
-	return nil
+	return u, nil
+}
+
+// Bind returns the maker of the tcp path of a QP whose remote end is on
+// host id, for a device.Route.
+func (u *Uplink) Bind(id string) func(q *device.QP) device.Path {
+	l := u.linkTo(id)
+	return func(q *device.QP) device.Path { return newTCPPath(q, id, l) }
 }
 
 // listenLocked listens on addr, the host's PVRDMA address, and starts its
 // accept loop.
 //
 // +checklocks:u.mu
-func (u *uplink) listenLocked(addr netip.AddrPort) error {
+func (u *Uplink) listenLocked(addr netip.AddrPort) error {
 	u.addr, u.listenErr = addr, ""
 	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
 	if err != nil {
@@ -185,15 +212,15 @@ func (u *uplink) listenLocked(addr netip.AddrPort) error {
 
 // localAddr returns the host's PVRDMA address, the source of the
 // connections it opens; false when it has none it listens on.
-func (u *uplink) localAddr() (netip.AddrPort, bool) {
+func (u *Uplink) localAddr() (netip.AddrPort, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.addr, u.ln != nil
 }
 
-// close stops accepting and closes every connection; waiting requesters
+// Close stops accepting and closes every connection; waiting requesters
 // fail over to their retry rules.
-func (u *uplink) close() {
+func (u *Uplink) Close() {
 	u.mu.Lock()
 	u.closed = true
 	if u.ln != nil {
@@ -208,7 +235,7 @@ func (u *uplink) close() {
 
 // dropAll closes every connection with every peer, and those being set
 // up when it is called.
-func (u *uplink) dropAll(why error) {
+func (u *Uplink) dropAll(why error) {
 	u.gen.Add(1)
 	u.mu.Lock()
 	links := make([]*link, 0, len(u.links))
@@ -225,7 +252,7 @@ func (u *uplink) dropAll(why error) {
 // not be used, now that it is registered with its link: the agent stops,
 // or dropAll ran meanwhile (the PVRDMA address changed, the firewall rule
 // went off). nil when it may.
-func (u *uplink) stale(gen uint64) error {
+func (u *Uplink) stale(gen uint64) error {
 	u.mu.Lock()
 	closed := u.closed
 	u.mu.Unlock()
@@ -239,7 +266,7 @@ func (u *uplink) stale(gen uint64) error {
 }
 
 // linkTo returns the link to host id, creating it.
-func (u *uplink) linkTo(id string) *link {
+func (u *Uplink) linkTo(id string) *link {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	l := u.links[id]
@@ -274,26 +301,26 @@ func (l *link) closeAll(why error) {
 
 // switchSecret returns the switch's secret, creating it in the control
 // plane if this is the first host to need it.
-func (u *uplink) switchSecret(ctx context.Context) ([]byte, error) {
+func (u *Uplink) switchSecret(ctx context.Context) ([]byte, error) {
 	u.secretMu.Lock()
 	defer u.secretMu.Unlock()
 	if u.secret != nil {
 		return u.secret, nil
 	}
-	c := u.a.ctl
-	sw := c.cfg.Switch
+	c := &u.cfg
+	sw := c.Switch
 	if sw == "" {
 		return nil, errors.New("this host is on no distributed switch (--switch): it has no tcp path")
 	}
 	key := records.SwitchSecretKey(sw)
-	s, _, err := store.Get[records.SwitchSecret](ctx, c.st, key)
+	s, _, err := store.Get[records.SwitchSecret](ctx, c.Store, key)
 	if errors.Is(err, store.ErrNotFound) {
 		ns := records.SwitchSecret{Switch: sw, Key: make([]byte, records.SwitchSecretLen)}
 		rand.Read(ns.Key)
-		if _, err = c.st.Create(ctx, key, ns); err == nil {
+		if _, err = c.Store.Create(ctx, key, ns); err == nil {
 			s = ns
 		} else if errors.Is(err, store.ErrExists) {
-			s, _, err = store.Get[records.SwitchSecret](ctx, c.st, key)
+			s, _, err = store.Get[records.SwitchSecret](ctx, c.Store, key)
 		}
 	}
 	if err != nil {
@@ -304,7 +331,7 @@ func (u *uplink) switchSecret(ctx context.Context) ([]byte, error) {
 }
 
 // serve accepts connections from other hosts on ln.
-func (u *uplink) serve(ln *net.TCPListener) {
+func (u *Uplink) serve(ln *net.TCPListener) {
 	defer u.wg.Done()
 	for {
 		nc, err := ln.AcceptTCP()
@@ -368,13 +395,13 @@ type tconn struct {
 	nacks int
 	resp  tcpwire.Header
 	sp    sockPayload
-	req   Request
-	rx    Message
+	req   device.Request
+	rx    device.Message
 	segs  [1][]byte
 
 	cmMu    sync.Mutex
-	cms     map[uint64]*connReq // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
-	cmCount atomic.Int32        // CM requests being served
+	cms     map[uint64]*cm.Remote // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
+	cmCount atomic.Int32          // CM requests being served
 
 	// The reader's side, owned by whichever goroutine reads.
 	rc          syscall.RawConn  // nc's descriptor, for pollHeader
@@ -398,7 +425,7 @@ func newTconn(l *link, nc net.Conn, outgoing bool, ver uint8) *tconn {
 	}
 	c := &tconn{l: l, nc: nc, outgoing: outgoing, ver: ver, pending: map[uint64]*call{}, closed: make(chan struct{}),
 		handshaking: true, // until the handshake ends, its own deadline bounds every read and write
-		cms:         map[uint64]*connReq{},
+		cms:         map[uint64]*cm.Remote{},
 		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
 	if sc, ok := nc.(syscall.Conn); ok {
@@ -624,7 +651,7 @@ func (c *tconn) pollHeader() int {
 		// workload, the other agent) share the CPUs with it. Measured
 		// against every 8th turn: 8-byte latency 26 % lower, bandwidth
 		// the same (docs/BENCHMARKS.md).
-		yieldCPU()
+		device.YieldCPU()
 		if nanotime() > deadline {
 			return 0
 		}
@@ -868,7 +895,8 @@ func (c *tconn) readInto(segs [][]byte, n uint64) error {
 }
 
 // status reports the uplink's links.
-func (u *uplink) status() []mgmt.UplinkStatus {
+// Status reports each link.
+func (u *Uplink) Status() []mgmt.UplinkStatus {
 	u.mu.Lock()
 	links := make([]*link, 0, len(u.links))
 	for _, l := range u.links {

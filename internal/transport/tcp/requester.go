@@ -1,4 +1,4 @@
-package agent
+package tcp
 
 // The tcp path's requester: a window of up to txWindow requests in flight
 // per QP, completed in order (RC ordering), with go-back-N on RNR and on
@@ -37,6 +37,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -68,7 +69,7 @@ type txState struct {
 	n      int    // entries in the window
 	sent   int    // entries [head, head+sent) are in flight
 	next   uint32 // SQ index of the next WQE to take into the window
-	budget RetryBudget
+	budget device.RetryBudget
 	failed bool        // the last send failed (no connection)
 	waited bool        // ... after waiting out the timeout
 	probe  bool        // after an RNR, only the oldest goes out until it is accepted
@@ -90,7 +91,7 @@ const txBatchBytes = 1 << 20
 // to the remote end's host, and its responder's PSN state. It is made when
 // the QP enters RTR and dropped at RESET.
 type tcpPath struct {
-	q        *QP
+	q        *device.QP
 	host     string // the remote end's host ID
 	link     *link  // the link to host
 	pathKind abi.PathKind
@@ -107,29 +108,34 @@ type tcpPath struct {
 	rsp responderPSN
 }
 
-// responderPSN is an RC responder's sequence state (uplink_rc.go).
+// responderPSN is an RC responder's sequence state (responder.go).
 type responderPSN struct {
 	mu  sync.Mutex
 	gen uint32 // the resets generation seq belongs to; +checklocks:mu
 	seq rc.Seq // +checklocks:mu
 }
 
-func newTCPPath(q *QP, host string, l *link) *tcpPath {
+func newTCPPath(q *device.QP, host string, l *link) *tcpPath {
 	t := &tcpPath{q: q, host: host, link: l, pathKind: abi.PathTCP}
 	for i := range t.tx.ents {
 		t.tx.ents[i].slot = make([]byte, q.SlotSize())
 		t.tx.ents[i].call = newCall()
-		t.tx.ents[i].call.wake = q.wakeCh
+		t.tx.ents[i].call.wake = q.WakeCh()
 	}
 	t.tx.iov = make(net.Buffers, 0, txWindow*(abi.MaxSGE+1))
 	return t
 }
 
 // tcpPathOf returns q's tcp path, nil if q is not bound to one.
-func tcpPathOf(q *QP) *tcpPath {
+func tcpPathOf(q *device.QP) *tcpPath {
 	t, _ := q.BoundPath().(*tcpPath)
 	return t
 }
+
+// Kind, Pump, Busy, Drop, Flush, PollBudget and Status make t a
+// device.Path that reports what it has in flight.
+
+var _ device.PathStatuser = (*tcpPath)(nil)
 
 func (t *tcpPath) Kind() abi.PathKind        { return t.pathKind }
 func (t *tcpPath) Pump()                     { t.tcpPump() }
@@ -137,7 +143,7 @@ func (t *tcpPath) Busy() bool                { return t.tx.n > 0 }
 func (t *tcpPath) Drop()                     { t.txDrop() }
 func (t *tcpPath) Flush()                    { t.txFlush() }
 func (t *tcpPath) PollBudget() time.Duration { return doorbellPollTCP }
-func (t *tcpPath) status(st *mgmt.QPStatus)  { st.InFlight = int(t.inflight.Load()) }
+func (t *tcpPath) Status(st *mgmt.QPStatus)  { st.InFlight = int(t.inflight.Load()) }
 
 func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
 
@@ -210,7 +216,7 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 	// them are outstanding (a completed entry leaves the window).
 	rd := 0
 	for i := 0; i < tx.sent; i++ {
-		if isRdAtomic(tx.at(i).wqe.Opcode) {
+		if tx.at(i).wqe.Opcode.IsRdAtomic() {
 			rd++
 		}
 	}
@@ -221,7 +227,7 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 		if w.Flags&abi.SendFence != 0 && rd > 0 {
 			break // a fenced WR waits for every earlier READ and atomic
 		}
-		if isRdAtomic(w.Opcode) {
+		if w.Opcode.IsRdAtomic() {
 			if rd >= depth {
 				break // max_rd_atomic outstanding
 			}
@@ -232,14 +238,10 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 	}
 	if to > tx.sent {
 		t.txSend(to)
-		q.ctr.NotePeak(uint32(rd))
+		q.Counters().NotePeak(uint32(rd))
 	}
 	return true
 }
-
-// isRdAtomic reports whether op is an RDMA READ or an atomic: the requests
-// max_rd_atomic counts and a fence waits for.
-func isRdAtomic(op abi.Opcode) bool { return op == abi.OpRDMARead || op.IsAtomic() }
 
 // txSend sends the entries [tx.sent, to) of the window, in one write when
 // it can; on failure (no connection, a write error) tx.failed says so and
@@ -266,7 +268,7 @@ func (t *tcpPath) txSend(to int) {
 		e := tx.at(i)
 		w := &e.wqe
 		h := &t.treq
-		*h = tcpwire.Header{Version: c.ver, Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.qpn, PSN: e.psn, RKey: w.RKey,
+		*h = tcpwire.Header{Version: c.ver, Type: reqTypes[w.Opcode], DstQPN: dst, SrcQPN: q.QPN(), PSN: e.psn, RKey: w.RKey,
 			RemoteAddr: w.RemoteAddr, Compare: w.CompareAdd, Swap: w.Swap}
 		k := e.call
 		k.readSegs = nil
@@ -303,7 +305,7 @@ func (t *tcpPath) txSend(to int) {
 		tx.failed, tx.waited = true, false
 		return
 	}
-	now, due := time.Now(), q.vm.a.clk.Now().Add(wait)
+	now, due := time.Now(), q.Device().Clock().Now().Add(wait)
 	for i := tx.sent; i < to; i++ {
 		e := tx.at(i)
 		e.conn, e.sent, e.first, e.due = c, now, now, due
@@ -379,7 +381,7 @@ func (t *tcpPath) txReap() bool {
 				putLE64(e.segs[0], r.Compare)
 				n = 8
 			}
-			q.bytesSent.Add(e.total)
+			q.NoteSent(e.total)
 			tx.budget.Reset()
 			tx.probe = false
 			t.txComplete(abi.WCSuccess, n)
@@ -446,14 +448,14 @@ func (t *tcpPath) txRetry(rnr bool, rnrTimer uint8, waited bool) {
 	t.txRecall()
 	var delay time.Duration
 	if rnr {
-		if st, ok := tx.budget.RNRNak(&q.ctr); !ok {
+		if st, ok := tx.budget.RNRNak(q.Counters()); !ok {
 			t.txComplete(st, 0)
 			return
 		}
 		delay = rc.RNRDelay(rnrTimer)
 		tx.probe = true // the rest would only be refused (SEQ_ERR) again
 	} else {
-		if st, ok := tx.budget.Transport(&q.ctr); !ok {
+		if st, ok := tx.budget.Transport(q.Counters()); !ok {
 			t.txComplete(st, 0)
 			return
 		}
@@ -479,18 +481,18 @@ func (t *tcpPath) txWait() {
 	// Poll first: a response or a new post within doorbellPollTCP then
 	// costs no sleep and wake-up of this goroutine's thread.
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
-	// Only while a polling slot is free (exec.go, spinners): otherwise one
+	// Only while a polling slot is free (device.TrySpin): otherwise one
 	// look, then sleep.
-	spin := trySpin()
+	spin := device.TrySpin()
 	deadline := nanotime() + int64(doorbellPollTCP)
 	for {
 		if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 			break
 		}
 		select {
-		case <-q.wakeCh:
+		case <-q.WakeCh():
 			if spin {
-				endSpin()
+				device.EndSpin()
 			}
 			return
 		default:
@@ -498,26 +500,26 @@ func (t *tcpPath) txWait() {
 		if !spin || nanotime() > deadline {
 			break
 		}
-		yieldCPU() // at every turn, as pollHeader
+		device.YieldCPU() // at every turn, as pollHeader
 	}
 	if spin {
-		endSpin()
+		device.EndSpin()
 	}
 	if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 		return
 	}
-	clk := q.vm.a.clk
+	clk := q.Device().Clock()
 	if left := e.due.Sub(clk.Now()); left > 0 {
-		q.timer.Reset(left)
+		q.Timer().Reset(left)
 		select {
 		case <-e.call.done:
 			e.call.done <- struct{}{} // txReap takes it
-			q.timer.Stop()
+			q.Timer().Stop()
 			return
-		case <-q.wakeCh:
-			q.timer.Stop()
+		case <-q.WakeCh():
+			q.Timer().Stop()
 			return
-		case <-q.timer.C():
+		case <-q.Timer().C():
 		}
 	}
 	if len(e.call.done) > 0 {

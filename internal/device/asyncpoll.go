@@ -1,4 +1,4 @@
-package agent
+package device
 
 // The polling loop of an async-mode VM (RoutineAsyncPoller,
 // asyncPoller.run), one per VM, owned by the VM: attachVM starts it,
@@ -119,7 +119,7 @@ func (p *asyncPoller) run() {
 				p.round(true)
 				break
 			}
-			yieldCPU()
+			YieldCPU()
 			if empty&1023 == 0 {
 				select {
 				case <-p.stop:

@@ -1,0 +1,92 @@
+package agent
+
+// The agent as the device's Router: when a QP enters RTR, the path to
+// its remote end is what the control plane decides (control.go), or, for
+// a standalone agent, memcpy to an adapter of this host. The agent is the
+// only place that knows every path by name.
+
+import (
+	"fmt"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/pathsel"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/memcpy"
+	"github.com/vrdma/vrdma/internal/transport/tcp"
+)
+
+// tcpConfig is the tcp path's configuration (the control-plane half is
+// zero without a control plane: the test link needs none of it).
+func (a *Agent) tcpConfig() tcp.Config {
+	cfg := tcp.Config{Device: a.dev, CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
+	if c := a.ctl; c != nil {
+		cfg.Store, cfg.Cache, cfg.Switch, cfg.LookupTimeout = c.st, c.cache, c.cfg.Switch, c.cfg.LookupTimeout
+		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA
+	}
+	return cfg
+}
+
+// startUplink starts the tcp path of an agent with a control plane.
+func (a *Agent) startUplink() error {
+	up, err := tcp.Start(a.tcpConfig())
+	if err != nil {
+		return err
+	}
+	a.up = up
+	return nil
+}
+
+// Route decides the path of q to the remote end (dgid, dqpn): the device
+// calls it when q moves from INIT to RTR.
+func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
+	ad := a.dev.AdapterByGID(dgid)
+	var dec pathsel.Decision
+	decided := false
+	if c := a.ctl; c != nil {
+		if ad != nil {
+			d, ok, err := c.decideLocal(q.Adapter(), ad)
+			if err != nil {
+				return device.Route{}, err
+			}
+			dec, decided = d, ok
+		} else {
+			end, d, err := c.lookupRemote(q.Adapter(), dgid.String(), "dgid")
+			if err != nil {
+				return device.Route{}, err
+			}
+			if a.up != nil {
+				return device.Route{Info: decisionInfo(d), New: a.up.Bind(end.Host.Host.ID)}, nil
+			}
+		}
+	}
+	if ad != nil && a.loop != nil {
+		return device.Route{New: a.loop.BindTest(), Info: abi.PathInfo{Path: abi.PathTest,
+			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.VM().Name(), ad.VM().Name(), a.cfg.Host),
+			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with a test link (tests only)"}}}}, nil
+	}
+	if ad == nil {
+		return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid",
+			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
+			q.QPN(), dgid, a.cfg.Host)
+	}
+	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.VM().Name(), ad.VM().Name(), a.cfg.Host)}
+	if decided && dec.Path == pathsel.Memcpy {
+		info = decisionInfo(dec)
+	}
+	return device.Route{Info: info, New: memcpy.New}, nil
+}
+
+// decisionInfo is the path report of a control-plane decision.
+func decisionInfo(d pathsel.Decision) abi.PathInfo {
+	return abi.PathInfo{Path: d.Path, Reason: d.String(), Rejected: d.Rejected}
+}
+
+// TestLinkStats returns the frames the test link carried, by fate; nil
+// without a test link.
+func (a *Agent) TestLinkStats() *testlink.Stats {
+	if a.loop == nil {
+		return nil
+	}
+	return &a.testStats
+}

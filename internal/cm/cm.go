@@ -1,0 +1,450 @@
+// Package cm is connection management, in the manner of rdma_cm: a
+// workload listens on (adapter, service port); a peer dials "vm/vrdmaN"
+// (or a GID) and port with a QP in RESET or INIT; the listener's workload
+// gets the request and accepts it with a QP of its own; the agent then
+// brings both QPs to RTS facing each other and answers both sides. A
+// dialer on another host reaches the listener through its transport
+// (package tcp carries CM_REQ), which hands the request in with
+// ServeRemote; Establish brings the dialing QP to RTS once the answer is
+// back.
+package cm
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/device"
+)
+
+// ErrClosing answers a blocking request whose session ends: the agent is
+// shutting down (or the workload went away).
+var ErrClosing = abi.Errorf(abi.CodeUnavailable, "", "the agent is shutting down")
+
+// Manager is the listener table of one device. It is safe for concurrent
+// use.
+type Manager struct {
+	dev          *device.Device
+	host         string
+	maxListeners int
+
+	mu        sync.Mutex
+	listeners map[listenKey]*listener // +checklocks:mu
+	nextID    atomic.Uint32
+}
+
+// New returns the connection manager of dev on host (its name, for
+// messages), allowing maxListeners listening ports per VM.
+func New(dev *device.Device, host string, maxListeners int) *Manager {
+	return &Manager{dev: dev, host: host, maxListeners: maxListeners, listeners: map[listenKey]*listener{}}
+}
+
+type listenKey struct {
+	vm      string
+	adapter string
+	port    uint16
+}
+
+type listener struct {
+	id   uint32
+	key  listenKey
+	ad   *device.Adapter
+	reqs chan *connReq // backlog
+	quit chan struct{}
+	once sync.Once
+
+	mu      sync.Mutex
+	pending map[uint32]*connReq // handed to the workload, not yet answered; +checklocks:mu
+	nextReq uint32              // +checklocks:mu
+}
+
+type connResult struct {
+	reply abi.ConnectReply
+	err   error
+	// A remote dialer's PSNs: its send PSN and its receive PSN.
+	sqPSN, rqPSN uint32
+}
+
+// RemoteDialer is a QP that dials from another host.
+type RemoteDialer struct {
+	VM, Adapter string
+	GID         abi.GID
+	QPN         uint32
+	Host        string // its host ID
+}
+
+type connReq struct {
+	id     uint32
+	from   *device.QP      // a dialer on this host, or
+	remote *RemoteDialer   // one on another host
+	reply  chan connResult // buffered 1: whoever answers never blocks
+	// state: reqPending, then reqAnswered (an accept or reject took it) or
+	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
+	state atomic.Uint32
+	// canceled, for a remote dialer's request, is closed when its dialer
+	// cancels it (CM_CANCEL) while it is pending.
+	canceled chan struct{}
+}
+
+const (
+	reqPending uint32 = iota
+	reqAnswered
+	reqAbandoned
+)
+
+// answer claims the request for an answer; false if the dialer gave up.
+func (r *connReq) answer() bool { return r.state.CompareAndSwap(reqPending, reqAnswered) }
+
+func (l *listener) close() {
+	l.once.Do(func() { close(l.quit) })
+}
+
+const backlog = 64
+
+// Client is one session's share of connection management: the listeners
+// it opened, closed with it. ctx ends with the session.
+type Client struct {
+	m   *Manager
+	ctx context.Context
+
+	mu        sync.Mutex
+	listeners map[uint32]*listener // +checklocks:mu
+}
+
+// NewClient returns the connection management of a session whose
+// blocking calls give up when ctx ends.
+func (m *Manager) NewClient(ctx context.Context) *Client {
+	return &Client{m: m, ctx: ctx, listeners: map[uint32]*listener{}}
+}
+
+// Listen makes adapter r.Adapter of v listen on port r.Port, and returns
+// the listener's handle.
+func (c *Client) Listen(v *device.VM, r *abi.Listen) (uint32, error) {
+	ad, err := v.Adapter(r.Adapter)
+	if err != nil {
+		return 0, err
+	}
+	m := c.m
+	key := listenKey{v.Name(), ad.Name(), r.Port}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, busy := m.listeners[key]; busy {
+		return 0, abi.Errorf(abi.CodeExists, "port", "%s/%s already listens on port %d", v.Name(), ad.Name(), r.Port)
+	}
+	n := 0
+	for k := range m.listeners {
+		if k.vm == v.Name() {
+			n++
+		}
+	}
+	if n >= m.maxListeners {
+		return 0, abi.Errorf(abi.CodeLimit, "", "VM %q listens on %d ports, the limit", v.Name(), n)
+	}
+	l := &listener{id: m.nextID.Add(1), key: key, ad: ad, reqs: make(chan *connReq, backlog),
+		quit: make(chan struct{}), pending: map[uint32]*connReq{}}
+	m.listeners[key] = l
+	c.mu.Lock()
+	c.listeners[l.id] = l
+	c.mu.Unlock()
+	return l.id, nil
+}
+
+// Close closes every listener of the client (its session ended).
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, l := range c.listeners {
+		c.m.closeListener(l)
+		delete(c.listeners, id)
+	}
+}
+
+// CloseVM closes every listener on v's adapters (v is being torn down).
+func (m *Manager) CloseVM(v *device.VM) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, l := range m.listeners {
+		if l.ad.VM() == v {
+			l.close()
+			delete(m.listeners, k)
+		}
+	}
+}
+
+func (m *Manager) closeListener(l *listener) {
+
+	m.mu.Lock()
+	if m.listeners[l.key] == l {
+		delete(m.listeners, l.key)
+	}
+	m.mu.Unlock()
+	l.close()
+	refuse := func(r *connReq) {
+		if !r.answer() {
+			return
+		}
+		r.reply <- connResult{err: abi.Errorf(abi.CodeRefused, "port", "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
+	}
+	l.mu.Lock()
+	for id, r := range l.pending {
+		refuse(r)
+		delete(l.pending, id)
+	}
+	l.mu.Unlock()
+	for {
+		select {
+		case r := <-l.reqs:
+			refuse(r)
+		default:
+			return
+		}
+	}
+}
+
+func (c *Client) listenerByID(id uint32) (*listener, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l, ok := c.listeners[id]
+	if !ok {
+		return nil, abi.Errorf(abi.CodeNotFound, "listener", "no listener with handle %d", id)
+	}
+	return l, nil
+}
+
+// CloseListener closes the client's listener id.
+func (c *Client) CloseListener(id uint32) error {
+	l, err := c.listenerByID(id)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.listeners, id)
+	c.mu.Unlock()
+	c.m.closeListener(l)
+	return nil
+}
+
+// GetRequest waits for the next connection request on listener id.
+func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
+	l, err := c.listenerByID(id)
+	if err != nil {
+		return abi.ConnRequest{}, err
+	}
+	for {
+		select {
+		case r := <-l.reqs:
+			if r.state.Load() != reqPending {
+				continue // the dialer gave up while it waited in the backlog
+			}
+			l.mu.Lock()
+			l.nextReq++
+			r.id = l.nextReq
+			l.pending[r.id] = r
+			l.mu.Unlock()
+			if d := r.remote; d != nil {
+				return abi.ConnRequest{ID: r.id, RemoteVM: d.VM, RemoteAdapter: d.Adapter, RemoteGID: d.GID,
+					RemoteQPN: d.QPN, Port: l.key.port}, nil
+			}
+			from := r.from
+			return abi.ConnRequest{ID: r.id, RemoteVM: from.VM().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
+				RemoteQPN: from.QPN(), Port: l.key.port}, nil
+		case <-l.quit:
+			return abi.ConnRequest{}, abi.Errorf(abi.CodeState, "listener", "the listener was closed")
+		case <-c.ctx.Done():
+			return abi.ConnRequest{}, ErrClosing
+		}
+	}
+}
+
+func (c *Client) takeRequest(lid, id uint32) (*listener, *connReq, error) {
+	l, err := c.listenerByID(lid)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.pending[id]
+	if !ok {
+		return nil, nil, abi.Errorf(abi.CodeNotFound, "id", "no pending connection request %d on this listener (already answered, or the dialer gave up)", id)
+	}
+	delete(l.pending, id)
+	if !r.answer() {
+		return nil, nil, abi.Errorf(abi.CodeState, "id", "connection request %d was withdrawn: the dialer gave up", id)
+	}
+	return l, r, nil
+}
+
+// Reject refuses a pending connection request with r's reason.
+func (c *Client) Reject(r *abi.RejectRequest) error {
+	l, req, err := c.takeRequest(r.Listener, r.ID)
+	if err != nil {
+		return err
+	}
+	why := r.Reason
+	if why == "" {
+		why = "rejected by the listener"
+	}
+	req.reply <- connResult{err: abi.Errorf(abi.CodeRefused, "", "%s/%s port %d rejected the connection: %s", l.key.vm, l.key.adapter, l.key.port, why)}
+	return nil
+}
+
+// Accept answers a pending connection request with QP r.QP of v, which it
+// brings to RTS facing the dialer.
+func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, error) {
+	q, err := v.QPByHandle(r.QP)
+	if err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+	}
+	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: accept with a QP in RESET or INIT", q.QPN(), st)
+	}
+	_, req, err := c.takeRequest(r.Listener, r.ID)
+	if err != nil {
+		return abi.ConnectReply{}, err
+	}
+	if d := req.remote; d != nil {
+		return acceptRemote(q, req, d)
+	}
+	from := req.from
+	if err := connectPair(from, q); err != nil {
+		req.reply <- connResult{err: err}
+		return abi.ConnectReply{}, err
+	}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), Path: from.Query().Path}}
+	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, nil
+}
+
+// connectPair brings a and b to RTS facing each other, with the defaults
+// rdma_cm uses.
+func connectPair(a, b *device.QP) error {
+	psnA, psnB := randomPSNs()
+	for _, step := range []func() error{
+		func() error { return ToInit(a) },
+		func() error { return ToInit(b) },
+		func() error { return ToRTR(a, b.GID(), b.QPN(), psnB) },
+		func() error { return ToRTR(b, a.GID(), a.QPN(), psnA) },
+		func() error { return ToRTS(a, psnA) },
+		func() error { return ToRTS(b, psnB) },
+	} {
+		if err := step(); err != nil {
+			a.MoveToErr("connection setup failed")
+			b.MoveToErr("connection setup failed")
+			return err
+		}
+	}
+	return nil
+}
+
+// ToInit brings q to INIT (from RESET), or gives it every access (in
+// INIT), as rdma_cm does.
+func ToInit(q *device.QP) error {
+	if q.State() != abi.QPSReset {
+		return q.Modify(&abi.ModifyQP{Mask: abi.MaskAccessFlags, Attr: abi.QPAttr{AccessFlags: abi.AccessAll}})
+	}
+	return q.Modify(&abi.ModifyQP{Mask: abi.MaskState | abi.MaskPort | abi.MaskAccessFlags,
+		Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}})
+}
+
+// ToRTR brings q from INIT to RTR facing (gid, qpn), expecting rqPSN, with
+// rdma_cm's defaults.
+func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN uint32) error {
+	return q.Modify(&abi.ModifyQP{
+		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
+		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: abi.DefaultPathMTU, DestQPN: qpn, RQPSN: rqPSN,
+			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
+}
+
+// ToRTS brings q from RTR to RTS, sending from sqPSN, with rdma_cm's
+// defaults.
+func ToRTS(q *device.QP, sqPSN uint32) error {
+	return q.Modify(&abi.ModifyQP{
+		Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
+		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt,
+			RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
+}
+
+// Resolve finds the adapter "vm/vrdmaN" or GID names on this host. A
+// name that is not here is CodeUnavailable (another host may have it).
+func (m *Manager) Resolve(remote string) (*device.Adapter, error) {
+	if vmName, adName, ok := strings.Cut(remote, "/"); ok {
+		v, attached := m.dev.ReadyVM(vmName)
+		if !attached {
+			return nil, abi.Errorf(abi.CodeUnavailable, "remote",
+				"VM %q is not attached on host %s: start its workload (a VM on another host needs the control plane: this agent runs standalone, --no-control-plane)", vmName, m.host)
+		}
+		for _, ad := range v.Adapters() {
+			if ad.Name() == adName {
+				return ad, nil
+			}
+		}
+		return nil, abi.Errorf(abi.CodeNotFound, "remote", "VM %q has no adapter %q", vmName, adName)
+	}
+	gid, err := abi.ParseGID(remote)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeInvalid, "remote", "remote %q is neither \"vm/vrdmaN\" nor a GID", remote)
+	}
+	if ad := m.dev.AdapterByGID(gid); ad != nil {
+		return ad, nil
+	}
+	return nil, abi.Errorf(abi.CodeUnavailable, "remote", "GID %s is not an adapter on host %s (other hosts need the control plane: this agent runs standalone, --no-control-plane)", gid, m.host)
+}
+
+// CheckDialer checks that q may dial: it is in RESET or INIT.
+func CheckDialer(q *device.QP) error {
+	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
+		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.QPN(), st)
+	}
+	return nil
+}
+
+// Timeout is a connect's timeout: timeoutMS, or 10 s when zero.
+func Timeout(timeoutMS uint32) time.Duration {
+	if timeoutMS == 0 {
+		return 10 * time.Second
+	}
+	return time.Duration(timeoutMS) * time.Millisecond
+}
+
+// Connect dials the listener on port r.Port of ad, an adapter of this
+// host, with q (checked with CheckDialer), and waits for its answer.
+func (c *Client) Connect(q *device.QP, ad *device.Adapter, r *abi.Connect) (abi.ConnectReply, error) {
+	m := c.m
+	vmName := ad.VM().Name()
+	m.mu.Lock()
+	l := m.listeners[listenKey{vmName, ad.Name(), r.Port}]
+	m.mu.Unlock()
+	if l == nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), r.Port)
+	}
+	timeout := Timeout(r.TimeoutMS)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	req := &connReq{from: q, reply: make(chan connResult, 1)}
+	select {
+	case l.reqs <- req:
+	case <-l.quit:
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), r.Port)
+	case <-t.C:
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", timeout)
+	case <-c.ctx.Done():
+		return abi.ConnectReply{}, ErrClosing
+	}
+	select {
+	case res := <-req.reply:
+		return res.reply, res.err
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	// Withdraw the request, unless an answer is already under way.
+	if !req.state.CompareAndSwap(reqPending, reqAbandoned) {
+		res := <-req.reply
+		return res.reply, res.err
+	}
+	l.mu.Lock()
+	delete(l.pending, req.id)
+	l.mu.Unlock()
+	return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v: the listener did not accept", r.Remote, r.Port, timeout)
+}

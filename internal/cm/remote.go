@@ -1,0 +1,146 @@
+package cm
+
+// Dialers on other hosts. Their transport (package tcp) reads a CM_REQ,
+// checks who sent it, and hands it in here with ServeRemote: it waits on
+// the listener's backlog like a local dialer's request, and the answer
+// goes back with the accepting QP's number, GID and both PSNs. The
+// dialer's side brings its QP to RTS with Establish.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/rc"
+)
+
+// MaxRemoteWait bounds how long a remote dialer's request may wait for an
+// answer.
+const MaxRemoteWait = 60 * time.Second
+
+// ErrCanceled answers a remote request whose dialer canceled it.
+var ErrCanceled = errors.New("the dialer canceled the connection request")
+
+// Remote is a connection request from a dialer on another host, from the
+// moment its transport read it until ServeRemote returns.
+type Remote struct{ req *connReq }
+
+// NewRemote makes the request of dialer d.
+func NewRemote(d RemoteDialer) *Remote {
+	return &Remote{&connReq{remote: &d, reply: make(chan connResult, 1), canceled: make(chan struct{})}}
+}
+
+// Cancel withdraws the request (the dialer gave up: CM_CANCEL) while it is
+// pending; ServeRemote then returns ErrCanceled. Safe to call at any time.
+func (r *Remote) Cancel() {
+	if r.req.state.CompareAndSwap(reqPending, reqAbandoned) {
+		close(r.req.canceled)
+	}
+}
+
+// Answer is what an accepted remote request sends back to its dialer.
+type Answer struct {
+	QPN          uint32
+	GID          abi.GID
+	SQPSN, RQPSN uint32 // the dialer's send PSN, and its receive PSN
+}
+
+// ServeRemote queues remote request r on the listener of target (an
+// adapter of this host) and port, and waits for its answer, at most wait
+// (MaxRemoteWait when zero or more). lost is closed when the connection
+// to the dialer's host goes; ServeRemote returns lostErr then.
+func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.Duration, lost <-chan struct{}, lostErr error) (Answer, error) {
+	ad, err := m.Resolve(target)
+	if err != nil {
+		return Answer{}, err
+	}
+	vmName := ad.VM().Name()
+	m.mu.Lock()
+	l := m.listeners[listenKey{vmName, ad.Name(), port}]
+	m.mu.Unlock()
+	if l == nil {
+		return Answer{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), port)
+	}
+	if wait <= 0 || wait > MaxRemoteWait {
+		wait = MaxRemoteWait
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	req := r.req
+	select {
+	case l.reqs <- req:
+	case <-l.quit:
+		return Answer{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), port)
+	case <-t.C:
+		return Answer{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", wait)
+	case <-lost:
+		req.state.CompareAndSwap(reqPending, reqAbandoned)
+		return Answer{}, lostErr
+	case <-req.canceled:
+		return Answer{}, ErrCanceled
+	}
+	var res connResult
+	select {
+	case res = <-req.reply:
+	case <-t.C:
+	case <-lost:
+	case <-req.canceled:
+	}
+	if res.err == nil && res.reply.RemoteQPN == 0 {
+		// No answer yet: withdraw, unless one is under way. A request
+		// the dialer canceled gets none.
+		if req.state.CompareAndSwap(reqPending, reqAbandoned) || req.state.Load() == reqAbandoned {
+			l.mu.Lock()
+			delete(l.pending, req.id)
+			l.mu.Unlock()
+			select {
+			case <-req.canceled:
+				return Answer{}, ErrCanceled
+			default:
+			}
+			return Answer{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v: the listener did not accept", target, port, wait)
+		}
+		res = <-req.reply
+	}
+	if res.err != nil {
+		return Answer{}, res.err
+	}
+	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN}, nil
+}
+
+// acceptRemote brings q to RTS facing remote dialer d and answers it.
+func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer) (abi.ConnectReply, error) {
+	dialerPSN, ourPSN := randomPSNs() // the dialer's sq_psn, and ours
+	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN); err != nil {
+		req.reply <- connResult{err: err}
+		return abi.ConnectReply{}, err
+	}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID()}, sqPSN: dialerPSN, rqPSN: ourPSN}
+	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
+}
+
+// Establish brings q through INIT and RTR to RTS facing (gid, qpn),
+// expecting rqPSN and sending from sqPSN; on a failure q is moved to ERR.
+func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN uint32) error {
+	for _, step := range []func() error{
+		func() error { return ToInit(q) },
+		func() error { return ToRTR(q, gid, qpn, rqPSN) },
+		func() error { return ToRTS(q, sqPSN) },
+	} {
+		if err := step(); err != nil {
+			q.MoveToErr("connection setup failed")
+			return err
+		}
+	}
+	return nil
+}
+
+// randomPSNs returns two random 24-bit PSNs.
+func randomPSNs() (uint32, uint32) {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & rc.PSNMask, binary.LittleEndian.Uint32(b[4:]) & rc.PSNMask
+}

@@ -1,0 +1,183 @@
+// Package device is vrdma's virtual RDMA device: the attached VMs with
+// their guest memory and adapters, the verbs objects (PD, MR, CQ, QP), the
+// QP state machine, each QP's send-queue goroutine, the receive queues
+// and completion queues, and the one RC responder every path shares.
+//
+// The device moves no byte between QPs itself: a connected QP is bound at
+// RTR to a Path (path.go), which the Router the agent installs chooses
+// (memcpy, tcp, and later rdma, memcpy-direct and native endpoints, each
+// in a package of its own under internal/transport). Paths see the send
+// queue through the device's half of the interface (sq.go) and deliver
+// at a responder QP through Hold, then Respond or Begin, Place and End
+// (respond.go).
+// Nothing in this package knows a path, a session or the control plane.
+//
+// Memory safety. Guest memory is a memfd mapped by the agent and by the
+// workload. Every range a request names is checked against a memory
+// region of the right protection domain and access before a byte moves
+// (VM.resolve); a VM's memory is unmapped only under memMu held for
+// writing, and every user of another VM's memory holds it for reading
+// and checks the VM alive first. Rings are the workload's to scribble on:
+// the device copies each slot before it decodes it and checks every index
+// it reads.
+package device
+
+import (
+	crand "crypto/rand"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/clock"
+)
+
+// Limits are the per-VM resource limits; errors that refuse an object name
+// the limit.
+type Limits struct {
+	MaxPD        int // max_pd
+	MaxMR        int // max_mr
+	MaxCQ        int // max_cq
+	MaxQP        int // max_qp
+	MaxListeners int // listening service ports per VM (package cm)
+}
+
+// DefaultLimits are the limits an agent applies unless told otherwise.
+var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256}
+
+// Config configures a Device.
+type Config struct {
+	Host      string // this host's name, for messages
+	HostID    string // this host's ID: generated MACs derive from it
+	FWVersion string // reported as the adapters' firmware version
+	Limits    Limits
+	Clock     clock.Clock // the QPs' RC timers; nil is the real clock
+	Log       *slog.Logger
+	// Router binds connected QPs to their paths; nil refuses every
+	// connection (a device of tests that connect nothing).
+	Router Router
+	// DetachWait bounds how long a detach waits for a VM's teardown, and
+	// an attach for a previous workload's; default 10 s.
+	DetachWait time.Duration
+}
+
+// Router chooses the path of a QP that moves from INIT to RTR.
+type Router interface {
+	// Route decides how q reaches the remote end (dgid, dqpn). It is
+	// called before q's lock is taken and may block on the control
+	// plane; an error fails the transition with that error.
+	Route(q *QP, dgid abi.GID, dqpn uint32) (Route, error)
+}
+
+// Route is a Router's decision: the report of it, and the path to bind.
+type Route struct {
+	Info abi.PathInfo
+	// New makes q's path; it is called under q's lock when the
+	// transition succeeds, and must not take it.
+	New func(q *QP) Path
+}
+
+// Device is one host's virtual RDMA device. It is safe for concurrent use.
+type Device struct {
+	cfg Config
+	log *slog.Logger
+	clk clock.Clock
+
+	mu      sync.Mutex
+	vms     map[string]*VM // attached VMs by name; +checklocks:mu
+	qps     map[uint32]*QP // every QP by QPN; +checklocks:mu
+	nextQPN uint32         // +checklocks:mu
+}
+
+// New returns an empty device.
+func New(cfg Config) *Device {
+	d := &Device{cfg: cfg, log: cfg.Log, clk: cfg.Clock, vms: map[string]*VM{}, qps: map[uint32]*QP{}}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
+	if d.clk == nil {
+		d.clk = clock.Real
+	}
+	if d.cfg.DetachWait <= 0 {
+		d.cfg.DetachWait = 10 * time.Second
+	}
+	var b [2]byte
+	crand.Read(b[:])
+	d.nextQPN = 0x100 + uint32(b[0])<<8 | uint32(b[1])
+	return d
+}
+
+// Clock is the time source of the device's RC timers.
+func (d *Device) Clock() clock.Clock { return d.clk }
+
+// Limits returns the device's per-VM limits.
+func (d *Device) Limits() Limits { return d.cfg.Limits }
+
+// QP returns the QP numbered qpn, or nil.
+func (d *Device) QP(qpn uint32) *QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.qps[qpn]
+}
+
+// allocQPNLocked returns an unused 24-bit QPN (never 0 or 1, which IB
+// reserves for QP0 and QP1).
+//
+// +checklocks:d.mu
+func (d *Device) allocQPNLocked() uint32 {
+	for {
+		d.nextQPN = (d.nextQPN + 1) & 0xffffff
+		if d.nextQPN < 2 {
+			continue
+		}
+		if _, used := d.qps[d.nextQPN]; !used {
+			return d.nextQPN
+		}
+	}
+}
+
+// AdapterByGID returns the adapter of an attached VM with gid, or nil.
+func (d *Device) AdapterByGID(gid abi.GID) *Adapter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.adapterByGIDLocked(gid)
+}
+
+// +checklocks:d.mu
+func (d *Device) adapterByGIDLocked(gid abi.GID) *Adapter {
+	for _, v := range d.vms {
+		if !v.ready.Load() {
+			continue
+		}
+		for _, ad := range v.adapters {
+			if ad.gid == gid {
+				return ad
+			}
+		}
+	}
+	return nil
+}
+
+// ReadyVM returns the attached VM name, if it is set up and not torn down.
+func (d *Device) ReadyVM(name string) (*VM, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.vms[name]
+	if !ok || !v.ready.Load() {
+		return nil, false
+	}
+	return v, true
+}
+
+// VMs returns the attached VMs that are set up.
+func (d *Device) VMs() []*VM {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	vms := make([]*VM, 0, len(d.vms))
+	for _, v := range d.vms {
+		if v.ready.Load() {
+			vms = append(vms, v)
+		}
+	}
+	return vms
+}

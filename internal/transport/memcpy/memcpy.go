@@ -1,0 +1,180 @@
+// Package memcpy is the memcpy path: two QPs of this host. The
+// requester's send-queue goroutine plays the responder (package device's
+// Begin/Place/End, through Respond) against the remote VM's memory, under
+// that VM's memory lock for reading, and copies once between the two
+// guest memories. A work request is executed to its end before the next
+// is looked at, so nothing is ever in flight between two WQEs.
+package memcpy
+
+import (
+	"encoding/binary"
+	"sync/atomic"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/rc"
+)
+
+// path is the memcpy path of one QP; owned by its send-queue goroutine.
+type path struct {
+	q      *device.QP
+	peer   *device.QP // the remote QP, resolved on first use
+	segs   [abi.MaxSGE][]byte
+	busyWR atomic.Bool    // a WR is being executed (for status reports)
+	req    device.Request // the request the goroutine plays at the responder
+	rx     device.Message // ... and its state there
+	pay    memPayload     // q's segments as the responder's payload
+}
+
+// New returns the memcpy path of q, bound at RTR to a QP of the same
+// device.
+func New(q *device.QP) device.Path { return &path{q: q} }
+
+// Kind, Busy, Drop, Flush, PollBudget, Pump and Status make m a
+// device.Path: nothing is ever in flight between two calls of Pump.
+
+var _ device.PathStatuser = (*path)(nil)
+
+func (m *path) Kind() abi.PathKind        { return abi.PathMemcpy }
+func (m *path) Busy() bool                { return false }
+func (m *path) Drop()                     {}
+func (m *path) Flush()                    {}
+func (m *path) PollBudget() time.Duration { return device.DoorbellPoll }
+
+// Status reports a WR waiting out an RNR or retry delay as in flight.
+func (m *path) Status(st *mgmt.QPStatus) {
+	if m.busyWR.Load() {
+		st.InFlight = 1
+	}
+}
+
+// Pump executes the send queue in RTS, one WQE after the other; in SQD it
+// holds the queue.
+func (m *path) Pump() {
+	q := m.q
+	for q.Sending() && q.State() == abi.QPSRTS {
+		n, ok := q.SQPending()
+		if !ok || n == 0 {
+			return // an invalid tail: the device handles it
+		}
+		q.ExecOne(m)
+	}
+}
+
+// Execute gathers the local side of w and delivers it under the RC retry
+// rules: transport retries (timeout × retry_cnt) when the responder does
+// not answer, RNR retries (min_rnr_timer × rnr_retry, 7 = infinite) when
+// it has no receive posted.
+func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
+	q := m.q
+	st, nseg, total := q.GatherLocal(w, slot, &m.segs)
+	if st != abi.WCSuccess {
+		return st, 0
+	}
+	m.busyWR.Store(true)
+	defer m.busyWR.Store(false)
+	at := q.RCAttrs()
+	var budget device.RetryBudget
+	budget.Arm(&at)
+	for {
+		out, st, n, rnrTimer := m.deliver(w, m.segs[:nseg], total)
+		var d time.Duration
+		switch out {
+		case device.OutDone:
+			if st == abi.WCSuccess {
+				q.NoteSent(total)
+			}
+			return st, n
+		case device.OutNoPeer:
+			if st, ok := budget.Transport(q.Counters()); !ok {
+				return st, 0
+			}
+			d = rc.LocalACKTimeout(at.Timeout)
+		case device.OutRNR:
+			if st, ok := budget.RNRNak(q.Counters()); !ok {
+				return st, 0
+			}
+			d = rc.RNRDelay(rnrTimer)
+		}
+		if !q.Sleep(d) {
+			return abi.WCWRFlushErr, 0
+		}
+	}
+}
+
+// peerQP returns the QP at the remote end, resolving it on first use.
+func (m *path) peerQP() *device.QP {
+	if m.peer != nil && !m.peer.Destroyed() {
+		return m.peer
+	}
+	m.peer = nil
+	q := m.q
+	qpn, gid := q.Remote()
+	p := q.Device().QP(qpn)
+	if p == nil || p.GID() != gid {
+		return nil
+	}
+	m.peer = p
+	return p
+}
+
+// deliver plays w at the responder p against p's VM's memory. Checks
+// happen before any byte moves, so a refused request leaves the target
+// untouched.
+func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (device.Outcome, abi.WCStatus, uint32, uint8) {
+	q := m.q
+	p := m.peerQP()
+	if p == nil || !p.Hold() {
+		return device.OutNoPeer, 0, 0, 0
+	}
+	defer p.Release()
+	if qpn, gid := p.Remote(); qpn != q.QPN() || gid != q.GID() {
+		p.Counters().Dropped.Add(1)
+		return device.OutNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
+	}
+	if w.Opcode.IsRdAtomic() {
+		q.Counters().NotePeak(1) // the memcpy path executes one WR at a time
+	}
+	m.req = device.Request{Op: w.Opcode, SrcQPN: q.QPN(), RKey: w.RKey, RAddr: w.RemoteAddr, Total: total, Imm: w.Imm,
+		Compare: w.CompareAdd, Swap: w.Swap}
+	m.pay.reset(segs)
+	out, st, n, rnrTimer, _ := p.Respond(&m.req, &m.rx, &m.pay)
+	return out, st, n, rnrTimer
+}
+
+// memPayload is the memcpy path's payload: the requester's own segments.
+type memPayload struct {
+	arr  [abi.MaxSGE][]byte
+	segs [][]byte
+}
+
+func (m *memPayload) reset(segs [][]byte) {
+	n := copy(m.arr[:], segs)
+	m.segs = m.arr[:n]
+}
+
+// In, Out and Atomic make m a device.Payload.
+
+// In fills dst from the requester's segments.
+func (m *memPayload) In(dst []byte) error {
+	for len(dst) > 0 {
+		for len(m.segs[0]) == 0 {
+			m.segs = m.segs[1:]
+		}
+		n := copy(dst, m.segs[0])
+		m.segs[0] = m.segs[0][n:]
+		dst = dst[n:]
+	}
+	return nil
+}
+
+// Out scatters a READ's data into the requester's segments.
+func (m *memPayload) Out(src []byte) error {
+	device.ScatterBytes(m.segs, src)
+	return nil
+}
+
+// Atomic writes an atomic's original value into the requester's segment.
+func (m *memPayload) Atomic(old uint64) { binary.LittleEndian.PutUint64(m.segs[0], old) }

@@ -1,0 +1,161 @@
+package tcp
+
+// Connection management across hosts: a Connect whose target is on another
+// host travels as a CM_REQ over the tcp path to the target's agent, which
+// queues it on the listener like a local dialer's; the listener's Accept
+// brings its QP to RTS facing the dialer and answers with a CM_RESP
+// carrying its QPN, GID and both PSNs; the dialer's agent then brings the
+// dialing QP to RTS. A Reject, a closed listener or a timeout answers with
+// an error instead; a dialer that gives up sends CM_CANCEL.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/tcpwire"
+)
+
+// cmMaxPending bounds how many CM_REQs a connection may have waiting.
+const cmMaxPending = 256
+
+// startCM reads a CM_REQ and hands it to its own goroutine.
+func (c *tconn) startCM(h *tcpwire.Header) error {
+	var m tcpwire.ConnReqMsg
+	if err := c.readControl(h, &m); err != nil {
+		return err
+	}
+	tag := h.Tag
+	if err := m.Validate(); err != nil {
+		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeInvalid, Message: err.Error()})
+	}
+	if c.cmCount.Add(1) > cmMaxPending {
+		c.cmCount.Add(-1)
+		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeLimit,
+			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
+	}
+	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID})
+	c.cmMu.Lock()
+	c.cms[tag] = r
+	c.cmMu.Unlock()
+	u := c.l.u
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		defer c.cmCount.Add(-1)
+		resp := c.serveCM(r, &m)
+		c.cmMu.Lock()
+		delete(c.cms, tag)
+		c.cmMu.Unlock()
+		if err := c.writeControl(tcpwire.CMResp, tag, resp); err != nil {
+			u.log.Info("tcp path: CM answer not delivered", "peer", c.l.peerID, "err", err)
+		}
+	}()
+	return nil
+}
+
+// cancelCM withdraws a CM_REQ whose dialer gave up.
+func (c *tconn) cancelCM(h *tcpwire.Header) error {
+	if h.PayloadLen != 0 {
+		if err := c.discard(uint64(h.PayloadLen)); err != nil {
+			return err
+		}
+	}
+	c.cmMu.Lock()
+	r := c.cms[h.Tag]
+	c.cmMu.Unlock()
+	if r != nil {
+		r.Cancel() // serveCM returns
+	}
+	return nil
+}
+
+func cmErr(err error) tcpwire.ConnRespMsg {
+	var ae *abi.Error
+	if errors.As(err, &ae) {
+		return tcpwire.ConnRespMsg{Code: ae.Code, Message: ae.Message}
+	}
+	return tcpwire.ConnRespMsg{Code: abi.CodeUnavailable, Message: err.Error()}
+}
+
+// serveCM checks a remote dialer's request, hands it to connection
+// management and waits for the answer.
+func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
+	u := c.l.u
+	// The dialer must be an adapter of the host this connection
+	// authenticated.
+	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.LookupTimeout)
+	ep, err := u.cfg.Cache.Resolve(ctx, m.FromGID.String())
+	cancel()
+	if err != nil || ep.Host != c.l.peerID || ep.VM != m.FromVM {
+		return cmErr(abi.Errorf(abi.CodeRefused, "", "CM request from %s/%s (GID %s) on host %s: the control plane does not place that adapter on that host",
+			m.FromVM, m.FromAdapter, m.FromGID, c.l.peerID))
+	}
+	a, err := u.cfg.CM.ServeRemote(r, m.Target, m.Port, time.Duration(m.TimeoutMS)*time.Millisecond, c.closed, errConnLost)
+	if err != nil {
+		return cmErr(err)
+	}
+	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN}
+}
+
+// Connect dials the listener of end, on another host, for q, and brings q
+// to RTS facing the QP that accepts. ctx is the dialing session's.
+func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
+	timeout := cm.Timeout(c.TimeoutMS)
+	l := u.linkTo(end.Host.Host.ID)
+	tc, err := l.conn(min(timeout, 5*time.Second))
+	if err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", end.Endpoint.Name(), end.Host.Host.Label(), err)
+	}
+	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.VM().Name(), FromAdapter: q.Adapter().Name(),
+		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond)}
+	k := newCall()
+	if !tc.register(k) {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", end.Endpoint.Name(), end.Host.Host.Label())
+	}
+	if err := tc.writeControl(tcpwire.CMReq, k.tag, m); err != nil {
+		tc.withdraw(k)
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: %v", end.Endpoint.Name(), err)
+	}
+	t := time.NewTimer(timeout + time.Second) // the acceptor times out first and says why
+	defer t.Stop()
+	answered := false
+	select {
+	case <-k.done:
+		answered = true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	if !answered {
+		if tc.withdraw(k) {
+			h := tcpwire.Header{Type: tcpwire.CMCancel, Tag: k.tag}
+			tc.writeFrame(&h, nil)
+			return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v", c.Remote, c.Port, timeout)
+		}
+		<-k.done // the reader has the answer in hand
+	}
+	if k.err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: %v", c.Remote, k.err)
+	}
+	var r tcpwire.ConnRespMsg
+	if err := tcpwire.DecodeJSON(k.ctl, &r); err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", c.Remote, end.Host.Host.Label(), err)
+	}
+	if err := r.Validate(); err != nil {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", c.Remote, end.Host.Host.Label(), err)
+	}
+	if r.Code != "" {
+		return abi.ConnectReply{}, &abi.Error{Code: r.Code, Message: r.Message}
+	}
+	gid := abi.GID(r.GID.As16())
+	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN); err != nil {
+		return abi.ConnectReply{}, err
+	}
+	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path}, nil
+}
