@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
 func TestConformance(t *testing.T) {
@@ -56,6 +58,29 @@ func TestConformance(t *testing.T) {
 		t.Logf("test link: %s", st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
 			t.Errorf("test link %s: every fault must have struck", st)
+		}
+	})
+	t.Run("rdma-loop", func(t *testing.T) {
+		// The rdma path's engine on one agent, sending to itself over
+		// UDP on a loopback address: every RoCEv2 rule on a real socket.
+		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.1:4791")})
+		runConformance(t, &rdmaLoopEnv{memcpyEnv{env: env, prefix: "rl"}}, connCM)
+		t.Run("async", func(t *testing.T) {
+			runConformance(t, &rdmaLoopEnv{memcpyEnv{env: env, prefix: "rla", async: true}}, connOOB)
+		})
+	})
+	t.Run("rdma-lossy", func(t *testing.T) {
+		// The same over a socket that loses, repeats, reorders and delays
+		// 2 % of the packets each: go-back-N, duplicates, the replay
+		// cache and the timeouts recover every one.
+		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 11}
+		var st testlink.Stats
+		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.2:4791"),
+			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdma.Faulty(c, faults, &st) }})
+		(&suite{env: &rdmaLossyEnv{rdmaLoopEnv{memcpyEnv{env: env, prefix: "rz"}}}, how: connOOB, oob: &lossyRC}).run(t)
+		t.Logf("rdma socket: %s", &st)
+		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
+			t.Errorf("rdma socket %s: every fault must have struck", &st)
 		}
 	})
 	t.Run("tcp", func(t *testing.T) {
@@ -112,7 +137,11 @@ func (e *memcpyEnv) Remote(ad *vrdma.Adapter) string { return ad.VM().Name() + "
 func (e *memcpyEnv) Socket(t *testing.T, vm *vrdma.VM) string { return e.env.Socket }
 
 // lossy reports whether the suite's path loses frames (the test path).
-func (s *suite) lossy() bool { _, ok := s.env.(*lossyEnv); return ok }
+func (s *suite) lossy() bool {
+	_, test := s.env.(*lossyEnv)
+	_, faulty := s.env.(interface{ faulty() })
+	return test || faulty
+}
 
 // expectNAK checks that w completes WR id with st, the status of a NAK
 // after which the responder is in ERR. On a lossy path the NAK itself may
@@ -143,6 +172,43 @@ type lossyEnv struct{ memcpyEnv }
 func (e *lossyEnv) Path() vrdma.PathKind { return vrdma.PathTest }
 
 func (e *lossyEnv) UplinkBytes(t *testing.T) uint64 { return uplinkBytes(t, e.env.Socket) }
+
+// rdmaLoopEnv is the rdma path on one agent whose engine sends to itself.
+type rdmaLoopEnv struct{ memcpyEnv }
+
+func (e *rdmaLoopEnv) Path() vrdma.PathKind { return vrdma.PathRDMA }
+
+func (e *rdmaLoopEnv) UplinkBytes(t *testing.T) uint64 { return rdmaBytes(t, e.env.Socket) }
+
+// rdmaLossyEnv is rdmaLoopEnv with faults between the engine and its
+// socket.
+type rdmaLossyEnv struct{ rdmaLoopEnv }
+
+func (e *rdmaLossyEnv) faulty() {}
+
+// rdmaBytes returns the bytes the agents' RDMA uplinks sent so far.
+func rdmaBytes(t *testing.T, sockets ...string) uint64 {
+	t.Helper()
+	var sum uint64
+	for _, sock := range sockets {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
+		if err != nil {
+			cancel()
+			t.Fatalf("agent %s: %v", sock, err)
+		}
+		st, err := a.Status(ctx)
+		a.Close()
+		cancel()
+		if err != nil {
+			t.Fatalf("agent %s: status: %v", sock, err)
+		}
+		for _, u := range st.RDMA {
+			sum += u.BytesOut
+		}
+	}
+	return sum
+}
 
 // lossyRC are the lossy run's connection attributes: a lost frame costs
 // one local ACK timeout, so it is short (timeout 12: 16.8 ms; a round trip

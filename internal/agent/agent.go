@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -42,6 +43,7 @@ import (
 	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
@@ -68,6 +70,12 @@ type Config struct {
 	// the test path (testpath.go): the tcp path's RC protocol over an
 	// in-process link with these faults, instead of memcpy.
 	TestLink *testlink.Faults
+	// RDMALoop, for tests, makes QPs between two VMs of this host take
+	// the rdma path: the agent's RoCEv2 engine on this UDP address (port
+	// 0: 4791) sends their packets to itself. RDMALoopConn, if set, is
+	// the engine's socket instead (a fault injector around one).
+	RDMALoop     netip.AddrPort
+	RDMALoopConn func(rdma.Conn) rdma.Conn
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
@@ -88,7 +96,9 @@ type Agent struct {
 
 	// loop is the test link (package tcp's NewTestLink); nil unless
 	// Config.TestLink.
-	loop      *tcp.Uplink
+	loop *tcp.Uplink
+	// rdmaLoop is the RoCEv2 engine of Config.RDMALoop; nil without.
+	rdmaLoop  *rdma.Engine
 	testStats testlink.Stats
 
 	mu       sync.Mutex
@@ -152,6 +162,16 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		a.loop = loop
+	}
+	if cfg.RDMALoop.IsValid() {
+		c, err := rdma.ListenUDP(cfg.RDMALoop)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.RDMALoopConn != nil {
+			c = cfg.RDMALoopConn(c)
+		}
+		a.rdmaLoop = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
 	}
 	if err := a.listen(); err != nil {
 		return nil, err
@@ -305,6 +325,9 @@ func (a *Agent) shutdown() {
 	}
 	if a.loop != nil {
 		a.loop.Close()
+	}
+	if a.rdmaLoop != nil {
+		a.rdmaLoop.Close()
 	}
 	a.stopControl()
 	a.log.Info("vrdmad stopped")

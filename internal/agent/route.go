@@ -60,6 +60,11 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			}
 		}
 	}
+	if ad != nil && a.rdmaLoop != nil {
+		return device.Route{New: a.rdmaLoop.Bind(a.rdmaLoop.LocalAddr()), Info: abi.PathInfo{Path: abi.PathRDMA,
+			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.VM().Name(), ad.VM().Name(), a.cfg.Host, a.rdmaLoop.LocalAddr()),
+			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with an rdma loop (tests only)"}}}}, nil
+	}
 	if ad != nil && a.loop != nil {
 		return device.Route{New: a.loop.BindTest(), Info: abi.PathInfo{Path: abi.PathTest,
 			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.VM().Name(), ad.VM().Name(), a.cfg.Host),

@@ -365,6 +365,9 @@ func (a *Agent) status() mgmt.Status {
 	if a.loop != nil {
 		st.Uplinks = append(st.Uplinks, a.loop.Status()...)
 	}
+	if a.rdmaLoop != nil {
+		st.RDMA = append(st.RDMA, a.rdmaLoop.Status())
+	}
 	return st
 }
 

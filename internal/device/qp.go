@@ -539,3 +539,17 @@ func (q *QP) WakeCh() chan struct{} { return q.wakeCh }
 // Timer is the QP's RC timer (on the device's clock), for its send-queue
 // goroutine: RNR and retry delays, response timeouts.
 func (q *QP) Timer() clock.Timer { return q.timer }
+
+// HoldMemory takes q's VM's memory for reading, for a requester's path
+// that writes a response into the local buffers of a work request (a
+// READ's data) from a goroutine other than q's; false, holding nothing,
+// when the VM or q is gone. Release ends it.
+func (q *QP) HoldMemory() bool {
+	v := q.vm
+	v.memMu.RLock()
+	if v.dead || q.destroyed.Load() {
+		v.memMu.RUnlock()
+		return false
+	}
+	return true
+}

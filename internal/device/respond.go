@@ -358,3 +358,72 @@ func (p *QP) minRNRTimer() uint8 {
 	defer p.mu.Unlock()
 	return p.attr.MinRNRTimer
 }
+
+// Grow makes the message of a SEND total bytes long, for a responder
+// that learns a SEND's length packet by packet (Begin took it with the
+// first packet's length). A message that outgrows its receive fails as
+// Begin fails one that does not fit: the responder goes to ERR, the
+// receive completes with LOC_LEN_ERR, and the status (REM_INV_REQ_ERR) is
+// what the requester gets. The caller holds what Begin needs.
+func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
+	if total <= m.r.Total {
+		return abi.WCSuccess
+	}
+	if !m.recv || (m.r.Op != abi.OpSend && m.r.Op != abi.OpSendWithImm) {
+		return abi.WCRemInvReqErr
+	}
+	var room uint64
+	for _, b := range m.segs[:m.nseg] {
+		room += uint64(len(b))
+	}
+	if total <= room {
+		m.r.Total = total
+		return abi.WCSuccess
+	}
+	p.rqMu.Lock()
+	defer p.rqMu.Unlock()
+	if !m.Taken(p) {
+		return abi.WCWRFlushErr
+	}
+	m.recv = false
+	p.MoveToErr(fmt.Sprintf("a message of at least %d bytes does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
+	p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, m.r.SrcQPN)
+	return abi.WCRemInvReqErr
+}
+
+// Write copies data to the message's bytes at off (a SEND's or a WRITE's
+// packet), and reports whether all of it landed: false when off+len(data)
+// is beyond the message, or the receive it took went meanwhile (flushed
+// or reset). The caller holds what Begin needs, and calls Revalidate
+// first if it let go of it since.
+func (p *QP) Write(m *Message, off uint64, data []byte) bool {
+	if m.recv {
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+		if !m.Taken(p) {
+			return false
+		}
+	}
+	for len(data) > 0 {
+		b := m.Place(off, uint64(len(data)))
+		if b == nil {
+			return false
+		}
+		n := copy(b, data)
+		off += uint64(n)
+		data = data[n:]
+	}
+	return true
+}
+
+// SetImm makes a SEND's message one with immediate data imm: a responder
+// that learns it from the message's last packet.
+func (m *Message) SetImm(imm uint32) {
+	if m.r.Op == abi.OpSend {
+		m.r.Op = abi.OpSendWithImm
+	}
+	m.r.Imm = imm
+}
+
+// Old is an atomic's original value, once Begin executed it.
+func (m *Message) Old() uint64 { return m.old }

@@ -18,6 +18,8 @@ type RCAttrs struct {
 	Timeout, RetryCnt, RNRRetry, MaxRdAtomic uint8
 	RemoteQPN                                uint32
 	RQPSN                                    uint32 // the PSN the responder expects first (rq_psn)
+	PathMTU                                  uint32 // bytes: 256 … 4096
+	MinRNRTimer                              uint8  // the RNR timer code a responder asks for
 }
 
 // RCAttrs returns the QP's current RC attributes.
@@ -25,7 +27,7 @@ func (q *QP) RCAttrs() RCAttrs {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := &q.attr
-	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN}
+	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not
@@ -67,6 +69,16 @@ func (q *QP) NextPSN() uint32 {
 	defer q.mu.Unlock()
 	p := q.npsn
 	q.npsn = rc.PSNNext(p)
+	return p
+}
+
+// TakePSNs takes n PSNs for the next request (a message of n packets, or
+// a READ of n response packets) and returns the first.
+func (q *QP) TakePSNs(n uint32) uint32 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	p := q.npsn
+	q.npsn = (p + n) & rc.PSNMask
 	return p
 }
 

@@ -218,3 +218,17 @@ func (s *Seq) Done(r Response) {
 	s.valid[i], s.psns[i], s.last[i] = true, s.epsn, r
 	s.epsn = PSNNext(s.epsn)
 }
+
+// DoneN is Done for a request that takes n PSNs (an RDMA READ of n
+// response packets): the response is kept for its first PSN, and the
+// expected PSN moves past all n.
+func (s *Seq) DoneN(r Response, n uint32) {
+	if n == 0 {
+		return
+	}
+	s.Done(r)
+	if r.NAK == NAKRNR || r.NAK == NAKSeqErr {
+		return
+	}
+	s.epsn = (s.epsn + n - 1) & PSNMask
+}

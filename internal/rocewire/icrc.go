@@ -29,6 +29,14 @@ const (
 // It reads the headers in place, feeding the masked bytes from a constant:
 // nothing is copied or allocated.
 func ICRC(ip, udp, tp []byte) (uint32, error) {
+	return ICRCBuffers(ip, udp, [][]byte{tp})
+}
+
+// ICRCBuffers is ICRC for a transport packet in pieces, as a sender
+// gathers it (headers, then payload straight from memory, then pad): tp
+// is the packet up to but not including the ICRC, its first piece at
+// least the BTH.
+func ICRCBuffers(ip, udp []byte, tp [][]byte) (uint32, error) {
 	t := crc32.IEEETable
 	crc := crcFF8
 	switch {
@@ -52,14 +60,18 @@ func ICRC(ip, udp, tp []byte) (uint32, error) {
 	if len(udp) != UDPHeaderLen {
 		return 0, errorf("UDP header of %d bytes, want %d", len(udp), UDPHeaderLen)
 	}
-	if len(tp) < BTHLen {
-		return 0, errorf("transport packet of %d bytes, shorter than a BTH", len(tp))
+	if len(tp) == 0 || len(tp[0]) < BTHLen {
+		return 0, errorf("transport packet whose first piece is shorter than a BTH")
 	}
 	crc = crc32.Update(crc, t, udp[0:6])
 	crc = crc32.Update(crc, t, ones[:2]) // UDP checksum
-	crc = crc32.Update(crc, t, tp[0:4])
+	crc = crc32.Update(crc, t, tp[0][0:4])
 	crc = crc32.Update(crc, t, ones[:1]) // FECN, BECN, reserved
-	return crc32.Update(crc, t, tp[5:]), nil
+	crc = crc32.Update(crc, t, tp[0][5:])
+	for _, b := range tp[1:] {
+		crc = crc32.Update(crc, t, b)
+	}
+	return crc, nil
 }
 
 // ones are the masked bytes; v6First an IPv6 header's first byte with

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
 // Env is a running agent and the means to define VMs on it.
@@ -96,6 +98,11 @@ type Options struct {
 	// TestLink puts QPs between the agent's VMs on the test path, over an
 	// in-process link with these faults (agent.Config.TestLink).
 	TestLink *testlink.Faults
+	// RDMALoop puts QPs between the agent's VMs on the rdma path, the
+	// agent's RoCEv2 engine on this UDP address sending to itself
+	// (agent.Config.RDMALoop); RDMALoopConn wraps its socket.
+	RDMALoop     netip.AddrPort
+	RDMALoopConn func(rdma.Conn) rdma.Conn
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
 }
@@ -119,7 +126,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
 		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
-		TestLink: o.TestLink, Clock: o.Clock})
+		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn})
 	if err != nil {
 		tb.Fatal(err)
 	}

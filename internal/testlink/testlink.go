@@ -115,7 +115,8 @@ type Stats struct {
 	Frames, Dropped, Duplicated, Reordered, Delayed atomic.Uint64
 }
 
-func (s *Stats) note(f Fate) {
+// Note counts a frame of fate f.
+func (s *Stats) Note(f Fate) {
 	s.Frames.Add(1)
 	switch f {
 	case Drop:
@@ -261,7 +262,7 @@ func shape(in, out *net.UnixConn, fates *Fates, delayBy time.Duration, fr Framin
 			break
 		}
 		fate := fates.Next()
-		st.note(fate)
+		st.Note(fate)
 		switch fate {
 		case Drop:
 			continue

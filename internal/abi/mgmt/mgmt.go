@@ -250,6 +250,8 @@ type Status struct {
 	PVRDMA *PVRDMAStatus `json:"pvrdma,omitempty"`
 	// Uplinks are the host's links to other hosts (the tcp path).
 	Uplinks []UplinkStatus `json:"uplinks,omitempty"`
+	// RDMA are the host's RDMA uplinks (the rdma path).
+	RDMA []RDMAStatus `json:"rdma,omitempty"`
 }
 
 // UplinkStatus describes the agent's traffic with one other host over the
@@ -269,6 +271,22 @@ type UplinkStatus struct {
 	Dials      uint64 `json:"dials"`   // connections opened to the peer
 	Refused    uint64 `json:"refused"` // handshakes refused, either side
 	LastError  string `json:"last_error,omitempty"`
+}
+
+// RDMAStatus describes one of the host's RDMA uplinks: its RoCEv2
+// engine's address and packet counters.
+type RDMAStatus struct {
+	Address     string `json:"address"` // the uplink's address:port (UDP 4791)
+	PacketsOut  uint64 `json:"packets_out"`
+	PacketsIn   uint64 `json:"packets_in"`
+	BytesOut    uint64 `json:"bytes_out"` // UDP payload bytes
+	BytesIn     uint64 `json:"bytes_in"`
+	Retransmits uint64 `json:"retransmits"`  // packets sent again (go-back-N)
+	SeqErrNaks  uint64 `json:"seq_err_naks"` // PSN sequence error NAKs received
+	BadICRC     uint64 `json:"bad_icrc"`     // dropped: the ICRC did not match
+	Malformed   uint64 `json:"malformed"`    // dropped: headers that do not parse
+	NoQP        uint64 `json:"no_qp"`        // dropped: no QP of this path with that number and peer
+	NotAllowed  uint64 `json:"not_allowed"`  // dropped: from an address that is no uplink of the switch
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent

@@ -1,0 +1,188 @@
+// Package rdma is the rdma path: a software RoCEv2 engine, the host's
+// RDMA uplink where it has no RDMA hardware. Its packets are RoCEv2 RC
+// packets as a RoCE NIC sends and accepts them (package rocewire: BTH and
+// the extended headers, padding, the ICRC), over UDP port 4791 on the
+// uplink's address; each QP of a VM is its own QP on the wire, with the
+// device's QPN.
+//
+// Goroutines and who owns them:
+//
+//	Engine.read  one per engine: reads every datagram, checks its ICRC and
+//	             headers, and hands it to the QP its BTH names: a request
+//	             to that QP's responder (responder.go), which executes it
+//	             against guest memory and answers from this goroutine; a
+//	             response to that QP's requester (requester.go), which
+//	             records it and wakes the QP's send-queue goroutine.
+//	             Stopped by Close.
+//
+// Requesters are the QPs' send-queue goroutines (package device's runSQ):
+// each packetizes its work requests by the path MTU, keeps a bounded
+// window of them in flight, and completes them in order; losses are
+// recovered by go-back-N on a PSN sequence error NAK, an implicit NAK or
+// the local ACK timeout, under the shared RC rules (package rc).
+package rdma
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/rocewire"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Device *device.Device
+	Conn   Conn // the uplink's socket (ListenUDP)
+	Log    *slog.Logger
+	// Allowed reports whether datagrams from addr may be served: the
+	// uplinks of the switch's hosts; nil allows every address.
+	Allowed func(addr netip.Addr) bool
+}
+
+// Counters are an engine's packet counters.
+type Counters struct {
+	TxPackets, RxPackets, TxBytes, RxBytes, Retransmits atomic.Uint64
+	BadICRC, Malformed, NoQP, NotAllowed, SeqErrNaks    atomic.Uint64
+}
+
+// Engine is one RDMA uplink's RoCEv2 engine.
+type Engine struct {
+	cfg   Config
+	dev   *device.Device
+	conn  Conn
+	log   *slog.Logger
+	local netip.AddrPort
+	ctr   Counters
+
+	wg sync.WaitGroup
+}
+
+// Start starts the engine on cfg.Conn.
+func Start(cfg Config) *Engine {
+	e := &Engine{cfg: cfg, dev: cfg.Device, conn: cfg.Conn, log: cfg.Log.With("component", "rdma"), local: cfg.Conn.LocalAddr()}
+	e.wg.Add(1)
+	go e.read()
+	return e
+}
+
+// Counters returns the engine's packet counters.
+func (e *Engine) Counters() *Counters { return &e.ctr }
+
+// Status reports the engine's address and counters.
+func (e *Engine) Status() mgmt.RDMAStatus {
+	c := &e.ctr
+	return mgmt.RDMAStatus{Address: e.local.String(), PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
+		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
+		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(), NotAllowed: c.NotAllowed.Load()}
+}
+
+// LocalAddr is the uplink's address and port.
+func (e *Engine) LocalAddr() netip.AddrPort { return e.local }
+
+// Close stops the engine.
+func (e *Engine) Close() {
+	e.conn.Close()
+	e.wg.Wait()
+}
+
+// Bind returns the maker of the rdma path of a QP whose remote end is
+// behind the uplink at peer (its address; port 0 means 4791), for a
+// device.Route.
+func (e *Engine) Bind(peer netip.AddrPort) func(q *device.QP) device.Path {
+	if peer.Port() == 0 {
+		peer = netip.AddrPortFrom(peer.Addr(), rocewire.UDPPort)
+	}
+	return func(q *device.QP) device.Path { return newPath(e, q, peer) }
+}
+
+// maxDatagram is the largest datagram the engine reads: a 4096-byte path
+// MTU's packet with every header.
+const maxDatagram = 4096 + 64
+
+// read is the engine's receive loop.
+func (e *Engine) read() {
+	defer e.wg.Done()
+	buf := make([]byte, maxDatagram+1)
+	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
+	var pkt rocewire.Packet
+	for {
+		n, src, err := e.conn.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.log.Warn("rdma uplink: read", "err", err)
+			continue
+		}
+		e.ctr.RxPackets.Add(1)
+		e.ctr.RxBytes.Add(uint64(n))
+		b := buf[:n]
+		if n > maxDatagram || !src.Addr().Is4() {
+			e.ctr.Malformed.Add(1)
+			continue
+		}
+		if e.cfg.Allowed != nil && !e.cfg.Allowed(src.Addr()) {
+			e.ctr.NotAllowed.Add(1)
+			continue
+		}
+		ipUDP(hdr[:], src, e.local, n)
+		if ok, err := rocewire.VerifyICRC(hdr[:rocewire.IPv4HeaderLen], hdr[rocewire.IPv4HeaderLen:], b); err != nil || !ok {
+			e.ctr.BadICRC.Add(1)
+			continue
+		}
+		if err := rocewire.Parse(b, 0, &pkt); err != nil {
+			e.ctr.Malformed.Add(1)
+			continue
+		}
+		q := e.dev.QP(pkt.BTH.DestQP())
+		var p *path
+		if q != nil {
+			p, _ = q.BoundPath().(*path)
+		}
+		if p == nil || p.peer.Addr() != src.Addr() {
+			e.ctr.NoQP.Add(1)
+			if q != nil && pkt.Info.Request {
+				q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets
+			}
+			continue
+		}
+		if pkt.Info.Request {
+			p.rsp.serve(&pkt)
+		} else {
+			p.response(&pkt)
+		}
+	}
+}
+
+// send writes one packet: bufs are its pieces from the BTH on, without
+// pad and ICRC, which send adds (pad and icrc are the caller's scratch:
+// 3 and 4 bytes). payload is the count of payload bytes in bufs, for the
+// pad.
+func (e *Engine) send(dst netip.AddrPort, bufs [][]byte, size int, pad, icrc []byte) error {
+	padN := int(rocewire.PadCount(size))
+	if padN > 0 {
+		clear(pad[:padN])
+		bufs = append(bufs, pad[:padN])
+	}
+	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	ipUDP(hdr[:], e.local, dst, total+rocewire.ICRCLen)
+	crc, err := rocewire.ICRCBuffers(hdr[:rocewire.IPv4HeaderLen], hdr[rocewire.IPv4HeaderLen:], bufs)
+	if err != nil {
+		return err
+	}
+	icrc[0], icrc[1], icrc[2], icrc[3] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
+	bufs = append(bufs, icrc[:4])
+	e.ctr.TxPackets.Add(1)
+	e.ctr.TxBytes.Add(uint64(total + rocewire.ICRCLen))
+	return e.conn.WriteTo(bufs, dst)
+}

@@ -1,0 +1,81 @@
+package rdma
+
+// A fault injector between the engine and its socket, for tests: the
+// datagrams the engine sends are dropped, duplicated, reordered or
+// delayed by seeded fates (package testlink's), so that the RC rules meet
+// lost, repeated and late packets on a real UDP socket.
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/testlink"
+)
+
+// faulty is a Conn whose sends meet faults.
+type faulty struct {
+	Conn
+	delayBy time.Duration
+	st      *testlink.Stats
+
+	mu     sync.Mutex
+	fates  *testlink.Fates // +checklocks:mu
+	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
+	heldTo netip.AddrPort  // +checklocks:mu
+}
+
+// Faulty returns c with faults f on what is sent through it, counted in
+// st (if not nil).
+func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
+	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
+}
+
+func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
+	f.mu.Lock()
+	fate := f.fates.Next()
+	if f.st != nil {
+		f.st.Note(fate)
+	}
+	held, heldTo := f.held, f.heldTo
+	f.held = nil
+	switch fate {
+	case testlink.Drop:
+		f.mu.Unlock()
+		return nil
+	case testlink.Reorder:
+		f.held, f.heldTo = flatten(bufs), dst
+		f.mu.Unlock()
+		if held != nil {
+			return f.Conn.WriteTo([][]byte{held}, heldTo)
+		}
+		return nil
+	case testlink.Delay:
+		b := flatten(bufs)
+		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst) })
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	err := f.Conn.WriteTo(bufs, dst)
+	if fate == testlink.Dup {
+		f.Conn.WriteTo(bufs, dst)
+	}
+	if held != nil {
+		f.Conn.WriteTo([][]byte{held}, heldTo)
+	}
+	return err
+}
+
+// flatten copies a datagram's pieces into one buffer.
+func flatten(bufs [][]byte) []byte {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	out := make([]byte, 0, n)
+	for _, b := range bufs {
+		out = append(out, b...)
+	}
+	return out
+}

@@ -1,0 +1,383 @@
+package rdma
+
+// The responder of one QP (rocev2.md §4.3), run by the engine's reader.
+// A packet with the expected PSN executes: a SEND or WRITE message is
+// taken packet by packet with the device's resumable responder (Begin at
+// its first packet, Write for each, End at its last), a READ streams its
+// response packets from guest memory, an atomic executes at once. An
+// older PSN is a duplicate: a SEND or WRITE is acknowledged again, a READ
+// executed again from memory, an atomic's original value replayed (the
+// responder resources, rc.Seq's replay cache). A newer one is a gap: one
+// PSN sequence error NAK, then silence until the expected PSN comes.
+// Every check happens before a byte moves; a refused request is NAKed
+// with the status the brief's table gives and leaves the target untouched.
+
+import (
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/rc"
+	"github.com/vrdma/vrdma/internal/rocewire"
+)
+
+// readRes is a READ the responder served, kept to execute it again for a
+// duplicate.
+type readRes struct {
+	valid bool
+	psn   uint32 // first PSN
+	npkt  uint32
+	req   device.Request
+}
+
+// readResources is how many READs a responder remembers (at least the
+// requester's window).
+const readResources = window
+
+// responder is a QP's responder state; owned by the engine's reader.
+type responder struct {
+	p       *path
+	gen     uint32
+	started bool
+	seq     rc.Seq
+	nakSent bool   // a PSN sequence error NAK went out for the current gap
+	msn     uint32 // messages completed, mod 2^24
+
+	// The message in progress (a SEND or WRITE of several packets).
+	inMsg bool
+	write bool
+	off   uint64
+	req   device.Request
+	msg   device.Message
+
+	reads    [readResources]readRes
+	nextRead int
+
+	hdr  [rocewire.BTHLen + rocewire.AETHLen + rocewire.AtomicAckETHLen]byte
+	bufs [][]byte
+	pad  [4]byte
+	icrc [4]byte
+}
+
+// serve handles request packet pkt for the responder's QP.
+func (r *responder) serve(pkt *rocewire.Packet) {
+	q := r.p.q
+	if !q.Hold() {
+		return
+	}
+	defer q.Release()
+	at := q.RCAttrs()
+	if gen := q.Resets(); !r.started || r.gen != gen {
+		r.started, r.gen = true, gen
+		r.seq.Start(at.RQPSN)
+		r.nakSent, r.inMsg, r.msn = false, false, 0
+		r.reads, r.nextRead = [readResources]readRes{}, 0
+	}
+	psn := pkt.BTH.PSN()
+	ctr := q.Counters()
+	switch r.seq.Check(psn) {
+	case rc.Ahead:
+		ctr.SeqErrs.Add(1)
+		if !r.nakSent {
+			r.nakSent = true
+			r.ack(at.RemoteQPN, rocewire.NAK(rocewire.NAKPSNSeqErr), r.seq.Expected())
+		}
+		return
+	case rc.Duplicate:
+		ctr.Dups.Add(1)
+		r.duplicate(&at, pkt, psn)
+		return
+	}
+	r.nakSent = false
+	if uint32(len(pkt.Payload)) > at.PathMTU {
+		r.refuse(&at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	op := pkt.BTH.Opcode()
+	switch {
+	case op == rocewire.RDMAReadRequest:
+		r.read(&at, pkt, psn)
+	case op == rocewire.CompareSwap || op == rocewire.FetchAdd:
+		r.atomic(&at, pkt, psn)
+	default:
+		r.message(&at, pkt, psn)
+	}
+}
+
+// message takes one packet of a SEND or WRITE.
+func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
+	q := r.p.q
+	info := pkt.Info
+	op := pkt.BTH.Opcode()
+	write := pkt.RETH != nil || op == rocewire.RDMAWriteMiddle || op == rocewire.RDMAWriteLast || op == rocewire.RDMAWriteLastWithImmediate
+	first := info.Position == rocewire.PosFirst || info.Position == rocewire.PosOnly
+	last := info.Position == rocewire.PosLast || info.Position == rocewire.PosOnly
+	if first == r.inMsg || !first && r.write != write {
+		// A FIRST or ONLY inside a message, or a MIDDLE or LAST outside
+		// one (or of the other kind): an invalid request (class C).
+		r.inMsg = false
+		q.MoveToErr("RoCE opcode " + op.String() + " out of sequence")
+		r.refuse(at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	if op == rocewire.SendLastWithInvalidate || op == rocewire.SendOnlyWithInvalidate {
+		r.inMsg = false
+		r.refuse(at, psn, abi.WCRemInvReqErr) // memory windows are not served yet
+		return
+	}
+	m := &r.msg
+	if first {
+		r.req = device.Request{SrcQPN: at.RemoteQPN, Total: uint64(len(pkt.Payload))}
+		switch {
+		case write:
+			r.req.Op, r.req.RAddr, r.req.RKey, r.req.Total = abi.OpRDMAWrite, pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
+			if op == rocewire.RDMAWriteOnlyWithImmediate {
+				r.req.Op, r.req.Imm = abi.OpRDMAWriteWithImm, pkt.ImmDt.Imm()
+			}
+		case op == rocewire.SendOnlyWithImmediate:
+			r.req.Op, r.req.Imm = abi.OpSendWithImm, pkt.ImmDt.Imm()
+		default:
+			r.req.Op = abi.OpSend
+		}
+		out, st, t := q.Begin(&r.req, m)
+		switch {
+		case out == device.OutRNR:
+			r.ack(at.RemoteQPN, rocewire.RNRNak(t), psn)
+			return
+		case st != abi.WCSuccess:
+			r.refuse(at, psn, st)
+			return
+		}
+		r.inMsg, r.write, r.off = true, write, 0
+	} else {
+		if !m.Revalidate(q) {
+			r.inMsg = false
+			st := abi.WCRemAccessErr
+			if !r.write {
+				st = abi.WCRemOpErr
+			}
+			q.MoveToErr("the target of a message in progress went away")
+			r.refuse(at, psn, st)
+			return
+		}
+		if !r.write {
+			if st := q.Grow(m, r.off+uint64(len(pkt.Payload))); st != abi.WCSuccess {
+				r.inMsg = false
+				r.refuse(at, psn, st)
+				return
+			}
+		}
+	}
+	if r.write && (last && r.off+uint64(len(pkt.Payload)) != r.req.Total || !last && r.off+uint64(len(pkt.Payload)) >= r.req.Total && r.req.Total > 0) {
+		r.inMsg = false
+		q.MoveToErr("RDMA WRITE packets do not add up to the RETH's length")
+		r.refuse(at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	if !q.Write(m, r.off, pkt.Payload) {
+		r.inMsg = false
+		r.ack(at.RemoteQPN, rocewire.NAK(rocewire.NAKRemOpErr), psn)
+		r.seq.Done(rc.Response{NAK: rc.NAKRemOp})
+		return
+	}
+	if !last {
+		r.off += uint64(len(pkt.Payload))
+		r.seq.Done(rc.Response{})
+		if pkt.BTH.AckReq() {
+			r.ack(at.RemoteQPN, rocewire.ACK, psn)
+		}
+		return
+	}
+	if !first && op == rocewire.SendLastWithImmediate {
+		m.SetImm(pkt.ImmDt.Imm())
+	}
+	if op == rocewire.RDMAWriteLastWithImmediate {
+		// The receive a WRITE_WITH_IMM consumes is taken at its last
+		// packet: check the whole range again with it.
+		r.req.Op, r.req.Imm = abi.OpRDMAWriteWithImm, pkt.ImmDt.Imm()
+		q.End(m)
+		out, st, t := q.Begin(&r.req, m)
+		switch {
+		case out == device.OutRNR:
+			r.ack(at.RemoteQPN, rocewire.RNRNak(t), psn) // the requester sends the last packet again
+			return
+		case st != abi.WCSuccess:
+			r.inMsg = false
+			r.refuse(at, psn, st)
+			return
+		}
+		q.Write(m, r.off, pkt.Payload)
+	}
+	out, _ := q.End(m)
+	switch out {
+	case device.OutRNR: // the receive CQ is full: the requester sends the last packet again
+		if first {
+			r.inMsg = false // a message of one packet begins again with it
+		}
+		r.ack(at.RemoteQPN, rocewire.RNRNak(at.MinRNRTimer), psn)
+		return
+	case device.OutNoPeer: // the receive went meanwhile (flushed): as if dropped
+		r.inMsg = false
+		return
+	}
+	r.inMsg = false
+	r.msn = (r.msn + 1) & rc.PSNMask
+	r.seq.Done(rc.Response{})
+	if pkt.BTH.AckReq() {
+		r.ack(at.RemoteQPN, rocewire.ACK, psn)
+	}
+}
+
+// read executes an RDMA READ request and streams its response.
+func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
+	if r.inMsg {
+		r.inMsg = false
+		r.p.q.MoveToErr("RDMA READ request inside a message")
+		r.refuse(at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: pkt.RETH.RKey(), RAddr: pkt.RETH.VA(), Total: uint64(pkt.RETH.DMALen())}
+	n, ok := r.stream(at, &req, psn, 0)
+	if !ok {
+		return
+	}
+	r.reads[r.nextRead] = readRes{valid: true, psn: psn, npkt: n, req: req}
+	r.nextRead = (r.nextRead + 1) % readResources
+	r.msn = (r.msn + 1) & rc.PSNMask
+	r.seq.DoneN(rc.Response{}, n)
+}
+
+// stream executes READ req whose first PSN is psn and sends its response
+// packets from packet from on (a duplicate that asks for the rest); it
+// returns how many PSNs the whole response takes, false when the READ was
+// refused (and NAKed).
+func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from uint32) (uint32, bool) {
+	q := r.p.q
+	m := &r.msg
+	if _, st, _ := q.Begin(req, m); st != abi.WCSuccess {
+		r.refuse(at, psn, st)
+		return 0, false
+	}
+	defer q.End(m)
+	mtu := uint64(at.PathMTU)
+	npkt := uint32(1)
+	if req.Total > mtu {
+		npkt = uint32((req.Total + mtu - 1) / mtu)
+	}
+	for i := from; i < npkt; i++ {
+		off := uint64(i) * mtu
+		n := min(mtu, req.Total-off)
+		var op rocewire.Opcode
+		switch {
+		case npkt == 1:
+			op = rocewire.RDMAReadResponseOnly
+		case i == 0:
+			op = rocewire.RDMAReadResponseFirst
+		case i == npkt-1:
+			op = rocewire.RDMAReadResponseLast
+		default:
+			op = rocewire.RDMAReadResponseMiddle
+		}
+		h := r.hdr[:rocewire.BTHLen]
+		if op != rocewire.RDMAReadResponseMiddle {
+			h = r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
+			rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
+		}
+		rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, DestQP: at.RemoteQPN,
+			PSN: (psn + i) & rc.PSNMask, PadCount: rocewire.PadCount(int(n))})
+		bufs := append(r.bufs[:0], h)
+		if n > 0 {
+			bufs = append(bufs, m.Place(off, n))
+		}
+		r.p.e.send(r.p.peer, bufs, int(n), r.pad[:], r.icrc[:])
+	}
+	return npkt, true
+}
+
+// atomic executes an atomic and answers with its original value.
+func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
+	q := r.p.q
+	if r.inMsg {
+		r.inMsg = false
+		q.MoveToErr("atomic request inside a message")
+		r.refuse(at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	a := pkt.AtomicETH
+	req := device.Request{Op: abi.OpAtomicCmpAndSwp, SrcQPN: at.RemoteQPN, RKey: a.RKey(), RAddr: a.VA(), Total: 8, Compare: a.Compare(), Swap: a.SwapAdd()}
+	if pkt.BTH.Opcode() == rocewire.FetchAdd {
+		req.Op, req.Compare, req.Swap = abi.OpAtomicFetchAdd, a.SwapAdd(), 0
+	}
+	m := &r.msg
+	if _, st, _ := q.Begin(&req, m); st != abi.WCSuccess {
+		r.refuse(at, psn, st)
+		return
+	}
+	q.End(m)
+	old := m.Old()
+	r.msn = (r.msn + 1) & rc.PSNMask
+	r.seq.Done(rc.Response{Value: old})
+	r.atomicAck(at.RemoteQPN, psn, old)
+}
+
+// duplicate answers a request the requester sent again.
+func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
+	switch pkt.BTH.Opcode() {
+	case rocewire.RDMAReadRequest:
+		// The READ whose response holds psn, asked for from that packet
+		// on: executed again from memory (C9-148 allows it).
+		mtu := uint64(at.PathMTU)
+		for i := range r.reads {
+			res := &r.reads[i]
+			k := rc.PSNDiff(psn, res.psn)
+			if !res.valid || k < 0 || uint32(k) >= res.npkt {
+				continue
+			}
+			off := uint64(k) * mtu
+			if res.req.RKey != pkt.RETH.RKey() || res.req.RAddr+off != pkt.RETH.VA() || res.req.Total-off != uint64(pkt.RETH.DMALen()) {
+				return // not the rest of that READ: dropped (class D)
+			}
+			req := res.req
+			r.stream(at, &req, res.psn, uint32(k))
+			return
+		}
+		// No resource holds it: dropped (class D).
+	case rocewire.CompareSwap, rocewire.FetchAdd:
+		if v, ok := r.seq.Replay(psn); ok && v.NAK == rc.NAKNone {
+			r.atomicAck(at.RemoteQPN, psn, v.Value)
+		}
+	default:
+		// Executed already: acknowledge again what was acknowledged.
+		r.ack(at.RemoteQPN, rocewire.ACK, (r.seq.Expected()-1)&rc.PSNMask)
+	}
+}
+
+// refuse NAKs the request at psn with the NAK its status gives; the
+// expected PSN moves on (the QP is in ERR for a class C error).
+func (r *responder) refuse(at *device.RCAttrs, psn uint32, st abi.WCStatus) {
+	nak := rc.NAKOf(st)
+	code := uint8(rocewire.NAKRemOpErr)
+	switch nak {
+	case rc.NAKInvReq:
+		code = rocewire.NAKInvReq
+	case rc.NAKRemAccess:
+		code = rocewire.NAKRemAccess
+	}
+	r.seq.Done(rc.Response{NAK: nak})
+	r.ack(at.RemoteQPN, rocewire.NAK(code), psn)
+}
+
+// ack sends an ACKNOWLEDGE with syndrome s for psn.
+func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
+	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	rocewire.AETH(h[rocewire.BTHLen:]).Encode(s, r.msn)
+	r.p.e.send(r.p.peer, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+}
+
+// atomicAck sends an ATOMIC_ACKNOWLEDGE with an atomic's original value.
+func (r *responder) atomicAck(dqpn, psn uint32, old uint64) {
+	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen+rocewire.AtomicAckETHLen]
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.AtomicAcknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
+	rocewire.AtomicAckETH(h[rocewire.BTHLen+rocewire.AETHLen:]).Encode(old)
+	r.p.e.send(r.p.peer, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+}
