@@ -259,26 +259,24 @@ func l2Lossless(sw records.Switch, pg records.PortGroup, e End, v view) Result {
 	}
 	enable := fmt.Sprintf("enable PFC on priority %d (dcb pfc set dev %s prio-pfc %d:on) or global pause (ethtool -A %s rx on tx on) on %s",
 		prio, e.Uplink.Name(), prio, e.Uplink.Name(), e.label())
-	var parts []string
-	if v.pfc.ok() {
-		parts = append(parts, fmt.Sprintf("PFC not enabled for priority %d on %s (PFC priorities %s, %s)", prio, e.label(), v.pfc.v, v.pfc.src))
-	}
-	if v.pause.ok() {
-		parts = append(parts, fmt.Sprintf("global pause is %s (%s)", pauseWord(v.pause.v), v.pause.src))
-	}
-	if v.pfc.ok() && v.pause.ok() {
-		return res(Fail, strings.Join(parts, ", and "), enable)
-	}
+	var pfc, pause string
 	var fix []string
-	if !v.pfc.ok() {
-		parts = append(parts, unknownWhy(e, "PFC", v.pfc))
+	if v.pfc.ok() {
+		pfc = fmt.Sprintf("PFC not enabled for priority %d on %s (PFC priorities %s, %s)", prio, e.label(), v.pfc.v, v.pfc.src)
+	} else {
+		pfc = unknownWhy(e, "PFC", v.pfc)
 		fix = append(fix, "--pfc PRIORITIES")
 	}
-	if !v.pause.ok() {
-		parts = append(parts, unknownWhy(e, "global pause", v.pause))
+	if v.pause.ok() {
+		pause = fmt.Sprintf("global pause is %s (%s)", pauseWord(v.pause.v), v.pause.src)
+	} else {
+		pause = unknownWhy(e, "global pause", v.pause)
 		fix = append(fix, "--pause rx,tx|off")
 	}
-	return res(Unknown, strings.Join(parts, "; "), "declare what the NIC does: "+e.declare(strings.Join(fix, " ")))
+	if len(fix) == 0 {
+		return res(Fail, pfc+", and "+pause, enable)
+	}
+	return res(Unknown, pfc+"; "+pause, "declare what the NIC does: "+e.declare(strings.Join(fix, " ")))
 }
 
 func pauseWord(p records.Pause) string {
