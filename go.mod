@@ -13,6 +13,7 @@ require (
 	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.83.2
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -69,5 +70,4 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
