@@ -234,7 +234,11 @@ func hostRef(h records.Host) string {
 
 func printNetwork(w io.Writer, rep networkReport) {
 	if l := rep.Local; l != nil {
-		fmt.Fprintf(w, "local host %s: kernel state of %d uplinks read\n", l.Host, len(l.Uplinks))
+		var devs []string
+		for _, u := range l.Uplinks {
+			devs = append(devs, u.Device)
+		}
+		fmt.Fprintf(w, "local host %s: NIC state read from this machine's kernel for %s\n", l.Host, orDash(strings.Join(devs, ", ")))
 		for _, n := range l.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
