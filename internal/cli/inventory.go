@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -345,11 +344,7 @@ a restart of the host's agent, unless the agent is started with its own
 				return nil
 			})
 			if err != nil {
-				var ee *exitError
-				if errors.As(err, &ee) {
-					return err
-				}
-				return fmt.Errorf("host configure %s: %w", args[0], err)
+				return cmdErr("host configure "+args[0], err)
 			}
 			if a.json() {
 				return a.printJSON(out)

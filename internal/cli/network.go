@@ -352,11 +352,7 @@ when it registers again.`,
 				return err
 			})
 			if err != nil {
-				var ee *exitError
-				if errors.As(err, &ee) {
-					return err
-				}
-				return fmt.Errorf("host uplink declare %s %s: %w", args[0], args[1], err)
+				return cmdErr("host uplink declare "+args[0]+" "+args[1], err)
 			}
 			if a.json() {
 				return a.printJSON(map[string]any{"host": host.ID, "name": host.Name, "uplink": out})

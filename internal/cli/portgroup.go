@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"text/tabwriter"
 
@@ -163,17 +162,7 @@ keep their path.`,
 			if !changed {
 				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --name)")
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			st, err := a.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			n, _, err := store.Update(ctx, st, records.PortGroupKey(args[0]), func(old *records.PortGroup) (*records.PortGroup, error) {
-				if old == nil {
-					return nil, fmt.Errorf("port group %s: not found in the control plane (vrdmactl portgroup list)", args[0])
-				}
+			n, err := updateRecord(a, cmd, records.PortGroupKey(args[0]), "port group "+args[0], "vrdmactl portgroup list", func(old *records.PortGroup) error {
 				if fl.Changed("vlan") {
 					old.VLAN = p.VLAN
 				}
@@ -192,17 +181,10 @@ keep their path.`,
 				if fl.Changed("name") {
 					old.Name = p.Name
 				}
-				if err := old.Validate(); err != nil {
-					return nil, &exitError{code: exitUsage, err: err}
-				}
-				return old, nil
+				return nil
 			})
 			if err != nil {
-				var ee *exitError
-				if errors.As(err, &ee) {
-					return err
-				}
-				return fmt.Errorf("portgroup set %s: %w", args[0], err)
+				return err
 			}
 			if a.json() {
 				return a.printJSON(n)

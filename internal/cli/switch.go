@@ -141,37 +141,9 @@ control plane is.`,
 	return cmd
 }
 
-// updateSwitch changes switch name's record with a compare-and-swap
-// read-modify-write: edit changes it in place; a record that does not
-// validate afterwards is a usage error.
+// updateSwitch changes switch name's record (see updateRecord).
 func (a *app) updateSwitch(cmd *cobra.Command, name string, edit func(s *records.Switch) error) (records.Switch, error) {
-	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-	defer cancel()
-	st, err := a.openStore(ctx)
-	if err != nil {
-		return records.Switch{}, err
-	}
-	defer st.Close()
-	s, _, err := store.Update(ctx, st, records.SwitchKey(name), func(old *records.Switch) (*records.Switch, error) {
-		if old == nil {
-			return nil, fmt.Errorf("switch %s: not found in the control plane (vrdmactl switch list)", name)
-		}
-		if err := edit(old); err != nil {
-			return nil, err
-		}
-		if err := old.Validate(); err != nil {
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		return old, nil
-	})
-	if err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) {
-			return s, err
-		}
-		return s, fmt.Errorf("%s %s: %w", cmd.CommandPath(), name, err)
-	}
-	return s, nil
+	return updateRecord(a, cmd, records.SwitchKey(name), "switch "+name, "vrdmactl switch list", edit)
 }
 
 // switchSetCommand is "vrdmactl switch set": change a switch's MTU,

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"sigs.k8s.io/yaml"
 
@@ -188,42 +187,35 @@ func (f *File) check() error {
 		errs = append(errs, fmt.Errorf("%d switches, %d port groups, %d hosts: at most %d, %d and %d", len(f.Switches), len(f.PortGroups), len(f.Hosts), MaxSwitches, MaxPortGroups, MaxHosts))
 		return bad("%w", errors.Join(errs...))
 	}
-	var switches []string
-	for i, s := range f.Switches {
-		where := fmt.Sprintf("switches[%d]", i)
-		add(where, s.Validate())
-		if slices.Contains(switches, s.Name) {
-			add(where, fmt.Errorf("switch %q is declared twice", s.Name))
+	seen := map[string]bool{}
+	once := func(where, what, v string) {
+		if seen[what+"\x00"+v] {
+			add(where, fmt.Errorf("%s %q is declared twice", what, v))
 		}
-		switches = append(switches, s.Name)
+		seen[what+"\x00"+v] = true
 	}
 	onSwitch := func(where, sw string) {
-		if sw != "" && !slices.Contains(switches, sw) {
+		if sw != "" && !seen["switch\x00"+sw] {
 			add(where, fmt.Errorf("switch %q is not in the file", sw))
 		}
 	}
-	var keys []string
+	for i, s := range f.Switches {
+		where := fmt.Sprintf("switches[%d]", i)
+		add(where, s.Validate())
+		once(where, "switch", s.Name)
+	}
 	for i, p := range f.PortGroups {
 		where := fmt.Sprintf("portGroups[%d]", i)
 		add(where, p.Validate())
 		onSwitch(where, p.Switch)
-		if slices.Contains(keys, p.Key) {
-			add(where, fmt.Errorf("port group %q is declared twice", p.Key))
-		}
-		keys = append(keys, p.Key)
+		once(where, "port group", p.Key)
 	}
-	var ids, names []string
 	for i, h := range f.Hosts {
 		where := fmt.Sprintf("hosts[%d]", i)
 		add(where, h.Validate())
 		onSwitch(where, h.Switch)
-		if slices.Contains(ids, h.ID) {
-			add(where, fmt.Errorf("host ID %q is declared twice", h.ID))
-		}
-		if slices.Contains(names, h.Name) {
-			add(where, fmt.Errorf("host name %q is declared twice", h.Name))
-		}
-		ids, names = append(ids, h.ID), append(names, h.Name)
+		once(where, "host ID", h.ID)
+		once(where, "host name", h.Name)
 	}
 	if len(errs) > 0 {
 		return bad("%w", errors.Join(errs...))

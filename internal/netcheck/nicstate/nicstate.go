@@ -131,6 +131,16 @@ func answer(err error) string {
 	return fmt.Sprintf("%v (%s)", errno, n)
 }
 
+// failed says why request for dev failed: the kernel's answer, and
+// unsupported's meaning when the device cannot answer it.
+func failed(request, dev string, err error, unsupportedMeans string) string {
+	why := fmt.Sprintf("%s for %s: %s", request, dev, answer(err))
+	if unsupported(err) {
+		why += ": " + unsupportedMeans
+	}
+	return why
+}
+
 // unsupported reports whether err says the device cannot answer the
 // request: EOPNOTSUPP (no such driver op), or EINVAL, which older kernels
 // gave devices without DCB ops.
@@ -167,17 +177,12 @@ func isTeam(kind string) bool { return kind == "bond" || kind == "team" }
 func readDCB(k Kernel, st *State) {
 	dev := st.DCBDevice
 	b, err := k.DCB(dev)
-	if err != nil {
-		why := fmt.Sprintf("RTM_GETDCB DCB_CMD_IEEE_GET for %s: %s", dev, answer(err))
-		if unsupported(err) {
-			why += ": the driver has no DCB support"
-		}
-		st.Unknown[records.FieldPFC], st.Unknown[records.FieldTrust] = why, why
-		return
+	var d DCB
+	if err == nil {
+		d, err = ParseDCB(b)
 	}
-	d, err := ParseDCB(b)
 	if err != nil {
-		why := fmt.Sprintf("RTM_GETDCB DCB_CMD_IEEE_GET for %s: %v", dev, err)
+		why := failed("RTM_GETDCB DCB_CMD_IEEE_GET", dev, err, "the driver has no DCB support")
 		st.Unknown[records.FieldPFC], st.Unknown[records.FieldTrust] = why, why
 		return
 	}
@@ -197,17 +202,12 @@ func readDCB(k Kernel, st *State) {
 func readPause(k Kernel, st *State) {
 	dev := st.DCBDevice
 	b, err := k.Pause(dev)
-	if err != nil {
-		why := fmt.Sprintf("ETHTOOL_MSG_PAUSE_GET for %s: %s", dev, answer(err))
-		if unsupported(err) {
-			why += ": the driver does not report pause"
-		}
-		st.Unknown[records.FieldPause] = why
-		return
+	var p records.Pause
+	if err == nil {
+		p, err = ParsePause(b)
 	}
-	p, err := ParsePause(b)
 	if err != nil {
-		st.Unknown[records.FieldPause] = fmt.Sprintf("ETHTOOL_MSG_PAUSE_GET for %s: %v", dev, err)
+		st.Unknown[records.FieldPause] = failed("ETHTOOL_MSG_PAUSE_GET", dev, err, "the driver does not report pause")
 		return
 	}
 	st.Pause = &p
