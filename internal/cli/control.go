@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/paths"
 )
@@ -102,6 +103,45 @@ func (a *app) withCache(ctx context.Context, fn func(st *store.Store, c *member.
 		return fmt.Errorf("read the control plane at %s: %w", strings.Join(st.Endpoints(), ","), ctx.Err())
 	}
 	return fn(st, c)
+}
+
+// updateRecord changes the record under key with a compare-and-swap
+// read-modify-write (store.Update): edit changes it in place; a record
+// that does not validate afterwards is a usage error. what names the
+// record in messages ("switch dvs1"), list the command that lists its
+// kind.
+func updateRecord[T records.Record](a *app, cmd *cobra.Command, key, what, list string, edit func(*T) error) (T, error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+	defer cancel()
+	st, err := a.openStore(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer st.Close()
+	v, _, err := store.Update(ctx, st, key, func(old *T) (*T, error) {
+		if old == nil {
+			return nil, fmt.Errorf("%s: not found in the control plane (%s)", what, list)
+		}
+		if err := edit(old); err != nil {
+			return nil, err
+		}
+		if err := (*old).Validate(); err != nil {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		return old, nil
+	})
+	return v, cmdErr(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+}
+
+// cmdErr returns err prefixed with what, or err itself when it is nil or
+// carries its own exit code (an *exitError says all it has to).
+func cmdErr(what string, err error) error {
+	var ee *exitError
+	if err == nil || errors.As(err, &ee) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // notFound makes a store.ErrNotFound say what was looked up.

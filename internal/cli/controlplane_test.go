@@ -22,7 +22,8 @@ import (
 // with different host IDs (in this process) sharing one embedded etcd.
 
 // hostCfg is the control-plane configuration of a test host on switch
-// dvs1 at loopback address addr, with a software RoCEv2 uplink if rdma.
+// dvs1 at loopback address addr, with a software RoCEv2 uplink if rdma,
+// declared lossless for priority 3 (see lossless).
 func hostCfg(endpoint, addr string, rdma bool) agent.ControlConfig {
 	c := agent.ControlConfig{Endpoints: []string{endpoint}, Switch: "dvs1", FirewallPVRDMA: true,
 		PVRDMAAddress: netip.MustParseAddrPort(addr + ":4791")}
@@ -31,9 +32,18 @@ func hostCfg(endpoint, addr string, rdma bool) agent.ControlConfig {
 		if err != nil {
 			panic(err)
 		}
+		u.Declared = lossless()
 		c.Uplinks = []records.Uplink{u}
 	}
 	return c
+}
+
+// lossless declares what the network checks want of an uplink for the
+// port groups of fabric (PFC priority 3): the loopback's declaration, as
+// no kernel reports DCB for it.
+func lossless() records.NICState {
+	pfc, teamed := records.PrioritiesOf(3), false
+	return records.NICState{PFC: &pfc, Pause: &records.Pause{}, Teamed: &teamed}
 }
 
 // fabric creates switch dvs1 with port groups dvportgroup-10 (VLAN 10)

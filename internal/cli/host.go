@@ -75,7 +75,7 @@ func (a *app) hostCommand() *cobra.Command {
 		Short: "List, show and configure the hosts of the control plane",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("host: name a subcommand: list, show or configure")
+			return usageErrorf("host: name a subcommand: list, show, configure, remove or uplink")
 		},
 	}
 	list := &cobra.Command{
@@ -133,6 +133,13 @@ func (a *app) hostCommand() *cobra.Command {
 				fmt.Fprintf(a.stdout, "  RDMA uplinks:   %d\n", len(r.Uplinks))
 				for _, u := range r.Uplinks {
 					fmt.Fprintf(a.stdout, "    %s %s GID %s %s\n", u.Kind, u.Address, u.GID, strings.Join(u.Capabilities, ","))
+					if u.Device != "" {
+						fmt.Fprintf(a.stdout, "      device:   %s\n", u.Device)
+					}
+					fmt.Fprintf(a.stdout, "      declared: %s\n", nicText(u.Declared))
+					if !u.Observed.IsZero() {
+						fmt.Fprintf(a.stdout, "      observed: %s\n", nicText(u.Observed))
+					}
 				}
 				fmt.Fprintf(a.stdout, "  inventory:      datacenter %s, cluster %s, folder %s\n", orDash(r.Datacenter), orDash(r.Cluster), orDash(r.Folder))
 				fmt.Fprintf(a.stdout, "  VMs:            %s\n", orDash(strings.Join(r.VMs, ", ")))
@@ -140,7 +147,8 @@ func (a *app) hostCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show, a.hostConfigureCommand(), a.hostRemoveCommand()) // inventory.go
+	cmd.AddCommand(list, show, a.hostConfigureCommand(), a.hostRemoveCommand(), // inventory.go
+		a.hostUplinkCommand()) // network.go
 	return cmd
 }
 

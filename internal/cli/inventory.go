@@ -2,7 +2,6 @@ package cli
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -266,24 +265,15 @@ a restart of the host's agent, unless the agent is started with its own
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			onOffFlag := func(name, v string) (bool, error) {
-				switch v {
-				case "on", "true", "yes":
-					return true, nil
-				case "off", "false", "no":
-					return false, nil
-				}
-				return false, usageErrorf("--%s %q: want on or off", name, v)
-			}
 			var fw, mt bool
 			var err error
 			if fl.Changed("firewall-pvrdma") {
-				if fw, err = onOffFlag("firewall-pvrdma", firewall); err != nil {
+				if fw, err = parseOnOff("firewall-pvrdma", firewall); err != nil {
 					return err
 				}
 			}
 			if fl.Changed("maintenance") {
-				if mt, err = onOffFlag("maintenance", maint); err != nil {
+				if mt, err = parseOnOff("maintenance", maint); err != nil {
 					return err
 				}
 			}
@@ -354,11 +344,7 @@ a restart of the host's agent, unless the agent is started with its own
 				return nil
 			})
 			if err != nil {
-				var ee *exitError
-				if errors.As(err, &ee) {
-					return err
-				}
-				return fmt.Errorf("host configure %s: %w", args[0], err)
+				return cmdErr("host configure "+args[0], err)
 			}
 			if a.json() {
 				return a.printJSON(out)

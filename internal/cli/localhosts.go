@@ -22,7 +22,10 @@ import (
 // first with its embedded control plane (etcd), the others joined to it,
 // all on one distributed switch with one port group. Each listens for the
 // tcp path on its own address (--pvrdma-address, --firewall-pvrdma); none
-// has an RDMA uplink, so VMs on different hosts get the tcp path.
+// has an RDMA uplink, so VMs on different hosts get the tcp path. (Hosts
+// given RDMA uplinks on lo would have to declare them lossless, as the
+// loopback reports no DCB, or the network checks would keep them on tcp:
+// docs/network.md.)
 
 // localHostSpec is one host to start.
 type localHostSpec struct {

@@ -19,6 +19,7 @@ type pathReport struct {
 	Path     pathsel.Path        `json:"path"`
 	Reason   string              `json:"reason"`
 	Rejected []pathsel.Rejection `json:"rejected"`
+	Warnings []string            `json:"warnings,omitempty"` // network checks that failed on an rdma path kept by network policy warn
 	Error    string              `json:"error,omitempty"`
 }
 
@@ -45,7 +46,7 @@ cannot connect at all (different switches, VLAN isolation, a host down).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
 				d, err := c.Decide(cmd.Context(), args[0], args[1])
-				r := pathReport{A: args[0], B: args[1], OK: err == nil, Path: d.Path, Reason: d.Reason, Rejected: d.Rejected}
+				r := pathReport{A: args[0], B: args[1], OK: err == nil, Path: d.Path, Reason: d.Reason, Rejected: d.Rejected, Warnings: d.Warnings}
 				if r.Rejected == nil {
 					r.Rejected = []pathsel.Rejection{}
 				}
@@ -67,6 +68,9 @@ cannot connect at all (different switches, VLAN isolation, a host down).`,
 					}
 					for _, rj := range r.Rejected {
 						fmt.Fprintf(a.stdout, "  rejected %s: %s\n", rj.Path, rj.Why)
+					}
+					for _, w := range r.Warnings {
+						fmt.Fprintf(a.stdout, "  warning: %s\n", w)
 					}
 				}
 				if err != nil {

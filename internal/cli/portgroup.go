@@ -19,14 +19,14 @@ func (a *app) portgroupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "portgroup",
 		Aliases: []string{"pg"},
-		Short:   "Create, list and show distributed port groups (control plane)",
+		Short:   "Create, list, show and change distributed port groups (control plane)",
 		Long: `portgroup manages the distributed port groups of the control plane: the VLAN
 an adapter lives in and the lossless-Ethernet settings of its RoCE traffic.
 A VM's adapter ethernetN joins port group KEY with
 ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("portgroup: name a subcommand: create, list or show")
+			return usageErrorf("portgroup: name a subcommand: create, list, show or set")
 		},
 	}
 	var pg records.PortGroup
@@ -73,8 +73,7 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 			if a.json() {
 				return a.printJSON(p)
 			}
-			fmt.Fprintf(a.stdout, "port group %s (%s) created on switch %s: VLAN %d, PFC priority %d, DSCP %d, RoCE %s\n",
-				p.Key, p.Name, p.Switch, p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion)
+			fmt.Fprintf(a.stdout, "port group %s (%s) created on switch %s: %s\n", p.Key, p.Name, p.Switch, portGroupText(p))
 			return nil
 		},
 	}
@@ -85,6 +84,7 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 	f.IntVar(&pg.PFCPriority, "pfc-priority", 3, "PFC priority (802.1Q PCP) kept lossless, 0..7")
 	f.IntVar(&pg.DSCP, "dscp", 26, "DSCP of RoCEv2 packets, 0..63")
 	f.StringVar(&roce, "roce-version", string(records.RoCEv2), "RoCE version: v1 or v2")
+	f.IntVar(&pg.RoCEMTU, "roce-mtu", 0, "RoCE MTU: 256, 512, 1024, 2048 or 4096 (0: the largest the switch's MTU carries)")
 	var onSwitch string
 	list := &cobra.Command{
 		Use:   "list",
@@ -129,12 +129,89 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 				if a.json() {
 					return a.printJSON(p)
 				}
-				fmt.Fprintf(a.stdout, "port group %s\n  name:         %s\n  switch:       %s\n  VLAN:         %d\n  PFC priority: %d\n  DSCP:         %d\n  RoCE:         %s\n",
-					p.Key, p.Name, p.Switch, p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion)
+				fmt.Fprintf(a.stdout, "port group %s\n  name:         %s\n  switch:       %s\n  VLAN:         %d\n  PFC priority: %d\n  DSCP:         %d\n  RoCE:         %s\n  RoCE MTU:     %s\n",
+					p.Key, p.Name, p.Switch, p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion, roceMTUText(p.RoCEMTU))
 				return nil
 			})
 		},
 	}
-	cmd.AddCommand(create, list, show)
+	cmd.AddCommand(create, list, show, a.portgroupSetCommand())
 	return cmd
+}
+
+// portgroupSetCommand is "vrdmactl portgroup set": change a port group's
+// network settings.
+func (a *app) portgroupSetCommand() *cobra.Command {
+	var p records.PortGroup
+	var roce string
+	cmd := &cobra.Command{
+		Use:   "set KEY [--vlan N] [--pfc-priority P] [--dscp D] [--roce-version v1|v2] [--roce-mtu N] [--name NAME]",
+		Short: "Change a port group's VLAN, PFC priority, DSCP, RoCE version or RoCE MTU",
+		Long: `set changes a port group's record: the VLAN its adapters live in, the 802.1Q
+priority (PCP) that PFC keeps lossless for its RoCE traffic, the DSCP its RoCE
+v2 packets carry, its RoCE version and RoCE MTU. Only the flags given change.
+Agents decide new connections with the new settings at once; established QPs
+keep their path.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			changed := false
+			for _, n := range []string{"vlan", "pfc-priority", "dscp", "roce-version", "roce-mtu", "name"} {
+				changed = changed || fl.Changed(n)
+			}
+			if !changed {
+				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --name)")
+			}
+			n, err := updateRecord(a, cmd, records.PortGroupKey(args[0]), "port group "+args[0], "vrdmactl portgroup list", func(old *records.PortGroup) error {
+				if fl.Changed("vlan") {
+					old.VLAN = p.VLAN
+				}
+				if fl.Changed("pfc-priority") {
+					old.PFCPriority = p.PFCPriority
+				}
+				if fl.Changed("dscp") {
+					old.DSCP = p.DSCP
+				}
+				if fl.Changed("roce-version") {
+					old.RoCEVersion = records.RoCEVersion(roce)
+				}
+				if fl.Changed("roce-mtu") {
+					old.RoCEMTU = p.RoCEMTU
+				}
+				if fl.Changed("name") {
+					old.Name = p.Name
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if a.json() {
+				return a.printJSON(n)
+			}
+			fmt.Fprintf(a.stdout, "port group %s (%s) on switch %s: %s\n", n.Key, n.Name, n.Switch, portGroupText(n))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&p.VLAN, "vlan", 0, "VLAN ID, 0 (untagged) .. 4094")
+	f.IntVar(&p.PFCPriority, "pfc-priority", 0, "PFC priority (802.1Q PCP) kept lossless, 0..7")
+	f.IntVar(&p.DSCP, "dscp", 0, "DSCP of RoCEv2 packets, 0..63")
+	f.StringVar(&roce, "roce-version", "", "RoCE version: v1 or v2")
+	f.IntVar(&p.RoCEMTU, "roce-mtu", 0, "RoCE MTU: 256, 512, 1024, 2048 or 4096 (0: the largest the switch's MTU carries)")
+	f.StringVar(&p.Name, "name", "", "display name")
+	return cmd
+}
+
+// portGroupText is a port group's network settings for people.
+func portGroupText(p records.PortGroup) string {
+	return fmt.Sprintf("VLAN %d, PFC priority %d, DSCP %d, RoCE %s, RoCE MTU %s", p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion, roceMTUText(p.RoCEMTU))
+}
+
+// roceMTUText is a port group's RoCE MTU for people.
+func roceMTUText(m int) string {
+	if m == 0 {
+		return "the switch's largest"
+	}
+	return fmt.Sprint(m)
 }

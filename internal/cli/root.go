@@ -130,6 +130,7 @@ and between two hosts (tcp).`,
 		a.pathCommand(),
 		a.vmxCommand(),       // vmx.go
 		a.inventoryCommand(), // inventory.go
+		a.networkCommand(),   // network.go
 	)
 	return root
 }

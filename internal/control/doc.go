@@ -12,7 +12,9 @@
 //     shown down) and the watch-driven Cache that agents serve lookups
 //     from: endpoint resolution ("vm/vrdmaN" or a GID) and path decisions.
 //   - pathsel: the one pure, deterministic, symmetric function that picks a
-//     pair's path (memcpy, rdma or tcp) as the seed says.
+//     pair's path (memcpy, rdma or tcp) as the seed says; rdma only when
+//     the RoCE network checks of package netcheck pass, as the switch's
+//     network policy says (docs/network.md).
 //   - etcdtest: helpers that start real embedded etcd members (one, or a
 //     three-member cluster) for tests.
 //

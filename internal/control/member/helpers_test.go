@@ -38,7 +38,8 @@ func setupFabric(tb testing.TB, ctx context.Context, st *store.Store) {
 }
 
 // hostRec returns host n's record: on dvs1, with a PVRDMA address on
-// 127.0.0.(n+1), and a software RoCEv2 uplink if rdma.
+// 127.0.0.(n+1), and a software RoCEv2 uplink on lo if rdma, which its
+// operator declares lossless (lossless) so that the network checks pass.
 func hostRec(id string, n int, rdma bool) records.Host {
 	addr := netip.AddrFrom4([4]byte{127, 0, byte(n >> 8), byte(n + 1)})
 	h := records.Host{
@@ -50,9 +51,16 @@ func hostRec(id string, n int, rdma bool) records.Host {
 		State:          records.HostUp,
 	}
 	if rdma {
-		h.Uplinks = []records.Uplink{{Kind: records.UplinkSoftRoCEv2, Device: "lo", Address: addr, GID: records.GIDOf(addr)}}
+		h.Uplinks = []records.Uplink{{Kind: records.UplinkSoftRoCEv2, Device: "lo", Address: addr, GID: records.GIDOf(addr), Declared: lossless()}}
 	}
 	return h
+}
+
+// lossless is the declaration of an uplink that passes every network
+// check of testPG: PFC on priority 3, no global pause, not teamed.
+func lossless() records.NICState {
+	pfc, teamed := records.PrioritiesOf(testPG.PFCPriority), false
+	return records.NICState{PFC: &pfc, Pause: &records.Pause{}, Teamed: &teamed}
 }
 
 // vmRec returns VM name on host with n adapters on testPG, GIDs derived

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,7 +90,9 @@ type Member struct {
 // creates or updates h's record. What an administrator set in the record
 // (vrdmactl host configure) and h leaves unset is kept: a "maintenance"
 // state, the inventory placement, the PVRDMA address and vmknic when h
-// has none, the pvrdma firewall ruleset when it is on. Register claims
+// has none, the pvrdma firewall ruleset when it is on, and the declared
+// network state of every uplink h still has (vrdmactl host uplink
+// declare) when h declares none for it. Register claims
 // the host under a
 // lease that the Member keeps alive. If another live agent holds the same
 // host ID, Register waits up to TakeoverWait for its lease to expire, then
@@ -150,6 +153,7 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 				}
 			}
 			n.FirewallPVRDMA = n.FirewallPVRDMA || old.FirewallPVRDMA
+			n.Uplinks = keepDeclared(n.Uplinks, old.Uplinks)
 		}
 		return &n, nil
 	}); err != nil {
@@ -162,6 +166,21 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 	m.mu.Unlock()
 	go m.keepalive(h.AgentVersion)
 	return m, nil
+}
+
+// keepDeclared returns ups with the declared network state of the same
+// uplinks in old, for those of ups that declare none. ups is not changed.
+func keepDeclared(ups, old []records.Uplink) []records.Uplink {
+	out := slices.Clone(ups)
+	for i, u := range out {
+		if !u.Declared.IsZero() {
+			continue
+		}
+		if j := slices.IndexFunc(old, func(o records.Uplink) bool { return records.SameUplink(u, o) }); j >= 0 {
+			out[i].Declared = old[j].Declared
+		}
+	}
+	return out
 }
 
 // checkNameFree fails with ErrHostNameInUse when a live host (one whose

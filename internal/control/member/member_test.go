@@ -3,6 +3,7 @@ package member_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -425,7 +426,7 @@ func TestControlPlaneMembershipBadRecords(t *testing.T) {
 		t.Errorf("fixed PortGroup = %+v, %v", pg, err)
 	}
 	// Lookups still work for everything good.
-	if sw, err := cache.Switch(ctx, "dvs1"); err != nil || sw != testSwitch {
+	if sw, err := cache.Switch(ctx, "dvs1"); err != nil || !reflect.DeepEqual(sw, testSwitch) {
 		t.Errorf("Switch = %+v, %v", sw, err)
 	}
 }

@@ -16,6 +16,16 @@
 // an RDMA uplink counts only under the switch's uplink policy (no teaming,
 // pvrdma-facts §2.3) and if it can carry the port group's RoCE version.
 //
+// And rdma needs a network fit for RoCE (issue 13): the checks of package
+// netcheck for the port groups and the two uplinks (netcheck.Pair) must
+// pass. The switch's network policy says how strictly: "strict" (the
+// default) rejects rdma for tcp when a check fails or its state is
+// unknown, naming the check, what failed and, for an unknown, what to
+// declare; "warn" keeps rdma and carries the failures as warnings; "off"
+// runs no check. The checks read the records only: an uplink's state is
+// what its host's kernel reported (records.Uplink.Observed) or, where it
+// could not, what the operator declared.
+//
 // Select names the chosen path, why, and every candidate it rejected with
 // why — the answer to "why is my QP on tcp?". Its result depends only on
 // its arguments, and Select(sw, a, b) equals Select(sw, b, a) in every
@@ -26,10 +36,12 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
 // Path is a way to move a connected QP's bytes: the program's one path
@@ -55,6 +67,9 @@ type Decision struct {
 	Path     Path        `json:"path"` // "" when Select fails
 	Reason   string      `json:"reason"`
 	Rejected []Rejection `json:"rejected"`
+	// Warnings are the network checks that did not pass on an rdma path
+	// that the switch's network policy "warn" kept; Reason says them too.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // String returns "rdma: <reason>".
@@ -176,12 +191,28 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 		noRDMA = append(noRDMA, fmt.Sprintf("port group %s is RoCE %s and %s is RoCE %s",
 			a.PortGroup.Key, a.PortGroup.RoCEVersion, b.PortGroup.Key, b.PortGroup.RoCEVersion))
 	}
+	var network string
+	var warnings []string
+	if len(noRDMA) == 0 {
+		switch failing := networkChecks(sw, a, ua, b, ub); {
+		case sw.NetworkPolicy.Effective() == records.NetworkOff:
+			network = fmt.Sprintf("network checks off on switch %s", sw.Name)
+		case len(failing) == 0:
+			network = "network checks passed"
+		case sw.NetworkPolicy.Effective() == records.NetworkWarn:
+			warnings = failing
+			network = fmt.Sprintf("network policy warn on switch %s: %s", sw.Name, strings.Join(failing, "; "))
+		default:
+			noRDMA = append(noRDMA, "rdma rejected: "+strings.Join(failing, "; "))
+		}
+	}
 	if len(noRDMA) == 0 {
 		return Decision{
 			Path: RDMA,
-			Reason: fmt.Sprintf("hosts %s and %s both have an RDMA uplink on switch %s (%s %s, %s %s), RoCE %s",
-				a.Host.Label(), b.Host.Label(), sw.Name, ua.Kind, ua.Address, ub.Kind, ub.Address, a.PortGroup.RoCEVersion),
+			Reason: fmt.Sprintf("hosts %s and %s both have an RDMA uplink on switch %s (%s %s, %s %s), RoCE %s, %s",
+				a.Host.Label(), b.Host.Label(), sw.Name, ua.Kind, ua.Address, ub.Kind, ub.Address, a.PortGroup.RoCEVersion, network),
 			Rejected: []Rejection{{Path: Memcpy, Why: memcpyWhy}, {Path: TCP, Why: "rdma available"}},
+			Warnings: warnings,
 		}, nil
 	}
 	rdmaWhy := strings.Join(noRDMA, "; ")
@@ -191,6 +222,30 @@ func Select(sw records.Switch, a, b End) (Decision, error) {
 			rdmaWhy, a.Host.PVRDMAAddress, b.Host.PVRDMAAddress),
 		Rejected: []Rejection{{Path: Memcpy, Why: memcpyWhy}, {Path: RDMA, Why: rdmaWhy}},
 	}, nil
+}
+
+// networkChecks runs the network checks of an rdma path between a over
+// uplink ua and b over ub (netcheck.Pair), for a's port group and, if it
+// is another one, b's (each end sends with its own port group's priority),
+// unless the switch's network policy is off. It returns the checks that
+// did not pass, once each, in order.
+func networkChecks(sw records.Switch, a End, ua records.Uplink, b End, ub records.Uplink) []string {
+	if sw.NetworkPolicy.Effective() == records.NetworkOff {
+		return nil
+	}
+	pgs := []records.PortGroup{a.PortGroup}
+	if b.PortGroup.Key != a.PortGroup.Key {
+		pgs = append(pgs, b.PortGroup)
+	}
+	var out []string
+	for _, pg := range pgs {
+		for _, r := range netcheck.Failing(netcheck.Pair(sw, pg, netcheck.End{Host: a.Host, Uplink: ua}, netcheck.End{Host: b.Host, Uplink: ub})) {
+			if s := r.String(); !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
 }
 
 // usableUplink returns the RDMA uplink host h uses on switch sw for RoCE

@@ -28,9 +28,19 @@ func pg(key, sw string, vlan int, v records.RoCEVersion) records.PortGroup {
 	return records.PortGroup{Name: "pg-" + key, Key: key, Switch: sw, VLAN: vlan, PFCPriority: 3, DSCP: 26, RoCEVersion: v}
 }
 
+// uplink returns an uplink whose operator declares it lossless for
+// priority 3 (see lossless), so that the network checks pass.
 func uplink(kind records.UplinkKind, last byte) records.Uplink {
 	a := netip.AddrFrom4([4]byte{192, 0, 2, last})
-	return records.Uplink{Kind: kind, Device: "eth1", Address: a, GID: records.GIDOf(a)}
+	return records.Uplink{Kind: kind, Device: "eth1", Address: a, GID: records.GIDOf(a), Declared: lossless()}
+}
+
+// lossless is a declaration that passes every network check of the
+// fixtures' port groups: PFC on priority 3, no global pause, not teamed,
+// MTU 9000.
+func lossless() records.NICState {
+	pfc, teamed := records.PrioritiesOf(3), false
+	return records.NICState{PFC: &pfc, Pause: &records.Pause{}, Teamed: &teamed, MTU: 9000}
 }
 
 // host returns an up host on dvs1, with a PVRDMA address and the firewall
@@ -108,7 +118,7 @@ func TestPathSelect(t *testing.T) {
 		{
 			name: "different hosts, both with uplinks: rdma",
 			sw:   dvs1, a: end("vm1/vrdma0", hHCA, pg80), b: end("vm2/vrdma0", hSoft, pg80),
-			path: RDMA, reason: []string{"h-hca and h-soft both have an RDMA uplink on switch dvs1", "hca 192.0.2.1", "rocev2-soft 192.0.2.2", "RoCE v2"},
+			path: RDMA, reason: []string{"h-hca and h-soft both have an RDMA uplink on switch dvs1", "hca 192.0.2.1", "rocev2-soft 192.0.2.2", "RoCE v2", "network checks passed"},
 			rejected: []rej{{Memcpy, "different hosts h-hca and h-soft"}, {TCP, "rdma available"}},
 		},
 		{

@@ -1,7 +1,9 @@
 // Package records defines the typed records of vrdma's control plane — the
 // distributed switch, its port groups, hosts with their RDMA uplinks, VMs,
 // their adapters and the endpoint directory — with their validation and
-// their keys in etcd.
+// their keys in etcd. network.go holds the RoCE network model under a
+// switch: its network policy and routers, the port groups' RoCE MTU, and
+// each uplink's lossless-Ethernet state, declared and observed.
 //
 // The package is pure: it knows nothing of etcd. Package store encodes a
 // record as a JSON object that carries the schema version and the kind
@@ -22,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -239,6 +242,12 @@ type Switch struct {
 	UUID         string       `json:"uuid"`         // vDS UUID: 32 hex digits, spaces and dashes ignored ("50 1d … 9e 1d" or RFC 4122 form)
 	MTU          int          `json:"mtu"`          // MinMTU..MaxMTU
 	UplinkPolicy UplinkPolicy `json:"uplinkPolicy"` // "single" or "failover"
+	// NetworkPolicy is how path selection obeys the RoCE network checks
+	// (package netcheck): "strict" (also the empty default), "warn" or
+	// "off".
+	NetworkPolicy NetworkPolicy `json:"networkPolicy,omitempty"`
+	// Routers are the layer-3 hops between the switch's hosts.
+	Routers []Router `json:"routers,omitempty"`
 }
 
 // Kind returns KindSwitch.
@@ -259,6 +268,7 @@ func (s Switch) Validate() error {
 	default:
 		c.add("uplinkPolicy", `%q is not "single" or "failover"`, s.UplinkPolicy)
 	}
+	c.network(s)
 	return c.err()
 }
 
@@ -317,6 +327,9 @@ type PortGroup struct {
 	PFCPriority int         `json:"pfcPriority"` // 0..7, the 802.1Q PCP that PFC keeps lossless
 	DSCP        int         `json:"dscp"`        // 0..63, carried by RoCEv2 packets
 	RoCEVersion RoCEVersion `json:"roceVersion"` // "v1" or "v2"
+	// RoCEMTU is the RoCE MTU of the port group's QPs, one of RoCEMTUs;
+	// 0 means the largest the switch's MTU carries.
+	RoCEMTU int `json:"roceMtu,omitempty"`
 }
 
 // Kind returns KindPortGroup.
@@ -337,6 +350,9 @@ func (p PortGroup) Validate() error {
 		c.add("roceVersion", `missing ("v1" or "v2")`)
 	default:
 		c.add("roceVersion", `%q is not "v1" or "v2"`, p.RoCEVersion)
+	}
+	if p.RoCEMTU != 0 && !slices.Contains(RoCEMTUs[:], p.RoCEMTU) {
+		c.add("roceMtu", "%d is not a RoCE MTU (256, 512, 1024, 2048 or 4096; 0 for the largest the switch carries)", p.RoCEMTU)
 	}
 	return c.err()
 }
@@ -389,6 +405,13 @@ type Uplink struct {
 	Address      netip.Addr `json:"address"`          // the uplink's IP address
 	GID          netip.Addr `json:"gid"`              // its GID (16-byte form)
 	Capabilities []string   `json:"capabilities,omitempty"`
+	// Declared is the NIC's lossless-Ethernet state as the operator
+	// declares it (vrdmactl host uplink declare): it counts where the
+	// kernel cannot report the state (loopback, veth, virtio NICs).
+	Declared NICState `json:"declared,omitzero"`
+	// Observed is the NIC's state as the kernel of the uplink's host
+	// reports it; it wins over Declared field by field.
+	Observed NICState `json:"observed,omitzero"`
 }
 
 // Host is one host and its agent: where its PVRDMA traffic goes and what
@@ -525,6 +548,8 @@ func (h Host) Validate() error {
 		for _, cp := range u.Capabilities {
 			c.optName(f+".capabilities", cp)
 		}
+		c.nicState(f+".declared", u.Declared, false)
+		c.nicState(f+".observed", u.Observed, true)
 	}
 	return c.err()
 }

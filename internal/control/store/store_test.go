@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -50,7 +51,7 @@ func TestControlPlaneStoreEmbedded(t *testing.T) {
 	}
 	other := etcdtest.Open(t, url)
 	got, _, err := store.Get[records.Switch](ctx, other, records.SwitchKey("dvs1"))
-	if err != nil || got != sw("dvs1", 9000) {
+	if err != nil || !reflect.DeepEqual(got, sw("dvs1", 9000)) {
 		t.Fatalf("second client reads %+v, %v", got, err)
 	}
 	raw, err := other.Client().Get(ctx, records.SwitchKey("dvs1"))

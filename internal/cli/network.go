@@ -1,0 +1,485 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/netcheck"
+	"github.com/vrdma/vrdma/internal/netcheck/netfile"
+	"github.com/vrdma/vrdma/internal/netcheck/nicstate"
+)
+
+// The RoCE network checks (issue 13): vrdmactl network check runs the
+// checks of package netcheck on the network the control plane holds, with
+// the NIC state this machine's kernel reports for the local host's
+// uplinks, or on a network declared in a file (package netfile). Path
+// selection applies the same checks to every rdma decision.
+
+// networkReport is what network check prints (-o json).
+type networkReport struct {
+	OK     bool                    `json:"ok"`
+	Source string                  `json:"source"` // "control plane" or "file PATH"
+	Counts map[netcheck.Status]int `json:"counts"`
+	// Local is the kernel state read for the local host's uplinks.
+	Local    *localNICs              `json:"local,omitempty"`
+	Switches []netcheck.SwitchReport `json:"switches"`
+}
+
+// localNICs is the kernel state of the local host's uplinks.
+type localNICs struct {
+	Host    string           `json:"host"`
+	Uplinks []nicstate.State `json:"uplinks"`
+	Notes   []string         `json:"notes,omitempty"`
+}
+
+func (a *app) networkCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "network",
+		Short: "Check the RoCE network: lossless layers 2 and 3, VLAN and PFC, no teaming, MTU",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("network: name a subcommand: check")
+		},
+	}
+	var sw, file, local string
+	check := &cobra.Command{
+		Use:   "check [--switch S] [--config FILE] [--local-host H|none]",
+		Short: "Run the RoCE network checks and say how to fix what fails",
+		Long: `check runs the RoCE network checks on every switch of the control plane (or
+--switch S only), and prints each check's outcome — pass, fail or unknown — with
+what it looked at and how to fix it:
+
+  roce-l2-lossless  PFC on the port group's priority, or global pause, on every uplink
+  roce-vlan-pfc     the port group is in a VLAN with PFC on its priority
+  roce-l3-lossless  across routers (RoCE v2 only): the priority maps to the DSCP at
+                    every hop and DSCP is preserved, or PCP is copied from tagged packets
+  roce-no-teaming   the RDMA uplink is not teamed and is the host's only uplink
+  roce-mtu          the path MTU carries the port group's RoCE MTU
+
+An uplink's state is what its host's kernel reports or, where it cannot (a veth,
+virtio or loopback NIC has no DCB), what its operator declared with 'vrdmactl
+host uplink declare'; with neither, the check is unknown and says what to
+declare. For the local host (the host of --state-dir's agent, or --local-host)
+check reads this machine's kernel: PFC through DCB netlink, pause through
+ethtool netlink, MTU and teaming through rtnetlink.
+
+--config FILE checks the network a YAML or JSON file declares instead, before it
+exists (see docs/network.md); it reads no control plane and no kernel.
+
+Path selection applies the same checks to every rdma decision, as the switch's
+network policy says (strict, warn or off: vrdmactl switch set S
+--network-policy P). check exits 0 when every check passes, 1 when one fails or
+is unknown, and 2 when the input is bad.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var rep networkReport
+			var m netcheck.Model
+			if file != "" {
+				if cmd.Flags().Changed("local-host") {
+					return usageErrorf("network check: --local-host reads the control plane's hosts; --config reads none")
+				}
+				data, err := readConfig(a.stdin, file)
+				if err != nil {
+					return usageErrorf("network check: %v", err)
+				}
+				if m, err = netfile.Parse(data); err != nil {
+					return usageErrorf("network check --config %s: %v", file, err)
+				}
+				rep.Source = "file " + file
+			} else {
+				err := a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
+					m = modelOf(c)
+					var err error
+					rep.Local, err = a.readLocalNICs(c, &m, local)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				rep.Source = "control plane"
+			}
+			if sw != "" {
+				var only []records.Switch
+				for _, s := range m.Switches {
+					if s.Name == sw {
+						only = append(only, s)
+					}
+				}
+				if len(only) == 0 {
+					return usageErrorf("network check: switch %s: not in the %s", sw, rep.Source)
+				}
+				m.Switches = only
+			}
+			res := netcheck.Check(m)
+			rep.Switches, rep.Counts, rep.OK = res.Switches, res.Count(), res.OK()
+			if a.json() {
+				if err := a.printJSON(rep); err != nil {
+					return err
+				}
+			} else {
+				printNetwork(a.stdout, rep)
+			}
+			if !rep.OK {
+				return &exitError{code: exitFailure}
+			}
+			return nil
+		},
+	}
+	f := check.Flags()
+	f.StringVar(&sw, "switch", "", "check switch S only")
+	f.StringVar(&file, "config", "", "check the network this YAML or JSON file declares (- for standard input), not the control plane")
+	f.StringVar(&local, "local-host", "", "the host whose uplinks are this machine's NICs, by ID or name (default: the host of --state-dir's agent); none reads no kernel state")
+	cmd.AddCommand(check)
+	return cmd
+}
+
+// readConfig reads a network file, or standard input for "-".
+func readConfig(stdin io.Reader, name string) ([]byte, error) {
+	r := stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, netfile.MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// modelOf returns the network the cache holds.
+func modelOf(c *member.Cache) netcheck.Model {
+	m := netcheck.Model{Switches: c.Switches(), PortGroups: c.PortGroups()}
+	for _, h := range c.Hosts() {
+		m.Hosts = append(m.Hosts, h.Host)
+	}
+	return m
+}
+
+// readLocalNICs reads this machine's kernel for the uplinks of the local
+// host (ref, or the host of the agent in --state-dir) and puts what it
+// reports in m as the uplinks' observed state. It reads nothing for ref
+// "none", or when no local host is known.
+func (a *app) readLocalNICs(c *member.Cache, m *netcheck.Model, ref string) (*localNICs, error) {
+	if ref == "none" {
+		return nil, nil
+	}
+	explicit := ref != ""
+	if !explicit {
+		b, err := os.ReadFile(filepath.Join(a.ctl.stateDir, "host-id"))
+		if err != nil {
+			return nil, nil // no local agent: nothing is local
+		}
+		ref = strings.TrimSpace(string(b))
+	}
+	id, err := hostIDOf(c, ref)
+	if err != nil {
+		if explicit {
+			return nil, usageErrorf("network check --local-host: %v", err)
+		}
+		return nil, nil // the local agent's host is not in this control plane
+	}
+	i := 0
+	for i < len(m.Hosts) && m.Hosts[i].ID != id {
+		i++
+	}
+	if i == len(m.Hosts) {
+		return nil, nil
+	}
+	h := &m.Hosts[i]
+	h.Uplinks = append([]records.Uplink(nil), h.Uplinks...)
+	out := &localNICs{Host: hostRef(*h), Uplinks: []nicstate.State{}}
+	k, err := nicstate.Dial(0)
+	if err != nil {
+		out.Notes = append(out.Notes, fmt.Sprintf("cannot ask this machine's kernel: %v", err))
+		return out, nil
+	}
+	defer k.Close()
+	for j := range h.Uplinks {
+		u := &h.Uplinks[j]
+		if u.Device == "" {
+			out.Notes = append(out.Notes, fmt.Sprintf("uplink %s names no device: its kernel state is not read", u.Name()))
+			continue
+		}
+		st, err := nicstate.Read(k, u.Device)
+		if err != nil {
+			out.Notes = append(out.Notes, fmt.Sprintf("uplink %s: %v", u.Name(), err))
+			continue
+		}
+		u.Observed = st.NICState
+		out.Uplinks = append(out.Uplinks, st)
+	}
+	return out, nil
+}
+
+func hostRef(h records.Host) string {
+	if h.Name != "" {
+		return h.Name
+	}
+	return h.ID
+}
+
+func printNetwork(w io.Writer, rep networkReport) {
+	if l := rep.Local; l != nil {
+		var devs []string
+		for _, u := range l.Uplinks {
+			devs = append(devs, u.Device)
+		}
+		fmt.Fprintf(w, "local host %s: NIC state read from this machine's kernel for %s\n", l.Host, orDash(strings.Join(devs, ", ")))
+		for _, n := range l.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+	}
+	if len(rep.Switches) == 0 {
+		fmt.Fprintf(w, "no switches in the %s\n", rep.Source)
+	}
+	for _, s := range rep.Switches {
+		fmt.Fprintf(w, "switch %s (network policy %s)\n", s.Switch, s.Policy)
+		for _, r := range s.Results {
+			pg := ""
+			if r.PortGroup != "" {
+				pg = "port group " + r.PortGroup + ", "
+			}
+			fmt.Fprintf(w, "  %-7s %s: %s%s: %s\n", strings.ToUpper(string(r.Status)), r.Check, pg, r.Subject, r.Detail)
+			if r.Fix != "" {
+				fmt.Fprintf(w, "          fix: %s\n", r.Fix)
+			}
+		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+	}
+	fmt.Fprintf(w, "network check: %d pass, %d fail, %d unknown\n", rep.Counts[netcheck.Pass], rep.Counts[netcheck.Fail], rep.Counts[netcheck.Unknown])
+}
+
+// ---- editing the network model -----------------------------------------------
+
+// parseOnOff parses a boolean flag's value: on, yes, true or off, no,
+// false.
+func parseOnOff(name, v string) (bool, error) {
+	switch v {
+	case "on", "true", "yes":
+		return true, nil
+	case "off", "false", "no":
+		return false, nil
+	}
+	return false, usageErrorf("--%s %q: want on or off", name, v)
+}
+
+// unknownWord is the flag value that removes a declaration.
+const unknownWord = "unknown"
+
+// hostUplinkCommand is "vrdmactl host uplink": the network state an
+// operator declares for a host's RDMA uplinks.
+func (a *app) hostUplinkCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "uplink",
+		Short: "Declare the lossless-Ethernet state of a host's RDMA uplink",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usageErrorf("host uplink: name a subcommand: declare")
+		},
+	}
+	var pfc, pause, trust, mtu, teamed, team, sole string
+	var clear bool
+	declare := &cobra.Command{
+		Use:   "declare HOST UPLINK [--pfc P,...|none] [--pause rx,tx|rx|tx|off] [--trust pcp|dscp] [--mtu N] [--teamed yes|no] [--team NAME] [--sole-uplink yes|no] [--clear]",
+		Short: "Declare what an uplink's NIC does, where its kernel cannot report it",
+		Long: `declare records in the control plane what the NIC of a host's RDMA uplink
+(named by its device, or its address) does for lossless Ethernet, as its
+operator knows it: the priorities with PFC on (--pfc 3, --pfc 3,4, --pfc none),
+802.3x global pause (--pause rx,tx or off), which header its priority comes
+from (--trust pcp or dscp), its MTU, whether it is teamed (in a bond or team),
+and whether it is the host's only uplink on the switch. The network checks and
+path selection use a declaration where the host's kernel reports nothing (a
+veth, virtio or loopback NIC has no DCB); what the kernel reports wins. Each
+flag's value "unknown" removes that declaration; --clear removes them all
+first. Only the flags given change; the host's agent keeps the declarations
+when it registers again.`,
+		Args: exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			edit, err := nicEdit(fl.Changed, pfc, pause, trust, mtu, teamed, team, sole)
+			if err != nil {
+				return err
+			}
+			if edit == nil && !clear {
+				return usageErrorf("host uplink declare: say what to declare (--pfc, --pause, --trust, --mtu, --teamed, --team, --sole-uplink, --clear)")
+			}
+			var out records.Uplink
+			var host records.Host
+			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
+				id, err := hostIDOf(c, args[0])
+				if err != nil {
+					return err
+				}
+				host, _, err = store.Update(cmd.Context(), st, records.HostKey(id), func(old *records.Host) (*records.Host, error) {
+					if old == nil {
+						return nil, fmt.Errorf("host %s: %w", id, store.ErrNotFound)
+					}
+					n := *old
+					n.Uplinks = append([]records.Uplink(nil), old.Uplinks...)
+					i, err := n.UplinkIndex(args[1])
+					if err != nil {
+						return nil, err
+					}
+					d := &n.Uplinks[i].Declared
+					if clear {
+						*d = records.NICState{}
+					}
+					if edit != nil {
+						edit(d)
+					}
+					if err := n.Validate(); err != nil {
+						return nil, &exitError{code: exitUsage, err: err}
+					}
+					out = n.Uplinks[i]
+					return &n, nil
+				})
+				return err
+			})
+			if err != nil {
+				return cmdErr("host uplink declare "+args[0]+" "+args[1], err)
+			}
+			if a.json() {
+				return a.printJSON(map[string]any{"host": host.ID, "name": host.Name, "uplink": out})
+			}
+			fmt.Fprintf(a.stdout, "host %s uplink %s declares: %s\n", hostRef(host), out.Name(), nicText(out.Declared))
+			return nil
+		},
+	}
+	f := declare.Flags()
+	f.StringVar(&pfc, "pfc", "", "priorities with PFC on: 3, 3,4 or none")
+	f.StringVar(&pause, "pause", "", "802.3x global pause: rx,tx, rx, tx or off")
+	f.StringVar(&trust, "trust", "", "which header gives a received packet its priority: pcp or dscp")
+	f.StringVar(&mtu, "mtu", "", "the NIC's MTU")
+	f.StringVar(&teamed, "teamed", "", "the NIC is in a bond or team: yes or no")
+	f.StringVar(&team, "team", "", "the bond or team it is in (with --teamed yes)")
+	f.StringVar(&sole, "sole-uplink", "", "the NIC is the host's only uplink on the switch: yes or no")
+	f.BoolVar(&clear, "clear", false, "remove every declaration first")
+	cmd.AddCommand(declare)
+	return cmd
+}
+
+// nicEdit turns host uplink declare's flags into an edit of a
+// declaration; nil if no flag is given. A flag's value "unknown" removes
+// its declaration.
+func nicEdit(changed func(string) bool, pfc, pause, trust, mtu, teamed, team, sole string) (func(*records.NICState), error) {
+	var edits []func(*records.NICState)
+	set := func(flag, v string, parse func(string) (func(*records.NICState), error), unset func(*records.NICState)) error {
+		if !changed(flag) {
+			return nil
+		}
+		if v == unknownWord {
+			edits = append(edits, unset)
+			return nil
+		}
+		e, err := parse(v)
+		if err != nil {
+			return usageErrorf("host uplink declare --%s: %v", flag, err)
+		}
+		edits = append(edits, e)
+		return nil
+	}
+	yesNo := func(v string) (bool, error) {
+		b, err := parseOnOff("", v)
+		if err != nil {
+			return false, fmt.Errorf("%q: want yes, no or %s", v, unknownWord)
+		}
+		return b, nil
+	}
+	errs := []error{
+		set("pfc", pfc, func(v string) (func(*records.NICState), error) {
+			p, err := records.ParsePrioritySet(v)
+			return func(s *records.NICState) { s.PFC = &p }, err
+		}, func(s *records.NICState) { s.PFC = nil }),
+		set("pause", pause, func(v string) (func(*records.NICState), error) {
+			p, err := records.ParsePause(v)
+			return func(s *records.NICState) { s.Pause = &p }, err
+		}, func(s *records.NICState) { s.Pause = nil }),
+		set("trust", trust, func(v string) (func(*records.NICState), error) {
+			t, err := records.ParseTrust(v)
+			return func(s *records.NICState) { s.Trust = t }, err
+		}, func(s *records.NICState) { s.Trust = "" }),
+		set("mtu", mtu, func(v string) (func(*records.NICState), error) {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err != nil || fmt.Sprint(n) != v || n < records.MinNICMTU || n > records.MaxNICMTU {
+				return nil, fmt.Errorf("%q is not an MTU %d–%d", v, records.MinNICMTU, records.MaxNICMTU)
+			}
+			return func(s *records.NICState) { s.MTU = n }, nil
+		}, func(s *records.NICState) { s.MTU = 0 }),
+		set("teamed", teamed, func(v string) (func(*records.NICState), error) {
+			b, err := yesNo(v)
+			return func(s *records.NICState) {
+				s.Teamed = &b
+				if !b {
+					s.Team = ""
+				}
+			}, err
+		}, func(s *records.NICState) { s.Teamed, s.Team = nil, "" }),
+		set("team", team, func(v string) (func(*records.NICState), error) {
+			return func(s *records.NICState) { s.Team = v }, records.CheckName(v)
+		}, func(s *records.NICState) { s.Team = "" }),
+		set("sole-uplink", sole, func(v string) (func(*records.NICState), error) {
+			b, err := yesNo(v)
+			return func(s *records.NICState) { s.SoleUplink = &b }, err
+		}, func(s *records.NICState) { s.SoleUplink = nil }),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(edits) == 0 {
+		return nil, nil
+	}
+	return func(s *records.NICState) {
+		for _, e := range edits {
+			e(s)
+		}
+	}, nil
+}
+
+// nicText is a NIC state for people: "pfc 3, pause off, trust dscp, mtu
+// 9000, not teamed".
+func nicText(s records.NICState) string {
+	var p []string
+	if s.PFC != nil {
+		p = append(p, "pfc "+s.PFC.String())
+	}
+	if s.Pause != nil {
+		p = append(p, "pause "+s.Pause.String())
+	}
+	if s.Trust != "" {
+		p = append(p, "trust "+string(s.Trust))
+	}
+	if s.MTU != 0 {
+		p = append(p, fmt.Sprintf("mtu %d", s.MTU))
+	}
+	switch {
+	case s.Teamed != nil && *s.Teamed && s.Team != "":
+		p = append(p, "teamed in "+s.Team)
+	case s.Teamed != nil && *s.Teamed:
+		p = append(p, "teamed")
+	case s.Teamed != nil:
+		p = append(p, "not teamed")
+	}
+	if s.SoleUplink != nil {
+		p = append(p, "sole uplink "+onOff(*s.SoleUplink))
+	}
+	if len(p) == 0 {
+		return "nothing"
+	}
+	return strings.Join(p, ", ")
+}
