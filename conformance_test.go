@@ -83,6 +83,17 @@ func TestConformance(t *testing.T) {
 			t.Errorf("rdma socket %s: every fault must have struck", &st)
 		}
 	})
+	t.Run("rdma", func(t *testing.T) {
+		// Three hosts as for tcp, each with a software RoCEv2 uplink on
+		// its address: the rdma path between every two of them, and
+		// connection management still over the tcp path's connections.
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true})
+		t.Logf("hosts in network namespaces: %v %s", c.Netns, c.NoNetnsReason)
+		runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "rd"}}, connCM)
+		t.Run("async", func(t *testing.T) {
+			runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "ra", async: true}}, connOOB)
+		})
+	})
 	t.Run("tcp", func(t *testing.T) {
 		// Three hosts, so that any two of the (at most three) VMs a case
 		// opens are on different hosts. As root each host is a network
@@ -334,6 +345,20 @@ func (e *tcpEnv) UplinkBytes(t *testing.T) uint64 {
 		socks = append(socks, h.Socket)
 	}
 	return uplinkBytes(t, socks...)
+}
+
+// rdmaEnv is tcpEnv's hosts with RDMA uplinks: the rdma path.
+type rdmaEnv struct{ tcpEnv }
+
+func (e *rdmaEnv) Path() vrdma.PathKind { return vrdma.PathRDMA }
+
+func (e *rdmaEnv) UplinkBytes(t *testing.T) uint64 {
+	t.Helper()
+	var socks []string
+	for _, h := range e.c.Hosts {
+		socks = append(socks, h.Socket)
+	}
+	return rdmaBytes(t, socks...)
 }
 
 // uplinkBytes returns the bytes the agents at sockets sent over their

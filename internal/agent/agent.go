@@ -97,6 +97,9 @@ type Agent struct {
 	// loop is the test link (package tcp's NewTestLink); nil unless
 	// Config.TestLink.
 	loop *tcp.Uplink
+	// rdma is the RoCEv2 engine of the host's RDMA uplink (the first
+	// rocev2-soft uplink of ControlConfig.Uplinks); nil without one.
+	rdma *rdma.Engine
 	// rdmaLoop is the RoCEv2 engine of Config.RDMALoop; nil without.
 	rdmaLoop  *rdma.Engine
 	testStats testlink.Stats
@@ -182,6 +185,12 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		if err := a.startUplink(); err != nil {
+			a.stopControl()
+			a.ln.Close()
+			return nil, err
+		}
+		if err := a.startRDMA(); err != nil {
+			a.up.Close()
 			a.stopControl()
 			a.ln.Close()
 			return nil, err
@@ -328,6 +337,9 @@ func (a *Agent) shutdown() {
 	}
 	if a.rdmaLoop != nil {
 		a.rdmaLoop.Close()
+	}
+	if a.rdma != nil {
+		a.rdma.Close()
 	}
 	a.stopControl()
 	a.log.Info("vrdmad stopped")

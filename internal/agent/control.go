@@ -56,7 +56,7 @@ type ControlConfig struct {
 	PVRDMAAddress  netip.AddrPort   // Net.PVRDMAVmknic: address:port of inter-host PVRDMA traffic
 	FirewallPVRDMA bool             // the "pvrdma" firewall ruleset is enabled
 	Switch         string           // the distributed switch the host is on
-	Uplinks        []records.Uplink // RDMA uplinks on Switch (recorded only, none exists yet)
+	Uplinks        []records.Uplink // RDMA uplinks on Switch: the first rocev2-soft one runs the agent's RoCEv2 engine (the rdma path)
 
 	// LeaseTTL is how long after the agent stops (or loses etcd) its host
 	// is shown down; default 10 s.
@@ -432,7 +432,7 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 		}
 		return end, d, abi.Errorf(code, field, "%s", msg)
 	}
-	if d.Path != pathsel.TCP || c.a.up == nil {
+	if !(d.Path == pathsel.TCP && c.a.up != nil || d.Path == pathsel.RDMA && c.a.rdma != nil && c.a.up != nil) {
 		return end, d, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
 			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
 	}

@@ -20,7 +20,8 @@ func TestLayers(t *testing.T) {
 	forbidden := map[string][]string{
 		"device":           {"agent", "cm", "transport", "manage", "control", "tcpwire", "testlink"},
 		"transport/memcpy": {"agent", "cm", "transport/tcp", "manage", "control"},
-		"transport/tcp":    {"agent", "transport/memcpy", "manage"},
+		"transport/tcp":    {"agent", "transport/memcpy", "transport/rdma", "manage"},
+		"transport/rdma":   {"agent", "cm", "transport/memcpy", "transport/tcp", "manage", "control"},
 		"cm":               {"agent", "transport", "manage", "control"},
 	}
 	for pkg, bad := range forbidden {

@@ -7,12 +7,16 @@ package agent
 
 import (
 	"fmt"
+	"net/netip"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
@@ -37,6 +41,36 @@ func (a *Agent) startUplink() error {
 	return nil
 }
 
+// startRDMA starts the engine of the host's software RoCEv2 uplink, if
+// the host has one: the rdma path to other hosts that have one on the
+// switch. A hardware HCA uplink is recorded only (no driver yet).
+func (a *Agent) startRDMA() error {
+	for _, u := range a.ctl.cfg.Uplinks {
+		if u.Kind != records.UplinkSoftRoCEv2 {
+			continue
+		}
+		c, err := rdma.ListenUDP(netip.AddrPortFrom(u.Address, rocewire.UDPPort))
+		if err != nil {
+			return err
+		}
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+		a.log.Info("rdma uplink listening", "address", c.LocalAddr().String())
+		return nil
+	}
+	return nil
+}
+
+// peerRDMA is the address of the RDMA uplink of host h the rdma path
+// reaches (the one path selection counted: the first).
+func peerRDMA(h records.Host) (netip.AddrPort, bool) {
+	for _, u := range h.Uplinks {
+		if u.Kind == records.UplinkSoftRoCEv2 {
+			return netip.AddrPortFrom(u.Address, rocewire.UDPPort), true
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
 // Route decides the path of q to the remote end (dgid, dqpn): the device
 // calls it when q moves from INIT to RTR.
 func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
@@ -54,6 +88,13 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			end, d, err := c.lookupRemote(q.Adapter(), dgid.String(), "dgid")
 			if err != nil {
 				return device.Route{}, err
+			}
+			if d.Path == pathsel.RDMA && a.rdma != nil {
+				peer, ok := peerRDMA(end.Host.Host)
+				if !ok {
+					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma to host %s, which has no software RoCEv2 uplink the engine can reach", q.QPN(), end.Host.Host.Label())
+				}
+				return device.Route{Info: decisionInfo(d), New: a.rdma.Bind(peer)}, nil
 			}
 			if a.up != nil {
 				return device.Route{Info: decisionInfo(d), New: a.up.Bind(end.Host.Host.ID)}, nil

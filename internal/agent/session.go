@@ -18,6 +18,7 @@ import (
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
 // session is one client connection: a workload attached to a VM, or a
@@ -365,8 +366,10 @@ func (a *Agent) status() mgmt.Status {
 	if a.loop != nil {
 		st.Uplinks = append(st.Uplinks, a.loop.Status()...)
 	}
-	if a.rdmaLoop != nil {
-		st.RDMA = append(st.RDMA, a.rdmaLoop.Status())
+	for _, e := range []*rdma.Engine{a.rdma, a.rdmaLoop} {
+		if e != nil {
+			st.RDMA = append(st.RDMA, e.Status())
+		}
 	}
 	return st
 }

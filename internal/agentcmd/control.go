@@ -35,7 +35,7 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 	fs.StringVar(&c.address, "pvrdma-address", "", "ADDRESS:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic)")
 	fs.BoolVar(&c.firewall, "firewall-pvrdma", false, "the host's pvrdma firewall ruleset is enabled (needed for traffic with other hosts)")
 	fs.StringVar(&c.sw, "switch", "", "the distributed switch this host is on")
-	fs.Func("rdma-uplink", "an RDMA uplink on the switch, KIND/ADDRESS[/GID][@DEVICE], KIND rocev2-soft or hca (repeatable; recorded only)", func(s string) error {
+	fs.Func("rdma-uplink", "an RDMA uplink on the switch, KIND/ADDRESS[/GID][@DEVICE], KIND rocev2-soft (the agent's RoCEv2 engine on ADDRESS, UDP 4791: the rdma path) or hca (recorded only)", func(s string) error {
 		u, err := agent.ParseUplink(s)
 		if err != nil {
 			return err

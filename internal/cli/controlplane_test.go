@@ -197,17 +197,32 @@ func TestControlPlaneHostsPathsAndCrossHostConnect(t *testing.T) {
 	}
 	p.Close(ctx)
 
-	// Another host: refused until the paths exist, with the decision.
-	_, err = perf.Connect(ctx, adapter0(t, vm1), adapter0(t, vm2), perf.PairConfig{})
-	wantAbiErr(t, "connect vm1 → vm2 (other host)", err, abi.CodeUnavailable, "path not available yet", "vm2/vrdma0", "esx2", "decision: rdma", "rejected: memcpy")
+	// Another host, both with a software RoCEv2 uplink on the switch:
+	// the rdma path, every opcode over the engines.
+	p2, err := perf.Connect(ctx, adapter0(t, vm1), adapter0(t, vm2), perf.PairConfig{})
+	if err != nil {
+		t.Fatalf("connect vm1 → vm2 (other host): %v", err)
+	}
+	if path := p2.A.QP.Path(); path.Path != vrdma.PathRDMA || !strings.Contains(path.Reason, "RDMA uplink") || len(path.Rejected) == 0 {
+		t.Errorf("vm1 → vm2: path %+v, want rdma with the reason and the rejected candidates", path)
+	}
+	for _, r := range p2.CheckOpcodes(ctx) {
+		if r.Err != nil {
+			t.Errorf("vm1 → vm2 %s: %v", r.Opcode, r.Err)
+		}
+	}
+	p2.Close(ctx)
 	_, err = perf.Connect(ctx, adapter0(t, vm1), adapter0(t, vm5), perf.PairConfig{})
 	wantAbiErr(t, "connect vm1 → vm5 (other VLAN)", err, abi.CodeRefused, "VLAN")
 
 	// An RTR modify with the GID of an adapter on another host.
 	q := newQP(t, adapter0(t, vm1))
 	q4 := newQP(t, adapter0(t, vm2))
-	err = q.ConnectTo(ctx, q4.Endpoint())
-	wantAbiErr(t, "RTR facing vm2's GID", err, abi.CodeUnavailable, "path not available yet", "decision: rdma")
+	if err := q.ConnectTo(ctx, q4.Endpoint()); err != nil {
+		t.Errorf("RTR facing vm2's GID: %v", err)
+	} else if q.Path().Path != vrdma.PathRDMA {
+		t.Errorf("RTR facing vm2's GID: path %+v, want rdma", q.Path())
+	}
 
 	// A GID nobody has.
 	err = newQP(t, adapter0(t, vm1)).ConnectTo(ctx, vrdma.Endpoint{GID: abi.GID{0xfe, 0x80, 15: 1}, QPN: 0x1234})
@@ -278,12 +293,16 @@ func TestControlPlaneOutage(t *testing.T) {
 	wantAbiErr(t, "connect to an unknown peer during the outage", err, abi.CodeUnavailable, "vm3/vrdma0", "control plane is unreachable")
 
 	proxy.Heal()
-	// It works again once etcd is back: the lookup succeeds (and the
-	// connect is refused for want of a path to another host).
+	// It works again once etcd is back: the lookup succeeds, and the
+	// pair connects over the rdma path.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		_, err = perf.Connect(ctx, adapter0(t, vm1), adapter0(t, vm3), perf.PairConfig{Port: 4})
-		if err != nil && strings.Contains(err.Error(), "path not available yet") {
+		p3, err := perf.Connect(ctx, adapter0(t, vm1), adapter0(t, vm3), perf.PairConfig{Port: 4})
+		if err == nil {
+			if path := p3.A.QP.Path(); path.Path != vrdma.PathRDMA {
+				t.Errorf("connect across hosts after the outage: path %+v, want rdma", path)
+			}
+			p3.Close(ctx)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -291,7 +310,6 @@ func TestControlPlaneOutage(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	wantAbiErr(t, "connect across hosts after the outage", err, abi.CodeUnavailable, "decision: rdma")
 	for {
 		var vs vmReport
 		out, _, code := run(t, "", "--etcd-endpoints", emb.ClientURL(), "-o", "json", "vm", "show", "vm6")

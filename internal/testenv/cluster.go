@@ -106,6 +106,12 @@ type ClusterOptions struct {
 	// LogLevel is the agents' --log-level; default "info". Their stderr
 	// is logged when the test fails.
 	LogLevel string
+	// RDMA gives every host a software RoCEv2 uplink on its PVRDMA
+	// address (UDP 4791 beside the tcp path's TCP port), so that VMs on
+	// two hosts take the rdma path. The switch's network policy is then
+	// "off": loopback and veth NICs report no DCB state, and the
+	// lossless checks have tests of their own (TestNetwork…).
+	RDMA bool
 	// ExtraArgs, if set, returns more vrdmad flags for host h (called at
 	// every start of h, restarts included).
 	ExtraArgs func(h *Host) []string
@@ -339,6 +345,9 @@ func (c *Cluster) createFabric() {
 	h := hex.EncodeToString(u[:])
 	c.Switch = records.Switch{Name: c.opts.Switch, UUID: h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:],
 		MTU: c.opts.MTU, UplinkPolicy: records.UplinkSingle}
+	if c.opts.RDMA {
+		c.Switch.NetworkPolicy = records.NetworkOff
+	}
 	c.PortGroup = records.PortGroup{Name: c.opts.PortGroup, Key: c.opts.PortGroup, Switch: c.opts.Switch, VLAN: c.opts.VLAN,
 		PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -498,6 +507,9 @@ func (h *Host) args() []string {
 		if l.v > 0 {
 			args = append(args, l.flag, strconv.Itoa(l.v))
 		}
+	}
+	if o.RDMA {
+		args = append(args, "--rdma-uplink", "rocev2-soft/"+h.PVRDMAAddress.Addr().String())
 	}
 	if o.ExtraArgs != nil {
 		args = append(args, o.ExtraArgs(h)...)

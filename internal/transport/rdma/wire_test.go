@@ -1,0 +1,139 @@
+package rdma_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// wireAddr is the engine's address in TestEngineWire, a loopback address
+// no other test uses.
+var wireAddr = netip.MustParseAddrPort("127.0.33.9:4791")
+
+// TestEngineWire captures the engine's packets on lo with tshark while a
+// pair runs every opcode and messages of several packets, and checks them
+// with readers that are not the engine's: Wireshark's InfiniBand
+// dissector decodes every packet, none malformed, with every opcode the
+// traffic needs; and scapy's RoCE layer (python3-scapy) computes the same
+// ICRC as the one on the wire, packet by packet — which also checks the
+// IPv4 header the engine predicts (ID 0, DF) against what the kernel sent.
+func TestEngineWire(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("capturing on lo needs root (CI runs as root)")
+	}
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("tshark is not installed (apt-get install tshark)")
+	}
+	const python = "/usr/bin/python3" // Debian's, with python3-scapy
+	if err := exec.Command(python, "-c", "import scapy.contrib.roce").Run(); err != nil {
+		t.Skipf("scapy's RoCE layer is not importable by %s (apt-get install python3-scapy): %v", python, err)
+	}
+	dir := t.TempDir()
+	pcap := filepath.Join(dir, "rdma.pcap")
+	var stderr bytes.Buffer
+	capture := exec.Command(tshark, "-i", "lo", "-f", "udp port 4791 and host "+wireAddr.Addr().String(), "-w", pcap, "-q")
+	capture.Stderr = &stderr
+	if err := capture.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { capture.Process.Kill(); capture.Wait() })
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), "Capturing on"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("tshark did not start capturing: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: wireAddr})
+	v1, v2 := env.Open(t, "w1", testenv.VMOptions{}), env.Open(t, "w2", testenv.VMOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if got := p.Path().Path; got != vrdma.PathRDMA {
+		t.Fatalf("path %q, want rdma", got)
+	}
+	for _, r := range p.CheckOpcodes(ctx) {
+		if r.Err != nil {
+			t.Errorf("%s: %v", r.Opcode, r.Err)
+		}
+	}
+	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: 5000, Iters: 8}, {Test: perf.ReadBW, Size: 5000, Iters: 8}, {Test: perf.SendBW, Size: 5000, Iters: 8}} {
+		if _, err := p.Run(ctx, c); err != nil {
+			t.Fatalf("%s: %v", c.Test.Title(), err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the last packets reach the capture
+	capture.Process.Signal(syscall.SIGINT)
+	capture.Wait()
+
+	// Wireshark: every packet is InfiniBand, none malformed.
+	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-T", "fields", "-E", "separator=,",
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed").Output()
+	if err != nil {
+		t.Fatalf("tshark -r: %v", err)
+	}
+	opcodes := map[int]int{}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, l := range lines {
+		f := strings.Split(l, ",")
+		if len(f) < 3 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
+			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
+		}
+		op, err := strconv.Atoi(f[1])
+		if err != nil {
+			t.Fatalf("packet %q: opcode %q", l, f[1])
+		}
+		opcodes[op]++
+	}
+	// SEND (first, middle, last, only, only with immediate), WRITE (the
+	// same), READ request and responses, atomics and their ACK, ACK.
+	for _, op := range []int{0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14} {
+		if opcodes[op] == 0 {
+			t.Errorf("no packet with opcode 0x%02x in the capture (%d packets; opcodes %v)", op, len(lines), opcodes)
+		}
+	}
+
+	// scapy: the ICRC of every packet.
+	script := `
+import sys
+from scapy.all import rdpcap, raw
+from scapy.contrib.roce import BTH
+n = bad = 0
+for pkt in rdpcap(sys.argv[1]):
+    if BTH not in pkt:
+        continue
+    n += 1
+    want = raw(pkt)[-4:]
+    again = pkt.copy()
+    again[BTH].icrc = None
+    if raw(again)[-4:] != want:
+        bad += 1
+print(n, bad)
+`
+	res, err := exec.Command(python, "-c", script, pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scapy: %v: %s", err, res)
+	}
+	f := strings.Fields(string(res))
+	if len(f) != 2 || f[0] != strconv.Itoa(len(lines)) || f[1] != "0" {
+		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], len(lines), res)
+	}
+	t.Logf("%d packets, opcodes %v: Wireshark decodes them all, scapy agrees with every ICRC", len(lines), opcodes)
+}
