@@ -22,10 +22,11 @@ type controlFlags struct {
 	firewall  bool
 	sw        string
 	uplinks   []records.Uplink
+	lossless  int // --rdma-uplink-lossless: -1 unset
 }
 
 func addControlFlags(fs *flag.FlagSet) *controlFlags {
-	c := &controlFlags{}
+	c := &controlFlags{lossless: -1}
 	fs.BoolVar(&c.none, "no-control-plane", false, "run standalone: no etcd, same-host peers only")
 	fs.StringVar(&c.endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster (default: an embedded etcd under the state directory)")
 	fs.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
@@ -43,6 +44,7 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 		c.uplinks = append(c.uplinks, u)
 		return nil
 	})
+	fs.IntVar(&c.lossless, "rdma-uplink-lossless", -1, "declare the RDMA uplinks lossless for this 802.1Q priority (PFC on it, no pause, not teamed), for NICs whose kernel reports no DCB state (loopback, veth): what vrdmactl host uplink declare would record")
 	return c
 }
 
@@ -53,6 +55,15 @@ func (c *controlFlags) config() (*agent.ControlConfig, error) {
 			return nil, errors.New("--no-control-plane excludes --etcd-endpoints, --pvrdma-address, --switch and --rdma-uplink")
 		}
 		return nil, nil
+	}
+	if c.lossless >= 0 {
+		if c.lossless > records.MaxPFCPriority || len(c.uplinks) == 0 {
+			return nil, fmt.Errorf("--rdma-uplink-lossless %d: want a priority 0..%d, and --rdma-uplink", c.lossless, records.MaxPFCPriority)
+		}
+		pfc, teamed := records.PrioritiesOf(c.lossless), false
+		for i := range c.uplinks {
+			c.uplinks[i].Declared = records.NICState{PFC: &pfc, Pause: &records.Pause{}, Teamed: &teamed}
+		}
 	}
 	cfg := &agent.ControlConfig{DataDir: c.dataDir, FirewallPVRDMA: c.firewall, Switch: c.sw, Uplinks: c.uplinks}
 	for _, e := range strings.Split(c.endpoints, ",") {

@@ -21,16 +21,17 @@ import (
 // 127/8 address is the loopback interface's on Linux, no root needed), the
 // first with its embedded control plane (etcd), the others joined to it,
 // all on one distributed switch with one port group. Each listens for the
-// tcp path on its own address (--pvrdma-address, --firewall-pvrdma); none
-// has an RDMA uplink, so VMs on different hosts get the tcp path. (Hosts
-// given RDMA uplinks on lo would have to declare them lossless, as the
-// loopback reports no DCB, or the network checks would keep them on tcp:
-// docs/network.md.)
+// tcp path on its own address (--pvrdma-address, --firewall-pvrdma). A
+// host with RDMA runs a software RoCEv2 uplink on the same address (UDP
+// 4791, --rdma-uplink), declared lossless (the loopback reports no DCB,
+// and the network checks would keep the pair on tcp: docs/network.md):
+// two such hosts get the rdma path, others the tcp path.
 
 // localHostSpec is one host to start.
 type localHostSpec struct {
 	Name string         // --host
 	Addr netip.AddrPort // --pvrdma-address; port 0: a port free on Addr's IP
+	RDMA bool           // a software RoCEv2 uplink on Addr's IP, UDP 4791
 }
 
 // localHost is a started host: its agent process and where it listens.
@@ -38,6 +39,7 @@ type localHost struct {
 	*localAgent
 	Name string
 	Addr netip.AddrPort // its PVRDMA address: the tcp path's listener
+	RDMA bool           // it has a software RoCEv2 uplink on Addr's IP
 }
 
 // localFabric is the hosts of one local control plane.
@@ -93,11 +95,14 @@ func startLocalHost(ctx context.Context, s localHostSpec, sw, endpoint string) (
 	if endpoint != "" {
 		args = append(args, "--etcd-endpoints", endpoint)
 	}
+	if s.RDMA {
+		args = append(args, "--rdma-uplink", "rocev2-soft/"+s.Addr.Addr().String(), "--rdma-uplink-lossless", "3")
+	}
 	ag, err := startLocalAgent(ctx, args...)
 	if err != nil {
 		return nil, fmt.Errorf("host %s (%s): %w", s.Name, s.Addr, err)
 	}
-	return &localHost{localAgent: ag, Name: s.Name, Addr: s.Addr}, nil
+	return &localHost{localAgent: ag, Name: s.Name, Addr: s.Addr, RDMA: s.RDMA}, nil
 }
 
 // etcdEndpoint returns the client URL of the host's embedded etcd.
@@ -124,7 +129,7 @@ func createLocalFabric(ctx context.Context, endpoint, sw, pg string) error {
 		return fmt.Errorf("create switch %s: %w", s.Name, err)
 	}
 	name := strings.TrimPrefix(pg, "dvportgroup-")
-	p := records.PortGroup{Name: name, Key: pg, Switch: sw, VLAN: 0, PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2}
+	p := records.PortGroup{Name: name, Key: pg, Switch: sw, VLAN: 100, PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2} // RoCE in a VLAN with PFC on its priority (roce-vlan-pfc)
 	if _, err := st.Create(ctx, records.PortGroupKey(p.Key), p); err != nil {
 		return fmt.Errorf("create port group %s: %w", p.Key, err)
 	}
@@ -178,8 +183,8 @@ func (f *localFabric) Close() error {
 	return errors.Join(errs...)
 }
 
-// uplinkBytes returns the bytes the hosts sent over their tcp-path
-// uplinks so far.
+// uplinkBytes returns the bytes the hosts sent over their uplinks so far:
+// the tcp path's links and the RDMA uplinks.
 func uplinkBytes(ctx context.Context, hosts ...*localHost) (uint64, error) {
 	var sum uint64
 	for _, h := range hosts {
@@ -193,6 +198,9 @@ func uplinkBytes(ctx context.Context, hosts ...*localHost) (uint64, error) {
 			return 0, fmt.Errorf("host %s: status: %w", h.Name, err)
 		}
 		for _, u := range st.Uplinks {
+			sum += u.BytesOut
+		}
+		for _, u := range st.RDMA {
 			sum += u.BytesOut
 		}
 	}

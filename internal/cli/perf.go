@@ -131,8 +131,8 @@ func (o *perfOptions) check() error {
 		}
 	}
 	if o.hostAddrs != "" {
-		if o.path != string(vrdma.PathTCP) {
-			return usageErrorf("perf: --pvrdma-addresses is for --path tcp (two hosts on this machine)")
+		if o.path != string(vrdma.PathTCP) && o.path != string(vrdma.PathRDMA) {
+			return usageErrorf("perf: --pvrdma-addresses is for --path tcp and --path rdma (two hosts on this machine)")
 		}
 		if _, err := o.hosts(); err != nil {
 			return usageErrorf("perf: --pvrdma-addresses: %v", err)
@@ -157,9 +157,11 @@ func (o *perfOptions) check() error {
 	return nil
 }
 
-// hosts returns the two hosts of --path tcp.
+// hosts returns the two hosts of --path tcp and --path rdma (with RDMA
+// uplinks on their addresses).
 func (o *perfOptions) hosts() ([]localHostSpec, error) {
-	specs := []localHostSpec{{Name: "host1"}, {Name: "host2"}}
+	rdma := o.path == string(vrdma.PathRDMA)
+	specs := []localHostSpec{{Name: "host1", RDMA: rdma}, {Name: "host2", RDMA: rdma}}
 	if o.hostAddrs == "" {
 		for i := range specs {
 			specs[i].Addr = netip.AddrPortFrom(defaultLocalHostAddrs[i], 0)
@@ -302,7 +304,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		inline = perfInline
 	}
 
-	tcp := o.path == string(vrdma.PathTCP)
+	tcp := o.path == string(vrdma.PathTCP) || o.path == string(vrdma.PathRDMA) // two hosts
 	specs := []*localVM{
 		{Name: "vm1", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
 		{Name: "vm2", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
@@ -443,7 +445,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			return fmt.Errorf("perf: the hosts' uplink counters: %w", err)
 		}
 		if after <= uplinkBefore {
-			return fmt.Errorf("perf: the pair reports the tcp path, but the hosts' uplink byte counters did not move (%d before, %d after): its traffic did not cross it", uplinkBefore, after)
+			return fmt.Errorf("perf: the pair reports the %s path, but the hosts' uplink byte counters did not move (%d before, %d after): its traffic did not cross it", path.Path, uplinkBefore, after)
 		}
 		info.UplinkBytes = after - uplinkBefore
 	}

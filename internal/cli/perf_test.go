@@ -99,11 +99,11 @@ func TestPerfAllSizesToFile(t *testing.T) {
 
 func TestPerfWrongPath(t *testing.T) {
 	tmp := isolate(t)
-	out, errs, code := run(t, "", "perf", "write_bw", "--local", "--path", "rdma", "-n", "10", "--out_json")
+	out, errs, code := run(t, "", "perf", "write_bw", "--local", "--path", "memcpy-direct", "-n", "10", "--out_json")
 	if code != exitFailure {
-		t.Fatalf("--path rdma: exit %d, want 1; stderr %q", code, errs)
+		t.Fatalf("--path memcpy-direct: exit %d, want 1; stderr %q", code, errs)
 	}
-	if !strings.Contains(errs, `"rdma"`) || !strings.Contains(errs, `"memcpy"`) {
+	if !strings.Contains(errs, `"memcpy-direct"`) || !strings.Contains(errs, `"memcpy"`) {
 		t.Errorf("error does not name both paths: %q", errs)
 	}
 	if out != "" {
@@ -174,6 +174,23 @@ func TestPerfTCP(t *testing.T) {
 	out := runOK(t, "perf", "write_bw", "--local", "--path", "tcp", "-s", "65536", "-n", "100")
 	for _, want := range []string{"RDMA_Write BW Test", " Transport       : tcp", " Path reason     : tcp: ", " Hosts           : host1 127.0.0.2:",
 		" → host2 127.0.0.3:", "#bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]", " 65536      100 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("perf left %v in TMPDIR", left)
+	}
+}
+
+// TestPerfRDMA runs perf over the rdma path: two hosts on loopback
+// addresses, each with a software RoCEv2 uplink (UDP 4791) declared
+// lossless, no root needed.
+func TestPerfRDMA(t *testing.T) {
+	tmp := isolate(t)
+	out := runOK(t, "perf", "write_bw", "--local", "--path", "rdma", "-s", "65536", "-n", "50")
+	for _, want := range []string{"RDMA_Write BW Test", " Transport       : rdma", " Path reason     : rdma: ", "both have an RDMA uplink",
+		" Hosts           : host1 127.0.0.2:", " 65536      50 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,6 +25,7 @@ type pairSpec struct {
 var quickstartPairs = []pairSpec{
 	{A: "vm1/vrdma0", B: "vm2/vrdma0", Path: vrdma.PathMemcpy}, // both on host1
 	{A: "vm1/vrdma0", B: "vm3/vrdma0", Path: vrdma.PathTCP},    // host1 → host2
+	{A: "vm4/vrdma0", B: "vm5/vrdma0", Path: vrdma.PathRDMA},   // host3 → host4, both with an RDMA uplink
 }
 
 // quickstartVMs are the VMs quickstart defines, and the index in
@@ -31,7 +33,7 @@ var quickstartPairs = []pairSpec{
 var quickstartVMs = []struct {
 	Name string
 	Host int
-}{{"vm1", 0}, {"vm2", 0}, {"vm3", 1}}
+}{{"vm1", 0}, {"vm2", 0}, {"vm3", 1}, {"vm4", 2}, {"vm5", 3}}
 
 // quickstartVMMB is each quickstart VM's guest memory: the two of host1,
 // locked, fit the 8 MiB RLIMIT_MEMLOCK that unprivileged users commonly
@@ -64,8 +66,9 @@ type quickstartReport struct {
 type quickstartHost struct {
 	Name          string   `json:"name"`
 	PID           int      `json:"pid,omitempty"`
-	PVRDMAAddress string   `json:"pvrdma_address"` // where it listens for the tcp path
-	ControlPlane  string   `json:"control_plane"`  // "embedded etcd" or "joined ENDPOINT"
+	PVRDMAAddress string   `json:"pvrdma_address"`        // where it listens for the tcp path
+	ControlPlane  string   `json:"control_plane"`         // "embedded etcd" or "joined ENDPOINT"
+	RDMAUplink    string   `json:"rdma_uplink,omitempty"` // its software RoCEv2 uplink, ADDRESS:4791
 	VMs           []string `json:"vms"`
 	Error         string   `json:"error,omitempty"` // why it did not start
 }
@@ -88,18 +91,22 @@ type pairReport struct {
 func (a *app) quickstartCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "quickstart",
-		Short: "Start two throw-away host agents with three VMs and show RDMA between them",
+		Short: "Start four throw-away host agents with five VMs and show RDMA between them",
 		Long: `quickstart shows vrdma working on this machine, with no root, no installed
-agent and nothing left behind. It starts two host agent processes with
+agent and nothing left behind. It starts four host agent processes with
 temporary state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself),
 each a host on its own loopback address: host1 on 127.0.0.2 with its embedded
-control plane (etcd), and host2 on 127.0.0.3 joined to it; neither has an RDMA
-uplink. It creates a distributed switch and a port group (quickstart-dvs,
-dvportgroup-quickstart), defines VMs on them, vm1 and vm2 on host1 and vm3 on
-host2, with 3 MiB of guest memory each (reserved and locked when the memlock
-limit allows), attaches a workload to each, and connects two pairs through the
-connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the memcpy path) and
-vm1/vrdma0 to vm3/vrdma0 (different hosts: the tcp path). On each pair it
+control plane (etcd), and host2, host3 and host4 on 127.0.0.3, .4 and .5
+joined to it; host3 and host4 have a software RoCEv2 uplink on their address
+(UDP 4791), declared lossless, the others none. It creates a distributed
+switch and a port group (quickstart-dvs, dvportgroup-quickstart, VLAN 100),
+defines VMs on them, vm1 and vm2 on host1, vm3 on host2, vm4 on host3 and vm5
+on host4, with 3 MiB of guest memory each (reserved and locked when the
+memlock limit allows), attaches a workload to each, and connects three pairs
+through the connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the
+memcpy path), vm1/vrdma0 to vm3/vrdma0 (different hosts: the tcp path) and
+vm4/vrdma0 to vm5/vrdma0 (different hosts with RDMA uplinks: the rdma path,
+the agents' RoCEv2 engines). On each pair it
 runs every opcode (SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
 RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD) checking the data,
 measures a short bandwidth (64 KiB RDMA WRITEs) and latency (8-byte RDMA
@@ -146,6 +153,9 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 	rep.Hosts = make([]quickstartHost, len(quickstartHosts))
 	for i, s := range quickstartHosts {
 		rep.Hosts[i] = quickstartHost{Name: s.Name, PVRDMAAddress: s.Addr.String()}
+		if s.RDMA {
+			rep.Hosts[i].RDMAUplink = netip.AddrPortFrom(s.Addr.Addr(), 4791).String()
+		}
 		for _, v := range quickstartVMs {
 			if v.Host == i {
 				rep.Hosts[i].VMs = append(rep.Hosts[i].VMs, v.Name)
@@ -193,7 +203,11 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 	// fails the pairs with its VMs, not the others.
 	for i, hs := range quickstartHosts[1:] {
 		i++
-		fmt.Fprintf(progress, "starting host agent %s on %s, joined to %s's control plane, no RDMA uplink… ", hs.Name, hs.Addr.Addr(), hosts[0].Name)
+		uplink := "no RDMA uplink"
+		if hs.RDMA {
+			uplink = "a software RoCEv2 uplink on " + hs.Addr.Addr().String() + ":4791"
+		}
+		fmt.Fprintf(progress, "starting host agent %s on %s, joined to %s's control plane, %s… ", hs.Name, hs.Addr.Addr(), hosts[0].Name, uplink)
 		h, err := startLocalHost(ctx, hs, quickstartSwitch, endpoint)
 		if err != nil {
 			fmt.Fprintln(progress, "failed")

@@ -14,9 +14,12 @@ const (
 )
 
 // quickstartHosts are the host agents quickstart starts, each on its own
-// loopback address (a free port): host1 runs the embedded etcd, host2
-// joins it.
+// loopback address (a free port): host1 runs the embedded etcd, the others
+// join it; host3 and host4 have a software RoCEv2 uplink on their
+// address (UDP 4791), declared lossless.
 var quickstartHosts = []localHostSpec{
 	{Name: "host1", Addr: netip.AddrPortFrom(defaultLocalHostAddrs[0], 0)},
 	{Name: "host2", Addr: netip.AddrPortFrom(defaultLocalHostAddrs[1], 0)},
+	{Name: "host3", Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 4}), 0), RDMA: true},
+	{Name: "host4", Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 5}), 0), RDMA: true},
 }

@@ -18,7 +18,7 @@ func TestQuickstart(t *testing.T) {
 	var rep quickstartReport
 	runJSON(t, &rep, "quickstart", "-o", "json")
 	t.Logf("%+v", rep)
-	if !rep.OK || len(rep.Pairs) != 2 {
+	if !rep.OK || len(rep.Pairs) != 3 {
 		t.Fatalf("report %+v", rep)
 	}
 	// The same-host pair: memcpy, as path selection decided it on the
@@ -38,14 +38,28 @@ func TestQuickstart(t *testing.T) {
 		q.Path != "tcp" || q.Want != "tcp" || !strings.HasPrefix(q.Reason, "tcp: ") || !strings.Contains(q.Reason, "no RDMA uplink") {
 		t.Errorf("pair %+v", q)
 	}
-	if len(rep.Hosts) != 2 {
+	// The pair between the hosts with RDMA uplinks: rdma, through the
+	// two agents' RoCEv2 engines.
+	r := rep.Pairs[2]
+	if !r.OK || r.A != "vm4/vrdma0" || r.B != "vm5/vrdma0" || r.HostA != "host3" || r.HostB != "host4" ||
+		r.Path != "rdma" || r.Want != "rdma" || !strings.HasPrefix(r.Reason, "rdma: ") || !strings.Contains(r.Reason, "RDMA uplink") {
+		t.Errorf("pair %+v", r)
+	}
+	if len(rep.Hosts) != 4 {
 		t.Fatalf("hosts %+v", rep.Hosts)
 	}
 	for i, h := range rep.Hosts {
 		addr := fmt.Sprintf("127.0.0.%d:", 2+i)
-		if h.Name != fmt.Sprintf("host%d", i+1) || h.PID <= 0 || h.Error != "" || !strings.HasPrefix(h.PVRDMAAddress, addr) ||
-			!strings.Contains(q.Reason, h.PVRDMAAddress) {
-			t.Errorf("host %d: %+v (tcp pair's reason %q)", i, h, q.Reason)
+		if h.Name != fmt.Sprintf("host%d", i+1) || h.PID <= 0 || h.Error != "" || !strings.HasPrefix(h.PVRDMAAddress, addr) {
+			t.Errorf("host %d: %+v", i, h)
+		}
+		if rdma := h.RDMAUplink != ""; rdma != (i >= 2) || rdma && h.RDMAUplink != addr+"4791" {
+			t.Errorf("host %d: RDMA uplink %q", i, h.RDMAUplink)
+		}
+	}
+	for _, h := range rep.Hosts[:2] {
+		if !strings.Contains(q.Reason, h.PVRDMAAddress) {
+			t.Errorf("host %s: the tcp pair's reason %q lacks its address", h.Name, q.Reason)
 		}
 	}
 	if h := rep.Hosts; h[0].ControlPlane != "embedded etcd" || !strings.HasPrefix(h[1].ControlPlane, "joined unix://") ||

@@ -323,25 +323,32 @@ func (p *path) send(at *device.RCAttrs, mtu uint32) {
 				p.blocked = true
 				return // wait for acknowledgements
 			}
-			if err := p.sendPacket(at.RemoteQPN, e, sent, got, mtu); err != nil {
-				p.e.log.Debug("rdma path: send", "qpn", p.q.QPN(), "err", err)
-				p.blocked = true
-				return // the timeout retransmits
-			}
+			// The packet counts as sent before it goes: its response may
+			// come back before sendmsg returns.
+			i := sent
 			sent++
 			end := (e.psn + sent) & rc.PSNMask
 			if w.Opcode == abi.OpRDMARead {
 				end = (e.psn + e.npsn) & rc.PSNMask
 			}
 			p.mu.Lock()
+			again := rc.PSNDiff(end, p.maxPSN) <= 0
 			e.sent = sent
 			if rc.PSNDiff(end, p.sendPSN) > 0 {
 				p.sendPSN = end
 			}
-			if rc.PSNDiff(end, p.maxPSN) > 0 {
+			if !again {
 				p.maxPSN = end
 			}
 			p.mu.Unlock()
+			if again {
+				p.e.ctr.Retransmits.Add(1)
+			}
+			if err := p.sendPacket(at.RemoteQPN, e, i, got, mtu); err != nil {
+				p.e.log.Debug("rdma path: send", "qpn", p.q.QPN(), "err", err)
+				p.blocked = true
+				return // the timeout retransmits
+			}
 		}
 	}
 }
@@ -394,12 +401,6 @@ func (p *path) sendPacket(dqpn uint32, e *entry, i, got, mtu uint32) error {
 	rocewire.BTH(h).Encode(&f)
 	bufs := append(p.bufs[:0], h)
 	bufs = pieces(bufs, e.segs[:e.nseg], off, n)
-	p.mu.Lock()
-	again := rc.PSNDiff(psn, p.maxPSN) < 0
-	p.mu.Unlock()
-	if again {
-		p.e.ctr.Retransmits.Add(1)
-	}
 	return p.e.send(p.peer, bufs, int(n), p.pad[:], p.icrc[:])
 }
 

@@ -3,6 +3,7 @@ package rdma_test
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -22,7 +23,7 @@ import (
 // no other test uses.
 var wireAddr = netip.MustParseAddrPort("127.0.33.9:4791")
 
-// TestEngineWire captures the engine's packets on lo with tshark while a
+// TestEngineWire captures the engine's packets with tshark while a
 // pair runs every opcode and messages of several packets, and checks them
 // with readers that are not the engine's: Wireshark's InfiniBand
 // dissector decodes every packet, none malformed, with every opcode the
@@ -31,7 +32,7 @@ var wireAddr = netip.MustParseAddrPort("127.0.33.9:4791")
 // IPv4 header the engine predicts (ID 0, DF) against what the kernel sent.
 func TestEngineWire(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("capturing on lo needs root (CI runs as root)")
+		t.Skip("capturing packets needs root (CI runs as root)")
 	}
 	tshark, err := exec.LookPath("tshark")
 	if err != nil {
@@ -44,17 +45,28 @@ func TestEngineWire(t *testing.T) {
 	dir := t.TempDir()
 	pcap := filepath.Join(dir, "rdma.pcap")
 	var stderr bytes.Buffer
-	capture := exec.Command(tshark, "-i", "lo", "-f", "udp port 4791 and host "+wireAddr.Addr().String(), "-w", pcap, "-q")
+	capture := exec.Command(tshark, "-i", "any", "-f", "udp and host "+wireAddr.Addr().String(), "-w", pcap, "-q")
 	capture.Stderr = &stderr
 	if err := capture.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { capture.Process.Kill(); capture.Wait() })
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), "Capturing on"); {
+	// The capture is live once a probe (UDP to the discard port of the
+	// engine's address) shows in its file.
+	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	count := func(filter string) int {
+		out, _ := exec.Command(tshark, "-r", pcap, "-Y", filter, "-T", "fields", "-e", "frame.number").Output()
+		return len(strings.Fields(string(out)))
+	}
+	for deadline := time.Now().Add(30 * time.Second); count("udp.dstport == 9") == 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("tshark did not start capturing: %s", stderr.String())
+			t.Fatalf("tshark captured none of its probes: %s", stderr.String())
 		}
-		time.Sleep(20 * time.Millisecond)
+		probe.WriteToUDP([]byte("probe"), &net.UDPAddr{IP: wireAddr.Addr().AsSlice(), Port: 9})
 	}
 
 	env := testenv.StartWith(t, testenv.Options{RDMALoop: wireAddr})
@@ -79,12 +91,30 @@ func TestEngineWire(t *testing.T) {
 			t.Fatalf("%s: %v", c.Test.Title(), err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // the last packets reach the capture
+	// Every packet the engine sent is in the capture before it stops
+	// (dumpcap writes as it goes; a loaded machine may lag).
+	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := a.Status(ctx)
+	a.Close()
+	if err != nil || len(st.RDMA) != 1 {
+		t.Fatalf("status: %v %+v", err, st.RDMA)
+	}
+	sent := int(st.RDMA[0].PacketsOut)
+	captured := 0
+	for deadline := time.Now().Add(20 * time.Second); captured < sent && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		captured = count("udp.port == 4791")
+	}
 	capture.Process.Signal(syscall.SIGINT)
 	capture.Wait()
+	if captured < sent {
+		t.Fatalf("the capture holds %d packets, the engine sent %d (tshark: %s)", captured, sent, stderr.String())
+	}
 
 	// Wireshark: every packet is InfiniBand, none malformed.
-	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-T", "fields", "-E", "separator=,",
+	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
 		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed").Output()
 	if err != nil {
 		t.Fatalf("tshark -r: %v", err)
