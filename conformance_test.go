@@ -200,25 +200,12 @@ func (e *rdmaLossyEnv) faulty() {}
 // rdmaBytes returns the bytes the agents' RDMA uplinks sent so far.
 func rdmaBytes(t *testing.T, sockets ...string) uint64 {
 	t.Helper()
-	var sum uint64
-	for _, sock := range sockets {
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
-		if err != nil {
-			cancel()
-			t.Fatalf("agent %s: %v", sock, err)
-		}
-		st, err := a.Status(ctx)
-		a.Close()
-		cancel()
-		if err != nil {
-			t.Fatalf("agent %s: status: %v", sock, err)
-		}
+	return statusSum(t, func(st *vrdma.Status) (n uint64) {
 		for _, u := range st.RDMA {
-			sum += u.BytesOut
+			n += u.BytesOut
 		}
-	}
-	return sum
+		return n
+	}, sockets...)
 }
 
 // lossyRC are the lossy run's connection attributes: a lost frame costs
@@ -362,8 +349,19 @@ func (e *rdmaEnv) UplinkBytes(t *testing.T) uint64 {
 }
 
 // uplinkBytes returns the bytes the agents at sockets sent over their
-// uplinks so far, as their status reports.
+// tcp-path uplinks so far, as their status reports.
 func uplinkBytes(t *testing.T, sockets ...string) uint64 {
+	t.Helper()
+	return statusSum(t, func(st *vrdma.Status) (n uint64) {
+		for _, u := range st.Uplinks {
+			n += u.BytesOut
+		}
+		return n
+	}, sockets...)
+}
+
+// statusSum adds up f of the status of every agent at sockets.
+func statusSum(t *testing.T, f func(*vrdma.Status) uint64, sockets ...string) uint64 {
 	t.Helper()
 	var sum uint64
 	for _, sock := range sockets {
@@ -379,9 +377,7 @@ func uplinkBytes(t *testing.T, sockets ...string) uint64 {
 		if err != nil {
 			t.Fatalf("agent %s: status: %v", sock, err)
 		}
-		for _, u := range st.Uplinks {
-			sum += u.BytesOut
-		}
+		sum += f(&st)
 	}
 	return sum
 }

@@ -207,6 +207,7 @@ func New(cfg Config) (*Agent, error) {
 // attachedVMs are the agent's attached VMs, for the procedures.
 type attachedVMs struct{ a *Agent }
 
+// Attached returns the VM attached as name.
 func (v attachedVMs) Attached(name string) (manage.VM, bool) {
 	m, ok := v.a.dev.Attached(name)
 	if !ok {
@@ -215,6 +216,7 @@ func (v attachedVMs) Attached(name string) (manage.VM, bool) {
 	return m, true
 }
 
+// AttachedVMs returns every attached VM.
 func (v attachedVMs) AttachedVMs() []manage.VM {
 	vms := v.a.dev.AttachedVMs()
 	out := make([]manage.VM, len(vms))

@@ -86,6 +86,10 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	return &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port())}, nil
 }
 
+// WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
+
+// WriteTo sends bufs as one datagram with sendmsg(2), straight from the
+// caller's pieces (guest memory among them): no copy in user space.
 func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
 	a := dst.Addr().As4()
 	sa := &unix.SockaddrInet4{Port: int(dst.Port()), Addr: a}
@@ -103,6 +107,7 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
 	return nil
 }
 
+// ReadFrom reads one datagram.
 func (u *udpConn) ReadFrom(b []byte) (int, netip.AddrPort, error) {
 	n, src, err := u.c.ReadFromUDPAddrPort(b)
 	return n, netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), err

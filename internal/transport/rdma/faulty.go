@@ -31,6 +31,8 @@ func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
 	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
 }
 
+// WriteTo sends bufs to dst as the next fate says: not at all, twice,
+// after the next datagram, later, or now.
 func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
 	f.mu.Lock()
 	fate := f.fates.Next()

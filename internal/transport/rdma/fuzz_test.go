@@ -1,0 +1,103 @@
+package rdma_test
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
+	"github.com/vrdma/vrdma/internal/rocewire"
+	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
+)
+
+// injector is the engine's socket with a side door: datagrams put on in
+// are read as if the network had brought them.
+type injector struct {
+	rdma.Conn
+	in chan []byte
+}
+
+func (j *injector) ReadFrom(b []byte) (int, netip.AddrPort, error) {
+	select {
+	case d := <-j.in:
+		return copy(b, d), j.LocalAddr(), nil
+	default:
+	}
+	return j.Conn.ReadFrom(b)
+}
+
+// FuzzEngine feeds hostile packets to a running engine, from the address
+// of the QPs' peer and with a correct ICRC, so that they reach the
+// responder's and the requester's rules: a QP that is connected, its
+// number in the BTH, any opcode, PSN, header and payload. The engine must
+// not panic (the agent logs a QP goroutine's or a session's panic as an
+// error, which fails the test), and the pair must still answer status.
+func FuzzEngine(f *testing.F) {
+	j := &injector{in: make(chan []byte, 1)}
+	// An address of this process's own: the fuzzing coordinator and its
+	// workers each run this setup.
+	addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 34 + byte(os.Getpid()>>8%200), byte(os.Getpid()%250 + 1)}), 4791)
+	env := testenv.StartWith(f, testenv.Options{RDMALoop: addr, RDMALoopConn: func(c rdma.Conn) rdma.Conn { j.Conn = c; return j }})
+	v1, v2 := env.Open(f, "f1", testenv.VMOptions{}), env.Open(f, "f2", testenv.VMOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { p.Close(context.Background()) })
+	qpns := []uint32{p.A.QP.QPN(), p.B.QP.QPN()}
+
+	bth := func(op rocewire.Opcode, psn uint32, rest ...byte) []byte {
+		b := make([]byte, rocewire.BTHLen, 64)
+		rocewire.BTH(b).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, PSN: psn, AckReq: true})
+		return append(b, rest...)
+	}
+	f.Add(uint8(0), bth(rocewire.SendOnly, 0, []byte("hello")...))
+	f.Add(uint8(1), bth(rocewire.RDMAWriteFirst, 5, make([]byte, 16+1024)...))
+	f.Add(uint8(0), bth(rocewire.RDMAReadRequest, 1, make([]byte, 16)...))
+	f.Add(uint8(1), bth(rocewire.CompareSwap, 2, make([]byte, 28)...))
+	f.Add(uint8(0), bth(rocewire.Acknowledge, 3, 0x60, 0, 0, 1))
+	f.Add(uint8(1), bth(rocewire.RDMAReadResponseOnly, 4, append([]byte{0x1f, 0, 0, 0}, make([]byte, 64)...)...))
+	f.Add(uint8(0), bth(rocewire.SendMiddle, 0xffffff, make([]byte, 1024)...))
+
+	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
+	f.Fuzz(func(t *testing.T, which uint8, tp []byte) {
+		if len(tp) < rocewire.BTHLen || len(tp) > 4096 {
+			return
+		}
+		pkt := append(append([]byte(nil), tp...), 0, 0, 0, 0)
+		binary.BigEndian.PutUint32(pkt[4:], qpns[int(which)%2]) // FECN, BECN zero: the QP under test
+		n := len(pkt)
+		hdr[0], hdr[2], hdr[3], hdr[6], hdr[9] = 0x45, byte((28+n)>>8), byte(28+n), 0x40, 17
+		a := addr.Addr().As4()
+		copy(hdr[12:], a[:])
+		copy(hdr[16:], a[:])
+		binary.BigEndian.PutUint16(hdr[20:], 4791)
+		binary.BigEndian.PutUint16(hdr[22:], 4791)
+		binary.BigEndian.PutUint16(hdr[24:], uint16(8+n))
+		if err := rocewire.PutICRC(hdr[:20], hdr[20:], pkt); err != nil {
+			t.Fatal(err)
+		}
+		j.in <- pkt
+		// Wake the reader: a datagram it reads after the injected one.
+		probe := append(append([]byte(nil), pkt[:rocewire.BTHLen]...), 0, 0, 0, 0)
+		probe[0] = byte(rocewire.CNP)
+		j.Conn.WriteTo([][]byte{probe}, addr)
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a2, err := vrdma.DialAgent(sctx, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a2.Close()
+		if _, err := a2.Status(sctx); err != nil {
+			t.Fatalf("the agent stopped answering: %v", err)
+		}
+	})
+}
