@@ -87,12 +87,19 @@ func TestConformance(t *testing.T) {
 		// Three hosts as for tcp, each with a software RoCEv2 uplink on
 		// its address: the rdma path between every two of them, and
 		// connection management still over the tcp path's connections.
+		// As root the hosts are network namespaces joined by veths.
 		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true})
 		t.Logf("hosts in network namespaces: %v %s", c.Netns, c.NoNetnsReason)
 		runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "rd"}}, connCM)
 		t.Run("async", func(t *testing.T) {
 			runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "ra", async: true}}, connOOB)
 		})
+	})
+	t.Run("rdma-lo", func(t *testing.T) {
+		// The same between three vrdmad processes on loopback addresses
+		// of this namespace (what a run without root gets).
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true, Netns: testenv.NetnsOff})
+		runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "rq"}}, connCM)
 	})
 	t.Run("tcp", func(t *testing.T) {
 		// Three hosts, so that any two of the (at most three) VMs a case
