@@ -76,6 +76,7 @@ type Config struct {
 	// the engine's socket instead (a fault injector around one).
 	RDMALoop     netip.AddrPort
 	RDMALoopConn func(rdma.Conn) rdma.Conn
+	RDMALoopDSCP uint8 // the DSCP its packets carry
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock

@@ -103,6 +103,7 @@ type Options struct {
 	// (agent.Config.RDMALoop); RDMALoopConn wraps its socket.
 	RDMALoop     netip.AddrPort
 	RDMALoopConn func(rdma.Conn) rdma.Conn
+	RDMALoopDSCP uint8
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
 }
@@ -126,7 +127,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
 		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
-		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn})
+		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP})
 	if err != nil {
 		tb.Fatal(err)
 	}

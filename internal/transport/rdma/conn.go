@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -25,8 +26,9 @@ import (
 
 // Conn carries the engine's UDP datagrams.
 type Conn interface {
-	// WriteTo sends one datagram, the concatenation of bufs, to dst.
-	WriteTo(bufs [][]byte, dst netip.AddrPort) error
+	// WriteTo sends one datagram, the concatenation of bufs, to dst, with
+	// IP TOS byte tos (the port group's DSCP << 2).
+	WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error
 	// ReadFrom reads one datagram into b.
 	ReadFrom(b []byte) (n int, src netip.AddrPort, err error)
 	// LocalAddr is the address and port the datagrams leave from.
@@ -89,13 +91,20 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 // WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
 
 // WriteTo sends bufs as one datagram with sendmsg(2), straight from the
-// caller's pieces (guest memory among them): no copy in user space.
-func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
+// caller's pieces (guest memory among them): no copy in user space. The
+// TOS byte travels as an IP_TOS control message, so that QPs of port
+// groups with different DSCPs share the socket.
+func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 	a := dst.Addr().As4()
 	sa := &unix.SockaddrInet4{Port: int(dst.Port()), Addr: a}
+	var oob []byte
+	if tos != 0 {
+		var b [32]byte
+		oob = tosCmsg(b[:], tos)
+	}
 	var err error
 	werr := u.raw.Write(func(fd uintptr) bool {
-		_, err = unix.SendmsgBuffers(int(fd), bufs, nil, sa, unix.MSG_DONTWAIT)
+		_, err = unix.SendmsgBuffers(int(fd), bufs, oob, sa, unix.MSG_DONTWAIT)
 		return !errors.Is(err, unix.EAGAIN)
 	})
 	if werr != nil {
@@ -115,6 +124,17 @@ func (u *udpConn) ReadFrom(b []byte) (int, netip.AddrPort, error) {
 
 func (u *udpConn) LocalAddr() netip.AddrPort { return u.local }
 func (u *udpConn) Close() error              { return u.c.Close() }
+
+// tosCmsg writes into b an IP_TOS control message carrying tos and
+// returns it.
+func tosCmsg(b []byte, tos uint8) []byte {
+	n := unix.CmsgSpace(4)
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+	h.SetLen(unix.CmsgLen(4))
+	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+	return b[:n]
+}
 
 // ipUDP writes into h (28 bytes) the IPv4 and UDP headers the kernel
 // sends a datagram of n payload bytes from src to dst with: DF, ID 0; the

@@ -93,12 +93,13 @@ func (e *Engine) Close() {
 
 // Bind returns the maker of the rdma path of a QP whose remote end is
 // behind the uplink at peer (its address; port 0 means 4791), for a
-// device.Route.
-func (e *Engine) Bind(peer netip.AddrPort) func(q *device.QP) device.Path {
+// device.Route; its packets carry IP TOS byte tos (the port group's DSCP
+// << 2, netcheck.SocketOptionsOf).
+func (e *Engine) Bind(peer netip.AddrPort, tos uint8) func(q *device.QP) device.Path {
 	if peer.Port() == 0 {
 		peer = netip.AddrPortFrom(peer.Addr(), rocewire.UDPPort)
 	}
-	return func(q *device.QP) device.Path { return newPath(e, q, peer) }
+	return func(q *device.QP) device.Path { return newPath(e, q, peer, tos) }
 }
 
 // maxDatagram is the largest datagram the engine reads: a 4096-byte path
@@ -164,7 +165,7 @@ func (e *Engine) read() {
 // pad and ICRC, which send adds (pad and icrc are the caller's scratch:
 // 3 and 4 bytes). payload is the count of payload bytes in bufs, for the
 // pad.
-func (e *Engine) send(dst netip.AddrPort, bufs [][]byte, size int, pad, icrc []byte) error {
+func (e *Engine) send(dst netip.AddrPort, tos uint8, bufs [][]byte, size int, pad, icrc []byte) error {
 	padN := int(rocewire.PadCount(size))
 	if padN > 0 {
 		clear(pad[:padN])
@@ -184,5 +185,5 @@ func (e *Engine) send(dst netip.AddrPort, bufs [][]byte, size int, pad, icrc []b
 	bufs = append(bufs, icrc[:4])
 	e.ctr.TxPackets.Add(1)
 	e.ctr.TxBytes.Add(uint64(total + rocewire.ICRCLen))
-	return e.conn.WriteTo(bufs, dst)
+	return e.conn.WriteTo(bufs, dst, tos)
 }

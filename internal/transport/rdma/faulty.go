@@ -19,10 +19,11 @@ type faulty struct {
 	delayBy time.Duration
 	st      *testlink.Stats
 
-	mu     sync.Mutex
-	fates  *testlink.Fates // +checklocks:mu
-	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
-	heldTo netip.AddrPort  // +checklocks:mu
+	mu      sync.Mutex
+	fates   *testlink.Fates // +checklocks:mu
+	held    []byte          // a datagram held back to follow the next one; +checklocks:mu
+	heldTo  netip.AddrPort  // +checklocks:mu
+	heldTOS uint8           // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
@@ -33,38 +34,38 @@ func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
 
 // WriteTo sends bufs to dst as the next fate says: not at all, twice,
 // after the next datagram, later, or now.
-func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort) error {
+func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 	f.mu.Lock()
 	fate := f.fates.Next()
 	if f.st != nil {
 		f.st.Note(fate)
 	}
-	held, heldTo := f.held, f.heldTo
+	held, heldTo, heldTOS := f.held, f.heldTo, f.heldTOS
 	f.held = nil
 	switch fate {
 	case testlink.Drop:
 		f.mu.Unlock()
 		return nil
 	case testlink.Reorder:
-		f.held, f.heldTo = flatten(bufs), dst
+		f.held, f.heldTo, f.heldTOS = flatten(bufs), dst, tos
 		f.mu.Unlock()
 		if held != nil {
-			return f.Conn.WriteTo([][]byte{held}, heldTo)
+			return f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS)
 		}
 		return nil
 	case testlink.Delay:
 		b := flatten(bufs)
-		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst) })
+		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, tos) })
 		f.mu.Unlock()
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, dst)
+	err := f.Conn.WriteTo(bufs, dst, tos)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, dst)
+		f.Conn.WriteTo(bufs, dst, tos)
 	}
 	if held != nil {
-		f.Conn.WriteTo([][]byte{held}, heldTo)
+		f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS)
 	}
 	return err
 }

@@ -73,6 +73,7 @@ type path struct {
 	e    *Engine
 	q    *device.QP
 	peer netip.AddrPort
+	tos  uint8 // every packet's IP TOS byte, both ways
 
 	// Owned by the QP's send-queue goroutine.
 	budget  device.RetryBudget
@@ -110,8 +111,8 @@ type path struct {
 	rsp responder
 }
 
-func newPath(e *Engine, q *device.QP, peer netip.AddrPort) *path {
-	p := &path{e: e, q: q, peer: peer, bufs: make([][]byte, 0, abi.MaxSGE+4), rxBufs: make([][]byte, 0, abi.MaxSGE)}
+func newPath(e *Engine, q *device.QP, peer netip.AddrPort, tos uint8) *path {
+	p := &path{e: e, q: q, peer: peer, tos: tos, bufs: make([][]byte, 0, abi.MaxSGE+4), rxBufs: make([][]byte, 0, abi.MaxSGE)}
 	for i := range p.win {
 		p.win[i].slot = make([]byte, q.SlotSize())
 	}
@@ -401,7 +402,7 @@ func (p *path) sendPacket(dqpn uint32, e *entry, i, got, mtu uint32) error {
 	rocewire.BTH(h).Encode(&f)
 	bufs := append(p.bufs[:0], h)
 	bufs = pieces(bufs, e.segs[:e.nseg], off, n)
-	return p.e.send(p.peer, bufs, int(n), p.pad[:], p.icrc[:])
+	return p.e.send(p.peer, p.tos, bufs, int(n), p.pad[:], p.icrc[:])
 }
 
 // opcodeOf is the opcode of a SEND's or a WRITE's packet.

@@ -287,7 +287,7 @@ func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from ui
 		if n > 0 {
 			bufs = append(bufs, m.Place(off, n))
 		}
-		r.p.e.send(r.p.peer, bufs, int(n), r.pad[:], r.icrc[:])
+		r.p.e.send(r.p.peer, r.p.tos, bufs, int(n), r.pad[:], r.icrc[:])
 	}
 	return npkt, true
 }
@@ -370,7 +370,7 @@ func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
 	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(s, r.msn)
-	r.p.e.send(r.p.peer, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+	r.p.e.send(r.p.peer, r.p.tos, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
 }
 
 // atomicAck sends an ATOMIC_ACKNOWLEDGE with an atomic's original value.
@@ -379,5 +379,5 @@ func (r *responder) atomicAck(dqpn, psn uint32, old uint64) {
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.AtomicAcknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
 	rocewire.AtomicAckETH(h[rocewire.BTHLen+rocewire.AETHLen:]).Encode(old)
-	r.p.e.send(r.p.peer, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+	r.p.e.send(r.p.peer, r.p.tos, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
 }

@@ -69,7 +69,8 @@ func TestEngineWire(t *testing.T) {
 		probe.WriteToUDP([]byte("probe"), &net.UDPAddr{IP: wireAddr.Addr().AsSlice(), Port: 9})
 	}
 
-	env := testenv.StartWith(t, testenv.Options{RDMALoop: wireAddr})
+	const dscp = 26
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: wireAddr, RDMALoopDSCP: dscp})
 	v1, v2 := env.Open(t, "w1", testenv.VMOptions{}), env.Open(t, "w2", testenv.VMOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -115,7 +116,7 @@ func TestEngineWire(t *testing.T) {
 
 	// Wireshark: every packet is InfiniBand, none malformed.
 	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
-		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed").Output()
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "ip.dsfield.dscp").Output()
 	if err != nil {
 		t.Fatalf("tshark -r: %v", err)
 	}
@@ -123,8 +124,11 @@ func TestEngineWire(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	for _, l := range lines {
 		f := strings.Split(l, ",")
-		if len(f) < 3 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
+		if len(f) < 4 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
 			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
+		}
+		if f[3] != strconv.Itoa(dscp) {
+			t.Fatalf("a packet carries DSCP %q, want the port group's %d: %q", f[3], dscp, l)
 		}
 		op, err := strconv.Atoi(f[1])
 		if err != nil {
