@@ -25,6 +25,7 @@ package device
 import (
 	crand "crypto/rand"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -171,13 +172,5 @@ func (d *Device) ReadyVM(name string) (*VM, bool) {
 
 // VMs returns the attached VMs that are set up.
 func (d *Device) VMs() []*VM {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	vms := make([]*VM, 0, len(d.vms))
-	for _, v := range d.vms {
-		if v.ready.Load() {
-			vms = append(vms, v)
-		}
-	}
-	return vms
+	return slices.DeleteFunc(d.AttachedVMs(), func(v *VM) bool { return !v.ready.Load() })
 }

@@ -285,8 +285,7 @@ type RDMAStatus struct {
 	SeqErrNaks  uint64 `json:"seq_err_naks"` // PSN sequence error NAKs received
 	BadICRC     uint64 `json:"bad_icrc"`     // dropped: the ICRC did not match
 	Malformed   uint64 `json:"malformed"`    // dropped: headers that do not parse
-	NoQP        uint64 `json:"no_qp"`        // dropped: no QP of this path with that number and peer
-	NotAllowed  uint64 `json:"not_allowed"`  // dropped: from an address that is no uplink of the switch
+	NoQP        uint64 `json:"no_qp"`        // dropped: no QP of this path with that number facing the sender (so nothing from an address that is no uplink of the switch is served)
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent

@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -95,18 +96,15 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 // TOS byte travels as an IP_TOS control message, so that QPs of port
 // groups with different DSCPs share the socket.
 func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
-	a := dst.Addr().As4()
-	sa := &unix.SockaddrInet4{Port: int(dst.Port()), Addr: a}
-	var oob []byte
+	w := sends.Get().(*sendOp)
+	w.bufs, w.sa.Addr, w.sa.Port, w.oob = bufs, dst.Addr().As4(), int(dst.Port()), nil
 	if tos != 0 {
-		var b [32]byte
-		oob = tosCmsg(b[:], tos)
+		w.oob = tosCmsgs[tos]
 	}
-	var err error
-	werr := u.raw.Write(func(fd uintptr) bool {
-		_, err = unix.SendmsgBuffers(int(fd), bufs, oob, sa, unix.MSG_DONTWAIT)
-		return !errors.Is(err, unix.EAGAIN)
-	})
+	werr := u.raw.Write(w.fn)
+	err := w.err
+	w.bufs, w.err = nil, nil
+	sends.Put(w)
 	if werr != nil {
 		return werr
 	}
@@ -114,6 +112,30 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 		return os.NewSyscallError("sendmsg", err)
 	}
 	return nil
+}
+
+// sendOp is one sendmsg's arguments and result, pooled with its bound
+// method, so that a packet's send allocates nothing (a closure, a
+// sockaddr and the error would escape per call otherwise).
+type sendOp struct {
+	bufs [][]byte
+	oob  []byte
+	sa   unix.SockaddrInet4
+	err  error
+	fn   func(fd uintptr) bool // send, bound once
+}
+
+var sends = sync.Pool{New: func() any {
+	w := &sendOp{}
+	w.fn = w.send
+	return w
+}}
+
+// send is the sendmsg; false asks the runtime to wait until the socket
+// can take it.
+func (w *sendOp) send(fd uintptr) bool {
+	_, w.err = unix.SendmsgBuffers(int(fd), w.bufs, w.oob, &w.sa, unix.MSG_DONTWAIT)
+	return !errors.Is(w.err, unix.EAGAIN)
 }
 
 // ReadFrom reads one datagram.
@@ -125,16 +147,20 @@ func (u *udpConn) ReadFrom(b []byte) (int, netip.AddrPort, error) {
 func (u *udpConn) LocalAddr() netip.AddrPort { return u.local }
 func (u *udpConn) Close() error              { return u.c.Close() }
 
-// tosCmsg writes into b an IP_TOS control message carrying tos and
-// returns it.
-func tosCmsg(b []byte, tos uint8) []byte {
+// tosCmsgs holds the IP_TOS control message of every TOS byte, built
+// once: a packet's sendmsg passes one, read only, and allocates nothing.
+var tosCmsgs = func() (m [256][]byte) {
 	n := unix.CmsgSpace(4)
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-	h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
-	h.SetLen(unix.CmsgLen(4))
-	binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
-	return b[:n]
-}
+	for tos := range m {
+		b := make([]byte, n)
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
+		h.SetLen(unix.CmsgLen(4))
+		binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+		m[tos] = b
+	}
+	return m
+}()
 
 // ipUDP writes into h (28 bytes) the IPv4 and UDP headers the kernel
 // sends a datagram of n payload bytes from src to dst with: DF, ID 0; the

@@ -40,15 +40,12 @@ type Config struct {
 	Device *device.Device
 	Conn   Conn // the uplink's socket (ListenUDP)
 	Log    *slog.Logger
-	// Allowed reports whether datagrams from addr may be served: the
-	// uplinks of the switch's hosts; nil allows every address.
-	Allowed func(addr netip.Addr) bool
 }
 
 // Counters are an engine's packet counters.
 type Counters struct {
 	TxPackets, RxPackets, TxBytes, RxBytes, Retransmits atomic.Uint64
-	BadICRC, Malformed, NoQP, NotAllowed, SeqErrNaks    atomic.Uint64
+	BadICRC, Malformed, NoQP, SeqErrNaks                atomic.Uint64
 }
 
 // Engine is one RDMA uplink's RoCEv2 engine.
@@ -79,7 +76,7 @@ func (e *Engine) Status() mgmt.RDMAStatus {
 	c := &e.ctr
 	return mgmt.RDMAStatus{Address: e.local.String(), PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
 		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
-		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(), NotAllowed: c.NotAllowed.Load()}
+		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load()}
 }
 
 // LocalAddr is the uplink's address and port.
@@ -126,10 +123,6 @@ func (e *Engine) read() {
 		b := buf[:n]
 		if n > maxDatagram || !src.Addr().Is4() {
 			e.ctr.Malformed.Add(1)
-			continue
-		}
-		if e.cfg.Allowed != nil && !e.cfg.Allowed(src.Addr()) {
-			e.ctr.NotAllowed.Add(1)
 			continue
 		}
 		ipUDP(hdr[:], src, e.local, n)

@@ -117,7 +117,7 @@ func newPath(e *Engine, q *device.QP, peer netip.AddrPort, tos uint8) *path {
 		p.win[i].slot = make([]byte, q.SlotSize())
 	}
 	p.next = q.SQHead()
-	p.rsp.p = p
+	p.rsp.p, p.rsp.bufs = p, make([][]byte, 0, 4) // header, data, pad, ICRC: no allocation per response
 	return p
 }
 
