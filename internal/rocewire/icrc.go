@@ -3,6 +3,7 @@ package rocewire
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"sync"
 )
 
 // The invariant CRC (../shared/specs/rocev2.md §3): CRC-32/IEEE over
@@ -24,36 +25,43 @@ const (
 
 // ICRC computes the invariant CRC of a packet whose IP header is ip
 // (IPv4 without options, or IPv6), whose UDP header is udp and whose
-// transport packet, up to but not including the ICRC, is tp.
-//
-// It reads the headers in place, feeding the masked bytes from a constant:
-// nothing is copied or allocated.
+// transport packet, up to but not including the ICRC, is tp. It
+// allocates nothing.
 func ICRC(ip, udp, tp []byte) (uint32, error) {
-	return ICRCBuffers(ip, udp, [][]byte{tp})
+	c := checksummers.Get().(*Checksummer)
+	defer checksummers.Put(c)
+	c.tp[0] = tp
+	crc, err := c.Sum(ip, udp, c.tp[:])
+	c.tp[0] = nil
+	return crc, err
 }
 
-// ICRCBuffers is ICRC for a transport packet in pieces, as a sender
-// gathers it (headers, then payload straight from memory, then pad): tp
-// is the packet up to but not including the ICRC, its first piece at
-// least the BTH.
-func ICRCBuffers(ip, udp []byte, tp [][]byte) (uint32, error) {
-	t := crc32.IEEETable
-	crc := crcFF8
+var checksummers = sync.Pool{New: func() any { return new(Checksummer) }}
+
+// A Checksummer computes ICRCs, in its own scratch space: the masked
+// headers are put together there and fed to the CRC in one piece, and
+// nothing is allocated (hash/crc32 keeps what it is given from the
+// stack). Not safe for concurrent use.
+type Checksummer struct {
+	pre [IPv6HeaderLen + UDPHeaderLen + BTHLen]byte
+	tp  [1][]byte
+}
+
+// Sum is the ICRC of a transport packet in pieces, as a sender gathers
+// it (headers, then payload straight from memory, then pad): tp is the
+// packet up to but not including the ICRC, its first piece at least the
+// BTH.
+func (c *Checksummer) Sum(ip, udp []byte, tp [][]byte) (uint32, error) {
+	n := copy(c.pre[:], ip)
 	switch {
 	case len(ip) == IPv4HeaderLen && ip[0]>>4 == 4:
-		crc = crc32.Update(crc, t, ip[0:1])
-		crc = crc32.Update(crc, t, ones[:1]) // TOS
-		crc = crc32.Update(crc, t, ip[2:8])
-		crc = crc32.Update(crc, t, ones[:1]) // TTL
-		crc = crc32.Update(crc, t, ip[9:10])
-		crc = crc32.Update(crc, t, ones[:2]) // header checksum
-		crc = crc32.Update(crc, t, ip[12:20])
+		c.pre[1] = 0xff                   // TOS
+		c.pre[8] = 0xff                   // TTL
+		c.pre[10], c.pre[11] = 0xff, 0xff // header checksum
 	case len(ip) == IPv6HeaderLen && ip[0]>>4 == 6:
-		crc = crc32.Update(crc, t, v6First[:]) // version 6 kept, traffic class masked
-		crc = crc32.Update(crc, t, ones[:3])   // traffic class, flow label
-		crc = crc32.Update(crc, t, ip[4:7])    // payload length, next header
-		crc = crc32.Update(crc, t, ones[:1])   // hop limit
-		crc = crc32.Update(crc, t, ip[8:40])   // addresses
+		c.pre[0] |= 0x0f                                // traffic class (high nibble)
+		c.pre[1], c.pre[2], c.pre[3] = 0xff, 0xff, 0xff // traffic class, flow label
+		c.pre[7] = 0xff                                 // hop limit
 	default:
 		return 0, errorf("the ICRC covers an IPv4 header of 20 bytes or an IPv6 header of 40, not %d bytes (version %d)", len(ip), version(ip))
 	}
@@ -63,23 +71,18 @@ func ICRCBuffers(ip, udp []byte, tp [][]byte) (uint32, error) {
 	if len(tp) == 0 || len(tp[0]) < BTHLen {
 		return 0, errorf("transport packet whose first piece is shorter than a BTH")
 	}
-	crc = crc32.Update(crc, t, udp[0:6])
-	crc = crc32.Update(crc, t, ones[:2]) // UDP checksum
-	crc = crc32.Update(crc, t, tp[0][0:4])
-	crc = crc32.Update(crc, t, ones[:1]) // FECN, BECN, reserved
-	crc = crc32.Update(crc, t, tp[0][5:])
+	n += copy(c.pre[n:], udp)
+	c.pre[n-2], c.pre[n-1] = 0xff, 0xff // UDP checksum
+	n += copy(c.pre[n:], tp[0][:BTHLen])
+	c.pre[n-BTHLen+4] = 0xff // FECN, BECN, reserved
+	t := crc32.IEEETable
+	crc := crc32.Update(crcFF8, t, c.pre[:n])
+	crc = crc32.Update(crc, t, tp[0][BTHLen:])
 	for _, b := range tp[1:] {
 		crc = crc32.Update(crc, t, b)
 	}
 	return crc, nil
 }
-
-// ones are the masked bytes; v6First an IPv6 header's first byte with
-// version 6 and the traffic class's high nibble masked.
-var (
-	ones    = [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
-	v6First = [1]byte{0x6f}
-)
 
 func version(ip []byte) int {
 	if len(ip) == 0 {

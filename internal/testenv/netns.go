@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -219,4 +220,39 @@ func (n *netnsNetwork) close() error {
 	}
 	n.created = nil
 	return errors.Join(errs...)
+}
+
+// Netns is a network namespace of a test's own, with only its loopback
+// interface, up: a "wire" that can be captured and configured (ethtool
+// features) without touching the host's.
+type Netns struct {
+	Name string
+}
+
+// NewNetns creates a namespace for tb, removed at its cleanup; it skips
+// tb when namespaces cannot be made here, and says why.
+func NewNetns(tb testing.TB) *Netns {
+	tb.Helper()
+	if ok, why := netnsUsable(); !ok {
+		tb.Skip(why)
+	}
+	sweepStaleNetns()
+	n := &Netns{Name: netnsPrefix + clusterID() + "-own"}
+	if err := ipRun("netns", "add", n.Name); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ipRun("netns", "delete", n.Name) })
+	if err := ipRun("-n", n.Name, "link", "set", "lo", "up"); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// Run runs fn on a thread in the namespace: the sockets it creates belong
+// to the namespace, whatever goroutine uses them later.
+func (n *Netns) Run(fn func() error) error { return inNetns(n.Name, fn) }
+
+// Command is the command name args run in the namespace.
+func (n *Netns) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
 }

@@ -286,6 +286,8 @@ type RDMAStatus struct {
 	BadICRC     uint64 `json:"bad_icrc"`     // dropped: the ICRC did not match
 	Malformed   uint64 `json:"malformed"`    // dropped: headers that do not parse
 	NoQP        uint64 `json:"no_qp"`        // dropped: no QP of this path with that number facing the sender (so nothing from an address that is no uplink of the switch is served)
+	BatchesOut  uint64 `json:"batches_out"`  // sendmsg calls that carried several packets (UDP GSO)
+	BatchesIn   uint64 `json:"batches_in"`   // datagrams read that held several packets (UDP GRO)
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent

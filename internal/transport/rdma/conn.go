@@ -5,10 +5,17 @@ package rdma
 // set: the socket is unconnected, bound to the uplink's address and port
 // 4791, with path MTU discovery on (IP_PMTUDISC_DO), so that the kernel
 // sends every datagram with DF set and ID 0 (../shared/specs/rocev2.md
-// §3.3, checked by TestEngineWire against tshark's capture). A receiver
-// rebuilds the header it cannot see the same way; a peer whose IP header
-// differs (a hardware NIC or kernel rxe with non-zero IDs) fails the ICRC
-// check and is counted, not served.
+// §3.3, checked by TestEngineWire against tshark's capture). A batch of
+// datagrams sent with UDP GSO is one such datagram that the kernel cuts
+// into segments (in the sender's stack, in the receiver's, or never, when
+// the receiving socket takes the batch whole with UDP GRO), and it numbers
+// their IDs from 0: segment k has ID k, and its ICRC is computed with
+// that ID. A receiver rebuilds the header it cannot see the same way: ID
+// k for the k-th segment of a coalesced batch, 0 for a lone datagram —
+// and, since a lone datagram may be any segment of a batch the kernel
+// cut, any ID below maxSegments (icrcid.go). A peer whose IDs differ (a
+// hardware NIC or kernel rxe with other IDs) fails the ICRC check and is
+// counted, not served.
 
 import (
 	"encoding/binary"
@@ -27,15 +34,30 @@ import (
 
 // Conn carries the engine's UDP datagrams.
 type Conn interface {
-	// WriteTo sends one datagram, the concatenation of bufs, to dst, with
-	// IP TOS byte tos (the port group's DSCP << 2).
-	WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error
-	// ReadFrom reads one datagram into b.
-	ReadFrom(b []byte) (n int, src netip.AddrPort, err error)
+	// WriteTo sends the concatenation of bufs to dst, with IP TOS byte
+	// tos (the port group's DSCP << 2): one datagram when seg is 0, else
+	// datagrams of seg bytes each but the last, which may be shorter
+	// (UDP GSO: one system call, segmented by the kernel, each segment
+	// with its own IP header, whose ID is its index).
+	WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error
+	// ReadFrom reads into b one datagram, or several from src that the
+	// kernel coalesced (UDP GRO): then seg is their size, all but the
+	// last's; else 0.
+	ReadFrom(b []byte) (n, seg int, src netip.AddrPort, err error)
 	// LocalAddr is the address and port the datagrams leave from.
 	LocalAddr() netip.AddrPort
 	Close() error
 }
+
+// Batches (UDP GSO and GRO): maxSegments is the most datagrams one
+// sendmsg carries (the kernel's UDP_MAX_SEGMENTS), maxBatch the most
+// bytes (an IPv4 datagram's 65,535 less its IP and UDP headers), maxIOV
+// the most pieces (the kernel's UIO_MAXIOV).
+const (
+	maxSegments = 64
+	maxBatch    = 65535 - rocewire.IPv4HeaderLen - rocewire.UDPHeaderLen
+	maxIOV      = 1024
+)
 
 // socketBuffer is the send and receive buffer the engine asks for: a
 // burst of a 1 MiB message is a thousand packets, which the default
@@ -49,6 +71,7 @@ type udpConn struct {
 		Write(func(fd uintptr) bool) error
 	}
 	local netip.AddrPort
+	oob   [64]byte // the reader's control messages
 }
 
 // ListenUDP binds the engine's socket on addr (an IPv4 address; port 0
@@ -75,6 +98,10 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 		if serr != nil {
 			return
 		}
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_GRO, 1); serr != nil {
+			serr = fmt.Errorf("UDP_GRO (Linux 5.0 or later): %w", serr)
+			return
+		}
 		for _, o := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], socketBuffer) != nil {
 				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], socketBuffer) // capped by net.core.[rw]mem_max
@@ -83,7 +110,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	})
 	if serr != nil {
 		c.Close()
-		return nil, fmt.Errorf("rdma uplink %s: IP_MTU_DISCOVER: %w", addr, serr)
+		return nil, fmt.Errorf("rdma uplink %s: socket options: %w", addr, serr)
 	}
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	return &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port())}, nil
@@ -91,15 +118,18 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 
 // WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
 
-// WriteTo sends bufs as one datagram with sendmsg(2), straight from the
-// caller's pieces (guest memory among them): no copy in user space. The
-// TOS byte travels as an IP_TOS control message, so that QPs of port
-// groups with different DSCPs share the socket.
-func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
+// WriteTo sends bufs with one sendmsg(2), straight from the caller's
+// pieces (guest memory among them): no copy in user space. The TOS byte
+// travels as an IP_TOS control message, so that QPs of port groups with
+// different DSCPs share the socket; the segment size as a UDP_SEGMENT one.
+func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error {
 	w := sends.Get().(*sendOp)
-	w.bufs, w.sa.Addr, w.sa.Port, w.oob = bufs, dst.Addr().As4(), int(dst.Port()), nil
+	w.bufs, w.sa.Addr, w.sa.Port, w.oob = bufs, dst.Addr().As4(), int(dst.Port()), w.cmsgs[:0]
 	if tos != 0 {
-		w.oob = tosCmsgs[tos]
+		w.oob = append(w.oob, tosCmsgs[tos]...)
+	}
+	if seg > 0 {
+		w.oob = appendSegment(w.oob, seg)
 	}
 	werr := u.raw.Write(w.fn)
 	err := w.err
@@ -118,11 +148,12 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 // method, so that a packet's send allocates nothing (a closure, a
 // sockaddr and the error would escape per call otherwise).
 type sendOp struct {
-	bufs [][]byte
-	oob  []byte
-	sa   unix.SockaddrInet4
-	err  error
-	fn   func(fd uintptr) bool // send, bound once
+	bufs  [][]byte
+	oob   []byte
+	cmsgs [64]byte // oob's storage
+	sa    unix.SockaddrInet4
+	err   error
+	fn    func(fd uintptr) bool // send, bound once
 }
 
 var sends = sync.Pool{New: func() any {
@@ -138,10 +169,41 @@ func (w *sendOp) send(fd uintptr) bool {
 	return !errors.Is(w.err, unix.EAGAIN)
 }
 
-// ReadFrom reads one datagram.
-func (u *udpConn) ReadFrom(b []byte) (int, netip.AddrPort, error) {
-	n, src, err := u.c.ReadFromUDPAddrPort(b)
-	return n, netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), err
+// ReadFrom reads one datagram, or a batch the kernel coalesced, whose
+// segment size comes in a UDP_GRO control message. Only the engine's
+// reader calls it: the control message lands in u.oob.
+func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
+	n, oobn, _, src, err := u.c.ReadMsgUDPAddrPort(b, u.oob[:])
+	return n, groSegment(u.oob[:oobn]), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), err
+}
+
+// groSegment is the segment size a UDP_GRO control message in oob gives,
+// or 0.
+func groSegment(oob []byte) int {
+	for len(oob) >= unix.CmsgLen(0) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.CmsgLen(0) || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.IPPROTO_UDP && h.Type == unix.UDP_GRO && l >= unix.CmsgLen(4) {
+			return int(binary.NativeEndian.Uint32(oob[unix.CmsgLen(0):]))
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return 0
+}
+
+// appendSegment appends to oob a UDP_SEGMENT control message for
+// segments of seg bytes.
+func appendSegment(oob []byte, seg int) []byte {
+	n := len(oob)
+	oob = append(oob, make([]byte, unix.CmsgSpace(2))...) // within cap: no allocation
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[n]))
+	h.Level, h.Type = unix.IPPROTO_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(oob[n+unix.CmsgLen(0):], uint16(seg))
+	return oob
 }
 
 func (u *udpConn) LocalAddr() netip.AddrPort { return u.local }
@@ -163,12 +225,12 @@ var tosCmsgs = func() (m [256][]byte) {
 }()
 
 // ipUDP writes into h (28 bytes) the IPv4 and UDP headers the kernel
-// sends a datagram of n payload bytes from src to dst with: DF, ID 0; the
-// masked fields (TOS, TTL, checksums) are left zero.
-func ipUDP(h []byte, src, dst netip.AddrPort, n int) {
+// sends a datagram of n payload bytes from src to dst with: DF, ID id;
+// the masked fields (TOS, TTL, checksums) are left zero.
+func ipUDP(h []byte, src, dst netip.AddrPort, n int, id uint16) {
 	h[0], h[1] = 0x45, 0
 	binary.BigEndian.PutUint16(h[2:], uint16(rocewire.IPv4HeaderLen+rocewire.UDPHeaderLen+n))
-	binary.BigEndian.PutUint16(h[4:], 0)      // ID
+	binary.BigEndian.PutUint16(h[4:], id)
 	binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
 	h[8], h[9] = 0, unix.IPPROTO_UDP
 	h[10], h[11] = 0, 0

@@ -46,6 +46,9 @@ type Config struct {
 type Counters struct {
 	TxPackets, RxPackets, TxBytes, RxBytes, Retransmits atomic.Uint64
 	BadICRC, Malformed, NoQP, SeqErrNaks                atomic.Uint64
+	// TxBatches and RxBatches count the datagrams of several packets
+	// (UDP GSO sends, GRO receives).
+	TxBatches, RxBatches atomic.Uint64
 }
 
 // Engine is one RDMA uplink's RoCEv2 engine.
@@ -76,7 +79,8 @@ func (e *Engine) Status() mgmt.RDMAStatus {
 	c := &e.ctr
 	return mgmt.RDMAStatus{Address: e.local.String(), PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
 		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
-		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load()}
+		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(),
+		BatchesOut: c.TxBatches.Load(), BatchesIn: c.RxBatches.Load()}
 }
 
 // LocalAddr is the uplink's address and port.
@@ -99,18 +103,25 @@ func (e *Engine) Bind(peer netip.AddrPort, tos uint8) func(q *device.QP) device.
 	return func(q *device.QP) device.Path { return newPath(e, q, peer, tos) }
 }
 
-// maxDatagram is the largest datagram the engine reads: a 4096-byte path
-// MTU's packet with every header.
-const maxDatagram = 4096 + 64
+// maxDatagram is the largest packet the engine takes: a 4096-byte path
+// MTU's with every header; readBuffer the largest read, a batch of them
+// the kernel coalesced (UDP GRO), and one byte to tell a longer one.
+const (
+	maxDatagram = 4096 + 64
+	readBuffer  = 1<<16 + 1
+)
 
-// read is the engine's receive loop.
+// read is the engine's receive loop. A coalesced batch is served packet
+// by packet, and what the responders answered goes out once it is all
+// served: one batch per responder (responder.flush).
 func (e *Engine) read() {
 	defer e.wg.Done()
-	buf := make([]byte, maxDatagram+1)
-	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
+	buf := make([]byte, readBuffer)
+	var ids idDeltas
 	var pkt rocewire.Packet
+	var answered []*path
 	for {
-		n, src, err := e.conn.ReadFrom(buf)
+		n, seg, src, err := e.conn.ReadFrom(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -118,65 +129,66 @@ func (e *Engine) read() {
 			e.log.Warn("rdma uplink: read", "err", err)
 			continue
 		}
-		e.ctr.RxPackets.Add(1)
-		e.ctr.RxBytes.Add(uint64(n))
-		b := buf[:n]
-		if n > maxDatagram || !src.Addr().Is4() {
+		if n >= readBuffer || !src.Addr().Is4() {
+			e.ctr.RxPackets.Add(1)
 			e.ctr.Malformed.Add(1)
 			continue
 		}
-		ipUDP(hdr[:], src, e.local, n)
-		if ok, err := rocewire.VerifyICRC(hdr[:rocewire.IPv4HeaderLen], hdr[rocewire.IPv4HeaderLen:], b); err != nil || !ok {
-			e.ctr.BadICRC.Add(1)
-			continue
+		if seg <= 0 || seg > n {
+			seg = n
 		}
-		if err := rocewire.Parse(b, 0, &pkt); err != nil {
-			e.ctr.Malformed.Add(1)
-			continue
+		if seg < n {
+			e.ctr.RxBatches.Add(1)
 		}
-		q := e.dev.QP(pkt.BTH.DestQP())
-		var p *path
-		if q != nil {
-			p, _ = q.BoundPath().(*path)
-		}
-		if p == nil || p.peer.Addr() != src.Addr() {
-			e.ctr.NoQP.Add(1)
-			if q != nil && pkt.Info.Request {
-				q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets
+		for k, off := 0, 0; off < n; k, off = k+1, off+seg {
+			b := buf[off:min(off+seg, n)]
+			e.ctr.RxPackets.Add(1)
+			e.ctr.RxBytes.Add(uint64(len(b)))
+			if len(b) > maxDatagram {
+				e.ctr.Malformed.Add(1)
+				continue
 			}
-			continue
+			if !ids.verify(src, e.local, b, uint16(k)) {
+				e.ctr.BadICRC.Add(1)
+				continue
+			}
+			if p := e.dispatch(b, src, &pkt); p != nil && !p.rsp.answering {
+				p.rsp.answering = true
+				answered = append(answered, p)
+			}
 		}
-		if pkt.Info.Request {
-			p.rsp.serve(&pkt)
-		} else {
-			p.response(&pkt)
+		for _, p := range answered {
+			p.rsp.answering = false
+			p.rsp.flush()
 		}
+		clear(answered)
+		answered = answered[:0]
 	}
 }
 
-// send writes one packet: bufs are its pieces from the BTH on, without
-// pad and ICRC, which send adds (pad and icrc are the caller's scratch:
-// 3 and 4 bytes). payload is the count of payload bytes in bufs, for the
-// pad.
-func (e *Engine) send(dst netip.AddrPort, tos uint8, bufs [][]byte, size int, pad, icrc []byte) error {
-	padN := int(rocewire.PadCount(size))
-	if padN > 0 {
-		clear(pad[:padN])
-		bufs = append(bufs, pad[:padN])
+// dispatch parses packet b from src and hands it to its QP; it returns
+// the path whose responder served it, nil if none did.
+func (e *Engine) dispatch(b []byte, src netip.AddrPort, pkt *rocewire.Packet) *path {
+	if err := rocewire.Parse(b, 0, pkt); err != nil {
+		e.ctr.Malformed.Add(1)
+		return nil
 	}
-	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
-	total := 0
-	for _, b := range bufs {
-		total += len(b)
+	q := e.dev.QP(pkt.BTH.DestQP())
+	var p *path
+	if q != nil {
+		p, _ = q.BoundPath().(*path)
 	}
-	ipUDP(hdr[:], e.local, dst, total+rocewire.ICRCLen)
-	crc, err := rocewire.ICRCBuffers(hdr[:rocewire.IPv4HeaderLen], hdr[rocewire.IPv4HeaderLen:], bufs)
-	if err != nil {
-		return err
+	if p == nil || p.peer.Addr() != src.Addr() {
+		e.ctr.NoQP.Add(1)
+		if q != nil && pkt.Info.Request {
+			q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets
+		}
+		return nil
 	}
-	icrc[0], icrc[1], icrc[2], icrc[3] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
-	bufs = append(bufs, icrc[:4])
-	e.ctr.TxPackets.Add(1)
-	e.ctr.TxBytes.Add(uint64(total + rocewire.ICRCLen))
-	return e.conn.WriteTo(bufs, dst, tos)
+	if !pkt.Info.Request {
+		p.response(pkt)
+		return nil
+	}
+	p.rsp.serve(pkt)
+	return p
 }

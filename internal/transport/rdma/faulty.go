@@ -32,9 +32,27 @@ func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
 	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
 }
 
-// WriteTo sends bufs to dst as the next fate says: not at all, twice,
-// after the next datagram, later, or now.
-func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
+// WriteTo sends bufs to dst, each datagram of a batch (seg > 0) as the
+// next fate says: not at all, twice, after the next datagram, later, or
+// now. A batch's datagrams go one by one, as the kernel would cut it.
+func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error {
+	if seg == 0 {
+		return f.writeOne(bufs, dst, tos)
+	}
+	all := flatten(bufs)
+	var err error
+	for len(all) > 0 {
+		d := all[:min(seg, len(all))]
+		all = all[len(d):]
+		if e := f.writeOne([][]byte{d}, dst, tos); err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// writeOne sends one datagram as the next fate says.
+func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 	f.mu.Lock()
 	fate := f.fates.Next()
 	if f.st != nil {
@@ -50,22 +68,22 @@ func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
 		f.held, f.heldTo, f.heldTOS = flatten(bufs), dst, tos
 		f.mu.Unlock()
 		if held != nil {
-			return f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS)
+			return f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS, 0)
 		}
 		return nil
 	case testlink.Delay:
 		b := flatten(bufs)
-		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, tos) })
+		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, tos, 0) })
 		f.mu.Unlock()
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, dst, tos)
+	err := f.Conn.WriteTo(bufs, dst, tos, 0)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, dst, tos)
+		f.Conn.WriteTo(bufs, dst, tos, 0)
 	}
 	if held != nil {
-		f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS)
+		f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS, 0)
 	}
 	return err
 }

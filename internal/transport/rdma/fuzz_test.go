@@ -22,10 +22,10 @@ type injector struct {
 	in chan []byte
 }
 
-func (j *injector) ReadFrom(b []byte) (int, netip.AddrPort, error) {
+func (j *injector) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 	select {
 	case d := <-j.in:
-		return copy(b, d), j.LocalAddr(), nil
+		return copy(b, d), 0, j.LocalAddr(), nil
 	default:
 	}
 	return j.Conn.ReadFrom(b)
@@ -88,7 +88,7 @@ func FuzzEngine(f *testing.F) {
 		// Wake the reader: a datagram it reads after the injected one.
 		probe := append(append([]byte(nil), pkt[:rocewire.BTHLen]...), 0, 0, 0, 0)
 		probe[0] = byte(rocewire.CNP)
-		j.Conn.WriteTo([][]byte{probe}, addr, 0)
+		j.Conn.WriteTo([][]byte{probe}, addr, 0, 0)
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		a2, err := vrdma.DialAgent(sctx, vrdma.WithSocket(env.Socket))

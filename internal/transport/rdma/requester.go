@@ -79,10 +79,9 @@ type path struct {
 	budget  device.RetryBudget
 	next    uint32 // SQ index of the next WQE to take
 	blocked bool   // the last send stopped at a limit (fence, max_rd_atomic, outstanding)
-	hdr     [rocewire.BTHLen + rocewire.AtomicETHLen + rocewire.ImmDtLen]byte
+	hdr     [maxHeader]byte
 	bufs    [][]byte
-	pad     [4]byte
-	icrc    [4]byte
+	out     *batch
 
 	// Owned by the engine's reader.
 	rxBufs [][]byte
@@ -112,12 +111,13 @@ type path struct {
 }
 
 func newPath(e *Engine, q *device.QP, peer netip.AddrPort, tos uint8) *path {
-	p := &path{e: e, q: q, peer: peer, tos: tos, bufs: make([][]byte, 0, abi.MaxSGE+4), rxBufs: make([][]byte, 0, abi.MaxSGE)}
+	p := &path{e: e, q: q, peer: peer, tos: tos, bufs: make([][]byte, 0, abi.MaxSGE), rxBufs: make([][]byte, 0, abi.MaxSGE),
+		out: newBatch(e, peer, tos)}
 	for i := range p.win {
 		p.win[i].slot = make([]byte, q.SlotSize())
 	}
 	p.next = q.SQHead()
-	p.rsp.p, p.rsp.bufs = p, make([][]byte, 0, 4) // header, data, pad, ICRC: no allocation per response
+	p.rsp.p, p.rsp.out = p, newBatch(e, peer, tos)
 	return p
 }
 
@@ -284,8 +284,17 @@ func (p *path) fill(takeNew bool) bool {
 }
 
 // send sends the window's packets not sent yet, within the fence, the
-// max_rd_atomic limit and the outstanding bound.
+// max_rd_atomic limit and the outstanding bound, in batches.
 func (p *path) send(at *device.RCAttrs, mtu uint32) {
+	p.queue(at, mtu)
+	if err := p.out.flush(); err != nil {
+		p.e.log.Debug("rdma path: send", "qpn", p.q.QPN(), "err", err)
+		p.blocked = true // the timeout retransmits
+	}
+}
+
+// queue puts the packets send sends into the path's batch.
+func (p *path) queue(at *device.RCAttrs, mtu uint32) {
 	depth := max(int(at.MaxRdAtomic), 1) // 0 allows one, as mlx5 and rxe
 	p.blocked = false
 	p.mu.Lock()
@@ -354,7 +363,7 @@ func (p *path) send(at *device.RCAttrs, mtu uint32) {
 	}
 }
 
-// sendPacket sends request packet i of e; a READ of which got response
+// sendPacket queues request packet i of e; a READ of which got response
 // packets arrived asks for the rest.
 func (p *path) sendPacket(dqpn uint32, e *entry, i, got, mtu uint32) error {
 	w := &e.wqe
@@ -400,9 +409,7 @@ func (p *path) sendPacket(dqpn uint32, e *entry, i, got, mtu uint32) error {
 	}
 	f.PadCount = rocewire.PadCount(int(n))
 	rocewire.BTH(h).Encode(&f)
-	bufs := append(p.bufs[:0], h)
-	bufs = pieces(bufs, e.segs[:e.nseg], off, n)
-	return p.e.send(p.peer, p.tos, bufs, int(n), p.pad[:], p.icrc[:])
+	return p.out.add(h, pieces(p.bufs[:0], e.segs[:e.nseg], off, n), int(n))
 }
 
 // opcodeOf is the opcode of a SEND's or a WRITE's packet.

@@ -51,10 +51,38 @@ type responder struct {
 	reads    [readResources]readRes
 	nextRead int
 
-	hdr  [rocewire.BTHLen + rocewire.AETHLen + rocewire.AtomicAckETHLen]byte
-	bufs [][]byte
-	pad  [4]byte
-	icrc [4]byte
+	hdr [maxHeader]byte
+	out *batch // what the responder answers, sent by flush
+	seg [1][]byte
+
+	// A positive ACK not sent yet: the latest one of a batch of requests
+	// stands for all (coalescing).
+	ackDue bool
+	ackQPN uint32
+	ackPSN uint32
+	ackMSN uint32
+
+	answering bool // on the reader's list of responders to flush
+}
+
+// flush sends what the responder answered to the requests served since
+// the last flush: the engine's reader calls it once a datagram is served.
+func (r *responder) flush() {
+	r.sendAck()
+	r.out.flush()
+}
+
+// sendAck queues the positive ACK due, if one is.
+func (r *responder) sendAck() {
+	if !r.ackDue {
+		return
+	}
+	r.ackDue = false
+	var hdr [rocewire.BTHLen + rocewire.AETHLen]byte // not r.hdr: callers may have a header there
+	h := hdr[:]
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: r.ackQPN, PSN: r.ackPSN})
+	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.ackMSN)
+	r.out.add(h, nil, 0)
 }
 
 // serve handles request packet pkt for the responder's QP.
@@ -257,6 +285,7 @@ func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from ui
 		return 0, false
 	}
 	defer q.End(m)
+	defer r.flush() // before End: the batch points into the target's memory
 	mtu := uint64(at.PathMTU)
 	npkt := uint32(1)
 	if req.Total > mtu {
@@ -283,11 +312,13 @@ func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from ui
 		}
 		rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, DestQP: at.RemoteQPN,
 			PSN: (psn + i) & rc.PSNMask, PadCount: rocewire.PadCount(int(n))})
-		bufs := append(r.bufs[:0], h)
+		var data [][]byte
 		if n > 0 {
-			bufs = append(bufs, m.Place(off, n))
+			r.seg[0] = m.Place(off, n)
+			data = r.seg[:]
 		}
-		r.p.e.send(r.p.peer, r.p.tos, bufs, int(n), r.pad[:], r.icrc[:])
+		r.sendAck()
+		r.out.add(h, data, int(n))
 	}
 	return npkt, true
 }
@@ -365,12 +396,18 @@ func (r *responder) refuse(at *device.RCAttrs, psn uint32, st abi.WCStatus) {
 	r.ack(at.RemoteQPN, rocewire.NAK(code), psn)
 }
 
-// ack sends an ACKNOWLEDGE with syndrome s for psn.
+// ack answers psn with an ACKNOWLEDGE of syndrome s: a positive one is
+// due until flush, or until another answer goes first; a NAK goes now.
 func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
+	if s == rocewire.ACK {
+		r.ackDue, r.ackQPN, r.ackPSN, r.ackMSN = true, dqpn, psn, r.msn
+		return
+	}
+	r.sendAck()
 	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(s, r.msn)
-	r.p.e.send(r.p.peer, r.p.tos, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+	r.out.add(h, nil, 0)
 }
 
 // atomicAck sends an ATOMIC_ACKNOWLEDGE with an atomic's original value.
@@ -379,5 +416,6 @@ func (r *responder) atomicAck(dqpn, psn uint32, old uint64) {
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.AtomicAcknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
 	rocewire.AtomicAckETH(h[rocewire.BTHLen+rocewire.AETHLen:]).Encode(old)
-	r.p.e.send(r.p.peer, r.p.tos, append(r.bufs[:0], h), 0, r.pad[:], r.icrc[:])
+	r.sendAck()
+	r.out.add(h, nil, 0)
 }

@@ -17,10 +17,11 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
-// wireAddr is the engine's address in TestEngineWire, a loopback address
-// no other test uses.
+// wireAddr is the engine's address in TestEngineWire, on the loopback
+// interface of a namespace of the test's own.
 var wireAddr = netip.MustParseAddrPort("127.0.33.9:4791")
 
 // TestEngineWire captures the engine's packets with tshark while a
@@ -29,7 +30,15 @@ var wireAddr = netip.MustParseAddrPort("127.0.33.9:4791")
 // dissector decodes every packet, none malformed, with every opcode the
 // traffic needs; and scapy's RoCE layer (python3-scapy) computes the same
 // ICRC as the one on the wire, packet by packet — which also checks the
-// IPv4 header the engine predicts (ID 0, DF) against what the kernel sent.
+// IPv4 header the engine predicts (DF; ID 0, or k for the k-th packet of
+// a batch) against what the kernel sent.
+//
+// The engine batches packets with UDP GSO; on a device that offloads UDP
+// segmentation, as loopback does, the capture point sees a batch before
+// it is cut, so the test runs in a namespace whose loopback has the
+// offload off: the kernel cuts every batch before the capture, and each
+// captured packet is one a wire would carry. Its receiving engine then
+// gets the packets one by one, with the IDs it cannot see.
 func TestEngineWire(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("capturing packets needs root (CI runs as root)")
@@ -38,14 +47,25 @@ func TestEngineWire(t *testing.T) {
 	if err != nil {
 		t.Skip("tshark is not installed (apt-get install tshark)")
 	}
+	if _, err := exec.LookPath("ethtool"); err != nil {
+		t.Skip("ethtool is not installed (apt-get install ethtool)")
+	}
 	const python = "/usr/bin/python3" // Debian's, with python3-scapy
 	if err := exec.Command(python, "-c", "import scapy.contrib.roce").Run(); err != nil {
 		t.Skipf("scapy's RoCE layer is not importable by %s (apt-get install python3-scapy): %v", python, err)
 	}
+	ns := testenv.NewNetns(t)
+	if out, err := ns.Command("ethtool", "-K", "lo", "tx-udp-segmentation", "off").CombinedOutput(); err != nil {
+		t.Fatalf("ethtool -K lo tx-udp-segmentation off: %v: %s", err, out)
+	}
+	var conn rdma.Conn
+	if err := ns.Run(func() (err error) { conn, err = rdma.ListenUDP(wireAddr); return err }); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	pcap := filepath.Join(dir, "rdma.pcap")
 	var stderr bytes.Buffer
-	capture := exec.Command(tshark, "-i", "any", "-f", "udp and host "+wireAddr.Addr().String(), "-w", pcap, "-q")
+	capture := ns.Command(tshark, "-i", "lo", "-f", "udp", "-w", pcap, "-q")
 	capture.Stderr = &stderr
 	if err := capture.Start(); err != nil {
 		t.Fatal(err)
@@ -53,8 +73,8 @@ func TestEngineWire(t *testing.T) {
 	t.Cleanup(func() { capture.Process.Kill(); capture.Wait() })
 	// The capture is live once a probe (UDP to the discard port of the
 	// engine's address) shows in its file.
-	probe, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
+	var probe *net.UDPConn
+	if err := ns.Run(func() (err error) { probe, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); return err }); err != nil {
 		t.Fatal(err)
 	}
 	defer probe.Close()
@@ -70,7 +90,10 @@ func TestEngineWire(t *testing.T) {
 	}
 
 	const dscp = 26
-	env := testenv.StartWith(t, testenv.Options{RDMALoop: wireAddr, RDMALoopDSCP: dscp})
+	// The agent's engine runs on the namespace's socket (the one it opens
+	// itself, in the host's namespace, is closed unused).
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.10:4791"), RDMALoopDSCP: dscp,
+		RDMALoopConn: func(c rdma.Conn) rdma.Conn { c.Close(); return conn }})
 	v1, v2 := env.Open(t, "w1", testenv.VMOptions{}), env.Open(t, "w2", testenv.VMOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -116,19 +139,23 @@ func TestEngineWire(t *testing.T) {
 
 	// Wireshark: every packet is InfiniBand, none malformed.
 	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
-		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "ip.dsfield.dscp").Output()
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "ip.dsfield.dscp", "-e", "ip.id").Output()
 	if err != nil {
 		t.Fatalf("tshark -r: %v", err)
 	}
 	opcodes := map[int]int{}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	cut := 0 // packets with a non-zero IP ID: cut from a batch by the kernel
 	for _, l := range lines {
 		f := strings.Split(l, ",")
-		if len(f) < 4 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
+		if len(f) < 5 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
 			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
 		}
 		if f[3] != strconv.Itoa(dscp) {
 			t.Fatalf("a packet carries DSCP %q, want the port group's %d: %q", f[3], dscp, l)
+		}
+		if f[4] != "0x0000" {
+			cut++
 		}
 		op, err := strconv.Atoi(f[1])
 		if err != nil {
@@ -169,5 +196,9 @@ print(n, bad)
 	if len(f) != 2 || f[0] != strconv.Itoa(len(lines)) || f[1] != "0" {
 		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], len(lines), res)
 	}
-	t.Logf("%d packets, opcodes %v: Wireshark decodes them all, scapy agrees with every ICRC", len(lines), opcodes)
+	if st.RDMA[0].BatchesOut == 0 || cut == 0 {
+		t.Fatalf("the engine sent %d batches, the capture has %d packets cut from one: want both > 0", st.RDMA[0].BatchesOut, cut)
+	}
+	t.Logf("%d packets (%d cut by the kernel from %d batches), opcodes %v: Wireshark decodes them all, scapy agrees with every ICRC",
+		len(lines), cut, st.RDMA[0].BatchesOut, opcodes)
 }

@@ -1,0 +1,103 @@
+package rdma
+
+// Packets leave in batches: a batch is the packets one goroutine sends to
+// one peer back to back, gathered into one sendmsg with UDP GSO, which
+// the kernel cuts into one datagram per packet. A batch's packets are all
+// of its first packet's size but the last, which may be shorter (the
+// kernel's rule), so a message's middle packets travel together, its
+// first (with a RETH) and last (shorter, or with an ImmDt) mostly apart.
+// Each packet's ICRC covers the IP header its segment will carry: ID k
+// for the k-th (conn.go). The requester flushes its batch when it has
+// sent what the window allows, the responder when the datagram that asked
+// has been served; both before the guest memory the batch points into is
+// released.
+
+import (
+	"net/netip"
+
+	"github.com/vrdma/vrdma/internal/rocewire"
+)
+
+// maxHeader is the longest header a packet of the engine's has: a BTH and
+// an AtomicETH.
+const maxHeader = rocewire.BTHLen + rocewire.AtomicETHLen
+
+// batch is packets on their way to one peer; owned by one goroutine.
+type batch struct {
+	e    *Engine
+	peer netip.AddrPort
+	tos  uint8
+
+	n      int  // packets
+	size   int  // the first packet's size: the segment size
+	bytes  int  // all packets'
+	closed bool // the last packet is shorter than size: no more may join
+	iov    [][]byte
+	hdr    [maxSegments][maxHeader]byte
+	trail  [maxSegments][8]byte // pad (up to 3 bytes) and ICRC
+
+	sum rocewire.Checksummer
+	ipu [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte // the headers a packet's ICRC covers
+}
+
+func newBatch(e *Engine, peer netip.AddrPort, tos uint8) *batch {
+	return &batch{e: e, peer: peer, tos: tos, iov: make([][]byte, 0, maxIOV)}
+}
+
+// add appends a packet: header h (copied) and then payload, n bytes in
+// pieces that stay valid until the batch is flushed (guest memory). It
+// sends the batch first if the packet cannot join it.
+func (b *batch) add(h []byte, payload [][]byte, n int) error {
+	var err error
+	padN := int(rocewire.PadCount(n))
+	size := len(h) + n + padN + rocewire.ICRCLen
+	if b.n > 0 && (b.closed || size > b.size || b.n == maxSegments || b.bytes+size > maxBatch || len(b.iov)+len(payload)+2 > maxIOV) {
+		err = b.flush()
+	}
+	k := b.n
+	hdr := b.hdr[k][:copy(b.hdr[k][:], h)]
+	trail := b.trail[k][:padN+rocewire.ICRCLen]
+	clear(trail[:padN])
+	start := len(b.iov)
+	b.iov = append(b.iov, hdr)
+	b.iov = append(b.iov, payload...)
+	b.iov = append(b.iov, trail[:padN])
+	ipu := b.ipu[:]
+	ipUDP(ipu, b.e.local, b.peer, size, uint16(k))
+	crc, cerr := b.sum.Sum(ipu[:rocewire.IPv4HeaderLen], ipu[rocewire.IPv4HeaderLen:], b.iov[start:])
+	if cerr != nil {
+		b.iov = b.iov[:start]
+		return cerr
+	}
+	icrc := trail[padN:]
+	icrc[0], icrc[1], icrc[2], icrc[3] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
+	b.iov[len(b.iov)-1] = trail
+	if k == 0 {
+		b.size = size
+	} else if size < b.size {
+		b.closed = true
+	}
+	b.n++
+	b.bytes += size
+	return err
+}
+
+// flush sends the batch.
+func (b *batch) flush() error {
+	if b.n == 0 {
+		return nil
+	}
+	seg := 0
+	if b.n > 1 {
+		seg = b.size
+	}
+	b.e.ctr.TxPackets.Add(uint64(b.n))
+	b.e.ctr.TxBytes.Add(uint64(b.bytes))
+	if b.n > 1 {
+		b.e.ctr.TxBatches.Add(1)
+	}
+	err := b.e.conn.WriteTo(b.iov, b.peer, b.tos, seg)
+	clear(b.iov) // no reference to guest memory outlives the send
+	b.iov, b.n, b.bytes, b.closed = b.iov[:0], 0, 0, false
+	return err
+}
