@@ -74,7 +74,10 @@ func TestEngineWire(t *testing.T) {
 	// The capture is live once a probe (UDP to the discard port of the
 	// engine's address) shows in its file.
 	var probe *net.UDPConn
-	if err := ns.Run(func() (err error) { probe, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}); return err }); err != nil {
+	if err := ns.Run(func() (err error) {
+		probe, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	defer probe.Close()
