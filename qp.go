@@ -294,26 +294,44 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 }
 
 // Endpoint is what a peer needs to connect to a QP out of band, as
-// perftest exchanges it: GID, QPN and starting PSN.
+// perftest exchanges it: GID, QPN and starting PSN, and the adapter's
+// active MTU.
 type Endpoint struct {
 	GID GID    `json:"gid"`
 	QPN uint32 `json:"qpn"`
 	PSN uint32 `json:"psn"`
+	MTU uint32 `json:"mtu,omitempty"` // 0: not said
 }
 
 // Endpoint returns this QP's endpoint for out-of-band exchange.
-func (q *QP) Endpoint() Endpoint { return Endpoint{GID: q.pd.ad.gid, QPN: q.qpn, PSN: q.psn} }
+func (q *QP) Endpoint() Endpoint {
+	return Endpoint{GID: q.pd.ad.gid, QPN: q.qpn, PSN: q.psn, MTU: q.activeMTU(context.Background())}
+}
+
+// activeMTU is the active MTU of the QP's adapter's port, or the default
+// path MTU if the agent does not say.
+func (q *QP) activeMTU(ctx context.Context) uint32 {
+	if p, err := q.pd.ad.QueryPort(ctx); err == nil && abi.ValidMTU(p.ActiveMTU) {
+		return p.ActiveMTU
+	}
+	return abi.DefaultPathMTU
+}
 
 // ConnectTo brings the QP from RESET to RTS facing remote, exchanged out
-// of band, with full remote access and the usual RC defaults (timeout 14,
-// retry_cnt 7, rnr_retry 7, min_rnr_timer 12).
+// of band, with full remote access, the smaller of the two adapters'
+// active MTUs as path MTU (remote's counts if it says one) and the usual
+// RC defaults (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12).
 func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
+	mtu := q.activeMTU(ctx)
+	if abi.ValidMTU(remote.MTU) && remote.MTU < mtu {
+		mtu = remote.MTU
+	}
 	steps := []struct {
 		attr QPAttr
 		mask QPAttrMask
 	}{
 		{QPAttr{State: QPSInit, Port: 1, AccessFlags: AccessAll}, MaskState | MaskPort | MaskAccessFlags},
-		{QPAttr{State: QPSRTR, DGID: remote.GID, PathMTU: abi.DefaultPathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: abi.MaxRdAtom,
+		{QPAttr{State: QPSRTR, DGID: remote.GID, PathMTU: mtu, DestQPN: remote.QPN, RQPSN: remote.PSN, MaxDestRdAtomic: abi.MaxRdAtom,
 			MinRNRTimer: abi.DefaultMinRNRTimer},
 			MaskState | MaskAV | MaskPathMTU | MaskDestQPN | MaskRQPSN | MaskMaxDestRdAtomic | MaskMinRNRTimer},
 		{QPAttr{State: QPSRTS, SQPSN: q.psn, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt, RNRRetry: abi.DefaultRNRRetry,

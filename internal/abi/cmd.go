@@ -497,12 +497,20 @@ func (m *ModifyQP) Validate() error {
 
 func validMTU(m uint32) bool { return m == 256 || m == 512 || m == 1024 || m == 2048 || m == 4096 }
 
+// ValidMTU reports whether m is a RoCE (InfiniBand) MTU: 256, 512, 1024,
+// 2048 or 4096 bytes.
+func ValidMTU(m uint32) bool { return validMTU(m) }
+
 // MaxRdAtom is the device's max_qp_rd_atom and max_qp_init_rd_atom.
 const MaxRdAtom = 16
 
 // The RC attributes a connection gets when its program does not choose
 // them — the connection manager's and the library's QP.ConnectTo —:
 // rc_pingpong's, with the device's full READ and atomic depth (MaxRdAtom).
+//
+// DefaultPathMTU is also an adapter's active MTU until its port group
+// says otherwise (device.Adapter.SetActiveMTU); a connection's path MTU
+// is the smaller of its two adapters' active MTUs.
 const (
 	DefaultPathMTU     = 1024
 	DefaultMinRNRTimer = 12 // 0.64 ms

@@ -39,6 +39,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
 // ControlConfig configures the agent's control plane. A nil
@@ -244,9 +245,12 @@ func (a *Agent) publishVM(v *device.VM, uid uint32) {
 		if sw == "" {
 			sw = c.cfg.Switch
 		}
-		if p, err := c.cache.PortGroup(ctx, pg); err == nil && sw != "" && !sameSwitch(c, ctx, sw, p.Switch) {
-			c.log.Warn("adapter's switch is not its port group's", "vm", v.Name(), "adapter", ad.Name(),
-				"switch", sw, "port_group", pg, "port_group_switch", p.Switch)
+		if p, err := c.cache.PortGroup(ctx, pg); err == nil {
+			if sw != "" && !sameSwitch(c, ctx, sw, p.Switch) {
+				c.log.Warn("adapter's switch is not its port group's", "vm", v.Name(), "adapter", ad.Name(),
+					"switch", sw, "port_group", pg, "port_group_switch", p.Switch)
+			}
+			ad.SetActiveMTU(uint32(roceMTU(c, ctx, p)))
 		}
 		ads = append(ads, records.Adapter{VM: v.Name(), Index: ad.Index(), MAC: ad.MAC().String(), GID: netip.AddrFrom16(ad.GID()),
 			PortGroup: pg, NativeEndpoint: vc.NativeEndpoint})
@@ -321,6 +325,19 @@ func sameSwitch(c *control, ctx context.Context, id, name string) bool {
 		return true // cannot tell; pathsel decides
 	}
 	return records.SameUUID(sw.UUID, id)
+}
+
+// roceMTU is the RoCE MTU of port group p's QPs: its own, or the largest
+// its switch's MTU carries; 0 when neither is known.
+func roceMTU(c *control, ctx context.Context, p records.PortGroup) int {
+	if p.RoCEMTU != 0 {
+		return p.RoCEMTU
+	}
+	sw, err := c.cache.Switch(ctx, p.Switch)
+	if err != nil {
+		return 0
+	}
+	return netcheck.MaxRoCEMTU(sw.MTU)
 }
 
 // unpublishVM removes VM v from the control plane after it detached.

@@ -66,6 +66,7 @@ type connResult struct {
 	err   error
 	// A remote dialer's PSNs: its send PSN and its receive PSN.
 	sqPSN, rqPSN uint32
+	mtu          uint32 // the path MTU the acceptor's QP took
 }
 
 // RemoteDialer is a QP that dials from another host.
@@ -74,6 +75,7 @@ type RemoteDialer struct {
 	GID         abi.GID
 	QPN         uint32
 	Host        string // its host ID
+	MTU         uint32 // its adapter's active MTU; 0 when the dialer did not say
 }
 
 type connReq struct {
@@ -321,11 +323,12 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, e
 // rdma_cm uses.
 func connectPair(a, b *device.QP) error {
 	psnA, psnB := randomPSNs()
+	mtu := PathMTU(a.Adapter(), b.Adapter().ActiveMTU())
 	for _, step := range []func() error{
 		func() error { return ToInit(a) },
 		func() error { return ToInit(b) },
-		func() error { return ToRTR(a, b.GID(), b.QPN(), psnB) },
-		func() error { return ToRTR(b, a.GID(), a.QPN(), psnA) },
+		func() error { return ToRTR(a, b.GID(), b.QPN(), psnB, mtu) },
+		func() error { return ToRTR(b, a.GID(), a.QPN(), psnA, mtu) },
 		func() error { return ToRTS(a, psnA) },
 		func() error { return ToRTS(b, psnB) },
 	} {
@@ -348,12 +351,23 @@ func ToInit(q *device.QP) error {
 		Attr: abi.QPAttr{State: abi.QPSInit, Port: 1, AccessFlags: abi.AccessAll}})
 }
 
+// PathMTU is the path MTU between adapter ad and a remote end whose
+// active MTU is remote (0 or not an MTU: unknown, ad's alone counts): the
+// smaller of the two, as rdma_cm takes the path record's.
+func PathMTU(ad *device.Adapter, remote uint32) uint32 {
+	m := ad.ActiveMTU()
+	if abi.ValidMTU(remote) && remote < m {
+		m = remote
+	}
+	return m
+}
+
 // ToRTR brings q from INIT to RTR facing (gid, qpn), expecting rqPSN, with
-// rdma_cm's defaults.
-func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN uint32) error {
+// path MTU mtu and rdma_cm's other defaults.
+func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN, mtu uint32) error {
 	return q.Modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
-		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: abi.DefaultPathMTU, DestQPN: qpn, RQPSN: rqPSN,
+		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: mtu, DestQPN: qpn, RQPSN: rqPSN,
 			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
 

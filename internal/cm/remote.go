@@ -46,6 +46,7 @@ type Answer struct {
 	QPN          uint32
 	GID          abi.GID
 	SQPSN, RQPSN uint32 // the dialer's send PSN, and its receive PSN
+	MTU          uint32 // the path MTU the acceptor's QP took
 }
 
 // ServeRemote queues remote request r on the listener of target (an
@@ -108,26 +109,28 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	if res.err != nil {
 		return Answer{}, res.err
 	}
-	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN}, nil
+	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu}, nil
 }
 
 // acceptRemote brings q to RTS facing remote dialer d and answers it.
 func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer) (abi.ConnectReply, error) {
 	dialerPSN, ourPSN := randomPSNs() // the dialer's sq_psn, and ours
-	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN); err != nil {
+	mtu := PathMTU(q.Adapter(), d.MTU)
+	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN, mtu); err != nil {
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID()}, sqPSN: dialerPSN, rqPSN: ourPSN}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID()}, sqPSN: dialerPSN, rqPSN: ourPSN, mtu: mtu}
 	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
 }
 
 // Establish brings q through INIT and RTR to RTS facing (gid, qpn),
-// expecting rqPSN and sending from sqPSN; on a failure q is moved to ERR.
-func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN uint32) error {
+// expecting rqPSN and sending from sqPSN, with path MTU mtu; on a
+// failure q is moved to ERR.
+func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN, mtu uint32) error {
 	for _, step := range []func() error{
 		func() error { return ToInit(q) },
-		func() error { return ToRTR(q, gid, qpn, rqPSN) },
+		func() error { return ToRTR(q, gid, qpn, rqPSN, mtu) },
 		func() error { return ToRTS(q, sqPSN) },
 	} {
 		if err := step(); err != nil {

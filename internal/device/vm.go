@@ -94,6 +94,26 @@ type Adapter struct {
 	index int
 	mac   net.HardwareAddr
 	gid   abi.GID
+
+	activeMTU atomic.Uint32 // the port's active MTU; 0 until set: abi.DefaultPathMTU
+}
+
+// ActiveMTU is the port's active MTU: the RoCE MTU of the adapter's port
+// group, which connection managers use as the path MTU (the smaller of
+// the two ends').
+func (ad *Adapter) ActiveMTU() uint32 {
+	if m := ad.activeMTU.Load(); m != 0 {
+		return m
+	}
+	return abi.DefaultPathMTU
+}
+
+// SetActiveMTU sets the port's active MTU, one of abi.ValidMTU's; other
+// values are ignored.
+func (ad *Adapter) SetActiveMTU(m uint32) {
+	if abi.ValidMTU(m) {
+		ad.activeMTU.Store(m)
+	}
 }
 
 // Name is the adapter's name, "vrdmaN".
@@ -427,6 +447,6 @@ func guid(mac net.HardwareAddr) string {
 
 // PortAttr are the attributes ibv_query_port reports for ad's port.
 func (ad *Adapter) PortAttr() abi.PortAttr {
-	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: 1024, GIDTblLen: 1, LinkLayer: "Ethernet",
+	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: ad.ActiveMTU(), GIDTblLen: 1, LinkLayer: "Ethernet",
 		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }

@@ -60,6 +60,7 @@ type ConnReqMsg struct {
 	FromGID     netip.Addr `json:"from_gid"`
 	FromQPN     uint32     `json:"from_qpn"`
 	TimeoutMS   uint32     `json:"timeout_ms"`
+	MTU         uint32     `json:"mtu,omitempty"` // the dialer's active MTU (0: not said, an older agent)
 }
 
 // ConnRespMsg answers a ConnReqMsg: the accepting QP and the PSNs, or an
@@ -69,6 +70,7 @@ type ConnRespMsg struct {
 	GID     netip.Addr `json:"gid,omitzero"`
 	SQPSN   uint32     `json:"sq_psn,omitempty"` // the dialer's send PSN = the acceptor's receive PSN
 	RQPSN   uint32     `json:"rq_psn,omitempty"` // the dialer's receive PSN = the acceptor's send PSN
+	MTU     uint32     `json:"mtu,omitempty"`    // the path MTU the acceptor's QP took (0: not said)
 	Code    string     `json:"code,omitempty"`
 	Message string     `json:"message,omitempty"`
 }
@@ -134,6 +136,8 @@ func (m *ConnReqMsg) Validate() error {
 		return fmt.Errorf("CM_REQ: from_gid %v is not a 16-byte GID", m.FromGID)
 	case m.FromQPN == 0 || m.FromQPN > 0xffffff:
 		return fmt.Errorf("CM_REQ: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
+	case !optionalMTU(m.MTU):
+		return fmt.Errorf("CM_REQ: mtu %d is not 256, 512, 1024, 2048 or 4096", m.MTU)
 	}
 	return nil
 }
@@ -153,9 +157,14 @@ func (m *ConnRespMsg) Validate() error {
 		return fmt.Errorf("CM_RESP: gid %v is not a 16-byte GID", m.GID)
 	case m.SQPSN > PSNMask || m.RQPSN > PSNMask:
 		return fmt.Errorf("CM_RESP: PSN wider than 24 bits")
+	case !optionalMTU(m.MTU):
+		return fmt.Errorf("CM_RESP: mtu %d is not 256, 512, 1024, 2048 or 4096", m.MTU)
 	}
 	return nil
 }
+
+// optionalMTU reports whether m is 0 (not said) or a RoCE MTU.
+func optionalMTU(m uint32) bool { return m == 0 || m >= 256 && m <= 4096 && m&(m-1) == 0 }
 
 // DecodeJSON decodes a control payload into v: one JSON object and
 // nothing after it. Unknown fields are refused, except in a HELLO: an

@@ -91,6 +91,9 @@ func TestValidate(t *testing.T) {
 		{"CM_REQ from an IPv4 GID", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.FromGID = netip.MustParseAddr("10.0.0.1") }), "CM_REQ: from_gid 10.0.0.1"},
 		{"CM_REQ from QPN 0", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.FromQPN = 0 }), "CM_REQ: from_qpn 0x0 out of range 1..0xffffff"},
 		{"CM_REQ from a 25-bit QPN", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.FromQPN = 0x1000000 }), "CM_REQ: from_qpn 0x1000000"},
+		{"CM_REQ with MTU 4096", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 4096 }), ""},
+		{"CM_REQ with MTU 1500", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 1500 }), "CM_REQ: mtu 1500 is not"},
+		{"CM_REQ with MTU 8192", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 8192 }), "CM_REQ: mtu 8192 is not"},
 
 		{"CM_RESP", ptr(validConnResp()), ""},
 		{"CM_RESP with PSNs 0", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.SQPSN, m.RQPSN = 0, 0 }), ""},
@@ -98,6 +101,8 @@ func TestValidate(t *testing.T) {
 		{"CM_RESP error with a 4097-byte message", &tcpwire.ConnRespMsg{Code: "refused", Message: strings.Repeat("m", 4097)}, "CM_RESP: 4097-byte message"},
 		{"CM_RESP with QPN 0", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.QPN = 0 }), "CM_RESP: qpn 0x0 out of range"},
 		{"CM_RESP with a 25-bit QPN", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.QPN = 0x1000000 }), "CM_RESP: qpn 0x1000000"},
+		{"CM_RESP with MTU 256", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.MTU = 256 }), ""},
+		{"CM_RESP with MTU 128", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.MTU = 128 }), "CM_RESP: mtu 128 is not"},
 		{"CM_RESP without a GID", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.GID = netip.Addr{} }), "CM_RESP: gid"},
 		{"CM_RESP with a 25-bit SQ PSN", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.SQPSN = 0x1000000 }), "CM_RESP: PSN wider than 24 bits"},
 		{"CM_RESP with a 25-bit RQ PSN", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.RQPSN = 0xffffffff }), "CM_RESP: PSN wider than 24 bits"},

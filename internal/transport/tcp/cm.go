@@ -40,7 +40,7 @@ func (c *tconn) startCM(h *tcpwire.Header) error {
 		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeLimit,
 			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
 	}
-	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID})
+	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU})
 	c.cmMu.Lock()
 	c.cms[tag] = r
 	c.cmMu.Unlock()
@@ -101,7 +101,7 @@ func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg
 	if err != nil {
 		return cmErr(err)
 	}
-	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN}
+	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU}
 }
 
 // Connect dials the listener of end, on another host, for q, and brings q
@@ -114,7 +114,7 @@ func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end 
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", end.Endpoint.Name(), end.Host.Host.Label(), err)
 	}
 	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.VM().Name(), FromAdapter: q.Adapter().Name(),
-		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond)}
+		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU()}
 	k := newCall()
 	if !tc.register(k) {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", end.Endpoint.Name(), end.Host.Host.Label())
@@ -154,7 +154,7 @@ func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end 
 		return abi.ConnectReply{}, &abi.Error{Code: r.Code, Message: r.Message}
 	}
 	gid := abi.GID(r.GID.As16())
-	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN); err != nil {
+	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, cm.PathMTU(q.Adapter(), r.MTU)); err != nil {
 		return abi.ConnectReply{}, err
 	}
 	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path}, nil
