@@ -553,6 +553,9 @@ func (p *path) wait() {
 			return // more to take
 		}
 	}
+	if p.poll() {
+		return
+	}
 	t := q.Timer()
 	t.Reset(d)
 	select {
@@ -585,6 +588,33 @@ func (p *path) wait() {
 		return
 	}
 	p.rewindTo(psn)
+}
+
+// poll waits for a response or a new post for up to pollBudget without
+// sleeping, while a polling slot is free (device.TrySpin): one that comes
+// within it costs no sleep and wake-up of this goroutine's thread. It
+// reports whether one came.
+func (p *path) poll() bool {
+	if !device.TrySpin() {
+		return false
+	}
+	defer device.EndSpin()
+	q := p.q
+	deadline := time.Now().Add(pollBudget)
+	for {
+		select {
+		case <-q.WakeCh():
+			return true
+		default:
+		}
+		if !q.Sending() || !p.blocked && q.State() == abi.QPSRTS && q.PostedBeyond(p.next) && p.inflight.Load() < window {
+			return true
+		}
+		device.YieldCPU() // at every turn: the threads this one waits for share the CPUs
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // response records a response packet for this QP's requester; the
