@@ -69,6 +69,12 @@ func TestConformance(t *testing.T) {
 			runConformance(t, &rdmaLoopEnv{memcpyEnv{env: env, prefix: "rla", async: true}}, connOOB)
 		})
 	})
+	t.Run("rdma-loop6", func(t *testing.T) {
+		// The same engine on IPv6 (::1): the ICRC over the IPv6 header,
+		// the traffic class for the DSCP.
+		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("[::1]:4791")})
+		runConformance(t, &rdmaLoopEnv{memcpyEnv{env: env, prefix: "r6"}}, connCM)
+	})
 	t.Run("rdma-lossy", func(t *testing.T) {
 		// The same over a socket that loses, repeats, reorders and delays
 		// 2 % of the packets each: go-back-N, duplicates, the replay

@@ -6,8 +6,8 @@ package rdma
 // of its first packet's size but the last, which may be shorter (the
 // kernel's rule), so a message's middle packets travel together, its
 // first (with a RETH) and last (shorter, or with an ImmDt) mostly apart.
-// Each packet's ICRC covers the IP header its segment will carry: ID k
-// for the k-th (conn.go). The requester flushes its batch when it has
+// Each packet's ICRC covers the IP header its segment will carry: on
+// IPv4, ID k for the k-th (conn.go). The requester flushes its batch when it has
 // sent what the window allows, the responder when the datagram that asked
 // has been served; both before the guest memory the batch points into is
 // released.
@@ -37,7 +37,7 @@ type batch struct {
 	trail  [maxSegments][8]byte // pad (up to 3 bytes) and ICRC
 
 	sum rocewire.Checksummer
-	ipu [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte // the headers a packet's ICRC covers
+	ipu [maxIPUDP]byte // the headers a packet's ICRC covers
 }
 
 func newBatch(e *Engine, peer netip.AddrPort, tos uint8) *batch {
@@ -62,9 +62,8 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 	b.iov = append(b.iov, hdr)
 	b.iov = append(b.iov, payload...)
 	b.iov = append(b.iov, trail[:padN])
-	ipu := b.ipu[:]
-	ipUDP(ipu, b.e.local, b.peer, size, uint16(k))
-	crc, cerr := b.sum.Sum(ipu[:rocewire.IPv4HeaderLen], ipu[rocewire.IPv4HeaderLen:], b.iov[start:])
+	ip, udp := ipUDP(b.ipu[:], b.e.local, b.peer, size, uint16(k))
+	crc, cerr := b.sum.Sum(ip, udp, b.iov[start:])
 	if cerr != nil {
 		b.iov = b.iov[:start]
 		return cerr

@@ -72,28 +72,34 @@ type udpConn struct {
 	c     *net.UDPConn
 	raw   syscall.RawConn
 	local netip.AddrPort
+	v6    bool
 
 	// The reader's: control messages, and the non-blocking recvmsg's
 	// arguments and result (pollOnce, bound once as pollFn).
 	oob    [64]byte
 	msg    unix.Msghdr
 	iov    unix.Iovec
-	name   unix.RawSockaddrInet4
+	name   unix.RawSockaddrInet6 // room for either family's
 	pn     int       // bytes read, 0 for nothing yet, -1 for an error (the blocking read reports it)
 	polled time.Time // when the last datagram was read
 	pollFn func(fd uintptr)
 }
 
-// ListenUDP binds the engine's socket on addr (an IPv4 address; port 0
-// means 4791).
+// ListenUDP binds the engine's socket on addr (an IPv4 or IPv6 address,
+// not a wildcard: the ICRC covers it; port 0 means 4791).
 func ListenUDP(addr netip.AddrPort) (Conn, error) {
-	if !addr.Addr().Is4() {
-		return nil, fmt.Errorf("rdma uplink %s: only IPv4 addresses are served yet", addr)
+	addr = netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())
+	if !addr.Addr().IsValid() || addr.Addr().IsUnspecified() || addr.Addr().Zone() != "" {
+		return nil, fmt.Errorf("rdma uplink %s: want the uplink's own IPv4 or IPv6 address (the ICRC covers it), not a wildcard or a zoned one", addr)
 	}
 	if addr.Port() == 0 {
 		addr = netip.AddrPortFrom(addr.Addr(), rocewire.UDPPort)
 	}
-	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+	network, level, pmtu := "udp4", unix.IPPROTO_IP, [2]int{unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO}
+	if addr.Addr().Is6() {
+		network, level, pmtu = "udp6", unix.IPPROTO_IPV6, [2]int{unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO}
+	}
+	c, err := net.ListenUDP(network, net.UDPAddrFromAddrPort(addr))
 	if err != nil {
 		return nil, fmt.Errorf("rdma uplink: bind UDP %s: %w (is another engine, or kernel rdma_rxe, on the port?)", addr, err)
 	}
@@ -104,7 +110,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	}
 	var serr error
 	rc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+		serr = unix.SetsockoptInt(int(fd), level, pmtu[0], pmtu[1])
 		if serr != nil {
 			return
 		}
@@ -123,7 +129,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 		return nil, fmt.Errorf("rdma uplink %s: socket options: %w", addr, serr)
 	}
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port())}
+	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), v6: addr.Addr().Is6()}
 	u.pollFn = u.pollOnce
 	return u, nil
 }
@@ -132,13 +138,19 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 
 // WriteTo sends bufs with one sendmsg(2), straight from the caller's
 // pieces (guest memory among them): no copy in user space. The TOS byte
-// travels as an IP_TOS control message, so that QPs of port groups with
-// different DSCPs share the socket; the segment size as a UDP_SEGMENT one.
+// travels as an IP_TOS (IPv6: IPV6_TCLASS) control message, so that QPs
+// of port groups with different DSCPs share the socket; the segment size
+// as a UDP_SEGMENT one.
 func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error {
 	w := sends.Get().(*sendOp)
-	w.bufs, w.sa.Addr, w.sa.Port, w.oob = bufs, dst.Addr().As4(), int(dst.Port()), w.cmsgs[:0]
+	w.bufs, w.oob = bufs, w.cmsgs[:0]
+	if u.v6 {
+		w.sa6.Addr, w.sa6.Port, w.sa = dst.Addr().As16(), int(dst.Port()), &w.sa6
+	} else {
+		w.sa4.Addr, w.sa4.Port, w.sa = dst.Addr().As4(), int(dst.Port()), &w.sa4
+	}
 	if tos != 0 {
-		w.oob = append(w.oob, tosCmsgs[tos]...)
+		w.oob = append(w.oob, tosCmsgs[u.family()][tos]...)
 	}
 	if seg > 0 {
 		w.oob = appendSegment(w.oob, seg)
@@ -163,7 +175,9 @@ type sendOp struct {
 	bufs  [][]byte
 	oob   []byte
 	cmsgs [64]byte // oob's storage
-	sa    unix.SockaddrInet4
+	sa    unix.Sockaddr // &sa4 or &sa6
+	sa4   unix.SockaddrInet4
+	sa6   unix.SockaddrInet6
 	err   error
 	fn    func(fd uintptr) bool // send, bound once
 }
@@ -177,7 +191,7 @@ var sends = sync.Pool{New: func() any {
 // send is the sendmsg; false asks the runtime to wait until the socket
 // can take it.
 func (w *sendOp) send(fd uintptr) bool {
-	_, w.err = unix.SendmsgBuffers(int(fd), w.bufs, w.oob, &w.sa, unix.MSG_DONTWAIT)
+	_, w.err = unix.SendmsgBuffers(int(fd), w.bufs, w.oob, w.sa, unix.MSG_DONTWAIT)
 	return !errors.Is(w.err, unix.EAGAIN)
 }
 
@@ -203,8 +217,7 @@ func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 			}
 			if u.pn > 0 {
 				u.polled = time.Now()
-				src := netip.AddrPortFrom(netip.AddrFrom4(u.name.Addr), binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&u.name.Port))[:]))
-				return u.pn, groSegment(u.oob[:u.msg.Controllen]), src, nil
+				return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
 			}
 			device.YieldCPU() // at every turn, as the tcp path's pollHeader
 			if time.Now().After(deadline) {
@@ -222,7 +235,7 @@ func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 // pollOnce is ReadFrom's non-blocking recvmsg(2), into the buffer and
 // control space u.msg points to.
 func (u *udpConn) pollOnce(fd uintptr) {
-	u.msg.Name, u.msg.Namelen = (*byte)(unsafe.Pointer(&u.name)), unix.SizeofSockaddrInet4
+	u.msg.Name, u.msg.Namelen = (*byte)(unsafe.Pointer(&u.name)), unix.SizeofSockaddrInet6
 	u.msg.Iov, u.msg.Iovlen = &u.iov, 1
 	u.msg.Control, u.msg.Controllen = &u.oob[0], uint64(len(u.oob))
 	u.msg.Flags = 0
@@ -274,37 +287,75 @@ func appendSegment(oob []byte, seg int) []byte {
 func (u *udpConn) LocalAddr() netip.AddrPort { return u.local }
 func (u *udpConn) Close() error              { return u.c.Close() }
 
-// tosCmsgs holds the IP_TOS control message of every TOS byte, built
-// once: a packet's sendmsg passes one, read only, and allocates nothing.
-var tosCmsgs = func() (m [256][]byte) {
+// family is the index of u's address family in tosCmsgs: 0 IPv4, 1 IPv6.
+func (u *udpConn) family() int {
+	if u.v6 {
+		return 1
+	}
+	return 0
+}
+
+// tosCmsgs holds the IP_TOS (IPv4) and IPV6_TCLASS (IPv6) control
+// messages of every TOS byte, built once: a packet's sendmsg passes one,
+// read only, and allocates nothing.
+var tosCmsgs = func() (m [2][256][]byte) {
 	n := unix.CmsgSpace(4)
-	for tos := range m {
-		b := make([]byte, n)
-		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-		h.Level, h.Type = unix.IPPROTO_IP, unix.IP_TOS
-		h.SetLen(unix.CmsgLen(4))
-		binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
-		m[tos] = b
+	for f, lt := range [2][2]int32{{unix.IPPROTO_IP, unix.IP_TOS}, {unix.IPPROTO_IPV6, unix.IPV6_TCLASS}} {
+		for tos := range m[f] {
+			b := make([]byte, n)
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+			h.Level, h.Type = lt[0], lt[1]
+			h.SetLen(unix.CmsgLen(4))
+			binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
+			m[f][tos] = b
+		}
 	}
 	return m
 }()
 
-// ipUDP writes into h (28 bytes) the IPv4 and UDP headers the kernel
-// sends a datagram of n payload bytes from src to dst with: DF, ID id;
-// the masked fields (TOS, TTL, checksums) are left zero.
-func ipUDP(h []byte, src, dst netip.AddrPort, n int, id uint16) {
-	h[0], h[1] = 0x45, 0
-	binary.BigEndian.PutUint16(h[2:], uint16(rocewire.IPv4HeaderLen+rocewire.UDPHeaderLen+n))
-	binary.BigEndian.PutUint16(h[4:], id)
-	binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-	h[8], h[9] = 0, unix.IPPROTO_UDP
-	h[10], h[11] = 0, 0
-	s, d := src.Addr().As4(), dst.Addr().As4()
-	copy(h[12:16], s[:])
-	copy(h[16:20], d[:])
-	u := h[rocewire.IPv4HeaderLen:]
-	binary.BigEndian.PutUint16(u[0:], src.Port())
-	binary.BigEndian.PutUint16(u[2:], dst.Port())
-	binary.BigEndian.PutUint16(u[4:], uint16(rocewire.UDPHeaderLen+n))
-	u[6], u[7] = 0, 0
+// addrPort is the address and port of the sockaddr_in or sockaddr_in6
+// in sa.
+func addrPort(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), port)
+}
+
+// maxIPUDP is the room ipUDP needs: an IPv6 and a UDP header.
+const maxIPUDP = rocewire.IPv6HeaderLen + rocewire.UDPHeaderLen
+
+// ipUDP writes into h (maxIPUDP bytes) the IP and UDP headers the kernel
+// sends a datagram of n payload bytes from src to dst with, and returns
+// them: IPv4 with DF and ID id, or IPv6 (no ID); the masked fields (TOS
+// or traffic class and flow label, TTL or hop limit, checksums) zero.
+func ipUDP(h []byte, src, dst netip.AddrPort, n int, id uint16) (ip, udp []byte) {
+	if src.Addr().Is4() {
+		ip = h[:rocewire.IPv4HeaderLen]
+		ip[0], ip[1] = 0x45, 0
+		binary.BigEndian.PutUint16(ip[2:], uint16(rocewire.IPv4HeaderLen+rocewire.UDPHeaderLen+n))
+		binary.BigEndian.PutUint16(ip[4:], id)
+		binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+		ip[8], ip[9] = 0, unix.IPPROTO_UDP
+		ip[10], ip[11] = 0, 0
+		s, d := src.Addr().As4(), dst.Addr().As4()
+		copy(ip[12:16], s[:])
+		copy(ip[16:20], d[:])
+	} else {
+		ip = h[:rocewire.IPv6HeaderLen]
+		ip[0], ip[1], ip[2], ip[3] = 0x60, 0, 0, 0
+		binary.BigEndian.PutUint16(ip[4:], uint16(rocewire.UDPHeaderLen+n))
+		ip[6], ip[7] = unix.IPPROTO_UDP, 0
+		s, d := src.Addr().As16(), dst.Addr().As16()
+		copy(ip[8:24], s[:])
+		copy(ip[24:40], d[:])
+	}
+	udp = h[len(ip) : len(ip)+rocewire.UDPHeaderLen]
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(rocewire.UDPHeaderLen+n))
+	udp[6], udp[7] = 0, 0
+	return ip, udp
 }

@@ -12,11 +12,17 @@ import (
 // TestWriteToAllocs checks that sending a datagram or a batch, with or
 // without a TOS byte, allocates nothing: it runs for every packet.
 func TestWriteToAllocs(t *testing.T) {
-	c, err := ListenUDP(netip.MustParseAddrPort("127.0.33.12:4791"))
-	if err != nil {
-		t.Fatal(err)
+	for _, addr := range []string{"127.0.33.12:4791", "[::1]:4794"} {
+		c, err := ListenUDP(netip.MustParseAddrPort(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		writeToAllocs(t, c)
 	}
-	defer c.Close()
+}
+
+func writeToAllocs(t *testing.T, c Conn) {
 	dst := c.LocalAddr()
 	payload := make([]byte, 64)
 	bufs := [][]byte{payload[:12], payload[12:]}
@@ -27,7 +33,7 @@ func TestWriteToAllocs(t *testing.T) {
 					t.Fatal(err)
 				}
 			}); n != 0 {
-				t.Errorf("WriteTo with TOS %#x, segments of %d: %v allocations per call, want 0", tos, seg, n)
+				t.Errorf("WriteTo %v with TOS %#x, segments of %d: %v allocations per call, want 0", dst, tos, seg, n)
 			}
 		}
 	}
@@ -41,7 +47,13 @@ func TestWriteToAllocs(t *testing.T) {
 // veth), accepted by the reader's check at its place in the batch and as
 // a lone datagram; a corrupt one refused.
 func TestBatchGRO(t *testing.T) {
-	c, err := ListenUDP(netip.MustParseAddrPort("127.0.33.13:4791"))
+	for _, addr := range []string{"127.0.33.13:4791", "[::1]:4793"} {
+		t.Run(addr, func(t *testing.T) { testBatchGRO(t, netip.MustParseAddrPort(addr)) })
+	}
+}
+
+func testBatchGRO(t *testing.T, addr netip.AddrPort) {
+	c, err := ListenUDP(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +101,10 @@ func TestBatchGRO(t *testing.T) {
 		if !bytes.HasPrefix(p, sent[k]) {
 			t.Fatalf("segment %d is not packet %d", k, k)
 		}
-		var h [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
-		ipUDP(h[:], src, e.local, len(p), uint16(k))
-		if ok, err := rocewire.VerifyICRC(h[:rocewire.IPv4HeaderLen], h[rocewire.IPv4HeaderLen:], p); err != nil || !ok {
-			t.Errorf("segment %d: ICRC is not the one of IP ID %d (%v)", k, k, err)
+		var h [maxIPUDP]byte
+		ip, udp := ipUDP(h[:], src, e.local, len(p), uint16(k))
+		if ok, err := rocewire.VerifyICRC(ip, udp, p); err != nil || !ok {
+			t.Errorf("segment %d: ICRC is not the one of its IP header (IPv4: ID %d) (%v)", k, k, err)
 		}
 		if !ids.verify(src, e.local, p, uint16(k)) {
 			t.Errorf("segment %d: the reader's check refuses it", k)

@@ -129,7 +129,7 @@ func (e *Engine) read() {
 			e.log.Warn("rdma uplink: read", "err", err)
 			continue
 		}
-		if n >= readBuffer || !src.Addr().Is4() {
+		if n >= readBuffer || src.Addr().Is4() != e.local.Addr().Is4() {
 			e.ctr.RxPackets.Add(1)
 			e.ctr.Malformed.Add(1)
 			continue

@@ -27,7 +27,7 @@ type idDeltas struct {
 	lastT *[maxSegments]uint32
 
 	sum rocewire.Checksummer
-	ipu [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
+	ipu [maxIPUDP]byte
 	tp  [1][]byte
 }
 
@@ -40,23 +40,26 @@ var idBits = [6][2]byte{{0, 1}, {0, 2}, {0, 4}, {0, 8}, {0, 16}, {0, 32}}
 var zeros [maxDatagram + rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
 
 // verify reports whether pkt (the transport packet with its ICRC), from
-// src to dst, carries the ICRC of an IPv4 header with ID id, or failing
-// that with any ID below maxSegments.
+// src to dst, carries the ICRC of its IP header: on IPv4 with ID id, or
+// failing that with any ID below maxSegments.
 func (d *idDeltas) verify(src, dst netip.AddrPort, pkt []byte, id uint16) bool {
 	if len(pkt) < rocewire.BTHLen+rocewire.ICRCLen || len(pkt) > maxDatagram {
 		return false
 	}
-	h := d.ipu[:]
-	ipUDP(h, src, dst, len(pkt), 0)
+	ip, udp := ipUDP(d.ipu[:], src, dst, len(pkt), 0)
 	end := len(pkt) - rocewire.ICRCLen
 	d.tp[0] = pkt[:end]
-	crc0, err := d.sum.Sum(h[:rocewire.IPv4HeaderLen], h[rocewire.IPv4HeaderLen:], d.tp[:])
+	crc0, err := d.sum.Sum(ip, udp, d.tp[:])
+	d.tp[0] = nil
 	if err != nil {
 		return false
 	}
 	diff := crc0 ^ binary.LittleEndian.Uint32(pkt[end:])
 	if diff == 0 {
 		return true
+	}
+	if !src.Addr().Is4() {
+		return false // IPv6 has no ID
 	}
 	t := d.table(len(pkt))
 	if id < maxSegments && t[id] == diff {
