@@ -80,8 +80,8 @@ type udpConn struct {
 	msg    unix.Msghdr
 	iov    unix.Iovec
 	name   unix.RawSockaddrInet6 // room for either family's
-	pn     int       // bytes read, 0 for nothing yet, -1 for an error (the blocking read reports it)
-	polled time.Time // when the last datagram was read
+	pn     int                   // bytes read, 0 for nothing yet, -1 for an error (the blocking read reports it)
+	polled time.Time             // when the last datagram was read
 	pollFn func(fd uintptr)
 }
 
@@ -174,7 +174,7 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int)
 type sendOp struct {
 	bufs  [][]byte
 	oob   []byte
-	cmsgs [64]byte // oob's storage
+	cmsgs [64]byte      // oob's storage
 	sa    unix.Sockaddr // &sa4 or &sa6
 	sa4   unix.SockaddrInet4
 	sa6   unix.SockaddrInet6

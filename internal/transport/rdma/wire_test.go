@@ -20,7 +20,6 @@ import (
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
-
 // TestEngineWire captures the engine's packets with tshark while a
 // pair runs every opcode and messages of several packets, and checks them
 // with readers that are not the engine's: Wireshark's InfiniBand
