@@ -77,6 +77,7 @@ type Config struct {
 	RDMALoop     netip.AddrPort
 	RDMALoopConn func(rdma.Conn) rdma.Conn
 	RDMALoopDSCP uint8 // the DSCP its packets carry
+	RDMALoopPrio uint8 // and their socket priority
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock

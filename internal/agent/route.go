@@ -95,10 +95,10 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 				if !ok {
 					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma to host %s, which has no software RoCEv2 uplink the engine can reach", q.QPN(), end.Host.Host.Label())
 				}
-				// RoCE v2 packets carry the port group's DSCP (the pair's:
+				// RoCE v2 packets carry the port group's DSCP and priority (the pair's:
 				// path selection checked both ends share its VLAN).
-				tos := uint8(netcheck.SocketOptionsOf(end.PortGroup).TOS)
-				return device.Route{Info: decisionInfo(d), New: a.rdma.Bind(peer, tos)}, nil
+				so := netcheck.SocketOptionsOf(end.PortGroup)
+				return device.Route{Info: decisionInfo(d), New: a.rdma.Bind(peer, rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)})}, nil
 			}
 			if a.up != nil {
 				return device.Route{Info: decisionInfo(d), New: a.up.Bind(end.Host.Host.ID)}, nil
@@ -106,7 +106,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 		}
 	}
 	if ad != nil && a.rdmaLoop != nil {
-		return device.Route{New: a.rdmaLoop.Bind(a.rdmaLoop.LocalAddr(), a.cfg.RDMALoopDSCP<<2), Info: abi.PathInfo{Path: abi.PathRDMA,
+		return device.Route{New: a.rdmaLoop.Bind(a.rdmaLoop.LocalAddr(), rdma.Marks{TOS: a.cfg.RDMALoopDSCP << 2, Priority: a.cfg.RDMALoopPrio}), Info: abi.PathInfo{Path: abi.PathRDMA,
 			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.VM().Name(), ad.VM().Name(), a.cfg.Host, a.rdmaLoop.LocalAddr()),
 			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with an rdma loop (tests only)"}}}}, nil
 	}

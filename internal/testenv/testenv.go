@@ -104,6 +104,7 @@ type Options struct {
 	RDMALoop     netip.AddrPort
 	RDMALoopConn func(rdma.Conn) rdma.Conn
 	RDMALoopDSCP uint8
+	RDMALoopPrio uint8
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
 }
@@ -127,7 +128,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
 		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
-		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP})
+		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP, RDMALoopPrio: o.RDMALoopPrio})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -26,7 +26,7 @@ const maxHeader = rocewire.BTHLen + rocewire.AtomicETHLen
 type batch struct {
 	e    *Engine
 	peer netip.AddrPort
-	tos  uint8
+	m    Marks
 
 	n      int  // packets
 	size   int  // the first packet's size: the segment size
@@ -40,8 +40,8 @@ type batch struct {
 	ipu [maxIPUDP]byte // the headers a packet's ICRC covers
 }
 
-func newBatch(e *Engine, peer netip.AddrPort, tos uint8) *batch {
-	return &batch{e: e, peer: peer, tos: tos, iov: make([][]byte, 0, maxIOV)}
+func newBatch(e *Engine, peer netip.AddrPort, m Marks) *batch {
+	return &batch{e: e, peer: peer, m: m, iov: make([][]byte, 0, maxIOV)}
 }
 
 // add appends a packet: header h (copied) and then payload, n bytes in
@@ -95,7 +95,7 @@ func (b *batch) flush() error {
 	if b.n > 1 {
 		b.e.ctr.TxBatches.Add(1)
 	}
-	err := b.e.conn.WriteTo(b.iov, b.peer, b.tos, seg)
+	err := b.e.conn.WriteTo(b.iov, b.peer, b.m, seg)
 	clear(b.iov) // no reference to guest memory outlives the send
 	b.iov, b.n, b.bytes, b.closed = b.iov[:0], 0, 0, false
 	return err

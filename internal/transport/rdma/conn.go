@@ -25,6 +25,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -37,12 +38,12 @@ import (
 
 // Conn carries the engine's UDP datagrams.
 type Conn interface {
-	// WriteTo sends the concatenation of bufs to dst, with IP TOS byte
-	// tos (the port group's DSCP << 2): one datagram when seg is 0, else
+	// WriteTo sends the concatenation of bufs to dst, marked m: one
+	// datagram when seg is 0, else
 	// datagrams of seg bytes each but the last, which may be shorter
 	// (UDP GSO: one system call, segmented by the kernel, each segment
 	// with its own IP header, whose ID is its index).
-	WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error
+	WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error
 	// ReadFrom reads into b one datagram, or several from src that the
 	// kernel coalesced (UDP GRO): then seg is their size, all but the
 	// last's; else 0.
@@ -50,6 +51,16 @@ type Conn interface {
 	// LocalAddr is the address and port the datagrams leave from.
 	LocalAddr() netip.AddrPort
 	Close() error
+}
+
+// Marks are what the engine's packets carry for the network's quality of
+// service, from the port group: the IP TOS byte (IPv6: traffic class),
+// DSCP << 2, which routers read; and the socket priority, the PFC
+// priority, which a VLAN interface's egress map turns into the 802.1Q PCP
+// (netcheck.SocketOptionsOf).
+type Marks struct {
+	TOS      uint8
+	Priority uint8 // 0–7; 7 needs CAP_NET_ADMIN, else it is left off (udpConn.WriteTo)
 }
 
 // Batches (UDP GSO and GRO): maxSegments is the most datagrams one
@@ -73,6 +84,10 @@ type udpConn struct {
 	raw   syscall.RawConn
 	local netip.AddrPort
 	v6    bool
+
+	prio7Denied atomic.Bool
+	// PriorityDenied counts the sends whose priority the kernel refused.
+	PriorityDenied atomic.Uint64
 
 	// The reader's: control messages, and the non-blocking recvmsg's
 	// arguments and result (pollOnce, bound once as pollFn).
@@ -137,11 +152,13 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 // WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
 
 // WriteTo sends bufs with one sendmsg(2), straight from the caller's
-// pieces (guest memory among them): no copy in user space. The TOS byte
-// travels as an IP_TOS (IPv6: IPV6_TCLASS) control message, so that QPs
-// of port groups with different DSCPs share the socket; the segment size
-// as a UDP_SEGMENT one.
-func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error {
+// pieces (guest memory among them): no copy in user space. The marks
+// travel as control messages — IP_TOS (IPv6: IPV6_TCLASS) and
+// SO_PRIORITY — so that QPs of port groups with different DSCPs and
+// priorities share the socket; the segment size as a UDP_SEGMENT one. A
+// priority the kernel refuses (7 without CAP_NET_ADMIN) is left off from
+// then on, and counted in PriorityDenied.
+func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error {
 	w := sends.Get().(*sendOp)
 	w.bufs, w.oob = bufs, w.cmsgs[:0]
 	if u.v6 {
@@ -149,14 +166,24 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int)
 	} else {
 		w.sa4.Addr, w.sa4.Port, w.sa = dst.Addr().As4(), int(dst.Port()), &w.sa4
 	}
-	if tos != 0 {
-		w.oob = append(w.oob, tosCmsgs[u.family()][tos]...)
+	if m.TOS != 0 {
+		w.oob = append(w.oob, tosCmsgs[u.family()][m.TOS]...)
 	}
 	if seg > 0 {
 		w.oob = appendSegment(w.oob, seg)
 	}
+	prio := len(w.oob) // last: an IP_TOS control message sets a priority of its own (rt_tos2priority)
+	if m.Priority != 0 && m.Priority < 8 && !(m.Priority == 7 && u.prio7Denied.Load()) {
+		w.oob = append(w.oob, prioCmsgs[m.Priority]...)
+	}
 	werr := u.raw.Write(w.fn)
 	err := w.err
+	if errors.Is(err, unix.EPERM) && len(w.oob) > prio {
+		u.prio7Denied.Store(true)
+		u.PriorityDenied.Add(1)
+		w.oob, w.err = w.oob[:prio], nil
+		werr, err = u.raw.Write(w.fn), w.err
+	}
 	w.bufs, w.err = nil, nil
 	sends.Put(w)
 	if werr != nil {
@@ -174,7 +201,7 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int)
 type sendOp struct {
 	bufs  [][]byte
 	oob   []byte
-	cmsgs [64]byte      // oob's storage
+	cmsgs [3 * 24]byte  // oob's storage: three control messages of up to 4 bytes (CmsgSpace(4) = 24)
 	sa    unix.Sockaddr // &sa4 or &sa6
 	sa4   unix.SockaddrInet4
 	sa6   unix.SockaddrInet6
@@ -309,6 +336,19 @@ var tosCmsgs = func() (m [2][256][]byte) {
 			binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(tos))
 			m[f][tos] = b
 		}
+	}
+	return m
+}()
+
+// prioCmsgs holds the SO_PRIORITY control message of priorities 0–7.
+var prioCmsgs = func() (m [8][]byte) {
+	for p := range m {
+		b := make([]byte, unix.CmsgSpace(4))
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		h.Level, h.Type = unix.SOL_SOCKET, unix.SO_PRIORITY
+		h.SetLen(unix.CmsgLen(4))
+		binary.NativeEndian.PutUint32(b[unix.CmsgLen(0):], uint32(p))
+		m[p] = b
 	}
 	return m
 }()

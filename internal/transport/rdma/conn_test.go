@@ -26,14 +26,14 @@ func writeToAllocs(t *testing.T, c Conn) {
 	dst := c.LocalAddr()
 	payload := make([]byte, 64)
 	bufs := [][]byte{payload[:12], payload[12:]}
-	for _, tos := range []uint8{0, 26 << 2} {
+	for _, m := range []Marks{{}, {TOS: 26 << 2, Priority: 3}} {
 		for _, seg := range []int{0, 16} {
 			if n := testing.AllocsPerRun(200, func() {
-				if err := c.WriteTo(bufs, dst, tos, seg); err != nil {
+				if err := c.WriteTo(bufs, dst, m, seg); err != nil {
 					t.Fatal(err)
 				}
 			}); n != 0 {
-				t.Errorf("WriteTo %v with TOS %#x, segments of %d: %v allocations per call, want 0", dst, tos, seg, n)
+				t.Errorf("WriteTo %v marked %+v, segments of %d: %v allocations per call, want 0", dst, m, seg, n)
 			}
 		}
 	}
@@ -59,7 +59,7 @@ func testBatchGRO(t *testing.T, addr netip.AddrPort) {
 	}
 	defer c.Close()
 	e := &Engine{conn: c, local: c.LocalAddr()}
-	b := newBatch(e, c.LocalAddr(), 0)
+	b := newBatch(e, c.LocalAddr(), Marks{})
 	const mtu, n = 1024, 9
 	data := make([]byte, n*mtu)
 	for i := range data {

@@ -94,13 +94,13 @@ func (e *Engine) Close() {
 
 // Bind returns the maker of the rdma path of a QP whose remote end is
 // behind the uplink at peer (its address; port 0 means 4791), for a
-// device.Route; its packets carry IP TOS byte tos (the port group's DSCP
+// device.Route; its packets carry marks m (the port group's DSCP
 // << 2, netcheck.SocketOptionsOf).
-func (e *Engine) Bind(peer netip.AddrPort, tos uint8) func(q *device.QP) device.Path {
+func (e *Engine) Bind(peer netip.AddrPort, m Marks) func(q *device.QP) device.Path {
 	if peer.Port() == 0 {
 		peer = netip.AddrPortFrom(peer.Addr(), rocewire.UDPPort)
 	}
-	return func(q *device.QP) device.Path { return newPath(e, q, peer, tos) }
+	return func(q *device.QP) device.Path { return newPath(e, q, peer, m) }
 }
 
 // maxDatagram is the largest packet the engine takes: a 4096-byte path

@@ -23,7 +23,7 @@ type faulty struct {
 	fates   *testlink.Fates // +checklocks:mu
 	held    []byte          // a datagram held back to follow the next one; +checklocks:mu
 	heldTo  netip.AddrPort  // +checklocks:mu
-	heldTOS uint8           // +checklocks:mu
+	heldM   Marks           // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
@@ -35,16 +35,16 @@ func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
 // WriteTo sends bufs to dst, each datagram of a batch (seg > 0) as the
 // next fate says: not at all, twice, after the next datagram, later, or
 // now. A batch's datagrams go one by one, as the kernel would cut it.
-func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) error {
+func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error {
 	if seg == 0 {
-		return f.writeOne(bufs, dst, tos)
+		return f.writeOne(bufs, dst, m)
 	}
 	all := flatten(bufs)
 	var err error
 	for len(all) > 0 {
 		d := all[:min(seg, len(all))]
 		all = all[len(d):]
-		if e := f.writeOne([][]byte{d}, dst, tos); err == nil {
+		if e := f.writeOne([][]byte{d}, dst, m); err == nil {
 			err = e
 		}
 	}
@@ -52,38 +52,38 @@ func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, tos uint8, seg int) 
 }
 
 // writeOne sends one datagram as the next fate says.
-func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, tos uint8) error {
+func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 	f.mu.Lock()
 	fate := f.fates.Next()
 	if f.st != nil {
 		f.st.Note(fate)
 	}
-	held, heldTo, heldTOS := f.held, f.heldTo, f.heldTOS
+	held, heldTo, heldM := f.held, f.heldTo, f.heldM
 	f.held = nil
 	switch fate {
 	case testlink.Drop:
 		f.mu.Unlock()
 		return nil
 	case testlink.Reorder:
-		f.held, f.heldTo, f.heldTOS = flatten(bufs), dst, tos
+		f.held, f.heldTo, f.heldM = flatten(bufs), dst, m
 		f.mu.Unlock()
 		if held != nil {
-			return f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS, 0)
+			return f.Conn.WriteTo([][]byte{held}, heldTo, heldM, 0)
 		}
 		return nil
 	case testlink.Delay:
 		b := flatten(bufs)
-		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, tos, 0) })
+		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, m, 0) })
 		f.mu.Unlock()
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, dst, tos, 0)
+	err := f.Conn.WriteTo(bufs, dst, m, 0)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, dst, tos, 0)
+		f.Conn.WriteTo(bufs, dst, m, 0)
 	}
 	if held != nil {
-		f.Conn.WriteTo([][]byte{held}, heldTo, heldTOS, 0)
+		f.Conn.WriteTo([][]byte{held}, heldTo, heldM, 0)
 	}
 	return err
 }

@@ -73,7 +73,7 @@ type path struct {
 	e    *Engine
 	q    *device.QP
 	peer netip.AddrPort
-	tos  uint8 // every packet's IP TOS byte, both ways
+	m    Marks // every packet's, both ways
 
 	// Owned by the QP's send-queue goroutine.
 	budget  device.RetryBudget
@@ -110,14 +110,14 @@ type path struct {
 	rsp responder
 }
 
-func newPath(e *Engine, q *device.QP, peer netip.AddrPort, tos uint8) *path {
-	p := &path{e: e, q: q, peer: peer, tos: tos, bufs: make([][]byte, 0, abi.MaxSGE), rxBufs: make([][]byte, 0, abi.MaxSGE),
-		out: newBatch(e, peer, tos)}
+func newPath(e *Engine, q *device.QP, peer netip.AddrPort, m Marks) *path {
+	p := &path{e: e, q: q, peer: peer, m: m, bufs: make([][]byte, 0, abi.MaxSGE), rxBufs: make([][]byte, 0, abi.MaxSGE),
+		out: newBatch(e, peer, m)}
 	for i := range p.win {
 		p.win[i].slot = make([]byte, q.SlotSize())
 	}
 	p.next = q.SQHead()
-	p.rsp.p, p.rsp.out = p, newBatch(e, peer, tos)
+	p.rsp.p, p.rsp.out = p, newBatch(e, peer, m)
 	return p
 }
 

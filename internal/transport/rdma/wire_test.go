@@ -52,8 +52,10 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 	if err != nil {
 		t.Skip("tshark is not installed (apt-get install tshark)")
 	}
-	if _, err := exec.LookPath("ethtool"); err != nil {
-		t.Skip("ethtool is not installed (apt-get install ethtool)")
+	for _, tool := range []string{"ethtool", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (apt-get install ethtool nftables)", tool)
+		}
 	}
 	const python = "/usr/bin/python3" // Debian's, with python3-scapy
 	if err := exec.Command(python, "-c", "import scapy.contrib.roce").Run(); err != nil {
@@ -63,6 +65,19 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 	ns := testenv.NewNetns(t)
 	if out, err := ns.Command("ethtool", "-K", "lo", "tx-udp-segmentation", "off").CombinedOutput(); err != nil {
 		t.Fatalf("ethtool -K lo tx-udp-segmentation off: %v: %s", err, out)
+	}
+	// The socket priority: nftables counts what leaves for UDP 4791, and
+	// what of it has priority 3 (the port group's).
+	nft := ns.Command("nft", "-f", "-")
+	nft.Stdin = strings.NewReader(`table inet vrdmatest {
+	chain out {
+		type filter hook output priority 0;
+		udp dport 4791 meta priority 0:3 counter
+		udp dport 4791 counter
+	}
+}`)
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
 	}
 	var conn rdma.Conn
 	if err := ns.Run(func() (err error) { conn, err = rdma.ListenUDP(wireAddr); return err }); err != nil {
@@ -98,10 +113,10 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 		probe.WriteToUDP([]byte("probe"), &net.UDPAddr{IP: wireAddr.Addr().AsSlice(), Port: 9})
 	}
 
-	const dscp = 26
+	const dscp, prio = 26, 3
 	// The agent's engine runs on the namespace's socket (the one it opens
 	// itself, in the host's namespace, is closed unused).
-	env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.10:4791"), RDMALoopDSCP: dscp,
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.10:4791"), RDMALoopDSCP: dscp, RDMALoopPrio: prio,
 		RDMALoopConn: func(c rdma.Conn) rdma.Conn { c.Close(); return conn }})
 	v1, v2 := env.Open(t, "w1", testenv.VMOptions{}), env.Open(t, "w2", testenv.VMOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -136,6 +151,14 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 		t.Fatalf("status: %v %+v", err, st.RDMA)
 	}
 	sent := int(st.RDMA[0].PacketsOut)
+	rules, err := ns.Command("nft", "list", "table", "inet", "vrdmatest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, rules)
+	}
+	// Counted before the kernel cuts batches: one per sendmsg.
+	if c := nftCounters(string(rules)); len(c) != 2 || c[0] == 0 || c[0] != c[1] {
+		t.Errorf("of the sends to UDP 4791, nftables counts %v with priority %d and in all (want them equal, not 0): %s", c, prio, rules)
+	}
 	captured := 0
 	for deadline := time.Now().Add(20 * time.Second); captured < sent && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		captured = count("udp.port == 4791")
@@ -227,4 +250,21 @@ print(n, bad)
 	}
 	t.Logf("%d packets (from %d batches; %d with a non-zero IPv4 ID), opcodes %v: Wireshark decodes them all, every ICRC checks",
 		len(lines), st.RDMA[0].BatchesOut, cut, opcodes)
+}
+
+// nftCounters are the packet counts of the counters in nft's listing,
+// in order.
+func nftCounters(listing string) []int {
+	var n []int
+	for _, l := range strings.Split(listing, "\n") {
+		_, rest, ok := strings.Cut(l, "counter packets ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if v, err := strconv.Atoi(f[0]); err == nil {
+			n = append(n, v)
+		}
+	}
+	return n
 }
