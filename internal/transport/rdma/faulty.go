@@ -19,11 +19,11 @@ type faulty struct {
 	delayBy time.Duration
 	st      *testlink.Stats
 
-	mu      sync.Mutex
-	fates   *testlink.Fates // +checklocks:mu
-	held    []byte          // a datagram held back to follow the next one; +checklocks:mu
-	heldTo  netip.AddrPort  // +checklocks:mu
-	heldM   Marks           // +checklocks:mu
+	mu     sync.Mutex
+	fates  *testlink.Fates // +checklocks:mu
+	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
+	heldTo netip.AddrPort  // +checklocks:mu
+	heldM  Marks           // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
