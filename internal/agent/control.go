@@ -22,6 +22,7 @@ package agent
 // candidate with why.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,10 @@ type ControlConfig struct {
 	// LookupTimeout bounds a lookup that misses the cache and goes to
 	// etcd, and each publish or remove of a VM; default 3 s.
 	LookupTimeout time.Duration
+	// NICPoll is how often the agent reads its uplinks' NIC state from
+	// the kernel and publishes it when it changed (records.Uplink.
+	// Observed); default 30 s, negative: only when it starts.
+	NICPoll time.Duration
 	// StartTimeout bounds opening the store and registering; default 60 s.
 	StartTimeout time.Duration
 	// UnsafeNoFsync turns fsync off in the embedded etcd (tests only).
@@ -148,8 +153,9 @@ func (a *Agent) startControl() error {
 		}
 		return fmt.Errorf("control plane (%s): %w (or run standalone with --no-control-plane)", where, err)
 	}
+	observed := observeUplinks(cfg.Uplinks, log)
 	h := records.Host{ID: a.hostID, Name: a.cfg.Host, PVRDMAAddress: cfg.PVRDMAAddress, FirewallPVRDMA: cfg.FirewallPVRDMA,
-		Uplinks: cfg.Uplinks, Switch: cfg.Switch, AgentVersion: Version, State: records.HostUp}
+		Uplinks: observed, Switch: cfg.Switch, AgentVersion: Version, State: records.HostUp}
 	m, err := member.Register(ctx, st, h, member.Options{TTL: cfg.LeaseTTL, Logger: log})
 	if err != nil {
 		st.Close()
@@ -171,6 +177,10 @@ func (a *Agent) startControl() error {
 		}
 	}
 	a.ctl = c
+	if poll := cmp.Or(cfg.NICPoll, defaultNICPoll); poll > 0 && len(cfg.Uplinks) > 0 {
+		c.wg.Add(1)
+		go c.pollNICs(poll, observed)
+	}
 	log.Info("control plane", "endpoints", st.Endpoints(), "embedded", st.Embedded() != nil, "switch", cfg.Switch)
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/control/records"
@@ -23,6 +24,7 @@ type controlFlags struct {
 	sw        string
 	uplinks   []records.Uplink
 	lossless  int // --rdma-uplink-lossless: -1 unset
+	nicPoll   time.Duration
 }
 
 func addControlFlags(fs *flag.FlagSet) *controlFlags {
@@ -44,6 +46,7 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 		c.uplinks = append(c.uplinks, u)
 		return nil
 	})
+	fs.DurationVar(&c.nicPoll, "nic-poll", 0, "how often to read the RDMA uplinks' NIC state (PFC, pause, DCB trust, MTU, teaming) from the kernel and publish it in the host record when it changed (default 30s; negative: only at start)")
 	fs.IntVar(&c.lossless, "rdma-uplink-lossless", -1, "declare the RDMA uplinks lossless for this 802.1Q priority (PFC on it, no pause, not teamed), for NICs whose kernel reports no DCB state (loopback, veth): what vrdmactl host uplink declare would record")
 	return c
 }
@@ -65,7 +68,7 @@ func (c *controlFlags) config() (*agent.ControlConfig, error) {
 			c.uplinks[i].Declared = records.NICState{PFC: &pfc, Pause: &records.Pause{}, Teamed: &teamed}
 		}
 	}
-	cfg := &agent.ControlConfig{DataDir: c.dataDir, FirewallPVRDMA: c.firewall, Switch: c.sw, Uplinks: c.uplinks}
+	cfg := &agent.ControlConfig{DataDir: c.dataDir, FirewallPVRDMA: c.firewall, Switch: c.sw, Uplinks: c.uplinks, NICPoll: c.nicPoll}
 	for _, e := range strings.Split(c.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			cfg.Endpoints = append(cfg.Endpoints, e)
