@@ -38,10 +38,15 @@ type VMStatus = mgmt.VMStatus
 // QPStatus is one QP in a VMStatus.
 type QPStatus = mgmt.QPStatus
 
-// QPCounters are a QP's RC statistics in a QPStatus: retries, RNR NAKs,
-// dropped, duplicate and out-of-sequence requests, the READ and atomic
-// depth reached.
+// QPCounters are a QP's statistics in a QPStatus: work requests by
+// opcode and their bytes, receives, completions by status; retries, RNR
+// NAKs, dropped, duplicate and out-of-sequence requests, the READ and
+// atomic depth reached.
 type QPCounters = mgmt.QPCounters
+
+// RDMAStatus is one of the host's RDMA uplinks in a Status: its RoCEv2
+// engine's address and packet counters.
+type RDMAStatus = mgmt.RDMAStatus
 
 // UplinkStatus is the agent's traffic with one other host over the tcp
 // path, in a Status.

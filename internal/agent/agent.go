@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -78,6 +79,9 @@ type Config struct {
 	RDMALoopConn func(rdma.Conn) rdma.Conn
 	RDMALoopDSCP uint8 // the DSCP its packets carry
 	RDMALoopPrio uint8 // and their socket priority
+	// MetricsListen, if set, is the TCP address where the agent serves
+	// Prometheus metrics at /metrics (package metrics).
+	MetricsListen string
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
@@ -109,6 +113,9 @@ type Agent struct {
 	mu       sync.Mutex
 	sessions map[*session]struct{} // +checklocks:mu
 	proc     *manage.Procedures    // VM procedures, power state and access (package manage)
+
+	metrics     *http.Server // Config.MetricsListen's; nil without
+	metricsAddr net.Addr
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -203,6 +210,13 @@ func New(cfg Config) (*Agent, error) {
 		mc = &manage.Control{Store: c.st, Cache: c.cache, LookupTimeout: c.cfg.LookupTimeout, Stop: c.stop, WG: &c.wg}
 	}
 	a.proc = manage.New(manage.Config{StateDir: cfg.StateDir, Host: cfg.Host, HostID: id, Logger: a.log, Control: mc, VMs: attachedVMs{a}})
+	if cfg.MetricsListen != "" {
+		if err := a.startMetrics(cfg.MetricsListen); err != nil {
+			a.ln.Close()
+			a.shutdown()
+			return nil, err
+		}
+	}
 	return a, nil
 }
 
@@ -345,6 +359,7 @@ func (a *Agent) shutdown() {
 	if a.rdma != nil {
 		a.rdma.Close()
 	}
+	a.stopMetrics()
 	a.stopControl()
 	a.log.Info("vrdmad stopped")
 }

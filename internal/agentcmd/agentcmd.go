@@ -27,6 +27,7 @@ func Main(name string, args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Socket, "socket", paths.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
 	fs.StringVar(&cfg.StateDir, "state-dir", paths.StateDir(), "directory for VM definitions and the host ID")
 	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: none)")
 	fs.IntVar(&cfg.Limits.MaxQP, "max-qp", agent.DefaultLimits.MaxQP, "QPs per VM (max_qp)")
 	fs.IntVar(&cfg.Limits.MaxCQ, "max-cq", agent.DefaultLimits.MaxCQ, "CQs per VM (max_cq)")
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")

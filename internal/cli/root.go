@@ -122,6 +122,7 @@ and between two hosts (tcp).`,
 		a.quickstartCommand(),
 		a.devinfoCommand(),
 		a.statusCommand(),
+		a.statCommand(),
 		a.vmCommand(),
 		a.perfCommand(),
 		a.switchCommand(),
@@ -175,6 +176,16 @@ func exactArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
 			return usageErrorf("%s: want %d arguments, got %d (usage: %s)", cmd.CommandPath(), n, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// rangeArgs is cobra.RangeArgs with a usage error that shows the usage.
+func rangeArgs(lo, hi int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < lo || len(args) > hi {
+			return usageErrorf("%s: want %d to %d arguments, got %d (usage: %s)", cmd.CommandPath(), lo, hi, len(args), cmd.UseLine())
 		}
 		return nil
 	}

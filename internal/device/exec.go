@@ -289,6 +289,10 @@ func (q *QP) ExecOne(ex SyncExecutor) {
 }
 
 func (q *QP) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
+	q.ctr.noteCompletion(st)
+	if st == abi.WCSuccess && w.Opcode.Valid() {
+		q.ctr.Ops[w.Opcode].Add(1)
+	}
 	if st == abi.WCSuccess && w.Flags&abi.SendSignaled == 0 && !q.sqSigAll {
 		return
 	}
@@ -414,6 +418,11 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
 func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
+	p.ctr.noteCompletion(st)
+	if st == abi.WCSuccess {
+		p.ctr.Recvs.Add(1)
+		p.ctr.RecvBytes.Add(uint64(n))
+	}
 	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: srcQPN}
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
@@ -431,6 +440,7 @@ func (q *QP) flushSQ(tail uint32) {
 		w := &q.wqe
 		abi.DecodeSend(q.sqSlot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
 		q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: abi.WCWRFlushErr}
+		q.ctr.noteCompletion(abi.WCWRFlushErr)
 		// A broken CQ drops the completion; the WQE is consumed all the
 		// same, or the goroutine would come back to it forever.
 		q.sqHead = abi.Next(q.sqHead, size)
@@ -456,6 +466,7 @@ func (q *QP) flushRQ() {
 		off := q.layout.RQOffset + abi.Slot(q.rqHead, size)*q.layout.RQStride
 		copy(q.rqSlot, mem[off:off+q.layout.RQStride])
 		e := abi.CQE{WRID: binary.LittleEndian.Uint64(q.rqSlot), QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
+		q.ctr.noteCompletion(abi.WCWRFlushErr)
 		q.rqHead = abi.Next(q.rqHead, size)
 		q.rqSeq++
 		abi.Word(mem, abi.OffRQHead).Store(q.rqHead)

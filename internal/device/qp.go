@@ -86,8 +86,7 @@ type QP struct {
 	sqResets    uint32 // resets the send side has caught up with; owned by runSQ
 	rqResets    uint32 // +checklocks:rqMu
 
-	bytesSent atomic.Uint64
-	ctr       Counters
+	ctr Counters
 }
 
 // Counters are a QP's RC statistics (mgmt.QPCounters), updated by
@@ -95,11 +94,46 @@ type QP struct {
 type Counters struct {
 	Retries, RNRRcvd, RNRSent, Dropped, Dups, SeqErrs atomic.Uint64
 	RdAtomicPeak                                      atomic.Uint32
+
+	// The work done: send-queue work requests completed successfully by
+	// opcode, and the bytes they moved (sent, written or read: NoteSent);
+	// receives completed successfully and their bytes; completions of
+	// either queue by status, flushes and errors included.
+	Ops         [abi.OpAtomicFetchAdd + 1]atomic.Uint64
+	SendBytes   atomic.Uint64
+	Recvs       atomic.Uint64
+	RecvBytes   atomic.Uint64
+	Completions [abi.WCGeneralErr + 1]atomic.Uint64
 }
 
 func (c *Counters) report() mgmt.QPCounters {
-	return mgmt.QPCounters{TransportRetries: c.Retries.Load(), RNRNaksReceived: c.RNRRcvd.Load(), RdAtomicPeak: c.RdAtomicPeak.Load(),
-		RNRNaksSent: c.RNRSent.Load(), RequestsDropped: c.Dropped.Load(), DuplicateRequest: c.Dups.Load(), OutOfSeqRequest: c.SeqErrs.Load()}
+	r := mgmt.QPCounters{TransportRetries: c.Retries.Load(), RNRNaksReceived: c.RNRRcvd.Load(), RdAtomicPeak: c.RdAtomicPeak.Load(),
+		RNRNaksSent: c.RNRSent.Load(), RequestsDropped: c.Dropped.Load(), DuplicateRequest: c.Dups.Load(), OutOfSeqRequest: c.SeqErrs.Load(),
+		SendBytes: c.SendBytes.Load(), Recvs: c.Recvs.Load(), RecvBytes: c.RecvBytes.Load()}
+	for op := range c.Ops {
+		if n := c.Ops[op].Load(); n != 0 {
+			if r.Ops == nil {
+				r.Ops = map[string]uint64{}
+			}
+			r.Ops[abi.Opcode(op).String()] = n
+		}
+	}
+	for st := range c.Completions {
+		if n := c.Completions[st].Load(); n != 0 {
+			if r.Completions == nil {
+				r.Completions = map[string]uint64{}
+			}
+			r.Completions[abi.WCStatus(st).String()] = n
+		}
+	}
+	return r
+}
+
+// noteCompletion counts a completion of status st.
+func (c *Counters) noteCompletion(st abi.WCStatus) {
+	if int(st) < len(c.Completions) {
+		c.Completions[st].Add(1)
+	}
 }
 
 // NotePeak records n READs and atomics outstanding at once.
@@ -528,8 +562,9 @@ func (q *QP) Hold() bool {
 // Release ends what Hold began.
 func (q *QP) Release() { q.vm.memMu.RUnlock() }
 
-// NoteSent counts n bytes sent by a work request that completed.
-func (q *QP) NoteSent(n uint64) { q.bytesSent.Add(n) }
+// NoteSent counts n bytes moved by a send-queue work request that
+// completed successfully.
+func (q *QP) NoteSent(n uint64) { q.ctr.SendBytes.Add(n) }
 
 // WakeCh is signalled when a response for the QP's path arrives or the
 // QP's state changes; its one slot is filled without blocking (a send

@@ -105,6 +105,8 @@ type Options struct {
 	RDMALoopConn func(rdma.Conn) rdma.Conn
 	RDMALoopDSCP uint8
 	RDMALoopPrio uint8
+	// MetricsListen is agent.Config.MetricsListen.
+	MetricsListen string
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
 }
@@ -128,7 +130,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
 		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
-		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP, RDMALoopPrio: o.RDMALoopPrio})
+		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP, RDMALoopPrio: o.RDMALoopPrio, MetricsListen: o.MetricsListen})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -226,6 +226,12 @@ type QPCounters struct {
 	RequestsDropped  uint64 `json:"requests_dropped"`    // requests it ignored: outside RTR..SQD, or from a QP it is not connected to
 	DuplicateRequest uint64 `json:"duplicate_requests"`  // retried requests it had executed already, answered again (rxe: duplicate_request)
 	OutOfSeqRequest  uint64 `json:"out_of_seq_requests"` // requests past the expected PSN, answered with a sequence error (rxe: out_of_seq_request)
+	// The work done.
+	Ops         map[string]uint64 `json:"ops,omitempty"`         // send-queue work requests completed successfully, by opcode (RDMA_WRITE, …)
+	SendBytes   uint64            `json:"send_bytes"`            // the bytes they moved: sent, written or read
+	Recvs       uint64            `json:"recvs"`                 // receives completed successfully
+	RecvBytes   uint64            `json:"recv_bytes"`            // their bytes
+	Completions map[string]uint64 `json:"completions,omitempty"` // completions of both queues by status (SUCCESS, WR_FLUSH_ERR, …)
 }
 
 // VMStatus is one VM in a status report.

@@ -82,8 +82,9 @@ type Member struct {
 	done   chan struct{} // closed when keepalive has returned
 	once   sync.Once
 
-	mu   sync.Mutex
-	sess *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
+	mu      sync.Mutex
+	sess    *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
+	claimed time.Time            // when sess was claimed; +checklocks:mu
 }
 
 // Register registers host h: it claims the host under a lease, then
@@ -162,7 +163,7 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 		return nil, fmt.Errorf("register host %s: %w", h.ID, err)
 	}
 	m.mu.Lock()
-	m.sess = sess
+	m.sess, m.claimed = sess, time.Now()
 	m.mu.Unlock()
 	go m.keepalive(h.AgentVersion)
 	return m, nil
@@ -326,7 +327,7 @@ func (m *Member) keepalive(agentVersion string) {
 			cancel()
 			if err == nil {
 				m.mu.Lock()
-				m.sess = s
+				m.sess, m.claimed = s, time.Now()
 				m.mu.Unlock()
 				m.log.Info("host claimed again", "lease", fmt.Sprintf("%x", s.Lease()))
 				break
@@ -348,6 +349,17 @@ func (m *Member) Lease() clientv3.LeaseID {
 		return 0
 	}
 	return m.sess.Lease()
+}
+
+// LeaseAge is how long the host has held its current lease; false while
+// it holds none.
+func (m *Member) LeaseAge() (time.Duration, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sess == nil {
+		return 0, false
+	}
+	return time.Since(m.claimed), true
 }
 
 // UpdateHost changes the host's record with a compare-and-swap

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+)
+
+// statReport is what stat prints (-o json): the counters of the QPs
+// asked for and of the host's uplinks.
+type statReport struct {
+	QPs     []statQP             `json:"qps"`
+	Uplinks []vrdma.UplinkStatus `json:"uplinks,omitempty"`
+	RDMA    []vrdma.RDMAStatus   `json:"rdma,omitempty"`
+}
+
+// statQP is one QP's counters.
+type statQP struct {
+	VM       string           `json:"vm"`
+	Adapter  string           `json:"adapter"`
+	QPN      uint32           `json:"qpn"`
+	State    string           `json:"state"`
+	Path     vrdma.PathKind   `json:"path"`
+	Counters vrdma.QPCounters `json:"counters"`
+	InFlight int              `json:"in_flight"`
+}
+
+func (a *app) statCommand() *cobra.Command {
+	var watch bool
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "stat [VM[/ADAPTER]]",
+		Short: "Show the counters of QPs and uplinks, as rdma statistic does",
+		Long: `stat prints the counters of every QP of the agent's VMs (or of one VM, or one
+adapter of it), one line per QP as "rdma statistic show" prints a link's: the
+work requests completed by opcode, the bytes they moved, the receives and their
+bytes, the completions by status, the requester's retries and RNR NAKs, the
+responder's refusals; then the host's uplinks: the tcp path's byte and frame
+counters per peer host, and the RDMA uplinks' packet, retransmission and drop
+counters. -w prints them again every --interval, in place, until interrupted.`,
+		Example: `  vrdmactl stat
+  vrdmactl stat vm1/vrdma0 -w
+  vrdmactl stat vm1 -o json`,
+		Args: rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var vm, ad string
+			if len(args) == 1 {
+				vm, ad, _ = strings.Cut(args[0], "/")
+			}
+			ctx, ag, done, err := a.openAgent(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			show := func() error {
+				st, err := ag.Status(ctx)
+				if err != nil {
+					return fmt.Errorf("stat: %w", err)
+				}
+				rep, err := statOf(st, vm, ad)
+				if err != nil {
+					return err
+				}
+				if a.json() {
+					return a.printJSON(rep)
+				}
+				printStat(a.stdout, rep)
+				return nil
+			}
+			if !watch {
+				return show()
+			}
+			if every <= 0 {
+				return usageErrorf("stat: --interval %v: want a positive duration", every)
+			}
+			ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+			defer stop()
+			t := time.NewTicker(every)
+			defer t.Stop()
+			for {
+				if !a.json() {
+					fmt.Fprint(a.stdout, "\033[H\033[2J") // in place: home, clear
+				}
+				if err := show(); err != nil {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
+	cmd.Flags().DurationVar(&every, "interval", time.Second, "with -w, how often")
+	return cmd
+}
+
+// statOf picks the counters of VM vm's adapter ad ("": all) from st.
+func statOf(st vrdma.Status, vm, ad string) (statReport, error) {
+	rep := statReport{QPs: []statQP{}, Uplinks: st.Uplinks, RDMA: st.RDMA}
+	found := vm == ""
+	for _, v := range st.VMs {
+		if vm != "" && v.Name != vm {
+			continue
+		}
+		found = true
+		for _, q := range v.QPs {
+			if ad != "" && q.Adapter != ad {
+				continue
+			}
+			rep.QPs = append(rep.QPs, statQP{VM: v.Name, Adapter: q.Adapter, QPN: q.QPN, State: q.State, Path: q.Path.Path,
+				Counters: q.Counters, InFlight: q.InFlight})
+		}
+	}
+	if !found {
+		return rep, &exitError{code: exitFailure, err: fmt.Errorf("stat: the agent has no VM %q (vrdmactl status lists them)", vm)}
+	}
+	return rep, nil
+}
+
+func printStat(w io.Writer, rep statReport) {
+	for _, q := range rep.QPs {
+		c := q.Counters
+		var b strings.Builder
+		fmt.Fprintf(&b, "link %s/%s qp 0x%x state %s path %s", q.VM, q.Adapter, q.QPN, q.State, orDash(string(q.Path)))
+		for _, op := range slices.Sorted(maps.Keys(c.Ops)) {
+			fmt.Fprintf(&b, " %s %d", strings.ToLower(op), c.Ops[op])
+		}
+		fmt.Fprintf(&b, " send_bytes %d recvs %d recv_bytes %d", c.SendBytes, c.Recvs, c.RecvBytes)
+		for _, s := range slices.Sorted(maps.Keys(c.Completions)) {
+			fmt.Fprintf(&b, " wc_%s %d", strings.ToLower(s), c.Completions[s])
+		}
+		fmt.Fprintf(&b, " transport_retries %d rnr_naks_received %d rnr_naks_sent %d requests_dropped %d duplicate_requests %d out_of_seq_requests %d in_flight %d",
+			c.TransportRetries, c.RNRNaksReceived, c.RNRNaksSent, c.RequestsDropped, c.DuplicateRequest, c.OutOfSeqRequest, q.InFlight)
+		fmt.Fprintln(w, b.String())
+	}
+	for _, u := range rep.Uplinks {
+		fmt.Fprintf(w, "uplink tcp %s (%s) state %s conns %d bytes_out %d bytes_in %d frames_out %d frames_in %d dials %d refused %d\n",
+			orDash(u.PeerHost), u.Address, u.State, u.Conns, u.BytesOut, u.BytesIn, u.FramesOut, u.FramesIn, u.Dials, u.Refused)
+	}
+	for _, r := range rep.RDMA {
+		fmt.Fprintf(w, "uplink rdma %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d\n",
+			r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP)
+	}
+}

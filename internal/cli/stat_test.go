@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/perf"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// TestStat runs known traffic between two VMs and checks what vrdmactl
+// stat prints of it, as text and as JSON, for all QPs and one VM's; and
+// that an unknown VM is an error.
+func TestStat(t *testing.T) {
+	env := testenv.Start(t)
+	a, b := env.Open(t, "s1", testenv.VMOptions{}), env.Open(t, "s2", testenv.VMOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, a.Adapters()[0], b.Adapters()[0], perf.PairConfig{BufSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if _, err := p.Run(ctx, perf.Config{Test: perf.WriteBW, Size: 1024, Iters: 250}); err != nil {
+		t.Fatal(err)
+	}
+	out := runOK(t, "--socket", env.Socket, "stat")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "link s1/vrdma0 qp ") || !strings.Contains(lines[0], " path memcpy") ||
+		!strings.Contains(lines[0], " rdma_write 250 ") || !strings.Contains(lines[0], " send_bytes 256000 ") || !strings.HasPrefix(lines[1], "link s2/vrdma0 ") {
+		t.Fatalf("stat:\n%s", out)
+	}
+	var rep statReport
+	runJSON(t, &rep, "--socket", env.Socket, "stat", "s2", "-o", "json")
+	if len(rep.QPs) != 1 || rep.QPs[0].VM != "s2" || rep.QPs[0].Counters.Ops["RDMA_WRITE"] != 0 {
+		t.Fatalf("stat s2 -o json: %+v", rep)
+	}
+	if _, errs, code := run(t, "", "--socket", env.Socket, "stat", "nosuchvm"); code != exitFailure || !strings.Contains(errs, `no VM "nosuchvm"`) {
+		t.Fatalf("stat nosuchvm: exit %d, %s", code, errs)
+	}
+}

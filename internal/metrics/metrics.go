@@ -1,0 +1,177 @@
+// Package metrics serves an agent's counters and health as Prometheus
+// metrics (vrdmad --metrics-listen): the counters of every QP, labelled
+// by VM, adapter, QPN and path, those of the host's uplinks (the tcp
+// path's peers, the RDMA uplinks' engines), and the agent's health —
+// sessions, control plane, lease — beside the Go runtime's and the
+// process's. Every scrape reads the agent's status report, the same one
+// "vrdmactl status" and "vrdmactl stat" print, so the three agree.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+)
+
+// Source is what the metrics come from: an agent.
+type Source interface {
+	// Status is the agent's status report, counters included.
+	Status() mgmt.Status
+	// Health is the agent's health.
+	Health() Health
+}
+
+// Health is an agent's health beyond its status report.
+type Health struct {
+	Sessions     int  // workload sessions attached
+	ControlPlane bool // the agent runs with a control plane
+	// ControlPlaneUp: its cache is in sync with etcd.
+	ControlPlaneUp bool
+	// LeaseHeld: the host holds its lease; LeaseAge is for how long.
+	LeaseHeld bool
+	LeaseAge  time.Duration
+}
+
+// Handler serves src's metrics in the Prometheus exposition formats.
+func Handler(src Source) http.Handler {
+	r := prometheus.NewRegistry()
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collector{src})
+	return promhttp.HandlerFor(r, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+var (
+	qpLabels = []string{"vm", "adapter", "qpn", "path"}
+
+	vmsDesc         = desc("vms", "VMs the agent knows, by state (attached to a workload, or only defined).", "state")
+	qpsDesc         = desc("qps", "QPs, by VM, adapter, path and state.", "vm", "adapter", "path", "state")
+	workDesc        = desc("work_requests_total", "Send-queue work requests completed successfully, by opcode.", append(qpLabels, "opcode")...)
+	bytesDesc       = desc("bytes_total", "Bytes moved by the work requests completed successfully: the send queue's (sent, written or read) and the receive queue's.", append(qpLabels, "queue")...)
+	recvsDesc       = desc("receives_total", "Receives completed successfully.", qpLabels...)
+	completionsDesc = desc("completions_total", "Completions of both queues, by status (flushes and errors included).", append(qpLabels, "status")...)
+	retriesDesc     = desc("transport_retries_total", "Requests sent again after a timeout, a sequence error or no answer.", qpLabels...)
+	rnrDesc         = desc("rnr_naks_total", "RNR NAKs, received by the requester and sent by the responder.", append(qpLabels, "direction")...)
+	refusedDesc     = desc("requests_refused_total", "Requests the responder did not execute: dropped (not connected, wrong state), duplicate (executed already, answered again), out of sequence.", append(qpLabels, "reason")...)
+	inFlightDesc    = desc("qp_in_flight", "Work requests the QP's path has taken from the send queue and not completed.", qpLabels...)
+
+	upBytesDesc  = desc("uplink_bytes_total", "Bytes of the tcp path with a peer host.", "peer_host", "direction")
+	upFramesDesc = desc("uplink_frames_total", "Frames of the tcp path with a peer host.", "peer_host", "direction")
+	upConnsDesc  = desc("uplink_connections", "Open tcp path connections with a peer host, both directions.", "peer_host")
+	upDialsDesc  = desc("uplink_dials_total", "Connections opened to a peer host.", "peer_host")
+
+	rdmaPacketsDesc = desc("rdma_packets_total", "Packets of an RDMA uplink's RoCE engine.", "uplink", "direction")
+	rdmaBytesDesc   = desc("rdma_bytes_total", "UDP payload bytes of an RDMA uplink's RoCE engine.", "uplink", "direction")
+	rdmaBatchesDesc = desc("rdma_batches_total", "System calls that carried several packets (UDP GSO out, GRO in).", "uplink", "direction")
+	rdmaRetxDesc    = desc("rdma_retransmits_total", "Packets sent again (go-back-N).", "uplink")
+	rdmaSeqNakDesc  = desc("rdma_seq_err_naks_total", "PSN sequence error NAKs received.", "uplink")
+	rdmaDropDesc    = desc("rdma_dropped_total", "Packets dropped on receipt, by reason.", "uplink", "reason")
+
+	sessionsDesc = desc("agent_sessions", "Workload sessions attached to the agent.")
+	cpDesc       = desc("control_plane_up", "1 when the agent's control-plane cache is in sync with etcd, 0 when not; absent without a control plane.")
+	leaseDesc    = desc("control_plane_lease_held", "1 while the host holds its lease in the control plane.")
+	leaseAgeDesc = desc("control_plane_lease_age_seconds", "How long the host has held its current lease.")
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("vrdma_"+name, help, labels, nil)
+}
+
+// collector turns a status report into metrics at every scrape. It
+// describes nothing up front (an unchecked collector): which label
+// values exist is the report's.
+type collector struct{ src Source }
+
+func (collector) Describe(chan<- *prometheus.Desc) {}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.src.Status()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	attached, defined := 0, 0
+	type qpKey struct{ vm, adapter, path, state string }
+	qps := map[qpKey]int{}
+	for _, v := range st.VMs {
+		if v.Attached {
+			attached++
+		} else {
+			defined++
+		}
+		for _, q := range v.QPs {
+			path := string(q.Path.Path)
+			qps[qpKey{v.Name, q.Adapter, path, q.State}]++
+			l := []string{v.Name, q.Adapter, "0x" + strconv.FormatUint(uint64(q.QPN), 16), path}
+			k := q.Counters
+			for op, n := range k.Ops {
+				counter(workDesc, n, append(l, op)...)
+			}
+			counter(bytesDesc, k.SendBytes, append(l, "send")...)
+			counter(bytesDesc, k.RecvBytes, append(l, "recv")...)
+			counter(recvsDesc, k.Recvs, l...)
+			for s, n := range k.Completions {
+				counter(completionsDesc, n, append(l, s)...)
+			}
+			counter(retriesDesc, k.TransportRetries, l...)
+			counter(rnrDesc, k.RNRNaksReceived, append(l, "received")...)
+			counter(rnrDesc, k.RNRNaksSent, append(l, "sent")...)
+			counter(refusedDesc, k.RequestsDropped, append(l, "dropped")...)
+			counter(refusedDesc, k.DuplicateRequest, append(l, "duplicate")...)
+			counter(refusedDesc, k.OutOfSeqRequest, append(l, "out_of_sequence")...)
+			gauge(inFlightDesc, float64(q.InFlight), l...)
+		}
+	}
+	gauge(vmsDesc, float64(attached), "attached")
+	gauge(vmsDesc, float64(defined), "defined")
+	for k, n := range qps {
+		gauge(qpsDesc, float64(n), k.vm, k.adapter, k.path, k.state)
+	}
+	for _, u := range st.Uplinks {
+		peer := u.PeerHost
+		if peer == "" {
+			peer = u.PeerHostID
+		}
+		counter(upBytesDesc, u.BytesOut, peer, "out")
+		counter(upBytesDesc, u.BytesIn, peer, "in")
+		counter(upFramesDesc, u.FramesOut, peer, "out")
+		counter(upFramesDesc, u.FramesIn, peer, "in")
+		gauge(upConnsDesc, float64(u.Conns), peer)
+		counter(upDialsDesc, u.Dials, peer)
+	}
+	for _, r := range st.RDMA {
+		counter(rdmaPacketsDesc, r.PacketsOut, r.Address, "out")
+		counter(rdmaPacketsDesc, r.PacketsIn, r.Address, "in")
+		counter(rdmaBytesDesc, r.BytesOut, r.Address, "out")
+		counter(rdmaBytesDesc, r.BytesIn, r.Address, "in")
+		counter(rdmaBatchesDesc, r.BatchesOut, r.Address, "out")
+		counter(rdmaBatchesDesc, r.BatchesIn, r.Address, "in")
+		counter(rdmaRetxDesc, r.Retransmits, r.Address)
+		counter(rdmaSeqNakDesc, r.SeqErrNaks, r.Address)
+		counter(rdmaDropDesc, r.BadICRC, r.Address, "bad_icrc")
+		counter(rdmaDropDesc, r.Malformed, r.Address, "malformed")
+		counter(rdmaDropDesc, r.NoQP, r.Address, "no_qp")
+	}
+	h := c.src.Health()
+	gauge(sessionsDesc, float64(h.Sessions))
+	if h.ControlPlane {
+		gauge(cpDesc, b2f(h.ControlPlaneUp))
+		gauge(leaseDesc, b2f(h.LeaseHeld))
+		if h.LeaseHeld {
+			gauge(leaseAgeDesc, h.LeaseAge.Seconds())
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,170 @@
+package metrics_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// scrape reads the metrics at addr with the Prometheus text parser.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("the metrics do not parse: %v", err)
+	}
+	return mfs
+}
+
+// sum adds the values of family name's metrics whose labels include
+// want; false if there is none.
+func sum(mfs map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+	mf, ok := mfs[name]
+	if !ok {
+		return 0, false
+	}
+	total, found := 0.0, false
+next:
+	for _, m := range mf.GetMetric() {
+		for k, v := range want {
+			ok := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					ok = true
+				}
+			}
+			if !ok {
+				continue next
+			}
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		}
+	}
+	return total, found
+}
+
+// traffic connects a pair between the first adapters of a and b, checks
+// its path, and runs iters RDMA WRITEs of size bytes and as many SENDs.
+// The pair stays connected until t ends: a QP's series go with it.
+func traffic(t *testing.T, a, b *vrdma.VM, path vrdma.PathKind, size, iters int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, a.Adapters()[0], b.Adapters()[0], perf.PairConfig{BufSize: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	if got := p.Path().Path; got != path {
+		t.Fatalf("path %q, want %s", got, path)
+	}
+	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: size, Iters: iters}, {Test: perf.SendBW, Size: size, Iters: iters}} {
+		if _, err := p.Run(ctx, c); err != nil {
+			t.Fatalf("%s: %v", c.Test.Title(), err)
+		}
+	}
+}
+
+// atLeast fails t unless the metrics of family name with labels want add
+// up to at least min.
+func atLeast(t *testing.T, mfs map[string]*dto.MetricFamily, name string, want map[string]string, min float64) {
+	t.Helper()
+	v, ok := sum(mfs, name, want)
+	if !ok || v < min {
+		t.Errorf("%s%v = %v (present %v), want at least %v", name, want, v, ok, min)
+	}
+}
+
+// TestMetrics scrapes an agent's metrics endpoint after known traffic on
+// each path and checks, with the Prometheus text parser, that the
+// counters moved by what the traffic did: the work requests by opcode
+// and their bytes, the receives, the completions, the uplinks' bytes and
+// packets; and the agent's health.
+func TestMetrics(t *testing.T) {
+	const size, iters = 4096, 300
+	t.Run("memcpy", func(t *testing.T) {
+		env := testenv.StartWith(t, testenv.Options{MetricsListen: "127.0.0.1:0"})
+		a, b := env.Open(t, "m1", testenv.VMOptions{}), env.Open(t, "m2", testenv.VMOptions{})
+		traffic(t, a, b, vrdma.PathMemcpy, size, iters)
+		mfs := scrape(t, env.Agent.MetricsAddr().String())
+		path := map[string]string{"path": "memcpy"}
+		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "memcpy", "opcode": "RDMA_WRITE", "vm": "m1"}, iters)
+		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "memcpy", "opcode": "SEND", "vm": "m1"}, iters)
+		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "memcpy", "queue": "send", "vm": "m1"}, 2*iters*size)
+		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "memcpy", "queue": "recv", "vm": "m2"}, iters*size)
+		atLeast(t, mfs, "vrdma_receives_total", map[string]string{"path": "memcpy", "vm": "m2"}, iters)
+		atLeast(t, mfs, "vrdma_completions_total", map[string]string{"path": "memcpy", "status": "SUCCESS"}, iters)
+		atLeast(t, mfs, "vrdma_qps", path, 2)
+		atLeast(t, mfs, "vrdma_vms", map[string]string{"state": "attached"}, 2)
+		atLeast(t, mfs, "vrdma_agent_sessions", nil, 2)
+		atLeast(t, mfs, "go_goroutines", nil, 1)
+		if _, ok := mfs["vrdma_control_plane_up"]; ok {
+			t.Errorf("vrdma_control_plane_up is there for an agent without a control plane")
+		}
+	})
+	t.Run("rdma", func(t *testing.T) {
+		env := testenv.StartWith(t, testenv.Options{MetricsListen: "127.0.0.1:0", RDMALoop: netip.MustParseAddrPort("127.0.33.21:4791")})
+		a, b := env.Open(t, "r1", testenv.VMOptions{}), env.Open(t, "r2", testenv.VMOptions{})
+		traffic(t, a, b, vrdma.PathRDMA, size, iters)
+		mfs := scrape(t, env.Agent.MetricsAddr().String())
+		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "rdma", "opcode": "RDMA_WRITE"}, iters)
+		atLeast(t, mfs, "vrdma_rdma_packets_total", map[string]string{"direction": "out", "uplink": "127.0.33.21:4791"}, 2*iters)
+		atLeast(t, mfs, "vrdma_rdma_bytes_total", map[string]string{"direction": "in"}, 2*iters*size)
+		if v, ok := sum(mfs, "vrdma_rdma_dropped_total", map[string]string{"reason": "bad_icrc"}); !ok || v != 0 {
+			t.Errorf("vrdma_rdma_dropped_total{reason=bad_icrc} = %v (present %v), want 0", v, ok)
+		}
+	})
+	t.Run("tcp", func(t *testing.T) {
+		// Two vrdmad processes on loopback addresses, each serving its
+		// metrics on a port of its own.
+		ports := map[string]string{}
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, ExtraArgs: func(h *testenv.Host) []string {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			ln.Close()
+			ports[h.Name] = addr
+			return []string{"--metrics-listen", addr}
+		}})
+		a, b := c.Hosts[0].Open(t, "t1", testenv.VMOptions{MemMB: 8}), c.Hosts[1].Open(t, "t2", testenv.VMOptions{MemMB: 8})
+		traffic(t, a, b, vrdma.PathTCP, size, iters)
+		mfs := scrape(t, ports[c.Hosts[0].Name])
+		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "tcp", "opcode": "RDMA_WRITE", "vm": "t1"}, iters)
+		atLeast(t, mfs, "vrdma_uplink_bytes_total", map[string]string{"direction": "out", "peer_host": c.Hosts[1].Name}, 2*iters*size)
+		atLeast(t, mfs, "vrdma_uplink_connections", nil, 1)
+		atLeast(t, mfs, "vrdma_control_plane_up", nil, 1)
+		atLeast(t, mfs, "vrdma_control_plane_lease_held", nil, 1)
+		if _, ok := mfs["vrdma_control_plane_lease_age_seconds"]; !ok {
+			t.Errorf("no vrdma_control_plane_lease_age_seconds")
+		}
+		mfs = scrape(t, ports[c.Hosts[1].Name])
+		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "tcp", "queue": "recv", "vm": "t2"}, iters*size)
+	})
+}
