@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/control/records"
-	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/netcheck/nicstate"
 )
 
@@ -105,18 +104,14 @@ func (c *control) pollNICs(poll time.Duration, last []records.Uplink) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
-		_, _, err := store.Update(ctx, c.st, records.HostKey(c.a.hostID), func(old *records.Host) (*records.Host, error) {
-			if old == nil {
-				return nil, store.ErrNotFound
-			}
-			n := *old
-			n.Uplinks = slices.Clone(old.Uplinks)
-			for i := range n.Uplinks {
-				if j := slices.IndexFunc(now, func(u records.Uplink) bool { return records.SameUplink(u, n.Uplinks[i]) }); j >= 0 {
-					n.Uplinks[i].Observed = now[j].Observed
+		_, err := c.member.UpdateHost(ctx, func(h *records.Host) error {
+			h.Uplinks = slices.Clone(h.Uplinks)
+			for i := range h.Uplinks {
+				if j := slices.IndexFunc(now, func(u records.Uplink) bool { return records.SameUplink(u, h.Uplinks[i]) }); j >= 0 {
+					h.Uplinks[i].Observed = now[j].Observed
 				}
 			}
-			return &n, nil
+			return nil
 		})
 		cancel()
 		if err != nil {
