@@ -321,7 +321,7 @@ func (a *Agent) Serve(ctx context.Context) error {
 				if r := recover(); r != nil {
 					buf := make([]byte, 8192)
 					buf = buf[:runtime.Stack(buf, false)]
-					a.log.Error("session failed", "pid", s.pid, "panic", r, "stack", string(buf))
+					s.log.Error("session failed", "panic", r, "stack", string(buf))
 				}
 			}()
 			s.serve()

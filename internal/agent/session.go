@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
@@ -25,6 +27,7 @@ import (
 // management client (vrdmactl) that never attaches.
 type session struct {
 	a    *Agent
+	log  *slog.Logger // the agent's, with the session's ID and peer pid on every line
 	conn *sys.PacketConn
 	pid  int32
 	uid  uint32
@@ -57,11 +60,16 @@ func newSession(a *Agent, c *sys.PacketConn) *session {
 	s.cm = a.cm.NewClient(s.ctx)
 	if cred, err := c.PeerCred(); err == nil {
 		s.pid, s.uid, s.gid, s.cred = cred.Pid, cred.Uid, cred.Gid, true
-	} else {
-		a.log.Warn("SO_PEERCRED failed: the session may attach or change no VM", "err", err)
+	}
+	s.log = a.log.With("session", sessionIDs.Add(1), "pid", s.pid)
+	if !s.cred {
+		s.log.Warn("SO_PEERCRED failed: the session may attach or change no VM")
 	}
 	return s
 }
+
+// sessionIDs numbers the agent's sessions, for their log lines.
+var sessionIDs atomic.Uint64
 
 // serve reads commands until the connection ends, then cleans up.
 func (s *session) serve() {
@@ -74,14 +82,14 @@ func (s *session) serve() {
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.a.log.Debug("session read", "pid", s.pid, "err", err)
+				s.log.Debug("session read", "err", err)
 			}
 			return
 		}
 		h, req, err := abi.DecodeRequest(buf[:n])
 		if err != nil {
 			if h.Op == 0 || h.Version != abi.Version {
-				s.a.log.Warn("closing session: undecodable message", "pid", s.pid, "err", err)
+				s.log.Warn("closing session: undecodable message", "err", err)
 				s.replyErr(h, decodeError(h, err))
 				return
 			}
@@ -160,11 +168,11 @@ func (s *session) reply(h abi.Header, body any, fds ...int) {
 	var err error
 	s.out, err = abi.AppendMessage(s.out[:0], abi.Header{Version: abi.Version, Flags: abi.FlagResponse, Op: h.Op, Seq: h.Seq}, body)
 	if err != nil {
-		s.a.log.Error("encode reply", "op", h.Op, "err", err)
+		s.log.Error("encode reply", "op", h.Op, "seq", h.Seq, "err", err)
 		return
 	}
 	if err := s.conn.Send(s.out, fds...); err != nil {
-		s.a.log.Debug("send reply", "op", h.Op, "err", err)
+		s.log.Debug("send reply", "op", h.Op, "seq", h.Seq, "err", err)
 	}
 }
 
@@ -186,7 +194,7 @@ func (s *session) dispatch(h abi.Header, req any) {
 		if r := recover(); r != nil {
 			buf := make([]byte, 8192)
 			buf = buf[:runtime.Stack(buf, false)]
-			s.a.log.Error("command handler failed", "op", h.Op, "panic", r, "stack", string(buf))
+			s.log.Error("command handler failed", "op", h.Op, "seq", h.Seq, "panic", r, "stack", string(buf))
 			s.replyErr(h, abi.Errorf(abi.CodeInternal, "", "internal error in %s: %v (a bug: please report it)", h.Op, r))
 		}
 	}()
@@ -210,7 +218,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	case abi.OpHello:
 		hello := req.(*abi.Hello)
 		s.clientCaps = hello.Caps
-		a.log.Debug("hello", "pid", s.pid, "client", hello.Client, "caps", hello.Caps)
+		s.log.Debug("hello", "client", hello.Client, "caps", hello.Caps)
 		return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version, Caps: a.caps()}, nil, nil
 	case abi.OpStatus:
 		return a.status(), nil, nil
@@ -233,7 +241,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		}
 		s.vm = v
 		r, memFD := v.AttachReply(a.cfg.Host)
-		a.log.Info("VM attached", "vm", v.Name(), "pid", s.pid, "mem_mib", v.Config().MemSizeMB, "locked", r.MemLocked, "async", r.AsyncMode, "adapters", len(r.Adapters))
+		s.log.Info("VM attached", "vm", v.Name(), "mem_mib", v.Config().MemSizeMB, "locked", r.MemLocked, "async", r.AsyncMode, "adapters", len(r.Adapters))
 		return r, []int{memFD}, nil
 	}
 	v := s.vm

@@ -33,6 +33,7 @@ func Main(name string, args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")
 	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM (max_pd)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "text", "text (key=value) or json: one JSON object per line")
 	cp := addControlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -60,7 +61,15 @@ func Main(name string, args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	switch ho := (&slog.HandlerOptions{Level: lv}); *format {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, ho))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, ho))
+	default:
+		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, *format)
+		return 2
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

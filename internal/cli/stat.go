@@ -141,8 +141,8 @@ func printStat(w io.Writer, rep statReport) {
 		for _, s := range slices.Sorted(maps.Keys(c.Completions)) {
 			fmt.Fprintf(&b, " wc_%s %d", strings.ToLower(s), c.Completions[s])
 		}
-		fmt.Fprintf(&b, " transport_retries %d rnr_naks_received %d rnr_naks_sent %d requests_dropped %d duplicate_requests %d out_of_seq_requests %d in_flight %d",
-			c.TransportRetries, c.RNRNaksReceived, c.RNRNaksSent, c.RequestsDropped, c.DuplicateRequest, c.OutOfSeqRequest, q.InFlight)
+		fmt.Fprintf(&b, " transport_retries %d rnr_naks_received %d rnr_naks_sent %d requests_dropped %d duplicate_requests %d out_of_seq_requests %d doorbells %d poll_us %d in_flight %d",
+			c.TransportRetries, c.RNRNaksReceived, c.RNRNaksSent, c.RequestsDropped, c.DuplicateRequest, c.OutOfSeqRequest, c.Doorbells, c.PollNanos/1000, q.InFlight)
 		fmt.Fprintln(w, b.String())
 	}
 	for _, u := range rep.Uplinks {

@@ -140,6 +140,7 @@ func (q *QP) waitWork() bool {
 			continue
 		}
 		q.doorbell.Wait()
+		q.ctr.Doorbells.Add(1)
 		dbW.Store(0)
 	}
 }
@@ -169,7 +170,9 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 	if q.cur != nil {
 		poll = q.cur.PollBudget()
 	}
-	deadline := time.Now().Add(poll)
+	start := time.Now()
+	defer func() { q.ctr.PollNanos.Add(uint64(time.Since(start))) }()
+	deadline := start.Add(poll)
 	for i := 0; ; i++ {
 		if q.hasWork(tailW.Load()) {
 			return true

@@ -104,12 +104,19 @@ type Counters struct {
 	Recvs       atomic.Uint64
 	RecvBytes   atomic.Uint64
 	Completions [abi.WCGeneralErr + 1]atomic.Uint64
+
+	// The send queue's goroutine in doorbell mode: how often it slept
+	// until the doorbell rang, and how long it polled for work before
+	// sleeping (async mode's polling is the VM poller's, not counted).
+	Doorbells atomic.Uint64
+	PollNanos atomic.Uint64
 }
 
 func (c *Counters) report() mgmt.QPCounters {
 	r := mgmt.QPCounters{TransportRetries: c.Retries.Load(), RNRNaksReceived: c.RNRRcvd.Load(), RdAtomicPeak: c.RdAtomicPeak.Load(),
 		RNRNaksSent: c.RNRSent.Load(), RequestsDropped: c.Dropped.Load(), DuplicateRequest: c.Dups.Load(), OutOfSeqRequest: c.SeqErrs.Load(),
-		SendBytes: c.SendBytes.Load(), Recvs: c.Recvs.Load(), RecvBytes: c.RecvBytes.Load()}
+		SendBytes: c.SendBytes.Load(), Recvs: c.Recvs.Load(), RecvBytes: c.RecvBytes.Load(),
+		Doorbells: c.Doorbells.Load(), PollNanos: c.PollNanos.Load()}
 	for op := range c.Ops {
 		if n := c.Ops[op].Load(); n != 0 {
 			if r.Ops == nil {

@@ -57,6 +57,8 @@ var (
 	retriesDesc     = desc("transport_retries_total", "Requests sent again after a timeout, a sequence error or no answer.", qpLabels...)
 	rnrDesc         = desc("rnr_naks_total", "RNR NAKs, received by the requester and sent by the responder.", append(qpLabels, "direction")...)
 	refusedDesc     = desc("requests_refused_total", "Requests the responder did not execute: dropped (not connected, wrong state), duplicate (executed already, answered again), out of sequence.", append(qpLabels, "reason")...)
+	doorbellsDesc   = desc("doorbells_total", "Times the QP's send queue slept until its doorbell rang (doorbell mode).", qpLabels...)
+	pollDesc        = desc("poll_seconds_total", "Time the QP's send queue polled for work before sleeping (doorbell mode).", qpLabels...)
 	inFlightDesc    = desc("qp_in_flight", "Work requests the QP's path has taken from the send queue and not completed.", qpLabels...)
 
 	upBytesDesc  = desc("uplink_bytes_total", "Bytes of the tcp path with a peer host.", "peer_host", "direction")
@@ -125,6 +127,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(refusedDesc, k.RequestsDropped, append(l, "dropped")...)
 			counter(refusedDesc, k.DuplicateRequest, append(l, "duplicate")...)
 			counter(refusedDesc, k.OutOfSeqRequest, append(l, "out_of_sequence")...)
+			counter(doorbellsDesc, k.Doorbells, l...)
+			ch <- prometheus.MustNewConstMetric(pollDesc, prometheus.CounterValue, float64(k.PollNanos)/1e9, l...)
 			gauge(inFlightDesc, float64(q.InFlight), l...)
 		}
 	}

@@ -122,6 +122,8 @@ func TestMetrics(t *testing.T) {
 		atLeast(t, mfs, "vrdma_qps", path, 2)
 		atLeast(t, mfs, "vrdma_vms", map[string]string{"state": "attached"}, 2)
 		atLeast(t, mfs, "vrdma_agent_sessions", nil, 2)
+		atLeast(t, mfs, "vrdma_doorbells_total", map[string]string{"vm": "m1"}, 1)
+		atLeast(t, mfs, "vrdma_poll_seconds_total", map[string]string{"vm": "m1"}, 1e-9)
 		atLeast(t, mfs, "go_goroutines", nil, 1)
 		if _, ok := mfs["vrdma_control_plane_up"]; ok {
 			t.Errorf("vrdma_control_plane_up is there for an agent without a control plane")

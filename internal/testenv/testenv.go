@@ -222,6 +222,7 @@ func (r *recorder) WithGroup(name string) slog.Handler {
 // ProcessOptions shape an agent process.
 type ProcessOptions struct {
 	Limits agent.Limits // per-VM limits; a zero field takes the default
+	Args   []string     // more vrdmad flags, after the defaults (a flag given again wins)
 }
 
 // StartProcess runs a real vrdmad process, built from this module (once
@@ -241,7 +242,7 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 			args = append(args, l.flag, fmt.Sprint(l.v))
 		}
 	}
-	e.Cmd = exec.Command(bin, args...)
+	e.Cmd = exec.Command(bin, append(args, o.Args...)...)
 	e.Cmd.Stderr = &e.stderr
 	if err := e.Cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", bin, err)

@@ -232,6 +232,8 @@ type QPCounters struct {
 	Recvs       uint64            `json:"recvs"`                 // receives completed successfully
 	RecvBytes   uint64            `json:"recv_bytes"`            // their bytes
 	Completions map[string]uint64 `json:"completions,omitempty"` // completions of both queues by status (SUCCESS, WR_FLUSH_ERR, …)
+	Doorbells   uint64            `json:"doorbells"`             // times the send queue slept until its doorbell rang (doorbell mode)
+	PollNanos   uint64            `json:"poll_ns"`               // time it polled for work before sleeping, ns (doorbell mode)
 }
 
 // VMStatus is one VM in a status report.
