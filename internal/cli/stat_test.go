@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +40,23 @@ func TestStat(t *testing.T) {
 	}
 	if _, errs, code := run(t, "", "--socket", env.Socket, "stat", "nosuchvm"); code != exitFailure || !strings.Contains(errs, `no VM "nosuchvm"`) {
 		t.Fatalf("stat nosuchvm: exit %d, %s", code, errs)
+	}
+}
+
+// TestStatusRejected checks that status prints, with a QP's path and
+// reason, the candidates path selection rejected and why.
+func TestStatusRejected(t *testing.T) {
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.22:4791")})
+	a, b := env.Open(t, "j1", testenv.VMOptions{}), env.Open(t, "j2", testenv.VMOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, a.Adapters()[0], b.Adapters()[0], perf.PairConfig{BufSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	out := runOK(t, "--socket", env.Socket, "status")
+	if !strings.Contains(out, "rdma: both VMs (j1, j2) on host") || !strings.Contains(out, "; rejected: memcpy: the agent runs with an rdma loop (tests only)") {
+		t.Fatalf("status does not show the rejected candidates:\n%s", out)
 	}
 }

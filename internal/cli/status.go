@@ -122,7 +122,16 @@ func printStatus(w io.Writer, rep statusReport) {
 			if q.Path.Path != "" {
 				path = string(q.Path.Path)
 			}
-			fmt.Fprintf(tw, "0x%06x\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", q.QPN, v.Name, q.Adapter, q.State, peer, peerQPN, path, q.Path.Reason)
+			reason := q.Path.Reason
+			for i, r := range q.Path.Rejected {
+				if i == 0 {
+					reason += "; rejected: "
+				} else {
+					reason += "; "
+				}
+				reason += string(r.Path) + ": " + r.Why
+			}
+			fmt.Fprintf(tw, "0x%06x\t%s/%s\t%s\t%s\t%s\t%s\t%s\n", q.QPN, v.Name, q.Adapter, q.State, peer, peerQPN, path, reason)
 		}
 	}
 	tw.Flush()
