@@ -18,9 +18,18 @@ import (
 // statReport is what stat prints (-o json): the counters of the QPs
 // asked for and of the host's uplinks.
 type statReport struct {
-	QPs     []statQP             `json:"qps"`
-	Uplinks []vrdma.UplinkStatus `json:"uplinks,omitempty"`
-	RDMA    []vrdma.RDMAStatus   `json:"rdma,omitempty"`
+	Adapters []statAdapter        `json:"adapters"`
+	QPs      []statQP             `json:"qps"`
+	Uplinks  []vrdma.UplinkStatus `json:"uplinks,omitempty"`
+	RDMA     []vrdma.RDMAStatus   `json:"rdma,omitempty"`
+}
+
+// statAdapter is one adapter's counters: its QPs', destroyed ones
+// included.
+type statAdapter struct {
+	VM       string           `json:"vm"`
+	Adapter  string           `json:"adapter"`
+	Counters vrdma.QPCounters `json:"counters"`
 }
 
 // statQP is one QP's counters.
@@ -108,13 +117,18 @@ counters. -w prints them again every --interval, in place, until interrupted.`,
 
 // statOf picks the counters of VM vm's adapter ad ("": all) from st.
 func statOf(st vrdma.Status, vm, ad string) (statReport, error) {
-	rep := statReport{QPs: []statQP{}, Uplinks: st.Uplinks, RDMA: st.RDMA}
+	rep := statReport{Adapters: []statAdapter{}, QPs: []statQP{}, Uplinks: st.Uplinks, RDMA: st.RDMA}
 	found := vm == ""
 	for _, v := range st.VMs {
 		if vm != "" && v.Name != vm {
 			continue
 		}
 		found = true
+		for _, a := range v.AdapterCounters {
+			if ad == "" || a.Adapter == ad {
+				rep.Adapters = append(rep.Adapters, statAdapter{VM: v.Name, Adapter: a.Adapter, Counters: a.Counters})
+			}
+		}
 		for _, q := range v.QPs {
 			if ad != "" && q.Adapter != ad {
 				continue
@@ -129,20 +143,31 @@ func statOf(st vrdma.Status, vm, ad string) (statReport, error) {
 	return rep, nil
 }
 
+// counterText appends c to b as " name value" pairs.
+func counterText(b *strings.Builder, c vrdma.QPCounters) {
+	for _, op := range slices.Sorted(maps.Keys(c.Ops)) {
+		fmt.Fprintf(b, " %s %d", strings.ToLower(op), c.Ops[op])
+	}
+	fmt.Fprintf(b, " send_bytes %d recvs %d recv_bytes %d", c.SendBytes, c.Recvs, c.RecvBytes)
+	for _, s := range slices.Sorted(maps.Keys(c.Completions)) {
+		fmt.Fprintf(b, " wc_%s %d", strings.ToLower(s), c.Completions[s])
+	}
+	fmt.Fprintf(b, " transport_retries %d rnr_naks_received %d rnr_naks_sent %d requests_dropped %d duplicate_requests %d out_of_seq_requests %d doorbells %d poll_us %d",
+		c.TransportRetries, c.RNRNaksReceived, c.RNRNaksSent, c.RequestsDropped, c.DuplicateRequest, c.OutOfSeqRequest, c.Doorbells, c.PollNanos/1000)
+}
+
 func printStat(w io.Writer, rep statReport) {
+	for _, a := range rep.Adapters {
+		var b strings.Builder
+		fmt.Fprintf(&b, "link %s/%s", a.VM, a.Adapter)
+		counterText(&b, a.Counters)
+		fmt.Fprintln(w, b.String())
+	}
 	for _, q := range rep.QPs {
-		c := q.Counters
 		var b strings.Builder
 		fmt.Fprintf(&b, "link %s/%s qp 0x%x state %s path %s", q.VM, q.Adapter, q.QPN, q.State, orDash(string(q.Path)))
-		for _, op := range slices.Sorted(maps.Keys(c.Ops)) {
-			fmt.Fprintf(&b, " %s %d", strings.ToLower(op), c.Ops[op])
-		}
-		fmt.Fprintf(&b, " send_bytes %d recvs %d recv_bytes %d", c.SendBytes, c.Recvs, c.RecvBytes)
-		for _, s := range slices.Sorted(maps.Keys(c.Completions)) {
-			fmt.Fprintf(&b, " wc_%s %d", strings.ToLower(s), c.Completions[s])
-		}
-		fmt.Fprintf(&b, " transport_retries %d rnr_naks_received %d rnr_naks_sent %d requests_dropped %d duplicate_requests %d out_of_seq_requests %d doorbells %d poll_us %d in_flight %d",
-			c.TransportRetries, c.RNRNaksReceived, c.RNRNaksSent, c.RequestsDropped, c.DuplicateRequest, c.OutOfSeqRequest, c.Doorbells, c.PollNanos/1000, q.InFlight)
+		counterText(&b, q.Counters)
+		fmt.Fprintf(&b, " in_flight %d", q.InFlight)
 		fmt.Fprintln(w, b.String())
 	}
 	for _, u := range rep.Uplinks {

@@ -29,14 +29,21 @@ func TestStat(t *testing.T) {
 	}
 	out := runOK(t, "--socket", env.Socket, "stat")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "link s1/vrdma0 qp ") || !strings.Contains(lines[0], " path memcpy") ||
-		!strings.Contains(lines[0], " rdma_write 250 ") || !strings.Contains(lines[0], " send_bytes 256000 ") || !strings.HasPrefix(lines[1], "link s2/vrdma0 ") {
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "link s1/vrdma0 rdma_write 250 ") || !strings.HasPrefix(lines[1], "link s2/vrdma0 ") ||
+		!strings.HasPrefix(lines[2], "link s1/vrdma0 qp ") || !strings.Contains(lines[2], " path memcpy") ||
+		!strings.Contains(lines[2], " rdma_write 250 ") || !strings.Contains(lines[2], " send_bytes 256000 ") || !strings.HasPrefix(lines[3], "link s2/vrdma0 qp ") {
 		t.Fatalf("stat:\n%s", out)
 	}
 	var rep statReport
 	runJSON(t, &rep, "--socket", env.Socket, "stat", "s2", "-o", "json")
-	if len(rep.QPs) != 1 || rep.QPs[0].VM != "s2" || rep.QPs[0].Counters.Ops["RDMA_WRITE"] != 0 {
+	if len(rep.QPs) != 1 || rep.QPs[0].VM != "s2" || rep.QPs[0].Counters.Ops["RDMA_WRITE"] != 0 || len(rep.Adapters) != 1 {
 		t.Fatalf("stat s2 -o json: %+v", rep)
+	}
+	// The adapter keeps its destroyed QPs' counts.
+	p.Close(context.Background())
+	runJSON(t, &rep, "--socket", env.Socket, "stat", "s1/vrdma0", "-o", "json")
+	if len(rep.QPs) != 0 || len(rep.Adapters) != 1 || rep.Adapters[0].Counters.Ops["RDMA_WRITE"] != 250 || rep.Adapters[0].Counters.SendBytes != 256000 {
+		t.Fatalf("stat s1/vrdma0 after the pair closed: %+v", rep)
 	}
 	if _, errs, code := run(t, "", "--socket", env.Socket, "stat", "nosuchvm"); code != exitFailure || !strings.Contains(errs, `no VM "nosuchvm"`) {
 		t.Fatalf("stat nosuchvm: exit %d, %s", code, errs)

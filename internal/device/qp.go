@@ -235,6 +235,7 @@ func (v *VM) DestroyQP(q *QP) {
 	delete(v.d.qps, q.qpn)
 	v.d.mu.Unlock()
 	v.objMu.Lock()
+	q.pd.ad.retired.Add(q.ctr.report()) // in the same step as the QP leaves v.qps: Status counts it once
 	delete(v.qps, q.handle)
 	q.pd.refs--
 	q.sendCQ.refs--

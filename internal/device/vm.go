@@ -96,6 +96,10 @@ type Adapter struct {
 	gid   abi.GID
 
 	activeMTU atomic.Uint32 // the port's active MTU; 0 until set: abi.DefaultPathMTU
+
+	// retired are the counters of the adapter's destroyed QPs; its
+	// counters are these and its live QPs'. +checklocks:vm.objMu
+	retired mgmt.QPCounters
 }
 
 // ActiveMTU is the port's active MTU: the RoCE MTU of the adapter's port
@@ -335,6 +339,16 @@ func (v *VM) Status() mgmt.VMStatus {
 	v.objMu.Lock()
 	for _, q := range v.qps {
 		st.QPs = append(st.QPs, q.statusReport())
+	}
+	for _, ad := range v.adapters {
+		var c mgmt.QPCounters
+		c.Add(ad.retired) // a copy: Add writes into c's maps
+		for _, q := range v.qps {
+			if q.pd.ad == ad {
+				c.Add(q.ctr.report())
+			}
+		}
+		st.AdapterCounters = append(st.AdapterCounters, mgmt.AdapterCounters{Adapter: ad.name, Counters: c})
 	}
 	v.objMu.Unlock()
 	sort.Slice(st.QPs, func(i, j int) bool { return st.QPs[i].QPN < st.QPs[j].QPN })

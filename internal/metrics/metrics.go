@@ -59,6 +59,11 @@ var (
 	refusedDesc     = desc("requests_refused_total", "Requests the responder did not execute: dropped (not connected, wrong state), duplicate (executed already, answered again), out of sequence.", append(qpLabels, "reason")...)
 	doorbellsDesc   = desc("doorbells_total", "Times the QP's send queue slept until its doorbell rang (doorbell mode).", qpLabels...)
 	pollDesc        = desc("poll_seconds_total", "Time the QP's send queue polled for work before sleeping (doorbell mode).", qpLabels...)
+	adWorkDesc      = desc("adapter_work_requests_total", "An adapter's send-queue work requests completed successfully, by opcode (its QPs', destroyed ones included).", "vm", "adapter", "opcode")
+	adBytesDesc     = desc("adapter_bytes_total", "The bytes an adapter's work requests moved, by queue.", "vm", "adapter", "queue")
+	adCompDesc      = desc("adapter_completions_total", "An adapter's completions, by status.", "vm", "adapter", "status")
+	adRetriesDesc   = desc("adapter_transport_retries_total", "An adapter's requests sent again.", "vm", "adapter")
+	adRNRDesc       = desc("adapter_rnr_naks_total", "An adapter's RNR NAKs, received and sent.", "vm", "adapter", "direction")
 	inFlightDesc    = desc("qp_in_flight", "Work requests the QP's path has taken from the send queue and not completed.", qpLabels...)
 
 	upBytesDesc  = desc("uplink_bytes_total", "Bytes of the tcp path with a peer host.", "peer_host", "direction")
@@ -130,6 +135,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(doorbellsDesc, k.Doorbells, l...)
 			ch <- prometheus.MustNewConstMetric(pollDesc, prometheus.CounterValue, float64(k.PollNanos)/1e9, l...)
 			gauge(inFlightDesc, float64(q.InFlight), l...)
+		}
+	}
+	for _, v := range st.VMs {
+		for _, a := range v.AdapterCounters {
+			k := a.Counters
+			for op, n := range k.Ops {
+				counter(adWorkDesc, n, v.Name, a.Adapter, op)
+			}
+			counter(adBytesDesc, k.SendBytes, v.Name, a.Adapter, "send")
+			counter(adBytesDesc, k.RecvBytes, v.Name, a.Adapter, "recv")
+			for s, n := range k.Completions {
+				counter(adCompDesc, n, v.Name, a.Adapter, s)
+			}
+			counter(adRetriesDesc, k.TransportRetries, v.Name, a.Adapter)
+			counter(adRNRDesc, k.RNRNaksReceived, v.Name, a.Adapter, "received")
+			counter(adRNRDesc, k.RNRNaksSent, v.Name, a.Adapter, "sent")
 		}
 	}
 	gauge(vmsDesc, float64(attached), "attached")

@@ -123,6 +123,8 @@ func TestMetrics(t *testing.T) {
 		atLeast(t, mfs, "vrdma_vms", map[string]string{"state": "attached"}, 2)
 		atLeast(t, mfs, "vrdma_agent_sessions", nil, 2)
 		atLeast(t, mfs, "vrdma_doorbells_total", map[string]string{"vm": "m1"}, 1)
+		atLeast(t, mfs, "vrdma_adapter_work_requests_total", map[string]string{"vm": "m1", "adapter": "vrdma0", "opcode": "RDMA_WRITE"}, iters)
+		atLeast(t, mfs, "vrdma_adapter_bytes_total", map[string]string{"vm": "m2", "queue": "recv"}, iters*size)
 		atLeast(t, mfs, "vrdma_poll_seconds_total", map[string]string{"vm": "m1"}, 1e-9)
 		atLeast(t, mfs, "go_goroutines", nil, 1)
 		if _, ok := mfs["vrdma_control_plane_up"]; ok {

@@ -236,6 +236,41 @@ type QPCounters struct {
 	PollNanos   uint64            `json:"poll_ns"`               // time it polled for work before sleeping, ns (doorbell mode)
 }
 
+// Add adds o's counts to c; RdAtomicPeak becomes the larger of the two.
+func (c *QPCounters) Add(o QPCounters) {
+	c.TransportRetries += o.TransportRetries
+	c.RNRNaksReceived += o.RNRNaksReceived
+	c.RdAtomicPeak = max(c.RdAtomicPeak, o.RdAtomicPeak)
+	c.RNRNaksSent += o.RNRNaksSent
+	c.RequestsDropped += o.RequestsDropped
+	c.DuplicateRequest += o.DuplicateRequest
+	c.OutOfSeqRequest += o.OutOfSeqRequest
+	c.SendBytes += o.SendBytes
+	c.Recvs += o.Recvs
+	c.RecvBytes += o.RecvBytes
+	c.Doorbells += o.Doorbells
+	c.PollNanos += o.PollNanos
+	c.Ops = addCounts(c.Ops, o.Ops)
+	c.Completions = addCounts(c.Completions, o.Completions)
+}
+
+func addCounts(to, from map[string]uint64) map[string]uint64 {
+	for k, n := range from {
+		if to == nil {
+			to = map[string]uint64{}
+		}
+		to[k] += n
+	}
+	return to
+}
+
+// AdapterCounters are an adapter's counters: the sums of its QPs', the
+// destroyed ones' included.
+type AdapterCounters struct {
+	Adapter  string     `json:"adapter"`
+	Counters QPCounters `json:"counters"`
+}
+
 // VMStatus is one VM in a status report.
 type VMStatus struct {
 	Name      string            `json:"name"`
@@ -246,6 +281,8 @@ type VMStatus struct {
 	MemLocked bool              `json:"mem_locked"`
 	Adapters  []abi.AdapterInfo `json:"adapters"`
 	QPs       []QPStatus        `json:"qps,omitempty"`
+	// AdapterCounters are the attached VM's adapters' counters.
+	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
 }
 
 // Status is an agent's status report.
