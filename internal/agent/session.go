@@ -242,10 +242,11 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	}
 	switch op {
 	case abi.OpQueryDevice:
-		if _, err := v.Adapter(req.(*abi.AdapterRef).Adapter); err != nil {
+		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
+		if err != nil {
 			return nil, nil, err
 		}
-		return v.DeviceAttr(), nil, nil
+		return v.DeviceAttr(ad), nil, nil
 	case abi.OpQueryPort:
 		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
 		if err != nil {

@@ -407,11 +407,14 @@ func (d *Device) AttachedVMs() []*VM {
 	return vms
 }
 
-// DeviceAttr are the attributes ibv_query_device reports for v's adapters.
-func (v *VM) DeviceAttr() abi.DeviceAttr {
+// DeviceAttr are the attributes ibv_query_device reports for adapter ad of
+// v: each adapter is a device of its own, whose node GUID comes from its MAC
+// (as a PVRDMA adapter's does); the system image GUID, the VM's, from the
+// first adapter's.
+func (v *VM) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 	l := v.d.cfg.Limits
 	return abi.DeviceAttr{
-		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
+		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(ad.mac), SysImageGUID: guid(v.adapters[0].mac),
 		VendorID: 0x15ad, VendorPartID: 0x0820, HWVer: 1,
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
