@@ -326,7 +326,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 // feature it has, and the tcp path only when it runs one (a control plane
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
-	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

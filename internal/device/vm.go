@@ -286,7 +286,9 @@ func (v *VM) lookupMR(key uint32) *MR {
 
 // resolve checks that [addr, addr+n) lies in region key of protection
 // domain pd with the access flags need, and returns that guest memory.
-// Zero-length ranges need no key. The caller keeps v's memory alive.
+// addr is in the region's iova space (its guest address unless it was
+// registered with an iova). Zero-length ranges need no key. The caller
+// keeps v's memory alive.
 func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
@@ -295,10 +297,11 @@ func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byt
 	if m == nil || m.pd != pd || m.access&need != need {
 		return nil, false
 	}
-	if addr < m.addr || !sys.InBounds(addr-m.addr, n, m.length) {
+	if addr < m.iova || !sys.InBounds(addr-m.iova, n, m.length) {
 		return nil, false
 	}
-	return v.mem.Bytes()[addr : addr+n], true
+	g := m.addr + (addr - m.iova) // inside [m.addr, m.addr+m.length), which RegMR checked
+	return v.mem.Bytes()[g : g+n], true
 }
 
 func (v *VM) allocHandleLocked() uint32 {
