@@ -156,15 +156,25 @@ struct mapline {
 	char path[256];
 };
 
+/* parse_mapline parses the line at l (up to its newline). */
 static int parse_mapline(const char *l, struct mapline *m)
 {
+	const char *nl = strchr(l, '\n');
+	size_t len = nl ? (size_t)(nl - l) : strlen(l);
+	char line[512];
 	int n = 0;
 
 	memset(m, 0, sizeof(*m));
-	if (sscanf(l, "%lx-%lx %4s %lx %x:%x %lu %n", &m->start, &m->end, m->perms, &m->offset, &m->major, &m->minor,
-		   &m->inode, &n) < 7)
+	if (len >= sizeof(line))
+		len = sizeof(line) - 1;
+	memcpy(line, l, len);
+	line[len] = 0;
+	if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu%n", &m->start, &m->end, m->perms, &m->offset, &m->major,
+		   &m->minor, &m->inode, &n) < 7)
 		return -1;
-	sscanf(l + n, "%255[^\n]", m->path);
+	while (line[n] == ' ')
+		n++;
+	snprintf(m->path, sizeof(m->path), "%s", line + n);
 	return 0;
 }
 
