@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,6 +134,109 @@ func TestVerbsABIRCPingpong(t *testing.T) {
 			}
 			if len(gids) == 2 && gids[0] == gids[1] {
 				t.Errorf("both sides have GID %s", gids[0])
+			}
+		})
+	}
+}
+
+// runPair runs prog as a server in VM vmA and as a client in vmB (with
+// the server's address last), and returns both outputs (stdout and stderr
+// together); it fails t if either side fails.
+func runPair(t *testing.T, lib, socket, prog string, args []string, port int) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := exec.CommandContext(ctx, prog, args...)
+	srv.Env = Env(lib, socket, "vmA")
+	var sout strings.Builder
+	srv.Stdout, srv.Stderr = &sout, &sout
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- srv.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !listening(port) {
+		select {
+		case err := <-srvDone:
+			t.Fatalf("server exited before listening: %v\n%s", err, sout.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server does not listen on %d", port)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cli := exec.CommandContext(ctx, prog, append(args, "127.0.0.1")...)
+	cli.Env = Env(lib, socket, "vmB")
+	out, cliErr := cli.CombinedOutput()
+	srvErr := <-srvDone
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("client: %v, server: %v\nserver:\n%s\nclient:\n%s", cliErr, srvErr, sout.String(), out)
+	}
+	return sout.String(), string(out)
+}
+
+// TestVerbsABIPerftest runs the eight perftest RC tests, unmodified,
+// server in one VM and client in another of one agent (memcpy), with a
+// few iterations each: both sides must report the message size and
+// iterations asked for and a positive figure, and no error line.
+func TestVerbsABIPerftest(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+	env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+	for _, c := range []struct {
+		prog  string
+		size  int
+		iters int
+		lat   bool
+	}{
+		{"ib_write_bw", 65536, 500, false},
+		{"ib_write_lat", 2, 500, true},
+		{"ib_read_bw", 65536, 500, false},
+		{"ib_read_lat", 2, 500, true},
+		{"ib_send_bw", 65536, 500, false},
+		{"ib_send_lat", 2, 500, true},
+		{"ib_atomic_bw", 8, 500, false},
+		{"ib_atomic_lat", 8, 500, true},
+	} {
+		t.Run(c.prog, func(t *testing.T) {
+			prog := "/usr/bin/" + c.prog
+			NeedProgram(t, prog, "perftest")
+			port := freePort(t)
+			args := []string{"-d", "vrdma0", "-x", "0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(c.iters), "-s", fmt.Sprint(c.size)}
+			if c.prog == "ib_atomic_bw" || c.prog == "ib_atomic_lat" {
+				args = args[:len(args)-2] // atomics are 8 bytes; -s is refused
+			}
+			srv, cli := runPair(t, lib, env.Socket, prog, args, port)
+			t.Logf("client:\n%s", cli)
+			for side, out := range map[string]string{"server": srv, "client": cli} {
+				if c.lat && side == "server" {
+					continue // latency servers print no results
+				}
+				if regexp.MustCompile(`(?i)error|fail|couldn't|unable`).MatchString(out) {
+					t.Errorf("%s reports an error:\n%s", side, out)
+				}
+				lines := strings.Split(out, "\n")
+				var res []string
+				for i, l := range lines {
+					if strings.HasPrefix(strings.TrimSpace(l), "#bytes") && i+1 < len(lines) {
+						res = strings.Fields(lines[i+1])
+					}
+				}
+				if len(res) < 5 || res[0] != fmt.Sprint(c.size) || res[1] != fmt.Sprint(c.iters) {
+					t.Errorf("%s: result line %q, want %d bytes, %d iterations:\n%s", side, res, c.size, c.iters, out)
+					continue
+				}
+				fig := res[3] // BW average[MB/sec]
+				if c.lat {
+					fig = res[4] // t_typical[usec]
+				}
+				if v, err := strconv.ParseFloat(fig, 64); err != nil || v <= 0 {
+					t.Errorf("%s: figure %q is not a positive number", side, fig)
+				}
 			}
 		})
 	}
