@@ -268,3 +268,59 @@ func TestVerbsABIVerbs(t *testing.T) {
 		}
 	}
 }
+
+// TestVerbsABIDeadAgent kills vrdmad under a program that holds a
+// context, PD, CQ with a completion channel and a QP
+// (guest/ibverbs/tests/dead_agent.c): every verb then fails with EIO,
+// ibv_get_cq_event returns instead of blocking, teardown works.
+func TestVerbsABIDeadAgent(t *testing.T) {
+	lib := Build(t)
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vm1", testenv.VMOptions{})
+	bin := filepath.Join(t.TempDir(), "dead_agent")
+	cc := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join(SourceDir(), "tests", "dead_agent.c"),
+		filepath.Join(lib, "libibverbs.so.1"))
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("gcc dead_agent.c: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.Contains(out.String(), "ready\n") {
+		n, err := stdout.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			t.Fatalf("dead_agent before ready: %v\n%s", err, out.String())
+		}
+	}
+	env.Kill()
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		n, err := stdout.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	werr := cmd.Wait()
+	t.Logf("%s", out.String())
+	if werr != nil || strings.Contains(out.String(), "FAIL") || !strings.Contains(out.String(), "ok close-device") {
+		t.Fatalf("dead_agent: %v\n%s", werr, out.String())
+	}
+}
