@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -139,15 +140,16 @@ func TestVerbsABIRCPingpong(t *testing.T) {
 	}
 }
 
-// runPair runs prog as a server in VM vmA and as a client in vmB (with
-// the server's address last), and returns both outputs (stdout and stderr
-// together); it fails t if either side fails.
-func runPair(t *testing.T, lib, socket, prog string, args []string, port int) (string, string) {
+// runPair runs prog as a server in VM vmA (on the agent at sockA) and as
+// a client in vmB (at sockB), with the server's address last, and returns
+// both outputs (stdout and stderr together); it fails t if either side
+// fails.
+func runPair(t *testing.T, lib, sockA, sockB, prog string, args []string, port int) (string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := exec.CommandContext(ctx, prog, args...)
-	srv.Env = Env(lib, socket, "vmA")
+	srv.Env = Env(lib, sockA, "vmA")
 	var sout strings.Builder
 	srv.Stdout, srv.Stderr = &sout, &sout
 	if err := srv.Start(); err != nil {
@@ -168,7 +170,7 @@ func runPair(t *testing.T, lib, socket, prog string, args []string, port int) (s
 		time.Sleep(10 * time.Millisecond)
 	}
 	cli := exec.CommandContext(ctx, prog, append(args, "127.0.0.1")...)
-	cli.Env = Env(lib, socket, "vmB")
+	cli.Env = Env(lib, sockB, "vmB")
 	out, cliErr := cli.CombinedOutput()
 	srvErr := <-srvDone
 	if cliErr != nil || srvErr != nil {
@@ -177,31 +179,31 @@ func runPair(t *testing.T, lib, socket, prog string, args []string, port int) (s
 	return sout.String(), string(out)
 }
 
-// TestVerbsABIPerftest runs the eight perftest RC tests, unmodified,
-// server in one VM and client in another of one agent (memcpy), with a
-// few iterations each: both sides must report the message size and
-// iterations asked for and a positive figure, and no error line.
-func TestVerbsABIPerftest(t *testing.T) {
-	lib := Build(t)
-	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
-	env := testenv.StartProcess(t, testenv.ProcessOptions{})
-	env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
-	env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
-	for _, c := range []struct {
-		prog  string
-		size  int
-		iters int
-		lat   bool
-	}{
-		{"ib_write_bw", 65536, 500, false},
-		{"ib_write_lat", 2, 500, true},
-		{"ib_read_bw", 65536, 500, false},
-		{"ib_read_lat", 2, 500, true},
-		{"ib_send_bw", 65536, 500, false},
-		{"ib_send_lat", 2, 500, true},
-		{"ib_atomic_bw", 8, 500, false},
-		{"ib_atomic_lat", 8, 500, true},
-	} {
+// perftestCase is one perftest run: its program, message size and
+// iterations, and whether it is a latency test.
+type perftestCase struct {
+	prog  string
+	size  int
+	iters int
+	lat   bool
+}
+
+var perftestRC = []perftestCase{
+	{"ib_write_bw", 65536, 500, false},
+	{"ib_write_lat", 2, 500, true},
+	{"ib_read_bw", 65536, 500, false},
+	{"ib_read_lat", 2, 500, true},
+	{"ib_send_bw", 65536, 500, false},
+	{"ib_send_lat", 2, 500, true},
+	{"ib_atomic_bw", 8, 500, false},
+	{"ib_atomic_lat", 8, 500, true},
+}
+
+// runPerftest runs each case, server in vmA (at sockA), client in vmB (at
+// sockB): both sides that print results must report the message size and
+// iterations asked for and a positive figure, and no side an error line.
+func runPerftest(t *testing.T, lib, sockA, sockB string, cases []perftestCase) {
+	for _, c := range cases {
 		t.Run(c.prog, func(t *testing.T) {
 			prog := "/usr/bin/" + c.prog
 			NeedProgram(t, prog, "perftest")
@@ -210,14 +212,14 @@ func TestVerbsABIPerftest(t *testing.T) {
 			if c.prog == "ib_atomic_bw" || c.prog == "ib_atomic_lat" {
 				args = args[:len(args)-2] // atomics are 8 bytes; -s is refused
 			}
-			srv, cli := runPair(t, lib, env.Socket, prog, args, port)
+			srv, cli := runPair(t, lib, sockA, sockB, prog, args, port)
 			t.Logf("client:\n%s", cli)
 			for side, out := range map[string]string{"server": srv, "client": cli} {
-				if c.lat && side == "server" {
-					continue // latency servers print no results
-				}
 				if regexp.MustCompile(`(?i)error|fail|couldn't|unable`).MatchString(out) {
 					t.Errorf("%s reports an error:\n%s", side, out)
+				}
+				if c.lat && side == "server" {
+					continue // latency servers print no results
 				}
 				lines := strings.Split(out, "\n")
 				var res []string
@@ -240,4 +242,69 @@ func TestVerbsABIPerftest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestVerbsABIPerftest runs the eight perftest RC tests, unmodified,
+// server in one VM and client in another of one agent (memcpy), with a
+// few iterations each.
+func TestVerbsABIPerftest(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+	env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+	runPerftest(t, lib, env.Socket, env.Socket, perftestRC)
+}
+
+// TestVerbsABITCP runs ibv_rc_pingpong -g 0 -c and the eight perftest RC
+// tests, unmodified, between VMs on two hosts of a cluster (two vrdmad
+// processes on loopback addresses, one etcd): the tcp path.
+func TestVerbsABITCP(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils")
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+	a, b := c.Hosts[0], c.Hosts[1]
+	a.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+	b.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+	t.Run("ibv_rc_pingpong", func(t *testing.T) {
+		for _, extra := range [][]string{nil, {"-e"}} {
+			port := freePort(t)
+			args := append([]string{"-g", "0", "-c", "-d", "vrdma0", "-p", fmt.Sprint(port), "-n", "200"}, extra...)
+			srv, cli := runPair(t, lib, a.Socket, b.Socket, "/usr/bin/ibv_rc_pingpong", args, port)
+			t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+			for side, out := range map[string]string{"server": srv, "client": cli} {
+				if strings.Contains(out, "invalid data") || strings.Contains(out, "Failed") || strings.Contains(out, "Couldn't") {
+					t.Errorf("%s %v reports an error:\n%s", side, extra, out)
+				}
+				if m := bytesLine.FindStringSubmatch(out); m == nil || m[1] != fmt.Sprint(2*4096*200) {
+					t.Errorf("%s %v: bytes line %q", side, extra, m)
+				}
+			}
+		}
+	})
+	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
+	runPerftest(t, lib, a.Socket, b.Socket, perftestRC)
+
+	// The bytes crossed hostA's tcp uplink to hostB: this was the tcp path.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(a.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved uint64
+	for _, u := range st.Uplinks {
+		if u.PeerHost == b.Name {
+			moved = u.BytesOut + u.BytesIn
+		}
+	}
+	if moved < 2*4096*200 {
+		t.Errorf("hostA's uplinks carried %d bytes to and from hostB: %+v", moved, st.Uplinks)
+	}
+	t.Logf("hostA ↔ hostB over tcp: %d bytes", moved)
 }
