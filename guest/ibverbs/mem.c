@@ -8,11 +8,13 @@
  * pages in the guest memory it maps. The copy and the mmap run in one
  * assembly block with signals blocked, so that nothing, not even a stack
  * frame of this library, changes the pages between the two. Adopted pages
- * are MADV_DONTFORK, as after ibv_fork_init. A run of adopted pages stays
- * adopted after its regions are deregistered (the pages keep working as
- * the program's memory; their guest memory is not reused), and a later
- * registration inside it reuses it once /proc/self/maps confirms the
- * mapping is still ours (the program may have unmapped and mapped again).
+ * are MADV_DONTFORK, as after ibv_fork_init. A registration inside a run
+ * of adopted pages reuses it once /proc/self/maps confirms the mapping is
+ * still ours (the program may have unmapped and mapped again). When the
+ * last region of a run is deregistered, the pages are given back: private
+ * anonymous memory is mapped over them and the contents copied in from
+ * the guest memory, again in one block (a stack buffer's frame survives),
+ * and the guest memory is free for the next registration.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -274,7 +276,65 @@ static long copy_and_map(void *dst, const void *src, size_t n, void *addr, size_
 			 : "r11", "memory");
 	return ret;
 }
+
+/* map_and_copy maps private anonymous memory over [addr, addr+len) and
+ * copies len bytes from src into it, in one block that writes no memory
+ * but the new mapping. The raw mmap result. */
+static long map_and_copy(void *addr, size_t len, const void *src)
+{
+	register long r10 __asm__("r10") = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+	register long r8 __asm__("r8") = -1;
+	register long r9 __asm__("r9") = 0;
+	register void *r12 __asm__("r12") = addr;
+	register size_t r13 __asm__("r13") = len;
+	register const void *r14 __asm__("r14") = src;
+	long ret;
+
+	__asm__ volatile("mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov $9, %%eax\n\t"
+			 "syscall\n\t"
+			 "cmp $-4095, %%rax\n\t"
+			 "jae 1f\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r14, %%rsi\n\t"
+			 "mov %%r13, %%rcx\n\t"
+			 "rep movsb\n\t"
+			 "1:"
+			 : "=a"(ret)
+			 : "r"(r12), "r"(r13), "r"(r14), "d"((long)(PROT_READ | PROT_WRITE)), "r"(r10), "r"(r8), "r"(r9)
+			 : "rdi", "rsi", "rcx", "r11", "memory", "cc");
+	return ret;
+}
 #endif
+
+/* ours_bytes counts the bytes of [s, e) still mapped from the guest memfd
+ * at goff + (va - s). */
+static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
+{
+	char *maps = read_maps(), *l;
+	struct stat st;
+	uint64_t n = 0;
+
+	if (!maps || fstat(vm->mem_fd, &st)) {
+		free(maps);
+		return e - s; /* unknown: assume all */
+	}
+	for (l = maps; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+		struct mapline m;
+		uintptr_t a, b;
+
+		if (parse_mapline(l, &m) || m.end <= s || m.start >= e)
+			continue;
+		a = m.start > s ? m.start : s;
+		b = m.end < e ? m.end : e;
+		if (m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev) &&
+		    m.offset + (a - m.start) == goff + (a - s))
+			n += b - a;
+	}
+	free(maps);
+	return n;
+}
 
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle)
 {
@@ -373,12 +433,47 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 	return 0;
 }
 
-void vrdma_unadopt(void *handle)
+void vrdma_unadopt(struct vrdma_vm *vm, void *handle)
 {
 	int i = (int)(uintptr_t)handle - 1;
+	struct run *rn;
+	char why[1024];
 
 	pthread_mutex_lock(&mem_mu);
-	if (i >= 0 && i < nruns && runs[i].refs > 0)
-		runs[i].refs--;
+	if (i < 0 || i >= nruns || runs[i].refs == 0) {
+		pthread_mutex_unlock(&mem_mu);
+		return;
+	}
+	rn = &runs[i];
+	if (--rn->refs > 0 || rn->len == 0) {
+		pthread_mutex_unlock(&mem_mu);
+		return;
+	}
+	if (!check_range(vm, rn->va, rn->va + rn->len, 1, rn->goff, why, sizeof(why))) {
+		/* Still the program's memory, adopted: give it back. */
+#if defined(__x86_64__)
+		sigset_t all, old;
+		long r;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		r = map_and_copy((void *)rn->va, rn->len, (char *)vm->mem + rn->goff);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (r < 0 && r > -4096) {
+			/* Still adopted, and consistent: keep the run (and its
+			 * guest memory) for a later registration. */
+			pthread_mutex_unlock(&mem_mu);
+			return;
+		}
+#endif
+		guest_free(rn->goff, rn->len);
+	} else if (ours_bytes(vm, rn->va, rn->va + rn->len, rn->goff) == 0) {
+		/* The program unmapped it (freed before dereg): nothing of it
+		 * aliases the guest memory any more. */
+		guest_free(rn->goff, rn->len);
+	}
+	/* Otherwise part of it is still mapped from guest memory at
+	 * addresses the program changed: that guest memory is never reused. */
+	rn->len = 0;
 	pthread_mutex_unlock(&mem_mu);
 }

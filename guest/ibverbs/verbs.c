@@ -304,7 +304,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	jb_raw(&b, "}");
 	e = cmd(vm, OP_REG_MR, body, &r);
 	if (e) {
-		vrdma_unadopt(adopted);
+		vrdma_unadopt(vm, adopted);
 		errno = e;
 		return NULL;
 	}
@@ -315,7 +315,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	if (!mr || reg_add(mr)) {
 		if (!e)
 			cmd_handle(vm, OP_DEREG_MR, h);
-		vrdma_unadopt(adopted);
+		vrdma_unadopt(vm, adopted);
 		free(mr);
 		errno = e ? EIO : ENOMEM;
 		return NULL;
@@ -360,7 +360,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	if (e && e != EIO)
 		return e;
 	reg_take(mr);
-	vrdma_unadopt(mr->adopted);
+	vrdma_unadopt(vrdma_vm_get(), mr->adopted);
 	mr->magic = 0;
 	free(mr);
 	return 0;

@@ -181,9 +181,10 @@ void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* mem.c: vrdma_adopt makes [addr, addr+length) guest memory (adopting its
  * pages, or finding them adopted already) and returns the guest address of
- * addr and a handle for vrdma_unadopt; 0 or an errno. */
+ * addr and a handle for vrdma_unadopt, which gives the pages back when the
+ * last region over them is deregistered; 0 or an errno. */
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle);
-void vrdma_unadopt(void *handle);
+void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
 
 /* verbs.c: installs the context ops of PD/MR/CQ/QP. */
 void vrdma_set_ops(struct vrdma_context *ctx);
