@@ -66,8 +66,9 @@ struct vrdma_cq {
 };
 
 struct vrdma_qp {
-	struct ibv_qp ibqp;
+	struct ibv_qp_ex qpx; /* begins with struct ibv_qp; the ibv_wr_* API when has_ex */
 	uint32_t magic;
+	int has_ex;
 	char *ring;
 	size_t ring_size;
 	uint32_t sq_entries, sq_stride, rq_entries, rq_stride, sq_offset, rq_offset;
@@ -77,6 +78,11 @@ struct vrdma_qp {
 	pthread_mutex_t sq_lock, rq_lock;
 	uint32_t sq_tail; /* +guarded by sq_lock */
 	uint32_t rq_tail; /* +guarded by rq_lock */
+	/* Between ibv_wr_start and ibv_wr_complete/abort (sq_lock held): */
+	uint32_t wr_tail;      /* the next slot a wr_* call fills */
+	unsigned char *wr_cur; /* the slot of the last wr_* call, for wr_set_* */
+	int wr_op;	       /* its opcode */
+	int wr_err;	       /* the first error: wr_complete returns it */
 };
 
 /* ---- the registry of live objects ---- */
@@ -939,17 +945,17 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	pthread_mutex_init(&qp->sq_lock, NULL);
 	pthread_mutex_init(&qp->rq_lock, NULL);
 	qp->magic = MAGIC_QP;
-	qp->ibqp.context = ibpd->context;
-	qp->ibqp.qp_context = attr->qp_context;
-	qp->ibqp.pd = ibpd;
-	qp->ibqp.send_cq = attr->send_cq;
-	qp->ibqp.recv_cq = attr->recv_cq;
-	qp->ibqp.handle = h;
-	qp->ibqp.qp_num = qpn;
-	qp->ibqp.state = IBV_QPS_RESET;
-	qp->ibqp.qp_type = IBV_QPT_RC;
-	pthread_mutex_init(&qp->ibqp.mutex, NULL);
-	pthread_cond_init(&qp->ibqp.cond, NULL);
+	qp->qpx.qp_base.context = ibpd->context;
+	qp->qpx.qp_base.qp_context = attr->qp_context;
+	qp->qpx.qp_base.pd = ibpd;
+	qp->qpx.qp_base.send_cq = attr->send_cq;
+	qp->qpx.qp_base.recv_cq = attr->recv_cq;
+	qp->qpx.qp_base.handle = h;
+	qp->qpx.qp_base.qp_num = qpn;
+	qp->qpx.qp_base.state = IBV_QPS_RESET;
+	qp->qpx.qp_base.qp_type = IBV_QPT_RC;
+	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (reg_add(qp)) {
 		cmd_handle(vm, OP_DESTROY_QP, h);
 		munmap(qp->ring, qp->ring_size);
@@ -959,7 +965,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		return NULL;
 	}
 	attr->cap = caps; /* the real sizes, as providers report them */
-	return &qp->ibqp;
+	return &qp->qpx.qp_base;
 }
 
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
@@ -989,7 +995,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	}
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
-	jb_u64(&b, "handle", qp->ibqp.handle);
+	jb_u64(&b, "handle", qp->qpx.qp_base.handle);
 	jb_u64(&b, "mask", (uint32_t)mask);
 	jb_key(&b, "attr");
 	jb_raw(&b, "{");
@@ -1018,7 +1024,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		return e;
 	vrdma_reply_free(&r);
 	if (mask & IBV_QP_STATE)
-		qp->ibqp.state = attr->qp_state;
+		qp->qpx.qp_base.state = attr->qp_state;
 	return 0;
 }
 
@@ -1034,7 +1040,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	(void)mask; /* every attribute is filled, as providers do */
 	if (!qp || !vm || !attr || !init_attr)
 		return EINVAL;
-	snprintf(body, sizeof(body), "{\"handle\":%u}", qp->ibqp.handle);
+	snprintf(body, sizeof(body), "{\"handle\":%u}", qp->qpx.qp_base.handle);
 	e = cmd(vm, OP_QUERY_QP, body, &r);
 	if (e)
 		return e;
@@ -1071,13 +1077,13 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &attr->cap);
 	vrdma_reply_free(&r);
 	memset(init_attr, 0, sizeof(*init_attr));
-	init_attr->qp_context = qp->ibqp.qp_context;
-	init_attr->send_cq = qp->ibqp.send_cq;
-	init_attr->recv_cq = qp->ibqp.recv_cq;
+	init_attr->qp_context = qp->qpx.qp_base.qp_context;
+	init_attr->send_cq = qp->qpx.qp_base.send_cq;
+	init_attr->recv_cq = qp->qpx.qp_base.recv_cq;
 	init_attr->cap = attr->cap;
 	init_attr->qp_type = IBV_QPT_RC;
 	init_attr->sq_sig_all = qp->sq_sig_all;
-	qp->ibqp.state = attr->qp_state;
+	qp->qpx.qp_base.state = attr->qp_state;
 	return 0;
 }
 
@@ -1088,7 +1094,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 
 	if (!qp)
 		return EINVAL;
-	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_QP, qp->ibqp.handle);
+	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_QP, qp->qpx.qp_base.handle);
 	if (e && e != EIO)
 		return e;
 	reg_take(qp);
@@ -1099,6 +1105,288 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	return 0;
 }
 
+/* ---- the ibv_wr_* API (struct ibv_qp_ex), over the same send queue ---- */
+
+#define WR_OPS_SUPPORTED                                                                              \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |        \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+
+/* wr_begin starts a WQE of opcode in the next slot after the last one of
+ * this wr_start; NULL (and wr_err set) if it cannot. */
+static unsigned char *wr_begin(struct ibv_qp_ex *x, int opcode)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	uint32_t mask = 2 * qp->sq_entries - 1;
+	unsigned char *slot;
+	uint8_t flags = 0;
+
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return NULL;
+	if (x->wr_flags & ~(unsigned)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
+		qp->wr_err = EINVAL;
+		return NULL;
+	}
+	if (((qp->wr_tail - load32(qp->ring, QP_SQ_HEAD)) & mask) >= qp->sq_entries) {
+		qp->wr_err = ENOMEM;
+		return NULL;
+	}
+	slot = (unsigned char *)qp->ring + qp->sq_offset + (size_t)(qp->wr_tail & (qp->sq_entries - 1)) * qp->sq_stride;
+	memset(slot, 0, 64);
+	memcpy(slot, &x->wr_id, 8);
+	slot[8] = (uint8_t)opcode;
+	if (x->wr_flags & IBV_SEND_SIGNALED)
+		flags |= 1;
+	if (x->wr_flags & IBV_SEND_SOLICITED)
+		flags |= 2;
+	if (x->wr_flags & IBV_SEND_FENCE)
+		flags |= 8;
+	slot[9] = flags; /* INLINE comes with wr_set_inline_data */
+	qp->wr_tail = (qp->wr_tail + 1) & mask;
+	qp->wr_cur = slot;
+	qp->wr_op = opcode;
+	return slot;
+}
+
+static void wr_remote(unsigned char *slot, uint32_t rkey, uint64_t raddr)
+{
+	if (slot) {
+		memcpy(slot + 16, &raddr, 8);
+		memcpy(slot + 24, &rkey, 4);
+	}
+}
+
+static void wr_imm(unsigned char *slot, __be32 imm)
+{
+	uint32_t v = be32toh(imm);
+
+	if (slot)
+		memcpy(slot + 12, &v, 4);
+}
+
+static void wr_send(struct ibv_qp_ex *x)
+{
+	wr_begin(x, IBV_WR_SEND);
+}
+
+static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm)
+{
+	wr_imm(wr_begin(x, IBV_WR_SEND_WITH_IMM), imm);
+}
+
+static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
+{
+	wr_remote(wr_begin(x, IBV_WR_RDMA_WRITE), rkey, raddr);
+}
+
+static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_RDMA_WRITE_WITH_IMM);
+
+	wr_remote(slot, rkey, raddr);
+	wr_imm(slot, imm);
+}
+
+static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
+{
+	wr_remote(wr_begin(x, IBV_WR_RDMA_READ), rkey, raddr);
+}
+
+static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_CMP_AND_SWP);
+
+	wr_remote(slot, rkey, raddr);
+	if (slot) {
+		memcpy(slot + 32, &compare, 8);
+		memcpy(slot + 40, &swap, 8);
+	}
+}
+
+static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_FETCH_AND_ADD);
+
+	wr_remote(slot, rkey, raddr);
+	if (slot)
+		memcpy(slot + 32, &add, 8);
+}
+
+/* wr_data returns the current WQE for a wr_set_* call, or NULL (wr_err set
+ * when the call has no WQE to go with). */
+static unsigned char *wr_data(struct vrdma_qp *qp)
+{
+	if (!qp->wr_cur && !qp->wr_err)
+		qp->wr_err = EINVAL;
+	return qp->wr_err ? NULL : qp->wr_cur;
+}
+
+static void wr_set_sge_list(struct ibv_qp_ex *x, size_t num_sge, const struct ibv_sge *sg_list)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	unsigned char *slot = wr_data(qp);
+
+	if (!slot)
+		return;
+	if (num_sge > qp->caps.max_send_sge || (num_sge && !sg_list)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	slot[9] &= (uint8_t)~4;
+	slot[10] = (uint8_t)num_sge;
+	for (size_t i = 0; i < num_sge; i++) {
+		memcpy(slot + 64 + 16 * i, &sg_list[i].addr, 8);
+		memcpy(slot + 72 + 16 * i, &sg_list[i].length, 4);
+		memcpy(slot + 76 + 16 * i, &sg_list[i].lkey, 4);
+	}
+}
+
+static void wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	wr_set_sge_list(x, 1, &sge);
+}
+
+static void wr_set_inline_data_list(struct ibv_qp_ex *x, size_t num_buf, const struct ibv_data_buf *buf_list)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	unsigned char *slot = wr_data(qp);
+	uint32_t total = 0;
+
+	if (!slot)
+		return;
+	if (qp->wr_op == IBV_WR_RDMA_READ || qp->wr_op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	    qp->wr_op == IBV_WR_ATOMIC_FETCH_AND_ADD || (num_buf && !buf_list)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	for (size_t i = 0; i < num_buf; i++) {
+		if (buf_list[i].length > qp->caps.max_inline_data - total) {
+			qp->wr_err = EINVAL;
+			return;
+		}
+		memcpy(slot + 64 + total, buf_list[i].addr, buf_list[i].length);
+		total += (uint32_t)buf_list[i].length;
+	}
+	slot[9] |= 4;
+	slot[10] = 0;
+	memcpy(slot + 28, &total, 4);
+}
+
+static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = { .addr = addr, .length = length };
+
+	wr_set_inline_data_list(x, 1, &b);
+}
+
+static void wr_start(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	qp->wr_tail = qp->sq_tail;
+	qp->wr_cur = NULL;
+	qp->wr_err = 0;
+}
+
+static int wr_complete(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	uint32_t state = load32(qp->ring, QP_STATE);
+	int err = qp->wr_err;
+
+	if (!err && state != IBV_QPS_RTS && state != IBV_QPS_SQD && state != IBV_QPS_SQE && state != IBV_QPS_ERR)
+		err = EINVAL;
+	if (!err && qp->wr_tail != qp->sq_tail) {
+		/* Publish every WQE since wr_start at once (§6 pair 1). */
+		qp->sq_tail = qp->wr_tail;
+		store32(qp->ring, QP_SQ_TAIL, qp->sq_tail);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (load32(qp->ring, QP_SQ_DOORBELL))
+			ring_doorbell(qp);
+	}
+	qp->wr_cur = NULL;
+	pthread_mutex_unlock(&qp->sq_lock);
+	return err; /* on an error nothing since wr_start is posted */
+}
+
+static void wr_abort(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	qp->wr_cur = NULL;
+	pthread_mutex_unlock(&qp->sq_lock); /* the slots filled stay unpublished */
+}
+
+static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *ax)
+{
+	struct ibv_qp_init_attr a;
+	struct vrdma_qp *qp;
+	struct ibv_qp *q;
+
+	if (!vrdma_ctx_ok(context) || !ax) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+		errno = EOPNOTSUPP; /* XRC domains, create flags, TSO, RSS */
+		return NULL;
+	}
+	if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & ~(uint64_t)WR_OPS_SUPPORTED)) {
+		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_context = ax->qp_context;
+	a.send_cq = ax->send_cq;
+	a.recv_cq = ax->recv_cq;
+	a.srq = ax->srq;
+	a.cap = ax->cap;
+	a.qp_type = ax->qp_type;
+	a.sq_sig_all = ax->sq_sig_all;
+	q = ibv_create_qp(ax->pd, &a);
+	if (!q)
+		return NULL;
+	ax->cap = a.cap;
+	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		struct ibv_qp_ex *x;
+
+		qp = (struct vrdma_qp *)q;
+		x = &qp->qpx;
+		x->wr_send = wr_send;
+		x->wr_send_imm = wr_send_imm;
+		x->wr_rdma_write = wr_rdma_write;
+		x->wr_rdma_write_imm = wr_rdma_write_imm;
+		x->wr_rdma_read = wr_rdma_read;
+		x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+		x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+		x->wr_set_sge = wr_set_sge;
+		x->wr_set_sge_list = wr_set_sge_list;
+		x->wr_set_inline_data = wr_set_inline_data;
+		x->wr_set_inline_data_list = wr_set_inline_data_list;
+		x->wr_start = wr_start;
+		x->wr_complete = wr_complete;
+		x->wr_abort = wr_abort;
+		qp->has_ex = 1;
+	}
+	return q;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+
+	/* As rdma-core: NULL for a QP not created with send ops. */
+	return qp && qp->has_ex ? &qp->qpx : NULL;
+}
+
 void vrdma_set_ops(struct vrdma_context *ctx)
 {
 	struct ibv_context_ops *ops = &ctx->vctx.context.ops;
@@ -1107,4 +1395,5 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ops->req_notify_cq = req_notify_cq;
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
+	ctx->vctx.create_qp_ex = create_qp_ex;
 }

@@ -55,8 +55,9 @@ var (
 
 // TestVerbsABIRCPingpong runs Debian's unmodified ibv_rc_pingpong, server
 // and client, as workloads of two VMs of one agent (the memcpy path), with
-// its buffer check (-c): busy-polling, with completion events (-e), and
-// with messages small enough to go inline (-s 64). Each side must report
+// its buffer check (-c): busy-polling, with completion events (-e), with
+// messages small enough to go inline (-s 64), of 1 MiB, and with the
+// ibv_wr_* send API (-N). Each side must report
 // the bytes and iterations asked for, no invalid data, and nothing on
 // stderr.
 func TestVerbsABIRCPingpong(t *testing.T) {
@@ -75,6 +76,7 @@ func TestVerbsABIRCPingpong(t *testing.T) {
 		{"events", []string{"-e"}, 4096, 1000},
 		{"inline", []string{"-s", "64"}, 64, 500},
 		{"large", []string{"-s", "1048576", "-r", "16"}, 1048576, 50},
+		{"new-send-api", []string{"-N"}, 4096, 1000}, // ibv_create_qp_ex, ibv_wr_send/ibv_wr_set_sge
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			port := freePort(t)

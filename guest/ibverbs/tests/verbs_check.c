@@ -357,6 +357,82 @@ int main(void)
 		}
 	}
 
+	/* The ibv_wr_* API on QPs made by ibv_create_qp_ex. */
+	{
+		struct ibv_qp_init_attr_ex ax;
+		struct ibv_qp *qc, *qd;
+		struct ibv_qp_ex *x;
+		struct ibv_wc w[2];
+		int got = 0;
+
+		CHECK("qp-to-qp-ex-plain", ibv_qp_to_qp_ex(qa) == NULL, " ");
+		memset(&ax, 0, sizeof(ax));
+		ax.send_cq = ax.recv_cq = cq;
+		ax.cap = init.cap;
+		ax.qp_type = IBV_QPT_RC;
+		ax.pd = pd;
+		ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		ax.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
+		errno = 0;
+		CHECK("create-qp-ex-bind-mw", !ibv_create_qp_ex(ctx, &ax) && errno == EOPNOTSUPP, "errno %d", errno);
+		ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ |
+				    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND;
+		qc = ibv_create_qp_ex(ctx, &ax);
+		qd = ibv_create_qp_ex(ctx, &ax);
+		x = qc ? ibv_qp_to_qp_ex(qc) : NULL;
+		CHECK("create-qp-ex", qc && qd && x && &x->qp_base == qc, "errno %d", errno);
+		if (!x || !qd)
+			return 1;
+		CHECK("connect-ex", connect_qp(qc, qd->qp_num, &gid) == 0 && connect_qp(qd, qc->qp_num, &gid) == 0, " ");
+
+		memset(bufb + 6000, 'b', 200);
+		ibv_wr_start(x);
+		x->wr_id = 11;
+		x->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_rdma_write(x, mb->rkey, (uintptr_t)(bufb + 6000));
+		ibv_wr_set_sge(x, ma->lkey, (uintptr_t)(bufa + 100), 32);
+		x->wr_id = 12;
+		ibv_wr_rdma_write(x, mb->rkey, (uintptr_t)(bufb + 6100));
+		ibv_wr_set_inline_data(x, "inline-write", 12);
+		rc = ibv_wr_complete(x);
+		for (long i = 0; i < 50000000 && got < 2; i++)
+			got += ibv_poll_cq(cq, 2 - got, w + got);
+		CHECK("wr-write-sge-and-inline",
+		      rc == 0 && got == 2 && w[0].status == IBV_WC_SUCCESS && w[1].status == IBV_WC_SUCCESS &&
+			      w[0].wr_id + w[1].wr_id == 23 && w[0].qp_num == qc->qp_num && bufb[6000] == 'W' &&
+			      bufb[6031] == 'W' && bufb[6032] == 'b' && !memcmp(bufb + 6100, "inline-write", 12),
+		      "rc %d got %d", rc, got);
+
+		*word = 40;
+		sge = (struct ibv_sge){ (uintptr_t)(bufa + 7000 - 7000 % 8), 8, ma->lkey };
+		ibv_wr_start(x);
+		x->wr_id = 13;
+		ibv_wr_atomic_fetch_add(x, mb->rkey, (uintptr_t)word, 2);
+		ibv_wr_set_sge_list(x, 1, &sge);
+		rc = ibv_wr_complete(x);
+		CHECK("wr-fetch-add", rc == 0 && wait_wc(&wc) == 1 && wc.wr_id == 13 && wc.status == IBV_WC_SUCCESS &&
+					      *word == 42 && *(uint64_t *)(uintptr_t)sge.addr == 40,
+		      "rc %d word %llu", rc, (unsigned long long)*word);
+
+		ibv_wr_start(x);
+		x->wr_id = 14;
+		ibv_wr_rdma_read(x, mb->rkey, (uintptr_t)bufb);
+		ibv_wr_set_inline_data(x, "no", 2);
+		rc = ibv_wr_complete(x);
+		CHECK("wr-inline-read-refused", rc == EINVAL && ibv_poll_cq(cq, 1, &wc) == 0, "rc %d", rc);
+		ibv_wr_start(x);
+		x->wr_id = 15;
+		ibv_wr_rdma_write(x, mb->rkey, (uintptr_t)(bufb + 6000));
+		ibv_wr_set_sge(x, ma->lkey, (uintptr_t)bufa, 8);
+		ibv_wr_abort(x);
+		bufb[6000] = 'b';
+		for (long i = 0; i < 1000000; i++)
+			if (ibv_poll_cq(cq, 1, &wc))
+				break;
+		CHECK("wr-abort", bufb[6000] == 'b', " ");
+		CHECK("destroy-qp-ex", ibv_destroy_qp(qc) == 0 && ibv_destroy_qp(qd) == 0, " ");
+	}
+
 	/* What post_send refuses (§9), with bad_wr at the first refused WR. */
 	memset(&swr, 0, sizeof(swr));
 	swr.sg_list = sges;
