@@ -166,8 +166,8 @@ static struct vrdma_vm *vm_of(struct ibv_context *c)
 }
 
 /* cmd runs op with body; 0 with r to free by the caller, or an errno (r
- * freed). what names the verb for the warning an agent error prints when
- * VRDMA_DEBUG is set. */
+ * freed). With VRDMA_DEBUG set, an agent error is printed with its code
+ * and message. */
 static int cmd(struct vrdma_vm *vm, int op, const char *body, struct vrdma_reply *r)
 {
 	if (vrdma_call(&vm->s, op, body, r))

@@ -173,7 +173,7 @@ static inline struct vrdma_context *to_vctx(struct ibv_context *c)
 /* vrdma_vm_get returns the process's attached VM, attaching on first use;
  * NULL with errno when there is none. */
 struct vrdma_vm *vrdma_vm_get(void);
-/* vrdma_is_dev reports whether d is one of this library's devices. */
+/* vrdma_dev returns the device d is, if it is one of this library's. */
 struct vrdma_device *vrdma_dev(struct ibv_device *d);
 /* vrdma_ctx_ok reports whether c is a context this library opened. */
 int vrdma_ctx_ok(struct ibv_context *c);
