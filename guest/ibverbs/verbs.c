@@ -54,8 +54,12 @@ struct vrdma_mr {
 };
 
 struct vrdma_cq {
-	struct ibv_cq ibcq;
+	union {
+		struct ibv_cq ibcq;	/* its fields begin struct ibv_cq_ex too */
+		struct ibv_cq_ex cqx; /* the ibv_start_poll API when made by ibv_create_cq_ex */
+	};
 	uint32_t magic;
+	struct ibv_wc cur; /* the completion ibv_start_poll/next_poll are at */
 	pthread_mutex_t lock; /* pollers */
 	char *ring;
 	size_t ring_size;
@@ -490,6 +494,26 @@ static void *map_ring(int fd, uint64_t size)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* decode_cqe reads the CQE at cq's head into w (§5.3). */
+static void decode_cqe(struct vrdma_cq *cq, struct ibv_wc *w)
+{
+	const unsigned char *e = (const unsigned char *)cq->ring + cq->offset + (size_t)(cq->head & (cq->entries - 1)) * 64;
+	uint32_t v;
+
+	memset(w, 0, sizeof(*w));
+	memcpy(&w->wr_id, e, 8);
+	memcpy(&w->qp_num, e + 8, 4);
+	w->opcode = (enum ibv_wc_opcode)e[12];
+	w->status = (enum ibv_wc_status)e[13];
+	if (e[14] & 1)
+		w->wc_flags |= IBV_WC_WITH_IMM;
+	memcpy(&w->byte_len, e + 16, 4);
+	memcpy(&v, e + 20, 4);
+	w->imm_data = htobe32(v); /* a number in the CQE, network order in ibv_wc */
+	memcpy(&w->src_qp, e + 24, 4);
+	memcpy(&w->vendor_err, e + 28, 4);
+}
+
 static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
@@ -506,23 +530,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		return -EIO; /* not an index the agent writes */
 	}
 	while (n < num_entries && cq->head != tail) {
-		const unsigned char *e =
-			(const unsigned char *)cq->ring + cq->offset + (size_t)(cq->head & (cq->entries - 1)) * 64;
-		struct ibv_wc *w = &wc[n++];
-		uint32_t v;
-
-		memset(w, 0, sizeof(*w));
-		memcpy(&w->wr_id, e, 8);
-		memcpy(&w->qp_num, e + 8, 4);
-		w->opcode = (enum ibv_wc_opcode)e[12];
-		w->status = (enum ibv_wc_status)e[13];
-		if (e[14] & 1)
-			w->wc_flags |= IBV_WC_WITH_IMM;
-		memcpy(&w->byte_len, e + 16, 4);
-		memcpy(&v, e + 20, 4);
-		w->imm_data = htobe32(v); /* §5.3: a number in the CQE, network order in ibv_wc */
-		memcpy(&w->src_qp, e + 24, 4);
-		memcpy(&w->vendor_err, e + 28, 4);
+		decode_cqe(cq, &wc[n++]);
 		cq->head = (cq->head + 1) & mask;
 	}
 	if (n) {
@@ -636,6 +644,107 @@ fail_nomem:
 	cmd_handle(vm, OP_DESTROY_CQ, h);
 	errno = e;
 	return NULL;
+}
+
+/* ---- the ibv_start_poll API (struct ibv_cq_ex) ---- */
+
+#define CQ_EX_WC_FLAGS                                                                        \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP | \
+	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+/* cq_ex_load makes the CQE at the head current, or says there is none. */
+static int cq_ex_load(struct vrdma_cq *cq)
+{
+	uint32_t mask = 2 * cq->entries - 1, tail = load32(cq->ring, CQ_TAIL);
+
+	if ((tail & ~mask) || ((tail - cq->head) & mask) > cq->entries)
+		return EIO;
+	if (tail == cq->head)
+		return ENOENT;
+	decode_cqe(cq, &cq->cur);
+	cq->head = (cq->head + 1) & mask;
+	cq->cqx.status = cq->cur.status;
+	cq->cqx.wr_id = cq->cur.wr_id;
+	return 0;
+}
+
+static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+	int rc;
+
+	if (!attr || attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	rc = cq_ex_load(cq);
+	if (rc) {
+		/* The lock is held only from a successful start to end_poll. */
+		pthread_mutex_unlock(&cq->lock);
+		if (rc == ENOENT && ++cq->empty % EMPTY_POLLS_PER_YIELD == 0)
+			sched_yield(); /* as poll_cq */
+		return rc;
+	}
+	cq->empty = 0;
+	return 0;
+}
+
+static int cq_next_poll(struct ibv_cq_ex *x)
+{
+	return cq_ex_load((struct vrdma_cq *)x);
+}
+
+static void cq_end_poll(struct ibv_cq_ex *x)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+
+	store32(cq->ring, CQ_HEAD, cq->head);
+	pthread_mutex_unlock(&cq->lock);
+}
+
+static enum ibv_wc_opcode cq_read_opcode(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.opcode; }
+static uint32_t cq_read_vendor_err(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.vendor_err; }
+static uint32_t cq_read_byte_len(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.byte_len; }
+static __be32 cq_read_imm_data(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.imm_data; }
+static uint32_t cq_read_qp_num(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.qp_num; }
+static uint32_t cq_read_src_qp(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.src_qp; }
+static unsigned int cq_read_wc_flags(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.wc_flags; }
+static uint32_t cq_read_slid(struct ibv_cq_ex *x) { (void)x; return 0; }   /* RoCE: no LIDs */
+static uint8_t cq_read_sl(struct ibv_cq_ex *x) { (void)x; return 0; }
+static uint8_t cq_read_dlid_path_bits(struct ibv_cq_ex *x) { (void)x; return 0; }
+
+static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *a)
+{
+	struct vrdma_cq *cq;
+	struct ibv_cq *c;
+
+	if (!vrdma_ctx_ok(context) || !a || a->cqe > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		/* Timestamps, flow tags, parent domains, overrun: not in vrdma. */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	c = ibv_create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	if (!c)
+		return NULL;
+	cq = (struct vrdma_cq *)c;
+	cq->cqx.start_poll = cq_start_poll;
+	cq->cqx.next_poll = cq_next_poll;
+	cq->cqx.end_poll = cq_end_poll;
+	cq->cqx.read_opcode = cq_read_opcode;
+	cq->cqx.read_vendor_err = cq_read_vendor_err;
+	cq->cqx.read_byte_len = cq_read_byte_len;
+	cq->cqx.read_imm_data = cq_read_imm_data;
+	cq->cqx.read_qp_num = cq_read_qp_num;
+	cq->cqx.read_src_qp = cq_read_src_qp;
+	cq->cqx.read_wc_flags = cq_read_wc_flags;
+	cq->cqx.read_slid = cq_read_slid;
+	cq->cqx.read_sl = cq_read_sl;
+	cq->cqx.read_dlid_path_bits = cq_read_dlid_path_bits;
+	return &cq->cqx;
 }
 
 int ibv_destroy_cq(struct ibv_cq *ibcq)
@@ -1396,4 +1505,5 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
 	ctx->vctx.create_qp_ex = create_qp_ex;
+	ctx->vctx.create_cq_ex = create_cq_ex;
 }

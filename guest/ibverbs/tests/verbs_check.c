@@ -40,16 +40,21 @@ static struct ibv_qp *qa, *qb;
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
-/* wait_wc polls cq for one completion, up to 5 s. */
-static int wait_wc(struct ibv_wc *wc)
+/* wait_cq polls c for one completion, a while. */
+static int wait_cq(struct ibv_cq *c, struct ibv_wc *wc)
 {
 	for (long i = 0; i < 50000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
+		int n = ibv_poll_cq(c, 1, wc);
 
 		if (n != 0)
 			return n;
 	}
 	return 0;
+}
+
+static int wait_wc(struct ibv_wc *wc)
+{
+	return wait_cq(cq, wc);
 }
 
 static int connect_qp(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid)
@@ -364,10 +369,27 @@ int main(void)
 		struct ibv_qp_ex *x;
 		struct ibv_wc w[2];
 		int got = 0;
+		struct ibv_cq_init_attr_ex cax;
+		struct ibv_cq_ex *cqx;
+		struct ibv_cq *ccq;
+		struct ibv_poll_cq_attr pattr = { 0 };
+
+		memset(&cax, 0, sizeof(cax));
+		cax.cqe = 16;
+		cax.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+		errno = 0;
+		CHECK("create-cq-ex-timestamps", !ibv_create_cq_ex(ctx, &cax) && errno == EOPNOTSUPP, "errno %d", errno);
+		cax.wc_flags = IBV_WC_STANDARD_FLAGS;
+		cqx = ibv_create_cq_ex(ctx, &cax);
+		CHECK("create-cq-ex", cqx != NULL, "errno %d", errno);
+		if (!cqx)
+			return 1;
+		ccq = ibv_cq_ex_to_cq(cqx);
+		CHECK("start-poll-empty", ibv_start_poll(cqx, &pattr) == ENOENT, " ");
 
 		CHECK("qp-to-qp-ex-plain", ibv_qp_to_qp_ex(qa) == NULL, " ");
 		memset(&ax, 0, sizeof(ax));
-		ax.send_cq = ax.recv_cq = cq;
+		ax.send_cq = ax.recv_cq = ccq;
 		ax.cap = init.cap;
 		ax.qp_type = IBV_QPT_RC;
 		ax.pd = pd;
@@ -395,12 +417,30 @@ int main(void)
 		ibv_wr_rdma_write(x, mb->rkey, (uintptr_t)(bufb + 6100));
 		ibv_wr_set_inline_data(x, "inline-write", 12);
 		rc = ibv_wr_complete(x);
-		for (long i = 0; i < 50000000 && got < 2; i++)
-			got += ibv_poll_cq(cq, 2 - got, w + got);
+		/* Both completions through the ibv_start_poll API. */
+		for (long i = 0; i < 50000000; i++) {
+			int prc = ibv_start_poll(cqx, &pattr);
+
+			if (prc == ENOENT)
+				continue;
+			while (prc == 0 && got < 2) {
+				w[got].wr_id = cqx->wr_id;
+				w[got].status = cqx->status;
+				w[got].opcode = ibv_wc_read_opcode(cqx);
+				w[got].qp_num = ibv_wc_read_qp_num(cqx);
+				w[got].byte_len = ibv_wc_read_byte_len(cqx);
+				got++;
+				prc = got < 2 ? ibv_next_poll(cqx) : 0;
+			}
+			ibv_end_poll(cqx);
+			if (got == 2)
+				break;
+		}
 		CHECK("wr-write-sge-and-inline",
 		      rc == 0 && got == 2 && w[0].status == IBV_WC_SUCCESS && w[1].status == IBV_WC_SUCCESS &&
-			      w[0].wr_id + w[1].wr_id == 23 && w[0].qp_num == qc->qp_num && bufb[6000] == 'W' &&
-			      bufb[6031] == 'W' && bufb[6032] == 'b' && !memcmp(bufb + 6100, "inline-write", 12),
+			      w[0].wr_id + w[1].wr_id == 23 && w[0].qp_num == qc->qp_num &&
+			      w[0].opcode == IBV_WC_RDMA_WRITE && bufb[6000] == 'W' && bufb[6031] == 'W' &&
+			      bufb[6032] == 'b' && !memcmp(bufb + 6100, "inline-write", 12),
 		      "rc %d got %d", rc, got);
 
 		*word = 40;
@@ -410,7 +450,7 @@ int main(void)
 		ibv_wr_atomic_fetch_add(x, mb->rkey, (uintptr_t)word, 2);
 		ibv_wr_set_sge_list(x, 1, &sge);
 		rc = ibv_wr_complete(x);
-		CHECK("wr-fetch-add", rc == 0 && wait_wc(&wc) == 1 && wc.wr_id == 13 && wc.status == IBV_WC_SUCCESS &&
+		CHECK("wr-fetch-add", rc == 0 && wait_cq(ccq, &wc) == 1 && wc.wr_id == 13 && wc.status == IBV_WC_SUCCESS &&
 					      *word == 42 && *(uint64_t *)(uintptr_t)sge.addr == 40,
 		      "rc %d word %llu", rc, (unsigned long long)*word);
 
@@ -419,7 +459,7 @@ int main(void)
 		ibv_wr_rdma_read(x, mb->rkey, (uintptr_t)bufb);
 		ibv_wr_set_inline_data(x, "no", 2);
 		rc = ibv_wr_complete(x);
-		CHECK("wr-inline-read-refused", rc == EINVAL && ibv_poll_cq(cq, 1, &wc) == 0, "rc %d", rc);
+		CHECK("wr-inline-read-refused", rc == EINVAL && ibv_poll_cq(ccq, 1, &wc) == 0, "rc %d", rc);
 		ibv_wr_start(x);
 		x->wr_id = 15;
 		ibv_wr_rdma_write(x, mb->rkey, (uintptr_t)(bufb + 6000));
@@ -427,10 +467,11 @@ int main(void)
 		ibv_wr_abort(x);
 		bufb[6000] = 'b';
 		for (long i = 0; i < 1000000; i++)
-			if (ibv_poll_cq(cq, 1, &wc))
+			if (ibv_poll_cq(ccq, 1, &wc))
 				break;
 		CHECK("wr-abort", bufb[6000] == 'b', " ");
 		CHECK("destroy-qp-ex", ibv_destroy_qp(qc) == 0 && ibv_destroy_qp(qd) == 0, " ");
+		CHECK("destroy-cq-ex", ibv_destroy_cq(ccq) == 0, " ");
 	}
 
 	/* What post_send refuses (§9), with bad_wr at the first refused WR. */
