@@ -530,6 +530,8 @@ static int query_device_ex_op(struct ibv_context *context, const struct ibv_quer
 		return e;
 	memset(attr, 0, attr_size < sizeof(*attr) ? attr_size : sizeof(*attr));
 	attr->orig_attr = a;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
+		attr->phys_port_cnt_ex = a.phys_port_cnt;
 	return 0;
 }
 
@@ -556,7 +558,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_port = query_port_op;
 	c->vctx.query_device_ex = query_device_ex_op;
 	c->vctx.context.device = &d->ibdev;
-	c->vctx.context.cmd_fd = -1;
+	/* No uverbs device behind it: cmd_fd is /dev/null, a valid descriptor
+	 * for programs that dup or poll it (verbs that would use it, such as
+	 * ibv_import_device, fail with EOPNOTSUPP). */
+	c->vctx.context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
 	/* No asynchronous events yet: an fd that never becomes readable, so
 	 * that programs may poll it. */
 	c->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -609,6 +614,8 @@ int ibv_close_device(struct ibv_context *context)
 		return -1;
 	}
 	close(c->vctx.context.async_fd);
+	if (c->vctx.context.cmd_fd >= 0)
+		close(c->vctx.context.cmd_fd);
 	pthread_mutex_destroy(&c->vctx.context.mutex);
 	free(c);
 	return 0;

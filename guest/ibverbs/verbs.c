@@ -262,13 +262,21 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
 	 IBV_ACCESS_REMOTE_ATOMIC)
 
+/* Access flags verbs defines for capabilities vrdma does not have. */
+#define ACCESS_UNSUPPORTED                                                                        \
+	(IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+
 /* access_flags masks the optional bits (rdma-core lets a device ignore
- * them) and refuses the others it does not support: -1. */
+ * them); -EOPNOTSUPP for a capability vrdma lacks (memory windows,
+ * zero-based, ODP, ...), as a device without it answers; -EINVAL for bits
+ * verbs does not define. */
 static int access_flags(unsigned int access)
 {
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
-	if (access & ~(unsigned int)ACCESS_SUPPORTED)
-		return -1;
+	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
+		return -EINVAL;
+	if (access & ACCESS_UNSUPPORTED)
+		return -EOPNOTSUPP;
 	return (int)access;
 }
 
@@ -285,6 +293,10 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	struct jbuf b;
 	int acc = access_flags(access), e;
 
+	if (acc == -EOPNOTSUPP) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	if (!pd || !vm || acc < 0 || length == 0 || (acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) &&
 						   !(acc & IBV_ACCESS_LOCAL_WRITE))) {
 		errno = EINVAL;
@@ -1091,7 +1103,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (mask & IBV_QP_ACCESS_FLAGS) {
 		acc = access_flags(attr->qp_access_flags);
 		if (acc < 0)
-			return EINVAL;
+			return -acc;
 	}
 	if ((mask & IBV_QP_PATH_MTU) && !vrdma_mtu_bytes(attr->path_mtu))
 		return EINVAL;

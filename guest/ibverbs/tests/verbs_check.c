@@ -222,8 +222,13 @@ int main(void)
 		return 1;
 	CHECK("reg-mr-keeps-contents", bufa[0] == 'a' && bufa[8191] == 'a' && bufb[3 * 4096 - 1] == 'b', " ");
 	errno = 0;
-	CHECK("reg-mr-bad-access", !ibv_reg_mr(pd, bufa, 64, IBV_ACCESS_MW_BIND) && errno == EINVAL, "errno %d",
-	      errno);
+	CHECK("reg-mr-mw-bind", !ibv_reg_mr(pd, bufa, 64, ACC | IBV_ACCESS_MW_BIND) && errno == EOPNOTSUPP,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("reg-mr-on-demand", !ibv_reg_mr(pd, bufa, 64, ACC | IBV_ACCESS_ON_DEMAND) && errno == EOPNOTSUPP,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("reg-mr-unknown-access", !ibv_reg_mr(pd, bufa, 64, ACC | (1 << 15)) && errno == EINVAL, "errno %d", errno);
 	errno = 0;
 	CHECK("reg-mr-remote-write-alone", !ibv_reg_mr(pd, bufa, 64, IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
 	      "errno %d", errno);
