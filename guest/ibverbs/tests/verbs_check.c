@@ -498,6 +498,31 @@ int main(void)
 	swr.opcode = (enum ibv_wr_opcode)42;
 	CHECK("post-bad-opcode", ibv_post_send(qa, &swr, &bad) == EINVAL, " ");
 	CHECK("poll-bad-count", ibv_poll_cq(cq, -1, &wc) < 0, " ");
+	rwr.num_sge = -1;
+	CHECK("post-recv-negative-sges", ibv_post_recv(qb, &rwr, &rbad) == EINVAL && rbad == &rwr, " ");
+	rwr.num_sge = 1;
+	memset(&qattr, 0, sizeof(qattr));
+	qattr.qp_state = IBV_QPS_RTS;
+	qattr.path_mtu = (enum ibv_mtu)9;
+	CHECK("modify-bad-mtu", ibv_modify_qp(qa, &qattr, IBV_QP_STATE | IBV_QP_PATH_MTU) == EINVAL, " ");
+	CHECK("query-qp-null", ibv_query_qp(NULL, &qattr, 0, &init) == EINVAL && ibv_query_qp(qa, NULL, 0, &init) == EINVAL,
+	      " ");
+	{
+		struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+		struct ibv_cq *evcq = ch ? ibv_create_cq(ctx, 4, (void *)0x1234, ch, 0) : NULL;
+		struct ibv_cq *got = NULL;
+		void *gctx = NULL;
+
+		fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+		errno = 0;
+		CHECK("get-cq-event-nonblocking", evcq && ibv_get_cq_event(ch, &got, &gctx) == -1 && errno == EAGAIN,
+		      "errno %d", errno);
+		CHECK("destroy-channel-busy", ibv_destroy_comp_channel(ch) == EBUSY, " ");
+		errno = 0;
+		CHECK("create-cq-bad-vector", !ibv_create_cq(ctx, 4, NULL, ch, 1) && errno == EINVAL, "errno %d", errno);
+		CHECK("destroy-cq-twice", evcq && ibv_destroy_cq(evcq) == 0 && ibv_destroy_cq(evcq) == EINVAL, " ");
+		CHECK("destroy-channel", ibv_destroy_comp_channel(ch) == 0, " ");
+	}
 
 	/* Memory: the stack, heap neighbours, repeated and inner ranges,
 	 * partial overlaps, memory that cannot be adopted. */
