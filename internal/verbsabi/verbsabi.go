@@ -53,6 +53,14 @@ func Build(tb testing.TB) string {
 			built.skip = fmt.Sprintf("no %s: %s", Header, InstallHint)
 			return
 		}
+		// Read the sources from this process, so that go test's cache
+		// sees them (it records the files a test opens, not make's).
+		for _, pat := range []string{"*", "tests/*"} {
+			files, _ := filepath.Glob(filepath.Join(SourceDir(), pat))
+			for _, f := range files {
+				os.ReadFile(f)
+			}
+		}
 		base := os.TempDir()
 		if exe, err := os.Executable(); err == nil {
 			base = filepath.Dir(exe)
