@@ -49,11 +49,17 @@ const (
 	// CapVMManage: the VM commands (define-vm through power-off-vm), with
 	// the owner checks and the PVRDMA rules.
 	CapVMManage Caps = 1 << 6
+	// CapMRIOVA: reg-mr takes an iova (RegMR.IOVA): the region's addresses
+	// as the workload names them in SGEs and as peers name them in remote
+	// addresses, translated by the agent to the guest memory it lies in.
+	// It is what lets a C program register its own buffers (adopted into
+	// guest memory) and hand their virtual addresses to peers.
+	CapMRIOVA Caps = 1 << 7
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -61,7 +67,7 @@ const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM |
 // tcp path, reported no counters, and some lacked ops 25..29.)
 const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 
-var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage"}
+var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

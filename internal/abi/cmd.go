@@ -340,10 +340,17 @@ type RegMR struct {
 	Addr   uint64 `json:"addr"`
 	Length uint64 `json:"length"`
 	Access Access `json:"access"`
+	// IOVA, when present (CapMRIOVA), is the address of the region's
+	// first byte as SGEs and remote addresses name it; absent, it is Addr
+	// (the guest address), as before the bit.
+	IOVA *uint64 `json:"iova,omitempty"`
 }
 
-// Validate checks the access flags.
+// Validate checks the access flags and the iova's range.
 func (r *RegMR) Validate() error {
+	if r.IOVA != nil && r.Length > 0 && *r.IOVA+r.Length-1 < *r.IOVA {
+		return Errorf(CodeInvalid, "iova", "region [iova 0x%x, +%d) wraps around the 64-bit address space", *r.IOVA, r.Length)
+	}
 	if r.Access&^AccessAll != 0 {
 		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessAll))
 	}

@@ -250,10 +250,11 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	}
 	switch op {
 	case abi.OpQueryDevice:
-		if _, err := v.Adapter(req.(*abi.AdapterRef).Adapter); err != nil {
+		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
+		if err != nil {
 			return nil, nil, err
 		}
-		return v.DeviceAttr(), nil, nil
+		return v.DeviceAttr(ad), nil, nil
 	case abi.OpQueryPort:
 		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
 		if err != nil {
@@ -333,7 +334,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 // feature it has, and the tcp path only when it runs one (a control plane
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
-	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

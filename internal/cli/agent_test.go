@@ -57,6 +57,10 @@ func TestDevinfo(t *testing.T) {
 	if rep.HCAs[0].Ports[0].GID == rep.HCAs[1].Ports[0].GID {
 		t.Errorf("both adapters have GID %s", rep.HCAs[0].Ports[0].GID)
 	}
+	if d0, d1 := rep.HCAs[0].Device, rep.HCAs[1].Device; d0.NodeGUID == d1.NodeGUID || d0.SysImageGUID != d1.SysImageGUID {
+		t.Errorf("adapters' GUIDs: node %s and %s (want distinct), system image %s and %s (want one)",
+			d0.NodeGUID, d1.NodeGUID, d0.SysImageGUID, d1.SysImageGUID)
+	}
 
 	// A VM held by a workload cannot be queried, and devinfo says why.
 	env.Open(t, "vm2", testenv.VMOptions{})

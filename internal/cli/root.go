@@ -121,6 +121,7 @@ and between two hosts (tcp).`,
 		a.agentCommand(),
 		a.quickstartCommand(),
 		a.devinfoCommand(),
+		a.execCommand(), // exec.go
 		a.statusCommand(),
 		a.statCommand(),
 		a.vmCommand(),

@@ -43,7 +43,8 @@ type MR struct {
 	handle uint32
 	key    uint32 // lkey == rkey
 	pd     *PD
-	addr   uint64
+	addr   uint64 // guest address of the first byte
+	iova   uint64 // the first byte's address in SGEs and remote addresses
 	length uint64
 	access abi.Access
 }
@@ -106,7 +107,11 @@ func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs)-1)
 	}
 	v.mrGen++
-	m := &MR{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, length: r.Length, access: r.Access}
+	iova := r.Addr
+	if r.IOVA != nil {
+		iova = *r.IOVA
+	}
+	m := &MR{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, iova: iova, length: r.Length, access: r.Access}
 	p.refs++
 	v.mrHandles[m.handle] = m
 	v.mrs[idx].Store(m)

@@ -310,7 +310,9 @@ func (v *VM) lookupMR(key uint32) *MR {
 
 // resolve checks that [addr, addr+n) lies in region key of protection
 // domain pd with the access flags need, and returns that guest memory.
-// Zero-length ranges need no key. The caller keeps v's memory alive.
+// addr is in the region's iova space (its guest address unless it was
+// registered with an iova). Zero-length ranges need no key. The caller
+// keeps v's memory alive.
 func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
@@ -319,10 +321,11 @@ func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byt
 	if m == nil || m.pd != pd || m.access&need != need {
 		return nil, false
 	}
-	if addr < m.addr || !sys.InBounds(addr-m.addr, n, m.length) {
+	if addr < m.iova || !sys.InBounds(addr-m.iova, n, m.length) {
 		return nil, false
 	}
-	return v.mem.Bytes()[addr : addr+n], true
+	g := m.addr + (addr - m.iova) // inside [m.addr, m.addr+m.length), which RegMR checked
+	return v.mem.Bytes()[g : g+n], true
 }
 
 func (v *VM) allocHandleLocked() uint32 {
@@ -441,11 +444,14 @@ func (d *Device) AttachedVMs() []*VM {
 	return vms
 }
 
-// DeviceAttr are the attributes ibv_query_device reports for v's adapters.
-func (v *VM) DeviceAttr() abi.DeviceAttr {
+// DeviceAttr are the attributes ibv_query_device reports for adapter ad of
+// v: each adapter is a device of its own, whose node GUID comes from its MAC
+// (as a PVRDMA adapter's does); the system image GUID, the VM's, from the
+// first adapter's.
+func (v *VM) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 	l := v.d.cfg.Limits
 	return abi.DeviceAttr{
-		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(v.adapters[0].mac), SysImageGUID: guid(v.adapters[0].mac),
+		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(ad.mac), SysImageGUID: guid(v.adapters[0].mac),
 		VendorID: 0x15ad, VendorPartID: 0x0820, HWVer: 1,
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,

@@ -1,0 +1,479 @@
+/*
+ * Adopting a program's pages into guest memory, for memory regions
+ * (verbs-abi.md §4, wire-local.md §4.6 and §9).
+ *
+ * A region's pages [s, e) are copied into free guest memory at offset g and
+ * the guest memfd is mapped over them (MAP_SHARED|MAP_FIXED, offset g): the
+ * program keeps its addresses and contents, and the agent sees the same
+ * pages in the guest memory it maps. The copy and the mmap run in one
+ * assembly block with signals blocked, so that nothing, not even a stack
+ * frame of this library, changes the pages between the two. Adopted pages
+ * are MADV_DONTFORK, as after ibv_fork_init. A registration inside a run
+ * of adopted pages reuses it once /proc/self/maps confirms the mapping is
+ * still ours (the program may have unmapped and mapped again). When the
+ * last region of a run is deregistered, the pages are given back: private
+ * anonymous memory is mapped over them and the contents copied in from
+ * the guest memory, again in one block (a stack buffer's frame survives),
+ * and the guest memory is free for the next registration.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "vrdma.h"
+
+struct run {
+	uintptr_t va;  /* page-aligned start */
+	size_t len;    /* bytes, whole pages */
+	uint64_t goff; /* guest offset of va */
+	int refs;      /* registered regions inside it */
+};
+
+struct extent {
+	uint64_t off, len;
+};
+
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct run *runs; /* +guarded by mem_mu */
+static int nruns, capruns;
+static struct extent *freel; /* free guest memory, sorted by offset; +guarded by mem_mu */
+static int nfree, capfree;
+static int free_init;
+
+static int extent_insert(int i, uint64_t off, uint64_t len)
+{
+	if (nfree == capfree) {
+		int cap = capfree ? capfree * 2 : 16;
+		struct extent *n = realloc(freel, (size_t)cap * sizeof(*n));
+
+		if (!n)
+			return -1;
+		freel = n;
+		capfree = cap;
+	}
+	memmove(freel + i + 1, freel + i, (size_t)(nfree - i) * sizeof(*freel));
+	freel[i] = (struct extent){ off, len };
+	nfree++;
+	return 0;
+}
+
+/* guest_alloc takes len bytes (whole pages) of guest memory, first fit. */
+static int guest_alloc(struct vrdma_vm *vm, uint64_t len, uint64_t *off)
+{
+	if (!free_init) {
+		free_init = 1;
+		if (extent_insert(0, 0, vm->mem_size & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1)))
+			return -1;
+	}
+	for (int i = 0; i < nfree; i++) {
+		if (freel[i].len >= len) {
+			*off = freel[i].off;
+			freel[i].off += len;
+			freel[i].len -= len;
+			if (freel[i].len == 0) {
+				memmove(freel + i, freel + i + 1, (size_t)(nfree - i - 1) * sizeof(*freel));
+				nfree--;
+			}
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static void guest_free(uint64_t off, uint64_t len)
+{
+	int i = 0;
+
+	while (i < nfree && freel[i].off < off)
+		i++;
+	if (i > 0 && freel[i - 1].off + freel[i - 1].len == off) {
+		freel[i - 1].len += len;
+		if (i < nfree && off + len == freel[i].off) {
+			freel[i - 1].len += freel[i].len;
+			memmove(freel + i, freel + i + 1, (size_t)(nfree - i - 1) * sizeof(*freel));
+			nfree--;
+		}
+		return;
+	}
+	if (i < nfree && off + len == freel[i].off) {
+		freel[i].off = off;
+		freel[i].len += len;
+		return;
+	}
+	(void)extent_insert(i, off, len); /* on ENOMEM the extent is lost, not reused */
+}
+
+static char *read_maps(void)
+{
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap);
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+
+	if (!buf || fd < 0) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	for (;;) {
+		ssize_t n;
+
+		if (len + 4096 + 1 > cap) {
+			char *b = realloc(buf, cap * 2);
+
+			if (!b) {
+				free(buf);
+				close(fd);
+				return NULL;
+			}
+			buf = b;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = 0;
+	return buf;
+}
+
+struct mapline {
+	uintptr_t start, end;
+	char perms[5];
+	uint64_t offset;
+	unsigned major, minor;
+	unsigned long inode;
+	char path[256];
+};
+
+/* parse_mapline parses the line at l (up to its newline). */
+static int parse_mapline(const char *l, struct mapline *m)
+{
+	const char *nl = strchr(l, '\n');
+	size_t len = nl ? (size_t)(nl - l) : strlen(l);
+	char line[512];
+	int n = 0;
+
+	memset(m, 0, sizeof(*m));
+	if (len >= sizeof(line))
+		len = sizeof(line) - 1;
+	memcpy(line, l, len);
+	line[len] = 0;
+	if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu%n", &m->start, &m->end, m->perms, &m->offset, &m->major,
+		   &m->minor, &m->inode, &n) < 7)
+		return -1;
+	while (line[n] == ' ')
+		n++;
+	snprintf(m->path, sizeof(m->path), "%s", line + n);
+	return 0;
+}
+
+/*
+ * check_range walks the mappings over [s, e). With want_ours, every byte must
+ * be the guest memfd at the guest offset goff + (va - s); otherwise every
+ * byte must be private anonymous read-write memory (heap, stack, malloc's or
+ * the program's anonymous mmaps). 0, or an errno: EFAULT where nothing is
+ * mapped, EINVAL where the memory cannot be adopted (why says which).
+ */
+static int check_range(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, int want_ours, uint64_t goff, char *why,
+		       size_t whylen)
+{
+	char *maps = read_maps(), *l;
+	uintptr_t at = s;
+	struct stat st;
+	int rc = EFAULT;
+
+	if (!maps)
+		return ENOMEM;
+	if (fstat(vm->mem_fd, &st)) {
+		free(maps);
+		return EIO;
+	}
+	snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)s);
+	for (l = maps; *l && at < e; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+		struct mapline m;
+		int ours;
+
+		if (parse_mapline(l, &m) || m.end <= at)
+			continue;
+		if (m.start > at) {
+			snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
+			rc = EFAULT;
+			goto out;
+		}
+		ours = m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev);
+		if (want_ours) {
+			if (!ours || m.perms[3] != 's' || m.offset + (at - m.start) != goff + (at - s)) {
+				snprintf(why, whylen, "the pages at 0x%lx are no longer the adopted ones", (unsigned long)at);
+				rc = EINVAL;
+				goto out;
+			}
+		} else {
+			if (m.perms[0] != 'r' || m.perms[1] != 'w') {
+				snprintf(why, whylen, "the mapping at 0x%lx (%s) is not readable and writable", (unsigned long)at,
+					 m.perms);
+				rc = EINVAL;
+				goto out;
+			}
+			if (m.perms[3] != 'p' || m.inode != 0 || (m.path[0] && m.path[0] != '[') ||
+			    (m.path[0] == '[' && strcmp(m.path, "[heap]") && strncmp(m.path, "[stack", 6))) {
+				snprintf(why, whylen,
+					 "the mapping at 0x%lx (%s %s) is %s: only private anonymous memory (heap, "
+					 "stack, anonymous mmap) can be registered",
+					 (unsigned long)at, m.perms, m.path[0] ? m.path : "anonymous",
+					 m.perms[3] != 'p'	      ? "shared"
+					 : strstr(m.path, "huge") ? "hugetlb"
+								  : "file-backed");
+				rc = EINVAL;
+				goto out;
+			}
+		}
+		at = m.end;
+	}
+	rc = at >= e ? 0 : EFAULT;
+	if (rc)
+		snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
+out:
+	free(maps);
+	return rc;
+}
+
+#if defined(__x86_64__)
+/* copy_and_map copies n bytes from src to dst, then maps fd at offset off
+ * over [addr, addr+len) shared and fixed, in one block that writes no
+ * memory but dst: not even its own stack. The raw mmap result. */
+static long copy_and_map(void *dst, const void *src, size_t n, void *addr, size_t len, int fd, uint64_t off)
+{
+	/* Every operand in a register of its own: the compiler would share
+	 * one between equal values (addr is src, len is n), and rep movsb
+	 * moves rdi, rsi and rcx. */
+	register long r10 __asm__("r10") = MAP_SHARED | MAP_FIXED;
+	register long r8 __asm__("r8") = fd;
+	register long r9 __asm__("r9") = (long)off;
+	register void *r12 __asm__("r12") = addr;
+	register size_t r13 __asm__("r13") = len;
+	long ret;
+
+	__asm__ volatile("rep movsb\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov $9, %%eax\n\t"
+			 "syscall"
+			 : "+D"(dst), "+S"(src), "+c"(n), "=a"(ret)
+			 : "r"(r12), "r"(r13), "d"((long)(PROT_READ | PROT_WRITE)), "r"(r10), "r"(r8), "r"(r9)
+			 : "r11", "memory");
+	return ret;
+}
+
+/* map_and_copy maps private anonymous memory over [addr, addr+len) and
+ * copies len bytes from src into it, in one block that writes no memory
+ * but the new mapping. The raw mmap result. */
+static long map_and_copy(void *addr, size_t len, const void *src)
+{
+	register long r10 __asm__("r10") = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+	register long r8 __asm__("r8") = -1;
+	register long r9 __asm__("r9") = 0;
+	register void *r12 __asm__("r12") = addr;
+	register size_t r13 __asm__("r13") = len;
+	register const void *r14 __asm__("r14") = src;
+	long ret;
+
+	__asm__ volatile("mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov $9, %%eax\n\t"
+			 "syscall\n\t"
+			 "cmp $-4095, %%rax\n\t"
+			 "jae 1f\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r14, %%rsi\n\t"
+			 "mov %%r13, %%rcx\n\t"
+			 "rep movsb\n\t"
+			 "1:"
+			 : "=a"(ret)
+			 : "r"(r12), "r"(r13), "r"(r14), "d"((long)(PROT_READ | PROT_WRITE)), "r"(r10), "r"(r8), "r"(r9)
+			 : "rdi", "rsi", "rcx", "r11", "memory", "cc");
+	return ret;
+}
+#endif
+
+/* ours_bytes counts the bytes of [s, e) still mapped from the guest memfd
+ * at goff + (va - s). */
+static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
+{
+	char *maps = read_maps(), *l;
+	struct stat st;
+	uint64_t n = 0;
+
+	if (!maps || fstat(vm->mem_fd, &st)) {
+		free(maps);
+		return e - s; /* unknown: assume all */
+	}
+	for (l = maps; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
+		struct mapline m;
+		uintptr_t a, b;
+
+		if (parse_mapline(l, &m) || m.end <= s || m.start >= e)
+			continue;
+		a = m.start > s ? m.start : s;
+		b = m.end < e ? m.end : e;
+		if (m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev) &&
+		    m.offset + (a - m.start) == goff + (a - s))
+			n += b - a;
+	}
+	free(maps);
+	return n;
+}
+
+int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)addr, s, e;
+	uint64_t goff;
+	char why[1024];
+	sigset_t all, old;
+	long r;
+	int rc, i;
+
+	if (length == 0 || a + length < a)
+		return EINVAL;
+	s = a & ~(page - 1);
+	e = (a + length + page - 1) & ~(page - 1);
+	pthread_mutex_lock(&mem_mu);
+	for (i = 0; i < nruns; i++) {
+		struct run *rn = &runs[i];
+
+		if (rn->len == 0 || s >= rn->va + rn->len || e <= rn->va)
+			continue;
+		if (s >= rn->va && e <= rn->va + rn->len) {
+			if (!check_range(vm, s, e, 1, rn->goff + (s - rn->va), why, sizeof(why))) {
+				rn->refs++;
+				*guest = rn->goff + (a - rn->va);
+				*handle = (void *)(uintptr_t)(i + 1);
+				pthread_mutex_unlock(&mem_mu);
+				return 0;
+			}
+			if (rn->refs > 0) {
+				vrdma_warn("ibv_reg_mr(%p, %zu): %s while a memory region still uses them", addr,
+					   length, why);
+				pthread_mutex_unlock(&mem_mu);
+				return EINVAL;
+			}
+			/* The program unmapped the run and mapped new memory there:
+			 * forget it (its guest memory is not reused: the agent may
+			 * still be copying into it for a region just deregistered). */
+			rn->len = 0;
+			continue;
+		}
+		vrdma_warn("ibv_reg_mr(%p, %zu): the range overlaps an earlier registration [0x%lx, 0x%lx) only in "
+			   "part; vrdma registers ranges that are disjoint from, or inside, earlier ones",
+			   addr, length, (unsigned long)rn->va, (unsigned long)(rn->va + rn->len));
+		pthread_mutex_unlock(&mem_mu);
+		return EINVAL;
+	}
+	rc = check_range(vm, s, e, 0, 0, why, sizeof(why));
+	if (rc) {
+		vrdma_warn("ibv_reg_mr(%p, %zu): %s", addr, length, why);
+		pthread_mutex_unlock(&mem_mu);
+		return rc;
+	}
+	if (guest_alloc(vm, e - s, &goff)) {
+		vrdma_warn("ibv_reg_mr(%p, %zu): VM %s's guest memory (memSize, %llu bytes) has no %lu bytes free for "
+			   "it: raise memSize",
+			   addr, length, vm->name, (unsigned long long)vm->mem_size, (unsigned long)(e - s));
+		pthread_mutex_unlock(&mem_mu);
+		return ENOMEM;
+	}
+	if (nruns == capruns) {
+		int cap = capruns ? capruns * 2 : 16;
+		struct run *n = realloc(runs, (size_t)cap * sizeof(*n));
+
+		if (!n) {
+			guest_free(goff, e - s);
+			pthread_mutex_unlock(&mem_mu);
+			return ENOMEM;
+		}
+		runs = n;
+		capruns = cap;
+	}
+#if defined(__x86_64__)
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = copy_and_map((char *)vm->mem + goff, (void *)s, e - s, (void *)s, e - s, vm->mem_fd, goff);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+#else
+	(void)all;
+	(void)old;
+	r = -EOPNOTSUPP; /* the copy-and-map block exists for x86-64 only */
+#endif
+	if (r < 0 && r > -4096) {
+		guest_free(goff, e - s);
+		vrdma_warn("ibv_reg_mr(%p, %zu): mapping guest memory over the pages: %s", addr, length,
+			   strerror((int)-r));
+		pthread_mutex_unlock(&mem_mu);
+		return (int)-r;
+	}
+	(void)madvise((void *)s, e - s, MADV_DONTFORK);
+	runs[nruns] = (struct run){ .va = s, .len = e - s, .goff = goff, .refs = 1 };
+	*handle = (void *)(uintptr_t)(nruns + 1);
+	nruns++;
+	*guest = goff + (a - s);
+	pthread_mutex_unlock(&mem_mu);
+	return 0;
+}
+
+void vrdma_unadopt(struct vrdma_vm *vm, void *handle)
+{
+	int i = (int)(uintptr_t)handle - 1;
+	struct run *rn;
+	char why[1024];
+
+	pthread_mutex_lock(&mem_mu);
+	if (i < 0 || i >= nruns || runs[i].refs == 0) {
+		pthread_mutex_unlock(&mem_mu);
+		return;
+	}
+	rn = &runs[i];
+	if (--rn->refs > 0 || rn->len == 0) {
+		pthread_mutex_unlock(&mem_mu);
+		return;
+	}
+	if (!check_range(vm, rn->va, rn->va + rn->len, 1, rn->goff, why, sizeof(why))) {
+		/* Still the program's memory, adopted: give it back. */
+#if defined(__x86_64__)
+		sigset_t all, old;
+		long r;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		r = map_and_copy((void *)rn->va, rn->len, (char *)vm->mem + rn->goff);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (r < 0 && r > -4096) {
+			/* Still adopted, and consistent: keep the run (and its
+			 * guest memory) for a later registration. */
+			pthread_mutex_unlock(&mem_mu);
+			return;
+		}
+#endif
+		guest_free(rn->goff, rn->len);
+	} else if (ours_bytes(vm, rn->va, rn->va + rn->len, rn->goff) == 0) {
+		/* The program unmapped it (freed before dereg): nothing of it
+		 * aliases the guest memory any more. */
+		guest_free(rn->goff, rn->len);
+	}
+	/* Otherwise part of it is still mapped from guest memory at
+	 * addresses the program changed: that guest memory is never reused. */
+	rn->len = 0;
+	pthread_mutex_unlock(&mem_mu);
+}

@@ -1,0 +1,289 @@
+/*
+ * The session with the host agent (wire-local.md §1): a SOCK_SEQPACKET
+ * Unix socket, one request at a time under the session's lock, replies
+ * matched by sequence number, descriptors in SCM_RIGHTS.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vrdma.h"
+
+/* How long a command may take before the agent is declared stuck. The
+ * commands the library sends never block in the agent (§1.5), so this is
+ * only a guard against a hung agent: errors, not hangs. */
+#define CALL_TIMEOUT_MS 30000
+
+void vrdma_socket_path(char *buf, size_t n)
+{
+	const char *s = getenv("VRDMA_SOCKET");
+	const char *x;
+
+	if (s && *s) {
+		snprintf(buf, n, "%s", s);
+	} else if (geteuid() == 0) {
+		snprintf(buf, n, "/run/vrdma/vrdmad.sock");
+	} else if ((x = getenv("XDG_RUNTIME_DIR")) && *x) {
+		snprintf(buf, n, "%s/vrdma/vrdmad.sock", x);
+	} else {
+		const char *t = getenv("TMPDIR");
+
+		snprintf(buf, n, "%s/vrdma-%u/vrdmad.sock", t && *t ? t : "/tmp", (unsigned)getuid());
+	}
+}
+
+int vrdma_session_open(struct vrdma_session *s, const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, sz = 2 << 20;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	pthread_mutex_init(&s->mu, NULL);
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	/* §1.1: a message must fit the sender's buffer whole. */
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof(sz)))
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = errno;
+
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	s->buf = malloc(VRDMA_MAX_MESSAGE);
+	if (!s->buf) {
+		close(fd);
+		errno = ENOMEM;
+		return -1;
+	}
+	s->fd = fd;
+	return 0;
+}
+
+int vrdma_errno(const char *code, const char *field, int op)
+{
+	int handle = field && (!strcmp(field, "handle") || !strcmp(field, "pd") || !strcmp(field, "send_cq") ||
+			       !strcmp(field, "recv_cq") || !strcmp(field, "qp") || !strcmp(field, "listener"));
+
+	if (!strcmp(code, "invalid-argument"))
+		return EINVAL;
+	if (!strcmp(code, "not-found"))
+		return op == OP_ATTACH ? ENODEV : handle ? EINVAL : ENOENT;
+	if (!strcmp(code, "limit-exceeded"))
+		return ENOMEM;
+	if (!strcmp(code, "bad-state"))
+		return op == OP_DEALLOC_PD || op == OP_DESTROY_CQ ? EBUSY : EINVAL;
+	if (!strcmp(code, "already-exists"))
+		return op == OP_ATTACH ? EBUSY : EEXIST;
+	if (!strcmp(code, "permission-denied"))
+		return op == OP_ATTACH ? EACCES : EPERM;
+	if (!strcmp(code, "unavailable"))
+		return op == OP_MODIFY_QP ? EHOSTUNREACH : EAGAIN;
+	if (!strcmp(code, "refused"))
+		return ECONNREFUSED;
+	return EIO;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	p[0] = (unsigned char)v;
+	p[1] = (unsigned char)(v >> 8);
+	p[2] = (unsigned char)(v >> 16);
+	p[3] = (unsigned char)(v >> 24);
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static void kill_session(struct vrdma_session *s)
+{
+	if (s->fd >= 0)
+		close(s->fd);
+	s->fd = -1;
+	s->dead = 1;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+static int call_locked(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r)
+{
+	size_t blen = strlen(body);
+	unsigned char hdr[VRDMA_HDR_LEN] = { 'V', 'R', 1, 0 };
+	struct iovec iov[2];
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+	uint32_t seq;
+	long deadline;
+	ssize_t n;
+
+	if (s->dead || s->fd < 0) {
+		errno = EIO;
+		return -1;
+	}
+	if (blen + VRDMA_HDR_LEN > VRDMA_MAX_MESSAGE) {
+		errno = E2BIG;
+		return -1;
+	}
+	seq = ++s->seq;
+	hdr[4] = (unsigned char)op;
+	hdr[5] = (unsigned char)(op >> 8);
+	put32(hdr + 8, seq);
+	put32(hdr + 12, (uint32_t)blen);
+	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
+	iov[1] = (struct iovec){ (void *)body, blen };
+	do
+		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		kill_session(s);
+		errno = EIO;
+		return -1;
+	}
+	deadline = now_ms() + CALL_TIMEOUT_MS;
+	for (;;) {
+		union {
+			char buf[CMSG_SPACE(4 * sizeof(int))];
+			struct cmsghdr align;
+		} ctl;
+		struct iovec riov = { s->buf, VRDMA_MAX_MESSAGE };
+		struct msghdr rh = { .msg_iov = &riov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+		struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
+		int fds[4], nfds = 0, pr;
+		long left = deadline - now_ms();
+		struct cmsghdr *c;
+
+		if (left <= 0) {
+			kill_session(s);
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		pr = poll(&pfd, 1, (int)left);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			continue; /* the deadline check above ends it */
+		n = recvmsg(s->fd, &rh, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		for (c = CMSG_FIRSTHDR(&rh); c; c = CMSG_NXTHDR(&rh, c)) {
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+				int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+				for (int i = 0; i < k; i++) {
+					int fd;
+
+					memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+					if (nfds < 4)
+						fds[nfds++] = fd;
+					else
+						close(fd);
+				}
+			}
+		}
+		if (n <= 0 || (rh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+			/* End of the connection (the agent exited) or a lost message. */
+			close_fds(fds, nfds);
+			kill_session(s);
+			errno = EIO;
+			return -1;
+		}
+		if (n < VRDMA_HDR_LEN || s->buf[0] != 'V' || s->buf[1] != 'R' ||
+		    get32((unsigned char *)s->buf + 12) != (uint32_t)(n - VRDMA_HDR_LEN) ||
+		    !(s->buf[3] & 1)) {
+			close_fds(fds, nfds);
+			kill_session(s);
+			errno = EIO;
+			return -1;
+		}
+		if (get32((unsigned char *)s->buf + 8) != seq) {
+			close_fds(fds, nfds); /* an answer to a request nobody waits for */
+			continue;
+		}
+		memset(r, 0, sizeof(*r));
+		r->root = -1;
+		if (json_parse(&r->doc, s->buf + VRDMA_HDR_LEN, (int)(n - VRDMA_HDR_LEN))) {
+			close_fds(fds, nfds);
+			errno = EIO;
+			return -1;
+		}
+		/* The doc points into s->buf, which the lock keeps until the
+		 * caller frees the reply: copy the text. */
+		{
+			char *text = malloc((size_t)(n - VRDMA_HDR_LEN) + 1);
+
+			if (!text) {
+				json_free(&r->doc);
+				close_fds(fds, nfds);
+				errno = ENOMEM;
+				return -1;
+			}
+			memcpy(text, s->buf + VRDMA_HDR_LEN, (size_t)(n - VRDMA_HDR_LEN));
+			text[n - VRDMA_HDR_LEN] = 0;
+			r->doc.text = text;
+		}
+		r->root = 0;
+		memcpy(r->fds, fds, sizeof(int) * (size_t)nfds);
+		r->nfds = nfds;
+		if (s->buf[3] & 2) {
+			char field[64] = "";
+
+			r->is_error = 1;
+			json_get_str(&r->doc, 0, "code", r->code, sizeof(r->code));
+			json_get_str(&r->doc, 0, "field", field, sizeof(field));
+			json_get_str(&r->doc, 0, "message", r->message, sizeof(r->message));
+			r->err = vrdma_errno(r->code, field, op);
+			close_fds(r->fds, r->nfds);
+			r->nfds = 0;
+		}
+		return 0;
+	}
+}
+
+int vrdma_call(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	rc = call_locked(s, op, body, r);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+void vrdma_reply_free(struct vrdma_reply *r)
+{
+	close_fds(r->fds, r->nfds);
+	r->nfds = 0;
+	free((void *)r->doc.text);
+	r->doc.text = NULL;
+	json_free(&r->doc);
+}

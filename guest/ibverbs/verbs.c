@@ -1,0 +1,1521 @@
+/*
+ * PD, MR, CQ, completion channels and RC QPs, and the data path through
+ * context->ops (post_send, post_recv, poll_cq, req_notify_cq): the same
+ * commands and rings as the Go library (wire-local.md §4-§7).
+ *
+ * Objects the program passes back are checked against the objects this
+ * library created (a registry on the slow path, a magic word on the data
+ * path), so a wrong pointer gets EINVAL rather than a crash wherever the
+ * pointer is at least readable.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "vrdma.h"
+
+#define MAGIC_PD 0x76706431u
+#define MAGIC_MR 0x766d7231u
+#define MAGIC_CQ 0x76637131u
+#define MAGIC_QP 0x76717031u
+
+/* Ring words (wire-local.md §5.2, §5.3). */
+#define QP_SQ_TAIL 0
+#define QP_SQ_HEAD 64
+#define QP_SQ_DOORBELL 128
+#define QP_RQ_TAIL 192
+#define QP_RQ_HEAD 256
+#define QP_STATE 320
+#define CQ_TAIL 0
+#define CQ_HEAD 64
+#define CQ_ARMED 128
+
+/* poll_cq yields the CPU once per this many polls of an empty CQ. */
+#define EMPTY_POLLS_PER_YIELD 64
+
+struct vrdma_pd {
+	struct ibv_pd ibpd;
+	uint32_t magic;
+};
+
+struct vrdma_mr {
+	struct ibv_mr ibmr;
+	uint32_t magic;
+	void *adopted;
+};
+
+struct vrdma_cq {
+	union {
+		struct ibv_cq ibcq;	/* its fields begin struct ibv_cq_ex too */
+		struct ibv_cq_ex cqx; /* the ibv_start_poll API when made by ibv_create_cq_ex */
+	};
+	uint32_t magic;
+	struct ibv_wc cur; /* the completion ibv_start_poll/next_poll are at */
+	pthread_mutex_t lock; /* pollers */
+	char *ring;
+	size_t ring_size;
+	uint32_t entries, offset;
+	uint32_t head;	/* +guarded by lock */
+	uint32_t empty; /* consecutive polls that found nothing; +guarded by lock */
+	int event_fd;
+};
+
+struct vrdma_qp {
+	struct ibv_qp_ex qpx; /* begins with struct ibv_qp; the ibv_wr_* API when has_ex */
+	uint32_t magic;
+	int has_ex;
+	char *ring;
+	size_t ring_size;
+	uint32_t sq_entries, sq_stride, rq_entries, rq_stride, sq_offset, rq_offset;
+	struct ibv_qp_cap caps;
+	int sq_sig_all;
+	int doorbell_fd;
+	pthread_mutex_t sq_lock, rq_lock;
+	uint32_t sq_tail; /* +guarded by sq_lock */
+	uint32_t rq_tail; /* +guarded by rq_lock */
+	/* Between ibv_wr_start and ibv_wr_complete/abort (sq_lock held): */
+	uint32_t wr_tail;      /* the next slot a wr_* call fills */
+	unsigned char *wr_cur; /* the slot of the last wr_* call, for wr_set_* */
+	int wr_op;	       /* its opcode */
+	int wr_err;	       /* the first error: wr_complete returns it */
+};
+
+/* ---- the registry of live objects ---- */
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **live; /* +guarded by reg_mu */
+static int nlive, caplive;
+
+static int reg_add(void *p)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	if (nlive == caplive) {
+		int cap = caplive ? caplive * 2 : 64;
+		void **n = realloc(live, (size_t)cap * sizeof(*n));
+
+		if (!n)
+			rc = ENOMEM;
+		else {
+			live = n;
+			caplive = cap;
+		}
+	}
+	if (!rc)
+		live[nlive++] = p;
+	pthread_mutex_unlock(&reg_mu);
+	return rc;
+}
+
+static int reg_has(const void *p)
+{
+	int ok = 0;
+
+	if (!p)
+		return 0;
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < nlive && !ok; i++)
+		ok = live[i] == p;
+	pthread_mutex_unlock(&reg_mu);
+	return ok;
+}
+
+/* reg_take removes p; 0 if it was not there (a second destroy, or not ours). */
+static int reg_take(const void *p)
+{
+	int ok = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < nlive; i++) {
+		if (live[i] == p) {
+			live[i] = live[--nlive];
+			ok = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return ok;
+}
+
+static struct vrdma_pd *to_pd(struct ibv_pd *p)
+{
+	return reg_has(p) && ((struct vrdma_pd *)p)->magic == MAGIC_PD ? (struct vrdma_pd *)p : NULL;
+}
+
+static struct vrdma_cq *to_cq(struct ibv_cq *c)
+{
+	return reg_has(c) && ((struct vrdma_cq *)c)->magic == MAGIC_CQ ? (struct vrdma_cq *)c : NULL;
+}
+
+static struct vrdma_qp *to_qp(struct ibv_qp *q)
+{
+	return reg_has(q) && ((struct vrdma_qp *)q)->magic == MAGIC_QP ? (struct vrdma_qp *)q : NULL;
+}
+
+/* ---- commands ---- */
+
+static struct vrdma_vm *vm_of(struct ibv_context *c)
+{
+	return vrdma_ctx_ok(c) ? vrdma_vm_get() : NULL;
+}
+
+/* cmd runs op with body; 0 with r to free by the caller, or an errno (r
+ * freed). With VRDMA_DEBUG set, an agent error is printed with its code
+ * and message. */
+static int cmd(struct vrdma_vm *vm, int op, const char *body, struct vrdma_reply *r)
+{
+	if (vrdma_call(&vm->s, op, body, r))
+		return errno;
+	if (r->is_error) {
+		int e = r->err;
+
+		if (getenv("VRDMA_DEBUG"))
+			vrdma_warn("op %d: %s: %s", op, r->code, r->message);
+		vrdma_reply_free(r);
+		return e;
+	}
+	return 0;
+}
+
+static int cmd_handle(struct vrdma_vm *vm, int op, uint32_t handle)
+{
+	char body[48];
+	struct vrdma_reply r;
+	int e;
+
+	snprintf(body, sizeof(body), "{\"handle\":%u}", handle);
+	e = cmd(vm, op, body, &r);
+	if (!e)
+		vrdma_reply_free(&r);
+	return e;
+}
+
+/* ---- PD ---- */
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct vrdma_vm *vm = vm_of(context);
+	struct vrdma_pd *pd;
+	struct vrdma_reply r;
+	char body[64];
+	uint32_t h;
+	int e;
+
+	if (!vm) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(body, sizeof(body), "{\"adapter\":\"%s\"}", to_vctx(context)->dev->adapter);
+	e = cmd(vm, OP_ALLOC_PD, body, &r);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	e = json_get_u32(&r.doc, 0, "handle", &h) ? EIO : 0;
+	vrdma_reply_free(&r);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd || reg_add(pd)) {
+		free(pd);
+		cmd_handle(vm, OP_DEALLOC_PD, h);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = context;
+	pd->ibpd.handle = h;
+	pd->magic = MAGIC_PD;
+	return &pd->ibpd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	int e;
+
+	if (!pd)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), OP_DEALLOC_PD, pd->ibpd.handle);
+	if (e && e != EIO)
+		return e; /* EBUSY: MRs or QPs use it */
+	reg_take(pd);
+	pd->magic = 0;
+	free(pd);
+	return 0;
+}
+
+/* ---- MR ---- */
+
+#define ACCESS_SUPPORTED                                                                           \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
+	 IBV_ACCESS_REMOTE_ATOMIC)
+
+/* Access flags verbs defines for capabilities vrdma does not have. */
+#define ACCESS_UNSUPPORTED                                                                        \
+	(IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+
+/* access_flags masks the optional bits (rdma-core lets a device ignore
+ * them); -EOPNOTSUPP for a capability vrdma lacks (memory windows,
+ * zero-based, ODP, ...), as a device without it answers; -EINVAL for bits
+ * verbs does not define. */
+static int access_flags(unsigned int access)
+{
+	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
+		return -EINVAL;
+	if (access & ACCESS_UNSUPPORTED)
+		return -EOPNOTSUPP;
+	return (int)access;
+}
+
+static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
+	struct vrdma_mr *mr;
+	struct vrdma_reply r;
+	uint64_t guest;
+	uint32_t h, lkey, rkey;
+	void *adopted;
+	char body[256];
+	struct jbuf b;
+	int acc = access_flags(access), e;
+
+	if (acc == -EOPNOTSUPP) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!pd || !vm || acc < 0 || length == 0 || (acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) &&
+						   !(acc & IBV_ACCESS_LOCAL_WRITE))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!addr) {
+		errno = EFAULT;
+		return NULL;
+	}
+	if (!(vm->s.caps & VRDMA_CAP_MR_IOVA)) {
+		vrdma_warn("ibv_reg_mr: the agent does not take region iovas (capability mr-iova): upgrade vrdmad");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "pd", pd->ibpd.handle);
+	jb_u64(&b, "addr", guest);
+	jb_u64(&b, "length", length);
+	jb_u64(&b, "access", (uint64_t)acc);
+	jb_u64(&b, "iova", iova);
+	jb_raw(&b, "}");
+	e = cmd(vm, OP_REG_MR, body, &r);
+	if (e) {
+		vrdma_unadopt(vm, adopted);
+		errno = e;
+		return NULL;
+	}
+	e = json_get_u32(&r.doc, 0, "handle", &h) || json_get_u32(&r.doc, 0, "lkey", &lkey) ||
+	    json_get_u32(&r.doc, 0, "rkey", &rkey);
+	vrdma_reply_free(&r);
+	mr = e ? NULL : calloc(1, sizeof(*mr));
+	if (!mr || reg_add(mr)) {
+		if (!e)
+			cmd_handle(vm, OP_DEREG_MR, h);
+		vrdma_unadopt(vm, adopted);
+		free(mr);
+		errno = e ? EIO : ENOMEM;
+		return NULL;
+	}
+	mr->ibmr.context = pd->ibpd.context;
+	mr->ibmr.pd = &pd->ibpd;
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = length;
+	mr->ibmr.handle = h;
+	mr->ibmr.lkey = lkey;
+	mr->ibmr.rkey = rkey;
+	mr->magic = MAGIC_MR;
+	mr->adopted = adopted;
+	return &mr->ibmr;
+}
+
+#undef ibv_reg_mr
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return reg_mr(pd, addr, length, (uintptr_t)addr, (unsigned int)access);
+}
+
+#undef ibv_reg_mr_iova
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return reg_mr(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, unsigned int access)
+{
+	return reg_mr(pd, addr, length, iova, access);
+}
+
+int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
+	int e;
+
+	if (!reg_has(ibmr) || mr->magic != MAGIC_MR)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), OP_DEREG_MR, mr->ibmr.handle);
+	if (e && e != EIO)
+		return e;
+	reg_take(mr);
+	vrdma_unadopt(vrdma_vm_get(), mr->adopted);
+	mr->magic = 0;
+	free(mr);
+	return 0;
+}
+
+/* ---- completion channels ---- */
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	struct ibv_comp_channel *ch;
+
+	if (!vrdma_ctx_ok(context)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* An epoll set over the event sockets of the channel's CQs. */
+	ch->fd = epoll_create1(EPOLL_CLOEXEC);
+	if (ch->fd < 0 || reg_add(ch)) {
+		int err = ch->fd < 0 ? errno : ENOMEM;
+
+		if (ch->fd >= 0)
+			close(ch->fd);
+		free(ch);
+		errno = err;
+		return NULL;
+	}
+	ch->context = context;
+	return ch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	if (!reg_has(ch))
+		return EINVAL;
+	if (ch->refcnt)
+		return EBUSY;
+	reg_take(ch);
+	close(ch->fd);
+	free(ch);
+	return 0;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq_out, void **cq_context)
+{
+	struct epoll_event ev;
+	struct vrdma_cq *cq;
+	char buf[64];
+	int n, fl;
+
+	if (!reg_has(ch) || !cq_out || !cq_context) {
+		errno = EINVAL;
+		return -1;
+	}
+	fl = fcntl(ch->fd, F_GETFL);
+	n = epoll_wait(ch->fd, &ev, 1, fl >= 0 && (fl & O_NONBLOCK) ? 0 : -1);
+	if (n < 0)
+		return -1; /* EINTR, as a read of the kernel's channel */
+	if (n == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	cq = ev.data.ptr;
+	for (;;) {
+		ssize_t k = recv(cq->event_fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+			errno = EIO; /* the agent is gone */
+			return -1;
+		}
+		if (k < 0 && errno == EAGAIN)
+			break;
+	}
+	*cq_out = &cq->ibcq;
+	*cq_context = cq->ibcq.cq_context;
+	return 0;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
+{
+	if (!to_cq(ibcq))
+		return;
+	pthread_mutex_lock(&ibcq->mutex);
+	ibcq->comp_events_completed += nevents;
+	pthread_cond_broadcast(&ibcq->cond);
+	pthread_mutex_unlock(&ibcq->mutex);
+}
+
+/* ---- CQ ---- */
+
+static int is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+static uint32_t load32(const char *ring, size_t off)
+{
+	return __atomic_load_n((const uint32_t *)(ring + off), __ATOMIC_ACQUIRE);
+}
+
+static void store32(char *ring, size_t off, uint32_t v)
+{
+	__atomic_store_n((uint32_t *)(ring + off), v, __ATOMIC_RELEASE);
+}
+
+/* map_ring maps the memfd fd of size bytes after checking its file size. */
+static void *map_ring(int fd, uint64_t size)
+{
+	struct stat st;
+	void *p;
+
+	if (fstat(fd, &st) || (uint64_t)st.st_size < size) {
+		errno = EIO;
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* decode_cqe reads the CQE at cq's head into w (§5.3). */
+static void decode_cqe(struct vrdma_cq *cq, struct ibv_wc *w)
+{
+	const unsigned char *e = (const unsigned char *)cq->ring + cq->offset + (size_t)(cq->head & (cq->entries - 1)) * 64;
+	uint32_t v;
+
+	memset(w, 0, sizeof(*w));
+	memcpy(&w->wr_id, e, 8);
+	memcpy(&w->qp_num, e + 8, 4);
+	w->opcode = (enum ibv_wc_opcode)e[12];
+	w->status = (enum ibv_wc_status)e[13];
+	if (e[14] & 1)
+		w->wc_flags |= IBV_WC_WITH_IMM;
+	memcpy(&w->byte_len, e + 16, 4);
+	memcpy(&v, e + 20, 4);
+	w->imm_data = htobe32(v); /* a number in the CQE, network order in ibv_wc */
+	memcpy(&w->src_qp, e + 24, 4);
+	memcpy(&w->vendor_err, e + 28, 4);
+}
+
+static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+	uint32_t tail, mask;
+	int n = 0;
+
+	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
+		return -EINVAL;
+	mask = 2 * cq->entries - 1;
+	pthread_mutex_lock(&cq->lock);
+	tail = load32(cq->ring, CQ_TAIL);
+	if ((tail & ~mask) || ((tail - cq->head) & mask) > cq->entries) {
+		pthread_mutex_unlock(&cq->lock);
+		return -EIO; /* not an index the agent writes */
+	}
+	while (n < num_entries && cq->head != tail) {
+		decode_cqe(cq, &wc[n++]);
+		cq->head = (cq->head + 1) & mask;
+	}
+	if (n) {
+		store32(cq->ring, CQ_HEAD, cq->head);
+		cq->empty = 0;
+	} else if (++cq->empty % EMPTY_POLLS_PER_YIELD == 0) {
+		/* A program that spins on an empty CQ would take the CPU the
+		 * agent needs to produce the completion (on a host with few
+		 * cores the spinning peers starve it for whole time slices):
+		 * now and then, let it run. */
+		sched_yield();
+	}
+	pthread_mutex_unlock(&cq->lock);
+	return n;
+}
+
+static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+
+	(void)solicited_only; /* every completion raises the event (§7) */
+	if (!ibcq || cq->magic != MAGIC_CQ)
+		return EINVAL;
+	__atomic_store_n((uint32_t *)(cq->ring + CQ_ARMED), 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct vrdma_vm *vm = vm_of(context);
+	struct vrdma_cq *cq;
+	struct vrdma_reply r;
+	char body[96];
+	uint32_t h, entries, offset, size;
+	int lay, e;
+
+	if (!vm || cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors ||
+	    (channel && (!reg_has(channel) || channel->context != context))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d}", to_vctx(context)->dev->adapter, cqe);
+	e = cmd(vm, OP_CREATE_CQ, body, &r);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	lay = json_get(&r.doc, 0, "layout");
+	if (json_get_u32(&r.doc, 0, "handle", &h) || json_get_u32(&r.doc, lay, "entries", &entries) ||
+	    json_get_u32(&r.doc, lay, "offset", &offset) || json_get_u32(&r.doc, lay, "size", &size) ||
+	    r.nfds != 2 || !is_pow2(entries) || entries > 65536 || offset < 4096 ||
+	    (uint64_t)offset + (uint64_t)entries * 64 > size) {
+		vrdma_reply_free(&r);
+		errno = EIO;
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		goto fail_nomem;
+	cq->ring = map_ring(r.fds[0], size);
+	if (!cq->ring) {
+		free(cq);
+		goto fail_nomem;
+	}
+	cq->ring_size = size;
+	cq->entries = entries;
+	cq->offset = offset;
+	cq->event_fd = r.fds[1];
+	r.fds[1] = -1;
+	vrdma_reply_free(&r); /* closes the ring memfd: the mapping stays */
+	(void)fcntl(cq->event_fd, F_SETFL, O_NONBLOCK);
+	pthread_mutex_init(&cq->lock, NULL);
+	cq->magic = MAGIC_CQ;
+	cq->ibcq.context = context;
+	cq->ibcq.channel = channel;
+	cq->ibcq.cq_context = cq_context;
+	cq->ibcq.handle = h;
+	cq->ibcq.cqe = (int)entries;
+	pthread_mutex_init(&cq->ibcq.mutex, NULL);
+	pthread_cond_init(&cq->ibcq.cond, NULL);
+	if (channel) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = cq };
+
+		if (epoll_ctl(channel->fd, EPOLL_CTL_ADD, cq->event_fd, &ev)) {
+			e = errno;
+			goto fail_destroy;
+		}
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
+	}
+	if (reg_add(cq)) {
+		e = ENOMEM;
+		if (channel) {
+			epoll_ctl(channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
+			__atomic_sub_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
+		}
+		goto fail_destroy;
+	}
+	return &cq->ibcq;
+
+fail_destroy:
+	cmd_handle(vm, OP_DESTROY_CQ, h);
+	munmap(cq->ring, cq->ring_size);
+	close(cq->event_fd);
+	free(cq);
+	errno = e;
+	return NULL;
+fail_nomem:
+	e = errno ? errno : ENOMEM;
+	vrdma_reply_free(&r);
+	cmd_handle(vm, OP_DESTROY_CQ, h);
+	errno = e;
+	return NULL;
+}
+
+/* ---- the ibv_start_poll API (struct ibv_cq_ex) ---- */
+
+#define CQ_EX_WC_FLAGS                                                                        \
+	(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP | \
+	 IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS)
+
+/* cq_ex_load makes the CQE at the head current, or says there is none. */
+static int cq_ex_load(struct vrdma_cq *cq)
+{
+	uint32_t mask = 2 * cq->entries - 1, tail = load32(cq->ring, CQ_TAIL);
+
+	if ((tail & ~mask) || ((tail - cq->head) & mask) > cq->entries)
+		return EIO;
+	if (tail == cq->head)
+		return ENOENT;
+	decode_cqe(cq, &cq->cur);
+	cq->head = (cq->head + 1) & mask;
+	cq->cqx.status = cq->cur.status;
+	cq->cqx.wr_id = cq->cur.wr_id;
+	return 0;
+}
+
+static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+	int rc;
+
+	if (!attr || attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	rc = cq_ex_load(cq);
+	if (rc) {
+		/* The lock is held only from a successful start to end_poll. */
+		pthread_mutex_unlock(&cq->lock);
+		if (rc == ENOENT && ++cq->empty % EMPTY_POLLS_PER_YIELD == 0)
+			sched_yield(); /* as poll_cq */
+		return rc;
+	}
+	cq->empty = 0;
+	return 0;
+}
+
+static int cq_next_poll(struct ibv_cq_ex *x)
+{
+	return cq_ex_load((struct vrdma_cq *)x);
+}
+
+static void cq_end_poll(struct ibv_cq_ex *x)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+
+	store32(cq->ring, CQ_HEAD, cq->head);
+	pthread_mutex_unlock(&cq->lock);
+}
+
+static enum ibv_wc_opcode cq_read_opcode(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.opcode; }
+static uint32_t cq_read_vendor_err(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.vendor_err; }
+static uint32_t cq_read_byte_len(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.byte_len; }
+static __be32 cq_read_imm_data(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.imm_data; }
+static uint32_t cq_read_qp_num(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.qp_num; }
+static uint32_t cq_read_src_qp(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.src_qp; }
+static unsigned int cq_read_wc_flags(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.wc_flags; }
+static uint32_t cq_read_slid(struct ibv_cq_ex *x) { (void)x; return 0; }   /* RoCE: no LIDs */
+static uint8_t cq_read_sl(struct ibv_cq_ex *x) { (void)x; return 0; }
+static uint8_t cq_read_dlid_path_bits(struct ibv_cq_ex *x) { (void)x; return 0; }
+
+static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *a)
+{
+	struct vrdma_cq *cq;
+	struct ibv_cq *c;
+
+	if (!vrdma_ctx_ok(context) || !a || a->cqe > INT32_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+		/* Timestamps, flow tags, parent domains, overrun: not in vrdma. */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	c = ibv_create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	if (!c)
+		return NULL;
+	cq = (struct vrdma_cq *)c;
+	cq->cqx.start_poll = cq_start_poll;
+	cq->cqx.next_poll = cq_next_poll;
+	cq->cqx.end_poll = cq_end_poll;
+	cq->cqx.read_opcode = cq_read_opcode;
+	cq->cqx.read_vendor_err = cq_read_vendor_err;
+	cq->cqx.read_byte_len = cq_read_byte_len;
+	cq->cqx.read_imm_data = cq_read_imm_data;
+	cq->cqx.read_qp_num = cq_read_qp_num;
+	cq->cqx.read_src_qp = cq_read_src_qp;
+	cq->cqx.read_wc_flags = cq_read_wc_flags;
+	cq->cqx.read_slid = cq_read_slid;
+	cq->cqx.read_sl = cq_read_sl;
+	cq->cqx.read_dlid_path_bits = cq_read_dlid_path_bits;
+	return &cq->cqx;
+}
+
+int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct vrdma_cq *cq = to_cq(ibcq);
+	int e;
+
+	if (!cq)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_CQ, cq->ibcq.handle);
+	if (e && e != EIO)
+		return e; /* EBUSY: a QP uses it */
+	reg_take(cq);
+	if (cq->ibcq.channel) {
+		epoll_ctl(cq->ibcq.channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
+		__atomic_sub_fetch(&cq->ibcq.channel->refcnt, 1, __ATOMIC_SEQ_CST);
+	}
+	cq->magic = 0;
+	munmap(cq->ring, cq->ring_size);
+	close(cq->event_fd);
+	free(cq);
+	return 0;
+}
+
+/* ---- QP ---- */
+
+static void ring_doorbell(struct vrdma_qp *qp)
+{
+	/* EAGAIN: the socket is full, a wake-up is pending already (§7). */
+	(void)send(qp->doorbell_fd, "\1", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
+	uint32_t mask, state, head;
+	int rc = 0, posted = 0;
+
+	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr) {
+		if (bad_wr)
+			*bad_wr = wr;
+		return EINVAL;
+	}
+	mask = 2 * qp->sq_entries - 1;
+	pthread_mutex_lock(&qp->sq_lock);
+	state = load32(qp->ring, QP_STATE);
+	if (state != IBV_QPS_RTS && state != IBV_QPS_SQD && state != IBV_QPS_SQE && state != IBV_QPS_ERR) {
+		rc = EINVAL;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		unsigned char *slot;
+		uint8_t flags = 0;
+		uint32_t imm;
+
+		head = load32(qp->ring, QP_SQ_HEAD);
+		if (((qp->sq_tail - head) & mask) >= qp->sq_entries) {
+			rc = ENOMEM;
+			break;
+		}
+		if ((unsigned)wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr->num_sge < 0 ||
+		    (wr->send_flags & ~(unsigned)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
+						  IBV_SEND_INLINE)) ||
+		    (wr->num_sge > 0 && !wr->sg_list)) {
+			rc = EINVAL;
+			break;
+		}
+		slot = (unsigned char *)qp->ring + qp->sq_offset + (size_t)(qp->sq_tail & (qp->sq_entries - 1)) * qp->sq_stride;
+		memset(slot, 0, 64);
+		memcpy(slot, &wr->wr_id, 8);
+		slot[8] = (uint8_t)wr->opcode;
+		if (wr->send_flags & IBV_SEND_SIGNALED)
+			flags |= 1;
+		if (wr->send_flags & IBV_SEND_SOLICITED)
+			flags |= 2;
+		if (wr->send_flags & IBV_SEND_FENCE)
+			flags |= 8;
+		imm = be32toh(wr->imm_data);
+		memcpy(slot + 12, &imm, 4);
+		switch (wr->opcode) {
+		case IBV_WR_RDMA_WRITE:
+		case IBV_WR_RDMA_WRITE_WITH_IMM:
+		case IBV_WR_RDMA_READ:
+			memcpy(slot + 16, &wr->wr.rdma.remote_addr, 8);
+			memcpy(slot + 24, &wr->wr.rdma.rkey, 4);
+			break;
+		case IBV_WR_ATOMIC_CMP_AND_SWP:
+		case IBV_WR_ATOMIC_FETCH_AND_ADD:
+			memcpy(slot + 16, &wr->wr.atomic.remote_addr, 8);
+			memcpy(slot + 24, &wr->wr.atomic.rkey, 4);
+			memcpy(slot + 32, &wr->wr.atomic.compare_add, 8);
+			memcpy(slot + 40, &wr->wr.atomic.swap, 8);
+			break;
+		default:
+			break;
+		}
+		if (wr->send_flags & IBV_SEND_INLINE) {
+			uint32_t total = 0;
+
+			if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+			    wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+				rc = EINVAL;
+				break;
+			}
+			for (int i = 0; i < wr->num_sge; i++) {
+				if (wr->sg_list[i].length > qp->caps.max_inline_data - total) {
+					rc = EINVAL;
+					break;
+				}
+				memcpy(slot + 64 + total, (const void *)(uintptr_t)wr->sg_list[i].addr,
+				       wr->sg_list[i].length);
+				total += wr->sg_list[i].length;
+			}
+			if (rc)
+				break;
+			flags |= 4;
+			memcpy(slot + 28, &total, 4);
+		} else {
+			if ((uint32_t)wr->num_sge > qp->caps.max_send_sge) {
+				rc = EINVAL;
+				break;
+			}
+			slot[10] = (uint8_t)wr->num_sge;
+			for (int i = 0; i < wr->num_sge; i++) {
+				memcpy(slot + 64 + 16 * i, &wr->sg_list[i].addr, 8);
+				memcpy(slot + 72 + 16 * i, &wr->sg_list[i].length, 4);
+				memcpy(slot + 76 + 16 * i, &wr->sg_list[i].lkey, 4);
+			}
+		}
+		slot[9] = flags;
+		qp->sq_tail = (qp->sq_tail + 1) & mask;
+		posted++;
+	}
+	if (posted) {
+		store32(qp->ring, QP_SQ_TAIL, qp->sq_tail);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* §6 pair 1 */
+		if (load32(qp->ring, QP_SQ_DOORBELL))
+			ring_doorbell(qp);
+	}
+out:
+	if (rc)
+		*bad_wr = wr;
+	pthread_mutex_unlock(&qp->sq_lock);
+	return rc;
+}
+
+static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
+	uint32_t mask, head;
+	int rc = 0, posted = 0;
+
+	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr) {
+		if (bad_wr)
+			*bad_wr = wr;
+		return EINVAL;
+	}
+	mask = 2 * qp->rq_entries - 1;
+	pthread_mutex_lock(&qp->rq_lock);
+	if (load32(qp->ring, QP_STATE) == IBV_QPS_RESET) {
+		rc = EINVAL;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		unsigned char *slot;
+
+		head = load32(qp->ring, QP_RQ_HEAD);
+		if (((qp->rq_tail - head) & mask) >= qp->rq_entries) {
+			rc = ENOMEM;
+			break;
+		}
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->caps.max_recv_sge || (wr->num_sge > 0 && !wr->sg_list)) {
+			rc = EINVAL;
+			break;
+		}
+		slot = (unsigned char *)qp->ring + qp->rq_offset + (size_t)(qp->rq_tail & (qp->rq_entries - 1)) * qp->rq_stride;
+		memset(slot, 0, 16);
+		memcpy(slot, &wr->wr_id, 8);
+		slot[8] = (uint8_t)wr->num_sge;
+		for (int i = 0; i < wr->num_sge; i++) {
+			memcpy(slot + 16 + 16 * i, &wr->sg_list[i].addr, 8);
+			memcpy(slot + 24 + 16 * i, &wr->sg_list[i].length, 4);
+			memcpy(slot + 28 + 16 * i, &wr->sg_list[i].lkey, 4);
+		}
+		qp->rq_tail = (qp->rq_tail + 1) & mask;
+		posted++;
+	}
+	if (posted) {
+		store32(qp->ring, QP_RQ_TAIL, qp->rq_tail);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* §6 pair 3 */
+		if (load32(qp->ring, QP_STATE) == IBV_QPS_ERR)
+			ring_doorbell(qp);
+	}
+out:
+	if (rc)
+		*bad_wr = wr;
+	pthread_mutex_unlock(&qp->rq_lock);
+	return rc;
+}
+
+static int get_caps(const struct json_doc *d, int tok, struct ibv_qp_cap *c)
+{
+	return json_get_u32(d, tok, "max_send_wr", &c->max_send_wr) ||
+	       json_get_u32(d, tok, "max_recv_wr", &c->max_recv_wr) ||
+	       json_get_u32(d, tok, "max_send_sge", &c->max_send_sge) ||
+	       json_get_u32(d, tok, "max_recv_sge", &c->max_recv_sge) ||
+	       json_get_u32(d, tok, "max_inline_data", &c->max_inline_data);
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
+	struct vrdma_cq *scq, *rcq;
+	struct vrdma_qp *qp;
+	struct vrdma_reply r;
+	char body[512];
+	struct jbuf b;
+	uint32_t h, qpn, se, ss, re, rs, so, ro, size;
+	struct ibv_qp_cap caps;
+	int lay, e;
+
+	if (!pd || !vm || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
+		/* UD, UC, XRC, raw packet and SRQs: not in vrdma yet. */
+		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
+				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
+				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
+			? EOPNOTSUPP
+			: EINVAL;
+		return NULL;
+	}
+	scq = to_cq(attr->send_cq);
+	rcq = to_cq(attr->recv_cq);
+	if (!scq || !rcq || scq->ibcq.context != ibpd->context || rcq->ibcq.context != ibpd->context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "pd", pd->ibpd.handle);
+	jb_u64(&b, "send_cq", scq->ibcq.handle);
+	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
+	jb_str(&b, "qp_type", "RC");
+	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
+	jb_key(&b, "caps");
+	jb_raw(&b, "{");
+	jb_u64(&b, "max_send_wr", attr->cap.max_send_wr);
+	jb_u64(&b, "max_recv_wr", attr->cap.max_recv_wr);
+	jb_u64(&b, "max_send_sge", attr->cap.max_send_sge);
+	jb_u64(&b, "max_recv_sge", attr->cap.max_recv_sge);
+	jb_u64(&b, "max_inline_data", attr->cap.max_inline_data);
+	jb_raw(&b, "}}");
+	e = cmd(vm, OP_CREATE_QP, body, &r);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	lay = json_get(&r.doc, 0, "layout");
+	if (json_get_u32(&r.doc, 0, "handle", &h)) {
+		vrdma_reply_free(&r);
+		errno = EIO;
+		return NULL;
+	}
+	/* The layout checks of §5.2 (QPLayout.Check). */
+	if (json_get_u32(&r.doc, 0, "qpn", &qpn) || get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &caps) ||
+	    json_get_u32(&r.doc, lay, "sq_entries", &se) || json_get_u32(&r.doc, lay, "sq_stride", &ss) ||
+	    json_get_u32(&r.doc, lay, "rq_entries", &re) || json_get_u32(&r.doc, lay, "rq_stride", &rs) ||
+	    json_get_u32(&r.doc, lay, "sq_offset", &so) || json_get_u32(&r.doc, lay, "rq_offset", &ro) ||
+	    json_get_u32(&r.doc, lay, "size", &size) || r.nfds != 2 || !is_pow2(se) || se > 4096 || !is_pow2(re) ||
+	    re > 4096 || ss < 80 || ss > 4096 || rs < 32 || rs > 4096 || so < 4096 ||
+	    (uint64_t)ro < (uint64_t)so + (uint64_t)se * ss || (uint64_t)ro + (uint64_t)re * rs > size ||
+	    caps.max_send_sge > (ss - 64) / 16 || caps.max_recv_sge > (rs - 16) / 16 ||
+	    caps.max_inline_data > ss - 64) {
+		vrdma_reply_free(&r);
+		cmd_handle(vm, OP_DESTROY_QP, h);
+		errno = EIO;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (qp)
+		qp->ring = map_ring(r.fds[0], size);
+	if (!qp || !qp->ring) {
+		e = qp ? errno : ENOMEM;
+		free(qp);
+		vrdma_reply_free(&r);
+		cmd_handle(vm, OP_DESTROY_QP, h);
+		errno = e;
+		return NULL;
+	}
+	qp->ring_size = size;
+	qp->sq_entries = se;
+	qp->sq_stride = ss;
+	qp->rq_entries = re;
+	qp->rq_stride = rs;
+	qp->sq_offset = so;
+	qp->rq_offset = ro;
+	qp->caps = caps;
+	qp->sq_sig_all = attr->sq_sig_all;
+	qp->doorbell_fd = r.fds[1];
+	r.fds[1] = -1;
+	vrdma_reply_free(&r);
+	(void)fcntl(qp->doorbell_fd, F_SETFL, O_NONBLOCK);
+	pthread_mutex_init(&qp->sq_lock, NULL);
+	pthread_mutex_init(&qp->rq_lock, NULL);
+	qp->magic = MAGIC_QP;
+	qp->qpx.qp_base.context = ibpd->context;
+	qp->qpx.qp_base.qp_context = attr->qp_context;
+	qp->qpx.qp_base.pd = ibpd;
+	qp->qpx.qp_base.send_cq = attr->send_cq;
+	qp->qpx.qp_base.recv_cq = attr->recv_cq;
+	qp->qpx.qp_base.handle = h;
+	qp->qpx.qp_base.qp_num = qpn;
+	qp->qpx.qp_base.state = IBV_QPS_RESET;
+	qp->qpx.qp_base.qp_type = IBV_QPT_RC;
+	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
+	if (reg_add(qp)) {
+		cmd_handle(vm, OP_DESTROY_QP, h);
+		munmap(qp->ring, qp->ring_size);
+		close(qp->doorbell_fd);
+		free(qp);
+		errno = ENOMEM;
+		return NULL;
+	}
+	attr->cap = caps; /* the real sizes, as providers report them */
+	return &qp->qpx.qp_base;
+}
+
+int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+	struct vrdma_vm *vm = qp ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[768], gid[64];
+	struct jbuf b;
+	int acc = 0, e;
+
+	if (!qp || !vm || !attr)
+		return EINVAL;
+	if (mask & IBV_QP_ACCESS_FLAGS) {
+		acc = access_flags(attr->qp_access_flags);
+		if (acc < 0)
+			return -acc;
+	}
+	if ((mask & IBV_QP_PATH_MTU) && !vrdma_mtu_bytes(attr->path_mtu))
+		return EINVAL;
+	if ((mask & IBV_QP_AV) && !attr->ah_attr.is_global) {
+		/* RoCE has no LIDs: the address is the GRH's GID. */
+		vrdma_warn("ibv_modify_qp: an address vector without a GRH (is_global 0, LID 0x%x): vrdma adapters "
+			   "are RoCE and need the peer's GID (ibv_rc_pingpong -g 0)",
+			   attr->ah_attr.dlid);
+		return EINVAL;
+	}
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "handle", qp->qpx.qp_base.handle);
+	jb_u64(&b, "mask", (uint32_t)mask);
+	jb_key(&b, "attr");
+	jb_raw(&b, "{");
+	jb_u64(&b, "qp_state", mask & IBV_QP_STATE ? (uint64_t)attr->qp_state : 0);
+	jb_u64(&b, "qp_access_flags", (uint64_t)acc);
+	jb_u64(&b, "port_num", mask & IBV_QP_PORT ? attr->port_num : 0);
+	if (mask & IBV_QP_AV) {
+		vrdma_format_gid(&attr->ah_attr.grh.dgid, gid, sizeof(gid));
+		jb_str(&b, "dgid", gid);
+	}
+	jb_u64(&b, "path_mtu", mask & IBV_QP_PATH_MTU ? vrdma_mtu_bytes(attr->path_mtu) : 0);
+	jb_u64(&b, "timeout", mask & IBV_QP_TIMEOUT ? attr->timeout : 0);
+	jb_u64(&b, "retry_cnt", mask & IBV_QP_RETRY_CNT ? attr->retry_cnt : 0);
+	jb_u64(&b, "rnr_retry", mask & IBV_QP_RNR_RETRY ? attr->rnr_retry : 0);
+	jb_u64(&b, "rq_psn", mask & IBV_QP_RQ_PSN ? attr->rq_psn : 0);
+	jb_u64(&b, "max_rd_atomic", mask & IBV_QP_MAX_QP_RD_ATOMIC ? attr->max_rd_atomic : 0);
+	jb_u64(&b, "min_rnr_timer", mask & IBV_QP_MIN_RNR_TIMER ? attr->min_rnr_timer : 0);
+	jb_u64(&b, "sq_psn", mask & IBV_QP_SQ_PSN ? attr->sq_psn : 0);
+	jb_u64(&b, "max_dest_rd_atomic", mask & IBV_QP_MAX_DEST_RD_ATOMIC ? attr->max_dest_rd_atomic : 0);
+	jb_u64(&b, "dest_qp_num", mask & IBV_QP_DEST_QPN ? attr->dest_qp_num : 0);
+	jb_raw(&b, "}}");
+	if (b.err)
+		return EINVAL;
+	e = cmd(vm, OP_MODIFY_QP, body, &r);
+	if (e)
+		return e;
+	vrdma_reply_free(&r);
+	if (mask & IBV_QP_STATE)
+		qp->qpx.qp_base.state = attr->qp_state;
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init_attr)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+	struct vrdma_vm *vm = qp ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[48], gid[64];
+	uint64_t v;
+	int a, e;
+
+	(void)mask; /* every attribute is filled, as providers do */
+	if (!qp || !vm || !attr || !init_attr)
+		return EINVAL;
+	snprintf(body, sizeof(body), "{\"handle\":%u}", qp->qpx.qp_base.handle);
+	e = cmd(vm, OP_QUERY_QP, body, &r);
+	if (e)
+		return e;
+	a = json_get(&r.doc, 0, "attr");
+	memset(attr, 0, sizeof(*attr));
+#define U(name, field)                                              \
+	do {                                                        \
+		if (json_get_u64(&r.doc, a, name, &v) == 0)         \
+			attr->field = (__typeof__(attr->field))v;   \
+	} while (0)
+	U("qp_state", qp_state);
+	U("qp_access_flags", qp_access_flags);
+	U("port_num", port_num);
+	U("timeout", timeout);
+	U("retry_cnt", retry_cnt);
+	U("rnr_retry", rnr_retry);
+	U("rq_psn", rq_psn);
+	U("sq_psn", sq_psn);
+	U("max_rd_atomic", max_rd_atomic);
+	U("max_dest_rd_atomic", max_dest_rd_atomic);
+	U("min_rnr_timer", min_rnr_timer);
+	U("dest_qp_num", dest_qp_num);
+#undef U
+	attr->cur_qp_state = attr->qp_state;
+	if (json_get_u64(&r.doc, a, "path_mtu", &v) == 0 && v <= 4096)
+		attr->path_mtu = (enum ibv_mtu)vrdma_mtu_enum((uint32_t)v);
+	if (json_get_str(&r.doc, a, "dgid", gid, sizeof(gid)) == 0 && !vrdma_parse_gid(gid, &attr->ah_attr.grh.dgid)) {
+		attr->ah_attr.is_global = 1;
+		attr->ah_attr.grh.hop_limit = 64;
+		attr->ah_attr.port_num = 1;
+	}
+	attr->pkey_index = 0;
+	attr->cap = qp->caps;
+	get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &attr->cap);
+	vrdma_reply_free(&r);
+	memset(init_attr, 0, sizeof(*init_attr));
+	init_attr->qp_context = qp->qpx.qp_base.qp_context;
+	init_attr->send_cq = qp->qpx.qp_base.send_cq;
+	init_attr->recv_cq = qp->qpx.qp_base.recv_cq;
+	init_attr->cap = attr->cap;
+	init_attr->qp_type = IBV_QPT_RC;
+	init_attr->sq_sig_all = qp->sq_sig_all;
+	qp->qpx.qp_base.state = attr->qp_state;
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+	int e;
+
+	if (!qp)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_QP, qp->qpx.qp_base.handle);
+	if (e && e != EIO)
+		return e;
+	reg_take(qp);
+	qp->magic = 0;
+	munmap(qp->ring, qp->ring_size);
+	close(qp->doorbell_fd);
+	free(qp);
+	return 0;
+}
+
+/* ---- the ibv_wr_* API (struct ibv_qp_ex), over the same send queue ---- */
+
+#define WR_OPS_SUPPORTED                                                                              \
+	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |        \
+	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+
+/* wr_begin starts a WQE of opcode in the next slot after the last one of
+ * this wr_start; NULL (and wr_err set) if it cannot. */
+static unsigned char *wr_begin(struct ibv_qp_ex *x, int opcode)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	uint32_t mask = 2 * qp->sq_entries - 1;
+	unsigned char *slot;
+	uint8_t flags = 0;
+
+	qp->wr_cur = NULL;
+	if (qp->wr_err)
+		return NULL;
+	if (x->wr_flags & ~(unsigned)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
+		qp->wr_err = EINVAL;
+		return NULL;
+	}
+	if (((qp->wr_tail - load32(qp->ring, QP_SQ_HEAD)) & mask) >= qp->sq_entries) {
+		qp->wr_err = ENOMEM;
+		return NULL;
+	}
+	slot = (unsigned char *)qp->ring + qp->sq_offset + (size_t)(qp->wr_tail & (qp->sq_entries - 1)) * qp->sq_stride;
+	memset(slot, 0, 64);
+	memcpy(slot, &x->wr_id, 8);
+	slot[8] = (uint8_t)opcode;
+	if (x->wr_flags & IBV_SEND_SIGNALED)
+		flags |= 1;
+	if (x->wr_flags & IBV_SEND_SOLICITED)
+		flags |= 2;
+	if (x->wr_flags & IBV_SEND_FENCE)
+		flags |= 8;
+	slot[9] = flags; /* INLINE comes with wr_set_inline_data */
+	qp->wr_tail = (qp->wr_tail + 1) & mask;
+	qp->wr_cur = slot;
+	qp->wr_op = opcode;
+	return slot;
+}
+
+static void wr_remote(unsigned char *slot, uint32_t rkey, uint64_t raddr)
+{
+	if (slot) {
+		memcpy(slot + 16, &raddr, 8);
+		memcpy(slot + 24, &rkey, 4);
+	}
+}
+
+static void wr_imm(unsigned char *slot, __be32 imm)
+{
+	uint32_t v = be32toh(imm);
+
+	if (slot)
+		memcpy(slot + 12, &v, 4);
+}
+
+static void wr_send(struct ibv_qp_ex *x)
+{
+	wr_begin(x, IBV_WR_SEND);
+}
+
+static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm)
+{
+	wr_imm(wr_begin(x, IBV_WR_SEND_WITH_IMM), imm);
+}
+
+static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
+{
+	wr_remote(wr_begin(x, IBV_WR_RDMA_WRITE), rkey, raddr);
+}
+
+static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, __be32 imm)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_RDMA_WRITE_WITH_IMM);
+
+	wr_remote(slot, rkey, raddr);
+	wr_imm(slot, imm);
+}
+
+static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
+{
+	wr_remote(wr_begin(x, IBV_WR_RDMA_READ), rkey, raddr);
+}
+
+static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_CMP_AND_SWP);
+
+	wr_remote(slot, rkey, raddr);
+	if (slot) {
+		memcpy(slot + 32, &compare, 8);
+		memcpy(slot + 40, &swap, 8);
+	}
+}
+
+static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t add)
+{
+	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_FETCH_AND_ADD);
+
+	wr_remote(slot, rkey, raddr);
+	if (slot)
+		memcpy(slot + 32, &add, 8);
+}
+
+/* wr_data returns the current WQE for a wr_set_* call, or NULL (wr_err set
+ * when the call has no WQE to go with). */
+static unsigned char *wr_data(struct vrdma_qp *qp)
+{
+	if (!qp->wr_cur && !qp->wr_err)
+		qp->wr_err = EINVAL;
+	return qp->wr_err ? NULL : qp->wr_cur;
+}
+
+static void wr_set_sge_list(struct ibv_qp_ex *x, size_t num_sge, const struct ibv_sge *sg_list)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	unsigned char *slot = wr_data(qp);
+
+	if (!slot)
+		return;
+	if (num_sge > qp->caps.max_send_sge || (num_sge && !sg_list)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	slot[9] &= (uint8_t)~4;
+	slot[10] = (uint8_t)num_sge;
+	for (size_t i = 0; i < num_sge; i++) {
+		memcpy(slot + 64 + 16 * i, &sg_list[i].addr, 8);
+		memcpy(slot + 72 + 16 * i, &sg_list[i].length, 4);
+		memcpy(slot + 76 + 16 * i, &sg_list[i].lkey, 4);
+	}
+}
+
+static void wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	wr_set_sge_list(x, 1, &sge);
+}
+
+static void wr_set_inline_data_list(struct ibv_qp_ex *x, size_t num_buf, const struct ibv_data_buf *buf_list)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	unsigned char *slot = wr_data(qp);
+	uint32_t total = 0;
+
+	if (!slot)
+		return;
+	if (qp->wr_op == IBV_WR_RDMA_READ || qp->wr_op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	    qp->wr_op == IBV_WR_ATOMIC_FETCH_AND_ADD || (num_buf && !buf_list)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	for (size_t i = 0; i < num_buf; i++) {
+		if (buf_list[i].length > qp->caps.max_inline_data - total) {
+			qp->wr_err = EINVAL;
+			return;
+		}
+		memcpy(slot + 64 + total, buf_list[i].addr, buf_list[i].length);
+		total += (uint32_t)buf_list[i].length;
+	}
+	slot[9] |= 4;
+	slot[10] = 0;
+	memcpy(slot + 28, &total, 4);
+}
+
+static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
+{
+	struct ibv_data_buf b = { .addr = addr, .length = length };
+
+	wr_set_inline_data_list(x, 1, &b);
+}
+
+static void wr_start(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	pthread_mutex_lock(&qp->sq_lock);
+	qp->wr_tail = qp->sq_tail;
+	qp->wr_cur = NULL;
+	qp->wr_err = 0;
+}
+
+static int wr_complete(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	uint32_t state = load32(qp->ring, QP_STATE);
+	int err = qp->wr_err;
+
+	if (!err && state != IBV_QPS_RTS && state != IBV_QPS_SQD && state != IBV_QPS_SQE && state != IBV_QPS_ERR)
+		err = EINVAL;
+	if (!err && qp->wr_tail != qp->sq_tail) {
+		/* Publish every WQE since wr_start at once (§6 pair 1). */
+		qp->sq_tail = qp->wr_tail;
+		store32(qp->ring, QP_SQ_TAIL, qp->sq_tail);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (load32(qp->ring, QP_SQ_DOORBELL))
+			ring_doorbell(qp);
+	}
+	qp->wr_cur = NULL;
+	pthread_mutex_unlock(&qp->sq_lock);
+	return err; /* on an error nothing since wr_start is posted */
+}
+
+static void wr_abort(struct ibv_qp_ex *x)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	qp->wr_cur = NULL;
+	pthread_mutex_unlock(&qp->sq_lock); /* the slots filled stay unpublished */
+}
+
+static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *ax)
+{
+	struct ibv_qp_init_attr a;
+	struct vrdma_qp *qp;
+	struct ibv_qp *q;
+
+	if (!vrdma_ctx_ok(context) || !ax) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+		errno = EOPNOTSUPP; /* XRC domains, create flags, TSO, RSS */
+		return NULL;
+	}
+	if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & ~(uint64_t)WR_OPS_SUPPORTED)) {
+		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_context = ax->qp_context;
+	a.send_cq = ax->send_cq;
+	a.recv_cq = ax->recv_cq;
+	a.srq = ax->srq;
+	a.cap = ax->cap;
+	a.qp_type = ax->qp_type;
+	a.sq_sig_all = ax->sq_sig_all;
+	q = ibv_create_qp(ax->pd, &a);
+	if (!q)
+		return NULL;
+	ax->cap = a.cap;
+	if (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		struct ibv_qp_ex *x;
+
+		qp = (struct vrdma_qp *)q;
+		x = &qp->qpx;
+		x->wr_send = wr_send;
+		x->wr_send_imm = wr_send_imm;
+		x->wr_rdma_write = wr_rdma_write;
+		x->wr_rdma_write_imm = wr_rdma_write_imm;
+		x->wr_rdma_read = wr_rdma_read;
+		x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+		x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+		x->wr_set_sge = wr_set_sge;
+		x->wr_set_sge_list = wr_set_sge_list;
+		x->wr_set_inline_data = wr_set_inline_data;
+		x->wr_set_inline_data_list = wr_set_inline_data_list;
+		x->wr_start = wr_start;
+		x->wr_complete = wr_complete;
+		x->wr_abort = wr_abort;
+		qp->has_ex = 1;
+	}
+	return q;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+
+	/* As rdma-core: NULL for a QP not created with send ops. */
+	return qp && qp->has_ex ? &qp->qpx : NULL;
+}
+
+void vrdma_set_ops(struct vrdma_context *ctx)
+{
+	struct ibv_context_ops *ops = &ctx->vctx.context.ops;
+
+	ops->poll_cq = poll_cq;
+	ops->req_notify_cq = req_notify_cq;
+	ops->post_send = post_send;
+	ops->post_recv = post_recv;
+	ctx->vctx.create_qp_ex = create_qp_ex;
+	ctx->vctx.create_cq_ex = create_cq_ex;
+}

@@ -1,0 +1,197 @@
+/*
+ * libibverbs-vrdma: a drop-in libibverbs.so.1 that talks to vrdmad.
+ *
+ * Internal declarations shared by the library's files. The contract with
+ * the agent is docs/wire-local.md; the ABI rules are
+ * ../shared/specs/verbs-abi.md and <infiniband/verbs.h>.
+ */
+#ifndef VRDMA_H
+#define VRDMA_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <infiniband/verbs.h>
+
+#define VRDMA_CLIENT "libibverbs-vrdma/0.1"
+#define VRDMA_MAX_ADAPTERS 10
+#define VRDMA_MAX_MESSAGE (1u << 20)
+#define VRDMA_HDR_LEN 16
+
+/* Ops of wire-local.md §4. */
+enum {
+	OP_HELLO = 1,
+	OP_ATTACH = 2,
+	OP_QUERY_DEVICE = 3,
+	OP_QUERY_PORT = 4,
+	OP_ALLOC_PD = 5,
+	OP_DEALLOC_PD = 6,
+	OP_REG_MR = 7,
+	OP_DEREG_MR = 8,
+	OP_CREATE_CQ = 9,
+	OP_DESTROY_CQ = 10,
+	OP_CREATE_QP = 11,
+	OP_MODIFY_QP = 12,
+	OP_QUERY_QP = 13,
+	OP_DESTROY_QP = 14,
+};
+
+/* Capability bits of wire-local.md §2. */
+#define VRDMA_CAP_ASYNC_MODE 0x1ull
+#define VRDMA_CAP_FENCE 0x2ull
+#define VRDMA_CAP_PATH_MEMCPY 0x4ull
+#define VRDMA_CAP_PATH_TCP 0x8ull
+#define VRDMA_CAP_CM 0x10ull
+#define VRDMA_CAP_QP_COUNTERS 0x20ull
+#define VRDMA_CAP_VM_MANAGE 0x40ull
+#define VRDMA_CAP_MR_IOVA 0x80ull
+#define VRDMA_CAPS_KNOWN 0xffull
+
+/* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
+
+enum json_type { JSON_NONE, JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_PRIMITIVE };
+
+struct json_tok {
+	enum json_type type;
+	int start, end; /* [start, end) in the text; strings without quotes */
+	int size;       /* object: members; array: elements */
+	int next;       /* index of the token after this one and its children */
+};
+
+struct json_doc {
+	const char *text;
+	int len;
+	struct json_tok *t;
+	int n, cap;
+};
+
+/* json_parse parses text (len bytes); 0 on success, -1 on malformed input
+ * or too many tokens. json_free releases the tokens. */
+int json_parse(struct json_doc *d, const char *text, int len);
+void json_free(struct json_doc *d);
+/* json_get returns the index of member key of object tok, or -1. */
+int json_get(const struct json_doc *d, int tok, const char *key);
+/* json_u64 reads an unsigned integer; -1 if tok is not one (or absent). */
+int json_u64(const struct json_doc *d, int tok, uint64_t *v);
+int json_bool(const struct json_doc *d, int tok, int *v);
+/* json_str copies a string value, unescaped, NUL-terminated, into buf of
+ * size n; -1 if tok is not a string or it does not fit. */
+int json_str(const struct json_doc *d, int tok, char *buf, size_t n);
+/* json_elem returns the i-th element of array tok, or -1. */
+int json_elem(const struct json_doc *d, int tok, int i);
+/* Convenience: member key of object tok as u64/u32/string; -1 if absent or
+ * of another kind. */
+int json_get_u64(const struct json_doc *d, int tok, const char *key, uint64_t *v);
+int json_get_u32(const struct json_doc *d, int tok, const char *key, uint32_t *v);
+int json_get_str(const struct json_doc *d, int tok, const char *key, char *buf, size_t n);
+
+struct jbuf {
+	char *p;
+	size_t len, cap;
+	int err;
+};
+void jb_init(struct jbuf *b, char *p, size_t cap);
+void jb_raw(struct jbuf *b, const char *s);
+void jb_key(struct jbuf *b, const char *key); /* writes ,"key": (comma as needed) */
+void jb_u64(struct jbuf *b, const char *key, uint64_t v);
+void jb_bool(struct jbuf *b, const char *key, int v);
+void jb_str(struct jbuf *b, const char *key, const char *v);
+
+/* ---- session.c: the agent connection ---- */
+
+struct vrdma_reply {
+	int is_error;
+	int err;           /* errno for an error reply, mapped as wire-local.md §3 */
+	char code[32];     /* error code */
+	char message[256]; /* error message */
+	struct json_doc doc;
+	int root; /* token of the body's object */
+	int fds[4];
+	int nfds;
+};
+
+struct vrdma_session {
+	pthread_mutex_t mu;
+	int fd;   /* -1 once the agent is gone */
+	int dead; /* the connection ended: every call fails with EIO */
+	uint32_t seq;
+	char *buf; /* VRDMA_MAX_MESSAGE bytes, for receiving */
+	uint64_t caps;
+};
+
+/* vrdma_socket_path writes the agent's socket path (wire-local.md §1.1). */
+void vrdma_socket_path(char *buf, size_t n);
+int vrdma_session_open(struct vrdma_session *s, const char *path);
+/* vrdma_call sends op with body (JSON text) and waits for its response.
+ * 0: r holds a reply (r->is_error says whether it is an error; then
+ * r->err is the errno of §3, adjusted for op). -1: the session failed,
+ * errno set (EIO when the agent is gone). vrdma_reply_free releases r and
+ * closes the descriptors the caller did not take (set to -1). */
+int vrdma_call(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r);
+void vrdma_reply_free(struct vrdma_reply *r);
+/* vrdma_errno maps an error code to an errno for op (wire-local.md §3). */
+int vrdma_errno(const char *code, const char *field, int op);
+
+/* ---- device.c: the VM, its adapters as devices, contexts ---- */
+
+struct vrdma_device {
+	struct ibv_device ibdev; /* first, then a pointer, as rdma-core's verbs_device (verbs-abi.md §2) */
+	const void *ops;         /* &vrdma_device_ops: never a vendor's */
+	char adapter[16];         /* "vrdma0" */
+	int index;                /* N of ethernetN */
+	char mac[24];
+	union ibv_gid gid;
+	__be64 node_guid; /* network order, as ibv_get_device_guid returns it */
+	__be64 sys_image_guid;
+	struct ibv_device_attr attr; /* from query-device */
+	struct ibv_port_attr port;   /* from query-port */
+};
+
+struct vrdma_vm {
+	struct vrdma_session s;
+	char name[72];
+	char host[72];
+	uint64_t mem_size;
+	int mem_locked;
+	int async_mode;
+	int mem_fd; /* the guest memory memfd, kept for adopting pages (verbs.c) */
+	void *mem;  /* its mapping */
+	int ndev;
+	struct vrdma_device *devs[VRDMA_MAX_ADAPTERS];
+};
+
+struct vrdma_context {
+	struct verbs_context vctx; /* ends with struct ibv_context */
+	struct vrdma_device *dev;
+};
+
+static inline struct vrdma_context *to_vctx(struct ibv_context *c)
+{
+	return (struct vrdma_context *)((char *)c - offsetof(struct vrdma_context, vctx.context));
+}
+
+/* vrdma_vm_get returns the process's attached VM, attaching on first use;
+ * NULL with errno when there is none. */
+struct vrdma_vm *vrdma_vm_get(void);
+/* vrdma_dev returns the device d is, if it is one of this library's. */
+struct vrdma_device *vrdma_dev(struct ibv_device *d);
+/* vrdma_ctx_ok reports whether c is a context this library opened. */
+int vrdma_ctx_ok(struct ibv_context *c);
+void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* mem.c: vrdma_adopt makes [addr, addr+length) guest memory (adopting its
+ * pages, or finding them adopted already) and returns the guest address of
+ * addr and a handle for vrdma_unadopt, which gives the pages back when the
+ * last region over them is deregistered; 0 or an errno. */
+int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle);
+void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
+
+/* verbs.c: installs the context ops of PD/MR/CQ/QP. */
+void vrdma_set_ops(struct vrdma_context *ctx);
+
+int vrdma_mtu_enum(uint32_t bytes);
+uint32_t vrdma_mtu_bytes(int mtu);
+int vrdma_parse_gid(const char *s, union ibv_gid *gid);
+void vrdma_format_gid(const union ibv_gid *gid, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,120 @@
+package verbsabi
+
+import (
+	"compress/gzip"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// pyverbsTests is where Debian's python3-pyverbs installs rdma-core's test
+// suite (some files gzipped).
+const pyverbsTests = "/usr/share/doc/rdma-core/tests"
+
+// TestVerbsABIPyverbs runs rdma-core's own test suite (python3-pyverbs)
+// against the drop-in, on vrdma0 of a VM: no test may fail or error, and
+// the tests of what vrdma does (PD, CQ, completion events, extended CQ,
+// RC traffic with the ibv_wr_* API, atomics and their bad flows, fork,
+// device queries) must pass. docs/verbs-compat.md has the counts per file
+// and the reason of every skip.
+func TestVerbsABIPyverbs(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, filepath.Join(pyverbsTests, "run_tests.py"), "python3-pyverbs")
+	NeedProgram(t, "/usr/bin/python3", "python3")
+	dir := filepath.Join(t.TempDir(), "tests")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(pyverbsTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		src := filepath.Join(pyverbsTests, e.Name())
+		dst := filepath.Join(dir, strings.TrimSuffix(e.Name(), ".gz"))
+		if err := copyMaybeGzip(src, dst, strings.HasSuffix(e.Name(), ".gz")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v")
+	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
+	cmd.Dir = dir
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
+	res := regexp.MustCompile(`(?m)^(OK|FAILED)(?: \((.*)\))?$`).FindStringSubmatch(out)
+	if err != nil || ran == nil || res == nil || res[1] != "OK" {
+		t.Fatalf("rdma-core's tests: %v\n%s", err, out)
+	}
+	total, _ := strconv.Atoi(ran[1])
+	skipped := 0
+	if m := regexp.MustCompile(`skipped=(\d+)`).FindStringSubmatch(res[2]); m != nil {
+		skipped, _ = strconv.Atoi(m[1])
+	}
+	t.Logf("rdma-core's tests: %d run, %d passed, %d skipped", total, total-skipped, skipped)
+	for _, name := range []string{
+		"test_atomic_cmp_and_swap", "test_atomic_fetch_and_add", "test_atomic_invalid_rkey", "test_atomic_non_aligned_addr",
+		"test_create_cq_with_comp_channel", "test_cq_events_rc", "test_rc_traffic_cq_ex",
+		"test_qp_ex_rc_rdma_write", "test_qp_ex_rc_rdma_read", "test_qp_ex_rc_send_imm", "test_qp_ex_rc_atomic_fetch_add",
+		"test_ro_rc_traffic",
+	} {
+		if !regexp.MustCompile(`(?m)^` + name + ` \(.*\) \.\.\. ok$`).MatchString(out) {
+			t.Errorf("%s did not pass:\n%s", name, grepLines(out, name))
+		}
+	}
+	if total-skipped < 40 {
+		t.Errorf("only %d of rdma-core's %d tests passed", total-skipped, total)
+	}
+}
+
+func copyMaybeGzip(src, dst string, gz bool) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if gz {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return err
+		}
+		defer zr.Close()
+		r = zr
+	}
+	w, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+func grepLines(s, sub string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
