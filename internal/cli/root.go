@@ -131,6 +131,7 @@ and between two hosts (tcp).`,
 		a.vmxCommand(),       // vmx.go
 		a.inventoryCommand(), // inventory.go
 		a.networkCommand(),   // network.go
+		a.versionCommand(),   // version.go
 	)
 	return root
 }
