@@ -219,6 +219,11 @@ func (r *recorder) WithGroup(name string) slog.Handler {
 // ProcessOptions shape an agent process.
 type ProcessOptions struct {
 	Limits agent.Limits // per-VM limits; a zero field takes the default
+	// Wrap is a command that runs vrdmad, its arguments before vrdmad's
+	// path: {"setpriv", "--inh-caps=-ipc_lock", "--"} runs it without a
+	// capability. The wrapper must exec vrdmad, so that the process's pid
+	// stays vrdmad's.
+	Wrap []string
 }
 
 // StartProcess runs a real vrdmad process, built from this module (once
@@ -237,6 +242,10 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 		if l.v > 0 {
 			args = append(args, l.flag, fmt.Sprint(l.v))
 		}
+	}
+	if len(o.Wrap) > 0 {
+		args = append(append(append([]string(nil), o.Wrap[1:]...), bin), args...)
+		bin = o.Wrap[0]
 	}
 	e.Cmd = exec.Command(bin, args...)
 	e.Cmd.Stderr = &e.stderr
@@ -335,6 +344,11 @@ func (e *Env) Kill() {
 // Stderr returns what an agent process wrote to its standard error.
 func (e *Env) Stderr() string { return e.stderr.String() }
 
+// buildHome is HOME when the test binary started: tests that isolate
+// themselves point HOME elsewhere, and the go command would then build
+// vrdmad with an empty build cache (minutes, not seconds).
+var buildHome = os.Getenv("HOME")
+
 var agentBin struct {
 	once sync.Once
 	path string
@@ -370,6 +384,9 @@ func AgentBinary(tb testing.TB) string {
 		cmd := exec.Command(goTool, "build", "-o", out, "github.com/vrdma/vrdma/cmd/vrdmad")
 		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 			cmd.Dir = filepath.Dir(file) // inside the module
+		}
+		if buildHome != "" {
+			cmd.Env = append(os.Environ(), "HOME="+buildHome)
 		}
 		if b, err := cmd.CombinedOutput(); err != nil {
 			agentBin.err = fmt.Errorf("go build ./cmd/vrdmad: %v\n%s", err, b)
