@@ -132,6 +132,7 @@ and between two hosts (tcp).`,
 		a.inventoryCommand(), // inventory.go
 		a.networkCommand(),   // network.go
 		a.versionCommand(),   // version.go
+		a.doctorCommand(),    // doctor.go
 	)
 	return root
 }
