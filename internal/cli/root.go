@@ -134,6 +134,7 @@ and between two hosts (tcp).`,
 		a.versionCommand(),   // version.go
 		a.doctorCommand(),    // doctor.go
 	)
+	addManual(root) // help.go
 	return root
 }
 
