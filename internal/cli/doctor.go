@@ -285,14 +285,22 @@ func fmtLimit(limit uint64, unlimited bool) string {
 func checkMemlock(ag *doctorAgent) doctorCheck {
 	c := doctorCheck{Name: "memlock"}
 	if ag == nil || ag.pid == 0 {
+		why := "no agent to read the limit of"
+		if ag != nil {
+			why = "the agent's pid is unknown (SO_PEERCRED failed), so its limit cannot be read"
+		}
 		limit, unl, capLock, err := memlockOf(0)
 		c.Status = checkWarn
 		if err != nil {
-			c.Detail = fmt.Sprintf("no agent to read the limit of, nor this process's: %v", err)
+			c.Detail = fmt.Sprintf("%s, nor this process's: %v", why, err)
 			return c
 		}
-		c.Detail = fmt.Sprintf("no agent to read the limit of; this process may lock %s%s, and an agent started from this shell would inherit that",
-			fmtLimit(limit, unl), map[bool]string{true: " (and holds CAP_IPC_LOCK, which lifts the limit)", false: ""}[capLock])
+		held := ""
+		if capLock {
+			held = " (it holds CAP_IPC_LOCK, which lifts the limit)"
+		}
+		c.Detail = fmt.Sprintf("%s; this process may lock %s%s, and an agent started from this shell would inherit the limit",
+			why, fmtLimit(limit, unl), held)
 		c.Fix = "the systemd unit (contrib/vrdmad.service) sets LimitMEMLOCK=infinity; elsewhere raise it with ulimit -l before starting vrdmad"
 		return c
 	}
