@@ -2,7 +2,7 @@
 // behind every vrdma adapter of the VMs whose workloads attach to it.
 //
 //	vrdmad --version
-//	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL]
+//	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL] [--log-format text|json]
 //	       [--etcd-endpoints URLS [--etcd-cert F --etcd-key F] [--etcd-ca F] | --no-control-plane]
 //	       [--switch NAME] [--pvrdma-address ADDR:PORT] [--firewall-pvrdma] [--rdma-uplink KIND/ADDR[/GID][@DEV]]...
 //

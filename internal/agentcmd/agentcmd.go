@@ -35,6 +35,7 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")
 	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM (max_pd)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
 	version := fs.Bool("version", false, "print the version and build information (module, commit, Go version) and exit")
 	cp := addControlFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -67,7 +68,16 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	opts := &slog.HandlerOptions{Level: lv}
+	switch *format {
+	case "text":
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, opts))
+	case "json":
+		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
+	default:
+		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, *format)
+		return 2
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
