@@ -1,7 +1,8 @@
 // Command vrdmad is the vrdma host agent: one per host, it is the device
 // behind every vrdma adapter of the VMs whose workloads attach to it.
 //
-//	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL]
+//	vrdmad --version
+//	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL] [--log-format text|json]
 //	       [--etcd-endpoints URLS [--etcd-cert F --etcd-key F] [--etcd-ca F] | --no-control-plane]
 //	       [--switch NAME] [--pvrdma-address ADDR:PORT] [--firewall-pvrdma] [--rdma-uplink KIND/ADDR[/GID][@DEV]]...
 //
@@ -16,5 +17,5 @@ import (
 )
 
 func main() {
-	os.Exit(agentcmd.Main("vrdmad", os.Args[1:], os.Stderr))
+	os.Exit(agentcmd.Main("vrdmad", os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -37,6 +37,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/vrdma/vrdma/internal/buildinfo"
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
@@ -48,8 +49,8 @@ import (
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
-// Version is the agent's release.
-const Version = "0.1.0"
+// Version is the agent's release (buildinfo.Release).
+const Version = buildinfo.Release
 
 // Limits are the per-VM resource limits (device.Limits).
 type Limits = device.Limits

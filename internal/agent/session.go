@@ -358,7 +358,7 @@ func (a *Agent) status() mgmt.Status {
 		}
 		vs := mgmt.VMStatus{Name: name, Power: a.proc.LocalPower(name)}
 		if cfg, err := a.loadVMConfig(name); err == nil {
-			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
+			vs.AsyncMode, vs.MemSize, vs.MemReserved = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20, cfg.MemoryLocked()
 			for _, c := range cfg.Adapters {
 				vs.Adapters = append(vs.Adapters, abi.AdapterInfo{Name: c.Name(), Index: c.Index})
 			}

@@ -15,12 +15,15 @@ import (
 	"syscall"
 
 	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/buildinfo"
 	"github.com/vrdma/vrdma/internal/paths"
 )
 
 // Main parses args (without the program name), runs the agent until
-// SIGINT or SIGTERM, and returns the process exit code.
-func Main(name string, args []string, stderr io.Writer) int {
+// SIGINT or SIGTERM, and returns the process exit code. --version prints
+// the build information (buildinfo) to stdout and exits; usage and errors
+// go to stderr, and so do the agent's logs.
+func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := agent.Config{Limits: agent.DefaultLimits}
@@ -33,13 +36,18 @@ func Main(name string, args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM (max_mr)")
 	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM (max_pd)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
-	format := fs.String("log-format", "text", "text (key=value) or json: one JSON object per line")
+	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
+	version := fs.Bool("version", false, "print the version and build information (module, commit, Go version) and exit")
 	cp := addControlFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0 // -h asked for the usage, which Parse printed
 		}
 		return 2
+	}
+	if *version {
+		fmt.Fprint(stdout, buildinfo.Read(name))
+		return 0
 	}
 	ctl, err := cp.config()
 	if err != nil {
@@ -61,11 +69,12 @@ func Main(name string, args []string, stderr io.Writer) int {
 			return 2
 		}
 	}
-	switch ho := (&slog.HandlerOptions{Level: lv}); *format {
+	opts := &slog.HandlerOptions{Level: lv}
+	switch *format {
 	case "text":
-		cfg.Logger = slog.New(slog.NewTextHandler(stderr, ho))
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, opts))
 	case "json":
-		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, ho))
+		cfg.Logger = slog.New(slog.NewJSONHandler(stderr, opts))
 	default:
 		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, *format)
 		return 2

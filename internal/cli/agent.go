@@ -17,7 +17,7 @@ func (a *app) agentCommand() *cobra.Command {
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := agentcmd.Main("vrdmactl agent", args, a.stderr); code != 0 {
+			if code := agentcmd.Main("vrdmactl agent", args, a.stdout, a.stderr); code != 0 {
 				return &exitError{code: code}
 			}
 			return nil

@@ -14,7 +14,7 @@ import (
 // perf --local re-execute it as "vrdmactl agent" (VRDMACTL_AGENT=self).
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
-		os.Exit(agentcmd.Main("vrdmactl agent", os.Args[2:], os.Stderr))
+		os.Exit(agentcmd.Main("vrdmactl agent", os.Args[2:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -133,7 +133,10 @@ and between two hosts (tcp).`,
 		a.vmxCommand(),       // vmx.go
 		a.inventoryCommand(), // inventory.go
 		a.networkCommand(),   // network.go
+		a.versionCommand(),   // version.go
+		a.doctorCommand(),    // doctor.go
 	)
+	addManual(root) // help.go
 	return root
 }
 

@@ -335,7 +335,8 @@ func (v *VM) allocHandleLocked() uint32 {
 
 // Status returns the VM's Status report.
 func (v *VM) Status() mgmt.VMStatus {
-	st := mgmt.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked()}
+	st := mgmt.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked(),
+		MemReserved: v.cfg.MemoryLocked()}
 	for _, ad := range v.adapters {
 		st.Adapters = append(st.Adapters, ad.Info())
 	}

@@ -1144,7 +1144,7 @@ func (mg *Procedures) ManagedHere(seen map[string]bool) []mgmt.VMStatus {
 		}
 		vs := mgmt.VMStatus{Name: r.Name, Power: string(r.Power)}
 		if cfg, err := vmconfig.Parse([]byte(r.VMX)); err == nil {
-			vs.AsyncMode, vs.MemSize = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20
+			vs.AsyncMode, vs.MemSize, vs.MemReserved = cfg.AsyncMode, uint64(cfg.MemSizeMB)<<20, cfg.MemoryLocked()
 			for _, c := range cfg.Adapters {
 				vs.Adapters = append(vs.Adapters, abi.AdapterInfo{Name: c.Name(), Index: c.Index})
 			}

@@ -223,6 +223,11 @@ func (r *recorder) WithGroup(name string) slog.Handler {
 type ProcessOptions struct {
 	Limits agent.Limits // per-VM limits; a zero field takes the default
 	Args   []string     // more vrdmad flags, after the defaults (a flag given again wins)
+	// Wrap is a command that runs vrdmad, its arguments before vrdmad's
+	// path: {"setpriv", "--inh-caps=-ipc_lock", "--"} runs it without a
+	// capability. The wrapper must exec vrdmad, so that the process's pid
+	// stays vrdmad's.
+	Wrap []string
 }
 
 // StartProcess runs a real vrdmad process, built from this module (once
@@ -242,7 +247,12 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 			args = append(args, l.flag, fmt.Sprint(l.v))
 		}
 	}
-	e.Cmd = exec.Command(bin, append(args, o.Args...)...)
+	args = append(args, o.Args...)
+	if len(o.Wrap) > 0 {
+		args = append(append(append([]string(nil), o.Wrap[1:]...), bin), args...)
+		bin = o.Wrap[0]
+	}
+	e.Cmd = exec.Command(bin, args...)
 	e.Cmd.Stderr = &e.stderr
 	if err := e.Cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", bin, err)
@@ -339,6 +349,11 @@ func (e *Env) Kill() {
 // Stderr returns what an agent process wrote to its standard error.
 func (e *Env) Stderr() string { return e.stderr.String() }
 
+// buildHome is HOME when the test binary started: tests that isolate
+// themselves point HOME elsewhere, and the go command would then build
+// vrdmad with an empty build cache (minutes, not seconds).
+var buildHome = os.Getenv("HOME")
+
 var agentBin struct {
 	once sync.Once
 	path string
@@ -374,6 +389,9 @@ func AgentBinary(tb testing.TB) string {
 		cmd := exec.Command(goTool, "build", "-o", out, "github.com/vrdma/vrdma/cmd/vrdmad")
 		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 			cmd.Dir = filepath.Dir(file) // inside the module
+		}
+		if buildHome != "" {
+			cmd.Env = append(os.Environ(), "HOME="+buildHome)
 		}
 		if b, err := cmd.CombinedOutput(); err != nil {
 			agentBin.err = fmt.Errorf("go build ./cmd/vrdmad: %v\n%s", err, b)

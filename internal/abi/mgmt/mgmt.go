@@ -273,14 +273,18 @@ type AdapterCounters struct {
 
 // VMStatus is one VM in a status report.
 type VMStatus struct {
-	Name      string            `json:"name"`
-	Attached  bool              `json:"attached"`
-	Power     string            `json:"power,omitempty"` // "poweredOn" or "poweredOff"
-	AsyncMode bool              `json:"async_mode"`
-	MemSize   uint64            `json:"mem_size"`
-	MemLocked bool              `json:"mem_locked"`
-	Adapters  []abi.AdapterInfo `json:"adapters"`
-	QPs       []QPStatus        `json:"qps,omitempty"`
+	Name      string `json:"name"`
+	Attached  bool   `json:"attached"`
+	Power     string `json:"power,omitempty"` // "poweredOn" or "poweredOff"
+	AsyncMode bool   `json:"async_mode"`
+	MemSize   uint64 `json:"mem_size"`
+	MemLocked bool   `json:"mem_locked"`
+	// MemReserved says the VMX reserves and locks all guest memory
+	// (sched.mem.pin, sched.mem.min >= memSize): attaching the VM locks
+	// MemSize bytes in the agent, against its RLIMIT_MEMLOCK.
+	MemReserved bool              `json:"mem_reserved,omitempty"`
+	Adapters    []abi.AdapterInfo `json:"adapters"`
+	QPs         []QPStatus        `json:"qps,omitempty"`
 	// AdapterCounters are the attached VM's adapters' counters.
 	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
 }

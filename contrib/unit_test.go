@@ -1,0 +1,245 @@
+// Package contrib holds files to install vrdma with (the systemd unit);
+// its tests check them.
+package contrib
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/cli"
+	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+const unitFile = "vrdmad.service"
+
+// unit is a parsed systemd unit: section → key → values, in order.
+type unit map[string]map[string][]string
+
+func readUnit(t *testing.T, text string) unit {
+	t.Helper()
+	u, sec := unit{}, ""
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			sec = line[1 : len(line)-1]
+			u[sec] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || sec == "" {
+				t.Fatalf("%s:%d: not KEY=VALUE in a section: %q", unitFile, i+1, line)
+			}
+			u[sec][k] = append(u[sec][k], v)
+		}
+	}
+	return u
+}
+
+// get returns the last value of key in [Service].
+func (u unit) get(key string) string {
+	vs := u["Service"][key]
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[len(vs)-1]
+}
+
+func loadUnit(t *testing.T) (string, unit) {
+	t.Helper()
+	b, err := os.ReadFile(unitFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), readUnit(t, string(b))
+}
+
+// TestUnitSettings checks what the unit promises: the socket and state
+// directories that vrdmad uses by default as root, no memory-lock limit,
+// a restart on failure, hardening.
+func TestUnitSettings(t *testing.T) {
+	_, u := loadUnit(t)
+	for k, want := range map[string]string{
+		"Type": "simple", "RuntimeDirectory": "vrdma", "RuntimeDirectoryMode": "0755", "StateDirectory": "vrdma",
+		"StateDirectoryMode": "0700", "LimitMEMLOCK": "infinity", "Restart": "on-failure", "NoNewPrivileges": "yes",
+		"ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
+	} {
+		if got := u.get(k); got != want {
+			t.Errorf("[Service] %s=%q, want %q", k, got, want)
+		}
+	}
+	start := u.get("ExecStart")
+	// The unit names the root defaults explicitly, and they must be the
+	// ones vrdmactl looks for (paths.Socket and paths.StateDir as root).
+	if !strings.Contains(start, "--socket /run/vrdma/vrdmad.sock") || !strings.Contains(start, "--state-dir /var/lib/vrdma") {
+		t.Errorf("ExecStart=%s: want --socket /run/vrdma/vrdmad.sock (in RuntimeDirectory) and --state-dir /var/lib/vrdma (StateDirectory)", start)
+	}
+	if os.Geteuid() == 0 && (paths.Socket() != "/run/vrdma/vrdmad.sock" && os.Getenv("VRDMA_SOCKET") == "" || paths.StateDir() != "/var/lib/vrdma") {
+		t.Errorf("root's defaults are %s and %s; the unit uses /run/vrdma/vrdmad.sock and /var/lib/vrdma", paths.Socket(), paths.StateDir())
+	}
+	if got := u["Install"]["WantedBy"]; len(got) != 1 || got[0] != "multi-user.target" {
+		t.Errorf("[Install] WantedBy=%v", got)
+	}
+}
+
+// TestUnitVerifies runs systemd-analyze verify on the unit, with ExecStart
+// pointing at a vrdmad built from this module (verify checks that the
+// binary exists), and on a broken copy, which it must reject.
+func TestUnitVerifies(t *testing.T) {
+	tool, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed (apt-get install systemd): the unit is not verified")
+	}
+	text, _ := loadUnit(t)
+	bin := testenv.AgentBinary(t)
+	verify := func(text string) (string, error) {
+		dir := t.TempDir()
+		p := filepath.Join(dir, unitFile)
+		if err := os.WriteFile(p, []byte(strings.ReplaceAll(text, "/usr/local/bin/vrdmad", bin)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(tool, "verify", p).CombinedOutput()
+		return string(out), err
+	}
+	out, err := verify(text)
+	if err != nil || strings.Contains(out, unitFile) {
+		t.Fatalf("systemd-analyze verify %s: %v\n%s", unitFile, err, out)
+	}
+	// A unit systemd would not run: verify must say so, or this test
+	// proves nothing.
+	broken := strings.Replace(text, "ExecStart=/usr/local/bin/vrdmad", "ExecStart=/nonexistent/vrdmad", 1)
+	if out, err := verify(broken); err == nil && !strings.Contains(out, "nonexistent") {
+		t.Fatalf("systemd-analyze verify accepts a unit whose binary does not exist:\n%s", out)
+	}
+	if out, err := exec.Command(tool, "security", "--offline=yes", filepath.Join(".", unitFile)).CombinedOutput(); err == nil {
+		if i := strings.Index(string(out), "Overall exposure level"); i >= 0 {
+			t.Logf("systemd-analyze security: %s", strings.TrimSpace(string(out[i:])))
+		}
+	}
+}
+
+// TestUnitSandbox runs vrdmad as the unit does, with the unit's ExecStart
+// flags, its capability bounding set and no_new_privs (through setpriv):
+// the embedded etcd, a PVRDMA address and a software RoCEv2 uplink on
+// 127.0.0.215, and a VM that locks 16 MiB of guest memory, more than the
+// memory-lock limit of this test, which the unit's CAP_IPC_LOCK allows.
+// vrdmactl doctor must then find nothing to fail. systemd's own
+// sandboxing (ProtectSystem, RestrictAddressFamilies, PrivateDevices, ...)
+// needs systemd as PID 1 and is not exercised here.
+func TestUnitSandbox(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the unit runs vrdmad as root with a reduced capability bounding set")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux) to apply the unit's capabilities and no_new_privs")
+	}
+	_, u := loadUnit(t)
+	caps := []string{"-all"}
+	for _, c := range strings.Fields(u.get("CapabilityBoundingSet")) {
+		caps = append(caps, "+"+strings.ToLower(strings.TrimPrefix(c, "CAP_")))
+	}
+	wrap := []string{setpriv, "--inh-caps=-all", "--bounding-set=" + strings.Join(caps, ",")}
+	if u.get("NoNewPrivileges") == "yes" {
+		wrap = append(wrap, "--no-new-privs")
+	}
+
+	dir, err := os.MkdirTemp("", "vrdmaunit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	run, state := filepath.Join(dir, "run"), filepath.Join(dir, "state")
+	for _, d := range []string{run, state} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	socket := filepath.Join(run, "vrdmad.sock")
+	execStart := strings.NewReplacer("/usr/local/bin/vrdmad", testenv.AgentBinary(t), "/run/vrdma", run, "/var/lib/vrdma", state,
+		"$VRDMAD_OPTS", "--host unit215 --switch dvs1 --pvrdma-address 127.0.0.215:7471 --firewall-pvrdma --rdma-uplink rocev2-soft/127.0.0.215 --log-level warn").
+		Replace(u.get("ExecStart"))
+	args := append(wrap, "--")
+	args = append(args, strings.Fields(execStart)...)
+	var stderr bytes.Buffer
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-exited
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(socket))
+		if err == nil {
+			ag.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("vrdmad under the unit's sandbox exited: %v\n%s", err, stderr.String())
+		case <-ctx.Done():
+			t.Fatalf("vrdmad under the unit's sandbox does not answer: %v\n%s", err, stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), "NoNewPrivs:\t1") || !strings.Contains(string(st), "CapEff:\t0000000000007000") {
+		t.Errorf("vrdmad does not run with the unit's privileges (CAP_IPC_LOCK, CAP_NET_ADMIN, CAP_NET_RAW = 0x7000, no_new_privs):\n%s", st)
+	}
+
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	vmx := testenv.VMX(testenv.VMOptions{MemMB: 16, Locked: true})
+	if err := ag.DefineVM(ctx, "locked16", []byte(vmx)); err != nil {
+		t.Fatalf("define: %v", err)
+	}
+	v, err := vrdma.Open(ctx, "locked16", vrdma.WithSocket(socket))
+	if err != nil {
+		t.Fatalf("attach a VM that locks 16 MiB under the unit's capabilities: %v\n%s", err, stderr.String())
+	}
+	defer v.Close()
+	if !v.MemoryLocked() {
+		t.Error("the VM's memory is not locked")
+	}
+
+	var out, errb bytes.Buffer
+	code := cli.Main([]string{"--socket", socket, "--state-dir", state, "doctor", "-o", "json"}, strings.NewReader(""), &out, &errb)
+	var rep struct {
+		Checks []struct{ Name, Status, Detail string }
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("doctor: exit %d, %v\n%s%s", code, err, out.String(), errb.String())
+	}
+	for _, c := range rep.Checks {
+		if c.Status == "fail" {
+			t.Errorf("doctor on the sandboxed agent: %s fails: %s", c.Name, c.Detail)
+		}
+	}
+	if code != 0 {
+		t.Errorf("doctor: exit %d\n%s", code, out.String())
+	}
+	t.Logf("doctor:\n%s", out.String())
+}
