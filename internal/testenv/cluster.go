@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +52,9 @@ const (
 	// skipped when not root.
 	NetnsOn
 	// NetnsOff runs every host in this process's network namespace, on
-	// loopback addresses 127.0.0.2, 127.0.0.3, ...
+	// loopback addresses of the cluster's own, 127.X.Y.2, 127.X.Y.3, …
+	// (loopbackNet): test binaries of other packages run at the same time,
+	// and an RDMA uplink binds its address's UDP port 4791.
 	NetnsOff
 )
 
@@ -222,6 +225,7 @@ func StartCluster(tb testing.TB, o ClusterOptions) *Cluster {
 			tb.Fatalf("StartCluster: %v (or run the hosts on loopback addresses: %s=off)", err, NetnsEnv)
 		}
 	}
+	net3 := loopbackNet()
 	for i := range o.Hosts {
 		h := &Host{Name: "host" + string(rune('A'+i)), Index: i, c: c}
 		dir := filepath.Join(c.dir, h.Name)
@@ -241,7 +245,7 @@ func StartCluster(tb testing.TB, o ClusterOptions) *Cluster {
 				tb.Fatalf("StartCluster: %v", err)
 			}
 		} else {
-			ip := netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i)})
+			ip := netip.AddrFrom4([4]byte{127, net3[0], net3[1], byte(2 + i)})
 			port := o.Port
 			if port == 0 {
 				p, err := freePort(ip)
@@ -334,6 +338,17 @@ func freePort(ip netip.Addr) (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// clusters counts this process's clusters, for loopbackNet.
+var clusters atomic.Uint32
+
+// loopbackNet returns the second and third bytes of a new NetnsOff
+// cluster's loopback addresses: from this process's pid (64–191: clear
+// of 127.0.x.x, which the quickstart, perf --local and tests with fixed
+// addresses use) and the cluster's number in it.
+func loopbackNet() [2]byte {
+	return [2]byte{byte(64 + os.Getpid()%128), byte(clusters.Add(1))}
 }
 
 // createFabric creates the switch and the port group.

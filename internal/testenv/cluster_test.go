@@ -351,8 +351,12 @@ func TestCluster(t *testing.T) {
 func TestClusterLoopback(t *testing.T) {
 	c := StartCluster(t, ClusterOptions{Hosts: 2, Netns: NetnsOff})
 	a, b := c.Hosts[0], c.Hosts[1]
-	if c.Netns || a.Netns != "" || a.Addr() != netip.MustParseAddr("127.0.0.2") || b.Addr() != netip.MustParseAddr("127.0.0.3") {
-		t.Fatalf("hosts at %s (%q) and %s (%q); want 127.0.0.2 and 127.0.0.3 without namespaces", a.PVRDMAAddress, a.Netns, b.PVRDMAAddress, b.Netns)
+	aa, ba := a.Addr().As4(), b.Addr().As4()
+	if c.Netns || a.Netns != "" || aa[0] != 127 || aa[1] < 64 || aa[3] != 2 || ba != [4]byte{127, aa[1], aa[2], 3} {
+		t.Fatalf("hosts at %s (%q) and %s (%q); want 127.X.Y.2 and 127.X.Y.3 (X ≥ 64: the cluster's own) without namespaces", a.PVRDMAAddress, a.Netns, b.PVRDMAAddress, b.Netns)
+	}
+	if c2 := StartCluster(t, ClusterOptions{Hosts: 1, Netns: NetnsOff}); c2.Hosts[0].Addr() == a.Addr() {
+		t.Fatalf("a second cluster's host is at %s too", a.Addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
