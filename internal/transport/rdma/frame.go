@@ -423,10 +423,11 @@ func (e *Engine) readFrames() {
 
 // frame checks one received frame, the first l bytes of buf, and hands
 // its packet to its QP; it returns the path whose responder served it.
-// A frame too long for buf, one the kernel did not class as addressed to
-// this interface, or whose destination MAC or DGID is not this uplink's
-// is dropped and counted, as is one that does not parse or whose ICRC is
-// wrong: nothing of a dropped frame reaches a QP.
+// A frame too long for buf is dropped and counted as malformed; one the
+// kernel did not class as addressed to this interface, or whose
+// destination MAC or DGID is not this uplink's, as for no QP; one that
+// does not parse as malformed; one whose ICRC is wrong as such: nothing
+// of a dropped frame reaches a QP.
 func (e *Engine) frame(buf []byte, l int, host bool, fr *rocewire.Frame, pkt *rocewire.Packet, sum *rocewire.Checksummer) *path {
 	e.ctr.RxPackets.Add(1)
 	if l < 0 || l > len(buf)-1 {
@@ -434,11 +435,15 @@ func (e *Engine) frame(buf []byte, l int, host bool, fr *rocewire.Frame, pkt *ro
 		return nil
 	}
 	e.ctr.RxBytes.Add(uint64(l))
+	if !host {
+		e.ctr.NoQP.Add(1) // to another MAC (a bridge floods what it has not learnt), multicast, broadcast
+		return nil
+	}
 	if err := rocewire.ParseFrame(buf[:l], fr); err != nil || len(fr.Transport) > maxDatagram {
 		e.ctr.Malformed.Add(1)
 		return nil
 	}
-	if !host || fr.Dst != e.link.MAC || fr.GRH.DGID() != e.gid {
+	if fr.Dst != e.link.MAC || fr.GRH.DGID() != e.gid {
 		e.ctr.NoQP.Add(1)
 		return nil
 	}
