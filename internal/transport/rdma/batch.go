@@ -107,7 +107,7 @@ func (b *batch) flush() error {
 	}
 	var err error
 	if b.f != nil {
-		err = b.e.fc.WriteFrames(b.iov, b.f.ends[:b.n])
+		err = b.e.fc.WriteFrames(b.iov, b.f.ends[:b.n], b.m.Priority)
 	} else {
 		err = b.e.conn.WriteTo(b.iov, b.peer, b.m, seg)
 	}

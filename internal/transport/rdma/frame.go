@@ -13,6 +13,9 @@ package rdma
 // (the kernel takes it off before a protocol socket sees the frame, and
 // an ETH_P_IBOE socket gets no VLAN information), so the receiver cannot
 // check the sender's VLAN or PCP: the tag is for the switches between.
+// Each frame also has the PFC priority as its socket priority (an
+// SO_PRIORITY control message), which picks the queue of a NIC that
+// maps priorities to traffic classes.
 //
 // Addressing: a frame's SGID and DGID are the two uplinks' GIDs — those
 // of their IP addresses, IPv4-mapped (::ffff:a.b.c.d) for IPv4, the
@@ -30,6 +33,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -43,8 +47,10 @@ import (
 // FrameConn carries the engine's RoCE v1 frames.
 type FrameConn interface {
 	// WriteFrames sends frames: frame k is the concatenation of
-	// bufs[ends[k-1]:ends[k]] (ends[-1] being 0).
-	WriteFrames(bufs [][]byte, ends []int) error
+	// bufs[ends[k-1]:ends[k]] (ends[-1] being 0); each with socket
+	// priority prio (0–7), which picks a NIC's queue for the PFC
+	// priority, as the tag's PCP tells the switches.
+	WriteFrames(bufs [][]byte, ends []int, prio uint8) error
 	// ReadFrames reads up to len(bufs) frames, waiting for the first:
 	// frame k into bufs[k], lens[k] its length (more than len(bufs[k])
 	// when it did not fit), host[k] whether the kernel classed it as
@@ -99,6 +105,8 @@ type packetConn struct {
 	f    *os.File
 	raw  syscall.RawConn
 	link Link
+
+	prio7Denied atomic.Bool // priority 7 needs CAP_NET_ADMIN: once refused, left off
 
 	// The reader's: recvmmsg's arguments and result.
 	rmsgs  [rxFrames]unix.Mmsghdr
@@ -157,11 +165,17 @@ func (c *packetConn) Link() Link   { return c.link }
 func (c *packetConn) Close() error { return c.f.Close() }
 
 // WriteFrames sends the frames with sendmmsg(2), straight from the
-// caller's pieces (guest memory among them). A frame the device's queue
-// drops (ENOBUFS) is lost, as on a wire; the RC rules recover it.
-func (c *packetConn) WriteFrames(bufs [][]byte, ends []int) error {
+// caller's pieces (guest memory among them), the priority as an
+// SO_PRIORITY control message on each. A frame the device's queue drops
+// (ENOBUFS) is lost, as on a wire; the RC rules recover it. A priority
+// the kernel refuses (7 without CAP_NET_ADMIN) is left off from then on.
+func (c *packetConn) WriteFrames(bufs [][]byte, ends []int, prio uint8) error {
 	w := frameSends.Get().(*frameSend)
 	w.n, w.sent, w.err = 0, 0, nil
+	var ctl []byte
+	if prio != 0 && prio < 8 && !(prio == 7 && c.prio7Denied.Load()) {
+		ctl = prioCmsgs[prio] // read only: shared by every send
+	}
 	nv, start := 0, 0
 	for k, end := range ends {
 		first := nv
@@ -175,13 +189,24 @@ func (c *packetConn) WriteFrames(bufs [][]byte, ends []int) error {
 		h := &w.hdrs[k].Hdr
 		*h = unix.Msghdr{}
 		h.Iov, h.Iovlen = &w.iov[first], uint64(nv-first)
+		if ctl != nil {
+			h.Control, h.Controllen = &ctl[0], uint64(len(ctl))
+		}
 		w.n++
 	}
 	werr := c.raw.Write(w.fn)
 	err := w.err
+	if errors.Is(err, unix.EPERM) && ctl != nil {
+		c.prio7Denied.Store(true)
+		for k := w.sent; k < w.n; k++ {
+			w.hdrs[k].Hdr.Control, w.hdrs[k].Hdr.Controllen = nil, 0
+		}
+		w.err = nil
+		werr, err = c.raw.Write(w.fn), w.err
+	}
 	clear(w.iov[:nv]) // no reference to guest memory outlives the send
 	for k := range w.n {
-		w.hdrs[k].Hdr.Iov = nil
+		w.hdrs[k].Hdr.Iov, w.hdrs[k].Hdr.Control = nil, nil
 	}
 	frameSends.Put(w)
 	if werr != nil {

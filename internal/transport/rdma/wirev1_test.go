@@ -79,6 +79,20 @@ func TestEngineWireV1(t *testing.T) {
 		inject(t, ha, probe)
 	}
 
+	// The socket priority: nftables counts on host A's interface the
+	// RoCE v1 frames that leave, and those of priority 3 (the port
+	// group's PFC priority).
+	nft := exec.Command("ip", "netns", "exec", ha.Netns, "nft", "-f", "-")
+	nft.Stdin = strings.NewReader(`table netdev vrdmatest {
+	chain out {
+		type filter hook egress device "` + ha.Link + `" priority 0;
+		meta protocol 0x8915 meta priority 0:3 counter
+		meta protocol 0x8915 counter
+	}
+}`)
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
 	// The probes reached B too (the bridge floods them): what B counts
 	// from here on is the pair's.
 	baseA, baseB := v1Status(t, ha), v1Status(t, hb)
@@ -107,6 +121,13 @@ func TestEngineWireV1(t *testing.T) {
 	}
 	p.Close(context.Background())
 	stA, stB := v1Status(t, ha), v1Status(t, hb)
+	rules, err := exec.Command("ip", "netns", "exec", ha.Netns, "nft", "list", "table", "netdev", "vrdmatest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, rules)
+	}
+	if c := nftCounters(string(rules)); len(c) != 2 || c[1] != int(stA.PacketsOut) || c[0] != c[1] {
+		t.Errorf("of host A's RoCE v1 frames, nftables counts %v with priority 3 and in all; want both %d: %s", c, stA.PacketsOut, rules)
+	}
 	sent := int(stA.PacketsOut + stB.PacketsOut)
 	captured := 0
 	for deadline := time.Now().Add(20 * time.Second); captured < sent && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
