@@ -53,10 +53,8 @@ type FrameConn interface {
 	WriteFrames(bufs [][]byte, ends []int, prio uint8) error
 	// ReadFrames reads up to len(bufs) frames, waiting for the first:
 	// frame k into bufs[k], lens[k] its length (more than len(bufs[k])
-	// when it did not fit), host[k] whether the kernel classed it as
-	// addressed to this interface (PACKET_HOST). Only the engine's reader
-	// calls it.
-	ReadFrames(bufs [][]byte, lens []int, host []bool) (int, error)
+	// when it did not fit). Only the engine's reader calls it.
+	ReadFrames(bufs [][]byte, lens []int) (int, error)
 	// Link is the interface the frames travel on.
 	Link() Link
 	Close() error
@@ -257,8 +255,8 @@ func (w *frameSend) send(fd uintptr) bool {
 
 // ReadFrames reads with recvmmsg(2): polling first for readPoll after
 // the last frames came, then waiting in the runtime's poller.
-func (c *packetConn) ReadFrames(bufs [][]byte, lens []int, host []bool) (int, error) {
-	n := min(len(bufs), len(lens), len(host), rxFrames)
+func (c *packetConn) ReadFrames(bufs [][]byte, lens []int) (int, error) {
+	n := min(len(bufs), len(lens), rxFrames)
 	if n == 0 {
 		return 0, nil
 	}
@@ -300,7 +298,6 @@ func (c *packetConn) ReadFrames(bufs [][]byte, lens []int, host []bool) (int, er
 		if c.rmsgs[k].Hdr.Flags&unix.MSG_TRUNC != 0 {
 			lens[k] = len(bufs[k]) + 1
 		}
-		host[k] = c.rname[k].Pkttype == unix.PACKET_HOST
 	}
 	c.polled = time.Now()
 	return got, nil
@@ -413,13 +410,12 @@ func (e *Engine) readFrames() {
 		bufs[k] = make([]byte, maxFrame)
 	}
 	var lens [rxFrames]int
-	var host [rxFrames]bool
 	var fr rocewire.Frame
 	var pkt rocewire.Packet
 	var sum rocewire.Checksummer
 	var answered []*path
 	for {
-		n, err := e.fc.ReadFrames(bufs, lens[:], host[:])
+		n, err := e.fc.ReadFrames(bufs, lens[:])
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -432,7 +428,7 @@ func (e *Engine) readFrames() {
 			e.ctr.RxBatches.Add(1)
 		}
 		for k := range n {
-			if p := e.frame(bufs[k], lens[k], host[k], &fr, &pkt, &sum); p != nil && !p.rsp.answering {
+			if p := e.frame(bufs[k], lens[k], &fr, &pkt, &sum); p != nil && !p.rsp.answering {
 				p.rsp.answering = true
 				answered = append(answered, p)
 			}
@@ -448,27 +444,31 @@ func (e *Engine) readFrames() {
 
 // frame checks one received frame, the first l bytes of buf, and hands
 // its packet to its QP; it returns the path whose responder served it.
-// A frame too long for buf is dropped and counted as malformed; one the
-// kernel did not class as addressed to this interface, or whose
-// destination MAC or DGID is not this uplink's, as for no QP; one that
-// does not parse as malformed; one whose ICRC is wrong as such: nothing
-// of a dropped frame reaches a QP.
-func (e *Engine) frame(buf []byte, l int, host bool, fr *rocewire.Frame, pkt *rocewire.Packet, sum *rocewire.Checksummer) *path {
+// A frame too long for buf, or shorter than an Ethernet header, is
+// dropped and counted as malformed; one whose destination MAC is not
+// this interface's (a bridge floods what it has not learnt; multicast,
+// broadcast) as for no QP — the engine checks the MAC itself: the kernel
+// classes a frame tagged with a VID no VLAN interface has as for another
+// host even when it is addressed to this one; then one that does not
+// parse as malformed, one whose DGID is not this uplink's as for no QP,
+// one whose ICRC is wrong as such: nothing of a dropped frame reaches a
+// QP.
+func (e *Engine) frame(buf []byte, l int, fr *rocewire.Frame, pkt *rocewire.Packet, sum *rocewire.Checksummer) *path {
 	e.ctr.RxPackets.Add(1)
-	if l < 0 || l > len(buf)-1 {
+	if l < rocewire.EthHeaderLen || l > len(buf)-1 {
 		e.ctr.Malformed.Add(1)
 		return nil
 	}
 	e.ctr.RxBytes.Add(uint64(l))
-	if !host {
-		e.ctr.NoQP.Add(1) // to another MAC (a bridge floods what it has not learnt), multicast, broadcast
+	if [6]byte(buf[:6]) != e.link.MAC {
+		e.ctr.NoQP.Add(1)
 		return nil
 	}
 	if err := rocewire.ParseFrame(buf[:l], fr); err != nil || len(fr.Transport) > maxDatagram {
 		e.ctr.Malformed.Add(1)
 		return nil
 	}
-	if fr.Dst != e.link.MAC || fr.GRH.DGID() != e.gid {
+	if fr.GRH.DGID() != e.gid {
 		e.ctr.NoQP.Add(1)
 		return nil
 	}

@@ -35,8 +35,18 @@ import (
 // class; and a Python script computes every frame's ICRC with zlib's
 // CRC-32 over the masked GRH (scapy computes no RoCE v1 ICRC). Then it
 // sends host B hostile frames from host A's namespace and checks that
-// each is dropped and counted as it should be.
+// each is dropped and counted as it should be. Twice: a port group of
+// VLAN 0 (its frames carry a priority tag) and of VLAN 100 (the bridge
+// forwards the tag; the receiving hosts have no VLAN interface, so their
+// kernel classes the frames as for another host, and the engine checks
+// the destination MAC itself).
 func TestEngineWireV1(t *testing.T) {
+	for _, vid := range []int{0, 100} {
+		t.Run("vid"+strconv.Itoa(vid), func(t *testing.T) { testEngineWireV1(t, vid) })
+	}
+}
+
+func testEngineWireV1(t *testing.T, vid int) {
 	if os.Geteuid() != 0 {
 		t.Skip("RoCE v1 frames and their capture need root (CI runs as root)")
 	}
@@ -48,7 +58,7 @@ func TestEngineWireV1(t *testing.T) {
 	if err := exec.Command(python, "-c", "import scapy.all").Run(); err != nil {
 		t.Skipf("scapy is not importable by %s (apt-get install python3-scapy): %v", python, err)
 	}
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: records.RoCEv1, Netns: testenv.NetnsOn})
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: records.RoCEv1, Netns: testenv.NetnsOn, VLAN: vid})
 	ha, hb := c.Hosts[0], c.Hosts[1]
 	macA, macB := hostMAC(t, ha), hostMAC(t, hb)
 
@@ -143,7 +153,7 @@ func TestEngineWireV1(t *testing.T) {
 	}
 
 	// Wireshark: every frame is InfiniBand over Ethertype 0x8915, none
-	// malformed, tagged with PCP 3 (VID 0: a priority tag), between the
+	// malformed, tagged with PCP 3 and the VID (0: a priority tag), between the
 	// two uplinks' MACs and GIDs, traffic class DSCP 26 << 2.
 	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", pairFrames, "-T", "fields", "-E", "separator=,",
 		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "vlan.priority", "-e", "vlan.id",
@@ -160,8 +170,8 @@ func TestEngineWireV1(t *testing.T) {
 		if len(f) < 11 || !strings.HasPrefix(f[0], "eth:ethertype:vlan:ethertype:infiniband") || f[2] != "" {
 			t.Fatalf("a frame Wireshark does not decode as tagged InfiniBand over Ethernet, or malformed: %q", l)
 		}
-		if f[3] != "3" || f[4] != "0" || f[5] != strconv.Itoa(26<<2) || f[6] != "27" {
-			t.Fatalf("a frame with PCP %s, VID %s, traffic class %s, next header %s; want 3, 0, %d, 27: %q", f[3], f[4], f[5], f[6], 26<<2, l)
+		if f[3] != "3" || f[4] != strconv.Itoa(vid) || f[5] != strconv.Itoa(26<<2) || f[6] != "27" {
+			t.Fatalf("a frame with PCP %s, VID %s, traffic class %s, next header %s; want 3, %d, %d, 27: %q", f[3], f[4], f[5], f[6], vid, 26<<2, l)
 		}
 		if !macs[f[7]] || !macs[f[8]] || f[7] == f[8] || !gids[f[9]] || !gids[f[10]] || f[9] == f[10] {
 			t.Fatalf("a frame not between the uplinks' MACs %v and GIDs %v: %q", macs, gids, l)
@@ -188,7 +198,7 @@ func TestEngineWireV1(t *testing.T) {
 	}
 	t.Logf("%d frames, opcodes %v: Wireshark decodes them all as InfiniBand over Ethertype 0x8915, every ICRC checks", len(lines), opcodes)
 
-	t.Run("hostile", func(t *testing.T) { testHostileFrames(t, ha, hb, macA, macB) })
+	t.Run("hostile", func(t *testing.T) { testHostileFrames(t, ha, hb, macA, macB, uint16(vid)) })
 }
 
 // icrcV1Script prints how many RoCE v1 frames a pcap holds and how many
@@ -230,11 +240,11 @@ print(n, bad)
 // testHostileFrames sends host B frames from host A's namespace that a
 // RoCE v1 receiver must drop, and checks B's counters: each is counted
 // where it should be, none is served, the engine keeps running.
-func testHostileFrames(t *testing.T, ha, hb *testenv.Host, macA, macB [6]byte) {
+func testHostileFrames(t *testing.T, ha, hb *testenv.Host, macA, macB [6]byte, vid uint16) {
 	gidA, gidB := netip.MustParseAddr("::ffff:"+ha.Addr().String()).As16(), netip.MustParseAddr("::ffff:"+hb.Addr().String()).As16()
 	// A well-formed ACKNOWLEDGE from A to B, with its ICRC.
 	frame := func(mod func(eth, grh, tp []byte)) []byte {
-		b := rocewire.EthHeader(make([]byte, 128), macB, macA, true, rocewire.TCI(3, 0))
+		b := rocewire.EthHeader(make([]byte, 128), macB, macA, true, rocewire.TCI(3, vid))
 		tp := make([]byte, rocewire.BTHLen+rocewire.AETHLen+rocewire.ICRCLen)
 		rocewire.BTH(tp).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: 0x77, PSN: 5})
 		rocewire.AETH(tp[rocewire.BTHLen:]).Encode(rocewire.ACK, 1)
