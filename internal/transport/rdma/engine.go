@@ -3,7 +3,9 @@
 // packets as a RoCE NIC sends and accepts them (package rocewire: BTH and
 // the extended headers, padding, the ICRC), over UDP port 4791 on the
 // uplink's address; each QP of a VM is its own QP on the wire, with the
-// device's QPN.
+// device's QPN. A port group set to RoCE v1 has the same transport carried
+// in Ethernet frames instead, by an engine on an AF_PACKET socket on the
+// uplink's interface (frame.go).
 //
 // Goroutines and who owns them:
 //
@@ -133,7 +135,7 @@ func (e *Engine) Bind(peer netip.AddrPort, m Marks) func(q *device.QP) device.Pa
 	return func(q *device.QP) device.Path { return newPath(e, q, peer, [6]byte{}, m) }
 }
 
-// BindFrames is Bind for a RoCE v1 engine: the peer is the uplink of GID
+// BindFrames is Bind for a RoCE v1 engine (and for it only): the peer is the uplink of GID
 // gid on interface MAC mac; its frames are tagged as m says (Marks.VLAN,
 // Marks.Priority) and their GRH carries m.TOS as its traffic class.
 func (e *Engine) BindFrames(mac [6]byte, gid netip.Addr, m Marks) func(q *device.QP) device.Path {
