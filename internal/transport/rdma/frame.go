@@ -168,6 +168,14 @@ func (c *packetConn) Close() error { return c.f.Close() }
 // (ENOBUFS) is lost, as on a wire; the RC rules recover it. A priority
 // the kernel refuses (7 without CAP_NET_ADMIN) is left off from then on.
 func (c *packetConn) WriteFrames(bufs [][]byte, ends []int, prio uint8) error {
+	if len(ends) > maxSegments || len(bufs) > maxIOV || len(ends) > 0 && ends[len(ends)-1] > len(bufs) {
+		return fmt.Errorf("rdma uplink RoCE v1: %d frames in %d pieces: at most %d frames in %d pieces", len(ends), len(bufs), maxSegments, maxIOV)
+	}
+	for k, prev := 0, 0; k < len(ends); prev, k = ends[k], k+1 {
+		if ends[k] < prev {
+			return fmt.Errorf("rdma uplink RoCE v1: frame ends %v out of order", ends)
+		}
+	}
 	w := frameSends.Get().(*frameSend)
 	w.n, w.sent, w.err = 0, 0, nil
 	var ctl []byte
