@@ -101,6 +101,25 @@ func TestConformance(t *testing.T) {
 			runConformance(t, &rdmaEnv{tcpEnv{c: c, prefix: "ra", async: true}}, connOOB)
 		})
 	})
+	t.Run("rdma-v1", func(t *testing.T) {
+		// The same hosts with their port group set to RoCE v1: the rdma
+		// path carries the transport in Ethernet frames (Ethertype
+		// 0x8915, a GRH) on the hosts' veth interfaces through the
+		// bridge, with the CM still over the tcp path's connections. It
+		// needs the namespaces (root), and the RoCE v1 engines' counters
+		// move, the RoCE v2 ones' do not.
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true, RoCEVersion: "v1"})
+		runConformance(t, &rdmaV1Env{rdmaEnv{tcpEnv{c: c, prefix: "r1"}}}, connCM)
+		var socks []string
+		for _, h := range c.Hosts {
+			socks = append(socks, h.Socket)
+		}
+		if v1, v2 := rdmaBytesOf(t, "v1", socks...), rdmaBytesOf(t, "v2", socks...); v1 == 0 || v2 != 0 {
+			t.Errorf("the hosts sent %d bytes in RoCE v1 frames and %d in RoCE v2 datagrams; want > 0 and 0", v1, v2)
+		} else {
+			t.Logf("the hosts sent %d bytes in RoCE v1 frames, none in RoCE v2 datagrams", v1)
+		}
+	})
 	t.Run("rdma-lo", func(t *testing.T) {
 		// The same between three vrdmad processes on loopback addresses
 		// of this namespace (what a run without root gets).
@@ -361,6 +380,32 @@ func (e *rdmaEnv) UplinkBytes(t *testing.T) uint64 {
 		socks = append(socks, h.Socket)
 	}
 	return rdmaBytes(t, socks...)
+}
+
+// rdmaV1Env is rdmaEnv's hosts on a RoCE v1 port group.
+type rdmaV1Env struct{ rdmaEnv }
+
+func (e *rdmaV1Env) UplinkBytes(t *testing.T) uint64 {
+	t.Helper()
+	var socks []string
+	for _, h := range e.c.Hosts {
+		socks = append(socks, h.Socket)
+	}
+	return rdmaBytesOf(t, "v1", socks...)
+}
+
+// rdmaBytesOf returns the bytes the RoCE engines of version roce ("v1",
+// "v2") of the agents at sockets sent so far.
+func rdmaBytesOf(t *testing.T, roce string, sockets ...string) uint64 {
+	t.Helper()
+	return statusSum(t, func(st *vrdma.Status) (n uint64) {
+		for _, u := range st.RDMA {
+			if u.RoCE == roce {
+				n += u.BytesOut
+			}
+		}
+		return n
+	}, sockets...)
 }
 
 // uplinkBytes returns the bytes the agents at sockets sent over their

@@ -107,6 +107,11 @@ type Agent struct {
 	// rdma is the RoCEv2 engine of the host's RDMA uplink (the first
 	// rocev2-soft uplink of ControlConfig.Uplinks); nil without one.
 	rdma *rdma.Engine
+	// rdma1 is the RoCE v1 engine of the same uplink, on its interface
+	// (rdmaV1Conn, opened before the host registers, so that the record
+	// publishes the interface's MAC); nil where RoCE v1 is not offered.
+	rdma1      *rdma.Engine
+	rdmaV1Conn rdma.FrameConn
 	// rdmaLoop is the RoCEv2 engine of Config.RDMALoop; nil without.
 	rdmaLoop  *rdma.Engine
 	testStats testlink.Stats
@@ -190,7 +195,11 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	if cfg.Control != nil {
+		a.prepareRoCEv1()
 		if err := a.startControl(); err != nil {
+			if a.rdmaV1Conn != nil {
+				a.rdmaV1Conn.Close()
+			}
 			a.ln.Close()
 			return nil, err
 		}
@@ -359,6 +368,9 @@ func (a *Agent) shutdown() {
 	}
 	if a.rdma != nil {
 		a.rdma.Close()
+	}
+	if a.rdma1 != nil {
+		a.rdma1.Close()
 	}
 	a.stopMetrics()
 	a.stopControl()

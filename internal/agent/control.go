@@ -459,7 +459,7 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 		}
 		return end, d, abi.Errorf(code, field, "%s", msg)
 	}
-	if !(d.Path == pathsel.TCP && c.a.up != nil || d.Path == pathsel.RDMA && c.a.rdma != nil && c.a.up != nil) {
+	if !(d.Path == pathsel.TCP && c.a.up != nil || d.Path == pathsel.RDMA && c.a.rdmaFor(end.PortGroup) != nil && c.a.up != nil) {
 		return end, d, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
 			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
 	}

@@ -7,7 +7,9 @@ package agent
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
@@ -42,9 +44,11 @@ func (a *Agent) startUplink() error {
 	return nil
 }
 
-// startRDMA starts the engine of the host's software RoCEv2 uplink, if
+// startRDMA starts the engines of the host's software RoCE uplink, if
 // the host has one: the rdma path to other hosts that have one on the
-// switch. A hardware HCA uplink is recorded only (no driver yet).
+// switch, RoCE v2 on UDP and, where prepareRoCEv1 opened its socket,
+// RoCE v1 on the uplink's interface. A hardware HCA uplink is recorded
+// only (no driver yet).
 func (a *Agent) startRDMA() error {
 	for _, u := range a.ctl.cfg.Uplinks {
 		if u.Kind != records.UplinkSoftRoCEv2 {
@@ -56,9 +60,60 @@ func (a *Agent) startRDMA() error {
 		}
 		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
 		a.log.Info("rdma uplink listening", "address", c.LocalAddr().String())
+		if fc := a.rdmaV1Conn; fc != nil {
+			a.rdmaV1Conn = nil
+			a.rdma1 = rdma.Start(rdma.Config{Device: a.dev, Frames: fc, GID: u.GID, Log: a.log})
+			a.log.Info("rdma uplink listening for RoCE v1", "interface", fc.Link().Name, "mac", u.MAC, "gid", u.GID.String())
+		}
 		return nil
 	}
 	return nil
+}
+
+// prepareRoCEv1 opens the RoCE v1 socket of the host's software RoCE
+// uplink, before the host registers: on the interface that holds the
+// uplink's address (or its Device), which must be an Ethernet interface
+// (not loopback), as root. Where it can, the uplink's record publishes
+// the interface's MAC, which is how peers address its frames and how
+// path selection knows the uplink carries RoCE v1 (records.Uplink.Carries);
+// where it cannot, the host offers RoCE v2 only, and says why.
+func (a *Agent) prepareRoCEv1() {
+	ups := slices.Clone(a.cfg.Control.Uplinks)
+	for i, u := range ups {
+		if u.Kind != records.UplinkSoftRoCEv2 {
+			continue
+		}
+		ifname := u.Device
+		if ifname == "" {
+			n, err := rdma.InterfaceOf(u.Address)
+			if err != nil {
+				a.log.Info("rdma uplink: no RoCE v1", "address", u.Address.String(), "why", err)
+				return
+			}
+			ifname = n
+		}
+		fc, err := rdma.ListenFrames(ifname)
+		if err != nil {
+			a.log.Info("rdma uplink: no RoCE v1", "address", u.Address.String(), "why", err)
+			return
+		}
+		mac := fc.Link().MAC
+		ups[i].MAC = net.HardwareAddr(mac[:]).String()
+		cfg := *a.cfg.Control
+		cfg.Uplinks = ups
+		a.cfg.Control = &cfg
+		a.rdmaV1Conn = fc
+		return
+	}
+}
+
+// rdmaFor is the engine of the rdma path for port group pg's RoCE
+// version; nil if the agent has none.
+func (a *Agent) rdmaFor(pg records.PortGroup) *rdma.Engine {
+	if pg.RoCEVersion == records.RoCEv1 {
+		return a.rdma1
+	}
+	return a.rdma
 }
 
 // peerRDMA is the address of the RDMA uplink of host h the rdma path
@@ -70,6 +125,22 @@ func peerRDMA(h records.Host) (netip.AddrPort, bool) {
 		}
 	}
 	return netip.AddrPort{}, false
+}
+
+// peerRoCEv1 is the MAC and GID of the RDMA uplink of host h that the
+// RoCE v1 path reaches (the first software one, which publishes its MAC
+// when it carries RoCE v1).
+func peerRoCEv1(h records.Host) ([6]byte, netip.Addr, bool) {
+	for _, u := range h.Uplinks {
+		if u.Kind == records.UplinkSoftRoCEv2 {
+			m, err := net.ParseMAC(u.MAC)
+			if err != nil || len(m) != 6 || !u.GID.IsValid() {
+				return [6]byte{}, netip.Addr{}, false
+			}
+			return [6]byte(m), u.GID, true
+		}
+	}
+	return [6]byte{}, netip.Addr{}, false
 }
 
 // Route decides the path of q to the remote end (dgid, dqpn): the device
@@ -90,7 +161,18 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			if err != nil {
 				return device.Route{}, err
 			}
-			if d.Path == pathsel.RDMA && a.rdma != nil {
+			if d.Path == pathsel.RDMA && end.PortGroup.RoCEVersion == records.RoCEv1 && a.rdma1 != nil {
+				mac, gid, ok := peerRoCEv1(end.Host.Host)
+				if !ok {
+					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma (RoCE v1) to host %s, whose software uplink publishes no MAC and GID", q.QPN(), end.Host.Host.Label())
+				}
+				// RoCE v1 frames carry the port group's VLAN and PFC priority in
+				// their 802.1Q tag and its DSCP as their GRH traffic class.
+				so := netcheck.SocketOptionsOf(end.PortGroup)
+				m := rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority), VLAN: uint16(end.PortGroup.VLAN)}
+				return device.Route{Info: decisionInfo(d), New: a.rdma1.BindFrames(mac, gid, m)}, nil
+			}
+			if d.Path == pathsel.RDMA && end.PortGroup.RoCEVersion != records.RoCEv1 && a.rdma != nil {
 				peer, ok := peerRDMA(end.Host.Host)
 				if !ok {
 					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma to host %s, which has no software RoCEv2 uplink the engine can reach", q.QPN(), end.Host.Host.Label())

@@ -375,7 +375,7 @@ func (a *Agent) status() mgmt.Status {
 	if a.loop != nil {
 		st.Uplinks = append(st.Uplinks, a.loop.Status()...)
 	}
-	for _, e := range []*rdma.Engine{a.rdma, a.rdmaLoop} {
+	for _, e := range []*rdma.Engine{a.rdma, a.rdma1, a.rdmaLoop} {
 		if e != nil {
 			st.RDMA = append(st.RDMA, e.Status())
 		}

@@ -38,7 +38,7 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 	fs.StringVar(&c.address, "pvrdma-address", "", "ADDRESS:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic)")
 	fs.BoolVar(&c.firewall, "firewall-pvrdma", false, "the host's pvrdma firewall ruleset is enabled (needed for traffic with other hosts)")
 	fs.StringVar(&c.sw, "switch", "", "the distributed switch this host is on")
-	fs.Func("rdma-uplink", "an RDMA uplink on the switch, KIND/ADDRESS[/GID][@DEVICE], KIND rocev2-soft (the agent's RoCEv2 engine on ADDRESS, UDP 4791: the rdma path) or hca (recorded only)", func(s string) error {
+	fs.Func("rdma-uplink", "an RDMA uplink on the switch, KIND/ADDRESS[/GID][@DEVICE], KIND rocev2-soft (the agent's RoCE engine: RoCE v2 on ADDRESS, UDP 4791, and, as root, RoCE v1 frames on the Ethernet interface holding ADDRESS or DEVICE: the rdma path) or hca (recorded only)", func(s string) error {
 		u, err := agent.ParseUplink(s)
 		if err != nil {
 			return err

@@ -136,6 +136,9 @@ func (a *app) hostCommand() *cobra.Command {
 					if u.Device != "" {
 						fmt.Fprintf(a.stdout, "      device:   %s\n", u.Device)
 					}
+					if u.MAC != "" {
+						fmt.Fprintf(a.stdout, "      RoCE v1:  MAC %s\n", u.MAC)
+					}
 					fmt.Fprintf(a.stdout, "      declared: %s\n", nicText(u.Declared))
 					if !u.Observed.IsZero() {
 						fmt.Fprintf(a.stdout, "      observed: %s\n", nicText(u.Observed))

@@ -175,7 +175,7 @@ func printStat(w io.Writer, rep statReport) {
 			orDash(u.PeerHost), u.Address, u.State, u.Conns, u.BytesOut, u.BytesIn, u.FramesOut, u.FramesIn, u.Dials, u.Refused)
 	}
 	for _, r := range rep.RDMA {
-		fmt.Fprintf(w, "uplink rdma %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d\n",
-			r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP)
+		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d\n",
+			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP)
 	}
 }

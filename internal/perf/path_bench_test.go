@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -15,23 +16,31 @@ import (
 // processes, each a host, on loopback addresses ("loopback") and, as
 // root, in two network namespaces joined by veth pairs through a bridge
 // ("veth"), MTU 9000 (RoCE MTU 4096). Compare with the peers on the same
-// path (bench/peers.sh: UCX over TCP, sockperf, iperf3).
+// path (bench/peers.sh: UCX over TCP, sockperf, iperf3). The rdma
+// benchmarks also run RoCE v1 across the veths ("veth-v1": Ethernet
+// frames through AF_PACKET, no segmentation offload) beside RoCE v2.
 
 func tcpBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathTCP, c) }
 
 func rdmaBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathRDMA, c) }
 
 func pathBenchmark(b *testing.B, path vrdma.PathKind, c perf.Config) {
-	for _, mode := range []struct {
+	type mode struct {
 		name  string
 		netns testenv.NetnsMode
-	}{{"loopback", testenv.NetnsOff}, {"veth", testenv.NetnsOn}} {
+		roce  records.RoCEVersion
+	}
+	modes := []mode{{"loopback", testenv.NetnsOff, ""}, {"veth", testenv.NetnsOn, ""}}
+	if path == vrdma.PathRDMA {
+		modes = append(modes, mode{"veth-v1", testenv.NetnsOn, records.RoCEv1})
+	}
+	for _, mode := range modes {
 		b.Run(mode.name, func(b *testing.B) {
 			need := c.Size
 			if c.Test.Latency() {
 				need *= 2
 			}
-			cl := testenv.StartCluster(b, testenv.ClusterOptions{Hosts: 2, Netns: mode.netns, LogLevel: "warn", MTU: 9000, RDMA: path == vrdma.PathRDMA})
+			cl := testenv.StartCluster(b, testenv.ClusterOptions{Hosts: 2, Netns: mode.netns, LogLevel: "warn", MTU: 9000, RDMA: path == vrdma.PathRDMA, RoCEVersion: mode.roce})
 			o := testenv.VMOptions{MemMB: need>>20 + 2}
 			v1 := cl.Hosts[0].Open(b, "bench1", o)
 			v2 := cl.Hosts[1].Open(b, "bench2", o)

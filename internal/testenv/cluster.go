@@ -7,6 +7,7 @@ package testenv
 // a goroutine locked to an OS thread that is in the namespace.
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -115,6 +116,11 @@ type ClusterOptions struct {
 	// "off": loopback and veth NICs report no DCB state, and the
 	// lossless checks have tests of their own (TestNetwork…).
 	RDMA bool
+	// RoCEVersion is the port group's RoCE version; default v2. With v1
+	// (and RDMA) the rdma path runs RoCE v1 frames over the hosts' veth
+	// interfaces, which needs the hosts in network namespaces: the test
+	// is skipped without them (loopback has no MAC to address frames to).
+	RoCEVersion records.RoCEVersion
 	// ExtraArgs, if set, returns more vrdmad flags for host h (called at
 	// every start of h, restarts included).
 	ExtraArgs func(h *Host) []string
@@ -195,6 +201,9 @@ func StartCluster(tb testing.TB, o ClusterOptions) *Cluster {
 	}
 	c := &Cluster{tb: tb, opts: o, ID: clusterID()}
 	c.Netns, c.NoNetnsReason = chooseNetns(tb, o.Netns)
+	if o.RoCEVersion == records.RoCEv1 && !c.Netns {
+		tb.Skipf("StartCluster with RoCE v1: the hosts need network namespaces (Ethernet interfaces; root): %s", c.NoNetnsReason)
+	}
 	c.bin = AgentBinary(tb)
 	c.dir = shortTempDir(tb)
 	tBuild := time.Now()
@@ -364,7 +373,7 @@ func (c *Cluster) createFabric() {
 		c.Switch.NetworkPolicy = records.NetworkOff
 	}
 	c.PortGroup = records.PortGroup{Name: c.opts.PortGroup, Key: c.opts.PortGroup, Switch: c.opts.Switch, VLAN: c.opts.VLAN,
-		PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2}
+		PFCPriority: 3, DSCP: 26, RoCEVersion: cmp.Or(c.opts.RoCEVersion, records.RoCEv2)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.st.Create(ctx, records.SwitchKey(c.Switch.Name), c.Switch); err != nil {

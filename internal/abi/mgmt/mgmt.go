@@ -325,7 +325,8 @@ type UplinkStatus struct {
 // RDMAStatus describes one of the host's RDMA uplinks: its RoCEv2
 // engine's address and packet counters.
 type RDMAStatus struct {
-	Address     string `json:"address"` // the uplink's address:port (UDP 4791)
+	Address     string `json:"address"`        // the uplink's address:port (UDP 4791); RoCE v1: its interface, MAC and GID
+	RoCE        string `json:"roce,omitempty"` // "v2" (UDP datagrams) or "v1" (Ethernet frames, Ethertype 0x8915)
 	PacketsOut  uint64 `json:"packets_out"`
 	PacketsIn   uint64 `json:"packets_in"`
 	BytesOut    uint64 `json:"bytes_out"` // UDP payload bytes

@@ -259,8 +259,12 @@ func usableUplink(sw records.Switch, h records.Host, v records.RoCEVersion) (rec
 			h.Label(), len(h.Uplinks), sw.Name, sw.UplinkPolicy)
 	}
 	u := h.Uplinks[0] // the only one, or the active one in failover order
-	if !u.Kind.Supports(v) {
-		return records.Uplink{}, fmt.Sprintf("host %s's RDMA uplink on switch %s is %s, which cannot carry RoCE %s", h.Label(), sw.Name, u.Kind, v)
+	if !u.Carries(v) {
+		why := fmt.Sprintf("host %s's RDMA uplink on switch %s is %s, which cannot carry RoCE %s", h.Label(), sw.Name, u.Kind, v)
+		if u.Kind == records.UplinkSoftRoCEv2 {
+			why += " (its agent publishes no MAC: RoCE v1 frames need root and an Ethernet interface, not loopback)"
+		}
+		return records.Uplink{}, why
 	}
 	return u, ""
 }

@@ -72,6 +72,7 @@ var (
 	hNoFW  = with(host("h-nofw", 11, uplink(records.UplinkHCA, 11)), func(h *records.Host) { h.FirewallPVRDMA = false })
 	hDVS2  = with(host("h-dvs2", 12, uplink(records.UplinkHCA, 12)), func(h *records.Host) { h.Switch = "dvs2" })
 	hNoSw  = with(host("h-nosw", 13), func(h *records.Host) { h.Switch = "" })
+	hSoft1 = with(host("h-soft1", 14, uplink(records.UplinkSoftRoCEv2, 14)), func(h *records.Host) { h.Uplinks[0].MAC = "02:00:00:00:00:0e" })
 )
 
 func end(name string, h records.Host, p records.PortGroup) End {
@@ -191,7 +192,13 @@ func TestPathSelect(t *testing.T) {
 			name: "software RoCEv2 uplink on a RoCE v1 port group: tcp",
 			sw:   dvs1, a: end("vm1/vrdma0", hSoft, pgV1), b: end("vm2/vrdma0", hHCA, pgV1),
 			path:     TCP,
-			rejected: []rej{{Memcpy, "different hosts"}, {RDMA, "rocev2-soft, which cannot carry RoCE v1"}},
+			rejected: []rej{{Memcpy, "different hosts"}, {RDMA, "rocev2-soft, which cannot carry RoCE v1 (its agent publishes no MAC"}},
+		},
+		{
+			name: "software uplink with a published MAC on a RoCE v1 port group: rdma",
+			sw:   dvs1, a: end("vm1/vrdma0", hSoft1, pgV1), b: end("vm2/vrdma0", hHCA, pgV1),
+			path: RDMA, reason: []string{"RoCE v1"},
+			rejected: []rej{{Memcpy, "different hosts"}, {TCP, "rdma available"}},
 		},
 		{
 			name: "HCAs on a RoCE v1 port group: rdma",

@@ -376,7 +376,7 @@ type UplinkKind string
 
 // Uplink kinds.
 const (
-	UplinkSoftRoCEv2 UplinkKind = "rocev2-soft" // the agent's software RoCEv2 engine on a NIC; RoCE v2 only
+	UplinkSoftRoCEv2 UplinkKind = "rocev2-soft" // the agent's software RoCE engine on a NIC: RoCE v2, and v1 where its MAC is published (Uplink.Carries)
 	UplinkHCA        UplinkKind = "hca"         // a hardware HCA through libibverbs; RoCE v1 and v2
 )
 
@@ -391,6 +391,17 @@ func (k UplinkKind) Supports(v RoCEVersion) bool {
 	return false
 }
 
+// Carries reports whether uplink u can carry RoCE version v. A software
+// uplink carries RoCE v1 as well when its agent can send Ethernet frames
+// on its interface (root, an Ethernet interface, not loopback), which the
+// agent says by publishing the interface's MAC.
+func (u Uplink) Carries(v RoCEVersion) bool {
+	if u.Kind == UplinkSoftRoCEv2 && v == RoCEv1 {
+		return u.MAC != ""
+	}
+	return u.Kind.Supports(v)
+}
+
 // Uplink capabilities.
 const (
 	// CapNamespaces: the uplink gives each VM its own namespace of QPNs
@@ -400,11 +411,16 @@ const (
 
 // Uplink is one physical RDMA uplink of a host on its switch.
 type Uplink struct {
-	Kind         UplinkKind `json:"kind"`
-	Device       string     `json:"device,omitempty"` // NIC or HCA name, e.g. "eth1", "mlx5_0"
-	Address      netip.Addr `json:"address"`          // the uplink's IP address
-	GID          netip.Addr `json:"gid"`              // its GID (16-byte form)
-	Capabilities []string   `json:"capabilities,omitempty"`
+	Kind    UplinkKind `json:"kind"`
+	Device  string     `json:"device,omitempty"` // NIC or HCA name, e.g. "eth1", "mlx5_0"
+	Address netip.Addr `json:"address"`          // the uplink's IP address
+	GID     netip.Addr `json:"gid"`              // its GID (16-byte form)
+	// MAC is the uplink interface's Ethernet address, as its agent
+	// publishes it for RoCE v1, whose frames are addressed by MAC
+	// ("aa:bb:cc:dd:ee:ff"); empty when the uplink carries no RoCE v1
+	// (Carries).
+	MAC          string   `json:"mac,omitempty"`
+	Capabilities []string `json:"capabilities,omitempty"`
 	// Declared is the NIC's lossless-Ethernet state as the operator
 	// declares it (vrdmactl host uplink declare): it counts where the
 	// kernel cannot report the state (loopback, veth, virtio NICs).
@@ -542,6 +558,11 @@ func (h Host) Validate() error {
 			c.add(f+".address", "missing (the uplink's IP address)")
 		}
 		checkGID(&c, f+".gid", u.GID, true)
+		if u.MAC != "" {
+			if m, err := net.ParseMAC(u.MAC); err != nil || len(m) != 6 {
+				c.add(f+".mac", "%q is not an Ethernet MAC (aa:bb:cc:dd:ee:ff)", u.MAC)
+			}
+		}
 		if len(u.Capabilities) > MaxCapabilities {
 			c.add(f+".capabilities", "%d capabilities, more than %d", len(u.Capabilities), MaxCapabilities)
 		}

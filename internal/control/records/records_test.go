@@ -196,4 +196,22 @@ func TestUplinkKindSupports(t *testing.T) {
 	if !UplinkHCA.Supports(RoCEv1) || !UplinkHCA.Supports(RoCEv2) {
 		t.Error("hca must carry RoCE v1 and v2")
 	}
+	soft, hca := Uplink{Kind: UplinkSoftRoCEv2}, Uplink{Kind: UplinkHCA}
+	if soft.Carries(RoCEv1) || !soft.Carries(RoCEv2) || !hca.Carries(RoCEv1) || !hca.Carries(RoCEv2) {
+		t.Error("Carries: a software uplink without a MAC carries RoCE v2 only, an HCA both")
+	}
+	soft.MAC = "02:00:00:00:00:01"
+	if !soft.Carries(RoCEv1) || !soft.Carries(RoCEv2) {
+		t.Error("Carries: a software uplink with its MAC published carries RoCE v1 and v2")
+	}
+}
+
+func TestUplinkMAC(t *testing.T) {
+	for mac, ok := range map[string]bool{"": true, "02:00:00:00:00:01": true, "nope": false, "00:00:00:00:fe:80:00:00:00:00:00:00:02:00:5e:10:00:00:00:01": false} {
+		h := validHost()
+		h.Uplinks[0].MAC = mac
+		if err := h.Validate(); (err == nil) != ok {
+			t.Errorf("MAC %q: %v", mac, err)
+		}
+	}
 }

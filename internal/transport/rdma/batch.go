@@ -38,16 +38,26 @@ type batch struct {
 
 	sum rocewire.Checksummer
 	ipu [maxIPUDP]byte // the headers a packet's ICRC covers
+
+	f *frames // RoCE v1's frame headers (frame.go); nil for v2
 }
 
-func newBatch(e *Engine, peer netip.AddrPort, m Marks) *batch {
-	return &batch{e: e, peer: peer, m: m, iov: make([][]byte, 0, maxIOV)}
+// newBatch makes a batch to peer (RoCE v1: its GID and mac).
+func newBatch(e *Engine, peer netip.AddrPort, mac [6]byte, m Marks) *batch {
+	b := &batch{e: e, peer: peer, m: m, iov: make([][]byte, 0, maxIOV)}
+	if e.fc != nil {
+		b.f = newFrames(e, mac, peer.Addr(), m)
+	}
+	return b
 }
 
 // add appends a packet: header h (copied) and then payload, n bytes in
 // pieces that stay valid until the batch is flushed (guest memory). It
 // sends the batch first if the packet cannot join it.
 func (b *batch) add(h []byte, payload [][]byte, n int) error {
+	if b.f != nil {
+		return b.addFrame(h, payload, n)
+	}
 	var err error
 	padN := int(rocewire.PadCount(n))
 	size := len(h) + n + padN + rocewire.ICRCLen
@@ -95,7 +105,12 @@ func (b *batch) flush() error {
 	if b.n > 1 {
 		b.e.ctr.TxBatches.Add(1)
 	}
-	err := b.e.conn.WriteTo(b.iov, b.peer, b.m, seg)
+	var err error
+	if b.f != nil {
+		err = b.e.fc.WriteFrames(b.iov, b.f.ends[:b.n], b.m.Priority)
+	} else {
+		err = b.e.conn.WriteTo(b.iov, b.peer, b.m, seg)
+	}
 	clear(b.iov) // no reference to guest memory outlives the send
 	b.iov, b.n, b.bytes, b.closed = b.iov[:0], 0, 0, false
 	return err

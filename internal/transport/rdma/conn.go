@@ -58,9 +58,14 @@ type Conn interface {
 // DSCP << 2, which routers read; and the socket priority, the PFC
 // priority, which a VLAN interface's egress map turns into the 802.1Q PCP
 // (netcheck.SocketOptionsOf).
+//
+// RoCE v1 frames have no IP header: TOS is their GRH's traffic class, and
+// the engine writes the 802.1Q tag itself, PCP Priority and VID VLAN,
+// when either is not 0 (frame.go).
 type Marks struct {
 	TOS      uint8
-	Priority uint8 // 0–7; 7 needs CAP_NET_ADMIN, else it is left off (udpConn.WriteTo)
+	Priority uint8  // 0–7; 7 needs CAP_NET_ADMIN, else it is left off (udpConn.WriteTo)
+	VLAN     uint16 // RoCE v1 only: the VID its frames are tagged with
 }
 
 // Batches (UDP GSO and GRO): maxSegments is the most datagrams one

@@ -59,7 +59,7 @@ func testBatchGRO(t *testing.T, addr netip.AddrPort) {
 	}
 	defer c.Close()
 	e := &Engine{conn: c, local: c.LocalAddr()}
-	b := newBatch(e, c.LocalAddr(), Marks{})
+	b := newBatch(e, c.LocalAddr(), [6]byte{}, Marks{})
 	const mtu, n = 1024, 9
 	data := make([]byte, n*mtu)
 	for i := range data {

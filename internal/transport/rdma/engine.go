@@ -3,7 +3,9 @@
 // packets as a RoCE NIC sends and accepts them (package rocewire: BTH and
 // the extended headers, padding, the ICRC), over UDP port 4791 on the
 // uplink's address; each QP of a VM is its own QP on the wire, with the
-// device's QPN.
+// device's QPN. A port group set to RoCE v1 has the same transport carried
+// in Ethernet frames instead, by an engine on an AF_PACKET socket on the
+// uplink's interface (frame.go).
 //
 // Goroutines and who owns them:
 //
@@ -24,6 +26,7 @@ package rdma
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -38,7 +41,12 @@ import (
 // Config configures an Engine.
 type Config struct {
 	Device *device.Device
-	Conn   Conn // the uplink's socket (ListenUDP)
+	Conn   Conn // the uplink's socket (ListenUDP), for RoCE v2
+	// Frames, instead of Conn, makes the engine RoCE v1: its socket on
+	// the uplink's interface (ListenFrames), and GID the uplink's GID,
+	// every frame's SGID (frame.go).
+	Frames FrameConn
+	GID    netip.Addr
 	Log    *slog.Logger
 }
 
@@ -51,25 +59,41 @@ type Counters struct {
 	TxBatches, RxBatches atomic.Uint64
 }
 
-// Engine is one RDMA uplink's RoCEv2 engine.
+// Engine is one RDMA uplink's RoCE engine: RoCE v2 on a UDP socket, or
+// RoCE v1 on an AF_PACKET one (frame.go).
 type Engine struct {
 	cfg   Config
 	dev   *device.Device
-	conn  Conn
+	conn  Conn // RoCE v2; nil for v1
 	log   *slog.Logger
-	local netip.AddrPort
+	local netip.AddrPort // RoCE v1: the GID, port 0
 	ctr   Counters
+
+	// RoCE v1's: the socket, its interface and the uplink's GID.
+	fc   FrameConn
+	link Link
+	gid  [16]byte
 
 	wg sync.WaitGroup
 }
 
-// Start starts the engine on cfg.Conn.
+// Start starts the engine on cfg.Conn, or on cfg.Frames.
 func Start(cfg Config) *Engine {
-	e := &Engine{cfg: cfg, dev: cfg.Device, conn: cfg.Conn, log: cfg.Log.With("component", "rdma"), local: cfg.Conn.LocalAddr()}
+	e := &Engine{cfg: cfg, dev: cfg.Device, conn: cfg.Conn, fc: cfg.Frames, log: cfg.Log.With("component", "rdma")}
 	e.wg.Add(1)
+	if e.fc != nil {
+		e.link, e.gid = e.fc.Link(), cfg.GID.As16()
+		e.local = netip.AddrPortFrom(netip.AddrFrom16(e.gid), 0)
+		go e.readFrames()
+		return e
+	}
+	e.local = cfg.Conn.LocalAddr()
 	go e.read()
 	return e
 }
+
+// RoCEv1 reports whether the engine speaks RoCE v1.
+func (e *Engine) RoCEv1() bool { return e.fc != nil }
 
 // Counters returns the engine's packet counters.
 func (e *Engine) Counters() *Counters { return &e.ctr }
@@ -77,18 +101,26 @@ func (e *Engine) Counters() *Counters { return &e.ctr }
 // Status reports the engine's address and counters.
 func (e *Engine) Status() mgmt.RDMAStatus {
 	c := &e.ctr
-	return mgmt.RDMAStatus{Address: e.local.String(), PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
+	addr, roce := e.local.String(), "v2"
+	if e.fc != nil {
+		addr, roce = fmt.Sprintf("%s %s gid %s", e.link.Name, net.HardwareAddr(e.link.MAC[:]), e.local.Addr()), "v1"
+	}
+	return mgmt.RDMAStatus{Address: addr, RoCE: roce, PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
 		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
 		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(),
 		BatchesOut: c.TxBatches.Load(), BatchesIn: c.RxBatches.Load()}
 }
 
-// LocalAddr is the uplink's address and port.
+// LocalAddr is the uplink's address and port (RoCE v1: its GID, port 0).
 func (e *Engine) LocalAddr() netip.AddrPort { return e.local }
 
 // Close stops the engine.
 func (e *Engine) Close() {
-	e.conn.Close()
+	if e.fc != nil {
+		e.fc.Close()
+	} else {
+		e.conn.Close()
+	}
 	e.wg.Wait()
 }
 
@@ -100,7 +132,15 @@ func (e *Engine) Bind(peer netip.AddrPort, m Marks) func(q *device.QP) device.Pa
 	if peer.Port() == 0 {
 		peer = netip.AddrPortFrom(peer.Addr(), rocewire.UDPPort)
 	}
-	return func(q *device.QP) device.Path { return newPath(e, q, peer, m) }
+	return func(q *device.QP) device.Path { return newPath(e, q, peer, [6]byte{}, m) }
+}
+
+// BindFrames is Bind for a RoCE v1 engine (and for it only): the peer is the uplink of GID
+// gid on interface MAC mac; its frames are tagged as m says (Marks.VLAN,
+// Marks.Priority) and their GRH carries m.TOS as its traffic class.
+func (e *Engine) BindFrames(mac [6]byte, gid netip.Addr, m Marks) func(q *device.QP) device.Path {
+	peer := netip.AddrPortFrom(netip.AddrFrom16(gid.As16()), 0)
+	return func(q *device.QP) device.Path { return newPath(e, q, peer, mac, m) }
 }
 
 // maxDatagram is the largest packet the engine takes: a 4096-byte path
@@ -152,7 +192,7 @@ func (e *Engine) read() {
 				e.ctr.BadICRC.Add(1)
 				continue
 			}
-			if p := e.dispatch(b, src, &pkt); p != nil && !p.rsp.answering {
+			if p := e.dispatch(b, src, nil, &pkt); p != nil && !p.rsp.answering {
 				p.rsp.answering = true
 				answered = append(answered, p)
 			}
@@ -166,9 +206,11 @@ func (e *Engine) read() {
 	}
 }
 
-// dispatch parses packet b from src and hands it to its QP; it returns
-// the path whose responder served it, nil if none did.
-func (e *Engine) dispatch(b []byte, src netip.AddrPort, pkt *rocewire.Packet) *path {
+// dispatch parses packet b from src (RoCE v1: the SGID, port 0, and the
+// source MAC mac; nil for v2) and hands it to its QP, if that QP is
+// connected through this engine to src; it returns the path whose
+// responder served it, nil if none did.
+func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocewire.Packet) *path {
 	if err := rocewire.Parse(b, 0, pkt); err != nil {
 		e.ctr.Malformed.Add(1)
 		return nil
@@ -178,7 +220,7 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, pkt *rocewire.Packet) *p
 	if q != nil {
 		p, _ = q.BoundPath().(*path)
 	}
-	if p == nil || p.peer.Addr() != src.Addr() {
+	if p == nil || p.e != e || p.peer.Addr() != src.Addr() || mac != nil && *mac != p.mac {
 		e.ctr.NoQP.Add(1)
 		if q != nil && pkt.Info.Request {
 			q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets

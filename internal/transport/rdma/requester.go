@@ -72,8 +72,9 @@ func (e *entry) reqPackets() uint32 {
 type path struct {
 	e    *Engine
 	q    *device.QP
-	peer netip.AddrPort
-	m    Marks // every packet's, both ways
+	peer netip.AddrPort // RoCE v1: the peer uplink's GID, port 0
+	mac  [6]byte        // RoCE v1: the peer uplink's MAC
+	m    Marks          // every packet's, both ways
 
 	// Owned by the QP's send-queue goroutine.
 	budget  device.RetryBudget
@@ -110,14 +111,14 @@ type path struct {
 	rsp responder
 }
 
-func newPath(e *Engine, q *device.QP, peer netip.AddrPort, m Marks) *path {
-	p := &path{e: e, q: q, peer: peer, m: m, bufs: make([][]byte, 0, abi.MaxSGE), rxBufs: make([][]byte, 0, abi.MaxSGE),
-		out: newBatch(e, peer, m)}
+func newPath(e *Engine, q *device.QP, peer netip.AddrPort, mac [6]byte, m Marks) *path {
+	p := &path{e: e, q: q, peer: peer, mac: mac, m: m, bufs: make([][]byte, 0, abi.MaxSGE), rxBufs: make([][]byte, 0, abi.MaxSGE),
+		out: newBatch(e, peer, mac, m)}
 	for i := range p.win {
 		p.win[i].slot = make([]byte, q.SlotSize())
 	}
 	p.next = q.SQHead()
-	p.rsp.p, p.rsp.out = p, newBatch(e, peer, m)
+	p.rsp.p, p.rsp.out = p, newBatch(e, peer, mac, m)
 	return p
 }
 
