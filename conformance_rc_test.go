@@ -207,12 +207,14 @@ func testRetryCounts(t *testing.T, s *suite) {
 			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
 			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRNRRetryExcErr, 0)
 			want := uint64(retry) + 1
-			// On a lossy path frames are lost too: transport retries
-			// happen, and some RNR NAKs sent never arrive.
+			// On a lossy path frames are lost and duplicated too:
+			// transport retries happen, some RNR NAKs sent never arrive,
+			// and one that arrives twice counts twice at the requester
+			// (nothing on the wire tells it from a second refusal).
 			if c := s.qpCounters(t, a); c.RNRNaksReceived != want || c.TransportRetries != 0 && !s.lossy() {
 				t.Fatalf("requester: %d RNR NAKs received, %d transport retries; want %d (rnr_retry %d + 1) and 0", c.RNRNaksReceived, c.TransportRetries, want, retry)
 			}
-			if c := s.qpCounters(t, b); c.RNRNaksSent != want && !(s.lossy() && c.RNRNaksSent > want) {
+			if c := s.qpCounters(t, b); c.RNRNaksSent != want && !(s.lossy() && c.RNRNaksSent > 0) {
 				t.Fatalf("responder: %d RNR NAKs sent, want %d (rnr_retry %d + 1)", c.RNRNaksSent, want, retry)
 			}
 		})
