@@ -15,19 +15,7 @@ int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned i
 void verbs_register_driver_34(const void *ops);
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 
-static int failed;
-
-#define CHECK(name, cond, ...)                          \
-	do {                                            \
-		if (cond) {                             \
-			printf("ok %s\n", name);        \
-		} else {                                \
-			printf("FAIL %s: ", name);      \
-			printf(__VA_ARGS__);            \
-			printf("\n");                   \
-			failed = 1;                     \
-		}                                       \
-	} while (0)
+#include "check.h"
 
 int main(void)
 {

@@ -16,20 +16,7 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                     \
-	do {                                       \
-		if (cond) {                        \
-			printf("ok %s\n", name);   \
-		} else {                           \
-			printf("FAIL %s: ", name); \
-			printf(__VA_ARGS__);       \
-			printf("\n");              \
-			failed = 1;                \
-		}                                  \
-		fflush(stdout);                    \
-	} while (0)
+#include "check.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 

@@ -18,20 +18,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                     \
-	do {                                       \
-		if (cond) {                        \
-			printf("ok %s\n", name);   \
-		} else {                           \
-			printf("FAIL %s: ", name); \
-			printf(__VA_ARGS__);       \
-			printf("\n");              \
-			failed = 1;                \
-		}                                  \
-		fflush(stdout);                    \
-	} while (0)
+#include "check.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
