@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -89,7 +93,8 @@ type pairReport struct {
 }
 
 func (a *app) quickstartCommand() *cobra.Command {
-	return &cobra.Command{
+	var keep bool
+	cmd := &cobra.Command{
 		Use:   "quickstart",
 		Short: "Start four throw-away host agents with five VMs and show RDMA between them",
 		Long: `quickstart shows vrdma working on this machine, with no root, no installed
@@ -111,7 +116,16 @@ runs every opcode (SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
 RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD) checking the data,
 measures a short bandwidth (64 KiB RDMA WRITEs) and latency (8-byte RDMA
 WRITE ping-pong) sample, prints the path each pair took and why, and removes
-everything. It exits 1 if anything failed.`,
+everything. It exits 1 if anything failed.
+
+With --keep it then keeps the hosts and the VMs (none of them attached) until
+interrupted (SIGINT or SIGTERM): it prints "ready" on a line of its own, then,
+for each pair, the vrdmactl exec commands that run unmodified ib_write_bw
+(perftest) across it on the drop-in libibverbs, the server in the pair's
+second VM, the client in its first.`,
+		Example: `  vrdmactl quickstart
+  vrdmactl quickstart -o json
+  vrdmactl quickstart --keep`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
@@ -120,7 +134,16 @@ everything. It exits 1 if anything failed.`,
 			if !a.json() {
 				progress = a.stdout
 			}
-			rep := a.quickstart(ctx, progress)
+			var hold func([]*localHost)
+			if keep && a.json() {
+				return usageErrorf("quickstart --keep prints the commands to run, not JSON: drop -o json")
+			}
+			if keep {
+				sig, stop := signal.NotifyContext(context.WithoutCancel(cmd.Context()), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				hold = func(hosts []*localHost) { a.holdQuickstart(sig, hosts) }
+			}
+			rep := a.quickstart(ctx, progress, hold)
 			if a.json() {
 				if err := a.printJSON(rep); err != nil {
 					return err
@@ -137,11 +160,45 @@ everything. It exits 1 if anything failed.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the hosts and VMs until interrupted, and print the commands that run ib_write_bw across each pair")
+	return cmd
+}
+
+// holdQuickstart prints "ready" and the commands that run ib_write_bw
+// across each pair, then waits for sig.
+func (a *app) holdQuickstart(sig context.Context, hosts []*localHost) {
+	self := "vrdmactl"
+	if _, err := exec.LookPath(self); err != nil {
+		if exe, err := os.Executable(); err == nil {
+			self = exe
+		}
+	}
+	socket := func(adapter string) string {
+		name := strings.SplitN(adapter, "/", 2)[0]
+		for _, v := range quickstartVMs {
+			if v.Name == name && hosts[v.Host] != nil {
+				return hosts[v.Host].Socket
+			}
+		}
+		return ""
+	}
+	w := a.stdout
+	fmt.Fprintln(w, "ready")
+	for _, ps := range quickstartPairs {
+		vmA, adA, _ := strings.Cut(ps.A, "/")
+		vmB, adB, _ := strings.Cut(ps.B, "/")
+		fmt.Fprintf(w, "# %s: %s (%s) → %s (%s)\n", ps.Path, ps.A, vmHost(ps.A), ps.B, vmHost(ps.B))
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -d %s -x 0 &\n", self, socket(ps.B), vmB, adB)
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -d %s -x 0 localhost\n", self, socket(ps.A), vmA, adA)
+	}
+	fmt.Fprintln(w, "# interrupt (Ctrl-C) to stop the hosts and remove everything")
+	<-sig.Done()
 }
 
 // quickstart runs everything and reports; it never leaves an agent or its
-// directory behind.
-func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstartReport) {
+// directory behind. With hold, a run whose pairs all worked detaches its
+// workloads and calls hold with the hosts before it stops them.
+func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*localHost)) (rep quickstartReport) {
 	start := time.Now()
 	defer func() { rep.ElapsedS = round2(time.Since(start).Seconds()) }()
 	fail := func(err error) quickstartReport {
@@ -294,6 +351,13 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer) (rep quickstar
 		}
 		rep.Pairs = append(rep.Pairs, pr)
 		rep.OK = rep.OK && pr.OK
+	}
+	if hold != nil && rep.OK {
+		for name, v := range byName {
+			v.Close()
+			delete(byName, name)
+		}
+		hold(hosts)
 	}
 	return rep
 }
