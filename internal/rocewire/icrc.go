@@ -59,9 +59,7 @@ func (c *Checksummer) Sum(ip, udp []byte, tp [][]byte) (uint32, error) {
 		c.pre[8] = 0xff                   // TTL
 		c.pre[10], c.pre[11] = 0xff, 0xff // header checksum
 	case len(ip) == IPv6HeaderLen && ip[0]>>4 == 6:
-		c.pre[0] |= 0x0f                                // traffic class (high nibble)
-		c.pre[1], c.pre[2], c.pre[3] = 0xff, 0xff, 0xff // traffic class, flow label
-		c.pre[7] = 0xff                                 // hop limit
+		maskIPv6(c.pre[:])
 	default:
 		return 0, errorf("the ICRC covers an IPv4 header of 20 bytes or an IPv6 header of 40, not %d bytes (version %d)", len(ip), version(ip))
 	}
@@ -73,6 +71,21 @@ func (c *Checksummer) Sum(ip, udp []byte, tp [][]byte) (uint32, error) {
 	}
 	n += copy(c.pre[n:], udp)
 	c.pre[n-2], c.pre[n-1] = 0xff, 0xff // UDP checksum
+	return c.finish(n, tp), nil
+}
+
+// maskIPv6 sets to ones the fields of the IPv6 header (or RoCE v1 GRH,
+// which has its layout) at the start of h that routers may change: the
+// traffic class, the flow label and the hop limit.
+func maskIPv6(h []byte) {
+	h[0] |= 0x0f                        // traffic class (high nibble)
+	h[1], h[2], h[3] = 0xff, 0xff, 0xff // traffic class, flow label
+	h[7] = 0xff                         // hop limit
+}
+
+// finish appends tp's BTH, masked, to the n bytes of masked headers in
+// c.pre and returns the CRC of those and the rest of tp.
+func (c *Checksummer) finish(n int, tp [][]byte) uint32 {
 	n += copy(c.pre[n:], tp[0][:BTHLen])
 	c.pre[n-BTHLen+4] = 0xff // FECN, BECN, reserved
 	t := crc32.IEEETable
@@ -81,7 +94,7 @@ func (c *Checksummer) Sum(ip, udp []byte, tp [][]byte) (uint32, error) {
 	for _, b := range tp[1:] {
 		crc = crc32.Update(crc, t, b)
 	}
-	return crc, nil
+	return crc
 }
 
 func version(ip []byte) int {

@@ -13,7 +13,6 @@ package rocewire
 
 import (
 	"encoding/binary"
-	"hash/crc32"
 )
 
 // RoCE v1 constants.
@@ -180,18 +179,8 @@ func (c *Checksummer) SumGRH(g []byte, tp [][]byte) (uint32, error) {
 		return 0, errorf("transport packet whose first piece is shorter than a BTH")
 	}
 	n := copy(c.pre[:], g)
-	c.pre[0] |= 0x0f                                // traffic class (high nibble)
-	c.pre[1], c.pre[2], c.pre[3] = 0xff, 0xff, 0xff // traffic class, flow label
-	c.pre[7] = 0xff                                 // hop limit
-	n += copy(c.pre[n:], tp[0][:BTHLen])
-	c.pre[n-BTHLen+4] = 0xff // FECN, BECN, reserved
-	t := crc32.IEEETable
-	crc := crc32.Update(crcFF8, t, c.pre[:n])
-	crc = crc32.Update(crc, t, tp[0][BTHLen:])
-	for _, b := range tp[1:] {
-		crc = crc32.Update(crc, t, b)
-	}
-	return crc, nil
+	maskIPv6(c.pre[:])
+	return c.finish(n, tp), nil
 }
 
 // VerifyGRH reports whether the ICRC at the end of pkt, the transport

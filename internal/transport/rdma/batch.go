@@ -13,6 +13,7 @@ package rdma
 // released.
 
 import (
+	"encoding/binary"
 	"net/netip"
 
 	"github.com/vrdma/vrdma/internal/rocewire"
@@ -78,9 +79,7 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 		b.iov = b.iov[:start]
 		return cerr
 	}
-	icrc := trail[padN:]
-	icrc[0], icrc[1], icrc[2], icrc[3] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
-	b.iov[len(b.iov)-1] = trail
+	b.seal(trail, padN, crc)
 	if k == 0 {
 		b.size = size
 	} else if size < b.size {
@@ -89,6 +88,14 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 	b.n++
 	b.bytes += size
 	return err
+}
+
+// seal writes crc after the pad in trail, and makes trail, pad and ICRC,
+// the last piece of the packet add is appending (which ended with the pad
+// alone, the piece the ICRC covers).
+func (b *batch) seal(trail []byte, padN int, crc uint32) {
+	binary.LittleEndian.PutUint32(trail[padN:], crc)
+	b.iov[len(b.iov)-1] = trail
 }
 
 // flush sends the batch.

@@ -159,7 +159,7 @@ func (e *Engine) read() {
 	buf := make([]byte, readBuffer)
 	var ids idDeltas
 	var pkt rocewire.Packet
-	var answered []*path
+	var answered answering
 	for {
 		n, seg, src, err := e.conn.ReadFrom(buf)
 		if err != nil {
@@ -192,18 +192,32 @@ func (e *Engine) read() {
 				e.ctr.BadICRC.Add(1)
 				continue
 			}
-			if p := e.dispatch(b, src, nil, &pkt); p != nil && !p.rsp.answering {
-				p.rsp.answering = true
-				answered = append(answered, p)
-			}
+			answered.add(e.dispatch(b, src, nil, &pkt))
 		}
-		for _, p := range answered {
-			p.rsp.answering = false
-			p.rsp.flush()
-		}
-		clear(answered)
-		answered = answered[:0]
+		answered.flush()
 	}
+}
+
+// answering is the responders that answered requests of the datagrams
+// (or frames) the reader is serving; owned by the reader.
+type answering []*path
+
+// add notes that p's responder answered (p may be nil: none did).
+func (a *answering) add(p *path) {
+	if p != nil && !p.rsp.answering {
+		p.rsp.answering = true
+		*a = append(*a, p)
+	}
+}
+
+// flush sends every answer noted, once per responder.
+func (a *answering) flush() {
+	for _, p := range *a {
+		p.rsp.answering = false
+		p.rsp.flush()
+	}
+	clear(*a)
+	*a = (*a)[:0]
 }
 
 // dispatch parses packet b from src (RoCE v1: the SGID, port 0, and the

@@ -399,9 +399,7 @@ func (b *batch) addFrame(h []byte, payload [][]byte, n int) error {
 		b.iov = b.iov[:start]
 		return cerr
 	}
-	icrc := trail[padN:]
-	icrc[0], icrc[1], icrc[2], icrc[3] = byte(crc), byte(crc>>8), byte(crc>>16), byte(crc>>24)
-	b.iov[len(b.iov)-1] = trail
+	b.seal(trail, padN, crc)
 	f.ends[k] = len(b.iov)
 	b.n++
 	b.bytes += f.tlen + size
@@ -421,7 +419,7 @@ func (e *Engine) readFrames() {
 	var fr rocewire.Frame
 	var pkt rocewire.Packet
 	var sum rocewire.Checksummer
-	var answered []*path
+	var answered answering
 	for {
 		n, err := e.fc.ReadFrames(bufs, lens[:])
 		if err != nil {
@@ -436,17 +434,9 @@ func (e *Engine) readFrames() {
 			e.ctr.RxBatches.Add(1)
 		}
 		for k := range n {
-			if p := e.frame(bufs[k], lens[k], &fr, &pkt, &sum); p != nil && !p.rsp.answering {
-				p.rsp.answering = true
-				answered = append(answered, p)
-			}
+			answered.add(e.frame(bufs[k], lens[k], &fr, &pkt, &sum))
 		}
-		for _, p := range answered {
-			p.rsp.answering = false
-			p.rsp.flush()
-		}
-		clear(answered)
-		answered = answered[:0]
+		answered.flush()
 	}
 }
 

@@ -199,13 +199,7 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 		}
 		opcodes[op]++
 	}
-	// SEND (first, middle, last, only, only with immediate), WRITE (the
-	// same), READ request and responses, atomics and their ACK, ACK.
-	for _, op := range []int{0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14} {
-		if opcodes[op] == 0 {
-			t.Errorf("no packet with opcode 0x%02x in the capture (%d packets; opcodes %v)", op, len(lines), opcodes)
-		}
-	}
+	wantEveryOpcode(t, opcodes, "packet", len(lines))
 
 	// scapy: the ICRC of every packet.
 	script := `
@@ -267,4 +261,17 @@ func nftCounters(listing string) []int {
 		}
 	}
 	return n
+}
+
+// wantEveryOpcode fails t unless opcodes (counts by BTH opcode, of n
+// captured packets or frames) has every opcode the test's traffic needs:
+// SEND (first, middle, last, only, only with immediate), WRITE (the
+// same), READ request and responses, atomics and their ACK, ACK.
+func wantEveryOpcode(t *testing.T, opcodes map[int]int, what string, n int) {
+	t.Helper()
+	for _, op := range []int{0x00, 0x01, 0x02, 0x04, 0x05, 0x06, 0x07, 0x08, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0x13, 0x14} {
+		if opcodes[op] == 0 {
+			t.Errorf("no %s with opcode 0x%02x in the capture (%d %ss; opcodes %v)", what, op, n, what, opcodes)
+		}
+	}
 }
