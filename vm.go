@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -84,7 +85,9 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 	v := &VM{c: c, name: r.VM, host: r.Host, memLocked: r.MemLocked, async: r.AsyncMode, mem: m, cqs: map[*CQ]struct{}{}}
 	for _, ai := range r.Adapters {
 		mac, _ := net.ParseMAC(ai.MAC)
-		v.adapters = append(v.adapters, &Adapter{vm: v, name: ai.Name, index: ai.Index, mac: mac, gid: ai.GID})
+		ip4, _ := netip.ParseAddr(ai.IPv4)
+		ip6, _ := netip.ParseAddr(ai.IPv6)
+		v.adapters = append(v.adapters, &Adapter{vm: v, name: ai.Name, index: ai.Index, mac: mac, gid: ai.GID, ip4: ip4, ip6: ip6})
 	}
 	c.whenDead(v.wakeAll)
 	return v, nil
@@ -191,7 +194,18 @@ type Adapter struct {
 	index int
 	mac   net.HardwareAddr
 	gid   GID
+	ip4   netip.Addr
+	ip6   netip.Addr
 }
+
+// IPv4 returns the adapter's IPv4 address on its port group (the zero
+// Addr when it has none): from vrdmaN.ipAddress, or assigned by the
+// control plane from the port group's subnet. Its GID is then the
+// IPv4-mapped form, and peers connect to it by this address.
+func (a *Adapter) IPv4() netip.Addr { return a.ip4 }
+
+// IPv6 returns the adapter's optional IPv6 address (vrdmaN.ip6Address).
+func (a *Adapter) IPv6() netip.Addr { return a.ip6 }
 
 // Name returns the adapter's name, "vrdmaN".
 func (a *Adapter) Name() string { return a.name }

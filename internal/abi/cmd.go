@@ -297,6 +297,10 @@ type AdapterInfo struct {
 	Index int    `json:"index"`
 	MAC   string `json:"mac"`
 	GID   GID    `json:"gid"`
+	// IPv4 and IPv6 are the adapter's addresses on its port group
+	// (omitted when it has none); with IPv4, GID is its IPv4-mapped form.
+	IPv4 string `json:"ipv4,omitempty"`
+	IPv6 string `json:"ipv6,omitempty"`
 }
 
 // AttachReply describes the attached VM; the guest memory memfd rides along.

@@ -49,8 +49,14 @@ func (a *Agent) attachVM(s *session, name string) (*device.VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.publishVM(v, s.uid) // control.go
-	v.SetReady()
+	err = a.publishVM(v, s.uid) // control.go
+	if err == nil {
+		err = v.SetReadyUnique() // no other VM of this host has one of its addresses
+	}
+	if err != nil {
+		a.detachVM(v)
+		return nil, err
+	}
 	if v.Managed() && a.ctl != nil {
 		// A power-off or a move that came after the checks above, and
 		// whose change the watch delivered before v was ready, found

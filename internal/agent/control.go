@@ -221,13 +221,15 @@ func (a *Agent) ControlStore() *store.Store {
 	return a.ctl.st
 }
 
-// publishVM publishes attached VM v and its adapters. It never fails the
-// attach: a VM the control plane does not know is reachable from this
-// host only, and the warning says why.
-func (a *Agent) publishVM(v *device.VM, uid uint32) {
+// publishVM publishes attached VM v and its adapters, assigning adapter
+// addresses from their port groups' subnets (address.go). It fails the
+// attach only when an address is taken (CodeExists): otherwise a VM the
+// control plane does not know is reachable from this host only, and the
+// warning says why.
+func (a *Agent) publishVM(v *device.VM, uid uint32) error {
 	c := a.ctl
 	if c == nil {
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
@@ -243,6 +245,11 @@ func (a *Agent) publishVM(v *device.VM, uid uint32) {
 		rec.VMX = ""
 	}
 	var ads []records.Adapter
+	type assignment struct {
+		i  int
+		pr netip.Prefix
+	}
+	var assigned []assignment
 	for i, ad := range v.Adapters() {
 		vc := v.Config().Adapters[i]
 		pg := vc.PortGroupID
@@ -261,17 +268,43 @@ func (a *Agent) publishVM(v *device.VM, uid uint32) {
 					"switch", sw, "port_group", pg, "port_group_switch", p.Switch)
 			}
 			ad.SetActiveMTU(uint32(roceMTU(c, ctx, p)))
+			if pr, ok := p.SubnetPrefix(); ok && !ad.IPv4().IsValid() {
+				if err := c.assignIPv4(ctx, ad, pr, nil); err != nil {
+					c.log.Warn("adapter has no address", "vm", v.Name(), "adapter", ad.Name(), "port_group", pg, "err", err)
+				} else {
+					assigned = append(assigned, assignment{i, pr})
+					c.log.Info("adapter address assigned", "vm", v.Name(), "adapter", ad.Name(), "port_group", pg, "ipv4", ad.IPv4())
+				}
+			}
 		}
 		ads = append(ads, records.Adapter{VM: v.Name(), Index: ad.Index(), MAC: ad.MAC().String(), GID: netip.AddrFrom16(ad.GID()),
 			PortGroup: pg, NativeEndpoint: vc.NativeEndpoint})
 	}
 	err := c.publish(ctx, v, rec, ads)
+	// An assigned address another host took meanwhile: assign again.
+	for try := 0; errors.Is(err, member.ErrGIDInUse) && len(assigned) > 0 && try < 3; try++ {
+		taken := map[netip.Addr]bool{}
+		for _, as := range assigned {
+			ad := v.Adapters()[as.i]
+			taken[ad.IPv4()] = true
+			ad.ClearIPv4()
+			if aerr := c.assignIPv4(ctx, ad, as.pr, taken); aerr != nil {
+				break
+			}
+			ads[as.i].GID = netip.AddrFrom16(ad.GID())
+		}
+		err = c.publish(ctx, v, rec, ads)
+	}
 	if err == nil {
-		return
+		return nil
+	}
+	if cerr := addressConflict(v, err); cerr != nil {
+		c.log.Warn("VM refused: an adapter address is taken", "vm", v.Name(), "err", err)
+		return cerr
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.Name(), "err", err)
-		return
+		return nil
 	}
 	// etcd is out of reach: keep trying in the background while the VM
 	// stays attached, so that it appears once etcd is back.
@@ -302,6 +335,7 @@ func (a *Agent) publishVM(v *device.VM, uid uint32) {
 			wait = min(2*wait, 10*time.Second)
 		}
 	}()
+	return nil
 }
 
 var errDetached = errors.New("VM detached")

@@ -74,6 +74,24 @@ func TestDevinfo(t *testing.T) {
 	}
 }
 
+// TestAddressShown checks that devinfo and status show an adapter's
+// address (vrdmaN.ipAddress) and its IPv4-mapped GID.
+func TestAddressShown(t *testing.T) {
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{IPv4: []string{"10.9.1.1"}})
+	out := runOK(t, "--socket", env.Socket, "devinfo", "--vm", "vm1")
+	for _, want := range []string{"ipv4:\t\t\t\t10.9.1.1", "GID[  0]:\t\t::ffff:10.9.1.1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("devinfo lacks %q:\n%s", want, out)
+		}
+	}
+	env.Open(t, "vm1", testenv.VMOptions{IPv4: []string{"10.9.1.1"}})
+	if out := runOK(t, "--socket", env.Socket, "status"); !strings.Contains(out, "vrdma0 10.9.1.1 ::ffff:10.9.1.1") {
+		t.Errorf("status lacks vm1's address:\n%s", out)
+	}
+}
+
 func TestStatus(t *testing.T) {
 	isolate(t)
 	env := testenv.Start(t)

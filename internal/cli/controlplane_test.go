@@ -47,12 +47,12 @@ func lossless() records.NICState {
 }
 
 // fabric creates switch dvs1 with port groups dvportgroup-10 (VLAN 10)
-// and dvportgroup-20 (VLAN 20) through vrdmactl.
+// and dvportgroup-20 (VLAN 20, subnet 10.20.0.0/24) through vrdmactl.
 func fabric(t *testing.T, endpoint string) {
 	t.Helper()
 	runOK(t, "--etcd-endpoints", endpoint, "switch", "create", "dvs1")
 	runOK(t, "--etcd-endpoints", endpoint, "portgroup", "create", "dvportgroup-10", "--switch", "dvs1", "--vlan", "10")
-	runOK(t, "--etcd-endpoints", endpoint, "portgroup", "create", "dvportgroup-20", "--switch", "dvs1", "--vlan", "20", "--roce-version", "v2")
+	runOK(t, "--etcd-endpoints", endpoint, "portgroup", "create", "dvportgroup-20", "--switch", "dvs1", "--vlan", "20", "--roce-version", "v2", "--subnet", "10.20.0.0/24")
 }
 
 func vmxOn(pg string) string { return testenv.VMXOn(testenv.VMOptions{}, "dvs1", pg) }
@@ -152,6 +152,17 @@ func TestControlPlaneHostsPathsAndCrossHostConnect(t *testing.T) {
 	if vs.Host != b.Agent.HostID() || len(vs.Adapters) != 1 || vs.Adapters[0].PortGroup != "dvportgroup-10" || vs.Adapters[0].VLAN != 10 ||
 		vs.Adapters[0].GID.String() != adapter0(t, vm2).GID().String() {
 		t.Errorf("vm show vm2: %+v", vs)
+	}
+	// vm5's port group has a subnet: its adapter got an address from it.
+	runJSON(t, &vs, "--etcd-endpoints", ep, "-o", "json", "vm", "show", "vm5")
+	if ip := adapter0(t, vm5).IPv4(); len(vs.Adapters) != 1 || vs.Adapters[0].IPv4 != ip.String() || !strings.HasPrefix(ip.String(), "10.20.0.") {
+		t.Errorf("vm show vm5: %+v, want the address vm5/vrdma0 has (%v) from 10.20.0.0/24", vs, ip)
+	}
+	if out := runOK(t, "--etcd-endpoints", ep, "vm", "show", "vm5"); !strings.Contains(out, "IPV4") || !strings.Contains(out, adapter0(t, vm5).IPv4().String()) {
+		t.Errorf("vm show vm5 lacks its address:\n%s", out)
+	}
+	if out := runOK(t, "--etcd-endpoints", ep, "portgroup", "show", "dvportgroup-20"); !strings.Contains(out, "subnet:       10.20.0.0/24") {
+		t.Errorf("portgroup show dvportgroup-20 lacks its subnet:\n%s", out)
 	}
 
 	// path explain, as the seed decides.

@@ -17,6 +17,8 @@ import (
 type devinfoHCA struct {
 	HCAID  string           `json:"hca_id"`
 	MAC    string           `json:"mac"`
+	IPv4   string           `json:"ipv4,omitempty"`
+	IPv6   string           `json:"ipv6,omitempty"`
 	Device vrdma.DeviceAttr `json:"device"`
 	Ports  []devinfoPort    `json:"ports"`
 }
@@ -88,7 +90,14 @@ func (a *app) devinfo(ctx context.Context, name string) (devinfoReport, error) {
 		if err != nil {
 			return rep, fmt.Errorf("query port 1 of %s: %w", ad.Name(), err)
 		}
-		rep.HCAs = append(rep.HCAs, devinfoHCA{HCAID: ad.Name(), MAC: ad.MAC().String(), Device: dev, Ports: []devinfoPort{{Port: 1, PortAttr: port}}})
+		h := devinfoHCA{HCAID: ad.Name(), MAC: ad.MAC().String(), Device: dev, Ports: []devinfoPort{{Port: 1, PortAttr: port}}}
+		if ip := ad.IPv4(); ip.IsValid() {
+			h.IPv4 = ip.String()
+		}
+		if ip := ad.IPv6(); ip.IsValid() {
+			h.IPv6 = ip.String()
+		}
+		rep.HCAs = append(rep.HCAs, h)
 	}
 	return rep, nil
 }
@@ -134,6 +143,12 @@ func printDevinfo(w io.Writer, rep devinfoReport, verbose bool) {
 		fmt.Fprintf(w, "\tvendor_id:\t\t\t0x%04x\n", d.VendorID)
 		fmt.Fprintf(w, "\tvendor_part_id:\t\t\t%d\n", d.VendorPartID)
 		fmt.Fprintf(w, "\thw_ver:\t\t\t\t0x%X\n", d.HWVer)
+		if h.IPv4 != "" {
+			fmt.Fprintf(w, "\tipv4:\t\t\t\t%s\n", h.IPv4)
+		}
+		if h.IPv6 != "" {
+			fmt.Fprintf(w, "\tipv6:\t\t\t\t%s\n", h.IPv6)
+		}
 		if verbose {
 			fmt.Fprintf(w, "\tmax_mr_size:\t\t\t0x%x\n", d.MaxMRSize)
 			fmt.Fprintf(w, "\tpage_size_cap:\t\t\t0x%x\n", d.PageSizeCap)

@@ -85,6 +85,7 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 	f.IntVar(&pg.DSCP, "dscp", 26, "DSCP of RoCEv2 packets, 0..63")
 	f.StringVar(&roce, "roce-version", string(records.RoCEv2), "RoCE version: v1 or v2")
 	f.IntVar(&pg.RoCEMTU, "roce-mtu", 0, "RoCE MTU: 256, 512, 1024, 2048 or 4096 (0: the largest the switch's MTU carries)")
+	f.StringVar(&pg.Subnet, "subnet", "", "IPv4 subnet (e.g. 10.1.0.0/24) the control plane assigns adapter addresses from")
 	var onSwitch string
 	list := &cobra.Command{
 		Use:   "list",
@@ -129,8 +130,8 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 				if a.json() {
 					return a.printJSON(p)
 				}
-				fmt.Fprintf(a.stdout, "port group %s\n  name:         %s\n  switch:       %s\n  VLAN:         %d\n  PFC priority: %d\n  DSCP:         %d\n  RoCE:         %s\n  RoCE MTU:     %s\n",
-					p.Key, p.Name, p.Switch, p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion, roceMTUText(p.RoCEMTU))
+				fmt.Fprintf(a.stdout, "port group %s\n  name:         %s\n  switch:       %s\n  VLAN:         %d\n  PFC priority: %d\n  DSCP:         %d\n  RoCE:         %s\n  RoCE MTU:     %s\n  subnet:       %s\n",
+					p.Key, p.Name, p.Switch, p.VLAN, p.PFCPriority, p.DSCP, p.RoCEVersion, roceMTUText(p.RoCEMTU), subnetText(p.Subnet))
 				return nil
 			})
 		},
@@ -145,7 +146,7 @@ func (a *app) portgroupSetCommand() *cobra.Command {
 	var p records.PortGroup
 	var roce string
 	cmd := &cobra.Command{
-		Use:   "set KEY [--vlan N] [--pfc-priority P] [--dscp D] [--roce-version v1|v2] [--roce-mtu N] [--name NAME]",
+		Use:   "set KEY [--vlan N] [--pfc-priority P] [--dscp D] [--roce-version v1|v2] [--roce-mtu N] [--subnet CIDR] [--name NAME]",
 		Short: "Change a port group's VLAN, PFC priority, DSCP, RoCE version or RoCE MTU",
 		Long: `set changes a port group's record: the VLAN its adapters live in, the 802.1Q
 priority (PCP) that PFC keeps lossless for its RoCE traffic, the DSCP its RoCE
@@ -156,11 +157,11 @@ keep their path.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
 			changed := false
-			for _, n := range []string{"vlan", "pfc-priority", "dscp", "roce-version", "roce-mtu", "name"} {
+			for _, n := range []string{"vlan", "pfc-priority", "dscp", "roce-version", "roce-mtu", "subnet", "name"} {
 				changed = changed || fl.Changed(n)
 			}
 			if !changed {
-				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --name)")
+				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --subnet, --name)")
 			}
 			n, err := updateRecord(a, cmd, records.PortGroupKey(args[0]), "port group "+args[0], "vrdmactl portgroup list", func(old *records.PortGroup) error {
 				if fl.Changed("vlan") {
@@ -177,6 +178,9 @@ keep their path.`,
 				}
 				if fl.Changed("roce-mtu") {
 					old.RoCEMTU = p.RoCEMTU
+				}
+				if fl.Changed("subnet") {
+					old.Subnet = p.Subnet
 				}
 				if fl.Changed("name") {
 					old.Name = p.Name
@@ -199,8 +203,17 @@ keep their path.`,
 	f.IntVar(&p.DSCP, "dscp", 0, "DSCP of RoCEv2 packets, 0..63")
 	f.StringVar(&roce, "roce-version", "", "RoCE version: v1 or v2")
 	f.IntVar(&p.RoCEMTU, "roce-mtu", 0, "RoCE MTU: 256, 512, 1024, 2048 or 4096 (0: the largest the switch's MTU carries)")
+	f.StringVar(&p.Subnet, "subnet", "", "IPv4 subnet adapter addresses are assigned from (\"\" for none); adapters already attached keep theirs")
 	f.StringVar(&p.Name, "name", "", "display name")
 	return cmd
+}
+
+// subnetText is a port group's subnet for people.
+func subnetText(s string) string {
+	if s == "" {
+		return "none (adapters have the addresses their VMs configure)"
+	}
+	return s
 }
 
 // portGroupText is a port group's network settings for people.

@@ -94,6 +94,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		var ads []string
 		for _, ad := range v.Adapters {
 			s := ad.Name
+			if ad.IPv4 != "" {
+				s += " " + ad.IPv4
+			}
 			if !ad.GID.IsZero() {
 				s += " " + ad.GID.String()
 			}

@@ -30,6 +30,9 @@ type vmAdapterReport struct {
 	Name   string `json:"name"`
 	Switch string `json:"switch,omitempty"`
 	VLAN   int    `json:"vlan"`
+	// IPv4 is the adapter's address: its GID's IPv4 form while attached,
+	// else its VMX's vrdmaN.ipAddress; omitted when it has none.
+	IPv4 string `json:"ipv4,omitempty"`
 }
 
 // vmReport is one VM of vm list --cluster and vm show.
@@ -70,7 +73,11 @@ func vmReportOf(cmd *cobra.Command, c *member.Cache, v records.VM, withVMX bool)
 		if err != nil {
 			continue
 		}
-		r.Adapters = append(r.Adapters, vmAdapterReport{Adapter: ad, Name: name})
+		ar := vmAdapterReport{Adapter: ad, Name: name}
+		if ad.GID.Is4In6() {
+			ar.IPv4 = ad.GID.Unmap().String()
+		}
+		r.Adapters = append(r.Adapters, ar)
 	}
 	for i := range r.Adapters { // the port group's switch and VLAN
 		ar := &r.Adapters[i]
@@ -93,7 +100,11 @@ func vmxAdapters(vmxText string) []vmAdapterReport {
 		return out
 	}
 	for _, ad := range cfg.Adapters {
-		out = append(out, vmAdapterReport{Adapter: records.Adapter{Index: ad.Index, PortGroup: ad.PortGroupID, NativeEndpoint: ad.NativeEndpoint}, Name: ad.Name()})
+		ar := vmAdapterReport{Adapter: records.Adapter{Index: ad.Index, PortGroup: ad.PortGroupID, NativeEndpoint: ad.NativeEndpoint}, Name: ad.Name()}
+		if ad.IPv4.IsValid() {
+			ar.IPv4 = ad.IPv4.String()
+		}
+		out = append(out, ar)
 	}
 	return out
 }
@@ -248,13 +259,13 @@ local agent does. --vmx prints the VMX alone, byte for byte.`,
 			fmt.Fprintf(a.stdout, "  inventory: datacenter %s, cluster %s, folder %s, resource pool %s\n",
 				orDash(r.Datacenter), orDash(r.Cluster), orDash(r.Folder), orDash(r.ResourcePool))
 			tw := tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "  ADAPTER\tGID\tMAC\tPORT GROUP\tSWITCH\tVLAN")
+			fmt.Fprintln(tw, "  ADAPTER\tIPV4\tGID\tMAC\tPORT GROUP\tSWITCH\tVLAN")
 			for _, ad := range r.Adapters {
 				gid := "-"
 				if ad.GID.IsValid() {
 					gid = ad.GID.String()
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\n", ad.Name, gid, orDash(ad.MAC), orDash(ad.PortGroup), orDash(ad.Switch), ad.VLAN)
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d\n", ad.Name, orDash(ad.IPv4), gid, orDash(ad.MAC), orDash(ad.PortGroup), orDash(ad.Switch), ad.VLAN)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

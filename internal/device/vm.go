@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,10 @@ type Adapter struct {
 	index int
 	mac   net.HardwareAddr
 	gid   abi.GID
+	// ip4 and ip6 are the adapter's addresses on its port group (invalid
+	// when it has none); with ip4, gid is its IPv4-mapped form. Set at
+	// attach, or by SetIPv4 before the VM is ready, and fixed after.
+	ip4, ip6 netip.Addr
 
 	activeMTU atomic.Uint32 // the port's active MTU; 0 until set: abi.DefaultPathMTU
 
@@ -135,9 +140,44 @@ func (ad *Adapter) Index() int { return ad.index }
 // MAC is the adapter's MAC address.
 func (ad *Adapter) MAC() net.HardwareAddr { return ad.mac }
 
+// IPv4 is the adapter's IPv4 address on its port group; the zero Addr
+// when it has none.
+func (ad *Adapter) IPv4() netip.Addr { return ad.ip4 }
+
+// IPv6 is the adapter's optional IPv6 address; the zero Addr when none.
+func (ad *Adapter) IPv6() netip.Addr { return ad.ip6 }
+
+// SetIPv4 gives the adapter IPv4 address ip (one the control plane
+// assigned) and makes its GID the IPv4-mapped form, as on RoCE v2. Only
+// before the VM is ready (SetReady): peers and QPs read the GID without a
+// lock after that.
+func (ad *Adapter) SetIPv4(ip netip.Addr) {
+	if ad.vm.ready.Load() || !ip.Is4() {
+		return
+	}
+	ad.ip4, ad.gid = ip, abi.GID(netip.AddrFrom4(ip.As4()).As16())
+}
+
+// ClearIPv4 takes back an address SetIPv4 gave (another adapter took it
+// first): the GID is the MAC's link-local one again. Only before the VM
+// is ready.
+func (ad *Adapter) ClearIPv4() {
+	if ad.vm.ready.Load() {
+		return
+	}
+	ad.ip4, ad.gid = netip.Addr{}, gidFromMAC(ad.mac)
+}
+
 // Info describes the adapter.
 func (ad *Adapter) Info() abi.AdapterInfo {
-	return abi.AdapterInfo{Name: ad.name, Index: ad.index, MAC: ad.mac.String(), GID: ad.gid}
+	in := abi.AdapterInfo{Name: ad.name, Index: ad.index, MAC: ad.mac.String(), GID: ad.gid}
+	if ad.ip4.IsValid() {
+		in.IPv4 = ad.ip4.String()
+	}
+	if ad.ip6.IsValid() {
+		in.IPv6 = ad.ip6.String()
+	}
+	return in
 }
 
 // Owner is the workload that attached a VM: the agent's session with it.
@@ -208,7 +248,11 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		if len(mac) != 6 {
 			mac = generatedMAC(d.cfg.HostID, name, c.Index)
 		}
-		v.adapters = append(v.adapters, &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac)})
+		ad := &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac), ip6: c.IPv6}
+		if c.IPv4.Is4() {
+			ad.ip4, ad.gid = c.IPv4, abi.GID(netip.AddrFrom4(c.IPv4.As4()).As16())
+		}
+		v.adapters = append(v.adapters, ad)
 	}
 	if v.async {
 		v.poller = newAsyncPoller()
@@ -221,6 +265,33 @@ func (v *VM) Dying() bool { return v.dying.Load() }
 
 // SetReady makes an attached VM visible to its peers and to status.
 func (v *VM) SetReady() { v.ready.Store(true) }
+
+// SetReadyUnique is SetReady, refused (CodeExists) when another VM of
+// this host has an adapter with the GID (so the address) of one of v's.
+func (v *VM) SetReadyUnique() error {
+	d := v.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ad := range v.adapters {
+		for _, o := range d.vms {
+			if o == v || o.dying.Load() {
+				continue
+			}
+			for _, oa := range o.adapters {
+				if oa.gid == ad.gid {
+					what := "GID " + netip.AddrFrom16(ad.gid).String()
+					if ad.ip4.IsValid() {
+						what = "IPv4 address " + ad.ip4.String()
+					}
+					return abi.Errorf(abi.CodeExists, "adapter", "%s/%s cannot have %s: %s/%s on this host has it; give one of them another address (vrdma%d.ipAddress)",
+						v.name, ad.name, what, o.name, oa.name, ad.index)
+				}
+			}
+		}
+	}
+	v.ready.Store(true)
+	return nil
+}
 
 // Adapters returns the VM's adapters, in configuration order.
 func (v *VM) Adapters() []*Adapter { return v.adapters }

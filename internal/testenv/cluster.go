@@ -121,6 +121,9 @@ type ClusterOptions struct {
 	// interfaces, which needs the hosts in network namespaces: the test
 	// is skipped without them (loopback has no MAC to address frames to).
 	RoCEVersion records.RoCEVersion
+	// Subnet is the port group's subnet adapter addresses are assigned
+	// from (records.PortGroup.Subnet); "" for none.
+	Subnet string
 	// ExtraArgs, if set, returns more vrdmad flags for host h (called at
 	// every start of h, restarts included).
 	ExtraArgs func(h *Host) []string
@@ -373,7 +376,7 @@ func (c *Cluster) createFabric() {
 		c.Switch.NetworkPolicy = records.NetworkOff
 	}
 	c.PortGroup = records.PortGroup{Name: c.opts.PortGroup, Key: c.opts.PortGroup, Switch: c.opts.Switch, VLAN: c.opts.VLAN,
-		PFCPriority: 3, DSCP: 26, RoCEVersion: cmp.Or(c.opts.RoCEVersion, records.RoCEv2)}
+		PFCPriority: 3, DSCP: 26, RoCEVersion: cmp.Or(c.opts.RoCEVersion, records.RoCEv2), Subnet: c.opts.Subnet}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := c.st.Create(ctx, records.SwitchKey(c.Switch.Name), c.Switch); err != nil {

@@ -64,6 +64,9 @@ type VMOptions struct {
 	Locked   bool // reserve and lock all guest memory
 	Async    bool // vrdma.asyncMode
 	Adapters int  // number of adapters (default 1)
+	// IPv4 are the adapters' vrdmaN.ipAddress values, by index; "" or a
+	// missing entry leaves the key out.
+	IPv4 []string
 }
 
 // VMX returns a VMX text for o.
@@ -83,6 +86,9 @@ func VMX(o VMOptions) string {
 	}
 	for i := 0; i < o.Adapters; i++ {
 		s += fmt.Sprintf("ethernet%d.present = \"TRUE\"\nethernet%d.virtualDev = \"vrdma\"\n", i, i)
+		if i < len(o.IPv4) && o.IPv4[i] != "" {
+			s += fmt.Sprintf("vrdma%d.ipAddress = %q\n", i, o.IPv4[i])
+		}
 	}
 	return s
 }

@@ -6,7 +6,8 @@
 // latency sensitivity, async mode, and the PVRDMA adapters. An adapter is
 // ethernetN with ethernetN.virtualDev = "vrdma" (in any case) and
 // ethernetN.present not false; vrdma calls it "vrdmaN", and
-// vrdmaN.nativeEndpointSupport enables native endpoints on it.
+// vrdmaN.nativeEndpointSupport enables native endpoints on it;
+// vrdmaN.ipAddress (and vrdmaN.ip6Address) give it its addresses.
 //
 // Every value is treated as hostile. Booleans are TRUE or FALSE in any case
 // (also 1/0 and yes/no); numbers are plain decimal with range checks. A value
@@ -24,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,6 +72,13 @@ type Adapter struct {
 	SwitchID       string           // ethernetN.dvs.switchId
 	PortGroupID    string           // ethernetN.dvs.portgroupId
 	NativeEndpoint bool             // vrdmaN.nativeEndpointSupport == TRUE
+	// IPv4 is the adapter's IPv4 address on its port group
+	// (vrdmaN.ipAddress); invalid (the zero Addr) when not set, and the
+	// control plane may assign one from the port group's subnet. The
+	// adapter's RoCE v2 GID is its IPv4-mapped form.
+	IPv4 netip.Addr
+	// IPv6 is the adapter's optional IPv6 address (vrdmaN.ip6Address).
+	IPv6 netip.Addr
 }
 
 // Name returns the adapter's name, "vrdma" followed by its Index: "vrdma3".
@@ -340,9 +349,35 @@ func (r *reader) adapters() []Adapter {
 		a.SwitchID, _ = r.f.Get(eth + "dvs.switchId")
 		a.PortGroupID, _ = r.f.Get(eth + "dvs.portgroupId")
 		a.NativeEndpoint = r.boolean(fmt.Sprintf("vrdma%d.nativeEndpointSupport", a.Index), false)
+		a.IPv4 = r.ip(fmt.Sprintf("vrdma%d.ipAddress", a.Index), true)
+		a.IPv6 = r.ip(fmt.Sprintf("vrdma%d.ip6Address", a.Index), false)
 		adapters = append(adapters, a)
 	}
 	return adapters
+}
+
+// ip returns the unicast address in key (IPv4 when v4, else IPv6), or
+// the zero Addr when key is absent or empty.
+func (r *reader) ip(key string, v4 bool) netip.Addr {
+	v, ok := r.f.Get(key)
+	if !ok || v == "" {
+		return netip.Addr{}
+	}
+	example, kind := "10.0.0.11", "IPv4"
+	if !v4 {
+		example, kind = "fd00::11", "IPv6"
+	}
+	fix := fmt.Sprintf("write the adapter's %s address, e.g. %s = %q, or remove the key to have the control plane assign one from the port group's subnet", kind, key, example)
+	a, err := netip.ParseAddr(v)
+	switch {
+	case err != nil || a.Zone() != "" || a.Is4() != v4 || a.Is4In6():
+		r.fail(key, "not an %s address; %s", kind, fix)
+		return netip.Addr{}
+	case a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		r.fail(key, "%s is not a unicast address an adapter can have; %s", a, fix)
+		return netip.Addr{}
+	}
+	return a
 }
 
 // mac returns the MAC address in the first of keys that is set and not

@@ -402,3 +402,29 @@ func TestManyErrors(t *testing.T) {
 		t.Errorf("error does not end with the count of the others:\n%s", err)
 	}
 }
+
+// TestAdapterAddresses checks vrdmaN.ipAddress and vrdmaN.ip6Address:
+// unicast addresses of their family are read, anything else is refused
+// with the key.
+func TestAdapterAddresses(t *testing.T) {
+	base := "memSize = \"4\"\nethernet1.virtualDev = \"vrdma\"\nethernet1.present = \"TRUE\"\n"
+	c, err := Parse([]byte(base + "vrdma1.ipAddress = \"10.1.0.7\"\nvrdma1.ip6Address = \"fd00::7\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c.Adapters[0]; a.IPv4.String() != "10.1.0.7" || a.IPv6.String() != "fd00::7" {
+		t.Fatalf("addresses %v and %v, want 10.1.0.7 and fd00::7", a.IPv4, a.IPv6)
+	}
+	if c, err := Parse([]byte(base)); err != nil || c.Adapters[0].IPv4.IsValid() {
+		t.Fatalf("no ipAddress key: %v, %v; want no address", err, c.Adapters[0].IPv4)
+	}
+	for _, bad := range []string{"vrdma1.ipAddress = \"10.1.0\"", "vrdma1.ipAddress = \"fd00::1\"", "vrdma1.ipAddress = \"0.0.0.0\"",
+		"vrdma1.ipAddress = \"127.0.0.1\"", "vrdma1.ipAddress = \"224.0.0.1\"", "vrdma1.ipAddress = \"255.255.255.255\"",
+		"vrdma1.ip6Address = \"10.1.0.7\"", "vrdma1.ip6Address = \"::ffff:10.1.0.7\"", "vrdma1.ip6Address = \"fe80::1%eth0\""} {
+		_, err := Parse([]byte(base + bad + "\n"))
+		key, _, _ := strings.Cut(bad, " ")
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: %v, want an error naming %s", bad, err, key)
+		}
+	}
+}

@@ -330,6 +330,24 @@ type PortGroup struct {
 	// RoCEMTU is the RoCE MTU of the port group's QPs, one of RoCEMTUs;
 	// 0 means the largest the switch's MTU carries.
 	RoCEMTU int `json:"roceMtu,omitempty"`
+	// Subnet is the IPv4 subnet of the port group's adapters, such as
+	// "10.1.0.0/24"; an adapter without a vrdmaN.ipAddress gets an address
+	// from it when it attaches. Empty: adapters have only the addresses
+	// their VMs configure.
+	Subnet string `json:"subnet,omitempty"`
+}
+
+// SubnetPrefix returns the port group's subnet, or false when it has none
+// (or it does not parse: Validate refuses that).
+func (p PortGroup) SubnetPrefix() (netip.Prefix, bool) {
+	if p.Subnet == "" {
+		return netip.Prefix{}, false
+	}
+	pr, err := netip.ParsePrefix(p.Subnet)
+	if err != nil || !pr.Addr().Is4() {
+		return netip.Prefix{}, false
+	}
+	return pr.Masked(), true
 }
 
 // Kind returns KindPortGroup.
@@ -353,6 +371,15 @@ func (p PortGroup) Validate() error {
 	}
 	if p.RoCEMTU != 0 && !slices.Contains(RoCEMTUs[:], p.RoCEMTU) {
 		c.add("roceMtu", "%d is not a RoCE MTU (256, 512, 1024, 2048 or 4096; 0 for the largest the switch carries)", p.RoCEMTU)
+	}
+	if p.Subnet != "" {
+		pr, err := netip.ParsePrefix(p.Subnet)
+		switch {
+		case err != nil || !pr.Addr().Is4():
+			c.add("subnet", "%q is not an IPv4 subnet such as 10.1.0.0/24", p.Subnet)
+		case pr.Bits() > 30 || pr.Bits() < 8:
+			c.add("subnet", "%q: the prefix length must be 8..30, so that the subnet has addresses to assign", p.Subnet)
+		}
 	}
 	return c.err()
 }
