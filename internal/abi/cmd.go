@@ -65,19 +65,32 @@ const (
 	OpEditVM        Op = 27 // EditVM → EditReply
 	OpPowerOnVM     Op = 28 // PowerOnVM → PowerReply
 	OpPowerOffVM    Op = 29 // VMRef → PowerReply
-	opMax           Op = 30
+	// 30..39 are left for other commands; 40..47 are rdma_cm's event
+	// channels (cmev.go).
+	OpCMOpenChannel  Op = 40 // Empty → Handle; fds: event socket (socketpair end)
+	OpCMCloseChannel Op = 41 // Handle → Empty
+	OpCMListen       Op = 42 // CMListen → Handle
+	OpCMCloseListen  Op = 43 // Handle → Empty
+	OpCMResolve      Op = 44 // CMResolve → Empty; then ADDR_RESOLVED or ADDR_ERROR
+	OpCMRoute        Op = 45 // CMRoute → Empty; then ROUTE_RESOLVED
+	OpCMConnect      Op = 46 // CMConnect → Empty; then ESTABLISHED, REJECTED or UNREACHABLE
+	OpCMDisconnect   Op = 47 // CMDisconnect → Empty; then DISCONNECTED on both sides
+	opMax            Op = 48
 )
 
 var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
 	"dereg-mr", "create-cq", "destroy-cq", "create-qp", "modify-qp", "query-qp", "destroy-qp", "listen",
 	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
-	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm"}
+	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm",
+	30: "", 39: "", // not ops
+	40: "cm-open-channel", 41: "cm-close-channel", 42: "cm-listen", 43: "cm-close-listen", 44: "cm-resolve",
+	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect"}
 
 // Known reports whether o is an op of this ABI version.
-func (o Op) Known() bool { return o > 0 && o < opMax }
+func (o Op) Known() bool { return o > 0 && o < opMax && opNames[o] != "" }
 
 func (o Op) String() string {
-	if o > 0 && o < opMax {
+	if o.Known() {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint16(o))
@@ -130,7 +143,7 @@ func ParseMessage(msg []byte) (Header, []byte, error) {
 	if h.Version != Version {
 		return h, nil, Errorf(CodeInvalid, "version", "ABI version %d, but this side speaks %d: use a library and agent of the same release", h.Version, Version)
 	}
-	if h.Op == 0 || h.Op >= opMax {
+	if !h.Op.Known() {
 		return h, nil, Errorf(CodeInvalid, "op", "unknown op %d", uint16(h.Op))
 	}
 	if uint64(h.Len) != uint64(len(msg)-CmdHeaderSize) {
@@ -148,7 +161,7 @@ func NewRequest(op Op) any {
 		return new(Attach)
 	case OpQueryDevice, OpQueryPort, OpAllocPD:
 		return new(AdapterRef)
-	case OpDeallocPD, OpDeregMR, OpDestroyCQ, OpQueryQP, OpDestroyQP, OpGetRequest, OpCloseListener:
+	case OpDeallocPD, OpDeregMR, OpDestroyCQ, OpQueryQP, OpDestroyQP, OpGetRequest, OpCloseListener, OpCMCloseChannel, OpCMCloseListen:
 		return new(Handle)
 	case OpRegMR:
 		return new(RegMR)
@@ -166,8 +179,18 @@ func NewRequest(op Op) any {
 		return new(RejectRequest)
 	case OpConnect:
 		return new(Connect)
-	case OpStatus, OpListVMs:
+	case OpStatus, OpListVMs, OpCMOpenChannel:
 		return new(Empty)
+	case OpCMListen:
+		return new(CMListen)
+	case OpCMResolve:
+		return new(CMResolve)
+	case OpCMRoute:
+		return new(CMRoute)
+	case OpCMConnect:
+		return new(CMConnect)
+	case OpCMDisconnect:
+		return new(CMDisconnect)
 	}
 	if op.Known() {
 		if mk := registered[op]; mk != nil {
@@ -246,6 +269,9 @@ type Error struct {
 	Code    string `json:"code"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
+	// Reject, on a refused connect (CodeRefused), is the IBTA reject the
+	// listener's side sent: its reason and private data.
+	Reject *RejectInfo `json:"reject,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -577,6 +603,11 @@ type ConnRequest struct {
 	RemoteGID     GID    `json:"remote_gid"`
 	RemoteQPN     uint32 `json:"remote_qpn"`
 	Port          uint16 `json:"port"`
+	// PrivateData is the dialer's REQ private data (at most
+	// MaxPrivateDataREQ bytes); omitted when empty.
+	PrivateData PrivateData `json:"private_data,omitempty"`
+	// Adapter is the listening adapter the request came to.
+	Adapter string `json:"adapter,omitempty"`
 }
 
 // AcceptRequest accepts a connection request with a QP of this session in
@@ -585,6 +616,14 @@ type AcceptRequest struct {
 	Listener uint32 `json:"listener"`
 	ID       uint32 `json:"id"`
 	QP       uint32 `json:"qp"`
+	// PrivateData goes to the dialer in the REP: at most
+	// MaxPrivateDataREP bytes.
+	PrivateData PrivateData `json:"private_data,omitempty"`
+}
+
+// Validate checks the private data's size.
+func (a *AcceptRequest) Validate() error {
+	return checkPrivateData(a.PrivateData, MaxPrivateDataREP, "REP (accept)")
 }
 
 // RejectRequest refuses a connection request.
@@ -592,6 +631,14 @@ type RejectRequest struct {
 	Listener uint32 `json:"listener"`
 	ID       uint32 `json:"id"`
 	Reason   string `json:"reason"`
+	// PrivateData goes to the dialer in the REJ: at most
+	// MaxPrivateDataREJ bytes.
+	PrivateData PrivateData `json:"private_data,omitempty"`
+}
+
+// Validate checks the private data's size.
+func (r *RejectRequest) Validate() error {
+	return checkPrivateData(r.PrivateData, MaxPrivateDataREJ, "REJ (reject)")
 }
 
 // Connect dials "vm/vrdmaN" (or a GID) and service port with a QP of this
@@ -619,6 +666,9 @@ type ConnectReply struct {
 	RemoteQPN uint32   `json:"remote_qpn"`
 	RemoteGID GID      `json:"remote_gid"`
 	Path      PathInfo `json:"path"`
+	// PrivateData, to a dialer, is the acceptor's REP private data;
+	// omitted when empty.
+	PrivateData PrivateData `json:"private_data,omitempty"`
 }
 
 // ValidName checks a VM or object name: 1..64 characters of letters,

@@ -101,6 +101,10 @@ type Agent struct {
 	up  *tcp.Uplink // the tcp path; nil without the control plane
 	clk clock.Clock
 
+	// cmreg is the connections made through rdma_cm event channels
+	// (cmevents.go), for their DISCONNECTED events.
+	cmreg cmRegistry
+
 	// loop is the test link (package tcp's NewTestLink); nil unless
 	// Config.TestLink.
 	loop *tcp.Uplink

@@ -47,6 +47,9 @@ type session struct {
 	vm *device.VM // set by attach; read by the serve goroutine and blocking ops after it
 	cm *cm.Client // the session's listeners
 
+	cmOnce sync.Once
+	cmEv   *cmEvents // rdma_cm event channels (cmevents.go); nil until the first is used
+
 	// clientCaps are the features the client said it knows in its hello
 	// (0 without one). No behaviour depends on them yet: a feature that a
 	// client could notice is started only for clients that set its bit.
@@ -146,6 +149,7 @@ func (s *session) end() {
 	s.conn.Close()
 	s.cm.Close()
 	s.wg.Wait()
+	s.closeCM() // cmevents.go
 	if s.vm != nil {
 		s.a.detachVM(s.vm)
 	}
@@ -320,12 +324,17 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		return r, nil, err
 	case abi.OpAcceptRequest:
 		r, err := s.cm.Accept(v, req.(*abi.AcceptRequest))
+		if err == nil {
+			s.cmAccepted(v, req.(*abi.AcceptRequest), r) // cmevents.go
+		}
 		return r, nil, err
 	case abi.OpRejectRequest:
 		return abi.Empty{}, nil, s.cm.Reject(req.(*abi.RejectRequest))
 	case abi.OpConnect:
 		r, err := s.connect(req.(*abi.Connect))
 		return r, nil, err
+	case abi.OpCMOpenChannel, abi.OpCMCloseChannel, abi.OpCMListen, abi.OpCMCloseListen, abi.OpCMResolve, abi.OpCMRoute, abi.OpCMConnect, abi.OpCMDisconnect:
+		return s.handleCM(v, op, req) // cmevents.go
 	}
 	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
 }

@@ -76,12 +76,16 @@ type RemoteDialer struct {
 	QPN         uint32
 	Host        string // its host ID
 	MTU         uint32 // its adapter's active MTU; 0 when the dialer did not say
+	// PrivateData is the REQ's private data (checked: at most
+	// abi.MaxPrivateDataREQ bytes).
+	PrivateData []byte
 }
 
 type connReq struct {
 	id     uint32
 	from   *device.QP      // a dialer on this host, or
 	remote *RemoteDialer   // one on another host
+	priv   []byte          // a local dialer's REQ private data
 	reply  chan connResult // buffered 1: whoever answers never blocks
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
 	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
@@ -188,7 +192,7 @@ func (m *Manager) closeListener(l *listener) {
 		if !r.answer() {
 			return
 		}
-		r.reply <- connResult{err: abi.Errorf(abi.CodeRefused, "port", "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
+		r.reply <- connResult{err: Refused(abi.RejectInvalidServiceID, nil, "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
 	}
 	l.mu.Lock()
 	for id, r := range l.pending {
@@ -248,11 +252,11 @@ func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
 			l.mu.Unlock()
 			if d := r.remote; d != nil {
 				return abi.ConnRequest{ID: r.id, RemoteVM: d.VM, RemoteAdapter: d.Adapter, RemoteGID: d.GID,
-					RemoteQPN: d.QPN, Port: l.key.port}, nil
+					RemoteQPN: d.QPN, Port: l.key.port, PrivateData: d.PrivateData, Adapter: l.key.adapter}, nil
 			}
 			from := r.from
 			return abi.ConnRequest{ID: r.id, RemoteVM: from.VM().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
-				RemoteQPN: from.QPN(), Port: l.key.port}, nil
+				RemoteQPN: from.QPN(), Port: l.key.port, PrivateData: r.priv, Adapter: l.key.adapter}, nil
 		case <-l.quit:
 			return abi.ConnRequest{}, abi.Errorf(abi.CodeState, "listener", "the listener was closed")
 		case <-c.ctx.Done():
@@ -289,8 +293,19 @@ func (c *Client) Reject(r *abi.RejectRequest) error {
 	if why == "" {
 		why = "rejected by the listener"
 	}
-	req.reply <- connResult{err: abi.Errorf(abi.CodeRefused, "", "%s/%s port %d rejected the connection: %s", l.key.vm, l.key.adapter, l.key.port, why)}
+	req.reply <- connResult{err: Refused(abi.RejectConsumer, r.PrivateData, "%s/%s port %d rejected the connection: %s", l.key.vm, l.key.adapter, l.key.port, why)}
 	return nil
+}
+
+// Refused is a refused connect's error: code refused, with the IBTA
+// reject reason and the REJ's private data.
+func Refused(reason uint16, priv []byte, format string, args ...any) *abi.Error {
+	e := abi.Errorf(abi.CodeRefused, "", format, args...)
+	e.Reject = &abi.RejectInfo{Reason: reason, PrivateData: priv}
+	if reason == abi.RejectInvalidServiceID {
+		e.Field = "port"
+	}
+	return e
 }
 
 // Accept answers a pending connection request with QP r.QP of v, which it
@@ -308,14 +323,14 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, e
 		return abi.ConnectReply{}, err
 	}
 	if d := req.remote; d != nil {
-		return acceptRemote(q, req, d)
+		return acceptRemote(q, req, d, r.PrivateData)
 	}
 	from := req.from
 	if err := connectPair(from, q); err != nil {
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), Path: from.Query().Path}}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), Path: from.Query().Path, PrivateData: r.PrivateData}}
 	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, nil
 }
 
@@ -425,22 +440,27 @@ func Timeout(timeoutMS uint32) time.Duration {
 // Connect dials the listener on port r.Port of ad, an adapter of this
 // host, with q (checked with CheckDialer), and waits for its answer.
 func (c *Client) Connect(q *device.QP, ad *device.Adapter, r *abi.Connect) (abi.ConnectReply, error) {
+	return c.ConnectWith(q, ad, r, nil)
+}
+
+// ConnectWith is Connect with priv as the REQ's private data.
+func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, priv []byte) (abi.ConnectReply, error) {
 	m := c.m
 	vmName := ad.VM().Name()
 	m.mu.Lock()
 	l := m.listeners[listenKey{vmName, ad.Name(), r.Port}]
 	m.mu.Unlock()
 	if l == nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), r.Port)
+		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), r.Port)
 	}
 	timeout := Timeout(r.TimeoutMS)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	req := &connReq{from: q, reply: make(chan connResult, 1)}
+	req := &connReq{from: q, priv: priv, reply: make(chan connResult, 1)}
 	select {
 	case l.reqs <- req:
 	case <-l.quit:
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), r.Port)
+		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), r.Port)
 	case <-t.C:
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", timeout)
 	case <-c.ctx.Done():

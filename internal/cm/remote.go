@@ -47,6 +47,7 @@ type Answer struct {
 	GID          abi.GID
 	SQPSN, RQPSN uint32 // the dialer's send PSN, and its receive PSN
 	MTU          uint32 // the path MTU the acceptor's QP took
+	PrivateData  []byte // the REP's private data
 }
 
 // ServeRemote queues remote request r on the listener of target (an
@@ -63,7 +64,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	l := m.listeners[listenKey{vmName, ad.Name(), port}]
 	m.mu.Unlock()
 	if l == nil {
-		return Answer{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), port)
+		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), port)
 	}
 	if wait <= 0 || wait > MaxRemoteWait {
 		wait = MaxRemoteWait
@@ -74,7 +75,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	select {
 	case l.reqs <- req:
 	case <-l.quit:
-		return Answer{}, abi.Errorf(abi.CodeRefused, "port", "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), port)
+		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), port)
 	case <-t.C:
 		return Answer{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", wait)
 	case <-lost:
@@ -109,18 +110,18 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	if res.err != nil {
 		return Answer{}, res.err
 	}
-	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu}, nil
+	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu, PrivateData: res.reply.PrivateData}, nil
 }
 
 // acceptRemote brings q to RTS facing remote dialer d and answers it.
-func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer) (abi.ConnectReply, error) {
+func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer, priv []byte) (abi.ConnectReply, error) {
 	dialerPSN, ourPSN := randomPSNs() // the dialer's sq_psn, and ours
 	mtu := PathMTU(q.Adapter(), d.MTU)
 	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN, mtu); err != nil {
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID()}, sqPSN: dialerPSN, rqPSN: ourPSN, mtu: mtu}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: priv}, sqPSN: dialerPSN, rqPSN: ourPSN, mtu: mtu}
 	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
 }
 

@@ -61,6 +61,9 @@ type ConnReqMsg struct {
 	FromQPN     uint32     `json:"from_qpn"`
 	TimeoutMS   uint32     `json:"timeout_ms"`
 	MTU         uint32     `json:"mtu,omitempty"` // the dialer's active MTU (0: not said, an older agent)
+	// PrivateData is the REQ's private data (at most 56 bytes); omitted
+	// when empty.
+	PrivateData []byte `json:"private_data,omitempty"`
 }
 
 // ConnRespMsg answers a ConnReqMsg: the accepting QP and the PSNs, or an
@@ -73,6 +76,33 @@ type ConnRespMsg struct {
 	MTU     uint32     `json:"mtu,omitempty"`    // the path MTU the acceptor's QP took (0: not said)
 	Code    string     `json:"code,omitempty"`
 	Message string     `json:"message,omitempty"`
+	// PrivateData is the REP's (at most 196 bytes) or, with Code
+	// "refused", the REJ's (at most 148); omitted when empty.
+	PrivateData []byte `json:"private_data,omitempty"`
+	// RejectReason, with Code "refused", is the IBTA reject reason (8: no
+	// listener, 28: the listener rejected); 0 when not said.
+	RejectReason uint16 `json:"reject_reason,omitempty"`
+}
+
+// ConnDiscMsg says that QP FromQPN (GID FromGID) of the sending host
+// disconnected its rdma_cm connection to QP QPN of the receiving host.
+type ConnDiscMsg struct {
+	QPN     uint32     `json:"qpn"`
+	FromQPN uint32     `json:"from_qpn"`
+	FromGID netip.Addr `json:"from_gid"`
+}
+
+// Validate checks a CM_DISC.
+func (m *ConnDiscMsg) Validate() error {
+	switch {
+	case m.QPN == 0 || m.QPN > 0xffffff:
+		return fmt.Errorf("CM_DISC: qpn 0x%x out of range 1..0xffffff", m.QPN)
+	case m.FromQPN == 0 || m.FromQPN > 0xffffff:
+		return fmt.Errorf("CM_DISC: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
+	case !m.FromGID.Is6():
+		return fmt.Errorf("CM_DISC: from_gid %v is not a 16-byte GID", m.FromGID)
+	}
+	return nil
 }
 
 var (
@@ -138,6 +168,8 @@ func (m *ConnReqMsg) Validate() error {
 		return fmt.Errorf("CM_REQ: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
 	case !optionalMTU(m.MTU):
 		return fmt.Errorf("CM_REQ: mtu %d is not 256, 512, 1024, 2048 or 4096", m.MTU)
+	case len(m.PrivateData) > 56:
+		return fmt.Errorf("CM_REQ: %d bytes of private data, more than a REQ's 56", len(m.PrivateData))
 	}
 	return nil
 }
@@ -147,6 +179,9 @@ func (m *ConnRespMsg) Validate() error {
 	if m.Code != "" {
 		if len(m.Message) > 4096 {
 			return fmt.Errorf("CM_RESP: %d-byte message", len(m.Message))
+		}
+		if len(m.PrivateData) > 148 {
+			return fmt.Errorf("CM_RESP: %d bytes of reject private data, more than a REJ's 148", len(m.PrivateData))
 		}
 		return nil
 	}
@@ -159,6 +194,8 @@ func (m *ConnRespMsg) Validate() error {
 		return fmt.Errorf("CM_RESP: PSN wider than 24 bits")
 	case !optionalMTU(m.MTU):
 		return fmt.Errorf("CM_RESP: mtu %d is not 256, 512, 1024, 2048 or 4096", m.MTU)
+	case len(m.PrivateData) > 196:
+		return fmt.Errorf("CM_RESP: %d bytes of private data, more than a REP's 196", len(m.PrivateData))
 	}
 	return nil
 }

@@ -63,11 +63,13 @@ const (
 	CMReq    Type = 48 // connect to a listener: ConnReq
 	CMResp   Type = 49 // answer to a CMReq (same tag): ConnResp
 	CMCancel Type = 50 // the dialer gave up on the CMReq with this tag
+	CMDisc   Type = 51 // one side of an rdma_cm connection disconnected: ConnDisc
 )
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
-	FetchAdd: "FETCH_ADD", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL"}
+	FetchAdd: "FETCH_ADD", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
+	CMDisc: "CM_DISC"}
 
 func (t Type) String() string {
 	if s, ok := typeNames[t]; ok {
@@ -83,7 +85,7 @@ func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd }
 
 // IsControl reports whether t carries a JSON payload.
-func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMCancel }
+func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMDisc }
 
 // Status is a response's outcome, as the responder saw it.
 type Status uint8

@@ -40,7 +40,8 @@ func (c *tconn) startCM(h *tcpwire.Header) error {
 		return c.writeControl(tcpwire.CMResp, tag, tcpwire.ConnRespMsg{Code: abi.CodeLimit,
 			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
 	}
-	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU})
+	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU,
+		PrivateData: m.PrivateData})
 	c.cmMu.Lock()
 	c.cms[tag] = r
 	c.cmMu.Unlock()
@@ -79,7 +80,11 @@ func (c *tconn) cancelCM(h *tcpwire.Header) error {
 func cmErr(err error) tcpwire.ConnRespMsg {
 	var ae *abi.Error
 	if errors.As(err, &ae) {
-		return tcpwire.ConnRespMsg{Code: ae.Code, Message: ae.Message}
+		r := tcpwire.ConnRespMsg{Code: ae.Code, Message: ae.Message}
+		if ae.Reject != nil {
+			r.RejectReason, r.PrivateData = ae.Reject.Reason, ae.Reject.PrivateData
+		}
+		return r
 	}
 	return tcpwire.ConnRespMsg{Code: abi.CodeUnavailable, Message: err.Error()}
 }
@@ -101,12 +106,18 @@ func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg
 	if err != nil {
 		return cmErr(err)
 	}
-	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU}
+	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU, PrivateData: a.PrivateData}
 }
 
 // Connect dials the listener of end, on another host, for q, and brings q
 // to RTS facing the QP that accepts. ctx is the dialing session's.
 func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
+	return u.ConnectWith(ctx, q, c, end, nil)
+}
+
+// ConnectWith is Connect with priv as the REQ's private data; the reply
+// carries the REP's, and a refusal the REJ's (abi.Error.Reject).
+func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End, priv []byte) (abi.ConnectReply, error) {
 	timeout := cm.Timeout(c.TimeoutMS)
 	l := u.linkTo(end.Host.Host.ID)
 	tc, err := l.conn(min(timeout, 5*time.Second))
@@ -114,7 +125,8 @@ func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end 
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", end.Endpoint.Name(), end.Host.Host.Label(), err)
 	}
 	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.VM().Name(), FromAdapter: q.Adapter().Name(),
-		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU()}
+		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
+		PrivateData: priv}
 	k := newCall()
 	if !tc.register(k) {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", end.Endpoint.Name(), end.Host.Host.Label())
@@ -151,11 +163,56 @@ func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end 
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", c.Remote, end.Host.Host.Label(), err)
 	}
 	if r.Code != "" {
-		return abi.ConnectReply{}, &abi.Error{Code: r.Code, Message: r.Message}
+		e := &abi.Error{Code: r.Code, Message: r.Message}
+		if r.Code == abi.CodeRefused && (r.RejectReason != 0 || len(r.PrivateData) > 0) {
+			e.Reject = &abi.RejectInfo{Reason: r.RejectReason, PrivateData: r.PrivateData}
+		}
+		return abi.ConnectReply{}, e
 	}
 	gid := abi.GID(r.GID.As16())
 	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, cm.PathMTU(q.Adapter(), r.MTU)); err != nil {
 		return abi.ConnectReply{}, err
 	}
-	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path}, nil
+	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path, PrivateData: r.PrivateData}, nil
+}
+
+// discCM reads a CM_DISC and, once the control plane places its sender
+// on the host this connection authenticated, hands it to OnDisconnect.
+func (c *tconn) discCM(h *tcpwire.Header) error {
+	var m tcpwire.ConnDiscMsg
+	if err := c.readControl(h, &m); err != nil {
+		return err
+	}
+	u := c.l.u
+	if err := m.Validate(); err != nil {
+		u.log.Warn("tcp path: bad CM_DISC ignored", "peer", c.l.peerID, "err", err)
+		return nil
+	}
+	if u.cfg.OnDisconnect == nil {
+		return nil
+	}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), u.cfg.LookupTimeout)
+		ep, err := u.cfg.Cache.Resolve(ctx, m.FromGID.String())
+		cancel()
+		if err != nil || ep.Host != c.l.peerID {
+			u.log.Warn("tcp path: CM_DISC from an adapter the control plane does not place on the sending host; ignored",
+				"peer", c.l.peerID, "from_gid", m.FromGID, "err", err)
+			return
+		}
+		u.cfg.OnDisconnect(m.QPN, m.FromQPN, abi.GID(m.FromGID.As16()))
+	}()
+	return nil
+}
+
+// Disconnect tells host that this host's QP fromQPN (GID fromGID)
+// disconnected its rdma_cm connection to that host's QP qpn (a CM_DISC).
+func (u *Uplink) Disconnect(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
+	tc, err := u.linkTo(host).conn(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	return tc.writeControl(tcpwire.CMDisc, 0, tcpwire.ConnDiscMsg{QPN: qpn, FromQPN: fromQPN, FromGID: fromGID})
 }

@@ -121,6 +121,8 @@ func (c *tconn) serveRequests() {
 				err = c.startCM(&h)
 			case h.Type == tcpwire.CMCancel:
 				err = c.cancelCM(&h)
+			case h.Type == tcpwire.CMDisc:
+				err = c.discCM(&h)
 			default:
 				err = fmt.Errorf("%s frame on a connection that carries requests", h.Type)
 			}

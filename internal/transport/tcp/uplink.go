@@ -100,6 +100,10 @@ type Config struct {
 	// give another later); Firewall the pvrdma firewall rule at start.
 	PVRDMAAddress netip.AddrPort
 	Firewall      bool
+	// OnDisconnect, if set, is told of a CM_DISC from a peer host: its QP
+	// fromQPN (GID fromGID), an adapter of that host, disconnected the
+	// rdma_cm connection of this host's QP qpn.
+	OnDisconnect func(qpn, fromQPN uint32, fromGID abi.GID)
 }
 
 // Uplink is the agent's tcp path: its links to the other hosts.

@@ -1,0 +1,182 @@
+package abi
+
+// rdma_cm's event channels (ops 40..47, docs/wire-local.md §4.12). A
+// session opens a channel and gets a socket end on which the agent writes
+// one CMEvent per message, as JSON; the channel's listens, address and
+// route resolutions, connects and disconnects are commands that answer at
+// once, and their outcome arrives as an event. This is the shape of
+// librdmacm's event channel, whose fd programs poll.
+
+import (
+	"encoding/hex"
+	"fmt"
+)
+
+// The private data sizes rdma_cm gives RDMA_PS_TCP consumers: the IBTA
+// sizes of REQ (92), REP (196) and REJ (148) private data, less the 36
+// bytes of rdma_cm's own header in a REQ.
+const (
+	MaxPrivateDataREQ = 56
+	MaxPrivateDataREP = 196
+	MaxPrivateDataREJ = 148
+)
+
+// PrivateData is connection private data, written as hex in JSON.
+type PrivateData []byte
+
+// MarshalText writes p in lower-case hex.
+func (p PrivateData) MarshalText() ([]byte, error) {
+	return []byte(hex.EncodeToString(p)), nil
+}
+
+// UnmarshalText reads hex; more than 4096 digits is refused before
+// decoding (no private data is that large).
+func (p *PrivateData) UnmarshalText(b []byte) error {
+	if len(b) > 4096 {
+		return fmt.Errorf("private data of %d hex digits: at most %d bytes are allowed", len(b), MaxPrivateDataREP)
+	}
+	d := make([]byte, hex.DecodedLen(len(b)))
+	if _, err := hex.Decode(d, b); err != nil {
+		return fmt.Errorf("private data is not hex: %v", err)
+	}
+	*p = d
+	return nil
+}
+
+func checkPrivateData(p PrivateData, limit int, what string) error {
+	if len(p) > limit {
+		return Errorf(CodeInvalid, "private_data", "%d bytes of %s private data: at most %d are allowed (IBTA)", len(p), what, limit)
+	}
+	return nil
+}
+
+// IBTA CM reject reasons (ib_cm's IB_CM_REJ_*) that vrdma sends.
+const (
+	RejectTimeout          = 4  // IB_CM_REJ_TIMEOUT
+	RejectInvalidServiceID = 8  // IB_CM_REJ_INVALID_SERVICE_ID: nothing listens on the port
+	RejectConsumer         = 28 // IB_CM_REJ_CONSUMER_DEFINED: the listener rejected
+)
+
+// RejectInfo is a CM reject: its IBTA reason and the REJ's private data.
+type RejectInfo struct {
+	Reason      uint16      `json:"reason"`
+	PrivateData PrivateData `json:"private_data,omitempty"`
+}
+
+// CM event types, numbered as rdma_cm's enum rdma_cm_event_type.
+const (
+	CMEventAddrResolved   = 0
+	CMEventAddrError      = 1
+	CMEventRouteResolved  = 2
+	CMEventRouteError     = 3
+	CMEventConnectRequest = 4
+	CMEventUnreachable    = 7
+	CMEventRejected       = 8
+	CMEventEstablished    = 9
+	CMEventDisconnected   = 10
+	CMEventTimewaitExit   = 15
+)
+
+// CMListen listens on an adapter of the attached VM, or on every one
+// (Adapter ""), on Port; requests arrive on channel Channel as
+// CONNECT_REQUEST events carrying Cookie.
+type CMListen struct {
+	Channel uint32 `json:"channel"`
+	Adapter string `json:"adapter"`
+	Port    uint16 `json:"port"`
+	Cookie  uint64 `json:"cookie"`
+}
+
+// Validate checks the adapter and port.
+func (l *CMListen) Validate() error {
+	if l.Adapter != "" {
+		if err := validAdapter(l.Adapter); err != nil {
+			return err
+		}
+	}
+	if l.Port == 0 {
+		return Errorf(CodeInvalid, "port", "service port 0 is reserved: pick 1..65535")
+	}
+	return nil
+}
+
+// CMResolve resolves Remote (an adapter's IPv4 address, a GID or
+// "vm/vrdmaN") to an adapter of the fabric and picks the local adapter
+// that reaches it (Adapter, if given); the answer is ADDR_RESOLVED or
+// ADDR_ERROR with Cookie on Channel.
+type CMResolve struct {
+	Channel uint32 `json:"channel"`
+	Cookie  uint64 `json:"cookie"`
+	Remote  string `json:"remote"`
+	Adapter string `json:"adapter"`
+}
+
+// Validate checks the remote's length and the adapter.
+func (r *CMResolve) Validate() error {
+	if r.Remote == "" || len(r.Remote) > 128 {
+		return Errorf(CodeInvalid, "remote", "remote %q must be an IP address, a GID or \"vm/vrdmaN\"", r.Remote)
+	}
+	if r.Adapter != "" {
+		return validAdapter(r.Adapter)
+	}
+	return nil
+}
+
+// CMRoute resolves the route of a resolved address: ROUTE_RESOLVED with
+// Cookie on Channel (a vrdma path is chosen at connect).
+type CMRoute struct {
+	Channel uint32 `json:"channel"`
+	Cookie  uint64 `json:"cookie"`
+}
+
+// CMConnect dials Remote and Port with QP (in RESET or INIT) and
+// PrivateData in the REQ; the outcome is ESTABLISHED (the QP is in RTS),
+// REJECTED or UNREACHABLE with Cookie on Channel.
+type CMConnect struct {
+	Channel     uint32      `json:"channel"`
+	Cookie      uint64      `json:"cookie"`
+	QP          uint32      `json:"qp"`
+	Remote      string      `json:"remote"`
+	Port        uint16      `json:"port"`
+	TimeoutMS   uint32      `json:"timeout_ms"`
+	PrivateData PrivateData `json:"private_data,omitempty"`
+}
+
+// Validate checks the port, the remote and the private data's size.
+func (c *CMConnect) Validate() error {
+	if err := (&Connect{Remote: c.Remote, Port: c.Port}).Validate(); err != nil {
+		return err
+	}
+	return checkPrivateData(c.PrivateData, MaxPrivateDataREQ, "REQ (connect)")
+}
+
+// CMDisconnect disconnects QP, connected by cm-connect or by an accept of
+// a cm-listen request: it moves to ERR (flushing), and both sides get
+// DISCONNECTED then TIMEWAIT_EXIT.
+type CMDisconnect struct {
+	QP uint32 `json:"qp"`
+}
+
+// CMEvent is one message of an event channel.
+type CMEvent struct {
+	Event  int    `json:"event"`            // CMEvent*
+	Status int    `json:"status"`           // 0, a negative errno, or (REJECTED) the IBTA reject reason
+	Cookie uint64 `json:"cookie,omitempty"` // the request's cookie (listen, resolve, route, connect)
+	// Listener and ID name a CONNECT_REQUEST (for accept-request and
+	// reject-request) and the passive side's ESTABLISHED.
+	Listener uint32 `json:"listener,omitempty"`
+	ID       uint32 `json:"id,omitempty"`
+	QP       uint32 `json:"qp,omitempty"` // ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT: the QP's handle
+	// The peer, and this side's adapter.
+	RemoteVM      string `json:"remote_vm,omitempty"`
+	RemoteAdapter string `json:"remote_adapter,omitempty"`
+	RemoteGID     GID    `json:"remote_gid"`
+	RemoteQPN     uint32 `json:"remote_qpn,omitempty"`
+	Adapter       string `json:"adapter,omitempty"`
+	Port          uint16 `json:"port,omitempty"`
+	// PrivateData is the REQ's (CONNECT_REQUEST), the REP's (ESTABLISHED
+	// of the dialer) or the REJ's (REJECTED).
+	PrivateData PrivateData `json:"private_data,omitempty"`
+	Path        *PathInfo   `json:"path,omitempty"`
+	Message     string      `json:"message,omitempty"` // why, for people
+}

@@ -1,0 +1,597 @@
+package agent
+
+// rdma_cm's event channels (ops 40..47, docs/wire-local.md §4.12): the
+// shape librdmacm has. A session opens channels; each is a socketpair
+// whose far end the workload polls and reads, one abi.CMEvent per
+// message. Listens, resolutions, connects and disconnects answer at once;
+// their outcome arrives on the channel: CONNECT_REQUEST for every dialer
+// (accepted or rejected with accept-request and reject-request, which
+// then send ESTABLISHED to the acceptor's channel), ESTABLISHED,
+// REJECTED or UNREACHABLE to a dialer, DISCONNECTED then TIMEWAIT_EXIT
+// to both sides of a connection either side disconnects (or whose
+// workload goes away). The connection manager underneath is package cm's,
+// the same as for ops 15..20.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/device"
+)
+
+// Bounds on one session's event channels.
+const (
+	maxCMChannels = 64
+	cmQueueLen    = 1024 // events waiting for the writer; beyond, the channel is dead
+)
+
+// cmChannel is one event channel: the agent's end of the socketpair, and
+// a writer goroutine that drains the queue into it.
+type cmChannel struct {
+	id   uint32
+	f    *os.File
+	q    chan abi.CMEvent
+	quit chan struct{}
+	once sync.Once
+}
+
+func (c *cmChannel) close() { c.once.Do(func() { close(c.quit) }) }
+
+// post queues e; a channel whose reader fell cmQueueLen events behind
+// loses them (and says so once in the log).
+func (c *cmChannel) post(e abi.CMEvent) bool {
+	select {
+	case <-c.quit:
+		return false
+	default:
+	}
+	select {
+	case c.q <- e:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *cmChannel) run(s *session) {
+	defer c.f.Close()
+	for {
+		select {
+		case e := <-c.q:
+			b, err := json.Marshal(e)
+			if err == nil {
+				_, err = c.f.Write(b)
+			}
+			if err != nil {
+				s.log.Info("CM event channel: write failed, closing it", "channel", c.id, "err", err)
+				c.close()
+				return
+			}
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// cmListen is a cm-listen: one cm listener per adapter it covers.
+type cmListen struct {
+	ch     *cmChannel
+	cookie uint64
+	ids    []uint32 // the cm listeners
+}
+
+// cmEvents is a session's channels and listens.
+type cmEvents struct {
+	mu       sync.Mutex
+	chans    map[uint32]*cmChannel // +checklocks:mu
+	listens  map[uint32]*cmListen  // +checklocks:mu
+	byCM     map[uint32]*cmListen  // cm listener ID → its cm-listen; +checklocks:mu
+	nextID   uint32                // +checklocks:mu
+	inflight sync.WaitGroup
+}
+
+func (s *session) cmev() *cmEvents {
+	s.cmOnce.Do(func() {
+		s.cmEv = &cmEvents{chans: map[uint32]*cmChannel{}, listens: map[uint32]*cmListen{}, byCM: map[uint32]*cmListen{}}
+	})
+	return s.cmEv
+}
+
+func (e *cmEvents) channel(id uint32) (*cmChannel, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.chans[id]
+	if !ok {
+		return nil, abi.Errorf(abi.CodeNotFound, "channel", "no CM event channel with handle %d", id)
+	}
+	return c, nil
+}
+
+// handleCM serves ops 40..47 for attached VM v.
+func (s *session) handleCM(v *device.VM, op abi.Op, req any) (any, []int, error) {
+	e := s.cmev()
+	switch op {
+	case abi.OpCMOpenChannel:
+		return e.open(s)
+	case abi.OpCMCloseChannel:
+		id := req.(*abi.Handle).Handle
+		e.mu.Lock()
+		c, ok := e.chans[id]
+		delete(e.chans, id)
+		e.mu.Unlock()
+		if !ok {
+			return nil, nil, abi.Errorf(abi.CodeNotFound, "channel", "no CM event channel with handle %d", id)
+		}
+		c.close()
+		return abi.Empty{}, nil, nil
+	case abi.OpCMListen:
+		return s.cmListen(v, req.(*abi.CMListen))
+	case abi.OpCMCloseListen:
+		id := req.(*abi.Handle).Handle
+		e.mu.Lock()
+		l, ok := e.listens[id]
+		delete(e.listens, id)
+		for _, cid := range l.idsOrNil() {
+			delete(e.byCM, cid)
+		}
+		e.mu.Unlock()
+		if !ok {
+			return nil, nil, abi.Errorf(abi.CodeNotFound, "listener", "no CM listen with handle %d", id)
+		}
+		for _, cid := range l.ids {
+			s.cm.CloseListener(cid)
+		}
+		return abi.Empty{}, nil, nil
+	case abi.OpCMResolve:
+		r := req.(*abi.CMResolve)
+		c, err := e.channel(r.Channel)
+		if err != nil {
+			return nil, nil, err
+		}
+		var src *device.Adapter
+		if r.Adapter != "" {
+			if src, err = v.Adapter(r.Adapter); err != nil {
+				return nil, nil, err
+			}
+		}
+		s.cmAsync(func() { c.post(s.cmResolve(v, src, r)) })
+		return abi.Empty{}, nil, nil
+	case abi.OpCMRoute:
+		r := req.(*abi.CMRoute)
+		c, err := e.channel(r.Channel)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.post(abi.CMEvent{Event: abi.CMEventRouteResolved, Cookie: r.Cookie})
+		return abi.Empty{}, nil, nil
+	case abi.OpCMConnect:
+		r := req.(*abi.CMConnect)
+		c, err := e.channel(r.Channel)
+		if err != nil {
+			return nil, nil, err
+		}
+		q, err := v.QPByHandle(r.QP)
+		if err != nil {
+			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+		}
+		if err := cm.CheckDialer(q); err != nil {
+			return nil, nil, err
+		}
+		s.cmAsync(func() { c.post(s.cmConnect(c, q, r)) })
+		return abi.Empty{}, nil, nil
+	case abi.OpCMDisconnect:
+		h := req.(*abi.CMDisconnect).QP
+		q, err := v.QPByHandle(h)
+		if err != nil {
+			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", h)
+		}
+		return abi.Empty{}, nil, s.a.cmreg.disconnect(s.a, q)
+	}
+	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
+}
+
+func (l *cmListen) idsOrNil() []uint32 {
+	if l == nil {
+		return nil
+	}
+	return l.ids
+}
+
+// cmAsync runs fn in a goroutine the session's end waits for.
+func (s *session) cmAsync(fn func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+}
+
+func (e *cmEvents) open(s *session) (any, []int, error) {
+	e.mu.Lock()
+	n := len(e.chans)
+	e.mu.Unlock()
+	if n >= maxCMChannels {
+		return nil, nil, abi.Errorf(abi.CodeLimit, "", "this session has %d CM event channels, the limit", n)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, abi.Errorf(abi.CodeLimit, "", "socketpair for a CM event channel: %v", err)
+	}
+	// Events are small; the default buffer holds hundreds. The workload
+	// may not write on its end: the agent never reads it.
+	unix.Shutdown(fds[0], unix.SHUT_RD)
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, abi.Errorf(abi.CodeInternal, "", "CM event channel: %v", err)
+	}
+	c := &cmChannel{f: os.NewFile(uintptr(fds[0]), "cm-channel"), q: make(chan abi.CMEvent, cmQueueLen), quit: make(chan struct{})}
+	e.mu.Lock()
+	e.nextID++
+	c.id = e.nextID
+	e.chans[c.id] = c
+	e.mu.Unlock()
+	go c.run(s)
+	return abi.Handle{Handle: c.id}, []int{fds[1]}, nil
+}
+
+// closeCM ends the session's channels (its end) and disconnects its
+// connections' peers.
+func (s *session) closeCM() {
+	if s.cmEv == nil {
+		return
+	}
+	e := s.cmEv
+	e.mu.Lock()
+	for id, c := range e.chans {
+		c.close()
+		delete(e.chans, id)
+	}
+	e.mu.Unlock()
+	s.a.cmreg.sessionEnded(s.a, s)
+}
+
+func (s *session) cmListen(v *device.VM, r *abi.CMListen) (any, []int, error) {
+	e := s.cmev()
+	c, err := e.channel(r.Channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ads []string
+	if r.Adapter != "" {
+		ads = []string{r.Adapter}
+	} else {
+		for _, ad := range v.Adapters() {
+			ads = append(ads, ad.Name())
+		}
+	}
+	l := &cmListen{ch: c, cookie: r.Cookie}
+	for _, name := range ads {
+		id, err := s.cm.Listen(v, &abi.Listen{Adapter: name, Port: r.Port})
+		if err != nil {
+			for _, cid := range l.ids {
+				s.cm.CloseListener(cid)
+			}
+			return nil, nil, err
+		}
+		l.ids = append(l.ids, id)
+	}
+	e.mu.Lock()
+	e.nextID++
+	h := e.nextID
+	e.listens[h] = l
+	for _, cid := range l.ids {
+		e.byCM[cid] = l
+	}
+	e.mu.Unlock()
+	for _, cid := range l.ids {
+		s.cmAsync(func() {
+			for {
+				req, err := s.cm.GetRequest(cid)
+				if err != nil {
+					return // closed, or the session ends
+				}
+				if !c.post(abi.CMEvent{Event: abi.CMEventConnectRequest, Cookie: l.cookie, Listener: cid, ID: req.ID,
+					RemoteVM: req.RemoteVM, RemoteAdapter: req.RemoteAdapter, RemoteGID: req.RemoteGID, RemoteQPN: req.RemoteQPN,
+					Adapter: req.Adapter, Port: req.Port, PrivateData: req.PrivateData}) {
+					s.cm.Reject(&abi.RejectRequest{Listener: cid, ID: req.ID, Reason: "the listener's event channel is closed"})
+				}
+			}
+		})
+	}
+	return abi.Handle{Handle: h}, nil, nil
+}
+
+// cmAccepted is accept-request's sequel for a request of a cm-listen: the
+// acceptor's ESTABLISHED, and the connection's record for disconnects.
+func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, rep abi.ConnectReply) {
+	if s.cmEv == nil {
+		return
+	}
+	e := s.cmEv
+	e.mu.Lock()
+	l := e.byCM[r.Listener]
+	e.mu.Unlock()
+	if l == nil {
+		return
+	}
+	q, err := v.QPByHandle(r.QP)
+	if err != nil {
+		return
+	}
+	cc := &cmConn{s: s, ch: l.ch, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
+	if p := s.a.dev.QP(rep.RemoteQPN); p == nil || p.GID() != rep.RemoteGID {
+		cc.peerRemote = true // on another host: found by its GID when it is told
+	}
+	s.a.cmreg.add(cc)
+	path := rep.Path
+	l.ch.post(abi.CMEvent{Event: abi.CMEventEstablished, Cookie: l.cookie, Listener: r.Listener, ID: r.ID, QP: r.QP,
+		RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID, Adapter: q.Adapter().Name(), Path: &path})
+}
+
+// errno values of CM event statuses (negative, as rdma_cm's).
+const (
+	statusTimedOut    = -int(syscall.ETIMEDOUT)
+	statusUnreachable = -int(syscall.EHOSTUNREACH)
+	statusInvalid     = -int(syscall.EINVAL)
+)
+
+// cmResolve finds r.Remote: an adapter of this host or, through the
+// control plane, of another, that src (or, when nil, the first of v's
+// adapters that may reach it) can connect to.
+func (s *session) cmResolve(v *device.VM, src *device.Adapter, r *abi.CMResolve) abi.CMEvent {
+	cands := v.Adapters()
+	if src != nil {
+		cands = []*device.Adapter{src}
+	}
+	var last error
+	for _, from := range cands {
+		ev, err := s.a.resolveFrom(from, r.Remote)
+		if err == nil {
+			ev.Cookie = r.Cookie
+			return ev
+		}
+		last = err
+	}
+	s.log.Info("rdma_cm address resolution refused", "vm", v.Name(), "remote", r.Remote, "err", last)
+	return abi.CMEvent{Event: abi.CMEventAddrError, Status: statusUnreachable, Cookie: r.Cookie, Message: last.Error()}
+}
+
+// resolveFrom resolves remote for a connect from adapter from, as
+// resolveConnect does, into an ADDR_RESOLVED event.
+func (a *Agent) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, error) {
+	ev := abi.CMEvent{Event: abi.CMEventAddrResolved, Adapter: from.Name()}
+	ad, err := a.cm.Resolve(remote)
+	if err == nil {
+		if ad.VM() == from.VM() && ad == from {
+			ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.VM().Name(), ad.Name(), ad.GID()
+			return ev, nil // loopback
+		}
+		if c := a.ctl; c != nil {
+			if _, _, perr := c.decideLocal(from, ad); perr != nil {
+				return ev, perr
+			}
+		}
+		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.VM().Name(), ad.Name(), ad.GID()
+		return ev, nil
+	}
+	var ae *abi.Error
+	if a.ctl == nil || !errors.As(err, &ae) || ae.Code != abi.CodeUnavailable {
+		return ev, err
+	}
+	end, _, err := a.ctl.lookupRemote(from, remote, "remote")
+	if err != nil {
+		return ev, err
+	}
+	ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = end.Endpoint.VM, end.Endpoint.Adapter, abi.GID(end.Endpoint.GID.As16())
+	return ev, nil
+}
+
+// cmConnect dials for a cm-connect and returns its outcome's event.
+func (s *session) cmConnect(c *cmChannel, q *device.QP, r *abi.CMConnect) abi.CMEvent {
+	conn := &abi.Connect{QP: r.QP, Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS}
+	ad, end, err := s.a.resolveConnect(q, r.Remote)
+	var rep abi.ConnectReply
+	if err == nil {
+		if end != nil {
+			rep, err = s.a.up.ConnectWith(s.ctx, q, conn, end, r.PrivateData)
+		} else {
+			rep, err = s.cm.ConnectWith(q, ad, conn, r.PrivateData)
+		}
+	}
+	if err != nil {
+		ev := cmFailure(err)
+		ev.Cookie = r.Cookie
+		s.log.Info("rdma_cm connect failed", "vm", q.VM().Name(), "remote", r.Remote, "port", r.Port, "event", ev.Event, "status", ev.Status, "err", err)
+		return ev
+	}
+	cc := &cmConn{s: s, ch: c, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
+	if end != nil {
+		cc.peerHost, cc.peerRemote = end.Host.Host.ID, true
+	}
+	s.a.cmreg.add(cc)
+	path := rep.Path
+	return abi.CMEvent{Event: abi.CMEventEstablished, Cookie: r.Cookie, QP: r.QP, RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID,
+		Adapter: q.Adapter().Name(), Port: r.Port, PrivateData: rep.PrivateData, Path: &path}
+}
+
+// cmFailure is the event a failed connect gives, as rdma_cm's: REJECTED
+// with the IBTA reason and the REJ's private data; UNREACHABLE with
+// -ETIMEDOUT for a timeout, -EHOSTUNREACH for no way to the peer.
+func cmFailure(err error) abi.CMEvent {
+	var ae *abi.Error
+	if !errors.As(err, &ae) {
+		return abi.CMEvent{Event: abi.CMEventUnreachable, Status: statusUnreachable, Message: err.Error()}
+	}
+	ev := abi.CMEvent{Message: ae.Message}
+	switch {
+	case ae.Code == abi.CodeRefused && ae.Reject != nil:
+		ev.Event, ev.Status, ev.PrivateData = abi.CMEventRejected, int(ae.Reject.Reason), ae.Reject.PrivateData
+	case ae.Code == abi.CodeRefused, ae.Code == abi.CodeNotFound && ae.Field == "remote":
+		ev.Event, ev.Status = abi.CMEventUnreachable, statusUnreachable
+	case ae.Code == abi.CodeUnavailable:
+		ev.Event, ev.Status = abi.CMEventUnreachable, statusTimedOut
+	default:
+		ev.Event, ev.Status = abi.CMEventUnreachable, statusInvalid
+	}
+	return ev
+}
+
+// cmConn is one side of a connection made through an event channel.
+type cmConn struct {
+	s        *session
+	ch       *cmChannel
+	q        *device.QP
+	handle   uint32
+	peerQPN  uint32
+	peerGID  abi.GID
+	peerHost string // the peer's host ID, when it is on another host and known
+	// peerRemote: the peer is on another host (peerHost, or found by its
+	// GID in the control plane).
+	peerRemote bool
+	// disconnected: this side got DISCONNECTED (the peer disconnected);
+	// its own disconnect then only moves its QP to ERR.
+	disconnected bool
+}
+
+// cmRegistry is the agent's connections made through event channels,
+// by QPN.
+type cmRegistry struct {
+	mu    sync.Mutex
+	conns map[uint32]*cmConn // +checklocks:mu
+}
+
+func (r *cmRegistry) add(c *cmConn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conns == nil {
+		r.conns = map[uint32]*cmConn{}
+	}
+	r.conns[c.q.QPN()] = c
+}
+
+// notify gives c DISCONNECTED and TIMEWAIT_EXIT.
+func (c *cmConn) notify() {
+	c.ch.post(abi.CMEvent{Event: abi.CMEventDisconnected, QP: c.handle, RemoteQPN: c.peerQPN, RemoteGID: c.peerGID})
+	c.ch.post(abi.CMEvent{Event: abi.CMEventTimewaitExit, QP: c.handle})
+}
+
+// disconnect is cm-disconnect of q: its QP moves to ERR; it gets
+// DISCONNECTED unless it had it, and so does its peer.
+func (r *cmRegistry) disconnect(a *Agent, q *device.QP) error {
+	r.mu.Lock()
+	c := r.conns[q.QPN()]
+	if c == nil || c.q != q {
+		r.mu.Unlock()
+		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x is not connected through rdma_cm (cm-connect, or an accept of a cm-listen request)", q.QPN())
+	}
+	delete(r.conns, q.QPN())
+	peer := r.peerLocked(c)
+	if peer != nil && !c.disconnected {
+		peer.disconnected = true
+	}
+	r.mu.Unlock()
+	q.MoveToErr("disconnected (rdma_disconnect)")
+	if c.disconnected {
+		return nil
+	}
+	c.notify()
+	if peer != nil {
+		peer.notify()
+	} else if c.peerRemote {
+		a.remoteDisconnect(c)
+	}
+	return nil
+}
+
+// peerLocked returns c's peer on this host, if it is connected to c.
+// +checklocks:r.mu
+func (r *cmRegistry) peerLocked(c *cmConn) *cmConn {
+	p := r.conns[c.peerQPN]
+	if p == nil || p.peerQPN != c.q.QPN() || p.peerGID != c.q.GID() || p.q.GID() != c.peerGID {
+		return nil
+	}
+	return p
+}
+
+// peerGone gives DISCONNECTED to the connection of QP qpn whose peer
+// (peerQPN, peerGID) went: disconnected, or its workload ended.
+func (r *cmRegistry) peerGone(qpn, peerQPN uint32, peerGID abi.GID) bool {
+	r.mu.Lock()
+	c := r.conns[qpn]
+	ok := c != nil && !c.disconnected && c.peerQPN == peerQPN && c.peerGID == peerGID
+	if ok {
+		c.disconnected = true
+	}
+	r.mu.Unlock()
+	if ok {
+		c.notify()
+	}
+	return ok
+}
+
+// sessionEnded forgets s's connections, and gives their peers
+// DISCONNECTED.
+func (r *cmRegistry) sessionEnded(a *Agent, s *session) {
+	r.mu.Lock()
+	var peers []*cmConn
+	var remote []*cmConn
+	for qpn, c := range r.conns {
+		if c.s != s {
+			continue
+		}
+		delete(r.conns, qpn)
+		if c.disconnected {
+			continue
+		}
+		if p := r.peerLocked(c); p != nil {
+			if !p.disconnected {
+				p.disconnected = true
+				peers = append(peers, p)
+			}
+		} else if c.peerRemote {
+			remote = append(remote, c)
+		}
+	}
+	r.mu.Unlock()
+	for _, p := range peers {
+		p.notify()
+	}
+	for _, c := range remote {
+		a.remoteDisconnect(c)
+	}
+}
+
+// remoteDisconnect tells the peer's host that c disconnected (a CM_DISC
+// over the tcp path), in the background: the peer's host may be slow or
+// gone.
+func (a *Agent) remoteDisconnect(c *cmConn) {
+	if a.up == nil || a.ctl == nil {
+		return
+	}
+	go func() {
+		host := c.peerHost
+		if host == "" {
+			ctx, cancel := context.WithTimeout(context.Background(), a.ctl.cfg.LookupTimeout)
+			ep, err := a.ctl.cache.Resolve(ctx, netip.AddrFrom16(c.peerGID).String())
+			cancel()
+			if err != nil {
+				a.log.Info("rdma_cm disconnect: peer's host not found; it learns of it when its QP times out", "qpn", c.q.QPN(), "peer_gid", netip.AddrFrom16(c.peerGID), "err", err)
+				return
+			}
+			host = ep.Host
+		}
+		if err := a.up.Disconnect(host, c.peerQPN, c.q.QPN(), netip.AddrFrom16(c.q.GID())); err != nil {
+			a.log.Info("rdma_cm disconnect: peer's host not told; it learns of it when its QP times out", "host", host, "qpn", c.q.QPN(), "err", err)
+		}
+	}()
+}
