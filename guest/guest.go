@@ -1,6 +1,7 @@
-// Package guest holds the sources of the drop-in libibverbs.so.1
-// (ibverbs/, C: docs/verbs-compat.md) so that commands can build it where
-// it runs (vrdmactl exec). No Go runs in the library itself.
+// Package guest holds the sources of the drop-in libibverbs.so.1 and
+// librdmacm.so.1 (ibverbs/ and rdmacm/, C: docs/verbs-compat.md) so that
+// commands can build them where they run (vrdmactl exec). No Go runs in
+// the libraries themselves.
 package guest
 
 import (
@@ -16,10 +17,10 @@ import (
 	"sort"
 )
 
-// IBVerbs is the library's source tree: guest/ibverbs without its tests
-// and build output.
+// IBVerbs is the libraries' source tree: guest/ibverbs and guest/rdmacm
+// without their tests and build output.
 //
-//go:embed ibverbs/*.c ibverbs/*.h ibverbs/*.sh ibverbs/Makefile
+//go:embed ibverbs/*.c ibverbs/*.h ibverbs/*.sh ibverbs/Makefile rdmacm/*.c rdmacm/*.h
 var IBVerbs embed.FS
 
 // SourceHash returns a digest of the embedded sources: builds of the same
@@ -42,7 +43,8 @@ func SourceHash() string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// BuildIBVerbs returns a directory holding libibverbs.so.1 built from the
+// BuildIBVerbs returns a directory holding libibverbs.so.1 (and, where
+// librdmacm-dev is installed, librdmacm.so.1) built from the
 // embedded sources under root (root/libibverbs-HASH), building it first if
 // it is not there: the sources are written out and built with make, gcc
 // and the system's libibverbs-dev, in a fresh directory renamed into place
@@ -66,7 +68,7 @@ func BuildIBVerbs(root string) (string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	src := filepath.Join(tmp, "src")
-	err = fs.WalkDir(IBVerbs, "ibverbs", func(p string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(IBVerbs, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -74,8 +76,8 @@ func BuildIBVerbs(root string) (string, error) {
 		if err != nil {
 			return err
 		}
-		out := filepath.Join(src, filepath.Base(p))
-		if err := os.MkdirAll(src, 0o755); err != nil {
+		out := filepath.Join(src, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			return err
 		}
 		return os.WriteFile(out, b, 0o644)
@@ -85,7 +87,7 @@ func BuildIBVerbs(root string) (string, error) {
 	}
 	out := filepath.Join(tmp, "out")
 	var log bytes.Buffer
-	cmd := exec.Command("make", "-s", "-C", src, "OUT="+out)
+	cmd := exec.Command("make", "-s", "-C", filepath.Join(src, "ibverbs"), "OUT="+out)
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("building the drop-in libibverbs (make -C guest/ibverbs): %v\n%s(it needs gcc, make and libibverbs-dev)", err, log.String())

@@ -1,9 +1,10 @@
 #!/bin/sh
-# gen-exports.sh SYSLIB IMPLEMENTED HEADER OUTDIR
+# gen-exports.sh SYSLIB IMPLEMENTED HEADER OUTDIR [MAP]
 #
-# Writes OUTDIR/libibverbs.map (the version script) and OUTDIR/stubs.c from
-# the installed libibverbs.so.1 (SYSLIB): every symbol it exports, in its
-# version node. Functions named in IMPLEMENTED (one per line: the global
+# Writes OUTDIR/MAP (the version script; libibverbs.map unless given) and
+# OUTDIR/stubs.c from an installed library (SYSLIB: libibverbs.so.1, or
+# librdmacm.so.1 for the drop-in librdmacm): every symbol it exports, in
+# its version node. Functions named in IMPLEMENTED (one per line: the global
 # symbols the library's own objects define) are exported as they are; every
 # other function gets a stub that fails with EOPNOTSUPP (NULL for the
 # functions HEADER declares as returning a pointer), errno set. Versions
@@ -11,7 +12,7 @@
 # become such stubs too, bound with .symver. Data objects not implemented
 # become zeroed objects of the same size.
 set -eu
-syslib=$1 impl=$2 header=$3 out=$4
+syslib=$1 impl=$2 header=$3 out=$4 map=${5:-libibverbs.map}
 
 objdump -T "$syslib" >"$out/syslib.dyn"
 # Lines: "ADDR FLAGS TYPE SECTION SIZE VERSION NAME"; hidden versions are
@@ -22,10 +23,12 @@ awk '$0 ~ / D[FO] / && $0 !~ /\*UND\*/ && $0 !~ /\*ABS\*/ {
 	print type, ver, name, size
 }' "$out/syslib.dyn" | sort -u >"$out/syslib.syms"
 
-# Version nodes in order: IBVERBS_1.0, 1.1, 1.5 ... 1.14, then the private one.
+# Version nodes in order: IBVERBS_1.0, 1.1, 1.5 ... 1.14 (or RDMACM_1.0 ...
+# 1.3), then the private one, if any.
 awk '{ v = $2; gsub(/[()]/, "", v); print v }' "$out/syslib.syms" | sort -u |
-	awk '/^IBVERBS_1\./ { split($0, a, "."); print a[2], $0; next } { print 1000, $0 }' |
+	awk '/^[A-Z]+_1\.[0-9]+$/ { split($0, a, "."); print a[2], $0; next } { print 1000, $0 }' |
 	sort -n | awk '{ print $2 }' >"$out/versions"
+last=$(tail -n 1 "$out/versions")
 
 is_ptr() {
 	# A function whose declaration in HEADER returns a pointer, or one of
@@ -76,14 +79,18 @@ is_ptr() {
 			echo "\tglobal:"
 			echo "$syms"
 		fi
-		# The catch-all goes in the private node: a node's local pattern
-		# would also hide the compat symbols .symver binds to that node.
-		[ "${v#IBVERBS_1.}" = "$v" ] && printf '\tlocal: *;\n'
-		if [ -n "$prev" ] && [ "${v#IBVERBS_1.}" != "$v" ]; then
+		# The catch-all goes in the private node (or the last, when
+		# there is none): a node's local pattern would also hide the
+		# compat symbols .symver binds to that node.
+		numbered=$(echo "$v" | grep -Ec '^[A-Z]+_1\.[0-9]+$' || true)
+		if [ "$numbered" = 0 ] || [ "$v" = "$last" ]; then
+			printf '\tlocal: *;\n'
+		fi
+		if [ -n "$prev" ] && [ "$numbered" = 1 ]; then
 			echo "} $prev;"
 		else
 			echo "};"
 		fi
 		prev=$v
 	done <"$out/versions"
-} >"$out/libibverbs.map"
+} >"$out/$map"

@@ -219,6 +219,35 @@ int json_u64(const struct json_doc *d, int tok, uint64_t *v)
 	return 0;
 }
 
+int json_get_int(const struct json_doc *d, int tok, const char *key, int *v)
+{
+	const struct json_tok *t;
+	uint64_t x = 0;
+	int k = json_get(d, tok, key), neg, i;
+
+	if (k < 0)
+		return -1;
+	t = &d->t[k];
+	if (t->type != JSON_PRIMITIVE || t->end <= t->start)
+		return -1;
+	neg = d->text[t->start] == '-';
+	if (t->end - t->start <= neg)
+		return -1;
+	for (i = t->start + neg; i < t->end; i++) {
+		char c = d->text[i];
+
+		if (c < '0' || c > '9')
+			return -1;
+		x = x * 10 + (uint64_t)(c - '0');
+		if (x > (uint64_t)INT32_MAX + 1)
+			return -1;
+	}
+	if (!neg && x > INT32_MAX)
+		return -1;
+	*v = neg ? (int)(-(int64_t)x) : (int)x;
+	return 0;
+}
+
 int json_bool(const struct json_doc *d, int tok, int *v)
 {
 	const struct json_tok *t;

@@ -34,6 +34,17 @@ enum {
 	OP_MODIFY_QP = 12,
 	OP_QUERY_QP = 13,
 	OP_DESTROY_QP = 14,
+	OP_ACCEPT_REQUEST = 17,
+	OP_REJECT_REQUEST = 18,
+	/* rdma_cm's event channels (§4.12), for librdmacm through cmbridge.c */
+	OP_CM_OPEN_CHANNEL = 40,
+	OP_CM_CLOSE_CHANNEL = 41,
+	OP_CM_LISTEN = 42,
+	OP_CM_CLOSE_LISTEN = 43,
+	OP_CM_RESOLVE = 44,
+	OP_CM_ROUTE = 45,
+	OP_CM_CONNECT = 46,
+	OP_CM_DISCONNECT = 47,
 };
 
 /* Capability bits of wire-local.md §2. */
@@ -84,6 +95,8 @@ int json_elem(const struct json_doc *d, int tok, int i);
 int json_get_u64(const struct json_doc *d, int tok, const char *key, uint64_t *v);
 int json_get_u32(const struct json_doc *d, int tok, const char *key, uint32_t *v);
 int json_get_str(const struct json_doc *d, int tok, const char *key, char *buf, size_t n);
+/* json_get_int reads member key of object tok as a signed 32-bit integer. */
+int json_get_int(const struct json_doc *d, int tok, const char *key, int *v);
 
 struct jbuf {
 	char *p;
@@ -131,6 +144,15 @@ int vrdma_call(struct vrdma_session *s, int op, const char *body, struct vrdma_r
 void vrdma_reply_free(struct vrdma_reply *r);
 /* vrdma_errno maps an error code to an errno for op (wire-local.md §3). */
 int vrdma_errno(const char *code, const char *field, int op);
+
+/* ---- cmbridge.c: the drop-in librdmacm's way to the agent ---- */
+
+/* vrdma_cm_call sends rdma_cm op (accept-request, reject-request or
+ * 40..47) with body on the process's session. 0: *reply is the reply's
+ * body (malloc'd, NUL-terminated JSON; the caller frees it) and *fd the
+ * descriptor it carried, or -1. Otherwise an errno, with the agent's
+ * "code: message" in msg. Exported in version node VRDMA_PRIVATE_1. */
+int vrdma_cm_call(int op, const char *body, char **reply, int *fd, char *msg, size_t msglen);
 
 /* ---- device.c: the VM, its adapters as devices, contexts ---- */
 

@@ -619,6 +619,11 @@ type AcceptRequest struct {
 	// PrivateData goes to the dialer in the REP: at most
 	// MaxPrivateDataREP bytes.
 	PrivateData PrivateData `json:"private_data,omitempty"`
+	// Channel, for a request of a cm-listen, is the event channel that
+	// gets the connection's events (ESTABLISHED, DISCONNECTED,
+	// TIMEWAIT_EXIT); 0 is the listen's own (rdma_migrate_id of a
+	// request's ID before it is accepted).
+	Channel uint32 `json:"channel,omitempty"`
 }
 
 // Validate checks the private data's size.

@@ -20,6 +20,7 @@ import (
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -311,9 +312,19 @@ func (s *session) cmListen(v *device.VM, r *abi.CMListen) (any, []int, error) {
 	return abi.Handle{Handle: h}, nil, nil
 }
 
+// acceptChannel returns the channel an accept-request names (nil for
+// none: the listen's), checked before the request is accepted.
+func (s *session) acceptChannel(r *abi.AcceptRequest) (*cmChannel, error) {
+	if r.Channel == 0 {
+		return nil, nil
+	}
+	return s.cmev().channel(r.Channel)
+}
+
 // cmAccepted is accept-request's sequel for a request of a cm-listen: the
-// acceptor's ESTABLISHED, and the connection's record for disconnects.
-func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, rep abi.ConnectReply) {
+// acceptor's ESTABLISHED, on ch or else the listen's channel, and the
+// connection's record for disconnects.
+func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, ch *cmChannel, rep abi.ConnectReply) {
 	if s.cmEv == nil {
 		return
 	}
@@ -324,17 +335,20 @@ func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, rep abi.Connect
 	if l == nil {
 		return
 	}
+	if ch == nil {
+		ch = l.ch
+	}
 	q, err := v.QPByHandle(r.QP)
 	if err != nil {
 		return
 	}
-	cc := &cmConn{s: s, ch: l.ch, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
+	cc := &cmConn{s: s, ch: ch, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
 	if p := s.a.dev.QP(rep.RemoteQPN); p == nil || p.GID() != rep.RemoteGID {
 		cc.peerRemote = true // on another host: found by its GID when it is told
 	}
 	s.a.cmreg.add(cc)
 	path := rep.Path
-	l.ch.post(abi.CMEvent{Event: abi.CMEventEstablished, Cookie: l.cookie, Listener: r.Listener, ID: r.ID, QP: r.QP,
+	ch.post(abi.CMEvent{Event: abi.CMEventEstablished, Cookie: l.cookie, Listener: r.Listener, ID: r.ID, QP: r.QP,
 		RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID, Adapter: q.Adapter().Name(), Path: &path})
 }
 
@@ -479,10 +493,22 @@ func (r *cmRegistry) add(c *cmConn) {
 	r.conns[c.q.QPN()] = c
 }
 
-// notify gives c DISCONNECTED and TIMEWAIT_EXIT.
+// cmTimewait is how long after DISCONNECTED a connection's TIMEWAIT_EXIT
+// comes: rdma_cm's RoCE packet lifetime (4.096 µs × 2^16), the time the
+// IBTA keeps a closed QP from reuse while its packets drain.
+const cmTimewait = 268 * time.Millisecond
+
+// notify gives c DISCONNECTED now and TIMEWAIT_EXIT after the timewait,
+// unless its QP is destroyed by then: programs destroy the QP and then the
+// ID on DISCONNECTED, as rping does, and the kernel drops the events of an
+// ID that is gone; the agent knows QPs, not IDs.
 func (c *cmConn) notify() {
 	c.ch.post(abi.CMEvent{Event: abi.CMEventDisconnected, QP: c.handle, RemoteQPN: c.peerQPN, RemoteGID: c.peerGID})
-	c.ch.post(abi.CMEvent{Event: abi.CMEventTimewaitExit, QP: c.handle})
+	time.AfterFunc(cmTimewait, func() {
+		if !c.q.Destroyed() {
+			c.ch.post(abi.CMEvent{Event: abi.CMEventTimewaitExit, QP: c.handle})
+		}
+	})
 }
 
 // disconnect is cm-disconnect of q: its QP moves to ERR; it gets

@@ -323,9 +323,14 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		r, err := s.cm.GetRequest(req.(*abi.Handle).Handle)
 		return r, nil, err
 	case abi.OpAcceptRequest:
-		r, err := s.cm.Accept(v, req.(*abi.AcceptRequest))
+		ar := req.(*abi.AcceptRequest)
+		ch, err := s.acceptChannel(ar) // cmevents.go
+		if err != nil {
+			return nil, nil, err
+		}
+		r, err := s.cm.Accept(v, ar)
 		if err == nil {
-			s.cmAccepted(v, req.(*abi.AcceptRequest), r) // cmevents.go
+			s.cmAccepted(v, ar, ch, r)
 		}
 		return r, nil, err
 	case abi.OpRejectRequest:

@@ -23,19 +23,23 @@ func (a *app) execCommand() *cobra.Command {
 	var vmName, lib string
 	cmd := &cobra.Command{
 		Use:   "exec --vm NAME [--lib DIR] -- PROGRAM [ARG...]",
-		Short: "Run an unmodified RDMA program as a workload of a VM (the drop-in libibverbs)",
-		Long: `exec runs PROGRAM, an unmodified program linked with libibverbs (ibv_devinfo,
-ibv_rc_pingpong, perftest's ib_write_bw, ...), as a workload of VM NAME: with
-vrdma's drop-in libibverbs.so.1 first on LD_LIBRARY_PATH, VRDMA_VM=NAME and
-VRDMA_SOCKET set to this command's --socket, so that the VM's adapters are the
-program's devices (vrdma0, ...). The program's exit status is exec's.
+		Short: "Run an unmodified RDMA program as a workload of a VM (the drop-in libibverbs and librdmacm)",
+		Long: `exec runs PROGRAM, an unmodified program linked with libibverbs or librdmacm
+(ibv_devinfo, ibv_rc_pingpong, perftest's ib_write_bw, rping, ...), as a workload
+of VM NAME: with vrdma's drop-in libibverbs.so.1 and librdmacm.so.1 first on
+LD_LIBRARY_PATH, VRDMA_VM=NAME and VRDMA_SOCKET set to this command's --socket,
+so that the VM's adapters are the program's devices (vrdma0, ...) and their IP
+addresses what rdma_cm resolves. The program's exit status is exec's.
 
-The library is --lib DIR's, else $` + libEnv + `'s, else built from the sources
-inside vrdmactl into the user's cache directory on first use (that needs gcc,
-make and libibverbs-dev). docs/verbs-compat.md says what works.`,
+The libraries are --lib DIR's, else $` + libEnv + `'s, else built from the
+sources inside vrdmactl into the user's cache directory on first use (that needs
+gcc, make, libibverbs-dev, and librdmacm-dev for librdmacm.so.1).
+docs/verbs-compat.md says what works.`,
 		Example: `  vrdmactl exec --vm vm1 -- ibv_devinfo -v
   vrdmactl exec --vm vm1 -- ibv_rc_pingpong -g 0 -c &
-  vrdmactl exec --vm vm2 -- ibv_rc_pingpong -g 0 -c localhost`,
+  vrdmactl exec --vm vm2 -- ibv_rc_pingpong -g 0 -c localhost
+  vrdmactl exec --vm vm1 -- rping -s -a 10.0.0.1 -v -C 10 &
+  vrdmactl exec --vm vm2 -- rping -c -a 10.0.0.1 -v -C 10`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("exec: name the PROGRAM to run after --")

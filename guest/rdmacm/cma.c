@@ -1,0 +1,1394 @@
+/*
+ * rdma_cm over vrdmad: event channels, IDs, address and route resolution,
+ * listen, connect, accept, reject, disconnect, and the events they give.
+ *
+ * An event channel is an agent channel (cm-open-channel): its fd is the
+ * socket on which the agent writes one JSON event per message, so programs
+ * poll it as they poll /dev/infiniband/rdma_cm. Every ID has a cookie the
+ * agent echoes in the events of its requests; a connection's later events
+ * (DISCONNECTED, TIMEWAIT_EXIT) name its QP's handle instead, and a
+ * request's ESTABLISHED its (listener, request) pair. An ID made without a
+ * channel is synchronous, as in rdma-core: it gets a channel of its own and
+ * each call waits for its event there.
+ *
+ * Locking: cm_mu guards the ID list and the fields events change; calls to
+ * the agent are made without it, except the channel a synchronous
+ * request's ID gets when its CONNECT_REQUEST is read.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rdmacm.h"
+
+#define CHANNEL_MAGIC 0x76636d63u /* "vcmc" */
+#define CHANNEL_DEAD 0x64656164u  /* "dead": destroyed; the struct is kept (see rdma_destroy_event_channel) */
+#define ID_MAGIC 0x76636d69u      /* "vcmi" */
+#define EVENT_MAX 8192            /* an agent event is well under this */
+#define PDATA_MAX 256
+#define EPHEMERAL_LO 32768
+#define EPHEMERAL_HI 60999
+
+struct cm_channel {
+	struct rdma_event_channel ch; /* first: what programs see */
+	uint32_t magic;
+	uint32_t handle; /* the agent's */
+};
+
+struct cm_id {
+	struct rdma_cm_id id; /* first: what programs see */
+	uint32_t magic;
+	uint64_t cookie;
+	int sync; /* made without a channel: id.channel is its own */
+	struct cm_dev *dev;
+	int bound;       /* rdma_bind_addr (or resolve_addr's source) was given */
+	char remote[64]; /* what cm-connect dials: the resolved address */
+	uint32_t listen_handle; /* the cm-listen, while listening */
+	/* A CONNECT_REQUEST's ID: the agent's listener and request IDs, until
+	 * accepted or rejected. */
+	int request, answered;
+	uint32_t listener, req;
+	/* Connected: the QP's handle, which the connection's events name, and
+	 * the peer's QPN. */
+	int connected;
+	uint32_t qp_handle;
+	uint32_t remote_qpn;
+	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep's, for a passive synchronous ID */
+	uint8_t tos, ack_timeout;
+	int events_out; /* delivered, not acked: rdma_destroy_id waits for 0; +guarded by cm_mu */
+	struct cm_id *next;
+};
+
+struct cm_event {
+	struct rdma_cm_event ev; /* first */
+	struct cm_id *owner;     /* whose events_out it counts in */
+	uint8_t pdata[PDATA_MAX];
+};
+
+static pthread_mutex_t cm_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cm_acked = PTHREAD_COND_INITIALIZER;
+static struct cm_id *ids; /* +guarded by cm_mu */
+static uint64_t next_cookie; /* +guarded by cm_mu */
+
+static struct cm_dev devs[VRDMA_MAX_ADAPTERS];
+static int ndevs;
+static int init_errno;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* ---- devices ---- */
+
+static void init_devices(void)
+{
+	struct ibv_device **list;
+	int n = 0;
+
+	list = ibv_get_device_list(&n);
+	if (!list) {
+		init_errno = errno ? errno : ENODEV;
+		return;
+	}
+	for (int i = 0; i < n && ndevs < VRDMA_MAX_ADAPTERS; i++) {
+		struct cm_dev *d = &devs[ndevs];
+		struct ibv_device_attr attr;
+		struct ibv_port_attr port;
+
+		d->ctx = ibv_open_device(list[i]);
+		if (!d->ctx)
+			continue;
+		snprintf(d->name, sizeof(d->name), "%s", ibv_get_device_name(list[i]));
+		if (ibv_query_gid(d->ctx, 1, 0, &d->gid) == 0) {
+			static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+			if (!memcmp(d->gid.raw, mapped, sizeof(mapped))) {
+				memcpy(&d->ip4, d->gid.raw + 12, 4);
+				d->has_ip4 = 1;
+			}
+		}
+		d->mtu = IBV_MTU_1024;
+		if (ibv_query_port(d->ctx, 1, &port) == 0)
+			d->mtu = port.active_mtu;
+		if (ibv_query_device(d->ctx, &attr) == 0) {
+			d->max_rd_atom = (uint8_t)(attr.max_qp_init_rd_atom > 255 ? 255 : attr.max_qp_init_rd_atom);
+			d->max_dest_rd_atom = (uint8_t)(attr.max_qp_rd_atom > 255 ? 255 : attr.max_qp_rd_atom);
+		}
+		ndevs++;
+	}
+	ibv_free_device_list(list);
+	if (!ndevs)
+		init_errno = ENODEV;
+}
+
+int cm_init(void)
+{
+	pthread_once(&init_once, init_devices);
+	if (init_errno)
+		return cm_fail(init_errno);
+	return 0;
+}
+
+static struct cm_dev *dev_by_name(const char *name)
+{
+	for (int i = 0; i < ndevs; i++)
+		if (!strcmp(devs[i].name, name))
+			return &devs[i];
+	return NULL;
+}
+
+/* dev_by_addr finds the adapter whose address a is (IPv4, IPv4-mapped
+ * IPv6, or a GID). */
+static struct cm_dev *dev_by_addr(const struct sockaddr *a)
+{
+	for (int i = 0; i < ndevs; i++) {
+		struct cm_dev *d = &devs[i];
+
+		if (a->sa_family == AF_INET && d->has_ip4 &&
+		    ((const struct sockaddr_in *)a)->sin_addr.s_addr == d->ip4.s_addr)
+			return d;
+		if (a->sa_family == AF_INET6 &&
+		    !memcmp(((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr, d->gid.raw, 16))
+			return d;
+	}
+	return NULL;
+}
+
+static struct ibv_pd *dev_pd(struct cm_dev *d)
+{
+	struct ibv_pd *pd;
+
+	pthread_mutex_lock(&cm_mu);
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->ctx);
+	pd = d->pd;
+	pthread_mutex_unlock(&cm_mu);
+	return pd;
+}
+
+struct ibv_context **rdma_get_devices(int *num_devices)
+{
+	struct ibv_context **list;
+
+	if (cm_init()) {
+		if (num_devices)
+			*num_devices = 0;
+		return NULL;
+	}
+	list = calloc((size_t)ndevs + 1, sizeof(*list));
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	for (int i = 0; i < ndevs; i++)
+		list[i] = devs[i].ctx;
+	if (num_devices)
+		*num_devices = ndevs;
+	return list;
+}
+
+void rdma_free_devices(struct ibv_context **list)
+{
+	free(list);
+}
+
+/* ---- addresses ---- */
+
+static socklen_t addr_len(const struct sockaddr *a)
+{
+	if (!a)
+		return 0;
+	switch (a->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	}
+	return 0;
+}
+
+static int is_any(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &in6addr_any, sizeof(in6addr_any));
+}
+
+static __be16 *port_of(struct sockaddr *a)
+{
+	return a->sa_family == AF_INET6 ? &((struct sockaddr_in6 *)a)->sin6_port : &((struct sockaddr_in *)a)->sin_port;
+}
+
+/* set_local writes d's address (the family of like, else IPv4) and port
+ * into id's source address. */
+static void set_local(struct cm_id *c, struct cm_dev *d, int family, __be16 port)
+{
+	struct rdma_addr *ra = &c->id.route.addr;
+
+	memset(&ra->src_storage, 0, sizeof(ra->src_storage));
+	if (family == AF_INET6 || !d->has_ip4) {
+		ra->src_sin6.sin6_family = AF_INET6;
+		memcpy(&ra->src_sin6.sin6_addr, d->gid.raw, 16);
+		ra->src_sin6.sin6_port = port;
+	} else {
+		ra->src_sin.sin_family = AF_INET;
+		ra->src_sin.sin_addr = d->ip4;
+		ra->src_sin.sin_port = port;
+	}
+	ra->addr.ibaddr.sgid = d->gid;
+	ra->addr.ibaddr.pkey = htobe16(0xffff);
+}
+
+/* set_remote writes gid (the family of like) and port into id's
+ * destination address. */
+static void set_remote(struct cm_id *c, const union ibv_gid *gid, int family, __be16 port)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	struct rdma_addr *ra = &c->id.route.addr;
+
+	memset(&ra->dst_storage, 0, sizeof(ra->dst_storage));
+	if (family != AF_INET6 && !memcmp(gid->raw, mapped, sizeof(mapped))) {
+		ra->dst_sin.sin_family = AF_INET;
+		memcpy(&ra->dst_sin.sin_addr, gid->raw + 12, 4);
+		ra->dst_sin.sin_port = port;
+	} else {
+		ra->dst_sin6.sin6_family = AF_INET6;
+		memcpy(&ra->dst_sin6.sin6_addr, gid->raw, 16);
+		ra->dst_sin6.sin6_port = port;
+	}
+	ra->addr.ibaddr.dgid = *gid;
+}
+
+static void use_dev(struct cm_id *c, struct cm_dev *d)
+{
+	c->dev = d;
+	c->id.verbs = d->ctx;
+	c->id.port_num = 1;
+}
+
+static uint16_t ephemeral_port(void)
+{
+	static __thread unsigned seed;
+
+	if (!seed)
+		seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)&seed;
+	return (uint16_t)(EPHEMERAL_LO + rand_r(&seed) % (EPHEMERAL_HI - EPHEMERAL_LO + 1));
+}
+
+/* ---- the agent ---- */
+
+/* call runs op with body; 0, or -1 with errno. *reply (if asked for) is
+ * the reply's JSON, to free. */
+static int call(int op, const char *body, char **reply, int *fd)
+{
+	char msg[320];
+	int e = vrdma_cm_call(op, body, reply, fd, msg, sizeof(msg));
+
+	if (e)
+		return cm_fail(e);
+	return 0;
+}
+
+static void hex(struct jbuf *b, const char *key, const void *p, size_t n)
+{
+	static const char digits[] = "0123456789abcdef";
+	char s[2 * PDATA_MAX + 1];
+	const uint8_t *u = p;
+
+	if (!p || !n)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		s[2 * i] = digits[u[i] >> 4];
+		s[2 * i + 1] = digits[u[i] & 15];
+	}
+	s[2 * n] = 0;
+	jb_str(b, key, s);
+}
+
+static int unhex(const char *s, uint8_t *out, size_t max)
+{
+	size_t n = strlen(s);
+
+	if (n % 2 || n / 2 > max)
+		return -1;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned v;
+
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			return -1;
+		out[i] = (uint8_t)v;
+	}
+	return (int)(n / 2);
+}
+
+/* ---- event channels ---- */
+
+static struct cm_channel *to_channel(struct rdma_event_channel *ch)
+{
+	struct cm_channel *c = (struct cm_channel *)ch;
+
+	return c && c->magic == CHANNEL_MAGIC ? c : NULL;
+}
+
+struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct cm_channel *c;
+	struct json_doc d = { 0 };
+	char *reply = NULL;
+	uint32_t h;
+	int fd = -1;
+
+	if (cm_init())
+		return NULL;
+	if (call(OP_CM_OPEN_CHANNEL, "{}", &reply, &fd))
+		return NULL;
+	if (fd < 0 || json_parse(&d, reply, (int)strlen(reply)) || json_get_u32(&d, 0, "handle", &h)) {
+		json_free(&d);
+		free(reply);
+		if (fd >= 0)
+			close(fd);
+		errno = EIO;
+		return NULL;
+	}
+	json_free(&d);
+	free(reply);
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		char body[48];
+
+		snprintf(body, sizeof(body), "{\"handle\":%u}", h);
+		call(OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
+		close(fd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->ch.fd = fd;
+	c->magic = CHANNEL_MAGIC;
+	c->handle = h;
+	return &c->ch;
+}
+
+/* rdma_destroy_event_channel closes the channel. Programs (rping among
+ * them) destroy a channel while a thread of theirs is blocked reading it;
+ * on the kernel's rdma_cm that thread stays blocked, so here too: the
+ * struct is not freed but marked dead (a few bytes per channel), and a
+ * reader that wakes on a dead channel waits for good (rdma_get_cm_event). */
+void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+	struct cm_channel *c = to_channel(channel);
+	char body[48];
+
+	if (!c)
+		return;
+	c->magic = CHANNEL_DEAD;
+	close(c->ch.fd);
+	snprintf(body, sizeof(body), "{\"handle\":%u}", c->handle);
+	call(OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
+}
+
+/* ---- IDs ---- */
+
+static struct cm_id *to_id(struct rdma_cm_id *id)
+{
+	struct cm_id *c = (struct cm_id *)id;
+
+	return c && c->magic == ID_MAGIC ? c : NULL;
+}
+
+/* new_id makes an ID on channel (its own, and synchronous, when NULL). */
+static struct cm_id *new_id(struct rdma_event_channel *channel, void *context, enum rdma_port_space ps,
+			    enum ibv_qp_type qp_type)
+{
+	struct cm_id *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!channel) {
+		channel = rdma_create_event_channel();
+		if (!channel) {
+			free(c);
+			return NULL;
+		}
+		c->sync = 1;
+	}
+	c->magic = ID_MAGIC;
+	c->id.channel = channel;
+	c->id.context = context;
+	c->id.ps = ps;
+	c->id.qp_type = qp_type;
+	c->ack_timeout = 18;
+	pthread_mutex_lock(&cm_mu);
+	c->cookie = ++next_cookie;
+	c->next = ids;
+	ids = c;
+	pthread_mutex_unlock(&cm_mu);
+	return c;
+}
+
+int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context,
+		   enum rdma_port_space ps)
+{
+	struct cm_id *c;
+	enum ibv_qp_type qpt;
+
+	if (!id || (channel && !to_channel(channel)))
+		return cm_fail(EINVAL);
+	switch (ps) {
+	case RDMA_PS_TCP:
+	case RDMA_PS_IB:
+		qpt = IBV_QPT_RC;
+		break;
+	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB:
+		qpt = IBV_QPT_UD;
+		break;
+	default:
+		return cm_fail(EINVAL);
+	}
+	if (cm_init())
+		return -1;
+	c = new_id(channel, context, ps, qpt);
+	if (!c)
+		return -1;
+	*id = &c->id;
+	return 0;
+}
+
+/* find_cookie returns the live ID of cookie. +checklocks:cm_mu */
+static struct cm_id *find_cookie(uint64_t cookie)
+{
+	for (struct cm_id *c = ids; c; c = c->next)
+		if (c->cookie == cookie)
+			return c;
+	return NULL;
+}
+
+int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct cm_id *c = to_id(id);
+	char body[160];
+
+	if (!c)
+		return cm_fail(EINVAL);
+	if (c->listen_handle) {
+		snprintf(body, sizeof(body), "{\"handle\":%u}", c->listen_handle);
+		call(OP_CM_CLOSE_LISTEN, body, NULL, NULL);
+		c->listen_handle = 0;
+	}
+	if (c->request && !c->answered) {
+		/* As the kernel does for a request's ID destroyed unanswered. */
+		snprintf(body, sizeof(body), "{\"listener\":%u,\"id\":%u,\"reason\":\"the listener destroyed the request's rdma_cm ID\"}",
+			 c->listener, c->req);
+		call(OP_REJECT_REQUEST, body, NULL, NULL);
+		c->answered = 1;
+	}
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	pthread_mutex_lock(&cm_mu);
+	while (c->events_out > 0)
+		pthread_cond_wait(&cm_acked, &cm_mu);
+	for (struct cm_id **p = &ids; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&cm_mu);
+	if (c->sync)
+		rdma_destroy_event_channel(c->id.channel);
+	free(c->id.route.path_rec);
+	free(c->qp_init_attr);
+	c->magic = 0;
+	free(c);
+	return 0;
+}
+
+int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct cm_id *c = to_id(id);
+	socklen_t n = addr ? addr_len(addr) : 0;
+
+	if (!c || !addr)
+		return cm_fail(EINVAL);
+	if (!n)
+		return cm_fail(EAFNOSUPPORT);
+	if (c->bound || c->listen_handle)
+		return cm_fail(EINVAL);
+	if (!is_any(addr)) {
+		struct cm_dev *d = dev_by_addr(addr);
+
+		if (!d)
+			return cm_fail(EADDRNOTAVAIL); /* no adapter of this VM has it */
+		use_dev(c, d);
+		set_local(c, d, addr->sa_family, *port_of(addr));
+	} else {
+		memset(&c->id.route.addr.src_storage, 0, sizeof(c->id.route.addr.src_storage));
+		memcpy(&c->id.route.addr.src_storage, addr, n);
+	}
+	c->bound = 1;
+	return 0;
+}
+
+/* complete is a synchronous ID's wait for the event of its call (rdma-core's
+ * ucma_complete): 0, or -1 with the event's errno. */
+static int complete(struct cm_id *c)
+{
+	struct rdma_cm_event *ev;
+
+	if (!c->sync)
+		return 0;
+	if (c->id.event) {
+		rdma_ack_cm_event(c->id.event);
+		c->id.event = NULL;
+	}
+	if (rdma_get_cm_event(c->id.channel, &c->id.event))
+		return -1;
+	ev = c->id.event;
+	if (ev->status) {
+		if (ev->event == RDMA_CM_EVENT_REJECTED)
+			return cm_fail(ECONNREFUSED);
+		return cm_fail(ev->status < 0 ? -ev->status : ev->status);
+	}
+	return 0;
+}
+
+static uint32_t channel_handle(struct cm_id *c)
+{
+	struct cm_channel *ch = to_channel(c->id.channel);
+
+	return ch ? ch->handle : 0;
+}
+
+int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr, int timeout_ms)
+{
+	struct cm_id *c = to_id(id);
+	char body[320], ip[INET6_ADDRSTRLEN];
+	struct jbuf b;
+	socklen_t n;
+
+	(void)timeout_ms; /* the agent answers from its directory at once */
+	if (!c || !dst_addr)
+		return cm_fail(EINVAL);
+	n = addr_len(dst_addr);
+	if (!n)
+		return cm_fail(EAFNOSUPPORT);
+	if (src_addr && !c->bound && rdma_bind_addr(id, src_addr))
+		return -1;
+	if (dst_addr->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)dst_addr)->sin_addr, ip, sizeof(ip));
+	else
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)dst_addr)->sin6_addr, ip, sizeof(ip));
+	snprintf(c->remote, sizeof(c->remote), "%s", ip);
+	memset(&c->id.route.addr.dst_storage, 0, sizeof(c->id.route.addr.dst_storage));
+	memcpy(&c->id.route.addr.dst_storage, dst_addr, n);
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "channel", channel_handle(c));
+	jb_u64(&b, "cookie", c->cookie);
+	jb_str(&b, "remote", ip);
+	if (c->dev)
+		jb_str(&b, "adapter", c->dev->name);
+	jb_raw(&b, "}");
+	if (b.err)
+		return cm_fail(EINVAL);
+	if (call(OP_CM_RESOLVE, body, NULL, NULL))
+		return -1;
+	return complete(c);
+}
+
+int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+	struct cm_id *c = to_id(id);
+	char body[96];
+
+	(void)timeout_ms;
+	if (!c || !c->dev || !c->remote[0])
+		return cm_fail(EINVAL); /* rdma_resolve_addr first */
+	snprintf(body, sizeof(body), "{\"channel\":%u,\"cookie\":%llu}", channel_handle(c), (unsigned long long)c->cookie);
+	if (call(OP_CM_ROUTE, body, NULL, NULL))
+		return -1;
+	return complete(c);
+}
+
+/* ---- QPs ---- */
+
+static int qp_to_init(struct cm_id *c, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	int mask;
+
+	a.qp_state = IBV_QPS_INIT;
+	if (rdma_init_qp_attr(&c->id, &a, &mask))
+		return -1;
+	return ibv_modify_qp(qp, &a, mask) ? -1 : 0;
+}
+
+static void destroy_cqs(struct rdma_cm_id *id)
+{
+	if (id->recv_cq) {
+		if (id->send_cq && id->send_cq != id->recv_cq)
+			ibv_destroy_cq(id->send_cq);
+		ibv_destroy_cq(id->recv_cq);
+	} else if (id->send_cq) {
+		ibv_destroy_cq(id->send_cq);
+	}
+	id->send_cq = id->recv_cq = NULL;
+	if (id->recv_cq_channel) {
+		if (id->send_cq_channel && id->send_cq_channel != id->recv_cq_channel)
+			ibv_destroy_comp_channel(id->send_cq_channel);
+		ibv_destroy_comp_channel(id->recv_cq_channel);
+	} else if (id->send_cq_channel) {
+		ibv_destroy_comp_channel(id->send_cq_channel);
+	}
+	id->send_cq_channel = id->recv_cq_channel = NULL;
+}
+
+/* make_cq gives id a CQ of size entries with a completion channel of its
+ * own (what rdma_get_send_comp and rdma_get_recv_comp wait on). */
+static struct ibv_cq *make_cq(struct rdma_cm_id *id, uint32_t entries, struct ibv_comp_channel **chp)
+{
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(id->verbs);
+	struct ibv_cq *cq;
+
+	if (!ch)
+		return NULL;
+	cq = ibv_create_cq(id->verbs, (int)(entries ? entries : 1), id, ch, 0);
+	if (!cq) {
+		int e = errno;
+
+		ibv_destroy_comp_channel(ch);
+		errno = e;
+		return NULL;
+	}
+	*chp = ch;
+	return cq;
+}
+
+int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
+{
+	struct cm_id *c = to_id(id);
+	struct ibv_qp *qp;
+	int made_send = 0, made_recv = 0;
+
+	if (!c || !attr)
+		return cm_fail(EINVAL);
+	if (id->qp || !c->dev)
+		return cm_fail(EINVAL); /* one QP per ID, on a bound or resolved ID */
+	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
+		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+		attr->pd = id->pd ? id->pd : dev_pd(c->dev);
+		if (!attr->pd)
+			return -1;
+	} else if (attr->pd->context != id->verbs) {
+		return cm_fail(EINVAL);
+	}
+	if ((id->recv_cq && attr->recv_cq && id->recv_cq != attr->recv_cq) ||
+	    (id->send_cq && attr->send_cq && id->send_cq != attr->send_cq))
+		return cm_fail(EINVAL);
+	if (!attr->recv_cq && !id->recv_cq) {
+		id->recv_cq = make_cq(id, attr->cap.max_recv_wr, &id->recv_cq_channel);
+		if (!id->recv_cq)
+			return -1;
+		made_recv = 1;
+	}
+	if (!attr->send_cq && !id->send_cq) {
+		id->send_cq = make_cq(id, attr->cap.max_send_wr, &id->send_cq_channel);
+		if (!id->send_cq) {
+			if (made_recv)
+				destroy_cqs(id);
+			return -1;
+		}
+		made_send = 1;
+	}
+	if (!attr->send_cq)
+		attr->send_cq = id->send_cq;
+	if (!attr->recv_cq)
+		attr->recv_cq = id->recv_cq;
+	qp = ibv_create_qp_ex(id->verbs, attr);
+	if (!qp)
+		goto err;
+	if (qp_to_init(c, qp)) {
+		int e = errno;
+
+		ibv_destroy_qp(qp);
+		errno = e;
+		goto err;
+	}
+	id->pd = qp->pd;
+	id->qp = qp;
+	return 0;
+err:
+	if (made_send || made_recv) {
+		int e = errno;
+
+		destroy_cqs(id);
+		errno = e;
+	}
+	return -1;
+}
+
+int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct ibv_qp_init_attr_ex ax;
+	int rc;
+
+	if (!qp_init_attr)
+		return cm_fail(EINVAL);
+	memset(&ax, 0, sizeof(ax));
+	memcpy(&ax, qp_init_attr, sizeof(*qp_init_attr));
+	ax.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ax.pd = pd ? pd : id ? id->pd : NULL;
+	rc = rdma_create_qp_ex(id, &ax);
+	memcpy(qp_init_attr, &ax, sizeof(*qp_init_attr));
+	return rc;
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (!to_id(id))
+		return;
+	if (id->qp)
+		ibv_destroy_qp(id->qp);
+	id->qp = NULL;
+	destroy_cqs(id);
+}
+
+int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *qp_attr_mask)
+{
+	struct cm_id *c = to_id(id);
+
+	if (!c || !qp_attr || !qp_attr_mask || !c->dev)
+		return cm_fail(EINVAL);
+	switch (qp_attr->qp_state) {
+	case IBV_QPS_INIT:
+		memset(qp_attr, 0, sizeof(*qp_attr));
+		qp_attr->qp_state = IBV_QPS_INIT;
+		qp_attr->pkey_index = 0;
+		qp_attr->port_num = id->port_num ? id->port_num : 1;
+		qp_attr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+		*qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		return 0;
+	case IBV_QPS_RTR:
+		if (!c->remote_qpn)
+			return cm_fail(EINVAL); /* no peer yet */
+		memset(qp_attr, 0, sizeof(*qp_attr));
+		qp_attr->qp_state = IBV_QPS_RTR;
+		qp_attr->path_mtu = c->dev->mtu;
+		qp_attr->dest_qp_num = c->remote_qpn;
+		qp_attr->rq_psn = 0;
+		qp_attr->max_dest_rd_atomic = c->dev->max_dest_rd_atom;
+		qp_attr->min_rnr_timer = 12;
+		qp_attr->ah_attr.is_global = 1;
+		qp_attr->ah_attr.grh.dgid = id->route.addr.addr.ibaddr.dgid;
+		qp_attr->ah_attr.grh.hop_limit = 64;
+		qp_attr->ah_attr.grh.traffic_class = c->tos;
+		qp_attr->ah_attr.port_num = id->port_num;
+		*qp_attr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		return 0;
+	case IBV_QPS_RTS:
+		if (!c->remote_qpn)
+			return cm_fail(EINVAL);
+		memset(qp_attr, 0, sizeof(*qp_attr));
+		qp_attr->qp_state = IBV_QPS_RTS;
+		qp_attr->sq_psn = 0;
+		qp_attr->timeout = c->ack_timeout;
+		qp_attr->retry_cnt = 7;
+		qp_attr->rnr_retry = 7;
+		qp_attr->max_rd_atomic = c->dev->max_rd_atom;
+		*qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+				IBV_QP_MAX_QP_RD_ATOMIC;
+		return 0;
+	default:
+		return cm_fail(EINVAL);
+	}
+}
+
+/* ---- connections ---- */
+
+int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct cm_id *c = to_id(id);
+	char body[512];
+	struct jbuf b;
+
+	if (!c || !c->dev || !c->remote[0] || c->request)
+		return cm_fail(EINVAL); /* resolve the address and route first */
+	if (!id->qp)
+		return cm_fail(EINVAL); /* vrdma connects a QP made with rdma_create_qp (docs/verbs-compat.md) */
+	if (conn_param && conn_param->private_data_len > MAX_PDATA_REQ)
+		return cm_fail(EINVAL);
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "channel", channel_handle(c));
+	jb_u64(&b, "cookie", c->cookie);
+	jb_u64(&b, "qp", id->qp->handle);
+	jb_str(&b, "remote", c->remote);
+	jb_u64(&b, "port", be16toh(*port_of(&id->route.addr.dst_addr)));
+	if (conn_param)
+		hex(&b, "private_data", conn_param->private_data, conn_param->private_data_len);
+	jb_raw(&b, "}");
+	if (b.err)
+		return cm_fail(EINVAL);
+	if (!*port_of(&id->route.addr.src_addr))
+		*port_of(&id->route.addr.src_addr) = htobe16(ephemeral_port());
+	if (call(OP_CM_CONNECT, body, NULL, NULL))
+		return -1;
+	return complete(c);
+}
+
+int rdma_establish(struct rdma_cm_id *id)
+{
+	if (!to_id(id) || id->qp)
+		return cm_fail(EINVAL); /* as rdma-core: only for an ID without a QP */
+	return 0;
+}
+
+int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	struct cm_id *c = to_id(id);
+	struct json_doc d = { 0 };
+	struct sockaddr *src;
+	char *reply = NULL;
+	uint16_t port;
+	int tries;
+
+	(void)backlog; /* the agent queues requests per listener */
+	if (!c || c->listen_handle || c->request || id->qp)
+		return cm_fail(EINVAL);
+	src = &id->route.addr.src_addr;
+	if (!src->sa_family)
+		src->sa_family = AF_INET;
+	port = be16toh(*port_of(src));
+	for (tries = 0;; tries++) {
+		char body[256];
+		struct jbuf b;
+		uint16_t p = port ? port : ephemeral_port();
+
+		jb_init(&b, body, sizeof(body));
+		jb_raw(&b, "{");
+		jb_u64(&b, "channel", channel_handle(c));
+		jb_str(&b, "adapter", c->dev ? c->dev->name : "");
+		jb_u64(&b, "port", p);
+		jb_u64(&b, "cookie", c->cookie);
+		jb_raw(&b, "}");
+		if (call(OP_CM_LISTEN, body, &reply, NULL) == 0) {
+			*port_of(src) = htobe16(p);
+			break;
+		}
+		if (errno == EEXIST)
+			errno = EADDRINUSE;
+		if (port || errno != EADDRINUSE || tries >= 16)
+			return -1;
+	}
+	if (json_parse(&d, reply, (int)strlen(reply)) || json_get_u32(&d, 0, "handle", &c->listen_handle) ||
+	    !c->listen_handle) {
+		json_free(&d);
+		free(reply);
+		return cm_fail(EIO);
+	}
+	json_free(&d);
+	free(reply);
+	return 0;
+}
+
+int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **id)
+{
+	struct cm_id *c = to_id(listen);
+	struct rdma_cm_event *ev;
+
+	if (!c || !c->sync || !id)
+		return cm_fail(EINVAL);
+	if (listen->event) {
+		rdma_ack_cm_event(listen->event);
+		listen->event = NULL;
+	}
+	if (rdma_get_cm_event(listen->channel, &ev))
+		return -1;
+	if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+		int e = ev->event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : ev->status < 0 ? -ev->status : EINVAL;
+
+		listen->event = ev;
+		return cm_fail(e);
+	}
+	if (c->qp_init_attr) {
+		struct ibv_qp_init_attr attr = *c->qp_init_attr;
+
+		if (rdma_create_qp(ev->id, listen->pd, &attr)) {
+			int e = errno;
+
+			rdma_reject(ev->id, NULL, 0);
+			listen->event = ev;
+			return cm_fail(e);
+		}
+	}
+	*id = ev->id;
+	ev->id->event = ev;
+	return 0;
+}
+
+int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+	struct cm_id *c = to_id(id);
+	char body[640];
+	struct jbuf b;
+	char *reply = NULL;
+
+	if (!c || !c->request || c->answered)
+		return cm_fail(EINVAL); /* a CONNECT_REQUEST's ID, once */
+	if (!id->qp)
+		return cm_fail(EINVAL); /* vrdma accepts with a QP made with rdma_create_qp */
+	if (conn_param && conn_param->private_data_len > MAX_PDATA_REP)
+		return cm_fail(EINVAL);
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "listener", c->listener);
+	jb_u64(&b, "id", c->req);
+	jb_u64(&b, "qp", id->qp->handle);
+	jb_u64(&b, "channel", channel_handle(c));
+	if (conn_param)
+		hex(&b, "private_data", conn_param->private_data, conn_param->private_data_len);
+	jb_raw(&b, "}");
+	if (b.err)
+		return cm_fail(EINVAL);
+	if (call(OP_ACCEPT_REQUEST, body, &reply, NULL))
+		return -1;
+	free(reply);
+	c->answered = 1;
+	return complete(c);
+}
+
+int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	struct cm_id *c = to_id(id);
+	char body[512];
+	struct jbuf b;
+
+	if (!c || !c->request || c->answered)
+		return cm_fail(EINVAL);
+	if (private_data_len > MAX_PDATA_REJ)
+		return cm_fail(EINVAL);
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "listener", c->listener);
+	jb_u64(&b, "id", c->req);
+	jb_str(&b, "reason", "rejected by the listener (rdma_reject)");
+	hex(&b, "private_data", private_data, private_data_len);
+	jb_raw(&b, "}");
+	if (b.err)
+		return cm_fail(EINVAL);
+	if (call(OP_REJECT_REQUEST, body, NULL, NULL))
+		return -1;
+	c->answered = 1;
+	return 0;
+}
+
+int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
+{
+	return rdma_reject(id, private_data, private_data_len);
+}
+
+int rdma_disconnect(struct rdma_cm_id *id)
+{
+	struct cm_id *c = to_id(id);
+	char body[48];
+
+	if (!c || !c->connected)
+		return cm_fail(EINVAL); /* not connected */
+	if (id->qp) {
+		/* As rdma-core: the QP goes to ERR first, flushing its work
+		 * requests, whatever the peer did. */
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+		ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
+	}
+	snprintf(body, sizeof(body), "{\"qp\":%u}", c->qp_handle);
+	if (call(OP_CM_DISCONNECT, body, NULL, NULL))
+		return -1;
+	return complete(c);
+}
+
+int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	(void)event; /* the agent knows when a connection is established */
+	return to_id(id) ? 0 : cm_fail(EINVAL);
+}
+
+int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+	struct cm_id *c = to_id(id);
+	struct rdma_event_channel *old;
+	int was_sync;
+
+	if (!c || (channel && !to_channel(channel)))
+		return cm_fail(EINVAL);
+	if (c->listen_handle || c->connected || (c->request && c->answered))
+		return cm_fail(EOPNOTSUPP); /* the agent keeps a listen's or a connection's channel */
+	pthread_mutex_lock(&cm_mu);
+	while (c->events_out > 0)
+		pthread_cond_wait(&cm_acked, &cm_mu);
+	pthread_mutex_unlock(&cm_mu);
+	old = id->channel;
+	was_sync = c->sync;
+	if (!channel) {
+		channel = rdma_create_event_channel();
+		if (!channel)
+			return -1;
+		c->sync = 1;
+	} else {
+		c->sync = 0;
+	}
+	id->channel = channel;
+	if (was_sync)
+		rdma_destroy_event_channel(old);
+	return 0;
+}
+
+__be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	return to_id(id) ? *port_of(&id->route.addr.src_addr) : 0;
+}
+
+__be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	return to_id(id) ? *port_of(&id->route.addr.dst_addr) : 0;
+}
+
+int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	struct cm_id *c = to_id(id);
+
+	if (!c || !optval)
+		return cm_fail(EINVAL);
+	if (level != RDMA_OPTION_ID)
+		return cm_fail(ENOSYS); /* RDMA_OPTION_IB_PATH: RoCE paths come from the agent */
+	switch (optname) {
+	case RDMA_OPTION_ID_TOS:
+		if (optlen != sizeof(uint8_t))
+			return cm_fail(EINVAL);
+		c->tos = *(uint8_t *)optval;
+		return 0;
+	case RDMA_OPTION_ID_REUSEADDR:
+	case RDMA_OPTION_ID_AFONLY:
+		return optlen == sizeof(int) ? 0 : cm_fail(EINVAL);
+	case RDMA_OPTION_ID_ACK_TIMEOUT:
+		if (optlen != sizeof(uint8_t))
+			return cm_fail(EINVAL);
+		c->ack_timeout = *(uint8_t *)optval;
+		return 0;
+	}
+	return cm_fail(ENOSYS);
+}
+
+/* ---- events ---- */
+
+/* path_rec fills id's route with one path, as rdma_cm's RoCE route is. */
+static void fill_route(struct cm_id *c)
+{
+	struct ibv_sa_path_rec *p = c->id.route.path_rec;
+
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return;
+		c->id.route.path_rec = p;
+	}
+	memset(p, 0, sizeof(*p));
+	p->sgid = c->id.route.addr.addr.ibaddr.sgid;
+	p->dgid = c->id.route.addr.addr.ibaddr.dgid;
+	p->pkey = htobe16(0xffff);
+	p->mtu = (uint8_t)c->dev->mtu;
+	p->mtu_selector = 2;
+	p->hop_limit = 64;
+	p->traffic_class = c->tos;
+	p->reversible = 1;
+	p->numb_path = 1;
+	p->packet_life_time = 14;
+	c->id.route.num_paths = 1;
+}
+
+/* make_event turns one agent event into an rdma_cm_event for the ID it
+ * concerns; NULL when no live ID is its (an event of a destroyed ID,
+ * dropped as the kernel drops them) or it is malformed. */
+static struct cm_event *make_event(const char *text, int len)
+{
+	struct json_doc d = { 0 };
+	struct cm_event *e = NULL;
+	struct cm_id *c = NULL, *owner;
+	char adapter[32] = "", gid[64] = "", pd[2 * PDATA_MAX + 1] = "";
+	union ibv_gid rgid;
+	uint64_t cookie = 0;
+	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0;
+	int type, status = 0, npd = 0;
+
+	memset(&rgid, 0, sizeof(rgid));
+	if (json_parse(&d, text, len) || json_get_int(&d, 0, "event", &type))
+		goto out;
+	json_get_int(&d, 0, "status", &status);
+	json_get_u64(&d, 0, "cookie", &cookie);
+	json_get_u32(&d, 0, "listener", &listener);
+	json_get_u32(&d, 0, "id", &req);
+	json_get_u32(&d, 0, "qp", &qp);
+	json_get_u32(&d, 0, "remote_qpn", &rqpn);
+	json_get_u32(&d, 0, "port", &port);
+	json_get_str(&d, 0, "adapter", adapter, sizeof(adapter));
+	if (json_get_str(&d, 0, "remote_gid", gid, sizeof(gid)) == 0 && gid[0])
+		inet_pton(AF_INET6, gid, rgid.raw);
+	if (json_get_str(&d, 0, "private_data", pd, sizeof(pd)) == 0 && pd[0])
+		npd = 0; /* decoded below, into the event */
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		goto out;
+	if (pd[0]) {
+		npd = unhex(pd, e->pdata, sizeof(e->pdata));
+		if (npd < 0)
+			npd = 0;
+	}
+	e->ev.event = (enum rdma_cm_event_type)type;
+	e->ev.status = status;
+
+	pthread_mutex_lock(&cm_mu);
+	switch (type) {
+	case RDMA_CM_EVENT_CONNECT_REQUEST: {
+		struct cm_id *l = find_cookie(cookie);
+		struct cm_dev *dv = dev_by_name(adapter);
+
+		if (!l || !l->listen_handle || !dv)
+			break;
+		pthread_mutex_unlock(&cm_mu);
+		c = new_id(l->sync ? NULL : l->id.channel, l->id.context, l->id.ps, l->id.qp_type);
+		pthread_mutex_lock(&cm_mu);
+		if (!c)
+			break;
+		c->request = 1;
+		c->listener = listener;
+		c->req = req;
+		c->remote_qpn = rqpn;
+		use_dev(c, dv);
+		c->id.pd = l->id.pd;
+		set_local(c, dv, l->id.route.addr.src_addr.sa_family, htobe16((uint16_t)port));
+		set_remote(c, &rgid, l->id.route.addr.src_addr.sa_family, 0);
+		fill_route(c);
+		e->ev.listen_id = &l->id;
+		owner = l;
+		goto found;
+	}
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (listener) {
+			for (struct cm_id *x = ids; x; x = x->next)
+				if (x->request && x->listener == listener && x->req == req)
+					c = x;
+		} else {
+			c = find_cookie(cookie);
+		}
+		if (c) {
+			c->connected = 1;
+			c->qp_handle = qp;
+			c->remote_qpn = rqpn;
+		}
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		for (struct cm_id *x = ids; x; x = x->next)
+			if (x->qp_handle && x->qp_handle == qp)
+				c = x;
+		break;
+	default:
+		c = find_cookie(cookie);
+		if (c && type == RDMA_CM_EVENT_ADDR_RESOLVED) {
+			struct cm_dev *dv = dev_by_name(adapter);
+			__be16 sport = *port_of(&c->id.route.addr.src_addr);
+			int fam = c->id.route.addr.dst_addr.sa_family;
+
+			if (!dv) {
+				e->ev.event = RDMA_CM_EVENT_ADDR_ERROR;
+				e->ev.status = -ENODEV;
+				break;
+			}
+			use_dev(c, dv);
+			set_local(c, dv, fam, sport ? sport : htobe16(ephemeral_port()));
+			c->id.route.addr.addr.ibaddr.dgid = rgid;
+		} else if (c && type == RDMA_CM_EVENT_ROUTE_RESOLVED && c->dev) {
+			fill_route(c);
+		}
+		break;
+	}
+	if (!c)
+		goto unlock;
+	owner = c;
+found:
+	e->ev.id = &c->id;
+	e->owner = owner;
+	owner->events_out++;
+	if (npd > 0) {
+		e->ev.param.conn.private_data = e->pdata;
+		e->ev.param.conn.private_data_len = (uint8_t)npd;
+	}
+	e->ev.param.conn.responder_resources = c->dev ? c->dev->max_dest_rd_atom : 0;
+	e->ev.param.conn.initiator_depth = c->dev ? c->dev->max_rd_atom : 0;
+	e->ev.param.conn.retry_count = 7;
+	e->ev.param.conn.rnr_retry_count = 7;
+	e->ev.param.conn.qp_num = c->remote_qpn;
+	pthread_mutex_unlock(&cm_mu);
+	if (type == RDMA_CM_EVENT_REJECTED && c->id.qp) {
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+		ibv_modify_qp(c->id.qp, &a, IBV_QP_STATE); /* as rdma-core does */
+	}
+	json_free(&d);
+	return e;
+unlock:
+	pthread_mutex_unlock(&cm_mu);
+out:
+	free(e);
+	json_free(&d);
+	return NULL;
+}
+
+int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+	struct cm_channel *ch = to_channel(channel);
+	char *buf;
+
+	if (channel && ((struct cm_channel *)channel)->magic == CHANNEL_DEAD)
+		return cm_fail(EBADF); /* its fd is closed */
+	if (!ch || !event)
+		return cm_fail(EINVAL);
+	buf = malloc(EVENT_MAX);
+	if (!buf)
+		return cm_fail(ENOMEM);
+	for (;;) {
+		struct cm_event *e;
+		ssize_t n = recv(ch->ch.fd, buf, EVENT_MAX, MSG_TRUNC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if ((n <= 0) && ((struct cm_channel *)channel)->magic == CHANNEL_DEAD) {
+			free(buf);
+			for (;;)
+				pause(); /* destroyed under this reader: as the kernel's, it never returns */
+		}
+		if (n < 0) {
+			int err = errno; /* EAGAIN on a non-blocking fd, as the kernel's */
+
+			free(buf);
+			return cm_fail(err);
+		}
+		if (n == 0) {
+			free(buf);
+			return cm_fail(ENODEV); /* the agent closed the channel: it is gone */
+		}
+		if (n > EVENT_MAX)
+			continue; /* not an event of the agent's */
+		e = make_event(buf, (int)n);
+		if (!e)
+			continue;
+		free(buf);
+		*event = &e->ev;
+		return 0;
+	}
+}
+
+int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	struct cm_event *e = (struct cm_event *)event;
+
+	if (!e)
+		return cm_fail(EINVAL);
+	pthread_mutex_lock(&cm_mu);
+	if (e->owner && e->owner->events_out > 0)
+		e->owner->events_out--;
+	pthread_cond_broadcast(&cm_acked);
+	pthread_mutex_unlock(&cm_mu);
+	free(e);
+	return 0;
+}
+
+const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	static const char *const names[] = {
+		[RDMA_CM_EVENT_ADDR_RESOLVED] = "RDMA_CM_EVENT_ADDR_RESOLVED",
+		[RDMA_CM_EVENT_ADDR_ERROR] = "RDMA_CM_EVENT_ADDR_ERROR",
+		[RDMA_CM_EVENT_ROUTE_RESOLVED] = "RDMA_CM_EVENT_ROUTE_RESOLVED",
+		[RDMA_CM_EVENT_ROUTE_ERROR] = "RDMA_CM_EVENT_ROUTE_ERROR",
+		[RDMA_CM_EVENT_CONNECT_REQUEST] = "RDMA_CM_EVENT_CONNECT_REQUEST",
+		[RDMA_CM_EVENT_CONNECT_RESPONSE] = "RDMA_CM_EVENT_CONNECT_RESPONSE",
+		[RDMA_CM_EVENT_CONNECT_ERROR] = "RDMA_CM_EVENT_CONNECT_ERROR",
+		[RDMA_CM_EVENT_UNREACHABLE] = "RDMA_CM_EVENT_UNREACHABLE",
+		[RDMA_CM_EVENT_REJECTED] = "RDMA_CM_EVENT_REJECTED",
+		[RDMA_CM_EVENT_ESTABLISHED] = "RDMA_CM_EVENT_ESTABLISHED",
+		[RDMA_CM_EVENT_DISCONNECTED] = "RDMA_CM_EVENT_DISCONNECTED",
+		[RDMA_CM_EVENT_DEVICE_REMOVAL] = "RDMA_CM_EVENT_DEVICE_REMOVAL",
+		[RDMA_CM_EVENT_MULTICAST_JOIN] = "RDMA_CM_EVENT_MULTICAST_JOIN",
+		[RDMA_CM_EVENT_MULTICAST_ERROR] = "RDMA_CM_EVENT_MULTICAST_ERROR",
+		[RDMA_CM_EVENT_ADDR_CHANGE] = "RDMA_CM_EVENT_ADDR_CHANGE",
+		[RDMA_CM_EVENT_TIMEWAIT_EXIT] = "RDMA_CM_EVENT_TIMEWAIT_EXIT",
+	};
+
+	if ((unsigned)event < sizeof(names) / sizeof(names[0]) && names[event])
+		return names[event];
+	return "UNKNOWN EVENT";
+}
+
+/* ---- endpoints (rdma_create_ep: synchronous IDs) ---- */
+
+int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
+		   struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *cid;
+	struct cm_id *c;
+
+	if (!id || !res)
+		return cm_fail(EINVAL);
+	if (rdma_create_id(NULL, &cid, NULL, (enum rdma_port_space)res->ai_port_space))
+		return -1;
+	c = to_id(cid);
+	if (res->ai_flags & RAI_PASSIVE) {
+		if (res->ai_src_addr && rdma_bind_addr(cid, res->ai_src_addr))
+			goto err;
+		if (pd)
+			cid->pd = pd;
+		if (qp_init_attr) {
+			c->qp_init_attr = malloc(sizeof(*qp_init_attr));
+			if (!c->qp_init_attr) {
+				errno = ENOMEM;
+				goto err;
+			}
+			*c->qp_init_attr = *qp_init_attr;
+			c->qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+		}
+		*id = cid;
+		return 0;
+	}
+	if (rdma_resolve_addr(cid, res->ai_src_addr, res->ai_dst_addr, 2000) || rdma_resolve_route(cid, 2000))
+		goto err;
+	if (qp_init_attr) {
+		qp_init_attr->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+		if (rdma_create_qp(cid, pd, qp_init_attr))
+			goto err;
+	}
+	*id = cid;
+	return 0;
+err: {
+	int e = errno;
+
+	rdma_destroy_ep(cid);
+	errno = e;
+	return -1;
+}
+}
+
+void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (!to_id(id))
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+}

@@ -1,0 +1,202 @@
+package verbsabi
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// The adapters' addresses in the rdma_cm tests: vmA's is the server's.
+const (
+	cmAddrA = "10.77.0.1"
+	cmAddrB = "10.77.0.2"
+)
+
+// BuildRDMACM is Build, and skips tb unless the drop-in librdmacm.so.1
+// was built too (it needs librdmacm-dev).
+func BuildRDMACM(tb testing.TB) string {
+	tb.Helper()
+	lib := Build(tb)
+	if _, err := os.Stat(filepath.Join(lib, "librdmacm.so.1")); err != nil {
+		tb.Skip("the drop-in librdmacm.so.1 was not built: install librdmacm-dev (apt-get install -y librdmacm-dev)")
+	}
+	return lib
+}
+
+// cmPort returns a service port for one rdma_cm test run: the agent's
+// ports are its own, not the host's, so any will do, but runs of one test
+// binary must not meet.
+func cmPort() int { return 20000 + rand.IntN(20000) }
+
+// cmSide is one program of an rdma_cm pair.
+type cmSide struct {
+	socket, vm string
+	prog       string
+	args       []string
+}
+
+// cmOutput is what one program of a pair wrote.
+type cmOutput struct{ stdout, stderr string }
+
+func (o cmOutput) String() string { return o.stdout + o.stderr }
+
+// runCMPair starts srv, then runs cli until it connects (nothing tells
+// from outside when an rdma_cm server listens: a client the agent rejects
+// for want of a listener, REJECTED with reason 8, is run again), and
+// returns both outputs; it fails t unless both exit 0.
+func runCMPair(t *testing.T, lib string, srv, cli cmSide) (cmOutput, cmOutput) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	s := exec.CommandContext(ctx, srv.prog, srv.args...)
+	s.Env = Env(lib, srv.socket, srv.vm)
+	var sout, serr strings.Builder
+	s.Stdout, s.Stderr = &sout, &serr
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- s.Wait() }()
+	var co cmOutput
+	var cliErr error
+	for attempt := 0; ; attempt++ {
+		c := exec.CommandContext(ctx, cli.prog, cli.args...)
+		c.Env = Env(lib, cli.socket, cli.vm)
+		var cout, cerr strings.Builder
+		c.Stdout, c.Stderr = &cout, &cerr
+		cliErr = c.Run()
+		co = cmOutput{cout.String(), cerr.String()}
+		if cliErr == nil || attempt >= 50 || !noListener(co.String()) {
+			break
+		}
+		select {
+		case err := <-srvDone:
+			t.Fatalf("server exited before a client connected: %v\n%s%s\nclient:\n%s", err, sout.String(), serr.String(), co)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	var srvErr error
+	select {
+	case srvErr = <-srvDone:
+	case <-time.After(30 * time.Second):
+		s.Process.Kill()
+		srvErr = fmt.Errorf("server still running 30 s after the client ended: %v", <-srvDone)
+	}
+	so := cmOutput{sout.String(), serr.String()}
+	if cliErr != nil || srvErr != nil {
+		t.Fatalf("client: %v, server: %v\nserver:\n%s\nclient:\n%s", cliErr, srvErr, so, co)
+	}
+	return so, co
+}
+
+// noListener reports whether a client's output says nothing listened:
+// rdma_cm's REJECTED with IBTA reason 8 (invalid service ID), however the
+// program words it.
+var noListenerRE = regexp.MustCompile(`(?i)REJECTED.*(error|status)\s*8\b|ECONNREFUSED|Connection refused|rdma_connect.*refused`)
+
+func noListener(out string) bool { return noListenerRE.MatchString(out) }
+
+// cmEnv is two VMs with addresses, on one agent (memcpy) or on two hosts
+// of a cluster (tcp).
+type cmEnv struct {
+	sockA, sockB string
+}
+
+func startCMEnv(t *testing.T, path string) cmEnv {
+	t.Helper()
+	optsA := testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrA}}
+	optsB := testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrB}}
+	switch path {
+	case "memcpy":
+		env := testenv.StartProcess(t, testenv.ProcessOptions{})
+		env.Define(t, "vmA", optsA)
+		env.Define(t, "vmB", optsB)
+		return cmEnv{env.Socket, env.Socket}
+	case "tcp":
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+		c.Hosts[0].Define(t, "vmA", optsA)
+		c.Hosts[1].Define(t, "vmB", optsB)
+		return cmEnv{c.Hosts[0].Socket, c.Hosts[1].Socket}
+	}
+	t.Fatalf("no path %q", path)
+	return cmEnv{}
+}
+
+var pingData = regexp.MustCompile(`(?m)^(?:server )?ping data: rdma-ping-(\d+): (\S+)$`)
+
+// TestRDMACMRping runs Debian's unmodified rping, server and client, with
+// verbose output and data validation (-v -V -C 100), connecting by the
+// server adapter's IP address through the drop-in librdmacm.so.1, over
+// memcpy and over tcp: every one of the 100 pings must be printed by both
+// sides with rping's rotating pattern, and neither side report an error.
+func TestRDMACMRping(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/rping", "rdmacm-utils")
+	for _, path := range []string{"memcpy", "tcp"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			port := fmt.Sprint(cmPort())
+			srv, cli := runCMPair(t, lib,
+				cmSide{e.sockA, "vmA", "/usr/bin/rping", []string{"-s", "-a", cmAddrA, "-p", port, "-v", "-V", "-C", "100"}},
+				cmSide{e.sockB, "vmB", "/usr/bin/rping", []string{"-c", "-a", cmAddrA, "-p", port, "-v", "-V", "-C", "100"}})
+			t.Logf("server:\n%s\nclient:\n%s", tail(srv.String(), 5), tail(cli.String(), 5))
+			for side, out := range map[string]cmOutput{"server": srv, "client": cli} {
+				// rping's server ends every run waiting for a ping that
+				// does not come: "wait for RDMA_READ_ADV state 10"
+				// (DISCONNECTED) is its normal last word.
+				errs := strings.ReplaceAll(out.String(), "wait for RDMA_READ_ADV state 10", "")
+				if regexp.MustCompile(`(?i)error|fail|invalid|wait for|unhandled`).MatchString(errs) {
+					t.Errorf("%s reports an error:\n%s", side, out)
+				}
+				m := pingData.FindAllStringSubmatch(out.stdout, -1)
+				if len(m) != 100 {
+					t.Errorf("%s printed %d pings, want 100:\n%s", side, len(m), tail(out.stdout, 10))
+					continue
+				}
+				for i, p := range m {
+					if p[1] != fmt.Sprint(i) || !rpingPattern(i, p[2]) {
+						t.Errorf("%s: ping %d is %q %q, not rping's pattern", side, i, p[1], p[2])
+						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// rpingPattern reports whether s is rping's data for ping i: consecutive
+// characters from 'A'+i%58, wrapping from 'z' back to 'A', as rping writes
+// them.
+func rpingPattern(i int, s string) bool {
+	if len(s) == 0 {
+		return false
+	}
+	c := 65 + i%58
+	for j := 0; j < len(s); j++ {
+		if int(s[j]) != c {
+			return false
+		}
+		c++
+		if c > 122 {
+			c = 65
+		}
+	}
+	return true
+}
+
+func tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
