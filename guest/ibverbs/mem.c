@@ -227,15 +227,22 @@ static int check_range(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, int want_o
 				rc = EINVAL;
 				goto out;
 			}
-			if (m.perms[3] != 'p' || m.inode != 0 || (m.path[0] && m.path[0] != '[') ||
+			/* Private memory: anonymous (heap, stack, mmap) or a
+			 * file's private copy (a program's .data, a MAP_PRIVATE
+			 * file mapping), whose pages are the process's own once
+			 * written; not shared mappings, hugetlb, or devices. */
+			int file_private = m.path[0] == '/' && !strstr(m.path, "huge") &&
+					   (strncmp(m.path, "/dev/", 5) || !strncmp(m.path, "/dev/zero", 9));
+
+			if (m.perms[3] != 'p' || (m.path[0] && m.path[0] != '[' && !file_private) ||
 			    (m.path[0] == '[' && strcmp(m.path, "[heap]") && strncmp(m.path, "[stack", 6))) {
 				snprintf(why, whylen,
-					 "the mapping at 0x%lx (%s %s) is %s: only private anonymous memory (heap, "
-					 "stack, anonymous mmap) can be registered",
+					 "the mapping at 0x%lx (%s %s) is %s: only private memory (heap, stack, "
+					 "anonymous mmap, a program's data, a MAP_PRIVATE file mapping) can be registered",
 					 (unsigned long)at, m.perms, m.path[0] ? m.path : "anonymous",
 					 m.perms[3] != 'p'	      ? "shared"
 					 : strstr(m.path, "huge") ? "hugetlb"
-								  : "file-backed");
+								  : "a device's or the kernel's");
 				rc = EINVAL;
 				goto out;
 			}

@@ -216,33 +216,41 @@ func runPerftest(t *testing.T, lib, sockA, sockB string, cases []perftestCase) {
 			}
 			srv, cli := runPair(t, lib, sockA, sockB, prog, args, port)
 			t.Logf("client:\n%s", cli)
-			for side, out := range map[string]string{"server": srv, "client": cli} {
-				if regexp.MustCompile(`(?i)error|fail|couldn't|unable`).MatchString(out) {
-					t.Errorf("%s reports an error:\n%s", side, out)
-				}
-				if c.lat && side == "server" {
-					continue // latency servers print no results
-				}
-				lines := strings.Split(out, "\n")
-				var res []string
-				for i, l := range lines {
-					if strings.HasPrefix(strings.TrimSpace(l), "#bytes") && i+1 < len(lines) {
-						res = strings.Fields(lines[i+1])
-					}
-				}
-				if len(res) < 5 || res[0] != fmt.Sprint(c.size) || res[1] != fmt.Sprint(c.iters) {
-					t.Errorf("%s: result line %q, want %d bytes, %d iterations:\n%s", side, res, c.size, c.iters, out)
-					continue
-				}
-				fig := res[3] // BW average[MB/sec]
-				if c.lat {
-					fig = res[4] // t_typical[usec]
-				}
-				if v, err := strconv.ParseFloat(fig, 64); err != nil || v <= 0 {
-					t.Errorf("%s: figure %q is not a positive number", side, fig)
-				}
-			}
+			checkPerftest(t, c, srv, cli)
 		})
+	}
+}
+
+// checkPerftest fails t unless both sides of perftest run c that print
+// results report the message size and iterations asked for and a positive
+// figure, and no side an error line.
+func checkPerftest(t *testing.T, c perftestCase, srv, cli string) {
+	t.Helper()
+	for side, out := range map[string]string{"server": srv, "client": cli} {
+		if regexp.MustCompile(`(?i)error|fail|couldn't|unable`).MatchString(out) {
+			t.Errorf("%s reports an error:\n%s", side, out)
+		}
+		if c.lat && side == "server" {
+			continue // latency servers print no results
+		}
+		lines := strings.Split(out, "\n")
+		var res []string
+		for i, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "#bytes") && i+1 < len(lines) {
+				res = strings.Fields(lines[i+1])
+			}
+		}
+		if len(res) < 5 || res[0] != fmt.Sprint(c.size) || res[1] != fmt.Sprint(c.iters) {
+			t.Errorf("%s: result line %q, want %d bytes, %d iterations:\n%s", side, res, c.size, c.iters, out)
+			continue
+		}
+		fig := res[3] // BW average[MB/sec]
+		if c.lat {
+			fig = res[4] // t_typical[usec]
+		}
+		if v, err := strconv.ParseFloat(fig, 64); err != nil || v <= 0 {
+			t.Errorf("%s: figure %q is not a positive number", side, fig)
+		}
 	}
 }
 

@@ -98,10 +98,12 @@ func runCMPair(t *testing.T, lib string, srv, cli cmSide) (cmOutput, cmOutput) {
 	return so, co
 }
 
-// noListener reports whether a client's output says nothing listened:
-// rdma_cm's REJECTED with IBTA reason 8 (invalid service ID), however the
-// program words it.
-var noListenerRE = regexp.MustCompile(`(?i)REJECTED.*(error|status)\s*8\b|ECONNREFUSED|Connection refused|rdma_connect.*refused`)
+// noListener reports whether a client's output says the server was not
+// there yet, however the program words it: its address not yet anyone's
+// (ADDR_ERROR, or UNREACHABLE when it went between resolve and connect),
+// or nothing listening on the port (REJECTED with IBTA reason 8). perftest
+// prints the event's number ("Unexpected CM event bl blka 8").
+var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR)|Unexpected CM event bl blka [178]\b|ECONNREFUSED|Connection refused`)
 
 func noListener(out string) bool { return noListenerRE.MatchString(out) }
 
@@ -199,4 +201,88 @@ func tail(s string, n int) string {
 		l = l[len(l)-n:]
 	}
 	return strings.Join(l, "\n")
+}
+
+// TestRDMACMPerftest runs perftest's ib_write_bw and ib_send_lat with
+// -R (connecting through rdma_cm by the server adapter's address),
+// unmodified, over memcpy and over tcp; each run's result line must give
+// the size and iterations asked for and a positive figure.
+func TestRDMACMPerftest(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
+	for _, path := range []string{"memcpy", "tcp"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			for _, c := range []perftestCase{{"ib_write_bw", 65536, 500, false}, {"ib_send_lat", 2, 500, true}} {
+				t.Run(c.prog, func(t *testing.T) {
+					port := fmt.Sprint(cmPort())
+					args := []string{"-R", "-d", "vrdma0", "-p", port, "-n", fmt.Sprint(c.iters), "-s", fmt.Sprint(c.size)}
+					srv, cli := runCMPair(t, lib,
+						cmSide{e.sockA, "vmA", "/usr/bin/" + c.prog, args},
+						cmSide{e.sockB, "vmB", "/usr/bin/" + c.prog, append(args, cmAddrA)})
+					t.Logf("client:\n%s", cli)
+					checkPerftest(t, c, srv.String(), cli.String())
+				})
+			}
+		})
+	}
+}
+
+// TestRDMACMRdmaServerClient runs rdmacm-utils' rdma_server and
+// rdma_client, unmodified: synchronous IDs made with rdma_create_ep, a
+// send and a receive each way with rdma_verbs.h's helpers, over memcpy and
+// over tcp. Both must end with status 0.
+func TestRDMACMRdmaServerClient(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/rdma_server", "rdmacm-utils")
+	for _, path := range []string{"memcpy", "tcp"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			port := fmt.Sprint(cmPort())
+			srv, cli := runCMPair(t, lib,
+				cmSide{e.sockA, "vmA", "/usr/bin/rdma_server", []string{"-s", cmAddrA, "-p", port}},
+				cmSide{e.sockB, "vmB", "/usr/bin/rdma_client", []string{"-s", cmAddrA, "-p", port}})
+			t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+			if !strings.Contains(srv.stdout, "rdma_server: end 0") {
+				t.Errorf("rdma_server did not end with 0:\n%s", srv)
+			}
+			if !strings.Contains(cli.stdout, "rdma_client: end 0") {
+				t.Errorf("rdma_client did not end with 0:\n%s", cli)
+			}
+		})
+	}
+}
+
+// TestRDMACMUcmatose runs rdmacm-utils' ucmatose (cmatose), unmodified,
+// with several connections on one event channel, each sending and
+// receiving messages, over memcpy and over tcp: both sides must complete
+// the transfers, the server its disconnects, and both return status 0.
+func TestRDMACMUcmatose(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/ucmatose", "rdmacm-utils")
+	for _, path := range []string{"memcpy", "tcp"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			port := fmt.Sprint(cmPort())
+			args := []string{"-c", "4", "-C", "20", "-S", "1000", "-p", port}
+			srv, cli := runCMPair(t, lib,
+				cmSide{e.sockA, "vmA", "/usr/bin/ucmatose", append([]string{"-b", cmAddrA}, args...)},
+				cmSide{e.sockB, "vmB", "/usr/bin/ucmatose", append([]string{"-s", cmAddrA}, args...)})
+			t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+			for side, out := range map[string]cmOutput{"server": srv, "client": cli} {
+				wants := []string{"data transfers complete", "test complete", "return status 0"}
+				if side == "server" {
+					wants = append(wants, "disconnected") // the server disconnects all four
+				}
+				for _, want := range wants {
+					if !strings.Contains(out.String(), want) {
+						t.Errorf("%s: no %q:\n%s", side, want, out)
+					}
+				}
+				if regexp.MustCompile(`(?i)error|fail|unexpected`).MatchString(out.String()) {
+					t.Errorf("%s reports an error:\n%s", side, out)
+				}
+			}
+		})
+	}
 }

@@ -20,6 +20,9 @@
 
 #include "check.h"
 
+/* A program's static data, as rdma_client registers it. */
+static char static_buf[100];
+
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static struct ibv_cq *cq;
@@ -568,9 +571,20 @@ int main(void)
 		if (fd >= 0 && ftruncate(fd, 4096) == 0)
 			f = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
 		unlink(path);
-		errno = 0;
-		CHECK("refuse-file", f != MAP_FAILED && !ibv_reg_mr(pd, f, 4096, ACC) && errno == EINVAL, "errno %d",
+		/* A file's private copy is the process's memory: adopted,
+		 * contents kept; so is a program's static data. */
+		if (f != MAP_FAILED)
+			memset(f, 'f', 4096);
+		m = f != MAP_FAILED ? ibv_reg_mr(pd, f, 4096, ACC) : NULL;
+		CHECK("reg-file-private", m && ((char *)f)[0] == 'f' && ((char *)f)[4095] == 'f', "errno %d", errno);
+		if (m)
+			ibv_dereg_mr(m);
+		memset(static_buf, 's', sizeof(static_buf));
+		m = ibv_reg_mr(pd, static_buf, sizeof(static_buf), ACC);
+		CHECK("reg-static", m && static_buf[0] == 's' && static_buf[sizeof(static_buf) - 1] == 's', "errno %d",
 		      errno);
+		if (m)
+			ibv_dereg_mr(m);
 		sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		errno = 0;
 		CHECK("refuse-shared", !ibv_reg_mr(pd, sh, 4096, ACC) && errno == EINVAL, "errno %d", errno);
