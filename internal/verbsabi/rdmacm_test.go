@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -324,5 +325,59 @@ func TestRDMACMEvents(t *testing.T) {
 	out, _ := runCMC(t, lib, env.Socket, "vmA", "cm_check", cmAddrA, fmt.Sprint(cmPort()))
 	if n := strings.Count(out, "ok "); n < 40 {
 		t.Errorf("only %d checks ran", n)
+	}
+}
+
+// TestRDMACMCrossPortGroup dials, with unmodified rping, an adapter of a
+// port group with another VLAN (vmA on hostA, on the cluster's port group;
+// vmC on hostB, on VLAN 20): rdma_cm's ADDR_ERROR reaches the program, and
+// hostB's log names the rule that refused it (isolation by VLAN), while
+// vmB, on vmA's port group on the same hostB, connects.
+func TestRDMACMCrossPortGroup(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/rping", "rdmacm-utils")
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+	pg := records.PortGroup{Name: "other-vlan", Key: "dvportgroup-20", Switch: c.Switch.Name, VLAN: 20,
+		PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Store().Create(ctx, records.PortGroupKey(pg.Key), pg); err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Hosts[0], c.Hosts[1]
+	a.Define(t, "vmA", testenv.VMOptions{MemMB: 16, IPv4: []string{cmAddrA}})
+	b.Define(t, "vmB", testenv.VMOptions{MemMB: 16, IPv4: []string{cmAddrB}})
+	b.DefineVMX(t, "vmC", testenv.VMXOn(testenv.VMOptions{MemMB: 16, IPv4: []string{"10.77.0.3"}}, c.Switch.UUID, pg.Key))
+	port := fmt.Sprint(cmPort())
+	ctxp, cancelp := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancelp()
+	srv := exec.CommandContext(ctxp, "/usr/bin/rping", "-s", "-a", cmAddrA, "-p", port, "-C", "1")
+	srv.Env = Env(lib, a.Socket, "vmA")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+
+	outC, errC, _ := run(t, lib, b.Socket, "vmC", "/usr/bin/rping", "-c", "-a", cmAddrA, "-p", port, "-C", "1")
+	if !strings.Contains(outC+errC, "RDMA_CM_EVENT_ADDR_ERROR") {
+		t.Errorf("vmC, on VLAN 20, dialing vmA's %s: no ADDR_ERROR:\n%s%s", cmAddrA, outC, errC)
+	}
+	t.Logf("vmC:\n%s%s", outC, errC)
+	log := b.Stderr()
+	if !regexp.MustCompile(`rdma_cm address resolution refused.*vm=vmC.*remote=` + regexp.QuoteMeta(cmAddrA) + `.*VLAN`).MatchString(log) {
+		t.Errorf("hostB's log does not name the VLAN rule for vmC's resolution:\n%s", log)
+	}
+	// vmB, on vmA's port group, reaches the same server.
+	var outB string
+	for i := 0; i < 50; i++ {
+		o, e, err := run(t, lib, b.Socket, "vmB", "/usr/bin/rping", "-c", "-a", cmAddrA, "-p", port, "-C", "1", "-v")
+		outB = o + e
+		if err == nil || !noListener(outB) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(outB, "ping data: rdma-ping-0") {
+		t.Errorf("vmB, on vmA's port group, did not ping it:\n%s", outB)
 	}
 }
