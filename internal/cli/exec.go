@@ -21,6 +21,7 @@ const libEnv = "VRDMA_LIBIBVERBS"
 
 func (a *app) execCommand() *cobra.Command {
 	var vmName, lib string
+	var sysfs bool
 	cmd := &cobra.Command{
 		Use:   "exec --vm NAME [--lib DIR] -- PROGRAM [ARG...]",
 		Short: "Run an unmodified RDMA program as a workload of a VM (the drop-in libibverbs and librdmacm)",
@@ -34,7 +35,12 @@ addresses what rdma_cm resolves. The program's exit status is exec's.
 The libraries are --lib DIR's, else $` + libEnv + `'s, else built from the
 sources inside vrdmactl into the user's cache directory on first use (that needs
 gcc, make, libibverbs-dev, and librdmacm-dev for librdmacm.so.1).
-docs/verbs-compat.md says what works.`,
+
+With --sysfs (root), the program also finds what programs look for outside
+the libraries: /sys/class/infiniband/vrdmaN (node_guid, the first GID,
+device/net/vrdmaN) on a tmpfs, and a (veth) network interface vrdmaN with the
+adapter's MAC and addresses, in mount and network namespaces of its own (so
+its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 		Example: `  vrdmactl exec --vm vm1 -- ibv_devinfo -v
   vrdmactl exec --vm vm1 -- ibv_rc_pingpong -g 0 -c &
   vrdmactl exec --vm vm2 -- ibv_rc_pingpong -g 0 -c localhost
@@ -59,6 +65,15 @@ docs/verbs-compat.md says what works.`,
 				return fmt.Errorf("exec: %w", err)
 			}
 			c := exec.Command(prog, args[1:]...)
+			if sysfs {
+				sh, shArgs, attr, err := a.sysfsView(cmd.Context(), vmName)
+				if err != nil {
+					return err
+				}
+				c = exec.Command(sh)
+				c.Args = append(append(shArgs, prog), args[1:]...)
+				c.SysProcAttr = attr
+			}
 			c.Env = execEnv(os.Environ(), dir, a.socket, vmName)
 			c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
 			// The program gets the terminal's signals itself (same process
@@ -94,6 +109,7 @@ docs/verbs-compat.md says what works.`,
 	}
 	cmd.Flags().SetInterspersed(false) // the program's flags are its own
 	cmd.Flags().StringVar(&vmName, "vm", "", "the VM whose workload the program is")
+	cmd.Flags().BoolVar(&sysfs, "sysfs", false, "as root: run the program with /sys/class/infiniband/vrdmaN and a network interface per adapter carrying its address (rdma-core's tests look there), in mount and network namespaces of its own")
 	cmd.Flags().StringVar(&lib, "lib", "", "directory holding the drop-in libibverbs.so.1 (default: $"+libEnv+", else built on first use)")
 	return cmd
 }

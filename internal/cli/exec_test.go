@@ -59,3 +59,39 @@ func TestExec(t *testing.T) {
 		t.Errorf("built libraries in the cache: %v", built)
 	}
 }
+
+// TestExecSysfs runs a shell through vrdmactl exec --sysfs as root: it
+// must find /sys/class/infiniband/vrdma0/device/net/vrdma0, the first GID
+// (the IPv4-mapped address) and an interface vrdma0 whose address `ip`
+// reports as the VMX's, as rdma-core's tests look for them; and none of
+// it may be left on the host afterwards.
+func TestExecSysfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("exec --sysfs needs root (mount and network namespaces)")
+	}
+	for _, tool := range []string{"ip", "mount"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: install iproute2 util-linux", tool)
+		}
+	}
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{IPv4: []string{"10.88.0.7"}})
+	lib := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runOK(t, "--socket", env.Socket, "exec", "--sysfs", "--vm", "vm1", "--lib", lib, "--", "/bin/sh", "-c",
+		`ls /sys/class/infiniband/vrdma0/device/net/; cat /sys/class/infiniband/vrdma0/ports/1/gids/0; ip -o -4 addr show vrdma0`)
+	for _, want := range []string{"vrdma0\n", "0000:0000:0000:0000:0000:ffff:0a58:0007", "inet 10.88.0.7/32"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the view lacks %q:\n%s", want, out)
+		}
+	}
+	if b, err := exec.Command("ip", "link", "show", "vrdma0").CombinedOutput(); err == nil {
+		t.Errorf("vrdma0 is on the host after exec --sysfs:\n%s", b)
+	}
+	if b, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(b), "vrdma-sysfs") {
+		t.Errorf("the view's tmpfs is mounted on the host after exec --sysfs")
+	}
+}
