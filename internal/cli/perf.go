@@ -32,6 +32,7 @@ type perfOptions struct {
 	async       bool
 	outJSON     bool
 	outJSONFile string
+	atomic      string // -A
 }
 
 // perfMaxAll is the largest size of -a (perftest's 2^23).
@@ -51,7 +52,7 @@ const perfInline = 220
 func (a *app) perfCommand() *cobra.Command {
 	var o perfOptions
 	cmd := &cobra.Command{
-		Use:   "perf write_bw|read_bw|send_bw|write_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] [--out_json] [--out_json_file FILE]",
+		Use:   "perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat|atomic_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] [--out_json] [--out_json_file FILE]",
 		Short: "Measure bandwidth or latency between two VMs, like perftest",
 		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
 write_bw, read_bw and send_bw (RDMA WRITE / READ / SEND bandwidth, up to -t
@@ -59,7 +60,11 @@ work requests outstanding, one in -Q signaled; send_bw keeps the receiver's
 queue stocked with receives) print BW peak and average in MiB/s (2^20 B/s)
 and the message rate in Mpps; write_lat (RDMA WRITE ping-pong, each side
 spinning on the last byte of its buffer) prints latency as RTT/2 in µs: min,
-max, typical (median), average, standard deviation, 99% and 99.9%.
+max, typical (median), average, standard deviation, 99% and 99.9%. atomic_bw is
+the BW loop with 8-byte atomics (-A FETCH_AND_ADD, the default, or
+CMP_AND_SWAP); send_lat ping-pongs SENDs (RTT/2, as perftest); read_lat and
+atomic_lat post one READ or atomic at a time and report the whole round trip,
+as perftest does.
 
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
@@ -82,7 +87,7 @@ hosts sent each other during the run); with -a the per-size results are in
 "results".`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return usageErrorf("perf: name one test: write_bw, read_bw or write_lat")
+				return usageErrorf("perf: name one test: write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat or atomic_lat")
 			}
 			t, err := perf.ParseTest(args[0])
 			if err != nil {
@@ -91,7 +96,7 @@ hosts sent each other during the run); with -a the per-size results are in
 			o.test = t
 			return nil
 		},
-		ValidArgs: []string{string(perf.WriteBW), string(perf.ReadBW), string(perf.SendBW), string(perf.WriteLat)},
+		ValidArgs: perfTestNames(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.outJSON = o.outJSON || a.json()
 			return a.perf(cmd.Context(), o)
@@ -111,7 +116,16 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.BoolVar(&o.async, "async", false, "VMs in async mode (vrdma.asyncMode: the agent polls their queues)")
 	f.BoolVar(&o.outJSON, "out_json", false, "print the report as JSON instead of text")
 	f.StringVar(&o.outJSONFile, "out_json_file", "", "write the report as JSON to this file")
+	f.StringVarP(&o.atomic, "atomic_type", "A", string(perf.FetchAndAdd), "atomic tests: FETCH_AND_ADD or CMP_AND_SWAP")
 	return cmd
+}
+
+func perfTestNames() []string {
+	n := make([]string, len(perf.Tests))
+	for i, t := range perf.Tests {
+		n[i] = string(t)
+	}
+	return n
 }
 
 var knownPaths = []vrdma.PathKind{vrdma.PathMemcpy, vrdma.PathMemcpyDirect, vrdma.PathTCP, vrdma.PathRDMA}
@@ -153,6 +167,11 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -D %d must be positive", o.duration)
 	case o.duration > 0 && o.test.Latency():
 		return usageErrorf("perf: -D is for BW tests; latency tests count iterations (-n)")
+	case o.test.Atomic() && (o.size != 0 && o.size != 8 || o.all):
+		return usageErrorf("perf: %s moves 8 bytes: drop -s and -a", o.test)
+	}
+	if _, err := perf.ParseAtomic(o.atomic); err != nil {
+		return usageErrorf("perf: -A: %v", err)
 	}
 	return nil
 }
@@ -294,7 +313,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	sizes := o.sizes()
 	maxSize := sizes[len(sizes)-1]
 	buf := maxSize
-	if o.test.Latency() {
+	if o.test == perf.WriteLat {
 		buf = 2 * maxSize
 	}
 	buf = max(buf, 4096)
@@ -389,7 +408,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		}
 	}
 
-	info := perfInfo{Test: string(o.test), Title: o.test.Title(), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
+	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
@@ -417,7 +436,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	var results []perf.Result
 	for _, size := range sizes {
 		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent,
-			Duration: time.Duration(o.duration) * time.Second}
+			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic)}
 		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
 		r, err := p.Run(rctx, c)
 		cancel()
@@ -494,7 +513,7 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
 	fmt.Fprintf(w, " TX depth        : %d\n", info.TXDepth)
-	if o.test == perf.ReadBW {
+	if o.test == perf.ReadBW || o.test == perf.AtomicBW || o.test == perf.ReadLat || o.test == perf.AtomicLat {
 		fmt.Fprintf(w, " Outstand reads  : %d\n", abi.MaxRdAtom)
 	}
 	if !o.test.Latency() {

@@ -22,6 +22,16 @@ func TestPerfJSON(t *testing.T) {
 			[]string{"BW_peak", "BW_average", "MsgRate"}},
 		{[]string{"perf", "write_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "--out_json"},
 			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "send_bw", "--local", "--path", "memcpy", "-s", "4096", "-n", "200", "--out_json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "atomic_bw", "--local", "--path", "memcpy", "-s", "8", "-n", "300", "--out_json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "read_lat", "--local", "--path", "memcpy", "-s", "64", "-n", "200", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "send_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "atomic_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "-A", "CMP_AND_SWAP", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
 	} {
 		var m map[string]any
 		runJSON(t, &m, tc.args...)
@@ -67,6 +77,31 @@ func TestPerfText(t *testing.T) {
 	for _, want := range []string{"RDMA_Write Latency Test", "t_typical[usec]", "99.9% percentile[usec]", " 2       100 ", "async"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPerfAtomicText checks the atomic tests' titles (-A names the
+// operation) and what they refuse: another size than 8, -a, an unknown
+// operation.
+func TestPerfAtomicText(t *testing.T) {
+	isolate(t)
+	out := runOK(t, "perf", "atomic_bw", "--local", "-n", "100", "-A", "CMP_AND_SWAP")
+	for _, want := range []string{"Atomic CMP_AND_SWAP BW Test", "Outstand reads", " 8          100 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	out = runOK(t, "perf", "atomic_lat", "--local", "-n", "100")
+	for _, want := range []string{"Atomic FETCH_AND_ADD Latency Test", "t_typical[usec]", " 8       100 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, args := range [][]string{{"atomic_bw", "-s", "16"}, {"atomic_lat", "-a"}, {"atomic_bw", "-A", "SWAP"}} {
+		_, errs, code := run(t, "", append([]string{"perf", "--local"}, args...)...)
+		if code != exitUsage || !strings.Contains(errs, "perf: ") {
+			t.Errorf("perf %v: exit %d, %q; want a usage error", args, code, errs)
 		}
 	}
 }
@@ -129,6 +164,14 @@ func TestPerfTCP(t *testing.T) {
 		{[]string{"perf", "send_bw", "--local", "--path", "tcp", "-s", "4096", "-n", "200", "--async", "-o", "json"},
 			[]string{"BW_peak", "BW_average", "MsgRate"}},
 		{[]string{"perf", "write_lat", "--local", "--path", "tcp", "-s", "8", "-n", "200", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "atomic_bw", "--local", "--path", "tcp", "-s", "8", "-n", "200", "--out_json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}},
+		{[]string{"perf", "read_lat", "--local", "--path", "tcp", "-s", "8", "-n", "100", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "send_lat", "--local", "--path", "tcp", "-s", "8", "-n", "100", "--out_json"},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+		{[]string{"perf", "atomic_lat", "--local", "--path", "tcp", "-s", "8", "-n", "100", "--out_json"},
 			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
 	} {
 		var m map[string]any

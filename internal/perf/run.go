@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -21,14 +22,18 @@ type Test string
 
 // Tests.
 const (
-	WriteBW  Test = "write_bw"
-	ReadBW   Test = "read_bw"
-	WriteLat Test = "write_lat"
-	SendBW   Test = "send_bw"
+	WriteBW   Test = "write_bw"
+	ReadBW    Test = "read_bw"
+	SendBW    Test = "send_bw"
+	AtomicBW  Test = "atomic_bw"
+	WriteLat  Test = "write_lat"
+	ReadLat   Test = "read_lat"
+	SendLat   Test = "send_lat"
+	AtomicLat Test = "atomic_lat"
 )
 
-// Tests lists the tests Run knows.
-var Tests = []Test{WriteBW, ReadBW, WriteLat, SendBW}
+// Tests lists the tests Run knows, perftest's eight RC tests.
+var Tests = []Test{WriteBW, ReadBW, SendBW, AtomicBW, WriteLat, ReadLat, SendLat, AtomicLat}
 
 // ParseTest returns the test called s.
 func ParseTest(s string) (Test, error) {
@@ -37,31 +42,79 @@ func ParseTest(s string) (Test, error) {
 			return t, nil
 		}
 	}
-	return "", fmt.Errorf("unknown test %q: want one of write_bw, read_bw, write_lat, send_bw", s)
+	names := make([]string, len(Tests))
+	for i, t := range Tests {
+		names[i] = string(t)
+	}
+	return "", fmt.Errorf("unknown test %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-// Title returns perftest's title line: "RDMA_Write BW Test".
-func (t Test) Title() string {
+// Atomic is the operation of the atomic tests (perftest's -A).
+type Atomic string
+
+// Atomic operations.
+const (
+	FetchAndAdd Atomic = "FETCH_AND_ADD" // the default
+	CmpAndSwap  Atomic = "CMP_AND_SWAP"
+)
+
+// ParseAtomic returns the operation called s (perftest's names).
+func ParseAtomic(s string) (Atomic, error) {
+	switch Atomic(s) {
+	case FetchAndAdd, CmpAndSwap:
+		return Atomic(s), nil
+	}
+	return "", fmt.Errorf("unknown atomic operation %q: want FETCH_AND_ADD or CMP_AND_SWAP", s)
+}
+
+// Title returns perftest's title line: "RDMA_Write BW Test", "Atomic
+// FETCH_AND_ADD Latency Test" (op names the atomic tests' operation;
+// empty is FETCH_AND_ADD).
+func (t Test) Title(op Atomic) string {
+	if op == "" {
+		op = FetchAndAdd
+	}
 	switch t {
 	case WriteBW:
 		return "RDMA_Write BW Test"
 	case ReadBW:
 		return "RDMA_Read BW Test"
-	case WriteLat:
-		return "RDMA_Write Latency Test"
 	case SendBW:
 		return "Send BW Test"
+	case AtomicBW:
+		return "Atomic " + string(op) + " BW Test"
+	case WriteLat:
+		return "RDMA_Write Latency Test"
+	case ReadLat:
+		return "RDMA_Read Latency Test"
+	case SendLat:
+		return "Send Latency Test"
+	case AtomicLat:
+		return "Atomic " + string(op) + " Latency Test"
 	}
 	return string(t)
 }
 
 // Latency reports whether t measures latency (else bandwidth).
-func (t Test) Latency() bool { return t == WriteLat }
+func (t Test) Latency() bool {
+	return t == WriteLat || t == ReadLat || t == SendLat || t == AtomicLat
+}
+
+// FullRoundTrip reports whether t's latency is the whole round trip
+// (read_lat, atomic_lat: one side's request and its response), as
+// perftest reports them; write_lat and send_lat ping-pong and report half.
+func (t Test) FullRoundTrip() bool { return t == ReadLat || t == AtomicLat }
+
+// Atomic reports whether t is an atomic test: its messages are 8 bytes.
+func (t Test) Atomic() bool { return t == AtomicBW || t == AtomicLat }
 
 // DefaultSize is perftest's default message size (-s): 65536 for BW, 2 for
-// latency.
+// latency, 8 (the only size) for atomics.
 func (t Test) DefaultSize() int {
-	if t.Latency() {
+	switch {
+	case t.Atomic():
+		return 8
+	case t.Latency():
 		return 2
 	}
 	return 65536
@@ -98,11 +151,14 @@ type Config struct {
 	// sleeps on the CQ's completion event instead of polling, leaving the
 	// CPU to the agents (on a small machine they share it).
 	UseEvent bool
+	// Atomic is the atomic tests' operation (default FetchAndAdd).
+	Atomic Atomic
 }
 
 // Result is what a run measured. Bandwidths are MiB/s (2^20 bytes per
-// second), message rates Mpps, latencies µs (RTT/2 for write_lat, as
-// perftest reports them).
+// second), message rates Mpps, latencies µs (RTT/2 for write_lat and
+// send_lat, the round trip for read_lat and atomic_lat, as perftest
+// reports them).
 type Result struct {
 	Test     Test
 	MsgSize  int
@@ -139,8 +195,19 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 		c.CQMod = DefaultCQMod
 	}
 	c.CQMod = min(c.CQMod, c.TxDepth)
+	if c.Test.Atomic() {
+		if c.Size != 8 {
+			return Result{}, fmt.Errorf("perf: %s moves 8 bytes: -s %d is not allowed", c.Test, c.Size)
+		}
+		if c.Atomic == "" {
+			c.Atomic = FetchAndAdd
+		}
+		if _, err := ParseAtomic(string(c.Atomic)); err != nil {
+			return Result{}, err
+		}
+	}
 	need := c.Size
-	if c.Test.Latency() {
+	if c.Test == WriteLat {
 		need = 2 * c.Size
 	}
 	if need > p.cfg.BufSize {
@@ -158,10 +225,18 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 		r, err = p.runBW(ctx, c, vrdma.OpRDMAWrite)
 	case ReadBW:
 		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
-	case WriteLat:
-		r, err = p.runWriteLat(ctx, c)
 	case SendBW:
 		r, err = p.runSendBW(ctx, c)
+	case AtomicBW:
+		r, err = p.runBW(ctx, c, c.Atomic.opcode())
+	case WriteLat:
+		r, err = p.runWriteLat(ctx, c)
+	case ReadLat:
+		r, err = p.runRoundTrip(ctx, c, vrdma.OpRDMARead)
+	case AtomicLat:
+		r, err = p.runRoundTrip(ctx, c, c.Atomic.opcode())
+	case SendLat:
+		r, err = p.runSendLat(ctx, c)
 	}
 	r.Test, r.MsgSize, r.Path = c.Test, c.Size, p.Path()
 	return r, err
@@ -218,7 +293,7 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 		tcompleted = make([]int64, iters)
 	}
 	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
-	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()}}
+	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey(), Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 64)
 	sp := spinner{ctx: ctx, qp: a.QP}
 	posted, completed := 0, 0
