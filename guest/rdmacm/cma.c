@@ -1158,17 +1158,38 @@ static struct cm_event *make_event(const char *text, int len)
 	case RDMA_CM_EVENT_CONNECT_REQUEST: {
 		struct cm_id *l = find_cookie(cookie);
 		struct cm_dev *dv = dev_by_name(adapter);
+		struct rdma_event_channel *lch;
+		void *lctx;
+		enum rdma_port_space lps;
+		enum ibv_qp_type lqpt;
+		int lsync;
 
 		if (!l || !l->listen_handle || !dv)
 			break;
+		/* The request's ID is made without the lock (a synchronous
+		 * one opens a channel with the agent); the listener is looked
+		 * up again after, in case it went meanwhile. */
+		lch = l->id.channel;
+		lctx = l->id.context;
+		lps = l->id.ps;
+		lqpt = l->id.qp_type;
+		lsync = l->sync;
 		pthread_mutex_unlock(&cm_mu);
-		c = new_id(l->sync ? NULL : l->id.channel, l->id.context, l->id.ps, l->id.qp_type);
+		c = new_id(lsync ? NULL : lch, lctx, lps, lqpt);
 		pthread_mutex_lock(&cm_mu);
 		if (!c)
 			break;
 		c->request = 1;
 		c->listener = listener;
 		c->req = req;
+		l = find_cookie(cookie);
+		if (!l || !l->listen_handle) {
+			pthread_mutex_unlock(&cm_mu);
+			rdma_destroy_id(&c->id); /* unanswered: the dialer is rejected */
+			pthread_mutex_lock(&cm_mu);
+			c = NULL;
+			break;
+		}
 		c->remote_qpn = rqpn;
 		use_dev(c, dv);
 		c->id.pd = l->id.pd;

@@ -85,7 +85,7 @@ func traffic(t *testing.T, a, b *vrdma.VM, path vrdma.PathKind, size, iters int)
 	}
 	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: size, Iters: iters}, {Test: perf.SendBW, Size: size, Iters: iters}} {
 		if _, err := p.Run(ctx, c); err != nil {
-			t.Fatalf("%s: %v", c.Test.Title(), err)
+			t.Fatalf("%s: %v", c.Test.Title(""), err)
 		}
 	}
 }

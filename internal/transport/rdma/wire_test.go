@@ -136,7 +136,7 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 	}
 	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: 5000, Iters: 8}, {Test: perf.ReadBW, Size: 5000, Iters: 8}, {Test: perf.SendBW, Size: 5000, Iters: 8}} {
 		if _, err := p.Run(ctx, c); err != nil {
-			t.Fatalf("%s: %v", c.Test.Title(), err)
+			t.Fatalf("%s: %v", c.Test.Title(""), err)
 		}
 	}
 	// Every packet the engine sent is in the capture before it stops

@@ -126,7 +126,7 @@ func testEngineWireV1(t *testing.T, vid int) {
 	// cluster's MTU of 9000): first, middle and last.
 	for _, cf := range []perf.Config{{Test: perf.WriteBW, Size: 10000, Iters: 8}, {Test: perf.ReadBW, Size: 10000, Iters: 8}, {Test: perf.SendBW, Size: 10000, Iters: 8}} {
 		if _, err := p.Run(ctx, cf); err != nil {
-			t.Fatalf("%s: %v", cf.Test.Title(), err)
+			t.Fatalf("%s: %v", cf.Test.Title(""), err)
 		}
 	}
 	p.Close(context.Background())
