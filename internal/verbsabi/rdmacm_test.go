@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -110,9 +111,45 @@ var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|A
 func noListener(out string) bool { return noListenerRE.MatchString(out) }
 
 // cmEnv is two VMs with addresses, on one agent (memcpy) or on two hosts
-// of a cluster (tcp).
+// of a cluster (tcp; rdma: with software RoCEv2 uplinks on their loopback
+// addresses).
 type cmEnv struct {
+	path         string
 	sockA, sockB string
+}
+
+// carried fails t unless hostA's uplinks of e's path (tcp: its links to
+// hostB; rdma: its RoCEv2 engine) moved at least min bytes since the
+// environment started: the run took that path, not another.
+func (e cmEnv) carried(t *testing.T, min uint64) {
+	t.Helper()
+	if e.path == "memcpy" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(e.sockA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved uint64
+	if e.path == "tcp" {
+		for _, u := range st.Uplinks {
+			moved += u.BytesOut + u.BytesIn
+		}
+	} else {
+		for _, r := range st.RDMA {
+			moved += r.BytesOut + r.BytesIn
+		}
+	}
+	if moved < min {
+		t.Errorf("hostA's %s uplinks moved %d bytes, want at least %d: the run did not take the %s path", e.path, moved, min, e.path)
+	}
 }
 
 func startCMEnv(t *testing.T, path string) cmEnv {
@@ -124,12 +161,12 @@ func startCMEnv(t *testing.T, path string) cmEnv {
 		env := testenv.StartProcess(t, testenv.ProcessOptions{})
 		env.Define(t, "vmA", optsA)
 		env.Define(t, "vmB", optsB)
-		return cmEnv{env.Socket, env.Socket}
-	case "tcp":
-		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+		return cmEnv{path, env.Socket, env.Socket}
+	case "tcp", "rdma":
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, RDMA: path == "rdma"})
 		c.Hosts[0].Define(t, "vmA", optsA)
 		c.Hosts[1].Define(t, "vmB", optsB)
-		return cmEnv{c.Hosts[0].Socket, c.Hosts[1].Socket}
+		return cmEnv{path, c.Hosts[0].Socket, c.Hosts[1].Socket}
 	}
 	t.Fatalf("no path %q", path)
 	return cmEnv{}
@@ -145,7 +182,7 @@ var pingData = regexp.MustCompile(`(?m)^(?:server )?ping data: rdma-ping-(\d+): 
 func TestRDMACMRping(t *testing.T) {
 	lib := BuildRDMACM(t)
 	NeedProgram(t, "/usr/bin/rping", "rdmacm-utils")
-	for _, path := range []string{"memcpy", "tcp"} {
+	for _, path := range []string{"memcpy", "tcp", "rdma"} {
 		t.Run(path, func(t *testing.T) {
 			e := startCMEnv(t, path)
 			port := fmt.Sprint(cmPort())
@@ -173,6 +210,7 @@ func TestRDMACMRping(t *testing.T) {
 					}
 				}
 			}
+			e.carried(t, 100*64)
 		})
 	}
 }
@@ -207,12 +245,12 @@ func tail(s string, n int) string {
 
 // TestRDMACMPerftest runs perftest's ib_write_bw and ib_send_lat with
 // -R (connecting through rdma_cm by the server adapter's address),
-// unmodified, over memcpy and over tcp; each run's result line must give
+// unmodified, over memcpy, tcp and rdma; each run's result line must give
 // the size and iterations asked for and a positive figure.
 func TestRDMACMPerftest(t *testing.T) {
 	lib := BuildRDMACM(t)
 	NeedProgram(t, "/usr/bin/ib_write_bw", "perftest")
-	for _, path := range []string{"memcpy", "tcp"} {
+	for _, path := range []string{"memcpy", "tcp", "rdma"} {
 		t.Run(path, func(t *testing.T) {
 			e := startCMEnv(t, path)
 			for _, c := range []perftestCase{{"ib_write_bw", 65536, 500, false}, {"ib_send_lat", 2, 500, true}} {
@@ -226,6 +264,7 @@ func TestRDMACMPerftest(t *testing.T) {
 					checkPerftest(t, c, srv.String(), cli.String())
 				})
 			}
+			e.carried(t, 500*65536)
 		})
 	}
 }
