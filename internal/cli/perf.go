@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,6 +34,7 @@ type perfOptions struct {
 	outJSON     bool
 	outJSONFile string
 	atomic      string // -A
+	gbits       bool   // --report_gbits
 }
 
 // perfMaxAll is the largest size of -a (perftest's 2^23).
@@ -64,7 +66,8 @@ max, typical (median), average, standard deviation, 99% and 99.9%. atomic_bw is
 the BW loop with 8-byte atomics (-A FETCH_AND_ADD, the default, or
 CMP_AND_SWAP); send_lat ping-pongs SENDs (RTT/2, as perftest); read_lat and
 atomic_lat post one READ or atomic at a time and report the whole round trip,
-as perftest does.
+as perftest does. --report_gbits gives bandwidth in Gbit/s. A run longer than two
+seconds draws a progress bar on stderr when stderr is a terminal.
 
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
@@ -116,6 +119,7 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.BoolVar(&o.async, "async", false, "VMs in async mode (vrdma.asyncMode: the agent polls their queues)")
 	f.BoolVar(&o.outJSON, "out_json", false, "print the report as JSON instead of text")
 	f.StringVar(&o.outJSONFile, "out_json_file", "", "write the report as JSON to this file")
+	f.BoolVar(&o.gbits, "report_gbits", false, "BW tests: report bandwidth in Gbit/s (10^9 bits per second) instead of MiB/s")
 	f.StringVarP(&o.atomic, "atomic_type", "A", string(perf.FetchAndAdd), "atomic tests: FETCH_AND_ADD or CMP_AND_SWAP")
 	return cmd
 }
@@ -230,6 +234,7 @@ type perfInfo struct {
 	TXDepth        int      `json:"TX_depth"`
 	CQModeration   int      `json:"CQ_Moderation"`
 	UseEvent       bool     `json:"use_event"`
+	BWUnit         string   `json:"BW_unit,omitempty"` // BW tests: MiB/sec, or Gb/sec with --report_gbits
 	Mtu            int      `json:"Mtu"`
 	LinkType       string   `json:"Link_type"`
 	GIDIndex       int      `json:"GID_index"`
@@ -418,6 +423,11 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	if o.test.Latency() {
 		info.TXDepth = 1
+	} else {
+		info.BWUnit = "MiB/sec"
+		if o.gbits {
+			info.BWUnit = "Gb/sec"
+		}
 	}
 	if qi, err := p.A.QP.Query(sctx); err == nil {
 		info.Mtu = int(qi.Attr.PathMTU)
@@ -438,13 +448,26 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent,
 			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic)}
 		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
+		stop := func() {}
+		if isTerminal(a.stderr) {
+			c.Progress = new(atomic.Int64)
+			iters := c.Iters
+			if iters <= 0 {
+				iters = o.test.DefaultIters()
+			}
+			stop = startProgress(a.stderr, fmt.Sprintf("%s %d", o.test, size), c.Progress, iters, c.Duration)
+		}
 		r, err := p.Run(rctx, c)
+		stop()
 		cancel()
 		if err != nil {
 			if text {
 				fmt.Fprintln(a.stdout, perfRule)
 			}
 			return fmt.Errorf("perf: %s of %d bytes: %w", o.test, size, err)
+		}
+		if o.gbits {
+			r.BWPeak, r.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
 		}
 		results = append(results, r)
 		if text {
@@ -561,8 +584,15 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 	if o.duration > 0 {
 		fmt.Fprintln(w, " WARNING: BW peak won't be measured in this run.")
 	}
-	fmt.Fprintln(w, " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]")
+	unit := "MiB/sec"
+	if o.gbits {
+		unit = "Gb/sec"
+	}
+	fmt.Fprintf(w, " #bytes     #iterations    BW peak[%[1]s]    BW average[%[1]s]   MsgRate[Mpps]\n", unit)
 }
+
+// gbits converts MiB/s to perftest's --report_gbits unit, Gbit/s.
+func gbits(mibs float64) float64 { return mibs * (1 << 20) * 8 / 1e9 }
 
 func printPerfResult(w io.Writer, r perf.Result) {
 	if r.Test.Latency() {

@@ -1,13 +1,17 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestPerfJSON(t *testing.T) {
@@ -276,4 +280,71 @@ func TestPerfTCPAddresses(t *testing.T) {
 			t.Errorf("vrdmactl %s: exit %d, stderr %q; want exit 2 and a message", strings.Join(args, " "), code, errs)
 		}
 	}
+}
+
+// TestPerfReportGbits checks --report_gbits: the header's unit and the
+// JSON's, and an average that is the MiB/s figure of the same run
+// converted (the run is the same one: -D is off, so both print it).
+func TestPerfReportGbits(t *testing.T) {
+	isolate(t)
+	out := runOK(t, "perf", "write_bw", "--local", "-s", "65536", "-n", "300", "--report_gbits")
+	if !strings.Contains(out, "BW peak[Gb/sec]    BW average[Gb/sec]") {
+		t.Errorf("header without Gb/sec:\n%s", out)
+	}
+	var m map[string]any
+	runJSON(t, &m, "perf", "write_bw", "--local", "-s", "65536", "-n", "300", "--report_gbits", "--out_json")
+	info, _ := m["test_info"].(map[string]any)
+	if info["BW_unit"] != "Gb/sec" {
+		t.Errorf("BW_unit %v, want Gb/sec", info["BW_unit"])
+	}
+	// 65536-byte writes at more than 10 MiB/s, in Gbit/s: above 0.08 and
+	// far below what MiB/s would read.
+	if v, _ := m["BW_average"].(float64); v < 0.08 || v > 2000 {
+		t.Errorf("BW_average %v Gb/sec is not a Gbit/s figure", v)
+	}
+}
+
+// TestPerfProgress draws the progress bar of a run half done into a
+// buffer and stops it: the bar, its percentage, then a cleared line.
+func TestPerfProgress(t *testing.T) {
+	old := progressAfter
+	progressAfter = 0
+	defer func() { progressAfter = old }()
+	var buf syncBuffer
+	var done atomic.Int64
+	done.Store(50)
+	stop := startProgress(&buf, "write_bw 65536", &done, 100, 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), " 50%") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	out := buf.String()
+	if !strings.Contains(out, "write_bw 65536 [====================                    ]  50%") {
+		t.Errorf("progress output %q lacks the half bar", out)
+	}
+	if !strings.HasSuffix(out, "\r"+strings.Repeat(" ", 72)+"\r") {
+		t.Errorf("progress output %q does not end clearing its line", out)
+	}
+	if isTerminal(&buf) {
+		t.Error("a buffer is not a terminal")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and one reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -71,6 +71,7 @@ func (p *Pair) runRoundTrip(ctx context.Context, c Config, op vrdma.Opcode) (Res
 		}
 		sp.reset()
 		rtt[k] = float64(time.Since(t0)) / 1e3 // µs, the round trip
+		c.progress(k + 1)
 	}
 	r := Result{Iters: c.Iters, Elapsed: time.Since(start)}
 	r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999 = latencyStats(rtt)
@@ -176,6 +177,7 @@ func sendLatSide(ctx context.Context, s *Side, c Config, stamps []int64) error {
 	for k := 1; k <= c.Iters; k++ {
 		if active {
 			stamps[k-1] = int64(time.Since(start))
+			c.progress(k - 1)
 		} else if err := recv(k); err != nil {
 			return err
 		}

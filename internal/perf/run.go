@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -153,6 +154,16 @@ type Config struct {
 	UseEvent bool
 	// Atomic is the atomic tests' operation (default FetchAndAdd).
 	Atomic Atomic
+	// Progress, if set, is kept at the iterations completed so far, for
+	// a progress display that reads it from another goroutine.
+	Progress *atomic.Int64
+}
+
+// progress records n iterations done, if c has a Progress counter.
+func (c *Config) progress(n int) {
+	if c.Progress != nil {
+		c.Progress.Store(int64(n))
+	}
 }
 
 // Result is what a run measured. Bandwidths are MiB/s (2^20 bytes per
@@ -355,6 +366,7 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 			}
 			completed = max(completed, done)
 		}
+		c.progress(completed)
 		last = now
 	}
 	r := Result{Iters: iters, Elapsed: last, PeakSeen: peak}
@@ -569,6 +581,7 @@ func latSide(ctx context.Context, s, peer *Side, c Config, iters int, stamps []i
 	for k := 1; k <= iters; k++ {
 		if active {
 			stamps[k-1] = int64(time.Since(start))
+			c.progress(k - 1)
 		} else if err := wait(k); err != nil {
 			return err
 		}
