@@ -39,10 +39,9 @@ func postRetry(s *Side, wrs []vrdma.SendWR, sp *spinner) error {
 // signaled READ of Size bytes (or one atomic) at a time from B's buffer
 // and spins on its completion; each iteration's latency is the whole
 // round trip. B is passive: its agent answers.
-func (p *Pair) runRoundTrip(ctx context.Context, c Config, op vrdma.Opcode) (Result, error) {
-	a, b := p.A, p.B
+func runRoundTrip(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (Result, error) {
 	wrs := []vrdma.SendWR{{Opcode: op, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(0, c.Size)},
-		RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey(), CompareAdd: 1, Swap: 1}}
+		RemoteAddr: peer.Addr, RKey: peer.RKey, CompareAdd: 1, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 4)
 	sp := spinner{ctx: ctx, qp: a.QP}
 	rtt := make([]float64, c.Iters)
@@ -104,13 +103,7 @@ func (p *Pair) runSendLat(ctx context.Context, c Config) (Result, error) {
 	case errB != nil:
 		return Result{}, fmt.Errorf("perf: %s: passive side %s: %w", c.Test, p.B.Name(), errB)
 	}
-	rtt := make([]float64, c.Iters)
-	for i := range c.Iters {
-		rtt[i] = float64(stamps[i+1]-stamps[i]) / 1e3 / 2 // µs, RTT/2
-	}
-	r := Result{Iters: c.Iters, Elapsed: time.Duration(stamps[c.Iters] - stamps[0])}
-	r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999 = latencyStats(rtt)
-	return r, nil
+	return halfRTT(stamps), nil
 }
 
 // sendLatSide runs one side of send_lat. With stamps, s is the active

@@ -168,3 +168,14 @@ func (p *Pair) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Peer is what a side knows of the other's buffer: where its RDMA
+// operations go.
+type Peer struct {
+	Addr uint64
+	RKey uint32
+	Name string // for messages: "vm/vrdmaN"
+}
+
+// Peer returns s's buffer as its peer addresses it.
+func (s *Side) Peer() Peer { return Peer{Addr: s.MR.Addr(), RKey: s.MR.RKey(), Name: s.Name()} }

@@ -190,8 +190,38 @@ type Result struct {
 // ping-pong). It fails if a work request fails, the QP leaves RTS, or ctx
 // ends.
 func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
-	if _, err := ParseTest(string(c.Test)); err != nil {
+	c, err := c.normalize(p.cfg)
+	if err != nil {
 		return Result{}, err
+	}
+	var r Result
+	switch c.Test {
+	case WriteBW:
+		r, err = runBW(ctx, c, p.A, p.B.Peer(), vrdma.OpRDMAWrite)
+	case ReadBW:
+		r, err = runBW(ctx, c, p.A, p.B.Peer(), vrdma.OpRDMARead)
+	case SendBW:
+		r, err = p.runSendBW(ctx, c)
+	case AtomicBW:
+		r, err = runBW(ctx, c, p.A, p.B.Peer(), c.Atomic.opcode())
+	case WriteLat:
+		r, err = p.runWriteLat(ctx, c)
+	case ReadLat:
+		r, err = runRoundTrip(ctx, c, p.A, p.B.Peer(), vrdma.OpRDMARead)
+	case AtomicLat:
+		r, err = runRoundTrip(ctx, c, p.A, p.B.Peer(), c.Atomic.opcode())
+	case SendLat:
+		r, err = p.runSendLat(ctx, c)
+	}
+	r.Test, r.MsgSize, r.Path = c.Test, c.Size, p.Path()
+	return r, err
+}
+
+// normalize fills c's defaults and checks it against a side built with
+// pc.
+func (c Config) normalize(pc PairConfig) (Config, error) {
+	if _, err := ParseTest(string(c.Test)); err != nil {
+		return c, err
 	}
 	if c.Size <= 0 {
 		c.Size = c.Test.DefaultSize()
@@ -199,8 +229,8 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 	if c.Iters <= 0 {
 		c.Iters = c.Test.DefaultIters()
 	}
-	if c.TxDepth <= 0 || c.TxDepth > p.cfg.TxDepth {
-		c.TxDepth = p.cfg.TxDepth
+	if c.TxDepth <= 0 || c.TxDepth > pc.TxDepth {
+		c.TxDepth = pc.TxDepth
 	}
 	if c.CQMod <= 0 {
 		c.CQMod = DefaultCQMod
@@ -208,49 +238,32 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 	c.CQMod = min(c.CQMod, c.TxDepth)
 	if c.Test.Atomic() {
 		if c.Size != 8 {
-			return Result{}, fmt.Errorf("perf: %s moves 8 bytes: -s %d is not allowed", c.Test, c.Size)
+			return c, fmt.Errorf("perf: %s moves 8 bytes: -s %d is not allowed", c.Test, c.Size)
 		}
 		if c.Atomic == "" {
 			c.Atomic = FetchAndAdd
 		}
 		if _, err := ParseAtomic(string(c.Atomic)); err != nil {
-			return Result{}, err
+			return c, err
 		}
 	}
-	need := c.Size
-	if c.Test == WriteLat {
-		need = 2 * c.Size
-	}
-	if need > p.cfg.BufSize {
-		return Result{}, fmt.Errorf("perf: %s of %d bytes needs %d bytes of buffer per side; the pair has %d", c.Test, c.Size, need, p.cfg.BufSize)
+	if need := c.Test.BufSize(c.Size); need > pc.BufSize {
+		return c, fmt.Errorf("perf: %s of %d bytes needs %d bytes of buffer per side; the pair has %d", c.Test, c.Size, need, pc.BufSize)
 	}
 	if c.Size > math.MaxUint32 {
-		return Result{}, fmt.Errorf("perf: message size %d exceeds 4 GiB", c.Size)
+		return c, fmt.Errorf("perf: message size %d exceeds 4 GiB", c.Size)
 	}
-	var (
-		r   Result
-		err error
-	)
-	switch c.Test {
-	case WriteBW:
-		r, err = p.runBW(ctx, c, vrdma.OpRDMAWrite)
-	case ReadBW:
-		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
-	case SendBW:
-		r, err = p.runSendBW(ctx, c)
-	case AtomicBW:
-		r, err = p.runBW(ctx, c, c.Atomic.opcode())
-	case WriteLat:
-		r, err = p.runWriteLat(ctx, c)
-	case ReadLat:
-		r, err = p.runRoundTrip(ctx, c, vrdma.OpRDMARead)
-	case AtomicLat:
-		r, err = p.runRoundTrip(ctx, c, c.Atomic.opcode())
-	case SendLat:
-		r, err = p.runSendLat(ctx, c)
+	return c, nil
+}
+
+// BufSize is the registered buffer a side of t needs for messages of
+// size bytes: write_lat's sides send from one half and receive in the
+// other.
+func (t Test) BufSize(size int) int {
+	if t == WriteLat {
+		return 2 * size
 	}
-	r.Test, r.MsgSize, r.Path = c.Test, c.Size, p.Path()
-	return r, err
+	return size
 }
 
 // spinner is the busy-wait policy of the measuring loops: spin, but every
@@ -294,8 +307,7 @@ func completionError(wc *vrdma.WorkCompletion) error {
 
 // runBW is perftest's BW loop: keep up to TxDepth work requests
 // outstanding, signal one in CQMod, and count completions.
-func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, error) {
-	a, b := p.A, p.B
+func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (Result, error) {
 	iters := c.Iters
 	peak := c.Duration <= 0
 	var tposted, tcompleted []int64
@@ -304,7 +316,7 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 		tcompleted = make([]int64, iters)
 	}
 	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
-	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey(), Swap: 1}}
+	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: peer.Addr, RKey: peer.RKey, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 64)
 	sp := spinner{ctx: ctx, qp: a.QP}
 	posted, completed := 0, 0
@@ -386,57 +398,14 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 // reposts a receive for each one consumed, while A runs the BW loop with
 // SENDs. A waits for B to have counted every message.
 func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
-	b := p.B
-	depth := min(int(b.QP.Caps().MaxRecvWR), c.Iters)
-	rwrs := make([]vrdma.RecvWR, depth)
-	for i := range rwrs {
-		rwrs[i] = vrdma.RecvWR{ID: uint64(i), SGL: []vrdma.SGE{b.MR.SGE(0, c.Size)}}
-	}
-	// Post exactly Iters receives in all, so none is left for a later run.
-	postedRecv := depth
-	if err := b.QP.PostRecv(rwrs); err != nil {
-		return Result{}, fmt.Errorf("perf: send_bw: post receives on %s: %w", b.Name(), err)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	received := make(chan error, 1)
-	go func() {
-		wc := make([]vrdma.WorkCompletion, 64)
-		sp := spinner{ctx: ctx, qp: b.QP}
-		for got := 0; got < c.Iters; {
-			n, err := b.CQ.Poll(wc)
-			if err != nil {
-				received <- err
-				return
-			}
-			if n == 0 {
-				if err := sp.spin(); err != nil {
-					received <- fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, c.Iters, err)
-					return
-				}
-				continue
-			}
-			sp.reset()
-			for i := range n {
-				if wc[i].Status != vrdma.WCSuccess {
-					received <- completionError(&wc[i])
-					return
-				}
-			}
-			got += n
-			// Repost as many receives as were consumed, but never more
-			// than the messages still to come need.
-			if k := min(n, c.Iters-postedRecv); k > 0 {
-				if err := b.QP.PostRecv(rwrs[:k]); err != nil {
-					received <- err
-					return
-				}
-				postedRecv += k
-			}
-		}
-		received <- nil
-	}()
-	r, err := p.runBW(ctx, c, vrdma.OpSend)
+	ready, received := make(chan error, 1), make(chan error, 1)
+	go func() { received <- receiveAll(ctx, p.B, c, ready) }()
+	if err := <-ready; err != nil {
+		return Result{}, fmt.Errorf("perf: send_bw: %w", err)
+	}
+	r, err := runBW(ctx, c, p.A, p.B.Peer(), vrdma.OpSend)
 	if err != nil {
 		cancel()
 		<-received
@@ -446,6 +415,53 @@ func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
 		return Result{}, fmt.Errorf("perf: send_bw: %w", err)
 	}
 	return r, nil
+}
+
+// receiveAll is send_bw's receiver: it posts receives (and says so on
+// ready, or why not), then counts Iters messages on b, reposting a
+// receive for each one consumed but never more than the messages still
+// to come need, so none is left for a later run.
+func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error) error {
+	depth := min(int(b.QP.Caps().MaxRecvWR), c.Iters)
+	rwrs := make([]vrdma.RecvWR, depth)
+	for i := range rwrs {
+		rwrs[i] = vrdma.RecvWR{ID: uint64(i), SGL: []vrdma.SGE{b.MR.SGE(0, c.Size)}}
+	}
+	postedRecv := depth
+	if err := b.QP.PostRecv(rwrs); err != nil {
+		err = fmt.Errorf("post receives on %s: %w", b.Name(), err)
+		ready <- err
+		return err
+	}
+	ready <- nil
+	wc := make([]vrdma.WorkCompletion, 64)
+	sp := spinner{ctx: ctx, qp: b.QP}
+	for got := 0; got < c.Iters; {
+		n, err := b.CQ.Poll(wc)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			if err := sp.spin(); err != nil {
+				return fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, c.Iters, err)
+			}
+			continue
+		}
+		sp.reset()
+		for i := range n {
+			if wc[i].Status != vrdma.WCSuccess {
+				return completionError(&wc[i])
+			}
+		}
+		got += n
+		if k := min(n, c.Iters-postedRecv); k > 0 {
+			if err := b.QP.PostRecv(rwrs[:k]); err != nil {
+				return err
+			}
+			postedRecv += k
+		}
+	}
+	return nil
 }
 
 // peakBW is perftest's peak: the best rate over any run of requests from
@@ -489,24 +505,21 @@ func peakBW(tposted, tcompleted []int64, size, cqMod int) float64 {
 // A stamps each of its posts; RTT is the time between two stamps.
 func (p *Pair) runWriteLat(ctx context.Context, c Config) (Result, error) {
 	iters := c.Iters
-	// Both sides count from 1; clear the bytes they watch, which earlier
-	// runs may have written.
 	for _, s := range []*Side{p.A, p.B} {
-		b := s.MR.Bytes()
-		b[c.Size-1], b[2*c.Size-1] = 0, 0
+		clearLatBytes(s, c.Size)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stamps := make([]int64, iters+1)
 	errc := make(chan error, 1)
 	go func() {
-		err := latSide(ctx, p.B, p.A, c, iters, nil)
+		err := latSide(ctx, p.B, p.A.Peer(), c, iters, nil)
 		if err != nil {
 			cancel()
 		}
 		errc <- err
 	}()
-	err := latSide(ctx, p.A, p.B, c, iters, stamps)
+	err := latSide(ctx, p.A, p.B.Peer(), c, iters, stamps)
 	if err != nil {
 		cancel()
 	}
@@ -522,13 +535,28 @@ func (p *Pair) runWriteLat(ctx context.Context, c Config) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return halfRTT(stamps), nil
+}
+
+// clearLatBytes clears the bytes a write_lat side of size watches and
+// writes: both sides count from 1, and earlier runs may have left them
+// set. Both sides must be cleared before either starts.
+func clearLatBytes(s *Side, size int) {
+	b := s.MR.Bytes()
+	b[size-1], b[2*size-1] = 0, 0
+}
+
+// halfRTT is the result of a ping-pong whose active side stamped each
+// exchange (and, last, the end of the final one): latencies RTT/2.
+func halfRTT(stamps []int64) Result {
+	iters := len(stamps) - 1
 	rtt := make([]float64, iters)
 	for i := range iters {
 		rtt[i] = float64(stamps[i+1]-stamps[i]) / 1e3 / 2 // µs, RTT/2
 	}
 	r := Result{Iters: iters, Elapsed: time.Duration(stamps[iters] - stamps[0])}
 	r.TMin, r.TMax, r.TTypical, r.TAvg, r.TStdev, r.P99, r.P999 = latencyStats(rtt)
-	return r, nil
+	return r
 }
 
 // latSide runs one side of write_lat: s writes into peer's receive half.
@@ -536,7 +564,7 @@ func (p *Pair) runWriteLat(ctx context.Context, c Config) (Result, error) {
 // alternates strictly, so the byte wrapping around is harmless. With
 // stamps, s is the active side: it writes first, stamps each post and,
 // last, the arrival of the final answer.
-func latSide(ctx context.Context, s, peer *Side, c Config, iters int, stamps []int64) error {
+func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamps []int64) error {
 	buf := s.MR.Bytes()
 	size := c.Size
 	sendLast := size - 1   // last byte of our send half
@@ -548,7 +576,7 @@ func latSide(ctx context.Context, s, peer *Side, c Config, iters int, stamps []i
 		want := byte(k)
 		for byte(word.Load()>>shift) != want {
 			if err := sp.spin(); err != nil {
-				return fmt.Errorf("waiting for write %d of %d from %s: %w", k, iters, peer.Name(), err)
+				return fmt.Errorf("waiting for write %d of %d from %s: %w", k, iters, peer.Name, err)
 			}
 		}
 		sp.reset()
@@ -560,7 +588,7 @@ func latSide(ctx context.Context, s, peer *Side, c Config, iters int, stamps []i
 		flags = vrdma.SendInline
 	}
 	wrs := []vrdma.SendWR{{Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{s.MR.SGE(0, size)},
-		RemoteAddr: peer.MR.Addr() + uint64(size), RKey: peer.MR.RKey()}}
+		RemoteAddr: peer.Addr + uint64(size), RKey: peer.RKey}}
 	wc := make([]vrdma.WorkCompletion, 16)
 	signaled := 0 // signaled writes whose completion is still to be polled
 	poll := func() error {
