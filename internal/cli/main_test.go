@@ -85,8 +85,8 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 	_, errs, _ := run(t, "", "perf", "write_bw", "--path", "memcpy")
-	if !strings.Contains(errs, "only --local exists today") {
-		t.Errorf("perf without --local: %q", errs)
+	if !strings.Contains(errs, "without --local, --vm NAME") {
+		t.Errorf("perf without --local or --vm: %q", errs)
 	}
 }
 

@@ -35,6 +35,9 @@ type perfOptions struct {
 	outJSONFile string
 	atomic      string // -A
 	gbits       bool   // --report_gbits
+	vm          string // without --local: the VM this side is a workload of
+	device      string // -d: its adapter
+	port        int    // -p: the server's port
 }
 
 // perfMaxAll is the largest size of -a (perftest's 2^23).
@@ -54,7 +57,7 @@ const perfInline = 220
 func (a *app) perfCommand() *cobra.Command {
 	var o perfOptions
 	cmd := &cobra.Command{
-		Use:   "perf write_bw|read_bw|send_bw|atomic_bw|write_lat|read_lat|send_lat|atomic_lat --local [-s SIZE] [-n ITERS] [-t TXDEPTH] [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] [--out_json] [--out_json_file FILE]",
+		Use:   "perf TEST (--local [-a] [--path PATH [--pvrdma-addresses A,B]] [--async] | --vm NAME [-d vrdmaN] [-p PORT] [SERVER]) [-s SIZE] [-n ITERS] [-t TXDEPTH] [--out_json] [--out_json_file FILE]",
 		Short: "Measure bandwidth or latency between two VMs, like perftest",
 		Long: `perf runs perftest's tests between two VMs and prints perftest's report:
 write_bw, read_bw and send_bw (RDMA WRITE / READ / SEND bandwidth, up to -t
@@ -71,13 +74,21 @@ seconds draws a progress bar on stderr when stderr is a terminal.
 
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
-run as root), and a workload goroutine per VM. It is the only mode today.
+run as root), and a workload goroutine per VM.
 With --path tcp it starts two agent processes instead, two hosts on loopback
 addresses (127.0.0.2 and 127.0.0.3 by default, each on a free port; no root
 needed; --pvrdma-addresses IP[:PORT],IP[:PORT] picks others): the first runs
 its embedded control plane (etcd), the second joins it; both are on a
 distributed switch and port group the run creates, with no RDMA uplink, and
 each has one of the VMs, so the pair connects over the tcp path between them.
+
+Without --local, perf runs as perftest does, in two processes, each the workload
+of a VM of a running agent (--socket, --vm, -d): with no SERVER argument it is
+the server, listening on its adapter's port (-p, default 18515) for one client;
+with SERVER (the server adapter's IP address, GID or VM/vrdmaN) it is the client,
+which connects through rdma_cm, carrying the test and its parameters, runs it,
+and hands its figures to the server; both print the report (a latency server
+prints none, as perftest's). -a and -D are --local's.
 
 --path fails the run (exit 1) unless the pair gets that path (memcpy,
 memcpy-direct, tcp, rdma); with tcp, also unless the hosts' uplink byte
@@ -89,7 +100,7 @@ header as test_info (with tcp: the hosts and uplink_bytes, the bytes the
 hosts sent each other during the run); with -a the per-size results are in
 "results".`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
+			if len(args) != 1 && (len(args) != 2 || o.local) {
 				return usageErrorf("perf: name one test: write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat or atomic_lat")
 			}
 			t, err := perf.ParseTest(args[0])
@@ -102,6 +113,16 @@ hosts sent each other during the run); with -a the per-size results are in
 		ValidArgs: perfTestNames(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.outJSON = o.outJSON || a.json()
+			if !o.local {
+				if err := o.check(); err != nil {
+					return err
+				}
+				server := ""
+				if len(args) == 2 {
+					server = args[1]
+				}
+				return a.perfRemote(cmd.Context(), o, server)
+			}
 			return a.perf(cmd.Context(), o)
 		},
 	}
@@ -119,6 +140,9 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.BoolVar(&o.async, "async", false, "VMs in async mode (vrdma.asyncMode: the agent polls their queues)")
 	f.BoolVar(&o.outJSON, "out_json", false, "print the report as JSON instead of text")
 	f.StringVar(&o.outJSONFile, "out_json_file", "", "write the report as JSON to this file")
+	f.StringVar(&o.vm, "vm", "", "without --local: the VM this side runs as a workload of, on the agent at --socket")
+	f.StringVarP(&o.device, "ib-dev", "d", "vrdma0", "without --local: the VM's adapter")
+	f.IntVarP(&o.port, "port", "p", perf.DefaultPort, "without --local: the server's rdma_cm port")
 	f.BoolVar(&o.gbits, "report_gbits", false, "BW tests: report bandwidth in Gbit/s (10^9 bits per second) instead of MiB/s")
 	f.StringVarP(&o.atomic, "atomic_type", "A", string(perf.FetchAndAdd), "atomic tests: FETCH_AND_ADD or CMP_AND_SWAP")
 	return cmd
@@ -135,10 +159,6 @@ func perfTestNames() []string {
 var knownPaths = []vrdma.PathKind{vrdma.PathMemcpy, vrdma.PathMemcpyDirect, vrdma.PathTCP, vrdma.PathRDMA}
 
 func (o *perfOptions) check() error {
-	if !o.local {
-		return usageErrorf("perf: only --local exists today: it starts an agent and two VMs on this machine for the run "+
-			"(vrdmactl perf %s --local --path memcpy); measuring VMs of a running agent or between hosts comes later", o.test)
-	}
 	if o.path != "" {
 		ok := false
 		for _, p := range knownPaths {
@@ -496,14 +516,20 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		if err != nil {
 			return err
 		}
-		b = append(b, '\n')
-		if o.outJSON {
-			a.stdout.Write(b)
-		}
-		if o.outJSONFile != "" {
-			if err := os.WriteFile(o.outJSONFile, b, 0o644); err != nil {
-				return fmt.Errorf("perf: --out_json_file: %w", err)
-			}
+		return a.writeReport(o, append(b, '\n'))
+	}
+	return nil
+}
+
+// writeReport writes the JSON report b to stdout (--out_json) and to
+// --out_json_file.
+func (a *app) writeReport(o perfOptions, b []byte) error {
+	if o.outJSON {
+		a.stdout.Write(b)
+	}
+	if o.outJSONFile != "" {
+		if err := os.WriteFile(o.outJSONFile, b, 0o644); err != nil {
+			return fmt.Errorf("perf: --out_json_file: %w", err)
 		}
 	}
 	return nil

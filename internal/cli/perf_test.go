@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 func TestPerfJSON(t *testing.T) {
@@ -347,4 +350,73 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestPerfServerClient runs perf as perftest does, server and client in
+// two invocations against an agent, for every test: the client connects
+// by the server adapter's IP address, both report the test, size and
+// iterations the client asked for (a latency server prints no result), and
+// a BW server's figures are the client's. A client with no server (its VM
+// gone, so its address nobody's) and one without --vm fail with a message.
+func TestPerfServerClient(t *testing.T) {
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vmS", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.1"}})
+	env.Define(t, "vmC", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.2"}})
+	for i, test := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"} {
+		port := fmt.Sprint(19100 + i)
+		size := "4096"
+		if strings.HasPrefix(test, "atomic") {
+			size = "8"
+		}
+		type res struct {
+			m    map[string]any
+			errs string
+			code int
+		}
+		srvc := make(chan res, 1)
+		go func() {
+			out, errs, code := run(t, "", "--socket", env.Socket, "perf", test, "--vm", "vmS", "-p", port, "--out_json")
+			var m map[string]any
+			json.Unmarshal([]byte(out), &m)
+			srvc <- res{m, errs, code}
+		}()
+		var cli map[string]any
+		var cerrs string
+		for try := 0; try < 50; try++ {
+			out, errs, code := run(t, "", "--socket", env.Socket, "perf", test, "--vm", "vmC", "-p", port, "-s", size, "-n", "200", "--out_json", "10.66.0.1")
+			if code == 0 {
+				json.Unmarshal([]byte(out), &cli)
+				break
+			}
+			cerrs = errs // the server may not listen yet
+			time.Sleep(50 * time.Millisecond)
+		}
+		srv := <-srvc
+		if cli == nil || srv.code != 0 {
+			t.Fatalf("%s: client %q; server exit %d, %q", test, cerrs, srv.code, srv.errs)
+		}
+		if cli["test"] != test || cli["MsgSize"] != float64(atoi(t, size)) || cli["n_iterations"] != 200.0 || cli["path"] != "memcpy" {
+			t.Errorf("%s: client report %v", test, cli)
+		}
+		fig := "BW_average"
+		if strings.Contains(test, "lat") {
+			fig = "t_typical"
+		}
+		if v, _ := cli[fig].(float64); v <= 0 {
+			t.Errorf("%s: client %s = %v", test, fig, cli[fig])
+		}
+		switch {
+		case strings.Contains(test, "lat") && len(srv.m) != 0:
+			t.Errorf("%s: a latency server printed a report: %v", test, srv.m)
+		case !strings.Contains(test, "lat") && (srv.m["test"] != test || srv.m["BW_average"] != cli["BW_average"] || srv.m["MsgSize"] != cli["MsgSize"]):
+			t.Errorf("%s: server report %v, want the client's figures %v", test, srv.m, cli)
+		}
+	}
+	if _, errs, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmC", "-p", "19199", "-n", "10", "10.66.0.1"); code == 0 || !regexp.MustCompile(`connect to 10.66.0.1 port 19199: (REJECTED|UNREACHABLE)`).MatchString(errs) {
+		t.Errorf("a client with no server: exit %d, %q", code, errs)
+	}
+	if _, errs, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "-n", "10", "10.66.0.1"); code != exitUsage || !strings.Contains(errs, "--vm NAME") {
+		t.Errorf("a client without --vm: exit %d, %q", code, errs)
+	}
 }
