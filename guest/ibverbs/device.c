@@ -562,9 +562,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	 * for programs that dup or poll it (verbs that would use it, such as
 	 * ibv_import_device, fail with EOPNOTSUPP). */
 	c->vctx.context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	/* No asynchronous events yet: an fd that never becomes readable, so
-	 * that programs may poll it. */
-	c->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	/* async_fd is the agent's event socket for this adapter (events.c);
+	 * an agent without one gets an fd that never becomes readable, so
+	 * that programs may poll it all the same. */
+	c->vctx.context.async_fd = vrdma_async_open(d);
+	if (c->vctx.context.async_fd < 0)
+		c->vctx.context.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->vctx.context.async_fd < 0) {
 		int e = errno;
 

@@ -89,30 +89,36 @@ struct vrdma_qp {
 	int wr_err;	       /* the first error: wr_complete returns it */
 };
 
-/* ---- the registry of live objects ---- */
+/* ---- the registries of live objects ---- */
+
+/* A registry is a set of live pointers: every object this library made
+ * (objs), and its QPs again (qps, for ibv_get_async_event's handles). */
+struct registry {
+	void **v;
+	int n, cap;
+};
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static void **live; /* +guarded by reg_mu */
-static int nlive, caplive;
+static struct registry objs, qps; /* +guarded by reg_mu */
 
-static int reg_add(void *p)
+static int reg_add(struct registry *r, void *p)
 {
 	int rc = 0;
 
 	pthread_mutex_lock(&reg_mu);
-	if (nlive == caplive) {
-		int cap = caplive ? caplive * 2 : 64;
-		void **n = realloc(live, (size_t)cap * sizeof(*n));
+	if (r->n == r->cap) {
+		int cap = r->cap ? r->cap * 2 : 64;
+		void **n = realloc(r->v, (size_t)cap * sizeof(*n));
 
 		if (!n)
 			rc = ENOMEM;
 		else {
-			live = n;
-			caplive = cap;
+			r->v = n;
+			r->cap = cap;
 		}
 	}
 	if (!rc)
-		live[nlive++] = p;
+		r->v[r->n++] = p;
 	pthread_mutex_unlock(&reg_mu);
 	return rc;
 }
@@ -124,27 +130,42 @@ static int reg_has(const void *p)
 	if (!p)
 		return 0;
 	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < nlive && !ok; i++)
-		ok = live[i] == p;
+	for (int i = 0; i < objs.n && !ok; i++)
+		ok = objs.v[i] == p;
 	pthread_mutex_unlock(&reg_mu);
 	return ok;
 }
 
 /* reg_take removes p; 0 if it was not there (a second destroy, or not ours). */
-static int reg_take(const void *p)
+static int reg_take(struct registry *r, const void *p)
 {
 	int ok = 0;
 
 	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < nlive; i++) {
-		if (live[i] == p) {
-			live[i] = live[--nlive];
+	for (int i = 0; i < r->n; i++) {
+		if (r->v[i] == p) {
+			r->v[i] = r->v[--r->n];
 			ok = 1;
 			break;
 		}
 	}
 	pthread_mutex_unlock(&reg_mu);
 	return ok;
+}
+
+struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	struct ibv_qp *found = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < qps.n && !found; i++) {
+		struct ibv_qp *q = qps.v[i];
+
+		if (q->context == ctx && q->handle == handle)
+			found = q;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return found;
 }
 
 static struct vrdma_pd *to_pd(struct ibv_pd *p)
@@ -228,7 +249,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 		return NULL;
 	}
 	pd = calloc(1, sizeof(*pd));
-	if (!pd || reg_add(pd)) {
+	if (!pd || reg_add(&objs, pd)) {
 		free(pd);
 		cmd_handle(vm, OP_DEALLOC_PD, h);
 		errno = ENOMEM;
@@ -250,7 +271,7 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	e = cmd_handle(vrdma_vm_get(), OP_DEALLOC_PD, pd->ibpd.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: MRs or QPs use it */
-	reg_take(pd);
+	reg_take(&objs, pd);
 	pd->magic = 0;
 	free(pd);
 	return 0;
@@ -334,7 +355,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	    json_get_u32(&r.doc, 0, "rkey", &rkey);
 	vrdma_reply_free(&r);
 	mr = e ? NULL : calloc(1, sizeof(*mr));
-	if (!mr || reg_add(mr)) {
+	if (!mr || reg_add(&objs, mr)) {
 		if (!e)
 			cmd_handle(vm, OP_DEREG_MR, h);
 		vrdma_unadopt(vm, adopted);
@@ -381,7 +402,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	e = cmd_handle(vrdma_vm_get(), OP_DEREG_MR, mr->ibmr.handle);
 	if (e && e != EIO)
 		return e;
-	reg_take(mr);
+	reg_take(&objs, mr);
 	vrdma_unadopt(vrdma_vm_get(), mr->adopted);
 	mr->magic = 0;
 	free(mr);
@@ -405,7 +426,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 	}
 	/* An epoll set over the event sockets of the channel's CQs. */
 	ch->fd = epoll_create1(EPOLL_CLOEXEC);
-	if (ch->fd < 0 || reg_add(ch)) {
+	if (ch->fd < 0 || reg_add(&objs, ch)) {
 		int err = ch->fd < 0 ? errno : ENOMEM;
 
 		if (ch->fd >= 0)
@@ -424,7 +445,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 		return EINVAL;
 	if (ch->refcnt)
 		return EBUSY;
-	reg_take(ch);
+	reg_take(&objs, ch);
 	close(ch->fd);
 	free(ch);
 	return 0;
@@ -633,7 +654,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		}
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	}
-	if (reg_add(cq)) {
+	if (reg_add(&objs, cq)) {
 		e = ENOMEM;
 		if (channel) {
 			epoll_ctl(channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
@@ -769,7 +790,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_CQ, cq->ibcq.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: a QP uses it */
-	reg_take(cq);
+	reg_take(&objs, cq);
 	if (cq->ibcq.channel) {
 		epoll_ctl(cq->ibcq.channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
 		__atomic_sub_fetch(&cq->ibcq.channel->refcnt, 1, __ATOMIC_SEQ_CST);
@@ -1077,7 +1098,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	qp->qpx.qp_base.qp_type = IBV_QPT_RC;
 	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
 	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
-	if (reg_add(qp)) {
+	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
 		cmd_handle(vm, OP_DESTROY_QP, h);
 		munmap(qp->ring, qp->ring_size);
 		close(qp->doorbell_fd);
@@ -1218,7 +1239,8 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_QP, qp->qpx.qp_base.handle);
 	if (e && e != EIO)
 		return e;
-	reg_take(qp);
+	reg_take(&qps, qp);
+	reg_take(&objs, qp);
 	qp->magic = 0;
 	munmap(qp->ring, qp->ring_size);
 	close(qp->doorbell_fd);

@@ -45,6 +45,7 @@ enum {
 	OP_CM_ROUTE = 45,
 	OP_CM_CONNECT = 46,
 	OP_CM_DISCONNECT = 47,
+	OP_ASYNC_OPEN = 48, /* events.c */
 };
 
 /* Capability bits of wire-local.md §2. */
@@ -56,7 +57,8 @@ enum {
 #define VRDMA_CAP_QP_COUNTERS 0x20ull
 #define VRDMA_CAP_VM_MANAGE 0x40ull
 #define VRDMA_CAP_MR_IOVA 0x80ull
-#define VRDMA_CAPS_KNOWN 0xffull
+#define VRDMA_CAP_ASYNC_EVENTS 0x100ull
+#define VRDMA_CAPS_KNOWN 0x1ffull
 
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
@@ -207,6 +209,14 @@ void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * last region over them is deregistered; 0 or an errno. */
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle);
 void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
+
+/* events.c: vrdma_async_open returns the agent's event socket for d's
+ * adapter (a context's async_fd), or -1 when the agent has none. */
+int vrdma_async_open(struct vrdma_device *d);
+
+/* verbs.c: vrdma_qp_of_handle returns ctx's live QP with the agent's
+ * handle, or NULL. */
+struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle);
 
 /* verbs.c: installs the context ops of PD/MR/CQ/QP. */
 void vrdma_set_ops(struct vrdma_context *ctx);

@@ -55,11 +55,15 @@ const (
 	// It is what lets a C program register its own buffers (adopted into
 	// guest memory) and hand their virtual addresses to peers.
 	CapMRIOVA Caps = 1 << 7
+	// CapAsyncEvents: async-open (op 48) gives an adapter's event socket,
+	// on which the agent reports the session's QPs it moves to ERR for an
+	// error it detected (IBV_EVENT_QP_FATAL).
+	CapAsyncEvents Caps = 1 << 8
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -67,7 +71,7 @@ const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM |
 // tcp path, reported no counters, and some lacked ops 25..29.)
 const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 
-var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova"}
+var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

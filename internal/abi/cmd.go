@@ -75,7 +75,9 @@ const (
 	OpCMRoute        Op = 45 // CMRoute → Empty; then ROUTE_RESOLVED
 	OpCMConnect      Op = 46 // CMConnect → Empty; then ESTABLISHED, REJECTED or UNREACHABLE
 	OpCMDisconnect   Op = 47 // CMDisconnect → Empty; then DISCONNECTED on both sides
-	opMax            Op = 48
+	// 48: ibv_get_async_event's source (events.go).
+	OpAsyncOpen Op = 48 // AdapterRef → Empty; fds: event socket (socketpair end)
+	opMax       Op = 49
 )
 
 var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
@@ -84,7 +86,7 @@ var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "
 	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm",
 	30: "", 39: "", // not ops
 	40: "cm-open-channel", 41: "cm-close-channel", 42: "cm-listen", 43: "cm-close-listen", 44: "cm-resolve",
-	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect"}
+	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect", 48: "async-open"}
 
 // Known reports whether o is an op of this ABI version.
 func (o Op) Known() bool { return o > 0 && o < opMax && opNames[o] != "" }
@@ -159,7 +161,7 @@ func NewRequest(op Op) any {
 		return new(Hello)
 	case OpAttach:
 		return new(Attach)
-	case OpQueryDevice, OpQueryPort, OpAllocPD:
+	case OpQueryDevice, OpQueryPort, OpAllocPD, OpAsyncOpen:
 		return new(AdapterRef)
 	case OpDeallocPD, OpDeregMR, OpDestroyCQ, OpQueryQP, OpDestroyQP, OpGetRequest, OpCloseListener, OpCMCloseChannel, OpCMCloseListen:
 		return new(Handle)

@@ -36,11 +36,12 @@ const (
 )
 
 // cmChannel is one event channel: the agent's end of the socketpair, and
-// a writer goroutine that drains the queue into it.
+// a writer goroutine that drains the queue into it, one JSON message per
+// event (abi.CMEvent; abi.AsyncEvent on an async-open socket, events.go).
 type cmChannel struct {
 	id   uint32
 	f    *os.File
-	q    chan abi.CMEvent
+	q    chan any
 	quit chan struct{}
 	once sync.Once
 }
@@ -49,7 +50,7 @@ func (c *cmChannel) close() { c.once.Do(func() { close(c.quit) }) }
 
 // post queues e; a channel whose reader fell cmQueueLen events behind
 // loses them (and says so once in the log).
-func (c *cmChannel) post(e abi.CMEvent) bool {
+func (c *cmChannel) post(e any) bool {
 	select {
 	case <-c.quit:
 		return false
@@ -223,9 +224,25 @@ func (e *cmEvents) open(s *session) (any, []int, error) {
 	if n >= maxCMChannels {
 		return nil, nil, abi.Errorf(abi.CodeLimit, "", "this session has %d CM event channels, the limit", n)
 	}
+	c, peer, err := newEventSocket("cm-channel")
+	if err != nil {
+		return nil, nil, err
+	}
+	e.mu.Lock()
+	e.nextID++
+	c.id = e.nextID
+	e.chans[c.id] = c
+	e.mu.Unlock()
+	go c.run(s)
+	return abi.Handle{Handle: c.id}, []int{peer}, nil
+}
+
+// newEventSocket makes an event channel's socketpair: the agent's end in
+// c (its writer not started), the workload's returned.
+func newEventSocket(name string) (*cmChannel, int, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, abi.Errorf(abi.CodeLimit, "", "socketpair for a CM event channel: %v", err)
+		return nil, -1, abi.Errorf(abi.CodeLimit, "", "socketpair for an event channel: %v", err)
 	}
 	// Events are small; the default buffer holds hundreds. The workload
 	// may not write on its end: the agent never reads it.
@@ -233,16 +250,9 @@ func (e *cmEvents) open(s *session) (any, []int, error) {
 	if err := unix.SetNonblock(fds[0], true); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return nil, nil, abi.Errorf(abi.CodeInternal, "", "CM event channel: %v", err)
+		return nil, -1, abi.Errorf(abi.CodeInternal, "", "event channel: %v", err)
 	}
-	c := &cmChannel{f: os.NewFile(uintptr(fds[0]), "cm-channel"), q: make(chan abi.CMEvent, cmQueueLen), quit: make(chan struct{})}
-	e.mu.Lock()
-	e.nextID++
-	c.id = e.nextID
-	e.chans[c.id] = c
-	e.mu.Unlock()
-	go c.run(s)
-	return abi.Handle{Handle: c.id}, []int{fds[1]}, nil
+	return &cmChannel{f: os.NewFile(uintptr(fds[0]), name), q: make(chan any, cmQueueLen), quit: make(chan struct{})}, fds[1], nil
 }
 
 // closeCM ends the session's channels (its end) and disconnects its
@@ -526,7 +536,7 @@ func (r *cmRegistry) disconnect(a *Agent, q *device.QP) error {
 		peer.disconnected = true
 	}
 	r.mu.Unlock()
-	q.MoveToErr("disconnected (rdma_disconnect)")
+	q.Shutdown("disconnected (rdma_disconnect)")
 	if c.disconnected {
 		return nil
 	}

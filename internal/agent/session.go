@@ -48,7 +48,8 @@ type session struct {
 	cm *cm.Client // the session's listeners
 
 	cmOnce sync.Once
-	cmEv   *cmEvents // rdma_cm event channels (cmevents.go); nil until the first is used
+	cmEv   *cmEvents   // rdma_cm event channels (cmevents.go); nil until the first is used
+	async  asyncEvents // the event sockets of ibv_get_async_event (events.go)
 
 	// clientCaps are the features the client said it knows in its hello
 	// (0 without one). No behaviour depends on them yet: a feature that a
@@ -149,7 +150,8 @@ func (s *session) end() {
 	s.conn.Close()
 	s.cm.Close()
 	s.wg.Wait()
-	s.closeCM() // cmevents.go
+	s.closeCM()    // cmevents.go
+	s.closeAsync() // events.go
 	if s.vm != nil {
 		s.a.detachVM(s.vm)
 	}
@@ -289,6 +291,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		s.watchFatal(q) // events.go
 		r, fds := q.Reply()
 		return r, fds, nil
 	case abi.OpModifyQP:
@@ -338,6 +341,8 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 	case abi.OpConnect:
 		r, err := s.connect(req.(*abi.Connect))
 		return r, nil, err
+	case abi.OpAsyncOpen:
+		return s.asyncOpen(v, req.(*abi.AdapterRef)) // events.go
 	case abi.OpCMOpenChannel, abi.OpCMCloseChannel, abi.OpCMListen, abi.OpCMCloseListen, abi.OpCMResolve, abi.OpCMRoute, abi.OpCMConnect, abi.OpCMDisconnect:
 		return s.handleCM(v, op, req) // cmevents.go
 	}
@@ -348,7 +353,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 // feature it has, and the tcp path only when it runs one (a control plane
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
-	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

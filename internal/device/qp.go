@@ -14,6 +14,10 @@ import (
 
 // QP is an RC queue pair.
 type QP struct {
+	// onFatal, if set, is told when the agent moves the QP to ERR for an
+	// error it detected (MoveToErr): the workload's async event.
+	onFatal atomic.Pointer[func(why string)]
+
 	handle   uint32
 	qpn      uint32
 	vm       *VM
@@ -446,15 +450,41 @@ func (q *QP) setStateLocked(s abi.QPState) {
 	q.poke()
 }
 
-// MoveToErr moves the QP to ERR (from any state but RESET), recording why.
+// MoveToErr moves the QP to ERR (from any state but RESET), recording why:
+// an error the agent detected, which the QP's onFatal hears of.
 func (q *QP) MoveToErr(why string) {
+	if q.toErr(why) {
+		if f := q.onFatal.Load(); f != nil {
+			(*f)(why)
+		}
+	}
+}
+
+// Shutdown is MoveToErr for an end the workload asked for (rdma_disconnect
+// moves the QP to ERR as rdma-core does): no fatal event.
+func (q *QP) Shutdown(why string) { q.toErr(why) }
+
+// toErr moves the QP to ERR unless it is in ERR or RESET, and reports
+// whether it did.
+func (q *QP) toErr(why string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if s := q.State(); s == abi.QPSErr || s == abi.QPSReset {
-		return
+		return false
 	}
 	q.errReason = why
 	q.setStateLocked(abi.QPSErr)
+	return true
+}
+
+// SetOnFatal sets the function MoveToErr calls with why, outside q's lock
+// (nil: none).
+func (q *QP) SetOnFatal(f func(why string)) {
+	if f == nil {
+		q.onFatal.Store(nil)
+		return
+	}
+	q.onFatal.Store(&f)
 }
 
 // route asks the router for the path from q to (dgid, dqpn).
@@ -519,6 +549,9 @@ func (q *QP) QPN() uint32 { return q.qpn }
 
 // Adapter is the adapter the QP belongs to.
 func (q *QP) Adapter() *Adapter { return q.ad }
+
+// Handle returns the QP's handle in its session.
+func (q *QP) Handle() uint32 { return q.handle }
 
 // GID is the GID of the QP's adapter.
 func (q *QP) GID() abi.GID { return q.ad.gid }

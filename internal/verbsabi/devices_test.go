@@ -324,3 +324,18 @@ func TestVerbsABIDeadAgent(t *testing.T) {
 		t.Fatalf("dead_agent: %v\n%s", werr, out.String())
 	}
 }
+
+// TestVerbsABIAsyncEvents runs guest/ibverbs/tests/async_check.c: a QP
+// the program moves to ERR gives no event; an RDMA WRITE with a bad rkey,
+// which the agent answers by moving both QPs to ERR, gives each
+// IBV_EVENT_QP_FATAL naming that QP, through poll on async_fd and
+// ibv_get_async_event; an empty non-blocking async_fd is EAGAIN.
+func TestVerbsABIAsyncEvents(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	out, _ := runC(t, lib, env.Socket, "vm1", "async_check")
+	if n := strings.Count(out, "ok "); n < 12 {
+		t.Errorf("only %d checks ran", n)
+	}
+}

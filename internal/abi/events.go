@@ -1,0 +1,23 @@
+package abi
+
+// Asynchronous events (op 48, docs/wire-local.md §4.13): what
+// ibv_get_async_event returns. A session opens an event socket per
+// adapter (async-open); the agent writes one AsyncEvent per message, as
+// JSON, for the session's QPs on that adapter. This is the shape of a
+// context's async_fd, which programs poll.
+
+// Asynchronous event types, numbered as libibverbs' enum ibv_event_type.
+const (
+	EventQPFatal    = 1  // IBV_EVENT_QP_FATAL: the agent moved the QP to ERR for an error it detected
+	EventPortActive = 9  // IBV_EVENT_PORT_ACTIVE
+	EventPortErr    = 10 // IBV_EVENT_PORT_ERR
+)
+
+// AsyncEvent is one message of an event socket.
+type AsyncEvent struct {
+	Event int    `json:"event"`            // Event*
+	QP    uint32 `json:"qp,omitempty"`     // QP events: the QP's handle
+	QPN   uint32 `json:"qpn,omitempty"`    // and number
+	Port  int    `json:"port,omitempty"`   // port events: the port (1)
+	Why   string `json:"reason,omitempty"` // for people: what the agent saw
+}

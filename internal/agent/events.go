@@ -1,0 +1,123 @@
+package agent
+
+// The event sockets of ibv_get_async_event (op 48, docs/wire-local.md
+// §4.13). A session opens one per adapter it has a context on; the agent
+// writes an abi.AsyncEvent to each of the adapter's sockets when it moves
+// one of the session's QPs on that adapter to ERR for an error it
+// detected (device.QP.MoveToErr: a failed work request, a peer that went
+// away, a request the responder refused): IBV_EVENT_QP_FATAL, whose fd
+// programs poll. Each socket's writer goroutine is its cmChannel's
+// (cmevents.go); the session's end closes them.
+
+import (
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/device"
+)
+
+// maxAsyncSockets bounds one session's event sockets (a context per
+// adapter, and a few more for programs that open contexts again).
+const maxAsyncSockets = 64
+
+// asyncEvents is a session's event sockets, by adapter.
+type asyncEvents struct {
+	mu        sync.Mutex
+	n         int                     // +checklocks:mu
+	byAdapter map[string][]*cmChannel // +checklocks:mu
+}
+
+// asyncOpen is async-open: a new event socket for adapter r of v.
+func (s *session) asyncOpen(v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+	if _, err := v.Adapter(r.Adapter); err != nil {
+		return nil, nil, err
+	}
+	e := &s.async
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pruneLocked()
+	if e.n >= maxAsyncSockets {
+		return nil, nil, abi.Errorf(abi.CodeLimit, "", "this session has %d event sockets, the limit: close contexts it no longer uses", e.n)
+	}
+	c, peer, err := newEventSocket("async-events")
+	if err != nil {
+		return nil, nil, err
+	}
+	if e.byAdapter == nil {
+		e.byAdapter = map[string][]*cmChannel{}
+	}
+	e.n++
+	e.byAdapter[r.Adapter] = append(e.byAdapter[r.Adapter], c)
+	go c.run(s)
+	return abi.Empty{}, []int{peer}, nil
+}
+
+// pruneLocked forgets the sockets whose workload end was closed (its
+// context closed: the writer saw the socket fail and stopped).
+// +checklocks:e.mu
+func (e *asyncEvents) pruneLocked() {
+	e.n = 0
+	for ad, cs := range e.byAdapter {
+		live := cs[:0]
+		for _, c := range cs {
+			if peerClosed(c) {
+				c.close()
+				continue
+			}
+			live = append(live, c)
+		}
+		e.byAdapter[ad] = live
+		e.n += len(live)
+	}
+}
+
+// peerClosed reports whether c's writer stopped or the workload closed
+// its end of the socket (POLLHUP: a context closed).
+func peerClosed(c *cmChannel) bool {
+	select {
+	case <-c.quit:
+		return true
+	default:
+	}
+	rc, err := c.f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	hup := false
+	rc.Control(func(fd uintptr) {
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if n, err := unix.Poll(p, 0); err == nil && n == 1 && p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+			hup = true
+		}
+	})
+	return hup
+}
+
+// watchFatal reports q's agent-detected errors on its adapter's sockets.
+func (s *session) watchFatal(q *device.QP) {
+	adapter, handle, qpn := q.Adapter().Name(), q.Handle(), q.QPN()
+	q.SetOnFatal(func(why string) {
+		e := &s.async
+		e.mu.Lock()
+		chans := e.byAdapter[adapter]
+		e.mu.Unlock()
+		for _, c := range chans {
+			c.post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
+		}
+	})
+}
+
+// closeAsync closes the session's event sockets.
+func (s *session) closeAsync() {
+	e := &s.async
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, cs := range e.byAdapter {
+		for _, c := range cs {
+			c.close()
+		}
+	}
+	e.byAdapter = nil
+}
