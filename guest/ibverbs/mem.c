@@ -88,6 +88,41 @@ static int guest_alloc(struct vrdma_vm *vm, uint64_t len, uint64_t *off)
 	return -1;
 }
 
+/* guest_take_at takes [off, off+len) of guest memory if all of it is free:
+ * how a run grows in place. */
+static int guest_take_at(uint64_t off, uint64_t len)
+{
+	for (int i = 0; i < nfree; i++) {
+		struct extent *x = &freel[i];
+
+		if (off < x->off || off + len > x->off + x->len)
+			continue;
+		if (off == x->off) {
+			x->off += len;
+			x->len -= len;
+			if (x->len == 0) {
+				memmove(freel + i, freel + i + 1, (size_t)(nfree - i - 1) * sizeof(*freel));
+				nfree--;
+			}
+			return 0;
+		}
+		if (off + len == x->off + x->len) {
+			x->len -= len;
+			return 0;
+		}
+		/* In the middle: split the extent in two. */
+		{
+			uint64_t tail_off = off + len, tail_len = x->off + x->len - tail_off;
+
+			if (extent_insert(i + 1, tail_off, tail_len))
+				return -1;
+			freel[i].len = off - freel[i].off;
+		}
+		return 0;
+	}
+	return -1;
+}
+
 static void guest_free(uint64_t off, uint64_t len)
 {
 	int i = 0;
@@ -343,14 +378,91 @@ static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64
 	return n;
 }
 
+/* adopt_at copies and maps [s, e) onto guest offset goff (signals
+ * blocked); 0 or an errno. */
+static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
+{
+#if defined(__x86_64__)
+	sigset_t all, old;
+	long r;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	r = copy_and_map((char *)vm->mem + goff, (void *)s, e - s, (void *)s, e - s, vm->mem_fd, goff);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (r < 0 && r > -4096)
+		return (int)-r;
+	(void)madvise((void *)s, e - s, MADV_DONTFORK);
+	return 0;
+#else
+	(void)vm, (void)s, (void)e, (void)goff;
+	return EOPNOTSUPP; /* the copy-and-map block exists for x86-64 only */
+#endif
+}
+
+/* grow_run extends run i, which [s, e) overlaps in part, to cover it: the
+ * pages before and after it are adopted onto the guest memory right
+ * before and after the run's, which must be free (the run stays one
+ * block in guest memory, as its regions' guest addresses need), and must
+ * touch no other run. 0, or an errno with why. +checklocks:mem_mu */
+static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, char *why, size_t whylen)
+{
+	struct run *rn = &runs[i];
+	uintptr_t rs = rn->va, re = rn->va + rn->len;
+	uint64_t pre = s < rs ? rs - s : 0, post = e > re ? e - re : 0;
+	int rc;
+
+	for (int j = 0; j < nruns; j++) {
+		if (j != i && runs[j].len && s < runs[j].va + runs[j].len && e > runs[j].va) {
+			snprintf(why, whylen, "it also overlaps [0x%lx, 0x%lx): vrdma joins a range to one earlier run only",
+				 (unsigned long)runs[j].va, (unsigned long)(runs[j].va + runs[j].len));
+			return EINVAL;
+		}
+	}
+	if (check_range(vm, rs, re, 1, rn->goff, why, whylen))
+		return EINVAL;
+	if ((pre && check_range(vm, s, rs, 0, 0, why, whylen)) || (post && check_range(vm, re, e, 0, 0, why, whylen)))
+		return EINVAL;
+	if (pre > rn->goff || (pre && guest_take_at(rn->goff - pre, pre))) {
+		snprintf(why, whylen, "the guest memory before the run's is in use: register the whole range first");
+		return EINVAL;
+	}
+	if (post && guest_take_at(rn->goff + rn->len, post)) {
+		if (pre)
+			guest_free(rn->goff - pre, pre);
+		snprintf(why, whylen, "the guest memory after the run's is in use: register the whole range first");
+		return EINVAL;
+	}
+	if (pre && (rc = adopt_at(vm, s, rs, rn->goff - pre))) {
+		guest_free(rn->goff - pre, pre);
+		if (post)
+			guest_free(rn->goff + rn->len, post);
+		snprintf(why, whylen, "mapping guest memory over its pages: %s", strerror(rc));
+		return rc;
+	}
+	if (post && (rc = adopt_at(vm, re, e, rn->goff + rn->len))) {
+		guest_free(rn->goff + rn->len, post);
+		if (pre) {
+			/* The prefix is adopted: keep it in the run. */
+			rn->va -= pre;
+			rn->goff -= pre;
+			rn->len += pre;
+		}
+		snprintf(why, whylen, "mapping guest memory over its pages: %s", strerror(rc));
+		return rc;
+	}
+	rn->va -= pre;
+	rn->goff -= pre;
+	rn->len += pre + post;
+	return 0;
+}
+
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t a = (uintptr_t)addr, s, e;
 	uint64_t goff;
 	char why[1024];
-	sigset_t all, old;
-	long r;
 	int rc, i;
 
 	if (length == 0 || a + length < a)
@@ -383,11 +495,20 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 			rn->len = 0;
 			continue;
 		}
+		rc = grow_run(vm, i, s, e, why, sizeof(why));
+		if (rc == 0) {
+			rn = &runs[i];
+			rn->refs++;
+			*guest = rn->goff + (a - rn->va);
+			*handle = (void *)(uintptr_t)(i + 1);
+			pthread_mutex_unlock(&mem_mu);
+			return 0;
+		}
 		vrdma_warn("ibv_reg_mr(%p, %zu): the range overlaps an earlier registration [0x%lx, 0x%lx) only in "
-			   "part; vrdma registers ranges that are disjoint from, or inside, earlier ones",
-			   addr, length, (unsigned long)rn->va, (unsigned long)(rn->va + rn->len));
+			   "part, and %s",
+			   addr, length, (unsigned long)rn->va, (unsigned long)(rn->va + rn->len), why);
 		pthread_mutex_unlock(&mem_mu);
-		return EINVAL;
+		return rc;
 	}
 	rc = check_range(vm, s, e, 0, 0, why, sizeof(why));
 	if (rc) {
@@ -414,24 +535,13 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 		runs = n;
 		capruns = cap;
 	}
-#if defined(__x86_64__)
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = copy_and_map((char *)vm->mem + goff, (void *)s, e - s, (void *)s, e - s, vm->mem_fd, goff);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-#else
-	(void)all;
-	(void)old;
-	r = -EOPNOTSUPP; /* the copy-and-map block exists for x86-64 only */
-#endif
-	if (r < 0 && r > -4096) {
+	rc = adopt_at(vm, s, e, goff);
+	if (rc) {
 		guest_free(goff, e - s);
-		vrdma_warn("ibv_reg_mr(%p, %zu): mapping guest memory over the pages: %s", addr, length,
-			   strerror((int)-r));
+		vrdma_warn("ibv_reg_mr(%p, %zu): mapping guest memory over the pages: %s", addr, length, strerror(rc));
 		pthread_mutex_unlock(&mem_mu);
-		return (int)-r;
+		return rc;
 	}
-	(void)madvise((void *)s, e - s, MADV_DONTFORK);
 	runs[nruns] = (struct run){ .va = s, .len = e - s, .goff = goff, .refs = 1 };
 	*handle = (void *)(uintptr_t)(nruns + 1);
 	nruns++;

@@ -104,9 +104,10 @@ func runCMPair(t *testing.T, lib string, srv, cli cmSide) (cmOutput, cmOutput) {
 // there yet, however the program words it: its address not yet anyone's
 // (ADDR_ERROR, or UNREACHABLE when it went between resolve and connect),
 // or nothing listening on the port (REJECTED with IBTA reason 8). perftest
-// prints the event's number ("Unexpected CM event bl blka 8"), programs
+// prints the event's number ("Unexpected CM event bl blka 8") or gives up
+// resolving ("Received 10 times ADDR_ERROR"), programs
 // on synchronous IDs their errno (EHOSTUNREACH, ECONNREFUSED).
-var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR)|Unexpected CM event bl blka [178]\b|ECONNREFUSED|Connection refused|No route to host`)
+var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR)|times ADDR_ERROR|Unexpected CM event bl blka [178]\b|ECONNREFUSED|Connection refused|No route to host`)
 
 func noListener(out string) bool { return noListenerRE.MatchString(out) }
 

@@ -533,6 +533,26 @@ int main(void)
 							   !strcmp(y, "changed"),
 		      " ");
 	}
+	/* Heap neighbours over two pages, registered one after the other (as
+	 * ucmatose's buffers): the second straddles the first's page and the
+	 * next, and the run grows in place; both regions work, and contents
+	 * stay. */
+	{
+		char *g = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct ibv_mr *m1, *m2;
+
+		memset(g, 'g', 4 * 4096);
+		m1 = ibv_reg_mr(pd, g + 100, 1000, ACC);
+		m2 = m1 ? ibv_reg_mr(pd, g + 4000, 3000, ACC) : NULL;
+		CHECK("reg-grow", m1 && m2 && g[0] == 'g' && g[4 * 4096 - 1] == 'g' && g[7000] == 'g', "errno %d", errno);
+		CHECK("grown-write", m2 && write_to(g + 4000, m2->rkey, bufa, ma->lkey, 3000) == IBV_WC_SUCCESS &&
+					     !memcmp(g + 4000, bufa, 3000) && g[3999] == 'g' && g[7000] == 'g',
+		      " ");
+		CHECK("grown-dereg", m2 && !ibv_dereg_mr(m2) && m1 && !ibv_dereg_mr(m1) && !memcmp(g + 4000, bufa, 3000) &&
+					     g[8191] == 'g',
+		      "errno %d", errno);
+		munmap(g, 4 * 4096);
+	}
 	/* Deregistering gives the guest memory back: 24 MiB registered and
 	 * deregistered one MiB at a time fit a VM of 8. */
 	{
@@ -560,6 +580,8 @@ int main(void)
 		CHECK("inner-bounds", write_to(bufa + 140, m->rkey, bufb, mb->lkey, 20) == IBV_WC_REM_ACCESS_ERR, " ");
 		ibv_dereg_mr(m);
 	}
+	/* A range over the end of bufa's pages: the guest memory after them is
+	 * bufb's, so the run cannot grow in place. */
 	errno = 0;
 	CHECK("reg-partial-overlap", !ibv_reg_mr(pd, bufa + 8000, 3 * 4096, ACC) && errno == EINVAL, "errno %d",
 	      errno);
