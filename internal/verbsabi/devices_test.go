@@ -3,6 +3,7 @@ package verbsabi
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -218,13 +219,26 @@ func TestVerbsABINoDevices(t *testing.T) {
 // output; it fails t on a failed check ("FAIL ...") or exit status.
 func runC(t *testing.T, lib, socket, vm, name string) (string, string) {
 	t.Helper()
+	return runCSource(t, lib, socket, vm, filepath.Join(SourceDir(), "tests", name+".c"), []string{"libibverbs.so.1"})
+}
+
+// runCSource compiles the C test src against the system headers, links it
+// with the drop-ins libs of lib, runs it as a workload of vm with args and
+// returns its output; it fails t on a failed check ("FAIL ...") or exit
+// status.
+func runCSource(t *testing.T, lib, socket, vm, src string, libs []string, args ...string) (string, string) {
+	t.Helper()
+	name := strings.TrimSuffix(filepath.Base(src), ".c")
 	bin := filepath.Join(t.TempDir(), name)
-	cc := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", bin, filepath.Join(SourceDir(), "tests", name+".c"),
-		filepath.Join(lib, "libibverbs.so.1"))
-	if out, err := cc.CombinedOutput(); err != nil {
+	os.ReadFile(src) // for go test's cache
+	ccArgs := []string{"-Wall", "-Wextra", "-Werror", "-o", bin, src}
+	for _, l := range libs {
+		ccArgs = append(ccArgs, filepath.Join(lib, l))
+	}
+	if out, err := exec.Command("gcc", ccArgs...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s.c: %v\n%s", name, err, out)
 	}
-	out, stderr, err := run(t, lib, socket, vm, bin)
+	out, stderr, err := run(t, lib, socket, vm, bin, args...)
 	t.Logf("%s", out)
 	if err != nil || strings.Contains(out, "FAIL") {
 		t.Fatalf("%s: %v\n%s%s", name, err, out, stderr)

@@ -127,9 +127,19 @@ func (e cmEnv) carried(t *testing.T, min uint64) {
 	if e.path == "memcpy" {
 		return
 	}
+	if moved := uplinkBytesMoved(t, e.sockA, e.path, ""); moved < min {
+		t.Errorf("hostA's %s uplinks moved %d bytes, want at least %d: the run did not take the %s path", e.path, moved, min, e.path)
+	}
+}
+
+// uplinkBytesMoved returns the bytes the agent at sock's uplinks of path
+// (tcp: its links to host peer, or to every host when ""; rdma: its RoCEv2
+// engines) carried, both ways.
+func uplinkBytesMoved(t *testing.T, sock, path, peer string) uint64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(e.sockA))
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,18 +149,18 @@ func (e cmEnv) carried(t *testing.T, min uint64) {
 		t.Fatal(err)
 	}
 	var moved uint64
-	if e.path == "tcp" {
+	if path == "tcp" {
 		for _, u := range st.Uplinks {
-			moved += u.BytesOut + u.BytesIn
+			if peer == "" || u.PeerHost == peer {
+				moved += u.BytesOut + u.BytesIn
+			}
 		}
 	} else {
 		for _, r := range st.RDMA {
 			moved += r.BytesOut + r.BytesIn
 		}
 	}
-	if moved < min {
-		t.Errorf("hostA's %s uplinks moved %d bytes, want at least %d: the run did not take the %s path", e.path, moved, min, e.path)
-	}
+	return moved
 }
 
 func startCMEnv(t *testing.T, path string) cmEnv {
@@ -329,27 +339,6 @@ func TestRDMACMUcmatose(t *testing.T) {
 	}
 }
 
-// runCMC compiles guest/rdmacm/tests/NAME.c against the system headers,
-// links it with both drop-ins, runs it as a workload of vm with args and
-// returns its output; it fails t on a failed check or exit status.
-func runCMC(t *testing.T, lib, socket, vm, name string, args ...string) (string, string) {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), name)
-	src := filepath.Join(SourceDir(), "..", "rdmacm", "tests", name+".c")
-	os.ReadFile(src) // for go test's cache
-	cc := exec.Command("gcc", "-Wall", "-Wextra", "-Werror", "-o", bin, src,
-		filepath.Join(lib, "librdmacm.so.1"), filepath.Join(lib, "libibverbs.so.1"))
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("gcc %s.c: %v\n%s", name, err, out)
-	}
-	out, stderr, err := run(t, lib, socket, vm, bin, args...)
-	t.Logf("%s", out)
-	if err != nil || strings.Contains(out, "FAIL") {
-		t.Fatalf("%s: %v\n%s%s", name, err, out, stderr)
-	}
-	return out, stderr
-}
-
 // TestRDMACMEvents runs guest/rdmacm/tests/cm_check.c against the drop-in
 // librdmacm: a listener on 0.0.0.0 and dialers of one event channel, by
 // the VM's own address. Binding an address no adapter has is
@@ -363,7 +352,8 @@ func TestRDMACMEvents(t *testing.T) {
 	lib := BuildRDMACM(t)
 	env := testenv.StartProcess(t, testenv.ProcessOptions{})
 	env.Define(t, "vmA", testenv.VMOptions{MemMB: 8, IPv4: []string{cmAddrA}})
-	out, _ := runCMC(t, lib, env.Socket, "vmA", "cm_check", cmAddrA, fmt.Sprint(cmPort()))
+	out, _ := runCSource(t, lib, env.Socket, "vmA", filepath.Join(SourceDir(), "..", "rdmacm", "tests", "cm_check.c"),
+		[]string{"librdmacm.so.1", "libibverbs.so.1"}, cmAddrA, fmt.Sprint(cmPort()))
 	if n := strings.Count(out, "ok "); n < 40 {
 		t.Errorf("only %d checks ran", n)
 	}

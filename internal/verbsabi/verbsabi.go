@@ -55,7 +55,7 @@ func Build(tb testing.TB) string {
 		}
 		// Read the sources from this process, so that go test's cache
 		// sees them (it records the files a test opens, not make's).
-		for _, pat := range []string{"*", "tests/*"} {
+		for _, pat := range []string{"*", "tests/*", "../rdmacm/*", "../rdmacm/tests/*"} {
 			files, _ := filepath.Glob(filepath.Join(SourceDir(), pat))
 			for _, f := range files {
 				os.ReadFile(f)

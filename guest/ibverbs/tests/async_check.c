@@ -19,41 +19,10 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "qp.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 
-static int to_rts(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = ACC;
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					    IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
 
 /* readable waits up to ms for fd to be readable. */
 static int readable(int fd, int ms)
@@ -101,8 +70,8 @@ int main(void)
 	CHECK("create-qps", qa && qb && qc && qd, "errno %d", errno);
 	if (!qa || !qb || !qc || !qd)
 		return 1;
-	CHECK("connect", !to_rts(qa, qb->qp_num, &gid) && !to_rts(qb, qa->qp_num, &gid) &&
-				 !to_rts(qc, qd->qp_num, &gid) && !to_rts(qd, qc->qp_num, &gid),
+	CHECK("connect", !connect_rc(qa, qb->qp_num, &gid, ACC, 0) && !connect_rc(qb, qa->qp_num, &gid, ACC, 0) &&
+				 !connect_rc(qc, qd->qp_num, &gid, ACC, 0) && !connect_rc(qd, qc->qp_num, &gid, ACC, 0),
 	      "errno %d", errno);
 
 	/* The program's own move to ERR, and destroying a QP: no event. */

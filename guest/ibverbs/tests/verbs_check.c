@@ -19,6 +19,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "qp.h"
 
 /* A program's static data, as rdma_client registers it. */
 static char static_buf[100];
@@ -47,45 +48,6 @@ static int wait_wc(struct ibv_wc *wc)
 	return wait_cq(cq, wc);
 }
 
-static int connect_qp(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid)
-{
-	struct ibv_qp_attr a;
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = ACC;
-	rc = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (rc)
-		return rc;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0x123;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	rc = ibv_modify_qp(q, &a,
-			   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	if (rc)
-		return rc;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0x123;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(q, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
-}
 
 /* one posts wr on qa and returns the status of its completion (-1: none). */
 static int one(struct ibv_send_wr *wr)
@@ -246,9 +208,9 @@ int main(void)
 	qattr.qp_state = IBV_QPS_RTS;
 	CHECK("modify-reset-to-rts", ibv_modify_qp(qa, &qattr, IBV_QP_STATE) == EINVAL, " ");
 
-	rc = connect_qp(qa, qb->qp_num, &gid);
+	rc = connect_rc(qa, qb->qp_num, &gid, ACC, 0x123);
 	CHECK("connect-a", rc == 0, "rc %d", rc);
-	rc = connect_qp(qb, qa->qp_num, &gid);
+	rc = connect_rc(qb, qa->qp_num, &gid, ACC, 0x123);
 	CHECK("connect-b", rc == 0, "rc %d", rc);
 	rc = ibv_query_qp(qa, &qattr, IBV_QP_STATE | IBV_QP_DEST_QPN, &init);
 	CHECK("query-qp", rc == 0 && qattr.qp_state == IBV_QPS_RTS && qattr.dest_qp_num == qb->qp_num &&
@@ -400,7 +362,9 @@ int main(void)
 		CHECK("create-qp-ex", qc && qd && x && &x->qp_base == qc, "errno %d", errno);
 		if (!x || !qd)
 			return 1;
-		CHECK("connect-ex", connect_qp(qc, qd->qp_num, &gid) == 0 && connect_qp(qd, qc->qp_num, &gid) == 0, " ");
+		CHECK("connect-ex",
+		      connect_rc(qc, qd->qp_num, &gid, ACC, 0x123) == 0 && connect_rc(qd, qc->qp_num, &gid, ACC, 0x123) == 0,
+		      " ");
 
 		memset(bufb + 6000, 'b', 200);
 		ibv_wr_start(x);
