@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -313,7 +311,7 @@ func TestPerfProgress(t *testing.T) {
 	old := progressAfter
 	progressAfter = 0
 	defer func() { progressAfter = old }()
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	var done atomic.Int64
 	done.Store(50)
 	stop := startProgress(&buf, "write_bw 65536", &done, 100, 0)
@@ -332,24 +330,6 @@ func TestPerfProgress(t *testing.T) {
 	if isTerminal(&buf) {
 		t.Error("a buffer is not a terminal")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestPerfServerClient runs perf as perftest does, server and client in

@@ -761,7 +761,7 @@ func (h *Host) Exec(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	var out syncBuffer
+	var out SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := h.StartCmd(cmd)
 	if err == nil {

@@ -35,24 +35,27 @@ type Env struct {
 	Cmd      *exec.Cmd    // nil for an in-process agent
 
 	logs    *logs         // in-process agent
-	stderr  syncBuffer    // agent process
+	stderr  SyncBuffer    // agent process
 	exited  chan struct{} // closed when the agent process has exited
 	waitErr error         // the process's exit, once exited is closed
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for concurrent use: what a process or
+// a goroutine writes while a test reads it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer // +checklocks:mu
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()

@@ -70,8 +70,8 @@ int main(void)
 	CHECK("create-qps", qa && qb && qc && qd, "errno %d", errno);
 	if (!qa || !qb || !qc || !qd)
 		return 1;
-	CHECK("connect", !connect_rc(qa, qb->qp_num, &gid, ACC, 0) && !connect_rc(qb, qa->qp_num, &gid, ACC, 0) &&
-				 !connect_rc(qc, qd->qp_num, &gid, ACC, 0) && !connect_rc(qd, qc->qp_num, &gid, ACC, 0),
+	CHECK("connect", !connect_rc(qa, qb->qp_num, &gid, ACC, 0, 0) && !connect_rc(qb, qa->qp_num, &gid, ACC, 0, 0) &&
+				 !connect_rc(qc, qd->qp_num, &gid, ACC, 0, 0) && !connect_rc(qd, qc->qp_num, &gid, ACC, 0, 0),
 	      "errno %d", errno);
 
 	/* The program's own move to ERR, and destroying a QP: no event. */

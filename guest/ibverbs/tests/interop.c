@@ -17,6 +17,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "qp.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
@@ -40,7 +41,6 @@ int main(void)
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	struct ibv_qp_init_attr init;
-	struct ibv_qp_attr a;
 	struct ibv_sge sge;
 	struct ibv_send_wr swr, *bad;
 	struct ibv_recv_wr rwr, *rbad;
@@ -78,32 +78,7 @@ int main(void)
 		return 1;
 	}
 
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = ACC;
-	n = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = rqpn;
-	a.rq_psn = rpsn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = rgid;
-	a.ah_attr.port_num = 1;
-	n = n ? n : ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-						  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0x4242;
-	a.max_rd_atomic = 1;
-	n = n ? n : ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-						  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	n = connect_rc(qp, rqpn, &rgid, ACC, rpsn, 0x4242);
 	CHECK("connect", n == 0, "rc %d", n);
 	sge = (struct ibv_sge){ (uintptr_t)(buf + 1000), 64, mr->lkey };
 	memset(&rwr, 0, sizeof(rwr));

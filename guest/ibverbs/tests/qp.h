@@ -1,14 +1,15 @@
 /* The C tests' RC connection: a QP brought to RTS facing (gid, dest) of
- * the same VM, as ibv_rc_pingpong does it. */
+ * the same VM or another, as ibv_rc_pingpong does it. */
 #ifndef VRDMA_TESTS_QP_H
 #define VRDMA_TESTS_QP_H
 
 #include <string.h>
 #include <infiniband/verbs.h>
 
-/* connect_rc moves q through INIT (with access) and RTR to RTS, both PSNs
- * psn; 0 or ibv_modify_qp's error. */
-static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid, int access, uint32_t psn)
+/* connect_rc moves q through INIT (with access) and RTR (receiving from
+ * rq_psn) to RTS (sending from sq_psn); 0 or ibv_modify_qp's error. */
+static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid, int access, uint32_t rq_psn,
+			     uint32_t sq_psn)
 {
 	struct ibv_qp_attr a;
 	int rc;
@@ -24,7 +25,7 @@ static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_1024;
 	a.dest_qp_num = dest;
-	a.rq_psn = psn;
+	a.rq_psn = rq_psn;
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
 	a.ah_attr.is_global = 1;
@@ -41,7 +42,7 @@ static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid
 	a.timeout = 14;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
-	a.sq_psn = psn;
+	a.sq_psn = sq_psn;
 	a.max_rd_atomic = 1;
 	return ibv_modify_qp(q, &a,
 			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |

@@ -208,9 +208,9 @@ int main(void)
 	qattr.qp_state = IBV_QPS_RTS;
 	CHECK("modify-reset-to-rts", ibv_modify_qp(qa, &qattr, IBV_QP_STATE) == EINVAL, " ");
 
-	rc = connect_rc(qa, qb->qp_num, &gid, ACC, 0x123);
+	rc = connect_rc(qa, qb->qp_num, &gid, ACC, 0x123, 0x123);
 	CHECK("connect-a", rc == 0, "rc %d", rc);
-	rc = connect_rc(qb, qa->qp_num, &gid, ACC, 0x123);
+	rc = connect_rc(qb, qa->qp_num, &gid, ACC, 0x123, 0x123);
 	CHECK("connect-b", rc == 0, "rc %d", rc);
 	rc = ibv_query_qp(qa, &qattr, IBV_QP_STATE | IBV_QP_DEST_QPN, &init);
 	CHECK("query-qp", rc == 0 && qattr.qp_state == IBV_QPS_RTS && qattr.dest_qp_num == qb->qp_num &&
@@ -363,7 +363,7 @@ int main(void)
 		if (!x || !qd)
 			return 1;
 		CHECK("connect-ex",
-		      connect_rc(qc, qd->qp_num, &gid, ACC, 0x123) == 0 && connect_rc(qd, qc->qp_num, &gid, ACC, 0x123) == 0,
+		      connect_rc(qc, qd->qp_num, &gid, ACC, 0x123, 0x123) == 0 && connect_rc(qd, qc->qp_num, &gid, ACC, 0x123, 0x123) == 0,
 		      " ");
 
 		memset(bufb + 6000, 'b', 200);
