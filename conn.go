@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -43,6 +44,9 @@ type conn struct {
 	dead atomic.Bool
 	done chan struct{}
 }
+
+// closeWait bounds how long close waits for the agent to end its side.
+const closeWait = 10 * time.Second
 
 func dial(path string) (*conn, error) {
 	pc, err := sys.DialPacket(path)
@@ -192,9 +196,18 @@ func (c *conn) call(ctx context.Context, op abi.Op, req, resp any) ([]int, error
 	}
 }
 
-// close ends the session. Once the agent is gone there is nothing left
-// to close, and that is no error.
+// close ends the session and waits until the agent has ended its side:
+// the agent closes the connection only after it has detached the
+// session's VM, so that a command sent right after Close (a define, an
+// attach from another process) finds the VM detached. Once the agent is
+// gone there is nothing left to close, and that is no error.
 func (c *conn) close() error {
+	if c.pc.CloseWrite() == nil {
+		select {
+		case <-c.done:
+		case <-time.After(closeWait):
+		}
+	}
 	err := c.pc.Close()
 	<-c.done
 	if errors.Is(err, net.ErrClosed) {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
@@ -145,9 +146,13 @@ func decodeError(h abi.Header, err error) *abi.Error {
 // maxBlocking bounds the blocking commands in flight on one session.
 const maxBlocking = 256
 
+// end tears the session down. The connection closes last, after the
+// VM detached: a client's Close waits for that end of file (conn.go), so
+// what it does next finds the VM gone. No reply matters any more, so
+// sends fail at once rather than block on a client that stopped reading.
 func (s *session) end() {
 	s.cancel()
-	s.conn.Close()
+	s.conn.SetWriteDeadline(time.Unix(1, 0))
 	s.cm.Close()
 	s.wg.Wait()
 	s.closeCM()    // cmevents.go
@@ -155,6 +160,7 @@ func (s *session) end() {
 	if s.vm != nil {
 		s.a.detachVM(s.vm)
 	}
+	s.conn.Close()
 }
 
 // PID, Close and Closed make s a device.Owner.

@@ -3,6 +3,7 @@ package sys
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -101,6 +102,14 @@ func (p *PacketConn) Recv(buf []byte) (int, []int, error) {
 
 // Close closes the connection.
 func (p *PacketConn) Close() error { return p.c.Close() }
+
+// CloseWrite shuts down the sending side: the peer reads end of file,
+// and this end can still read what the peer sends until it closes.
+func (p *PacketConn) CloseWrite() error { return p.c.CloseWrite() }
+
+// SetWriteDeadline bounds the time a Send may block; a zero t removes
+// the bound.
+func (p *PacketConn) SetWriteDeadline(t time.Time) error { return p.c.SetWriteDeadline(t) }
 
 // PeerCred returns the credentials of the process at the other end.
 func (p *PacketConn) PeerCred() (*unix.Ucred, error) {
