@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -150,7 +151,8 @@ func New(cfg Config) (*Agent, error) {
 	// A limit left at zero takes its default (a zero limit would refuse
 	// every object of its kind).
 	for _, l := range []struct{ v, def *int }{{&cfg.Limits.MaxPD, &DefaultLimits.MaxPD}, {&cfg.Limits.MaxMR, &DefaultLimits.MaxMR},
-		{&cfg.Limits.MaxCQ, &DefaultLimits.MaxCQ}, {&cfg.Limits.MaxQP, &DefaultLimits.MaxQP}, {&cfg.Limits.MaxListeners, &DefaultLimits.MaxListeners}} {
+		{&cfg.Limits.MaxCQ, &DefaultLimits.MaxCQ}, {&cfg.Limits.MaxQP, &DefaultLimits.MaxQP}, {&cfg.Limits.MaxListeners, &DefaultLimits.MaxListeners},
+		{&cfg.Limits.MaxProcesses, &DefaultLimits.MaxProcesses}} {
 		if *l.v <= 0 {
 			*l.v = *l.def
 		}
@@ -237,13 +239,45 @@ func New(cfg Config) (*Agent, error) {
 // attachedVMs are the agent's attached VMs, for the procedures.
 type attachedVMs struct{ a *Agent }
 
-// Attached returns the VM attached as name.
+// Attached returns the VM attached as name: all its workloads.
 func (v attachedVMs) Attached(name string) (manage.VM, bool) {
-	m, ok := v.a.dev.Attached(name)
-	if !ok {
+	ps := v.a.dev.Attached(name)
+	if len(ps) == 0 {
 		return nil, false
 	}
-	return m, true
+	return workloads(ps), true
+}
+
+// workloads are the processes attached as one VM (the first attached
+// first), which the procedures power off and detach together.
+type workloads []*device.VM
+
+func (w workloads) Name() string  { return w[0].Name() }
+func (w workloads) Managed() bool { return w[0].Managed() }
+
+// Running reports whether one of the workloads is set up and staying.
+func (w workloads) Running() bool {
+	return slices.ContainsFunc(w, (*device.VM).Running)
+}
+
+// PID is the first workload's process.
+func (w workloads) PID() int32 { return w[0].PID() }
+
+// Kick detaches every workload.
+func (w workloads) Kick(why string) {
+	for _, v := range w {
+		v.Kick(why)
+	}
+}
+
+// Detach kicks every workload and waits for their teardowns.
+func (w workloads) Detach(why string) bool {
+	w.Kick(why)
+	ok := true
+	for _, v := range w {
+		ok = v.Detach(why) && ok
+	}
+	return ok
 }
 
 // AttachedVMs returns every attached VM.

@@ -49,7 +49,9 @@ func (a *Agent) attachVM(s *session, name string) (*device.VM, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = a.publishVM(v, s.uid) // control.go
+	if !v.Joined() { // a process joining a VM shares the first's record
+		err = a.publishVM(v, s.uid) // control.go
+	}
 	if err == nil {
 		err = v.SetReadyUnique() // no other VM of this host has one of its addresses
 	}
@@ -67,11 +69,13 @@ func (a *Agent) attachVM(s *session, name string) (*device.VM, error) {
 }
 
 // detachVM tears down the VM of a session that ended: its listeners, then
-// its objects and memory (peers' QPs flush), then its record in the
-// control plane, and last its name.
+// its objects and memory (peers' QPs flush), then, when no other workload
+// has the VM, its record in the control plane, and last its name.
 func (a *Agent) detachVM(v *device.VM) {
 	a.cm.CloseVM(v)
 	v.Teardown()
-	a.unpublishVM(v) // while the name is still taken, so a new attach publishes after
+	if v.LastProcess() {
+		a.unpublishVM(v) // while the name is still taken, so a new attach publishes after
+	}
 	a.dev.Remove(v)
 }

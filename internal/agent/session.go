@@ -369,11 +369,10 @@ func (a *Agent) caps() abi.Caps {
 func (a *Agent) status() mgmt.Status {
 	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
 	seen := map[string]bool{}
-	for _, v := range a.dev.VMs() {
-		vs := v.Status()
+	for _, vs := range a.dev.VMStatuses() {
 		vs.Power = string(records.PoweredOn)
 		st.VMs = append(st.VMs, vs)
-		seen[v.Name()] = true
+		seen[vs.Name] = true
 	}
 	files, _ := filepath.Glob(filepath.Join(a.cfg.StateDir, "vms", "*.vmx"))
 	for _, f := range files {

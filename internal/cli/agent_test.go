@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -62,11 +63,23 @@ func TestDevinfo(t *testing.T) {
 			d0.NodeGUID, d1.NodeGUID, d0.SysImageGUID, d1.SysImageGUID)
 	}
 
-	// A VM held by a workload cannot be queried, and devinfo says why.
-	env.Open(t, "vm2", testenv.VMOptions{})
-	_, errs, code := run(t, "", "--socket", env.Socket, "devinfo", "--vm", "vm2")
-	if code != exitFailure || !strings.Contains(errs, "a workload holds it") {
-		t.Errorf("devinfo on an attached VM: exit %d, %q", code, errs)
+	// A VM a workload holds is queried beside it (another context on the
+	// same adapters); one with reserved, locked memory cannot be, and
+	// devinfo says why.
+	held := env.Open(t, "vm2", testenv.VMOptions{})
+	out, errs, code := run(t, "", "--socket", env.Socket, "devinfo", "--vm", "vm2")
+	if code != 0 || !strings.Contains(out, held.Adapters()[0].GID().String()) {
+		t.Errorf("devinfo on a VM a workload holds: exit %d, %q, %q; want its adapter's GID %s", code, out, errs, held.Adapters()[0].GID())
+	}
+	env.Define(t, "pinned", testenv.VMOptions{Locked: true})
+	if p, err := vrdma.Open(t.Context(), "pinned", vrdma.WithSocket(env.Socket)); err == nil {
+		defer p.Close()
+		_, errs, code = run(t, "", "--socket", env.Socket, "devinfo", "--vm", "pinned")
+		if code != exitFailure || !strings.Contains(errs, "a workload holds it") {
+			t.Errorf("devinfo on a locked VM a workload holds: exit %d, %q", code, errs)
+		}
+	} else if os.Geteuid() == 0 {
+		t.Errorf("attach a VM with 4 MiB locked, as root: %v", err)
 	}
 	_, errs, code = run(t, "", "--socket", env.Socket, "devinfo", "--vm", "nosuchvm")
 	if code != exitFailure || !strings.Contains(errs, "not defined") {

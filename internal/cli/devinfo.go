@@ -46,7 +46,8 @@ and GID; -v adds the device limits (max_qp, max_qp_wr, max_sge, max_cq, max_cqe,
 max_mr, max_mr_size, max_pd, max_qp_rd_atom, max_inline_data, atomic_cap, ...).
 
 Querying an adapter needs the VM attached, so devinfo attaches the VM for a
-moment: it fails while a workload holds the VM (one workload per VM).`,
+moment, beside any workloads that have it (a VM whose memory is reserved and
+locked takes one workload at a time: devinfo fails while one holds it).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if vmName == "" {

@@ -50,6 +50,9 @@ their adapters, and every QP with its state, its peer, and the path it takes
 }
 
 func vmState(v *vrdma.VMStatus) string {
+	if n := len(v.Processes); v.Attached && n > 1 {
+		return fmt.Sprintf("attached (%d workloads)", n)
+	}
 	if v.Attached {
 		return "attached"
 	}

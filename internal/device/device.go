@@ -41,10 +41,14 @@ type Limits struct {
 	MaxCQ        int // max_cq
 	MaxQP        int // max_qp
 	MaxListeners int // listening service ports per VM (package cm)
+	// MaxProcesses bounds the workloads (processes) attached to one VM
+	// at once; the object limits above apply to each one's context, and
+	// the VM's memSize to all their memory regions together.
+	MaxProcesses int
 }
 
 // DefaultLimits are the limits an agent applies unless told otherwise.
-var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256}
+var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256, MaxProcesses: 16}
 
 // Config configures a Device.
 type Config struct {
@@ -85,14 +89,14 @@ type Device struct {
 	clk clock.Clock
 
 	mu      sync.Mutex
-	vms     map[string]*VM // attached VMs by name; +checklocks:mu
-	qps     map[uint32]*QP // every QP by QPN; +checklocks:mu
-	nextQPN uint32         // +checklocks:mu
+	vms     map[string]*vmProcs // attached VMs by name; +checklocks:mu
+	qps     map[uint32]*QP      // every QP by QPN; +checklocks:mu
+	nextQPN uint32              // +checklocks:mu
 }
 
 // New returns an empty device.
 func New(cfg Config) *Device {
-	d := &Device{cfg: cfg, log: cfg.Log, clk: cfg.Clock, vms: map[string]*VM{}, qps: map[uint32]*QP{}}
+	d := &Device{cfg: cfg, log: cfg.Log, clk: cfg.Clock, vms: map[string]*vmProcs{}, qps: map[uint32]*QP{}}
 	if d.log == nil {
 		d.log = slog.Default()
 	}
@@ -146,31 +150,37 @@ func (d *Device) AdapterByGID(gid abi.GID) *Adapter {
 
 // +checklocks:d.mu
 func (d *Device) adapterByGIDLocked(gid abi.GID) *Adapter {
-	for _, v := range d.vms {
-		if !v.ready.Load() {
-			continue
-		}
-		for _, ad := range v.adapters {
-			if ad.gid == gid {
-				return ad
+	for _, ps := range d.vms {
+		for _, v := range ps.list {
+			if !v.ready.Load() {
+				continue
+			}
+			for _, ad := range v.adapters {
+				if ad.gid == gid {
+					return ad
+				}
 			}
 		}
 	}
 	return nil
 }
 
-// ReadyVM returns the attached VM name, if it is set up and not torn down.
+// ReadyVM returns a process of the attached VM name (the first attached
+// that is set up and not torn down): its adapters are the VM's.
 func (d *Device) ReadyVM(name string) (*VM, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	v, ok := d.vms[name]
-	if !ok || !v.ready.Load() {
-		return nil, false
+	if ps, ok := d.vms[name]; ok {
+		for _, v := range ps.list {
+			if v.Running() {
+				return v, true
+			}
+		}
 	}
-	return v, true
+	return nil, false
 }
 
-// VMs returns the attached VMs that are set up.
+// VMs returns the attached VMs' processes that are set up.
 func (d *Device) VMs() []*VM {
 	return slices.DeleteFunc(d.AttachedVMs(), func(v *VM) bool { return !v.ready.Load() })
 }

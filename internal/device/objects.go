@@ -1,6 +1,8 @@
 package device
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,11 +90,34 @@ func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	if !sys.InBounds(r.Addr, r.Length, v.memSize) {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "addr", "region [0x%x, +%d) lies outside the VM's %d bytes of guest memory", r.Addr, r.Length, v.memSize)
 	}
+	// The VM's memSize covers the regions of all its processes: with
+	// others attached, add up what theirs cover (registrations of the VM
+	// are serialised so that two cannot both pass).
+	ps := v.procs
+	ps.memMu.Lock()
+	defer ps.memMu.Unlock()
+	var others uint64
+	n := 0
+	for _, o := range v.d.Attached(v.name) {
+		if o != v {
+			o.objMu.Lock()
+			others += o.registeredLocked(0, 0)
+			o.objMu.Unlock()
+			n++
+		}
+	}
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	p, ok := v.pds[r.PD]
 	if !ok {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", r.PD)
+	}
+	if n > 0 {
+		if mine := v.registeredLocked(r.Addr, r.Length); others+mine > v.memSize {
+			return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "length",
+				"VM %q's memory regions would cover %d bytes of guest memory, over its memSize (%d bytes): the limit covers all %d of its workloads together (%d bytes in the others'); deregister regions or raise memSize",
+				v.name, others+mine, v.memSize, n+1, others)
+		}
 	}
 	// Find a free key slot; the low byte is a generation so that a stale
 	// key of a freed slot does not match its next region.
@@ -116,6 +141,33 @@ func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	v.mrHandles[m.handle] = m
 	v.mrs[idx].Store(m)
 	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
+}
+
+// registeredLocked is how much guest memory v's memory regions cover,
+// each byte once, with [addr, addr+n) as one more region.
+//
+// +checklocks:v.objMu
+func (v *VM) registeredLocked(addr, n uint64) uint64 {
+	rs := make([][2]uint64, 0, len(v.mrHandles)+1)
+	for _, m := range v.mrHandles {
+		rs = append(rs, [2]uint64{m.addr, m.addr + m.length})
+	}
+	if n > 0 {
+		rs = append(rs, [2]uint64{addr, addr + n})
+	}
+	slices.SortFunc(rs, func(a, b [2]uint64) int { return cmp.Compare(a[0], b[0]) })
+	var total, end uint64
+	for _, r := range rs {
+		switch {
+		case r[0] >= end:
+			total += r[1] - r[0]
+			end = r[1]
+		case r[1] > end:
+			total += r[1] - end
+			end = r[1]
+		}
+	}
+	return total
 }
 
 // DeregMR deregisters memory region h; its keys stop working at once.

@@ -499,11 +499,12 @@ func (d *Device) route(q *QP, dgid abi.GID, dqpn uint32) (*Route, error) {
 	return &r, nil
 }
 
-// remoteIsVM reports whether the QP's remote end is an adapter of v.
-func (q *QP) remoteIsVM(v *VM) bool {
+// remoteIs reports whether the QP's remote end is an adapter of v and,
+// unless qpns is nil, one of the QPs numbered in qpns.
+func (q *QP) remoteIs(v *VM, qpns map[uint32]bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.remoteGID.IsZero() {
+	if q.remoteGID.IsZero() || qpns != nil && !qpns[q.remoteQPN] {
 		return false
 	}
 	for _, ad := range v.adapters {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,9 @@ type VM struct {
 	async   bool
 	poller  *asyncPoller // async mode: watches idle QPs (asyncpoll.go); nil in doorbell mode
 	owner   Owner
-	managed bool // a managed VM of the control plane (package manage)
+	managed bool     // a managed VM of the control plane (package manage)
+	procs   *vmProcs // the VM's workloads, v among them
+	joined  bool     // v joined a VM another workload had attached (Joined)
 	memSize uint64
 	memFD   sys.FD
 
@@ -50,10 +53,6 @@ type VM struct {
 	nextHandle uint32         // +checklocks:objMu
 	mrGen      uint8          // +checklocks:objMu
 }
-
-// How long an attach waits for a VM's previous workload: closeGrace for
-// its session to notice the close, Config.DetachWait for the teardown.
-const closeGrace = 200 * time.Millisecond
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
 
@@ -191,45 +190,87 @@ type Owner interface {
 	Closed() bool
 }
 
-// Attach creates VM name for workload o from its configuration: guest
+// vmProcs are the workloads attached as one VM: each process has a VM of
+// its own (guest memory, verbs objects, key table), the first attached
+// first; the later ones join it, sharing its configuration, its adapters'
+// identity (MAC, GID, addresses) and its record in the control plane, as
+// processes share a device's ports. memMu orders the VM-wide charge of
+// memory registrations (RegMR) against each other.
+type vmProcs struct {
+	list  []*VM // +checklocks:Device.mu
+	memMu sync.Mutex
+}
+
+// Attach attaches workload o to VM name: a VM of its own with guest
 // memory (a memfd of memSize, locked when all guest memory is reserved)
-// and the adapters. A VM whose previous workload is still detaching is
-// waited for, briefly; one attached by a live workload is refused.
-// recheck runs once the name is reserved and before memory is set up (the
-// caller's access and power checks, again: a power-off may have come
-// between). The VM is not ready, and no peer sees it, until SetReady.
+// and the adapters. When another live workload has the VM, o joins it
+// (see vmProcs): at most Limits.MaxProcesses at once, and never a VM whose
+// guest memory is reserved and locked. A VM whose previous workloads are
+// all detaching is waited for, briefly. recheck runs once the attach is
+// recorded and before memory is set up (the caller's access and power
+// checks, again: a power-off may have come between). The VM is not ready,
+// and no peer sees it, until SetReady.
 func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool, recheck func() error) (*VM, error) {
 	if len(cfg.Adapters) == 0 {
 		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q has no PVRDMA adapter: add ethernetN.virtualDev = \"vrdma\"", name)
 	}
-	// A workload that closed its VM a moment ago may still be detaching
-	// (its session has seen the close, or is about to): wait for that,
-	// briefly, rather than refuse an immediate reopen.
+	var first *VM // the live process o joins; nil when o is the first
 	start := time.Now()
 	for {
 		d.mu.Lock()
-		old, ok := d.vms[name]
-		if !ok {
-			break // d.mu stays held: reserve the name below
+		ps := d.vms[name]
+		if ps == nil {
+			ps = &vmProcs{}
+			d.vms[name] = ps
+			break // d.mu stays held: record o below
+		}
+		var leaving []*VM
+		settingUp := false
+		for _, v := range ps.list {
+			switch {
+			case v.dying.Load() || v.owner.Closed():
+				leaving = append(leaving, v)
+			case !v.ready.Load():
+				settingUp = true
+			case first == nil:
+				first = v
+			}
+		}
+		if first != nil {
+			if err := d.joinableLocked(ps, first); err != nil {
+				d.mu.Unlock()
+				return nil, err
+			}
+			break
+		}
+		if !settingUp && len(leaving) == 0 {
+			break // only failed attaches, gone: o is the first
 		}
 		d.mu.Unlock()
-		if old.owner.Closed() {
-			select {
-			case <-old.gone:
-			case <-time.After(d.cfg.DetachWait):
-				return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still detaching from its previous workload after %v: try again", name, d.cfg.DetachWait)
-			}
+		if time.Since(start) > d.cfg.DetachWait {
+			return nil, abi.Errorf(abi.CodeState, "vm", "VM %q is still attaching or detaching another workload after %v: try again", name, d.cfg.DetachWait)
+		}
+		if settingUp {
+			// Join it once it is ready, or follow it if it fails.
+			time.Sleep(5 * time.Millisecond)
 			continue
 		}
-		if time.Since(start) > closeGrace {
-			return nil, abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d): one workload per VM", name, old.owner.PID())
+		// A workload that closed the VM a moment ago is still detaching:
+		// wait for that rather than refuse an immediate reopen.
+		for _, v := range leaving {
+			select {
+			case <-v.gone:
+			case <-time.After(d.cfg.DetachWait):
+			}
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	v := &VM{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, gone: make(chan struct{}),
-		pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
+	if first != nil {
+		cfg, managed = first.cfg, first.managed
+	}
+	v := &VM{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
+		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR+1)}
-	d.vms[name] = v // reserve the name while memory is set up
+	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
 
 	err := recheck()
@@ -237,27 +278,65 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		err = v.setupMemory()
 	}
 	if err != nil {
-		d.mu.Lock()
-		delete(d.vms, name)
-		d.mu.Unlock()
-		close(v.gone)
+		d.Remove(v)
 		return nil, err
 	}
-	for _, c := range cfg.Adapters {
-		mac := c.MAC
-		if len(mac) != 6 {
-			mac = generatedMAC(d.cfg.HostID, name, c.Index)
+	if first != nil {
+		for _, fa := range first.adapters {
+			ad := &Adapter{vm: v, name: fa.name, index: fa.index, mac: fa.mac, gid: fa.gid, ip4: fa.ip4, ip6: fa.ip6}
+			ad.activeMTU.Store(fa.activeMTU.Load())
+			v.adapters = append(v.adapters, ad)
 		}
-		ad := &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac), ip6: c.IPv6}
-		if c.IPv4.Is4() {
-			ad.ip4, ad.gid = c.IPv4, abi.GID(netip.AddrFrom4(c.IPv4.As4()).As16())
+	} else {
+		for _, c := range cfg.Adapters {
+			mac := c.MAC
+			if len(mac) != 6 {
+				mac = generatedMAC(d.cfg.HostID, name, c.Index)
+			}
+			ad := &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac), ip6: c.IPv6}
+			if c.IPv4.Is4() {
+				ad.ip4, ad.gid = c.IPv4, abi.GID(netip.AddrFrom4(c.IPv4.As4()).As16())
+			}
+			v.adapters = append(v.adapters, ad)
 		}
-		v.adapters = append(v.adapters, ad)
 	}
 	if v.async {
 		v.poller = newAsyncPoller()
 	}
 	return v, nil
+}
+
+// joinableLocked refuses another process on the VM whose live process is
+// first, when that would break a rule.
+//
+// +checklocks:d.mu
+func (d *Device) joinableLocked(ps *vmProcs, first *VM) error {
+	if first.cfg.MemoryLocked() {
+		return abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d), and its guest memory is reserved and locked (sched.mem.pin): one workload at a time; drop sched.mem.pin to let several processes share it",
+			first.name, first.owner.PID())
+	}
+	if n, max := len(ps.list), d.cfg.Limits.MaxProcesses; max > 0 && n >= max {
+		return abi.Errorf(abi.CodeLimit, "vm", "VM %q has %d workloads attached, the limit (vrdmad --max-processes): end one first", first.name, n)
+	}
+	return nil
+}
+
+// Joined reports whether v joined a VM another workload had attached: it
+// shares that one's adapters and control-plane record, which the first
+// published.
+func (v *VM) Joined() bool { return v.joined }
+
+// LastProcess reports whether no other workload of v's VM is attached and
+// staying: v's detach is the VM's (its control-plane record goes).
+func (v *VM) LastProcess() bool {
+	v.d.mu.Lock()
+	defer v.d.mu.Unlock()
+	for _, o := range v.procs.list {
+		if o != v && !o.dying.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // Dying reports whether the VM is being torn down.
@@ -272,9 +351,15 @@ func (v *VM) SetReadyUnique() error {
 	d := v.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var others []*VM
+	for name, ps := range d.vms {
+		if name != v.name {
+			others = append(others, ps.list...)
+		}
+	}
 	for _, ad := range v.adapters {
-		for _, o := range d.vms {
-			if o == v || o.dying.Load() {
+		for _, o := range others {
+			if o.dying.Load() {
 				continue
 			}
 			for _, oa := range o.adapters {
@@ -407,11 +492,12 @@ func (v *VM) allocHandleLocked() uint32 {
 // Status returns the VM's Status report.
 func (v *VM) Status() mgmt.VMStatus {
 	st := mgmt.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked(),
-		MemReserved: v.cfg.MemoryLocked()}
+		MemReserved: v.cfg.MemoryLocked(), Processes: []int32{v.owner.PID()}}
 	for _, ad := range v.adapters {
 		st.Adapters = append(st.Adapters, ad.Info())
 	}
 	v.objMu.Lock()
+	st.MemRegistered = v.registeredLocked(0, 0)
 	for _, q := range v.qps {
 		st.QPs = append(st.QPs, q.statusReport())
 	}
@@ -438,14 +524,20 @@ func (v *VM) Teardown() {
 	v.dying.Store(true)
 	v.objMu.Lock()
 	qps := make([]*QP, 0, len(v.qps))
+	ours := make(map[uint32]bool, len(v.qps))
 	for _, q := range v.qps {
 		qps = append(qps, q)
+		ours[q.qpn] = true
 	}
 	v.objMu.Unlock()
 
-	// Peers: QPs elsewhere whose remote end is one of ours. remoteIsVM
-	// takes o.mu, which is taken before d.mu elsewhere (modify, status):
-	// look only after d.mu is released.
+	// Peers: QPs elsewhere whose remote end is one of ours: any QP of the
+	// VM when v is its last process, only v's QPs when others stay.
+	// remoteIs takes o.mu, which is taken before d.mu elsewhere (modify,
+	// status): look only after d.mu is released.
+	if v.LastProcess() {
+		ours = nil
+	}
 	d.mu.Lock()
 	var others []*QP
 	for _, o := range d.qps {
@@ -455,7 +547,7 @@ func (v *VM) Teardown() {
 	}
 	d.mu.Unlock()
 	for _, o := range others {
-		if !o.remoteIsVM(v) {
+		if !o.remoteIs(v, ours) {
 			continue
 		}
 		// o's VM may be tearing down at the same time and unmapping o's
@@ -486,34 +578,72 @@ func (v *VM) Teardown() {
 	v.memMu.Unlock()
 }
 
-// Remove releases a torn-down VM's name: a new attach of it may go on.
+// Remove forgets a torn-down (or never set up) process of a VM; with
+// the last, the VM's name is free: a new attach of it may go on.
 func (d *Device) Remove(v *VM) {
 	d.mu.Lock()
-	if d.vms[v.name] == v {
+	ps := v.procs
+	ps.list = slices.DeleteFunc(ps.list, func(o *VM) bool { return o == v })
+	if len(ps.list) == 0 && d.vms[v.name] == ps {
 		delete(d.vms, v.name)
 	}
 	d.mu.Unlock()
 	close(v.gone)
-	d.log.Info("VM detached", "vm", v.name)
+	if v.ready.Load() {
+		d.log.Info("VM detached", "vm", v.name, "pid", v.owner.PID())
+	}
 }
 
-// Attached returns the VM attached as name, ready or not.
-func (d *Device) Attached(name string) (*VM, bool) {
+// Attached returns the processes attached as VM name, ready or not, the
+// first attached first; none when it is not attached.
+func (d *Device) Attached(name string) []*VM {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	v, ok := d.vms[name]
-	return v, ok
+	if ps, ok := d.vms[name]; ok {
+		return slices.Clone(ps.list)
+	}
+	return nil
 }
 
-// AttachedVMs returns every attached VM, ready or not.
+// AttachedVMs returns every attached VM's processes, ready or not.
 func (d *Device) AttachedVMs() []*VM {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	vms := make([]*VM, 0, len(d.vms))
-	for _, v := range d.vms {
-		vms = append(vms, v)
+	var vms []*VM
+	for _, ps := range d.vms {
+		vms = append(vms, ps.list...)
 	}
 	return vms
+}
+
+// VMStatuses reports the attached VMs that are set up, one per VM: its
+// processes' QPs and counters together.
+func (d *Device) VMStatuses() []mgmt.VMStatus {
+	byName := map[string]int{}
+	var out []mgmt.VMStatus
+	for _, v := range d.VMs() {
+		st := v.Status()
+		i, seen := byName[v.name]
+		if !seen {
+			byName[v.name] = len(out)
+			out = append(out, st)
+			continue
+		}
+		m := &out[i]
+		m.Processes = append(m.Processes, st.Processes...)
+		m.MemRegistered += st.MemRegistered
+		m.QPs = append(m.QPs, st.QPs...)
+		for j := range m.AdapterCounters {
+			if j < len(st.AdapterCounters) {
+				m.AdapterCounters[j].Counters.Add(st.AdapterCounters[j].Counters)
+			}
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i].Processes)
+		sort.Slice(out[i].QPs, func(a, b int) bool { return out[i].QPs[a].QPN < out[i].QPs[b].QPN })
+	}
+	return out
 }
 
 // DeviceAttr are the attributes ibv_query_device reports for adapter ad of

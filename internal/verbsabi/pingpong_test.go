@@ -147,10 +147,16 @@ func TestVerbsABIRCPingpong(t *testing.T) {
 // fails.
 func runPair(t *testing.T, lib, sockA, sockB, prog string, args []string, port int) (string, string) {
 	t.Helper()
+	return runPairIn(t, lib, sockA, "vmA", sockB, "vmB", prog, args, port)
+}
+
+// runPairIn is runPair with the server in VM vmA and the client in vmB.
+func runPairIn(t *testing.T, lib, sockA, vmA, sockB, vmB, prog string, args []string, port int) (string, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := exec.CommandContext(ctx, prog, args...)
-	srv.Env = Env(lib, sockA, "vmA")
+	srv.Env = Env(lib, sockA, vmA)
 	var sout strings.Builder
 	srv.Stdout, srv.Stderr = &sout, &sout
 	if err := srv.Start(); err != nil {
@@ -171,7 +177,7 @@ func runPair(t *testing.T, lib, sockA, sockB, prog string, args []string, port i
 		time.Sleep(10 * time.Millisecond)
 	}
 	cli := exec.CommandContext(ctx, prog, append(args, "127.0.0.1")...)
-	cli.Env = Env(lib, sockB, "vmB")
+	cli.Env = Env(lib, sockB, vmB)
 	out, cliErr := cli.CombinedOutput()
 	srvErr := <-srvDone
 	if cliErr != nil || srvErr != nil {
@@ -300,4 +306,41 @@ func TestVerbsABITCP(t *testing.T) {
 		t.Errorf("hostA's uplinks carried %d bytes to and from hostB", moved)
 	}
 	t.Logf("hostA ↔ hostB over tcp: %d bytes", moved)
+}
+
+// TestVerbsABISeveralProcesses runs unmodified ibv_rc_pingpong (buffers
+// checked) and ib_send_bw with server and client both workloads of one VM,
+// as two programs open one device: each process has its own context on
+// the same adapter (both report one GID), and their QPs connect.
+func TestVerbsABISeveralProcesses(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils")
+	NeedProgram(t, "/usr/bin/ib_send_bw", "perftest")
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+
+	port := freePort(t)
+	srv, cli := runPairIn(t, lib, env.Socket, "vmA", env.Socket, "vmA", "/usr/bin/ibv_rc_pingpong",
+		[]string{"-g", "0", "-c", "-d", "vrdma0", "-p", fmt.Sprint(port), "-n", "500"}, port)
+	var gids []string
+	for side, out := range map[string]string{"server": srv, "client": cli} {
+		if strings.Contains(out, "invalid data") || strings.Contains(out, "Failed") || strings.Contains(out, "Couldn't") {
+			t.Errorf("%s reports an error:\n%s", side, out)
+		}
+		if m := itersLine.FindStringSubmatch(out); m == nil || m[1] != "500" {
+			t.Errorf("%s: iters line %q, want 500:\n%s", side, m, out)
+		}
+		if m := gidLine.FindStringSubmatch(out); m != nil {
+			gids = append(gids, m[1])
+		}
+	}
+	if len(gids) != 2 || gids[0] != gids[1] {
+		t.Errorf("the two processes of one VM report GIDs %v, want one adapter's GID twice", gids)
+	}
+
+	port = freePort(t)
+	c := perftestCase{"ib_send_bw", 4096, 500, false}
+	srv, cli = runPairIn(t, lib, env.Socket, "vmA", env.Socket, "vmA", "/usr/bin/ib_send_bw",
+		[]string{"-d", "vrdma0", "-x", "0", "-p", fmt.Sprint(port), "-n", "500", "-s", "4096"}, port)
+	checkPerftest(t, c, srv, cli)
 }

@@ -282,9 +282,15 @@ type VMStatus struct {
 	// MemReserved says the VMX reserves and locks all guest memory
 	// (sched.mem.pin, sched.mem.min >= memSize): attaching the VM locks
 	// MemSize bytes in the agent, against its RLIMIT_MEMLOCK.
-	MemReserved bool              `json:"mem_reserved,omitempty"`
-	Adapters    []abi.AdapterInfo `json:"adapters"`
-	QPs         []QPStatus        `json:"qps,omitempty"`
+	MemReserved bool `json:"mem_reserved,omitempty"`
+	// Processes are the attached VM's workloads' process IDs: several
+	// processes may attach one VM, as they open one device.
+	Processes []int32 `json:"processes,omitempty"`
+	// MemRegistered is the guest memory their memory regions cover
+	// (overlaps once per process), which memSize bounds.
+	MemRegistered uint64            `json:"mem_registered,omitempty"`
+	Adapters      []abi.AdapterInfo `json:"adapters"`
+	QPs           []QPStatus        `json:"qps,omitempty"`
 	// AdapterCounters are the attached VM's adapters' counters.
 	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
 }
