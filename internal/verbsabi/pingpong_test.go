@@ -3,6 +3,7 @@ package verbsabi
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,15 +16,25 @@ import (
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
-// freePort returns a TCP port nothing listens on now.
+// freePort returns a TCP port that nothing holds on any address now, for a
+// program's out-of-band exchange (ibv_rc_pingpong and perftest bind the
+// wildcard address). It is drawn below the kernel's ephemeral range
+// (32768-60999 on Debian), which agents and the other test packages take
+// ports from with bind(0) at any moment, and checked on the wildcard
+// address: a port free on 127.0.0.1 alone may be an agent's on 127.x.y.z.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		port := 10000 + rand.IntN(22000)
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free TCP port below the ephemeral range in 100 tries")
+	return 0
 }
 
 // listening reports whether a TCP socket listens on port (from
