@@ -336,6 +336,7 @@ static struct vrdma_vm *attach(int *err)
 		vrdma_reply_free(&r);
 		goto fail;
 	}
+	(void)madvise(vm->mem, vm->mem_size, MADV_DONTFORK); /* see forget_parent */
 	/* The memfd is kept: registering program memory maps it again over
 	 * the program's pages (verbs.c). */
 	vm->mem_fd = r.fds[0];
@@ -410,6 +411,44 @@ struct vrdma_vm *vrdma_vm_get(void)
 	return vm;
 }
 
+/*
+ * fork: a child gets copies of the parent's session, guest memory and
+ * objects, and may use none of them (rdma-core's children cannot use the
+ * parent's contexts either): the agent serves the session's process, and
+ * the guest memory and the rings are MADV_DONTFORK, so absent in the
+ * child; registered pages become private copies there (mem.c), as on a
+ * kernel that copies pinned pages at fork. The child forgets the rest
+ * and closes its copies of the session's and the memory's descriptors, so
+ * that the parent's session ends with the parent; its next
+ * ibv_get_device_list opens a session of its own, which the agent joins to
+ * the VM as another workload (wire-local.md §1.1). The parent's devices,
+ * contexts and objects are then unknown to the library in the child, and
+ * verbs on them fail with EINVAL. Locks another thread held at the fork
+ * are made anew: what they guarded is forgotten with them.
+ */
+static void forget_parent(void)
+{
+	struct vrdma_vm *vm = the_vm;
+
+	pthread_mutex_init(&vm_mu, NULL);
+	vrdma_forget_memory(vm ? vm->mem_fd : -1);
+	vrdma_forget_contexts();
+	vrdma_forget_objects();
+	if (vm) {
+		close(vm->s.fd);
+		if (vm->mem_fd >= 0)
+			close(vm->mem_fd);
+	}
+	the_vm = NULL;
+	vm_tried = 0;
+	vm_errno = 0;
+}
+
+__attribute__((constructor)) static void fork_handler(void)
+{
+	(void)pthread_atfork(NULL, NULL, forget_parent);
+}
+
 struct vrdma_device *vrdma_dev(struct ibv_device *dev)
 {
 	struct vrdma_vm *vm = the_vm;
@@ -427,6 +466,13 @@ struct vrdma_device *vrdma_dev(struct ibv_device *dev)
 static pthread_mutex_t ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct vrdma_context **ctxs; /* +guarded by ctx_mu */
 static int nctx, capctx;
+
+void vrdma_forget_contexts(void)
+{
+	pthread_mutex_init(&ctx_mu, NULL);
+	ctxs = NULL; /* the parent's; a realloc may have been under way */
+	nctx = capctx = 0;
+}
 
 int vrdma_ctx_ok(struct ibv_context *c)
 {

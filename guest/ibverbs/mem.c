@@ -8,7 +8,10 @@
  * pages in the guest memory it maps. The copy and the mmap run in one
  * assembly block with signals blocked, so that nothing, not even a stack
  * frame of this library, changes the pages between the two. Adopted pages
- * are MADV_DONTFORK, as after ibv_fork_init. A registration inside a run
+ * are MADV_DONTFORK, so that a child of fork does not share them with the
+ * parent; in the child they are mapped again, private copies of the guest
+ * memory's pages (vrdma_forget_memory), as a kernel that copies pinned
+ * pages at fork gives. A registration inside a run
  * of adopted pages reuses it once /proc/self/maps confirms the mapping is
  * still ours (the program may have unmapped and mapped again). When the
  * last region of a run is deregistered, the pages are given back: private
@@ -47,6 +50,35 @@ static int nruns, capruns;
 static struct extent *freel; /* free guest memory, sorted by offset; +guarded by mem_mu */
 static int nfree, capfree;
 static int free_init;
+
+void vrdma_forget_memory(int mem_fd)
+{
+	long page = sysconf(_SC_PAGESIZE);
+
+	/* The parent's runs are absent here (MADV_DONTFORK): each becomes a
+	 * private mapping of its guest pages, written once per page so that
+	 * the copy is taken now and later writes of the parent or the agent
+	 * do not show through. The parent's heap and stack on those pages
+	 * stay whole in the child. */
+	for (int i = 0; mem_fd >= 0 && i < nruns; i++) {
+		struct run *r = &runs[i];
+
+		if (mmap((void *)r->va, r->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, mem_fd,
+			 (off_t)r->goff) == MAP_FAILED)
+			continue;
+		for (size_t off = 0; off < r->len; off += (size_t)page) {
+			volatile unsigned char *b = (volatile unsigned char *)(r->va + off);
+
+			*b = *b;
+		}
+	}
+	pthread_mutex_init(&mem_mu, NULL);
+	runs = NULL; /* the parent's */
+	nruns = capruns = 0;
+	freel = NULL;
+	nfree = capfree = 0;
+	free_init = 0;
+}
 
 static int extent_insert(int i, uint64_t off, uint64_t len)
 {

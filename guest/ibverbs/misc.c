@@ -166,19 +166,19 @@ enum ibv_rate mbps_to_ibv_rate(int mbps)
 	return IBV_RATE_MAX;
 }
 
-/* Fork: the pages this library adopts for memory regions are always
- * MADV_DONTFORK (verbs-abi.md §4), which is what ibv_fork_init gives. */
-static int fork_initialized;
-
+/* Fork: a child gets a private copy of every registered page, and the
+ * parent keeps its own (mem.c's vrdma_forget_memory), which is what
+ * rdma-core gives on kernels that copy pinned pages at fork (5.13 and
+ * later, Debian 12's among them): ibv_fork_init has nothing to do, and
+ * ibv_is_fork_initialized says IBV_FORK_UNNEEDED. */
 int ibv_fork_init(void)
 {
-	fork_initialized = 1;
 	return 0;
 }
 
 enum ibv_fork_status ibv_is_fork_initialized(void)
 {
-	return fork_initialized ? IBV_FORK_ENABLED : IBV_FORK_DISABLED;
+	return IBV_FORK_UNNEEDED;
 }
 
 static int madvise_range(void *base, size_t size, int advice)

@@ -101,6 +101,13 @@ struct registry {
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct registry objs, qps; /* +guarded by reg_mu */
 
+void vrdma_forget_objects(void)
+{
+	pthread_mutex_init(&reg_mu, NULL);
+	memset(&objs, 0, sizeof(objs));
+	memset(&qps, 0, sizeof(qps));
+}
+
 static int reg_add(struct registry *r, void *p)
 {
 	int rc = 0;
@@ -524,7 +531,10 @@ static void *map_ring(int fd, uint64_t size)
 		return NULL;
 	}
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	return p == MAP_FAILED ? NULL : p;
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, size, MADV_DONTFORK); /* device.c's forget_parent */
+	return p;
 }
 
 /* decode_cqe reads the CQE at cq's head into w (§5.3). */

@@ -201,6 +201,13 @@ struct vrdma_vm *vrdma_vm_get(void);
 struct vrdma_device *vrdma_dev(struct ibv_device *d);
 /* vrdma_ctx_ok reports whether c is a context this library opened. */
 int vrdma_ctx_ok(struct ibv_context *c);
+/* In a child of fork (device.c's forget_parent), each part of the library
+ * forgets what it holds of the parent's: contexts, guest memory runs and
+ * extents (the runs' pages becoming private copies, read from mem_fd),
+ * objects. */
+void vrdma_forget_contexts(void);
+void vrdma_forget_memory(int mem_fd);
+void vrdma_forget_objects(void);
 void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* mem.c: vrdma_adopt makes [addr, addr+length) guest memory (adopting its

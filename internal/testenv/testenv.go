@@ -363,55 +363,79 @@ func (e *Env) Stderr() string { return e.stderr.String() }
 // vrdmad with an empty build cache (minutes, not seconds).
 var buildHome = os.Getenv("HOME")
 
-var agentBin struct {
+// built is the binaries of this module's commands built for this test
+// binary, by command name.
+var built struct {
+	mu   sync.Mutex
+	bins map[string]*builtBinary // +checklocks:mu
+}
+
+type builtBinary struct {
 	once sync.Once
 	path string
 	err  error
 }
 
 // AgentBinary returns the path of a vrdmad binary built from this module,
-// building it on first use. It lives next to the test binary (in the go
-// command's work directory, which go test removes) when it can, so that a
-// test run builds it once.
+// building it on first use (Binary).
 func AgentBinary(tb testing.TB) string {
 	tb.Helper()
-	agentBin.once.Do(func() {
-		base := os.TempDir()
-		if exe, err := os.Executable(); err == nil {
-			base = filepath.Dir(exe)
-		}
-		dir, err := os.MkdirTemp(base, "vrdmad-")
-		if err != nil {
-			dir, err = os.MkdirTemp("", "vrdmad-")
-		}
-		if err != nil {
-			agentBin.err = err
-			return
-		}
-		goTool := "go"
-		if p, err := exec.LookPath("go"); err == nil {
-			goTool = p
-		} else if r := os.Getenv("GOROOT"); r != "" {
-			goTool = filepath.Join(r, "bin", "go")
-		}
-		out := filepath.Join(dir, "vrdmad")
-		cmd := exec.Command(goTool, "build", "-o", out, "github.com/vrdma/vrdma/cmd/vrdmad")
-		if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-			cmd.Dir = filepath.Dir(file) // inside the module
-		}
-		if buildHome != "" {
-			cmd.Env = append(os.Environ(), "HOME="+buildHome)
-		}
-		if b, err := cmd.CombinedOutput(); err != nil {
-			agentBin.err = fmt.Errorf("go build ./cmd/vrdmad: %v\n%s", err, b)
-			return
-		}
-		agentBin.path = out
-	})
-	if agentBin.err != nil {
-		tb.Fatal(agentBin.err)
+	return Binary(tb, "vrdmad")
+}
+
+// Binary returns the path of the binary of this module's command
+// cmd/name, building it on first use. It lives next to the test binary
+// (in the go command's work directory, which go test removes) when it
+// can, so that a test run builds it once.
+func Binary(tb testing.TB, name string) string {
+	tb.Helper()
+	built.mu.Lock()
+	if built.bins == nil {
+		built.bins = map[string]*builtBinary{}
 	}
-	return agentBin.path
+	b := built.bins[name]
+	if b == nil {
+		b = &builtBinary{}
+		built.bins[name] = b
+	}
+	built.mu.Unlock()
+	b.once.Do(func() { b.path, b.err = buildCommand(name) })
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
+
+func buildCommand(name string) (string, error) {
+	base := os.TempDir()
+	if exe, err := os.Executable(); err == nil {
+		base = filepath.Dir(exe)
+	}
+	dir, err := os.MkdirTemp(base, name+"-")
+	if err != nil {
+		dir, err = os.MkdirTemp("", name+"-")
+	}
+	if err != nil {
+		return "", err
+	}
+	goTool := "go"
+	if p, err := exec.LookPath("go"); err == nil {
+		goTool = p
+	} else if r := os.Getenv("GOROOT"); r != "" {
+		goTool = filepath.Join(r, "bin", "go")
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command(goTool, "build", "-o", out, "github.com/vrdma/vrdma/cmd/"+name)
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		cmd.Dir = filepath.Dir(file) // inside the module
+	}
+	if buildHome != "" {
+		cmd.Env = append(os.Environ(), "HOME="+buildHome)
+	}
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/%s: %v\n%s", name, err, b)
+	}
+	return out, nil
 }
 
 // shortTempDir returns a temporary directory whose path fits a Unix
