@@ -80,6 +80,31 @@ static int ndevs;
 static int init_errno;
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
+/* In a child of fork the parent's devices, channels and IDs are the
+ * parent's (libibverbs forgets its session there, guest/ibverbs/device.c's
+ * forget_parent): the child starts again with none, and its first call
+ * opens the devices on the session of its own that libibverbs opens for
+ * it. The channels' sockets stay open in the child, as a kernel
+ * rdma_cm's fds would; the agent serves them to the parent only. Locks
+ * another thread held at the fork are made anew. */
+static void forget_parent(void)
+{
+	static const pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_mutex_init(&cm_mu, NULL);
+	pthread_cond_init(&cm_acked, NULL);
+	ids = NULL;
+	memset(devs, 0, sizeof(devs));
+	ndevs = 0;
+	init_errno = 0;
+	init_once = once;
+}
+
+__attribute__((constructor)) static void fork_handler(void)
+{
+	(void)pthread_atfork(NULL, NULL, forget_parent);
+}
+
 /* ---- devices ---- */
 
 static void init_devices(void)
@@ -109,6 +134,7 @@ static void init_devices(void)
 				d->has_ip4 = 1;
 			}
 		}
+		d->pd = ibv_alloc_pd(d->ctx); /* the IDs' id->pd (use_dev); dev_pd retries */
 		d->mtu = IBV_MTU_1024;
 		if (ibv_query_port(d->ctx, 1, &port) == 0)
 			d->mtu = port.active_mtu;
@@ -261,11 +287,15 @@ static void set_remote(struct cm_id *c, const union ibv_gid *gid, int family, __
 	ra->addr.ibaddr.dgid = *gid;
 }
 
+/* use_dev binds c to d: its context, port and, as in rdma-core, the
+ * device's PD in id->pd (pyverbs' PD(cmid) takes it from there). */
 static void use_dev(struct cm_id *c, struct cm_dev *d)
 {
 	c->dev = d;
 	c->id.verbs = d->ctx;
 	c->id.port_num = 1;
+	if (!c->id.pd)
+		c->id.pd = d->pd;
 }
 
 static uint16_t ephemeral_port(void)
@@ -831,6 +861,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	jb_u64(&b, "qp", id->qp->handle);
 	jb_str(&b, "remote", c->remote);
 	jb_u64(&b, "port", be16toh(*port_of(&id->route.addr.dst_addr)));
+	jb_u64(&b, "ack_timeout", c->ack_timeout); /* the QP's in RTS, as rdma_init_qp_attr says */
 	if (conn_param)
 		hex(&b, "private_data", conn_param->private_data, conn_param->private_data_len);
 	jb_raw(&b, "}");
@@ -952,6 +983,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	jb_u64(&b, "id", c->req);
 	jb_u64(&b, "qp", id->qp->handle);
 	jb_u64(&b, "channel", channel_handle(c));
+	jb_u64(&b, "ack_timeout", c->ack_timeout);
 	if (conn_param)
 		hex(&b, "private_data", conn_param->private_data, conn_param->private_data_len);
 	jb_raw(&b, "}");
@@ -1078,8 +1110,8 @@ int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
 	case RDMA_OPTION_ID_AFONLY:
 		return optlen == sizeof(int) ? 0 : cm_fail(EINVAL);
 	case RDMA_OPTION_ID_ACK_TIMEOUT:
-		if (optlen != sizeof(uint8_t))
-			return cm_fail(EINVAL);
+		if (optlen != sizeof(uint8_t) || *(uint8_t *)optval > 31)
+			return cm_fail(EINVAL); /* ibv_qp_attr.timeout has 5 bits */
 		c->ack_timeout = *(uint8_t *)optval;
 		return 0;
 	}

@@ -28,7 +28,7 @@
  * context opened once and shared by every ID on it, and a default PD. */
 struct cm_dev {
 	struct ibv_context *ctx;
-	struct ibv_pd *pd; /* made on first use; +guarded by cm_mu */
+	struct ibv_pd *pd; /* made with ctx (init_devices), or on first use (dev_pd) if that failed; +guarded by cm_mu */
 	char name[IBV_SYSFS_NAME_MAX];
 	union ibv_gid gid;     /* GID index 0: IPv4-mapped when the adapter has an IPv4 address */
 	struct in_addr ip4;    /* that address */

@@ -626,11 +626,35 @@ type AcceptRequest struct {
 	// TIMEWAIT_EXIT); 0 is the listen's own (rdma_migrate_id of a
 	// request's ID before it is accepted).
 	Channel uint32 `json:"channel,omitempty"`
+	// AckTimeout is the local ACK timeout QP enters RTS with (the
+	// exponent of 4.096 µs × 2^n, RDMA_OPTION_ID_ACK_TIMEOUT);
+	// omitted: DefaultTimeout.
+	AckTimeout *uint8 `json:"ack_timeout,omitempty"`
 }
 
-// Validate checks the private data's size.
+// Validate checks the private data's size and the ACK timeout.
 func (a *AcceptRequest) Validate() error {
+	if err := checkAckTimeout(a.AckTimeout); err != nil {
+		return err
+	}
 	return checkPrivateData(a.PrivateData, MaxPrivateDataREP, "REP (accept)")
+}
+
+// checkAckTimeout checks an ACK timeout exponent: 5 bits, as in
+// ibv_qp_attr.timeout.
+func checkAckTimeout(t *uint8) error {
+	if t != nil && *t > 31 {
+		return Errorf(CodeInvalid, "ack_timeout", "ACK timeout %d is out of range: it is the exponent n of 4.096 µs × 2^n, 0..31", *t)
+	}
+	return nil
+}
+
+// AckTimeoutOr is t, or DefaultTimeout when t is nil.
+func AckTimeoutOr(t *uint8) uint8 {
+	if t == nil {
+		return DefaultTimeout
+	}
+	return *t
 }
 
 // RejectRequest refuses a connection request.
@@ -655,10 +679,16 @@ type Connect struct {
 	Remote    string `json:"remote"`
 	Port      uint16 `json:"port"`
 	TimeoutMS uint32 `json:"timeout_ms"`
+	// AckTimeout is the local ACK timeout QP enters RTS with; omitted:
+	// DefaultTimeout (AcceptRequest.AckTimeout).
+	AckTimeout *uint8 `json:"ack_timeout,omitempty"`
 }
 
-// Validate checks the port and the remote's length.
+// Validate checks the port, the remote's length and the ACK timeout.
 func (c *Connect) Validate() error {
+	if err := checkAckTimeout(c.AckTimeout); err != nil {
+		return err
+	}
 	if c.Port == 0 {
 		return Errorf(CodeInvalid, "port", "service port 0 is reserved: pick 1..65535")
 	}

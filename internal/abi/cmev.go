@@ -140,11 +140,14 @@ type CMConnect struct {
 	Port        uint16      `json:"port"`
 	TimeoutMS   uint32      `json:"timeout_ms"`
 	PrivateData PrivateData `json:"private_data,omitempty"`
+	// AckTimeout is as Connect's.
+	AckTimeout *uint8 `json:"ack_timeout,omitempty"`
 }
 
-// Validate checks the port, the remote and the private data's size.
+// Validate checks the port, the remote, the ACK timeout and the private
+// data's size.
 func (c *CMConnect) Validate() error {
-	if err := (&Connect{Remote: c.Remote, Port: c.Port}).Validate(); err != nil {
+	if err := (&Connect{Remote: c.Remote, Port: c.Port, AckTimeout: c.AckTimeout}).Validate(); err != nil {
 		return err
 	}
 	return checkPrivateData(c.PrivateData, MaxPrivateDataREQ, "REQ (connect)")

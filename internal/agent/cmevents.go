@@ -422,7 +422,7 @@ func (a *Agent) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, e
 
 // cmConnect dials for a cm-connect and returns its outcome's event.
 func (s *session) cmConnect(c *cmChannel, q *device.QP, r *abi.CMConnect) abi.CMEvent {
-	conn := &abi.Connect{QP: r.QP, Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS}
+	conn := &abi.Connect{QP: r.QP, Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS, AckTimeout: r.AckTimeout}
 	ad, end, err := s.a.resolveConnect(q, r.Remote)
 	var rep abi.ConnectReply
 	if err == nil {

@@ -83,10 +83,12 @@ type RemoteDialer struct {
 
 type connReq struct {
 	id     uint32
-	from   *device.QP      // a dialer on this host, or
-	remote *RemoteDialer   // one on another host
-	priv   []byte          // a local dialer's REQ private data
-	reply  chan connResult // buffered 1: whoever answers never blocks
+	from   *device.QP    // a dialer on this host, or
+	remote *RemoteDialer // one on another host
+	priv   []byte        // a local dialer's REQ private data
+	// fromAckTimeout is a local dialer's ACK timeout for RTS.
+	fromAckTimeout uint8
+	reply          chan connResult // buffered 1: whoever answers never blocks
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
 	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
 	state atomic.Uint32
@@ -323,10 +325,10 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, e
 		return abi.ConnectReply{}, err
 	}
 	if d := req.remote; d != nil {
-		return acceptRemote(q, req, d, r.PrivateData)
+		return acceptRemote(q, req, d, r.PrivateData, abi.AckTimeoutOr(r.AckTimeout))
 	}
 	from := req.from
-	if err := connectPair(from, q); err != nil {
+	if err := connectPair(from, q, req.fromAckTimeout, abi.AckTimeoutOr(r.AckTimeout)); err != nil {
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
@@ -334,9 +336,9 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, e
 	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, nil
 }
 
-// connectPair brings a and b to RTS facing each other, with the defaults
-// rdma_cm uses.
-func connectPair(a, b *device.QP) error {
+// connectPair brings a and b to RTS facing each other, with the ACK
+// timeouts ta and tb and the defaults rdma_cm uses.
+func connectPair(a, b *device.QP, ta, tb uint8) error {
 	psnA, psnB := randomPSNs()
 	mtu := PathMTU(a.Adapter(), b.Adapter().ActiveMTU())
 	for _, step := range []func() error{
@@ -344,8 +346,8 @@ func connectPair(a, b *device.QP) error {
 		func() error { return ToInit(b) },
 		func() error { return ToRTR(a, b.GID(), b.QPN(), psnB, mtu) },
 		func() error { return ToRTR(b, a.GID(), a.QPN(), psnA, mtu) },
-		func() error { return ToRTS(a, psnA) },
-		func() error { return ToRTS(b, psnB) },
+		func() error { return ToRTS(a, psnA, ta) },
+		func() error { return ToRTS(b, psnB, tb) },
 	} {
 		if err := step(); err != nil {
 			a.MoveToErr("connection setup failed")
@@ -386,12 +388,12 @@ func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN, mtu uint32) error {
 			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
 
-// ToRTS brings q from RTR to RTS, sending from sqPSN, with rdma_cm's
-// defaults.
-func ToRTS(q *device.QP, sqPSN uint32) error {
+// ToRTS brings q from RTR to RTS, sending from sqPSN, with local ACK
+// timeout ackTimeout and rdma_cm's other defaults.
+func ToRTS(q *device.QP, sqPSN uint32, ackTimeout uint8) error {
 	return q.Modify(&abi.ModifyQP{
 		Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
-		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: abi.DefaultTimeout, RetryCnt: abi.DefaultRetryCnt,
+		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: ackTimeout, RetryCnt: abi.DefaultRetryCnt,
 			RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
 }
 
@@ -456,7 +458,7 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, p
 	timeout := Timeout(r.TimeoutMS)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	req := &connReq{from: q, priv: priv, reply: make(chan connResult, 1)}
+	req := &connReq{from: q, priv: priv, fromAckTimeout: abi.AckTimeoutOr(r.AckTimeout), reply: make(chan connResult, 1)}
 	select {
 	case l.reqs <- req:
 	case <-l.quit:

@@ -113,11 +113,12 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu, PrivateData: res.reply.PrivateData}, nil
 }
 
-// acceptRemote brings q to RTS facing remote dialer d and answers it.
-func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer, priv []byte) (abi.ConnectReply, error) {
+// acceptRemote brings q to RTS facing remote dialer d, with ACK timeout
+// ackTimeout, and answers it.
+func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer, priv []byte, ackTimeout uint8) (abi.ConnectReply, error) {
 	dialerPSN, ourPSN := randomPSNs() // the dialer's sq_psn, and ours
 	mtu := PathMTU(q.Adapter(), d.MTU)
-	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN, mtu); err != nil {
+	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN, mtu, ackTimeout); err != nil {
 		req.reply <- connResult{err: err}
 		return abi.ConnectReply{}, err
 	}
@@ -128,11 +129,11 @@ func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer, priv []byte) (abi
 // Establish brings q through INIT and RTR to RTS facing (gid, qpn),
 // expecting rqPSN and sending from sqPSN, with path MTU mtu; on a
 // failure q is moved to ERR.
-func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN, mtu uint32) error {
+func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN, mtu uint32, ackTimeout uint8) error {
 	for _, step := range []func() error{
 		func() error { return ToInit(q) },
 		func() error { return ToRTR(q, gid, qpn, rqPSN, mtu) },
-		func() error { return ToRTS(q, sqPSN) },
+		func() error { return ToRTS(q, sqPSN, ackTimeout) },
 	} {
 		if err := step(); err != nil {
 			q.MoveToErr("connection setup failed")

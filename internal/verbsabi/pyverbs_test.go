@@ -28,26 +28,7 @@ const pyverbsTests = "/usr/share/doc/rdma-core/tests"
 // and the reason of every skip.
 func TestVerbsABIPyverbs(t *testing.T) {
 	lib := Build(t)
-	NeedProgram(t, filepath.Join(pyverbsTests, "run_tests.py"), "python3-pyverbs")
-	NeedProgram(t, "/usr/bin/python3", "python3")
-	dir := filepath.Join(t.TempDir(), "tests")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(pyverbsTests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		if e.IsDir() {
-			continue
-		}
-		src := filepath.Join(pyverbsTests, e.Name())
-		dst := filepath.Join(dir, strings.TrimSuffix(e.Name(), ".gz"))
-		if err := copyMaybeGzip(src, dst, strings.HasSuffix(e.Name(), ".gz")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := pyverbsSuite(t)
 	env := testenv.StartProcess(t, testenv.ProcessOptions{})
 	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -81,6 +62,33 @@ func TestVerbsABIPyverbs(t *testing.T) {
 	if total-skipped < 40 {
 		t.Errorf("only %d of rdma-core's %d tests passed", total-skipped, total)
 	}
+}
+
+// pyverbsSuite copies rdma-core's test suite into a directory of the test
+// (gunzipping what Debian gzipped, for Python to import) and returns it.
+func pyverbsSuite(t *testing.T) string {
+	t.Helper()
+	NeedProgram(t, filepath.Join(pyverbsTests, "run_tests.py"), "python3-pyverbs")
+	NeedProgram(t, "/usr/bin/python3", "python3")
+	dir := filepath.Join(t.TempDir(), "tests")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(pyverbsTests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		src := filepath.Join(pyverbsTests, e.Name())
+		dst := filepath.Join(dir, strings.TrimSuffix(e.Name(), ".gz"))
+		if err := copyMaybeGzip(src, dst, strings.HasSuffix(e.Name(), ".gz")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 func copyMaybeGzip(src, dst string, gz bool) error {

@@ -170,7 +170,7 @@ func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, 
 		return abi.ConnectReply{}, e
 	}
 	gid := abi.GID(r.GID.As16())
-	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, cm.PathMTU(q.Adapter(), r.MTU)); err != nil {
+	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, cm.PathMTU(q.Adapter(), r.MTU), abi.AckTimeoutOr(c.AckTimeout)); err != nil {
 		return abi.ConnectReply{}, err
 	}
 	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path, PrivateData: r.PrivateData}, nil
