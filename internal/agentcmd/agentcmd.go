@@ -64,7 +64,8 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	for _, l := range []struct {
 		n string
 		v int
-	}{{"max-qp", cfg.Limits.MaxQP}, {"max-cq", cfg.Limits.MaxCQ}, {"max-mr", cfg.Limits.MaxMR}, {"max-pd", cfg.Limits.MaxPD}} {
+	}{{"max-qp", cfg.Limits.MaxQP}, {"max-cq", cfg.Limits.MaxCQ}, {"max-mr", cfg.Limits.MaxMR}, {"max-pd", cfg.Limits.MaxPD},
+		{"max-processes", cfg.Limits.MaxProcesses}} {
 		if l.v < 1 || l.v > 1<<16 {
 			fmt.Fprintf(stderr, "%s: --%s %d out of range 1..65536\n", name, l.n, l.v)
 			return 2

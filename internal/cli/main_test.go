@@ -105,8 +105,10 @@ func TestHelpListsCommands(t *testing.T) {
 
 func TestAgentCommandPassesFlags(t *testing.T) {
 	isolate(t)
-	_, errs, code := run(t, "", "agent", "--max-qp", "0")
-	if code != 2 || !strings.Contains(errs, "--max-qp 0 out of range") {
-		t.Fatalf("agent --max-qp 0: exit %d, %q", code, errs)
+	for _, flag := range []string{"--max-qp", "--max-processes"} {
+		_, errs, code := run(t, "", "agent", flag, "0")
+		if code != 2 || !strings.Contains(errs, flag+" 0 out of range") {
+			t.Fatalf("agent %s 0: exit %d, %q", flag, code, errs)
+		}
 	}
 }

@@ -1,0 +1,108 @@
+#!/bin/bash
+# Unmodified perftest on the drop-in libibverbs (guest/ibverbs) beside the Go
+# library (vrdmactl perf --local) and UCX, in one run (issue 11's benchmarks):
+#   memcpy: two VMs of one standalone agent;
+#   tcp:    vm1 (host1) and vm3 (host2) of vrdmactl quickstart --keep;
+#   peers:  bench/peers.sh (UCX over shared memory and TCP, sockperf, iperf3).
+# ib_write_bw (64 KiB, 1 MiB; 128 outstanding, perftest's default), ib_write_lat
+# and ib_send_bw (8 B), each beside vrdmactl perf with the same size and
+# iterations, alternating, ROUNDS rounds (default 5); it prints every figure and
+# then the medians with their ranges and the C / Go ratios. Root or not; needs
+# perftest, gcc, libibverbs-dev and what bench/peers.sh needs. Works in /tmp/pt.
+#
+#   bench/perftest.sh            # everything
+#   ROUNDS=9 bench/perftest.sh   # more rounds (the figures on two cores are noisy)
+#   PEERS=0 bench/perftest.sh    # without bench/peers.sh
+set -u
+repo=$(cd "$(dirname "$0")/.." && pwd)
+rounds=${ROUNDS:-5}
+mkdir -p /tmp/pt && cd /tmp/pt
+(cd "$repo" && go build -o /tmp/pt/ ./cmd/vrdmactl ./cmd/vrdmad && make -s -C guest/ibverbs >/dev/null) || exit 1
+export PATH=/tmp/pt:$PATH LD_LIBRARY_PATH=$repo/guest/ibverbs/build
+: >/tmp/pt/figures
+
+if [ "${PEERS:-1}" != 0 ]; then
+  echo "== peers (bench/peers.sh)"
+  "$repo/bench/peers.sh" || echo "bench/peers.sh failed: its figures are missing"
+fi
+
+# The memcpy path: one standalone agent, two VMs.
+rm -rf /tmp/pt/state /tmp/pt/s
+./vrdmad --socket /tmp/pt/s --state-dir /tmp/pt/state --no-control-plane --log-level warn 2>/tmp/pt/agent.log &
+agent=$!
+# The tcp path: quickstart --keep's hosts.
+./vrdmactl quickstart --keep >/tmp/pt/qs.log 2>&1 &
+qs=$!
+trap 'kill $agent $qs 2>/dev/null; wait 2>/dev/null' EXIT
+sleep 1
+printf '%s\n' '.encoding = "UTF-8"' 'config.version = "8"' 'virtualHW.version = "20"' 'guestOS = "ubuntu-64"' 'memSize = "64"' 'ethernet0.present = "TRUE"' 'ethernet0.virtualDev = "vrdma"' > vm.vmx
+./vrdmactl --socket /tmp/pt/s vm define vmA vm.vmx >/dev/null 2>&1
+./vrdmactl --socket /tmp/pt/s vm define vmB vm.vmx >/dev/null 2>&1
+for _ in $(seq 60); do grep -q '^ready$' /tmp/pt/qs.log && break; sleep 1; done
+grep -q '^ready$' /tmp/pt/qs.log || { echo "quickstart --keep did not get ready:"; cat /tmp/pt/qs.log; exit 1; }
+# "# tcp: ..." is followed by the server's command (vm3) and the client's (vm1).
+tcp_srv=$(grep -A1 '^# tcp' /tmp/pt/qs.log | sed -n 2p | awk '{print $3}')
+tcp_cli=$(grep -A2 '^# tcp' /tmp/pt/qs.log | sed -n 3p | awk '{print $3}')
+
+# pt PATH TEST ARGS...: perftest's result line of the client.
+pt() {
+  local path=$1 t=$2; shift 2
+  if [ "$path" = memcpy ]; then
+    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmA $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
+  else
+    ./vrdmactl --socket "$tcp_srv" exec --vm vm3 -- $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
+  fi
+  local s=$!
+  sleep 0.5
+  if [ "$path" = memcpy ]; then
+    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmB $t -d vrdma0 -x 0 "$@" localhost 2>&1
+  else
+    ./vrdmactl --socket "$tcp_cli" exec --vm vm1 -- $t -d vrdma0 -x 0 "$@" localhost 2>&1
+  fi | grep -E "^\s*[0-9]+\s+[0-9]+" | tail -1
+  wait $s
+}
+# perf PATH TEST SIZE ITERS KEY: vrdmactl perf's figure KEY.
+perf() {
+  ./vrdmactl perf "$2" --local --path "$1" -s "$3" -n "$4" --out_json |
+    python3 -c "import json,sys; print(json.load(sys.stdin)[\"$5\"])"
+}
+# fig NAME VALUE: one figure, printed and kept for the summary.
+fig() { echo "$1: $2"; echo "$1 $2" >>/tmp/pt/figures; }
+
+for r in $(seq "$rounds"); do
+  echo "== round $r"
+  for path in memcpy tcp; do
+    n64=5000 n1m=1000 nlat=5000 nsend=50000
+    [ $path = tcp ] && n64=2000 n1m=300 nlat=2000 nsend=20000
+    fig "$path.c.write_bw_64KiB" "$(pt $path ib_write_bw -s 65536 -n $n64 | awk '{print $4}')"
+    fig "$path.go.write_bw_64KiB" "$(perf $path write_bw 65536 $n64 BW_average)"
+    fig "$path.c.write_bw_1MiB" "$(pt $path ib_write_bw -s 1048576 -n $n1m | awk '{print $4}')"
+    fig "$path.go.write_bw_1MiB" "$(perf $path write_bw 1048576 $n1m BW_average)"
+    fig "$path.c.write_lat_8B" "$(pt $path ib_write_lat -s 8 -n $nlat | awk '{print $5}')"
+    fig "$path.go.write_lat_8B" "$(perf $path write_lat 8 $nlat t_typical)"
+    fig "$path.c.send_rate_8B" "$(pt $path ib_send_bw -s 8 -n $nsend | awk '{print $5}')"
+    fig "$path.go.send_rate_8B" "$(perf $path send_bw 8 $nsend MsgRate)"
+  done
+done
+
+echo "== medians over $rounds rounds [range]; bandwidth MiB/s, latency µs (typical, one way), rate Mpps"
+python3 - /tmp/pt/figures <<'PY'
+import sys, statistics as st
+v = {}
+for line in open(sys.argv[1]):
+    k, _, x = line.partition(" ")
+    try:
+        v.setdefault(k, []).append(float(x))
+    except ValueError:
+        pass  # a run that printed no figure
+print("| path | figure | C drop-in (perftest) | Go library (vrdmactl perf) | C / Go |")
+print("|---|---|---|---|---|")
+for path in ("memcpy", "tcp"):
+    for f in ("write_bw_64KiB", "write_bw_1MiB", "write_lat_8B", "send_rate_8B"):
+        c, g = v.get(f"{path}.c.{f}"), v.get(f"{path}.go.{f}")
+        if not c or not g:
+            print(f"| {path} | {f} | {c} | {g} | |")
+            continue
+        cm, gm = st.median(c), st.median(g)
+        print(f"| {path} | {f} | {cm:,.2f} ({min(c):,.2f}–{max(c):,.2f}) | {gm:,.2f} ({min(g):,.2f}–{max(g):,.2f}) | {cm / gm:.2f} |")
+PY
