@@ -563,7 +563,8 @@ func halfRTT(stamps []int64) Result {
 // Write k (1..iters) carries byte(k) in its last byte; the exchange
 // alternates strictly, so the byte wrapping around is harmless. With
 // stamps, s is the active side: it writes first, stamps each post and,
-// last, the arrival of the final answer.
+// last, the arrival of the final answer. Each side waits for a signaled
+// write's completion before it waits for the peer's write, as perftest.
 func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamps []int64) error {
 	buf := s.MR.Bytes()
 	size := c.Size
@@ -636,9 +637,21 @@ func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamp
 		if wr.Flags&vrdma.SendSignaled != 0 {
 			signaled++
 		}
-		if err := poll(); err != nil {
-			return err
+		// As perftest's write_lat: a signaled write's completion is
+		// waited for before the peer's next write (its ACK is on the
+		// round trip's path).
+		for {
+			if err := poll(); err != nil {
+				return err
+			}
+			if signaled == 0 {
+				break
+			}
+			if err := sp.spin(); err != nil {
+				return fmt.Errorf("waiting for the completion of write %d of %d: %w", k, iters, err)
+			}
 		}
+		sp.reset()
 		if active {
 			if err := wait(k); err != nil {
 				return err
