@@ -392,13 +392,22 @@ func TestRDMACMCrossPortGroup(t *testing.T) {
 	}
 	defer srv.Process.Kill()
 
-	outC, errC, _ := run(t, lib, b.Socket, "vmC", "/usr/bin/rping", "-c", "-a", cmAddrA, "-p", port, "-C", "1")
+	// Until rping's server has attached vmA, the refusal is that
+	// 10.77.0.1 is nobody's yet: dial again until hostB names a rule.
+	vlanRule := regexp.MustCompile(`rdma_cm address resolution refused.*vm=vmC.*remote=` + regexp.QuoteMeta(cmAddrA) + `.*VLAN`)
+	var outC, errC, log string
+	for i := 0; i < 50; i++ {
+		outC, errC, _ = run(t, lib, b.Socket, "vmC", "/usr/bin/rping", "-c", "-a", cmAddrA, "-p", port, "-C", "1")
+		if log = b.Stderr(); vlanRule.MatchString(log) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if !strings.Contains(outC+errC, "RDMA_CM_EVENT_ADDR_ERROR") {
 		t.Errorf("vmC, on VLAN 20, dialing vmA's %s: no ADDR_ERROR:\n%s%s", cmAddrA, outC, errC)
 	}
 	t.Logf("vmC:\n%s%s", outC, errC)
-	log := b.Stderr()
-	if !regexp.MustCompile(`rdma_cm address resolution refused.*vm=vmC.*remote=` + regexp.QuoteMeta(cmAddrA) + `.*VLAN`).MatchString(log) {
+	if !vlanRule.MatchString(log) {
 		t.Errorf("hostB's log does not name the VLAN rule for vmC's resolution:\n%s", log)
 	}
 	// vmB, on vmA's port group, reaches the same server.
