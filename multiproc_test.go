@@ -77,15 +77,7 @@ func TestLifecycleSeveralWorkloads(t *testing.T) {
 		t.Fatalf("the same region once a's is deregistered: %v", err)
 	}
 
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	st, err := ag.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := statusAt(t, "agent", env.Socket)
 	n := 0
 	for _, v := range st.VMs {
 		if v.Name != "multi" {

@@ -151,16 +151,22 @@ func expectFailedWithin(t *testing.T, e *end, id uint64, p rcParams, t0 time.Tim
 // agentStatus returns the status of h's agent.
 func agentStatus(t *testing.T, h *testenv.Host) vrdma.Status {
 	t.Helper()
+	return statusAt(t, h.Name, h.Socket)
+}
+
+// statusAt returns the status of the agent at socket (name, for messages).
+func statusAt(t *testing.T, name, socket string) vrdma.Status {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(h.Socket))
+	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(socket))
 	if err != nil {
-		t.Fatalf("%s: %v", h.Name, err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	defer a.Close()
 	st, err := a.Status(ctx)
 	if err != nil {
-		t.Fatalf("%s: status: %v", h.Name, err)
+		t.Fatalf("%s: status: %v", name, err)
 	}
 	return st
 }
