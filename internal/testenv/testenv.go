@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,7 +153,9 @@ func StartWith(tb testing.TB, o Options) *Env {
 	}()
 	tb.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		if !waitGroupFor(&wg, serveStopTimeout) {
+			tb.Errorf("the agent's Serve did not return within %v of its context's end (a hang in its shutdown); every goroutine:\n%s", serveStopTimeout, allStacks())
+		}
 		if errs := rec.logs.get(slog.LevelError); len(errs) > 0 {
 			tb.Errorf("the agent logged %d errors (a bug):\n%s", len(errs), strings.Join(errs, "\n"))
 		}
@@ -477,4 +480,31 @@ func (e *Env) Open(tb testing.TB, name string, o VMOptions) *vrdma.VM {
 	}
 	tb.Cleanup(func() { v.Close() })
 	return v
+}
+
+// serveStopTimeout bounds how long an in-process agent's cleanup waits for
+// its Serve to return: a shutdown that hangs fails the test with every
+// goroutine's stack, rather than hang the package until go test's timeout.
+const serveStopTimeout = 30 * time.Second
+
+// waitGroupFor waits for wg up to d and reports whether it finished.
+func waitGroupFor(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// allStacks returns the stacks of every goroutine of this process.
+func allStacks() string {
+	var b bytes.Buffer
+	pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return b.String()
 }
