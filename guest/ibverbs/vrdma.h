@@ -45,7 +45,8 @@ enum {
 	OP_CM_ROUTE = 45,
 	OP_CM_CONNECT = 46,
 	OP_CM_DISCONNECT = 47,
-	OP_ASYNC_OPEN = 48, /* events.c */
+	OP_ASYNC_OPEN = 48,   /* events.c */
+	OP_CM_ESTABLISH = 49, /* rdma_establish, for librdmacm */
 };
 
 /* Capability bits of wire-local.md §2. */

@@ -58,6 +58,15 @@ struct cm_id {
 	int connected;
 	uint32_t qp_handle;
 	uint32_t remote_qpn;
+	/* A connection whose QP the program made and moves itself (rdma_cm's
+	 * external QP: no id->qp, conn_param->qp_num): its number, and what
+	 * rdma_init_qp_attr gives for it, from CONNECT_REQUEST or
+	 * CONNECT_RESPONSE: the PSNs and the path MTU (an enum ibv_mtu, 0:
+	 * the device's). established: rdma_establish was called. */
+	uint32_t ext_qpn;
+	uint32_t sq_psn, rq_psn;
+	int path_mtu;
+	int established;
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep's, for a passive synchronous ID */
 	uint8_t tos, ack_timeout;
 	int events_out; /* delivered, not acked: rdma_destroy_id waits for 0; +guarded by cm_mu */
@@ -811,7 +820,9 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 		qp_attr->qp_state = IBV_QPS_RTR;
 		qp_attr->path_mtu = c->dev->mtu;
 		qp_attr->dest_qp_num = c->remote_qpn;
-		qp_attr->rq_psn = 0;
+		if (c->path_mtu)
+			qp_attr->path_mtu = (enum ibv_mtu)c->path_mtu;
+		qp_attr->rq_psn = c->rq_psn;
 		qp_attr->max_dest_rd_atomic = c->dev->max_dest_rd_atom;
 		qp_attr->min_rnr_timer = 12;
 		qp_attr->ah_attr.is_global = 1;
@@ -827,7 +838,7 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 			return cm_fail(EINVAL);
 		memset(qp_attr, 0, sizeof(*qp_attr));
 		qp_attr->qp_state = IBV_QPS_RTS;
-		qp_attr->sq_psn = 0;
+		qp_attr->sq_psn = c->sq_psn;
 		qp_attr->timeout = c->ack_timeout;
 		qp_attr->retry_cnt = 7;
 		qp_attr->rnr_retry = 7;
@@ -850,15 +861,22 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 	if (!c || !c->dev || !c->remote[0] || c->request)
 		return cm_fail(EINVAL); /* resolve the address and route first */
-	if (!id->qp)
-		return cm_fail(EINVAL); /* vrdma connects a QP made with rdma_create_qp (docs/verbs-compat.md) */
+	if (!id->qp && (!conn_param || !conn_param->qp_num))
+		return cm_fail(EINVAL); /* a QP: rdma_create_qp's, or the program's own number in conn_param */
 	if (conn_param && conn_param->private_data_len > MAX_PDATA_REQ)
 		return cm_fail(EINVAL);
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_u64(&b, "channel", channel_handle(c));
 	jb_u64(&b, "cookie", c->cookie);
-	jb_u64(&b, "qp", id->qp->handle);
+	if (id->qp) {
+		jb_u64(&b, "qp", id->qp->handle);
+	} else {
+		/* The program moves its QP itself: CONNECT_RESPONSE, then
+		 * rdma_init_qp_attr and rdma_establish. */
+		jb_u64(&b, "qpn", conn_param->qp_num);
+		c->ext_qpn = conn_param->qp_num;
+	}
 	jb_str(&b, "remote", c->remote);
 	jb_u64(&b, "port", be16toh(*port_of(&id->route.addr.dst_addr)));
 	jb_u64(&b, "ack_timeout", c->ack_timeout); /* the QP's in RTS, as rdma_init_qp_attr says */
@@ -876,8 +894,17 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 int rdma_establish(struct rdma_cm_id *id)
 {
-	if (!to_id(id) || id->qp)
+	struct cm_id *c = to_id(id);
+	char body[48];
+
+	if (!c || id->qp)
 		return cm_fail(EINVAL); /* as rdma-core: only for an ID without a QP */
+	if (!c->ext_qpn || !c->connected || c->request || c->established)
+		return cm_fail(EINVAL); /* after the CONNECT_RESPONSE of a connect, once */
+	snprintf(body, sizeof(body), "{\"qp\":%u}", c->qp_handle);
+	if (call(OP_CM_ESTABLISH, body, NULL, NULL))
+		return -1;
+	c->established = 1;
 	return 0;
 }
 
@@ -973,15 +1000,20 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 
 	if (!c || !c->request || c->answered)
 		return cm_fail(EINVAL); /* a CONNECT_REQUEST's ID, once */
-	if (!id->qp)
-		return cm_fail(EINVAL); /* vrdma accepts with a QP made with rdma_create_qp */
+	if (!id->qp && (!conn_param || !conn_param->qp_num))
+		return cm_fail(EINVAL); /* a QP: rdma_create_qp's, or the program's own number in conn_param */
 	if (conn_param && conn_param->private_data_len > MAX_PDATA_REP)
 		return cm_fail(EINVAL);
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_u64(&b, "listener", c->listener);
 	jb_u64(&b, "id", c->req);
-	jb_u64(&b, "qp", id->qp->handle);
+	if (id->qp) {
+		jb_u64(&b, "qp", id->qp->handle);
+	} else {
+		jb_u64(&b, "qpn", conn_param->qp_num); /* moved to RTS by the program */
+		c->ext_qpn = conn_param->qp_num;
+	}
 	jb_u64(&b, "channel", channel_handle(c));
 	jb_u64(&b, "ack_timeout", c->ack_timeout);
 	if (conn_param)
@@ -1145,6 +1177,24 @@ static void fill_route(struct cm_id *c)
 	c->id.route.num_paths = 1;
 }
 
+/* mtu_enum is the enum ibv_mtu of a path MTU in bytes; 0 for none. */
+static int mtu_enum(uint32_t bytes)
+{
+	switch (bytes) {
+	case 256:
+		return IBV_MTU_256;
+	case 512:
+		return IBV_MTU_512;
+	case 1024:
+		return IBV_MTU_1024;
+	case 2048:
+		return IBV_MTU_2048;
+	case 4096:
+		return IBV_MTU_4096;
+	}
+	return 0;
+}
+
 /* make_event turns one agent event into an rdma_cm_event for the ID it
  * concerns; NULL when no live ID is its (an event of a destroyed ID,
  * dropped as the kernel drops them) or it is malformed. */
@@ -1156,7 +1206,7 @@ static struct cm_event *make_event(const char *text, int len)
 	char adapter[32] = "", gid[64] = "", pd[2 * PDATA_MAX + 1] = "";
 	union ibv_gid rgid;
 	uint64_t cookie = 0;
-	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0;
+	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0, sq_psn = 0, rq_psn = 0, mtu = 0;
 	int type, status = 0, npd = 0;
 
 	memset(&rgid, 0, sizeof(rgid));
@@ -1169,6 +1219,9 @@ static struct cm_event *make_event(const char *text, int len)
 	json_get_u32(&d, 0, "qp", &qp);
 	json_get_u32(&d, 0, "remote_qpn", &rqpn);
 	json_get_u32(&d, 0, "port", &port);
+	json_get_u32(&d, 0, "sq_psn", &sq_psn);
+	json_get_u32(&d, 0, "rq_psn", &rq_psn);
+	json_get_u32(&d, 0, "mtu", &mtu);
 	json_get_str(&d, 0, "adapter", adapter, sizeof(adapter));
 	if (json_get_str(&d, 0, "remote_gid", gid, sizeof(gid)) == 0 && gid[0])
 		inet_pton(AF_INET6, gid, rgid.raw);
@@ -1223,6 +1276,9 @@ static struct cm_event *make_event(const char *text, int len)
 			break;
 		}
 		c->remote_qpn = rqpn;
+		c->sq_psn = sq_psn & 0xffffff;
+		c->rq_psn = rq_psn & 0xffffff;
+		c->path_mtu = mtu_enum(mtu);
 		use_dev(c, dv);
 		c->id.pd = l->id.pd;
 		set_local(c, dv, l->id.route.addr.src_addr.sa_family, htobe16((uint16_t)port));
@@ -1244,6 +1300,17 @@ static struct cm_event *make_event(const char *text, int len)
 			c->connected = 1;
 			c->qp_handle = qp;
 			c->remote_qpn = rqpn;
+		}
+		break;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		c = find_cookie(cookie);
+		if (c) {
+			c->connected = 1;
+			c->qp_handle = qp;
+			c->remote_qpn = rqpn;
+			c->sq_psn = sq_psn & 0xffffff;
+			c->rq_psn = rq_psn & 0xffffff;
+			c->path_mtu = mtu_enum(mtu);
 		}
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:

@@ -77,7 +77,9 @@ const (
 	OpCMDisconnect   Op = 47 // CMDisconnect → Empty; then DISCONNECTED on both sides
 	// 48: ibv_get_async_event's source (events.go).
 	OpAsyncOpen Op = 48 // AdapterRef → Empty; fds: event socket (socketpair end)
-	opMax       Op = 49
+	// 49: rdma_establish of a connection whose QP the program moves itself.
+	OpCMEstablish Op = 49 // CMEstablish → Empty; then the acceptor's ESTABLISHED
+	opMax         Op = 50
 )
 
 var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
@@ -86,7 +88,7 @@ var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "
 	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm",
 	30: "", 39: "", // not ops
 	40: "cm-open-channel", 41: "cm-close-channel", 42: "cm-listen", 43: "cm-close-listen", 44: "cm-resolve",
-	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect", 48: "async-open"}
+	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect", 48: "async-open", 49: "cm-establish"}
 
 // Known reports whether o is an op of this ABI version.
 func (o Op) Known() bool { return o > 0 && o < opMax && opNames[o] != "" }
@@ -193,6 +195,8 @@ func NewRequest(op Op) any {
 		return new(CMConnect)
 	case OpCMDisconnect:
 		return new(CMDisconnect)
+	case OpCMEstablish:
+		return new(CMEstablish)
 	}
 	if op.Known() {
 		if mk := registered[op]; mk != nil {
@@ -610,14 +614,26 @@ type ConnRequest struct {
 	PrivateData PrivateData `json:"private_data,omitempty"`
 	// Adapter is the listening adapter the request came to.
 	Adapter string `json:"adapter,omitempty"`
+	// The connection's numbers, for an acceptor that moves its QP
+	// itself (AcceptRequest.QPN): the PSN it sends from (SQPSN, in the
+	// REP), the one it expects (RQPSN, the REQ's starting PSN) and the
+	// path MTU (the smaller of the two adapters' active MTUs).
+	SQPSN uint32 `json:"sq_psn"`
+	RQPSN uint32 `json:"rq_psn"`
+	MTU   uint32 `json:"mtu,omitempty"`
 }
 
 // AcceptRequest accepts a connection request with a QP of this session in
-// RESET or INIT; the agent brings both QPs to RTS.
+// RESET or INIT; the agent brings both QPs to RTS. Or, with QPN instead
+// of QP, with the session's QP of that number, which the workload moves to
+// RTS itself with the request's numbers (ConnRequest: rdma_init_qp_attr,
+// an "external" QP of rdma_cm): the agent answers the dialer and leaves
+// that QP alone.
 type AcceptRequest struct {
 	Listener uint32 `json:"listener"`
 	ID       uint32 `json:"id"`
 	QP       uint32 `json:"qp"`
+	QPN      uint32 `json:"qpn,omitempty"`
 	// PrivateData goes to the dialer in the REP: at most
 	// MaxPrivateDataREP bytes.
 	PrivateData PrivateData `json:"private_data,omitempty"`
@@ -632,12 +648,28 @@ type AcceptRequest struct {
 	AckTimeout *uint8 `json:"ack_timeout,omitempty"`
 }
 
-// Validate checks the private data's size and the ACK timeout.
+// Validate checks that one QP is named, the private data's size and the
+// ACK timeout.
 func (a *AcceptRequest) Validate() error {
+	if err := checkOneQP(a.QP, a.QPN); err != nil {
+		return err
+	}
 	if err := checkAckTimeout(a.AckTimeout); err != nil {
 		return err
 	}
 	return checkPrivateData(a.PrivateData, MaxPrivateDataREP, "REP (accept)")
+}
+
+// checkOneQP checks that a connection names its QP one way: by handle, or
+// by number for a QP the workload moves itself.
+func checkOneQP(handle, qpn uint32) error {
+	if handle != 0 && qpn != 0 {
+		return Errorf(CodeInvalid, "qpn", "both a QP handle (%d) and a QP number (0x%x): name a QP the agent moves by its handle, or one the workload moves itself by its number", handle, qpn)
+	}
+	if qpn > 0xffffff {
+		return Errorf(CodeInvalid, "qpn", "QP number 0x%x does not fit in 24 bits", qpn)
+	}
+	return nil
 }
 
 // checkAckTimeout checks an ACK timeout exponent: 5 bits, as in
@@ -706,6 +738,11 @@ type ConnectReply struct {
 	// PrivateData, to a dialer, is the acceptor's REP private data;
 	// omitted when empty.
 	PrivateData PrivateData `json:"private_data,omitempty"`
+	// For a QP its workload moves itself (CMConnect.QPN): the PSN it
+	// sends from, the PSN it expects and the path MTU.
+	SQPSN uint32 `json:"sq_psn,omitempty"`
+	RQPSN uint32 `json:"rq_psn,omitempty"`
+	MTU   uint32 `json:"mtu,omitempty"`
 }
 
 // ValidName checks a VM or object name: 1..64 characters of letters,

@@ -32,3 +32,26 @@ func TestAckTimeoutBounds(t *testing.T) {
 		t.Errorf("AckTimeoutOr: nil %d, 21 %d", AckTimeoutOr(nil), AckTimeoutOr(u8(21)))
 	}
 }
+
+// TestConnectionQP checks how cm-connect and accept-request name their QP:
+// by handle, or by a 24-bit number for a QP the workload moves itself, not
+// both at once.
+func TestConnectionQP(t *testing.T) {
+	for _, tc := range []struct {
+		handle, qpn uint32
+		ok          bool
+	}{{1, 0, true}, {0, 0x12, true}, {0, 0xffffff, true}, {1, 0x12, false}, {0, 0x1000000, false}} {
+		for name, err := range map[string]error{
+			"cm-connect":     (&CMConnect{Remote: "vm/vrdma0", Port: 1, QP: tc.handle, QPN: tc.qpn}).Validate(),
+			"accept-request": (&AcceptRequest{QP: tc.handle, QPN: tc.qpn}).Validate(),
+		} {
+			var e *Error
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("%s with qp %d, qpn 0x%x: %v", name, tc.handle, tc.qpn, err)
+			case !tc.ok && (!errors.As(err, &e) || e.Field != "qpn"):
+				t.Errorf("%s with qp %d, qpn 0x%x: %v, want invalid-argument naming qpn", name, tc.handle, tc.qpn, err)
+			}
+		}
+	}
+}

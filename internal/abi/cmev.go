@@ -70,11 +70,14 @@ const (
 	CMEventRouteResolved  = 2
 	CMEventRouteError     = 3
 	CMEventConnectRequest = 4
-	CMEventUnreachable    = 7
-	CMEventRejected       = 8
-	CMEventEstablished    = 9
-	CMEventDisconnected   = 10
-	CMEventTimewaitExit   = 15
+	// CONNECT_RESPONSE: the REP of a connect whose QP the workload moves
+	// itself (CMConnect.QPN); rdma_establish (cm-establish) follows.
+	CMEventConnectResponse = 5
+	CMEventUnreachable     = 7
+	CMEventRejected        = 8
+	CMEventEstablished     = 9
+	CMEventDisconnected    = 10
+	CMEventTimewaitExit    = 15
 )
 
 // CMListen listens on an adapter of the attached VM, or on every one
@@ -131,11 +134,17 @@ type CMRoute struct {
 
 // CMConnect dials Remote and Port with QP (in RESET or INIT) and
 // PrivateData in the REQ; the outcome is ESTABLISHED (the QP is in RTS),
-// REJECTED or UNREACHABLE with Cookie on Channel.
+// REJECTED or UNREACHABLE with Cookie on Channel. With QPN instead of QP,
+// the session's QP of that number (in RESET or INIT) is one the workload
+// moves itself, rdma_cm's "external" QP: the agent leaves it alone, the
+// outcome is CONNECT_RESPONSE with the peer's QPN and GID, the PSNs and
+// the path MTU to move it with, and the acceptor's ESTABLISHED waits for
+// the workload's cm-establish (rdma_establish).
 type CMConnect struct {
 	Channel     uint32      `json:"channel"`
 	Cookie      uint64      `json:"cookie"`
 	QP          uint32      `json:"qp"`
+	QPN         uint32      `json:"qpn,omitempty"`
 	Remote      string      `json:"remote"`
 	Port        uint16      `json:"port"`
 	TimeoutMS   uint32      `json:"timeout_ms"`
@@ -147,6 +156,9 @@ type CMConnect struct {
 // Validate checks the port, the remote, the ACK timeout and the private
 // data's size.
 func (c *CMConnect) Validate() error {
+	if err := checkOneQP(c.QP, c.QPN); err != nil {
+		return err
+	}
 	if err := (&Connect{Remote: c.Remote, Port: c.Port, AckTimeout: c.AckTimeout}).Validate(); err != nil {
 		return err
 	}
@@ -157,6 +169,14 @@ func (c *CMConnect) Validate() error {
 // a cm-listen request: it moves to ERR (flushing), and both sides get
 // DISCONNECTED then TIMEWAIT_EXIT.
 type CMDisconnect struct {
+	QP uint32 `json:"qp"`
+}
+
+// CMEstablish is rdma_establish: the dialer of a connection whose QP it
+// moves itself (CMConnect.QPN) has its QP in RTS; the acceptor gets
+// ESTABLISHED (the RTU). QP is that QP's handle, as CONNECT_RESPONSE names
+// it.
+type CMEstablish struct {
 	QP uint32 `json:"qp"`
 }
 
@@ -182,4 +202,9 @@ type CMEvent struct {
 	PrivateData PrivateData `json:"private_data,omitempty"`
 	Path        *PathInfo   `json:"path,omitempty"`
 	Message     string      `json:"message,omitempty"` // why, for people
+	// CONNECT_REQUEST and CONNECT_RESPONSE: what a QP the workload moves
+	// itself needs (ConnRequest's SQPSN, RQPSN and MTU).
+	SQPSN uint32 `json:"sq_psn,omitempty"`
+	RQPSN uint32 `json:"rq_psn,omitempty"`
+	MTU   uint32 `json:"mtu,omitempty"`
 }

@@ -69,6 +69,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(hdr(Version, FlagResponse, OpHello, 2), "{}"...))
 	f.Add(append(hdr(Version+1, 0, OpHello, 2), "{}"...))
 	f.Add(append(hdr(Version, 0, opMax, 2), "{}"...))
+	f.Add(append(hdr(Version, 0, OpCMConnect, 40), `{"channel":1,"qp":2,"qpn":3,"remote":"x"}`...))
+	f.Add(append(hdr(Version, 0, OpCMEstablish, 8), `{"qp":1}`...))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, req, err := DecodeRequest(msg)
 		if err != nil {

@@ -181,15 +181,27 @@ func (s *session) handleCM(v *device.VM, op abi.Op, req any) (any, []int, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		q, err := v.QPByHandle(r.QP)
+		var q *device.QP
+		if r.QPN != 0 {
+			q, err = cm.ExternalQP(s.a.dev, v, r.QPN)
+		} else if q, err = v.QPByHandle(r.QP); err != nil {
+			err = abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+		}
 		if err != nil {
-			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+			return nil, nil, err
 		}
 		if err := cm.CheckDialer(q); err != nil {
 			return nil, nil, err
 		}
 		s.cmAsync(func() { c.post(s.cmConnect(c, q, r)) })
 		return abi.Empty{}, nil, nil
+	case abi.OpCMEstablish:
+		h := req.(*abi.CMEstablish).QP
+		q, err := v.QPByHandle(h)
+		if err != nil {
+			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", h)
+		}
+		return abi.Empty{}, nil, s.a.cmreg.establish(s.a, q)
 	case abi.OpCMDisconnect:
 		h := req.(*abi.CMDisconnect).QP
 		q, err := v.QPByHandle(h)
@@ -313,7 +325,7 @@ func (s *session) cmListen(v *device.VM, r *abi.CMListen) (any, []int, error) {
 				}
 				if !c.post(abi.CMEvent{Event: abi.CMEventConnectRequest, Cookie: l.cookie, Listener: cid, ID: req.ID,
 					RemoteVM: req.RemoteVM, RemoteAdapter: req.RemoteAdapter, RemoteGID: req.RemoteGID, RemoteQPN: req.RemoteQPN,
-					Adapter: req.Adapter, Port: req.Port, PrivateData: req.PrivateData}) {
+					Adapter: req.Adapter, Port: req.Port, PrivateData: req.PrivateData, SQPSN: req.SQPSN, RQPSN: req.RQPSN, MTU: req.MTU}) {
 					s.cm.Reject(&abi.RejectRequest{Listener: cid, ID: req.ID, Reason: "the listener's event channel is closed"})
 				}
 			}
@@ -333,8 +345,9 @@ func (s *session) acceptChannel(r *abi.AcceptRequest) (*cmChannel, error) {
 
 // cmAccepted is accept-request's sequel for a request of a cm-listen: the
 // acceptor's ESTABLISHED, on ch or else the listen's channel, and the
-// connection's record for disconnects.
-func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, ch *cmChannel, rep abi.ConnectReply) {
+// connection's record for disconnects. With awaitRTU (the dialer moves its
+// QP itself) ESTABLISHED waits for the dialer's RTU (cmRegistry.rtu).
+func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, ch *cmChannel, rep abi.ConnectReply, awaitRTU bool) {
 	if s.cmEv == nil {
 		return
 	}
@@ -348,18 +361,29 @@ func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, ch *cmChannel, 
 	if ch == nil {
 		ch = l.ch
 	}
-	q, err := v.QPByHandle(r.QP)
+	var q *device.QP
+	var err error
+	if r.QPN != 0 {
+		q, err = cm.ExternalQP(s.a.dev, v, r.QPN)
+	} else {
+		q, err = v.QPByHandle(r.QP)
+	}
 	if err != nil {
 		return
 	}
-	cc := &cmConn{s: s, ch: ch, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
+	cc := &cmConn{s: s, ch: ch, q: q, handle: q.Handle(), peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID, external: r.QPN != 0}
 	if p := s.a.dev.QP(rep.RemoteQPN); p == nil || p.GID() != rep.RemoteGID {
 		cc.peerRemote = true // on another host: found by its GID when it is told
 	}
-	s.a.cmreg.add(cc)
 	path := rep.Path
-	ch.post(abi.CMEvent{Event: abi.CMEventEstablished, Cookie: l.cookie, Listener: r.Listener, ID: r.ID, QP: r.QP,
-		RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID, Adapter: q.Adapter().Name(), Path: &path})
+	ev := abi.CMEvent{Event: abi.CMEventEstablished, Cookie: l.cookie, Listener: r.Listener, ID: r.ID, QP: q.Handle(),
+		RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID, Adapter: q.Adapter().Name(), Path: &path}
+	if awaitRTU {
+		s.a.cmreg.addAwaitingRTU(cc, ev)
+		return
+	}
+	s.a.cmreg.add(cc)
+	ch.post(ev)
 }
 
 // errno values of CM event statuses (negative, as rdma_cm's).
@@ -422,14 +446,15 @@ func (a *Agent) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, e
 
 // cmConnect dials for a cm-connect and returns its outcome's event.
 func (s *session) cmConnect(c *cmChannel, q *device.QP, r *abi.CMConnect) abi.CMEvent {
-	conn := &abi.Connect{QP: r.QP, Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS, AckTimeout: r.AckTimeout}
+	conn := &abi.Connect{QP: q.Handle(), Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS, AckTimeout: r.AckTimeout}
 	ad, end, err := s.a.resolveConnect(q, r.Remote)
+	dial := cm.Dial{PrivateData: r.PrivateData, External: r.QPN != 0}
 	var rep abi.ConnectReply
 	if err == nil {
 		if end != nil {
-			rep, err = s.a.up.ConnectWith(s.ctx, q, conn, end, r.PrivateData)
+			rep, err = s.a.up.ConnectWith(s.ctx, q, conn, end, dial)
 		} else {
-			rep, err = s.cm.ConnectWith(q, ad, conn, r.PrivateData)
+			rep, err = s.cm.ConnectWith(q, ad, conn, dial)
 		}
 	}
 	if err != nil {
@@ -438,14 +463,19 @@ func (s *session) cmConnect(c *cmChannel, q *device.QP, r *abi.CMConnect) abi.CM
 		s.log.Info("rdma_cm connect failed", "vm", q.VM().Name(), "remote", r.Remote, "port", r.Port, "event", ev.Event, "status", ev.Status, "err", err)
 		return ev
 	}
-	cc := &cmConn{s: s, ch: c, q: q, handle: r.QP, peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID}
+	cc := &cmConn{s: s, ch: c, q: q, handle: q.Handle(), peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID, external: dial.External, dialer: true}
 	if end != nil {
 		cc.peerHost, cc.peerRemote = end.Host.Host.ID, true
 	}
 	s.a.cmreg.add(cc)
 	path := rep.Path
-	return abi.CMEvent{Event: abi.CMEventEstablished, Cookie: r.Cookie, QP: r.QP, RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID,
+	ev := abi.CMEvent{Event: abi.CMEventEstablished, Cookie: r.Cookie, QP: q.Handle(), RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID,
 		Adapter: q.Adapter().Name(), Port: r.Port, PrivateData: rep.PrivateData, Path: &path}
+	if dial.External {
+		ev.Event, ev.Path = abi.CMEventConnectResponse, nil
+		ev.SQPSN, ev.RQPSN, ev.MTU = rep.SQPSN, rep.RQPSN, rep.MTU
+	}
+	return ev
 }
 
 // cmFailure is the event a failed connect gives, as rdma_cm's: REJECTED
@@ -485,6 +515,15 @@ type cmConn struct {
 	// disconnected: this side got DISCONNECTED (the peer disconnected);
 	// its own disconnect then only moves its QP to ERR.
 	disconnected bool
+	// external: the workload moves q itself (rdma_cm's external QP): the
+	// agent never modifies it, not even on disconnect.
+	external bool
+	// dialer: this side dialed. An external dialer sends the RTU with
+	// cm-establish, once (rtuSent).
+	dialer, rtuSent bool
+	// awaiting: the acceptor's ESTABLISHED, held until the external
+	// dialer's RTU; nil once posted.
+	awaiting *abi.CMEvent
 }
 
 // cmRegistry is the agent's connections made through event channels,
@@ -492,7 +531,24 @@ type cmConn struct {
 type cmRegistry struct {
 	mu    sync.Mutex
 	conns map[uint32]*cmConn // +checklocks:mu
+	// early are RTUs that came before their acceptor's connection was
+	// recorded (the dialer's rdma_establish can overtake the end of the
+	// accept-request that answered it), by the acceptor's QPN.
+	early map[uint32]earlyRTU // +checklocks:mu
 }
+
+// earlyRTU is an RTU from (fromQPN, fromGID) that found no connection.
+type earlyRTU struct {
+	fromQPN uint32
+	fromGID abi.GID
+	at      time.Time
+}
+
+// Bounds of the early RTUs kept: how many, and how long.
+const (
+	maxEarlyRTUs = 1024
+	earlyRTUTTL  = 10 * time.Second
+)
 
 func (r *cmRegistry) add(c *cmConn) {
 	r.mu.Lock()
@@ -501,6 +557,87 @@ func (r *cmRegistry) add(c *cmConn) {
 		r.conns = map[uint32]*cmConn{}
 	}
 	r.conns[c.q.QPN()] = c
+}
+
+// addAwaitingRTU records acceptor c, whose dialer moves its QP itself,
+// with its ESTABLISHED ev held until the dialer's RTU, or posted now if
+// that RTU came first.
+func (r *cmRegistry) addAwaitingRTU(c *cmConn, ev abi.CMEvent) {
+	r.mu.Lock()
+	e, ok := r.early[c.q.QPN()]
+	ok = ok && e.fromQPN == c.peerQPN && e.fromGID == c.peerGID
+	if ok {
+		delete(r.early, c.q.QPN())
+	} else {
+		c.awaiting = &ev
+	}
+	r.mu.Unlock()
+	r.add(c)
+	if ok {
+		c.ch.post(ev)
+	}
+}
+
+// rtu is the RTU of dialer (fromQPN, fromGID) to its acceptor's QP qpn:
+// the acceptor gets its ESTABLISHED. An RTU before the acceptor's record
+// is kept a while (early); one that names no awaiting connection of that
+// dialer is dropped.
+func (r *cmRegistry) rtu(qpn, fromQPN uint32, fromGID abi.GID) {
+	r.mu.Lock()
+	c := r.conns[qpn]
+	if c == nil {
+		if r.early == nil {
+			r.early = map[uint32]earlyRTU{}
+		}
+		now := time.Now()
+		for k, e := range r.early {
+			if now.Sub(e.at) > earlyRTUTTL {
+				delete(r.early, k)
+			}
+		}
+		if len(r.early) < maxEarlyRTUs {
+			r.early[qpn] = earlyRTU{fromQPN: fromQPN, fromGID: fromGID, at: now}
+		}
+		r.mu.Unlock()
+		return
+	}
+	ev := c.awaiting
+	if ev == nil || c.peerQPN != fromQPN || c.peerGID != fromGID {
+		r.mu.Unlock()
+		return
+	}
+	c.awaiting = nil
+	r.mu.Unlock()
+	c.ch.post(*ev)
+}
+
+// establish is cm-establish of q (rdma_establish): q's workload, which
+// moves it itself, has it in RTS; its acceptor gets ESTABLISHED, on this
+// host or through a CM_RTU.
+func (r *cmRegistry) establish(a *Agent, q *device.QP) error {
+	r.mu.Lock()
+	c := r.conns[q.QPN()]
+	if c == nil || c.q != q || !c.external || !c.dialer {
+		r.mu.Unlock()
+		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x has no connection to establish: rdma_establish follows the CONNECT_RESPONSE of a connect whose QP the program moves itself", q.QPN())
+	}
+	if c.rtuSent {
+		r.mu.Unlock()
+		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x: the connection is established already", q.QPN())
+	}
+	c.rtuSent = true
+	r.mu.Unlock()
+	if !c.peerRemote {
+		r.rtu(c.peerQPN, q.QPN(), q.GID())
+		return nil
+	}
+	if a.up == nil {
+		return abi.Errorf(abi.CodeUnavailable, "", "QP 0x%x's peer is on another host and this agent runs no tcp path", q.QPN())
+	}
+	if err := a.up.Establish(c.peerHost, c.peerQPN, q.QPN(), netip.AddrFrom16(q.GID())); err != nil {
+		return abi.Errorf(abi.CodeUnavailable, "", "rdma_establish: tell host %s: %v", c.peerHost, err)
+	}
+	return nil
 }
 
 // cmTimewait is how long after DISCONNECTED a connection's TIMEWAIT_EXIT
@@ -536,7 +673,9 @@ func (r *cmRegistry) disconnect(a *Agent, q *device.QP) error {
 		peer.disconnected = true
 	}
 	r.mu.Unlock()
-	q.Shutdown("disconnected (rdma_disconnect)")
+	if !c.external {
+		q.Shutdown("disconnected (rdma_disconnect)")
+	}
 	if c.disconnected {
 		return nil
 	}

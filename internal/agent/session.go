@@ -337,9 +337,9 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		r, err := s.cm.Accept(v, ar)
+		r, awaitRTU, err := s.cm.Accept(v, ar)
 		if err == nil {
-			s.cmAccepted(v, ar, ch, r)
+			s.cmAccepted(v, ar, ch, r, awaitRTU)
 		}
 		return r, nil, err
 	case abi.OpRejectRequest:
@@ -349,7 +349,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		return r, nil, err
 	case abi.OpAsyncOpen:
 		return s.asyncOpen(v, req.(*abi.AdapterRef)) // events.go
-	case abi.OpCMOpenChannel, abi.OpCMCloseChannel, abi.OpCMListen, abi.OpCMCloseListen, abi.OpCMResolve, abi.OpCMRoute, abi.OpCMConnect, abi.OpCMDisconnect:
+	case abi.OpCMOpenChannel, abi.OpCMCloseChannel, abi.OpCMListen, abi.OpCMCloseListen, abi.OpCMResolve, abi.OpCMRoute, abi.OpCMConnect, abi.OpCMDisconnect, abi.OpCMEstablish:
 		return s.handleCM(v, op, req) // cmevents.go
 	}
 	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)

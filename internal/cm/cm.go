@@ -79,6 +79,18 @@ type RemoteDialer struct {
 	// PrivateData is the REQ's private data (checked: at most
 	// abi.MaxPrivateDataREQ bytes).
 	PrivateData []byte
+	// External: the dialer's workload moves its QP itself; the
+	// acceptor's ESTABLISHED waits for its RTU.
+	External bool
+}
+
+// Dial is what a dialer's REQ carries besides its QP.
+type Dial struct {
+	PrivateData []byte // at most abi.MaxPrivateDataREQ bytes
+	// External: the dialer's workload moves its QP itself (rdma_cm's
+	// external QP, CMConnect.QPN): the agent leaves it alone, and the
+	// reply carries the PSNs and path MTU to move it with.
+	External bool
 }
 
 type connReq struct {
@@ -88,7 +100,14 @@ type connReq struct {
 	priv   []byte        // a local dialer's REQ private data
 	// fromAckTimeout is a local dialer's ACK timeout for RTS.
 	fromAckTimeout uint8
-	reply          chan connResult // buffered 1: whoever answers never blocks
+	// fromExternal: a local dialer's workload moves its QP itself.
+	fromExternal bool
+	// The connection's PSNs, drawn when the request is made: the
+	// dialer's send PSN (the REQ's starting PSN) and the acceptor's, so
+	// that an acceptor that moves its QP itself knows both before it
+	// accepts.
+	dialerPSN, acceptorPSN uint32
+	reply                  chan connResult // buffered 1: whoever answers never blocks
 	// state: reqPending, then reqAnswered (an accept or reject took it) or
 	// reqAbandoned (the dialer gave up). Whoever moves it first decides.
 	state atomic.Uint32
@@ -254,11 +273,13 @@ func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
 			l.mu.Unlock()
 			if d := r.remote; d != nil {
 				return abi.ConnRequest{ID: r.id, RemoteVM: d.VM, RemoteAdapter: d.Adapter, RemoteGID: d.GID,
-					RemoteQPN: d.QPN, Port: l.key.port, PrivateData: d.PrivateData, Adapter: l.key.adapter}, nil
+					RemoteQPN: d.QPN, Port: l.key.port, PrivateData: d.PrivateData, Adapter: l.key.adapter,
+					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, d.MTU)}, nil
 			}
 			from := r.from
 			return abi.ConnRequest{ID: r.id, RemoteVM: from.VM().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
-				RemoteQPN: from.QPN(), Port: l.key.port, PrivateData: r.priv, Adapter: l.key.adapter}, nil
+				RemoteQPN: from.QPN(), Port: l.key.port, PrivateData: r.priv, Adapter: l.key.adapter,
+				SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, from.Adapter().ActiveMTU())}, nil
 		case <-l.quit:
 			return abi.ConnRequest{}, abi.Errorf(abi.CodeState, "listener", "the listener was closed")
 		case <-c.ctx.Done():
@@ -312,46 +333,99 @@ func Refused(reason uint16, priv []byte, format string, args ...any) *abi.Error 
 
 // Accept answers a pending connection request with QP r.QP of v, which it
 // brings to RTS facing the dialer.
-func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, error) {
-	q, err := v.QPByHandle(r.QP)
+//
+// It reports whether the dialer moves its QP itself: the acceptor's
+// ESTABLISHED then waits for the dialer's RTU (rdma_establish).
+func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (rep abi.ConnectReply, awaitRTU bool, err error) {
+	q, err := c.acceptingQP(v, r)
 	if err != nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
-	}
-	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: accept with a QP in RESET or INIT", q.QPN(), st)
+		return abi.ConnectReply{}, false, err
 	}
 	_, req, err := c.takeRequest(r.Listener, r.ID)
 	if err != nil {
-		return abi.ConnectReply{}, err
+		return abi.ConnectReply{}, false, err
 	}
+	ours := end{q: q, external: r.QPN != 0, psn: req.acceptorPSN, ackTimeout: abi.AckTimeoutOr(r.AckTimeout)}
 	if d := req.remote; d != nil {
-		return acceptRemote(q, req, d, r.PrivateData, abi.AckTimeoutOr(r.AckTimeout))
+		rep, err := acceptRemote(ours, req, d, r.PrivateData)
+		return rep, d.External, err
 	}
 	from := req.from
-	if err := connectPair(from, q, req.fromAckTimeout, abi.AckTimeoutOr(r.AckTimeout)); err != nil {
+	theirs := end{q: from, external: req.fromExternal, psn: req.dialerPSN, ackTimeout: req.fromAckTimeout}
+	mtu := PathMTU(from.Adapter(), q.Adapter().ActiveMTU())
+	if err := connectPair(theirs, ours, mtu); err != nil {
 		req.reply <- connResult{err: err}
-		return abi.ConnectReply{}, err
+		return abi.ConnectReply{}, false, err
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), Path: from.Query().Path, PrivateData: r.PrivateData}}
-	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, nil
+	toDialer := abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), Path: from.Query().Path, PrivateData: r.PrivateData}
+	if theirs.external {
+		toDialer.SQPSN, toDialer.RQPSN, toDialer.MTU = theirs.psn, ours.psn, mtu
+	}
+	req.reply <- connResult{reply: toDialer}
+	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, theirs.external, nil
 }
 
-// connectPair brings a and b to RTS facing each other, with the ACK
-// timeouts ta and tb and the defaults rdma_cm uses.
-func connectPair(a, b *device.QP, ta, tb uint8) error {
-	psnA, psnB := randomPSNs()
-	mtu := PathMTU(a.Adapter(), b.Adapter().ActiveMTU())
-	for _, step := range []func() error{
-		func() error { return ToInit(a) },
-		func() error { return ToInit(b) },
-		func() error { return ToRTR(a, b.GID(), b.QPN(), psnB, mtu) },
-		func() error { return ToRTR(b, a.GID(), a.QPN(), psnA, mtu) },
-		func() error { return ToRTS(a, psnA, ta) },
-		func() error { return ToRTS(b, psnB, tb) },
-	} {
+// acceptingQP finds the QP r accepts with: by handle, in RESET or INIT
+// (the agent moves it), or by number, a QP of v its workload moves itself.
+func (c *Client) acceptingQP(v *device.VM, r *abi.AcceptRequest) (*device.QP, error) {
+	if r.QPN != 0 {
+		return ExternalQP(c.m.dev, v, r.QPN)
+	}
+	q, err := v.QPByHandle(r.QP)
+	if err != nil {
+		return nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+	}
+	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
+		return nil, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: accept with a QP in RESET or INIT", q.QPN(), st)
+	}
+	return q, nil
+}
+
+// ExternalQP finds QP qpn of v (of this workload's context), named by
+// number in a connection its workload moves itself.
+func ExternalQP(dev *device.Device, v *device.VM, qpn uint32) (*device.QP, error) {
+	q := dev.QP(qpn)
+	if q == nil || q.VM() != v || q.Destroyed() {
+		return nil, abi.Errorf(abi.CodeNotFound, "qpn", "no QP numbered 0x%x in this workload", qpn)
+	}
+	return q, nil
+}
+
+// end is one side of a connection being set up: its QP, whether its
+// workload moves it itself, the PSN it sends from and its ACK timeout.
+type end struct {
+	q          *device.QP
+	external   bool
+	psn        uint32
+	ackTimeout uint8
+}
+
+// connectPair brings a and b to RTS facing each other, with path MTU mtu
+// and the defaults rdma_cm uses; an external end is left to its workload.
+func connectPair(a, b end, mtu uint32) error {
+	var steps []func() error
+	for _, e := range []end{a, b} {
+		if !e.external {
+			steps = append(steps, func() error { return ToInit(e.q) })
+		}
+	}
+	for _, p := range [][2]end{{a, b}, {b, a}} {
+		if e, peer := p[0], p[1]; !e.external {
+			steps = append(steps, func() error { return ToRTR(e.q, peer.q.GID(), peer.q.QPN(), peer.psn, mtu) })
+		}
+	}
+	for _, e := range []end{a, b} {
+		if !e.external {
+			steps = append(steps, func() error { return ToRTS(e.q, e.psn, e.ackTimeout) })
+		}
+	}
+	for _, step := range steps {
 		if err := step(); err != nil {
-			a.MoveToErr("connection setup failed")
-			b.MoveToErr("connection setup failed")
+			for _, e := range []end{a, b} {
+				if !e.external {
+					e.q.MoveToErr("connection setup failed")
+				}
+			}
 			return err
 		}
 	}
@@ -442,11 +516,11 @@ func Timeout(timeoutMS uint32) time.Duration {
 // Connect dials the listener on port r.Port of ad, an adapter of this
 // host, with q (checked with CheckDialer), and waits for its answer.
 func (c *Client) Connect(q *device.QP, ad *device.Adapter, r *abi.Connect) (abi.ConnectReply, error) {
-	return c.ConnectWith(q, ad, r, nil)
+	return c.ConnectWith(q, ad, r, Dial{})
 }
 
-// ConnectWith is Connect with priv as the REQ's private data.
-func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, priv []byte) (abi.ConnectReply, error) {
+// ConnectWith is Connect with d's private data and external QP.
+func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d Dial) (abi.ConnectReply, error) {
 	m := c.m
 	vmName := ad.VM().Name()
 	m.mu.Lock()
@@ -458,7 +532,8 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, p
 	timeout := Timeout(r.TimeoutMS)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	req := &connReq{from: q, priv: priv, fromAckTimeout: abi.AckTimeoutOr(r.AckTimeout), reply: make(chan connResult, 1)}
+	req := &connReq{from: q, priv: d.PrivateData, fromAckTimeout: abi.AckTimeoutOr(r.AckTimeout), fromExternal: d.External, reply: make(chan connResult, 1)}
+	req.dialerPSN, req.acceptorPSN = randomPSNs()
 	select {
 	case l.reqs <- req:
 	case <-l.quit:

@@ -30,7 +30,9 @@ type Remote struct{ req *connReq }
 
 // NewRemote makes the request of dialer d.
 func NewRemote(d RemoteDialer) *Remote {
-	return &Remote{&connReq{remote: &d, reply: make(chan connResult, 1), canceled: make(chan struct{})}}
+	r := &connReq{remote: &d, reply: make(chan connResult, 1), canceled: make(chan struct{})}
+	r.dialerPSN, r.acceptorPSN = randomPSNs()
+	return &Remote{r}
 }
 
 // Cancel withdraws the request (the dialer gave up: CM_CANCEL) while it is
@@ -113,16 +115,18 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu, PrivateData: res.reply.PrivateData}, nil
 }
 
-// acceptRemote brings q to RTS facing remote dialer d, with ACK timeout
-// ackTimeout, and answers it.
-func acceptRemote(q *device.QP, req *connReq, d *RemoteDialer, priv []byte, ackTimeout uint8) (abi.ConnectReply, error) {
-	dialerPSN, ourPSN := randomPSNs() // the dialer's sq_psn, and ours
+// acceptRemote brings ours to RTS facing remote dialer d (unless its
+// workload moves it itself), and answers d.
+func acceptRemote(ours end, req *connReq, d *RemoteDialer, priv []byte) (abi.ConnectReply, error) {
+	q := ours.q
 	mtu := PathMTU(q.Adapter(), d.MTU)
-	if err := Establish(q, d.GID, d.QPN, dialerPSN, ourPSN, mtu, ackTimeout); err != nil {
-		req.reply <- connResult{err: err}
-		return abi.ConnectReply{}, err
+	if !ours.external {
+		if err := Establish(q, d.GID, d.QPN, req.dialerPSN, ours.psn, mtu, ours.ackTimeout); err != nil {
+			req.reply <- connResult{err: err}
+			return abi.ConnectReply{}, err
+		}
 	}
-	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: priv}, sqPSN: dialerPSN, rqPSN: ourPSN, mtu: mtu}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: priv}, sqPSN: req.dialerPSN, rqPSN: ours.psn, mtu: mtu}
 	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
 }
 

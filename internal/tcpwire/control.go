@@ -61,6 +61,9 @@ type ConnReqMsg struct {
 	FromQPN     uint32     `json:"from_qpn"`
 	TimeoutMS   uint32     `json:"timeout_ms"`
 	MTU         uint32     `json:"mtu,omitempty"` // the dialer's active MTU (0: not said, an older agent)
+	// External: the dialer's workload moves its QP itself (rdma_cm's
+	// external QP); the acceptor's ESTABLISHED waits for its CM_RTU.
+	External bool `json:"external,omitempty"`
 	// PrivateData is the REQ's private data (at most 56 bytes); omitted
 	// when empty.
 	PrivateData []byte `json:"private_data,omitempty"`
@@ -84,23 +87,25 @@ type ConnRespMsg struct {
 	RejectReason uint16 `json:"reject_reason,omitempty"`
 }
 
-// ConnDiscMsg says that QP FromQPN (GID FromGID) of the sending host
-// disconnected its rdma_cm connection to QP QPN of the receiving host.
+// ConnDiscMsg names the two ends of an rdma_cm connection across hosts: QP
+// FromQPN (GID FromGID) of the sending host and QP QPN of the receiving
+// one. In a CM_DISC, FromQPN disconnected; in a CM_RTU, FromQPN's workload,
+// which moves its QP itself, established the connection (rdma_establish).
 type ConnDiscMsg struct {
 	QPN     uint32     `json:"qpn"`
 	FromQPN uint32     `json:"from_qpn"`
 	FromGID netip.Addr `json:"from_gid"`
 }
 
-// Validate checks a CM_DISC.
+// Validate checks a CM_DISC or CM_RTU.
 func (m *ConnDiscMsg) Validate() error {
 	switch {
 	case m.QPN == 0 || m.QPN > 0xffffff:
-		return fmt.Errorf("CM_DISC: qpn 0x%x out of range 1..0xffffff", m.QPN)
+		return fmt.Errorf("qpn 0x%x out of range 1..0xffffff", m.QPN)
 	case m.FromQPN == 0 || m.FromQPN > 0xffffff:
-		return fmt.Errorf("CM_DISC: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
+		return fmt.Errorf("from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
 	case !m.FromGID.Is6():
-		return fmt.Errorf("CM_DISC: from_gid %v is not a 16-byte GID", m.FromGID)
+		return fmt.Errorf("from_gid %v is not a 16-byte GID", m.FromGID)
 	}
 	return nil
 }

@@ -64,12 +64,13 @@ const (
 	CMResp   Type = 49 // answer to a CMReq (same tag): ConnResp
 	CMCancel Type = 50 // the dialer gave up on the CMReq with this tag
 	CMDisc   Type = 51 // one side of an rdma_cm connection disconnected: ConnDisc
+	CMRTU    Type = 52 // a dialer that moves its QP itself established the connection: ConnDisc's shape
 )
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
 	FetchAdd: "FETCH_ADD", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
-	CMDisc: "CM_DISC"}
+	CMDisc: "CM_DISC", CMRTU: "CM_RTU"}
 
 func (t Type) String() string {
 	if s, ok := typeNames[t]; ok {
@@ -85,7 +86,7 @@ func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd }
 
 // IsControl reports whether t carries a JSON payload.
-func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMDisc }
+func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMRTU }
 
 // Status is a response's outcome, as the responder saw it.
 type Status uint8

@@ -41,7 +41,7 @@ var allTypes = []struct {
 	{tcpwire.SendImm, 19, "SEND_IMM"}, {tcpwire.Read, 20, "READ"}, {tcpwire.CmpSwap, 21, "CMP_SWAP"},
 	{tcpwire.FetchAdd, 22, "FETCH_ADD"},
 	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"},
-	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"},
+	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"},
 }
 
 // allStatuses is every response status, with its number and name.
@@ -296,7 +296,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},
 		{"type 23", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 23 }), "unknown frame type 23"},
 		{"type 34", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Type = 34 }), "unknown frame type 34"},
-		{"type 52", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 52 }), "unknown frame type 52"},
+		{"type 53", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 53 }), "unknown frame type 53"},
 		{"type 255", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 255 }), "unknown frame type 255"},
 		{"PSN of 25 bits", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.PSN = 0x1000000 }), "WRITE: PSN 0x1000000 wider than 24 bits"},
 		{"PSN all ones", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.PSN = 0xffffffff }), "PSN 0xffffffff wider than 24 bits"},

@@ -225,8 +225,9 @@ func runC(t *testing.T, lib, socket, vm, name string) (string, string) {
 // runCSource compiles the C test src against the system headers, links it
 // with the drop-ins libs of lib, runs it as a workload of vm with args and
 // returns its output; it fails t on a failed check ("FAIL ...") or exit
-// status.
-func runCSource(t *testing.T, lib, socket, vm, src string, libs []string, args ...string) (string, string) {
+// compileC compiles the C test src with -Wall -Wextra -Werror against
+// libs of the drop-in's build directory lib, and returns the program.
+func compileC(t *testing.T, lib, src string, libs []string) string {
 	t.Helper()
 	name := strings.TrimSuffix(filepath.Base(src), ".c")
 	bin := filepath.Join(t.TempDir(), name)
@@ -238,6 +239,14 @@ func runCSource(t *testing.T, lib, socket, vm, src string, libs []string, args .
 	if out, err := exec.Command("gcc", ccArgs...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s.c: %v\n%s", name, err, out)
 	}
+	return bin
+}
+
+// status.
+func runCSource(t *testing.T, lib, socket, vm, src string, libs []string, args ...string) (string, string) {
+	t.Helper()
+	bin := compileC(t, lib, src, libs)
+	name := filepath.Base(bin)
 	out, stderr, err := run(t, lib, socket, vm, bin, args...)
 	t.Logf("%s", out)
 	if err != nil || strings.Contains(out, "FAIL") {

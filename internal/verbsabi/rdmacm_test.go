@@ -191,18 +191,32 @@ var pingData = regexp.MustCompile(`(?m)^(?:server )?ping data: rdma-ping-(\d+): 
 // TestRDMACMRping runs Debian's unmodified rping, server and client, with
 // verbose output and data validation (-v -V -C 100), connecting by the
 // server adapter's IP address through the drop-in librdmacm.so.1, over
-// memcpy and over tcp: every one of the 100 pings must be printed by both
+// memcpy, tcp and rdma, and with -q (QPs rping makes and moves itself)
+// over memcpy and tcp: every one of the 100 pings must be printed by both
 // sides with rping's rotating pattern, and neither side report an error.
 func TestRDMACMRping(t *testing.T) {
 	lib := BuildRDMACM(t)
 	NeedProgram(t, "/usr/bin/rping", "rdmacm-utils")
-	for _, path := range []string{"memcpy", "tcp", "rdma"} {
-		t.Run(path, func(t *testing.T) {
+	for _, tc := range []struct{ name, path, flag string }{
+		{"memcpy", "memcpy", ""}, {"tcp", "tcp", ""}, {"rdma", "rdma", ""},
+		// -q: QPs rping makes with ibv_create_qp and moves itself
+		// (rdma_init_qp_attr, rdma_establish).
+		{"memcpy-q", "memcpy", "-q"}, {"tcp-q", "tcp", "-q"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tc.path
 			e := startCMEnv(t, path)
 			port := fmt.Sprint(cmPort())
+			args := func(side string) []string {
+				a := []string{side, "-a", cmAddrA, "-p", port, "-v", "-V", "-C", "100"}
+				if tc.flag != "" {
+					a = append(a, tc.flag)
+				}
+				return a
+			}
 			srv, cli := runCMPair(t, lib,
-				cmSide{e.sockA, "vmA", "/usr/bin/rping", []string{"-s", "-a", cmAddrA, "-p", port, "-v", "-V", "-C", "100"}},
-				cmSide{e.sockB, "vmB", "/usr/bin/rping", []string{"-c", "-a", cmAddrA, "-p", port, "-v", "-V", "-C", "100"}})
+				cmSide{e.sockA, "vmA", "/usr/bin/rping", args("-s")},
+				cmSide{e.sockB, "vmB", "/usr/bin/rping", args("-c")})
 			t.Logf("server:\n%s\nclient:\n%s", tail(srv.String(), 5), tail(cli.String(), 5))
 			for side, out := range map[string]cmOutput{"server": srv, "client": cli} {
 				// rping's server ends every run waiting for a ping that
@@ -359,6 +373,43 @@ func TestRDMACMEvents(t *testing.T) {
 		[]string{"librdmacm.so.1", "libibverbs.so.1"}, cmAddrA, fmt.Sprint(cmPort()))
 	if n := strings.Count(out, "ok "); n < 40 {
 		t.Errorf("only %d checks ran", n)
+	}
+}
+
+// TestRDMACMExternalQP runs guest/rdmacm/tests/ext_qp.c, server and client:
+// QPs the programs make with ibv_create_qp and move themselves, named by
+// number in conn_param (UCX's rdmacm transport, rdma-core's
+// test_rdmacm_async_traffic_external_qp). The dialer gets CONNECT_RESPONSE
+// with its QP still in RESET, both move their QPs with rdma_init_qp_attr,
+// rdma_establish gives the acceptor ESTABLISHED, messages go both ways
+// intact, and a disconnect leaves the programs' QPs alone; over memcpy,
+// tcp and rdma, and with an acceptor whose QP rdma_create_qp made (the
+// agent moves that one: "mixed").
+func TestRDMACMExternalQP(t *testing.T) {
+	lib := BuildRDMACM(t)
+	bin := compileC(t, lib, filepath.Join(SourceDir(), "..", "rdmacm", "tests", "ext_qp.c"), []string{"librdmacm.so.1", "libibverbs.so.1"})
+	for _, tc := range []struct{ name, path, mode string }{
+		{"memcpy", "memcpy", ""}, {"tcp", "tcp", ""}, {"rdma", "rdma", ""},
+		{"memcpy-mixed", "memcpy", "managed"}, {"tcp-mixed", "tcp", "managed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startCMEnv(t, tc.path)
+			port := fmt.Sprint(cmPort())
+			srvArgs := []string{"server", cmAddrA, port}
+			if tc.mode != "" {
+				srvArgs = append(srvArgs, tc.mode)
+			}
+			so, co := runCMPair(t, lib, cmSide{e.sockA, "vmA", bin, srvArgs}, cmSide{e.sockB, "vmB", bin, []string{"client", cmAddrA, port}})
+			for _, o := range []cmOutput{so, co} {
+				if strings.Contains(o.stdout, "FAIL") {
+					t.Errorf("%s", o)
+				}
+			}
+			if !strings.Contains(co.stdout, "ok client exchanged every message") || !strings.Contains(so.stdout, "ok server exchanged every message") {
+				t.Errorf("the messages did not all go through:\nserver:\n%s\nclient:\n%s", so, co)
+			}
+			e.carried(t, 20*64)
+		})
 	}
 }
 

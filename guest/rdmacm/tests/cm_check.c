@@ -270,6 +270,75 @@ int main(int argc, char **argv)
 	rdma_destroy_qp(cli);
 	rdma_destroy_id(cli);
 
+	/* QPs the program makes and moves itself (conn_param->qp_num): the
+	 * dialer gets CONNECT_RESPONSE, the acceptor's ESTABLISHED waits for
+	 * rdma_establish, and rdma_init_qp_attr gives each side the other's
+	 * QP number and matching PSNs. */
+	{
+		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+					       .qp_type = IBV_QPT_RC };
+		struct ibv_qp_attr ra, sa, pra, psa;
+		struct ibv_qp *dq = NULL, *aq = NULL;
+		struct ibv_cq *cq = NULL;
+		int m;
+
+		cli = dialer(ip, port);
+		if (cli) {
+			rdma_destroy_qp(cli); /* the dialer's own QP instead */
+			cq = ibv_create_cq(cli->verbs, 8, NULL, NULL, 0);
+			qa.send_cq = qa.recv_cq = cq;
+			dq = cq ? ibv_create_qp(cli->pd ? cli->pd : ibv_alloc_pd(cli->verbs), &qa) : NULL;
+		}
+		memset(&cp, 0, sizeof(cp));
+		cp.qp_num = dq ? dq->qp_num : 0;
+		CHECK("ext-connect", dq && rdma_connect(cli, &cp) == 0, "errno %d", errno);
+		ev = dq ? expect(RDMA_CM_EVENT_CONNECT_REQUEST, NULL) : NULL;
+		req = ev ? ev->id : NULL;
+		CHECK("ext-request-qpn", ev && ev->param.conn.qp_num == cp.qp_num, "qp_num %u, want %u", ev ? ev->param.conn.qp_num : 0,
+		      cp.qp_num);
+		if (ev)
+			rdma_ack_cm_event(ev);
+		aq = req ? ibv_create_qp(dq->pd, &qa) : NULL;
+		pra.qp_state = IBV_QPS_RTR;
+		psa.qp_state = IBV_QPS_RTS;
+		CHECK("ext-acceptor-attrs", aq && rdma_init_qp_attr(req, &pra, &m) == 0 && rdma_init_qp_attr(req, &psa, &m) == 0 &&
+						    pra.dest_qp_num == dq->qp_num,
+		      "errno %d", errno);
+		memset(&cp, 0, sizeof(cp));
+		cp.qp_num = aq ? aq->qp_num : 0;
+		CHECK("ext-accept", aq && rdma_accept(req, &cp) == 0, "errno %d", errno);
+		ev = aq ? expect(RDMA_CM_EVENT_CONNECT_RESPONSE, cli) : NULL;
+		CHECK("ext-connect-response", ev && ev->param.conn.qp_num == cp.qp_num, "event %p", (void *)ev);
+		if (ev)
+			rdma_ack_cm_event(ev);
+		ra.qp_state = IBV_QPS_RTR;
+		sa.qp_state = IBV_QPS_RTS;
+		CHECK("ext-dialer-attrs",
+		      ev && rdma_init_qp_attr(cli, &ra, &m) == 0 && rdma_init_qp_attr(cli, &sa, &m) == 0 && ra.dest_qp_num == aq->qp_num &&
+			      ra.rq_psn == psa.sq_psn && pra.rq_psn == sa.sq_psn && ra.path_mtu == pra.path_mtu,
+		      "dest %u (want %u), dialer rq %u / acceptor sq %u, acceptor rq %u / dialer sq %u, mtu %d / %d",
+		      ra.dest_qp_num, aq ? aq->qp_num : 0, ra.rq_psn, psa.sq_psn, pra.rq_psn, sa.sq_psn, ra.path_mtu, pra.path_mtu);
+		ev = next(300);
+		CHECK("ext-no-established-before-establish", ev == NULL, "%s", ev ? rdma_event_str(ev->event) : "");
+		if (ev)
+			rdma_ack_cm_event(ev);
+		CHECK("ext-establish", rdma_establish(cli) == 0, "errno %d", errno);
+		ev = expect(RDMA_CM_EVENT_ESTABLISHED, req);
+		CHECK("ext-established-acceptor", ev != NULL, "no ESTABLISHED after rdma_establish");
+		if (ev)
+			rdma_ack_cm_event(ev);
+		if (dq)
+			ibv_destroy_qp(dq);
+		if (aq)
+			ibv_destroy_qp(aq);
+		if (req)
+			rdma_destroy_id(req);
+		if (cli)
+			rdma_destroy_id(cli);
+		if (cq)
+			ibv_destroy_cq(cq);
+	}
+
 	/* A port nobody listens on: REJECTED, reason 8. */
 	cli = dialer(ip, port + 1);
 	CHECK("connect-no-listener", cli && rdma_connect(cli, NULL) == 0, "errno %d", errno);

@@ -41,7 +41,7 @@ func (c *tconn) startCM(h *tcpwire.Header) error {
 			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
 	}
 	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU,
-		PrivateData: m.PrivateData})
+		PrivateData: m.PrivateData, External: m.External})
 	c.cmMu.Lock()
 	c.cms[tag] = r
 	c.cmMu.Unlock()
@@ -112,12 +112,14 @@ func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg
 // Connect dials the listener of end, on another host, for q, and brings q
 // to RTS facing the QP that accepts. ctx is the dialing session's.
 func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
-	return u.ConnectWith(ctx, q, c, end, nil)
+	return u.ConnectWith(ctx, q, c, end, cm.Dial{})
 }
 
-// ConnectWith is Connect with priv as the REQ's private data; the reply
-// carries the REP's, and a refusal the REJ's (abi.Error.Reject).
-func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End, priv []byte) (abi.ConnectReply, error) {
+// ConnectWith is Connect with d's private data and external QP; the reply
+// carries the REP's private data, and a refusal the REJ's
+// (abi.Error.Reject). An external QP is left alone: the reply carries the
+// PSNs and path MTU its workload moves it with.
+func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End, d cm.Dial) (abi.ConnectReply, error) {
 	timeout := cm.Timeout(c.TimeoutMS)
 	l := u.linkTo(end.Host.Host.ID)
 	tc, err := l.conn(min(timeout, 5*time.Second))
@@ -126,7 +128,7 @@ func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, 
 	}
 	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.VM().Name(), FromAdapter: q.Adapter().Name(),
 		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
-		PrivateData: priv}
+		PrivateData: d.PrivateData, External: d.External}
 	k := newCall()
 	if !tc.register(k) {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", end.Endpoint.Name(), end.Host.Host.Label())
@@ -170,25 +172,34 @@ func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, 
 		return abi.ConnectReply{}, e
 	}
 	gid := abi.GID(r.GID.As16())
-	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, cm.PathMTU(q.Adapter(), r.MTU), abi.AckTimeoutOr(c.AckTimeout)); err != nil {
+	mtu := cm.PathMTU(q.Adapter(), r.MTU)
+	if d.External {
+		return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, PrivateData: r.PrivateData, SQPSN: r.SQPSN, RQPSN: r.RQPSN, MTU: mtu}, nil
+	}
+	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, mtu, abi.AckTimeoutOr(c.AckTimeout)); err != nil {
 		return abi.ConnectReply{}, err
 	}
 	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path, PrivateData: r.PrivateData}, nil
 }
 
-// discCM reads a CM_DISC and, once the control plane places its sender
-// on the host this connection authenticated, hands it to OnDisconnect.
-func (c *tconn) discCM(h *tcpwire.Header) error {
+// noteCM reads a CM_DISC or CM_RTU and, once the control plane places its
+// sender on the host this connection authenticated, hands it to
+// OnDisconnect or OnEstablish.
+func (c *tconn) noteCM(h *tcpwire.Header) error {
 	var m tcpwire.ConnDiscMsg
 	if err := c.readControl(h, &m); err != nil {
 		return err
 	}
 	u := c.l.u
 	if err := m.Validate(); err != nil {
-		u.log.Warn("tcp path: bad CM_DISC ignored", "peer", c.l.peerID, "err", err)
+		u.log.Warn("tcp path: bad "+h.Type.String()+" ignored", "peer", c.l.peerID, "err", err)
 		return nil
 	}
-	if u.cfg.OnDisconnect == nil {
+	handle := u.cfg.OnDisconnect
+	if h.Type == tcpwire.CMRTU {
+		handle = u.cfg.OnEstablish
+	}
+	if handle == nil {
 		return nil
 	}
 	u.wg.Add(1)
@@ -198,11 +209,11 @@ func (c *tconn) discCM(h *tcpwire.Header) error {
 		ep, err := u.cfg.Cache.Resolve(ctx, m.FromGID.String())
 		cancel()
 		if err != nil || ep.Host != c.l.peerID {
-			u.log.Warn("tcp path: CM_DISC from an adapter the control plane does not place on the sending host; ignored",
+			u.log.Warn("tcp path: "+h.Type.String()+" from an adapter the control plane does not place on the sending host; ignored",
 				"peer", c.l.peerID, "from_gid", m.FromGID, "err", err)
 			return
 		}
-		u.cfg.OnDisconnect(m.QPN, m.FromQPN, abi.GID(m.FromGID.As16()))
+		handle(m.QPN, m.FromQPN, abi.GID(m.FromGID.As16()))
 	}()
 	return nil
 }
@@ -215,4 +226,15 @@ func (u *Uplink) Disconnect(host string, qpn, fromQPN uint32, fromGID netip.Addr
 		return err
 	}
 	return tc.writeControl(tcpwire.CMDisc, 0, tcpwire.ConnDiscMsg{QPN: qpn, FromQPN: fromQPN, FromGID: fromGID})
+}
+
+// Establish tells host that this host's QP fromQPN (GID fromGID), whose
+// workload moves it itself, established its rdma_cm connection to that
+// host's QP qpn (a CM_RTU, rdma_establish).
+func (u *Uplink) Establish(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
+	tc, err := u.linkTo(host).conn(5 * time.Second)
+	if err != nil {
+		return err
+	}
+	return tc.writeControl(tcpwire.CMRTU, 0, tcpwire.ConnDiscMsg{QPN: qpn, FromQPN: fromQPN, FromGID: fromGID})
 }

@@ -121,8 +121,8 @@ func (c *tconn) serveRequests() {
 				err = c.startCM(&h)
 			case h.Type == tcpwire.CMCancel:
 				err = c.cancelCM(&h)
-			case h.Type == tcpwire.CMDisc:
-				err = c.discCM(&h)
+			case h.Type == tcpwire.CMDisc, h.Type == tcpwire.CMRTU:
+				err = c.noteCM(&h)
 			default:
 				err = fmt.Errorf("%s frame on a connection that carries requests", h.Type)
 			}

@@ -104,6 +104,10 @@ type Config struct {
 	// fromQPN (GID fromGID), an adapter of that host, disconnected the
 	// rdma_cm connection of this host's QP qpn.
 	OnDisconnect func(qpn, fromQPN uint32, fromGID abi.GID)
+	// OnEstablish, if set, is told of a CM_RTU from a peer host: its QP
+	// fromQPN (GID fromGID), which its workload moves itself, established
+	// the rdma_cm connection to this host's QP qpn.
+	OnEstablish func(qpn, fromQPN uint32, fromGID abi.GID)
 }
 
 // Uplink is the agent's tcp path: its links to the other hosts.
