@@ -159,6 +159,13 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 	if q.hasWork(tailW.Load()) {
 		return true
 	}
+	poll := DoorbellPoll
+	if q.cur != nil {
+		poll = q.cur.PollBudget()
+	}
+	if poll <= 0 {
+		return false // the path does not poll: sleep until rung
+	}
 	if !TrySpin() {
 		return false // enough goroutines poll already: sleep
 	}
@@ -166,10 +173,6 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 	// Yield between looks: on a small machine the thread that must run
 	// next (a workload, or another QP's goroutine waking) may need this
 	// core.
-	poll := DoorbellPoll
-	if q.cur != nil {
-		poll = q.cur.PollBudget()
-	}
 	start := time.Now()
 	defer func() { q.ctr.PollNanos.Add(uint64(time.Since(start))) }()
 	deadline := start.Add(poll)

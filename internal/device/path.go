@@ -47,7 +47,7 @@ type Path interface {
 	// (ERR), before the device flushes the rest of the send queue.
 	Flush()
 	// PollBudget is how long the send-queue goroutine polls for new work
-	// in doorbell mode before it sleeps: longer where round trips are.
+	// in doorbell mode before it sleeps; 0: it sleeps at once.
 	PollBudget() time.Duration
 }
 

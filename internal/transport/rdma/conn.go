@@ -231,7 +231,8 @@ func (w *sendOp) send(fd uintptr) bool {
 // after one came, before it sleeps in the network poller: a packet that
 // follows within it (the response to a request, the next of a stream)
 // costs no sleep and wake-up of a thread, most of a round trip's cost on
-// a small or virtual machine — the tcp path's headerPoll.
+// a small or virtual machine. (The tcp path no longer polls: see its
+// requester's note on programs that busy-wait without yielding.)
 const readPoll = 200 * time.Microsecond
 
 // ReadFrom reads one datagram, or a batch the kernel coalesced, whose
@@ -251,7 +252,7 @@ func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 				u.polled = time.Now()
 				return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
 			}
-			device.YieldCPU() // at every turn, as the tcp path's pollHeader
+			device.YieldCPU() // at every turn
 			if time.Now().After(deadline) {
 				break
 			}

@@ -76,13 +76,16 @@ type txState struct {
 	iov    net.Buffers // the frames of one batch, for one writev
 }
 
-// doorbellPollTCP is the tcp path's poll budget (path.pollBudget), longer
-// than memcpy's: its round trips are longer, and a sleep and wake-up of a
-// thread is most of the cost of one on a small or virtual machine
-// (measured: 8-byte write latency 111–131 µs typical with 20 µs, 67–105 µs
-// with 200 µs).
-const doorbellPollTCP = 200 * time.Microsecond
-
+// The tcp path does not poll in doorbell mode (PollBudget 0): its QP
+// goroutine sleeps until rung, and its requester until a response comes.
+// Polling with a yield of the CPU at each turn helped programs that yield
+// too (vrdmactl perf) and cost programs that busy-wait without yielding
+// (perftest's ib_write_lat spins on its buffer): a poller that yields
+// gives its CPU to such a spinner until the next tick. Measured on two
+// vCPUs, quickstart --keep's tcp pair, three alternating rounds: 8-byte
+// write latency, typical, perftest 134 µs with 200 µs of polling and 60 µs
+// without, vrdmactl perf 59 and 54 µs; bandwidth the same within the noise
+// (docs/BENCHMARKS.md).
 // txBatchBytes bounds the payload of one batch of frames: a connection's
 // write lock is not held for too long.
 const txBatchBytes = 1 << 20
@@ -142,7 +145,7 @@ func (t *tcpPath) Pump()                     { t.tcpPump() }
 func (t *tcpPath) Busy() bool                { return t.tx.n > 0 }
 func (t *tcpPath) Drop()                     { t.txDrop() }
 func (t *tcpPath) Flush()                    { t.txFlush() }
-func (t *tcpPath) PollBudget() time.Duration { return doorbellPollTCP }
+func (t *tcpPath) PollBudget() time.Duration { return 0 }
 func (t *tcpPath) Status(st *mgmt.QPStatus)  { st.InFlight = int(t.inflight.Load()) }
 
 func (t *txState) at(i int) *txEntry { return &t.ents[(t.head+i)%txWindow] }
@@ -478,33 +481,7 @@ func (t *tcpPath) txWait() {
 		return
 	}
 	wait := rc.LocalACKTimeout(q.RCAttrs().Timeout)
-	// Poll first: a response or a new post within doorbellPollTCP then
-	// costs no sleep and wake-up of this goroutine's thread.
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
-	// Only while a polling slot is free (device.TrySpin): otherwise one
-	// look, then sleep.
-	spin := device.TrySpin()
-	deadline := nanotime() + int64(doorbellPollTCP)
-	for {
-		if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
-			break
-		}
-		select {
-		case <-q.WakeCh():
-			if spin {
-				device.EndSpin()
-			}
-			return
-		default:
-		}
-		if !spin || nanotime() > deadline {
-			break
-		}
-		device.YieldCPU() // at every turn, as pollHeader
-	}
-	if spin {
-		device.EndSpin()
-	}
 	if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 		return
 	}

@@ -412,9 +412,7 @@ type tconn struct {
 	cmCount atomic.Int32          // CM requests being served
 
 	// The reader's side, owned by whichever goroutine reads.
-	rc          syscall.RawConn  // nc's descriptor, for pollHeader
-	pollFn      func(fd uintptr) // c.pollOnce, bound once
-	pn          int              // pollOnce's result
+	rc          syscall.RawConn // nc's descriptor, for TCP_INFO
 	rbuf        [rbufSize]byte
 	rr, rw      int          // rbuf[rr:rw] is read but not consumed
 	rdeadline   int64        // monotonic ns of the read deadline set, 0 for none
@@ -439,7 +437,6 @@ func newTconn(l *link, nc net.Conn, outgoing bool, ver uint8) *tconn {
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
-	c.pollFn = c.pollOnce
 	return c
 }
 
@@ -633,58 +630,6 @@ func (c *tconn) readFull(b []byte) error {
 	return nil
 }
 
-// headerPoll is how long a responder polls its socket for the next request
-// before it sleeps in the network poller. A request that follows within it
-// costs no sleep and wake-up of a thread, which on a small or virtual
-// machine is most of a round trip's cost.
-const headerPoll = 200 * time.Microsecond
-
-// pollHeader polls the socket for the start of the next frame, without
-// blocking, for up to headerPoll; it returns the bytes read into rbuf (0:
-// nothing came, or an error the regular read will report).
-func (c *tconn) pollHeader() int {
-	if c.rc == nil {
-		return 0
-	}
-	deadline := nanotime() + int64(headerPoll)
-	for {
-		c.pn = 0
-		if c.rc.Control(c.pollFn) != nil {
-			return 0
-		}
-		if c.pn != 0 {
-			return max(c.pn, 0)
-		}
-		// Yield at every turn: the threads this one waits for (a
-		// workload, the other agent) share the CPUs with it. Measured
-		// against every 8th turn: 8-byte latency 26 % lower, bandwidth
-		// the same (docs/BENCHMARKS.md).
-		device.YieldCPU()
-		if nanotime() > deadline {
-			return 0
-		}
-	}
-}
-
-// pollOnce is pollHeader's non-blocking read: c.pn is the bytes read, 0
-// for none yet, -1 for EOF or an error.
-func (c *tconn) pollOnce(fd uintptr) {
-	for {
-		n, err := unix.Read(int(fd), c.rbuf[c.rw:])
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err == unix.EAGAIN:
-			c.pn = 0
-		case err != nil || n == 0:
-			c.pn = -1
-		default:
-			c.pn = n
-		}
-		return
-	}
-}
-
 // buffered reports whether a whole frame header is in the read buffer.
 func (c *tconn) buffered() bool { return c.rw-c.rr >= tcpwire.HeaderLen }
 
@@ -704,14 +649,10 @@ func (c *tconn) fill(need int, header bool) error {
 		if !header || c.rw > 0 {
 			c.armRead(need - c.rw)
 		}
-		var n int
-		var err error
-		if header && c.rw == 0 && !c.outgoing && !c.handshaking {
-			n = c.pollHeader()
-		}
-		if n == 0 {
-			n, err = c.nc.Read(c.rbuf[c.rw:])
-		}
+		// No polling before the read sleeps: programs that busy-wait
+		// without yielding (perftest) hold a CPU until the next tick
+		// once a poller yields it to them (docs/BENCHMARKS.md, issue 11).
+		n, err := c.nc.Read(c.rbuf[c.rw:])
 		if n > 0 {
 			c.rw += n
 			c.lastRead.Store(nanotime())
