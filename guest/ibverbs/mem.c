@@ -18,6 +18,13 @@
  * anonymous memory is mapped over them and the contents copied in from
  * the guest memory, again in one block (a stack buffer's frame survives),
  * and the guest memory is free for the next registration.
+ *
+ * A registration across two or more runs needs them to be one: runs that
+ * are neighbours both in the program's addresses and in guest memory are
+ * merged (merge_runs). So that neighbours are, a range right after or
+ * before a run takes the guest memory right after or before the run's
+ * when it is free (a run of its own still: its pages go back when its
+ * last region goes).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,6 +45,7 @@ struct run {
 	size_t len;    /* bytes, whole pages */
 	uint64_t goff; /* guest offset of va */
 	int refs;      /* registered regions inside it */
+	int into;      /* merged into run into-1 (its regions count there); 0: not */
 };
 
 struct extent {
@@ -97,14 +105,20 @@ static int extent_insert(int i, uint64_t off, uint64_t len)
 	return 0;
 }
 
+/* free_list_init makes the free list the whole guest memory, once. */
+static int free_list_init(struct vrdma_vm *vm)
+{
+	if (free_init)
+		return 0;
+	free_init = 1;
+	return extent_insert(0, 0, vm->mem_size & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1));
+}
+
 /* guest_alloc takes len bytes (whole pages) of guest memory, first fit. */
 static int guest_alloc(struct vrdma_vm *vm, uint64_t len, uint64_t *off)
 {
-	if (!free_init) {
-		free_init = 1;
-		if (extent_insert(0, 0, vm->mem_size & ~(uint64_t)(sysconf(_SC_PAGESIZE) - 1)))
-			return -1;
-	}
+	if (free_list_init(vm))
+		return -1;
 	for (int i = 0; i < nfree; i++) {
 		if (freel[i].len >= len) {
 			*off = freel[i].off;
@@ -432,6 +446,77 @@ static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff
 #endif
 }
 
+/* live returns the run a region's run index i counts in now (following
+ * merges). +checklocks:mem_mu */
+static int live(int i)
+{
+	while (i >= 0 && i < nruns && runs[i].into)
+		i = runs[i].into - 1;
+	return i;
+}
+
+/* merge_runs makes the runs that [s, e) overlaps one run when there are
+ * several and they are neighbours both in the program's addresses and in
+ * guest memory, each still mapped from it: the first (lowest) takes the
+ * others' pages and regions. Otherwise it changes nothing (the caller
+ * then refuses the registration, saying why). +checklocks:mem_mu */
+static void merge_runs(struct vrdma_vm *vm, uintptr_t s, uintptr_t e)
+{
+	int idx[64], n = 0;
+	char why[256];
+
+	for (int i = 0; i < nruns && n < 64; i++)
+		if (runs[i].len && s < runs[i].va + runs[i].len && e > runs[i].va)
+			idx[n++] = i;
+	if (n < 2 || n == 64)
+		return;
+	for (int a = 1; a < n; a++) /* by address */
+		for (int b = a; b > 0 && runs[idx[b]].va < runs[idx[b - 1]].va; b--) {
+			int t = idx[b];
+
+			idx[b] = idx[b - 1];
+			idx[b - 1] = t;
+		}
+	for (int k = 0; k < n; k++) {
+		struct run *r = &runs[idx[k]];
+
+		if (k > 0 && (r->va != runs[idx[k - 1]].va + runs[idx[k - 1]].len ||
+			      r->goff != runs[idx[k - 1]].goff + runs[idx[k - 1]].len))
+			return;
+		if (check_range(vm, r->va, r->va + r->len, 1, r->goff, why, sizeof(why)))
+			return;
+	}
+	for (int k = 1; k < n; k++) {
+		struct run *first = &runs[idx[0]], *r = &runs[idx[k]];
+
+		first->len += r->len;
+		first->refs += r->refs;
+		r->len = 0;
+		r->refs = 0;
+		r->into = idx[0] + 1;
+	}
+}
+
+/* neighbour_goff finds guest memory for new pages [s, e) right after or
+ * right before a run that ends at s or starts at e, and takes it; 0 or -1
+ * for none free. +checklocks:mem_mu */
+static int neighbour_goff(uintptr_t s, uintptr_t e, uint64_t *goff)
+{
+	for (int i = 0; i < nruns; i++) {
+		struct run *r = &runs[i];
+
+		if (r->len && r->va + r->len == s && guest_take_at(r->goff + r->len, e - s) == 0) {
+			*goff = r->goff + r->len;
+			return 0;
+		}
+		if (r->len && r->va == e && r->goff >= e - s && guest_take_at(r->goff - (e - s), e - s) == 0) {
+			*goff = r->goff - (e - s);
+			return 0;
+		}
+	}
+	return -1;
+}
+
 /* grow_run extends run i, which [s, e) overlaps in part, to cover it: the
  * pages before and after it are adopted onto the guest memory right
  * before and after the run's, which must be free (the run stays one
@@ -502,6 +587,7 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 	s = a & ~(page - 1);
 	e = (a + length + page - 1) & ~(page - 1);
 	pthread_mutex_lock(&mem_mu);
+	merge_runs(vm, s, e);
 	for (i = 0; i < nruns; i++) {
 		struct run *rn = &runs[i];
 
@@ -548,7 +634,7 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 		pthread_mutex_unlock(&mem_mu);
 		return rc;
 	}
-	if (guest_alloc(vm, e - s, &goff)) {
+	if (free_list_init(vm) || (neighbour_goff(s, e, &goff) && guest_alloc(vm, e - s, &goff))) {
 		vrdma_warn("ibv_reg_mr(%p, %zu): VM %s's guest memory (memSize, %llu bytes) has no %lu bytes free for "
 			   "it: raise memSize",
 			   addr, length, vm->name, (unsigned long long)vm->mem_size, (unsigned long)(e - s));
@@ -589,6 +675,7 @@ void vrdma_unadopt(struct vrdma_vm *vm, void *handle)
 	char why[1024];
 
 	pthread_mutex_lock(&mem_mu);
+	i = live(i);
 	if (i < 0 || i >= nruns || runs[i].refs == 0) {
 		pthread_mutex_unlock(&mem_mu);
 		return;

@@ -617,11 +617,36 @@ int main(void)
 		CHECK("inner-bounds", write_to(bufa + 140, m->rkey, bufb, mb->lkey, 20) == IBV_WC_REM_ACCESS_ERR, " ");
 		ibv_dereg_mr(m);
 	}
-	/* A range over the end of bufa's pages: the guest memory after them is
-	 * bufb's, so the run cannot grow in place. */
-	errno = 0;
-	CHECK("reg-partial-overlap", !ibv_reg_mr(pd, bufa + 8000, 3 * 4096, ACC) && errno == EINVAL, "errno %d",
-	      errno);
+	/* Neighbouring registrations, then one across both (ucmatose's heap
+	 * buffers): the two runs become one; contents are kept throughout.
+	 * And a range over an adopted page and a shared one: refused. */
+	{
+		char *n3 = mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		struct ibv_mr *m0 = NULL, *m12 = NULL, *across = NULL;
+
+		if (n3 != MAP_FAILED) {
+			memset(n3, 'n', 3 * 4096);
+			m0 = ibv_reg_mr(pd, n3, 4096, ACC);
+			m12 = ibv_reg_mr(pd, n3 + 4096, 2 * 4096, ACC);
+			across = ibv_reg_mr(pd, n3 + 100, 3 * 4096 - 200, ACC);
+		}
+		CHECK("reg-across-neighbours", m0 && m12 && across && n3[0] == 'n' && n3[3 * 4096 - 1] == 'n', "errno %d", errno);
+		CHECK("dereg-across-neighbours",
+		      (!across || ibv_dereg_mr(across) == 0) && (!m0 || ibv_dereg_mr(m0) == 0) && (!m12 || ibv_dereg_mr(m12) == 0) &&
+			      n3 != MAP_FAILED && n3[4096] == 'n' && n3[3 * 4096 - 1] == 'n',
+		      " ");
+		if (n3 != MAP_FAILED) {
+			/* Page 1 shared: page 0's run cannot grow over it. */
+			mmap(n3 + 4096, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			m0 = ibv_reg_mr(pd, n3, 4096, ACC);
+			errno = 0;
+			CHECK("reg-partial-overlap", m0 && !ibv_reg_mr(pd, n3 + 2000, 4096, ACC) && errno == EINVAL, "errno %d",
+			      errno);
+			if (m0)
+				ibv_dereg_mr(m0);
+			munmap(n3, 3 * 4096);
+		}
+	}
 	{
 		char path[] = "/tmp/verbs_check.XXXXXX";
 		int fd = mkstemp(path);
