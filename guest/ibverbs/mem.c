@@ -531,7 +531,7 @@ static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, char *
 
 	for (int j = 0; j < nruns; j++) {
 		if (j != i && runs[j].len && s < runs[j].va + runs[j].len && e > runs[j].va) {
-			snprintf(why, whylen, "it also overlaps [0x%lx, 0x%lx): vrdma joins a range to one earlier run only",
+			snprintf(why, whylen, "it also overlaps [0x%lx, 0x%lx): runs that are not neighbours in guest memory too cannot be joined",
 				 (unsigned long)runs[j].va, (unsigned long)(runs[j].va + runs[j].len));
 			return EINVAL;
 		}
