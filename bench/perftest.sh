@@ -44,21 +44,30 @@ grep -q '^ready$' /tmp/pt/qs.log || { echo "quickstart --keep did not get ready:
 tcp_srv=$(grep -A1 '^# tcp' /tmp/pt/qs.log | sed -n 2p | awk '{print $3}')
 tcp_cli=$(grep -A2 '^# tcp' /tmp/pt/qs.log | sed -n 3p | awk '{print $3}')
 
-# pt PATH TEST ARGS...: perftest's result line of the client.
+# pt PATH TEST ARGS...: perftest's result line of the client. A client that
+# came before the server listened (it exits at once) is run again; each side
+# gets at most two minutes, so that one that waits for a peer that failed
+# does not hold the run.
 pt() {
   local path=$1 t=$2; shift 2
   if [ "$path" = memcpy ]; then
-    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmA $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
+    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmA timeout 120 $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
   else
-    ./vrdmactl --socket "$tcp_srv" exec --vm vm3 -- $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
+    timeout 120 ./vrdmactl --socket "$tcp_srv" exec --vm vm3 -- $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
   fi
-  local s=$!
-  sleep 0.5
-  if [ "$path" = memcpy ]; then
-    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmB $t -d vrdma0 -x 0 "$@" localhost 2>&1
-  else
-    ./vrdmactl --socket "$tcp_cli" exec --vm vm1 -- $t -d vrdma0 -x 0 "$@" localhost 2>&1
-  fi | grep -E "^\s*[0-9]+\s+[0-9]+" | tail -1
+  local s=$! line=""
+  for _ in $(seq 20); do
+    sleep 0.5
+    if [ "$path" = memcpy ]; then
+      VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmB timeout 120 $t -d vrdma0 -x 0 "$@" localhost >/tmp/pt/cli.out 2>&1
+    else
+      timeout 120 ./vrdmactl --socket "$tcp_cli" exec --vm vm1 -- $t -d vrdma0 -x 0 "$@" localhost >/tmp/pt/cli.out 2>&1
+    fi
+    line=$(grep -E "^\s*[0-9]+\s+[0-9]+" /tmp/pt/cli.out | tail -1)
+    [ -n "$line" ] || ! grep -q "Couldn't connect" /tmp/pt/cli.out || ! kill -0 $s 2>/dev/null || continue
+    break
+  done
+  echo "$line"
   wait $s
 }
 # perf PATH TEST SIZE ITERS KEY: vrdmactl perf's figure KEY.
