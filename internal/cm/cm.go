@@ -332,7 +332,8 @@ func Refused(reason uint16, priv []byte, format string, args ...any) *abi.Error 
 }
 
 // Accept answers a pending connection request with QP r.QP of v, which it
-// brings to RTS facing the dialer.
+// brings to RTS facing the dialer, or with QP number r.QPN of v, which its
+// workload moves itself (the request's PSNs and MTU, abi.ConnRequest).
 //
 // It reports whether the dialer moves its QP itself: the acceptor's
 // ESTABLISHED then waits for the dialer's RTU (rdma_establish).
