@@ -6,7 +6,9 @@
 // dialer on another host reaches the listener through its transport
 // (package tcp carries CM_REQ), which hands the request in with
 // ServeRemote; Establish brings the dialing QP to RTS once the answer is
-// back.
+// back. A side whose workload moves its QP itself (rdma_cm's external QP,
+// Dial.External, AcceptRequest.QPN) is left alone: it gets the PSNs and
+// path MTU, drawn when the request is made, and moves its QP with them.
 package cm
 
 import (

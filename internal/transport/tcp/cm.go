@@ -6,7 +6,9 @@ package tcp
 // brings its QP to RTS facing the dialer and answers with a CM_RESP
 // carrying its QPN, GID and both PSNs; the dialer's agent then brings the
 // dialing QP to RTS. A Reject, a closed listener or a timeout answers with
-// an error instead; a dialer that gives up sends CM_CANCEL.
+// an error instead; a dialer that gives up sends CM_CANCEL. CM_DISC tells
+// the peer's host of a disconnect, and CM_RTU of the rdma_establish of a
+// dialer whose workload moves its QP itself.
 
 import (
 	"context"
