@@ -76,16 +76,22 @@ type txState struct {
 	iov    net.Buffers // the frames of one batch, for one writev
 }
 
-// The tcp path does not poll in doorbell mode (PollBudget 0): its QP
-// goroutine sleeps until rung, and its requester until a response comes.
-// Polling with a yield of the CPU at each turn helped programs that yield
-// too (vrdmactl perf) and cost programs that busy-wait without yielding
-// (perftest's ib_write_lat spins on its buffer): a poller that yields
-// gives its CPU to such a spinner until the next tick. Measured on two
-// vCPUs, quickstart --keep's tcp pair, three alternating rounds: 8-byte
-// write latency, typical, perftest 134 µs with 200 µs of polling and 60 µs
-// without, vrdmactl perf 59 and 54 µs; bandwidth the same within the noise
-// (docs/BENCHMARKS.md).
+// responsePoll is how long a requester with a request in flight polls for
+// its response before it sleeps: a response due soon (the ACK of a WRITE,
+// a READ's data) then costs no sleep and wake-up of a thread. That is the
+// only polling of the tcp path in doorbell mode: its QP goroutine sleeps
+// at once when the send queue is empty (PollBudget 0), and its reader in
+// the network poller between frames. Polling where nothing is due helped
+// programs that yield their CPU (vrdmactl perf) and cost programs that
+// busy-wait without yielding (perftest's ib_write_lat spins on its
+// buffer): a poller that yields gives its CPU to such a spinner until the
+// next tick. Measured on two vCPUs, quickstart --keep's tcp pair,
+// alternating rounds (docs/BENCHMARKS.md): 8-byte write latency, typical,
+// perftest 134 µs with every poller and 60 µs with none; in another
+// session, 88–104 µs with every poller, 98–101 with none, 55–84 with this
+// one alone (vrdmactl perf 113–129, 107–127, 78–93).
+const responsePoll = 200 * time.Microsecond
+
 // txBatchBytes bounds the payload of one batch of frames: a connection's
 // write lock is not held for too long.
 const txBatchBytes = 1 << 20
@@ -482,6 +488,30 @@ func (t *tcpPath) txWait() {
 	}
 	wait := rc.LocalACKTimeout(q.RCAttrs().Timeout)
 	takeNew := q.State() == abi.QPSRTS // in SQD new posts wait
+	// Poll first, only while a polling slot is free (device.TrySpin):
+	// otherwise one look, then sleep.
+	spin := device.TrySpin()
+	deadline := nanotime() + int64(responsePoll)
+	for {
+		if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
+			break
+		}
+		select {
+		case <-q.WakeCh():
+			if spin {
+				device.EndSpin()
+			}
+			return
+		default:
+		}
+		if !spin || nanotime() > deadline {
+			break
+		}
+		device.YieldCPU() // at every turn: the reader that brings the response may need this CPU
+	}
+	if spin {
+		device.EndSpin()
+	}
 	if len(e.call.done) > 0 || !q.Sending() || takeNew && tx.n < txWindow && q.PostedBeyond(tx.next) {
 		return
 	}

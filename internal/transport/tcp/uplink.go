@@ -23,8 +23,8 @@ package tcp
 //	                    listener, the pvrdma firewall rule turned off drops
 //	                    every connection; stopped by close.
 //	tconn.serveRequests one per accepted connection (responder side): reads
-//	                    requests in order (polling the socket for 200 µs
-//	                    before it sleeps), executes each against the
+//	                    requests in order (sleeping in the network poller
+//	                    between them), executes each against the
 //	                    target VM's memory (reading a WRITE's or SEND's
 //	                    payload straight into guest memory), writes the
 //	                    response. CM requests go to their own goroutine,
