@@ -181,12 +181,7 @@ func (s *session) handleCM(v *device.VM, op abi.Op, req any) (any, []int, error)
 		if err != nil {
 			return nil, nil, err
 		}
-		var q *device.QP
-		if r.QPN != 0 {
-			q, err = cm.ExternalQP(s.a.dev, v, r.QPN)
-		} else if q, err = v.QPByHandle(r.QP); err != nil {
-			err = abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
-		}
+		q, err := cm.ConnQP(s.a.dev, v, r.QP, r.QPN)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -361,13 +356,7 @@ func (s *session) cmAccepted(v *device.VM, r *abi.AcceptRequest, ch *cmChannel, 
 	if ch == nil {
 		ch = l.ch
 	}
-	var q *device.QP
-	var err error
-	if r.QPN != 0 {
-		q, err = cm.ExternalQP(s.a.dev, v, r.QPN)
-	} else {
-		q, err = v.QPByHandle(r.QP)
-	}
+	q, err := cm.ConnQP(s.a.dev, v, r.QP, r.QPN)
 	if err != nil {
 		return
 	}

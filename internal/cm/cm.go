@@ -371,12 +371,9 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (rep abi.ConnectRepl
 // acceptingQP finds the QP r accepts with: by handle, in RESET or INIT
 // (the agent moves it), or by number, a QP of v its workload moves itself.
 func (c *Client) acceptingQP(v *device.VM, r *abi.AcceptRequest) (*device.QP, error) {
-	if r.QPN != 0 {
-		return ExternalQP(c.m.dev, v, r.QPN)
-	}
-	q, err := v.QPByHandle(r.QP)
-	if err != nil {
-		return nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+	q, err := ConnQP(c.m.dev, v, r.QP, r.QPN)
+	if err != nil || r.QPN != 0 {
+		return q, err
 	}
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return nil, abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: accept with a QP in RESET or INIT", q.QPN(), st)
@@ -384,9 +381,17 @@ func (c *Client) acceptingQP(v *device.VM, r *abi.AcceptRequest) (*device.QP, er
 	return q, nil
 }
 
-// ExternalQP finds QP qpn of v (of this workload's context), named by
-// number in a connection its workload moves itself.
-func ExternalQP(dev *device.Device, v *device.VM, qpn uint32) (*device.QP, error) {
+// ConnQP finds the QP of v (this workload's context) a connection names:
+// by its handle, or, for a QP the workload moves itself, by its number
+// qpn (abi.CMConnect.QPN, abi.AcceptRequest.QPN).
+func ConnQP(dev *device.Device, v *device.VM, handle, qpn uint32) (*device.QP, error) {
+	if qpn == 0 {
+		q, err := v.QPByHandle(handle)
+		if err != nil {
+			return nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", handle)
+		}
+		return q, nil
+	}
 	q := dev.QP(qpn)
 	if q == nil || q.VM() != v || q.Destroyed() {
 		return nil, abi.Errorf(abi.CodeNotFound, "qpn", "no QP numbered 0x%x in this workload", qpn)
