@@ -435,22 +435,36 @@ func lcStartTraffic(t *testing.T, ctx context.Context, a, b *lcSide) *lcTraffic 
 	return tr
 }
 
+// lcStall is how long traffic may make no round trip before finish calls
+// it stalled: while the traffic goroutine still waits (on the test's own
+// context it would give up with the test, and its stack be gone from the
+// dump).
+const lcStall = 30 * time.Second
+
 // finish waits for a few more round trips, then stops the traffic and
 // fails the test if any round trip failed.
 func (tr *lcTraffic) finish(t *testing.T, ctx context.Context) {
 	t.Helper()
 	want := tr.rounds.Load() + 3
-	for tr.rounds.Load() < want {
+	last, lastAt := tr.rounds.Load(), time.Now()
+	for n := last; n < want; n = tr.rounds.Load() {
+		if n != last {
+			last, lastAt = n, time.Now()
+		}
 		select {
 		case err := <-tr.done:
 			t.Fatalf("traffic between two other VMs failed: %v", err)
 		case <-ctx.Done():
-			// The agent runs in this process: its goroutines show where.
-			var stacks strings.Builder
-			pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-			t.Fatalf("traffic between two other VMs stalled at %d round trips; goroutines:\n%s", tr.rounds.Load(), stacks.String())
 		case <-time.After(time.Millisecond):
+			if time.Since(lastAt) < lcStall {
+				continue
+			}
 		}
+		// The agent runs in this process: its goroutines, and the
+		// traffic's, show where.
+		var stacks strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		t.Fatalf("traffic between two other VMs stalled at %d round trips (none for %v); goroutines:\n%s", n, time.Since(lastAt).Round(time.Second), stacks.String())
 	}
 	if err := tr.halt(); err != nil {
 		t.Fatalf("traffic between two other VMs failed: %v", err)
