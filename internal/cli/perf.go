@@ -38,6 +38,8 @@ type perfOptions struct {
 	vm          string // without --local: the VM this side is a workload of
 	device      string // -d: its adapter
 	port        int    // -p: the server's port
+	qps         int    // -q: QP pairs (BW tests)
+	mtu         int    // -m: path MTU, QPs connected out of band; 0: the CM's
 }
 
 // perfMaxAll is the largest size of -a (perftest's 2^23).
@@ -72,6 +74,11 @@ atomic_lat post one READ or atomic at a time and report the whole round trip,
 as perftest does. --report_gbits gives bandwidth in Gbit/s. A run longer than two
 seconds draws a progress bar on stderr when stderr is a terminal.
 
+-q N runs a BW test over N QP pairs sharing each side's CQ and buffer, -t
+work requests outstanding on each; -n counts per QP and the figures are the
+sum, as perftest's. -m MTU connects the QPs out of band (perftest without
+rdma_cm) with that path MTU, or the ports' active MTU if smaller.
+
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
 run as root), and a workload goroutine per VM.
@@ -81,6 +88,9 @@ needed; --pvrdma-addresses IP[:PORT],IP[:PORT] picks others): the first runs
 its embedded control plane (etcd), the second joins it; both are on a
 distributed switch and port group the run creates, with no RDMA uplink, and
 each has one of the VMs, so the pair connects over the tcp path between them.
+--local also reports what the agents spent: their CPU time (all threads,
+from /proc) per work request the workloads posted, and the resident memory
+the QPs added, per QP.
 
 Without --local, perf runs as perftest does, in two processes, each the workload
 of a VM of a running agent (--socket, --vm, -d): with no SERVER argument it is
@@ -117,6 +127,9 @@ hosts sent each other during the run); with -a the per-size results are in
 				if err := o.check(); err != nil {
 					return err
 				}
+				if o.qps > 1 || o.mtu != 0 {
+					return usageErrorf("perf: -q and -m are --local's: a two-process run connects one QP through rdma_cm")
+				}
 				server := ""
 				if len(args) == 2 {
 					server = args[1]
@@ -145,6 +158,8 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.IntVarP(&o.port, "port", "p", perf.DefaultPort, "without --local: the server's rdma_cm port")
 	f.BoolVar(&o.gbits, "report_gbits", false, "BW tests: report bandwidth in Gbit/s (10^9 bits per second) instead of MiB/s")
 	f.StringVarP(&o.atomic, "atomic_type", "A", string(perf.FetchAndAdd), "atomic tests: FETCH_AND_ADD or CMP_AND_SWAP")
+	f.IntVarP(&o.qps, "qp", "q", 1, "BW tests: QP pairs, each with -t work requests outstanding (figures are their sum)")
+	f.IntVarP(&o.mtu, "mtu", "m", 0, "path MTU (256 … 4096): connect the QPs out of band with it (or the ports' active MTU if smaller) instead of through rdma_cm")
 	return cmd
 }
 
@@ -193,6 +208,14 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -D is for BW tests; latency tests count iterations (-n)")
 	case o.test.Atomic() && (o.size != 0 && o.size != 8 || o.all):
 		return usageErrorf("perf: %s moves 8 bytes: drop -s and -a", o.test)
+	case o.qps < 1 || o.qps > perf.MaxQPs:
+		return usageErrorf("perf: -q %d out of range 1..%d", o.qps, perf.MaxQPs)
+	case o.qps > 1 && o.test.Latency():
+		return usageErrorf("perf: -q %d: %s runs on one QP; several QPs are for the BW tests, as perftest's", o.qps, o.test)
+	case o.qps*(o.txDepth+1)+64 > vrdma.MaxCQE:
+		return usageErrorf("perf: -q %d with -t %d: the QPs' work requests outstanding exceed a CQ's %d entries; lower -t", o.qps, o.txDepth, vrdma.MaxCQE)
+	case o.mtu != 0 && (o.mtu < 256 || o.mtu > 4096 || o.mtu&(o.mtu-1) != 0):
+		return usageErrorf("perf: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
 	}
 	if _, err := perf.ParseAtomic(o.atomic); err != nil {
 		return usageErrorf("perf: -A: %v", err)
@@ -244,70 +267,101 @@ func (o *perfOptions) sizes() []int {
 
 // perfInfo is the report's header: perftest's test_info, plus the path.
 type perfInfo struct {
-	Test           string   `json:"test"`
-	Title          string   `json:"title"`
-	Device         string   `json:"Device"`
-	NumberOfQPs    int      `json:"Number_of_qps"`
-	TransportType  string   `json:"Transport_type"`
-	ConnectionType string   `json:"Connection_type"`
-	UsingSRQ       string   `json:"Using_SRQ"`
-	TXDepth        int      `json:"TX_depth"`
-	CQModeration   int      `json:"CQ_Moderation"`
-	UseEvent       bool     `json:"use_event"`
-	BWUnit         string   `json:"BW_unit,omitempty"` // BW tests: MiB/sec, or Gb/sec with --report_gbits
-	Mtu            int      `json:"Mtu"`
-	LinkType       string   `json:"Link_type"`
-	GIDIndex       int      `json:"GID_index"`
-	MaxInlineData  int      `json:"Max_inline_data"`
-	RdmaCMQPs      string   `json:"rdma_cm_QPs"`
-	DataExMethod   string   `json:"Data_ex_method"`
-	Transport      string   `json:"Transport"`
-	Path           string   `json:"path"`
-	Reason         string   `json:"reason"`
-	AsyncMode      bool     `json:"async_mode"`
-	MemoryLocked   bool     `json:"memory_locked"`
-	GuestMemoryMiB int      `json:"guest_memory_mib"`
-	Local          string   `json:"local_address"`
-	Remote         string   `json:"remote_address"`
-	Hosts          []string `json:"hosts,omitempty"`        // --path tcp: "NAME ADDRESS:PORT (VM)", the dialing side first
-	UplinkBytes    uint64   `json:"uplink_bytes,omitempty"` // --path tcp: bytes the hosts sent each other during the run
-	Notes          []string `json:"notes,omitempty"`
+	Test           string `json:"test"`
+	Title          string `json:"title"`
+	Device         string `json:"Device"`
+	NumberOfQPs    int    `json:"Number_of_qps"`
+	TransportType  string `json:"Transport_type"`
+	ConnectionType string `json:"Connection_type"`
+	UsingSRQ       string `json:"Using_SRQ"`
+	TXDepth        int    `json:"TX_depth"`
+	CQModeration   int    `json:"CQ_Moderation"`
+	UseEvent       bool   `json:"use_event"`
+	BWUnit         string `json:"BW_unit,omitempty"` // BW tests: MiB/sec, or Gb/sec with --report_gbits
+	Mtu            int    `json:"Mtu"`
+	LinkType       string `json:"Link_type"`
+	GIDIndex       int    `json:"GID_index"`
+	MaxInlineData  int    `json:"Max_inline_data"`
+	RdmaCMQPs      string `json:"rdma_cm_QPs"`
+	DataExMethod   string `json:"Data_ex_method"`
+	Transport      string `json:"Transport"`
+	Path           string `json:"path"`
+	Reason         string `json:"reason"`
+	AsyncMode      bool   `json:"async_mode"`
+	MemoryLocked   bool   `json:"memory_locked"`
+	GuestMemoryMiB int    `json:"guest_memory_mib"`
+	// --local: the agents' resident memory the pair's QPs added, per QP
+	// (each side's QPs count; the CQs, MRs and PDs are in it too).
+	AgentRSSKiBPerQP *float64 `json:"agent_rss_kib_per_qp,omitempty"`
+	Local            string   `json:"local_address"`
+	Remote           string   `json:"remote_address"`
+	Hosts            []string `json:"hosts,omitempty"`        // --path tcp: "NAME ADDRESS:PORT (VM)", the dialing side first
+	UplinkBytes      uint64   `json:"uplink_bytes,omitempty"` // --path tcp: bytes the hosts sent each other during the run
+	Notes            []string `json:"notes,omitempty"`
 }
 
 // perfBW and perfLat are one size's result, with perftest's keys.
 type perfBW struct {
-	MsgSize   int     `json:"MsgSize"`
-	Iters     int     `json:"n_iterations"`
-	BWPeak    float64 `json:"BW_peak"`
-	BWAverage float64 `json:"BW_average"`
-	MsgRate   float64 `json:"MsgRate"`
+	MsgSize   int      `json:"MsgSize"`
+	Iters     int      `json:"n_iterations"`
+	BWPeak    float64  `json:"BW_peak"`
+	BWAverage float64  `json:"BW_average"`
+	MsgRate   float64  `json:"MsgRate"`
+	AgentCPU  *float64 `json:"agent_cpu_us_per_op,omitempty"`
 }
 
 type perfLat struct {
-	MsgSize  int     `json:"MsgSize"`
-	Iters    int     `json:"n_iterations"`
-	TMin     float64 `json:"t_min"`
-	TMax     float64 `json:"t_max"`
-	TTypical float64 `json:"t_typical"`
-	TAvg     float64 `json:"t_avg"`
-	TStdev   float64 `json:"t_stdev"`
-	P99      float64 `json:"percentile_99"`
-	P999     float64 `json:"percentile_99.9"`
+	MsgSize  int      `json:"MsgSize"`
+	Iters    int      `json:"n_iterations"`
+	TMin     float64  `json:"t_min"`
+	TMax     float64  `json:"t_max"`
+	TTypical float64  `json:"t_typical"`
+	TAvg     float64  `json:"t_avg"`
+	TStdev   float64  `json:"t_stdev"`
+	P99      float64  `json:"percentile_99"`
+	P999     float64  `json:"percentile_99.9"`
+	AgentCPU *float64 `json:"agent_cpu_us_per_op,omitempty"`
 }
 
-func resultJSON(r perf.Result) any {
+// perfResult is one size's figures and, with --local, the agents' CPU
+// time per work request (nil: not measured).
+type perfResult struct {
+	perf.Result
+	agentCPU *float64
+}
+
+func resultJSON(r perfResult) any {
+	cpu := r.agentCPU
+	if cpu != nil {
+		c := float64(int64(*cpu*1000+0.5)) / 1000
+		cpu = &c
+	}
 	if r.Test.Latency() {
 		return perfLat{MsgSize: r.MsgSize, Iters: r.Iters, TMin: round2(r.TMin), TMax: round2(r.TMax), TTypical: round2(r.TTypical),
-			TAvg: round2(r.TAvg), TStdev: round2(r.TStdev), P99: round2(r.P99), P999: round2(r.P999)}
+			TAvg: round2(r.TAvg), TStdev: round2(r.TStdev), P99: round2(r.P99), P999: round2(r.P999), AgentCPU: cpu}
 	}
-	return perfBW{MsgSize: r.MsgSize, Iters: r.Iters, BWPeak: round2(r.BWPeak), BWAverage: round2(r.BWAvg), MsgRate: float64(int64(r.MsgRate*1e6+0.5)) / 1e6}
+	return perfBW{MsgSize: r.MsgSize, Iters: r.Iters, BWPeak: round2(r.BWPeak), BWAverage: round2(r.BWAvg), MsgRate: float64(int64(r.MsgRate*1e6+0.5)) / 1e6, AgentCPU: cpu}
+}
+
+// workRequests is the number of work requests the workloads posted in a
+// run of r with qps QP pairs: a BW test's iterations on every QP, two per
+// ping-pong iteration of write_lat and send_lat, one per iteration of
+// read_lat and atomic_lat.
+func workRequests(r perf.Result, qps int) int {
+	switch {
+	case !r.Test.Latency():
+		return r.Iters * qps
+	case r.Test.FullRoundTrip():
+		return r.Iters
+	}
+	return 2 * r.Iters
 }
 
 func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
 
 // perfJSON is the JSON report: for one size, the result's keys sit at the
 // top level next to test, path and reason; with -a they are in Results.
-func perfJSON(info perfInfo, results []perf.Result, all bool) ([]byte, error) {
+func perfJSON(info perfInfo, results []perfResult, all bool) ([]byte, error) {
 	m := map[string]any{"test": info.Test, "path": info.Path, "reason": info.Reason, "test_info": info}
 	if all {
 		rs := make([]any, len(results))
@@ -355,6 +409,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	var hosts []*localHost // with --path tcp: vm1's, vm2's
 	var sockets []string   // the agent sockets of vm1 and vm2
+	var agents []int       // the agent processes' IDs
 	if tcp {
 		hs, err := o.hosts()
 		if err != nil {
@@ -373,6 +428,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		for i, s := range specs {
 			s.Switch, s.PortGroup = f.Switch, f.PortGroup
 			sockets = append(sockets, hosts[i].Socket)
+			agents = append(agents, hosts[i].PID())
 		}
 	} else {
 		ag, err := startLocalAgent(ctx, "--no-control-plane") // perf measures paths, not the inventory
@@ -385,6 +441,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			}
 		}()
 		sockets = []string{ag.Socket, ag.Socket}
+		agents = []int{ag.PID()}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -409,8 +466,9 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			return fmt.Errorf("perf: %w", err)
 		}
 	}
+	rssBefore, rssErr := procRSS(agents...)
 	p, err := perf.Connect(sctx, vms[0].Adapters()[0], vms[1].Adapters()[0],
-		perf.PairConfig{BufSize: buf, TxDepth: o.txDepth, MaxInline: inline})
+		perf.PairConfig{BufSize: buf, TxDepth: o.txDepth, MaxInline: inline, QPs: o.qps, MTU: uint32(o.mtu)})
 	if err != nil {
 		return fmt.Errorf("perf: connect %s/vrdma0 → %s/vrdma0: %w", vms[0].Name(), vms[1].Name(), err)
 	}
@@ -433,11 +491,18 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		}
 	}
 
-	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: p.A.Adapter.Name(), NumberOfQPs: 1,
+	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: p.A.Adapter.Name(), NumberOfQPs: o.qps,
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
 		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
+	if o.mtu != 0 {
+		info.RdmaCMQPs, info.DataExMethod = "OFF", "Ethernet" // perftest's words for an out-of-band exchange
+	}
+	if rssAfter, err := procRSS(agents...); err == nil && rssErr == nil {
+		perQP := (float64(rssAfter) - float64(rssBefore)) / float64(2*o.qps)
+		info.AgentRSSKiBPerQP = &perQP
+	}
 	for i, h := range hosts {
 		info.Hosts = append(info.Hosts, fmt.Sprintf("%s (%s)", h.label(), specs[i].Name))
 	}
@@ -463,7 +528,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	if text {
 		printPerfHeader(a.stdout, info, o)
 	}
-	var results []perf.Result
+	var results []perfResult
 	for _, size := range sizes {
 		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent,
 			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic)}
@@ -477,6 +542,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			}
 			stop = startProgress(a.stderr, fmt.Sprintf("%s %d", o.test, size), c.Progress, iters, c.Duration)
 		}
+		cpuBefore, cpuErr := procCPU(agents...)
 		r, err := p.Run(rctx, c)
 		stop()
 		cancel()
@@ -486,16 +552,22 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			}
 			return fmt.Errorf("perf: %s of %d bytes: %w", o.test, size, err)
 		}
-		if o.gbits {
-			r.BWPeak, r.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
+		pr := perfResult{Result: r}
+		if cpuAfter, err := procCPU(agents...); err == nil && cpuErr == nil && workRequests(r, o.qps) > 0 {
+			us := float64(cpuAfter-cpuBefore) / 1e3 / float64(workRequests(r, o.qps))
+			pr.agentCPU = &us
 		}
-		results = append(results, r)
+		if o.gbits {
+			pr.BWPeak, pr.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
+		}
+		results = append(results, pr)
 		if text {
-			printPerfResult(a.stdout, r)
+			printPerfResult(a.stdout, pr.Result)
 		}
 	}
 	if text {
 		fmt.Fprintln(a.stdout, perfRule)
+		printAgentCost(a.stdout, info, results)
 	}
 	if tcp {
 		// The QPs say tcp; the uplinks' byte counters show their traffic
@@ -559,7 +631,7 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 	fmt.Fprintln(w, perfRule)
 	fmt.Fprintf(w, "%*s\n", 20+len(info.Title), info.Title)
 	fmt.Fprintf(w, " Dual-port       : OFF\t\tDevice         : %s\n", info.Device)
-	fmt.Fprintf(w, " Number of qps   : 1\t\tTransport type : IB\n")
+	fmt.Fprintf(w, " Number of qps   : %d\t\tTransport type : IB\n", info.NumberOfQPs)
 	fmt.Fprintf(w, " Connection type : RC\t\tUsing SRQ      : OFF\n")
 	fmt.Fprintf(w, " TX depth        : %d\n", info.TXDepth)
 	if o.test == perf.ReadBW || o.test == perf.AtomicBW || o.test == perf.ReadLat || o.test == perf.AtomicLat {
@@ -575,8 +647,8 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 	fmt.Fprintf(w, " Link type       : Ethernet\n")
 	fmt.Fprintf(w, " GID index       : 0\n")
 	fmt.Fprintf(w, " Max inline data : %d[B]\n", info.MaxInlineData)
-	fmt.Fprintf(w, " rdma_cm QPs\t : ON\n")
-	fmt.Fprintf(w, " Data ex. method : rdma_cm\n")
+	fmt.Fprintf(w, " rdma_cm QPs\t : %s\n", info.RdmaCMQPs)
+	fmt.Fprintf(w, " Data ex. method : %s\n", info.DataExMethod)
 	fmt.Fprintf(w, " Transport       : %s\n", info.Transport)
 	fmt.Fprintf(w, " Path reason     : %s\n", info.Reason)
 	mode := "doorbell"
@@ -615,6 +687,27 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 		unit = "Gb/sec"
 	}
 	fmt.Fprintf(w, " #bytes     #iterations    BW peak[%[1]s]    BW average[%[1]s]   MsgRate[Mpps]\n", unit)
+}
+
+// printAgentCost prints, below the table, what the agents spent: CPU time
+// per work request of each size, and memory per QP.
+func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
+	var cpu []string
+	for _, r := range results {
+		if r.agentCPU != nil {
+			cpu = append(cpu, fmt.Sprintf("%.3f", *r.agentCPU))
+		}
+	}
+	if len(cpu) == 0 && info.AgentRSSKiBPerQP == nil {
+		return
+	}
+	if len(cpu) > 0 {
+		fmt.Fprintf(w, " Agent CPU       : %s µs per work request\n", strings.Join(cpu, ", "))
+	}
+	if info.AgentRSSKiBPerQP != nil {
+		fmt.Fprintf(w, " Agent memory    : %.1f KiB per QP\n", *info.AgentRSSKiBPerQP)
+	}
+	fmt.Fprintln(w, perfRule)
 }
 
 // gbits converts MiB/s to perftest's --report_gbits unit, Gbit/s.

@@ -400,3 +400,45 @@ func TestPerfServerClient(t *testing.T) {
 		t.Errorf("a client without --vm: exit %d, %q", code, errs)
 	}
 }
+
+// TestPerfQPsAndMTU checks -q (several QP pairs, BW tests), -m (path MTU,
+// QPs connected out of band) and what --local measures of the agents:
+// CPU time per work request and memory per QP.
+func TestPerfQPsAndMTU(t *testing.T) {
+	isolate(t)
+	var m map[string]any
+	runJSON(t, &m, "perf", "send_bw", "--local", "--path", "memcpy", "-q", "4", "-t", "16", "-s", "64", "-n", "300", "--out_json")
+	info := m["test_info"].(map[string]any)
+	if info["Number_of_qps"] != 4.0 || m["n_iterations"] != 300.0 {
+		t.Errorf("-q 4: Number_of_qps %v, n_iterations %v; want 4 and 300 (per QP, as perftest)", info["Number_of_qps"], m["n_iterations"])
+	}
+	if cpu, ok := m["agent_cpu_us_per_op"].(float64); !ok || cpu <= 0 {
+		t.Errorf("agent_cpu_us_per_op = %v, want a positive number", m["agent_cpu_us_per_op"])
+	}
+	if rss, ok := info["agent_rss_kib_per_qp"].(float64); !ok {
+		t.Errorf("agent_rss_kib_per_qp = %v, want a number", info["agent_rss_kib_per_qp"])
+	} else if rss <= 0 {
+		t.Logf("agent_rss_kib_per_qp = %v: the agent's RSS did not grow (pages reused)", rss)
+	}
+
+	runJSON(t, &m, "perf", "read_lat", "--local", "-m", "512", "-s", "2048", "-n", "100", "--out_json")
+	info = m["test_info"].(map[string]any)
+	if info["Mtu"] != 512.0 || info["Data_ex_method"] != "Ethernet" || info["rdma_cm_QPs"] != "OFF" {
+		t.Errorf("-m 512: Mtu %v, Data_ex_method %v, rdma_cm_QPs %v; want 512, Ethernet, OFF", info["Mtu"], info["Data_ex_method"], info["rdma_cm_QPs"])
+	}
+
+	out := runOK(t, "perf", "write_bw", "--local", "-q", "2", "-s", "4096", "-n", "100")
+	for _, want := range []string{" Number of qps   : 2\t", " 4096       100 ", " Agent CPU       : ", " µs per work request", " Agent memory    : "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+
+	for _, args := range [][]string{{"write_lat", "--local", "-q", "2"}, {"write_bw", "--local", "-q", "0"}, {"write_bw", "--local", "-m", "1000"},
+		{"write_bw", "--local", "-q", "1024", "-t", "128"}, {"write_bw", "--vm", "vm1", "-q", "2"}} {
+		_, errs, code := run(t, "", append([]string{"perf"}, args...)...)
+		if code != exitUsage || !strings.Contains(errs, "perf: ") {
+			t.Errorf("perf %v: exit %d, %q; want a usage error", args, code, errs)
+		}
+	}
+}

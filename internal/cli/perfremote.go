@@ -251,7 +251,7 @@ func (a *app) perfReport(o perfOptions, info perfInfo, r perf.Result) error {
 		fmt.Fprintln(a.stdout, perfRule)
 	}
 	if o.outJSON || o.outJSONFile != "" {
-		b, err := perfJSON(info, []perf.Result{r}, false)
+		b, err := perfJSON(info, []perfResult{{Result: r}}, false)
 		if err != nil {
 			return err
 		}

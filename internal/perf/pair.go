@@ -34,7 +34,19 @@ type PairConfig struct {
 	MaxInline int
 	// Port is the CM service port B listens on (default DefaultPort).
 	Port uint16
+	// QPs is the number of connected QP pairs (default 1, perftest's
+	// -q): BW tests keep TxDepth work requests outstanding on each, and
+	// all of a side's QPs share its CQ and buffer.
+	QPs int
+	// MTU, if set (256 … 4096, perftest's -m), connects the QPs out of
+	// band, as perftest does without rdma_cm, with this path MTU (or the
+	// adapters' active MTU, if smaller); zero connects them through the
+	// CM, which picks the path MTU.
+	MTU uint32
 }
+
+// MaxQPs bounds PairConfig.QPs.
+const MaxQPs = 4096
 
 func (c *PairConfig) defaults() {
 	if c.BufSize <= 0 {
@@ -46,7 +58,25 @@ func (c *PairConfig) defaults() {
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}
+	if c.QPs <= 0 {
+		c.QPs = 1
+	}
 }
+
+// check reports a configuration no side can be built with.
+func (c *PairConfig) check() error {
+	switch {
+	case c.QPs > MaxQPs:
+		return fmt.Errorf("perf: %d QPs: at most %d", c.QPs, MaxQPs)
+	case c.MTU != 0 && !validMTU(c.MTU):
+		return fmt.Errorf("perf: MTU %d: want 256, 512, 1024, 2048 or 4096", c.MTU)
+	case c.QPs*(c.TxDepth+1)+64 > vrdma.MaxCQE:
+		return fmt.Errorf("perf: %d QPs with %d work requests outstanding each need more than the CQ's %d entries: lower -q or -t", c.QPs, c.TxDepth, vrdma.MaxCQE)
+	}
+	return nil
+}
+
+func validMTU(m uint32) bool { return m >= 256 && m <= 4096 && m&(m-1) == 0 }
 
 // Side is one end of a pair: its adapter and verbs objects. The buffer is
 // MR.Bytes().
@@ -54,7 +84,8 @@ type Side struct {
 	Adapter *vrdma.Adapter
 	PD      *vrdma.PD
 	CQ      *vrdma.CQ
-	QP      *vrdma.QP
+	QP      *vrdma.QP   // QPs[0]
+	QPs     []*vrdma.QP // all of them, sharing CQ and MR
 	MR      *vrdma.MR
 }
 
@@ -67,11 +98,15 @@ type Pair struct {
 	cfg  PairConfig
 }
 
-// Connect creates a PD, a CQ, a QP and a registered buffer on adapters a
-// and b, has b listen and a dial it (rdma_cm style), and returns the
-// connected pair. The pair's path is A.QP.Path().
+// Connect creates a PD, a CQ, cfg.QPs QPs and a registered buffer on
+// adapters a and b and connects A's QPs to B's: through the CM (b listens,
+// a dials each, rdma_cm style), or out of band with cfg.MTU. The pair's
+// path is A.QP.Path().
 func Connect(ctx context.Context, a, b *vrdma.Adapter, cfg PairConfig) (_ *Pair, err error) {
 	cfg.defaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
 	p := &Pair{cfg: cfg}
 	defer func() {
 		if err != nil {
@@ -84,30 +119,54 @@ func Connect(ctx context.Context, a, b *vrdma.Adapter, cfg PairConfig) (_ *Pair,
 	if p.B, err = newSide(ctx, b, cfg); err != nil {
 		return nil, err
 	}
+	if cfg.MTU != 0 {
+		return p, p.connectOutOfBand(ctx)
+	}
 	l, err := b.Listen(ctx, cfg.Port)
 	if err != nil {
 		return nil, err
 	}
 	defer l.Close(context.WithoutCancel(ctx))
-	accepted := make(chan error, 1)
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		r, err := l.Accept(actx)
-		if err == nil {
-			err = r.Accept(actx, p.B.QP)
+	for i, qa := range p.A.QPs {
+		accepted := make(chan error, 1)
+		actx, cancel := context.WithCancel(ctx)
+		go func() {
+			r, err := l.Accept(actx)
+			if err == nil {
+				err = r.Accept(actx, p.B.QPs[i])
+			}
+			accepted <- err
+		}()
+		if err := qa.Connect(ctx, p.B.Name(), cfg.Port); err != nil {
+			cancel()
+			<-accepted
+			return nil, fmt.Errorf("perf: QP %d of %d: %w", i+1, cfg.QPs, err)
 		}
-		accepted <- err
-	}()
-	if err := p.A.QP.Connect(ctx, p.B.Name(), cfg.Port); err != nil {
+		err := <-accepted
 		cancel()
-		<-accepted
-		return nil, err
-	}
-	if err := <-accepted; err != nil {
-		return nil, fmt.Errorf("perf: %s accepting %s: %w", p.B.Name(), p.A.Name(), err)
+		if err != nil {
+			return nil, fmt.Errorf("perf: %s accepting %s (QP %d of %d): %w", p.B.Name(), p.A.Name(), i+1, cfg.QPs, err)
+		}
 	}
 	return p, nil
+}
+
+// connectOutOfBand connects each QP of A to its twin on B as perftest does
+// without rdma_cm: each side is given the other's endpoint (GID, QPN, PSN)
+// and an MTU, and moves its QP to RTS itself.
+func (p *Pair) connectOutOfBand(ctx context.Context) error {
+	for i := range p.A.QPs {
+		qa, qb := p.A.QPs[i], p.B.QPs[i]
+		ea, eb := qa.Endpoint(), qb.Endpoint()
+		ea.MTU, eb.MTU = min(ea.MTU, p.cfg.MTU), min(eb.MTU, p.cfg.MTU)
+		if err := qa.ConnectTo(ctx, eb); err != nil {
+			return fmt.Errorf("perf: connect %s's QP 0x%x to %s's 0x%x: %w", p.A.Name(), qa.QPN(), p.B.Name(), qb.QPN(), err)
+		}
+		if err := qb.ConnectTo(ctx, ea); err != nil {
+			return fmt.Errorf("perf: connect %s's QP 0x%x to %s's 0x%x: %w", p.B.Name(), qb.QPN(), p.A.Name(), qa.QPN(), err)
+		}
+	}
+	return nil
 }
 
 func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, error) {
@@ -126,18 +185,26 @@ func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, err
 	// The receive queue is 4× the send depth, perftest's rx_depth of 512
 	// for the default 128: send_bw's receiver reposts in bursts, and a
 	// sender that finds the queue empty waits an RNR timer (0.64 ms).
-	rq := min(4*cfg.TxDepth, vrdma.MaxQPWR)
-	// Room for every signaled send, plus a full receive queue (send_bw),
+	// With many QPs it shrinks so that every QP's fit the one CQ.
+	rq := min(4*cfg.TxDepth, vrdma.MaxQPWR, (vrdma.MaxCQE-64)/cfg.QPs-cfg.TxDepth)
+	// Room for every signaled send, plus full receive queues (send_bw),
 	// plus the receives CheckOpcodes posts.
-	if s.CQ, err = ad.CreateCQ(ctx, cfg.TxDepth+rq+64); err != nil {
+	if s.CQ, err = ad.CreateCQ(ctx, cfg.QPs*(cfg.TxDepth+rq)+64); err != nil {
 		return s, err
 	}
 	// Twice the depth: a completion can be seen a moment before the agent
 	// frees its send-queue slot.
 	sq := min(2*cfg.TxDepth, vrdma.MaxQPWR)
-	s.QP, err = s.PD.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: s.CQ, RecvCQ: s.CQ,
-		Caps: vrdma.QPCaps{MaxSendWR: uint32(sq), MaxRecvWR: uint32(rq), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(cfg.MaxInline)}})
-	return s, err
+	for range cfg.QPs {
+		q, err := s.PD.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: s.CQ, RecvCQ: s.CQ,
+			Caps: vrdma.QPCaps{MaxSendWR: uint32(sq), MaxRecvWR: uint32(rq), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(cfg.MaxInline)}})
+		if err != nil {
+			return s, err
+		}
+		s.QPs = append(s.QPs, q)
+		s.QP = s.QPs[0]
+	}
+	return s, nil
 }
 
 // Path returns the path A's QP reports.
@@ -153,8 +220,8 @@ func (p *Pair) Close(ctx context.Context) error {
 		if s == nil {
 			continue
 		}
-		if s.QP != nil {
-			errs = append(errs, s.QP.Destroy(ctx))
+		for _, q := range s.QPs {
+			errs = append(errs, q.Destroy(ctx))
 		}
 		if s.CQ != nil {
 			errs = append(errs, s.CQ.Destroy(ctx))

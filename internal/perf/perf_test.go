@@ -94,6 +94,80 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunManyQPs runs the BW tests over several QP pairs sharing each
+// side's CQ (perftest's -q): every QP must complete its iterations for a
+// run to end, and the figures are the sum over the QPs.
+func TestRunManyQPs(t *testing.T) {
+	const qps = 8
+	p := newPair(t, testenv.VMOptions{}, perf.PairConfig{BufSize: 4096, TxDepth: 16, QPs: qps})
+	if len(p.A.QPs) != qps || len(p.B.QPs) != qps {
+		t.Fatalf("%d and %d QPs, want %d", len(p.A.QPs), len(p.B.QPs), qps)
+	}
+	for i, q := range p.B.QPs {
+		if q.State() != vrdma.QPSRTS || q.Path().Path != vrdma.PathMemcpy {
+			t.Fatalf("B's QP %d: %s, path %q", i, q.State(), q.Path().Path)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []perf.Config{
+		{Test: perf.WriteBW, Size: 4096, Iters: 500},
+		{Test: perf.ReadBW, Size: 1024, Iters: 300, CQMod: 7},
+		{Test: perf.SendBW, Size: 64, Iters: 700},
+		{Test: perf.AtomicBW, Size: 8, Iters: 200},
+		{Test: perf.WriteBW, Size: 4096, Duration: 50 * time.Millisecond},
+	} {
+		r, err := p.Run(ctx, c)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Test, err)
+		}
+		if c.Duration == 0 && r.Iters != c.Iters {
+			t.Errorf("%s: %d iterations, want %d per QP", c.Test, r.Iters, c.Iters)
+		}
+		if c.Duration > 0 && r.Iters == 0 {
+			t.Errorf("%s -D: no iteration", c.Test)
+		}
+		// The rate counts every QP's messages: Iters × QPs over the time.
+		if want := float64(r.Iters*qps) / r.Elapsed.Seconds() / 1e6; c.Duration == 0 && math.Abs(r.MsgRate-want) > 1e-6*want {
+			t.Errorf("%s: message rate %.6f Mpps, want %.6f (%d × %d in %v)", c.Test, r.MsgRate, want, r.Iters, qps, r.Elapsed)
+		}
+	}
+	if _, err := p.Run(ctx, perf.Config{Test: perf.WriteLat, Size: 8, Iters: 10}); err == nil {
+		t.Error("write_lat on 8 QPs: no error (latency tests run on one QP)")
+	}
+}
+
+// TestPairMTU connects out of band with a path MTU (perftest's -m): the
+// QPs take it, or the adapters' active MTU if that is smaller.
+func TestPairMTU(t *testing.T) {
+	env := testenv.Start(t)
+	v1, v2 := env.Open(t, "vm1", testenv.VMOptions{}), env.Open(t, "vm2", testenv.VMOptions{})
+	for _, tc := range []struct{ mtu, want uint32 }{{512, 512}, {256, 256}, {4096, 1024}} {
+		p, err := perf.Connect(context.Background(), v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{MTU: tc.mtu})
+		if err != nil {
+			t.Fatalf("-m %d: %v", tc.mtu, err)
+		}
+		defer p.Close(context.Background())
+		for _, s := range []*perf.Side{p.A, p.B} {
+			qi, err := s.QP.Query(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if qi.Attr.PathMTU != tc.want || s.QP.State() != vrdma.QPSRTS {
+				t.Errorf("-m %d: %s's QP has path MTU %d in %s, want %d in RTS", tc.mtu, s.Name(), qi.Attr.PathMTU, s.QP.State(), tc.want)
+			}
+		}
+		if _, err := p.Run(context.Background(), perf.Config{Test: perf.ReadBW, Size: 4096, Iters: 100}); err != nil {
+			t.Errorf("-m %d: %v", tc.mtu, err)
+		}
+	}
+	for _, cfg := range []perf.PairConfig{{MTU: 1000}, {QPs: perf.MaxQPs + 1}, {QPs: 1024, TxDepth: 128}} {
+		if _, err := perf.Connect(context.Background(), nil, nil, cfg); err == nil {
+			t.Errorf("%+v: no error", cfg)
+		}
+	}
+}
+
 func TestRunRefusesSmallBuffer(t *testing.T) {
 	p := newPair(t, testenv.VMOptions{}, perf.PairConfig{BufSize: 4096})
 	if _, err := p.Run(context.Background(), perf.Config{Test: perf.WriteLat, Size: 4096, Iters: 10}); err == nil {

@@ -250,6 +250,12 @@ func (c Config) normalize(pc PairConfig) (Config, error) {
 	if need := c.Test.BufSize(c.Size); need > pc.BufSize {
 		return c, fmt.Errorf("perf: %s of %d bytes needs %d bytes of buffer per side; the pair has %d", c.Test, c.Size, need, pc.BufSize)
 	}
+	if pc.QPs > 1 && c.Test.Latency() {
+		return c, fmt.Errorf("perf: %s runs on one QP; several QPs (-q %d) are for the BW tests, as perftest's", c.Test, pc.QPs)
+	}
+	if c.Iters > math.MaxInt32 {
+		return c, fmt.Errorf("perf: %d iterations: at most %d", c.Iters, math.MaxInt32)
+	}
 	if c.Size > math.MaxUint32 {
 		return c, fmt.Errorf("perf: message size %d exceeds 4 GiB", c.Size)
 	}
@@ -306,48 +312,66 @@ func completionError(wc *vrdma.WorkCompletion) error {
 }
 
 // runBW is perftest's BW loop: keep up to TxDepth work requests
-// outstanding, signal one in CQMod, and count completions.
+// outstanding on each of a's QPs (Iters each), signal one in CQMod, and
+// count completions on the shared CQ. Bandwidth and message rate are the
+// sum over the QPs, as perftest's with -q.
 func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (Result, error) {
-	iters := c.Iters
+	qps := make([]bwQP, len(a.QPs))
+	for i := range qps {
+		qps[i].iters = c.Iters
+	}
+	total := c.Iters * len(qps) // requests still to complete, all QPs
 	peak := c.Duration <= 0
-	var tposted, tcompleted []int64
+	var tposted, tcompleted []int64 // by request, all QPs in posting order
 	if peak {
-		tposted = make([]int64, iters)
-		tcompleted = make([]int64, iters)
+		tposted = make([]int64, total)
+		tcompleted = make([]int64, total)
 	}
 	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
 	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: peer.Addr, RKey: peer.RKey, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 64)
 	sp := spinner{ctx: ctx, qp: a.QP}
-	posted, completed := 0, 0
+	posted, completed := 0, 0 // all QPs
 	start := time.Now()
 	var deadline time.Time
 	if !peak {
 		deadline = start.Add(c.Duration)
-		iters = math.MaxInt
+		for i := range qps {
+			qps[i].iters = math.MaxInt32
+		}
+		total = math.MaxInt
 	}
 	var last time.Duration
-	for completed < iters {
-		for posted < iters && posted-completed < c.TxDepth {
-			wr := &wrs[0]
-			wr.ID = uint64(posted)
-			wr.Flags = 0
-			if (posted+1)%c.CQMod == 0 || posted+1 == iters {
-				wr.Flags = vrdma.SendSignaled
-			}
-			if peak {
-				tposted[posted] = int64(time.Since(start))
-			}
-			if err := a.QP.PostSend(wrs); err != nil {
-				var pe *vrdma.PostError
-				if errors.As(err, &pe) && errors.Is(pe.Err, vrdma.ErrQueueFull) {
-					break // the agent has not freed the slot yet: poll
+	for completed < total {
+		for qi := range qps {
+			q := &qps[qi]
+			for q.posted < q.iters && q.posted-q.completed < c.TxDepth {
+				wr := &wrs[0]
+				wr.ID = uint64(qi)<<32 | uint64(q.posted)
+				wr.Flags = 0
+				if (q.posted+1)%c.CQMod == 0 || q.posted+1 == q.iters {
+					wr.Flags = vrdma.SendSignaled
 				}
-				return Result{}, err
-			}
-			posted++
-			if !peak && posted%c.CQMod == 0 && time.Now().After(deadline) {
-				iters = posted // stop at a signaled request
+				if peak {
+					tposted[posted] = int64(time.Since(start))
+				}
+				if err := a.QPs[qi].PostSend(wrs); err != nil {
+					var pe *vrdma.PostError
+					if errors.As(err, &pe) && errors.Is(pe.Err, vrdma.ErrQueueFull) {
+						break // the agent has not freed the slot yet: poll
+					}
+					return Result{}, err
+				}
+				q.posted++
+				posted++
+				if !peak && q.posted%c.CQMod == 0 && time.Now().After(deadline) {
+					// Stop at a signaled request; the run ends when
+					// every QP has.
+					q.iters = q.posted
+					if total == math.MaxInt && stoppedAll(qps) {
+						total = posted
+					}
+				}
 			}
 		}
 		n, err := a.CQ.Poll(wc)
@@ -355,14 +379,14 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 			return Result{}, err
 		}
 		if n == 0 {
-			if c.UseEvent && posted-completed >= c.TxDepth {
+			if c.UseEvent && posted-completed >= c.TxDepth*len(qps) {
 				if err := a.CQ.Wait(ctx); err != nil {
-					return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, iters, err)
+					return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, total, err)
 				}
 				continue
 			}
 			if err := sp.spin(); err != nil {
-				return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, iters, err)
+				return Result{}, fmt.Errorf("perf: %s after %d of %d completions: %w", c.Test, completed, total, err)
 			}
 			continue
 		}
@@ -372,26 +396,44 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 			if wc[i].Status != vrdma.WCSuccess {
 				return Result{}, fmt.Errorf("perf: %s: %w", c.Test, completionError(&wc[i]))
 			}
-			done := int(wc[i].WRID) + 1
-			if peak {
-				tcompleted[done-1] = int64(now)
+			qi, done := int(wc[i].WRID>>32), int(uint32(wc[i].WRID))+1
+			if qi >= len(qps) || done <= qps[qi].completed {
+				continue
 			}
-			completed = max(completed, done)
+			completed += done - qps[qi].completed
+			qps[qi].completed = done
+			if peak {
+				tcompleted[completed-1] = int64(now)
+			}
 		}
-		c.progress(completed)
+		c.progress(completed / len(qps))
 		last = now
 	}
-	r := Result{Iters: iters, Elapsed: last, PeakSeen: peak}
+	r := Result{Iters: completed / len(qps), Elapsed: last, PeakSeen: peak}
 	// perftest: average from the first post to the last completion.
 	sec := float64(last) / 1e9
 	if sec > 0 {
-		r.BWAvg = float64(iters) * float64(c.Size) / sec / (1 << 20)
-		r.MsgRate = float64(iters) / sec / 1e6
+		r.BWAvg = float64(completed) * float64(c.Size) / sec / (1 << 20)
+		r.MsgRate = float64(completed) / sec / 1e6
 	}
 	if peak {
 		r.BWPeak = peakBW(tposted, tcompleted, c.Size, c.CQMod)
 	}
 	return r, nil
+}
+
+// bwQP is one QP's counts in runBW.
+type bwQP struct{ posted, completed, iters int }
+
+// stoppedAll reports whether every QP of a timed run has its last
+// request posted.
+func stoppedAll(qps []bwQP) bool {
+	for _, q := range qps {
+		if q.iters == math.MaxInt32 {
+			return false
+		}
+	}
+	return true
 }
 
 // runSendBW is perftest's send_bw: B keeps its receive queue full and
@@ -417,48 +459,65 @@ func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
 	return r, nil
 }
 
-// receiveAll is send_bw's receiver: it posts receives (and says so on
-// ready, or why not), then counts Iters messages on b, reposting a
-// receive for each one consumed but never more than the messages still
-// to come need, so none is left for a later run.
+// receiveAll is send_bw's receiver: it posts receives on each of b's QPs
+// (and says so on ready, or why not), then counts Iters messages per QP,
+// reposting a receive for each one consumed but never more than the
+// messages still to come need, so none is left for a later run.
 func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error) error {
 	depth := min(int(b.QP.Caps().MaxRecvWR), c.Iters)
+	sgl := []vrdma.SGE{b.MR.SGE(0, c.Size)}
 	rwrs := make([]vrdma.RecvWR, depth)
-	for i := range rwrs {
-		rwrs[i] = vrdma.RecvWR{ID: uint64(i), SGL: []vrdma.SGE{b.MR.SGE(0, c.Size)}}
-	}
-	postedRecv := depth
-	if err := b.QP.PostRecv(rwrs); err != nil {
-		err = fmt.Errorf("post receives on %s: %w", b.Name(), err)
-		ready <- err
-		return err
+	postedRecv := make([]int, len(b.QPs))
+	for qi, q := range b.QPs {
+		for i := range rwrs {
+			rwrs[i] = vrdma.RecvWR{ID: uint64(qi), SGL: sgl}
+		}
+		if err := q.PostRecv(rwrs); err != nil {
+			err = fmt.Errorf("post receives on %s's QP 0x%x: %w", b.Name(), q.QPN(), err)
+			ready <- err
+			return err
+		}
+		postedRecv[qi] = depth
 	}
 	ready <- nil
 	wc := make([]vrdma.WorkCompletion, 64)
 	sp := spinner{ctx: ctx, qp: b.QP}
-	for got := 0; got < c.Iters; {
+	total := c.Iters * len(b.QPs)
+	for got := 0; got < total; {
 		n, err := b.CQ.Poll(wc)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			if err := sp.spin(); err != nil {
-				return fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, c.Iters, err)
+				return fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, total, err)
 			}
 			continue
 		}
 		sp.reset()
-		for i := range n {
-			if wc[i].Status != vrdma.WCSuccess {
-				return completionError(&wc[i])
-			}
-		}
 		got += n
-		if k := min(n, c.Iters-postedRecv); k > 0 {
-			if err := b.QP.PostRecv(rwrs[:k]); err != nil {
-				return err
+		// Repost what each QP consumed, one call per QP and poll.
+		for i := 0; i < n; {
+			qi := int(wc[i].WRID)
+			k := 0
+			for ; i < n && int(wc[i].WRID) == qi; i++ {
+				if wc[i].Status != vrdma.WCSuccess {
+					return completionError(&wc[i])
+				}
+				k++
 			}
-			postedRecv += k
+			if qi >= len(b.QPs) {
+				return fmt.Errorf("receive completion with work request ID %d: no such QP", qi)
+			}
+			if k = min(k, len(rwrs), c.Iters-postedRecv[qi]); k > 0 {
+				for j := range k {
+					rwrs[j].ID = uint64(qi)
+				}
+				if err := b.QPs[qi].PostRecv(rwrs[:k]); err != nil {
+					return err
+				}
+				postedRecv[qi] += k
+			}
 		}
 	}
 	return nil
