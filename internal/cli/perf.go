@@ -293,11 +293,14 @@ type perfInfo struct {
 	// --local: the agents' resident memory the pair's QPs added, per QP
 	// (each side's QPs count; the CQs, MRs and PDs are in it too).
 	AgentRSSKiBPerQP *float64 `json:"agent_rss_kib_per_qp,omitempty"`
-	Local            string   `json:"local_address"`
-	Remote           string   `json:"remote_address"`
-	Hosts            []string `json:"hosts,omitempty"`        // --path tcp: "NAME ADDRESS:PORT (VM)", the dialing side first
-	UplinkBytes      uint64   `json:"uplink_bytes,omitempty"` // --path tcp: bytes the hosts sent each other during the run
-	Notes            []string `json:"notes,omitempty"`
+	// The mean time to connect one QP pair (rdma_cm, or out of band with
+	// -m), the pairs connected one after another.
+	ConnectUsPerQP float64  `json:"connect_us_per_qp"`
+	Local          string   `json:"local_address"`
+	Remote         string   `json:"remote_address"`
+	Hosts          []string `json:"hosts,omitempty"`        // --path tcp: "NAME ADDRESS:PORT (VM)", the dialing side first
+	UplinkBytes    uint64   `json:"uplink_bytes,omitempty"` // --path tcp: bytes the hosts sent each other during the run
+	Notes          []string `json:"notes,omitempty"`
 }
 
 // perfBW and perfLat are one size's result, with perftest's keys.
@@ -499,6 +502,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	if o.mtu != 0 {
 		info.RdmaCMQPs, info.DataExMethod = "OFF", "Ethernet" // perftest's words for an out-of-band exchange
 	}
+	info.ConnectUsPerQP = round2(float64(p.ConnectTime) / 1e3 / float64(o.qps))
 	if rssAfter, err := procRSS(agents...); err == nil && rssErr == nil {
 		perQP := (float64(rssAfter) - float64(rssBefore)) / float64(2*o.qps)
 		info.AgentRSSKiBPerQP = &perQP
@@ -707,6 +711,7 @@ func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
 	if info.AgentRSSKiBPerQP != nil {
 		fmt.Fprintf(w, " Agent memory    : %.1f KiB per QP\n", *info.AgentRSSKiBPerQP)
 	}
+	fmt.Fprintf(w, " Connect         : %.1f µs per QP pair (%s, one after another)\n", info.ConnectUsPerQP, info.DataExMethod)
 	fmt.Fprintln(w, perfRule)
 }
 

@@ -412,6 +412,9 @@ func TestPerfQPsAndMTU(t *testing.T) {
 	if info["Number_of_qps"] != 4.0 || m["n_iterations"] != 300.0 {
 		t.Errorf("-q 4: Number_of_qps %v, n_iterations %v; want 4 and 300 (per QP, as perftest)", info["Number_of_qps"], m["n_iterations"])
 	}
+	if c, ok := info["connect_us_per_qp"].(float64); !ok || c <= 0 {
+		t.Errorf("connect_us_per_qp = %v, want a positive number", info["connect_us_per_qp"])
+	}
 	if cpu, ok := m["agent_cpu_us_per_op"].(float64); !ok || cpu <= 0 {
 		t.Errorf("agent_cpu_us_per_op = %v, want a positive number", m["agent_cpu_us_per_op"])
 	}
@@ -428,7 +431,7 @@ func TestPerfQPsAndMTU(t *testing.T) {
 	}
 
 	out := runOK(t, "perf", "write_bw", "--local", "-q", "2", "-s", "4096", "-n", "100")
-	for _, want := range []string{" Number of qps   : 2\t", " 4096       100 ", " Agent CPU       : ", " µs per work request", " Agent memory    : "} {
+	for _, want := range []string{" Number of qps   : 2\t", " 4096       100 ", " Agent CPU       : ", " µs per work request", " Agent memory    : ", " Connect         : "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

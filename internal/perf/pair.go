@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vrdma/vrdma"
 )
@@ -96,6 +97,9 @@ func (s *Side) Name() string { return s.Adapter.VM().Name() + "/" + s.Adapter.Na
 type Pair struct {
 	A, B *Side
 	cfg  PairConfig
+	// ConnectTime is how long connecting the QPs took, one pair after
+	// another (the objects' creation not included).
+	ConnectTime time.Duration
 }
 
 // Connect creates a PD, a CQ, cfg.QPs QPs and a registered buffer on
@@ -119,6 +123,8 @@ func Connect(ctx context.Context, a, b *vrdma.Adapter, cfg PairConfig) (_ *Pair,
 	if p.B, err = newSide(ctx, b, cfg); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	defer func() { p.ConnectTime = time.Since(start) }()
 	if cfg.MTU != 0 {
 		return p, p.connectOutOfBand(ctx)
 	}
