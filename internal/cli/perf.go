@@ -76,8 +76,10 @@ seconds draws a progress bar on stderr when stderr is a terminal.
 
 -q N runs a BW test over N QP pairs sharing each side's CQ and buffer, -t
 work requests outstanding on each; -n counts per QP and the figures are the
-sum, as perftest's. -m MTU connects the QPs out of band (perftest without
-rdma_cm) with that path MTU, or the ports' active MTU if smaller.
+sum, as perftest's (between a server and a client, the client's -q counts:
+it connects that many QPs through rdma_cm). -m MTU (--local) connects the
+QPs out of band, as perftest without rdma_cm, with that path MTU, or the
+ports' active MTU if smaller.
 
 --local starts everything it needs and removes it afterwards: an agent process
 with temporary state, two VMs sized to the message size (memory locked when
@@ -127,8 +129,8 @@ hosts sent each other during the run); with -a the per-size results are in
 				if err := o.check(); err != nil {
 					return err
 				}
-				if o.qps > 1 || o.mtu != 0 {
-					return usageErrorf("perf: -q and -m are --local's: a two-process run connects one QP through rdma_cm")
+				if o.mtu != 0 {
+					return usageErrorf("perf: -m is --local's: a server and its client connect through rdma_cm, which sets the path MTU")
 				}
 				server := ""
 				if len(args) == 2 {

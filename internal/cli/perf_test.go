@@ -343,7 +343,17 @@ func TestPerfServerClient(t *testing.T) {
 	env := testenv.Start(t)
 	env.Define(t, "vmS", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.1"}})
 	env.Define(t, "vmC", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.2"}})
-	for i, test := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"} {
+	type run1 struct {
+		test string
+		qps  int
+	}
+	var runs []run1
+	for _, test := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"} {
+		runs = append(runs, run1{test, 1})
+	}
+	runs = append(runs, run1{"send_bw", 4}, run1{"write_bw", 3}) // -q: the client's QPs, each connected to one of the server's
+	for i, r1 := range runs {
+		test := r1.test
 		port := fmt.Sprint(19100 + i)
 		size := "4096"
 		if strings.HasPrefix(test, "atomic") {
@@ -364,7 +374,7 @@ func TestPerfServerClient(t *testing.T) {
 		var cli map[string]any
 		var cerrs string
 		for try := 0; try < 50; try++ {
-			out, errs, code := run(t, "", "--socket", env.Socket, "perf", test, "--vm", "vmC", "-p", port, "-s", size, "-n", "200", "--out_json", "10.66.0.1")
+			out, errs, code := run(t, "", "--socket", env.Socket, "perf", test, "--vm", "vmC", "-p", port, "-s", size, "-n", "200", "-q", fmt.Sprint(r1.qps), "--out_json", "10.66.0.1")
 			if code == 0 {
 				json.Unmarshal([]byte(out), &cli)
 				break
@@ -378,6 +388,11 @@ func TestPerfServerClient(t *testing.T) {
 		}
 		if cli["test"] != test || cli["MsgSize"] != float64(atoi(t, size)) || cli["n_iterations"] != 200.0 || cli["path"] != "memcpy" {
 			t.Errorf("%s: client report %v", test, cli)
+		}
+		for side, m := range map[string]map[string]any{"client": cli, "server": srv.m} {
+			if info, _ := m["test_info"].(map[string]any); len(m) != 0 && info["Number_of_qps"] != float64(r1.qps) {
+				t.Errorf("%s -q %d: the %s's Number_of_qps is %v", test, r1.qps, side, info["Number_of_qps"])
+			}
 		}
 		fig := "BW_average"
 		if strings.Contains(test, "lat") {
@@ -438,7 +453,7 @@ func TestPerfQPsAndMTU(t *testing.T) {
 	}
 
 	for _, args := range [][]string{{"write_lat", "--local", "-q", "2"}, {"write_bw", "--local", "-q", "0"}, {"write_bw", "--local", "-m", "1000"},
-		{"write_bw", "--local", "-q", "1024", "-t", "128"}, {"write_bw", "--vm", "vm1", "-q", "2"}} {
+		{"write_bw", "--local", "-q", "1024", "-t", "128"}, {"write_bw", "--vm", "vm1", "-m", "512"}} {
 		_, errs, code := run(t, "", append([]string{"perf"}, args...)...)
 		if code != exitUsage || !strings.Contains(errs, "perf: ") {
 			t.Errorf("perf %v: exit %d, %q; want a usage error", args, code, errs)

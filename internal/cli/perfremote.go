@@ -107,7 +107,7 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 		req.Reject(context.WithoutCancel(ctx), nil)
 		return fmt.Errorf("perf: client %s/%s refused: %w", req.RemoteVM, req.RemoteAdapter, err)
 	}
-	o.test, o.atomic, o.size, o.iters, o.cqMod, o.txDepth = h.Test, string(h.Atomic), h.Size, h.Iters, h.CQMod, h.TxDepth
+	o.test, o.atomic, o.size, o.iters, o.cqMod, o.txDepth, o.qps = h.Test, string(h.Atomic), h.Size, h.Iters, h.CQMod, h.TxDepth, h.QPs
 	c := h.Config()
 	e, err := perf.NewEndpoint(ctx, ad, endpointConfig(o, h.Size), false)
 	if err != nil {
@@ -118,11 +118,8 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 	e.Peer = h.Peer
 	e.Peer.Name = req.RemoteVM + "/" + req.RemoteAdapter
 	e.Prepare(c)
-	if err := req.Accept(ctx, e.Side.QP, perf.EncodePeer(e.Side.Peer())); err != nil {
-		return fmt.Errorf("perf: accept %s: %w", e.Peer.Name, err)
-	}
-	if _, err := nextEvent(ctx, ch, vrdma.CMEstablished); err != nil {
-		return fmt.Errorf("perf: %w", err)
+	if err := acceptAll(ctx, ch, req, e, h); err != nil {
+		return err
 	}
 	info := a.remoteInfo(o, e)
 	if !o.outJSON {
@@ -133,8 +130,10 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 	if _, err := e.Run(rctx, c); err != nil {
 		return err
 	}
-	if _, err := nextEvent(rctx, ch, vrdma.CMDisconnected); err != nil {
-		return fmt.Errorf("perf: waiting for %s to end the run: %w", e.Peer.Name, err)
+	for range o.qps {
+		if _, err := nextEvent(rctx, ch, vrdma.CMDisconnected); err != nil {
+			return fmt.Errorf("perf: waiting for %s to end the run: %w", e.Peer.Name, err)
+		}
 	}
 	if o.test.Latency() { // as perftest's: latency servers print no results
 		if !o.outJSON {
@@ -148,6 +147,43 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 	}
 	r.Test, r.MsgSize, r.Path = c.Test, c.Size, e.Side.QP.Path()
 	return a.perfReport(o, info, r)
+}
+
+// acceptAll accepts the client's first request, req (whose Hello is h),
+// with e's first QP, and its h.QPs-1 others, each asking for the same run,
+// with the next; it returns once every connection is ESTABLISHED.
+func acceptAll(ctx context.Context, ch *vrdma.EventChannel, req *vrdma.CMEvent, e *perf.Endpoint, h perf.Hello) error {
+	ctx, cancel := context.WithTimeout(ctx, perfRemoteTimeout)
+	defer cancel()
+	accepted, established := 0, 0
+	for established < len(e.Side.QPs) {
+		if req != nil {
+			if accepted > 0 {
+				if h2, err := perf.ParseHello(req.PrivateData); err != nil || h2.Peer.Addr != h.Peer.Addr || h2.Peer.RKey != h.Peer.RKey || h2.Config() != h.Config() || h2.QPs != h.QPs {
+					req.Reject(context.WithoutCancel(ctx), nil)
+					return fmt.Errorf("perf: connection %d of %d from %s/%s does not ask for the run the first asked for (%v)", accepted+1, h.QPs, req.RemoteVM, req.RemoteAdapter, err)
+				}
+			}
+			if err := req.Accept(ctx, e.Side.QPs[accepted], perf.EncodePeer(e.Side.Peer())); err != nil {
+				return fmt.Errorf("perf: accept %s (QP %d of %d): %w", e.Peer.Name, accepted+1, h.QPs, err)
+			}
+			accepted++
+			req = nil
+		}
+		ev, err := nextEvent(ctx, ch, vrdma.CMEstablished, vrdma.CMConnectRequest)
+		if err != nil {
+			return fmt.Errorf("perf: %s's connections: %d of %d accepted, %d established: %w", e.Peer.Name, accepted, h.QPs, established, err)
+		}
+		switch {
+		case ev.Type == vrdma.CMEstablished:
+			established++
+		case accepted < len(e.Side.QPs):
+			req = ev
+		default:
+			ev.Reject(context.WithoutCancel(ctx), nil)
+		}
+	}
+	return nil
 }
 
 func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch *vrdma.EventChannel, server string) error {
@@ -169,24 +205,38 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 	}
 	defer e.Close(context.WithoutCancel(ctx))
 	e.Prepare(c)
-	h := perf.Hello{Test: c.Test, Atomic: c.Atomic, Size: c.Size, Iters: c.Iters, CQMod: c.CQMod, TxDepth: c.TxDepth, Peer: e.Side.Peer()}
+	h := perf.Hello{Test: c.Test, Atomic: c.Atomic, Size: c.Size, Iters: c.Iters, CQMod: c.CQMod, TxDepth: c.TxDepth, QPs: o.qps, Peer: e.Side.Peer()}
 	if h.Atomic == "" {
 		h.Atomic = perf.FetchAndAdd
 	}
-	cookie, err := ch.Connect(ctx, e.Side.QP, server, uint16(o.port), h.Encode(), perfRemoteTimeout)
-	if err != nil {
-		return fmt.Errorf("perf: connect to %s port %d: %w", server, o.port, err)
+	disconnect := func() {
+		for _, q := range e.Side.QPs {
+			if q.State() == vrdma.QPSRTS {
+				q.Disconnect(context.WithoutCancel(ctx))
+			}
+		}
 	}
-	ev, err := nextEvent(ctx, ch, vrdma.CMEstablished, vrdma.CMRejected, vrdma.CMUnreachable)
-	if err != nil {
-		return fmt.Errorf("perf: connect to %s port %d: %w", server, o.port, err)
-	}
-	if ev.Type != vrdma.CMEstablished || ev.Cookie != cookie {
-		return fmt.Errorf("perf: connect to %s port %d: %s (status %d): %s", server, o.port, ev.Type, ev.Status, ev.Message)
-	}
-	if e.Peer, err = perf.ParsePeer(ev.PrivateData, server); err != nil {
-		e.Side.QP.Disconnect(context.WithoutCancel(ctx))
-		return err
+	for i, q := range e.Side.QPs {
+		which := "" // which QP, when there are several
+		if o.qps > 1 {
+			which = fmt.Sprintf(" (QP %d of %d)", i+1, o.qps)
+		}
+		cookie, err := ch.Connect(ctx, q, server, uint16(o.port), h.Encode(), perfRemoteTimeout)
+		if err != nil {
+			disconnect()
+			return fmt.Errorf("perf: connect to %s port %d%s: %w", server, o.port, which, err)
+		}
+		ev, err := nextEvent(ctx, ch, vrdma.CMEstablished, vrdma.CMRejected, vrdma.CMUnreachable)
+		if err == nil && (ev.Type != vrdma.CMEstablished || ev.Cookie != cookie) {
+			err = fmt.Errorf("%s (status %d): %s", ev.Type, ev.Status, ev.Message)
+		}
+		if err == nil && i == 0 {
+			e.Peer, err = perf.ParsePeer(ev.PrivateData, server)
+		}
+		if err != nil {
+			disconnect()
+			return fmt.Errorf("perf: connect to %s port %d%s: %w", server, o.port, which, err)
+		}
 	}
 	info := a.remoteInfo(o, e)
 	if !o.outJSON {
@@ -198,8 +248,10 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 	if err == nil && !o.test.Latency() {
 		err = e.SendResult(rctx, r)
 	}
-	if derr := e.Side.QP.Disconnect(context.WithoutCancel(ctx)); err == nil && derr != nil {
-		err = fmt.Errorf("perf: disconnect: %w", derr)
+	for _, q := range e.Side.QPs {
+		if derr := q.Disconnect(context.WithoutCancel(ctx)); err == nil && derr != nil {
+			err = fmt.Errorf("perf: disconnect: %w", derr)
+		}
 	}
 	if err != nil {
 		return err
@@ -209,7 +261,7 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 
 // endpointConfig sizes one side for o's test of size bytes.
 func endpointConfig(o perfOptions, size int) perf.PairConfig {
-	cfg := perf.PairConfig{BufSize: max(o.test.BufSize(size), 4096), TxDepth: o.txDepth}
+	cfg := perf.PairConfig{BufSize: max(o.test.BufSize(size), 4096), TxDepth: o.txDepth, QPs: o.qps}
 	if o.test.Latency() {
 		cfg.MaxInline = perfInline
 	}
@@ -219,7 +271,7 @@ func endpointConfig(o perfOptions, size int) perf.PairConfig {
 // remoteInfo is the report's header for a side of a two-process run.
 func (a *app) remoteInfo(o perfOptions, e *perf.Endpoint) perfInfo {
 	path := e.Side.QP.Path()
-	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: e.Side.Adapter.Name(), NumberOfQPs: 1,
+	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: e.Side.Adapter.Name(), NumberOfQPs: o.qps,
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason}

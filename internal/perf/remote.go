@@ -38,6 +38,7 @@ type Hello struct {
 	Iters   int
 	CQMod   int
 	TxDepth int
+	QPs     int  // QP pairs the client connects, each with this Hello (0 is 1)
 	Peer    Peer // the client's buffer
 }
 
@@ -59,6 +60,7 @@ func (h Hello) Encode() []byte {
 	binary.LittleEndian.PutUint16(b[16:], uint16(h.TxDepth))
 	binary.LittleEndian.PutUint64(b[18:], h.Peer.Addr)
 	binary.LittleEndian.PutUint32(b[26:], h.Peer.RKey)
+	binary.LittleEndian.PutUint16(b[30:], uint16(max(h.QPs, 1)))
 	return b
 }
 
@@ -76,6 +78,7 @@ func ParseHello(b []byte) (Hello, error) {
 		Iters:   int(binary.LittleEndian.Uint32(b[10:])),
 		CQMod:   int(binary.LittleEndian.Uint16(b[14:])),
 		TxDepth: int(binary.LittleEndian.Uint16(b[16:])),
+		QPs:     max(int(binary.LittleEndian.Uint16(b[30:])), 1),
 		Peer:    Peer{Addr: binary.LittleEndian.Uint64(b[18:]), RKey: binary.LittleEndian.Uint32(b[26:]), Name: "the client"}}
 	if b[4] == 1 {
 		h.Atomic = CmpAndSwap
@@ -89,6 +92,12 @@ func ParseHello(b []byte) (Hello, error) {
 		return Hello{}, fmt.Errorf("perf: the client asks for %d iterations: 1..%d are served", h.Iters, MaxRemoteIters)
 	case h.CQMod < 1 || h.TxDepth < 1 || h.TxDepth > vrdma.MaxQPWR/2:
 		return Hello{}, fmt.Errorf("perf: the client asks for CQ moderation %d, TX depth %d: want ≥ 1 and 1..%d", h.CQMod, h.TxDepth, vrdma.MaxQPWR/2)
+	case h.QPs > 1 && h.Test.Latency():
+		return Hello{}, fmt.Errorf("perf: the client asks for %s on %d QPs: latency tests run on one", h.Test, h.QPs)
+	}
+	cfg := PairConfig{TxDepth: h.TxDepth, QPs: h.QPs}
+	if err := cfg.check(); err != nil {
+		return Hello{}, fmt.Errorf("perf: the client asks for %d QPs with TX depth %d: %w", h.QPs, h.TxDepth, err)
 	}
 	return h, nil
 }

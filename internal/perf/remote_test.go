@@ -10,9 +10,12 @@ import (
 // and checks what ParseHello refuses.
 func TestHelloRoundTrip(t *testing.T) {
 	for _, tt := range Tests {
-		h := Hello{Test: tt, Atomic: CmpAndSwap, Size: 4096, Iters: 1234, CQMod: 100, TxDepth: 128, Peer: Peer{Addr: 0x7f0012345000, RKey: 0x203}}
+		h := Hello{Test: tt, Atomic: CmpAndSwap, Size: 4096, Iters: 1234, CQMod: 100, TxDepth: 128, QPs: 1, Peer: Peer{Addr: 0x7f0012345000, RKey: 0x203}}
 		if tt.Atomic() {
 			h.Size = 8
+		}
+		if !tt.Latency() {
+			h.QPs = 16
 		}
 		b := h.Encode()
 		if len(b) != HelloLen || len(b) > 56 {
@@ -28,6 +31,9 @@ func TestHelloRoundTrip(t *testing.T) {
 		}
 	}
 	good := Hello{Test: WriteBW, Size: 64, Iters: 10, CQMod: 1, TxDepth: 1}.Encode()
+	if h, err := ParseHello(good); err != nil || h.QPs != 1 {
+		t.Errorf("a Hello without QPs: %+v, %v; want 1 QP", h, err)
+	}
 	for name, mod := range map[string]func(b []byte){
 		"short":       func(b []byte) {},
 		"magic":       func(b []byte) { b[0] = 'x' },
@@ -38,6 +44,8 @@ func TestHelloRoundTrip(t *testing.T) {
 		"iters 0":     func(b []byte) { b[10], b[11], b[12], b[13] = 0, 0, 0, 0 },
 		"tx depth 0":  func(b []byte) { b[16], b[17] = 0, 0 },
 		"atomic size": func(b []byte) { b[3] = 3 }, // atomic_bw of 64 bytes
+		"lat QPs":     func(b []byte) { b[3], b[30] = 4, 2 }, // write_lat on 2 QPs
+		"QPs huge":    func(b []byte) { b[30], b[31] = 0xff, 0xff },
 	} {
 		b := append([]byte(nil), good...)
 		mod(b)
