@@ -43,7 +43,7 @@ func TestHelloRoundTrip(t *testing.T) {
 		"size huge":   func(b []byte) { b[9] = 0xff },
 		"iters 0":     func(b []byte) { b[10], b[11], b[12], b[13] = 0, 0, 0, 0 },
 		"tx depth 0":  func(b []byte) { b[16], b[17] = 0, 0 },
-		"atomic size": func(b []byte) { b[3] = 3 }, // atomic_bw of 64 bytes
+		"atomic size": func(b []byte) { b[3] = 3 },           // atomic_bw of 64 bytes
 		"lat QPs":     func(b []byte) { b[3], b[30] = 4, 2 }, // write_lat on 2 QPs
 		"QPs huge":    func(b []byte) { b[30], b[31] = 0xff, 0xff },
 	} {
