@@ -249,7 +249,7 @@ func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 				break
 			}
 			if u.pn > 0 {
-				u.polled = time.Now()
+				u.setPolled(u.pn)
 				return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
 			}
 			device.YieldCPU() // at every turn
@@ -260,9 +260,26 @@ func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
 	}
 	n, oobn, _, src, err := u.c.ReadMsgUDPAddrPort(b, u.oob[:])
 	if err == nil {
-		u.polled = time.Now()
+		u.setPolled(n)
 	}
 	return n, groSegment(u.oob[:oobn]), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), err
+}
+
+// pollAfter is the largest read after which the reader polls for the
+// next: a packet or two is a request or its answer, whose next is due
+// soon; a coalesced batch bigger than that is a stream, whose next batch
+// one wake-up takes whole, and whose polling would take the CPU that the
+// agents moving its bytes need.
+const pollAfter = 2 * maxDatagram
+
+// setPolled notes a read of n bytes: the reader polls before the next
+// read if n is small.
+func (u *udpConn) setPolled(n int) {
+	if n <= pollAfter {
+		u.polled = time.Now()
+	} else {
+		u.polled = time.Time{}
+	}
 }
 
 // pollOnce is ReadFrom's non-blocking recvmsg(2), into the buffer and
