@@ -5,7 +5,7 @@ package vrdma_test
 // TestScaleQPs checks what must hold — every WR completes, byte-exact, and
 // the agent runs on a bounded number of OS threads, counted from /proc —
 // and BenchmarkScale records the figures (aggregate bandwidth and message
-// rate, threads, memory per QP, idle CPU) for docs/BENCHMARKS.md.
+// rate, threads, memory per QP, idle CPU) for docs/PERF-LOG.md (issue 9).
 
 import (
 	"bytes"

@@ -9,67 +9,30 @@
 # iterations, alternating, ROUNDS rounds (default 5); it prints every figure and
 # then the medians with their ranges and the C / Go ratios. Root or not; needs
 # perftest, gcc, libibverbs-dev and what bench/peers.sh needs. Works in /tmp/pt.
+# The helpers are bench/lib.sh's; bench/run measures the same and more, and
+# writes docs/BENCHMARKS.md.
 #
 #   bench/perftest.sh            # everything
 #   ROUNDS=9 bench/perftest.sh   # more rounds (the figures on two cores are noisy)
 #   PEERS=0 bench/perftest.sh    # without bench/peers.sh
 set -u
-repo=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+. "$REPO/bench/lib.sh"
 rounds=${ROUNDS:-5}
 mkdir -p /tmp/pt && cd /tmp/pt
-(cd "$repo" && go build -o /tmp/pt/ ./cmd/vrdmactl ./cmd/vrdmad && make -s -C guest/ibverbs >/dev/null) || exit 1
-export PATH=/tmp/pt:$PATH LD_LIBRARY_PATH=$repo/guest/ibverbs/build
+build_vrdma /tmp/pt || exit 1
 : >/tmp/pt/figures
 
 if [ "${PEERS:-1}" != 0 ]; then
   echo "== peers (bench/peers.sh)"
-  "$repo/bench/peers.sh" || echo "bench/peers.sh failed: its figures are missing"
+  "$REPO/bench/peers.sh" || echo "bench/peers.sh failed: its figures are missing"
 fi
 
-# The memcpy path: one standalone agent, two VMs.
-rm -rf /tmp/pt/state /tmp/pt/s
-./vrdmad --socket /tmp/pt/s --state-dir /tmp/pt/state --no-control-plane --log-level warn 2>/tmp/pt/agent.log &
-agent=$!
-# The tcp path: quickstart --keep's hosts.
-./vrdmactl quickstart --keep >/tmp/pt/qs.log 2>&1 &
-qs=$!
-trap 'kill $agent $qs 2>/dev/null; wait 2>/dev/null' EXIT
-sleep 1
-printf '%s\n' '.encoding = "UTF-8"' 'config.version = "8"' 'virtualHW.version = "20"' 'guestOS = "ubuntu-64"' 'memSize = "64"' 'ethernet0.present = "TRUE"' 'ethernet0.virtualDev = "vrdma"' > vm.vmx
-./vrdmactl --socket /tmp/pt/s vm define vmA vm.vmx >/dev/null 2>&1
-./vrdmactl --socket /tmp/pt/s vm define vmB vm.vmx >/dev/null 2>&1
-for _ in $(seq 60); do grep -q '^ready$' /tmp/pt/qs.log && break; sleep 1; done
-grep -q '^ready$' /tmp/pt/qs.log || { echo "quickstart --keep did not get ready:"; cat /tmp/pt/qs.log; exit 1; }
-# "# tcp: ..." is followed by the server's command (vm3) and the client's (vm1).
-tcp_srv=$(grep -A1 '^# tcp' /tmp/pt/qs.log | sed -n 2p | awk '{print $3}')
-tcp_cli=$(grep -A2 '^# tcp' /tmp/pt/qs.log | sed -n 3p | awk '{print $3}')
+trap dropin_stop EXIT
+dropin_start /tmp/pt /tmp/pt || exit 1
 
-# pt PATH TEST ARGS...: perftest's result line of the client. A client that
-# came before the server listened (it exits at once) is run again; each side
-# gets at most two minutes, so that one that waits for a peer that failed
-# does not hold the run.
-pt() {
-  local path=$1 t=$2; shift 2
-  if [ "$path" = memcpy ]; then
-    VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmA timeout 120 $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
-  else
-    timeout 120 ./vrdmactl --socket "$tcp_srv" exec --vm vm3 -- $t -d vrdma0 -x 0 "$@" >/tmp/pt/srv.out 2>&1 &
-  fi
-  local s=$! line=""
-  for _ in $(seq 20); do
-    sleep 0.5
-    if [ "$path" = memcpy ]; then
-      VRDMA_SOCKET=/tmp/pt/s VRDMA_VM=vmB timeout 120 $t -d vrdma0 -x 0 "$@" localhost >/tmp/pt/cli.out 2>&1
-    else
-      timeout 120 ./vrdmactl --socket "$tcp_cli" exec --vm vm1 -- $t -d vrdma0 -x 0 "$@" localhost >/tmp/pt/cli.out 2>&1
-    fi
-    line=$(grep -E "^\s*[0-9]+\s+[0-9]+" /tmp/pt/cli.out | tail -1)
-    [ -n "$line" ] || ! grep -q "Couldn't connect" /tmp/pt/cli.out || ! kill -0 $s 2>/dev/null || continue
-    break
-  done
-  echo "$line"
-  wait $s
-}
+# pt PATH TEST ARGS...: perftest's result line of the client.
+pt() { local path=$1; shift; dropin_pt "$path" /tmp/pt/cli.out "$@"; }
 # perf PATH TEST SIZE ITERS KEY: vrdmactl perf's figure KEY.
 perf() {
   ./vrdmactl perf "$2" --local --path "$1" -s "$3" -n "$4" --out_json |

@@ -193,7 +193,7 @@ type Bell struct {
 // A waiter sleeps in poll(2), holding its OS thread, for at most hotWait,
 // and at most maxHotWaiters of them at once in the process; the others
 // wait on the network poller. Measured on the memcpy path's 8-byte write
-// ping-pong (docs/BENCHMARKS.md): on the poller alone, a typical round
+// ping-pong (docs/PERF-LOG.md): on the poller alone, a typical round
 // trip took 25 µs instead of 3–5 µs.
 const (
 	hotWait       = time.Millisecond

@@ -86,7 +86,7 @@ type txState struct {
 // busy-wait without yielding (perftest's ib_write_lat spins on its
 // buffer): a poller that yields gives its CPU to such a spinner until the
 // next tick. Measured on two vCPUs, quickstart --keep's tcp pair,
-// alternating rounds (docs/BENCHMARKS.md): 8-byte write latency, typical,
+// alternating rounds (docs/PERF-LOG.md): 8-byte write latency, typical,
 // perftest 134 µs with every poller and 60 µs with none; in another
 // session, 88–104 µs with every poller, 98–101 with none, 55–84 with this
 // one alone (vrdmactl perf 113–129, 107–127, 78–93).

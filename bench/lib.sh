@@ -1,0 +1,143 @@
+# bench/lib.sh - helpers shared by bench/run and bench/perftest.sh; sourced, not run.
+#
+# build_vrdma BIN         vrdmactl and vrdmad into BIN, the drop-in libibverbs into
+#                         guest/ibverbs/build
+# dropin_start BIN DIR    the VMs perftest runs between on each path: a standalone
+#                         agent with VMs vmA and vmB (memcpy), and vrdmactl quickstart
+#                         --keep (tcp: vm3 <- vm1, rdma: vm5 <- vm4); state and logs in DIR
+# dropin_pt PATH OUT PROGRAM ARGS...
+#                         unmodified perftest PROGRAM between the path's two VMs; the
+#                         client's output in OUT, its result line on stdout
+# dropin_stop             stop what dropin_start started
+#
+# The callers set REPO (the repository) before sourcing. Every process these start runs
+# under `timeout`; dropin_stop kills them by pid. Traffic stays on loopback addresses.
+
+# build_vrdma BIN: build vrdmactl and vrdmad into BIN and the drop-in (make -s -C
+# guest/ibverbs); the drop-in's directory is then DROPIN_LIB.
+build_vrdma() {
+    local bin=$1
+    mkdir -p "$bin"
+    (cd "$REPO" && go build -o "$bin/" ./cmd/vrdmactl ./cmd/vrdmad) || return 1
+    make -s -C "$REPO/guest/ibverbs" >/dev/null || return 1
+    DROPIN_LIB=$REPO/guest/ibverbs/build
+}
+
+DROPIN_PIDS=()
+DROPIN_BIN=""
+DROPIN_DIR=""
+declare -A DROPIN_SOCK=() # "PATH.srv" / "PATH.cli" -> agent socket (empty: memcpy's standalone agent)
+declare -A DROPIN_VM=()   # "PATH.srv" / "PATH.cli" -> VM name
+
+# dropin_start BIN DIR: start a standalone agent (--no-control-plane) with VMs vmA
+# and vmB for the memcpy path, and `vrdmactl quickstart --keep` for tcp and rdma,
+# whose printed exec commands name each pair's agent sockets and VMs. Waits for
+# quickstart's "ready" (at most a minute). Returns 1, with the reason on stderr,
+# if either does not come up.
+dropin_start() {
+    DROPIN_BIN=$1 DROPIN_DIR=$2
+    local vmx=$DROPIN_DIR/vm.vmx i path hdr vm
+    mkdir -p "$DROPIN_DIR"
+    rm -rf "$DROPIN_DIR/state" "$DROPIN_DIR/s"
+    timeout 3600 "$DROPIN_BIN/vrdmad" --socket "$DROPIN_DIR/s" --state-dir "$DROPIN_DIR/state" \
+        --no-control-plane --log-level warn 2>"$DROPIN_DIR/agent.log" &
+    DROPIN_PIDS+=($!)
+    timeout 3600 "$DROPIN_BIN/vrdmactl" quickstart --keep >"$DROPIN_DIR/qs.log" 2>&1 &
+    DROPIN_PIDS+=($!)
+    printf '%s\n' '.encoding = "UTF-8"' 'config.version = "8"' 'virtualHW.version = "20"' \
+        'guestOS = "ubuntu-64"' 'memSize = "64"' 'ethernet0.present = "TRUE"' \
+        'ethernet0.virtualDev = "vrdma"' >"$vmx"
+    for ((i = 0; i < 50; i++)); do [[ -S $DROPIN_DIR/s ]] && break; sleep 0.1; done
+    for vm in vmA vmB; do
+        if ! "$DROPIN_BIN/vrdmactl" --socket "$DROPIN_DIR/s" vm define "$vm" "$vmx" >/dev/null 2>&1; then
+            echo "the standalone agent did not define $vm (log: $DROPIN_DIR/agent.log)" >&2
+            return 1
+        fi
+    done
+    DROPIN_SOCK[memcpy.srv]="" DROPIN_VM[memcpy.srv]=vmA
+    DROPIN_SOCK[memcpy.cli]="" DROPIN_VM[memcpy.cli]=vmB
+    for ((i = 0; i < 60; i++)); do grep -q '^ready$' "$DROPIN_DIR/qs.log" && break; sleep 1; done
+    if ! grep -q '^ready$' "$DROPIN_DIR/qs.log"; then
+        echo "quickstart --keep did not get ready in a minute:" >&2
+        cat "$DROPIN_DIR/qs.log" >&2
+        return 1
+    fi
+    # "# tcp: ..." is followed by the server's command, then the client's:
+    # BIN/vrdmactl --socket SOCK exec --vm VM -- ib_write_bw ...
+    for path in tcp rdma; do
+        hdr=$(grep -A2 "^# $path:" "$DROPIN_DIR/qs.log" || true)
+        DROPIN_SOCK[$path.srv]=$(sed -n 2p <<<"$hdr" | awk '{ print $3 }')
+        DROPIN_VM[$path.srv]=$(sed -n 2p <<<"$hdr" | awk '{ print $6 }')
+        DROPIN_SOCK[$path.cli]=$(sed -n 3p <<<"$hdr" | awk '{ print $3 }')
+        DROPIN_VM[$path.cli]=$(sed -n 3p <<<"$hdr" | awk '{ print $6 }')
+        if [[ -z ${DROPIN_SOCK[$path.srv]} || -z ${DROPIN_VM[$path.cli]} ]]; then
+            echo "quickstart --keep printed no $path pair ($DROPIN_DIR/qs.log)" >&2
+            return 1
+        fi
+    done
+}
+
+# dropin_side PATH srv|cli PROGRAM ARGS...: run PROGRAM as the workload of the
+# path's server or client VM, for at most a minute.
+dropin_side() {
+    local path=$1 side=$2
+    shift 2
+    if [[ $path == memcpy ]]; then
+        VRDMA_SOCKET=$DROPIN_DIR/s VRDMA_VM=${DROPIN_VM[$path.$side]} LD_LIBRARY_PATH=$DROPIN_LIB \
+            timeout 60 "$@"
+    else
+        timeout 60 "$DROPIN_BIN/vrdmactl" --socket "${DROPIN_SOCK[$path.$side]}" \
+            exec --vm "${DROPIN_VM[$path.$side]}" --lib "$DROPIN_LIB" -- "$@"
+    fi
+}
+
+# dropin_cmd PATH PROGRAM ARGS...: the client's command line, and where the
+# server runs, for the record.
+dropin_cmd() {
+    local path=$1
+    shift
+    if [[ $path == memcpy ]]; then
+        echo "VRDMA_SOCKET=AGENT VRDMA_VM=${DROPIN_VM[$path.cli]} LD_LIBRARY_PATH=guest/ibverbs/build $* localhost" \
+            "  # server: the same in ${DROPIN_VM[$path.srv]} without localhost"
+    else
+        echo "vrdmactl --socket HOST exec --vm ${DROPIN_VM[$path.cli]} --lib guest/ibverbs/build -- $* localhost" \
+            "  # server: the same in ${DROPIN_VM[$path.srv]} without localhost"
+    fi
+}
+
+# dropin_pt PATH OUT PROGRAM ARGS...: perftest PROGRAM (ib_write_bw, ...) between
+# the path's two VMs, server first (-d vrdma0 -x 0 ARGS); the client's output goes
+# to OUT, the server's to OUT.srv, and the client's result line (the last line
+# that starts with two numbers) to stdout. A client that came before the server
+# listened (it exits at once) runs again, up to 20 times.
+dropin_pt() {
+    local path=$1 out=$2 prog=$3 s line="" i
+    shift 3
+    dropin_side "$path" srv "$prog" -d vrdma0 -x 0 "$@" >"$out.srv" 2>&1 &
+    s=$!
+    for ((i = 0; i < 20; i++)); do
+        sleep 0.5
+        dropin_side "$path" cli "$prog" -d vrdma0 -x 0 "$@" localhost >"$out" 2>&1 || true
+        line=$(grep -E '^\s*[0-9]+\s+[0-9]+' "$out" | tail -n1 || true)
+        [[ -n $line ]] || ! grep -q "Couldn't connect" "$out" || ! kill -0 "$s" 2>/dev/null || continue
+        break
+    done
+    wait "$s" 2>/dev/null || true
+    echo "$line"
+}
+
+# dropin_stop: stop the standalone agent and quickstart (SIGINT: quickstart removes its
+# hosts and state), waiting at most 20 s before killing them.
+dropin_stop() {
+    local p i
+    ((${#DROPIN_PIDS[@]})) || return 0
+    for p in "${DROPIN_PIDS[@]}"; do kill -INT "$p" 2>/dev/null || true; done
+    for ((i = 0; i < 200; i++)); do
+        local alive=0
+        for p in "${DROPIN_PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for p in "${DROPIN_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    DROPIN_PIDS=()
+}
