@@ -287,8 +287,8 @@ func renderScale(w *writer, d *Data) {
 		w.l()
 		return
 	}
-	w.l("`vrdmactl perf write_bw --local -q N -t T` (64 KiB, N × T ≤ 16,384 outstanding) and `send_bw -s 8 -q N`,",
-		" one run each: the figures are the sum over the QP pairs, as perftest's. Memory: the agents' resident",
+	w.l("`vrdmactl perf write_bw --local -q N -t T -D S` (64 KiB, N × T ≤ 16,384 outstanding) and `send_bw -s 8 -q N -D S`,",
+		" one timed run each (2 s; 1 s with --quick): the figures are the sum over the QP pairs, as perftest's. Memory: the agents' resident",
 		" memory the QPs added, per QP; connect: the mean time to connect one QP pair, the pairs one after another.")
 	w.l()
 	for _, p := range Paths {
