@@ -24,7 +24,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -103,6 +102,8 @@ type udpConn struct {
 	pn     int                   // bytes read, 0 for nothing yet, -1 for an error (the blocking read reports it)
 	polled time.Time             // when the last datagram was read
 	pollFn func(fd uintptr)
+
+	ops spares[sendOp]
 }
 
 // ListenUDP binds the engine's socket on addr (an IPv4 or IPv6 address,
@@ -149,7 +150,8 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 		return nil, fmt.Errorf("rdma uplink %s: socket options: %w", addr, serr)
 	}
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), v6: addr.Addr().Is6()}
+	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), v6: addr.Addr().Is6(),
+		ops: newSpares(newSendOp)}
 	u.pollFn = u.pollOnce
 	return u, nil
 }
@@ -164,13 +166,12 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 // priority the kernel refuses (7 without CAP_NET_ADMIN) is left off from
 // then on, and counted in PriorityDenied.
 func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error {
-	w := sends.Get().(*sendOp)
-	w.bufs, w.oob = bufs, w.cmsgs[:0]
-	if u.v6 {
-		w.sa6.Addr, w.sa6.Port, w.sa = dst.Addr().As16(), int(dst.Port()), &w.sa6
-	} else {
-		w.sa4.Addr, w.sa4.Port, w.sa = dst.Addr().As4(), int(dst.Port()), &w.sa4
+	if len(bufs) > maxIOV {
+		return fmt.Errorf("rdma uplink: a send of %d pieces: at most %d", len(bufs), maxIOV)
 	}
+	w := u.ops.get()
+	w.bufs, w.oob = bufs, w.cmsgs[:0]
+	w.setAddr(dst, u.v6)
 	if m.TOS != 0 {
 		w.oob = append(w.oob, tosCmsgs[u.family()][m.TOS]...)
 	}
@@ -190,7 +191,8 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) e
 		werr, err = u.raw.Write(w.fn), w.err
 	}
 	w.bufs, w.err = nil, nil
-	sends.Put(w)
+	clear(w.iov[:len(bufs)]) // no reference to guest memory outlives the send
+	u.ops.put(w)
 	if werr != nil {
 		return werr
 	}
@@ -200,31 +202,119 @@ func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) e
 	return nil
 }
 
-// sendOp is one sendmsg's arguments and result, pooled with its bound
-// method, so that a packet's send allocates nothing (a closure, a
-// sockaddr and the error would escape per call otherwise).
+// sendOp is one sendmsg's arguments and result, kept for reuse with its
+// bound method (spares), so that a packet's send allocates nothing: the
+// message header, its iovecs and the address are built here, where
+// unix.SendmsgBuffers would allocate the iovecs (and a closure, a sockaddr
+// and the error would escape per call).
 type sendOp struct {
 	bufs  [][]byte
 	oob   []byte
-	cmsgs [3 * 24]byte  // oob's storage: three control messages of up to 4 bytes (CmsgSpace(4) = 24)
-	sa    unix.Sockaddr // &sa4 or &sa6
-	sa4   unix.SockaddrInet4
-	sa6   unix.SockaddrInet6
+	cmsgs [3 * 24]byte // oob's storage: three control messages of up to 4 bytes (CmsgSpace(4) = 24)
+	msg   unix.Msghdr
+	iov   [maxIOV]unix.Iovec
+	name4 unix.RawSockaddrInet4
+	name6 unix.RawSockaddrInet6
+	v6    bool
 	err   error
 	fn    func(fd uintptr) bool // send, bound once
 }
 
-var sends = sync.Pool{New: func() any {
+// setAddr makes dst the destination.
+func (w *sendOp) setAddr(dst netip.AddrPort, v6 bool) {
+	w.v6 = v6
+	port := dst.Port()
+	if v6 {
+		w.name6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: dst.Addr().As16()}
+		p := (*[2]byte)(unsafe.Pointer(&w.name6.Port))
+		p[0], p[1] = byte(port>>8), byte(port)
+		return
+	}
+	w.name4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: dst.Addr().As4()}
+	p := (*[2]byte)(unsafe.Pointer(&w.name4.Port))
+	p[0], p[1] = byte(port>>8), byte(port)
+}
+
+// spares keeps objects of a sending goroutine's state for reuse, at most
+// maxSpares: one for each goroutine that sends at once (QPs' requesters,
+// responders, the reader). A channel, not a sync.Pool: a pool is emptied
+// at every garbage collection, and an agent whose process collects often
+// (an embedded etcd's allocations) would then allocate one per send.
+type spares[T any] struct {
+	ch    chan *T
+	fresh func() *T
+}
+
+const maxSpares = 64
+
+func newSpares[T any](fresh func() *T) spares[T] {
+	return spares[T]{ch: make(chan *T, maxSpares), fresh: fresh}
+}
+
+// get returns a spare, or a fresh one.
+func (s *spares[T]) get() *T {
+	select {
+	case x := <-s.ch:
+		return x
+	default:
+		return s.fresh()
+	}
+}
+
+// put keeps x for reuse, if there is room.
+func (s *spares[T]) put(x *T) {
+	select {
+	case s.ch <- x:
+	default:
+	}
+}
+
+func newSendOp() *sendOp {
 	w := &sendOp{}
 	w.fn = w.send
 	return w
-}}
+}
 
 // send is the sendmsg; false asks the runtime to wait until the socket
 // can take it.
 func (w *sendOp) send(fd uintptr) bool {
-	_, w.err = unix.SendmsgBuffers(int(fd), w.bufs, w.oob, w.sa, unix.MSG_DONTWAIT)
-	return !errors.Is(w.err, unix.EAGAIN)
+	n := 0
+	for _, b := range w.bufs {
+		if len(b) > 0 {
+			w.iov[n].Base = &b[0]
+			w.iov[n].SetLen(len(b))
+			n++
+		}
+	}
+	m := &w.msg
+	*m = unix.Msghdr{}
+	if w.v6 {
+		m.Name, m.Namelen = (*byte)(unsafe.Pointer(&w.name6)), unix.SizeofSockaddrInet6
+	} else {
+		m.Name, m.Namelen = (*byte)(unsafe.Pointer(&w.name4)), unix.SizeofSockaddrInet4
+	}
+	if n > 0 {
+		m.Iov = &w.iov[0]
+		m.SetIovlen(n)
+	}
+	if len(w.oob) > 0 {
+		m.Control = &w.oob[0]
+		m.SetControllen(len(w.oob))
+	}
+	for {
+		_, _, errno := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
+		switch errno {
+		case 0:
+			w.err = nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		default:
+			w.err = errno
+		}
+		return true
+	}
 }
 
 // readPoll is how long the reader polls the socket for the next datagram

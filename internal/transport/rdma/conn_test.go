@@ -25,7 +25,10 @@ func TestWriteToAllocs(t *testing.T) {
 func writeToAllocs(t *testing.T, c Conn) {
 	dst := c.LocalAddr()
 	payload := make([]byte, 64)
-	bufs := [][]byte{payload[:12], payload[12:]}
+	// As many pieces as a batch of packets has (header, payload pieces,
+	// trail, for each): a few iovecs would fit a small stack allocation
+	// where more would not.
+	bufs := [][]byte{payload[:12], payload[12:20], payload[20:24], payload[24:36], payload[36:44], payload[44:48], payload[48:60], payload[60:]}
 	for _, m := range []Marks{{}, {TOS: 26 << 2, Priority: 3}} {
 		for _, seg := range []int{0, 16} {
 			if n := testing.AllocsPerRun(200, func() {

@@ -32,7 +32,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -104,6 +103,8 @@ type packetConn struct {
 	raw  syscall.RawConn
 	link Link
 
+	sends spares[frameSend] // the senders' sendmmsg state, for reuse
+
 	prio7Denied atomic.Bool // priority 7 needs CAP_NET_ADMIN: once refused, left off
 
 	// The reader's: recvmmsg's arguments and result.
@@ -153,7 +154,7 @@ func ListenFrames(ifname string) (FrameConn, error) {
 		f.Close()
 		return nil, err
 	}
-	c := &packetConn{f: f, link: Link{Name: ifname, Index: ifc.Index, MAC: mac, MTU: ifc.MTU}}
+	c := &packetConn{f: f, link: Link{Name: ifname, Index: ifc.Index, MAC: mac, MTU: ifc.MTU}, sends: newSpares(newFrameSend)}
 	c.raw = rc
 	c.pollFn, c.readFn = c.pollOnce, c.readOnce
 	return c, nil
@@ -176,7 +177,7 @@ func (c *packetConn) WriteFrames(bufs [][]byte, ends []int, prio uint8) error {
 			return fmt.Errorf("rdma uplink RoCE v1: frame ends %v out of order", ends)
 		}
 	}
-	w := frameSends.Get().(*frameSend)
+	w := c.sends.get()
 	w.n, w.sent, w.err = 0, 0, nil
 	var ctl []byte
 	if prio != 0 && prio < 8 && !(prio == 7 && c.prio7Denied.Load()) {
@@ -214,7 +215,7 @@ func (c *packetConn) WriteFrames(bufs [][]byte, ends []int, prio uint8) error {
 	for k := range w.n {
 		w.hdrs[k].Hdr.Iov, w.hdrs[k].Hdr.Control = nil, nil
 	}
-	frameSends.Put(w)
+	c.sends.put(w)
 	if werr != nil {
 		return werr
 	}
@@ -224,7 +225,7 @@ func (c *packetConn) WriteFrames(bufs [][]byte, ends []int, prio uint8) error {
 	return nil
 }
 
-// frameSend is one sendmmsg's arguments and progress, pooled with its
+// frameSend is one sendmmsg's arguments and progress, kept for reuse with its
 // bound method.
 type frameSend struct {
 	hdrs    [maxSegments]unix.Mmsghdr
@@ -234,11 +235,11 @@ type frameSend struct {
 	fn      func(fd uintptr) bool
 }
 
-var frameSends = sync.Pool{New: func() any {
+func newFrameSend() *frameSend {
 	w := &frameSend{}
 	w.fn = w.send
 	return w
-}}
+}
 
 // send is the sendmmsg, resumed where it stopped; false asks the runtime
 // to wait until the socket can take more.
