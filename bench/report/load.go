@@ -51,8 +51,9 @@ type Meta struct {
 
 // Machine is what lscpu.txt says about the CPUs.
 type Machine struct {
-	Model string // lscpu's "Model name"
-	CPUs  string // lscpu's "CPU(s)"
+	Model string   // lscpu's "Model name"
+	CPUs  string   // lscpu's "CPU(s)"
+	Lines []string // lscpu's whole output, for the appendix
 }
 
 // Key names a vrdmactl perf figure: a test on a path at a message size, in
@@ -279,7 +280,8 @@ func readLines(file string) []string {
 
 func readLscpu(file string) Machine {
 	var m Machine
-	for _, l := range readLines(file) {
+	m.Lines = readLines(file)
+	for _, l := range m.Lines {
 		k, v, ok := strings.Cut(l, ":")
 		if !ok {
 			continue

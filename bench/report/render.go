@@ -456,6 +456,16 @@ func renderCommands(w *writer, d *Data) {
 func renderAppendix(w *writer, d *Data) {
 	w.l("## Appendix: raw output")
 	w.l()
+	if len(d.Machine.Lines) > 0 {
+		w.l("### lscpu")
+		w.l()
+		w.l("```")
+		for _, l := range d.Machine.Lines {
+			w.l(l)
+		}
+		w.l("```")
+		w.l()
+	}
 	w.l("### The chart's figures (MiB/s)")
 	w.l()
 	series := chartSeries()

@@ -247,7 +247,7 @@ func TestRenderFixture(t *testing.T) {
 	last := -1
 	for _, h := range []string{"## Issue 14's targets", "## The memcpy path", "## The tcp path", "## The rdma path",
 		"## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
-		"## Commands", "## Appendix"} {
+		"## Commands", "## Appendix", "### lscpu"} {
 		i := strings.Index(doc, h)
 		if i < last {
 			t.Errorf("%q out of order", h)

@@ -243,6 +243,22 @@ func TestPerfRDMA(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// The eight tests over the rdma path, small counts: correctness only.
+	for _, test := range []string{"write_bw", "read_bw", "send_bw", "atomic_bw", "write_lat", "read_lat", "send_lat", "atomic_lat"} {
+		fig := "BW_average"
+		if strings.HasSuffix(test, "_lat") {
+			fig = "t_typical"
+		}
+		var m map[string]any
+		runJSON(t, &m, "perf", test, "--local", "--path", "rdma", "-s", "8", "-n", "100", "--out_json")
+		info, _ := m["test_info"].(map[string]any)
+		if v, _ := m[fig].(float64); v <= 0 || m["test"] != test || m["path"] != "rdma" || m["n_iterations"] != 100.0 {
+			t.Errorf("%s over rdma: %s %v, test %v, path %v, n_iterations %v", test, fig, m[fig], m["test"], m["path"], m["n_iterations"])
+		}
+		if ub, _ := info["uplink_bytes"].(float64); ub <= 0 {
+			t.Errorf("%s over rdma: uplink_bytes %v: the uplinks' counters did not move", test, info["uplink_bytes"])
+		}
+	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("perf left %v in TMPDIR", left)
 	}
