@@ -88,6 +88,8 @@ type Side struct {
 	QP      *vrdma.QP   // QPs[0]
 	QPs     []*vrdma.QP // all of them, sharing CQ and MR
 	MR      *vrdma.MR
+
+	recvOut []int // send_bw's receives left posted on each QP by earlier runs
 }
 
 // Name returns "vm/vrdmaN".

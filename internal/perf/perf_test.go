@@ -116,10 +116,16 @@ func TestRunManyQPs(t *testing.T) {
 		{Test: perf.SendBW, Size: 64, Iters: 700},
 		{Test: perf.AtomicBW, Size: 8, Iters: 200},
 		{Test: perf.WriteBW, Size: 4096, Duration: 50 * time.Millisecond},
+		// A timed send_bw leaves receives posted (the receiver cannot
+		// know when the sender stops); the runs after it count them.
+		{Test: perf.SendBW, Size: 64, Duration: 50 * time.Millisecond},
+		{Test: perf.SendBW, Size: 256, Duration: 30 * time.Millisecond},
+		{Test: perf.SendBW, Size: 1024, Iters: 50},
+		{Test: perf.SendBW, Size: 8, Iters: 900},
 	} {
 		r, err := p.Run(ctx, c)
 		if err != nil {
-			t.Fatalf("%s: %v", c.Test, err)
+			t.Fatalf("%s %d B: %v", c.Test, c.Size, err)
 		}
 		if c.Duration == 0 && r.Iters != c.Iters {
 			t.Errorf("%s: %d iterations, want %d per QP", c.Test, r.Iters, c.Iters)

@@ -211,7 +211,7 @@ func (e *Endpoint) Run(ctx context.Context, c Config) (Result, error) {
 	case !e.Active && c.Test == SendLat:
 		err = sendLatSide(ctx, s, c, nil)
 	case !e.Active && c.Test == SendBW:
-		err = receiveAll(ctx, s, c, make(chan error, 1))
+		err = receiveAll(ctx, s, c, make(chan error, 1), nil)
 	case !e.Active:
 	case c.Test == WriteBW:
 		r, err = runBW(ctx, c, s, peer, vrdma.OpRDMAWrite)

@@ -184,6 +184,8 @@ type Result struct {
 	TMin, TMax, TTypical, TAvg, TStdev, P99, P999 float64
 
 	Path vrdma.PathInfo
+
+	perQP []int // BW tests: the requests each QP completed
 }
 
 // Run runs one test on the pair, A acting and B passive (write_lat: both
@@ -409,7 +411,10 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 		c.progress(completed / len(qps))
 		last = now
 	}
-	r := Result{Iters: completed / len(qps), Elapsed: last, PeakSeen: peak}
+	r := Result{Iters: completed / len(qps), Elapsed: last, PeakSeen: peak, perQP: make([]int, len(qps))}
+	for i := range qps {
+		r.perQP[i] = qps[i].completed
+	}
 	// perftest: average from the first post to the last completion.
 	sec := float64(last) / 1e9
 	if sec > 0 {
@@ -438,12 +443,17 @@ func stoppedAll(qps []bwQP) bool {
 
 // runSendBW is perftest's send_bw: B keeps its receive queue full and
 // reposts a receive for each one consumed, while A runs the BW loop with
-// SENDs. A waits for B to have counted every message.
+// SENDs. A waits for B to have counted every message. In a timed run (-D)
+// B learns how many messages each QP sent once A stops.
 func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready, received := make(chan error, 1), make(chan error, 1)
-	go func() { received <- receiveAll(ctx, p.B, c, ready) }()
+	var sent chan []int
+	if c.Duration > 0 {
+		sent = make(chan []int, 1)
+	}
+	go func() { received <- receiveAll(ctx, p.B, c, ready, sent) }()
 	if err := <-ready; err != nil {
 		return Result{}, fmt.Errorf("perf: send_bw: %w", err)
 	}
@@ -453,49 +463,98 @@ func (p *Pair) runSendBW(ctx context.Context, c Config) (Result, error) {
 		<-received
 		return r, err
 	}
+	if sent != nil {
+		sent <- r.perQP
+	}
 	if err := <-received; err != nil {
 		return Result{}, fmt.Errorf("perf: send_bw: %w", err)
 	}
 	return r, nil
 }
 
-// receiveAll is send_bw's receiver: it posts receives on each of b's QPs
-// (and says so on ready, or why not), then counts Iters messages per QP,
-// reposting a receive for each one consumed but never more than the
-// messages still to come need, so none is left for a later run.
-func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error) error {
-	depth := min(int(b.QP.Caps().MaxRecvWR), c.Iters)
-	sgl := []vrdma.SGE{b.MR.SGE(0, c.Size)}
+// receiveAll is send_bw's receiver: it keeps receives posted on each of
+// b's QPs (and says so on ready, or why not) and counts the messages,
+// c.Iters per QP, or, when sent is not nil (a timed run), as many as the
+// counts that come on sent once the sender stopped. It reposts a receive
+// for each one consumed, but never more than the messages still to come
+// need, once that is known; what a timed run leaves posted, the next run
+// counts as posted (Side.recvOut). Receives take the whole buffer, so that
+// one left posted fits a later run's messages.
+func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error, sent <-chan []int) error {
+	nq := len(b.QPs)
+	if b.recvOut == nil {
+		b.recvOut = make([]int, nq)
+	}
+	depth := int(b.QP.Caps().MaxRecvWR)
+	var want []int // messages per QP, once known
+	if sent == nil {
+		depth = min(depth, c.Iters)
+		want = make([]int, nq)
+		for i := range want {
+			want[i] = c.Iters
+		}
+	}
+	sgl := []vrdma.SGE{b.MR.SGE(0, len(b.MR.Bytes()))}
 	rwrs := make([]vrdma.RecvWR, depth)
-	postedRecv := make([]int, len(b.QPs))
+	posted := make([]int, nq) // receives this run may consume, the earlier runs' included
+	got := make([]int, nq)
 	for qi, q := range b.QPs {
-		for i := range rwrs {
+		posted[qi] = b.recvOut[qi]
+		k := min(depth-posted[qi], len(rwrs))
+		if k <= 0 {
+			continue
+		}
+		for i := range k {
 			rwrs[i] = vrdma.RecvWR{ID: uint64(qi), SGL: sgl}
 		}
-		if err := q.PostRecv(rwrs); err != nil {
+		if err := q.PostRecv(rwrs[:k]); err != nil {
 			err = fmt.Errorf("post receives on %s's QP 0x%x: %w", b.Name(), q.QPN(), err)
 			ready <- err
 			return err
 		}
-		postedRecv[qi] = depth
+		posted[qi] += k
 	}
+	defer func() {
+		for qi := range posted {
+			b.recvOut[qi] = posted[qi] - got[qi]
+		}
+	}()
 	ready <- nil
+	done := func() bool {
+		if want == nil {
+			return false
+		}
+		for qi := range got {
+			if got[qi] < want[qi] {
+				return false
+			}
+		}
+		return true
+	}
 	wc := make([]vrdma.WorkCompletion, 64)
 	sp := spinner{ctx: ctx, qp: b.QP}
-	total := c.Iters * len(b.QPs)
-	for got := 0; got < total; {
+	for !done() {
+		if want == nil {
+			select {
+			case want = <-sent:
+				if len(want) != nq {
+					return fmt.Errorf("the sender reports %d QPs' counts, the receiver has %d QPs", len(want), nq)
+				}
+				continue
+			default:
+			}
+		}
 		n, err := b.CQ.Poll(wc)
 		if err != nil {
 			return err
 		}
 		if n == 0 {
 			if err := sp.spin(); err != nil {
-				return fmt.Errorf("receiver %s after %d of %d messages: %w", b.Name(), got, total, err)
+				return fmt.Errorf("receiver %s after %v of %v messages: %w", b.Name(), got, want, err)
 			}
 			continue
 		}
 		sp.reset()
-		got += n
 		// Repost what each QP consumed, one call per QP and poll.
 		for i := 0; i < n; {
 			qi := int(wc[i].WRID)
@@ -506,17 +565,21 @@ func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error) erro
 				}
 				k++
 			}
-			if qi >= len(b.QPs) {
+			if qi >= nq {
 				return fmt.Errorf("receive completion with work request ID %d: no such QP", qi)
 			}
-			if k = min(k, len(rwrs), c.Iters-postedRecv[qi]); k > 0 {
+			got[qi] += k
+			if want != nil {
+				k = min(k, want[qi]-posted[qi])
+			}
+			if k = min(k, len(rwrs)); k > 0 {
 				for j := range k {
-					rwrs[j].ID = uint64(qi)
+					rwrs[j] = vrdma.RecvWR{ID: uint64(qi), SGL: sgl}
 				}
 				if err := b.QPs[qi].PostRecv(rwrs[:k]); err != nil {
 					return err
 				}
-				postedRecv[qi] += k
+				posted[qi] += k
 			}
 		}
 	}
