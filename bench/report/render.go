@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -122,7 +123,7 @@ func renderHead(w *writer, d *Data) {
 		orNot(m.Kernel), orNot(strings.TrimPrefix(m.Go, "go")))
 	if len(d.Packages) > 0 {
 		var ps []string
-		for _, k := range sortedKeys(d.Packages) {
+		for _, k := range slices.Sorted(maps.Keys(d.Packages)) {
 			ps = append(ps, fmt.Sprintf("`%s` %s", k, d.Packages[k]))
 		}
 		w.f("- **Peers and tools:** %s.\n", strings.Join(ps, ", "))
@@ -309,7 +310,7 @@ func renderScale(w *writer, d *Data) {
 		w.f("The %s path:\n\n", p)
 		w.l("| QP pairs | `-t` | `write_bw` 64 KiB, MiB/s | `send_bw` 8 B, Mpps | agents' memory, KiB per QP | connect, µs per QP pair | connects per second | agents' CPU, µs per op (`write_bw`) |")
 		w.l("|---|---|---|---|---|---|---|---|")
-		for _, q := range sortedInts(qs) {
+		for _, q := range slices.Sorted(maps.Keys(qs)) {
 			bw, rate := scaleResult(d, p, "write_bw", q), scaleResult(d, p, "send_bw", q)
 			depth := "—"
 			if bw != nil {
@@ -527,22 +528,4 @@ func duration(s int) string {
 		return "duration unknown"
 	}
 	return fmt.Sprintf("%d min %02d s", s/60, s%60)
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-func sortedInts(m map[int]bool) []int {
-	ks := make([]int, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Ints(ks)
-	return ks
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -186,15 +187,25 @@ func both(a, b Status) Status {
 	return NotMeasured
 }
 
+// single is a target of one ratio: vrdma's rounds v against the peer's p
+// (labelled label), in unit, met when the ratio is at least (atLeast) or
+// at most goal; args is the vrdmactl perf run --profile repeats.
+func single(v, p map[int]float64, label, unit string, goal float64, atLeast bool, args string) Outcome {
+	sign := "≤"
+	if atLeast {
+		sign = "≥"
+	}
+	o := Outcome{Vrdma: values(v).String() + " " + unit, Peer: label + " " + values(p).String() + " " + unit,
+		Goal: fmt.Sprintf("%s %s", sign, strconv.FormatFloat(goal, 'f', 1, 64)), ProfileArgs: args}
+	o.Ratio, o.Status = compare(v, p, goal, atLeast)
+	return o
+}
+
 // Targets are issue 14's six rows, in the issue's order.
 var Targets = []Target{
 	{ID: "tcp-bw-1mib", Figure: "tcp path, 1 MiB write bandwidth", Eval: func(d *Data) Outcome {
-		v := d.goRounds(key("tcp", "write_bw", MiB), BW)
 		p, label := d.peer(peerRef{"UCX tcp `tag_bw`", "ucx_tcp_tag_bw_1MiB_MiBps", "ucx-tcp", MiB})
-		o := Outcome{Vrdma: values(v).String() + " MiB/s", Peer: label + " " + values(p).String() + " MiB/s", Goal: "≥ 1.0",
-			ProfileArgs: "write_bw --path tcp -s 1048576 -D 5"}
-		o.Ratio, o.Status = compare(v, p, 1.0, true)
-		return o
+		return single(d.goRounds(key("tcp", "write_bw", MiB), BW), p, label, "MiB/s", 1, true, "write_bw --path tcp -s 1048576 -D 5")
 	}},
 	{ID: "tcp-lat-8b", Figure: "tcp path, 8 B write latency (RTT/2, typical)", Eval: func(d *Data) Outcome {
 		va := d.goRounds(key("tcp", "write_lat", 8).async(), Lat)
@@ -216,28 +227,18 @@ var Targets = []Target{
 		return o
 	}},
 	{ID: "memcpy-bw-4kib", Figure: "memcpy, 4 KiB write bandwidth", Eval: func(d *Data) Outcome {
-		v := d.goRounds(key("memcpy", "write_bw", 4096), BW)
 		p, label := d.peer(peerRef{"UCX shm `ucp_put_bw`", "ucx_shm_put_bw_4KiB_MiBps", "ucx-shm", 4096})
-		o := Outcome{Vrdma: values(v).String() + " MiB/s", Peer: label + " " + values(p).String() + " MiB/s", Goal: "≥ 1.0",
-			ProfileArgs: "write_bw --path memcpy -s 4096 -D 5"}
-		o.Ratio, o.Status = compare(v, p, 1.0, true)
-		return o
+		return single(d.goRounds(key("memcpy", "write_bw", 4096), BW), p, label, "MiB/s", 1, true, "write_bw --path memcpy -s 4096 -D 5")
 	}},
 	{ID: "memcpy-async-lat-8b", Figure: "memcpy async, 8 B write latency", Eval: func(d *Data) Outcome {
-		v := d.goRounds(key("memcpy", "write_lat", 8).async(), Lat)
 		p, label := d.peer(peerRef{"UCX shm `ucp_put_lat`", "ucx_shm_put_lat_8B_median_us", "", 8})
-		o := Outcome{Vrdma: values(v).String() + " µs", Peer: label + " " + values(p).String() + " µs", Goal: "≤ 5",
-			ProfileArgs: "write_lat --path memcpy -s 8 -n 300000 --async"}
-		o.Ratio, o.Status = compare(v, p, 5, false)
+		o := single(d.goRounds(key("memcpy", "write_lat", 8).async(), Lat), p, label, "µs", 5, false, "write_lat --path memcpy -s 8 -n 300000 --async")
+		o.Goal = "≤ 5"
 		return o
 	}},
 	{ID: "memcpy-doorbell-lat-8b", Figure: "memcpy doorbell, 8 B write latency", Eval: func(d *Data) Outcome {
-		v := d.goRounds(key("memcpy", "write_lat", 8), Lat)
 		p, label := d.peer(peerRef{"sockperf UDP 14 B", "sockperf_udp_pp_14B_median_us", "", 14})
-		o := Outcome{Vrdma: values(v).String() + " µs", Peer: label + " " + values(p).String() + " µs", Goal: "≤ 1.0",
-			ProfileArgs: "write_lat --path memcpy -s 8 -n 100000"}
-		o.Ratio, o.Status = compare(v, p, 1.0, false)
-		return o
+		return single(d.goRounds(key("memcpy", "write_lat", 8), Lat), p, label, "µs", 1, false, "write_lat --path memcpy -s 8 -n 100000")
 	}},
 	{ID: "memcpy-bw-64mib", Figure: "memcpy, 1 MiB / 64 MiB write bandwidth", Eval: func(d *Data) Outcome {
 		v64, v1 := d.goRounds(key("memcpy", "write_bw", 64*MiB), BW), d.goRounds(key("memcpy", "write_bw", MiB), BW)
