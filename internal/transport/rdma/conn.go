@@ -82,12 +82,33 @@ const (
 // (208 KiB) would drop on loopback.
 const socketBuffer = 8 << 20
 
+// setBuffers asks for socketBuffer bytes of send and receive buffer on
+// socket fd — beyond net.core.[rw]mem_max with CAP_NET_ADMIN, capped
+// there without — and returns the receive buffer the kernel gave
+// (SO_RCVBUF: twice what it counts as data, for its bookkeeping).
+func setBuffers(fd int) int {
+	for _, o := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], socketBuffer) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], socketBuffer)
+		}
+	}
+	n, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// ReceiveBuffer is the socket's receive buffer in bytes.
+func (u *udpConn) ReceiveBuffer() int { return u.rcvbuf }
+
 // udpConn is a Conn on a UDP socket.
 type udpConn struct {
-	c     *net.UDPConn
-	raw   syscall.RawConn
-	local netip.AddrPort
-	v6    bool
+	c      *net.UDPConn
+	raw    syscall.RawConn
+	local  netip.AddrPort
+	v6     bool
+	rcvbuf int // the receive buffer the kernel gave (setBuffers)
 
 	prio7Denied atomic.Bool
 	// PriorityDenied counts the sends whose priority the kernel refused.
@@ -99,9 +120,11 @@ type udpConn struct {
 	msg    unix.Msghdr
 	iov    unix.Iovec
 	name   unix.RawSockaddrInet6 // room for either family's
-	pn     int                   // bytes read, 0 for nothing yet, -1 for an error (the blocking read reports it)
+	pn     int                   // bytes read, 0 for nothing yet, -1 for an error
 	polled time.Time             // when the last datagram was read
 	pollFn func(fd uintptr)
+	readFn func(fd uintptr) bool
+	errno  unix.Errno // the last recvmsg's error, when pn is -1
 
 	ops spares[sendOp]
 }
@@ -130,6 +153,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 		return nil, err
 	}
 	var serr error
+	var rcvbuf int
 	rc.Control(func(fd uintptr) {
 		serr = unix.SetsockoptInt(int(fd), level, pmtu[0], pmtu[1])
 		if serr != nil {
@@ -139,11 +163,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 			serr = fmt.Errorf("UDP_GRO (Linux 5.0 or later): %w", serr)
 			return
 		}
-		for _, o := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
-			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[0], socketBuffer) != nil {
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, o[1], socketBuffer) // capped by net.core.[rw]mem_max
-			}
-		}
+		rcvbuf = setBuffers(int(fd))
 	})
 	if serr != nil {
 		c.Close()
@@ -151,8 +171,8 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	}
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
 	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), v6: addr.Addr().Is6(),
-		ops: newSpares(newSendOp)}
-	u.pollFn = u.pollOnce
+		rcvbuf: rcvbuf, ops: newSpares(newSendOp)}
+	u.pollFn, u.readFn = u.pollOnce, u.readOnce
 	return u, nil
 }
 
@@ -275,8 +295,9 @@ func newSendOp() *sendOp {
 	return w
 }
 
-// send is the sendmsg; false asks the runtime to wait until the socket
-// can take it.
+// send is the sendmsg, a raw system call that does not block
+// (MSG_DONTWAIT; see pollOnce for why raw); false asks the runtime to
+// wait until the socket can take it.
 func (w *sendOp) send(fd uintptr) bool {
 	n := 0
 	for _, b := range w.bufs {
@@ -302,7 +323,7 @@ func (w *sendOp) send(fd uintptr) bool {
 		m.SetControllen(len(w.oob))
 	}
 	for {
-		_, _, errno := unix.Syscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
+		_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
 		switch errno {
 		case 0:
 			w.err = nil
@@ -330,29 +351,43 @@ const readPoll = 200 * time.Microsecond
 // readPoll after the last one, then blocking. Only the engine's reader
 // calls it: the control message lands in u.oob.
 func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
-	if !u.polled.IsZero() {
-		deadline := u.polled.Add(readPoll)
-		u.iov.Base, u.iov.Len = &b[0], uint64(len(b))
-		for {
-			u.pn = 0
-			if u.raw.Control(u.pollFn) != nil || u.pn < 0 {
-				break
-			}
-			if u.pn > 0 {
-				u.setPolled(u.pn)
-				return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
-			}
-			device.YieldCPU() // at every turn
-			if time.Now().After(deadline) {
-				break
-			}
+	u.iov.Base, u.iov.Len = &b[0], uint64(len(b))
+	if u.polled.IsZero() || !u.poll() {
+		if err := u.raw.Read(u.readFn); err != nil {
+			return 0, 0, netip.AddrPort{}, err
 		}
 	}
-	n, oobn, _, src, err := u.c.ReadMsgUDPAddrPort(b, u.oob[:])
-	if err == nil {
-		u.setPolled(n)
+	if u.pn < 0 {
+		return 0, 0, netip.AddrPort{}, os.NewSyscallError("recvmsg", u.errno)
 	}
-	return n, groSegment(u.oob[:oobn]), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), err
+	u.setPolled(u.pn)
+	return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
+}
+
+// poll tries the socket until readPoll after the last read, yielding the
+// CPU between tries; it reports whether the last try read a datagram or
+// failed (u.pn).
+func (u *udpConn) poll() bool {
+	deadline := u.polled.Add(readPoll)
+	for {
+		if u.raw.Control(u.pollFn) != nil {
+			return false
+		}
+		if u.pn != 0 {
+			return true
+		}
+		device.YieldCPU() // at every turn
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// readOnce is pollOnce for raw.Read: false (nothing yet) has the runtime
+// wait until the socket is readable.
+func (u *udpConn) readOnce(fd uintptr) bool {
+	u.pollOnce(fd)
+	return u.pn != 0
 }
 
 // pollAfter is the largest read after which the reader polls for the
@@ -373,21 +408,26 @@ func (u *udpConn) setPolled(n int) {
 }
 
 // pollOnce is ReadFrom's non-blocking recvmsg(2), into the buffer and
-// control space u.msg points to.
+// control space u.msg points to; u.pn is what it read, 0 for nothing
+// yet, -1 for an error (u.errno). Like sendOp.send it is a raw system
+// call: it does not block, and the runtime's bookkeeping of one that
+// might (entersyscall) wakes its monitor thread, which then keeps
+// retaking the processor of every system call — half the context
+// switches of a stream on a two-core machine (docs/PERF-LOG.md).
 func (u *udpConn) pollOnce(fd uintptr) {
 	u.msg.Name, u.msg.Namelen = (*byte)(unsafe.Pointer(&u.name)), unix.SizeofSockaddrInet6
 	u.msg.Iov, u.msg.Iovlen = &u.iov, 1
 	u.msg.Control, u.msg.Controllen = &u.oob[0], uint64(len(u.oob))
 	u.msg.Flags = 0
 	for {
-		n, _, errno := unix.Syscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&u.msg)), unix.MSG_DONTWAIT)
+		n, _, errno := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&u.msg)), unix.MSG_DONTWAIT)
 		switch {
 		case errno == unix.EINTR:
 			continue
 		case errno == unix.EAGAIN:
 			u.pn = 0
 		case errno != 0:
-			u.pn = -1
+			u.pn, u.errno = -1, errno
 		default:
 			u.pn = int(n)
 		}

@@ -69,6 +69,10 @@ type Engine struct {
 	local netip.AddrPort // RoCE v1: the GID, port 0
 	ctr   Counters
 
+	// outstanding is how many PSNs a requester of the engine's leaves
+	// unacknowledged at most (outstandingFor).
+	outstanding int32
+
 	// RoCE v1's: the socket, its interface and the uplink's GID.
 	fc   FrameConn
 	link Link
@@ -80,6 +84,11 @@ type Engine struct {
 // Start starts the engine on cfg.Conn, or on cfg.Frames.
 func Start(cfg Config) *Engine {
 	e := &Engine{cfg: cfg, dev: cfg.Device, conn: cfg.Conn, fc: cfg.Frames, log: cfg.Log.With("component", "rdma")}
+	if cfg.Frames != nil {
+		e.outstanding = outstandingFor(cfg.Frames)
+	} else {
+		e.outstanding = outstandingFor(cfg.Conn)
+	}
 	e.wg.Add(1)
 	if e.fc != nil {
 		e.link, e.gid = e.fc.Link(), cfg.GID.As16()
@@ -90,6 +99,24 @@ func Start(cfg Config) *Engine {
 	e.local = cfg.Conn.LocalAddr()
 	go e.read()
 	return e
+}
+
+// outstandingFor is the engine's bound on unacknowledged PSNs, for a
+// socket whose receive buffer the peer's is taken to equal (agents set
+// theirs alike, setBuffers): as many packets of the largest MTU as fill
+// half of it (a packet's buffer takes up to twice its size), from
+// 2×ackEvery, so that a window always holds an AckReq, up to
+// maxOutstanding. A larger bound is fewer waits for acknowledgements
+// and wake-ups per MiB; a smaller one keeps a burst within a default
+// buffer (net.core.rmem_max, 208 KiB, without CAP_NET_ADMIN) instead of
+// overflowing it into retransmissions. A socket that does not tell its
+// buffer (a test's) gets maxOutstanding.
+func outstandingFor(c any) int32 {
+	b, ok := c.(interface{ ReceiveBuffer() int })
+	if !ok {
+		return maxOutstanding
+	}
+	return int32(min(max(b.ReceiveBuffer()/(4*maxDatagram), 2*ackEvery), maxOutstanding))
 }
 
 // RoCEv1 reports whether the engine speaks RoCE v1.

@@ -99,9 +99,10 @@ func InterfaceOf(a netip.Addr) (string, error) {
 
 // packetConn is a FrameConn on an AF_PACKET socket.
 type packetConn struct {
-	f    *os.File
-	raw  syscall.RawConn
-	link Link
+	f      *os.File
+	raw    syscall.RawConn
+	link   Link
+	rcvbuf int // the receive buffer the kernel gave (setBuffers)
 
 	sends spares[frameSend] // the senders' sendmmsg state, for reuse
 
@@ -143,25 +144,24 @@ func ListenFrames(ifname string) (FrameConn, error) {
 	}
 	// Frames this socket sends are not read back (Linux 4.20).
 	unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
-	for _, o := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[0], socketBuffer) != nil {
-			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o[1], socketBuffer)
-		}
-	}
+	rcvbuf := setBuffers(fd)
 	f := os.NewFile(uintptr(fd), "rocev1:"+ifname) // non-blocking: in the runtime's poller
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	c := &packetConn{f: f, link: Link{Name: ifname, Index: ifc.Index, MAC: mac, MTU: ifc.MTU}, sends: newSpares(newFrameSend)}
+	c := &packetConn{f: f, link: Link{Name: ifname, Index: ifc.Index, MAC: mac, MTU: ifc.MTU}, rcvbuf: rcvbuf, sends: newSpares(newFrameSend)}
 	c.raw = rc
 	c.pollFn, c.readFn = c.pollOnce, c.readOnce
 	return c, nil
 }
 
-func (c *packetConn) Link() Link   { return c.link }
-func (c *packetConn) Close() error { return c.f.Close() }
+func (c *packetConn) Link() Link { return c.link }
+
+// ReceiveBuffer is the socket's receive buffer in bytes.
+func (c *packetConn) ReceiveBuffer() int { return c.rcvbuf }
+func (c *packetConn) Close() error       { return c.f.Close() }
 
 // WriteFrames sends the frames with sendmmsg(2), straight from the
 // caller's pieces (guest memory among them), the priority as an
@@ -245,7 +245,7 @@ func newFrameSend() *frameSend {
 // to wait until the socket can take more.
 func (w *frameSend) send(fd uintptr) bool {
 	for w.sent < w.n {
-		r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.sent])), uintptr(w.n-w.sent), unix.MSG_DONTWAIT, 0, 0)
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.sent])), uintptr(w.n-w.sent), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			w.sent += int(r)
@@ -322,7 +322,7 @@ func (c *packetConn) pollOnce(fd uintptr) {
 		c.rmsgs[k].Len = 0
 	}
 	for {
-		r, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rmsgs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
+		r, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&c.rmsgs[0])), uintptr(n), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
 			c.rn = int(r)

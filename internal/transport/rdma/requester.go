@@ -29,11 +29,12 @@ import (
 
 // window is how many WQEs a QP keeps in flight; maxOutstanding how many
 // PSNs (packets sent, or READ response packets asked for) may wait for
-// their acknowledgement: the bound that keeps a fast sender from
+// their acknowledgement at most (the engine's bound, outstandingFor,
+// follows its socket's buffer): the bound that keeps a fast sender from
 // overflowing a slow receiver's socket into a retransmission storm.
 const (
 	window         = 16
-	maxOutstanding = 256
+	maxOutstanding = 1024
 	ackEvery       = 64 // AckReq at least every this many packets
 	pollBudget     = 200 * time.Microsecond
 )
@@ -328,7 +329,7 @@ func (p *path) queue(at *device.RCAttrs, mtu uint32) {
 		}
 		for sent < e.reqPackets() {
 			p.mu.Lock()
-			full := rc.PSNDiff(p.sendPSN, p.ackPSN) >= maxOutstanding
+			full := rc.PSNDiff(p.sendPSN, p.ackPSN) >= p.e.outstanding
 			p.mu.Unlock()
 			if full {
 				p.blocked = true
