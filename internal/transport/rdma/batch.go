@@ -1,16 +1,18 @@
 package rdma
 
 // Packets leave in batches: a batch is the packets one goroutine sends to
-// one peer back to back, gathered into one sendmsg with UDP GSO, which
-// the kernel cuts into one datagram per packet. A batch's packets are all
-// of its first packet's size but the last, which may be shorter (the
+// one peer back to back, gathered into datagrams of UDP GSO, which the
+// kernel cuts into one datagram per packet, and all of its datagrams go
+// with one sendmmsg (a system call costs more than a microsecond on a
+// virtual machine: docs/PERF-LOG.md). A datagram's packets are all of
+// its first packet's size but the last, which may be shorter (the
 // kernel's rule), so a message's middle packets travel together, its
 // first (with a RETH) and last (shorter, or with an ImmDt) mostly apart.
 // Each packet's ICRC covers the IP header its segment will carry: on
-// IPv4, ID k for the k-th (conn.go). The requester flushes its batch when it has
-// sent what the window allows, the responder when the datagram that asked
-// has been served; both before the guest memory the batch points into is
-// released.
+// IPv4, ID k for the k-th of its datagram (conn.go). The requester
+// flushes its batch when it has sent what the window allows, the
+// responder when the datagram that asked has been served; both before
+// the guest memory the batch points into is released.
 
 import (
 	"encoding/binary"
@@ -23,19 +25,32 @@ import (
 // an AtomicETH.
 const maxHeader = rocewire.BTHLen + rocewire.AtomicETHLen
 
+// A batch holds at most maxPackets packets in at most maxDatagrams
+// datagrams (and maxIOV pieces): a MiB of 4 KiB packets.
+const (
+	maxPackets   = 256
+	maxDatagrams = 16
+)
+
 // batch is packets on their way to one peer; owned by one goroutine.
 type batch struct {
 	e    *Engine
 	peer netip.AddrPort
 	m    Marks
 
-	n      int  // packets
-	size   int  // the first packet's size: the segment size
-	bytes  int  // all packets'
-	closed bool // the last packet is shorter than size: no more may join
+	n      int // packets
+	bytes  int // all packets'
 	iov    [][]byte
-	hdr    [maxSegments][maxHeader]byte
-	trail  [maxSegments][8]byte // pad (up to 3 bytes) and ICRC
+	hdr    [maxPackets][maxHeader]byte
+	trail  [maxPackets][8]byte // pad (up to 3 bytes) and ICRC
+	dgrams [maxDatagrams]Datagram
+	nd     int // datagrams before the open one
+
+	// The open datagram: its packets, bytes and first packet's size (the
+	// segment size); closed when its last packet is shorter than that: no
+	// more may join.
+	dn, dbytes, size int
+	closed           bool
 
 	sum rocewire.Checksummer
 	ipu [maxIPUDP]byte // the headers a packet's ICRC covers
@@ -62,7 +77,10 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 	var err error
 	padN := int(rocewire.PadCount(n))
 	size := len(h) + n + padN + rocewire.ICRCLen
-	if b.n > 0 && (b.closed || size > b.size || b.n == maxSegments || b.bytes+size > maxBatch || len(b.iov)+len(payload)+2 > maxIOV) {
+	if b.dn > 0 && (b.closed || size > b.size || b.dn == maxSegments || b.dbytes+size > maxBatch) {
+		b.endDatagram()
+	}
+	if b.n == maxPackets || len(b.iov)+len(payload)+2 > maxIOV || b.dn == 0 && b.nd == maxDatagrams {
 		err = b.flush()
 	}
 	k := b.n
@@ -73,21 +91,35 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 	b.iov = append(b.iov, hdr)
 	b.iov = append(b.iov, payload...)
 	b.iov = append(b.iov, trail[:padN])
-	ip, udp := ipUDP(b.ipu[:], b.e.local, b.peer, size, uint16(k))
+	ip, udp := ipUDP(b.ipu[:], b.e.local, b.peer, size, uint16(b.dn))
 	crc, cerr := b.sum.Sum(ip, udp, b.iov[start:])
 	if cerr != nil {
 		b.iov = b.iov[:start]
 		return cerr
 	}
 	b.seal(trail, padN, crc)
-	if k == 0 {
+	if b.dn == 0 {
 		b.size = size
 	} else if size < b.size {
 		b.closed = true
 	}
 	b.n++
+	b.dn++
 	b.bytes += size
+	b.dbytes += size
 	return err
+}
+
+// endDatagram closes the open datagram.
+func (b *batch) endDatagram() {
+	seg := 0
+	if b.dn > 1 {
+		seg = b.size
+		b.e.ctr.TxBatches.Add(1)
+	}
+	b.dgrams[b.nd] = Datagram{End: len(b.iov), Seg: seg}
+	b.nd++
+	b.dn, b.dbytes, b.size, b.closed = 0, 0, 0, false
 }
 
 // seal writes crc after the pad in trail, and makes trail, pad and ICRC,
@@ -103,22 +135,21 @@ func (b *batch) flush() error {
 	if b.n == 0 {
 		return nil
 	}
-	seg := 0
-	if b.n > 1 {
-		seg = b.size
-	}
 	b.e.ctr.TxPackets.Add(uint64(b.n))
 	b.e.ctr.TxBytes.Add(uint64(b.bytes))
-	if b.n > 1 {
-		b.e.ctr.TxBatches.Add(1)
-	}
 	var err error
 	if b.f != nil {
+		if b.n > 1 {
+			b.e.ctr.TxBatches.Add(1)
+		}
 		err = b.e.fc.WriteFrames(b.iov, b.f.ends[:b.n], b.m.Priority)
 	} else {
-		err = b.e.conn.WriteTo(b.iov, b.peer, b.m, seg)
+		if b.dn > 0 {
+			b.endDatagram()
+		}
+		err = b.e.conn.WriteTo(b.iov, b.dgrams[:b.nd], b.peer, b.m)
 	}
 	clear(b.iov) // no reference to guest memory outlives the send
-	b.iov, b.n, b.bytes, b.closed = b.iov[:0], 0, 0, false
+	b.iov, b.n, b.bytes, b.nd = b.iov[:0], 0, 0, 0
 	return err
 }

@@ -37,12 +37,13 @@ import (
 
 // Conn carries the engine's UDP datagrams.
 type Conn interface {
-	// WriteTo sends the concatenation of bufs to dst, marked m: one
-	// datagram when seg is 0, else
-	// datagrams of seg bytes each but the last, which may be shorter
-	// (UDP GSO: one system call, segmented by the kernel, each segment
-	// with its own IP header, whose ID is its index).
-	WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error
+	// WriteTo sends datagrams to dst, marked m: datagram k the
+	// concatenation of bufs[dgrams[k-1].End:dgrams[k].End] (from 0 for
+	// the first), cut into segments of dgrams[k].Seg bytes but the last,
+	// which may be shorter, when that is not 0 (UDP GSO: segmented by
+	// the kernel, each segment with its own IP header, whose ID is its
+	// index). One system call for all (sendmmsg).
+	WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error
 	// ReadFrom reads into b one datagram, or several from src that the
 	// kernel coalesced (UDP GRO): then seg is their size, all but the
 	// last's; else 0.
@@ -51,6 +52,10 @@ type Conn interface {
 	LocalAddr() netip.AddrPort
 	Close() error
 }
+
+// Datagram is one datagram of a Conn.WriteTo: where its pieces end, and
+// its segment size (0: one packet).
+type Datagram struct{ End, Seg int }
 
 // Marks are what the engine's packets carry for the network's quality of
 // service, from the port group: the IP TOS byte (IPv6: traffic class),
@@ -178,66 +183,123 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 
 // WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
 
-// WriteTo sends bufs with one sendmsg(2), straight from the caller's
-// pieces (guest memory among them): no copy in user space. The marks
-// travel as control messages — IP_TOS (IPv6: IPV6_TCLASS) and
+// WriteTo sends the datagrams with one sendmmsg(2), straight from the
+// caller's pieces (guest memory among them): no copy in user space. The
+// marks travel as control messages — IP_TOS (IPv6: IPV6_TCLASS) and
 // SO_PRIORITY — so that QPs of port groups with different DSCPs and
-// priorities share the socket; the segment size as a UDP_SEGMENT one. A
+// priorities share the socket; a segment size as a UDP_SEGMENT one. A
 // priority the kernel refuses (7 without CAP_NET_ADMIN) is left off from
 // then on, and counted in PriorityDenied.
-func (u *udpConn) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error {
-	if len(bufs) > maxIOV {
-		return fmt.Errorf("rdma uplink: a send of %d pieces: at most %d", len(bufs), maxIOV)
+func (u *udpConn) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+	if err := checkDatagrams(bufs, dgrams); err != nil {
+		return err
 	}
 	w := u.ops.get()
-	w.bufs, w.oob = bufs, w.cmsgs[:0]
 	w.setAddr(dst, u.v6)
-	if m.TOS != 0 {
-		w.oob = append(w.oob, tosCmsgs[u.family()][m.TOS]...)
+	prio := m.Priority != 0 && m.Priority < 8 && !(m.Priority == 7 && u.prio7Denied.Load())
+	nv, start := 0, 0
+	for k, d := range dgrams {
+		first := nv
+		for _, b := range bufs[start:d.End] {
+			if len(b) > 0 {
+				w.iov[nv].Base = &b[0]
+				w.iov[nv].SetLen(len(b))
+				nv++
+			}
+		}
+		start = d.End
+		oob := w.cmsgs[k][:0]
+		if m.TOS != 0 {
+			oob = append(oob, tosCmsgs[u.family()][m.TOS]...)
+		}
+		if d.Seg > 0 {
+			oob = appendSegment(oob, d.Seg)
+		}
+		w.noPrio[k] = len(oob) // the priority last: an IP_TOS control message sets a priority of its own (rt_tos2priority)
+		if prio {
+			oob = append(oob, prioCmsgs[m.Priority]...)
+		}
+		h := &w.hdrs[k].Hdr
+		*h = unix.Msghdr{}
+		h.Name, h.Namelen = w.name()
+		if nv > first {
+			h.Iov = &w.iov[first]
+			h.SetIovlen(nv - first)
+		}
+		if len(oob) > 0 {
+			h.Control = &oob[0]
+			h.SetControllen(len(oob))
+		}
 	}
-	if seg > 0 {
-		w.oob = appendSegment(w.oob, seg)
-	}
-	prio := len(w.oob) // last: an IP_TOS control message sets a priority of its own (rt_tos2priority)
-	if m.Priority != 0 && m.Priority < 8 && !(m.Priority == 7 && u.prio7Denied.Load()) {
-		w.oob = append(w.oob, prioCmsgs[m.Priority]...)
-	}
+	w.n, w.sent, w.err = len(dgrams), 0, nil
 	werr := u.raw.Write(w.fn)
 	err := w.err
-	if errors.Is(err, unix.EPERM) && len(w.oob) > prio {
+	if errors.Is(err, unix.EPERM) && prio {
 		u.prio7Denied.Store(true)
 		u.PriorityDenied.Add(1)
-		w.oob, w.err = w.oob[:prio], nil
+		for k := w.sent; k < w.n; k++ {
+			h := &w.hdrs[k].Hdr
+			h.SetControllen(w.noPrio[k])
+			if w.noPrio[k] == 0 {
+				h.Control = nil
+			}
+		}
+		w.err = nil
 		werr, err = u.raw.Write(w.fn), w.err
 	}
-	w.bufs, w.err = nil, nil
-	clear(w.iov[:len(bufs)]) // no reference to guest memory outlives the send
+	clear(w.iov[:nv]) // no reference to guest memory outlives the send
+	for k := range w.n {
+		w.hdrs[k].Hdr.Iov = nil
+	}
 	u.ops.put(w)
 	if werr != nil {
 		return werr
 	}
 	if err != nil {
-		return os.NewSyscallError("sendmsg", err)
+		return os.NewSyscallError("sendmmsg", err)
 	}
 	return nil
 }
 
-// sendOp is one sendmsg's arguments and result, kept for reuse with its
-// bound method (spares), so that a packet's send allocates nothing: the
-// message header, its iovecs and the address are built here, where
-// unix.SendmsgBuffers would allocate the iovecs (and a closure, a sockaddr
-// and the error would escape per call).
+// checkDatagrams checks a WriteTo's datagrams against its pieces.
+func checkDatagrams(bufs [][]byte, dgrams []Datagram) error {
+	if len(dgrams) == 0 || len(dgrams) > maxDatagrams || len(bufs) > maxIOV || dgrams[len(dgrams)-1].End != len(bufs) {
+		return fmt.Errorf("rdma uplink: a send of %d datagrams in %d pieces: want 1 to %d datagrams of at most %d pieces in all, the last ending at the last piece", len(dgrams), len(bufs), maxDatagrams, maxIOV)
+	}
+	prev := 0
+	for _, d := range dgrams {
+		if d.End <= prev || d.Seg < 0 || d.Seg > maxBatch {
+			return fmt.Errorf("rdma uplink: datagrams %v: each must end after the one before and have a segment size from 0 to %d", dgrams, maxBatch)
+		}
+		prev = d.End
+	}
+	return nil
+}
+
+// sendOp is one sendmmsg's arguments and progress, kept for reuse with
+// its bound method (spares), so that a packet's send allocates nothing:
+// the message headers, their iovecs and the address are built here,
+// where unix.SendmsgBuffers would allocate the iovecs (and a closure, a
+// sockaddr and the error would escape per call).
 type sendOp struct {
-	bufs  [][]byte
-	oob   []byte
-	cmsgs [3 * 24]byte // oob's storage: three control messages of up to 4 bytes (CmsgSpace(4) = 24)
-	msg   unix.Msghdr
-	iov   [maxIOV]unix.Iovec
-	name4 unix.RawSockaddrInet4
-	name6 unix.RawSockaddrInet6
-	v6    bool
-	err   error
-	fn    func(fd uintptr) bool // send, bound once
+	hdrs    [maxDatagrams]unix.Mmsghdr
+	cmsgs   [maxDatagrams][3 * 24]byte // each datagram's control messages: three of up to 4 bytes (CmsgSpace(4) = 24)
+	noPrio  [maxDatagrams]int          // their length without the priority
+	iov     [maxIOV]unix.Iovec
+	name4   unix.RawSockaddrInet4
+	name6   unix.RawSockaddrInet6
+	v6      bool
+	n, sent int
+	err     error
+	fn      func(fd uintptr) bool // send, bound once
+}
+
+// name is the destination, as a message header takes it.
+func (w *sendOp) name() (*byte, uint32) {
+	if w.v6 {
+		return (*byte)(unsafe.Pointer(&w.name6)), unix.SizeofSockaddrInet6
+	}
+	return (*byte)(unsafe.Pointer(&w.name4)), unix.SizeofSockaddrInet4
 }
 
 // setAddr makes dst the destination.
@@ -295,47 +357,26 @@ func newSendOp() *sendOp {
 	return w
 }
 
-// send is the sendmsg, a raw system call that does not block
-// (MSG_DONTWAIT; see pollOnce for why raw); false asks the runtime to
-// wait until the socket can take it.
+// send is the sendmmsg, resumed where it stopped: a raw system call that
+// does not block (MSG_DONTWAIT; see pollOnce for why raw); false asks
+// the runtime to wait until the socket can take more. The kernel reports
+// an error with the first datagram it could not send (the ones before
+// went), which the next call meets.
 func (w *sendOp) send(fd uintptr) bool {
-	n := 0
-	for _, b := range w.bufs {
-		if len(b) > 0 {
-			w.iov[n].Base = &b[0]
-			w.iov[n].SetLen(len(b))
-			n++
-		}
-	}
-	m := &w.msg
-	*m = unix.Msghdr{}
-	if w.v6 {
-		m.Name, m.Namelen = (*byte)(unsafe.Pointer(&w.name6)), unix.SizeofSockaddrInet6
-	} else {
-		m.Name, m.Namelen = (*byte)(unsafe.Pointer(&w.name4)), unix.SizeofSockaddrInet4
-	}
-	if n > 0 {
-		m.Iov = &w.iov[0]
-		m.SetIovlen(n)
-	}
-	if len(w.oob) > 0 {
-		m.Control = &w.oob[0]
-		m.SetControllen(len(w.oob))
-	}
-	for {
-		_, _, errno := unix.RawSyscall(unix.SYS_SENDMSG, fd, uintptr(unsafe.Pointer(m)), unix.MSG_DONTWAIT)
+	for w.sent < w.n {
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.sent])), uintptr(w.n-w.sent), unix.MSG_DONTWAIT, 0, 0)
 		switch errno {
 		case 0:
-			w.err = nil
+			w.sent += int(r)
 		case unix.EINTR:
-			continue
 		case unix.EAGAIN:
 			return false
 		default:
 			w.err = errno
+			return true
 		}
-		return true
 	}
+	return true
 }
 
 // readPoll is how long the reader polls the socket for the next datagram

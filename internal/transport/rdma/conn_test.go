@@ -30,13 +30,13 @@ func writeToAllocs(t *testing.T, c Conn) {
 	// where more would not.
 	bufs := [][]byte{payload[:12], payload[12:20], payload[20:24], payload[24:36], payload[36:44], payload[44:48], payload[48:60], payload[60:]}
 	for _, m := range []Marks{{}, {TOS: 26 << 2, Priority: 3}} {
-		for _, seg := range []int{0, 16} {
+		for _, dgrams := range [][]Datagram{{{End: 8}}, {{End: 8, Seg: 16}}, {{End: 2}, {End: 5, Seg: 12}, {End: 8, Seg: 16}}} {
 			if n := testing.AllocsPerRun(200, func() {
-				if err := c.WriteTo(bufs, dst, m, seg); err != nil {
+				if err := c.WriteTo(bufs, dgrams, dst, m); err != nil {
 					t.Fatal(err)
 				}
 			}); n != 0 {
-				t.Errorf("WriteTo %v marked %+v, segments of %d: %v allocations per call, want 0", dst, m, seg, n)
+				t.Errorf("WriteTo %v marked %+v, datagrams %v: %v allocations per call, want 0", dst, m, dgrams, n)
 			}
 		}
 	}

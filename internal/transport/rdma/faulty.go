@@ -32,10 +32,23 @@ func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
 	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
 }
 
-// WriteTo sends bufs to dst, each datagram of a batch (seg > 0) as the
-// next fate says: not at all, twice, after the next datagram, later, or
-// now. A batch's datagrams go one by one, as the kernel would cut it.
-func (f *faulty) WriteTo(bufs [][]byte, dst netip.AddrPort, m Marks, seg int) error {
+// WriteTo sends each datagram to dst as the next fate says: not at all,
+// twice, after the next datagram, later, or now; a datagram of segments
+// (Seg > 0) segment by segment, as the kernel would cut it.
+func (f *faulty) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+	var err error
+	start := 0
+	for _, d := range dgrams {
+		if e := f.writeDatagram(bufs[start:d.End], d.Seg, dst, m); err == nil {
+			err = e
+		}
+		start = d.End
+	}
+	return err
+}
+
+// writeDatagram sends one datagram, or its segments of seg bytes.
+func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m Marks) error {
 	if seg == 0 {
 		return f.writeOne(bufs, dst, m)
 	}
@@ -68,25 +81,28 @@ func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 		f.held, f.heldTo, f.heldM = flatten(bufs), dst, m
 		f.mu.Unlock()
 		if held != nil {
-			return f.Conn.WriteTo([][]byte{held}, heldTo, heldM, 0)
+			return f.Conn.WriteTo([][]byte{held}, one, heldTo, heldM)
 		}
 		return nil
 	case testlink.Delay:
 		b := flatten(bufs)
-		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, dst, m, 0) })
+		time.AfterFunc(f.delayBy, func() { f.Conn.WriteTo([][]byte{b}, one, dst, m) })
 		f.mu.Unlock()
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, dst, m, 0)
+	err := f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, dst, m, 0)
+		f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
 	}
 	if held != nil {
-		f.Conn.WriteTo([][]byte{held}, heldTo, heldM, 0)
+		f.Conn.WriteTo([][]byte{held}, one, heldTo, heldM)
 	}
 	return err
 }
+
+// one is a WriteTo's datagrams when it sends one piece.
+var one = []Datagram{{End: 1}}
 
 // flatten copies a datagram's pieces into one buffer.
 func flatten(bufs [][]byte) []byte {

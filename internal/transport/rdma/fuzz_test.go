@@ -88,7 +88,7 @@ func FuzzEngine(f *testing.F) {
 		// Wake the reader: a datagram it reads after the injected one.
 		probe := append(append([]byte(nil), pkt[:rocewire.BTHLen]...), 0, 0, 0, 0)
 		probe[0] = byte(rocewire.CNP)
-		j.Conn.WriteTo([][]byte{probe}, addr, rdma.Marks{}, 0)
+		j.Conn.WriteTo([][]byte{probe}, []rdma.Datagram{{End: 1}}, addr, rdma.Marks{})
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		a2, err := vrdma.DialAgent(sctx, vrdma.WithSocket(env.Socket))
