@@ -44,14 +44,25 @@ type Conn interface {
 	// the kernel, each segment with its own IP header, whose ID is its
 	// index). One system call for all (sendmmsg).
 	WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error
-	// ReadFrom reads into b one datagram, or several from src that the
-	// kernel coalesced (UDP GRO): then seg is their size, all but the
-	// last's; else 0.
-	ReadFrom(b []byte) (n, seg int, src netip.AddrPort, err error)
+	// Read reads up to len(bufs) datagrams (len(reads) at most),
+	// waiting for the first: datagram k into bufs[k], reads[k] what it
+	// was. Only the engine's reader calls it.
+	Read(bufs [][]byte, reads []Read) (int, error)
 	// LocalAddr is the address and port the datagrams leave from.
 	LocalAddr() netip.AddrPort
 	Close() error
 }
+
+// Read is one datagram of a Conn.Read: its length; the segment size of
+// the datagrams from Src the kernel coalesced into it (UDP GRO: all but
+// the last Seg bytes), or 0; its source.
+type Read struct {
+	N, Seg int
+	Src    netip.AddrPort
+}
+
+// maxReads is the most datagrams one Read returns: one recvmmsg(2).
+const maxReads = 8
 
 // Datagram is one datagram of a Conn.WriteTo: where its pieces end, and
 // its segment size (0: one packet).
@@ -119,17 +130,18 @@ type udpConn struct {
 	// PriorityDenied counts the sends whose priority the kernel refused.
 	PriorityDenied atomic.Uint64
 
-	// The reader's: control messages, and the non-blocking recvmsg's
-	// arguments and result (pollOnce, bound once as pollFn).
-	oob    [64]byte
-	msg    unix.Msghdr
-	iov    unix.Iovec
-	name   unix.RawSockaddrInet6 // room for either family's
-	pn     int                   // bytes read, 0 for nothing yet, -1 for an error
-	polled time.Time             // when the last datagram was read
+	// The reader's: the non-blocking recvmmsg's arguments (pollOnce,
+	// bound once as pollFn and, for raw.Read, readFn) and result.
+	rmsgs  [maxReads]unix.Mmsghdr
+	riov   [maxReads]unix.Iovec
+	rname  [maxReads]unix.RawSockaddrInet6 // room for either family's
+	roob   [maxReads][64]byte               // control messages
+	want   int                              // datagrams to read at most
+	rn     int                              // datagrams read, 0 for nothing yet, -1 for an error
+	errno  unix.Errno                       // the error, when rn is -1
+	polled time.Time                        // when the last read that asks for polling came
 	pollFn func(fd uintptr)
 	readFn func(fd uintptr) bool
-	errno  unix.Errno // the last recvmsg's error, when pn is -1
 
 	ops spares[sendOp]
 }
@@ -181,7 +193,7 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	return u, nil
 }
 
-// WriteTo, ReadFrom, LocalAddr and Close make u a Conn.
+// WriteTo, Read, LocalAddr and Close make u a Conn.
 
 // WriteTo sends the datagrams with one sendmmsg(2), straight from the
 // caller's pieces (guest memory among them): no copy in user space. The
@@ -387,34 +399,44 @@ func (w *sendOp) send(fd uintptr) bool {
 // requester's note on programs that busy-wait without yielding.)
 const readPoll = 200 * time.Microsecond
 
-// ReadFrom reads one datagram, or a batch the kernel coalesced, whose
-// segment size comes in a UDP_GRO control message: polling first for
-// readPoll after the last one, then blocking. Only the engine's reader
-// calls it: the control message lands in u.oob.
-func (u *udpConn) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
-	u.iov.Base, u.iov.Len = &b[0], uint64(len(b))
+// Read reads with one recvmmsg(2), polling first for readPoll after the
+// last read that asks for it (setPolled), then blocking.
+func (u *udpConn) Read(bufs [][]byte, reads []Read) (int, error) {
+	u.want = min(len(bufs), len(reads), maxReads)
+	if u.want == 0 {
+		return 0, nil
+	}
+	for k := range u.want {
+		u.riov[k].Base, u.riov[k].Len = &bufs[k][0], uint64(len(bufs[k]))
+	}
 	if u.polled.IsZero() || !u.poll() {
 		if err := u.raw.Read(u.readFn); err != nil {
-			return 0, 0, netip.AddrPort{}, err
+			return 0, err
 		}
 	}
-	if u.pn < 0 {
-		return 0, 0, netip.AddrPort{}, os.NewSyscallError("recvmsg", u.errno)
+	if u.rn < 0 {
+		return 0, os.NewSyscallError("recvmmsg", u.errno)
 	}
-	u.setPolled(u.pn)
-	return u.pn, groSegment(u.oob[:u.msg.Controllen]), addrPort(&u.name), nil
+	total := 0
+	for k := range u.rn {
+		h := &u.rmsgs[k]
+		reads[k] = Read{N: int(h.Len), Seg: groSegment(u.roob[k][:h.Hdr.Controllen]), Src: addrPort(&u.rname[k])}
+		total += int(h.Len)
+	}
+	u.setPolled(total)
+	return u.rn, nil
 }
 
 // poll tries the socket until readPoll after the last read, yielding the
-// CPU between tries; it reports whether the last try read a datagram or
-// failed (u.pn).
+// CPU between tries; it reports whether the last try read or failed
+// (u.rn).
 func (u *udpConn) poll() bool {
 	deadline := u.polled.Add(readPoll)
 	for {
 		if u.raw.Control(u.pollFn) != nil {
 			return false
 		}
-		if u.pn != 0 {
+		if u.rn != 0 {
 			return true
 		}
 		device.YieldCPU() // at every turn
@@ -428,7 +450,7 @@ func (u *udpConn) poll() bool {
 // wait until the socket is readable.
 func (u *udpConn) readOnce(fd uintptr) bool {
 	u.pollOnce(fd)
-	return u.pn != 0
+	return u.rn != 0
 }
 
 // pollAfter is the largest read after which the reader polls for the
@@ -448,29 +470,29 @@ func (u *udpConn) setPolled(n int) {
 	}
 }
 
-// pollOnce is ReadFrom's non-blocking recvmsg(2), into the buffer and
-// control space u.msg points to; u.pn is what it read, 0 for nothing
+// pollOnce is Read's non-blocking recvmmsg(2), into the buffers the
+// iovecs point to; u.rn is how many datagrams it read, 0 for nothing
 // yet, -1 for an error (u.errno). Like sendOp.send it is a raw system
 // call: it does not block, and the runtime's bookkeeping of one that
 // might (entersyscall) wakes its monitor thread, which then keeps
 // retaking the processor of every system call — half the context
 // switches of a stream on a two-core machine (docs/PERF-LOG.md).
 func (u *udpConn) pollOnce(fd uintptr) {
-	u.msg.Name, u.msg.Namelen = (*byte)(unsafe.Pointer(&u.name)), unix.SizeofSockaddrInet6
-	u.msg.Iov, u.msg.Iovlen = &u.iov, 1
-	u.msg.Control, u.msg.Controllen = &u.oob[0], uint64(len(u.oob))
-	u.msg.Flags = 0
+	for k := range u.want {
+		u.rmsgs[k] = unix.Mmsghdr{Hdr: unix.Msghdr{Name: (*byte)(unsafe.Pointer(&u.rname[k])), Namelen: unix.SizeofSockaddrInet6,
+			Iov: &u.riov[k], Iovlen: 1, Control: &u.roob[k][0], Controllen: uint64(len(u.roob[k]))}}
+	}
 	for {
-		n, _, errno := unix.RawSyscall(unix.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&u.msg)), unix.MSG_DONTWAIT)
+		n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&u.rmsgs[0])), uintptr(u.want), unix.MSG_DONTWAIT, 0, 0)
 		switch {
 		case errno == unix.EINTR:
 			continue
 		case errno == unix.EAGAIN:
-			u.pn = 0
+			u.rn = 0
 		case errno != 0:
-			u.pn, u.errno = -1, errno
+			u.rn, u.errno = -1, errno
 		default:
-			u.pn = int(n)
+			u.rn = int(n)
 		}
 		return
 	}

@@ -89,10 +89,11 @@ func testBatchGRO(t *testing.T, addr netip.AddrPort) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, readBuffer)
-	got, seg, src, err := c.ReadFrom(buf)
-	if err != nil {
+	var r [1]Read
+	if _, err := c.Read([][]byte{buf}, r[:]); err != nil {
 		t.Fatal(err)
 	}
+	got, seg, src := r[0].N, r[0].Seg, r[0].Src
 	want := rocewire.BTHLen + mtu + rocewire.ICRCLen
 	if seg != want || src != c.LocalAddr() {
 		t.Fatalf("read %d bytes in segments of %d from %v; want segments of %d from %v (is UDP GRO on?)", got, seg, src, want, c.LocalAddr())
@@ -125,5 +126,75 @@ func testBatchGRO(t *testing.T, addr netip.AddrPort) {
 	}
 	if k != n {
 		t.Fatalf("%d segments, want %d", k, n)
+	}
+}
+
+// TestBatchDatagrams sends more packets than one UDP GSO datagram
+// carries with one flush and checks that they leave as several
+// datagrams of one sendmmsg, read back with one recvmmsg: every packet
+// once, in order, each segment's ICRC the one of an IP header with its
+// index in its own datagram as the ID.
+func TestBatchDatagrams(t *testing.T) {
+	c, err := ListenUDP(netip.MustParseAddrPort("127.0.33.14:4791"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	e := &Engine{conn: c, local: c.LocalAddr()}
+	b := newBatch(e, c.LocalAddr(), [6]byte{}, Marks{})
+	const mtu, n = 1024, 150
+	perDatagram := maxBatch / (rocewire.BTHLen + mtu + rocewire.ICRCLen)
+	var sent [][]byte
+	for i := range n {
+		var h [rocewire.BTHLen]byte
+		pay := bytes.Repeat([]byte{byte(i)}, mtu)
+		rocewire.BTH(h[:]).Encode(&rocewire.BTHFields{Opcode: rocewire.RDMAWriteMiddle, PKey: rocewire.DefaultPKey, DestQP: 17, PSN: uint32(i)})
+		if err := b.add(h[:], [][]byte{pay}, len(pay)); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, append(h[:], pay...))
+	}
+	wantDgrams := (n + perDatagram - 1) / perDatagram
+	if b.n != n || b.nd+1 != wantDgrams {
+		t.Fatalf("batch holds %d packets in %d datagrams, want %d in %d", b.n, b.nd+1, n, wantDgrams)
+	}
+	if err := b.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.ctr.TxBatches.Load(); got != uint64(wantDgrams) {
+		t.Errorf("%d datagrams of several packets counted, want %d", got, wantDgrams)
+	}
+	bufs := make([][]byte, maxReads)
+	for k := range bufs {
+		bufs[k] = make([]byte, readBuffer)
+	}
+	var reads [maxReads]Read
+	var ids idDeltas
+	pk, dgrams := 0, 0
+	for pk < n {
+		m, err := c.Read(bufs, reads[:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dgrams == 0 && m != wantDgrams {
+			t.Errorf("the first read took %d datagrams, want all %d (loopback delivers them before sendmmsg returns)", m, wantDgrams)
+		}
+		for d := range m {
+			r := reads[d]
+			dgrams++
+			for off, k := 0, 0; off < r.N; off, k = off+r.Seg, k+1 {
+				p := bufs[d][off:min(off+r.Seg, r.N)]
+				if pk >= n || !bytes.HasPrefix(p, sent[pk]) {
+					t.Fatalf("datagram %d, segment %d is not packet %d", dgrams, k, pk)
+				}
+				if !ids.verify(r.Src, e.local, p, uint16(k)) {
+					t.Errorf("packet %d, segment %d of its datagram: ICRC refused", pk, k)
+				}
+				pk++
+			}
+		}
+	}
+	if dgrams != wantDgrams {
+		t.Errorf("read %d datagrams, want %d", dgrams, wantDgrams)
 	}
 }

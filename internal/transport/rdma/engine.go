@@ -178,17 +178,22 @@ const (
 	readBuffer  = 1<<16 + 1
 )
 
-// read is the engine's receive loop. A coalesced batch is served packet
-// by packet, and what the responders answered goes out once it is all
-// served: one batch per responder (responder.flush).
+// read is the engine's receive loop. The datagrams of one read, and the
+// packets of a coalesced batch, are served packet by packet, and what the
+// responders answered goes out once they all are: one batch per
+// responder (responder.flush), its ACKs coalesced.
 func (e *Engine) read() {
 	defer e.wg.Done()
-	buf := make([]byte, readBuffer)
+	bufs := make([][]byte, maxReads)
+	for k := range bufs {
+		bufs[k] = make([]byte, readBuffer)
+	}
+	var reads [maxReads]Read
 	var ids idDeltas
 	var pkt rocewire.Packet
 	var answered answering
 	for {
-		n, seg, src, err := e.conn.ReadFrom(buf)
+		n, err := e.conn.Read(bufs, reads[:])
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -196,32 +201,40 @@ func (e *Engine) read() {
 			e.log.Warn("rdma uplink: read", "err", err)
 			continue
 		}
-		if n >= readBuffer || src.Addr().Is4() != e.local.Addr().Is4() {
-			e.ctr.RxPackets.Add(1)
+		for k := range n {
+			e.datagram(bufs[k], reads[k], &ids, &pkt, &answered)
+		}
+		answered.flush()
+	}
+}
+
+// datagram serves the packets of datagram r, read into buf.
+func (e *Engine) datagram(buf []byte, r Read, ids *idDeltas, pkt *rocewire.Packet, answered *answering) {
+	n, seg, src := r.N, r.Seg, r.Src
+	if n >= len(buf) || src.Addr().Is4() != e.local.Addr().Is4() {
+		e.ctr.RxPackets.Add(1)
+		e.ctr.Malformed.Add(1)
+		return
+	}
+	if seg <= 0 || seg > n {
+		seg = n
+	}
+	if seg < n {
+		e.ctr.RxBatches.Add(1)
+	}
+	for k, off := 0, 0; off < n; k, off = k+1, off+seg {
+		b := buf[off:min(off+seg, n)]
+		e.ctr.RxPackets.Add(1)
+		e.ctr.RxBytes.Add(uint64(len(b)))
+		if len(b) > maxDatagram {
 			e.ctr.Malformed.Add(1)
 			continue
 		}
-		if seg <= 0 || seg > n {
-			seg = n
+		if !ids.verify(src, e.local, b, uint16(k)) {
+			e.ctr.BadICRC.Add(1)
+			continue
 		}
-		if seg < n {
-			e.ctr.RxBatches.Add(1)
-		}
-		for k, off := 0, 0; off < n; k, off = k+1, off+seg {
-			b := buf[off:min(off+seg, n)]
-			e.ctr.RxPackets.Add(1)
-			e.ctr.RxBytes.Add(uint64(len(b)))
-			if len(b) > maxDatagram {
-				e.ctr.Malformed.Add(1)
-				continue
-			}
-			if !ids.verify(src, e.local, b, uint16(k)) {
-				e.ctr.BadICRC.Add(1)
-				continue
-			}
-			answered.add(e.dispatch(b, src, nil, &pkt))
-		}
-		answered.flush()
+		answered.add(e.dispatch(b, src, nil, pkt))
 	}
 }
 

@@ -22,13 +22,14 @@ type injector struct {
 	in chan []byte
 }
 
-func (j *injector) ReadFrom(b []byte) (int, int, netip.AddrPort, error) {
+func (j *injector) Read(bufs [][]byte, reads []rdma.Read) (int, error) {
 	select {
 	case d := <-j.in:
-		return copy(b, d), 0, j.LocalAddr(), nil
+		reads[0] = rdma.Read{N: copy(bufs[0], d), Src: j.LocalAddr()}
+		return 1, nil
 	default:
 	}
-	return j.Conn.ReadFrom(b)
+	return j.Conn.Read(bufs, reads)
 }
 
 // FuzzEngine feeds hostile packets to a running engine, from the address
