@@ -135,11 +135,11 @@ type udpConn struct {
 	rmsgs  [maxReads]unix.Mmsghdr
 	riov   [maxReads]unix.Iovec
 	rname  [maxReads]unix.RawSockaddrInet6 // room for either family's
-	roob   [maxReads][64]byte               // control messages
-	want   int                              // datagrams to read at most
-	rn     int                              // datagrams read, 0 for nothing yet, -1 for an error
-	errno  unix.Errno                       // the error, when rn is -1
-	polled time.Time                        // when the last read that asks for polling came
+	roob   [maxReads][64]byte              // control messages
+	want   int                             // datagrams to read at most
+	rn     int                             // datagrams read, 0 for nothing yet, -1 for an error
+	errno  unix.Errno                      // the error, when rn is -1
+	polled time.Time                       // when the last read that asks for polling came
 	pollFn func(fd uintptr)
 	readFn func(fd uintptr) bool
 
