@@ -27,10 +27,15 @@ type Data struct {
 	Drop     []DropResult // perftest on the drop-in, perftest/rN/*.txt
 	Peers    []PeersRound // bench/peers.sh --json, peers/rN.json
 	Copy     []CopyResult // BenchmarkCopy*, copy/rN.txt
-	Profiles map[string]Profile
-	Commands []string // commands.txt, in order
-	Errors   []string // errors.txt: measurements that failed
-	Raw      []RawFile
+	// The tcp and rdma paths between two host agents: go test -bench
+	// 'Benchmark(TCP|RDMA)…' ./internal/perf, paths/bench.txt, and the
+	// benchmarks of it that failed or were skipped.
+	HostBench []GoBench
+	HostNotes []BenchNote
+	Profiles  map[string]Profile
+	Commands  []string // commands.txt, in order
+	Errors    []string // errors.txt: measurements that failed
+	Raw       []RawFile
 }
 
 // Meta is meta.json, written by bench/run at the end of the run.
@@ -107,6 +112,22 @@ type CopyResult struct {
 	Size  int
 	Round int
 	MiBps float64
+}
+
+// GoBench is one result line of `go test -bench`: a benchmark, the
+// iterations it ran (b.N) and its figures by unit.
+type GoBench struct {
+	Name    string // without the -GOMAXPROCS suffix: BenchmarkRDMAWriteBW/64KiB/veth
+	Iters   int
+	Metrics map[string]float64 // unit -> value: "ns/op", "MB/s", "MiB/s", "µs-typical", "Mpps", ...
+}
+
+// BenchNote is a benchmark of `go test -bench` that failed or was skipped,
+// with what it logged to say why.
+type BenchNote struct {
+	Name   string // without the -GOMAXPROCS suffix
+	Status string // "FAIL" or "SKIP"
+	Why    string // its first log line other than its clusters' start; "" if none
 }
 
 // Profile is a system-wide perf profile taken during one more run of a
@@ -206,6 +227,15 @@ func Load(dir string) (*Data, error) {
 		d.Copy = append(d.Copy, cs...)
 		d.Raw = append(d.Raw, RawFile{fmt.Sprintf("copy(), round %d", roundOf(filepath.Base(f))), string(b)})
 	}
+	if f := filepath.Join(dir, "paths", "bench.txt"); exists(f) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if d.HostBench, d.HostNotes, err = parseGoBench(string(b)); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+	}
 	for _, f := range glob(dir, "profile", "*.txt") {
 		id := strings.TrimSuffix(filepath.Base(f), ".txt")
 		if id == "misses" {
@@ -250,6 +280,9 @@ func roundOf(name string) int {
 	n, _ := strconv.Atoi(m[1])
 	return n
 }
+
+// exists says whether file is there (as far as Stat can tell).
+func exists(file string) bool { _, err := os.Stat(file); return err == nil }
 
 // readJSON decodes file into v; a decoding error names the file.
 func readJSON(file string, v any) error {
@@ -498,6 +531,95 @@ func parseCopy(text string, round int) ([]CopyResult, error) {
 		out = append(out, CopyResult{Bench: m[1], Size: n, Round: round, MiBps: nsPerOpToMiBps(n, ns)})
 	}
 	return out, nil
+}
+
+var (
+	benchLogRE     = regexp.MustCompile(`^\s+\S+\.go:[0-9]+: (.*)$`)
+	benchStatusRE  = regexp.MustCompile(`--- (FAIL|SKIP): (Benchmark\S*)`)
+	benchProcsRE   = regexp.MustCompile(`-[0-9]+$`)
+	clusterStartRE = regexp.MustCompile(`^cluster \S+: [0-9]+ hosts? in `)
+)
+
+// parseGoBench reads the output of `go test -bench`, with -v or without:
+// its result lines (name, iterations, then value and unit pairs), one per
+// benchmark and -count repetition, in order; and the benchmarks that
+// failed or were skipped, each once, with the first thing they logged
+// other than their clusters' start (-v prints a benchmark's log before its
+// "--- FAIL" or "--- SKIP" line, the default after it; the default does not
+// print skips). A parent that failed because a sub-benchmark did is left
+// out. Output with neither a result nor a failure is an error.
+func parseGoBench(text string) ([]GoBench, []BenchNote, error) {
+	var (
+		out   []GoBench
+		notes []BenchNote
+		logs  []string // the log lines since the last line that is not one
+		open  = -1     // the note whose reason may follow, without -v
+	)
+	seen := map[string]bool{}
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimRight(l, " \t\r")
+		if m := benchLogRE.FindStringSubmatch(l); m != nil {
+			if clusterStartRE.MatchString(m[1]) {
+				continue
+			}
+			logs = append(logs, m[1])
+			if open >= 0 && notes[open].Why == "" {
+				notes[open].Why = m[1]
+			}
+			continue
+		}
+		if l == "" || l[0] == ' ' || l[0] == '\t' {
+			continue // a log message's continuation lines
+		}
+		if m := benchStatusRE.FindStringSubmatch(l); m != nil {
+			name := benchProcsRE.ReplaceAllString(m[2], "")
+			open = -1
+			if k := m[1] + " " + name; !seen[k] {
+				seen[k] = true
+				why := ""
+				if len(logs) > 0 {
+					why = logs[0]
+				}
+				notes = append(notes, BenchNote{Name: name, Status: m[1], Why: why})
+				open = len(notes) - 1
+			}
+			logs = nil
+			continue
+		}
+		logs, open = nil, -1
+		f := strings.Fields(l)
+		if !strings.HasPrefix(l, "Benchmark") || len(f) < 2 || !isInt(f[1]) {
+			continue // a benchmark's name alone (-v), goos:, PASS, FAIL, ...
+		}
+		if len(f) < 4 || len(f)%2 != 0 {
+			return nil, nil, fmt.Errorf("malformed benchmark result %q", l)
+		}
+		r := GoBench{Name: benchProcsRE.ReplaceAllString(f[0], ""), Metrics: map[string]float64{}}
+		r.Iters, _ = strconv.Atoi(f[1])
+		for i := 2; i < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("malformed benchmark result %q: %q is not a number", l, f[i])
+			}
+			r.Metrics[f[i+1]] = v
+		}
+		out = append(out, r)
+	}
+	// A parent fails with its sub-benchmark: keep the sub-benchmark.
+	var kept []BenchNote
+	for _, n := range notes {
+		parent := false
+		for _, o := range notes {
+			parent = parent || strings.HasPrefix(o.Name, n.Name+"/")
+		}
+		if !parent {
+			kept = append(kept, n)
+		}
+	}
+	if len(out) == 0 && len(kept) == 0 {
+		return nil, nil, errors.New("no benchmark result, failure or skip in go test's output")
+	}
+	return out, kept, nil
 }
 
 // perfTop keeps the first n sample lines of `perf report --stdio` (comments

@@ -1,9 +1,10 @@
 // Command report writes docs/BENCHMARKS.md from the raw results bench/run
 // collected: issue 14's target table computed from the run's figures,
-// vrdma beside its peers on each path, the bandwidth chart (drawn with
-// gnuplot into benchmarks-bw.png), doorbell against async mode, scale,
-// what bounds each missed target (bench/analysis/ID.md, and a profile when
-// bench/run took one), the commands, and the peers' raw output.
+// vrdma beside its peers on each path, the rdma path beside the tcp path
+// between two host agents, the bandwidth chart (drawn with gnuplot into
+// benchmarks-bw.png), doorbell against async mode, scale, what bounds each
+// missed target (bench/analysis/ID.md, and a profile when bench/run took
+// one), the commands, and the peers' raw output.
 //
 //	go run ./bench/report -work DIR -out docs     # write docs/BENCHMARKS.md and the chart
 //	go run ./bench/report -work DIR -misses       # list the missed targets: ID, vrdmactl perf arguments
@@ -14,8 +15,10 @@
 // and sweep/ucx-SERIES.SIZE.txt (ucx_perftest -f -v); perftest/rN/
 // PATH.PROGRAM.SIZE.txt (a perftest client's output); peers/rN.json and
 // rN.txt (bench/peers.sh); copy/rN.txt (go test -bench BenchmarkCopy);
-// profile/ID.txt and ID.cmd (perf report). A missing part is reported as
-// "not measured"; a file that is there but malformed is an error naming it.
+// paths/bench.txt (go test -bench 'Benchmark(TCP|RDMA)…' -v, every -count
+// repetition); profile/ID.txt and ID.cmd (perf report). A missing part is
+// reported as "not measured"; a file that is there but malformed is an
+// error naming it.
 package main
 
 import (

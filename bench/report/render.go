@@ -75,7 +75,8 @@ func (w *writer) f(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 func (w *writer) l(s ...string)             { w.WriteString(strings.Join(s, "") + "\n") }
 
 // Render writes the document: what it is and the command that made it,
-// issue 14's target table, a table per path, the chart, modes, scale, what
+// issue 14's target table, a table per path, the rdma path beside the tcp
+// path between two host agents, the chart, modes, scale, what
 // bounds the misses (from analysisDir's hand-kept files), the commands and
 // the peers' raw output.
 func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string {
@@ -85,6 +86,7 @@ func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string
 	for _, p := range Paths {
 		renderPath(w, d, p)
 	}
+	renderHosts(w, d)
 	renderChart(w, chart)
 	renderModes(w, d)
 	renderScale(w, d)
@@ -224,6 +226,79 @@ func renderPath(w *writer, d *Data, path string) {
 			" sockperf TCP ping-pong, 14 B (its minimum), median %s µs; UCX tcp `ucp_put_bw` 1 MiB %s MiB/s.\n\n",
 			iperf, mib, values(d.peerRounds("sockperf_tcp_pp_14B_median_us")), values(d.peerRounds("ucx_tcp_put_bw_1MiB_MiBps")))
 	}
+}
+
+// hostRow is a line of the table of the paths between two host agents: a
+// benchmark of internal/perf/path_bench_test.go without its path (WriteBW
+// for BenchmarkTCPWriteBW and BenchmarkRDMAWriteBW), its sub-benchmark for
+// the size, and the unit of the metric it reports.
+type hostRow struct {
+	Label, Bench, Size, Unit string
+}
+
+var hostRows = []hostRow{
+	{"`write_bw` 64 KiB, MiB/s", "WriteBW", "64KiB", "MiB/s"},
+	{"`write_bw` 1 MiB, MiB/s", "WriteBW", "1024KiB", "MiB/s"},
+	{"`read_bw` 64 KiB, MiB/s", "ReadBW", "64KiB", "MiB/s"},
+	{"`read_bw` 1 MiB, MiB/s", "ReadBW", "1024KiB", "MiB/s"},
+	{"`write_lat` 8 B, typical, µs", "WriteLat", "8B", "µs-typical"},
+	{"`write_lat` 8 B, average, µs", "WriteLat", "8B", "µs-avg"},
+	{"`send_bw` 8 B, Mpps", "SendRate", "8B", "Mpps"},
+}
+
+// hostsErr starts the lines bench/run writes to errors.txt about the paths
+// between two host agents (paths/bench.txt).
+const hostsErr = "paths between host agents"
+
+func renderHosts(w *writer, d *Data) {
+	w.l("## The rdma path beside the tcp path, between two host agents")
+	w.l()
+	w.l("`go test -bench 'Benchmark(TCP|RDMA)…' ./internal/perf` (`internal/perf/path_bench_test.go`, as root; the",
+		" iterations in [Commands](#commands)): two `vrdmad` processes, each a host with one VM, switch MTU 9000",
+		" (RoCE MTU 4096). *loopback*: the agents on two loopback addresses; *veth*: each agent in a network",
+		" namespace of its own, the two joined by veth pairs through a bridge; *veth-v1*: the same with RoCE v1",
+		" (Ethernet frames through `AF_PACKET`) instead of v2. Each benchmark starts its cluster and warms its QP",
+		" pair up before it is timed. The median of the `-count` repetitions, the range in brackets; rdma / tcp is",
+		" the ratio of the medians.")
+	w.l()
+	w.l("| figure | tcp loopback | rdma loopback | rdma / tcp | tcp veth | rdma veth | rdma / tcp | rdma veth-v1 |")
+	w.l("|---|---|---|---|---|---|---|---|")
+	for _, r := range hostRows {
+		get := func(path, mode string) Samples {
+			return d.benchSamples("Benchmark"+path+r.Bench+"/"+r.Size+"/"+mode, r.Unit)
+		}
+		tl, rl, tv, rv := get("TCP", "loopback"), get("RDMA", "loopback"), get("TCP", "veth"), get("RDMA", "veth")
+		w.f("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Label, tl, rl, medianRatio(rl, tl),
+			tv, rv, medianRatio(rv, tv), get("RDMA", "veth-v1"))
+	}
+	w.l()
+	var why []string
+	for _, n := range d.HostNotes {
+		s := map[string]string{"FAIL": "failed", "SKIP": "skipped"}[n.Status]
+		if n.Why != "" {
+			s += ": " + n.Why
+		}
+		why = append(why, fmt.Sprintf("`%s` %s", n.Name, s))
+	}
+	for _, e := range d.Errors {
+		if strings.HasPrefix(e, hostsErr) {
+			why = append(why, e)
+		}
+	}
+	for _, s := range why {
+		w.f("- %s\n", strings.ReplaceAll(s, "|", "\\|"))
+	}
+	if len(why) > 0 {
+		w.l()
+	}
+}
+
+// medianRatio is the ratio of the medians a/b, "—" when either is not measured.
+func medianRatio(a, b Samples) string {
+	if len(a) == 0 || len(b) == 0 {
+		return "—"
+	}
+	return ratio(a.Median() / b.Median())
 }
 
 // perRound is the range of the per-round ratios a/b.

@@ -9,7 +9,9 @@ import (
 )
 
 // The fixture testdata/run is a trimmed work directory of a real
-// `bench/run --quick --profile` (one round).
+// `bench/run --quick --profile` (one round); its paths/bench.txt is the real
+// output of the full run's four `go test -bench 'Benchmark(TCP|RDMA)…' -v`
+// commands, as root, with -count 1.
 const fixture = "testdata/run"
 
 func loadFixture(t *testing.T) *Data {
@@ -128,6 +130,166 @@ func TestLoadFixture(t *testing.T) {
 	if len(d.Errors) != 1 {
 		t.Errorf("errors = %q", d.Errors)
 	}
+	// go test -bench of the paths between host agents: 12 tcp and 18 rdma benchmarks.
+	if len(d.HostBench) != 30 || len(d.HostNotes) != 0 {
+		t.Errorf("%d benchmark results, notes %+v; want 30 and none", len(d.HostBench), d.HostNotes)
+	}
+	if s := d.benchSamples("BenchmarkRDMAWriteBW/64KiB/veth-v1", "MiB/s"); len(s) != 1 || s[0] != 1415 {
+		t.Errorf("RDMA write_bw 64 KiB veth-v1 = %v, want [1415]", s)
+	}
+	if s := d.benchSamples("BenchmarkTCPWriteLat/8B/loopback", "µs-typical"); len(s) != 1 || s[0] != 56.49 {
+		t.Errorf("TCP write_lat 8 B loopback = %v, want [56.49]", s)
+	}
+}
+
+// hostOutput is the output of three commands, `go test -run '^$' -v
+// -bench B -benchtime Nx -count C ./internal/perf`, with B
+// 'BenchmarkRDMAWriteBW$/^64KiB$' and 'BenchmarkTCPWriteBW$/^64KiB$' (C 3)
+// then 'BenchmarkRDMAWriteLat$' (C 1), as a user who is not root gets it:
+// the veth benchmarks skipped; and a failure.
+const hostOutput = `goos: linux
+goarch: amd64
+pkg: github.com/vrdma/vrdma/internal/perf
+cpu: Oxide Virtual Turin-like Processor
+BenchmarkRDMAWriteBW
+BenchmarkRDMAWriteBW/64KiB
+BenchmarkRDMAWriteBW/64KiB/loopback
+    path_bench_test.go:43: cluster 31022-0b1c2d: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 2.301s, etcd and fabric 171ms, network 0s, agents 80ms; total 2.552s
+    path_bench_test.go:43: cluster 31022-5e6f70: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 208ms, network 0s, agents 80ms; total 288ms
+BenchmarkRDMAWriteBW/64KiB/loopback-2        	    3000	     23975 ns/op	2733.54 MB/s	      2686 MiB/s
+    path_bench_test.go:43: cluster 31022-81a2b3: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 162ms, network 0s, agents 75ms; total 237ms
+    path_bench_test.go:43: cluster 31022-c4d5e6: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 170ms, network 0s, agents 77ms; total 247ms
+BenchmarkRDMAWriteBW/64KiB/loopback-2        	    3000	     26114 ns/op	2509.62 MB/s	      2466 MiB/s
+    path_bench_test.go:43: cluster 31022-f708a9: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 158ms, network 0s, agents 71ms; total 229ms
+    path_bench_test.go:43: cluster 31022-bacbdc: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 305ms, network 0s, agents 70ms; total 375ms
+BenchmarkRDMAWriteBW/64KiB/loopback-2        	    3000	     24410 ns/op	2684.85 MB/s	      2611 MiB/s
+BenchmarkRDMAWriteBW/64KiB/veth
+    path_bench_test.go:43: StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)
+--- SKIP: BenchmarkRDMAWriteBW/64KiB/veth
+BenchmarkRDMAWriteBW/64KiB/veth-v1
+    path_bench_test.go:43: StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)
+--- SKIP: BenchmarkRDMAWriteBW/64KiB/veth-v1
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/vrdma/vrdma/internal/perf
+cpu: Oxide Virtual Turin-like Processor
+BenchmarkTCPWriteBW
+BenchmarkTCPWriteBW/64KiB
+BenchmarkTCPWriteBW/64KiB/loopback
+    path_bench_test.go:43: cluster 31047-a1b2c3: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 2.277s, etcd and fabric 170ms, network 0s, agents 79ms; total 2.527s
+    path_bench_test.go:43: cluster 31047-d4e5f6: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 0s, etcd and fabric 206ms, network 0s, agents 85ms; total 291ms
+BenchmarkTCPWriteBW/64KiB/loopback-2         	    3000	     23752 ns/op	2759.19 MB/s	      2718 MiB/s
+BenchmarkTCPWriteBW/64KiB/loopback-2         	    3000	     24770 ns/op	2645.79 MB/s	      2590 MiB/s
+BenchmarkTCPWriteBW/64KiB/loopback-2         	    3000	     22991 ns/op	2850.46 MB/s	      2803 MiB/s
+BenchmarkTCPWriteBW/64KiB/veth
+    path_bench_test.go:43: StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)
+--- SKIP: BenchmarkTCPWriteBW/64KiB/veth
+PASS
+goos: linux
+goarch: amd64
+pkg: github.com/vrdma/vrdma/internal/perf
+cpu: Oxide Virtual Turin-like Processor
+BenchmarkRDMAWriteLat
+BenchmarkRDMAWriteLat/8B
+BenchmarkRDMAWriteLat/8B/loopback
+    path_bench_test.go:43: cluster 31065-0a1b2c: 2 hosts in loopback addresses (network namespaces need root (euid 1000): run the test as root (CI does)); vrdmad binary 2.290s, etcd and fabric 160ms, network 0s, agents 71ms; total 2.521s
+    path_bench_test.go:51: connect bench1/vrdma0 → bench2/vrdma0: context deadline exceeded
+    cluster.go:408: hostB logged 1 errors (a bug; set ClusterOptions.AllowAgentErrors if the test expects them):
+        time=2025-06-02T10:11:12.131Z level=ERROR msg="rdma: uplink: read" err="connection refused"
+--- FAIL: BenchmarkRDMAWriteLat/8B/loopback
+BenchmarkRDMAWriteLat/8B/veth
+    path_bench_test.go:43: StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)
+--- SKIP: BenchmarkRDMAWriteLat/8B/veth
+BenchmarkRDMAWriteLat/8B/veth-v1
+    path_bench_test.go:43: StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)
+--- SKIP: BenchmarkRDMAWriteLat/8B/veth-v1
+--- FAIL: BenchmarkRDMAWriteLat/8B
+--- FAIL: BenchmarkRDMAWriteLat
+FAIL
+`
+
+func TestParseGoBench(t *testing.T) {
+	rs, notes, err := parseGoBench(hostOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 6 {
+		t.Fatalf("%d results, want 6: %+v", len(rs), rs)
+	}
+	if r := rs[1]; r.Name != "BenchmarkRDMAWriteBW/64KiB/loopback" || r.Iters != 3000 ||
+		r.Metrics["MiB/s"] != 2466 || r.Metrics["ns/op"] != 26114 || r.Metrics["MB/s"] != 2509.62 {
+		t.Errorf("second result = %+v", r)
+	}
+	// The skips and the failure, each with its reason (not the clusters'
+	// start, not the agent's log after it); not the parents that failed with it.
+	const root = "StartCluster with NetnsOn: network namespaces need root (euid 1000): run the test as root (CI does)"
+	want := []BenchNote{
+		{"BenchmarkRDMAWriteBW/64KiB/veth", "SKIP", root},
+		{"BenchmarkRDMAWriteBW/64KiB/veth-v1", "SKIP", root},
+		{"BenchmarkTCPWriteBW/64KiB/veth", "SKIP", root},
+		{"BenchmarkRDMAWriteLat/8B/loopback", "FAIL", "connect bench1/vrdma0 → bench2/vrdma0: context deadline exceeded"},
+		{"BenchmarkRDMAWriteLat/8B/veth", "SKIP", root},
+		{"BenchmarkRDMAWriteLat/8B/veth-v1", "SKIP", root},
+	}
+	if len(notes) != len(want) {
+		t.Fatalf("notes %+v, want %+v", notes, want)
+	}
+	for i := range want {
+		if notes[i] != want[i] {
+			t.Errorf("note %d = %+v, want %+v", i, notes[i], want[i])
+		}
+	}
+	// Without -v, a failure's log follows it, on the line of its name.
+	_, notes, err = parseGoBench("BenchmarkTCPWriteLat/8B/veth-2          \t--- FAIL: BenchmarkTCPWriteLat/8B/veth-2\n" +
+		"    path_bench_test.go:43: cluster 4242-0a0b0c: 2 hosts in network namespaces vrdma-4242-0a0b0c-*; total 301ms\n" +
+		"    path_bench_test.go:55: path \"memcpy\", want tcp\n" +
+		"--- FAIL: BenchmarkTCPWriteLat/8B\n--- FAIL: BenchmarkTCPWriteLat\nFAIL\n")
+	if err != nil || len(notes) != 1 || notes[0] != (BenchNote{"BenchmarkTCPWriteLat/8B/veth", "FAIL", `path "memcpy", want tcp`}) {
+		t.Errorf("without -v: %+v, %v", notes, err)
+	}
+	for _, bad := range []string{
+		"go: cannot find main module\n",
+		"BenchmarkTCPWriteBW/64KiB/loopback-2 \t 3000\t 23752 ns/op\t fast MiB/s\n",
+		"BenchmarkTCPWriteBW/64KiB/loopback-2 \t 3000\t 23752 ns/op\t 2718\n",
+	} {
+		if _, _, err := parseGoBench(bad); err == nil {
+			t.Errorf("parseGoBench(%q): no error", bad)
+		}
+	}
+}
+
+func TestRenderHosts(t *testing.T) {
+	d := &Data{Errors: []string{"vrdmactl perf write_bw --path tcp --local: exit status 1",
+		"paths between host agents: go test -bench '^Benchmark(TCP|RDMA)WriteLat$': exit status 1: failed: BenchmarkRDMAWriteLat/8B/loopback"}}
+	var err error
+	if d.HostBench, d.HostNotes, err = parseGoBench(hostOutput); err != nil {
+		t.Fatal(err)
+	}
+	w := &writer{}
+	renderHosts(w, d)
+	doc := w.String()
+	for _, want := range []string{
+		"## The rdma path beside the tcp path, between two host agents\n",
+		"| figure | tcp loopback | rdma loopback | rdma / tcp | tcp veth | rdma veth | rdma / tcp | rdma veth-v1 |\n",
+		// medians 2,611 / 2,718 = 0.96
+		"| `write_bw` 64 KiB, MiB/s | 2,718 (2,590 – 2,803) | 2,611 (2,466 – 2,686) | 0.96 | not measured | not measured | — | not measured |\n",
+		"| `send_bw` 8 B, Mpps | not measured | not measured | — | not measured | not measured | — | not measured |\n",
+		"| `write_lat` 8 B, typical, µs | not measured | not measured | — |",
+		"- `BenchmarkTCPWriteBW/64KiB/veth` skipped: StartCluster with NetnsOn: network namespaces need root (euid 1000)",
+		"- `BenchmarkRDMAWriteLat/8B/loopback` failed: connect bench1/vrdma0 → bench2/vrdma0: context deadline exceeded\n",
+		"- paths between host agents: go test -bench '^Benchmark(TCP\\|RDMA)WriteLat$': exit status 1: failed: BenchmarkRDMAWriteLat/8B/loopback\n", // | escaped
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the section lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "vrdmactl perf write_bw") {
+		t.Error("the section lists a failure of another step")
+	}
+	if n := strings.Count(doc, "\n| `"); n != len(hostRows) {
+		t.Errorf("%d rows, want %d", n, len(hostRows))
+	}
 }
 
 func TestTargetsFixture(t *testing.T) {
@@ -230,6 +392,10 @@ func TestRenderFixture(t *testing.T) {
 		"| 1,024 | — | not measured |", // a failed scale run is a row, with its reason
 		"- 1,024 QP pairs, `write_bw`: vrdmactl: perf: connect vm1/vrdma0 → vm2/vrdma0: vrdma: CreateQP: VM \"vm1\" has 512 QPs",
 		"### bench/peers.sh, round 1",
+		// the paths between host agents, -count 1: 2,686 / 2,718 = 0.99, 2,531 / 1,358 = 1.86
+		"| `write_bw` 64 KiB, MiB/s | 2,718 | 2,686 | 0.99 | 1,358 | 2,531 | 1.86 | 1,415 |",
+		"| `write_lat` 8 B, typical, µs | 56.5 | 34.9 | 0.62 | 82.8 | 35.0 | 0.42 | 35.8 |",
+		"| `send_bw` 8 B, Mpps | 0.224 | 0.334 | 1.49 | 0.208 | 0.299 | 1.44 | 0.127 |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q", want)
@@ -245,8 +411,8 @@ func TestRenderFixture(t *testing.T) {
 	}
 	// The sections in the order the issue asks for.
 	last := -1
-	for _, h := range []string{"## Issue 14's targets", "## The memcpy path", "## The tcp path", "## The rdma path",
-		"## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
+	for _, h := range []string{"## Issue 14's targets", "## The memcpy path", "## The tcp path", "## The rdma path\n",
+		"## The rdma path beside the tcp path, between two host agents", "## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
 		"## Commands", "## Appendix", "### lscpu"} {
 		i := strings.Index(doc, h)
 		if i < last {
@@ -279,6 +445,7 @@ func TestMissingInputs(t *testing.T) {
 		"The chart was not drawn: the run has no sweep figures",
 		"Not measured yet:", // scale
 		"No target was missed in this run.",
+		"| `write_bw` 1 MiB, MiB/s | not measured | not measured | — | not measured | not measured | — | not measured |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q", want)
@@ -306,6 +473,8 @@ func TestMalformedInput(t *testing.T) {
 		{"meta.json", `{"rounds": "three"}`},
 		{filepath.Join("sweep", "ucx-shm.4096.txt"), "ucx_perftest: connection refused\n"},
 		{filepath.Join("perftest", "r1", "memcpy.ib_write_lat.8.txt"), "Couldn't connect to localhost:18515\n"},
+		{filepath.Join("paths", "bench.txt"), "go: updates to go.mod needed\n"},
+		{filepath.Join("paths", "bench.txt"), "BenchmarkTCPSendRate/8B/loopback-2 \t 50000\t 5262 ns/op\t 1.52 MB/s\t 0.2238\n"},
 	} {
 		work := copyFixture(t)
 		file := filepath.Join(work, c.file)

@@ -104,6 +104,18 @@ func (d *Data) dropSamples(path, program string, size int, m Metric) Samples {
 	return values(out)
 }
 
+// benchSamples is a go test -bench figure: benchmark name's metric in unit,
+// one value per -count repetition, in the order they ran.
+func (d *Data) benchSamples(name, unit string) Samples {
+	var s Samples
+	for _, b := range d.HostBench {
+		if v, ok := b.Metrics[unit]; ok && b.Name == name {
+			s = append(s, v)
+		}
+	}
+	return s
+}
+
 // peerRef names a peer's figure: a key of bench/peers.sh's JSON and, for
 // sizes peers.sh does not measure, a point of the sweep.
 type peerRef struct {
