@@ -253,7 +253,7 @@ const hostsErr = "paths between host agents"
 func renderHosts(w *writer, d *Data) {
 	w.l("## The rdma path beside the tcp path, between two host agents")
 	w.l()
-	w.l("`go test -bench 'Benchmark(TCP|RDMA)…' ./internal/perf` (`internal/perf/path_bench_test.go`, as root; the",
+	w.l("`go test -bench 'Benchmark(TCP|RDMA)…' ./internal/perf` (`internal/perf/path_bench_test.go`; the veth runs as root; the",
 		" iterations in [Commands](#commands)): two `vrdmad` processes, each a host with one VM, switch MTU 9000",
 		" (RoCE MTU 4096). *loopback*: the agents on two loopback addresses; *veth*: each agent in a network",
 		" namespace of its own, the two joined by veth pairs through a bridge; *veth-v1*: the same with RoCE v1",
