@@ -225,7 +225,39 @@ func renderPath(w *writer, d *Data, path string) {
 		w.f("Kernel TCP on `lo`, same rounds: iperf3, one stream, %s Gbit/s = %s MiB/s (× 10^9 / 8 / 2^20);"+
 			" sockperf TCP ping-pong, 14 B (its minimum), median %s µs; UCX tcp `ucp_put_bw` 1 MiB %s MiB/s.\n\n",
 			iperf, mib, values(d.peerRounds("sockperf_tcp_pp_14B_median_us")), values(d.peerRounds("ucx_tcp_put_bw_1MiB_MiBps")))
+	case "rdma":
+		renderRDMATargets(w, d)
 	}
+}
+
+// renderRDMATargets is issue 10's targets, from the rounds of vrdmactl perf
+// --local: the rdma path's 1 MiB write bandwidth at least 2 GB/s and at
+// least the tcp path's, its 8 B write latency at most the tcp path's.
+func renderRDMATargets(w *writer, d *Data) {
+	bw := d.goRounds(key("rdma", "write_bw", MiB), BW)
+	tcpBW := d.goRounds(key("tcp", "write_bw", MiB), BW)
+	lat := d.goRounds(key("rdma", "write_lat", 8), Lat)
+	tcpLat := d.goRounds(key("tcp", "write_lat", 8), Lat)
+	w.l("Issue 10's targets, from the same rounds (rdma / tcp is the ratio of the medians, the per-round",
+		" ratios in brackets):")
+	w.l()
+	w.l("| target | rdma | tcp | rdma / tcp | result |")
+	w.l("|---|---|---|---|---|")
+	gb := map[int]float64{}
+	for r, v := range bw {
+		gb[r] = v * (1 << 20) / 1e9
+	}
+	twoGB := map[int]float64{}
+	for r := range bw {
+		twoGB[r] = 2
+	}
+	_, st := compare(gb, twoGB, 1, true)
+	w.f("| 1 MiB write bandwidth ≥ 2 GB/s | %s = %s | | | %s |\n", withUnit(values(bw), "MiB/s"), withUnit(values(gb), "GB/s"), st)
+	cell, st := compare(bw, tcpBW, 1, true)
+	w.f("| 1 MiB write bandwidth ≥ the tcp path's | %s | %s | %s | %s |\n", withUnit(values(bw), "MiB/s"), withUnit(values(tcpBW), "MiB/s"), cell, st)
+	cell, st = compare(lat, tcpLat, 1, false)
+	w.f("| 8 B write latency ≤ the tcp path's | %s | %s | %s | %s |\n", withUnit(values(lat), "µs"), withUnit(values(tcpLat), "µs"), cell, st)
+	w.l()
 }
 
 // hostRow is a line of the table of the paths between two host agents: a
@@ -291,6 +323,14 @@ func renderHosts(w *writer, d *Data) {
 	if len(why) > 0 {
 		w.l()
 	}
+}
+
+// withUnit is s and its unit, or notMeasured.
+func withUnit(s Samples, unit string) string {
+	if len(s) == 0 {
+		return notMeasured
+	}
+	return s.String() + " " + unit
 }
 
 // medianRatio is the ratio of the medians a/b, "—" when either is not measured.
