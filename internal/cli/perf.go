@@ -290,8 +290,8 @@ type perfInfo struct {
 	Path           string `json:"path"`
 	Reason         string `json:"reason"`
 	AsyncMode      bool   `json:"async_mode"`
-	MemoryLocked   bool   `json:"memory_locked"`
-	GuestMemoryMiB int    `json:"guest_memory_mib"`
+	MemoryLocked   bool   `json:"memory_locked,omitempty"`
+	GuestMemoryMiB int    `json:"guest_memory_mib,omitempty"` // --local only: the VMs it starts
 	// --local: the agents' resident memory the pair's QPs added, per QP
 	// (each side's QPs count; the CQs, MRs and PDs are in it too).
 	AgentRSSKiBPerQP *float64 `json:"agent_rss_kib_per_qp,omitempty"`
@@ -662,11 +662,13 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 		mode = "async (the agent polls the queues)"
 	}
 	fmt.Fprintf(w, " Agent mode      : %s\n", mode)
-	lock := "unlocked"
-	if info.MemoryLocked {
-		lock = "reserved and locked"
+	if info.GuestMemoryMiB > 0 { // --local sizes the VMs it starts; a running agent's VMs are its own
+		lock := "unlocked"
+		if info.MemoryLocked {
+			lock = "reserved and locked"
+		}
+		fmt.Fprintf(w, " Guest memory    : %d MiB per VM, %s\n", info.GuestMemoryMiB, lock)
 	}
-	fmt.Fprintf(w, " Guest memory    : %d MiB per VM, %s\n", info.GuestMemoryMiB, lock)
 	if len(info.Hosts) > 0 {
 		fmt.Fprintf(w, " Hosts           : %s\n", strings.Join(info.Hosts, " → "))
 	}
