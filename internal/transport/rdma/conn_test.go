@@ -55,14 +55,20 @@ func TestBatchGRO(t *testing.T) {
 	}
 }
 
-func testBatchGRO(t *testing.T, addr netip.AddrPort) {
+// loopBatch is an engine on a socket at addr, closed when t ends, and a
+// batch to that socket itself.
+func loopBatch(t *testing.T, addr netip.AddrPort) (Conn, *Engine, *batch) {
 	c, err := ListenUDP(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	e := &Engine{conn: c, local: c.LocalAddr()}
-	b := newBatch(e, c.LocalAddr(), [6]byte{}, Marks{})
+	return c, e, newBatch(e, c.LocalAddr(), [6]byte{}, Marks{})
+}
+
+func testBatchGRO(t *testing.T, addr netip.AddrPort) {
+	c, e, b := loopBatch(t, addr)
 	const mtu, n = 1024, 9
 	data := make([]byte, n*mtu)
 	for i := range data {
@@ -135,13 +141,7 @@ func testBatchGRO(t *testing.T, addr netip.AddrPort) {
 // once, in order, each segment's ICRC the one of an IP header with its
 // index in its own datagram as the ID.
 func TestBatchDatagrams(t *testing.T) {
-	c, err := ListenUDP(netip.MustParseAddrPort("127.0.33.14:4791"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	e := &Engine{conn: c, local: c.LocalAddr()}
-	b := newBatch(e, c.LocalAddr(), [6]byte{}, Marks{})
+	c, e, b := loopBatch(t, netip.MustParseAddrPort("127.0.33.14:4791"))
 	const mtu, n = 1024, 150
 	perDatagram := maxBatch / (rocewire.BTHLen + mtu + rocewire.ICRCLen)
 	var sent [][]byte
