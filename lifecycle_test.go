@@ -395,6 +395,7 @@ func lcRoundTrip(ctx context.Context, a, b *lcSide, seq uint64) error {
 // lcTraffic runs round trips between two sides in the background, to show
 // that the agent keeps serving them while something else goes wrong.
 type lcTraffic struct {
+	a, b   *lcSide
 	rounds atomic.Int64
 	stop   chan struct{}
 	done   chan error
@@ -402,7 +403,7 @@ type lcTraffic struct {
 }
 
 func lcStartTraffic(t *testing.T, ctx context.Context, a, b *lcSide) *lcTraffic {
-	tr := &lcTraffic{stop: make(chan struct{}), done: make(chan error, 1)}
+	tr := &lcTraffic{a: a, b: b, stop: make(chan struct{}), done: make(chan error, 1)}
 	var once sync.Once
 	exited := make(chan struct{})
 	tr.halt = func() error {
@@ -464,7 +465,9 @@ func (tr *lcTraffic) finish(t *testing.T, ctx context.Context) {
 		// traffic's, show where.
 		var stacks strings.Builder
 		pprof.Lookup("goroutine").WriteTo(&stacks, 2)
-		t.Fatalf("traffic between two other VMs stalled at %d round trips (none for %v); goroutines:\n%s", n, time.Since(lastAt).Round(time.Second), stacks.String())
+		t.Fatalf("traffic between two other VMs stalled at %d round trips (none for %v)\n%s: %s\n%s: %s\ngoroutines:\n%s",
+			n, time.Since(lastAt).Round(time.Second), tr.a.vm.Name(), vrdma.RingWords(tr.a.qp, tr.a.cq),
+			tr.b.vm.Name(), vrdma.RingWords(tr.b.qp, tr.b.cq), stacks.String())
 	}
 	if err := tr.halt(); err != nil {
 		t.Fatalf("traffic between two other VMs failed: %v", err)
