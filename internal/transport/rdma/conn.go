@@ -369,26 +369,37 @@ func newSendOp() *sendOp {
 	return w
 }
 
-// send is the sendmmsg, resumed where it stopped: a raw system call that
-// does not block (MSG_DONTWAIT; see pollOnce for why raw); false asks
-// the runtime to wait until the socket can take more. The kernel reports
-// an error with the first datagram it could not send (the ones before
-// went), which the next call meets.
+// send is the sendmmsg of the datagrams not sent yet (sendmmsgFrom).
 func (w *sendOp) send(fd uintptr) bool {
-	for w.sent < w.n {
-		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.sent])), uintptr(w.n-w.sent), unix.MSG_DONTWAIT, 0, 0)
-		switch errno {
-		case 0:
-			w.sent += int(r)
-		case unix.EINTR:
-		case unix.EAGAIN:
-			return false
+	var done bool
+	done, w.err = sendmmsgFrom(fd, w.hdrs[:w.n], &w.sent, false)
+	return done
+}
+
+// sendmmsgFrom sends hdrs[*sent:] with sendmmsg(2), resumed where it
+// stopped, and advances *sent past what went: a raw system call that does
+// not block (MSG_DONTWAIT; see pollOnce for why raw). It reports false
+// when the socket can take no more (the runtime waits until it can, then
+// calls again), true when all went or on an error. The kernel reports an
+// error with the first message it could not send (the ones before went),
+// which the next call meets; with dropNoBufs, ENOBUFS (a device queue
+// that dropped the message: lost, as on a wire) skips that message.
+func sendmmsgFrom(fd uintptr, hdrs []unix.Mmsghdr, sent *int, dropNoBufs bool) (bool, error) {
+	for *sent < len(hdrs) {
+		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&hdrs[*sent])), uintptr(len(hdrs)-*sent), unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case errno == 0:
+			*sent += int(r)
+		case errno == unix.EINTR:
+		case errno == unix.EAGAIN:
+			return false, nil
+		case errno == unix.ENOBUFS && dropNoBufs:
+			*sent++
 		default:
-			w.err = errno
-			return true
+			return true, errno
 		}
 	}
-	return true
+	return true, nil
 }
 
 // readPoll is how long the reader polls the socket for the next datagram

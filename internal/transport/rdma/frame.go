@@ -241,25 +241,12 @@ func newFrameSend() *frameSend {
 	return w
 }
 
-// send is the sendmmsg, resumed where it stopped; false asks the runtime
-// to wait until the socket can take more.
+// send is the sendmmsg of the frames not sent yet (sendmmsgFrom): a
+// frame the device's queue drops is lost.
 func (w *frameSend) send(fd uintptr) bool {
-	for w.sent < w.n {
-		r, _, errno := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.sent])), uintptr(w.n-w.sent), unix.MSG_DONTWAIT, 0, 0)
-		switch errno {
-		case 0:
-			w.sent += int(r)
-		case unix.EINTR:
-		case unix.EAGAIN:
-			return false
-		case unix.ENOBUFS:
-			w.sent++ // the frame is lost
-		default:
-			w.err = errno
-			return true
-		}
-	}
-	return true
+	var done bool
+	done, w.err = sendmmsgFrom(fd, w.hdrs[:w.n], &w.sent, true)
+	return done
 }
 
 // ReadFrames reads with recvmmsg(2): polling first for readPoll after
