@@ -12,8 +12,10 @@ package perf
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/vrdma/vrdma"
@@ -187,6 +189,7 @@ func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, err
 	if err != nil {
 		return s, err
 	}
+	fillRandom(buf)
 	if s.MR, err = s.PD.RegMR(ctx, buf, vrdma.AccessAll); err != nil {
 		return s, err
 	}
@@ -213,6 +216,21 @@ func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, err
 		s.QP = s.QPs[0]
 	}
 	return s, nil
+}
+
+// fillRandom fills buf with pseudo-random bytes, as perftest fills its
+// buffers (rand(), except write_lat's, whose watched bytes both tools
+// clear). What a test moves must look like data: on some machines a
+// copy of zero bytes runs far faster than one of anything else (1 MiB
+// copies here: 67 GB/s of zeros, 39 of random bytes; see docs/PERF-LOG.md,
+// stop 30), so a buffer left as allocated would measure that, not the path.
+func fillRandom(buf []byte) {
+	var seed [32]byte
+	for i := 0; i < len(seed); i += 8 {
+		binary.LittleEndian.PutUint64(seed[i:], rand.Uint64())
+	}
+	rng := rand.NewChaCha8(seed)
+	_, _ = rng.Read(buf) // ChaCha8.Read never fails
 }
 
 // Path returns the path A's QP reports.

@@ -1,6 +1,7 @@
 package perf_test
 
 import (
+	"bytes"
 	"context"
 	"math"
 	"testing"
@@ -48,6 +49,24 @@ func TestCheckOpcodes(t *testing.T) {
 		if r.Err != nil {
 			t.Errorf("%s: %v", r.Opcode, r.Err)
 		}
+	}
+}
+
+// TestBuffersHoldData: both sides' buffers start filled with random
+// bytes, as perftest's, not with the zeros they were allocated with
+// (a copy of zeros runs faster than a copy of data on some machines).
+func TestBuffersHoldData(t *testing.T) {
+	p := newPair(t, testenv.VMOptions{}, perf.PairConfig{BufSize: 64 << 10})
+	for _, s := range []*perf.Side{p.A, p.B} {
+		b := s.MR.Bytes()
+		zeros := bytes.Count(b, []byte{0})
+		// Random bytes: one in 256 is zero, 256 expected here.
+		if zeros > len(b)/64 {
+			t.Errorf("%s's buffer: %d of %d bytes are zero, want random bytes", s.Name(), zeros, len(b))
+		}
+	}
+	if bytes.Equal(p.A.MR.Bytes(), p.B.MR.Bytes()) {
+		t.Error("both sides' buffers hold the same bytes")
 	}
 }
 
