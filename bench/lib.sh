@@ -8,6 +8,9 @@
 # dropin_pt PATH OUT PROGRAM ARGS...
 #                         unmodified perftest PROGRAM between the path's two VMs; the
 #                         client's output in OUT, its result line on stdout
+# dropin_go PATH OUT TEST ARGS...
+#                         the same test with the Go library (vrdmactl perf TEST as
+#                         server and client) between the same two VMs
 # dropin_stop             stop what dropin_start started
 #
 # The callers set REPO (the repository) before sourcing. Every process these start runs
@@ -123,6 +126,43 @@ dropin_pt() {
         break
     done
     wait "$s" 2>/dev/null || true
+    echo "$line"
+}
+
+# dropin_perf PATH srv|cli ARGS...: vrdmactl perf ARGS as the workload of the
+# path's server or client VM, for at most a minute.
+dropin_perf() {
+    local path=$1 side=$2 sock
+    shift 2
+    sock=${DROPIN_SOCK[$path.$side]}
+    [[ $path == memcpy ]] && sock=$DROPIN_DIR/s
+    timeout 60 "$DROPIN_BIN/vrdmactl" --socket "$sock" perf "$@" --vm "${DROPIN_VM[$path.$side]}"
+}
+
+# dropin_go PATH OUT TEST ARGS...: vrdmactl perf TEST (write_bw, ...), the Go
+# library in two processes as perftest runs, between the path's two VMs, server
+# first; the client names the server by VM/vrdma0. The client's output goes to
+# OUT, the server's to OUT.srv, and the client's result line to stdout, which is
+# empty unless the pair took PATH (the report's "Transport" line). A client that
+# fails while the server still waits (it came before the server listened) runs
+# again, up to 20 times.
+dropin_go() {
+    local path=$1 out=$2 test=$3 s line="" i
+    shift 3
+    dropin_perf "$path" srv "$test" "$@" >"$out.srv" 2>&1 &
+    s=$!
+    for ((i = 0; i < 20; i++)); do
+        sleep 0.5
+        dropin_perf "$path" cli "$test" "$@" "${DROPIN_VM[$path.srv]}/vrdma0" >"$out" 2>&1 || true
+        line=$(grep -E '^\s*[0-9]+\s+[0-9]+' "$out" | tail -n1 || true)
+        [[ -n $line ]] || ! kill -0 "$s" 2>/dev/null || continue
+        break
+    done
+    wait "$s" 2>/dev/null || true
+    if [[ -n $line ]] && ! grep -qE "^ *Transport +: $path\b" "$out"; then
+        echo "the pair took another path: $(grep -E '^ *Transport' "$out")" >>"$out"
+        line=""
+    fi
     echo "$line"
 }
 

@@ -24,7 +24,7 @@ type Data struct {
 	Go       []Result          // vrdmactl perf, go/rN/*.json
 	Scale    []Result          // vrdmactl perf -q N, scale/*.json
 	Sweep    map[string]map[int]float64
-	Drop     []DropResult // perftest on the drop-in, perftest/rN/*.txt
+	Drop     []DropResult // perftest on the drop-in, perftest/rN/*.txt, and the Go library beside it, perftest/rN/golib/*.txt
 	Peers    []PeersRound // bench/peers.sh --json, peers/rN.json
 	Copy     []CopyResult // BenchmarkCopy*, copy/rN.txt
 	// The tcp and rdma paths between two host agents: go test -bench
@@ -87,8 +87,10 @@ type Result struct {
 	ConnectUs float64 // the mean time to connect one QP pair, µs
 }
 
-// DropResult is one perftest run on the drop-in libibverbs.
+// DropResult is one perftest run on the drop-in libibverbs, or the Go
+// library's run of the same test between the same two VMs.
 type DropResult struct {
+	Lib           string // LibC (perftest) or LibGo (vrdmactl perf as server and client)
 	Path, Program string // ib_write_bw, ib_write_lat, ib_send_bw
 	Size          int
 	Round         int
@@ -96,6 +98,12 @@ type DropResult struct {
 	MsgRate       float64 // Mpps
 	TTypical      float64 // µs
 }
+
+// The libraries a DropResult ran on.
+const (
+	LibC  = "C"  // unmodified perftest on the drop-in libibverbs
+	LibGo = "Go" // vrdmactl perf, the Go library, in two processes as perftest
+)
 
 // PeersRound is one bench/peers.sh --json run.
 type PeersRound struct {
@@ -201,6 +209,15 @@ func Load(dir string) (*Data, error) {
 		if err != nil {
 			return nil, err
 		}
+		r.Lib = LibC
+		d.Drop = append(d.Drop, r)
+	}
+	for _, f := range glob(dir, "perftest", "r*", "golib", "*.txt") {
+		r, err := loadPerftest(f, roundOf(filepath.Base(filepath.Dir(filepath.Dir(f)))))
+		if err != nil {
+			return nil, err
+		}
+		r.Lib = LibGo
 		d.Drop = append(d.Drop, r)
 	}
 	for _, f := range glob(dir, "peers", "r*.json") {
@@ -425,7 +442,8 @@ func loadUCX(file string) (float64, error) {
 }
 
 // loadPerftest reads a perftest client's output saved as
-// PATH.PROGRAM.SIZE.txt: its last result line, whose columns are perftest's
+// PATH.PROGRAM.SIZE.txt (or vrdmactl perf's, which prints perftest's
+// report): its last result line, whose columns are perftest's
 // (bandwidth: #bytes #iterations BW_peak BW_average MsgRate; latency:
 // #bytes #iterations t_min t_max t_typical ...).
 func loadPerftest(file string, round int) (DropResult, error) {

@@ -75,8 +75,9 @@ func (w *writer) f(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 func (w *writer) l(s ...string)             { w.WriteString(strings.Join(s, "") + "\n") }
 
 // Render writes the document: what it is and the command that made it,
-// issue 14's target table, a table per path, the rdma path beside the tcp
-// path between two host agents, the chart, modes, scale, what
+// issue 14's target table, a table per path, the C drop-in beside the Go
+// library (issue 11's targets), the rdma path beside the tcp path between
+// two host agents, the chart, modes, scale, what
 // bounds the misses (from analysisDir's hand-kept files), the commands and
 // the peers' raw output.
 func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string {
@@ -86,6 +87,7 @@ func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string
 	for _, p := range Paths {
 		renderPath(w, d, p)
 	}
+	renderDropin(w, d)
 	renderHosts(w, d)
 	renderChart(w, chart)
 	renderModes(w, d)
@@ -257,6 +259,46 @@ func renderRDMATargets(w *writer, d *Data) {
 	w.f("| 1 MiB write bandwidth ≥ the tcp path's | %s | %s | %s | %s |\n", withUnit(values(bw), "MiB/s"), withUnit(values(tcpBW), "MiB/s"), cell, st)
 	cell, st = compare(lat, tcpLat, 1, false)
 	w.f("| 8 B write latency ≤ the tcp path's | %s | %s | %s | %s |\n", withUnit(values(lat), "µs"), withUnit(values(tcpLat), "µs"), cell, st)
+	w.l()
+}
+
+// renderDropin is issue 11's targets: perftest on the C drop-in against the
+// Go library running the same test between the same two VMs in the same
+// round, both in two processes. Issue 11 sets them for memcpy and tcp; the
+// rdma path's lines are there for the record.
+func renderDropin(w *writer, d *Data) {
+	w.l("## The C drop-in beside the Go library")
+	w.l()
+	w.l("Issue 11's targets: unmodified perftest on the drop-in libibverbs against the Go library (`vrdmactl perf`",
+		" as server and client) running the same test between the same two VMs, one right after the other in each",
+		" round: memcpy between vmA and vmB of a standalone agent, tcp between vm1 and vm3, rdma between vm4 and",
+		" vm5 of `vrdmactl quickstart --keep`. Both run in two processes, one per VM; the Go library's figures in",
+		" the tables above (`--local`) run both VMs' workloads in one. C / Go is the ratio of the medians, the",
+		" per-round ratios in brackets. The targets: bandwidth and message rate at least 0.9× the Go library's,",
+		" latency at most 1.1×, over memcpy and tcp.")
+	w.l()
+	w.l("| path | figure | C drop-in (perftest) | Go library (`vrdmactl perf`) | C / Go | target | result |")
+	w.l("|---|---|---|---|---|---|---|")
+	for _, path := range Paths {
+		for _, r := range rows {
+			if r.Drop == "" {
+				continue
+			}
+			c := d.dropRounds(LibC, path, r.Drop, r.Size, r.Metric)
+			g := d.dropRounds(LibGo, path, r.Drop, r.Size, r.Metric)
+			goal, atLeast, sign := 0.9, true, "≥"
+			if r.Metric == Lat {
+				goal, atLeast, sign = 1.1, false, "≤"
+			}
+			cell, st := compare(c, g, goal, atLeast)
+			target, res := fmt.Sprintf("%s %.1f", sign, goal), st.String()
+			if path == "rdma" {
+				target, res = "—", "— (not one of issue 11's)"
+			}
+			w.f("| %s | `%s` %s, %s | %s | %s | %s | %s | %s |\n", path, r.Drop, sizeName(r.Size), r.Metric.Unit(),
+				values(c), values(g), cell, target, res)
+		}
+	}
 	w.l()
 }
 

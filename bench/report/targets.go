@@ -93,15 +93,21 @@ func (d *Data) copyRounds(bench string, size int) map[int]float64 {
 	return out
 }
 
-// dropSamples is a perftest figure on the drop-in, in round order.
-func (d *Data) dropSamples(path, program string, size int, m Metric) Samples {
+// dropRounds is a figure of the drop-in comparison by round: perftest's
+// (lib LibC) or the Go library's between the same VMs (LibGo).
+func (d *Data) dropRounds(lib, path, program string, size int, m Metric) map[int]float64 {
 	out := map[int]float64{}
 	for _, r := range d.Drop {
-		if v := r.get(m); r.Path == path && r.Program == program && r.Size == size && !math.IsNaN(v) {
+		if v := r.get(m); r.Lib == lib && r.Path == path && r.Program == program && r.Size == size && !math.IsNaN(v) {
 			out[r.Round] = v
 		}
 	}
-	return values(out)
+	return out
+}
+
+// dropSamples is a perftest figure on the drop-in, in round order.
+func (d *Data) dropSamples(path, program string, size int, m Metric) Samples {
+	return values(d.dropRounds(LibC, path, program, size, m))
 }
 
 // benchSamples is a go test -bench figure: benchmark name's metric in unit,
