@@ -1,16 +1,17 @@
 #!/bin/bash
 # Unmodified perftest on the drop-in libibverbs (guest/ibverbs) beside the Go
-# library (vrdmactl perf --local) and UCX, in one run (issue 11's benchmarks):
+# library and UCX, in one run (issue 11's benchmarks), between the same two VMs:
 #   memcpy: two VMs of one standalone agent;
 #   tcp:    vm1 (host1) and vm3 (host2) of vrdmactl quickstart --keep;
 #   peers:  bench/peers.sh (UCX over shared memory and TCP, sockperf, iperf3).
 # ib_write_bw (64 KiB, 1 MiB; 128 outstanding, perftest's default), ib_write_lat
-# and ib_send_bw (8 B), each beside vrdmactl perf with the same size and
-# iterations, alternating, ROUNDS rounds (default 5); it prints every figure and
-# then the medians with their ranges and the C / Go ratios. Root or not; needs
-# perftest, gcc, libibverbs-dev and what bench/peers.sh needs. Works in /tmp/pt.
-# The helpers are bench/lib.sh's; bench/run measures the same and more, and
-# writes docs/BENCHMARKS.md.
+# and ib_send_bw (8 B), each followed by vrdmactl perf as server and client (the
+# Go library in two processes, as perftest runs) with the same test, size and
+# iterations in the same VMs, ROUNDS rounds (default 5); it prints every figure
+# and then the medians with their ranges and the C / Go ratios. Root or not;
+# needs perftest, gcc, libibverbs-dev and what bench/peers.sh needs. Works in
+# /tmp/pt. The helpers are bench/lib.sh's; bench/run measures the same and
+# more, and writes docs/BENCHMARKS.md.
 #
 #   bench/perftest.sh            # everything
 #   ROUNDS=9 bench/perftest.sh   # more rounds (the figures on two cores are noisy)
@@ -33,27 +34,24 @@ dropin_start /tmp/pt /tmp/pt || exit 1
 
 # pt PATH TEST ARGS...: perftest's result line of the client.
 pt() { local path=$1; shift; dropin_pt "$path" /tmp/pt/cli.out "$@"; }
-# perf PATH TEST SIZE ITERS KEY: vrdmactl perf's figure KEY.
-perf() {
-  ./vrdmactl perf "$2" --local --path "$1" -s "$3" -n "$4" --out_json |
-    python3 -c "import json,sys; print(json.load(sys.stdin)[\"$5\"])"
-}
+# golib PATH TEST ARGS...: the Go library's result line of the client.
+golib() { local path=$1; shift; dropin_go "$path" /tmp/pt/go.out "$@"; }
 # fig NAME VALUE: one figure, printed and kept for the summary.
 fig() { echo "$1: $2"; echo "$1 $2" >>/tmp/pt/figures; }
 
 for r in $(seq "$rounds"); do
   echo "== round $r"
   for path in memcpy tcp; do
-    n64=5000 n1m=1000 nlat=5000 nsend=50000
-    [ $path = tcp ] && n64=2000 n1m=300 nlat=2000 nsend=20000
+    n64=500000 n1m=20000 nlat=20000 nsend=200000 # as bench/run's
+    [ $path = tcp ] && n64=20000 n1m=2000 nlat=5000 nsend=50000
     fig "$path.c.write_bw_64KiB" "$(pt $path ib_write_bw -s 65536 -n $n64 | awk '{print $4}')"
-    fig "$path.go.write_bw_64KiB" "$(perf $path write_bw 65536 $n64 BW_average)"
+    fig "$path.go.write_bw_64KiB" "$(golib $path write_bw -s 65536 -n $n64 | awk '{print $4}')"
     fig "$path.c.write_bw_1MiB" "$(pt $path ib_write_bw -s 1048576 -n $n1m | awk '{print $4}')"
-    fig "$path.go.write_bw_1MiB" "$(perf $path write_bw 1048576 $n1m BW_average)"
+    fig "$path.go.write_bw_1MiB" "$(golib $path write_bw -s 1048576 -n $n1m | awk '{print $4}')"
     fig "$path.c.write_lat_8B" "$(pt $path ib_write_lat -s 8 -n $nlat | awk '{print $5}')"
-    fig "$path.go.write_lat_8B" "$(perf $path write_lat 8 $nlat t_typical)"
+    fig "$path.go.write_lat_8B" "$(golib $path write_lat -s 8 -n $nlat | awk '{print $5}')"
     fig "$path.c.send_rate_8B" "$(pt $path ib_send_bw -s 8 -n $nsend | awk '{print $5}')"
-    fig "$path.go.send_rate_8B" "$(perf $path send_bw 8 $nsend MsgRate)"
+    fig "$path.go.send_rate_8B" "$(golib $path send_bw -s 8 -n $nsend | awk '{print $5}')"
   done
 done
 
