@@ -43,7 +43,7 @@ func runRoundTrip(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Op
 	wrs := []vrdma.SendWR{{Opcode: op, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(0, c.Size)},
 		RemoteAddr: peer.Addr, RKey: peer.RKey, CompareAdd: 1, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 4)
-	sp := spinner{ctx: ctx, qp: a.QP}
+	sp := a.spinner(ctx)
 	rtt := make([]float64, c.Iters)
 	start := time.Now()
 	for k := range c.Iters {
@@ -126,7 +126,7 @@ func sendLatSide(ctx context.Context, s *Side, c Config, stamps []int64) error {
 	}
 	wrs := []vrdma.SendWR{{Opcode: vrdma.OpSend, SGL: []vrdma.SGE{s.MR.SGE(0, c.Size)}}}
 	wc := make([]vrdma.WorkCompletion, 16)
-	sp := spinner{ctx: ctx, qp: s.QP}
+	sp := s.spinner(ctx)
 	signaled := 0 // signaled sends whose completion is still to be polled
 	received := 0
 	// poll waits until received reaches k and signaled drops to

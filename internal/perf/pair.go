@@ -92,6 +92,7 @@ type Side struct {
 	MR      *vrdma.MR
 
 	recvOut []int // send_bw's receives left posted on each QP by earlier runs
+	alone   bool  // the only side of its pair in this process (an Endpoint)
 }
 
 // Name returns "vm/vrdmaN".

@@ -183,6 +183,7 @@ func NewEndpoint(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig, active 
 		e.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
+	s.alone = true
 	return e, nil
 }
 
@@ -254,7 +255,7 @@ func (e *Endpoint) SendResult(ctx context.Context, r Result) error {
 	copy(b, EncodeResult(r))
 	wrs := []vrdma.SendWR{{ID: math.MaxUint64, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled,
 		SGL: []vrdma.SGE{e.Side.MR.SGE(0, ResultLen)}, RemoteAddr: e.Peer.Addr, RKey: e.Peer.RKey}}
-	sp := spinner{ctx: ctx, qp: e.Side.QP}
+	sp := e.Side.spinner(ctx)
 	if err := postRetry(e.Side, wrs, &sp); err != nil {
 		return err
 	}

@@ -275,16 +275,26 @@ func (t Test) BufSize(size int) int {
 }
 
 // spinner is the busy-wait policy of the measuring loops: spin, but every
-// 64 turns yield the CPU (sched_yield for the agent process, Gosched for
-// goroutines of this one) so that spinners on a small machine do not
-// starve the agent; every 4096 turns look at ctx and the QP's state.
-// sched_yield is a raw system call: it never blocks, and the runtime must
-// not hand this goroutine's P to another thread while the kernel runs
-// someone else.
+// 64 turns yield the CPU (sched_yield for the agent process, and Gosched
+// for the other side's goroutines when both sides run in this process)
+// so that spinners on a small machine do not starve the agent; every 4096
+// turns look at ctx and the QP's state. sched_yield is a raw system call:
+// it never blocks, and the runtime must not hand this goroutine's P to
+// another thread while the kernel runs someone else. A side alone in its
+// process (vrdmactl perf as a server or a client) does not call Gosched:
+// with idle Ps each call wakes another thread to run the goroutine, and
+// write_lat between two such processes took 22 µs instead of 7–9 (with
+// 19 context switches per round trip instead of 5–6).
 type spinner struct {
-	ctx context.Context
-	qp  *vrdma.QP
-	n   uint32
+	ctx     context.Context
+	qp      *vrdma.QP
+	n       uint32
+	gosched bool
+}
+
+// spinner returns s's busy-wait policy for ctx.
+func (s *Side) spinner(ctx context.Context) spinner {
+	return spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
 }
 
 func (s *spinner) spin() error {
@@ -293,7 +303,9 @@ func (s *spinner) spin() error {
 		return nil
 	}
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	runtime.Gosched()
+	if s.gosched {
+		runtime.Gosched()
+	}
 	if s.n&4095 != 0 {
 		return nil
 	}
@@ -332,7 +344,7 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
 	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: peer.Addr, RKey: peer.RKey, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 64)
-	sp := spinner{ctx: ctx, qp: a.QP}
+	sp := a.spinner(ctx)
 	posted, completed := 0, 0 // all QPs
 	start := time.Now()
 	var deadline time.Time
@@ -532,7 +544,7 @@ func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error, sent
 		return true
 	}
 	wc := make([]vrdma.WorkCompletion, 64)
-	sp := spinner{ctx: ctx, qp: b.QP}
+	sp := b.spinner(ctx)
 	for !done() {
 		if want == nil {
 			select {
@@ -694,7 +706,7 @@ func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamp
 	recvLast := 2*size - 1 // last byte of our receive half, written by the peer
 	word := abi.Word(buf, recvLast&^3)
 	shift := uint(recvLast&3) * 8
-	sp := spinner{ctx: ctx, qp: s.QP}
+	sp := s.spinner(ctx)
 	wait := func(k int) error {
 		want := byte(k)
 		for byte(word.Load()>>shift) != want {
