@@ -220,8 +220,8 @@ func newSide(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig) (*Side, err
 }
 
 // fillRandom fills buf with pseudo-random bytes, as perftest fills its
-// buffers (rand(), except write_lat's, whose watched bytes both tools
-// clear). What a test moves must look like data: on some machines a
+// buffers with rand() (write_lat's it clears; here write_lat clears the
+// bytes it watches, clearLatBytes). What a test moves must look like data: on some machines a
 // copy of zero bytes runs far faster than one of anything else (1 MiB
 // copies here: 67 GB/s of zeros, 39 of random bytes; see docs/PERF-LOG.md,
 // stop 30), so a buffer left as allocated would measure that, not the path.

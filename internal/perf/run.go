@@ -283,8 +283,8 @@ func (t Test) BufSize(size int) int {
 // another thread while the kernel runs someone else. A side alone in its
 // process (vrdmactl perf as a server or a client) does not call Gosched:
 // with idle Ps each call wakes another thread to run the goroutine, and
-// write_lat between two such processes took 22 µs instead of 7–9 (with
-// 19 context switches per round trip instead of 5–6).
+// write_lat between two such processes took 22 µs instead of 7–10 (with
+// 19 context switches per round trip instead of 5–9).
 type spinner struct {
 	ctx     context.Context
 	qp      *vrdma.QP
