@@ -202,7 +202,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	}
 	if posted > 0 {
 		q.sqTail = tail
-		abi.Word(mem, abi.OffSQTail).Store(tail)
+		abi.StoreFenced(abi.Word(mem, abi.OffSQTail), tail) // §6 pair 1: before the flag's load
 	}
 	q.sqMu.Unlock()
 	if posted > 0 && abi.Word(mem, abi.OffSQDoorbell).Load() != 0 {
@@ -283,7 +283,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	}
 	if posted > 0 {
 		q.rqTail = tail
-		abi.Word(mem, abi.OffRQTail).Store(tail)
+		abi.StoreFenced(abi.Word(mem, abi.OffRQTail), tail) // §6 pair 3: before the state's load
 	}
 	q.rqMu.Unlock()
 	// In ERR the agent flushes receives; tell it there are new ones.

@@ -192,7 +192,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.vm.c.dead.Load() {
 			return ErrAgentGone
 		}
-		armed.Store(1)
+		abi.StoreFenced(armed, 1) // §6 pair 2: before the tail's load
 		if !cq.empty() {
 			return nil
 		}

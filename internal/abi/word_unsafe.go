@@ -17,6 +17,20 @@ func Word(mem []byte, off int) *atomic.Uint32 {
 	return (*atomic.Uint32)(unsafe.Pointer(&mem[off]))
 }
 
+// StoreFenced stores v in w so that the store is ordered before every
+// load that follows it, in every build: the store of a Dekker pair
+// (wire-local.md §6), where each side stores one word and then loads the
+// word the other side stored, and a wake-up is lost if both loads miss.
+//
+// It is a swap: a read-modify-write is a full barrier on every
+// architecture Go supports. sync/atomic's Store is sequentially consistent
+// too, but not under the race detector for memory outside the Go heap —
+// these rings are shared mappings — where it becomes a plain store that
+// can pass a later load (golang/go#58020): in race-enabled tests one
+// doorbell in a few thousand went unheard and a QP hung with work posted.
+// On x86-64 the swap is the XCHG that Store compiles to anyway.
+func StoreFenced(w *atomic.Uint32, v uint32) { w.Swap(v) }
+
 // Word64 returns the 64-bit word at off in a shared mapping, for atomic
 // operations. The caller has checked that off+8 <= len(mem) and that
 // &mem[off] is 8-byte aligned.

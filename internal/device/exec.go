@@ -134,7 +134,7 @@ func (q *QP) waitWork() bool {
 			}
 			continue
 		}
-		dbW.Store(1)
+		abi.StoreFenced(dbW, 1) // §6 pair 1: before the tail's load
 		if q.hasWork(tailW.Load()) {
 			dbW.Store(0)
 			continue

@@ -296,7 +296,7 @@ func (c *CQ) publishLocked(e *abi.CQE) {
 	slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
 	abi.EncodeCQE(slot, e)
 	c.tail = abi.Next(c.tail, size)
-	abi.Word(mem, abi.OffCQTail).Store(c.tail)
+	abi.StoreFenced(abi.Word(mem, abi.OffCQTail), c.tail) // §6 pair 2: before armed's load
 	armed := abi.Word(mem, abi.OffCQArmed)
 	if armed.Load() != 0 && armed.CompareAndSwap(1, 0) {
 		c.event.Ring()

@@ -444,7 +444,7 @@ func (q *QP) setStateLocked(s abi.QPState) {
 		q.resetRQTail.Store(abi.Word(mem, abi.OffRQTail).Load())
 		q.resets.Add(1)
 	}
-	abi.Word(q.ring.Bytes(), abi.OffQPState).Store(uint32(s))
+	abi.StoreFenced(abi.Word(q.ring.Bytes(), abi.OffQPState), uint32(s)) // §6 pair 3: before the RQ tail's load
 	// Wake the goroutine: in RESET it drops what the queues hold, in ERR it
 	// flushes them, in RTS it resumes a send queue that SQD held.
 	q.poke()
