@@ -759,6 +759,19 @@ func TestLifecycleCloseFlushesPeer(t *testing.T) {
 	if err := lcRoundTrip(ctx, a, b, 1); err != nil {
 		t.Fatal(err)
 	}
+	// An event channel's socket is the workload's: the agent keeps no
+	// descriptor of it once the channel is closed.
+	before := lcSnapshot(t)
+	for range 3 {
+		ch, err := vb.OpenEventChannel(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ch.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lcCheckNoLeaks(t, before)
 	sends, recvs := lcPostOutstanding(t, ctx, a, 4, 3)
 	if err := vb.Close(); err != nil {
 		t.Fatal(err)

@@ -241,7 +241,7 @@ func (e *cmEvents) open(s *session) (any, []int, error) {
 	e.chans[c.id] = c
 	e.mu.Unlock()
 	go c.run(s)
-	return abi.Handle{Handle: c.id}, []int{peer}, nil
+	return givenAway{abi.Handle{Handle: c.id}, []int{peer}}, nil, nil
 }
 
 // newEventSocket makes an event channel's socketpair: the agent's end in

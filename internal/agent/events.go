@@ -6,10 +6,14 @@ package agent
 // one of the session's QPs on that adapter to ERR for an error it
 // detected (device.QP.MoveToErr: a failed work request, a peer that went
 // away, a request the responder refused): IBV_EVENT_QP_FATAL, whose fd
-// programs poll. Each socket's writer goroutine is its cmChannel's
-// (cmevents.go); the session's end closes them.
+// programs poll; and, to every socket of an adapter, IBV_EVENT_PORT_ERR
+// when the adapter is disconnected and IBV_EVENT_PORT_ACTIVE when it is
+// connected again (device.Device.SetConnected). Each socket's writer
+// goroutine is its cmChannel's (cmevents.go); the session's end closes
+// them.
 
 import (
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -51,7 +55,7 @@ func (s *session) asyncOpen(v *device.VM, r *abi.AdapterRef) (any, []int, error)
 	e.n++
 	e.byAdapter[r.Adapter] = append(e.byAdapter[r.Adapter], c)
 	go c.run(s)
-	return abi.Empty{}, []int{peer}, nil
+	return givenAway{abi.Empty{}, []int{peer}}, nil, nil
 }
 
 // pruneLocked forgets the sockets whose workload end was closed (its
@@ -101,12 +105,28 @@ func (s *session) watchFatal(q *device.QP) {
 	q.SetOnFatal(func(why string) {
 		e := &s.async
 		e.mu.Lock()
-		chans := e.byAdapter[adapter]
+		chans := slices.Clone(e.byAdapter[adapter]) // pruneLocked reuses the array
 		e.mu.Unlock()
 		for _, c := range chans {
 			c.post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
 		}
 	})
+}
+
+// PortChanged posts a port event to the session's sockets for adapter ad
+// (device.Owner).
+func (s *session) PortChanged(ad *device.Adapter, active bool) {
+	ev := abi.AsyncEvent{Event: abi.EventPortErr, Port: 1, Why: "the adapter was disconnected"}
+	if active {
+		ev = abi.AsyncEvent{Event: abi.EventPortActive, Port: 1, Why: "the adapter was connected"}
+	}
+	e := &s.async
+	e.mu.Lock()
+	chans := slices.Clone(e.byAdapter[ad.Name()]) // pruneLocked reuses the array
+	e.mu.Unlock()
+	for _, c := range chans {
+		c.post(ev)
+	}
 }
 
 // closeAsync closes the session's event sockets.

@@ -219,7 +219,24 @@ func (s *session) dispatch(h abi.Header, req any) {
 		s.replyErr(h, e)
 		return
 	}
+	if g, ok := body.(givenAway); ok {
+		// The descriptors are the workload's now: the agent's copies go.
+		s.reply(h, g.body, g.fds...)
+		for _, fd := range g.fds {
+			sys.CloseFD(fd)
+		}
+		return
+	}
 	s.reply(h, body, fds...)
+}
+
+// givenAway is a reply body whose descriptors the agent keeps no use for
+// once sent (the workload's end of an event socket): dispatch closes them
+// after the reply. The descriptors of the other replies stay the objects'
+// (a ring, a doorbell's other end, guest memory).
+type givenAway struct {
+	body any
+	fds  []int
 }
 
 var errNotAttached = abi.Errorf(abi.CodeState, "", "attach a VM first: this command works on an attached VM's objects")

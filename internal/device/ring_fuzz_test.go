@@ -97,9 +97,10 @@ func (harnessRouter) Route(q *QP, dgid abi.GID, dqpn uint32) (Route, error) {
 // harnessOwner is the harness's VMs' workload: none.
 type harnessOwner struct{}
 
-func (harnessOwner) PID() int32   { return 0 }
-func (harnessOwner) Close()       {}
-func (harnessOwner) Closed() bool { return false }
+func (harnessOwner) PID() int32                       { return 0 }
+func (harnessOwner) Close()                           {}
+func (harnessOwner) Closed() bool                     { return false }
+func (harnessOwner) PortChanged(ad *Adapter, up bool) {}
 
 // connect brings q from RESET to RTR facing p, with the attributes the
 // CM gives (package cm's ToInit and ToRTR).

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,10 +102,25 @@ type Adapter struct {
 
 	activeMTU atomic.Uint32 // the port's active MTU; 0 until set: abi.DefaultPathMTU
 
+	// link is the port's link, which every process of the VM shares
+	// (vmProcs): vSphere's "Connected" state of the adapter.
+	link *portLink
+
 	// retired are the counters of the adapter's destroyed QPs; its
 	// counters are these and its live QPs'. +checklocks:vm.objMu
 	retired mgmt.QPCounters
 }
+
+// portLink is an adapter's link state: down while the adapter is
+// disconnected (ethernetN.startConnected = FALSE at attach, vrdmactl vm
+// disconnect). While it is down no request leaves the adapter's QPs and
+// none reaches them, on every path: their requests go unanswered, and
+// they retry and then fail with RETRY_EXC_ERR, as behind a pulled cable.
+type portLink struct{ down atomic.Bool }
+
+// Connected reports whether the adapter's port is up: the adapter is
+// connected.
+func (ad *Adapter) Connected() bool { return !ad.link.down.Load() }
 
 // ActiveMTU is the port's active MTU: the RoCE MTU of the adapter's port
 // group, which connection managers use as the path MTU (the smaller of
@@ -188,6 +204,10 @@ type Owner interface {
 	Close()
 	// Closed reports whether the session has ended or is ending.
 	Closed() bool
+	// PortChanged tells the workload that adapter ad's port went up
+	// (active) or down: its contexts' IBV_EVENT_PORT_ACTIVE and
+	// IBV_EVENT_PORT_ERR. It must not block.
+	PortChanged(ad *Adapter, active bool)
 }
 
 // vmProcs are the workloads attached as one VM: each process has a VM of
@@ -283,7 +303,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 	}
 	if first != nil {
 		for _, fa := range first.adapters {
-			ad := &Adapter{vm: v, name: fa.name, index: fa.index, mac: fa.mac, gid: fa.gid, ip4: fa.ip4, ip6: fa.ip6}
+			ad := &Adapter{vm: v, name: fa.name, index: fa.index, mac: fa.mac, gid: fa.gid, ip4: fa.ip4, ip6: fa.ip6, link: fa.link}
 			ad.activeMTU.Store(fa.activeMTU.Load())
 			v.adapters = append(v.adapters, ad)
 		}
@@ -293,7 +313,8 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 			if len(mac) != 6 {
 				mac = generatedMAC(d.cfg.HostID, name, c.Index)
 			}
-			ad := &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac), ip6: c.IPv6}
+			ad := &Adapter{vm: v, name: c.Name(), index: c.Index, mac: mac, gid: gidFromMAC(mac), ip6: c.IPv6, link: new(portLink)}
+			ad.link.down.Store(!c.StartConnected)
 			if c.IPv4.Is4() {
 				ad.ip4, ad.gid = c.IPv4, abi.GID(netip.AddrFrom4(c.IPv4.As4()).As16())
 			}
@@ -605,6 +626,46 @@ func (d *Device) Attached(name string) []*VM {
 	return nil
 }
 
+// SetConnected connects or disconnects adapter (vrdmaN, or ethernetN as
+// in the VMX) of attached VM name, as vSphere's "Connected" box does: the
+// port goes up or down for every process of the VM, each of which is told
+// (Owner.PortChanged). It reports whether the state changed and how many
+// processes were told.
+func (d *Device) SetConnected(name, adapter string, connected bool) (changed bool, told int, err error) {
+	ps := d.Attached(name)
+	if len(ps) == 0 {
+		return false, 0, abi.Errorf(abi.CodeNotFound, "vm", "VM %q has no workload attached on this host: an adapter is connected or not while the VM runs "+
+			"(ethernetN.startConnected sets it for the next attach)", name)
+	}
+	if n, ok := strings.CutPrefix(adapter, "ethernet"); ok {
+		adapter = "vrdma" + n
+	}
+	var names []string
+	for _, ad := range ps[0].adapters {
+		names = append(names, ad.name)
+		if ad.name != adapter {
+			continue
+		}
+		if ad.link.down.Swap(!connected) == !connected {
+			return false, 0, nil
+		}
+		d.log.Info("adapter port", "vm", name, "adapter", ad.name, "connected", connected)
+		for _, v := range ps {
+			if !v.Running() {
+				continue
+			}
+			for _, a := range v.adapters {
+				if a.name == ad.name {
+					v.owner.PortChanged(a, connected)
+					told++
+				}
+			}
+		}
+		return true, told, nil
+	}
+	return false, 0, abi.Errorf(abi.CodeNotFound, "adapter", "VM %q has no adapter %q; it has %s", name, adapter, strings.Join(names, ", "))
+}
+
 // AttachedVMs returns every attached VM's processes, ready or not.
 func (d *Device) AttachedVMs() []*VM {
 	d.mu.Lock()
@@ -668,7 +729,12 @@ func guid(mac net.HardwareAddr) string {
 }
 
 // PortAttr are the attributes ibv_query_port reports for ad's port.
+// A disconnected adapter's port is PORT_DOWN.
 func (ad *Adapter) PortAttr() abi.PortAttr {
-	return abi.PortAttr{State: "PORT_ACTIVE", MaxMTU: 4096, ActiveMTU: ad.ActiveMTU(), GIDTblLen: 1, LinkLayer: "Ethernet",
+	state := "PORT_ACTIVE"
+	if !ad.Connected() {
+		state = "PORT_DOWN"
+	}
+	return abi.PortAttr{State: state, MaxMTU: 4096, ActiveMTU: ad.ActiveMTU(), GIDTblLen: 1, LinkLayer: "Ethernet",
 		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }

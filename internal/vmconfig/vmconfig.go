@@ -7,6 +7,7 @@
 // ethernetN with ethernetN.virtualDev = "vrdma" (in any case) and
 // ethernetN.present not false; vrdma calls it "vrdmaN", and
 // vrdmaN.nativeEndpointSupport enables native endpoints on it;
+// ethernetN.startConnected = FALSE attaches it with its port down;
 // vrdmaN.ipAddress (and vrdmaN.ip6Address) give it its addresses.
 //
 // Every value is treated as hostile. Booleans are TRUE or FALSE in any case
@@ -72,6 +73,11 @@ type Adapter struct {
 	SwitchID       string           // ethernetN.dvs.switchId
 	PortGroupID    string           // ethernetN.dvs.portgroupId
 	NativeEndpoint bool             // vrdmaN.nativeEndpointSupport == TRUE
+	// StartConnected is ethernetN.startConnected (default TRUE), vSphere's
+	// "Connect At Power On": whether the adapter's port is up when a
+	// workload attaches the VM. vrdmactl vm connect and disconnect change
+	// it while the VM runs.
+	StartConnected bool
 	// IPv4 is the adapter's IPv4 address on its port group
 	// (vrdmaN.ipAddress); invalid (the zero Addr) when not set, and the
 	// control plane may assign one from the port group's subnet. The
@@ -349,6 +355,7 @@ func (r *reader) adapters() []Adapter {
 		a.SwitchID, _ = r.f.Get(eth + "dvs.switchId")
 		a.PortGroupID, _ = r.f.Get(eth + "dvs.portgroupId")
 		a.NativeEndpoint = r.boolean(fmt.Sprintf("vrdma%d.nativeEndpointSupport", a.Index), false)
+		a.StartConnected = r.boolean(eth+"startConnected", true)
 		a.IPv4 = r.ip(fmt.Sprintf("vrdma%d.ipAddress", a.Index), true)
 		a.IPv6 = r.ip(fmt.Sprintf("vrdma%d.ip6Address", a.Index), false)
 		adapters = append(adapters, a)

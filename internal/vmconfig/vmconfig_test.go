@@ -66,6 +66,7 @@ func TestExample(t *testing.T) {
 			SwitchID:       "50 1d 0b 8e 8d 95 4e 2b-b2 5c 2f 3a a6 1a 9e 1d",
 			PortGroupID:    "dvportgroup-80",
 			NativeEndpoint: true,
+			StartConnected: true,
 		}},
 	}
 	if !reflect.DeepEqual(c, want) {
@@ -178,7 +179,9 @@ ethernet5.virtualDev = "vrdma"
 ethernet5.address = ""
 ethernet5.generatedAddress = "00-50-56-AA-AA-05"
 vrdma5.nativeEndpointSupport = "FALSE"
+ethernet5.startConnected = "false"
 ethernet7.virtualDev = "vrdma"
+ethernet7.startConnected = "TRUE"
 vrdma8.nativeEndpointSupport = "not read: no adapter 8"
 `
 	c, err := Parse([]byte(in))
@@ -186,9 +189,9 @@ vrdma8.nativeEndpointSupport = "not read: no adapter 8"
 		t.Fatal(err)
 	}
 	want := []Adapter{
-		{Index: 3, MAC: mac("00:50:56:00:00:03"), SwitchID: "sw", PortGroupID: "pg", NativeEndpoint: true},
+		{Index: 3, MAC: mac("00:50:56:00:00:03"), SwitchID: "sw", PortGroupID: "pg", NativeEndpoint: true, StartConnected: true},
 		{Index: 5, MAC: mac("00:50:56:aa:aa:05")},
-		{Index: 7},
+		{Index: 7, StartConnected: true},
 	}
 	if !reflect.DeepEqual(c.Adapters, want) {
 		t.Errorf("Adapters =\n%+v\nwant\n%+v", c.Adapters, want)

@@ -125,11 +125,18 @@ func (m *path) peerQP() *device.QP {
 // untouched.
 func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (device.Outcome, abi.WCStatus, uint32, uint8) {
 	q := m.q
+	if !q.Adapter().Connected() {
+		return device.OutNoPeer, 0, 0, 0 // our port is down: the request does not leave
+	}
 	p := m.peerQP()
 	if p == nil || !p.Hold() {
 		return device.OutNoPeer, 0, 0, 0
 	}
 	defer p.Release()
+	if !p.Adapter().Connected() {
+		p.Counters().Dropped.Add(1)
+		return device.OutNoPeer, 0, 0, 0 // its port is down: the request does not reach it
+	}
 	if qpn, gid := p.Remote(); qpn != q.QPN() || gid != q.GID() {
 		p.Counters().Dropped.Add(1)
 		return device.OutNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us

@@ -281,6 +281,10 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		}
 		return nil
 	}
+	if !q.Adapter().Connected() {
+		q.Counters().Dropped.Add(1) // its port is down: nothing reaches it
+		return nil
+	}
 	if !pkt.Info.Request {
 		p.response(pkt)
 		return nil

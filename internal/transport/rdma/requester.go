@@ -368,6 +368,9 @@ func (p *path) queue(at *device.RCAttrs, mtu uint32) {
 // sendPacket queues request packet i of e; a READ of which got response
 // packets arrived asks for the rest.
 func (p *path) sendPacket(dqpn uint32, e *entry, i, got, mtu uint32) error {
+	if !p.q.Adapter().Connected() {
+		return nil // the port is down: the packet is lost, and the timeout retransmits
+	}
 	w := &e.wqe
 	psn := (e.psn + i) & rc.PSNMask
 	f := rocewire.BTHFields{PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn}

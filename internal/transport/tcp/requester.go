@@ -261,8 +261,8 @@ func (t *tcpPath) txSend(to int) {
 	at := q.RCAttrs()
 	l, dst := t.link, at.RemoteQPN
 	wait := rc.LocalACKTimeout(at.Timeout)
-	if l == nil {
-		tx.failed, tx.waited = true, false
+	if l == nil || !q.Adapter().Connected() {
+		tx.failed, tx.waited = true, false // no link, or the port is down
 		return
 	}
 	start := time.Now()

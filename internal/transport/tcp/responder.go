@@ -184,6 +184,10 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return nil
 	}
 	defer p.Release()
+	if !p.Adapter().Connected() {
+		p.Counters().Dropped.Add(1)
+		return nil // its port is down: the request never reached it
+	}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != c.l.peerID {
 		p.Counters().Dropped.Add(1)
