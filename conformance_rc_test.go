@@ -5,6 +5,7 @@ package vrdma_test
 // by what arrives and by the QPs' counters in the agents' status.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -242,6 +243,75 @@ func testRetryCounts(t *testing.T, s *suite) {
 				t.Fatalf("responder: dropped %d requests, want %d (retry_cnt %d + 1 attempts)", c.RequestsDropped, retry+1, retry)
 			}
 		})
+	}
+}
+
+// testPortDown disconnects an adapter (vrdmactl vm disconnect): a WRITE
+// whose responder's port is down, or whose requester's is, is never
+// answered — the requester retries retry_cnt times and fails with
+// RETRY_EXC_ERR, and not a byte lands — and once the adapter is
+// connected again a new pair on it talks.
+func testPortDown(t *testing.T, s *suite) {
+	for _, side := range []string{"responder", "requester"} {
+		t.Run(side, func(t *testing.T) {
+			pa := defaultRC
+			pa.retryCnt, pa.timeout = 2, 10 // 4.2 ms
+			a, b := s.pairWith(t, pairConfig{}, pa, defaultRC)
+			down := b
+			if side == "requester" {
+				down = a
+			}
+			s.setConnected(t, down, false)
+			src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+			copy(src.Bytes(), "not to be delivered")
+			postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)),
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCRetryExcErr, 0)
+			if !bytes.Equal(dst.Bytes(), make([]byte, 64)) {
+				t.Fatalf("a WRITE across a disconnected adapter landed: %q", dst.Bytes())
+			}
+			if c := s.qpCounters(t, b); side == "requester" && c.RequestsDropped != 0 && !s.lossy() {
+				t.Fatalf("responder: dropped %d requests from a requester whose port is down, want 0 (none left it)", c.RequestsDropped)
+			}
+			s.setConnected(t, down, true)
+			// A new pair on the same adapters.
+			a, b = newEnd(t, a.vm, qpConfig{}), newEnd(t, b.vm, qpConfig{})
+			ctx := opCtx(t)
+			if err := modifyToRTS(ctx, a.qp, a.ad, b.qp.Endpoint(), defaultRC); err != nil {
+				t.Fatal(err)
+			}
+			if err := modifyToRTS(ctx, b.qp, b.ad, a.qp.Endpoint(), defaultRC); err != nil {
+				t.Fatal(err)
+			}
+			src, dst = a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+			copy(src.Bytes(), "delivered")
+			postSend(t, a.qp, vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)),
+				RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+		})
+	}
+}
+
+// setConnected connects or disconnects e's adapter through the agent that
+// serves its VM, and checks its port's state.
+func (s *suite) setConnected(t *testing.T, e *end, connected bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(s.env.Socket(t, e.vm)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	if r, err := ag.ConnectAdapter(ctx, e.vm.Name(), e.ad.Name(), connected); err != nil || !r.Changed {
+		t.Fatalf("connect %s/%s %v: %+v %v", e.vm.Name(), e.ad.Name(), connected, r, err)
+	}
+	want := "PORT_ACTIVE"
+	if !connected {
+		want = "PORT_DOWN"
+	}
+	if p, err := e.ad.QueryPort(ctx); err != nil || p.State != want {
+		t.Fatalf("port of %s/%s: %+v %v, want %s", e.vm.Name(), e.ad.Name(), p, err, want)
 	}
 }
 

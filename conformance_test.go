@@ -284,6 +284,7 @@ var conformanceCases = []conformanceCase{
 	{name: "fence", run: testFence},
 	{name: "rd-atomic-depth", run: testRdAtomicDepth},
 	{name: "retry-counts", run: testRetryCounts},
+	{name: "port-down", run: testPortDown},
 	{name: "stream", run: testStream},
 	{name: "in-flight", run: testInFlight},
 }

@@ -135,6 +135,9 @@ type EditResult = mgmt.EditReply
 // PowerResult reports a power-on or power-off.
 type PowerResult = mgmt.PowerReply
 
+// ConnectResult reports a connect or disconnect of an adapter.
+type ConnectResult = mgmt.ConnectReply
+
 // RefusedError is a power-on or an edit that the rules refused; nothing
 // changed. Findings holds every finding (errors and warnings).
 type RefusedError struct {
@@ -205,6 +208,18 @@ func (a *Agent) PowerOnVM(ctx context.Context, name, host string) (PowerResult, 
 func (a *Agent) PowerOffVM(ctx context.Context, name string) (PowerResult, error) {
 	var r PowerResult
 	_, err := a.c.call(ctx, abi.OpPowerOffVM, &mgmt.VMRef{Name: name}, &r)
+	return r, err
+}
+
+// ConnectAdapter connects (connected true) or disconnects adapter vrdmaN
+// of VM name, whose workload runs on the agent's host, as the vSphere
+// Client's "Connected" box: while it is disconnected its port is down
+// (PORT_DOWN), its QPs' requests go unanswered, and every context of the
+// adapter gets IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE when it is
+// connected again.
+func (a *Agent) ConnectAdapter(ctx context.Context, name, adapter string, connected bool) (ConnectResult, error) {
+	var r ConnectResult
+	_, err := a.c.call(ctx, abi.OpConnectVM, &mgmt.ConnectAdapter{VM: name, Adapter: adapter, Connected: connected}, &r)
 	return r, err
 }
 

@@ -65,7 +65,8 @@ const (
 	OpEditVM        Op = 27 // EditVM → EditReply
 	OpPowerOnVM     Op = 28 // PowerOnVM → PowerReply
 	OpPowerOffVM    Op = 29 // VMRef → PowerReply
-	// 30..39 are left for other commands; 40..47 are rdma_cm's event
+	OpConnectVM     Op = 30 // ConnectAdapter → ConnectReply
+	// 31..39 are left for other commands; 40..47 are rdma_cm's event
 	// channels (cmev.go).
 	OpCMOpenChannel  Op = 40 // Empty → Handle; fds: event socket (socketpair end)
 	OpCMCloseChannel Op = 41 // Handle → Empty
@@ -85,8 +86,8 @@ const (
 var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
 	"dereg-mr", "create-cq", "destroy-cq", "create-qp", "modify-qp", "query-qp", "destroy-qp", "listen",
 	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
-	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm",
-	30: "", 39: "", // not ops
+	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm", "connect-vm",
+	31: "", 39: "", // not ops
 	40: "cm-open-channel", 41: "cm-close-channel", 42: "cm-listen", 43: "cm-close-listen", 44: "cm-resolve",
 	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect", 48: "async-open", 49: "cm-establish"}
 
@@ -351,9 +352,10 @@ type AdapterRef struct {
 }
 
 // Validate checks the adapter name.
-func (a *AdapterRef) Validate() error { return validAdapter(a.Adapter) }
+func (a *AdapterRef) Validate() error { return ValidAdapter(a.Adapter) }
 
-func validAdapter(s string) error {
+// ValidAdapter checks an adapter name: vrdmaN, N of at most three digits.
+func ValidAdapter(s string) error {
 	if len(s) < 6 || len(s) > 8 || s[:5] != "vrdma" {
 		return Errorf(CodeInvalid, "adapter", "adapter %q is not of the form vrdmaN", s)
 	}
@@ -411,7 +413,7 @@ type CreateCQ struct {
 
 // Validate checks the adapter and size.
 func (c *CreateCQ) Validate() error {
-	if err := validAdapter(c.Adapter); err != nil {
+	if err := ValidAdapter(c.Adapter); err != nil {
 		return err
 	}
 	if c.CQE == 0 || c.CQE > MaxCQE {
@@ -592,7 +594,7 @@ type Listen struct {
 
 // Validate checks the adapter and port.
 func (l *Listen) Validate() error {
-	if err := validAdapter(l.Adapter); err != nil {
+	if err := ValidAdapter(l.Adapter); err != nil {
 		return err
 	}
 	if l.Port == 0 {

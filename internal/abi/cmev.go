@@ -93,7 +93,7 @@ type CMListen struct {
 // Validate checks the adapter and port.
 func (l *CMListen) Validate() error {
 	if l.Adapter != "" {
-		if err := validAdapter(l.Adapter); err != nil {
+		if err := ValidAdapter(l.Adapter); err != nil {
 			return err
 		}
 	}
@@ -120,7 +120,7 @@ func (r *CMResolve) Validate() error {
 		return Errorf(CodeInvalid, "remote", "remote %q must be an IP address, a GID or \"vm/vrdmaN\"", r.Remote)
 	}
 	if r.Adapter != "" {
-		return validAdapter(r.Adapter)
+		return ValidAdapter(r.Adapter)
 	}
 	return nil
 }

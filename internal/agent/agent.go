@@ -280,6 +280,12 @@ func (w workloads) Detach(why string) bool {
 	return ok
 }
 
+// SetConnected connects or disconnects an adapter of the VM, for every
+// workload.
+func (w workloads) SetConnected(adapter string, connected bool) (bool, int, error) {
+	return w[0].SetConnected(adapter, connected)
+}
+
 // AttachedVMs returns every attached VM.
 func (v attachedVMs) AttachedVMs() []manage.VM {
 	vms := v.a.dev.AttachedVMs()

@@ -257,7 +257,7 @@ func (s *session) handle(op abi.Op, req any) (any, []int, error) {
 		return abi.Empty{}, nil, a.proc.Define(s.caller(), req.(*mgmt.DefineVM))
 	case abi.OpUndefineVM:
 		return abi.Empty{}, nil, a.proc.Undefine(s.caller(), req.(*mgmt.VMRef).Name)
-	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM:
+	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM, abi.OpConnectVM:
 		r, err := a.proc.Serve(s.caller(), op, req)
 		return r, nil, err
 	case abi.OpAttach:

@@ -152,6 +152,10 @@ the quick path: a VMX stored on this agent's host, powered on at once.`,
 	"vrdmactl vm list": {example: `  vrdmactl vm list
   vrdmactl vm list --cluster c1
   vrdmactl vm list --datacenter dc1 --host esx1 -o json`},
+	"vrdmactl vm connect": {example: `  vrdmactl vm connect vm1 vrdma0
+  vrdmactl vm connect vm1 ethernet1 -o json`},
+	"vrdmactl vm disconnect": {example: `  vrdmactl vm disconnect vm1 vrdma0
+  vrdmactl vm set vm1 ethernet0.startConnected=FALSE   # down at the next attach`},
 	"vrdmactl vm power-off": {example: `  vrdmactl vm power-off vm1`},
 	"vrdmactl vm power-on": {example: `  vrdmactl vm power-on vm1
   vrdmactl vm power-on vm1 --host esx2`},

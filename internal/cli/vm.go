@@ -20,11 +20,12 @@ func (a *app) vmCommand() *cobra.Command {
 		Short: "Create, configure, power on and off, define, list and show VMs",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("vm: name a subcommand: create, show, edit, set, reserve-memory, power-on, power-off, define, undefine or list")
+			return usageErrorf("vm: name a subcommand: create, show, edit, set, reserve-memory, power-on, power-off, connect, disconnect, define, undefine or list")
 		},
 	}
 	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.withClusterList(a.vmListCommand()), a.vmShowCommand(), // vmcluster.go
-		a.vmCreateCommand(), a.vmEditCommand(), a.vmSetCommand(), a.vmReserveMemoryCommand(), a.vmPowerOnCommand(), a.vmPowerOffCommand()) // vmproc.go
+		a.vmCreateCommand(), a.vmEditCommand(), a.vmSetCommand(), a.vmReserveMemoryCommand(), a.vmPowerOnCommand(), a.vmPowerOffCommand(), // vmproc.go
+		a.vmConnectCommand(true), a.vmConnectCommand(false))
 	return cmd
 }
 

@@ -8,7 +8,6 @@ package cli
 // state directory.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -389,13 +388,11 @@ go to the error state and flush, as when a workload exits. A powered-off VM
 can be edited, and powered on again (on any host, for a managed VM).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
-			defer cancel()
-			ag, err := a.dialAgent(ctx)
+			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err
 			}
-			defer ag.Close()
+			defer done()
 			r, err := ag.PowerOffVM(ctx, args[0])
 			if err != nil {
 				return fmt.Errorf("vm power-off %s: %w", args[0], err)
@@ -411,6 +408,60 @@ can be edited, and powered on again (on any host, for a managed VM).`,
 			default:
 				fmt.Fprintf(a.stdout, "VM %s powered off\n", r.VM.Name)
 			}
+			return nil
+		},
+	}
+}
+
+// vmConnectCommand is vm connect (connected) or vm disconnect.
+func (a *app) vmConnectCommand(connected bool) *cobra.Command {
+	verb, short := "connect", "Connect a running VM's adapter: its port comes up (IBV_EVENT_PORT_ACTIVE)"
+	long := `connect connects adapter ADAPTER (vrdmaN, or ethernetN as in the VMX) of VM
+NAME, whose workload runs on this agent's host, as the "Connected" box of a
+network adapter in the vSphere Client: its port comes back up (PORT_ACTIVE in
+ibv_devinfo and ibv_query_port), its QPs' requests are answered again, and
+every context of the adapter gets IBV_EVENT_PORT_ACTIVE.`
+	if !connected {
+		verb, short = "disconnect", "Disconnect a running VM's adapter: its port goes down (IBV_EVENT_PORT_ERR)"
+		long = `disconnect disconnects adapter ADAPTER (vrdmaN, or ethernetN as in the VMX) of
+VM NAME, whose workload runs on this agent's host, as clearing the "Connected"
+box of a network adapter in the vSphere Client, or pulling its cable: its
+port goes down (PORT_DOWN in ibv_devinfo and ibv_query_port), no request
+leaves or reaches its QPs, which retry and then fail with RETRY_EXC_ERR, and
+every context of the adapter gets IBV_EVENT_PORT_ERR. vm connect undoes it;
+ethernetN.startConnected = "FALSE" attaches the adapter disconnected.`
+	}
+	return &cobra.Command{
+		Use:   verb + " NAME ADAPTER",
+		Short: short,
+		Long:  long,
+		Args:  exactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			adapter := args[1]
+			if n, ok := strings.CutPrefix(adapter, "ethernet"); ok {
+				adapter = "vrdma" + n
+			}
+			ctx, ag, done, err := a.openAgent(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			r, err := ag.ConnectAdapter(ctx, args[0], adapter, connected)
+			if err != nil {
+				return fmt.Errorf("vm %s %s %s: %w", verb, args[0], args[1], err)
+			}
+			if a.json() {
+				return a.printJSON(r)
+			}
+			state := "connected"
+			if !connected {
+				state = "disconnected"
+			}
+			if !r.Changed {
+				fmt.Fprintf(a.stdout, "VM %s adapter %s is already %s\n", r.VM, r.Adapter, state)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "VM %s adapter %s %s; %d workloads told\n", r.VM, r.Adapter, state, r.Workloads)
 			return nil
 		},
 	}

@@ -177,6 +177,27 @@ func TestVMProceduresStandalone(t *testing.T) {
 		}
 	}
 
+	// Disconnecting an adapter downs its port, by either of its names;
+	// connecting brings it back.
+	ad1 := web.Adapters()[1]
+	eth := "ethernet" + strings.TrimPrefix(ad1.Name(), "vrdma")
+	if out := ctlOn(t, on, "vm", "disconnect", "web", eth); !strings.Contains(out, "VM web adapter "+ad1.Name()+" disconnected; 1 workloads told") {
+		t.Errorf("vm disconnect:\n%s", out)
+	}
+	if pa, err := ad1.QueryPort(ctx); err != nil || pa.State != "PORT_DOWN" {
+		t.Errorf("port of a disconnected adapter: %+v %v", pa, err)
+	}
+	if out := ctlOn(t, on, "vm", "disconnect", "web", ad1.Name()); !strings.Contains(out, "already disconnected") {
+		t.Errorf("second vm disconnect:\n%s", out)
+	}
+	if out := ctlOn(t, on, "vm", "connect", "web", ad1.Name()); !strings.Contains(out, "connected; 1 workloads told") {
+		t.Errorf("vm connect:\n%s", out)
+	}
+	if pa, err := ad1.QueryPort(ctx); err != nil || pa.State != "PORT_ACTIVE" {
+		t.Errorf("port of a connected adapter: %+v %v", pa, err)
+	}
+	ctlFail(t, on, []string{`has no adapter "vrdma7"`}, "vm", "disconnect", "web", "vrdma7")
+
 	// Power-off detaches the workload; its peer's QP flushes.
 	if out := ctlOn(t, on, "vm", "power-off", "web"); !strings.Contains(out, "its workload was detached") {
 		t.Errorf("vm power-off:\n%s", out)
@@ -188,6 +209,7 @@ func TestVMProceduresStandalone(t *testing.T) {
 	if out := ctlOn(t, on, "vm", "power-off", "web"); !strings.Contains(out, "already powered off") {
 		t.Errorf("second vm power-off:\n%s", out)
 	}
+	ctlFail(t, on, []string{"has no running workload", "startConnected"}, "vm", "disconnect", "web", "vrdma0")
 	// vm show asks the agent when there is no control plane.
 	if out := ctlOn(t, on, "vm", "show", "web"); !strings.Contains(out, "power:     poweredOff") || !strings.Contains(out, "vrdma1") ||
 		!strings.Contains(out, `vrdma.asyncMode = "TRUE"`) {

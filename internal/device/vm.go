@@ -626,8 +626,7 @@ func (d *Device) Attached(name string) []*VM {
 	return nil
 }
 
-// SetConnected connects or disconnects adapter (vrdmaN, or ethernetN as
-// in the VMX) of attached VM name, as vSphere's "Connected" box does: the
+// SetConnected connects or disconnects adapter vrdmaN of attached VM name, as vSphere's "Connected" box does: the
 // port goes up or down for every process of the VM, each of which is told
 // (Owner.PortChanged). It reports whether the state changed and how many
 // processes were told.
@@ -636,9 +635,6 @@ func (d *Device) SetConnected(name, adapter string, connected bool) (changed boo
 	if len(ps) == 0 {
 		return false, 0, abi.Errorf(abi.CodeNotFound, "vm", "VM %q has no workload attached on this host: an adapter is connected or not while the VM runs "+
 			"(ethernetN.startConnected sets it for the next attach)", name)
-	}
-	if n, ok := strings.CutPrefix(adapter, "ethernet"); ok {
-		adapter = "vrdma" + n
 	}
 	var names []string
 	for _, ad := range ps[0].adapters {
@@ -664,6 +660,12 @@ func (d *Device) SetConnected(name, adapter string, connected bool) (changed boo
 		return true, told, nil
 	}
 	return false, 0, abi.Errorf(abi.CodeNotFound, "adapter", "VM %q has no adapter %q; it has %s", name, adapter, strings.Join(names, ", "))
+}
+
+// SetConnected connects or disconnects adapter vrdmaN of v's VM, for
+// every process of it (Device.SetConnected).
+func (v *VM) SetConnected(adapter string, connected bool) (changed bool, told int, err error) {
+	return v.d.SetConnected(v.name, adapter, connected)
 }
 
 // AttachedVMs returns every attached VM's processes, ready or not.

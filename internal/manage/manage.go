@@ -124,6 +124,10 @@ type VM interface {
 	// Detach kicks it and waits for the teardown, at most DetachWait;
 	// false if it did not end in time.
 	Detach(why string) bool
+	// SetConnected connects or disconnects its adapter vrdmaN, for all
+	// its processes; changed is false when it was so already, told the
+	// processes told.
+	SetConnected(adapter string, connected bool) (changed bool, told int, err error)
 }
 
 // Caller is the client a command comes from: its credentials
@@ -479,6 +483,8 @@ func (mg *Procedures) Serve(s *Caller, op abi.Op, req any) (any, error) {
 		return mg.powerOn(ctx, s, req.(*mgmt.PowerOnVM))
 	case abi.OpPowerOffVM:
 		return mg.powerOff(ctx, s, req.(*mgmt.VMRef).Name)
+	case abi.OpConnectVM:
+		return mg.connect(ctx, s, req.(*mgmt.ConnectAdapter))
 	}
 	return nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not a VM procedure", op)
 }
@@ -1117,6 +1123,34 @@ func (mg *Procedures) powerOff(ctx context.Context, s *Caller, name string) (mgm
 		mg.log.Info("VM powered off", "vm", name, "detached", rep.Detached, "uid", s.UID)
 	}
 	return rep, nil
+}
+
+// connect connects or disconnects an adapter of a VM whose workload runs
+// on this host; its owner or root may.
+func (mg *Procedures) connect(ctx context.Context, s *Caller, c *mgmt.ConnectAdapter) (mgmt.ConnectReply, error) {
+	e, err := mg.lookup(ctx, c.VM)
+	if err != nil {
+		return mgmt.ConnectReply{}, err
+	}
+	if err := s.checkChange(e); err != nil {
+		return mgmt.ConnectReply{}, err
+	}
+	v := mg.attached(c.VM)
+	switch {
+	case v == nil && e.managed && e.host != "" && e.host != mg.hostID:
+		return mgmt.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "vm", "VM %q runs on host %s: connect its adapters through that host's agent (vrdmactl --socket)", c.VM, mg.hostLabel(e.host))
+	case v == nil:
+		return mgmt.ConnectReply{}, abi.Errorf(abi.CodeState, "vm", "VM %q has no running workload: an adapter is connected or not while the VM runs; "+
+			"ethernetN.startConnected (vrdmactl vm set) decides it at the next attach", c.VM)
+	}
+	changed, told, err := v.SetConnected(c.Adapter, c.Connected)
+	if err != nil {
+		return mgmt.ConnectReply{}, err
+	}
+	if changed {
+		mg.log.Info("adapter connected", "vm", c.VM, "adapter", c.Adapter, "connected", c.Connected, "workloads", told, "uid", s.UID)
+	}
+	return mgmt.ConnectReply{VM: c.VM, Adapter: c.Adapter, Connected: c.Connected, Changed: changed, Workloads: told}, nil
 }
 
 // ---- status -----------------------------------------------------------------

@@ -14,11 +14,13 @@ import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 )
 
-// fakeVM is an attached VM that records its detaches.
+// fakeVM is an attached VM that records its detaches and its adapters'
+// connections.
 type fakeVM struct {
 	name   string
 	mu     sync.Mutex
 	kicked []string
+	down   map[string]bool
 }
 
 func (v *fakeVM) Name() string  { return v.name }
@@ -31,6 +33,16 @@ func (v *fakeVM) Kick(why string) {
 	v.kicked = append(v.kicked, why)
 }
 func (v *fakeVM) Detach(why string) bool { v.Kick(why); return true }
+func (v *fakeVM) SetConnected(adapter string, connected bool) (bool, int, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.down == nil {
+		v.down = map[string]bool{}
+	}
+	changed := v.down[adapter] == connected
+	v.down[adapter] = !connected
+	return changed, 1, nil
+}
 
 type fakeAttached map[string]*fakeVM
 
@@ -100,9 +112,25 @@ func TestStandaloneProcedures(t *testing.T) {
 		t.Fatalf("LocalVM: %+v %v", owner, ok)
 	}
 
+	off := &mgmt.ConnectAdapter{VM: "web", Adapter: "vrdma0", Connected: false}
+	if _, err := p.Serve(alice, abi.OpConnectVM, off); code(err) != abi.CodeState {
+		t.Fatalf("disconnect an adapter of a VM with no workload: %v, want %s", err, abi.CodeState)
+	}
 	att["web"] = &fakeVM{name: "web"}
 	if err := p.Undefine(alice, "web"); code(err) != abi.CodeState {
 		t.Fatalf("undefine an attached VM: %v, want %s", err, abi.CodeState)
+	}
+	if _, err := p.Serve(bob, abi.OpConnectVM, off); code(err) != abi.CodePermission {
+		t.Fatalf("bob disconnects alice's adapter: %v, want %s", err, abi.CodePermission)
+	}
+	for i, want := range []bool{true, false} {
+		rep, err := p.Serve(alice, abi.OpConnectVM, off)
+		if r, _ := rep.(mgmt.ConnectReply); err != nil || r.Changed != want || r.Connected || r.Adapter != "vrdma0" {
+			t.Fatalf("disconnect %d: %+v %v, want changed %v", i+1, rep, err, want)
+		}
+	}
+	if !att["web"].down["vrdma0"] {
+		t.Fatal("the disconnect did not reach the VM")
 	}
 	rep, err := p.Serve(alice, abi.OpPowerOffVM, &mgmt.VMRef{Name: "web"})
 	if err != nil || !rep.(mgmt.PowerReply).Detached || len(att["web"].kicked) != 1 {

@@ -71,6 +71,9 @@ type VMOptions struct {
 	// IPv4 are the adapters' vrdmaN.ipAddress values, by index; "" or a
 	// missing entry leaves the key out.
 	IPv4 []string
+	// Disconnected attaches the adapters with their ports down
+	// (ethernetN.startConnected = "FALSE").
+	Disconnected bool
 }
 
 // VMX returns a VMX text for o.
@@ -92,6 +95,9 @@ func VMX(o VMOptions) string {
 		s += fmt.Sprintf("ethernet%d.present = \"TRUE\"\nethernet%d.virtualDev = \"vrdma\"\n", i, i)
 		if i < len(o.IPv4) && o.IPv4[i] != "" {
 			s += fmt.Sprintf("vrdma%d.ipAddress = %q\n", i, o.IPv4[i])
+		}
+		if o.Disconnected {
+			s += fmt.Sprintf("ethernet%d.startConnected = \"FALSE\"\n", i)
 		}
 	}
 	return s

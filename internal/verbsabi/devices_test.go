@@ -1,6 +1,7 @@
 package verbsabi
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -222,9 +223,6 @@ func runC(t *testing.T, lib, socket, vm, name string) (string, string) {
 	return runCSource(t, lib, socket, vm, filepath.Join(SourceDir(), "tests", name+".c"), []string{"libibverbs.so.1"})
 }
 
-// runCSource compiles the C test src against the system headers, links it
-// with the drop-ins libs of lib, runs it as a workload of vm with args and
-// returns its output; it fails t on a failed check ("FAIL ...") or exit
 // compileC compiles the C test src with -Wall -Wextra -Werror against
 // libs of the drop-in's build directory lib, and returns the program.
 func compileC(t *testing.T, lib, src string, libs []string) string {
@@ -242,6 +240,9 @@ func compileC(t *testing.T, lib, src string, libs []string) string {
 	return bin
 }
 
+// runCSource compiles the C test src against the system headers, links it
+// with the drop-ins libs of lib, runs it as a workload of vm with args and
+// returns its output; it fails t on a failed check ("FAIL ...") or exit
 // status.
 func runCSource(t *testing.T, lib, socket, vm, src string, libs []string, args ...string) (string, string) {
 	t.Helper()
@@ -360,5 +361,56 @@ func TestVerbsABIAsyncEvents(t *testing.T) {
 	out, _ := runC(t, lib, env.Socket, "vm1", "async_check")
 	if n := strings.Count(out, "ok "); n < 12 {
 		t.Errorf("only %d checks ran", n)
+	}
+}
+
+// TestVerbsABIPortEvents runs guest/ibverbs/tests/port_events.c: two
+// contexts on vm1's adapter, which the test disconnects when the program
+// is ready and connects again when it has seen the port go down
+// (vrdmactl vm disconnect and connect); each context gets
+// IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE, through poll on its
+// async_fd, and ibv_query_port follows.
+func TestVerbsABIPortEvents(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	bin := compileC(t, lib, filepath.Join(SourceDir(), "tests", "port_events.c"), []string{"libibverbs.so.1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = Env(lib, env.Socket, "vm1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		out.WriteString(line + "\n")
+		switch line {
+		case "ready", "down":
+			if _, err := ag.ConnectAdapter(ctx, "vm1", "vrdma0", line == "down"); err != nil {
+				t.Errorf("after %q: %v", line, err)
+			}
+		}
+	}
+	err = cmd.Wait()
+	t.Logf("%s", out.String())
+	if err != nil || strings.Contains(out.String(), "FAIL") {
+		t.Fatalf("port_events: %v\n%s%s", err, out.String(), stderr.String())
+	}
+	if n := strings.Count(out.String(), "ok "); n != 9 {
+		t.Errorf("%d checks passed, want 9", n)
 	}
 }

@@ -14,6 +14,7 @@ func init() {
 	abi.RegisterRequest(abi.OpCreateVM, func() any { return new(CreateVM) })
 	abi.RegisterRequest(abi.OpEditVM, func() any { return new(EditVM) })
 	abi.RegisterRequest(abi.OpPowerOnVM, func() any { return new(PowerOnVM) })
+	abi.RegisterRequest(abi.OpConnectVM, func() any { return new(ConnectAdapter) })
 	for _, op := range []abi.Op{abi.OpUndefineVM, abi.OpGetVM, abi.OpPowerOffVM} {
 		abi.RegisterRequest(op, func() any { return new(VMRef) })
 	}
@@ -181,6 +182,35 @@ type PowerReply struct {
 	Findings []Finding `json:"findings"`
 	// Detached is set by a power-off that detached a running workload.
 	Detached bool `json:"detached,omitempty"`
+}
+
+// ConnectAdapter connects or disconnects an adapter of a running VM, as
+// the "Connected" box of a network adapter in the vSphere Client does:
+// while it is disconnected its port is down.
+type ConnectAdapter struct {
+	VM        string `json:"vm"`
+	Adapter   string `json:"adapter"` // vrdmaN
+	Connected bool   `json:"connected"`
+}
+
+// Validate checks the names.
+func (c *ConnectAdapter) Validate() error {
+	if err := abi.ValidName("vm", c.VM); err != nil {
+		return err
+	}
+	return abi.ValidAdapter(c.Adapter)
+}
+
+// ConnectReply says what a connect or disconnect did.
+type ConnectReply struct {
+	VM        string `json:"vm"`
+	Adapter   string `json:"adapter"`
+	Connected bool   `json:"connected"`
+	// Changed is false when the adapter was in that state already.
+	Changed bool `json:"changed"`
+	// Workloads is how many of the VM's processes were told (their
+	// contexts get IBV_EVENT_PORT_ERR or IBV_EVENT_PORT_ACTIVE).
+	Workloads int `json:"workloads"`
 }
 
 // VMRef names a VM.
