@@ -145,7 +145,7 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.IntVarP(&o.size, "size", "s", 0, "message size in bytes (default 65536 for BW, 2 for latency)")
 	f.IntVarP(&o.iters, "iters", "n", 0, "iterations (default 5000 for write_bw, 1000 otherwise)")
 	f.IntVarP(&o.txDepth, "tx-depth", "t", 128, "outstanding work requests (BW tests)")
-	f.IntVarP(&o.cqMod, "cq-mod", "Q", perf.DefaultCQMod, "signal one work request in this many")
+	f.IntVarP(&o.cqMod, "cq-mod", "Q", 0, "signal one work request in this many (0, the default: perftest's, 100, or 1 for messages over 8 KiB)")
 	f.BoolVarP(&o.all, "all", "a", false, "run every size from 2 to 2^23 bytes")
 	f.BoolVarP(&o.useEvent, "use_event", "e", false, "BW tests: sleep on the CQ's completion event when the window is full, instead of polling")
 	f.IntVarP(&o.duration, "duration", "D", 0, "run BW tests for this many seconds instead of -n iterations (no BW peak)")
@@ -202,7 +202,7 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -n %d must be positive", o.iters)
 	case o.txDepth < 1 || o.txDepth > vrdma.MaxQPWR/2:
 		return usageErrorf("perf: -t %d out of range 1..%d", o.txDepth, vrdma.MaxQPWR/2)
-	case o.cqMod < 1:
+	case o.cqMod < 0:
 		return usageErrorf("perf: -Q %d must be positive", o.cqMod)
 	case o.duration < 0:
 		return usageErrorf("perf: -D %d must be positive", o.duration)
@@ -251,6 +251,15 @@ func (o *perfOptions) hosts() ([]localHostSpec, error) {
 		return nil, fmt.Errorf("%q: the two hosts need different addresses", o.hostAddrs)
 	}
 	return specs, nil
+}
+
+// cqModFor is the CQ moderation of a run of size bytes: -Q, or else
+// perftest's default for that size.
+func (o *perfOptions) cqModFor(size int) int {
+	if o.cqMod > 0 {
+		return o.cqMod
+	}
+	return perf.DefaultCQModFor(size, o.useEvent, o.all)
 }
 
 func (o *perfOptions) sizes() []int {
@@ -497,7 +506,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 
 	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: p.A.Adapter.Name(), NumberOfQPs: o.qps,
-		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
+		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqModFor(sizes[0]), o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
 		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
@@ -536,7 +545,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	var results []perfResult
 	for _, size := range sizes {
-		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent,
+		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqModFor(size), UseEvent: o.useEvent,
 			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic)}
 		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
 		stop := func() {}

@@ -18,25 +18,29 @@ import (
 func TestPerfJSON(t *testing.T) {
 	tmp := isolate(t)
 	for _, tc := range []struct {
-		args []string
-		keys []string
+		args  []string
+		keys  []string
+		cqMod float64 // perftest's CQ moderation for the run; 0: not checked
 	}{
 		{[]string{"perf", "write_bw", "--local", "--path", "memcpy", "-s", "4096", "-n", "300", "--out_json"},
-			[]string{"BW_peak", "BW_average", "MsgRate"}},
+			[]string{"BW_peak", "BW_average", "MsgRate"}, 100},
+		// Above 8 KiB perftest signals every request unless -Q is given.
 		{[]string{"perf", "read_bw", "--local", "--path", "memcpy", "-s", "65536", "-n", "100", "-t", "16", "-o", "json"},
-			[]string{"BW_peak", "BW_average", "MsgRate"}},
+			[]string{"BW_peak", "BW_average", "MsgRate"}, 1},
+		{[]string{"perf", "write_bw", "--local", "--path", "memcpy", "-s", "65536", "-n", "100", "-Q", "10", "-o", "json"},
+			[]string{"BW_peak", "BW_average", "MsgRate"}, 10},
 		{[]string{"perf", "write_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "--out_json"},
-			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}, 0},
 		{[]string{"perf", "send_bw", "--local", "--path", "memcpy", "-s", "4096", "-n", "200", "--out_json"},
-			[]string{"BW_peak", "BW_average", "MsgRate"}},
+			[]string{"BW_peak", "BW_average", "MsgRate"}, 0},
 		{[]string{"perf", "atomic_bw", "--local", "--path", "memcpy", "-s", "8", "-n", "300", "--out_json"},
-			[]string{"BW_peak", "BW_average", "MsgRate"}},
+			[]string{"BW_peak", "BW_average", "MsgRate"}, 0},
 		{[]string{"perf", "read_lat", "--local", "--path", "memcpy", "-s", "64", "-n", "200", "--out_json"},
-			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}, 0},
 		{[]string{"perf", "send_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "--out_json"},
-			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}, 0},
 		{[]string{"perf", "atomic_lat", "--local", "--path", "memcpy", "-s", "8", "-n", "200", "-A", "CMP_AND_SWAP", "--out_json"},
-			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}},
+			[]string{"t_min", "t_max", "t_typical", "t_avg", "t_stdev", "percentile_99", "percentile_99.9"}, 0},
 	} {
 		var m map[string]any
 		runJSON(t, &m, tc.args...)
@@ -49,7 +53,8 @@ func TestPerfJSON(t *testing.T) {
 		if m["test"] != test || m["path"] != "memcpy" || !strings.HasPrefix(m["reason"].(string), "memcpy: ") {
 			t.Errorf("%v: test %v path %v reason %v", tc.args, m["test"], m["path"], m["reason"])
 		}
-		if info, ok := m["test_info"].(map[string]any); !ok || info["Transport"] != "memcpy" || info["Connection_type"] != "RC" {
+		if info, ok := m["test_info"].(map[string]any); !ok || info["Transport"] != "memcpy" || info["Connection_type"] != "RC" ||
+			tc.cqMod != 0 && info["CQ_Moderation"] != tc.cqMod {
 			t.Errorf("%v: test_info %v", tc.args, m["test_info"])
 		}
 		if n := m["n_iterations"].(float64); n != float64(atoi(t, tc.args[8])) {

@@ -194,7 +194,8 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 	if c.Iters <= 0 {
 		c.Iters = o.test.DefaultIters()
 	}
-	c.CQMod = min(c.CQMod, c.TxDepth)
+	c.CQMod = min(o.cqModFor(c.Size), c.TxDepth)
+	o.cqMod = c.CQMod // the header's
 	if c.Size > perf.MaxRemoteSize || c.Iters > perf.MaxRemoteIters {
 		return usageErrorf("perf: a server runs at most %d-byte messages and %d iterations", perf.MaxRemoteSize, perf.MaxRemoteIters)
 	}

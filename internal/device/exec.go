@@ -109,6 +109,7 @@ func (q *QP) waitWork() bool {
 	mem := q.ring.Bytes()
 	tailW := abi.Word(mem, abi.OffSQTail)
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
+	q.PublishHead()
 	for {
 		if q.stop.Load() {
 			return false
@@ -200,7 +201,8 @@ func (q *QP) drain() {
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
 				q.sqHead = t // what was posted before the reset goes
-				abi.Word(mem, abi.OffSQHead).Store(t)
+				q.sqUnpublished++
+				q.PublishHead()
 			}
 			q.rqMu.Lock()
 			q.rqCatchUpLocked()
@@ -231,7 +233,8 @@ func (q *QP) drain() {
 		case abi.QPSReset:
 			q.dropPath()
 			q.sqHead = tail
-			abi.Word(mem, abi.OffSQHead).Store(tail)
+			q.sqUnpublished++
+			q.PublishHead()
 			q.dropRQ()
 			return
 		case abi.QPSErr:
@@ -344,6 +347,7 @@ func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 func (q *QP) Sleep(d time.Duration) bool {
 	clk := q.vm.d.clk
 	deadline := clk.Now().Add(d)
+	q.PublishHead() // the workload may need the slots meanwhile
 	for {
 		if q.stop.Load() {
 			return false
@@ -450,7 +454,8 @@ func (q *QP) flushSQ(tail uint32) {
 		// A broken CQ drops the completion; the WQE is consumed all the
 		// same, or the goroutine would come back to it forever.
 		q.sqHead = abi.Next(q.sqHead, size)
-		abi.Word(mem, abi.OffSQHead).Store(q.sqHead)
+		q.sqUnpublished++
+		q.PublishHead()
 		q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 	}
 }

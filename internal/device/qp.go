@@ -73,6 +73,9 @@ type QP struct {
 	// the workload changes it (see hasWork).
 	sqBad     bool
 	sqBadTail uint32
+	// sqUnpublished counts the WQEs completed since the head word was
+	// last stored (CompleteHead).
+	sqUnpublished uint32
 
 	idle      asyncIdle // async mode: the tails the VM's poller watches
 	stop      atomic.Bool

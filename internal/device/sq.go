@@ -87,14 +87,37 @@ func (q *QP) TakePSNs(n uint32) uint32 {
 // first (a workload that sees the error and queries the QP finds it in
 // ERR), then the slot is freed (a workload that sees the completion may
 // post into it at once), then the completion is written.
+//
+// The head word is published before every completion that is written,
+// and otherwise every headBatch WQEs and whenever the goroutine stops
+// executing (PublishHead): a workload that posts one unsignaled WQE per
+// call would otherwise read the line the agent stores for every WQE, and
+// each of the two moves it between cores.
 func (q *QP) CompleteHead(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	if st != abi.WCSuccess && st != abi.WCWRFlushErr {
 		q.MoveToErr(fmt.Sprintf("work request 0x%x (%s) failed: %s", w.WRID, w.Opcode, st))
 	}
 	q.sqHead = abi.Next(q.sqHead, q.layout.SQEntries)
-	abi.Word(q.ring.Bytes(), abi.OffSQHead).Store(q.sqHead)
+	q.sqUnpublished++
+	if st != abi.WCSuccess || w.Flags&abi.SendSignaled != 0 || q.sqSigAll || q.sqUnpublished >= q.headBatch() {
+		q.PublishHead()
+	}
 	q.completeSend(w, st, n)
 }
+
+// PublishHead stores the SQ head the agent has reached in the ring, if it
+// has not yet: the slots before it are the workload's again. The QP's
+// goroutine calls it before it waits, for work or out a delay.
+func (q *QP) PublishHead() {
+	if q.sqUnpublished != 0 {
+		q.sqUnpublished = 0
+		abi.Word(q.ring.Bytes(), abi.OffSQHead).Store(q.sqHead)
+	}
+}
+
+// headBatch is how many completed WQEs the head may lag: a quarter of
+// the queue, at most 16.
+func (q *QP) headBatch() uint32 { return max(1, min(16, q.layout.SQEntries/4)) }
 
 // Remote returns the Remote end the QP was connected to at RTR.
 func (q *QP) Remote() (qpn uint32, gid abi.GID) {

@@ -78,7 +78,7 @@ func TestRun(t *testing.T) {
 		{Test: perf.WriteBW, Size: 4096, Iters: 1000},
 		{Test: perf.ReadBW, Size: 4096, Iters: 500, TxDepth: 16, CQMod: 7},
 		{Test: perf.WriteBW, Size: 4096, Iters: 1000, TxDepth: 8, UseEvent: true}, // sleeps on the CQ when the window is full
-		{Test: perf.WriteBW, Size: 65536, Duration: 50 * time.Millisecond},
+		{Test: perf.WriteBW, Size: 4096, Duration: 50 * time.Millisecond},         // stops at a signaled request: one in 100
 		{Test: perf.WriteLat, Size: 8, Iters: 300},
 		{Test: perf.WriteLat, Size: 4096, Iters: 300}, // not inline
 		{Test: perf.WriteLat, Size: 2, Iters: 600},    // the counter byte wraps
@@ -107,8 +107,26 @@ func TestRun(t *testing.T) {
 		if c.Duration == 0 && r.BWPeak < r.BWAvg*0.999 {
 			t.Errorf("peak %.1f below average %.1f", r.BWPeak, r.BWAvg)
 		}
-		if c.Duration > 0 && (r.BWPeak != 0 || r.Iters%perf.DefaultCQMod != 0) {
+		if c.Duration > 0 && (r.BWPeak != 0 || r.Iters%perf.DefaultCQModFor(c.Size, c.UseEvent, false) != 0 || r.Iters < 2*perf.DefaultCQMod) {
 			t.Errorf("duration run: %+v", r)
+		}
+	}
+}
+
+// TestDefaultCQMod: without -Q, the CQ moderation is perftest's — one
+// signaled request in 100, but every request for messages over 8 KiB
+// (unless --use_event, or every size runs), as ib_write_bw -s 65536 does.
+func TestDefaultCQMod(t *testing.T) {
+	for _, c := range []struct {
+		size          int
+		useEvent, all bool
+		want          int
+	}{
+		{8, false, false, 100}, {8192, false, false, 100}, {8193, false, false, 1}, {65536, false, false, 1},
+		{65536, true, false, 100}, {65536, false, true, 100},
+	} {
+		if got := perf.DefaultCQModFor(c.size, c.useEvent, c.all); got != c.want {
+			t.Errorf("DefaultCQModFor(%d, use_event %v, all sizes %v) = %d, want %d", c.size, c.useEvent, c.all, got, c.want)
 		}
 	}
 }

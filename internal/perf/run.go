@@ -133,6 +133,21 @@ func (t Test) DefaultIters() int {
 // DefaultCQMod is perftest's CQ moderation (-Q): one signaled send in 100.
 const DefaultCQMod = 100
 
+// CQModSizeLimit is the largest message perftest moderates completions
+// for by default: above it, unless -Q is given, --use_event is on or every
+// size runs (-a), it signals every work request (perftest_parameters.c,
+// MSG_SIZE_CQ_MOD_LIMIT; ib_write_bw -s 65536 writes a CQE per request).
+const CQModSizeLimit = 8192
+
+// DefaultCQModFor is perftest's CQ moderation when -Q is not given, for
+// messages of size bytes.
+func DefaultCQModFor(size int, useEvent, allSizes bool) int {
+	if size > CQModSizeLimit && !useEvent && !allSizes {
+		return 1
+	}
+	return DefaultCQMod
+}
+
 // Config is one run of a test.
 type Config struct {
 	Test  Test
@@ -145,8 +160,8 @@ type Config struct {
 	// TxDepth bounds the outstanding work requests of BW tests (default,
 	// and at most, the pair's TxDepth).
 	TxDepth int
-	// CQMod signals one send in CQMod (default DefaultCQMod, at most
-	// TxDepth).
+	// CQMod signals one send in CQMod (at most TxDepth; default
+	// perftest's, DefaultCQModFor).
 	CQMod int
 	// UseEvent (perftest's --use_event): a BW test whose window is full
 	// sleeps on the CQ's completion event instead of polling, leaving the
@@ -235,7 +250,7 @@ func (c Config) normalize(pc PairConfig) (Config, error) {
 		c.TxDepth = pc.TxDepth
 	}
 	if c.CQMod <= 0 {
-		c.CQMod = DefaultCQMod
+		c.CQMod = DefaultCQModFor(c.Size, c.UseEvent, false)
 	}
 	c.CQMod = min(c.CQMod, c.TxDepth)
 	if c.Test.Atomic() {
