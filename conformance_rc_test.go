@@ -20,8 +20,9 @@ func (s *suite) qpCounters(t *testing.T, e *end) vrdma.QPCounters {
 	return s.qpStatus(t, e).Counters
 }
 
-// qpStatus returns e's QP's status report from the agent that serves it.
-func (s *suite) qpStatus(t *testing.T, e *end) vrdma.QPStatus {
+// agentOf dials the agent that serves e's VM; the connection closes when
+// t ends.
+func (s *suite) agentOf(t *testing.T, e *end) *vrdma.Agent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
@@ -29,8 +30,16 @@ func (s *suite) qpStatus(t *testing.T, e *end) vrdma.QPStatus {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
-	st, err := a.Status(ctx)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// qpStatus returns e's QP's status report from the agent that serves it.
+func (s *suite) qpStatus(t *testing.T, e *end) vrdma.QPStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	st, err := s.agentOf(t, e).Status(ctx)
 	if err != nil {
 		t.Fatalf("status: %v", err)
 	}
@@ -298,12 +307,7 @@ func (s *suite) setConnected(t *testing.T, e *end, connected bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
 	defer cancel()
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(s.env.Socket(t, e.vm)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	if r, err := ag.ConnectAdapter(ctx, e.vm.Name(), e.ad.Name(), connected); err != nil || !r.Changed {
+	if r, err := s.agentOf(t, e).ConnectAdapter(ctx, e.vm.Name(), e.ad.Name(), connected); err != nil || !r.Changed {
 		t.Fatalf("connect %s/%s %v: %+v %v", e.vm.Name(), e.ad.Name(), connected, r, err)
 	}
 	want := "PORT_ACTIVE"

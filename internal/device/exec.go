@@ -200,9 +200,7 @@ func (q *QP) drain() {
 			q.cur = nil // RESET unbinds the path
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
-				q.sqHead = t // what was posted before the reset goes
-				q.sqUnpublished++
-				q.PublishHead()
+				q.moveHead(t) // what was posted before the reset goes
 			}
 			q.rqMu.Lock()
 			q.rqCatchUpLocked()
@@ -232,9 +230,7 @@ func (q *QP) drain() {
 		switch s {
 		case abi.QPSReset:
 			q.dropPath()
-			q.sqHead = tail
-			q.sqUnpublished++
-			q.PublishHead()
+			q.moveHead(tail)
 			q.dropRQ()
 			return
 		case abi.QPSErr:
@@ -453,9 +449,7 @@ func (q *QP) flushSQ(tail uint32) {
 		q.ctr.noteCompletion(abi.WCWRFlushErr)
 		// A broken CQ drops the completion; the WQE is consumed all the
 		// same, or the goroutine would come back to it forever.
-		q.sqHead = abi.Next(q.sqHead, size)
-		q.sqUnpublished++
-		q.PublishHead()
+		q.moveHead(abi.Next(q.sqHead, size))
 		q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 	}
 }

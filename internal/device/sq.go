@@ -115,6 +115,14 @@ func (q *QP) PublishHead() {
 	}
 }
 
+// moveHead moves the SQ head to h and publishes it at once (a reset, a
+// flush).
+func (q *QP) moveHead(h uint32) {
+	q.sqHead = h
+	q.sqUnpublished = 1
+	q.PublishHead()
+}
+
 // headBatch is how many completed WQEs the head may lag: a quarter of
 // the queue, at most 16.
 func (q *QP) headBatch() uint32 { return max(1, min(16, q.layout.SQEntries/4)) }

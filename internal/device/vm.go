@@ -645,7 +645,6 @@ func (d *Device) SetConnected(name, adapter string, connected bool) (changed boo
 		if ad.link.down.Swap(!connected) == !connected {
 			return false, 0, nil
 		}
-		d.log.Info("adapter port", "vm", name, "adapter", ad.name, "connected", connected)
 		for _, v := range ps {
 			if !v.Running() {
 				continue
