@@ -170,17 +170,27 @@ func (v *VM) registeredLocked(addr, n uint64) uint64 {
 	return total
 }
 
-// DeregMR deregisters memory region h; its keys stop working at once.
+// DeregMR deregisters memory region h; its keys stop working at once,
+// and it returns only once no path can still touch the region's memory
+// through them: the workload may reuse that memory at once (the C
+// drop-in registers it again). Every user of resolved guest memory holds
+// the VM's memMu for reading and resolves again after taking it anew
+// (responders at least once per chunk or packet, never across socket
+// I/O), so taking memMu for writing once the key is gone waits out the
+// last use of the old resolution, and no later one can find it.
 func (v *VM) DeregMR(h uint32) error {
 	v.objMu.Lock()
-	defer v.objMu.Unlock()
 	m, ok := v.mrHandles[h]
 	if !ok {
+		v.objMu.Unlock()
 		return abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", h)
 	}
 	delete(v.mrHandles, h)
 	v.mrs[m.key>>8].Store(nil)
 	m.pd.refs--
+	v.objMu.Unlock()
+	v.memMu.Lock() // the barrier: see above
+	v.memMu.Unlock()
 	return nil
 }
 

@@ -416,6 +416,38 @@ func (p *QP) Write(m *Message, off uint64, data []byte) bool {
 	return true
 }
 
+// Filler writes a message's bytes straight into guest memory: a
+// responder that reads a payload from a socket into its target without a
+// copy of its own.
+type Filler interface {
+	// Fill writes up to len(dst) bytes of the payload into dst and
+	// returns how many it wrote. It must not block waiting for a peer:
+	// the caller holds the responder VM's memory while it runs.
+	Fill(dst []byte) (int, error)
+}
+
+// Fill lets f write the message's bytes from off on, at most n of them,
+// straight into guest memory, and returns how many f wrote. ok is false,
+// and f is not called, when off+n is beyond the message or the receive m
+// took went meanwhile (flushed or reset). The caller holds what Begin
+// needs (Hold), and calls Revalidate first if it let go of it since:
+// the guest memory f writes is the message's target only while it does.
+func (p *QP) Fill(m *Message, off, n uint64, f Filler) (written int, ok bool, err error) {
+	if m.recv {
+		p.rqMu.Lock()
+		defer p.rqMu.Unlock()
+		if !m.Taken(p) {
+			return 0, false, nil
+		}
+	}
+	b := m.Place(off, n)
+	if b == nil {
+		return 0, false, nil
+	}
+	written, err = f.Fill(b)
+	return written, true, err
+}
+
 // SetImm makes a SEND's message one with immediate data imm: a responder
 // that learns it from the message's last packet.
 func (m *Message) SetImm(imm uint32) {

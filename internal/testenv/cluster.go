@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,6 +117,9 @@ type ClusterOptions struct {
 	// "off": loopback and veth NICs report no DCB state, and the
 	// lossless checks have tests of their own (TestNetwork…).
 	RDMA bool
+	// NoRDMA, with RDMA, lists the indexes of hosts that get no RDMA
+	// uplink: their VMs' pairs with other hosts take the tcp path.
+	NoRDMA []int
 	// RoCEVersion is the port group's RoCE version; default v2. With v1
 	// (and RDMA) the rdma path runs RoCE v1 frames over the hosts' veth
 	// interfaces, which needs the hosts in network namespaces: the test
@@ -535,7 +539,7 @@ func (h *Host) args() []string {
 			args = append(args, l.flag, strconv.Itoa(l.v))
 		}
 	}
-	if o.RDMA {
+	if o.RDMA && !slices.Contains(o.NoRDMA, h.Index) {
 		args = append(args, "--rdma-uplink", "rocev2-soft/"+h.PVRDMAAddress.Addr().String())
 	}
 	if o.ExtraArgs != nil {

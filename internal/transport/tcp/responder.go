@@ -64,43 +64,14 @@ var reqOps = map[tcpwire.Type]abi.Opcode{
 
 func putLE64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 
-// sockPayload is the tcp path's payload at the responder: a request's
-// data is read from the connection straight into guest memory; a READ's
-// data is written from guest memory straight to the connection.
+// sockPayload is what serveRC keeps of a request while execute runs it:
+// its response, and how much of its payload is still on the connection
+// (read and dropped after execute, whatever became of the request).
 type sockPayload struct {
-	c         *tconn
 	resp      *tcpwire.Header
 	remaining uint64 // payload bytes of the request not read yet
-	responded bool   // out wrote the response
-	old       uint64
+	responded bool   // sendRead wrote the response
 }
-
-// In, Out and Atomic make s a device.Payload.
-
-// In reads a request's data from the connection into dst.
-func (s *sockPayload) In(dst []byte) error {
-	if uint64(len(dst)) > s.remaining {
-		return fmt.Errorf("payload shorter than the request says") // respond never asks for more than total
-	}
-	s.remaining -= uint64(len(dst))
-	return s.c.readFull(dst)
-}
-
-// Out writes a READ's data to the connection, after the response header.
-func (s *sockPayload) Out(src []byte) error {
-	if err := s.c.flushAcks(); err != nil { // responses go out in order
-		return err
-	}
-	s.resp.Status, s.resp.PayloadLen = tcpwire.OK, uint32(len(src))
-	s.responded = true
-	s.c.segs[0] = src
-	err := s.c.writeFrame(s.resp, s.c.segs[:1])
-	s.c.segs[0] = nil
-	return err
-}
-
-// Atomic keeps an atomic's original value for the response.
-func (s *sockPayload) Atomic(old uint64) { s.old = old }
 
 // serveRequests is the responder side's reader.
 func (c *tconn) serveRequests() {
@@ -146,7 +117,7 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 		resp.Type = tcpwire.ReadResp
 	}
 	sp := &c.sp
-	*sp = sockPayload{c: c, resp: resp, remaining: uint64(h.PayloadLen)}
+	*sp = sockPayload{resp: resp, remaining: uint64(h.PayloadLen)}
 	if err := c.execute(h, sp); err != nil {
 		return err
 	}
@@ -176,42 +147,144 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 }
 
 // execute runs request h at its QP and fills in the response's status.
+//
+// The QP's memory is held (device.QP.Hold) only while bytes move between
+// it and the connection: a copy out of the read buffer, one non-blocking
+// system call between the socket and guest memory (landing.go); never
+// while the connection waits for the peer. A slow peer then stalls its
+// own connection and nothing else: the VM's other users, its
+// deregistrations, destroys and power-off wait at most for one copy, and
+// a target deregistered meanwhile is never touched again (each step
+// resolves the request's target anew).
 func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Status = tcpwire.NoQP
 	p := c.l.u.cfg.Device.QP(h.DstQPN)
-	if p == nil || !p.Hold() {
+	if p == nil {
 		return nil
-	}
-	defer p.Release()
-	if !p.Adapter().Connected() {
-		p.Counters().Dropped.Add(1)
-		return nil // its port is down: the request never reached it
 	}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != c.l.peerID {
-		p.Counters().Dropped.Add(1)
-		return nil // p is connected to a QP of another host (or none): it ignores us
+		if p.Hold() {
+			p.Counters().Dropped.Add(1) // p is connected to a QP of another host (or none): it ignores us
+			p.Release()
+		}
+		return nil
 	}
+	// The responder's PSN lock before the QP's memory, always: a message
+	// lets go of the memory and takes it again under the PSN lock.
 	rs := &tp.rsp
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
+	if !p.Hold() {
+		return nil
+	}
+	r, verdict, run := c.admit(h, p, rs, resp)
+	if !run {
+		p.Release()
+		return nil
+	}
+	m := &c.rx
+	out, st, rnrTimer := p.Begin(r, m)
+	var old uint64
+	if out != device.OutDone || st != abi.WCSuccess {
+		p.End(m) // lets go of what Begin resolved; m took no receive
+	} else {
+		switch h.Type {
+		case tcpwire.CmpSwap, tcpwire.FetchAdd:
+			old = m.Old()
+			out, st = p.End(m)
+		case tcpwire.Read:
+			p.Release()
+			if err := c.sendRead(p, m, r.Total, sp); err != nil {
+				return err
+			}
+			if !p.Hold() {
+				return nil
+			}
+			if !sp.responded {
+				// The target went before a byte of it was sent.
+				st = abi.WCRemAccessErr
+				p.MoveToErr(fmt.Sprintf("RDMA READ from QP 0x%x: its target [0x%x,+%d) was deregistered meanwhile", r.SrcQPN, r.RAddr, r.Total))
+			}
+			out, _ = p.End(m)
+		default: // a WRITE or a SEND: its payload follows
+			p.Release()
+			landed, err := c.landPayload(p, m, sp)
+			if err != nil {
+				return err
+			}
+			if !p.Hold() {
+				return nil // p went meanwhile: nothing answers
+			}
+			out, st = p.End(m)
+			if !landed && out == device.OutDone {
+				st = c.targetWent(p, m, r)
+			}
+		}
+	}
+	p.Release()
+	switch out {
+	case device.OutNoPeer:
+		return nil
+	case device.OutRNR:
+		resp.Status, resp.RNRTimer = tcpwire.RNR, rnrTimer
+		if rnrTimer == 0 {
+			resp.RNRTimer = p.RCAttrs().MinRNRTimer // the receive CQ was full at End
+		}
+		return nil
+	}
+	nak := rc.NAKOf(st)
+	resp.Status, resp.Compare = nakStatus(nak), old
+	if verdict == rc.New {
+		rs.seq.Done(rc.Response{NAK: nak, Value: old})
+	}
+	if !sp.responded && resp.Type == tcpwire.ReadResp {
+		resp.PayloadLen = 0 // an error answers a READ without data
+	}
+	return nil
+}
+
+// targetWent is the status of a WRITE or SEND whose target went while
+// its payload landed: its region was deregistered (REM_ACCESS_ERR for a
+// WRITE; REM_OP_ERR for a SEND, whose receive's buffers went), and the
+// responder goes to ERR, as when the target was bad from the start. The
+// caller holds p. A receive flushed or reset meanwhile was already dealt
+// with by End (OutNoPeer).
+func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) abi.WCStatus {
+	st := abi.WCRemAccessErr
+	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm {
+		st = abi.WCRemOpErr
+	}
+	p.MoveToErr(fmt.Sprintf("%s from QP 0x%x: its target went while its %d bytes were arriving (a memory region deregistered)", r.Op, r.SrcQPN, r.Total))
+	return st
+}
+
+// admit makes the checks a request h passes before it runs at p (the
+// port, the binding, the PSN) and returns the request to run. run false:
+// resp holds the answer, or nothing answers (NO_QP). The caller holds
+// rs.mu and p (Hold).
+func (c *tconn) admit(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
+	if !p.Adapter().Connected() {
+		p.Counters().Dropped.Add(1)
+		return nil, 0, false // its port is down: the request never reached it
+	}
 	at := p.RCAttrs()
 	rqPSN := at.RQPSN & rc.PSNMask
 	if at.RemoteQPN != h.SrcQPN {
 		p.Counters().Dropped.Add(1)
-		return nil // p is connected to another QP: it ignores us
+		return nil, 0, false // p is connected to another QP: it ignores us
 	}
 	if gen := p.Resets(); !rs.seq.Started() || rs.gen != gen {
 		rs.gen = gen
 		rs.seq.Start(rqPSN)
 	}
-	verdict := rs.seq.Check(h.PSN)
+	verdict = rs.seq.Check(h.PSN)
 	switch verdict {
 	case rc.Ahead:
 		p.Counters().SeqErrs.Add(1)
 		resp.Status = tcpwire.SeqErr
-		return nil
+		return nil, verdict, false
 	case rc.Duplicate:
 		p.Counters().Dups.Add(1)
 		if h.Type != tcpwire.Read {
@@ -220,10 +293,10 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 			if r, ok := rs.seq.Replay(h.PSN); ok {
 				resp.Status, resp.Compare = nakStatus(r.NAK), r.Value
 			}
-			return nil
+			return nil, verdict, false
 		}
 	}
-	r := &c.req
+	r = &c.req
 	*r = device.Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
 		Compare: h.Compare, Swap: h.Swap}
 	switch h.Type {
@@ -236,25 +309,5 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	default:
 		r.Total = uint64(h.PayloadLen)
 	}
-	out, st, _, rnrTimer, err := p.Respond(r, &c.rx, sp)
-	if err != nil {
-		return err
-	}
-	switch out {
-	case device.OutNoPeer:
-		return nil
-	case device.OutRNR:
-		resp.Status, resp.RNRTimer = tcpwire.RNR, rnrTimer
-		return nil
-	}
-	nak := rc.NAKOf(st)
-	resp.Status, resp.Compare = nakStatus(nak), sp.old
-	if verdict == rc.New {
-		rs.seq.Done(rc.Response{NAK: nak, Value: sp.old})
-	}
-	if sp.responded || resp.Type != tcpwire.ReadResp {
-		return nil
-	}
-	resp.PayloadLen = 0 // an error answers a READ without data
-	return nil
+	return r, verdict, true
 }

@@ -405,7 +405,10 @@ type tconn struct {
 	sp    sockPayload
 	req   device.Request
 	rx    device.Message
-	segs  [1][]byte
+	// step is a system call between the socket and a target's memory
+	// (landing.go); readFn and writeFn are its callbacks, bound once.
+	step            step
+	readFn, writeFn func(uintptr) bool
 
 	cmMu    sync.Mutex
 	cms     map[uint64]*cm.Remote // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
@@ -437,6 +440,7 @@ func newTconn(l *link, nc net.Conn, outgoing bool, ver uint8) *tconn {
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
+	c.readFn, c.writeFn = c.tryRead, c.tryWrite
 	return c
 }
 
@@ -606,8 +610,7 @@ const maxAcks = 16
 
 // readFull reads exactly len(b) bytes of a frame already begun, recording
 // progress. A read that makes no progress for writeStall (plus 10 ns a
-// byte) fails: the responder may hold a VM's memory lock while it reads a
-// payload into guest memory, and a stalled peer must not hold it forever.
+// byte) fails: a stalled peer must not hold the connection forever.
 func (c *tconn) readFull(b []byte) error {
 	n := copy(b, c.rbuf[c.rr:c.rw])
 	c.rr += n

@@ -1,0 +1,251 @@
+package tcp
+
+// Moving a request's bytes between the connection and guest memory at the
+// responder, holding the target's memory one step at a time (execute's
+// comment says why). A step is a copy out of the read buffer, or one
+// non-blocking system call between the socket and guest memory run from
+// the runtime's poller callback (syscall.RawConn): when the socket is not
+// ready the callback lets go of the memory and the poller waits holding
+// nothing. Each step takes the memory anew (Hold) and resolves the
+// message's target again (Revalidate) before it touches it.
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/tcpwire"
+	"golang.org/x/sys/unix"
+)
+
+// maxStep bounds the bytes one system call moves under a target's
+// memory: what a deregistration or destroy may have to wait for.
+const maxStep = 1 << 20
+
+// step is the state of one system call between the socket and a
+// message's target, for the poller's callbacks (tryRead, tryWrite); owned
+// by the connection's reader (serveRequests). The callbacks are bound
+// once per connection, so that a step allocates nothing.
+type step struct {
+	p    *device.QP
+	m    *device.Message
+	off  uint64 // the offset in the message
+	n    uint64 // at most this many bytes of it
+	fd   int
+	hdr  []byte // what is left of the response header to write first (tryWrite)
+	iov  [2]unix.Iovec
+	done uint64 // bytes of the message moved
+	gone bool   // the target went: nothing moved
+	err  error
+}
+
+// Fill makes s a device.Filler: one non-blocking read into dst.
+func (s *step) Fill(dst []byte) (int, error) {
+	for {
+		n, err := unix.Read(s.fd, dst)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0:
+			return 0, io.ErrUnexpectedEOF
+		}
+		return n, nil
+	}
+}
+
+// landPayload reads the request's payload, sp.remaining bytes, into
+// message m at p. When the target goes meanwhile (its region
+// deregistered, its receive flushed, the QP destroyed, the VM gone) it
+// stops, and landed is false: serveRC reads the rest and drops it. err is
+// the connection's: it broke.
+func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (landed bool, err error) {
+	var off uint64
+	for sp.remaining > 0 {
+		if c.rr == c.rw {
+			if c.rc != nil && sp.remaining >= directRead {
+				n, ok, err := c.readDirect(p, m, off, min(sp.remaining, maxStep))
+				if err != nil || !ok {
+					return false, err
+				}
+				off += n
+				sp.remaining -= n
+				continue
+			}
+			if err := c.fill(1, false); err != nil {
+				return false, err
+			}
+		}
+		k := min(uint64(c.rw-c.rr), sp.remaining)
+		if !p.Hold() {
+			return false, nil
+		}
+		ok := m.Revalidate(p) && p.Write(m, off, c.rbuf[c.rr:c.rr+int(k)])
+		p.Release()
+		if !ok {
+			return false, nil
+		}
+		c.rr += int(k)
+		off += k
+		sp.remaining -= k
+	}
+	return true, nil
+}
+
+// readDirect reads at most n bytes of the payload from the socket
+// straight into m's bytes at off: one read, under p's memory. ok false:
+// the target went.
+func (c *tconn) readDirect(p *device.QP, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
+	c.armRead(int(n))
+	s := &c.step
+	*s = step{p: p, m: m, off: off, n: n}
+	err = c.rc.Read(c.readFn)
+	got, ok = s.done, !s.gone
+	if err == nil {
+		err = s.err
+	}
+	*s = step{}
+	if got > 0 {
+		c.lastRead.Store(nanotime())
+		c.l.bytesIn.Add(got)
+	}
+	if err != nil {
+		if errors.Is(err, unix.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("read a request's payload: %w", err)
+		}
+		return got, ok, err
+	}
+	return got, ok, nil
+}
+
+// tryRead is readDirect's step, called by the poller with the socket's
+// descriptor: false asks it to wait until the socket is readable.
+func (c *tconn) tryRead(fd uintptr) bool {
+	s := &c.step
+	if !s.p.Hold() {
+		s.gone = true
+		return true
+	}
+	if !s.m.Revalidate(s.p) {
+		s.p.Release()
+		s.gone = true
+		return true
+	}
+	s.fd = int(fd)
+	n, ok, err := s.p.Fill(s.m, s.off, s.n, s)
+	s.p.Release()
+	switch {
+	case !ok:
+		s.gone = true
+	case err == unix.EAGAIN:
+		return false
+	default:
+		s.done, s.err = uint64(n), err
+	}
+	return true
+}
+
+// sendRead writes a READ's response: the header (sp.resp, OK) and total
+// bytes of m's target, straight from guest memory, one non-blocking write
+// at a time under p's memory. If the target goes before the first byte
+// of it left, nothing is written and sp.responded stays false (execute
+// answers REM_ACCESS_ERR); once the response has begun it cannot be
+// taken back, and the connection is closed instead: the requester
+// retries the READ, which then fails.
+func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+	if err := c.flushAcks(); err != nil { // responses go out in order
+		return err
+	}
+	resp := sp.resp
+	resp.Status, resp.PayloadLen, resp.Version = tcpwire.OK, uint32(total), c.ver
+	if c.rc == nil {
+		return fmt.Errorf("READ response on a connection without a descriptor") // every connection has one (TCP, or the test link's Unix socket)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	resp.Put(c.whdr[:])
+	n := uint64(tcpwire.HeaderLen) + total
+	if now := nanotime(); n > 1<<20 || now > c.wdeadline-int64(writeStall/2) {
+		d := writeStall + time.Duration(n*10)
+		c.nc.SetWriteDeadline(time.Now().Add(d))
+		c.wdeadline = now + int64(d)
+	}
+	s := &c.step
+	defer func() { *s = step{} }()
+	*s = step{p: p, m: m, hdr: c.whdr[:]}
+	for len(s.hdr) > 0 || s.off < total {
+		s.n = min(total-s.off, maxStep)
+		if err := c.rc.Write(c.writeFn); err != nil || s.err != nil {
+			err = errors.Join(err, s.err)
+			err = fmt.Errorf("write READ response: %w", err)
+			c.close(err)
+			return err
+		}
+		if s.gone {
+			if len(s.hdr) == tcpwire.HeaderLen {
+				return nil // nothing sent: execute answers with an error
+			}
+			err := fmt.Errorf("the target of a READ response in progress (QP 0x%x) was deregistered: connection closed, the requester retries", p.QPN())
+			c.close(err)
+			return err
+		}
+		sp.responded = true
+	}
+	c.l.bytesOut.Add(n)
+	c.l.framesOut.Add(1)
+	return nil
+}
+
+// tryWrite is sendRead's step: one non-blocking writev of what is left
+// of the header and of the target's next bytes, under p's memory.
+func (c *tconn) tryWrite(fd uintptr) bool {
+	s := &c.step
+	if !s.p.Hold() {
+		s.gone = true
+		return true
+	}
+	var data []byte
+	if s.n > 0 {
+		if !s.m.Revalidate(s.p) {
+			s.p.Release()
+			s.gone = true
+			return true
+		}
+		data = s.m.Place(s.off, s.n)
+	}
+	iov := s.iov[:0]
+	if len(s.hdr) > 0 {
+		iov = append(iov, unix.Iovec{Base: &s.hdr[0]})
+		iov[len(iov)-1].SetLen(len(s.hdr))
+	}
+	if len(data) > 0 {
+		iov = append(iov, unix.Iovec{Base: &data[0]})
+		iov[len(iov)-1].SetLen(len(data))
+	}
+	var r uintptr
+	var errno syscall.Errno
+	for {
+		r, _, errno = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		if errno != unix.EINTR {
+			break
+		}
+	}
+	s.p.Release()
+	switch {
+	case errno == unix.EAGAIN:
+		return false
+	case errno != 0:
+		s.err = errno
+		return true
+	}
+	w := uint64(r)
+	h := min(w, uint64(len(s.hdr)))
+	s.hdr = s.hdr[h:]
+	s.off += w - h
+	return true
+}
