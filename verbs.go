@@ -143,14 +143,25 @@ func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
 // Entries returns the number of completions the CQ holds.
 func (cq *CQ) Entries() int { return int(cq.layout.Entries) }
 
+// ErrBrokenRing is returned by Poll when the CQ's tail word holds no index
+// the agent writes: not an index of the ring, or more than its entries
+// ahead of the CQ's head. The ring is not read; as C's ibv_poll_cq returns
+// EIO, the CQ is unusable.
+var ErrBrokenRing = errors.New("vrdma: the completion queue's tail is not a valid ring index: the ring is broken")
+
 // Poll moves up to len(wc) completions into wc and returns how many
 // (ibv_poll_cq). It does not allocate or block. Once the agent is gone and
-// the CQ is empty it returns ErrAgentGone.
+// the CQ is empty it returns ErrAgentGone; a tail word that is not a valid
+// index (wire-local.md §5.1) gives ErrBrokenRing, and no completion.
 func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 	mem := cq.ring.Bytes()
 	size := cq.layout.Entries
 	cq.mu.Lock()
 	tail := abi.Word(mem, abi.OffCQTail).Load()
+	if _, ok := abi.Pending(tail, cq.head, size); !ok {
+		cq.mu.Unlock()
+		return 0, ErrBrokenRing
+	}
 	n := 0
 	for n < len(wc) && cq.head != tail {
 		off := cq.layout.Offset + abi.Slot(cq.head, size)*abi.CQESize

@@ -150,7 +150,7 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	const struct json_doc *j = &r.doc;
 	char s[64];
 	uint32_t u;
-	int e = call_adapter(d, OP_QUERY_DEVICE, &r);
+	int e = call_adapter(d, VRDMA_OP_QUERY_DEVICE, &r);
 
 	if (e)
 		return e;
@@ -209,7 +209,7 @@ static int fetch_port_attr(struct vrdma_device *d, struct ibv_port_attr *p, unio
 	const struct json_doc *j = &r.doc;
 	char s[64];
 	uint32_t u;
-	int flags, i, e = call_adapter(d, OP_QUERY_PORT, &r);
+	int flags, i, e = call_adapter(d, VRDMA_OP_QUERY_PORT, &r);
 
 	if (e)
 		return e;
@@ -295,7 +295,7 @@ static struct vrdma_vm *attach(int *err)
 	jb_str(&b, "client", VRDMA_CLIENT);
 	jb_u64(&b, "caps", VRDMA_CAPS_KNOWN);
 	jb_raw(&b, "}");
-	if (vrdma_call(&vm->s, OP_HELLO, body, &r))
+	if (vrdma_call(&vm->s, VRDMA_OP_HELLO, body, &r))
 		goto fail_errno;
 	if (!r.is_error)
 		json_get_u64(&r.doc, 0, "caps", &vm->s.caps);
@@ -309,7 +309,7 @@ static struct vrdma_vm *attach(int *err)
 		*err = ENAMETOOLONG;
 		goto fail;
 	}
-	if (vrdma_call(&vm->s, OP_ATTACH, body, &r))
+	if (vrdma_call(&vm->s, VRDMA_OP_ATTACH, body, &r))
 		goto fail_errno;
 	if (r.is_error) {
 		*err = r.err;

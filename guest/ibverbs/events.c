@@ -26,7 +26,7 @@ int vrdma_async_open(struct vrdma_device *d)
 	if (!vm || !(vm->s.caps & VRDMA_CAP_ASYNC_EVENTS))
 		return -1;
 	snprintf(body, sizeof(body), "{\"adapter\":\"%s\"}", d->adapter);
-	if (vrdma_call(&vm->s, OP_ASYNC_OPEN, body, &r))
+	if (vrdma_call(&vm->s, VRDMA_OP_ASYNC_OPEN, body, &r))
 		return -1;
 	if (!r.is_error && r.nfds > 0) {
 		fd = r.fds[0];

@@ -3,6 +3,7 @@
  * Unix socket, one request at a time under the session's lock, replies
  * matched by sequence number, descriptors in SCM_RIGHTS.
  */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -80,36 +81,47 @@ int vrdma_errno(const char *code, const char *field, int op)
 	int handle = field && (!strcmp(field, "handle") || !strcmp(field, "pd") || !strcmp(field, "send_cq") ||
 			       !strcmp(field, "recv_cq") || !strcmp(field, "qp") || !strcmp(field, "listener"));
 
-	if (!strcmp(code, "invalid-argument"))
+	if (!strcmp(code, VRDMA_CODE_INVALID_ARGUMENT))
 		return EINVAL;
-	if (!strcmp(code, "not-found"))
-		return op == OP_ATTACH ? ENODEV : handle ? EINVAL : ENOENT;
-	if (!strcmp(code, "limit-exceeded"))
+	if (!strcmp(code, VRDMA_CODE_NOT_FOUND))
+		return op == VRDMA_OP_ATTACH ? ENODEV : handle ? EINVAL : ENOENT;
+	if (!strcmp(code, VRDMA_CODE_LIMIT_EXCEEDED))
 		return ENOMEM;
-	if (!strcmp(code, "bad-state"))
-		return op == OP_DEALLOC_PD || op == OP_DESTROY_CQ ? EBUSY : EINVAL;
-	if (!strcmp(code, "already-exists"))
-		return op == OP_ATTACH ? EBUSY : EEXIST;
-	if (!strcmp(code, "permission-denied"))
-		return op == OP_ATTACH ? EACCES : EPERM;
-	if (!strcmp(code, "unavailable"))
-		return op == OP_MODIFY_QP ? EHOSTUNREACH : EAGAIN;
-	if (!strcmp(code, "refused"))
+	if (!strcmp(code, VRDMA_CODE_BAD_STATE))
+		return op == VRDMA_OP_DEALLOC_PD || op == VRDMA_OP_DESTROY_CQ ? EBUSY : EINVAL;
+	if (!strcmp(code, VRDMA_CODE_ALREADY_EXISTS))
+		return op == VRDMA_OP_ATTACH ? EBUSY : EEXIST;
+	if (!strcmp(code, VRDMA_CODE_PERMISSION_DENIED))
+		return op == VRDMA_OP_ATTACH ? EACCES : EPERM;
+	if (!strcmp(code, VRDMA_CODE_UNAVAILABLE))
+		return op == VRDMA_OP_MODIFY_QP ? EHOSTUNREACH : EAGAIN;
+	if (!strcmp(code, VRDMA_CODE_REFUSED))
 		return ECONNREFUSED;
 	return EIO;
 }
 
-static void put32(unsigned char *p, uint32_t v)
+void vrdma_msg_header_put(unsigned char *buf, int op, uint32_t seq, uint32_t len)
 {
-	p[0] = (unsigned char)v;
-	p[1] = (unsigned char)(v >> 8);
-	p[2] = (unsigned char)(v >> 16);
-	p[3] = (unsigned char)(v >> 24);
+	struct vrdma_msg_header h = { .magic = { 'V', 'R' }, .version = VRDMA_ABI_VERSION };
+
+	h.op = htole16((uint16_t)op);
+	h.seq = htole32(seq);
+	h.len = htole32(len);
+	memcpy(buf, &h, sizeof(h));
 }
 
-static uint32_t get32(const unsigned char *p)
+int vrdma_msg_response(const unsigned char *buf, size_t n, struct vrdma_msg_header *h)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+	if (n < sizeof(*h))
+		return -1;
+	memcpy(h, buf, sizeof(*h));
+	h->op = le16toh(h->op);
+	h->seq = le32toh(h->seq);
+	h->len = le32toh(h->len);
+	if (h->magic[0] != 'V' || h->magic[1] != 'R' || h->len != n - sizeof(*h) ||
+	    !(h->flags & VRDMA_MSG_FLAG_RESPONSE))
+		return -1;
+	return 0;
 }
 
 static void close_fds(int *fds, int n)
@@ -138,7 +150,7 @@ static long now_ms(void)
 static int call_locked(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r)
 {
 	size_t blen = strlen(body);
-	unsigned char hdr[VRDMA_HDR_LEN] = { 'V', 'R', 1, 0 };
+	unsigned char hdr[VRDMA_MSG_HEADER_SIZE];
 	struct iovec iov[2];
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 	uint32_t seq;
@@ -149,15 +161,12 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 		errno = EIO;
 		return -1;
 	}
-	if (blen + VRDMA_HDR_LEN > VRDMA_MAX_MESSAGE) {
+	if (blen + VRDMA_MSG_HEADER_SIZE > VRDMA_MAX_MESSAGE) {
 		errno = E2BIG;
 		return -1;
 	}
 	seq = ++s->seq;
-	hdr[4] = (unsigned char)op;
-	hdr[5] = (unsigned char)(op >> 8);
-	put32(hdr + 8, seq);
-	put32(hdr + 12, (uint32_t)blen);
+	vrdma_msg_header_put(hdr, op, seq, (uint32_t)blen);
 	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
 	iov[1] = (struct iovec){ (void *)body, blen };
 	do
@@ -178,6 +187,7 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 		struct msghdr rh = { .msg_iov = &riov, .msg_iovlen = 1, .msg_control = ctl.buf,
 				     .msg_controllen = sizeof(ctl.buf) };
 		struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
+		struct vrdma_msg_header rhdr;
 		int fds[4], nfds = 0, pr;
 		long left = deadline - now_ms();
 		struct cmsghdr *c;
@@ -217,21 +227,19 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 			errno = EIO;
 			return -1;
 		}
-		if (n < VRDMA_HDR_LEN || s->buf[0] != 'V' || s->buf[1] != 'R' ||
-		    get32((unsigned char *)s->buf + 12) != (uint32_t)(n - VRDMA_HDR_LEN) ||
-		    !(s->buf[3] & 1)) {
+		if (vrdma_msg_response((const unsigned char *)s->buf, (size_t)n, &rhdr)) {
 			close_fds(fds, nfds);
 			kill_session(s);
 			errno = EIO;
 			return -1;
 		}
-		if (get32((unsigned char *)s->buf + 8) != seq) {
+		if (rhdr.seq != seq) {
 			close_fds(fds, nfds); /* an answer to a request nobody waits for */
 			continue;
 		}
 		memset(r, 0, sizeof(*r));
 		r->root = -1;
-		if (json_parse(&r->doc, s->buf + VRDMA_HDR_LEN, (int)(n - VRDMA_HDR_LEN))) {
+		if (json_parse(&r->doc, s->buf + VRDMA_MSG_HEADER_SIZE, (int)(n - VRDMA_MSG_HEADER_SIZE))) {
 			close_fds(fds, nfds);
 			errno = EIO;
 			return -1;
@@ -239,7 +247,7 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 		/* The doc points into s->buf, which the lock keeps until the
 		 * caller frees the reply: copy the text. */
 		{
-			char *text = malloc((size_t)(n - VRDMA_HDR_LEN) + 1);
+			char *text = malloc((size_t)(n - VRDMA_MSG_HEADER_SIZE) + 1);
 
 			if (!text) {
 				json_free(&r->doc);
@@ -247,14 +255,14 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 				errno = ENOMEM;
 				return -1;
 			}
-			memcpy(text, s->buf + VRDMA_HDR_LEN, (size_t)(n - VRDMA_HDR_LEN));
-			text[n - VRDMA_HDR_LEN] = 0;
+			memcpy(text, s->buf + VRDMA_MSG_HEADER_SIZE, (size_t)(n - VRDMA_MSG_HEADER_SIZE));
+			text[n - VRDMA_MSG_HEADER_SIZE] = 0;
 			r->doc.text = text;
 		}
 		r->root = 0;
 		memcpy(r->fds, fds, sizeof(int) * (size_t)nfds);
 		r->nfds = nfds;
-		if (s->buf[3] & 2) {
+		if (rhdr.flags & VRDMA_MSG_FLAG_ERROR) {
 			char field[64] = "";
 
 			r->is_error = 1;

@@ -21,23 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ring.h"
 #include "vrdma.h"
+#include "wqe.h"
 
 #define MAGIC_PD 0x76706431u
 #define MAGIC_MR 0x766d7231u
 #define MAGIC_CQ 0x76637131u
 #define MAGIC_QP 0x76717031u
-
-/* Ring words (wire-local.md §5.2, §5.3). */
-#define QP_SQ_TAIL 0
-#define QP_SQ_HEAD 64
-#define QP_SQ_DOORBELL 128
-#define QP_RQ_TAIL 192
-#define QP_RQ_HEAD 256
-#define QP_STATE 320
-#define CQ_TAIL 0
-#define CQ_HEAD 64
-#define CQ_ARMED 128
 
 /* poll_cq yields the CPU once per this many polls of an empty CQ. */
 #define EMPTY_POLLS_PER_YIELD 64
@@ -84,7 +75,7 @@ struct vrdma_qp {
 	uint32_t rq_tail; /* +guarded by rq_lock */
 	/* Between ibv_wr_start and ibv_wr_complete/abort (sq_lock held): */
 	uint32_t wr_tail;      /* the next slot a wr_* call fills */
-	unsigned char *wr_cur; /* the slot of the last wr_* call, for wr_set_* */
+	void *wr_cur;          /* the slot of the last wr_* call, for wr_set_* */
 	int wr_op;	       /* its opcode */
 	int wr_err;	       /* the first error: wr_complete returns it */
 };
@@ -244,7 +235,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 		return NULL;
 	}
 	snprintf(body, sizeof(body), "{\"adapter\":\"%s\"}", to_vctx(context)->dev->adapter);
-	e = cmd(vm, OP_ALLOC_PD, body, &r);
+	e = cmd(vm, VRDMA_OP_ALLOC_PD, body, &r);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -258,7 +249,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	pd = calloc(1, sizeof(*pd));
 	if (!pd || reg_add(&objs, pd)) {
 		free(pd);
-		cmd_handle(vm, OP_DEALLOC_PD, h);
+		cmd_handle(vm, VRDMA_OP_DEALLOC_PD, h);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -275,7 +266,7 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (!pd)
 		return EINVAL;
-	e = cmd_handle(vrdma_vm_get(), OP_DEALLOC_PD, pd->ibpd.handle);
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DEALLOC_PD, pd->ibpd.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: MRs or QPs use it */
 	reg_take(&objs, pd);
@@ -352,7 +343,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	jb_u64(&b, "access", (uint64_t)acc);
 	jb_u64(&b, "iova", iova);
 	jb_raw(&b, "}");
-	e = cmd(vm, OP_REG_MR, body, &r);
+	e = cmd(vm, VRDMA_OP_REG_MR, body, &r);
 	if (e) {
 		vrdma_unadopt(vm, adopted);
 		errno = e;
@@ -364,7 +355,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr = e ? NULL : calloc(1, sizeof(*mr));
 	if (!mr || reg_add(&objs, mr)) {
 		if (!e)
-			cmd_handle(vm, OP_DEREG_MR, h);
+			cmd_handle(vm, VRDMA_OP_DEREG_MR, h);
 		vrdma_unadopt(vm, adopted);
 		free(mr);
 		errno = e ? EIO : ENOMEM;
@@ -406,7 +397,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 
 	if (!reg_has(ibmr) || mr->magic != MAGIC_MR)
 		return EINVAL;
-	e = cmd_handle(vrdma_vm_get(), OP_DEREG_MR, mr->ibmr.handle);
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DEREG_MR, mr->ibmr.handle);
 	if (e && e != EIO)
 		return e;
 	reg_take(&objs, mr);
@@ -505,21 +496,6 @@ void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
 
 /* ---- CQ ---- */
 
-static int is_pow2(uint64_t x)
-{
-	return x && !(x & (x - 1));
-}
-
-static uint32_t load32(const char *ring, size_t off)
-{
-	return __atomic_load_n((const uint32_t *)(ring + off), __ATOMIC_ACQUIRE);
-}
-
-static void store32(char *ring, size_t off, uint32_t v)
-{
-	__atomic_store_n((uint32_t *)(ring + off), v, __ATOMIC_RELEASE);
-}
-
 /* map_ring maps the memfd fd of size bytes after checking its file size. */
 static void *map_ring(int fd, uint64_t size)
 {
@@ -540,44 +516,29 @@ static void *map_ring(int fd, uint64_t size)
 /* decode_cqe reads the CQE at cq's head into w (§5.3). */
 static void decode_cqe(struct vrdma_cq *cq, struct ibv_wc *w)
 {
-	const unsigned char *e = (const unsigned char *)cq->ring + cq->offset + (size_t)(cq->head & (cq->entries - 1)) * 64;
-	uint32_t v;
-
-	memset(w, 0, sizeof(*w));
-	memcpy(&w->wr_id, e, 8);
-	memcpy(&w->qp_num, e + 8, 4);
-	w->opcode = (enum ibv_wc_opcode)e[12];
-	w->status = (enum ibv_wc_status)e[13];
-	if (e[14] & 1)
-		w->wc_flags |= IBV_WC_WITH_IMM;
-	memcpy(&w->byte_len, e + 16, 4);
-	memcpy(&v, e + 20, 4);
-	w->imm_data = htobe32(v); /* a number in the CQE, network order in ibv_wc */
-	memcpy(&w->src_qp, e + 24, 4);
-	memcpy(&w->vendor_err, e + 28, 4);
+	cqe_to_wc(cq->ring + cq->offset + ring_slot(cq->head, cq->entries) * VRDMA_CQE_SIZE, w);
 }
 
 static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
-	uint32_t tail, mask;
+	uint32_t tail;
 	int n = 0;
 
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
-	mask = 2 * cq->entries - 1;
 	pthread_mutex_lock(&cq->lock);
-	tail = load32(cq->ring, CQ_TAIL);
-	if ((tail & ~mask) || ((tail - cq->head) & mask) > cq->entries) {
+	tail = ring_cq_tail(cq->ring);
+	if (!ring_tail_ok(tail, cq->head, cq->entries)) {
 		pthread_mutex_unlock(&cq->lock);
 		return -EIO; /* not an index the agent writes */
 	}
 	while (n < num_entries && cq->head != tail) {
 		decode_cqe(cq, &wc[n++]);
-		cq->head = (cq->head + 1) & mask;
+		cq->head = ring_next(cq->head, cq->entries);
 	}
 	if (n) {
-		store32(cq->ring, CQ_HEAD, cq->head);
+		ring_cq_consumed(cq->ring, cq->head);
 		cq->empty = 0;
 	} else if (++cq->empty % EMPTY_POLLS_PER_YIELD == 0) {
 		/* A program that spins on an empty CQ would take the CPU the
@@ -597,7 +558,7 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	(void)solicited_only; /* every completion raises the event (§7) */
 	if (!ibcq || cq->magic != MAGIC_CQ)
 		return EINVAL;
-	__atomic_store_n((uint32_t *)(cq->ring + CQ_ARMED), 1, __ATOMIC_SEQ_CST);
+	ring_arm_cq(cq->ring);
 	return 0;
 }
 
@@ -608,8 +569,9 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	struct vrdma_cq *cq;
 	struct vrdma_reply r;
 	char body[96];
-	uint32_t h, entries, offset, size;
-	int lay, e;
+	struct vrdma_cq_layout l;
+	uint32_t h;
+	int e;
 
 	if (!vm || cqe < 1 || comp_vector < 0 || comp_vector >= context->num_comp_vectors ||
 	    (channel && (!reg_has(channel) || channel->context != context))) {
@@ -617,16 +579,12 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		return NULL;
 	}
 	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d}", to_vctx(context)->dev->adapter, cqe);
-	e = cmd(vm, OP_CREATE_CQ, body, &r);
+	e = cmd(vm, VRDMA_OP_CREATE_CQ, body, &r);
 	if (e) {
 		errno = e;
 		return NULL;
 	}
-	lay = json_get(&r.doc, 0, "layout");
-	if (json_get_u32(&r.doc, 0, "handle", &h) || json_get_u32(&r.doc, lay, "entries", &entries) ||
-	    json_get_u32(&r.doc, lay, "offset", &offset) || json_get_u32(&r.doc, lay, "size", &size) ||
-	    r.nfds != 2 || !is_pow2(entries) || entries > 65536 || offset < 4096 ||
-	    (uint64_t)offset + (uint64_t)entries * 64 > size) {
+	if (json_get_u32(&r.doc, 0, "handle", &h) || vrdma_cq_layout(&r.doc, 0, &l) || r.nfds != 2) {
 		vrdma_reply_free(&r);
 		errno = EIO;
 		return NULL;
@@ -634,14 +592,14 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		goto fail_nomem;
-	cq->ring = map_ring(r.fds[0], size);
+	cq->ring = map_ring(r.fds[0], l.size);
 	if (!cq->ring) {
 		free(cq);
 		goto fail_nomem;
 	}
-	cq->ring_size = size;
-	cq->entries = entries;
-	cq->offset = offset;
+	cq->ring_size = l.size;
+	cq->entries = l.entries;
+	cq->offset = l.offset;
 	cq->event_fd = r.fds[1];
 	r.fds[1] = -1;
 	vrdma_reply_free(&r); /* closes the ring memfd: the mapping stays */
@@ -652,7 +610,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	cq->ibcq.channel = channel;
 	cq->ibcq.cq_context = cq_context;
 	cq->ibcq.handle = h;
-	cq->ibcq.cqe = (int)entries;
+	cq->ibcq.cqe = (int)l.entries;
 	pthread_mutex_init(&cq->ibcq.mutex, NULL);
 	pthread_cond_init(&cq->ibcq.cond, NULL);
 	if (channel) {
@@ -675,7 +633,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	return &cq->ibcq;
 
 fail_destroy:
-	cmd_handle(vm, OP_DESTROY_CQ, h);
+	cmd_handle(vm, VRDMA_OP_DESTROY_CQ, h);
 	munmap(cq->ring, cq->ring_size);
 	close(cq->event_fd);
 	free(cq);
@@ -684,7 +642,7 @@ fail_destroy:
 fail_nomem:
 	e = errno ? errno : ENOMEM;
 	vrdma_reply_free(&r);
-	cmd_handle(vm, OP_DESTROY_CQ, h);
+	cmd_handle(vm, VRDMA_OP_DESTROY_CQ, h);
 	errno = e;
 	return NULL;
 }
@@ -698,14 +656,14 @@ fail_nomem:
 /* cq_ex_load makes the CQE at the head current, or says there is none. */
 static int cq_ex_load(struct vrdma_cq *cq)
 {
-	uint32_t mask = 2 * cq->entries - 1, tail = load32(cq->ring, CQ_TAIL);
+	uint32_t tail = ring_cq_tail(cq->ring);
 
-	if ((tail & ~mask) || ((tail - cq->head) & mask) > cq->entries)
+	if (!ring_tail_ok(tail, cq->head, cq->entries))
 		return EIO;
 	if (tail == cq->head)
 		return ENOENT;
 	decode_cqe(cq, &cq->cur);
-	cq->head = (cq->head + 1) & mask;
+	cq->head = ring_next(cq->head, cq->entries);
 	cq->cqx.status = cq->cur.status;
 	cq->cqx.wr_id = cq->cur.wr_id;
 	return 0;
@@ -740,7 +698,7 @@ static void cq_end_poll(struct ibv_cq_ex *x)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)x;
 
-	store32(cq->ring, CQ_HEAD, cq->head);
+	ring_cq_consumed(cq->ring, cq->head);
 	pthread_mutex_unlock(&cq->lock);
 }
 
@@ -797,7 +755,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 
 	if (!cq)
 		return EINVAL;
-	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_CQ, cq->ibcq.handle);
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DESTROY_CQ, cq->ibcq.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: a QP uses it */
 	reg_take(&objs, cq);
@@ -820,10 +778,34 @@ static void ring_doorbell(struct vrdma_qp *qp)
 	(void)send(qp->doorbell_fd, "\1", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/* sq_slot and rq_slot are the slots of SQ and RQ index idx. */
+static void *sq_slot(struct vrdma_qp *qp, uint32_t idx)
+{
+	return qp->ring + qp->sq_offset + ring_slot(idx, qp->sq_entries) * qp->sq_stride;
+}
+
+static void *rq_slot(struct vrdma_qp *qp, uint32_t idx)
+{
+	return qp->ring + qp->rq_offset + ring_slot(idx, qp->rq_entries) * qp->rq_stride;
+}
+
+/* sq_postable reports whether the SQ takes work requests in state (§9). */
+static int sq_postable(uint32_t state)
+{
+	return state == IBV_QPS_RTS || state == IBV_QPS_SQD || state == IBV_QPS_SQE || state == IBV_QPS_ERR;
+}
+
+/* publish_sq makes the SQ's slots up to qp->sq_tail the agent's (ring.h
+ * pair 1), ringing the doorbell if it sleeps. */
+static void publish_sq(struct vrdma_qp *qp)
+{
+	if (ring_publish_sq(qp->ring, qp->sq_tail))
+		ring_doorbell(qp);
+}
+
 static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
-	uint32_t mask, state, head;
 	int rc = 0, posted = 0;
 
 	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr) {
@@ -831,102 +813,24 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			*bad_wr = wr;
 		return EINVAL;
 	}
-	mask = 2 * qp->sq_entries - 1;
 	pthread_mutex_lock(&qp->sq_lock);
-	state = load32(qp->ring, QP_STATE);
-	if (state != IBV_QPS_RTS && state != IBV_QPS_SQD && state != IBV_QPS_SQE && state != IBV_QPS_ERR) {
+	if (!sq_postable(ring_load(qp->ring, VRDMA_QP_STATE))) {
 		rc = EINVAL;
 		goto out;
 	}
 	for (; wr; wr = wr->next) {
-		unsigned char *slot;
-		uint8_t flags = 0;
-		uint32_t imm;
-
-		head = load32(qp->ring, QP_SQ_HEAD);
-		if (((qp->sq_tail - head) & mask) >= qp->sq_entries) {
+		if (ring_full(qp->sq_tail, ring_load(qp->ring, VRDMA_QP_SQ_HEAD), qp->sq_entries)) {
 			rc = ENOMEM;
 			break;
 		}
-		if ((unsigned)wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr->num_sge < 0 ||
-		    (wr->send_flags & ~(unsigned)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED |
-						  IBV_SEND_INLINE)) ||
-		    (wr->num_sge > 0 && !wr->sg_list)) {
-			rc = EINVAL;
+		rc = wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
+		if (rc)
 			break;
-		}
-		slot = (unsigned char *)qp->ring + qp->sq_offset + (size_t)(qp->sq_tail & (qp->sq_entries - 1)) * qp->sq_stride;
-		memset(slot, 0, 64);
-		memcpy(slot, &wr->wr_id, 8);
-		slot[8] = (uint8_t)wr->opcode;
-		if (wr->send_flags & IBV_SEND_SIGNALED)
-			flags |= 1;
-		if (wr->send_flags & IBV_SEND_SOLICITED)
-			flags |= 2;
-		if (wr->send_flags & IBV_SEND_FENCE)
-			flags |= 8;
-		imm = be32toh(wr->imm_data);
-		memcpy(slot + 12, &imm, 4);
-		switch (wr->opcode) {
-		case IBV_WR_RDMA_WRITE:
-		case IBV_WR_RDMA_WRITE_WITH_IMM:
-		case IBV_WR_RDMA_READ:
-			memcpy(slot + 16, &wr->wr.rdma.remote_addr, 8);
-			memcpy(slot + 24, &wr->wr.rdma.rkey, 4);
-			break;
-		case IBV_WR_ATOMIC_CMP_AND_SWP:
-		case IBV_WR_ATOMIC_FETCH_AND_ADD:
-			memcpy(slot + 16, &wr->wr.atomic.remote_addr, 8);
-			memcpy(slot + 24, &wr->wr.atomic.rkey, 4);
-			memcpy(slot + 32, &wr->wr.atomic.compare_add, 8);
-			memcpy(slot + 40, &wr->wr.atomic.swap, 8);
-			break;
-		default:
-			break;
-		}
-		if (wr->send_flags & IBV_SEND_INLINE) {
-			uint32_t total = 0;
-
-			if (wr->opcode == IBV_WR_RDMA_READ || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-			    wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-				rc = EINVAL;
-				break;
-			}
-			for (int i = 0; i < wr->num_sge; i++) {
-				if (wr->sg_list[i].length > qp->caps.max_inline_data - total) {
-					rc = EINVAL;
-					break;
-				}
-				memcpy(slot + 64 + total, (const void *)(uintptr_t)wr->sg_list[i].addr,
-				       wr->sg_list[i].length);
-				total += wr->sg_list[i].length;
-			}
-			if (rc)
-				break;
-			flags |= 4;
-			memcpy(slot + 28, &total, 4);
-		} else {
-			if ((uint32_t)wr->num_sge > qp->caps.max_send_sge) {
-				rc = EINVAL;
-				break;
-			}
-			slot[10] = (uint8_t)wr->num_sge;
-			for (int i = 0; i < wr->num_sge; i++) {
-				memcpy(slot + 64 + 16 * i, &wr->sg_list[i].addr, 8);
-				memcpy(slot + 72 + 16 * i, &wr->sg_list[i].length, 4);
-				memcpy(slot + 76 + 16 * i, &wr->sg_list[i].lkey, 4);
-			}
-		}
-		slot[9] = flags;
-		qp->sq_tail = (qp->sq_tail + 1) & mask;
+		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
 		posted++;
 	}
-	if (posted) {
-		store32(qp->ring, QP_SQ_TAIL, qp->sq_tail);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* §6 pair 1 */
-		if (load32(qp->ring, QP_SQ_DOORBELL))
-			ring_doorbell(qp);
-	}
+	if (posted)
+		publish_sq(qp);
 out:
 	if (rc)
 		*bad_wr = wr;
@@ -937,7 +841,6 @@ out:
 static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
-	uint32_t mask, head;
 	int rc = 0, posted = 0;
 
 	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr) {
@@ -945,17 +848,13 @@ static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			*bad_wr = wr;
 		return EINVAL;
 	}
-	mask = 2 * qp->rq_entries - 1;
 	pthread_mutex_lock(&qp->rq_lock);
-	if (load32(qp->ring, QP_STATE) == IBV_QPS_RESET) {
+	if (ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RESET) {
 		rc = EINVAL;
 		goto out;
 	}
 	for (; wr; wr = wr->next) {
-		unsigned char *slot;
-
-		head = load32(qp->ring, QP_RQ_HEAD);
-		if (((qp->rq_tail - head) & mask) >= qp->rq_entries) {
+		if (ring_full(qp->rq_tail, ring_load(qp->ring, VRDMA_QP_RQ_HEAD), qp->rq_entries)) {
 			rc = ENOMEM;
 			break;
 		}
@@ -963,38 +862,18 @@ static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			rc = EINVAL;
 			break;
 		}
-		slot = (unsigned char *)qp->ring + qp->rq_offset + (size_t)(qp->rq_tail & (qp->rq_entries - 1)) * qp->rq_stride;
-		memset(slot, 0, 16);
-		memcpy(slot, &wr->wr_id, 8);
-		slot[8] = (uint8_t)wr->num_sge;
-		for (int i = 0; i < wr->num_sge; i++) {
-			memcpy(slot + 16 + 16 * i, &wr->sg_list[i].addr, 8);
-			memcpy(slot + 24 + 16 * i, &wr->sg_list[i].length, 4);
-			memcpy(slot + 28 + 16 * i, &wr->sg_list[i].lkey, 4);
-		}
-		qp->rq_tail = (qp->rq_tail + 1) & mask;
+		wqe_recv_from_wr(rq_slot(qp, qp->rq_tail), wr);
+		qp->rq_tail = ring_next(qp->rq_tail, qp->rq_entries);
 		posted++;
 	}
-	if (posted) {
-		store32(qp->ring, QP_RQ_TAIL, qp->rq_tail);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST); /* §6 pair 3 */
-		if (load32(qp->ring, QP_STATE) == IBV_QPS_ERR)
-			ring_doorbell(qp);
-	}
+	/* In ERR the agent flushes new receives only when woken (ring.h pair 3). */
+	if (posted && ring_publish_rq(qp->ring, qp->rq_tail) == IBV_QPS_ERR)
+		ring_doorbell(qp);
 out:
 	if (rc)
 		*bad_wr = wr;
 	pthread_mutex_unlock(&qp->rq_lock);
 	return rc;
-}
-
-static int get_caps(const struct json_doc *d, int tok, struct ibv_qp_cap *c)
-{
-	return json_get_u32(d, tok, "max_send_wr", &c->max_send_wr) ||
-	       json_get_u32(d, tok, "max_recv_wr", &c->max_recv_wr) ||
-	       json_get_u32(d, tok, "max_send_sge", &c->max_send_sge) ||
-	       json_get_u32(d, tok, "max_recv_sge", &c->max_recv_sge) ||
-	       json_get_u32(d, tok, "max_inline_data", &c->max_inline_data);
 }
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
@@ -1006,9 +885,10 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	struct vrdma_reply r;
 	char body[512];
 	struct jbuf b;
-	uint32_t h, qpn, se, ss, re, rs, so, ro, size;
+	struct vrdma_qp_layout l;
+	uint32_t h, qpn;
 	struct ibv_qp_cap caps;
-	int lay, e;
+	int e;
 
 	if (!pd || !vm || !attr) {
 		errno = EINVAL;
@@ -1044,50 +924,40 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	jb_u64(&b, "max_recv_sge", attr->cap.max_recv_sge);
 	jb_u64(&b, "max_inline_data", attr->cap.max_inline_data);
 	jb_raw(&b, "}}");
-	e = cmd(vm, OP_CREATE_QP, body, &r);
+	e = cmd(vm, VRDMA_OP_CREATE_QP, body, &r);
 	if (e) {
 		errno = e;
 		return NULL;
 	}
-	lay = json_get(&r.doc, 0, "layout");
 	if (json_get_u32(&r.doc, 0, "handle", &h)) {
 		vrdma_reply_free(&r);
 		errno = EIO;
 		return NULL;
 	}
-	/* The layout checks of §5.2 (QPLayout.Check). */
-	if (json_get_u32(&r.doc, 0, "qpn", &qpn) || get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &caps) ||
-	    json_get_u32(&r.doc, lay, "sq_entries", &se) || json_get_u32(&r.doc, lay, "sq_stride", &ss) ||
-	    json_get_u32(&r.doc, lay, "rq_entries", &re) || json_get_u32(&r.doc, lay, "rq_stride", &rs) ||
-	    json_get_u32(&r.doc, lay, "sq_offset", &so) || json_get_u32(&r.doc, lay, "rq_offset", &ro) ||
-	    json_get_u32(&r.doc, lay, "size", &size) || r.nfds != 2 || !is_pow2(se) || se > 4096 || !is_pow2(re) ||
-	    re > 4096 || ss < 80 || ss > 4096 || rs < 32 || rs > 4096 || so < 4096 ||
-	    (uint64_t)ro < (uint64_t)so + (uint64_t)se * ss || (uint64_t)ro + (uint64_t)re * rs > size ||
-	    caps.max_send_sge > (ss - 64) / 16 || caps.max_recv_sge > (rs - 16) / 16 ||
-	    caps.max_inline_data > ss - 64) {
+	if (json_get_u32(&r.doc, 0, "qpn", &qpn) || vrdma_qp_layout(&r.doc, 0, &l, &caps) || r.nfds != 2) {
 		vrdma_reply_free(&r);
-		cmd_handle(vm, OP_DESTROY_QP, h);
+		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
 		errno = EIO;
 		return NULL;
 	}
 	qp = calloc(1, sizeof(*qp));
 	if (qp)
-		qp->ring = map_ring(r.fds[0], size);
+		qp->ring = map_ring(r.fds[0], l.size);
 	if (!qp || !qp->ring) {
 		e = qp ? errno : ENOMEM;
 		free(qp);
 		vrdma_reply_free(&r);
-		cmd_handle(vm, OP_DESTROY_QP, h);
+		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
 		errno = e;
 		return NULL;
 	}
-	qp->ring_size = size;
-	qp->sq_entries = se;
-	qp->sq_stride = ss;
-	qp->rq_entries = re;
-	qp->rq_stride = rs;
-	qp->sq_offset = so;
-	qp->rq_offset = ro;
+	qp->ring_size = l.size;
+	qp->sq_entries = l.sq_entries;
+	qp->sq_stride = l.sq_stride;
+	qp->rq_entries = l.rq_entries;
+	qp->rq_stride = l.rq_stride;
+	qp->sq_offset = l.sq_offset;
+	qp->rq_offset = l.rq_offset;
 	qp->caps = caps;
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->doorbell_fd = r.fds[1];
@@ -1109,7 +979,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
 	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
-		cmd_handle(vm, OP_DESTROY_QP, h);
+		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
 		munmap(qp->ring, qp->ring_size);
 		close(qp->doorbell_fd);
 		free(qp);
@@ -1171,7 +1041,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	jb_raw(&b, "}}");
 	if (b.err)
 		return EINVAL;
-	e = cmd(vm, OP_MODIFY_QP, body, &r);
+	e = cmd(vm, VRDMA_OP_MODIFY_QP, body, &r);
 	if (e)
 		return e;
 	vrdma_reply_free(&r);
@@ -1193,7 +1063,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	if (!qp || !vm || !attr || !init_attr)
 		return EINVAL;
 	snprintf(body, sizeof(body), "{\"handle\":%u}", qp->qpx.qp_base.handle);
-	e = cmd(vm, OP_QUERY_QP, body, &r);
+	e = cmd(vm, VRDMA_OP_QUERY_QP, body, &r);
 	if (e)
 		return e;
 	a = json_get(&r.doc, 0, "attr");
@@ -1226,7 +1096,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	}
 	attr->pkey_index = 0;
 	attr->cap = qp->caps;
-	get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &attr->cap);
+	vrdma_get_caps(&r.doc, json_get(&r.doc, 0, "caps"), &attr->cap);
 	vrdma_reply_free(&r);
 	memset(init_attr, 0, sizeof(*init_attr));
 	init_attr->qp_context = qp->qpx.qp_base.qp_context;
@@ -1246,7 +1116,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 
 	if (!qp)
 		return EINVAL;
-	e = cmd_handle(vrdma_vm_get(), OP_DESTROY_QP, qp->qpx.qp_base.handle);
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DESTROY_QP, qp->qpx.qp_base.handle);
 	if (e && e != EIO)
 		return e;
 	reg_take(&qps, qp);
@@ -1267,55 +1137,40 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 
 /* wr_begin starts a WQE of opcode in the next slot after the last one of
  * this wr_start; NULL (and wr_err set) if it cannot. */
-static unsigned char *wr_begin(struct ibv_qp_ex *x, int opcode)
+static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)x;
-	uint32_t mask = 2 * qp->sq_entries - 1;
-	unsigned char *slot;
-	uint8_t flags = 0;
+	void *slot;
 
 	qp->wr_cur = NULL;
 	if (qp->wr_err)
 		return NULL;
-	if (x->wr_flags & ~(unsigned)(IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE)) {
+	if (x->wr_flags & ~WQE_SEND_FLAGS) {
 		qp->wr_err = EINVAL;
 		return NULL;
 	}
-	if (((qp->wr_tail - load32(qp->ring, QP_SQ_HEAD)) & mask) >= qp->sq_entries) {
+	if (ring_full(qp->wr_tail, ring_load(qp->ring, VRDMA_QP_SQ_HEAD), qp->sq_entries)) {
 		qp->wr_err = ENOMEM;
 		return NULL;
 	}
-	slot = (unsigned char *)qp->ring + qp->sq_offset + (size_t)(qp->wr_tail & (qp->sq_entries - 1)) * qp->sq_stride;
-	memset(slot, 0, 64);
-	memcpy(slot, &x->wr_id, 8);
-	slot[8] = (uint8_t)opcode;
-	if (x->wr_flags & IBV_SEND_SIGNALED)
-		flags |= 1;
-	if (x->wr_flags & IBV_SEND_SOLICITED)
-		flags |= 2;
-	if (x->wr_flags & IBV_SEND_FENCE)
-		flags |= 8;
-	slot[9] = flags; /* INLINE comes with wr_set_inline_data */
-	qp->wr_tail = (qp->wr_tail + 1) & mask;
+	slot = sq_slot(qp, qp->wr_tail);
+	wqe_send_begin(slot, x->wr_id, opcode, x->wr_flags); /* INLINE comes with wr_set_inline_data */
+	qp->wr_tail = ring_next(qp->wr_tail, qp->sq_entries);
 	qp->wr_cur = slot;
 	qp->wr_op = opcode;
 	return slot;
 }
 
-static void wr_remote(unsigned char *slot, uint32_t rkey, uint64_t raddr)
+static void wr_remote(void *slot, uint32_t rkey, uint64_t raddr)
 {
-	if (slot) {
-		memcpy(slot + 16, &raddr, 8);
-		memcpy(slot + 24, &rkey, 4);
-	}
+	if (slot)
+		wqe_send_remote(slot, raddr, rkey);
 }
 
-static void wr_imm(unsigned char *slot, __be32 imm)
+static void wr_imm(void *slot, __be32 imm)
 {
-	uint32_t v = be32toh(imm);
-
 	if (slot)
-		memcpy(slot + 12, &v, 4);
+		wqe_send_imm(slot, imm);
 }
 
 static void wr_send(struct ibv_qp_ex *x)
@@ -1335,7 +1190,7 @@ static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
 
 static void wr_rdma_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, __be32 imm)
 {
-	unsigned char *slot = wr_begin(x, IBV_WR_RDMA_WRITE_WITH_IMM);
+	void *slot = wr_begin(x, IBV_WR_RDMA_WRITE_WITH_IMM);
 
 	wr_remote(slot, rkey, raddr);
 	wr_imm(slot, imm);
@@ -1348,27 +1203,25 @@ static void wr_rdma_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
 
 static void wr_atomic_cmp_swp(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap)
 {
-	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_CMP_AND_SWP);
+	void *slot = wr_begin(x, IBV_WR_ATOMIC_CMP_AND_SWP);
 
 	wr_remote(slot, rkey, raddr);
-	if (slot) {
-		memcpy(slot + 32, &compare, 8);
-		memcpy(slot + 40, &swap, 8);
-	}
+	if (slot)
+		wqe_send_atomic(slot, compare, swap);
 }
 
 static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, uint64_t add)
 {
-	unsigned char *slot = wr_begin(x, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	void *slot = wr_begin(x, IBV_WR_ATOMIC_FETCH_AND_ADD);
 
 	wr_remote(slot, rkey, raddr);
 	if (slot)
-		memcpy(slot + 32, &add, 8);
+		wqe_send_atomic(slot, add, 0);
 }
 
 /* wr_data returns the current WQE for a wr_set_* call, or NULL (wr_err set
  * when the call has no WQE to go with). */
-static unsigned char *wr_data(struct vrdma_qp *qp)
+static void *wr_data(struct vrdma_qp *qp)
 {
 	if (!qp->wr_cur && !qp->wr_err)
 		qp->wr_err = EINVAL;
@@ -1378,7 +1231,7 @@ static unsigned char *wr_data(struct vrdma_qp *qp)
 static void wr_set_sge_list(struct ibv_qp_ex *x, size_t num_sge, const struct ibv_sge *sg_list)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)x;
-	unsigned char *slot = wr_data(qp);
+	void *slot = wr_data(qp);
 
 	if (!slot)
 		return;
@@ -1386,13 +1239,7 @@ static void wr_set_sge_list(struct ibv_qp_ex *x, size_t num_sge, const struct ib
 		qp->wr_err = EINVAL;
 		return;
 	}
-	slot[9] &= (uint8_t)~4;
-	slot[10] = (uint8_t)num_sge;
-	for (size_t i = 0; i < num_sge; i++) {
-		memcpy(slot + 64 + 16 * i, &sg_list[i].addr, 8);
-		memcpy(slot + 72 + 16 * i, &sg_list[i].length, 4);
-		memcpy(slot + 76 + 16 * i, &sg_list[i].lkey, 4);
-	}
+	wqe_send_sges(slot, num_sge, sg_list);
 }
 
 static void wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
@@ -1405,27 +1252,20 @@ static void wr_set_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32
 static void wr_set_inline_data_list(struct ibv_qp_ex *x, size_t num_buf, const struct ibv_data_buf *buf_list)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)x;
-	unsigned char *slot = wr_data(qp);
-	uint32_t total = 0;
+	void *slot = wr_data(qp);
 
 	if (!slot)
 		return;
-	if (qp->wr_op == IBV_WR_RDMA_READ || qp->wr_op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	    qp->wr_op == IBV_WR_ATOMIC_FETCH_AND_ADD || (num_buf && !buf_list)) {
+	if (!wqe_send_takes_inline(qp->wr_op) || (num_buf && !buf_list)) {
 		qp->wr_err = EINVAL;
 		return;
 	}
-	for (size_t i = 0; i < num_buf; i++) {
-		if (buf_list[i].length > qp->caps.max_inline_data - total) {
+	wqe_send_inline(slot);
+	for (size_t i = 0; i < num_buf; i++)
+		if (wqe_send_inline_add(slot, buf_list[i].addr, buf_list[i].length, qp->caps.max_inline_data)) {
 			qp->wr_err = EINVAL;
 			return;
 		}
-		memcpy(slot + 64 + total, buf_list[i].addr, buf_list[i].length);
-		total += (uint32_t)buf_list[i].length;
-	}
-	slot[9] |= 4;
-	slot[10] = 0;
-	memcpy(slot + 28, &total, 4);
 }
 
 static void wr_set_inline_data(struct ibv_qp_ex *x, void *addr, size_t length)
@@ -1448,18 +1288,14 @@ static void wr_start(struct ibv_qp_ex *x)
 static int wr_complete(struct ibv_qp_ex *x)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)x;
-	uint32_t state = load32(qp->ring, QP_STATE);
 	int err = qp->wr_err;
 
-	if (!err && state != IBV_QPS_RTS && state != IBV_QPS_SQD && state != IBV_QPS_SQE && state != IBV_QPS_ERR)
+	if (!err && !sq_postable(ring_load(qp->ring, VRDMA_QP_STATE)))
 		err = EINVAL;
 	if (!err && qp->wr_tail != qp->sq_tail) {
-		/* Publish every WQE since wr_start at once (§6 pair 1). */
+		/* Publish every WQE since wr_start at once. */
 		qp->sq_tail = qp->wr_tail;
-		store32(qp->ring, QP_SQ_TAIL, qp->sq_tail);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (load32(qp->ring, QP_SQ_DOORBELL))
-			ring_doorbell(qp);
+		publish_sq(qp);
 	}
 	qp->wr_cur = NULL;
 	pthread_mutex_unlock(&qp->sq_lock);

@@ -15,51 +15,10 @@
 
 #define VRDMA_CLIENT "libibverbs-vrdma/0.1"
 #define VRDMA_MAX_ADAPTERS 10
-#define VRDMA_MAX_MESSAGE (1u << 20)
-#define VRDMA_HDR_LEN 16
 
-/* Ops of wire-local.md §4. */
-enum {
-	OP_HELLO = 1,
-	OP_ATTACH = 2,
-	OP_QUERY_DEVICE = 3,
-	OP_QUERY_PORT = 4,
-	OP_ALLOC_PD = 5,
-	OP_DEALLOC_PD = 6,
-	OP_REG_MR = 7,
-	OP_DEREG_MR = 8,
-	OP_CREATE_CQ = 9,
-	OP_DESTROY_CQ = 10,
-	OP_CREATE_QP = 11,
-	OP_MODIFY_QP = 12,
-	OP_QUERY_QP = 13,
-	OP_DESTROY_QP = 14,
-	OP_ACCEPT_REQUEST = 17,
-	OP_REJECT_REQUEST = 18,
-	/* rdma_cm's event channels (§4.12), for librdmacm through cmbridge.c */
-	OP_CM_OPEN_CHANNEL = 40,
-	OP_CM_CLOSE_CHANNEL = 41,
-	OP_CM_LISTEN = 42,
-	OP_CM_CLOSE_LISTEN = 43,
-	OP_CM_RESOLVE = 44,
-	OP_CM_ROUTE = 45,
-	OP_CM_CONNECT = 46,
-	OP_CM_DISCONNECT = 47,
-	OP_ASYNC_OPEN = 48,   /* events.c */
-	OP_CM_ESTABLISH = 49, /* rdma_establish, for librdmacm */
-};
-
-/* Capability bits of wire-local.md §2. */
-#define VRDMA_CAP_ASYNC_MODE 0x1ull
-#define VRDMA_CAP_FENCE 0x2ull
-#define VRDMA_CAP_PATH_MEMCPY 0x4ull
-#define VRDMA_CAP_PATH_TCP 0x8ull
-#define VRDMA_CAP_CM 0x10ull
-#define VRDMA_CAP_QP_COUNTERS 0x20ull
-#define VRDMA_CAP_VM_MANAGE 0x40ull
-#define VRDMA_CAP_MR_IOVA 0x80ull
-#define VRDMA_CAP_ASYNC_EVENTS 0x100ull
-#define VRDMA_CAPS_KNOWN 0x1ffull
+/* The ops, capability bits, error codes, limits and layouts of
+ * docs/wire-local.md, generated from internal/abi. */
+#include "vrdma-abi.h"
 
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
@@ -135,6 +94,12 @@ struct vrdma_session {
 	uint64_t caps;
 };
 
+/* vrdma_msg_header_put writes the header of a request of op (§1.2) into
+ * buf, VRDMA_MSG_HEADER_SIZE bytes. vrdma_msg_response decodes the header
+ * of the n-byte message buf into h (host order) and checks it is a
+ * response whose length is n's; 0 if so, -1 if not. */
+void vrdma_msg_header_put(unsigned char *buf, int op, uint32_t seq, uint32_t len);
+int vrdma_msg_response(const unsigned char *buf, size_t n, struct vrdma_msg_header *h);
 /* vrdma_socket_path writes the agent's socket path (wire-local.md §1.1). */
 void vrdma_socket_path(char *buf, size_t n);
 int vrdma_session_open(struct vrdma_session *s, const char *path);
@@ -225,6 +190,21 @@ int vrdma_async_open(struct vrdma_device *d);
 /* verbs.c: vrdma_qp_of_handle returns ctx's live QP with the agent's
  * handle, or NULL. */
 struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle);
+
+/* layout.c: the ring layout of a create-cq or create-qp reply (the object
+ * root of d), read and checked against itself (not yet against the file's
+ * size): 0, or -1 when a member is missing or the layout is not one the
+ * agent makes. vrdma_qp_layout reads the reply's caps too;
+ * vrdma_get_caps reads caps object tok. */
+struct vrdma_cq_layout {
+	uint32_t entries, offset, size;
+};
+struct vrdma_qp_layout {
+	uint32_t sq_entries, sq_stride, rq_entries, rq_stride, sq_offset, rq_offset, size;
+};
+int vrdma_cq_layout(const struct json_doc *d, int root, struct vrdma_cq_layout *l);
+int vrdma_qp_layout(const struct json_doc *d, int root, struct vrdma_qp_layout *l, struct ibv_qp_cap *caps);
+int vrdma_get_caps(const struct json_doc *d, int tok, struct ibv_qp_cap *c);
 
 /* verbs.c: installs the context ops of PD/MR/CQ/QP. */
 void vrdma_set_ops(struct vrdma_context *ctx);

@@ -381,7 +381,7 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 
 	if (cm_init())
 		return NULL;
-	if (call(OP_CM_OPEN_CHANNEL, "{}", &reply, &fd))
+	if (call(VRDMA_OP_CM_OPEN_CHANNEL, "{}", &reply, &fd))
 		return NULL;
 	if (fd < 0 || json_parse(&d, reply, (int)strlen(reply)) || json_get_u32(&d, 0, "handle", &h)) {
 		json_free(&d);
@@ -398,7 +398,7 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 		char body[48];
 
 		snprintf(body, sizeof(body), "{\"handle\":%u}", h);
-		call(OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
+		call(VRDMA_OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
 		close(fd);
 		errno = ENOMEM;
 		return NULL;
@@ -424,7 +424,7 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	c->magic = CHANNEL_DEAD;
 	close(c->ch.fd);
 	snprintf(body, sizeof(body), "{\"handle\":%u}", c->handle);
-	call(OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
+	call(VRDMA_OP_CM_CLOSE_CHANNEL, body, NULL, NULL);
 }
 
 /* ---- IDs ---- */
@@ -515,14 +515,14 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		return cm_fail(EINVAL);
 	if (c->listen_handle) {
 		snprintf(body, sizeof(body), "{\"handle\":%u}", c->listen_handle);
-		call(OP_CM_CLOSE_LISTEN, body, NULL, NULL);
+		call(VRDMA_OP_CM_CLOSE_LISTEN, body, NULL, NULL);
 		c->listen_handle = 0;
 	}
 	if (c->request && !c->answered) {
 		/* As the kernel does for a request's ID destroyed unanswered. */
 		snprintf(body, sizeof(body), "{\"listener\":%u,\"id\":%u,\"reason\":\"the listener destroyed the request's rdma_cm ID\"}",
 			 c->listener, c->req);
-		call(OP_REJECT_REQUEST, body, NULL, NULL);
+		call(VRDMA_OP_REJECT_REQUEST, body, NULL, NULL);
 		c->answered = 1;
 	}
 	if (c->id.event) {
@@ -636,7 +636,7 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	jb_raw(&b, "}");
 	if (b.err)
 		return cm_fail(EINVAL);
-	if (call(OP_CM_RESOLVE, body, NULL, NULL))
+	if (call(VRDMA_OP_CM_RESOLVE, body, NULL, NULL))
 		return -1;
 	return complete(c);
 }
@@ -650,7 +650,7 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 	if (!c || !c->dev || !c->remote[0])
 		return cm_fail(EINVAL); /* rdma_resolve_addr first */
 	snprintf(body, sizeof(body), "{\"channel\":%u,\"cookie\":%llu}", channel_handle(c), (unsigned long long)c->cookie);
-	if (call(OP_CM_ROUTE, body, NULL, NULL))
+	if (call(VRDMA_OP_CM_ROUTE, body, NULL, NULL))
 		return -1;
 	return complete(c);
 }
@@ -887,7 +887,7 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return cm_fail(EINVAL);
 	if (!*port_of(&id->route.addr.src_addr))
 		*port_of(&id->route.addr.src_addr) = htobe16(ephemeral_port());
-	if (call(OP_CM_CONNECT, body, NULL, NULL))
+	if (call(VRDMA_OP_CM_CONNECT, body, NULL, NULL))
 		return -1;
 	return complete(c);
 }
@@ -902,7 +902,7 @@ int rdma_establish(struct rdma_cm_id *id)
 	if (!c->ext_qpn || !c->connected || c->request || c->established)
 		return cm_fail(EINVAL); /* after the CONNECT_RESPONSE of a connect, once */
 	snprintf(body, sizeof(body), "{\"qp\":%u}", c->qp_handle);
-	if (call(OP_CM_ESTABLISH, body, NULL, NULL))
+	if (call(VRDMA_OP_CM_ESTABLISH, body, NULL, NULL))
 		return -1;
 	c->established = 1;
 	return 0;
@@ -936,7 +936,7 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		jb_u64(&b, "port", p);
 		jb_u64(&b, "cookie", c->cookie);
 		jb_raw(&b, "}");
-		if (call(OP_CM_LISTEN, body, &reply, NULL) == 0) {
+		if (call(VRDMA_OP_CM_LISTEN, body, &reply, NULL) == 0) {
 			*port_of(src) = htobe16(p);
 			break;
 		}
@@ -1021,7 +1021,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 	jb_raw(&b, "}");
 	if (b.err)
 		return cm_fail(EINVAL);
-	if (call(OP_ACCEPT_REQUEST, body, &reply, NULL))
+	if (call(VRDMA_OP_ACCEPT_REQUEST, body, &reply, NULL))
 		return -1;
 	free(reply);
 	c->answered = 1;
@@ -1047,7 +1047,7 @@ int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private
 	jb_raw(&b, "}");
 	if (b.err)
 		return cm_fail(EINVAL);
-	if (call(OP_REJECT_REQUEST, body, NULL, NULL))
+	if (call(VRDMA_OP_REJECT_REQUEST, body, NULL, NULL))
 		return -1;
 	c->answered = 1;
 	return 0;
@@ -1073,7 +1073,7 @@ int rdma_disconnect(struct rdma_cm_id *id)
 		ibv_modify_qp(id->qp, &a, IBV_QP_STATE);
 	}
 	snprintf(body, sizeof(body), "{\"qp\":%u}", c->qp_handle);
-	if (call(OP_CM_DISCONNECT, body, NULL, NULL))
+	if (call(VRDMA_OP_CM_DISCONNECT, body, NULL, NULL))
 		return -1;
 	return complete(c);
 }

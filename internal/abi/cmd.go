@@ -18,7 +18,7 @@ import (
 // FlagError when its body is an *Error. File descriptors ride along as
 // SCM_RIGHTS on the messages that the op's documentation names.
 
-// HeaderSize is the size of a command message header.
+// CmdHeaderSize is the size of a command message header (WireMsgHeader).
 const CmdHeaderSize = 16
 
 // MaxMessage bounds a command message, header included.
@@ -121,12 +121,12 @@ func AppendMessage(dst []byte, h Header, body any) ([]byte, error) {
 		return dst, fmt.Errorf("%s message of %d bytes exceeds the %d-byte limit", h.Op, CmdHeaderSize+len(b), MaxMessage)
 	}
 	var hdr [CmdHeaderSize]byte
-	hdr[0], hdr[1] = 'V', 'R'
-	hdr[2] = h.Version
-	hdr[3] = h.Flags
-	binary.LittleEndian.PutUint16(hdr[4:], uint16(h.Op))
-	binary.LittleEndian.PutUint32(hdr[8:], h.Seq)
-	binary.LittleEndian.PutUint32(hdr[12:], uint32(len(b)))
+	hdr[mhMagic], hdr[mhMagic+1] = 'V', 'R'
+	hdr[mhVersion] = h.Version
+	hdr[mhFlags] = h.Flags
+	binary.LittleEndian.PutUint16(hdr[mhOp:], uint16(h.Op))
+	binary.LittleEndian.PutUint32(hdr[mhSeq:], h.Seq)
+	binary.LittleEndian.PutUint32(hdr[mhLen:], uint32(len(b)))
 	return append(append(dst, hdr[:]...), b...), nil
 }
 
@@ -137,14 +137,14 @@ func ParseMessage(msg []byte) (Header, []byte, error) {
 	if len(msg) < CmdHeaderSize {
 		return h, nil, Errorf(CodeInvalid, "header", "message of %d bytes is shorter than the %d-byte header", len(msg), CmdHeaderSize)
 	}
-	if msg[0] != 'V' || msg[1] != 'R' {
+	if msg[mhMagic] != 'V' || msg[mhMagic+1] != 'R' {
 		return h, nil, Errorf(CodeInvalid, "magic", "message does not start with the \"VR\" magic: not a vrdma client")
 	}
-	h.Version = msg[2]
-	h.Flags = msg[3]
-	h.Op = Op(binary.LittleEndian.Uint16(msg[4:]))
-	h.Seq = binary.LittleEndian.Uint32(msg[8:])
-	h.Len = binary.LittleEndian.Uint32(msg[12:])
+	h.Version = msg[mhVersion]
+	h.Flags = msg[mhFlags]
+	h.Op = Op(binary.LittleEndian.Uint16(msg[mhOp:]))
+	h.Seq = binary.LittleEndian.Uint32(msg[mhSeq:])
+	h.Len = binary.LittleEndian.Uint32(msg[mhLen:])
 	if h.Version != Version {
 		return h, nil, Errorf(CodeInvalid, "version", "ABI version %d, but this side speaks %d: use a library and agent of the same release", h.Version, Version)
 	}
@@ -270,6 +270,12 @@ const (
 	CodeRefused     = "refused"
 	CodeInternal    = "internal"
 )
+
+// ErrorCodes returns every error code of this ABI version, in the order
+// of docs/wire-local.md §3.
+func ErrorCodes() []string {
+	return []string{CodeInvalid, CodeNotFound, CodeLimit, CodeState, CodeExists, CodePermission, CodeUnavailable, CodeRefused, CodeInternal}
+}
 
 // Error is the body of an error response.
 type Error struct {

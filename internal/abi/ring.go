@@ -3,6 +3,7 @@ package abi
 import (
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 )
 
 // Ring index rules, as in PVRDMA (pvrdma_ring.h): a ring has a power-of-two
@@ -43,24 +44,25 @@ const (
 	SendHdr    = 64    // bytes of a send WQE before its SGEs or inline data
 	RecvHdr    = 16    // bytes of a receive WQE before its SGEs
 	HeaderSize = 4096  // the ring-state page at the start of every ring file
+	MaxStride  = 4096  // the largest send or receive stride a layout may have
 )
 
-// Offsets of the ring-state words in the header page. Each word sits on its
-// own cache line. "P" words are written by the producer, "C" words by the
-// consumer, and flags as documented.
+// Offsets of the ring-state words in the header page (QPRingState,
+// CQRingState). Each word sits on its own cache line. "P" words are written
+// by the producer, "C" words by the consumer, and flags as documented.
 const (
 	// QP ring file.
-	OffSQTail     = 0   // u32, library: next SQ slot it will fill
-	OffSQHead     = 64  // u32, agent: next SQ slot it will consume
-	OffSQDoorbell = 128 // u32, agent: 1 = agent sleeps, ring the doorbell after posting
-	OffRQTail     = 192 // u32, library
-	OffRQHead     = 256 // u32, agent
-	OffQPState    = 320 // u32, agent: the QP's state, for the library's fast checks
+	OffSQTail     = int(unsafe.Offsetof(QPRingState{}.SQTail))     // u32, library: next SQ slot it will fill
+	OffSQHead     = int(unsafe.Offsetof(QPRingState{}.SQHead))     // u32, agent: next SQ slot it will consume
+	OffSQDoorbell = int(unsafe.Offsetof(QPRingState{}.SQDoorbell)) // u32, agent: 1 = agent sleeps, ring the doorbell after posting
+	OffRQTail     = int(unsafe.Offsetof(QPRingState{}.RQTail))     // u32, library
+	OffRQHead     = int(unsafe.Offsetof(QPRingState{}.RQHead))     // u32, agent
+	OffQPState    = int(unsafe.Offsetof(QPRingState{}.QPState))    // u32, agent: the QP's state, for the library's fast checks
 
 	// CQ ring file.
-	OffCQTail  = 0   // u32, agent: next CQE slot it will fill
-	OffCQHead  = 64  // u32, library: next CQE slot it will read
-	OffCQArmed = 128 // u32, library sets 1 to ask for an event; agent clears it and signals
+	OffCQTail  = int(unsafe.Offsetof(CQRingState{}.CQTail))  // u32, agent: next CQE slot it will fill
+	OffCQHead  = int(unsafe.Offsetof(CQRingState{}.CQHead))  // u32, library: next CQE slot it will read
+	OffCQArmed = int(unsafe.Offsetof(CQRingState{}.CQArmed)) // u32, library sets 1 to ask for an event; agent clears it and signals
 )
 
 // QPLayout is the geometry of a QP's ring file: header page, then the send
@@ -143,7 +145,7 @@ func NewQPLayout(c QPCaps) (QPLayout, QPCaps, error) {
 func (l QPLayout) Check(fileSize int64) error {
 	ok := l.SQEntries > 0 && l.SQEntries <= MaxQPWR && l.SQEntries&(l.SQEntries-1) == 0 &&
 		l.RQEntries > 0 && l.RQEntries <= MaxQPWR && l.RQEntries&(l.RQEntries-1) == 0 &&
-		l.SQStride >= SendHdr+SGESize && l.SQStride <= 4096 && l.RQStride >= RecvHdr+SGESize && l.RQStride <= 4096 &&
+		l.SQStride >= SendHdr+SGESize && l.SQStride <= MaxStride && l.RQStride >= RecvHdr+SGESize && l.RQStride <= MaxStride &&
 		l.SQOffset >= HeaderSize && uint64(l.RQOffset) >= uint64(l.SQOffset)+uint64(l.SQEntries)*uint64(l.SQStride) &&
 		uint64(l.RQOffset)+uint64(l.RQEntries)*uint64(l.RQStride) <= uint64(l.Size) &&
 		int64(l.Size) <= fileSize
@@ -196,21 +198,17 @@ type SendWQE struct {
 	SGE        [MaxSGE]SGE
 }
 
-// Send WQE field offsets.
-const (
-	swWRID       = 0
-	swOpcode     = 8
-	swFlags      = 9
-	swNumSGE     = 10
-	swImm        = 12
-	swRemoteAddr = 16
-	swRKey       = 24
-	swInlineLen  = 28
-	swCompareAdd = 32
-	swSwap       = 40
-)
-
 var le = binary.LittleEndian
+
+func putSGE(b []byte, s *SGE) {
+	le.PutUint64(b[sgeAddr:], s.Addr)
+	le.PutUint32(b[sgeLength:], s.Length)
+	le.PutUint32(b[sgeLKey:], s.LKey)
+}
+
+func getSGE(b []byte) SGE {
+	return SGE{Addr: le.Uint64(b[sgeAddr:]), Length: le.Uint32(b[sgeLength:]), LKey: le.Uint32(b[sgeLKey:])}
+}
 
 // EncodeSend writes w into slot (one SQ stride), with inline data if the
 // SendInline flag is set. The caller has checked sizes against the caps.
@@ -219,7 +217,7 @@ func EncodeSend(slot []byte, w *SendWQE, inline []byte) {
 	slot[swOpcode] = byte(w.Opcode)
 	slot[swFlags] = byte(w.Flags)
 	slot[swNumSGE] = w.NumSGE
-	slot[11] = 0
+	slot[swReserved] = 0
 	le.PutUint32(slot[swImm:], w.Imm)
 	le.PutUint64(slot[swRemoteAddr:], w.RemoteAddr)
 	le.PutUint32(slot[swRKey:], w.RKey)
@@ -232,9 +230,7 @@ func EncodeSend(slot []byte, w *SendWQE, inline []byte) {
 	}
 	for i := 0; i < int(w.NumSGE); i++ {
 		o := SendHdr + i*SGESize
-		le.PutUint64(slot[o:], w.SGE[i].Addr)
-		le.PutUint32(slot[o+8:], w.SGE[i].Length)
-		le.PutUint32(slot[o+12:], w.SGE[i].LKey)
+		putSGE(slot[o:], &w.SGE[i])
 	}
 }
 
@@ -283,7 +279,7 @@ func DecodeSend(slot []byte, w *SendWQE, maxSGE, maxInline uint32) WCStatus {
 	}
 	for i := 0; i < int(w.NumSGE); i++ {
 		o := SendHdr + i*SGESize
-		w.SGE[i] = SGE{Addr: le.Uint64(slot[o:]), Length: le.Uint32(slot[o+8:]), LKey: le.Uint32(slot[o+12:])}
+		w.SGE[i] = getSGE(slot[o:])
 	}
 	return WCSuccess
 }
@@ -300,13 +296,11 @@ type RecvWQE struct {
 
 // EncodeRecv writes w into slot (one RQ stride).
 func EncodeRecv(slot []byte, w *RecvWQE) {
-	le.PutUint64(slot[0:], w.WRID)
-	slot[8] = w.NumSGE
+	le.PutUint64(slot[rwWRID:], w.WRID)
+	slot[rwNumSGE] = w.NumSGE
 	for i := 0; i < int(w.NumSGE); i++ {
 		o := RecvHdr + i*SGESize
-		le.PutUint64(slot[o:], w.SGE[i].Addr)
-		le.PutUint32(slot[o+8:], w.SGE[i].Length)
-		le.PutUint32(slot[o+12:], w.SGE[i].LKey)
+		putSGE(slot[o:], &w.SGE[i])
 	}
 }
 
@@ -316,14 +310,14 @@ func DecodeRecv(slot []byte, w *RecvWQE, maxSGE uint32) WCStatus {
 	if len(slot) < RecvHdr {
 		return WCLocQPOpErr
 	}
-	w.WRID = le.Uint64(slot[0:])
-	w.NumSGE = slot[8]
+	w.WRID = le.Uint64(slot[rwWRID:])
+	w.NumSGE = slot[rwNumSGE]
 	if uint32(w.NumSGE) > min(maxSGE, MaxSGE) || int(RecvHdr+uint32(w.NumSGE)*SGESize) > len(slot) {
 		return WCLocLenErr
 	}
 	for i := 0; i < int(w.NumSGE); i++ {
 		o := RecvHdr + i*SGESize
-		w.SGE[i] = SGE{Addr: le.Uint64(slot[o:]), Length: le.Uint32(slot[o+8:]), LKey: le.Uint32(slot[o+12:])}
+		w.SGE[i] = getSGE(slot[o:])
 	}
 	return WCSuccess
 }
@@ -344,28 +338,28 @@ type CQE struct {
 // EncodeCQE writes c into slot (CQESize bytes).
 func EncodeCQE(slot []byte, c *CQE) {
 	_ = slot[CQESize-1]
-	le.PutUint64(slot[0:], c.WRID)
-	le.PutUint32(slot[8:], c.QPNum)
-	slot[12] = byte(c.Opcode)
-	slot[13] = byte(c.Status)
-	slot[14] = byte(c.Flags)
-	slot[15] = 0
-	le.PutUint32(slot[16:], c.ByteLen)
-	le.PutUint32(slot[20:], c.Imm)
-	le.PutUint32(slot[24:], c.SrcQP)
-	le.PutUint32(slot[28:], c.VendorErr)
+	le.PutUint64(slot[cqeWRID:], c.WRID)
+	le.PutUint32(slot[cqeQPNum:], c.QPNum)
+	slot[cqeOpcode] = byte(c.Opcode)
+	slot[cqeStatus] = byte(c.Status)
+	slot[cqeFlags] = byte(c.Flags)
+	slot[cqeReserved] = 0
+	le.PutUint32(slot[cqeByteLen:], c.ByteLen)
+	le.PutUint32(slot[cqeImm:], c.Imm)
+	le.PutUint32(slot[cqeSrcQP:], c.SrcQP)
+	le.PutUint32(slot[cqeVendorErr:], c.VendorErr)
 }
 
 // DecodeCQE reads the completion in slot.
 func DecodeCQE(slot []byte, c *CQE) {
 	_ = slot[CQESize-1]
-	c.WRID = le.Uint64(slot[0:])
-	c.QPNum = le.Uint32(slot[8:])
-	c.Opcode = WCOpcode(slot[12])
-	c.Status = WCStatus(slot[13])
-	c.Flags = WCFlags(slot[14])
-	c.ByteLen = le.Uint32(slot[16:])
-	c.Imm = le.Uint32(slot[20:])
-	c.SrcQP = le.Uint32(slot[24:])
-	c.VendorErr = le.Uint32(slot[28:])
+	c.WRID = le.Uint64(slot[cqeWRID:])
+	c.QPNum = le.Uint32(slot[cqeQPNum:])
+	c.Opcode = WCOpcode(slot[cqeOpcode])
+	c.Status = WCStatus(slot[cqeStatus])
+	c.Flags = WCFlags(slot[cqeFlags])
+	c.ByteLen = le.Uint32(slot[cqeByteLen:])
+	c.Imm = le.Uint32(slot[cqeImm:])
+	c.SrcQP = le.Uint32(slot[cqeSrcQP:])
+	c.VendorErr = le.Uint32(slot[cqeVendorErr:])
 }

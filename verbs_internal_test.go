@@ -1,0 +1,61 @@
+package vrdma
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+)
+
+// TestPollBrokenTail writes CQ tails the agent never writes into a CQ
+// ring and polls: each must give ErrBrokenRing and no completion, as C's
+// poll_cq gives EIO (both check with the rule of wire-local.md §5.1), and
+// a valid tail afterwards works again. Without the check, Poll returned
+// slots the agent never wrote.
+func TestPollBrokenTail(t *testing.T) {
+	const entries = 4
+	layout, err := abi.NewCQLayout(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := sys.Memfd("vrdma-test-cq", int64(layout.Size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	ring, err := sys.Map(fd.Int(), int(layout.Size), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ring.Unmap()
+	cq := &CQ{vm: &VM{c: &conn{}}, layout: layout, ring: ring}
+	mem := ring.Bytes()
+	tail := abi.Word(mem, abi.OffCQTail)
+	for i := uint32(0); i < entries; i++ {
+		off := layout.Offset + i*abi.CQESize
+		abi.EncodeCQE(mem[off:off+abi.CQESize], &abi.CQE{WRID: uint64(100 + i)})
+	}
+	wc := make([]WorkCompletion, 2*entries)
+	for _, bad := range []uint32{
+		entries + 1,    // a valid index, but more than entries ahead of head 0
+		2*entries - 1,  // likewise (one behind head: a rewound tail)
+		2 * entries,    // not an index of the ring
+		0xffffffff,     // nor this
+		0x80000000 | 1, // high bits set
+	} {
+		tail.Store(bad)
+		n, err := cq.Poll(wc)
+		if n != 0 || !errors.Is(err, ErrBrokenRing) {
+			t.Errorf("tail %#x: Poll = %d, %v; want 0, ErrBrokenRing", bad, n, err)
+		}
+	}
+	tail.Store(entries) // a full CQ: every slot
+	n, err := cq.Poll(wc)
+	if err != nil || n != entries || wc[0].WRID != 100 || wc[entries-1].WRID != 100+entries-1 {
+		t.Fatalf("full CQ: Poll = %d, %v (first %d)", n, err, wc[0].WRID)
+	}
+	if h := abi.Word(mem, abi.OffCQHead).Load(); h != entries {
+		t.Fatalf("head word %d after polling %d, want %d", h, entries, entries)
+	}
+}
