@@ -22,7 +22,7 @@ type OpInfo struct {
 	External bool
 	// Blocking: the agent serves the op off the session's goroutine, so
 	// that it may wait (for a peer) while the session reads on
-	// (wire-local.md §1.5).
+	// (wire-local.md §1.5). A blocking op needs an attached VM (Attach).
 	Blocking bool
 	// Attach: the op works on an attached VM's objects; without one the
 	// agent answers bad-state.
@@ -91,7 +91,7 @@ func init() {
 
 // checkOpTable checks that t names every op once, in wire-number order,
 // below opMax, each with a name and either a request constructor or the
-// External mark.
+// External mark, and every blocking op marked Attach.
 func checkOpTable(t []OpInfo) error {
 	names := map[string]bool{}
 	var last Op
@@ -105,6 +105,8 @@ func checkOpTable(t []OpInfo) error {
 			return fmt.Errorf("op %d has no name or a name another op has (%q)", in.Op, in.Name)
 		case (in.Request == nil) != in.External:
 			return fmt.Errorf("op %d (%s) must have a request constructor, or be External, not both", in.Op, in.Name)
+		case in.Blocking && !in.Attach:
+			return fmt.Errorf("op %d (%s) blocks, so it must need an attached VM: the agent checks that before it starts the op's goroutine", in.Op, in.Name)
 		}
 		names[in.Name] = true
 		last = in.Op

@@ -55,6 +55,7 @@ func TestOpTable(t *testing.T) {
 		"no request":       {{Op: 1, Name: "a"}},
 		"both":             {{Op: 1, Name: "a", Request: mk, External: true}},
 		"zero":             {{Op: 0, Name: "a", Request: mk}},
+		"blocking, no VM":  {{Op: 1, Name: "a", Request: mk, Blocking: true}},
 		"past opMax":       {{Op: opMax, Name: "a", Request: mk}},
 	} {
 		if checkOpTable(bad) == nil {
