@@ -34,7 +34,9 @@ const (
 type Op uint16
 
 // Commands. Their request and response bodies are the types named in the
-// comment; "fds:" lists descriptors the response carries, in order.
+// comment; "fds:" lists descriptors the response carries, in order. The
+// table of operations (ops.go) gives each its name, request body and how
+// the agent serves it.
 const (
 	OpHello         Op = 1  // Hello → HelloReply
 	OpAttach        Op = 2  // Attach → AttachReply; fds: guest memory memfd
