@@ -34,7 +34,9 @@ const (
 type Op uint16
 
 // Commands. Their request and response bodies are the types named in the
-// comment; "fds:" lists descriptors the response carries, in order.
+// comment; "fds:" lists descriptors the response carries, in order. The
+// table of operations (ops.go) gives each its name, request body and how
+// the agent serves it.
 const (
 	OpHello         Op = 1  // Hello → HelloReply
 	OpAttach        Op = 2  // Attach → AttachReply; fds: guest memory memfd
@@ -83,20 +85,14 @@ const (
 	opMax         Op = 50
 )
 
-var opNames = [...]string{"", "hello", "attach", "query-device", "query-port", "alloc-pd", "dealloc-pd", "reg-mr",
-	"dereg-mr", "create-cq", "destroy-cq", "create-qp", "modify-qp", "query-qp", "destroy-qp", "listen",
-	"get-request", "accept-request", "reject-request", "close-listener", "connect", "status", "define-vm",
-	"undefine-vm", "list-vms", "create-vm", "get-vm", "edit-vm", "power-on-vm", "power-off-vm", "connect-vm",
-	31: "", 39: "", // not ops
-	40: "cm-open-channel", 41: "cm-close-channel", 42: "cm-listen", 43: "cm-close-listen", 44: "cm-resolve",
-	45: "cm-route", 46: "cm-connect", 47: "cm-disconnect", 48: "async-open", 49: "cm-establish"}
-
 // Known reports whether o is an op of this ABI version.
-func (o Op) Known() bool { return o > 0 && o < opMax && opNames[o] != "" }
+func (o Op) Known() bool { _, ok := o.Info(); return ok }
 
+// String returns the op's name (OpInfo.Name), or "op(N)" for a number
+// that is not an op.
 func (o Op) String() string {
-	if o.Known() {
-		return opNames[o]
+	if in, ok := o.Info(); ok {
+		return in.Name
 	}
 	return fmt.Sprintf("op(%d)", uint16(o))
 }
@@ -157,67 +153,34 @@ func ParseMessage(msg []byte) (Header, []byte, error) {
 	return h, msg[CmdHeaderSize:], nil
 }
 
-// NewRequest returns a zero request body for op, to decode into.
+// NewRequest returns a zero request body for op, to decode into: from the
+// table of operations (ops.go), or from the constructor registered for an
+// External op. It returns nil for an unknown op, and for an External op
+// whose package this program does not link.
 func NewRequest(op Op) any {
-	switch op {
-	case OpHello:
-		return new(Hello)
-	case OpAttach:
-		return new(Attach)
-	case OpQueryDevice, OpQueryPort, OpAllocPD, OpAsyncOpen:
-		return new(AdapterRef)
-	case OpDeallocPD, OpDeregMR, OpDestroyCQ, OpQueryQP, OpDestroyQP, OpGetRequest, OpCloseListener, OpCMCloseChannel, OpCMCloseListen:
-		return new(Handle)
-	case OpRegMR:
-		return new(RegMR)
-	case OpCreateCQ:
-		return new(CreateCQ)
-	case OpCreateQP:
-		return new(CreateQP)
-	case OpModifyQP:
-		return new(ModifyQP)
-	case OpListen:
-		return new(Listen)
-	case OpAcceptRequest:
-		return new(AcceptRequest)
-	case OpRejectRequest:
-		return new(RejectRequest)
-	case OpConnect:
-		return new(Connect)
-	case OpStatus, OpListVMs, OpCMOpenChannel:
-		return new(Empty)
-	case OpCMListen:
-		return new(CMListen)
-	case OpCMResolve:
-		return new(CMResolve)
-	case OpCMRoute:
-		return new(CMRoute)
-	case OpCMConnect:
-		return new(CMConnect)
-	case OpCMDisconnect:
-		return new(CMDisconnect)
-	case OpCMEstablish:
-		return new(CMEstablish)
-	}
-	if op.Known() {
-		if mk := registered[op]; mk != nil {
-			return mk()
-		}
+	in, ok := op.Info()
+	switch {
+	case !ok:
+		return nil
+	case in.Request != nil:
+		return in.Request()
+	case registered[op] != nil:
+		return registered[op]()
 	}
 	return nil
 }
 
-// registered are the constructors of the request bodies other packages
-// define: the management commands' (package mgmt).
+// registered are the constructors of the External ops' request bodies:
+// the management commands' (package mgmt).
 var registered [opMax]func() any
 
-// RegisterRequest makes NewRequest return new(T) bodies of op from mk, for
-// an op whose body is defined outside this package (package mgmt, from its
-// init). Registering an op twice, or one this package defines, is a
+// RegisterRequest makes NewRequest return bodies of op from mk, for an op
+// the table marks External (package mgmt calls it from its init).
+// Registering an op twice, or one whose body package abi defines, is a
 // programming error: it panics.
 func RegisterRequest(op Op, mk func() any) {
-	if !op.Known() || registered[op] != nil || NewRequest(op) != nil {
-		panic(fmt.Sprintf("abi: RegisterRequest(%s): not an op, or its body is defined already", op))
+	if in, ok := op.Info(); !ok || !in.External || registered[op] != nil {
+		panic(fmt.Sprintf("abi: RegisterRequest(%s): not an External op, or its body is registered already", op))
 	}
 	registered[op] = mk
 }

@@ -118,94 +118,99 @@ func (e *cmEvents) channel(id uint32) (*cmChannel, error) {
 	return c, nil
 }
 
-// handleCM serves ops 40..47 for attached VM v.
-func (s *session) handleCM(v *device.VM, op abi.Op, req any) (any, []int, error) {
+// The handlers of rdma_cm's ops (ops.go), for attached VM v.
+
+func (s *session) cmOpenChannel(_ *device.VM, _ *abi.Empty) (any, []int, error) {
+	return s.cmev().open(s)
+}
+
+func (s *session) cmCloseChannel(_ *device.VM, r *abi.Handle) (any, []int, error) {
 	e := s.cmev()
-	switch op {
-	case abi.OpCMOpenChannel:
-		return e.open(s)
-	case abi.OpCMCloseChannel:
-		id := req.(*abi.Handle).Handle
-		e.mu.Lock()
-		c, ok := e.chans[id]
-		delete(e.chans, id)
-		e.mu.Unlock()
-		if !ok {
-			return nil, nil, abi.Errorf(abi.CodeNotFound, "channel", "no CM event channel with handle %d", id)
-		}
-		c.close()
-		return abi.Empty{}, nil, nil
-	case abi.OpCMListen:
-		return s.cmListen(v, req.(*abi.CMListen))
-	case abi.OpCMCloseListen:
-		id := req.(*abi.Handle).Handle
-		e.mu.Lock()
-		l, ok := e.listens[id]
-		delete(e.listens, id)
-		for _, cid := range l.idsOrNil() {
-			delete(e.byCM, cid)
-		}
-		e.mu.Unlock()
-		if !ok {
-			return nil, nil, abi.Errorf(abi.CodeNotFound, "listener", "no CM listen with handle %d", id)
-		}
-		for _, cid := range l.ids {
-			s.cm.CloseListener(cid)
-		}
-		return abi.Empty{}, nil, nil
-	case abi.OpCMResolve:
-		r := req.(*abi.CMResolve)
-		c, err := e.channel(r.Channel)
-		if err != nil {
-			return nil, nil, err
-		}
-		var src *device.Adapter
-		if r.Adapter != "" {
-			if src, err = v.Adapter(r.Adapter); err != nil {
-				return nil, nil, err
-			}
-		}
-		s.cmAsync(func() { c.post(s.cmResolve(v, src, r)) })
-		return abi.Empty{}, nil, nil
-	case abi.OpCMRoute:
-		r := req.(*abi.CMRoute)
-		c, err := e.channel(r.Channel)
-		if err != nil {
-			return nil, nil, err
-		}
-		c.post(abi.CMEvent{Event: abi.CMEventRouteResolved, Cookie: r.Cookie})
-		return abi.Empty{}, nil, nil
-	case abi.OpCMConnect:
-		r := req.(*abi.CMConnect)
-		c, err := e.channel(r.Channel)
-		if err != nil {
-			return nil, nil, err
-		}
-		q, err := cm.ConnQP(s.a.dev, v, r.QP, r.QPN)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := cm.CheckDialer(q); err != nil {
-			return nil, nil, err
-		}
-		s.cmAsync(func() { c.post(s.cmConnect(c, q, r)) })
-		return abi.Empty{}, nil, nil
-	case abi.OpCMEstablish:
-		h := req.(*abi.CMEstablish).QP
-		q, err := v.QPByHandle(h)
-		if err != nil {
-			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", h)
-		}
-		return abi.Empty{}, nil, s.a.cmreg.establish(s.a, q)
-	case abi.OpCMDisconnect:
-		h := req.(*abi.CMDisconnect).QP
-		q, err := v.QPByHandle(h)
-		if err != nil {
-			return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", h)
-		}
-		return abi.Empty{}, nil, s.a.cmreg.disconnect(s.a, q)
+	id := r.Handle
+	e.mu.Lock()
+	c, ok := e.chans[id]
+	delete(e.chans, id)
+	e.mu.Unlock()
+	if !ok {
+		return nil, nil, abi.Errorf(abi.CodeNotFound, "channel", "no CM event channel with handle %d", id)
 	}
-	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
+	c.close()
+	return abi.Empty{}, nil, nil
+}
+
+func (s *session) cmCloseListen(_ *device.VM, r *abi.Handle) (any, []int, error) {
+	e := s.cmev()
+	id := r.Handle
+	e.mu.Lock()
+	l, ok := e.listens[id]
+	delete(e.listens, id)
+	for _, cid := range l.idsOrNil() {
+		delete(e.byCM, cid)
+	}
+	e.mu.Unlock()
+	if !ok {
+		return nil, nil, abi.Errorf(abi.CodeNotFound, "listener", "no CM listen with handle %d", id)
+	}
+	for _, cid := range l.ids {
+		s.cm.CloseListener(cid)
+	}
+	return abi.Empty{}, nil, nil
+}
+
+func (s *session) cmResolveOp(v *device.VM, r *abi.CMResolve) (any, []int, error) {
+	c, err := s.cmev().channel(r.Channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	var src *device.Adapter
+	if r.Adapter != "" {
+		if src, err = v.Adapter(r.Adapter); err != nil {
+			return nil, nil, err
+		}
+	}
+	s.cmAsync(func() { c.post(s.cmResolve(v, src, r)) })
+	return abi.Empty{}, nil, nil
+}
+
+func (s *session) cmRoute(_ *device.VM, r *abi.CMRoute) (any, []int, error) {
+	c, err := s.cmev().channel(r.Channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.post(abi.CMEvent{Event: abi.CMEventRouteResolved, Cookie: r.Cookie})
+	return abi.Empty{}, nil, nil
+}
+
+func (s *session) cmConnectOp(v *device.VM, r *abi.CMConnect) (any, []int, error) {
+	c, err := s.cmev().channel(r.Channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := cm.ConnQP(s.a.dev, v, r.QP, r.QPN)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cm.CheckDialer(q); err != nil {
+		return nil, nil, err
+	}
+	s.cmAsync(func() { c.post(s.cmConnect(c, q, r)) })
+	return abi.Empty{}, nil, nil
+}
+
+func (s *session) cmEstablish(v *device.VM, r *abi.CMEstablish) (any, []int, error) {
+	q, err := v.QPByHandle(r.QP)
+	if err != nil {
+		return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+	}
+	return abi.Empty{}, nil, s.a.cmreg.establish(s.a, q)
+}
+
+func (s *session) cmDisconnect(v *device.VM, r *abi.CMDisconnect) (any, []int, error) {
+	q, err := v.QPByHandle(r.QP)
+	if err != nil {
+		return nil, nil, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
+	}
+	return abi.Empty{}, nil, s.a.cmreg.disconnect(s.a, q)
 }
 
 func (l *cmListen) idsOrNil() []uint32 {

@@ -101,20 +101,21 @@ func (s *session) serve() {
 			s.replyErr(h, decodeError(h, err))
 			continue
 		}
-		if h.Op == abi.OpConnect || h.Op == abi.OpGetRequest {
+		in, _ := h.Op.Info() // a decoded request's op is in the table
+		if in.Attach && s.vm == nil {
+			s.replyErr(h, errNotAttached)
+			continue
+		}
+		if in.Blocking {
 			// Blocking commands run in their own goroutine. They need an
-			// attached VM; checking that here, before the goroutine
-			// starts, means s.vm is never written while one runs. Their
-			// number is bounded so that a client cannot pile up
-			// goroutines.
-			if s.vm == nil {
-				s.replyErr(h, errNotAttached)
-				continue
-			}
+			// attached VM (the table marks every blocking op Attach);
+			// checking that above, before the goroutine starts, means
+			// s.vm is never written while one runs. Their number is
+			// bounded so that a client cannot pile up goroutines.
 			select {
 			case s.blocking <- struct{}{}:
 			default:
-				s.replyErr(h, abi.Errorf(abi.CodeLimit, "", "%d blocking commands (connect, get-request) already in flight on this session, the limit: wait for some to finish", maxBlocking))
+				s.replyErr(h, abi.Errorf(abi.CodeLimit, "", "%d blocking commands (%s) already in flight on this session, the limit: wait for some to finish", maxBlocking, blockingOps))
 				continue
 			}
 			s.wg.Add(1)
@@ -210,7 +211,12 @@ func (s *session) dispatch(h abi.Header, req any) {
 			s.replyErr(h, abi.Errorf(abi.CodeInternal, "", "internal error in %s: %v (a bug: please report it)", h.Op, r))
 		}
 	}()
-	body, fds, err := s.handle(h.Op, req)
+	hd, ok := handlers[h.Op]
+	if !ok {
+		s.replyErr(h, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", h.Op))
+		return
+	}
+	body, fds, err := hd.fn(s, s.vm, req)
 	if err != nil {
 		var e *abi.Error
 		if !errors.As(err, &e) {
@@ -241,136 +247,51 @@ type givenAway struct {
 
 var errNotAttached = abi.Errorf(abi.CodeState, "", "attach a VM first: this command works on an attached VM's objects")
 
-func (s *session) handle(op abi.Op, req any) (any, []int, error) {
+func (s *session) hello(_ *device.VM, hello *abi.Hello) (any, []int, error) {
 	a := s.a
-	switch op {
-	case abi.OpHello:
-		hello := req.(*abi.Hello)
-		s.clientCaps = hello.Caps
-		s.log.Debug("hello", "client", hello.Client, "caps", hello.Caps)
-		return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version, Caps: a.caps()}, nil, nil
-	case abi.OpStatus:
-		return a.status(), nil, nil
-	case abi.OpListVMs:
-		return mgmt.VMList{VMs: a.status().VMs}, nil, nil
-	case abi.OpDefineVM:
-		return abi.Empty{}, nil, a.proc.Define(s.caller(), req.(*mgmt.DefineVM))
-	case abi.OpUndefineVM:
-		return abi.Empty{}, nil, a.proc.Undefine(s.caller(), req.(*mgmt.VMRef).Name)
-	case abi.OpCreateVM, abi.OpGetVM, abi.OpEditVM, abi.OpPowerOnVM, abi.OpPowerOffVM, abi.OpConnectVM:
-		r, err := a.proc.Serve(s.caller(), op, req)
-		return r, nil, err
-	case abi.OpAttach:
-		if s.vm != nil {
-			return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.Name())
-		}
-		v, err := a.attachVM(s, req.(*abi.Attach).VM)
-		if err != nil {
-			return nil, nil, err
-		}
-		s.vm = v
-		r, memFD := v.AttachReply(a.cfg.Host)
-		s.log.Info("VM attached", "vm", v.Name(), "mem_mib", v.Config().MemSizeMB, "locked", r.MemLocked, "async", r.AsyncMode, "adapters", len(r.Adapters))
-		return r, []int{memFD}, nil
-	}
-	v := s.vm
-	if v == nil {
-		return nil, nil, errNotAttached
-	}
-	switch op {
-	case abi.OpQueryDevice:
-		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
-		if err != nil {
-			return nil, nil, err
-		}
-		return v.DeviceAttr(ad), nil, nil
-	case abi.OpQueryPort:
-		ad, err := v.Adapter(req.(*abi.AdapterRef).Adapter)
-		if err != nil {
-			return nil, nil, err
-		}
-		return ad.PortAttr(), nil, nil
-	case abi.OpAllocPD:
-		h, err := v.AllocPD(req.(*abi.AdapterRef).Adapter)
-		return abi.Handle{Handle: h}, nil, err
-	case abi.OpDeallocPD:
-		return abi.Empty{}, nil, v.DeallocPD(req.(*abi.Handle).Handle)
-	case abi.OpRegMR:
-		r, err := v.RegMR(req.(*abi.RegMR))
-		return r, nil, err
-	case abi.OpDeregMR:
-		return abi.Empty{}, nil, v.DeregMR(req.(*abi.Handle).Handle)
-	case abi.OpCreateCQ:
-		c, err := v.CreateCQ(req.(*abi.CreateCQ))
-		if err != nil {
-			return nil, nil, err
-		}
-		r, fds := c.Reply()
-		return r, fds, nil
-	case abi.OpDestroyCQ:
-		return abi.Empty{}, nil, v.DestroyCQ(req.(*abi.Handle).Handle)
-	case abi.OpCreateQP:
-		q, err := v.CreateQP(req.(*abi.CreateQP))
-		if err != nil {
-			return nil, nil, err
-		}
-		s.watchFatal(q) // events.go
-		r, fds := q.Reply()
-		return r, fds, nil
-	case abi.OpModifyQP:
-		m := req.(*abi.ModifyQP)
-		q, err := v.QPByHandle(m.Handle)
-		if err != nil {
-			return nil, nil, err
-		}
-		return abi.Empty{}, nil, q.Modify(m)
-	case abi.OpQueryQP:
-		q, err := v.QPByHandle(req.(*abi.Handle).Handle)
-		if err != nil {
-			return nil, nil, err
-		}
-		return q.Query(), nil, nil
-	case abi.OpDestroyQP:
-		q, err := v.QPByHandle(req.(*abi.Handle).Handle)
-		if err != nil {
-			return nil, nil, err
-		}
-		v.DestroyQP(q)
-		return abi.Empty{}, nil, nil
-	case abi.OpListen:
-		id, err := s.cm.Listen(v, req.(*abi.Listen))
-		if err != nil {
-			return nil, nil, err
-		}
-		return abi.Handle{Handle: id}, nil, nil
-	case abi.OpCloseListener:
-		return abi.Empty{}, nil, s.cm.CloseListener(req.(*abi.Handle).Handle)
-	case abi.OpGetRequest:
-		r, err := s.cm.GetRequest(req.(*abi.Handle).Handle)
-		return r, nil, err
-	case abi.OpAcceptRequest:
-		ar := req.(*abi.AcceptRequest)
-		ch, err := s.acceptChannel(ar) // cmevents.go
-		if err != nil {
-			return nil, nil, err
-		}
-		r, awaitRTU, err := s.cm.Accept(v, ar)
-		if err == nil {
-			s.cmAccepted(v, ar, ch, r, awaitRTU)
-		}
-		return r, nil, err
-	case abi.OpRejectRequest:
-		return abi.Empty{}, nil, s.cm.Reject(req.(*abi.RejectRequest))
-	case abi.OpConnect:
-		r, err := s.connect(req.(*abi.Connect))
-		return r, nil, err
-	case abi.OpAsyncOpen:
-		return s.asyncOpen(v, req.(*abi.AdapterRef)) // events.go
-	case abi.OpCMOpenChannel, abi.OpCMCloseChannel, abi.OpCMListen, abi.OpCMCloseListen, abi.OpCMResolve, abi.OpCMRoute, abi.OpCMConnect, abi.OpCMDisconnect, abi.OpCMEstablish:
-		return s.handleCM(v, op, req) // cmevents.go
-	}
-	return nil, nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not served", op)
+	s.clientCaps = hello.Caps
+	s.log.Debug("hello", "client", hello.Client, "caps", hello.Caps)
+	return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version, Caps: a.caps()}, nil, nil
 }
+
+func (s *session) attach(_ *device.VM, r *abi.Attach) (any, []int, error) {
+	a := s.a
+	if s.vm != nil {
+		return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.Name())
+	}
+	v, err := a.attachVM(s, r.VM)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.vm = v
+	rep, memFD := v.AttachReply(a.cfg.Host)
+	s.log.Info("VM attached", "vm", v.Name(), "mem_mib", v.Config().MemSizeMB, "locked", rep.MemLocked, "async", rep.AsyncMode, "adapters", len(rep.Adapters))
+	return rep, []int{memFD}, nil
+}
+
+func (s *session) acceptRequest(v *device.VM, ar *abi.AcceptRequest) (any, []int, error) {
+	ch, err := s.acceptChannel(ar) // cmevents.go
+	if err != nil {
+		return nil, nil, err
+	}
+	r, awaitRTU, err := s.cm.Accept(v, ar)
+	if err == nil {
+		s.cmAccepted(v, ar, ch, r, awaitRTU)
+	}
+	return r, nil, err
+}
+
+// blockingOps names the ops the table marks Blocking, for the error of
+// one too many.
+var blockingOps = func() string {
+	var names []string
+	for _, in := range abi.Ops() {
+		if in.Blocking {
+			names = append(names, in.Name)
+		}
+	}
+	return strings.Join(names, ", ")
+}()
 
 // caps returns the capability bits the agent serves (abi.Caps): every
 // feature it has, and the tcp path only when it runs one (a control plane

@@ -463,28 +463,79 @@ func (mg *Procedures) info(e *vmEntry) mgmt.VMInfo {
 	return in
 }
 
-// Serve serves the procedures' commands other than define and undefine:
-// create, get, edit, power on and off.
-func (mg *Procedures) Serve(s *Caller, op abi.Op, req any) (any, error) {
-	ctx, cancel := context.WithTimeout(s.Ctx, 2*DetachWait)
+// The VM procedures other than define and undefine, one method per op of
+// the table of operations (abi.Ops): the agent's handler of the op calls
+// it (internal/agent/ops.go). Each runs within 2×DetachWait of s's
+// context.
+
+// CreateVM serves create-vm.
+func (mg *Procedures) CreateVM(s *Caller, req *mgmt.CreateVM) (mgmt.VMInfo, error) {
+	ctx, cancel := s.procCtx()
 	defer cancel()
+	return mg.createVM(ctx, s, req)
+}
+
+// GetVM serves get-vm.
+func (mg *Procedures) GetVM(s *Caller, req *mgmt.VMRef) (mgmt.VMInfo, error) {
+	ctx, cancel := s.procCtx()
+	defer cancel()
+	e, err := mg.lookup(ctx, req.Name)
+	if err != nil {
+		return mgmt.VMInfo{}, err
+	}
+	return mg.info(e), nil
+}
+
+// EditVM serves edit-vm.
+func (mg *Procedures) EditVM(s *Caller, req *mgmt.EditVM) (mgmt.EditReply, error) {
+	ctx, cancel := s.procCtx()
+	defer cancel()
+	return mg.editVM(ctx, s, req)
+}
+
+// PowerOn serves power-on-vm.
+func (mg *Procedures) PowerOn(s *Caller, req *mgmt.PowerOnVM) (mgmt.PowerReply, error) {
+	ctx, cancel := s.procCtx()
+	defer cancel()
+	return mg.powerOn(ctx, s, req)
+}
+
+// PowerOff serves power-off-vm.
+func (mg *Procedures) PowerOff(s *Caller, req *mgmt.VMRef) (mgmt.PowerReply, error) {
+	ctx, cancel := s.procCtx()
+	defer cancel()
+	return mg.powerOff(ctx, s, req.Name)
+}
+
+// ConnectAdapter serves connect-vm.
+func (mg *Procedures) ConnectAdapter(s *Caller, req *mgmt.ConnectAdapter) (mgmt.ConnectReply, error) {
+	ctx, cancel := s.procCtx()
+	defer cancel()
+	return mg.connect(ctx, s, req)
+}
+
+// procCtx is the context a procedure runs in.
+func (s *Caller) procCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.Ctx, 2*DetachWait)
+}
+
+// Serve runs the procedure of op (one of the methods above) with req, the
+// op's request body: for callers that hold an op and a decoded body, as
+// the tests do. The agent calls the methods directly.
+func (mg *Procedures) Serve(s *Caller, op abi.Op, req any) (any, error) {
 	switch op {
 	case abi.OpCreateVM:
-		return mg.createVM(ctx, s, req.(*mgmt.CreateVM))
+		return mg.CreateVM(s, req.(*mgmt.CreateVM))
 	case abi.OpGetVM:
-		e, err := mg.lookup(ctx, req.(*mgmt.VMRef).Name)
-		if err != nil {
-			return nil, err
-		}
-		return mg.info(e), nil
+		return mg.GetVM(s, req.(*mgmt.VMRef))
 	case abi.OpEditVM:
-		return mg.editVM(ctx, s, req.(*mgmt.EditVM))
+		return mg.EditVM(s, req.(*mgmt.EditVM))
 	case abi.OpPowerOnVM:
-		return mg.powerOn(ctx, s, req.(*mgmt.PowerOnVM))
+		return mg.PowerOn(s, req.(*mgmt.PowerOnVM))
 	case abi.OpPowerOffVM:
-		return mg.powerOff(ctx, s, req.(*mgmt.VMRef).Name)
+		return mg.PowerOff(s, req.(*mgmt.VMRef))
 	case abi.OpConnectVM:
-		return mg.connect(ctx, s, req.(*mgmt.ConnectAdapter))
+		return mg.ConnectAdapter(s, req.(*mgmt.ConnectAdapter))
 	}
 	return nil, abi.Errorf(abi.CodeInvalid, "op", "op %s is not a VM procedure", op)
 }

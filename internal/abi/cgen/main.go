@@ -99,10 +99,8 @@ func generate() ([]byte, error) {
 	w.p("")
 
 	w.p("/* Ops (§4). */")
-	for o := 0; o < 1<<16; o++ {
-		if op := abi.Op(o); op.Known() {
-			w.define("VRDMA_OP_"+cName(op.String()), o, "")
-		}
+	for _, in := range abi.Ops() {
+		w.define("VRDMA_OP_"+cName(in.Name), uint16(in.Op), "")
 	}
 	w.p("")
 

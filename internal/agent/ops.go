@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"reflect"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/device"
+)
+
+// opHandler serves one op of the table of operations (abi.Ops) for a
+// session. v is the session's VM: never nil for an op the table marks
+// Attach (serve checks first), possibly nil for the others. The body, on
+// success, is the reply; fds ride along with it (see givenAway).
+type opHandler struct {
+	req reflect.Type // the request body it takes, *T
+	fn  func(s *session, v *device.VM, req any) (body any, fds []int, err error)
+}
+
+// on makes the handler of an op whose request body is a *T.
+func on[T any](fn func(s *session, v *device.VM, req *T) (any, []int, error)) opHandler {
+	return opHandler{req: reflect.TypeFor[*T](), fn: func(s *session, v *device.VM, req any) (any, []int, error) {
+		return fn(s, v, req.(*T))
+	}}
+}
+
+// handlers serve the ops: one for every op of abi.Ops, keyed by the op
+// (TestHandlersCoverOps). Whether an op blocks or needs an attached VM
+// is the table's to say, not the handler's.
+var handlers = map[abi.Op]opHandler{
+	abi.OpHello:  on((*session).hello),
+	abi.OpAttach: on((*session).attach),
+	abi.OpStatus: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+		return s.a.status(), nil, nil
+	}),
+	abi.OpListVMs: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+		return mgmt.VMList{VMs: s.a.status().VMs}, nil, nil
+	}),
+
+	// The VM procedures (internal/manage).
+	abi.OpDefineVM: on(func(s *session, _ *device.VM, r *mgmt.DefineVM) (any, []int, error) {
+		return abi.Empty{}, nil, s.a.proc.Define(s.caller(), r)
+	}),
+	abi.OpUndefineVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+		return abi.Empty{}, nil, s.a.proc.Undefine(s.caller(), r.Name)
+	}),
+	abi.OpCreateVM: on(func(s *session, _ *device.VM, r *mgmt.CreateVM) (any, []int, error) {
+		return noFDs(s.a.proc.CreateVM(s.caller(), r))
+	}),
+	abi.OpGetVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+		return noFDs(s.a.proc.GetVM(s.caller(), r))
+	}),
+	abi.OpEditVM: on(func(s *session, _ *device.VM, r *mgmt.EditVM) (any, []int, error) {
+		return noFDs(s.a.proc.EditVM(s.caller(), r))
+	}),
+	abi.OpPowerOnVM: on(func(s *session, _ *device.VM, r *mgmt.PowerOnVM) (any, []int, error) {
+		return noFDs(s.a.proc.PowerOn(s.caller(), r))
+	}),
+	abi.OpPowerOffVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+		return noFDs(s.a.proc.PowerOff(s.caller(), r))
+	}),
+	abi.OpConnectVM: on(func(s *session, _ *device.VM, r *mgmt.ConnectAdapter) (any, []int, error) {
+		return noFDs(s.a.proc.ConnectAdapter(s.caller(), r))
+	}),
+
+	// The verbs of an attached VM (internal/device).
+	abi.OpQueryDevice: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+		ad, err := v.Adapter(r.Adapter)
+		if err != nil {
+			return nil, nil, err
+		}
+		return v.DeviceAttr(ad), nil, nil
+	}),
+	abi.OpQueryPort: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+		ad, err := v.Adapter(r.Adapter)
+		if err != nil {
+			return nil, nil, err
+		}
+		return ad.PortAttr(), nil, nil
+	}),
+	abi.OpAllocPD: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+		h, err := v.AllocPD(r.Adapter)
+		return abi.Handle{Handle: h}, nil, err
+	}),
+	abi.OpDeallocPD: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DeallocPD(r.Handle)
+	}),
+	abi.OpRegMR: on(func(_ *session, v *device.VM, r *abi.RegMR) (any, []int, error) {
+		return noFDs(v.RegMR(r))
+	}),
+	abi.OpDeregMR: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DeregMR(r.Handle)
+	}),
+	abi.OpCreateCQ: on(func(_ *session, v *device.VM, r *abi.CreateCQ) (any, []int, error) {
+		c, err := v.CreateCQ(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		rep, fds := c.Reply()
+		return rep, fds, nil
+	}),
+	abi.OpDestroyCQ: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
+	}),
+	abi.OpCreateQP: on(func(s *session, v *device.VM, r *abi.CreateQP) (any, []int, error) {
+		q, err := v.CreateQP(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.watchFatal(q) // events.go
+		rep, fds := q.Reply()
+		return rep, fds, nil
+	}),
+	abi.OpModifyQP: on(func(_ *session, v *device.VM, r *abi.ModifyQP) (any, []int, error) {
+		q, err := v.QPByHandle(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Empty{}, nil, q.Modify(r)
+	}),
+	abi.OpQueryQP: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+		q, err := v.QPByHandle(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q.Query(), nil, nil
+	}),
+	abi.OpDestroyQP: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+		q, err := v.QPByHandle(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		v.DestroyQP(q)
+		return abi.Empty{}, nil, nil
+	}),
+	abi.OpAsyncOpen: on((*session).asyncOpen), // events.go
+
+	// Connection management (internal/cm).
+	abi.OpListen: on(func(s *session, v *device.VM, r *abi.Listen) (any, []int, error) {
+		id, err := s.cm.Listen(v, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Handle{Handle: id}, nil, nil
+	}),
+	abi.OpCloseListener: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, s.cm.CloseListener(r.Handle)
+	}),
+	abi.OpGetRequest: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+		return noFDs(s.cm.GetRequest(r.Handle))
+	}),
+	abi.OpAcceptRequest: on((*session).acceptRequest),
+	abi.OpRejectRequest: on(func(s *session, _ *device.VM, r *abi.RejectRequest) (any, []int, error) {
+		return abi.Empty{}, nil, s.cm.Reject(r)
+	}),
+	abi.OpConnect: on(func(s *session, _ *device.VM, r *abi.Connect) (any, []int, error) {
+		return noFDs(s.connect(r))
+	}),
+
+	// rdma_cm's event channels (cmevents.go).
+	abi.OpCMOpenChannel:  on((*session).cmOpenChannel),
+	abi.OpCMCloseChannel: on((*session).cmCloseChannel),
+	abi.OpCMListen:       on((*session).cmListen),
+	abi.OpCMCloseListen:  on((*session).cmCloseListen),
+	abi.OpCMResolve:      on((*session).cmResolveOp),
+	abi.OpCMRoute:        on((*session).cmRoute),
+	abi.OpCMConnect:      on((*session).cmConnectOp),
+	abi.OpCMDisconnect:   on((*session).cmDisconnect),
+	abi.OpCMEstablish:    on((*session).cmEstablish),
+}
+
+// noFDs is the handler result of a reply without descriptors.
+func noFDs[R any](r R, err error) (any, []int, error) { return r, nil, err }
