@@ -1,8 +1,11 @@
 package rdma_test
 
 // The responder resources on the wire: an atomic's result is replayed for
-// a duplicate of it however many packets came between, and a duplicate
-// whose result is no longer held is refused (NAK invalid request).
+// a duplicate of it however many packets came between, a duplicate whose
+// result is no longer held is refused (NAK invalid request), and a
+// requester whose atomic response never comes spends its retry budget on
+// the go-back-Ns that the ACKs past it ask for, and fails, instead of
+// going back forever.
 
 import (
 	"context"
@@ -243,4 +246,37 @@ func TestAtomicReplay(t *testing.T) {
 	if wc := complete(t, a, fa); wc[0].Status != vrdma.WCSuccess || binary.LittleEndian.Uint64(a.MR.Bytes()) != 1005 {
 		t.Fatalf("FETCH_ADD after the NAK of a stale duplicate: %+v, original %d, want success, 1005", wc[0], binary.LittleEndian.Uint64(a.MR.Bytes()))
 	}
+}
+
+// TestRewindBudget drops every ATOMIC_ACKNOWLEDGE to the requester of a
+// FETCH_ADD followed by a 256 KiB WRITE: the WRITE's ACKs ask for a
+// go-back-N to the FETCH_ADD again and again (an implicit NAK), and
+// nothing ever progresses. Each go-back-N spends a transport retry, so
+// the FETCH_ADD ends RETRY_EXC_ERR within retry_cnt (7) go-back-Ns, the
+// WRITE is flushed, and the QP is in ERR; before, the go-back-Ns spent
+// nothing and went on forever.
+func TestRewindBudget(t *testing.T) {
+	c, trap, p := replayEnv(t, "127.0.33.41:4791")
+	a, b := p.A, p.B
+	trap.Arm(rocewire.AtomicAcknowledge, a.QP.QPN(), 1<<30)
+	wc := complete(t, a,
+		vrdma.SendWR{ID: 1, Opcode: vrdma.OpAtomicFetchAdd, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(0, 8)},
+			RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey(), CompareAdd: 5},
+		vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(4096, 256<<10)},
+			RemoteAddr: b.MR.Addr() + 4096, RKey: b.MR.RKey()})
+	if wc[0].WRID != 1 || wc[0].Status != vrdma.WCRetryExcErr || wc[1].WRID != 2 || wc[1].Status != vrdma.WCWRFlushErr {
+		t.Fatalf("completions %+v, want the FETCH_ADD RETRY_EXC_ERR, then the WRITE WR_FLUSH_ERR", wc)
+	}
+	const retryCnt = 7 // QP.ConnectTo's
+	sent := len(c.find(rocewire.FetchAdd, b.QP.QPN(), -1))
+	if sent < 2 || sent > retryCnt+1 {
+		t.Fatalf("the FETCH_ADD went out %d times, want 2 to %d: the first and one per retry", sent, retryCnt+1)
+	}
+	if d := trap.Dropped(); d < 2 || d > sent {
+		t.Fatalf("the trap dropped %d ATOMIC_ACKNOWLEDGEs for %d FETCH_ADD requests", d, sent)
+	}
+	if s := a.QP.State(); s != vrdma.QPSErr {
+		t.Fatalf("requester in %s after RETRY_EXC_ERR, want ERR", s)
+	}
+	t.Logf("the FETCH_ADD went out %d times, the trap dropped %d answers", sent, trap.Dropped())
 }
