@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma"
 )
@@ -392,5 +393,58 @@ func testStream(t *testing.T, s *suite) {
 		if v := le64(old.Bytes()[8*k:]); v != uint64(k) {
 			t.Fatalf("FETCH_ADD %d returned %d, want %d", k, v, k)
 		}
+	}
+}
+
+// testAtomicAckLost checks that an atomic whose response is lost is
+// answered again however much traffic follows it: a FETCH_ADD, then a
+// 256 KiB WRITE (64 packets or more at any path MTU), posted together.
+// On a path that can lose exactly the first ATOMIC_ACKNOWLEDGE to the
+// requester (rdma-lossy: atomicAckDropper) it is lost: the WRITE's ACKs
+// then tell the requester the FETCH_ADD's response went missing (an
+// implicit NAK), it sends the FETCH_ADD again, and the responder must
+// answer with the original value from its responder resources, without
+// adding again. Both complete successfully, within the retry budget (a
+// spent one ends RETRY_EXC_ERR). Elsewhere nothing is lost and the same
+// must hold. The replay cache the responder resources replaced kept one
+// response per PSN modulo 64 and lost the atomic's to the WRITE's 64th
+// packet: the duplicate went unanswered, and the requester, sent back by
+// each ACK past it without spending its budget, went back forever.
+func testAtomicAckLost(t *testing.T, s *suite) {
+	const n = 256 << 10
+	a, b := s.pair(t, pairConfig{})
+	local := a.mr(t, 8+n, vrdma.AccessAll)
+	ctr, dst := b.mr(t, 8, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll)
+	put64(local.Bytes(), 0xdead)
+	fill(local.Bytes()[8:], 31)
+	clear(dst.Bytes())
+	put64(ctr.Bytes(), 1000)
+	dropped := func() bool { return true }
+	d, lossy := s.env.(atomicAckDropper)
+	if lossy {
+		dropped = d.dropFirstAtomicAck(a.qp.QPN())
+	}
+	t0 := time.Now()
+	postSend(t, a.qp,
+		vrdma.SendWR{ID: 1, Opcode: vrdma.OpAtomicFetchAdd, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 8)),
+			RemoteAddr: ctr.Addr(), RKey: ctr.RKey(), CompareAdd: 5},
+		vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(8, n)),
+			RemoteAddr: dst.Addr(), RKey: dst.RKey()})
+	wc := waitWC(t, a.scq, 2)
+	expectWC(t, wc[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCFetchAdd)
+	expectWC(t, wc[1], a.qp, 2, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+	if !dropped() {
+		t.Fatal("the first ATOMIC_ACKNOWLEDGE to the requester was not dropped: the case did not test its loss")
+	}
+	if got := le64(local.Bytes()); got != 1000 {
+		t.Fatalf("FETCH_ADD returned %d, want the original value 1000", got)
+	}
+	if got := le64(ctr.Bytes()); got != 1005 {
+		t.Fatalf("counter %d after one FETCH_ADD of 5 from 1000, want 1005 (executed %s)", got, map[bool]string{true: "twice", false: "never"}[got > 1005])
+	}
+	expectBytes(t, "WRITE after the FETCH_ADD", dst.Bytes(), local.Bytes()[8:])
+	expectState(t, a.qp, vrdma.QPSRTS)
+	if lossy {
+		t.Logf("the FETCH_ADD's ATOMIC_ACKNOWLEDGE was dropped; both completed in %v, %d transport retries", time.Since(t0).Round(time.Millisecond), s.qpCounters(t, a).TransportRetries)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
@@ -79,11 +80,13 @@ func TestConformance(t *testing.T) {
 		// The same over a socket that loses, repeats, reorders and delays
 		// 2 % of the packets each: go-back-N, duplicates, the replay
 		// cache and the timeouts recover every one.
+		// A trap drops the packets a case names (atomic-ack-lost).
 		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 11}
 		var st testlink.Stats
+		trap := new(rdma.Trap)
 		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.2:4791"),
-			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdma.Faulty(c, faults, &st) }})
-		(&suite{env: &rdmaLossyEnv{rdmaLoopEnv{memcpyEnv{env: env, prefix: "rz"}}}, how: connOOB, oob: &lossyRC}).run(t)
+			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdma.Trapped(rdma.Faulty(c, faults, &st), trap) }})
+		(&suite{env: &rdmaLossyEnv{rdmaLoopEnv{memcpyEnv{env: env, prefix: "rz"}}, trap}, how: connOOB, oob: &lossyRC}).run(t)
 		t.Logf("rdma socket: %s", &st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
 			t.Errorf("rdma socket %s: every fault must have struck", &st)
@@ -224,10 +227,26 @@ func (e *rdmaLoopEnv) Path() vrdma.PathKind { return vrdma.PathRDMA }
 func (e *rdmaLoopEnv) UplinkBytes(t *testing.T) uint64 { return rdmaBytes(t, e.env.Socket) }
 
 // rdmaLossyEnv is rdmaLoopEnv with faults between the engine and its
-// socket.
-type rdmaLossyEnv struct{ rdmaLoopEnv }
+// socket, and a trap for the packets a case names.
+type rdmaLossyEnv struct {
+	rdmaLoopEnv
+	trap *rdma.Trap
+}
 
 func (e *rdmaLossyEnv) faulty() {}
+
+// dropFirstAtomicAck makes the engine drop the next ATOMIC_ACKNOWLEDGE to
+// QP qpn, and returns how to ask whether it did.
+func (e *rdmaLossyEnv) dropFirstAtomicAck(qpn uint32) (dropped func() bool) {
+	e.trap.Arm(rocewire.AtomicAcknowledge, qpn, 1)
+	return func() bool { return e.trap.Dropped() == 1 }
+}
+
+// atomicAckDropper is a pathEnv that can lose exactly the first atomic
+// response to a QP (rdmaLossyEnv).
+type atomicAckDropper interface {
+	dropFirstAtomicAck(qpn uint32) (dropped func() bool)
+}
 
 // rdmaBytes returns the bytes the agents' RDMA uplinks sent so far.
 func rdmaBytes(t *testing.T, sockets ...string) uint64 {
@@ -279,6 +298,7 @@ var conformanceCases = []conformanceCase{
 	{name: "sqd", run: testSQD},
 	{name: "queue-full", run: testQueueFull},
 	{name: "atomics-concurrent", run: testAtomicsConcurrent},
+	{name: "atomic-ack-lost", run: testAtomicAckLost},
 	{name: "concurrent-post-poll", run: testConcurrentPostPoll},
 	{name: "cq", run: testCQ},
 	{name: "fence", run: testFence},

@@ -968,6 +968,61 @@ func TestTCPHostile(t *testing.T) {
 			}
 			expectState(t, b.qp, vrdma.QPSRTS)
 		})
+		// An atomic whose response was lost, retried after 300 later
+		// requests: its original value comes back from the responder
+		// resources (no number of WRITEs evicts it) and it does not add
+		// again. Retried after max_dest_rd_atomic later atomics, its
+		// result is no longer held: REM_INV_REQ_ERR (rc.NAKUnheld), never
+		// executed again, never a wrong value, and the responder stays in
+		// RTS (the retry may be a stale copy).
+		t.Run("atomic-replay", func(t *testing.T) {
+			a, b, mr, e := pair(t)
+			p := rawJoin(t, asA, hb)
+			fa := tcpwire.Header{Type: tcpwire.FetchAdd, Tag: 1, DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), PSN: e,
+				RKey: mr.RKey(), RemoteAddr: off(mr, 1024), Compare: 5}
+			word := mr.Bytes()[1024:1032]
+			orig := binary.LittleEndian.Uint64(word)
+			if r, _ := ask(t, p, fa, nil); r.Status != tcpwire.OK || r.Compare != orig {
+				t.Fatalf("FETCH_ADD: %s, original %#x; want OK, %#x", r.Status, r.Compare, orig)
+			}
+			psn := e
+			next := func() uint32 { psn = (psn + 1) & tcpwire.PSNMask; return psn }
+			w := tcpwire.Header{Type: tcpwire.Write, DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), RKey: mr.RKey(), RemoteAddr: off(mr, 2048)}
+			for i := range 300 {
+				w.Tag, w.PSN = uint64(100+i), next()
+				if r, _ := ask(t, p, w, []byte{byte(i)}); r.Status != tcpwire.OK {
+					t.Fatalf("WRITE %d: %s, want OK", i, r.Status)
+				}
+			}
+			fa.Tag = 2
+			if r, _ := ask(t, p, fa, nil); r.Status != tcpwire.OK || r.Compare != orig {
+				t.Fatalf("FETCH_ADD retried after 300 WRITEs: %s, original %#x; want OK, %#x (its first result)", r.Status, r.Compare, orig)
+			}
+			if got := binary.LittleEndian.Uint64(word); got != orig+5 {
+				t.Fatalf("word after a FETCH_ADD of 5 and its retry: %#x, want %#x", got, orig+5)
+			}
+			info, err := b.qp.Query(opCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			depth := int(info.Attr.MaxDestRdAtomic)
+			other := fa
+			other.RemoteAddr = off(mr, 3072)
+			for i := range depth {
+				other.Tag, other.PSN = uint64(400+i), next()
+				if r, _ := ask(t, p, other, nil); r.Status != tcpwire.OK {
+					t.Fatalf("FETCH_ADD %d to another word: %s, want OK", i, r.Status)
+				}
+			}
+			fa.Tag = 3
+			if r, _ := ask(t, p, fa, nil); r.Status != tcpwire.RemInvReqErr {
+				t.Fatalf("FETCH_ADD retried after %d later atomics (max_dest_rd_atomic): %s (original %#x), want REM_INV_REQ_ERR: its result is no longer held", depth, r.Status, r.Compare)
+			}
+			if got := binary.LittleEndian.Uint64(word); got != orig+5 {
+				t.Fatalf("word after the unheld retry: %#x, want %#x (not added again)", got, orig+5)
+			}
+			expectState(t, b.qp, vrdma.QPSRTS)
+		})
 		accessCases := []struct {
 			name string
 			h    func(t *testing.T, b *end, mr *vrdma.MR, h *tcpwire.Header) []byte

@@ -20,6 +20,7 @@ type RCAttrs struct {
 	RQPSN                                    uint32 // the PSN the responder expects first (rq_psn)
 	PathMTU                                  uint32 // bytes: 256 … 4096
 	MinRNRTimer                              uint8  // the RNR timer code a responder asks for
+	MaxDestRdAtomic                          uint8  // the responder resources for RDMA READs and atomics (max_dest_rd_atomic)
 }
 
 // RCAttrs returns the QP's current RC attributes.
@@ -27,7 +28,8 @@ func (q *QP) RCAttrs() RCAttrs {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := &q.attr
-	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer}
+	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer,
+		MaxDestRdAtomic: a.MaxDestRdAtomic}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not

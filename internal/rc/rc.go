@@ -3,8 +3,9 @@
 // PSN arithmetic; the requester's retry budget, local ACK timeout and RNR
 // NAK timer table; the NAKs a responder answers with and the completion
 // status each gives the requester; and the responder's sequence state,
-// which tells a new request from a duplicate (answered from its replay
-// cache, never executed twice) and from one that is ahead. It is pure: no
+// which tells a new request from a duplicate (answered again, never
+// executed twice: an atomic's result is kept in the responder resources,
+// max_dest_rd_atomic of them) and from one that is ahead. It is pure: no
 // goroutines, no I/O, no clocks; the paths (tcp today, the software RoCEv2
 // engine next) bring those.
 package rc
@@ -142,9 +143,25 @@ func NAKOf(st abi.WCStatus) NAK {
 	return NAKInvReq
 }
 
-// ReplayDepth is how many final responses a responder keeps for
-// duplicates: at least the requester's window.
-const ReplayDepth = 64
+// MaxResources is the most responder resources a QP can have: the
+// device's max_qp_rd_atom, the bound of max_dest_rd_atomic.
+const MaxResources = abi.MaxRdAtom
+
+// NAKUnheld is how a responder answers a duplicate atomic whose result it
+// no longer holds (nor a refusal): an invalid request. IBTA gives the
+// responder max_dest_rd_atomic resources for the RDMA READs and atomics it
+// executed, and forbids the requester more than that many in flight
+// (max_rd_atomic, at most the peer's max_dest_rd_atomic); a duplicate of
+// one older than the responder's last max_dest_rd_atomic READs and atomics
+// can only come from a requester that broke that limit, the condition rxe
+// answers with NAK Invalid Request ("too many RDMA READ or atomic
+// requests", a class C error). An atomic is never executed twice, and an
+// unanswered one would leave the requester retrying until its budget is
+// spent; the NAK ends that WR at once with REM_INV_REQ_ERR. Unlike a
+// class C error of a new request, it does not move the responder to ERR:
+// the duplicate may be a stale copy of a request the requester completed
+// long ago, which then ignores the NAK.
+const NAKUnheld = NAKInvReq
 
 // Verdict is what a responder's sequence state says of a request's PSN.
 type Verdict uint8
@@ -156,29 +173,54 @@ const (
 	Ahead                    // ahead: an earlier request is missing; NAK PSN_SEQ_ERR
 )
 
-// Response is a final response a responder sent, kept for duplicates.
-type Response struct {
-	NAK   NAK
-	Value uint64 // an atomic's original value
+// Resource is one RDMA READ or atomic a responder executed, kept in its
+// responder resources for duplicates: an atomic's original value, replayed
+// and never executed again; a READ's range, executed again from memory
+// (IBTA allows it; rxe does the same).
+type Resource struct {
+	Atomic bool   // an atomic; otherwise an RDMA READ
+	PSN    uint32 // its first PSN (Seq.Executed sets it)
+	N      uint32 // the PSNs it takes: a READ one per response packet, an atomic one
+	Value  uint64 // an atomic's original value
+	// A READ's request: its R_Key, remote address and length.
+	RKey uint32
+	VA   uint64
+	Len  uint64
 }
 
-// Seq is a responder QP's sequence state: the expected PSN (ePSN) and the
-// last ReplayDepth final responses. The zero Seq is not started; Start
-// gives it the QP's rq_psn.
+// holds reports whether psn is one of r's PSNs.
+func (r *Resource) holds(psn uint32) bool {
+	d := PSNDiff(psn, r.PSN)
+	return r.N > 0 && d >= 0 && uint32(d) < r.N
+}
+
+// Seq is a responder QP's sequence state: the expected PSN (ePSN), the
+// responder resources (the last max_dest_rd_atomic RDMA READs and atomics
+// executed, IBTA's responder resources; rxe's resp.resources[]) and the
+// last refusal. A SEND or a WRITE takes no resource: a duplicate of one is
+// acknowledged again, whatever came after it, so no number of them evicts
+// an atomic's result. The zero Seq is not started; Start gives it the QP's
+// rq_psn and max_dest_rd_atomic.
 type Seq struct {
 	started bool
 	epsn    uint32
-	valid   [ReplayDepth]bool
-	psns    [ReplayDepth]uint32
-	last    [ReplayDepth]Response
+	depth   int // max_dest_rd_atomic, at most MaxResources
+	next    int // the resource the next READ or atomic takes (round robin)
+	res     [MaxResources]Resource
+
+	refused bool // the last final response was a NAK: of nakPSN
+	nakPSN  uint32
+	nak     NAK
 }
 
 // Started reports whether Start has been called.
 func (s *Seq) Started() bool { return s.started }
 
-// Start sets the expected PSN (rq_psn) and forgets every response.
-func (s *Seq) Start(rqPSN uint32) {
-	*s = Seq{started: true, epsn: rqPSN & PSNMask}
+// Start sets the expected PSN (rq_psn) and the number of responder
+// resources (max_dest_rd_atomic; more than MaxResources counts as
+// MaxResources), and forgets every response.
+func (s *Seq) Start(rqPSN uint32, maxDestRdAtomic uint8) {
+	*s = Seq{started: true, epsn: rqPSN & PSNMask, depth: min(int(maxDestRdAtomic), MaxResources)}
 }
 
 // Expected returns the expected PSN.
@@ -195,40 +237,75 @@ func (s *Seq) Check(psn uint32) Verdict {
 	return New
 }
 
-// Replay returns the response sent for psn, if it is still kept. A
-// duplicate without one (older than ReplayDepth) is answered with an ACK:
-// the requester only retries what it has not seen acknowledged, and it
-// completes in order.
-func (s *Seq) Replay(psn uint32) (Response, bool) {
-	i := psn % ReplayDepth
-	if s.valid[i] && s.psns[i] == psn {
-		return s.last[i], true
-	}
-	return Response{}, false
-}
-
-// Done records the final response to the request at the expected PSN and
-// moves the expected PSN on. RNR and sequence errors are not final: the
-// requester sends the request again, so they do not move it.
-func (s *Seq) Done(r Response) {
-	if r.NAK == NAKRNR || r.NAK == NAKSeqErr {
+// Done records the final response to the SEND or WRITE packet at the
+// expected PSN, or the refusal (a NAK) of any request there, and moves the
+// expected PSN on. RNR and sequence errors are not final: the requester
+// sends the request again, so they do not move it.
+func (s *Seq) Done(nak NAK) {
+	if nak == NAKRNR || nak == NAKSeqErr {
 		return
 	}
-	i := s.epsn % ReplayDepth
-	s.valid[i], s.psns[i], s.last[i] = true, s.epsn, r
+	s.refused = nak != NAKNone
+	if s.refused {
+		s.nakPSN, s.nak = s.epsn, nak
+	}
 	s.epsn = PSNNext(s.epsn)
 }
 
-// DoneN is Done for a request that takes n PSNs (an RDMA READ of n
-// response packets): the response is kept for its first PSN, and the
-// expected PSN moves past all n.
-func (s *Seq) DoneN(r Response, n uint32) {
-	if n == 0 {
+// Executed records the RDMA READ or atomic r executed at the expected PSN
+// in the next responder resource, evicting the oldest when all
+// max_dest_rd_atomic are taken, and moves the expected PSN past its r.N
+// PSNs (at least one). With no resources (max_dest_rd_atomic 0: the
+// device refuses every READ and atomic) it only moves the expected PSN.
+func (s *Seq) Executed(r Resource) {
+	r.PSN, r.N = s.epsn, max(r.N, 1)
+	s.refused = false
+	s.epsn = (s.epsn + r.N) & PSNMask
+	if s.depth == 0 {
 		return
 	}
-	s.Done(r)
-	if r.NAK == NAKRNR || r.NAK == NAKSeqErr {
-		return
+	s.res[s.next] = r
+	s.next = (s.next + 1) % s.depth
+}
+
+// find returns the resource that holds psn, or nil.
+func (s *Seq) find(psn uint32) *Resource {
+	for i := range s.depth {
+		if r := &s.res[i]; r.holds(psn) {
+			return r
+		}
 	}
-	s.epsn = (s.epsn + n - 1) & PSNMask
+	return nil
+}
+
+// Atomic returns the original value of the atomic executed at psn, for a
+// duplicate of it, if a responder resource still holds it. When none
+// does, the duplicate is answered with Refused's NAK if it was refused,
+// else with NAKUnheld; never executed again, never left unanswered.
+func (s *Seq) Atomic(psn uint32) (uint64, bool) {
+	if r := s.find(psn & PSNMask); r != nil && r.Atomic {
+		return r.Value, true
+	}
+	return 0, false
+}
+
+// Read returns the RDMA READ whose response holds psn, for a duplicate
+// that asks for it (from that packet on), if a responder resource still
+// holds it. A duplicate READ without one is dropped (IBTA class D): the
+// requester asks again after its timeout, within its retry budget.
+func (s *Seq) Read(psn uint32) (Resource, bool) {
+	if r := s.find(psn & PSNMask); r != nil && !r.Atomic {
+		return *r, true
+	}
+	return Resource{}, false
+}
+
+// Refused returns the NAK the request at psn was refused with, if it was
+// the last final response: a refusal ends the connection (the responder
+// is in ERR), so the last one is the one a duplicate can ask for again.
+func (s *Seq) Refused(psn uint32) (NAK, bool) {
+	if s.refused && s.nakPSN == psn&PSNMask {
+		return s.nak, true
+	}
+	return NAKNone, false
 }

@@ -3,13 +3,15 @@ package rdma
 // A fault injector between the engine and its socket, for tests: the
 // datagrams the engine sends are dropped, duplicated, reordered or
 // delayed by seeded fates (package testlink's), so that the RC rules meet
-// lost, repeated and late packets on a real UDP socket.
+// lost, repeated and late packets on a real UDP socket; and a trap that
+// drops exactly the packets a test names (Trapped).
 
 import (
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testlink"
 )
 
@@ -115,4 +117,103 @@ func flatten(bufs [][]byte) []byte {
 		out = append(out, b...)
 	}
 	return out
+}
+
+// Trap drops packets a test names: once armed, the next n packets of one
+// opcode to one QP that a Conn made by Trapped sends, a loss placed
+// exactly where Faulty's are drawn at random (the first ATOMIC_ACKNOWLEDGE
+// of a QP, every one). Safe for concurrent use; the zero Trap is unarmed.
+type Trap struct {
+	mu      sync.Mutex
+	op      rocewire.Opcode // +checklocks:mu
+	qpn     uint32          // +checklocks:mu
+	left    int             // packets still to drop; +checklocks:mu
+	dropped int             // since the last Arm; +checklocks:mu
+}
+
+// Arm makes the trap drop the next n packets of opcode op whose BTH names
+// destination QP qpn, and forgets what it dropped before.
+func (t *Trap) Arm(op rocewire.Opcode, qpn uint32, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.op, t.qpn, t.left, t.dropped = op, qpn&rocewire.QPNMask, n, 0
+}
+
+// Dropped returns how many packets the trap dropped since it was armed.
+func (t *Trap) Dropped() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.dropped
+}
+
+// armed reports whether the trap may still drop a packet.
+func (t *Trap) armed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.left > 0
+}
+
+// take reports whether the trap drops packet p (a BTH first), counting it.
+func (t *Trap) take(p []byte) bool {
+	if len(p) < rocewire.BTHLen {
+		return false
+	}
+	b := rocewire.BTH(p)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.left == 0 || b.Opcode() != t.op || b.DestQP() != t.qpn {
+		return false
+	}
+	t.left--
+	t.dropped++
+	return true
+}
+
+// trapped is a Conn whose sends pass a Trap.
+type trapped struct {
+	Conn
+	t *Trap
+}
+
+// Trapped returns c with trap t on what is sent through it.
+func Trapped(c Conn, t *Trap) Conn { return &trapped{Conn: c, t: t} }
+
+// WriteTo sends the datagrams as they are while the trap is not armed;
+// armed, it cuts them into their packets, one datagram each, and sends
+// all but those the trap takes (Faulty's way of cutting: the receiver
+// finds the IPv4 IDs the segments would have had).
+func (c *trapped) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+	if !c.t.armed() {
+		return c.Conn.WriteTo(bufs, dgrams, dst, m)
+	}
+	var pkts [][]byte
+	start := 0
+	for _, d := range dgrams {
+		all := flatten(bufs[start:d.End])
+		start = d.End
+		seg := d.Seg
+		if seg == 0 {
+			seg = len(all)
+		}
+		for len(all) > 0 {
+			p := all[:min(seg, len(all))]
+			all = all[len(p):]
+			if !c.t.take(p) {
+				pkts = append(pkts, p)
+			}
+		}
+	}
+	var err error
+	for len(pkts) > 0 { // maxDatagrams a send at most
+		n := min(len(pkts), maxDatagrams)
+		ds := make([]Datagram, n)
+		for i := range ds {
+			ds[i] = Datagram{End: i + 1}
+		}
+		if e := c.Conn.WriteTo(pkts[:n], ds, dst, m); err == nil {
+			err = e
+		}
+		pkts = pkts[n:]
+	}
+	return err
 }

@@ -98,15 +98,28 @@ type path struct {
 	sendPSN uint32        // the PSN after the last one sent; +checklocks:mu
 	maxPSN  uint32        // the PSN after the furthest one ever sent; +checklocks:mu
 	ackPSN  uint32        // the PSN after the last one acknowledged; +checklocks:mu
-	rewind  bool          // go back to rewindPSN: +checklocks:mu
-	rewPSN  uint32        // +checklocks:mu
-	rnr     bool          // an RNR NAK asked to wait rnrTimer; +checklocks:mu
-	rnrT    uint8         // +checklocks:mu
-	heard   bool          // a response came since the goroutine last looked; +checklocks:mu
-	// progress: ackPSN moved since the goroutine last looked; a retry
-	// episode ends with progress, as rxe's retry count is reloaded by
-	// an acknowledgement (a 1 MiB READ that loses a packet in every
-	// attempt still gets there). +checklocks:mu
+	// seenPSN: the PSN after the furthest one a response acknowledged,
+	// even past a READ or atomic still waiting for its own (which holds
+	// ackPSN back). +checklocks:mu
+	seenPSN uint32
+	rewind  bool   // go back to rewindPSN: +checklocks:mu
+	rewPSN  uint32 // +checklocks:mu
+	rnr     bool   // an RNR NAK asked to wait rnrTimer; +checklocks:mu
+	rnrT    uint8  // +checklocks:mu
+	heard   bool   // a response came since the goroutine last looked; +checklocks:mu
+	// retrying: a go-back-N for a NAK, an implicit NAK or the timeout
+	// was taken and nothing progressed since; until something does, only
+	// the timeout starts another (rxe's started_retry): the responses to
+	// what went before it, and to its own duplicates, ask for nothing
+	// new and spend no retry, and a go-back-N that never progresses ends
+	// after retry_cnt timeouts. +checklocks:mu
+	retrying bool
+	// progress: ackPSN or seenPSN moved since the goroutine last looked;
+	// a retry episode ends with progress, as rxe's retry count is
+	// reloaded by an acknowledgement (a 1 MiB READ that loses a packet in
+	// every attempt still gets there; so does a WRITE that loses several
+	// behind an atomic whose response was lost). Duplicate ACKs, which
+	// acknowledge nothing new, are none. +checklocks:mu
 	progress bool
 
 	rsp responder
@@ -149,7 +162,7 @@ func (p *path) Drop() {
 		p.n--
 	}
 	p.inflight.Store(0)
-	p.started = false
+	p.started, p.retrying = false, false
 	p.next = p.q.SQHead()
 }
 
@@ -274,7 +287,7 @@ func (p *path) fill(takeNew bool) bool {
 			}
 			e.psn, e.mtu = q.TakePSNs(e.npsn), uint32(mtu)
 			if !p.started {
-				p.started, p.sendPSN, p.maxPSN, p.ackPSN = true, e.psn, e.psn, e.psn
+				p.started, p.sendPSN, p.maxPSN, p.ackPSN, p.seenPSN = true, e.psn, e.psn, e.psn, e.psn
 			}
 		}
 		p.n++
@@ -313,6 +326,15 @@ func (p *path) queue(at *device.RCAttrs, mtu uint32) {
 		}
 		w := &e.wqe
 		if done {
+			if w.Opcode.IsRdAtomic() {
+				// Done but not completed (an older WQE still waits): it
+				// keeps its max_rd_atomic credit until it completes, in
+				// order, as rxe returns it. Then no READ or atomic still
+				// waiting ever has more than max_rd_atomic-1 executed after
+				// it, and the responder (max_dest_rd_atomic ≥ max_rd_atomic
+				// resources) still holds its result when it is retried.
+				rd++
+			}
 			continue
 		}
 		if w.Flags&abi.SendFence != 0 && rd > 0 && sent == 0 {
@@ -489,23 +511,39 @@ func (p *path) retry() bool {
 			p.failOldest(st)
 			return false
 		}
+		// Go back before the wait: a PSN sequence error NAK of the
+		// requests after the refused one, which comes meanwhile, then
+		// finds it taken (above, in response).
+		p.rewindTo(psn)
 		q.Sleep(rc.RNRDelay(t))
-	} else {
-		q.Counters().Retries.Add(1)
+		return false
 	}
+	if st, ok := p.budget.Transport(q.Counters()); !ok {
+		// A go-back-N spends a transport retry (IBTA: a PSN sequence
+		// error NAK or an implicit NAK decrements retry_cnt, as the
+		// timeout does): responses that keep asking for one without
+		// progress (duplicate ACKs past an atomic whose response never
+		// comes) end in RETRY_EXC_ERR, not a livelock.
+		p.failOldest(st)
+		return false
+	}
+	p.mu.Lock()
+	p.retrying = true
+	p.mu.Unlock()
 	p.rewindTo(psn)
 	return false
 }
 
-// failOldest completes the oldest WQE with st (a retry budget spent).
+// failOldest completes the oldest WQE not done with st (a retry budget
+// spent), after the done ones before it.
 func (p *path) failOldest(st abi.WCStatus) {
 	p.mu.Lock()
-	if p.n == 0 {
-		p.mu.Unlock()
-		return
+	for i := 0; i < p.n; i++ {
+		if e := p.at(i); !e.done {
+			e.done, e.status = true, st
+			break
+		}
 	}
-	e := p.at(0)
-	e.done, e.status = true, st
 	p.mu.Unlock()
 	p.reap()
 }
@@ -592,6 +630,9 @@ func (p *path) wait() {
 		p.failOldest(st)
 		return
 	}
+	p.mu.Lock()
+	p.retrying = true
+	p.mu.Unlock()
 	p.rewindTo(psn)
 }
 
@@ -638,12 +679,23 @@ func (p *path) response(pkt *rocewire.Packet) {
 			p.ackThrough(psn)
 		case rocewire.KindRNR:
 			p.ackThrough((psn - 1) & rc.PSNMask)
-			p.rnr, p.rnrT, p.rewPSN = true, s.Value(), psn // from the refused packet on
+			p.goBack(psn) // from the refused packet on
+			p.rnr, p.rnrT = true, s.Value()
 		case rocewire.KindNAK:
 			p.ackThrough((psn - 1) & rc.PSNMask)
 			if s.Value() == rocewire.NAKPSNSeqErr {
 				p.e.ctr.SeqErrNaks.Add(1)
-				p.rewind, p.rewPSN = true, psn
+				if p.retrying || rc.PSNDiff(psn, p.sendPSN) >= 0 {
+					// A go-back-N is under way, or psn was not sent
+					// again since the last one (or the RNR wait), which
+					// covers it: the NAK asks for nothing new.
+					return
+				}
+				// Back to psn, or to an earlier PSN a go-back-N not
+				// taken yet asks for (a READ or atomic whose response
+				// the NAK's implicit ACK shows lost).
+				p.goBack(psn)
+				p.rewind = true
 				return
 			}
 			if e := p.entryAt(psn); e != nil && !e.done {
@@ -706,6 +758,9 @@ func (p *path) response(pkt *rocewire.Packet) {
 // WRITEs that end there are done; a READ or atomic still waiting before
 // it lost its response (an implicit NAK: go back to it). +checklocks:p.mu
 func (p *path) ackThrough(psn uint32) {
+	if next := (psn + 1) & rc.PSNMask; rc.PSNDiff(next, p.seenPSN) > 0 && rc.PSNDiff(next, p.maxPSN) <= 0 {
+		p.seenPSN, p.progress, p.retrying = next, true, false
+	}
 	for i := 0; i < p.n; i++ {
 		e := p.at(i)
 		if e.local != abi.WCSuccess {
@@ -719,8 +774,12 @@ func (p *path) ackThrough(psn uint32) {
 			continue
 		}
 		if e.wqe.Opcode.IsRdAtomic() {
-			if !p.rewind {
-				p.rewind, p.rewPSN = true, e.psn
+			// Not while a go-back-N is under way, nor when psn was not
+			// sent again since the last one: a response to what went
+			// before it, which asks for nothing new.
+			if !p.retrying && rc.PSNDiff(psn, p.sendPSN) < 0 {
+				p.goBack(e.psn)
+				p.rewind = true
 			}
 			return
 		}
@@ -732,10 +791,21 @@ func (p *path) ackThrough(psn uint32) {
 	p.advanceAck((psn + 1) & rc.PSNMask)
 }
 
+// goBack asks the goroutine for a go-back-N to psn, or keeps the earlier
+// PSN one it has not taken yet asks for. +checklocks:p.mu
+func (p *path) goBack(psn uint32) {
+	if !p.rewind && !p.rnr || rc.PSNDiff(psn, p.rewPSN) < 0 {
+		p.rewPSN = psn
+	}
+}
+
 // advanceAck moves ackPSN to psn if that is further. +checklocks:p.mu
 func (p *path) advanceAck(psn uint32) {
 	if rc.PSNDiff(psn, p.ackPSN) > 0 && rc.PSNDiff(psn, p.maxPSN) <= 0 {
-		p.ackPSN, p.progress = psn, true
+		p.ackPSN, p.progress, p.retrying = psn, true, false
+		if rc.PSNDiff(psn, p.seenPSN) > 0 {
+			p.seenPSN = psn
+		}
 	}
 }
 

@@ -6,9 +6,12 @@ package rdma
 // its first packet, Write for each, End at its last), a READ streams its
 // response packets from guest memory, an atomic executes at once. An
 // older PSN is a duplicate: a SEND or WRITE is acknowledged again, a READ
-// executed again from memory, an atomic's original value replayed (the
-// responder resources, rc.Seq's replay cache). A newer one is a gap: one
-// PSN sequence error NAK, then silence until the expected PSN comes.
+// executed again from memory, an atomic's original value replayed; both
+// from the responder resources (rc.Seq: the last max_dest_rd_atomic READs
+// and atomics, which no SEND or WRITE evicts), and an atomic no longer
+// held there is refused with rc.NAKUnheld, never executed again nor left
+// unanswered. A newer one is a gap: one PSN sequence error NAK, then
+// silence until the expected PSN comes.
 // Every check happens before a byte moves; a refused request is NAKed
 // with the status the brief's table gives and leaves the target untouched.
 
@@ -18,19 +21,6 @@ import (
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/rocewire"
 )
-
-// readRes is a READ the responder served, kept to execute it again for a
-// duplicate.
-type readRes struct {
-	valid bool
-	psn   uint32 // first PSN
-	npkt  uint32
-	req   device.Request
-}
-
-// readResources is how many READs a responder remembers (at least the
-// requester's window).
-const readResources = window
 
 // responder is a QP's responder state; owned by the engine's reader.
 type responder struct {
@@ -47,9 +37,6 @@ type responder struct {
 	off   uint64
 	req   device.Request
 	msg   device.Message
-
-	reads    [readResources]readRes
-	nextRead int
 
 	hdr [maxHeader]byte
 	out *batch // what the responder answers, sent by flush
@@ -95,9 +82,8 @@ func (r *responder) serve(pkt *rocewire.Packet) {
 	at := q.RCAttrs()
 	if gen := q.Resets(); !r.started || r.gen != gen {
 		r.started, r.gen = true, gen
-		r.seq.Start(at.RQPSN)
+		r.seq.Start(at.RQPSN, at.MaxDestRdAtomic)
 		r.nakSent, r.inMsg, r.msn = false, false, 0
-		r.reads, r.nextRead = [readResources]readRes{}, 0
 	}
 	psn := pkt.BTH.PSN()
 	ctr := q.Counters()
@@ -203,12 +189,12 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 	if !q.Write(m, r.off, pkt.Payload) {
 		r.inMsg = false
 		r.ack(at.RemoteQPN, rocewire.NAK(rocewire.NAKRemOpErr), psn)
-		r.seq.Done(rc.Response{NAK: rc.NAKRemOp})
+		r.seq.Done(rc.NAKRemOp)
 		return
 	}
 	if !last {
 		r.off += uint64(len(pkt.Payload))
-		r.seq.Done(rc.Response{})
+		r.seq.Done(rc.NAKNone)
 		if pkt.BTH.AckReq() {
 			r.ack(at.RemoteQPN, rocewire.ACK, psn)
 		}
@@ -248,7 +234,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 	}
 	r.inMsg = false
 	r.msn = (r.msn + 1) & rc.PSNMask
-	r.seq.Done(rc.Response{})
+	r.seq.Done(rc.NAKNone)
 	if pkt.BTH.AckReq() {
 		r.ack(at.RemoteQPN, rocewire.ACK, psn)
 	}
@@ -267,10 +253,8 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 	if !ok {
 		return
 	}
-	r.reads[r.nextRead] = readRes{valid: true, psn: psn, npkt: n, req: req}
-	r.nextRead = (r.nextRead + 1) % readResources
 	r.msn = (r.msn + 1) & rc.PSNMask
-	r.seq.DoneN(rc.Response{}, n)
+	r.seq.Executed(rc.Resource{N: n, RKey: req.RKey, VA: req.RAddr, Len: req.Total})
 }
 
 // stream executes READ req whose first PSN is psn and sends its response
@@ -345,7 +329,7 @@ func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32)
 	q.End(m)
 	old := m.Old()
 	r.msn = (r.msn + 1) & rc.PSNMask
-	r.seq.Done(rc.Response{Value: old})
+	r.seq.Executed(rc.Resource{Atomic: true, Value: old})
 	r.atomicAck(at.RemoteQPN, psn, old)
 }
 
@@ -355,25 +339,26 @@ func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint
 	case rocewire.RDMAReadRequest:
 		// The READ whose response holds psn, asked for from that packet
 		// on: executed again from memory (C9-148 allows it).
-		mtu := uint64(at.PathMTU)
-		for i := range r.reads {
-			res := &r.reads[i]
-			k := rc.PSNDiff(psn, res.psn)
-			if !res.valid || k < 0 || uint32(k) >= res.npkt {
-				continue
-			}
-			off := uint64(k) * mtu
-			if res.req.RKey != pkt.RETH.RKey() || res.req.RAddr+off != pkt.RETH.VA() || res.req.Total-off != uint64(pkt.RETH.DMALen()) {
-				return // not the rest of that READ: dropped (class D)
-			}
-			req := res.req
-			r.stream(at, &req, res.psn, uint32(k))
-			return
+		res, ok := r.seq.Read(psn)
+		if !ok {
+			return // no resource holds it: dropped (class D)
 		}
-		// No resource holds it: dropped (class D).
+		k := uint32(rc.PSNDiff(psn, res.PSN))
+		off := uint64(k) * uint64(at.PathMTU)
+		if res.RKey != pkt.RETH.RKey() || res.VA+off != pkt.RETH.VA() || res.Len-off != uint64(pkt.RETH.DMALen()) {
+			return // not the rest of that READ: dropped (class D)
+		}
+		req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: res.RKey, RAddr: res.VA, Total: res.Len}
+		r.stream(at, &req, res.PSN, k)
 	case rocewire.CompareSwap, rocewire.FetchAdd:
-		if v, ok := r.seq.Replay(psn); ok && v.NAK == rc.NAKNone {
-			r.atomicAck(at.RemoteQPN, psn, v.Value)
+		// Its original value from the responder resources; never
+		// executed again, never left unanswered.
+		if nak, ok := r.seq.Refused(psn); ok {
+			r.ack(at.RemoteQPN, nakSyndrome(nak), psn)
+		} else if v, ok := r.seq.Atomic(psn); ok {
+			r.atomicAck(at.RemoteQPN, psn, v)
+		} else {
+			r.ack(at.RemoteQPN, nakSyndrome(rc.NAKUnheld), psn)
 		}
 	default:
 		// Executed already: acknowledge again what was acknowledged.
@@ -385,6 +370,13 @@ func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint
 // expected PSN moves on (the QP is in ERR for a class C error).
 func (r *responder) refuse(at *device.RCAttrs, psn uint32, st abi.WCStatus) {
 	nak := rc.NAKOf(st)
+	r.seq.Done(nak)
+	r.ack(at.RemoteQPN, nakSyndrome(nak), psn)
+}
+
+// nakSyndrome is the AETH syndrome of a final NAK (invalid request,
+// remote access or remote operational error).
+func nakSyndrome(nak rc.NAK) rocewire.Syndrome {
 	code := uint8(rocewire.NAKRemOpErr)
 	switch nak {
 	case rc.NAKInvReq:
@@ -392,8 +384,7 @@ func (r *responder) refuse(at *device.RCAttrs, psn uint32, st abi.WCStatus) {
 	case rc.NAKRemAccess:
 		code = rocewire.NAKRemAccess
 	}
-	r.seq.Done(rc.Response{NAK: nak})
-	r.ack(at.RemoteQPN, rocewire.NAK(code), psn)
+	return rocewire.NAK(code)
 }
 
 // ack answers psn with an ACKNOWLEDGE of syndrome s: a positive one is

@@ -26,7 +26,8 @@ package tcp
 //     goes back at once.
 //
 // A duplicate that reaches the responder (a response was lost, not the
-// request) is answered from its cache and never executed twice.
+// request) is answered as the first time (an atomic from the responder
+// resources, rc.Seq) and never executed twice.
 
 import (
 	"fmt"

@@ -10,11 +10,13 @@ package tcp
 // A request with the expected PSN executes, and the expected PSN advances
 // once the operation is final (not after RNR or NO_QP, which the requester
 // retries). A request with an older PSN is a duplicate, a retry whose
-// response was lost: it is answered from the last response (a READ is
-// executed again, as IBTA allows) and never executed twice; the last
-// txWindow responses are kept for that. A newer PSN is a sequence error:
-// an earlier request was refused (RNR) or lost, and the requester goes
-// back to it.
+// response was lost: it is answered as the first time and never executed
+// twice: a SEND or WRITE is acknowledged again, a READ executed again (as
+// IBTA allows), an atomic's original value replayed from the responder
+// resources (rc.Seq: the last max_dest_rd_atomic READs and atomics), and
+// an atomic no longer held there refused (rc.NAKUnheld). A newer PSN is
+// a sequence error: an earlier request was refused (RNR) or lost, and the
+// requester goes back to it.
 
 import (
 	"encoding/binary"
@@ -237,7 +239,16 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	nak := rc.NAKOf(st)
 	resp.Status, resp.Compare = nakStatus(nak), old
 	if verdict == rc.New {
-		rs.seq.Done(rc.Response{NAK: nak, Value: old})
+		switch {
+		case nak != rc.NAKNone:
+			rs.seq.Done(nak)
+		case h.Type == tcpwire.CmpSwap || h.Type == tcpwire.FetchAdd:
+			rs.seq.Executed(rc.Resource{Atomic: true, Value: old})
+		case h.Type == tcpwire.Read:
+			rs.seq.Executed(rc.Resource{RKey: r.RKey, VA: r.RAddr, Len: r.Total})
+		default:
+			rs.seq.Done(rc.NAKNone)
+		}
 	}
 	if !sp.responded && resp.Type == tcpwire.ReadResp {
 		resp.PayloadLen = 0 // an error answers a READ without data
@@ -277,7 +288,7 @@ func (c *tconn) admit(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *t
 	}
 	if gen := p.Resets(); !rs.seq.Started() || rs.gen != gen {
 		rs.gen = gen
-		rs.seq.Start(rqPSN)
+		rs.seq.Start(rqPSN, at.MaxDestRdAtomic)
 	}
 	verdict = rs.seq.Check(h.PSN)
 	switch verdict {
@@ -289,9 +300,17 @@ func (c *tconn) admit(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *t
 		p.Counters().Dups.Add(1)
 		if h.Type != tcpwire.Read {
 			// A duplicate: answer as the first time, execute nothing.
+			// An atomic's result comes from the responder resources;
+			// one no longer held is refused (rc.NAKUnheld).
 			resp.Status = tcpwire.OK
-			if r, ok := rs.seq.Replay(h.PSN); ok {
-				resp.Status, resp.Compare = nakStatus(r.NAK), r.Value
+			if nak, ok := rs.seq.Refused(h.PSN); ok {
+				resp.Status = nakStatus(nak)
+			} else if h.Type == tcpwire.CmpSwap || h.Type == tcpwire.FetchAdd {
+				v, ok := rs.seq.Atomic(h.PSN)
+				resp.Compare = v
+				if !ok {
+					resp.Status = nakStatus(rc.NAKUnheld)
+				}
 			}
 			return nil, verdict, false
 		}
