@@ -103,8 +103,8 @@ type Agent struct {
 	clk clock.Clock
 
 	// cmreg is the connections made through rdma_cm event channels
-	// (cmevents.go), for their DISCONNECTED events.
-	cmreg cmRegistry
+	// (package cm), for their DISCONNECTED events.
+	cmreg *cm.Conns
 
 	// loop is the test link (package tcp's NewTestLink); nil unless
 	// Config.TestLink.
@@ -180,6 +180,7 @@ func New(cfg Config) (*Agent, error) {
 	a.dev = device.New(device.Config{Host: cfg.Host, HostID: id, FWVersion: Version, Limits: cfg.Limits, Clock: a.clk,
 		Log: a.log, Router: a, DetachWait: manage.DetachWait})
 	a.cm = cm.New(a.dev, cfg.Host, cfg.Limits.MaxListeners)
+	a.cmreg = cm.NewConns(cmHosts{a}, a.log)
 	if cfg.TestLink != nil {
 		loop, err := tcp.NewTestLink(a.tcpConfig(), *cfg.TestLink, a.clk, &a.testStats)
 		if err != nil {

@@ -500,18 +500,18 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 	return end, d, nil
 }
 
-// resolveConnect finds the adapter a connect from q targets. Same-host
+// resolveConnect finds the adapter a connect from adapter from targets. Same-host
 // targets resolve locally (and must pass path selection, when the control
 // plane can decide); others are looked up in the control plane and
 // returned as end, reached over the tcp path.
-func (a *Agent) resolveConnect(q *device.QP, remote string) (*device.Adapter, *member.End, error) {
+func (a *Agent) resolveConnect(from *device.Adapter, remote string) (*device.Adapter, *member.End, error) {
 	ad, err := a.cm.Resolve(remote)
 	c := a.ctl
 	if c == nil {
 		return ad, nil, err
 	}
 	if err == nil {
-		if _, _, perr := c.decideLocal(q.Adapter(), ad); perr != nil {
+		if _, _, perr := c.decideLocal(from, ad); perr != nil {
 			return nil, nil, perr
 		}
 		return ad, nil, nil
@@ -520,7 +520,7 @@ func (a *Agent) resolveConnect(q *device.QP, remote string) (*device.Adapter, *m
 	if !errors.As(err, &ae) || ae.Code != abi.CodeUnavailable {
 		return nil, nil, err
 	}
-	end, _, err := c.lookupRemote(q.Adapter(), remote, "remote")
+	end, _, err := c.lookupRemote(from, remote, "remote")
 	if err != nil {
 		return nil, nil, err
 	}

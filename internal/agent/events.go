@@ -8,17 +8,16 @@ package agent
 // away, a request the responder refused): IBV_EVENT_QP_FATAL, whose fd
 // programs poll; and, to every socket of an adapter, IBV_EVENT_PORT_ERR
 // when the adapter is disconnected and IBV_EVENT_PORT_ACTIVE when it is
-// connected again (device.Device.SetConnected). Each socket's writer
-// goroutine is its cmChannel's (cmevents.go); the session's end closes
-// them.
+// connected again (device.Device.SetConnected). Each socket is a
+// cm.Channel, whose writer goroutine the channel owns; the session's end
+// closes them (closeAsync).
 
 import (
 	"slices"
 	"sync"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
 )
 
@@ -29,8 +28,8 @@ const maxAsyncSockets = 64
 // asyncEvents is a session's event sockets, by adapter.
 type asyncEvents struct {
 	mu        sync.Mutex
-	n         int                     // +checklocks:mu
-	byAdapter map[string][]*cmChannel // +checklocks:mu
+	n         int                      // +checklocks:mu
+	byAdapter map[string][]*cm.Channel // +checklocks:mu
 }
 
 // asyncOpen is async-open: a new event socket for adapter r of v.
@@ -45,16 +44,16 @@ func (s *session) asyncOpen(v *device.VM, r *abi.AdapterRef) (any, []int, error)
 	if e.n >= maxAsyncSockets {
 		return nil, nil, abi.Errorf(abi.CodeLimit, "", "this session has %d event sockets, the limit: close contexts it no longer uses", e.n)
 	}
-	c, peer, err := newEventSocket("async-events")
+	c, peer, err := cm.NewChannel("async-events")
 	if err != nil {
 		return nil, nil, err
 	}
 	if e.byAdapter == nil {
-		e.byAdapter = map[string][]*cmChannel{}
+		e.byAdapter = map[string][]*cm.Channel{}
 	}
 	e.n++
 	e.byAdapter[r.Adapter] = append(e.byAdapter[r.Adapter], c)
-	go c.run(s)
+	c.Start(s.log)
 	return givenAway{abi.Empty{}, []int{peer}}, nil, nil
 }
 
@@ -66,8 +65,8 @@ func (e *asyncEvents) pruneLocked() {
 	for ad, cs := range e.byAdapter {
 		live := cs[:0]
 		for _, c := range cs {
-			if peerClosed(c) {
-				c.close()
+			if c.PeerClosed() {
+				c.Close()
 				continue
 			}
 			live = append(live, c)
@@ -75,28 +74,6 @@ func (e *asyncEvents) pruneLocked() {
 		e.byAdapter[ad] = live
 		e.n += len(live)
 	}
-}
-
-// peerClosed reports whether c's writer stopped or the workload closed
-// its end of the socket (POLLHUP: a context closed).
-func peerClosed(c *cmChannel) bool {
-	select {
-	case <-c.quit:
-		return true
-	default:
-	}
-	rc, err := c.f.SyscallConn()
-	if err != nil {
-		return true
-	}
-	hup := false
-	rc.Control(func(fd uintptr) {
-		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		if n, err := unix.Poll(p, 0); err == nil && n == 1 && p[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-			hup = true
-		}
-	})
-	return hup
 }
 
 // watchFatal reports q's agent-detected errors on its adapter's sockets.
@@ -108,7 +85,7 @@ func (s *session) watchFatal(q *device.QP) {
 		chans := slices.Clone(e.byAdapter[adapter]) // pruneLocked reuses the array
 		e.mu.Unlock()
 		for _, c := range chans {
-			c.post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
+			c.Post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
 		}
 	})
 }
@@ -125,7 +102,7 @@ func (s *session) PortChanged(ad *device.Adapter, active bool) {
 	chans := slices.Clone(e.byAdapter[ad.Name()]) // pruneLocked reuses the array
 	e.mu.Unlock()
 	for _, c := range chans {
-		c.post(ev)
+		c.Post(ev)
 	}
 }
 
@@ -136,7 +113,7 @@ func (s *session) closeAsync() {
 	defer e.mu.Unlock()
 	for _, cs := range e.byAdapter {
 		for _, c := range cs {
-			c.close()
+			c.Close()
 		}
 	}
 	e.byAdapter = nil

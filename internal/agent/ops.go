@@ -157,16 +157,42 @@ var handlers = map[abi.Op]opHandler{
 		return noFDs(s.connect(r))
 	}),
 
-	// rdma_cm's event channels (cmevents.go).
-	abi.OpCMOpenChannel:  on((*session).cmOpenChannel),
-	abi.OpCMCloseChannel: on((*session).cmCloseChannel),
-	abi.OpCMListen:       on((*session).cmListen),
-	abi.OpCMCloseListen:  on((*session).cmCloseListen),
-	abi.OpCMResolve:      on((*session).cmResolveOp),
-	abi.OpCMRoute:        on((*session).cmRoute),
-	abi.OpCMConnect:      on((*session).cmConnectOp),
-	abi.OpCMDisconnect:   on((*session).cmDisconnect),
-	abi.OpCMEstablish:    on((*session).cmEstablish),
+	// rdma_cm's event channels (internal/cm, events.go).
+	abi.OpCMOpenChannel: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+		h, fd, err := s.cmEv.OpenChannel()
+		if err != nil {
+			return nil, nil, err
+		}
+		return givenAway{abi.Handle{Handle: h}, []int{fd}}, nil, nil
+	}),
+	abi.OpCMCloseChannel: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.CloseChannel(r.Handle)
+	}),
+	abi.OpCMListen: on(func(s *session, v *device.VM, r *abi.CMListen) (any, []int, error) {
+		h, err := s.cmEv.Listen(v, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Handle{Handle: h}, nil, nil
+	}),
+	abi.OpCMCloseListen: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.CloseListen(r.Handle)
+	}),
+	abi.OpCMResolve: on(func(s *session, v *device.VM, r *abi.CMResolve) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Resolve(v, r)
+	}),
+	abi.OpCMRoute: on(func(s *session, _ *device.VM, r *abi.CMRoute) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Route(r)
+	}),
+	abi.OpCMConnect: on(func(s *session, v *device.VM, r *abi.CMConnect) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Connect(v, r)
+	}),
+	abi.OpCMDisconnect: on(func(s *session, v *device.VM, r *abi.CMDisconnect) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Disconnect(v, r)
+	}),
+	abi.OpCMEstablish: on(func(s *session, v *device.VM, r *abi.CMEstablish) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Establish(v, r)
+	}),
 }
 
 // noFDs is the handler result of a reply without descriptors.

@@ -27,8 +27,8 @@ import (
 // zero without a control plane: the test link needs none of it).
 func (a *Agent) tcpConfig() tcp.Config {
 	cfg := tcp.Config{Device: a.dev, CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
-	cfg.OnDisconnect = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.peerGone(qpn, fromQPN, fromGID) } // cmevents.go
-	cfg.OnEstablish = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.rtu(qpn, fromQPN, fromGID) }
+	cfg.OnDisconnect = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.PeerGone(qpn, fromQPN, fromGID) }
+	cfg.OnEstablish = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.RTU(qpn, fromQPN, fromGID) }
 	if c := a.ctl; c != nil {
 		cfg.Store, cfg.Cache, cfg.Switch, cfg.LookupTimeout = c.st, c.cache, c.cfg.Switch, c.cfg.LookupTimeout
 		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA

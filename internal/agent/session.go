@@ -48,9 +48,8 @@ type session struct {
 	vm *device.VM // set by attach; read by the serve goroutine and blocking ops after it
 	cm *cm.Client // the session's listeners
 
-	cmOnce sync.Once
-	cmEv   *cmEvents   // rdma_cm event channels (cmevents.go); nil until the first is used
-	async  asyncEvents // the event sockets of ibv_get_async_event (events.go)
+	cmEv  *cm.Events  // rdma_cm's event channels and cm-listens
+	async asyncEvents // the event sockets of ibv_get_async_event (events.go)
 
 	// clientCaps are the features the client said it knows in its hello
 	// (0 without one). No behaviour depends on them yet: a feature that a
@@ -67,6 +66,7 @@ func newSession(a *Agent, c *sys.PacketConn) *session {
 		s.pid, s.uid, s.gid, s.cred = cred.Pid, cred.Uid, cred.Gid, true
 	}
 	s.log = a.log.With("session", sessionIDs.Add(1), "pid", s.pid)
+	s.cmEv = cm.NewEvents(s.cm, a.cmreg, cmHosts{a}, s.log)
 	if !s.cred {
 		s.log.Warn("SO_PEERCRED failed: the session may attach or change no VM")
 	}
@@ -156,7 +156,7 @@ func (s *session) end() {
 	s.conn.SetWriteDeadline(time.Unix(1, 0))
 	s.cm.Close()
 	s.wg.Wait()
-	s.closeCM()    // cmevents.go
+	s.cmEv.Close()
 	s.closeAsync() // events.go
 	if s.vm != nil {
 		s.a.detachVM(s.vm)
@@ -270,14 +270,7 @@ func (s *session) attach(_ *device.VM, r *abi.Attach) (any, []int, error) {
 }
 
 func (s *session) acceptRequest(v *device.VM, ar *abi.AcceptRequest) (any, []int, error) {
-	ch, err := s.acceptChannel(ar) // cmevents.go
-	if err != nil {
-		return nil, nil, err
-	}
-	r, awaitRTU, err := s.cm.Accept(v, ar)
-	if err == nil {
-		s.cmAccepted(v, ar, ch, r, awaitRTU)
-	}
+	r, err := s.cmEv.Accept(v, ar) // for a cm-listen's request, its ESTABLISHED too
 	return r, nil, err
 }
 
@@ -361,7 +354,7 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	if err := cm.CheckDialer(q); err != nil {
 		return abi.ConnectReply{}, err
 	}
-	ad, end, err := s.a.resolveConnect(q, c.Remote) // control.go
+	ad, end, err := s.a.resolveConnect(q.Adapter(), c.Remote) // control.go
 	if err != nil {
 		return abi.ConnectReply{}, err
 	}

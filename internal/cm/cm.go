@@ -9,6 +9,10 @@
 // back. A side whose workload moves its QP itself (rdma_cm's external QP,
 // Dial.External, AcceptRequest.QPN) is left alone: it gets the PSNs and
 // path MTU, drawn when the request is made, and moves its QP with them.
+// rdma_cm's event channels (Events, events.go) are the same connection
+// management with its outcomes as events on a socket (Channel); Conns
+// follows their connections for DISCONNECTED, and Hosts is what they need
+// of other hosts, which the agent provides.
 package cm
 
 import (

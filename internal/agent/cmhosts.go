@@ -1,0 +1,70 @@
+package agent
+
+// cmHosts is the agent as cm.Hosts: how rdma_cm's event channels
+// (internal/cm, events.go) reach other hosts, through the control plane
+// (control.go) and the tcp path's CM frames. cm's goroutines call it for
+// as long as the agent runs; it reads a.ctl and a.up, set before the
+// agent serves sessions.
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/device"
+)
+
+type cmHosts struct{ a *Agent }
+
+// Route is resolveConnect from adapter from, the peer's end as cm.Peer
+// (Ref: its *member.End).
+func (h cmHosts) Route(from *device.Adapter, remote string) (*device.Adapter, *cm.Peer, error) {
+	ad, end, err := h.a.resolveConnect(from, remote)
+	if err != nil || end == nil {
+		return ad, nil, err
+	}
+	return nil, &cm.Peer{VM: end.Endpoint.VM, Adapter: end.Endpoint.Adapter, GID: abi.GID(end.Endpoint.GID.As16()),
+		Host: end.Host.Host.ID, Ref: end}, nil
+}
+
+// DialRemote dials p over the tcp path (which Route's peer implies).
+func (h cmHosts) DialRemote(ctx context.Context, q *device.QP, c *abi.Connect, p *cm.Peer, d cm.Dial) (abi.ConnectReply, error) {
+	return h.a.up.ConnectWith(ctx, q, c, p.Ref.(*member.End), d)
+}
+
+// SendRTU sends a CM_RTU over the tcp path.
+func (h cmHosts) SendRTU(host string, qpn, fromQPN uint32, fromGID abi.GID) error {
+	a := h.a
+	if a.up == nil {
+		return abi.Errorf(abi.CodeUnavailable, "", "QP 0x%x's peer is on another host and this agent runs no tcp path", fromQPN)
+	}
+	if err := a.up.Establish(host, qpn, fromQPN, netip.AddrFrom16(fromGID)); err != nil {
+		return abi.Errorf(abi.CodeUnavailable, "", "rdma_establish: tell host %s: %v", host, err)
+	}
+	return nil
+}
+
+// SendDisconnect sends a CM_DISC over the tcp path, to host or else the
+// host the control plane's cache finds gid on.
+func (h cmHosts) SendDisconnect(host string, qpn uint32, gid abi.GID, fromQPN uint32, fromGID abi.GID) error {
+	a := h.a
+	if a.up == nil || a.ctl == nil {
+		return nil
+	}
+	if host == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), a.ctl.cfg.LookupTimeout)
+		ep, err := a.ctl.cache.Resolve(ctx, netip.AddrFrom16(gid).String())
+		cancel()
+		if err != nil {
+			return fmt.Errorf("peer's host not found (peer GID %s): %w", netip.AddrFrom16(gid), err)
+		}
+		host = ep.Host
+	}
+	if err := a.up.Disconnect(host, qpn, fromQPN, netip.AddrFrom16(fromGID)); err != nil {
+		return fmt.Errorf("host %s: %w", host, err)
+	}
+	return nil
+}
