@@ -37,6 +37,7 @@ import (
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 func TestConformance(t *testing.T) {
@@ -82,7 +83,7 @@ func TestConformance(t *testing.T) {
 		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 11}
 		var st testlink.Stats
 		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.2:4791"),
-			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdma.Faulty(c, faults, &st) }})
+			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdmatest.Faulty(c, faults, &st) }})
 		(&suite{env: &rdmaLossyEnv{rdmaLoopEnv{memcpyEnv{env: env, prefix: "rz"}}}, how: connOOB, oob: &lossyRC}).run(t)
 		t.Logf("rdma socket: %s", &st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {

@@ -6,6 +6,6 @@
 // hostile clients, the tcp path's configuration and faults, scale and
 // allocation counts. They use only the library's public API, the ABI
 // (internal/abi) where they play a raw or hostile client, and the test
-// support packages (testenv, testlink, libdiag); the layout
+// support packages (testenv, testlink, rdmatest, libdiag); the layout
 // follows gVisor's tests/ and Tailscale's tstest/integration.
 package vrdma_test

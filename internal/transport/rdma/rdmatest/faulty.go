@@ -1,9 +1,9 @@
-package rdma
-
-// A fault injector between the engine and its socket, for tests: the
-// datagrams the engine sends are dropped, duplicated, reordered or
-// delayed by seeded fates (package testlink's), so that the RC rules meet
-// lost, repeated and late packets on a real UDP socket.
+// Package rdmatest is test support for the rdma path (package rdma): a
+// fault injector between the engine and its socket. The datagrams the
+// engine sends are dropped, duplicated, reordered or delayed by seeded
+// fates (package testlink's), so that the RC rules meet lost, repeated
+// and late packets on a real UDP socket.
+package rdmatest
 
 import (
 	"net/netip"
@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
-// faulty is a Conn whose sends meet faults.
+// faulty is an rdma.Conn whose sends meet faults.
 type faulty struct {
-	Conn
+	rdma.Conn
 	delayBy time.Duration
 	st      *testlink.Stats
 
@@ -23,19 +24,19 @@ type faulty struct {
 	fates  *testlink.Fates // +checklocks:mu
 	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
 	heldTo netip.AddrPort  // +checklocks:mu
-	heldM  Marks           // +checklocks:mu
+	heldM  rdma.Marks      // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
 // st (if not nil).
-func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
+func Faulty(c rdma.Conn, f testlink.Faults, st *testlink.Stats) rdma.Conn {
 	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
 }
 
 // WriteTo sends each datagram to dst as the next fate says: not at all,
 // twice, after the next datagram, later, or now; a datagram of segments
 // (Seg > 0) segment by segment, as the kernel would cut it.
-func (f *faulty) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+func (f *faulty) WriteTo(bufs [][]byte, dgrams []rdma.Datagram, dst netip.AddrPort, m rdma.Marks) error {
 	var err error
 	start := 0
 	for _, d := range dgrams {
@@ -48,7 +49,7 @@ func (f *faulty) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m
 }
 
 // writeDatagram sends one datagram, or its segments of seg bytes.
-func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m Marks) error {
+func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m rdma.Marks) error {
 	if seg == 0 {
 		return f.writeOne(bufs, dst, m)
 	}
@@ -65,7 +66,7 @@ func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m Mar
 }
 
 // writeOne sends one datagram as the next fate says.
-func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
+func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m rdma.Marks) error {
 	f.mu.Lock()
 	fate := f.fates.Next()
 	if f.st != nil {
@@ -91,9 +92,9 @@ func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
+	err := f.Conn.WriteTo(bufs, []rdma.Datagram{{End: len(bufs)}}, dst, m)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
+		f.Conn.WriteTo(bufs, []rdma.Datagram{{End: len(bufs)}}, dst, m)
 	}
 	if held != nil {
 		f.Conn.WriteTo([][]byte{held}, one, heldTo, heldM)
@@ -102,7 +103,7 @@ func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 }
 
 // one is a WriteTo's datagrams when it sends one piece.
-var one = []Datagram{{End: 1}}
+var one = []rdma.Datagram{{End: 1}}
 
 // flatten copies a datagram's pieces into one buffer.
 func flatten(bufs [][]byte) []byte {
