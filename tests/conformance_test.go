@@ -55,7 +55,7 @@ func TestConformance(t *testing.T) {
 		t.Run("async", func(t *testing.T) {
 			(&suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cla", async: true}}, how: connOOB, oob: &lossyRC}).run(t)
 		})
-		st := env.Agent.TestLinkStats()
+		st := env.TestLinkStats()
 		t.Logf("test link: %s", st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
 			t.Errorf("test link %s: every fault must have struck", st)
