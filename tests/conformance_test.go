@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
@@ -213,7 +214,7 @@ type suite struct {
 // test link, so that QPs between them cross it.
 type lossyEnv struct{ memcpyEnv }
 
-func (e *lossyEnv) Path() vrdma.PathKind { return vrdma.PathTest }
+func (e *lossyEnv) Path() vrdma.PathKind { return abi.PathTest }
 
 func (e *lossyEnv) UplinkBytes(t *testing.T) uint64 { return uplinkBytes(t, e.env.Socket) }
 
