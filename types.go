@@ -135,13 +135,13 @@ type PortAttr = abi.PortAttr
 // PathKind names how a connected QP moves its bytes.
 type PathKind = abi.PathKind
 
-// Paths.
+// Paths. An agent started by a test may also report the test transport
+// (abi.PathTest, "test"), which no production agent uses.
 const (
 	PathMemcpy       = abi.PathMemcpy
 	PathMemcpyDirect = abi.PathMemcpyDirect
 	PathTCP          = abi.PathTCP
 	PathRDMA         = abi.PathRDMA
-	PathTest         = abi.PathTest // the test transport (agents started for tests only)
 )
 
 // PathInfo is a connected QP's path and the reason it was chosen.

@@ -29,7 +29,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -45,7 +44,6 @@ import (
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
-	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
@@ -69,18 +67,6 @@ type Config struct {
 	// Control configures the control plane (control.go); nil runs the
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
-	// TestLink, for tests, makes QPs between two VMs of this host take
-	// the test path (testpath.go): the tcp path's RC protocol over an
-	// in-process link with these faults, instead of memcpy.
-	TestLink *testlink.Faults
-	// RDMALoop, for tests, makes QPs between two VMs of this host take
-	// the rdma path: the agent's RoCEv2 engine on this UDP address (port
-	// 0: 4791) sends their packets to itself. RDMALoopConn, if set, is
-	// the engine's socket instead (a fault injector around one).
-	RDMALoop     netip.AddrPort
-	RDMALoopConn func(rdma.Conn) rdma.Conn
-	RDMALoopDSCP uint8 // the DSCP its packets carry
-	RDMALoopPrio uint8 // and their socket priority
 	// MetricsListen, if set, is the TCP address where the agent serves
 	// Prometheus metrics at /metrics (package metrics).
 	MetricsListen string
@@ -106,9 +92,9 @@ type Agent struct {
 	// (package cm), for their DISCONNECTED events.
 	cmreg *cm.Conns
 
-	// loop is the test link (package tcp's NewTestLink); nil unless
-	// Config.TestLink.
-	loop *tcp.Uplink
+	// local routes QPs between two VMs of this host in place of memcpy
+	// (WithLocalPaths); nil without.
+	local LocalPaths
 	// rdma is the RoCEv2 engine of the host's RDMA uplink (the first
 	// rocev2-soft uplink of ControlConfig.Uplinks); nil without one.
 	rdma *rdma.Engine
@@ -117,9 +103,6 @@ type Agent struct {
 	// publishes the interface's MAC); nil where RoCE v1 is not offered.
 	rdma1      *rdma.Engine
 	rdmaV1Conn rdma.FrameConn
-	// rdmaLoop is the RoCEv2 engine of Config.RDMALoop; nil without.
-	rdmaLoop  *rdma.Engine
-	testStats testlink.Stats
 
 	mu       sync.Mutex
 	sessions map[*session]struct{} // +checklocks:mu
@@ -133,8 +116,13 @@ type Agent struct {
 }
 
 // New prepares an agent: it creates the state directory, loads or creates
-// the host ID, and binds the socket (removing a stale one).
-func New(cfg Config) (*Agent, error) {
+// the host ID, and binds the socket (removing a stale one). Options are
+// for tests (WithLocalPaths).
+func New(cfg Config, opts ...Option) (*Agent, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cfg.Socket == "" {
 		cfg.Socket = paths.Socket()
 	}
@@ -181,22 +169,12 @@ func New(cfg Config) (*Agent, error) {
 		Log: a.log, Router: a, DetachWait: manage.DetachWait})
 	a.cm = cm.New(a.dev, cfg.Host, cfg.Limits.MaxListeners)
 	a.cmreg = cm.NewConns(cmHosts{a}, a.log)
-	if cfg.TestLink != nil {
-		loop, err := tcp.NewTestLink(a.tcpConfig(), *cfg.TestLink, a.clk, &a.testStats)
+	if o.localPaths != nil {
+		lp, err := o.localPaths(PathEnv{Device: a.dev, TCP: a.tcpConfig(), Clock: a.clk, Log: a.log, Host: cfg.Host})
 		if err != nil {
 			return nil, err
 		}
-		a.loop = loop
-	}
-	if cfg.RDMALoop.IsValid() {
-		c, err := rdma.ListenUDP(cfg.RDMALoop)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.RDMALoopConn != nil {
-			c = cfg.RDMALoopConn(c)
-		}
-		a.rdmaLoop = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+		a.local = lp
 	}
 	if err := a.listen(); err != nil {
 		return nil, err
@@ -405,11 +383,8 @@ func (a *Agent) shutdown() {
 	if a.up != nil {
 		a.up.Close()
 	}
-	if a.loop != nil {
-		a.loop.Close()
-	}
-	if a.rdmaLoop != nil {
-		a.rdmaLoop.Close()
+	if a.local != nil {
+		a.local.Close()
 	}
 	if a.rdma != nil {
 		a.rdma.Close()

@@ -37,10 +37,11 @@ func TestLayers(t *testing.T) {
 
 // TestLayersLibrary checks that the client library (the repository's
 // root package) is the thin driver DESIGN.md says: it imports of vrdma
-// only the ABI it speaks and the system helpers, never the agent's
-// layers (device, paths, connection management, control plane).
+// only the ABI it speaks, the system helpers and its diagnostics hooks
+// (libdiag), never the agent's layers (device, paths, connection
+// management, control plane).
 func TestLayersLibrary(t *testing.T) {
-	allowed := []string{"abi", "abi/mgmt", "sys", "paths"}
+	allowed := []string{"abi", "abi/mgmt", "sys", "paths", "libdiag"}
 	n := 0
 	forEachImport(t, filepath.Join("..", ".."), func(f, path, rel string) {
 		n++

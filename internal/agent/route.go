@@ -17,14 +17,13 @@ import (
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/rocewire"
-	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
 // tcpConfig is the tcp path's configuration (the control-plane half is
-// zero without a control plane: the test link needs none of it).
+// zero without a control plane: a test's local paths need none of it).
 func (a *Agent) tcpConfig() tcp.Config {
 	cfg := tcp.Config{Device: a.dev, CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
 	cfg.OnDisconnect = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.PeerGone(qpn, fromQPN, fromGID) }
@@ -189,15 +188,10 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			}
 		}
 	}
-	if ad != nil && a.rdmaLoop != nil {
-		return device.Route{New: a.rdmaLoop.Bind(a.rdmaLoop.LocalAddr(), rdma.Marks{TOS: a.cfg.RDMALoopDSCP << 2, Priority: a.cfg.RDMALoopPrio}), Info: abi.PathInfo{Path: abi.PathRDMA,
-			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.VM().Name(), ad.VM().Name(), a.cfg.Host, a.rdmaLoop.LocalAddr()),
-			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with an rdma loop (tests only)"}}}}, nil
-	}
-	if ad != nil && a.loop != nil {
-		return device.Route{New: a.loop.BindTest(), Info: abi.PathInfo{Path: abi.PathTest,
-			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.VM().Name(), ad.VM().Name(), a.cfg.Host),
-			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with a test link (tests only)"}}}}, nil
+	if ad != nil && a.local != nil {
+		if r, ok := a.local.Route(q, ad); ok {
+			return r, nil
+		}
 	}
 	if ad == nil {
 		return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid",
@@ -214,13 +208,4 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 // decisionInfo is the path report of a control-plane decision.
 func decisionInfo(d pathsel.Decision) abi.PathInfo {
 	return abi.PathInfo{Path: d.Path, Reason: d.String(), Rejected: d.Rejected}
-}
-
-// TestLinkStats returns the frames the test link carried, by fate; nil
-// without a test link.
-func (a *Agent) TestLinkStats() *testlink.Stats {
-	if a.loop == nil {
-		return nil
-	}
-	return &a.testStats
 }

@@ -327,13 +327,13 @@ func (a *Agent) status() mgmt.Status {
 		st.PVRDMA = a.up.PVRDMAStatus()
 		st.Uplinks = a.up.Status()
 	}
-	if a.loop != nil {
-		st.Uplinks = append(st.Uplinks, a.loop.Status()...)
-	}
-	for _, e := range []*rdma.Engine{a.rdma, a.rdma1, a.rdmaLoop} {
+	for _, e := range []*rdma.Engine{a.rdma, a.rdma1} {
 		if e != nil {
 			st.RDMA = append(st.RDMA, e.Status())
 		}
+	}
+	if a.local != nil {
+		a.local.Status(&st)
 	}
 	return st
 }

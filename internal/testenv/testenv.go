@@ -35,10 +35,11 @@ type Env struct {
 	Agent    *agent.Agent // nil for an agent process
 	Cmd      *exec.Cmd    // nil for an in-process agent
 
-	logs    *logs         // in-process agent
-	stderr  SyncBuffer    // agent process
-	exited  chan struct{} // closed when the agent process has exited
-	waitErr error         // the process's exit, once exited is closed
+	logs      *logs           // in-process agent
+	testStats *testlink.Stats // its test link's frames; nil without
+	stderr    SyncBuffer      // agent process
+	exited    chan struct{}   // closed when the agent process has exited
+	waitErr   error           // the process's exit, once exited is closed
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: what a process or
@@ -112,15 +113,18 @@ type Options struct {
 	// nil, the default, runs it standalone, without etcd.
 	Control *agent.ControlConfig
 	// TestLink puts QPs between the agent's VMs on the test path, over an
-	// in-process link with these faults (agent.Config.TestLink).
+	// in-process link with these faults (tcp.NewTestLink); Env.TestLinkStats
+	// counts its frames.
 	TestLink *testlink.Faults
 	// RDMALoop puts QPs between the agent's VMs on the rdma path, the
 	// agent's RoCEv2 engine on this UDP address sending to itself
-	// (agent.Config.RDMALoop); RDMALoopConn wraps its socket.
+	// (port 0: 4791); RDMALoopConn, if set, wraps its socket (a fault
+	// injector, rdmatest.Faulty). Both are the agent's local paths
+	// (agent.WithLocalPaths, localpaths.go).
 	RDMALoop     netip.AddrPort
 	RDMALoopConn func(rdma.Conn) rdma.Conn
-	RDMALoopDSCP uint8
-	RDMALoopPrio uint8
+	RDMALoopDSCP uint8 // the DSCP the rdma loop's packets carry
+	RDMALoopPrio uint8 // and their socket priority
 	// MetricsListen is agent.Config.MetricsListen.
 	MetricsListen string
 	// Clock is the agent's clock for RC timers; nil: the real one.
@@ -144,9 +148,16 @@ func StartWith(tb testing.TB, o Options) *Env {
 	if o.Host == "" {
 		o.Host = "hostA"
 	}
+	var opts []agent.Option
+	var stats *testlink.Stats
+	if o.TestLink != nil {
+		stats = new(testlink.Stats)
+	}
+	if mk := o.localPaths(stats); mk != nil {
+		opts = append(opts, agent.WithLocalPaths(mk))
+	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
-		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control,
-		TestLink: o.TestLink, Clock: o.Clock, RDMALoop: o.RDMALoop, RDMALoopConn: o.RDMALoopConn, RDMALoopDSCP: o.RDMALoopDSCP, RDMALoopPrio: o.RDMALoopPrio, MetricsListen: o.MetricsListen})
+		Logger: slog.New(rec), Limits: o.Limits, Control: o.Control, Clock: o.Clock, MetricsListen: o.MetricsListen}, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -166,8 +177,12 @@ func StartWith(tb testing.TB, o Options) *Env {
 			tb.Errorf("the agent logged %d errors (a bug):\n%s", len(errs), strings.Join(errs, "\n"))
 		}
 	})
-	return &Env{Socket: a.Socket(), StateDir: filepath.Join(dir, "state"), Agent: a, logs: rec.logs}
+	return &Env{Socket: a.Socket(), StateDir: filepath.Join(dir, "state"), Agent: a, logs: rec.logs, testStats: stats}
 }
+
+// TestLinkStats returns the frames the in-process agent's test link
+// (Options.TestLink) carried, by fate; nil without a test link.
+func (e *Env) TestLinkStats() *testlink.Stats { return e.testStats }
 
 // Logs returns what the in-process agent logged at level or above, one
 // line per record: the message, then its attributes.

@@ -1,7 +1,7 @@
 // Package testlink is vrdma's test transport: an in-process link whose
 // frames suffer faults — drop, duplicate, reorder, delay — chosen by a
 // seeded generator, on a clock the test may own (package clock). The
-// agent runs a path over it (agent.Config.TestLink) so that the RC rules
+// agent runs a path over it (testenv.Options.TestLink) so that the RC rules
 // of its requesters and responders meet lost, repeated, late and
 // out-of-order frames deterministically: the same seed gives every frame
 // of a direction the same fate.

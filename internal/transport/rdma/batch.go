@@ -25,12 +25,12 @@ import (
 // an AtomicETH.
 const maxHeader = rocewire.BTHLen + rocewire.AtomicETHLen
 
-// A batch holds at most maxPackets packets in at most maxDatagrams
+// A batch holds at most maxPackets packets in at most MaxDatagrams
 // datagrams (and maxIOV pieces): a MiB of 4 KiB packets.
-const (
-	maxPackets   = 256
-	maxDatagrams = 16
-)
+const maxPackets = 256
+
+// MaxDatagrams is the most datagrams one Conn.WriteTo sends: a batch's.
+const MaxDatagrams = 16
 
 // batch is packets on their way to one peer; owned by one goroutine.
 type batch struct {
@@ -43,7 +43,7 @@ type batch struct {
 	iov    [][]byte
 	hdr    [maxPackets][maxHeader]byte
 	trail  [maxPackets][8]byte // pad (up to 3 bytes) and ICRC
-	dgrams [maxDatagrams]Datagram
+	dgrams [MaxDatagrams]Datagram
 	nd     int // datagrams before the open one
 
 	// The open datagram: its packets, bytes and first packet's size (the
@@ -80,7 +80,7 @@ func (b *batch) add(h []byte, payload [][]byte, n int) error {
 	if b.dn > 0 && (b.closed || size > b.size || b.dn == maxSegments || b.dbytes+size > maxBatch) {
 		b.endDatagram()
 	}
-	if b.n == maxPackets || len(b.iov)+len(payload)+2 > maxIOV || b.dn == 0 && b.nd == maxDatagrams {
+	if b.n == maxPackets || len(b.iov)+len(payload)+2 > maxIOV || b.dn == 0 && b.nd == MaxDatagrams {
 		err = b.flush()
 	}
 	k := b.n

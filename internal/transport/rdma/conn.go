@@ -275,8 +275,8 @@ func (u *udpConn) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, 
 
 // checkDatagrams checks a WriteTo's datagrams against its pieces.
 func checkDatagrams(bufs [][]byte, dgrams []Datagram) error {
-	if len(dgrams) == 0 || len(dgrams) > maxDatagrams || len(bufs) > maxIOV || dgrams[len(dgrams)-1].End != len(bufs) {
-		return fmt.Errorf("rdma uplink: a send of %d datagrams in %d pieces: want 1 to %d datagrams of at most %d pieces in all, the last ending at the last piece", len(dgrams), len(bufs), maxDatagrams, maxIOV)
+	if len(dgrams) == 0 || len(dgrams) > MaxDatagrams || len(bufs) > maxIOV || dgrams[len(dgrams)-1].End != len(bufs) {
+		return fmt.Errorf("rdma uplink: a send of %d datagrams in %d pieces: want 1 to %d datagrams of at most %d pieces in all, the last ending at the last piece", len(dgrams), len(bufs), MaxDatagrams, maxIOV)
 	}
 	prev := 0
 	for _, d := range dgrams {
@@ -294,9 +294,9 @@ func checkDatagrams(bufs [][]byte, dgrams []Datagram) error {
 // where unix.SendmsgBuffers would allocate the iovecs (and a closure, a
 // sockaddr and the error would escape per call).
 type sendOp struct {
-	hdrs    [maxDatagrams]unix.Mmsghdr
-	cmsgs   [maxDatagrams][3 * 24]byte // each datagram's control messages: three of up to 4 bytes (CmsgSpace(4) = 24)
-	noPrio  [maxDatagrams]int          // their length without the priority
+	hdrs    [MaxDatagrams]unix.Mmsghdr
+	cmsgs   [MaxDatagrams][3 * 24]byte // each datagram's control messages: three of up to 4 bytes (CmsgSpace(4) = 24)
+	noPrio  [MaxDatagrams]int          // their length without the priority
 	iov     [maxIOV]unix.Iovec
 	name4   unix.RawSockaddrInet4
 	name6   unix.RawSockaddrInet6

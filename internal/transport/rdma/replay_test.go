@@ -21,6 +21,7 @@ import (
 	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 // tap is an engine's socket with a trap on what it sends, a record of the
@@ -113,12 +114,12 @@ func (c *tap) inject(t *testing.T, pkt []byte) {
 // replayEnv is an agent whose rdma engine sends to itself on addr through
 // a tap and trap, and a pair of QPs between two of its VMs, connected out
 // of band with a path MTU of 1024.
-func replayEnv(t *testing.T, addr string) (*tap, *rdma.Trap, *perf.Pair) {
+func replayEnv(t *testing.T, addr string) (*tap, *rdmatest.Trap, *perf.Pair) {
 	t.Helper()
-	trap := new(rdma.Trap)
+	trap := new(rdmatest.Trap)
 	c := &tap{in: make(chan []byte, 1)}
 	env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort(addr),
-		RDMALoopConn: func(u rdma.Conn) rdma.Conn { c.Conn = rdma.Trapped(u, trap); return c }})
+		RDMALoopConn: func(u rdma.Conn) rdma.Conn { c.Conn = rdmatest.Trapped(u, trap); return c }})
 	v1, v2 := env.Open(t, "r1", testenv.VMOptions{MemMB: 64}), env.Open(t, "r2", testenv.VMOptions{MemMB: 64})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -1,6 +1,6 @@
 package tcp
 
-// The test path (the agent's Config.TestLink; the test transport): QPs between
+// The test path (package testenv's Options.TestLink; the test transport): QPs between
 // two VMs of this host are bound to the tcp path's requester (tcpPath) and
 // responder (tconn.serveRequests), over a loopback link whose frames go
 // through an in-process pipe with faults (package testlink) instead of

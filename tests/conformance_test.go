@@ -34,10 +34,12 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 func TestConformance(t *testing.T) {
@@ -55,7 +57,7 @@ func TestConformance(t *testing.T) {
 		t.Run("async", func(t *testing.T) {
 			(&suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "cla", async: true}}, how: connOOB, oob: &lossyRC}).run(t)
 		})
-		st := env.Agent.TestLinkStats()
+		st := env.TestLinkStats()
 		t.Logf("test link: %s", st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
 			t.Errorf("test link %s: every fault must have struck", st)
@@ -83,9 +85,9 @@ func TestConformance(t *testing.T) {
 		// A trap drops the packets a case names (atomic-ack-lost).
 		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 11}
 		var st testlink.Stats
-		trap := new(rdma.Trap)
+		trap := new(rdmatest.Trap)
 		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.2:4791"),
-			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdma.Trapped(rdma.Faulty(c, faults, &st), trap) }})
+			RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdmatest.Trapped(rdmatest.Faulty(c, faults, &st), trap) }})
 		(&suite{env: &rdmaLossyEnv{rdmaLoopEnv{memcpyEnv{env: env, prefix: "rz"}}, trap}, how: connOOB, oob: &lossyRC}).run(t)
 		t.Logf("rdma socket: %s", &st)
 		if st.Dropped.Load() == 0 || st.Duplicated.Load() == 0 || st.Reordered.Load() == 0 || st.Delayed.Load() == 0 {
@@ -215,7 +217,7 @@ type suite struct {
 // test link, so that QPs between them cross it.
 type lossyEnv struct{ memcpyEnv }
 
-func (e *lossyEnv) Path() vrdma.PathKind { return vrdma.PathTest }
+func (e *lossyEnv) Path() vrdma.PathKind { return abi.PathTest }
 
 func (e *lossyEnv) UplinkBytes(t *testing.T) uint64 { return uplinkBytes(t, e.env.Socket) }
 
@@ -230,7 +232,7 @@ func (e *rdmaLoopEnv) UplinkBytes(t *testing.T) uint64 { return rdmaBytes(t, e.e
 // socket, and a trap for the packets a case names.
 type rdmaLossyEnv struct {
 	rdmaLoopEnv
-	trap *rdma.Trap
+	trap *rdmatest.Trap
 }
 
 func (e *rdmaLossyEnv) faulty() {}

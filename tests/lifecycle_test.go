@@ -40,6 +40,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/agent"
+	"github.com/vrdma/vrdma/internal/libdiag"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -466,8 +467,8 @@ func (tr *lcTraffic) finish(t *testing.T, ctx context.Context) {
 		var stacks strings.Builder
 		pprof.Lookup("goroutine").WriteTo(&stacks, 2)
 		t.Fatalf("traffic between two other VMs stalled at %d round trips (none for %v)\n%s: %s\n%s: %s\ngoroutines:\n%s",
-			n, time.Since(lastAt).Round(time.Second), tr.a.vm.Name(), vrdma.RingWords(tr.a.qp, tr.a.cq),
-			tr.b.vm.Name(), vrdma.RingWords(tr.b.qp, tr.b.cq), stacks.String())
+			n, time.Since(lastAt).Round(time.Second), tr.a.vm.Name(), libdiag.RingWords(tr.a.qp, tr.a.cq),
+			tr.b.vm.Name(), libdiag.RingWords(tr.b.qp, tr.b.cq), stacks.String())
 	}
 	if err := tr.halt(); err != nil {
 		t.Fatalf("traffic between two other VMs failed: %v", err)

@@ -1,10 +1,10 @@
-package rdma
-
-// A fault injector between the engine and its socket, for tests: the
-// datagrams the engine sends are dropped, duplicated, reordered or
-// delayed by seeded fates (package testlink's), so that the RC rules meet
-// lost, repeated and late packets on a real UDP socket; and a trap that
-// drops exactly the packets a test names (Trapped).
+// Package rdmatest is test support for the rdma path (package rdma): a
+// fault injector between the engine and its socket. The datagrams the
+// engine sends are dropped, duplicated, reordered or delayed by seeded
+// fates (package testlink's), so that the RC rules meet lost, repeated
+// and late packets on a real UDP socket; and a trap that drops exactly
+// the packets a test names (Trapped).
+package rdmatest
 
 import (
 	"net/netip"
@@ -13,11 +13,12 @@ import (
 
 	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testlink"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
-// faulty is a Conn whose sends meet faults.
+// faulty is an rdma.Conn whose sends meet faults.
 type faulty struct {
-	Conn
+	rdma.Conn
 	delayBy time.Duration
 	st      *testlink.Stats
 
@@ -25,19 +26,19 @@ type faulty struct {
 	fates  *testlink.Fates // +checklocks:mu
 	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
 	heldTo netip.AddrPort  // +checklocks:mu
-	heldM  Marks           // +checklocks:mu
+	heldM  rdma.Marks      // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
 // st (if not nil).
-func Faulty(c Conn, f testlink.Faults, st *testlink.Stats) Conn {
+func Faulty(c rdma.Conn, f testlink.Faults, st *testlink.Stats) rdma.Conn {
 	return &faulty{Conn: c, delayBy: f.DelayBy, st: st, fates: testlink.NewFates(f, f.Seed)}
 }
 
 // WriteTo sends each datagram to dst as the next fate says: not at all,
 // twice, after the next datagram, later, or now; a datagram of segments
 // (Seg > 0) segment by segment, as the kernel would cut it.
-func (f *faulty) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+func (f *faulty) WriteTo(bufs [][]byte, dgrams []rdma.Datagram, dst netip.AddrPort, m rdma.Marks) error {
 	var err error
 	start := 0
 	for _, d := range dgrams {
@@ -50,7 +51,7 @@ func (f *faulty) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m
 }
 
 // writeDatagram sends one datagram, or its segments of seg bytes.
-func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m Marks) error {
+func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m rdma.Marks) error {
 	if seg == 0 {
 		return f.writeOne(bufs, dst, m)
 	}
@@ -67,7 +68,7 @@ func (f *faulty) writeDatagram(bufs [][]byte, seg int, dst netip.AddrPort, m Mar
 }
 
 // writeOne sends one datagram as the next fate says.
-func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
+func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m rdma.Marks) error {
 	f.mu.Lock()
 	fate := f.fates.Next()
 	if f.st != nil {
@@ -93,9 +94,9 @@ func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 		return nil
 	}
 	f.mu.Unlock()
-	err := f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
+	err := f.Conn.WriteTo(bufs, []rdma.Datagram{{End: len(bufs)}}, dst, m)
 	if fate == testlink.Dup {
-		f.Conn.WriteTo(bufs, []Datagram{{End: len(bufs)}}, dst, m)
+		f.Conn.WriteTo(bufs, []rdma.Datagram{{End: len(bufs)}}, dst, m)
 	}
 	if held != nil {
 		f.Conn.WriteTo([][]byte{held}, one, heldTo, heldM)
@@ -104,7 +105,7 @@ func (f *faulty) writeOne(bufs [][]byte, dst netip.AddrPort, m Marks) error {
 }
 
 // one is a WriteTo's datagrams when it sends one piece.
-var one = []Datagram{{End: 1}}
+var one = []rdma.Datagram{{End: 1}}
 
 // flatten copies a datagram's pieces into one buffer.
 func flatten(bufs [][]byte) []byte {
@@ -169,20 +170,20 @@ func (t *Trap) take(p []byte) bool {
 	return true
 }
 
-// trapped is a Conn whose sends pass a Trap.
+// trapped is an rdma.Conn whose sends pass a Trap.
 type trapped struct {
-	Conn
+	rdma.Conn
 	t *Trap
 }
 
 // Trapped returns c with trap t on what is sent through it.
-func Trapped(c Conn, t *Trap) Conn { return &trapped{Conn: c, t: t} }
+func Trapped(c rdma.Conn, t *Trap) rdma.Conn { return &trapped{Conn: c, t: t} }
 
 // WriteTo sends the datagrams as they are while the trap is not armed;
 // armed, it cuts them into their packets, one datagram each, and sends
 // all but those the trap takes (Faulty's way of cutting: the receiver
 // finds the IPv4 IDs the segments would have had).
-func (c *trapped) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, m Marks) error {
+func (c *trapped) WriteTo(bufs [][]byte, dgrams []rdma.Datagram, dst netip.AddrPort, m rdma.Marks) error {
 	if !c.t.armed() {
 		return c.Conn.WriteTo(bufs, dgrams, dst, m)
 	}
@@ -204,11 +205,11 @@ func (c *trapped) WriteTo(bufs [][]byte, dgrams []Datagram, dst netip.AddrPort, 
 		}
 	}
 	var err error
-	for len(pkts) > 0 { // maxDatagrams a send at most
-		n := min(len(pkts), maxDatagrams)
-		ds := make([]Datagram, n)
+	for len(pkts) > 0 { // rdma.MaxDatagrams a send at most
+		n := min(len(pkts), rdma.MaxDatagrams)
+		ds := make([]rdma.Datagram, n)
 		for i := range ds {
-			ds[i] = Datagram{End: i + 1}
+			ds[i] = rdma.Datagram{End: i + 1}
 		}
 		if e := c.Conn.WriteTo(pkts[:n], ds, dst, m); err == nil {
 			err = e

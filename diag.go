@@ -4,14 +4,16 @@ import (
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/libdiag"
 )
 
-// RingWords describes the shared words of q's queues and of cq, its
-// completion queue, for a test's report of a stall: they tell a doorbell
-// the agent never heard (a send queue tail past the agent's head, with
-// the doorbell flag set) from an event the workload never got (a
-// completion queue tail past the workload's head, not armed).
-func RingWords(q *QP, cq *CQ) string {
+func init() {
+	libdiag.RingWords = func(q, cq any) string { return ringWords(q.(*QP), cq.(*CQ)) }
+}
+
+// ringWords is libdiag.RingWords: the shared words of q's queues and of
+// cq, and the library's own CQ head, for a report of a stall.
+func ringWords(q *QP, cq *CQ) string {
 	m, c := q.ring.Bytes(), cq.ring.Bytes()
 	w := func(b []byte, off int) uint32 { return abi.Word(b, off).Load() }
 	cq.mu.Lock()

@@ -49,7 +49,7 @@ func TestRCFakeClock(t *testing.T) {
 		p := lossyRC
 		p.timeout, p.retryCnt = 14, 3 // 67.1 ms, 4 attempts
 		clk, env, a, b := fakeClockPair(t, testlink.Faults{Drop: 1}, p)
-		st := env.Agent.TestLinkStats()
+		st := env.TestLinkStats()
 		src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
 		base := st.Frames.Load()
 		postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)),

@@ -1,0 +1,14 @@
+// Package libdiag holds diagnostics of the client library's (package
+// vrdma's) private state that are not part of its API: the system tests
+// (tests/) print them when a workload stalls. Package vrdma fills the
+// hooks when it is initialised, as gRPC's internal package does; nothing
+// here imports the library, which imports this package.
+package libdiag
+
+// RingWords describes the shared words of q's queues and of cq, its
+// completion queue (a *vrdma.QP and a *vrdma.CQ), for a test's report of
+// a stall: they tell a doorbell the agent never heard (a send queue tail
+// past the agent's head, with the doorbell flag set) from an event the
+// workload never got (a completion queue tail past the workload's head,
+// not armed). Package vrdma sets it.
+var RingWords func(q, cq any) string
