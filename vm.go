@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/vrdma/vrdma/internal/abi"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -50,7 +50,7 @@ type VM struct {
 // the VM's guest memory (locked if the VM reserves all of it) and shares it
 // with this process; memory regions, buffers and work requests live there.
 func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
-	o := options{socket: paths.Socket()}
+	o := options{socket: locations.Socket()}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -42,8 +42,8 @@ import (
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
-	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
@@ -136,10 +136,10 @@ type Agent struct {
 // the host ID, and binds the socket (removing a stale one).
 func New(cfg Config) (*Agent, error) {
 	if cfg.Socket == "" {
-		cfg.Socket = paths.Socket()
+		cfg.Socket = locations.Socket()
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = paths.StateDir()
+		cfg.StateDir = locations.StateDir()
 	}
 	if cfg.Host == "" {
 		h, err := os.Hostname()
