@@ -251,7 +251,7 @@ func (ch *EventChannel) Connect(ctx context.Context, q *QP, remote string, port 
 // end in RTS, and the channel gets ESTABLISHED for q.
 func (e *CMEvent) Accept(ctx context.Context, q *QP, priv []byte) error {
 	if e.Type != CMConnectRequest {
-		return fmt.Errorf("vrdma: accept a %s event: only a CONNECT_REQUEST can be accepted", e.Type)
+		return errorf(abi.CodeInvalid, "vrdma: accept a %s event: only a CONNECT_REQUEST can be accepted", e.Type)
 	}
 	ch := e.ch
 	ch.mu.Lock()
@@ -273,7 +273,7 @@ func (e *CMEvent) Accept(ctx context.Context, q *QP, priv []byte) error {
 // with RejectConsumer.
 func (e *CMEvent) Reject(ctx context.Context, priv []byte) error {
 	if e.Type != CMConnectRequest {
-		return fmt.Errorf("vrdma: reject a %s event: only a CONNECT_REQUEST can be rejected", e.Type)
+		return errorf(abi.CodeInvalid, "vrdma: reject a %s event: only a CONNECT_REQUEST can be rejected", e.Type)
 	}
 	_, err := e.ch.vm.c.call(ctx, abi.OpRejectRequest, &abi.RejectRequest{Listener: e.listener, ID: e.id, PrivateData: priv}, nil)
 	if err != nil {

@@ -19,8 +19,11 @@ import (
 // unusable; open the VM again once an agent runs.
 var ErrAgentGone = errors.New("vrdma: the host agent (vrdmad) connection is gone: the agent exited or was killed; reopen the VM once it runs again")
 
-// Error is an error returned by the agent for a command: a stable Code, the
-// Field at fault if any, and a message that says what to change.
+// Error is an error of a class (see ErrInvalid and the others): one the
+// agent returned for a command, or one of the library's own checks. It
+// carries a stable Code, the Field at fault if any, and a message that
+// says what to change; errors.Is(err, ErrLimit) tests its class, and
+// errors.As(err, &e) with e an *Error reads its fields.
 type Error = abi.Error
 
 type reply struct {

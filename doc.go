@@ -25,5 +25,8 @@
 //	cq.Wait(ctx)
 //	n, _ := cq.Poll(wc)
 //
-// If the agent dies, every pending and later call fails with ErrAgentGone.
+// Errors say what failed and what to do, and those with a cause a program
+// can act on have a class that errors.Is tests: ErrLimit, ErrState,
+// ErrNotFound and the others (see ErrInvalid). If the agent dies, every
+// pending and later call fails with ErrAgentGone.
 package vrdma

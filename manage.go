@@ -7,7 +7,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 )
 
 // AgentInfo describes a host agent: its host, release and capability bits
@@ -68,7 +68,7 @@ type Agent struct {
 
 // DialAgent connects to the host agent (see WithSocket for the default).
 func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
-	o := options{socket: paths.Socket()}
+	o := options{socket: locations.Socket()}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -49,7 +49,7 @@ type QP struct {
 func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	v := pd.ad.vm
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
-		return nil, fmt.Errorf("vrdma: CreateQP: SendCQ and RecvCQ are required")
+		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: SendCQ and RecvCQ are required")
 	}
 	var r abi.CreateQPReply
 	fds, err := v.c.call(ctx, abi.OpCreateQP, &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
@@ -164,8 +164,9 @@ func (e *PostError) Error() string { return fmt.Sprintf("vrdma: work request %d:
 func (e *PostError) Unwrap() error { return e.Err }
 
 // ErrQueueFull is returned (in a PostError) when a queue has no free slot:
-// poll completions first.
-var ErrQueueFull = fmt.Errorf("queue full: poll completions to free slots")
+// poll completions first. It is of class ErrLimit (ENOMEM, as
+// ibv_post_send reports a full queue): errors.Is matches either.
+var ErrQueueFull error = errorf(abi.CodeLimit, "queue full: poll completions to free slots")
 
 // PostSend posts send work requests (ibv_post_send). They execute in
 // order; each signaled one (or every one, with SQSigAll) completes on the
@@ -179,7 +180,7 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	switch s := QPState(abi.Word(mem, abi.OffQPState).Load()); s {
 	case QPSRTS, QPSSQD, QPSErr, QPSSQE:
 	default:
-		return fmt.Errorf("vrdma: PostSend on QP 0x%x in %s: a QP sends in RTS", q.qpn, s)
+		return errorf(abi.CodeState, "vrdma: PostSend on QP 0x%x in %s: a QP sends in RTS", q.qpn, s)
 	}
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	q.sqMu.Lock()
@@ -213,13 +214,13 @@ func (q *QP) PostSend(wrs []SendWR) error {
 
 func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	if !wr.Opcode.Valid() {
-		return fmt.Errorf("unknown opcode %d", wr.Opcode)
+		return errorf(abi.CodeInvalid, "unknown opcode %d", wr.Opcode)
 	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
 	if wr.Flags&SendInline != 0 {
 		if wr.Opcode == OpRDMARead || wr.Opcode.IsAtomic() {
-			return fmt.Errorf("%s cannot be inline: it writes into local memory", wr.Opcode)
+			return errorf(abi.CodeInvalid, "%s cannot be inline: it writes into local memory", wr.Opcode)
 		}
 		// Copy the bytes now, straight into the slot: the buffers may be
 		// reused as soon as PostSend returns.
@@ -227,10 +228,10 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 		n := uint32(0)
 		for _, s := range wr.SGL {
 			if !sys.InBounds(s.Addr, uint64(s.Length), uint64(len(mem))) {
-				return fmt.Errorf("inline SGE [0x%x,+%d) is outside guest memory", s.Addr, s.Length)
+				return errorf(abi.CodeInvalid, "inline SGE [0x%x,+%d) is outside guest memory", s.Addr, s.Length)
 			}
 			if n+s.Length > q.caps.MaxInlineData || n+s.Length < n {
-				return fmt.Errorf("inline data exceeds max_inline_data %d", q.caps.MaxInlineData)
+				return errorf(abi.CodeInvalid, "inline data exceeds max_inline_data %d", q.caps.MaxInlineData)
 			}
 			copy(slot[abi.SendHdr+n:], mem[s.Addr:s.Addr+uint64(s.Length)])
 			n += s.Length
@@ -240,7 +241,7 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 		return nil
 	}
 	if len(wr.SGL) > int(q.caps.MaxSendSGE) {
-		return fmt.Errorf("%d SGEs exceed the QP's max_send_sge %d", len(wr.SGL), q.caps.MaxSendSGE)
+		return errorf(abi.CodeInvalid, "%d SGEs exceed the QP's max_send_sge %d", len(wr.SGL), q.caps.MaxSendSGE)
 	}
 	w.NumSGE = uint8(len(wr.SGL))
 	copy(w.SGE[:], wr.SGL)
@@ -256,7 +257,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	}
 	mem := q.ring.Bytes()
 	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {
-		return fmt.Errorf("vrdma: PostRecv on QP 0x%x in RESET: move it to INIT first", q.qpn)
+		return errorf(abi.CodeState, "vrdma: PostRecv on QP 0x%x in RESET: move it to INIT first", q.qpn)
 	}
 	size, stride := q.layout.RQEntries, q.layout.RQStride
 	q.rqMu.Lock()
@@ -272,7 +273,7 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		}
 		wr := &wrs[i]
 		if len(wr.SGL) > int(q.caps.MaxRecvSGE) {
-			err = &PostError{Index: i, Err: fmt.Errorf("%d SGEs exceed the QP's max_recv_sge %d", len(wr.SGL), q.caps.MaxRecvSGE)}
+			err = &PostError{Index: i, Err: errorf(abi.CodeInvalid, "%d SGEs exceed the QP's max_recv_sge %d", len(wr.SGL), q.caps.MaxRecvSGE)}
 			break
 		}
 		w.WRID, w.NumSGE = wr.ID, uint8(len(wr.SGL))

@@ -52,7 +52,7 @@ func (pd *PD) RegMR(ctx context.Context, buf []byte, access Access) (*MR, error)
 	v := pd.ad.vm
 	addr, ok := v.AddrOf(buf)
 	if !ok {
-		return nil, fmt.Errorf("vrdma: RegMR: the %d-byte buffer is not inside VM %q's guest memory: allocate it with VM.Alloc or slice VM.Memory", len(buf), v.name)
+		return nil, errorf(abi.CodeInvalid, "vrdma: RegMR: the %d-byte buffer is not inside VM %q's guest memory: allocate it with VM.Alloc or slice VM.Memory", len(buf), v.name)
 	}
 	var r abi.RegMRReply
 	if _, err := v.c.call(ctx, abi.OpRegMR, &abi.RegMR{PD: pd.handle, Addr: addr, Length: uint64(len(buf)), Access: access}, &r); err != nil {
@@ -103,7 +103,7 @@ type CQ struct {
 func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
 	v := a.vm
 	if cqe <= 0 || cqe > abi.MaxCQE {
-		return nil, fmt.Errorf("vrdma: CreateCQ: cqe %d out of range 1..%d (max_cqe)", cqe, abi.MaxCQE)
+		return nil, errorf(abi.CodeInvalid, "vrdma: CreateCQ: cqe %d out of range 1..%d (max_cqe)", cqe, abi.MaxCQE)
 	}
 	var r abi.CreateCQReply
 	fds, err := v.c.call(ctx, abi.OpCreateCQ, &abi.CreateCQ{Adapter: a.name, CQE: uint32(cqe)}, &r)

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/vrdma/vrdma/internal/abi"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -50,7 +50,7 @@ type VM struct {
 // the VM's guest memory (locked if the VM reserves all of it) and shares it
 // with this process; memory regions, buffers and work requests live there.
 func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
-	o := options{socket: paths.Socket()}
+	o := options{socket: locations.Socket()}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -115,7 +115,7 @@ func (v *VM) Memory() []byte { return v.mem.Bytes() }
 // once.
 func (v *VM) Alloc(n int) ([]byte, error) {
 	if n <= 0 {
-		return nil, fmt.Errorf("vrdma: Alloc(%d): size must be positive", n)
+		return nil, errorf(abi.CodeInvalid, "vrdma: Alloc(%d): size must be positive", n)
 	}
 	align := uint64(64)
 	if n >= sys.PageSize {
@@ -125,7 +125,7 @@ func (v *VM) Alloc(n int) ([]byte, error) {
 	defer v.allocMu.Unlock()
 	off := (v.allocOff + align - 1) &^ (align - 1)
 	if !sys.InBounds(off, uint64(n), uint64(v.mem.Len())) {
-		return nil, fmt.Errorf("vrdma: Alloc(%d): VM %q has %d bytes of guest memory and %d are taken: raise memSize",
+		return nil, errorf(abi.CodeLimit, "vrdma: Alloc(%d): VM %q has %d bytes of guest memory and %d are taken: raise memSize",
 			n, v.name, v.mem.Len(), v.allocOff)
 	}
 	v.allocOff = off + uint64(n)
@@ -157,7 +157,7 @@ func (v *VM) Adapter(name string) (*Adapter, error) {
 			return a, nil
 		}
 	}
-	return nil, fmt.Errorf("vrdma: VM %q has no adapter %q", v.name, name)
+	return nil, errorf(abi.CodeNotFound, "vrdma: VM %q has no adapter %q", v.name, name)
 }
 
 // Close detaches from the VM: the agent destroys every object the VM holds

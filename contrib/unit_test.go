@@ -16,7 +16,7 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/cli"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -80,12 +80,12 @@ func TestUnitSettings(t *testing.T) {
 	}
 	start := u.get("ExecStart")
 	// The unit names the root defaults explicitly, and they must be the
-	// ones vrdmactl looks for (paths.Socket and paths.StateDir as root).
+	// ones vrdmactl looks for (locations.Socket and locations.StateDir as root).
 	if !strings.Contains(start, "--socket /run/vrdma/vrdmad.sock") || !strings.Contains(start, "--state-dir /var/lib/vrdma") {
 		t.Errorf("ExecStart=%s: want --socket /run/vrdma/vrdmad.sock (in RuntimeDirectory) and --state-dir /var/lib/vrdma (StateDirectory)", start)
 	}
-	if os.Geteuid() == 0 && (paths.Socket() != "/run/vrdma/vrdmad.sock" && os.Getenv("VRDMA_SOCKET") == "" || paths.StateDir() != "/var/lib/vrdma") {
-		t.Errorf("root's defaults are %s and %s; the unit uses /run/vrdma/vrdmad.sock and /var/lib/vrdma", paths.Socket(), paths.StateDir())
+	if os.Geteuid() == 0 && (locations.Socket() != "/run/vrdma/vrdmad.sock" && os.Getenv("VRDMA_SOCKET") == "" || locations.StateDir() != "/var/lib/vrdma") {
+		t.Errorf("root's defaults are %s and %s; the unit uses /run/vrdma/vrdmad.sock and /var/lib/vrdma", locations.Socket(), locations.StateDir())
 	}
 	if got := u["Install"]["WantedBy"]; len(got) != 1 || got[0] != "multi-user.target" {
 		t.Errorf("[Install] WantedBy=%v", got)

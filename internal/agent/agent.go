@@ -41,8 +41,8 @@ import (
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
-	"github.com/vrdma/vrdma/internal/paths"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
@@ -124,10 +124,10 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		opt(&o)
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = paths.Socket()
+		cfg.Socket = locations.Socket()
 	}
 	if cfg.StateDir == "" {
-		cfg.StateDir = paths.StateDir()
+		cfg.StateDir = locations.StateDir()
 	}
 	if cfg.Host == "" {
 		h, err := os.Hostname()

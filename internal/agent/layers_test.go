@@ -41,7 +41,7 @@ func TestLayers(t *testing.T) {
 // (libdiag), never the agent's layers (device, paths, connection
 // management, control plane).
 func TestLayersLibrary(t *testing.T) {
-	allowed := []string{"abi", "abi/mgmt", "sys", "paths", "libdiag"}
+	allowed := []string{"abi", "abi/mgmt", "sys", "locations", "libdiag"}
 	n := 0
 	forEachImport(t, filepath.Join("..", ".."), func(f, path, rel string) {
 		n++

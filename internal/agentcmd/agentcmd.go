@@ -16,7 +16,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/buildinfo"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 )
 
 // Main parses args (without the program name), runs the agent until
@@ -27,8 +27,8 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := agent.Config{Limits: agent.DefaultLimits}
-	fs.StringVar(&cfg.Socket, "socket", paths.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
-	fs.StringVar(&cfg.StateDir, "state-dir", paths.StateDir(), "directory for VM definitions and the host ID")
+	fs.StringVar(&cfg.Socket, "socket", locations.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	fs.StringVar(&cfg.StateDir, "state-dir", locations.StateDir(), "directory for VM definitions and the host ID")
 	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: none)")
 	fs.IntVar(&cfg.Limits.MaxQP, "max-qp", agent.DefaultLimits.MaxQP, "QPs per VM workload's context (max_qp)")

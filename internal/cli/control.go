@@ -30,7 +30,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 )
 
 // controlFlags are vrdmactl's flags that say where etcd is.
@@ -47,7 +47,7 @@ func (a *app) addControlFlags(root *cobra.Command) {
 	pf.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
 	pf.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
 	pf.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
-	pf.StringVar(&c.stateDir, "state-dir", paths.StateDir(), "the local agent's state directory, where its embedded etcd writes its address")
+	pf.StringVar(&c.stateDir, "state-dir", locations.StateDir(), "the local agent's state directory, where its embedded etcd writes its address")
 }
 
 // controlEndpoints returns the etcd endpoints to use, and where they come

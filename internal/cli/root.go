@@ -18,7 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma"
-	"github.com/vrdma/vrdma/internal/paths"
+	"github.com/vrdma/vrdma/internal/locations"
 )
 
 // Exit codes.
@@ -114,7 +114,7 @@ and between two hosts (tcp).`,
 		return &exitError{code: exitUsage, err: err}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.socket, "socket", paths.Socket(), "the agent's Unix socket (env VRDMA_SOCKET)")
+	pf.StringVar(&a.socket, "socket", locations.Socket(), "the agent's Unix socket (env VRDMA_SOCKET)")
 	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
 	a.addControlFlags(root)
 	root.AddCommand(

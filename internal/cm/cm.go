@@ -215,26 +215,29 @@ func (m *Manager) closeListener(l *listener) {
 	}
 	m.mu.Unlock()
 	l.close()
-	refuse := func(r *connReq) {
-		if !r.answer() {
-			return
-		}
-		r.reply <- connResult{err: Refused(abi.RejectInvalidServiceID, nil, "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
-	}
 	l.mu.Lock()
 	for id, r := range l.pending {
-		refuse(r)
+		l.refuse(r)
 		delete(l.pending, id)
 	}
 	l.mu.Unlock()
 	for {
 		select {
 		case r := <-l.reqs:
-			refuse(r)
+			l.refuse(r)
 		default:
 			return
 		}
 	}
+}
+
+// refuse answers r, a request to l that closed, with a reject, unless
+// its dialer gave up.
+func (l *listener) refuse(r *connReq) {
+	if !r.answer() {
+		return
+	}
+	r.reply <- connResult{err: Refused(abi.RejectInvalidServiceID, nil, "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
 }
 
 func (c *Client) listenerByID(id uint32) (*listener, error) {

@@ -390,6 +390,8 @@ const (
 
 // peekRecvLocked decodes the receive WQE at the RQ head into p.rwqe
 // without consuming it. The caller holds rqMu and keeps the VM mapped.
+//
+// +checklocks:p.rqMu
 func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	p.rqCatchUpLocked()
 	if p.rqBroken {
@@ -423,6 +425,8 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 // a message from QP srcQPN.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
+//
+// +checklocks:p.rqMu
 func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
 	p.ctr.noteCompletion(st)
 	if st == abi.WCSuccess {
@@ -489,6 +493,8 @@ func validPending(tail, head, size uint32) bool {
 // rqCatchUpLocked skips the receives posted before the last move to RESET,
 // once per reset (see qp.resets). The caller holds rqMu and keeps the
 // rings mapped.
+//
+// +checklocks:q.rqMu
 func (q *QP) rqCatchUpLocked() {
 	r := q.resets.Load()
 	if r == q.rqResets {

@@ -271,6 +271,8 @@ func (c *CQ) release() {
 // receiver that does not poll. The caller holds rq.rqMu and keeps the VM
 // mapped. It reports false when the CQ is full (the sender treats that as
 // receiver-not-ready) or broken.
+//
+// +checklocks:rq.rqMu
 func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
@@ -300,6 +302,8 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 
 // publishLocked writes e at the tail, which has room, and signals an armed
 // consumer. The caller holds mu.
+//
+// +checklocks:c.mu
 func (c *CQ) publishLocked(e *abi.CQE) {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
@@ -330,12 +334,13 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 			return false
 		}
 		head := abi.Word(mem, abi.OffCQHead).Load()
-		n, ok := abi.Pending(c.tail, head, size)
+		tail := c.tail
+		n, ok := abi.Pending(tail, head, size)
 		if !ok {
 			c.broken = true
 			c.mu.Unlock()
 			c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
-				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
+				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", tail, "size", size)
 			return false
 		}
 		if n < size {

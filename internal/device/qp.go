@@ -35,7 +35,7 @@ type QP struct {
 	state atomic.Uint32 // abi.QPState; written under mu, read anywhere
 
 	mu        sync.Mutex
-	attr      abi.QPAttr   // +checklocks:mu (State mirrors state)
+	attr      abi.QPAttr   // State mirrors state; +checklocks:mu
 	pathInfo  abi.PathInfo // the decision bound is from; +checklocks:mu
 	remoteQPN uint32       // +checklocks:mu
 	remoteGID abi.GID      // +checklocks:mu
@@ -199,10 +199,10 @@ func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
 	q.attr.PathMTU = abi.DefaultPathMTU
 
 	v.objMu.Lock()
-	if len(v.qps) >= v.d.cfg.Limits.MaxQP {
+	if n := len(v.qps); n >= v.d.cfg.Limits.MaxQP {
 		v.objMu.Unlock()
 		q.release()
-		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, len(v.qps))
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, n)
 	}
 	q.handle = v.allocHandleLocked()
 	p.refs++
@@ -431,6 +431,8 @@ func (q *QP) poke() {
 
 // setStateLocked records a new state, publishes it to the library and
 // wakes the QP's goroutine, which flushes in ERR.
+//
+// +checklocks:q.mu
 func (q *QP) setStateLocked(s abi.QPState) {
 	q.attr.State = s
 	q.state.Store(uint32(s))
@@ -589,6 +591,8 @@ func (q *QP) Reply() (abi.CreateQPReply, []int) {
 // they are not; a request for a QP outside RTR..SQD is counted as
 // dropped. After true, the caller checks that q is bound to the
 // requester (Remote, RCAttrs), responds, and calls Release.
+//
+// +checklocksignore: takes memMu only when it returns true
 func (q *QP) Hold() bool {
 	v := q.vm
 	v.memMu.RLock()
@@ -605,6 +609,8 @@ func (q *QP) Hold() bool {
 }
 
 // Release ends what Hold began.
+//
+// +checklocksignore: releases what Hold or HoldMemory took
 func (q *QP) Release() { q.vm.memMu.RUnlock() }
 
 // NoteSent counts n bytes moved by a send-queue work request that
@@ -624,6 +630,8 @@ func (q *QP) Timer() clock.Timer { return q.timer }
 // that writes a response into the local buffers of a work request (a
 // READ's data) from a goroutine other than q's; false, holding nothing,
 // when the VM or q is gone. Release ends it.
+//
+// +checklocksignore: takes memMu only when it returns true
 func (q *QP) HoldMemory() bool {
 	v := q.vm
 	v.memMu.RLock()

@@ -159,6 +159,8 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 // takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers
 // (data), or a WRITE_WITH_IMM's completion. The WQE stays in the queue
 // until end consumes it. rqHeld says the caller holds p.rqMu.
+//
+// +checklocksignore: takes rqMu unless rqHeld says the caller holds it
 func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outcome, abi.WCStatus, uint8) {
 	if !rqHeld {
 		p.rqMu.Lock()
@@ -342,7 +344,7 @@ func (p *QP) respondLocked(r *Request, m *Message, io Payload, rqHeld bool) (out
 		return OutDone, 0, 0, 0, err
 	}
 	if rqHeld {
-		out, st = p.endLocked(m)
+		out, st = p.endLocked(m) // +checklocksignore: rqHeld says the caller holds p.rqMu
 	} else {
 		out, st = p.End(m)
 	}

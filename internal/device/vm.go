@@ -34,7 +34,7 @@ type VM struct {
 
 	// memMu orders unmapping against use: see the package comment.
 	memMu sync.RWMutex
-	mem   *sys.Mapping  // +checklocks:memMu (for Unmap)
+	mem   *sys.Mapping  // Unmap runs under memMu held for writing (see the package comment)
 	dead  bool          // +checklocks:memMu
 	dying atomic.Bool   // set first in teardown, read by waiters that must give up
 	ready atomic.Bool   // set once memory and adapters exist; until then others ignore the VM
@@ -217,7 +217,7 @@ type Owner interface {
 // processes share a device's ports. memMu orders the VM-wide charge of
 // memory registrations (RegMR) against each other.
 type vmProcs struct {
-	list  []*VM // +checklocks:Device.mu
+	list  []*VM // guarded by Device.mu
 	memMu sync.Mutex
 }
 
@@ -505,6 +505,7 @@ func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byt
 	return v.mem.Bytes()[g : g+n], true
 }
 
+// +checklocks:v.objMu
 func (v *VM) allocHandleLocked() uint32 {
 	v.nextHandle++
 	return v.nextHandle

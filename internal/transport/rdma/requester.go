@@ -91,7 +91,7 @@ type path struct {
 	inflight atomic.Int32
 
 	mu      sync.Mutex
-	win     [window]entry // +checklocks:mu (the ring indices; the QP goroutine reads the WQE fields it wrote without it)
+	win     [window]entry // mu guards the ring indices; the QP goroutine reads the WQE fields it wrote without it
 	head    int           // +checklocks:mu
 	n       int           // +checklocks:mu
 	started bool          // the PSNs below are set (from the first WQE's); +checklocks:mu
@@ -180,7 +180,9 @@ func (p *path) Flush() {
 	}
 }
 
-// at returns the window's i-th entry. +checklocks:p.mu
+// at returns the window's i-th entry.
+//
+// +checklocks:p.mu
 func (p *path) at(i int) *entry { return &p.win[(p.head+i)%window] }
 
 // Pump runs the send queue while the QP is in RTS or SQD.
@@ -756,7 +758,9 @@ func (p *path) response(pkt *rocewire.Packet) {
 
 // ackThrough records an acknowledgement of every PSN up to psn: SENDs and
 // WRITEs that end there are done; a READ or atomic still waiting before
-// it lost its response (an implicit NAK: go back to it). +checklocks:p.mu
+// it lost its response (an implicit NAK: go back to it).
+//
+// +checklocks:p.mu
 func (p *path) ackThrough(psn uint32) {
 	if next := (psn + 1) & rc.PSNMask; rc.PSNDiff(next, p.seenPSN) > 0 && rc.PSNDiff(next, p.maxPSN) <= 0 {
 		p.seenPSN, p.progress, p.retrying = next, true, false
@@ -792,14 +796,18 @@ func (p *path) ackThrough(psn uint32) {
 }
 
 // goBack asks the goroutine for a go-back-N to psn, or keeps the earlier
-// PSN one it has not taken yet asks for. +checklocks:p.mu
+// PSN one it has not taken yet asks for.
+//
+// +checklocks:p.mu
 func (p *path) goBack(psn uint32) {
 	if !p.rewind && !p.rnr || rc.PSNDiff(psn, p.rewPSN) < 0 {
 		p.rewPSN = psn
 	}
 }
 
-// advanceAck moves ackPSN to psn if that is further. +checklocks:p.mu
+// advanceAck moves ackPSN to psn if that is further.
+//
+// +checklocks:p.mu
 func (p *path) advanceAck(psn uint32) {
 	if rc.PSNDiff(psn, p.ackPSN) > 0 && rc.PSNDiff(psn, p.maxPSN) <= 0 {
 		p.ackPSN, p.progress, p.retrying = psn, true, false
@@ -809,7 +817,9 @@ func (p *path) advanceAck(psn uint32) {
 	}
 }
 
-// entryAt returns the entry whose PSNs include psn. +checklocks:p.mu
+// entryAt returns the entry whose PSNs include psn.
+//
+// +checklocks:p.mu
 func (p *path) entryAt(psn uint32) *entry {
 	for i := 0; i < p.n; i++ {
 		e := p.at(i)

@@ -40,8 +40,7 @@ func NewTestLink(cfg Config, f testlink.Faults, clk clock.Clock, stats *testlink
 		return nil, err
 	}
 	u := &Uplink{cfg: cfg, log: cfg.Log.With("component", "testlink"), links: map[string]*link{}, stop: make(chan struct{})}
-	l := &link{u: u, peerID: cfg.HostID, in: map[*tconn]struct{}{}, lossy: true}
-	l.peerName = cfg.Host + " (test link)"
+	l := &link{u: u, peerID: cfg.HostID, peerName: cfg.Host + " (test link)", in: map[*tconn]struct{}{}, lossy: true}
 	l.pipe = func(n uint64) (*tconn, *tconn, error) {
 		req, resp, err := testlink.Pipe(f, f.Seed+n, tcpFraming, clk, stats)
 		if err != nil {

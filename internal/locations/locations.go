@@ -1,6 +1,7 @@
-// Package paths holds the default locations shared by the agent, the
-// client library and the CLI.
-package paths
+// Package locations holds the default file locations shared by the agent,
+// the client library and the CLI: the agent's Unix socket and its state
+// directory.
+package locations
 
 import (
 	"fmt"
