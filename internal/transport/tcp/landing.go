@@ -109,7 +109,7 @@ func (c *tconn) readDirect(p *device.QP, m *device.Message, off, n uint64) (got 
 	if err == nil {
 		err = s.err
 	}
-	*s = step{}
+	c.clearStep()
 	if got > 0 {
 		c.lastRead.Store(nanotime())
 		c.l.bytesIn.Add(got)
@@ -168,6 +168,14 @@ func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sock
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return c.writeRead(p, m, total, sp)
+}
+
+// writeRead is sendRead's frame, written under c.wmu.
+//
+// +checklocks:c.wmu
+func (c *tconn) writeRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+	resp := sp.resp
 	resp.Put(c.whdr[:])
 	n := uint64(tcpwire.HeaderLen) + total
 	if now := nanotime(); n > 1<<20 || now > c.wdeadline-int64(writeStall/2) {
@@ -176,7 +184,7 @@ func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sock
 		c.wdeadline = now + int64(d)
 	}
 	s := &c.step
-	defer func() { *s = step{} }()
+	defer c.clearStep()
 	*s = step{p: p, m: m, hdr: c.whdr[:]}
 	for len(s.hdr) > 0 || s.off < total {
 		s.n = min(total-s.off, maxStep)
@@ -200,6 +208,9 @@ func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sock
 	c.l.framesOut.Add(1)
 	return nil
 }
+
+// clearStep forgets the last step: no reference to guest memory stays.
+func (c *tconn) clearStep() { c.step = step{} }
 
 // tryWrite is sendRead's step: one non-blocking writev of what is left
 // of the header and of the target's next bytes, under p's memory.

@@ -275,6 +275,8 @@ func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) a
 // port, the binding, the PSN) and returns the request to run. run false:
 // resp holds the answer, or nothing answers (NO_QP). The caller holds
 // rs.mu and p (Hold).
+//
+// +checklocks:rs.mu
 func (c *tconn) admit(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
 	if !p.Adapter().Connected() {
 		p.Counters().Dropped.Add(1)
