@@ -278,7 +278,8 @@ func (p *path) fill(takeNew bool) bool {
 		p.next = q.SQNext(p.next)
 		e.nseg, e.total, e.sent, e.done, e.status, e.got, e.old = 0, 0, 0, false, 0, 0, 0
 		if e.local == abi.WCSuccess {
-			e.local, e.nseg, e.total = q.GatherLocal(&e.wqe, e.slot, &e.segs)
+			l := q.GatherLocal(&e.wqe, e.slot, &e.segs)
+			e.local, e.nseg, e.total = l.Status, l.NSeg, l.Total
 		}
 		if e.local == abi.WCSuccess {
 			e.npsn = 1

@@ -215,7 +215,8 @@ func (t *tcpPath) txFill(takeNew bool) bool {
 		t.inflight.Store(int32(tx.n))
 		e.conn, e.nseg, e.total = nil, 0, 0
 		if e.local == abi.WCSuccess {
-			e.local, e.nseg, e.total = q.GatherLocal(&e.wqe, e.slot, &e.segs)
+			l := q.GatherLocal(&e.wqe, e.slot, &e.segs)
+			e.local, e.nseg, e.total = l.Status, l.NSeg, l.Total
 		}
 		if e.local == abi.WCSuccess {
 			e.psn = q.NextPSN()
