@@ -158,6 +158,8 @@ type fakeWire struct {
 	holdRead int  // Collects a READ's response waits
 	onSend   func(p pkt)
 	timeouts int
+	afterRNR bool  // an RNR NAK was answered: the next batch is recorded
+	probes   []int // the size of each batch sent after an RNR NAK
 }
 
 func newFakeWire(sq *fakeSQ) *fakeWire {
@@ -188,6 +190,9 @@ func (w *fakeWire) Send(e *Entry, i, got uint32, at *device.RCAttrs) error {
 }
 
 func (w *fakeWire) Flush() Outcome {
+	if w.afterRNR && len(w.queued) > 0 {
+		w.afterRNR, w.probes = false, append(w.probes, len(w.queued))
+	}
 	w.inflight = append(w.inflight, w.queued...)
 	w.queued = w.queued[:0]
 	w.sq.poke() // as a reader would, when the responses come
@@ -279,6 +284,7 @@ func (w *fakeWire) serve(p pkt) {
 		default:
 			if w.rnr > 0 && p.op == abi.OpSend && p.first {
 				w.rnr--
+				w.afterRNR = true
 				w.respond(resp{kind: rNak, psn: p.psn, nak: rc.NAKRNR})
 				return
 			}
@@ -434,6 +440,9 @@ func TestEngineRNR(t *testing.T) {
 	}
 	if len(sq.sleeps) != 2 || sq.sleeps[0] != rc.RNRDelay(1) {
 		t.Errorf("RNR waits %v, want 2 of %v", sq.sleeps, rc.RNRDelay(1))
+	}
+	if len(w.probes) != 2 || w.probes[0] != 1 || w.probes[1] != 1 {
+		t.Errorf("batches after the RNR NAKs %v, want the refused SEND alone twice", w.probes)
 	}
 }
 
