@@ -215,11 +215,17 @@ func (r *Engine) Busy() bool {
 }
 
 // Len is how many WQEs the window holds; the QP goroutine (a wire's
-// Collect) only.
-func (r *Engine) Len() int { return r.n } //nolint:checklocks // the QP goroutine is the only writer
+// Collect) only: it is the only writer of the window's indices, so it
+// reads them without the lock.
+//
+// +checklocksignore
+func (r *Engine) Len() int { return r.n }
 
-// At is the window's i-th entry, oldest first; the QP goroutine only.
-func (r *Engine) At(i int) *Entry { return &r.win[(r.head+i)%Window] } //nolint:checklocks // as Len
+// At is the window's i-th entry, oldest first; the QP goroutine only
+// (as Len).
+//
+// +checklocksignore
+func (r *Engine) At(i int) *Entry { return &r.win[(r.head+i)%Window] }
 
 // at is At under mu. +checklocks:r.mu
 func (r *Engine) at(i int) *Entry { return &r.win[(r.head+i)%Window] }
