@@ -23,6 +23,8 @@ func TestLayers(t *testing.T) {
 		"transport/tcp":    {"agent", "transport/memcpy", "transport/rdma", "manage"},
 		"transport/rdma":   {"agent", "cm", "transport/memcpy", "transport/tcp", "manage", "control"},
 		"cm":               {"agent", "transport", "manage", "control"},
+		"rc":               {"agent", "cm", "transport", "manage", "control", "device"},
+		"rc/requester":     {"agent", "cm", "transport", "manage", "control", "tcpwire", "rocewire"},
 	}
 	for pkg, bad := range forbidden {
 		forEachImport(t, filepath.Join("..", filepath.FromSlash(pkg)), func(f, path, rel string) {

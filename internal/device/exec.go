@@ -305,9 +305,20 @@ func (q *QP) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
 
+// Local is the local side of a send WQE, resolved (GatherLocal): the
+// status of the local checks and, when they pass, the guest memory its
+// scatter/gather list names. Segs[:NSeg] belong to the VM's memory; the
+// caller keeps them only while the WQE is in flight and clears them when
+// it completes.
+type Local struct {
+	Status abi.WCStatus // not success: the WR fails before it leaves the host
+	NSeg   int          // segments filled in
+	Total  uint64       // bytes: the message length
+}
+
 // GatherLocal resolves the local side of w (slot is its private copy) into
-// segs.
-func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) (abi.WCStatus, int, uint64) {
+// segs. The QP's send-queue goroutine calls it.
+func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) Local {
 	var need abi.Access
 	if w.Opcode == abi.OpRDMARead || w.Opcode.IsAtomic() {
 		need = abi.AccessLocalWrite // the local side is written
@@ -322,7 +333,7 @@ func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 			sge := &w.SGE[i]
 			b, ok := q.vm.resolve(q.pd, sge.LKey, sge.Addr, uint64(sge.Length), need)
 			if !ok {
-				return abi.WCLocProtErr, 0, 0
+				return Local{Status: abi.WCLocProtErr}
 			}
 			segs[nseg] = b
 			nseg++
@@ -330,12 +341,12 @@ func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 		}
 	}
 	if total > maxMessage {
-		return abi.WCLocLenErr, 0, 0
+		return Local{Status: abi.WCLocLenErr}
 	}
 	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
-		return abi.WCLocLenErr, 0, 0 // an atomic returns 8 bytes into one SGE
+		return Local{Status: abi.WCLocLenErr} // an atomic returns 8 bytes into one SGE
 	}
-	return abi.WCSuccess, nseg, total
+	return Local{Status: abi.WCSuccess, NSeg: nseg, Total: total}
 }
 
 // Sleep waits d, returning false early when the QP stops or leaves the

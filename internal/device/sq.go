@@ -7,8 +7,10 @@ package device
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/rc"
 )
 
@@ -135,3 +137,67 @@ func (q *QP) Remote() (qpn uint32, gid abi.GID) {
 	defer q.mu.Unlock()
 	return q.remoteQPN, q.remoteGID
 }
+
+// Clock is the device's clock, on which the QP's Timer runs.
+func (q *QP) Clock() clock.Clock { return q.vm.d.clk }
+
+// SendQueue is the requester side of a send queue, as a path's requester
+// engine (internal/rc/requester) sees it; *QP implements it. Every method
+// is called from the QP's send-queue goroutine (runSQ, through Path.Pump,
+// Drop and Flush), which owns what they return, unless its comment names
+// another caller. The engine's state lives from RTR to RESET (the path's
+// lifetime); the queue's lives as long as the QP.
+type SendQueue interface {
+	// Sending reports whether the goroutine may go on sending (no stop,
+	// no RESET since it caught up).
+	Sending() bool
+	// State is the QP's state; any goroutine.
+	State() abi.QPState
+	// SlotSize is the size of one SQ slot, for the engine's private copies.
+	SlotSize() uint32
+	// SQHead is the index of the oldest WQE not completed.
+	SQHead() uint32
+	// SQNext is the index after idx.
+	SQNext(idx uint32) uint32
+	// SQPending is how many WQEs are posted beyond the head; false: the
+	// workload's tail is invalid (the device deals with it).
+	SQPending() (uint32, bool)
+	// PostedBeyond reports whether the workload posted past idx.
+	PostedBeyond(idx uint32) bool
+	// ReadWQE copies slot idx into slot (the caller's private copy, which
+	// it keeps until the WQE completes) and decodes it into w.
+	ReadWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus
+	// GatherLocal resolves w's local side into segs (guest memory, kept
+	// until the WQE completes, then cleared by the caller).
+	GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) Local
+	// TakePSNs takes n PSNs for the next request and returns the first.
+	TakePSNs(n uint32) uint32
+	// RCAttrs reads the QP's RC attributes together.
+	RCAttrs() RCAttrs
+	// CompleteHead completes the WQE at the head (w, the caller's copy)
+	// with st and n bytes; an error moves the QP to ERR first.
+	CompleteHead(w *abi.SendWQE, st abi.WCStatus, n uint32)
+	// NoteSent counts n bytes of a WR that completed successfully.
+	NoteSent(n uint64)
+	// Sleep waits d; false early when the QP stops or leaves the sending
+	// states.
+	Sleep(d time.Duration) bool
+	// Clock is the clock Timer runs on.
+	Clock() clock.Clock
+	// Timer is the QP's RC timer, the goroutine's alone.
+	Timer() clock.Timer
+	// WakeCh is poked (without blocking) when a response arrives or the
+	// state changes; any goroutine may poke it.
+	WakeCh() chan struct{}
+	// Counters are the QP's counters; any goroutine.
+	Counters() *Counters
+	// HoldMemory takes the VM's memory for a response that lands in a
+	// WQE's local buffers from another goroutine (a READ's data); false,
+	// holding nothing, when the VM or the QP is gone. Release ends it.
+	// The goroutine that delivers responses calls both, never across I/O.
+	HoldMemory() bool
+	// Release ends HoldMemory.
+	Release()
+}
+
+var _ SendQueue = (*QP)(nil)

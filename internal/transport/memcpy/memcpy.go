@@ -69,10 +69,11 @@ func (m *path) Pump() {
 // it has no receive posted.
 func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	q := m.q
-	st, nseg, total := q.GatherLocal(w, slot, &m.segs)
-	if st != abi.WCSuccess {
-		return st, 0
+	l := q.GatherLocal(w, slot, &m.segs)
+	if l.Status != abi.WCSuccess {
+		return l.Status, 0
 	}
+	nseg, total := l.NSeg, l.Total
 	m.busyWR.Store(true)
 	defer m.busyWR.Store(false)
 	at := q.RCAttrs()

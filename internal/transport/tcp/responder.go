@@ -19,7 +19,6 @@ package tcp
 // requester goes back to it.
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -63,8 +62,6 @@ var reqOps = map[tcpwire.Type]abi.Opcode{
 	tcpwire.SendImm: abi.OpSendWithImm, tcpwire.Read: abi.OpRDMARead, tcpwire.CmpSwap: abi.OpAtomicCmpAndSwp,
 	tcpwire.FetchAdd: abi.OpAtomicFetchAdd,
 }
-
-func putLE64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
 
 // sockPayload is what serveRC keeps of a request while execute runs it:
 // its response, and how much of its payload is still on the connection
