@@ -243,8 +243,9 @@ func (v *VM) DestroyCQ(h uint32) error {
 	v.objMu.Lock()
 	c, ok := v.cqs[h]
 	if ok && c.refs > 0 {
+		refs := c.refs
 		v.objMu.Unlock()
-		return abi.Errorf(abi.CodeState, "handle", "CQ %d is still used by %d QPs: destroy them first (EBUSY)", h, c.refs)
+		return abi.Errorf(abi.CodeState, "handle", "CQ %d is still used by %d QPs: destroy them first (EBUSY)", h, refs)
 	}
 	delete(v.cqs, h)
 	v.objMu.Unlock()
