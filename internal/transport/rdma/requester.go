@@ -90,36 +90,46 @@ type path struct {
 
 	inflight atomic.Int32
 
-	mu      sync.Mutex
-	win     [window]entry // mu guards the ring indices; the QP goroutine reads the WQE fields it wrote without it
-	head    int           // +checklocks:mu
-	n       int           // +checklocks:mu
-	started bool          // the PSNs below are set (from the first WQE's); +checklocks:mu
-	sendPSN uint32        // the PSN after the last one sent; +checklocks:mu
-	maxPSN  uint32        // the PSN after the furthest one ever sent; +checklocks:mu
-	ackPSN  uint32        // the PSN after the last one acknowledged; +checklocks:mu
+	mu   sync.Mutex
+	win  [window]entry // mu guards the ring indices; the QP goroutine reads the WQE fields it wrote without it
+	head int           // +checklocks:mu
+	n    int           // +checklocks:mu
+	// the PSNs below are set (from the first WQE's)
+	started bool // +checklocks:mu
+	// the PSN after the last one sent
+	sendPSN uint32 // +checklocks:mu
+	// the PSN after the furthest one ever sent
+	maxPSN uint32 // +checklocks:mu
+	// the PSN after the last one acknowledged
+	ackPSN uint32 // +checklocks:mu
 	// seenPSN: the PSN after the furthest one a response acknowledged,
 	// even past a READ or atomic still waiting for its own (which holds
-	// ackPSN back). +checklocks:mu
+	// ackPSN back).
+	// +checklocks:mu
 	seenPSN uint32
-	rewind  bool   // go back to rewindPSN: +checklocks:mu
-	rewPSN  uint32 // +checklocks:mu
-	rnr     bool   // an RNR NAK asked to wait rnrTimer; +checklocks:mu
-	rnrT    uint8  // +checklocks:mu
-	heard   bool   // a response came since the goroutine last looked; +checklocks:mu
+	// go back to rewPSN
+	rewind bool   // +checklocks:mu
+	rewPSN uint32 // +checklocks:mu
+	// an RNR NAK asked to wait rnrTimer
+	rnr  bool  // +checklocks:mu
+	rnrT uint8 // +checklocks:mu
+	// a response came since the goroutine last looked
+	heard bool // +checklocks:mu
 	// retrying: a go-back-N for a NAK, an implicit NAK or the timeout
 	// was taken and nothing progressed since; until something does, only
 	// the timeout starts another (rxe's started_retry): the responses to
 	// what went before it, and to its own duplicates, ask for nothing
 	// new and spend no retry, and a go-back-N that never progresses ends
-	// after retry_cnt timeouts. +checklocks:mu
+	// after retry_cnt timeouts.
+	// +checklocks:mu
 	retrying bool
 	// progress: ackPSN or seenPSN moved since the goroutine last looked;
 	// a retry episode ends with progress, as rxe's retry count is
 	// reloaded by an acknowledgement (a 1 MiB READ that loses a packet in
 	// every attempt still gets there; so does a WRITE that loses several
 	// behind an atomic whose response was lost). Duplicate ACKs, which
-	// acknowledge nothing new, are none. +checklocks:mu
+	// acknowledge nothing new, are none.
+	// +checklocks:mu
 	progress bool
 
 	rsp responder
