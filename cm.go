@@ -32,8 +32,9 @@ type Listener struct {
 	handle uint32
 	port   uint16
 
-	mu       sync.Mutex
-	inflight chan reply // an outstanding get-request whose answer nobody took yet; +checklocks:mu
+	mu sync.Mutex
+	// an outstanding get-request whose answer nobody took yet
+	inflight chan reply // +checklocks:mu
 }
 
 // Listen starts listening on the adapter's service port.

@@ -79,9 +79,11 @@ type EventChannel struct {
 	readMu sync.Mutex
 	buf    []byte // +checklocks:readMu
 
-	mu   sync.Mutex
-	qps  map[uint32]*QP // QPs connected or accepted through the channel, by handle; +checklocks:mu
-	next uint64         // cookies; +checklocks:mu
+	mu sync.Mutex
+	// QPs connected or accepted through the channel, by handle
+	qps map[uint32]*QP // +checklocks:mu
+	// cookies
+	next uint64 // +checklocks:mu
 }
 
 // OpenEventChannel opens an event channel, as rdma_create_event_channel.

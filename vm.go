@@ -41,7 +41,8 @@ type VM struct {
 	allocOff uint64 // +checklocks:allocMu
 
 	objMu sync.Mutex
-	cqs   map[*CQ]struct{} // woken when the agent dies; +checklocks:objMu
+	// woken when the agent dies
+	cqs map[*CQ]struct{} // +checklocks:objMu
 
 	closed atomic.Bool
 }

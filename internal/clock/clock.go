@@ -53,10 +53,11 @@ func (t realTimer) Stop() bool                 { return t.t.Stop() }
 // Fake is a clock that moves only when Advance is called. Timers that
 // come due fire in the order of their deadlines.
 type Fake struct {
-	mu     sync.Mutex
-	now    time.Time     // +checklocks:mu
-	armed  []*fakeTimer  // +checklocks:mu
-	change chan struct{} // closed and replaced when a timer is armed; +checklocks:mu
+	mu    sync.Mutex
+	now   time.Time    // +checklocks:mu
+	armed []*fakeTimer // +checklocks:mu
+	// closed and replaced when a timer is armed
+	change chan struct{} // +checklocks:mu
 }
 
 // NewFake returns a fake clock set to start.

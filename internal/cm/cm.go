@@ -62,8 +62,9 @@ type listener struct {
 	quit chan struct{}
 	once sync.Once
 
-	mu      sync.Mutex
-	pending map[uint32]*connReq // handed to the workload, not yet answered; +checklocks:mu
+	mu sync.Mutex
+	// handed to the workload, not yet answered
+	pending map[uint32]*connReq // +checklocks:mu
 	nextReq uint32              // +checklocks:mu
 }
 

@@ -52,8 +52,9 @@ type Events struct {
 	mu      sync.Mutex
 	chans   map[uint32]*Channel // +checklocks:mu
 	listens map[uint32]*listen  // +checklocks:mu
-	byCM    map[uint32]*listen  // Client listener ID → its cm-listen; +checklocks:mu
-	nextID  uint32              // +checklocks:mu
+	// Client listener ID → its cm-listen
+	byCM   map[uint32]*listen // +checklocks:mu
+	nextID uint32             // +checklocks:mu
 
 	// wg counts the goroutines Events starts (go); Close waits for them.
 	wg sync.WaitGroup

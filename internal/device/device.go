@@ -88,10 +88,12 @@ type Device struct {
 	log *slog.Logger
 	clk clock.Clock
 
-	mu      sync.Mutex
-	vms     map[string]*vmProcs // attached VMs by name; +checklocks:mu
-	qps     map[uint32]*QP      // every QP by QPN; +checklocks:mu
-	nextQPN uint32              // +checklocks:mu
+	mu sync.Mutex
+	// attached VMs by name
+	vms map[string]*vmProcs // +checklocks:mu
+	// every QP by QPN
+	qps     map[uint32]*QP // +checklocks:mu
+	nextQPN uint32         // +checklocks:mu
 }
 
 // New returns an empty device.

@@ -37,7 +37,7 @@ func newRing(name string, size uint32) (sys.FD, *sys.Mapping, *sys.Bell, error) 
 type PD struct {
 	handle uint32
 	ad     *Adapter
-	refs   int // MRs and QPs in it; +checklocks:vm.objMu
+	refs   int // MRs and QPs in it; guarded by ad.vm.objMu
 }
 
 // MR is a registered memory region. Immutable once published.
@@ -207,7 +207,7 @@ type CQ struct {
 	mu     sync.Mutex // producer lock: completions come from several QPs' goroutines
 	tail   uint32     // +checklocks:mu
 	broken bool       // +checklocks:mu
-	refs   int        // QPs using it; +checklocks:vm.objMu
+	refs   int        // QPs using it; guarded by vm.objMu
 }
 
 // CreateCQ creates a completion queue and its ring.
@@ -243,8 +243,9 @@ func (v *VM) DestroyCQ(h uint32) error {
 	v.objMu.Lock()
 	c, ok := v.cqs[h]
 	if ok && c.refs > 0 {
+		refs := c.refs
 		v.objMu.Unlock()
-		return abi.Errorf(abi.CodeState, "handle", "CQ %d is still used by %d QPs: destroy them first (EBUSY)", h, c.refs)
+		return abi.Errorf(abi.CodeState, "handle", "CQ %d is still used by %d QPs: destroy them first (EBUSY)", h, refs)
 	}
 	delete(v.cqs, h)
 	v.objMu.Unlock()

@@ -34,13 +34,16 @@ type QP struct {
 
 	state atomic.Uint32 // abi.QPState; written under mu, read anywhere
 
-	mu        sync.Mutex
-	attr      abi.QPAttr   // State mirrors state; +checklocks:mu
-	pathInfo  abi.PathInfo // the decision bound is from; +checklocks:mu
+	mu sync.Mutex
+	// State mirrors state
+	attr abi.QPAttr // +checklocks:mu
+	// the decision bound is from
+	pathInfo  abi.PathInfo // +checklocks:mu
 	remoteQPN uint32       // +checklocks:mu
 	remoteGID abi.GID      // +checklocks:mu
 	errReason string       // +checklocks:mu
-	npsn      uint32       // the next request's PSN (from sq_psn); +checklocks:mu
+	// the next request's PSN (from sq_psn)
+	npsn uint32 // +checklocks:mu
 
 	// bound is the path the QP was bound to at RTR (path.go), nil before
 	// and after RESET; written under mu. cur is the path the send-queue
@@ -51,15 +54,18 @@ type QP struct {
 
 	// Receive side: consumed by whichever goroutine delivers a message to
 	// this QP (a peer's sender) or flushes it (this QP's sender).
-	rqMu      sync.Mutex
-	rqHead    uint32             // +checklocks:rqMu
-	rqSeq     uint64             // bumped at every move of rqHead: a receive taken is still there while it holds; +checklocks:rqMu
-	rqSlot    []byte             // private copy of one RQ slot; +checklocks:rqMu
-	rwqe      abi.RecvWQE        // +checklocks:rqMu
-	rsegs     [abi.MaxSGE][]byte // +checklocks:rqMu
-	rqBroken  bool               // +checklocks:rqMu
-	rqBad     bool               // RQ tail rqBadTail was found invalid in ERR or RESET (see hasWork); +checklocks:rqMu
-	rqBadTail uint32             // +checklocks:rqMu
+	rqMu   sync.Mutex
+	rqHead uint32 // +checklocks:rqMu
+	// bumped at every move of rqHead: a receive taken is still there while it holds
+	rqSeq uint64 // +checklocks:rqMu
+	// private copy of one RQ slot
+	rqSlot   []byte             // +checklocks:rqMu
+	rwqe     abi.RecvWQE        // +checklocks:rqMu
+	rsegs    [abi.MaxSGE][]byte // +checklocks:rqMu
+	rqBroken bool               // +checklocks:rqMu
+	// RQ tail rqBadTail was found invalid in ERR or RESET (see hasWork)
+	rqBad     bool   // +checklocks:rqMu
+	rqBadTail uint32 // +checklocks:rqMu
 
 	// Send side: owned by runSQ.
 	sqHead uint32
@@ -379,6 +385,7 @@ func (q *QP) Modify(m *abi.ModifyQP) error {
 	return nil
 }
 
+// +checklocks:q.mu
 func (q *QP) applyLocked(mask abi.QPAttrMask, a *abi.QPAttr) {
 	t := &q.attr
 	if mask&abi.MaskAccessFlags != 0 {

@@ -107,7 +107,7 @@ type Adapter struct {
 	link *portLink
 
 	// retired are the counters of the adapter's destroyed QPs; its
-	// counters are these and its live QPs'. +checklocks:vm.objMu
+	// counters are these and its live QPs'. Guarded by vm.objMu.
 	retired mgmt.QPCounters
 }
 

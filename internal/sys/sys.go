@@ -181,13 +181,19 @@ type Bell struct {
 	// Wake interrupts the Waits in progress: those in poll(2) through the
 	// eventfd, those on the poller with a read deadline in the past, which
 	// the last of them to leave clears.
-	wmu     sync.Mutex
-	gen     uint64 // Wakes so far; +checklocks:wmu
-	waiters int    // Waits in progress; +checklocks:wmu
-	hot     int    // ... of which in poll(2); +checklocks:wmu
-	woken   int    // ... of which Wake interrupted; +checklocks:wmu
-	pending bool   // a Wake that no Wait has seen yet; +checklocks:wmu
-	shut    bool   // Close ran: the fds are gone; +checklocks:wmu
+	wmu sync.Mutex
+	// Wakes so far
+	gen uint64 // +checklocks:wmu
+	// Waits in progress
+	waiters int // +checklocks:wmu
+	// ... of which in poll(2)
+	hot int // +checklocks:wmu
+	// ... of which Wake interrupted
+	woken int // +checklocks:wmu
+	// a Wake that no Wait has seen yet
+	pending bool // +checklocks:wmu
+	// Close ran: the fds are gone
+	shut bool // +checklocks:wmu
 }
 
 // A waiter sleeps in poll(2), holding its OS thread, for at most hotWait,

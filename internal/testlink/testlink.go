@@ -225,9 +225,11 @@ func shape(in, out *net.UnixConn, fates *Fates, delayBy time.Duration, fr Framin
 		delayBy = time.Millisecond
 	}
 	var (
-		wmu    sync.Mutex // one frame at a time on out
-		held   []byte     // a frame waiting to be overtaken; +checklocks:wmu
-		closed bool       // out failed or the pipe ended; +checklocks:wmu
+		wmu sync.Mutex // one frame at a time on out
+		// a frame waiting to be overtaken
+		held []byte // +checklocks:wmu
+		// out failed or the pipe ended
+		closed bool // +checklocks:wmu
 	)
 	write := func(b []byte) {
 		wmu.Lock()

@@ -113,8 +113,10 @@ type Cluster struct {
 	mu      sync.Mutex
 	cfgs    []store.EmbedConfig
 	proxies []*Proxy
-	members []*store.Embedded // nil while stopped; +checklocks:mu
-	closing []chan struct{}   // closed when a killed member has closed; +checklocks:mu
+	// nil while stopped
+	members []*store.Embedded // +checklocks:mu
+	// closed when a killed member has closed
+	closing []chan struct{} // +checklocks:mu
 }
 
 // StartCluster starts an n-member cluster and waits until it serves.
@@ -138,7 +140,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			c.members[i], errs[i] = store.StartEmbedded(context.Background(), c.cfgs[i])
+			c.members[i], errs[i] = store.StartEmbedded(context.Background(), c.cfgs[i]) // +checklocksignore: c is not published yet; one element per goroutine, ordered by wg.Wait
 		})
 	}
 	wg.Wait()

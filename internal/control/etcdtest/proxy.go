@@ -27,9 +27,11 @@ type Proxy struct {
 	target  string
 	addr    string // where the proxy listens, 127.0.0.1:port
 
-	mu    sync.Mutex
-	ln    net.Listener          // nil while cut; +checklocks:mu
-	conns map[net.Conn]struct{} // both sides of every connection; +checklocks:mu
+	mu sync.Mutex
+	// nil while cut
+	ln net.Listener // +checklocks:mu
+	// both sides of every connection
+	conns map[net.Conn]struct{} // +checklocks:mu
 	wg    sync.WaitGroup
 }
 

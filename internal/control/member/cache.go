@@ -89,11 +89,14 @@ type Cache struct {
 	done   chan struct{} // closed when run returns
 	synced chan struct{} // closed after the first list
 
-	mu      sync.RWMutex
-	s       *state        // +checklocks:mu
-	rev     int64         // revision the cache reflects; +checklocks:mu
-	changed chan struct{} // closed and replaced at every change of rev; +checklocks:mu
-	lastErr error         // why the last list or watch failed; nil once it works again; +checklocks:mu
+	mu sync.RWMutex
+	s  *state // +checklocks:mu
+	// revision the cache reflects
+	rev int64 // +checklocks:mu
+	// closed and replaced at every change of rev
+	changed chan struct{} // +checklocks:mu
+	// why the last list or watch failed; nil once it works again
+	lastErr error // +checklocks:mu
 }
 
 // NewCache starts a cache of st's inventory. It returns at once: the first

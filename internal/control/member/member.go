@@ -82,9 +82,11 @@ type Member struct {
 	done   chan struct{} // closed when keepalive has returned
 	once   sync.Once
 
-	mu      sync.Mutex
-	sess    *concurrency.Session // the current lease; nil while unclaimed; +checklocks:mu
-	claimed time.Time            // when sess was claimed; +checklocks:mu
+	mu sync.Mutex
+	// the current lease; nil while unclaimed
+	sess *concurrency.Session // +checklocks:mu
+	// when sess was claimed
+	claimed time.Time // +checklocks:mu
 }
 
 // Register registers host h: it claims the host under a lease, then

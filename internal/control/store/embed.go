@@ -90,11 +90,12 @@ type Embedded struct {
 	clientURL string
 	peerURL   string
 
-	stopc   chan struct{} // closed by Close
-	done    chan struct{} // closed by monitor when the member has stopped
-	once    sync.Once
-	mu      sync.Mutex
-	stopErr error // why the member stopped by itself; +checklocks:mu
+	stopc chan struct{} // closed by Close
+	done  chan struct{} // closed by monitor when the member has stopped
+	once  sync.Once
+	mu    sync.Mutex
+	// why the member stopped by itself
+	stopErr error // +checklocks:mu
 }
 
 // StartEmbedded starts an etcd member and waits until it is ready to serve

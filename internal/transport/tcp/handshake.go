@@ -95,7 +95,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 		return nil, err
 	}
 	nc.SetDeadline(time.Time{})
-	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
+	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false // +checklocksignore: the handshake's goroutine is c's only writer until it returns c
 	return c, nil
 }
 
@@ -303,7 +303,7 @@ func (u *Uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	}
 	c.ver = ver
 	nc.SetDeadline(time.Time{})
-	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false
+	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false // +checklocksignore: the handshake's goroutine is c's only writer until it returns c (l.in's other users only close it)
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
 	return c, nil
 }

@@ -109,8 +109,9 @@ type tcpPath struct {
 
 // responderPSN is an RC responder's sequence state (responder.go).
 type responderPSN struct {
-	mu  sync.Mutex
-	gen uint32 // the resets generation seq belongs to; +checklocks:mu
+	mu sync.Mutex
+	// the resets generation seq belongs to
+	gen uint32 // +checklocks:mu
 	seq rc.Seq // +checklocks:mu
 }
 

@@ -56,7 +56,9 @@ func NewTestLink(cfg Config, f testlink.Faults, clk clock.Clock, stats *testlink
 // on this host, for a device.Route: the tcp path's requester and
 // responder over the test link.
 func (u *Uplink) BindTest() func(q *device.QP) device.Path {
+	u.mu.Lock()
 	l := u.links[u.cfg.HostID]
+	u.mu.Unlock()
 	return func(q *device.QP) device.Path {
 		t := newTCPPath(q, u.cfg.HostID, l)
 		t.pathKind = abi.PathTest

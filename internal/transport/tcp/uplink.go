@@ -131,12 +131,16 @@ type Uplink struct {
 	secretMu sync.Mutex
 	secret   []byte // the switch secret, once read
 
-	mu        sync.Mutex
-	ln        *net.TCPListener // nil: no PVRDMA address, or it could not be bound; +checklocks:mu
-	addr      netip.AddrPort   // the PVRDMA address, as the host record says; +checklocks:mu
-	listenErr string           // why ln is nil although addr is set; +checklocks:mu
-	links     map[string]*link // by peer host ID; +checklocks:mu
-	closed    bool             // +checklocks:mu
+	mu sync.Mutex
+	// nil: no PVRDMA address, or it could not be bound
+	ln *net.TCPListener // +checklocks:mu
+	// the PVRDMA address, as the host record says
+	addr netip.AddrPort // +checklocks:mu
+	// why ln is nil although addr is set
+	listenErr string // +checklocks:mu
+	// by peer host ID
+	links  map[string]*link // +checklocks:mu
+	closed bool             // +checklocks:mu
 
 	stop chan struct{} // closed by close: watchConfig returns
 	wg   sync.WaitGroup
@@ -385,14 +389,17 @@ type tconn struct {
 	ver      uint8
 	peerBoot string // the peer agent's boot ID at the handshake
 
-	wmu       sync.Mutex // one frame at a time
-	whdr      [tcpwire.HeaderLen]byte
-	wdeadline int64       // monotonic ns of the write deadline set; +checklocks:wmu
+	wmu  sync.Mutex // one frame at a time
+	whdr [tcpwire.HeaderLen]byte
+	// monotonic ns of the write deadline set
+	wdeadline int64       // +checklocks:wmu
 	wiov      net.Buffers // +checklocks:wmu
-	wbufs     net.Buffers // what WriteTo is consuming; a field, so that it does not escape per call; +checklocks:wmu
+	// what WriteTo is consuming; a field, so that it does not escape per call
+	wbufs net.Buffers // +checklocks:wmu
 
-	pmu     sync.Mutex
-	pending map[uint64]*call // requests waiting for a response; +checklocks:pmu
+	pmu sync.Mutex
+	// requests waiting for a response
+	pending map[uint64]*call // +checklocks:pmu
 	nextTag uint64           // +checklocks:pmu
 	dead    bool             // +checklocks:pmu
 
@@ -407,11 +414,13 @@ type tconn struct {
 	rx    device.Message
 	// step is a system call between the socket and a target's memory
 	// (landing.go); readFn and writeFn are its callbacks, bound once.
-	step            step
-	readFn, writeFn func(uintptr) bool
+	step    step
+	readFn  func(uintptr) bool
+	writeFn func(uintptr) bool
 
-	cmMu    sync.Mutex
-	cms     map[uint64]*cm.Remote // CM requests from the peer waiting for an answer, by tag; +checklocks:cmMu
+	cmMu sync.Mutex
+	// CM requests from the peer waiting for an answer, by tag
+	cms     map[uint64]*cm.Remote // +checklocks:cmMu
 	cmCount atomic.Int32          // CM requests being served
 
 	// The reader's side, owned by whichever goroutine reads.

@@ -22,11 +22,12 @@ type faulty struct {
 	delayBy time.Duration
 	st      *testlink.Stats
 
-	mu     sync.Mutex
-	fates  *testlink.Fates // +checklocks:mu
-	held   []byte          // a datagram held back to follow the next one; +checklocks:mu
-	heldTo netip.AddrPort  // +checklocks:mu
-	heldM  rdma.Marks      // +checklocks:mu
+	mu    sync.Mutex
+	fates *testlink.Fates // +checklocks:mu
+	// a datagram held back to follow the next one
+	held   []byte         // +checklocks:mu
+	heldTo netip.AddrPort // +checklocks:mu
+	heldM  rdma.Marks     // +checklocks:mu
 }
 
 // Faulty returns c with faults f on what is sent through it, counted in
@@ -125,11 +126,13 @@ func flatten(bufs [][]byte) []byte {
 // exactly where Faulty's are drawn at random (the first ATOMIC_ACKNOWLEDGE
 // of a QP, every one). Safe for concurrent use; the zero Trap is unarmed.
 type Trap struct {
-	mu      sync.Mutex
-	op      rocewire.Opcode // +checklocks:mu
-	qpn     uint32          // +checklocks:mu
-	left    int             // packets still to drop; +checklocks:mu
-	dropped int             // since the last Arm; +checklocks:mu
+	mu  sync.Mutex
+	op  rocewire.Opcode // +checklocks:mu
+	qpn uint32          // +checklocks:mu
+	// packets still to drop
+	left int // +checklocks:mu
+	// since the last Arm
+	dropped int // +checklocks:mu
 }
 
 // Arm makes the trap drop the next n packets of opcode op whose BTH names
