@@ -49,11 +49,14 @@ type Entry struct {
 	MTU   uint32             // payload of each packet but the last (0: one PSN per WR)
 	Index int                // its place in the engine's array, [0, Window): the index of the wire's per-entry state
 	local abi.WCStatus       // the local checks' verdict
-	sent  uint32             // request packets sent since the last rewind; +checklocks:Engine.mu (written by the QP goroutine)
-	done  bool               // the responses settled it; +checklocks:Engine.mu
-	st    abi.WCStatus       // ... with this status; +checklocks:Engine.mu
-	got   uint32             // READ: response packets received in order; +checklocks:Engine.mu
-	old   uint64             // an atomic's original value; +checklocks:Engine.mu
+	// The rest is guarded by Engine.mu (which the analyzer cannot name
+	// from here): request packets sent since the last rewind (written by
+	// the QP goroutine), and what the responses said.
+	sent uint32
+	done bool         // the responses settled it
+	st   abi.WCStatus // ... with this status
+	got  uint32       // READ: response packets received in order
+	old  uint64       // an atomic's original value
 }
 
 // Packets is how many request packets e sends: one per PSN for a SEND or
@@ -157,32 +160,46 @@ type Engine struct {
 
 	inflight atomic.Int32
 
-	mu      sync.Mutex
-	win     [Window]Entry // +checklocks:mu (the ring indices; the QP goroutine reads the WQE fields it wrote without it)
-	head    int           // +checklocks:mu
-	n       int           // +checklocks:mu
-	started bool          // the PSNs below are set (from the first WQE's); +checklocks:mu
-	sendPSN uint32        // the PSN after the last one sent; +checklocks:mu
-	maxPSN  uint32        // the PSN after the furthest one ever sent; +checklocks:mu
-	ackPSN  uint32        // the PSN after the last one acknowledged; +checklocks:mu
+	mu   sync.Mutex
+	win  [Window]Entry // mu guards the ring indices (the QP goroutine reads the WQE fields it wrote without it)
+	head int           // +checklocks:mu
+	n    int           // +checklocks:mu
+	// the PSNs below are set (from the first WQE's)
+	started bool // +checklocks:mu
+	// the PSN after the last one sent
+	sendPSN uint32 // +checklocks:mu
+	// the PSN after the furthest one ever sent
+	maxPSN uint32 // +checklocks:mu
+	// the PSN after the last one acknowledged
+	ackPSN uint32 // +checklocks:mu
 	// seenPSN: the PSN after the furthest one a response acknowledged,
 	// even past a READ or atomic still waiting for its own (which holds
-	// ackPSN back). +checklocks:mu
+	// ackPSN back).
+	//
+	// +checklocks:mu
 	seenPSN uint32
-	rewind  bool   // go back to rewPSN; +checklocks:mu
-	rewPSN  uint32 // +checklocks:mu
-	rnr     bool   // an RNR NAK asked to wait rnrT; +checklocks:mu
-	rnrT    uint8  // +checklocks:mu
-	lost    bool   // the wire lost what was in flight; +checklocks:mu
-	waited  bool   // ... after waiting the timeout out; +checklocks:mu
-	heard   bool   // a response came since the goroutine last looked; +checklocks:mu
-	moved   bool   // something was sent or acknowledged: the timeout starts again; +checklocks:mu
+	// go back to rewPSN
+	rewind bool   // +checklocks:mu
+	rewPSN uint32 // +checklocks:mu
+	// an RNR NAK asked to wait rnrT
+	rnr  bool  // +checklocks:mu
+	rnrT uint8 // +checklocks:mu
+	// the wire lost what was in flight
+	lost bool // +checklocks:mu
+	// ... after waiting the timeout out
+	waited bool // +checklocks:mu
+	// a response came since the goroutine last looked
+	heard bool // +checklocks:mu
+	// something was sent or acknowledged: the timeout starts again
+	moved bool // +checklocks:mu
 	// retrying: a go-back-N for a NAK, an implicit NAK or the timeout
 	// was taken and nothing progressed since; until something does, only
 	// the timeout starts another (rxe's started_retry): the responses to
 	// what went before it, and to its own duplicates, ask for nothing
 	// new and spend no retry, and a go-back-N that never progresses ends
-	// after retry_cnt timeouts. +checklocks:mu
+	// after retry_cnt timeouts.
+	//
+	// +checklocks:mu
 	retrying bool
 	// progress: ackPSN or seenPSN moved since the goroutine last looked;
 	// a retry episode ends with progress, as rxe's retry count is
@@ -227,12 +244,14 @@ func (r *Engine) Len() int { return r.n }
 // +checklocksignore
 func (r *Engine) At(i int) *Entry { return &r.win[(r.head+i)%Window] }
 
-// at is At under mu. +checklocks:r.mu
+// at is At under mu.
+//
+// +checklocks:r.mu
 func (r *Engine) at(i int) *Entry { return &r.win[(r.head+i)%Window] }
 
 // Drop forgets the window, without completions (RESET).
 func (r *Engine) Drop() {
-	for i := 0; i < r.n; i++ {
+	for i := 0; i < r.Len(); i++ {
 		r.wire.Recall(r.At(i))
 	}
 	r.mu.Lock()
@@ -604,7 +623,9 @@ func (r *Engine) rewindTo(psn uint32) {
 
 // oldestPSN is the PSN a go-back-N from the oldest unsettled WQE starts
 // at: its first, or the first not acknowledged of a SEND or WRITE the
-// responder acknowledged in part. +checklocks:r.mu
+// responder acknowledged in part.
+//
+// +checklocks:r.mu
 func (r *Engine) oldestPSN() uint32 {
 	psn := r.ackPSN
 	for i := 0; i < r.n; i++ {

@@ -148,7 +148,9 @@ func (r *Engine) Lost() {
 	r.lost, r.waited = true, false
 }
 
-// heardLocked notes a response and pokes the QP's goroutine. +checklocks:r.mu
+// heardLocked notes a response and pokes the QP's goroutine.
+//
+// +checklocks:r.mu
 func (r *Engine) heardLocked() {
 	r.heard = true
 	select {
@@ -159,7 +161,9 @@ func (r *Engine) heardLocked() {
 
 // ackThrough records an acknowledgement of every PSN up to psn: SENDs and
 // WRITEs that end there are settled; a READ or atomic still waiting before
-// it lost its response (an implicit NAK: go back to it). +checklocks:r.mu
+// it lost its response (an implicit NAK: go back to it).
+//
+// +checklocks:r.mu
 func (r *Engine) ackThrough(psn uint32) {
 	if next := (psn + 1) & rc.PSNMask; rc.PSNDiff(next, r.seenPSN) > 0 && rc.PSNDiff(next, r.maxPSN) <= 0 {
 		r.seenPSN, r.progress, r.retrying = next, true, false
@@ -195,14 +199,18 @@ func (r *Engine) ackThrough(psn uint32) {
 }
 
 // goBack asks the goroutine for a go-back-N to psn, or keeps the earlier
-// PSN one it has not taken yet asks for. +checklocks:r.mu
+// PSN one it has not taken yet asks for.
+//
+// +checklocks:r.mu
 func (r *Engine) goBack(psn uint32) {
 	if !r.rewind && !r.rnr || rc.PSNDiff(psn, r.rewPSN) < 0 {
 		r.rewPSN = psn
 	}
 }
 
-// advanceAck moves ackPSN to psn if that is further. +checklocks:r.mu
+// advanceAck moves ackPSN to psn if that is further.
+//
+// +checklocks:r.mu
 func (r *Engine) advanceAck(psn uint32) {
 	if rc.PSNDiff(psn, r.ackPSN) > 0 && rc.PSNDiff(psn, r.maxPSN) <= 0 {
 		r.ackPSN, r.progress, r.retrying, r.moved = psn, true, false, true
@@ -212,7 +220,9 @@ func (r *Engine) advanceAck(psn uint32) {
 	}
 }
 
-// entryAt returns the entry whose PSNs include psn. +checklocks:r.mu
+// entryAt returns the entry whose PSNs include psn.
+//
+// +checklocks:r.mu
 func (r *Engine) entryAt(psn uint32) *Entry {
 	for i := 0; i < r.n; i++ {
 		e := r.at(i)
