@@ -37,7 +37,7 @@ func (c *control) assignIPv4(ctx context.Context, ad *device.Adapter, pr netip.P
 	}
 	hosts := size - 2 // not the network's nor the broadcast address
 	h := fnv.New64a()
-	h.Write([]byte(ad.VM().Name() + "/" + ad.Name()))
+	h.Write([]byte(ad.Context().Name() + "/" + ad.Name()))
 	start := h.Sum64() % hosts
 	base := pr.Addr().As4()
 	b := uint64(base[0])<<24 | uint64(base[1])<<16 | uint64(base[2])<<8 | uint64(base[3])
@@ -56,7 +56,7 @@ func (c *control) assignIPv4(ctx context.Context, ad *device.Adapter, pr netip.P
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			return fmt.Errorf("look up address %s in the control plane: %w", ip, err)
-		case e.VM != ad.VM().Name() || e.Adapter != ad.Name():
+		case e.VM != ad.Context().Name() || e.Adapter != ad.Name():
 			continue
 		}
 		ad.SetIPv4(ip)
@@ -67,7 +67,7 @@ func (c *control) assignIPv4(ctx context.Context, ad *device.Adapter, pr netip.P
 
 // addressConflict turns the directory's refusal of a configured address
 // into the attach's error.
-func addressConflict(v *device.VM, err error) error {
+func addressConflict(v *device.Context, err error) error {
 	if !errors.Is(err, member.ErrGIDInUse) {
 		return nil
 	}

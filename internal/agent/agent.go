@@ -229,14 +229,14 @@ func (v attachedVMs) Attached(name string) (manage.VM, bool) {
 
 // workloads are the processes attached as one VM (the first attached
 // first), which the procedures power off and detach together.
-type workloads []*device.VM
+type workloads []*device.Context
 
 func (w workloads) Name() string  { return w[0].Name() }
 func (w workloads) Managed() bool { return w[0].Managed() }
 
 // Running reports whether one of the workloads is set up and staying.
 func (w workloads) Running() bool {
-	return slices.ContainsFunc(w, (*device.VM).Running)
+	return slices.ContainsFunc(w, (*device.Context).Running)
 }
 
 // PID is the first workload's process.

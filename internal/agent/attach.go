@@ -35,7 +35,7 @@ func (a *Agent) loadVMConfig(name string) (*vmconfig.Config, error) {
 // caller, the VM's power state and placement (twice: once more when the
 // name is reserved), the device sets up its memory and adapters, and the
 // control plane publishes it before peers may see it.
-func (a *Agent) attachVM(s *session, name string) (*device.VM, error) {
+func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 	cfg, managed, err := a.proc.AttachConfig(s.caller(), name) // owner, power, placement
 	if err != nil {
 		return nil, err
@@ -71,7 +71,7 @@ func (a *Agent) attachVM(s *session, name string) (*device.VM, error) {
 // detachVM tears down the VM of a session that ended: its listeners, then
 // its objects and memory (peers' QPs flush), then, when no other workload
 // has the VM, its record in the control plane, and last its name.
-func (a *Agent) detachVM(v *device.VM) {
+func (a *Agent) detachVM(v *device.Context) {
 	a.cm.CloseVM(v)
 	v.Teardown()
 	if v.LastProcess() {

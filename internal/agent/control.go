@@ -226,7 +226,7 @@ func (a *Agent) ControlStore() *store.Store {
 // attach only when an address is taken (CodeExists): otherwise a VM the
 // control plane does not know is reachable from this host only, and the
 // warning says why.
-func (a *Agent) publishVM(v *device.VM, uid uint32) error {
+func (a *Agent) publishVM(v *device.Context, uid uint32) error {
 	c := a.ctl
 	if c == nil {
 		return nil
@@ -343,7 +343,7 @@ var errDetached = errors.New("VM detached")
 // publish publishes v unless it is detaching, and waits until the cache
 // sees it, so that the VM is in the cache before anyone is told it is
 // attached.
-func (c *control) publish(ctx context.Context, v *device.VM, rec records.VM, ads []records.Adapter) error {
+func (c *control) publish(ctx context.Context, v *device.Context, rec records.VM, ads []records.Adapter) error {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	if v.Dying() {
@@ -385,7 +385,7 @@ func roceMTU(c *control, ctx context.Context, p records.PortGroup) int {
 }
 
 // unpublishVM removes VM v from the control plane after it detached.
-func (a *Agent) unpublishVM(v *device.VM) {
+func (a *Agent) unpublishVM(v *device.Context) {
 	c := a.ctl
 	if c == nil {
 		return
@@ -402,7 +402,7 @@ func (a *Agent) unpublishVM(v *device.VM) {
 }
 
 // endName is how the control plane names adapter ad: "vm/vrdmaN".
-func endName(ad *device.Adapter) string { return ad.VM().Name() + "/" + ad.Name() }
+func endName(ad *device.Adapter) string { return ad.Context().Name() + "/" + ad.Name() }
 
 // policyErr reports whether err is a refusal by path selection (as
 // opposed to a failed lookup).

@@ -33,7 +33,7 @@ type asyncEvents struct {
 }
 
 // asyncOpen is async-open: a new event socket for adapter r of v.
-func (s *session) asyncOpen(v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+func (s *session) asyncOpen(v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 	if _, err := v.Adapter(r.Adapter); err != nil {
 		return nil, nil, err
 	}

@@ -14,12 +14,12 @@ import (
 // success, is the reply; fds ride along with it (see givenAway).
 type opHandler struct {
 	req reflect.Type // the request body it takes, *T
-	fn  func(s *session, v *device.VM, req any) (body any, fds []int, err error)
+	fn  func(s *session, v *device.Context, req any) (body any, fds []int, err error)
 }
 
 // on makes the handler of an op whose request body is a *T.
-func on[T any](fn func(s *session, v *device.VM, req *T) (any, []int, error)) opHandler {
-	return opHandler{req: reflect.TypeFor[*T](), fn: func(s *session, v *device.VM, req any) (any, []int, error) {
+func on[T any](fn func(s *session, v *device.Context, req *T) (any, []int, error)) opHandler {
+	return opHandler{req: reflect.TypeFor[*T](), fn: func(s *session, v *device.Context, req any) (any, []int, error) {
 		return fn(s, v, req.(*T))
 	}}
 }
@@ -30,68 +30,68 @@ func on[T any](fn func(s *session, v *device.VM, req *T) (any, []int, error)) op
 var handlers = map[abi.Op]opHandler{
 	abi.OpHello:  on((*session).hello),
 	abi.OpAttach: on((*session).attach),
-	abi.OpStatus: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+	abi.OpStatus: on(func(s *session, _ *device.Context, _ *abi.Empty) (any, []int, error) {
 		return s.a.status(), nil, nil
 	}),
-	abi.OpListVMs: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+	abi.OpListVMs: on(func(s *session, _ *device.Context, _ *abi.Empty) (any, []int, error) {
 		return mgmt.VMList{VMs: s.a.status().VMs}, nil, nil
 	}),
 
 	// The VM procedures (internal/manage).
-	abi.OpDefineVM: on(func(s *session, _ *device.VM, r *mgmt.DefineVM) (any, []int, error) {
+	abi.OpDefineVM: on(func(s *session, _ *device.Context, r *mgmt.DefineVM) (any, []int, error) {
 		return abi.Empty{}, nil, s.a.proc.Define(s.caller(), r)
 	}),
-	abi.OpUndefineVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+	abi.OpUndefineVM: on(func(s *session, _ *device.Context, r *mgmt.VMRef) (any, []int, error) {
 		return abi.Empty{}, nil, s.a.proc.Undefine(s.caller(), r.Name)
 	}),
-	abi.OpCreateVM: on(func(s *session, _ *device.VM, r *mgmt.CreateVM) (any, []int, error) {
+	abi.OpCreateVM: on(func(s *session, _ *device.Context, r *mgmt.CreateVM) (any, []int, error) {
 		return noFDs(s.a.proc.CreateVM(s.caller(), r))
 	}),
-	abi.OpGetVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+	abi.OpGetVM: on(func(s *session, _ *device.Context, r *mgmt.VMRef) (any, []int, error) {
 		return noFDs(s.a.proc.GetVM(s.caller(), r))
 	}),
-	abi.OpEditVM: on(func(s *session, _ *device.VM, r *mgmt.EditVM) (any, []int, error) {
+	abi.OpEditVM: on(func(s *session, _ *device.Context, r *mgmt.EditVM) (any, []int, error) {
 		return noFDs(s.a.proc.EditVM(s.caller(), r))
 	}),
-	abi.OpPowerOnVM: on(func(s *session, _ *device.VM, r *mgmt.PowerOnVM) (any, []int, error) {
+	abi.OpPowerOnVM: on(func(s *session, _ *device.Context, r *mgmt.PowerOnVM) (any, []int, error) {
 		return noFDs(s.a.proc.PowerOn(s.caller(), r))
 	}),
-	abi.OpPowerOffVM: on(func(s *session, _ *device.VM, r *mgmt.VMRef) (any, []int, error) {
+	abi.OpPowerOffVM: on(func(s *session, _ *device.Context, r *mgmt.VMRef) (any, []int, error) {
 		return noFDs(s.a.proc.PowerOff(s.caller(), r))
 	}),
-	abi.OpConnectVM: on(func(s *session, _ *device.VM, r *mgmt.ConnectAdapter) (any, []int, error) {
+	abi.OpConnectVM: on(func(s *session, _ *device.Context, r *mgmt.ConnectAdapter) (any, []int, error) {
 		return noFDs(s.a.proc.ConnectAdapter(s.caller(), r))
 	}),
 
 	// The verbs of an attached VM (internal/device).
-	abi.OpQueryDevice: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+	abi.OpQueryDevice: on(func(_ *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 		ad, err := v.Adapter(r.Adapter)
 		if err != nil {
 			return nil, nil, err
 		}
 		return v.DeviceAttr(ad), nil, nil
 	}),
-	abi.OpQueryPort: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+	abi.OpQueryPort: on(func(_ *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 		ad, err := v.Adapter(r.Adapter)
 		if err != nil {
 			return nil, nil, err
 		}
 		return ad.PortAttr(), nil, nil
 	}),
-	abi.OpAllocPD: on(func(_ *session, v *device.VM, r *abi.AdapterRef) (any, []int, error) {
+	abi.OpAllocPD: on(func(_ *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 		h, err := v.AllocPD(r.Adapter)
 		return abi.Handle{Handle: h}, nil, err
 	}),
-	abi.OpDeallocPD: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpDeallocPD: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DeallocPD(r.Handle)
 	}),
-	abi.OpRegMR: on(func(_ *session, v *device.VM, r *abi.RegMR) (any, []int, error) {
+	abi.OpRegMR: on(func(_ *session, v *device.Context, r *abi.RegMR) (any, []int, error) {
 		return noFDs(v.RegMR(r))
 	}),
-	abi.OpDeregMR: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpDeregMR: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DeregMR(r.Handle)
 	}),
-	abi.OpCreateCQ: on(func(_ *session, v *device.VM, r *abi.CreateCQ) (any, []int, error) {
+	abi.OpCreateCQ: on(func(_ *session, v *device.Context, r *abi.CreateCQ) (any, []int, error) {
 		c, err := v.CreateCQ(r)
 		if err != nil {
 			return nil, nil, err
@@ -99,10 +99,10 @@ var handlers = map[abi.Op]opHandler{
 		rep, fds := c.Reply()
 		return rep, fds, nil
 	}),
-	abi.OpDestroyCQ: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
 	}),
-	abi.OpCreateQP: on(func(s *session, v *device.VM, r *abi.CreateQP) (any, []int, error) {
+	abi.OpCreateQP: on(func(s *session, v *device.Context, r *abi.CreateQP) (any, []int, error) {
 		q, err := v.CreateQP(r)
 		if err != nil {
 			return nil, nil, err
@@ -111,21 +111,21 @@ var handlers = map[abi.Op]opHandler{
 		rep, fds := q.Reply()
 		return rep, fds, nil
 	}),
-	abi.OpModifyQP: on(func(_ *session, v *device.VM, r *abi.ModifyQP) (any, []int, error) {
+	abi.OpModifyQP: on(func(_ *session, v *device.Context, r *abi.ModifyQP) (any, []int, error) {
 		q, err := v.QPByHandle(r.Handle)
 		if err != nil {
 			return nil, nil, err
 		}
 		return abi.Empty{}, nil, q.Modify(r)
 	}),
-	abi.OpQueryQP: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpQueryQP: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		q, err := v.QPByHandle(r.Handle)
 		if err != nil {
 			return nil, nil, err
 		}
 		return q.Query(), nil, nil
 	}),
-	abi.OpDestroyQP: on(func(_ *session, v *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpDestroyQP: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		q, err := v.QPByHandle(r.Handle)
 		if err != nil {
 			return nil, nil, err
@@ -136,61 +136,61 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpAsyncOpen: on((*session).asyncOpen), // events.go
 
 	// Connection management (internal/cm).
-	abi.OpListen: on(func(s *session, v *device.VM, r *abi.Listen) (any, []int, error) {
+	abi.OpListen: on(func(s *session, v *device.Context, r *abi.Listen) (any, []int, error) {
 		id, err := s.cm.Listen(v, r)
 		if err != nil {
 			return nil, nil, err
 		}
 		return abi.Handle{Handle: id}, nil, nil
 	}),
-	abi.OpCloseListener: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpCloseListener: on(func(s *session, _ *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, s.cm.CloseListener(r.Handle)
 	}),
-	abi.OpGetRequest: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpGetRequest: on(func(s *session, _ *device.Context, r *abi.Handle) (any, []int, error) {
 		return noFDs(s.cm.GetRequest(r.Handle))
 	}),
 	abi.OpAcceptRequest: on((*session).acceptRequest),
-	abi.OpRejectRequest: on(func(s *session, _ *device.VM, r *abi.RejectRequest) (any, []int, error) {
+	abi.OpRejectRequest: on(func(s *session, _ *device.Context, r *abi.RejectRequest) (any, []int, error) {
 		return abi.Empty{}, nil, s.cm.Reject(r)
 	}),
-	abi.OpConnect: on(func(s *session, _ *device.VM, r *abi.Connect) (any, []int, error) {
+	abi.OpConnect: on(func(s *session, _ *device.Context, r *abi.Connect) (any, []int, error) {
 		return noFDs(s.connect(r))
 	}),
 
 	// rdma_cm's event channels (internal/cm, events.go).
-	abi.OpCMOpenChannel: on(func(s *session, _ *device.VM, _ *abi.Empty) (any, []int, error) {
+	abi.OpCMOpenChannel: on(func(s *session, _ *device.Context, _ *abi.Empty) (any, []int, error) {
 		h, fd, err := s.cmEv.OpenChannel()
 		if err != nil {
 			return nil, nil, err
 		}
 		return givenAway{abi.Handle{Handle: h}, []int{fd}}, nil, nil
 	}),
-	abi.OpCMCloseChannel: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpCMCloseChannel: on(func(s *session, _ *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.CloseChannel(r.Handle)
 	}),
-	abi.OpCMListen: on(func(s *session, v *device.VM, r *abi.CMListen) (any, []int, error) {
+	abi.OpCMListen: on(func(s *session, v *device.Context, r *abi.CMListen) (any, []int, error) {
 		h, err := s.cmEv.Listen(v, r)
 		if err != nil {
 			return nil, nil, err
 		}
 		return abi.Handle{Handle: h}, nil, nil
 	}),
-	abi.OpCMCloseListen: on(func(s *session, _ *device.VM, r *abi.Handle) (any, []int, error) {
+	abi.OpCMCloseListen: on(func(s *session, _ *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.CloseListen(r.Handle)
 	}),
-	abi.OpCMResolve: on(func(s *session, v *device.VM, r *abi.CMResolve) (any, []int, error) {
+	abi.OpCMResolve: on(func(s *session, v *device.Context, r *abi.CMResolve) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Resolve(v, r)
 	}),
-	abi.OpCMRoute: on(func(s *session, _ *device.VM, r *abi.CMRoute) (any, []int, error) {
+	abi.OpCMRoute: on(func(s *session, _ *device.Context, r *abi.CMRoute) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Route(r)
 	}),
-	abi.OpCMConnect: on(func(s *session, v *device.VM, r *abi.CMConnect) (any, []int, error) {
+	abi.OpCMConnect: on(func(s *session, v *device.Context, r *abi.CMConnect) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Connect(v, r)
 	}),
-	abi.OpCMDisconnect: on(func(s *session, v *device.VM, r *abi.CMDisconnect) (any, []int, error) {
+	abi.OpCMDisconnect: on(func(s *session, v *device.Context, r *abi.CMDisconnect) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Disconnect(v, r)
 	}),
-	abi.OpCMEstablish: on(func(s *session, v *device.VM, r *abi.CMEstablish) (any, []int, error) {
+	abi.OpCMEstablish: on(func(s *session, v *device.Context, r *abi.CMEstablish) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Establish(v, r)
 	}),
 }

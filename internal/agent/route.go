@@ -198,7 +198,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
 			q.QPN(), dgid, a.cfg.Host)
 	}
-	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.VM().Name(), ad.VM().Name(), a.cfg.Host)}
+	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.Context().Name(), ad.Context().Name(), a.cfg.Host)}
 	if decided && dec.Path == pathsel.Memcpy {
 		info = decisionInfo(dec)
 	}

@@ -45,8 +45,8 @@ type session struct {
 	sendMu sync.Mutex
 	out    []byte // +checklocks:sendMu
 
-	vm *device.VM // set by attach; read by the serve goroutine and blocking ops after it
-	cm *cm.Client // the session's listeners
+	vm *device.Context // set by attach; read by the serve goroutine and blocking ops after it
+	cm *cm.Client      // the session's listeners
 
 	cmEv  *cm.Events  // rdma_cm's event channels and cm-listens
 	async asyncEvents // the event sockets of ibv_get_async_event (events.go)
@@ -247,14 +247,14 @@ type givenAway struct {
 
 var errNotAttached = abi.Errorf(abi.CodeState, "", "attach a VM first: this command works on an attached VM's objects")
 
-func (s *session) hello(_ *device.VM, hello *abi.Hello) (any, []int, error) {
+func (s *session) hello(_ *device.Context, hello *abi.Hello) (any, []int, error) {
 	a := s.a
 	s.clientCaps = hello.Caps
 	s.log.Debug("hello", "client", hello.Client, "caps", hello.Caps)
 	return abi.HelloReply{Host: a.cfg.Host, HostID: a.hostID, AgentVersion: Version, Caps: a.caps()}, nil, nil
 }
 
-func (s *session) attach(_ *device.VM, r *abi.Attach) (any, []int, error) {
+func (s *session) attach(_ *device.Context, r *abi.Attach) (any, []int, error) {
 	a := s.a
 	if s.vm != nil {
 		return nil, nil, abi.Errorf(abi.CodeState, "vm", "this session is already attached to VM %q", s.vm.Name())
@@ -269,7 +269,7 @@ func (s *session) attach(_ *device.VM, r *abi.Attach) (any, []int, error) {
 	return rep, []int{memFD}, nil
 }
 
-func (s *session) acceptRequest(v *device.VM, ar *abi.AcceptRequest) (any, []int, error) {
+func (s *session) acceptRequest(v *device.Context, ar *abi.AcceptRequest) (any, []int, error) {
 	r, err := s.cmEv.Accept(v, ar) // for a cm-listen's request, its ESTABLISHED too
 	return r, nil, err
 }

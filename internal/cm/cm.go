@@ -156,7 +156,7 @@ func (m *Manager) NewClient(ctx context.Context) *Client {
 
 // Listen makes adapter r.Adapter of v listen on port r.Port, and returns
 // the listener's handle.
-func (c *Client) Listen(v *device.VM, r *abi.Listen) (uint32, error) {
+func (c *Client) Listen(v *device.Context, r *abi.Listen) (uint32, error) {
 	ad, err := v.Adapter(r.Adapter)
 	if err != nil {
 		return 0, err
@@ -197,11 +197,11 @@ func (c *Client) Close() {
 }
 
 // CloseVM closes every listener on v's adapters (v is being torn down).
-func (m *Manager) CloseVM(v *device.VM) {
+func (m *Manager) CloseVM(v *device.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, l := range m.listeners {
-		if l.ad.VM() == v {
+		if l.ad.Context() == v {
 			l.close()
 			delete(m.listeners, k)
 		}
@@ -287,7 +287,7 @@ func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
 					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, d.MTU)}, nil
 			}
 			from := r.from
-			return abi.ConnRequest{ID: r.id, RemoteVM: from.VM().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
+			return abi.ConnRequest{ID: r.id, RemoteVM: from.Context().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
 				RemoteQPN: from.QPN(), Port: l.key.port, PrivateData: r.priv, Adapter: l.key.adapter,
 				SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, from.Adapter().ActiveMTU())}, nil
 		case <-l.quit:
@@ -347,7 +347,7 @@ func Refused(reason uint16, priv []byte, format string, args ...any) *abi.Error 
 //
 // It reports whether the dialer moves its QP itself: the acceptor's
 // ESTABLISHED then waits for the dialer's RTU (rdma_establish).
-func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (rep abi.ConnectReply, awaitRTU bool, err error) {
+func (c *Client) Accept(v *device.Context, r *abi.AcceptRequest) (rep abi.ConnectReply, awaitRTU bool, err error) {
 	q, err := c.acceptingQP(v, r)
 	if err != nil {
 		return abi.ConnectReply{}, false, err
@@ -378,7 +378,7 @@ func (c *Client) Accept(v *device.VM, r *abi.AcceptRequest) (rep abi.ConnectRepl
 
 // acceptingQP finds the QP r accepts with: by handle, in RESET or INIT
 // (the agent moves it), or by number, a QP of v its workload moves itself.
-func (c *Client) acceptingQP(v *device.VM, r *abi.AcceptRequest) (*device.QP, error) {
+func (c *Client) acceptingQP(v *device.Context, r *abi.AcceptRequest) (*device.QP, error) {
 	q, err := ConnQP(c.m.dev, v, r.QP, r.QPN)
 	if err != nil || r.QPN != 0 {
 		return q, err
@@ -392,7 +392,7 @@ func (c *Client) acceptingQP(v *device.VM, r *abi.AcceptRequest) (*device.QP, er
 // ConnQP finds the QP of v (this workload's context) a connection names:
 // by its handle, or, for a QP the workload moves itself, by its number
 // qpn (abi.CMConnect.QPN, abi.AcceptRequest.QPN).
-func ConnQP(dev *device.Device, v *device.VM, handle, qpn uint32) (*device.QP, error) {
+func ConnQP(dev *device.Device, v *device.Context, handle, qpn uint32) (*device.QP, error) {
 	if qpn == 0 {
 		q, err := v.QPByHandle(handle)
 		if err != nil {
@@ -401,7 +401,7 @@ func ConnQP(dev *device.Device, v *device.VM, handle, qpn uint32) (*device.QP, e
 		return q, nil
 	}
 	q := dev.QP(qpn)
-	if q == nil || q.VM() != v || q.Destroyed() {
+	if q == nil || q.Context() != v || q.Destroyed() {
 		return nil, abi.Errorf(abi.CodeNotFound, "qpn", "no QP numbered 0x%x in this workload", qpn)
 	}
 	return q, nil
@@ -538,7 +538,7 @@ func (c *Client) Connect(q *device.QP, ad *device.Adapter, r *abi.Connect) (abi.
 // ConnectWith is Connect with d's private data and external QP.
 func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d Dial) (abi.ConnectReply, error) {
 	m := c.m
-	vmName := ad.VM().Name()
+	vmName := ad.Context().Name()
 	m.mu.Lock()
 	l := m.listeners[listenKey{vmName, ad.Name(), r.Port}]
 	m.mu.Unlock()

@@ -133,7 +133,7 @@ func (e *Events) CloseChannel(id uint32) error {
 // Listen is cm-listen of r for v: a listener on r.Adapter of v, or on
 // every adapter of v, whose requests come as CONNECT_REQUEST on channel
 // r.Channel. It returns the listen's handle.
-func (e *Events) Listen(v *device.VM, r *abi.CMListen) (uint32, error) {
+func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
 	c, err := e.channel(r.Channel)
 	if err != nil {
 		return 0, err
@@ -203,7 +203,7 @@ func (e *Events) CloseListen(id uint32) error {
 
 // Resolve is cm-resolve of r for v: ADDR_RESOLVED or ADDR_ERROR follows
 // on channel r.Channel.
-func (e *Events) Resolve(v *device.VM, r *abi.CMResolve) error {
+func (e *Events) Resolve(v *device.Context, r *abi.CMResolve) error {
 	c, err := e.channel(r.Channel)
 	if err != nil {
 		return err
@@ -231,7 +231,7 @@ func (e *Events) Route(r *abi.CMRoute) error {
 // Connect is cm-connect of r for v: the outcome (ESTABLISHED,
 // CONNECT_RESPONSE, REJECTED or UNREACHABLE) follows on channel
 // r.Channel.
-func (e *Events) Connect(v *device.VM, r *abi.CMConnect) error {
+func (e *Events) Connect(v *device.Context, r *abi.CMConnect) error {
 	c, err := e.channel(r.Channel)
 	if err != nil {
 		return err
@@ -248,7 +248,7 @@ func (e *Events) Connect(v *device.VM, r *abi.CMConnect) error {
 }
 
 // Establish is cm-establish of r for v (rdma_establish).
-func (e *Events) Establish(v *device.VM, r *abi.CMEstablish) error {
+func (e *Events) Establish(v *device.Context, r *abi.CMEstablish) error {
 	q, err := v.QPByHandle(r.QP)
 	if err != nil {
 		return abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
@@ -257,7 +257,7 @@ func (e *Events) Establish(v *device.VM, r *abi.CMEstablish) error {
 }
 
 // Disconnect is cm-disconnect of r for v (rdma_disconnect).
-func (e *Events) Disconnect(v *device.VM, r *abi.CMDisconnect) error {
+func (e *Events) Disconnect(v *device.Context, r *abi.CMDisconnect) error {
 	q, err := v.QPByHandle(r.QP)
 	if err != nil {
 		return abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", r.QP)
@@ -270,7 +270,7 @@ func (e *Events) Disconnect(v *device.VM, r *abi.CMDisconnect) error {
 // acceptor's ESTABLISHED, on channel r.Channel or else the listen's, and
 // the connection's record for disconnects. With an external dialer (it
 // moves its QP itself) ESTABLISHED waits for the dialer's RTU (Conns.RTU).
-func (e *Events) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, error) {
+func (e *Events) Accept(v *device.Context, r *abi.AcceptRequest) (abi.ConnectReply, error) {
 	var ch *Channel
 	if r.Channel != 0 {
 		c, err := e.channel(r.Channel) // checked before the request is accepted
@@ -286,7 +286,7 @@ func (e *Events) Accept(v *device.VM, r *abi.AcceptRequest) (abi.ConnectReply, e
 	return rep, err
 }
 
-func (e *Events) accepted(v *device.VM, r *abi.AcceptRequest, ch *Channel, rep abi.ConnectReply, awaitRTU bool) {
+func (e *Events) accepted(v *device.Context, r *abi.AcceptRequest, ch *Channel, rep abi.ConnectReply, awaitRTU bool) {
 	e.mu.Lock()
 	l := e.byCM[r.Listener]
 	e.mu.Unlock()
@@ -340,7 +340,7 @@ const (
 // resolve finds r.Remote: an adapter of this host or, through the
 // control plane, of another, that src (or, when nil, the first of v's
 // adapters that may reach it) can connect to.
-func (e *Events) resolve(v *device.VM, src *device.Adapter, r *abi.CMResolve) abi.CMEvent {
+func (e *Events) resolve(v *device.Context, src *device.Adapter, r *abi.CMResolve) abi.CMEvent {
 	cands := v.Adapters()
 	if src != nil {
 		cands = []*device.Adapter{src}
@@ -364,7 +364,7 @@ func (e *Events) resolve(v *device.VM, src *device.Adapter, r *abi.CMResolve) ab
 func (e *Events) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, error) {
 	ev := abi.CMEvent{Event: abi.CMEventAddrResolved, Adapter: from.Name()}
 	if ad, err := e.c.m.Resolve(remote); err == nil && ad == from {
-		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.VM().Name(), ad.Name(), ad.GID()
+		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.Context().Name(), ad.Name(), ad.GID()
 		return ev, nil
 	}
 	ad, p, err := e.hosts.Route(from, remote)
@@ -374,7 +374,7 @@ func (e *Events) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, 
 	case p != nil:
 		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = p.VM, p.Adapter, p.GID
 	default:
-		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.VM().Name(), ad.Name(), ad.GID()
+		ev.RemoteVM, ev.RemoteAdapter, ev.RemoteGID = ad.Context().Name(), ad.Name(), ad.GID()
 	}
 	return ev, nil
 }
@@ -395,7 +395,7 @@ func (e *Events) connect(c *Channel, q *device.QP, r *abi.CMConnect) abi.CMEvent
 	if err != nil {
 		ev := failure(err)
 		ev.Cookie = r.Cookie
-		e.log.Info("rdma_cm connect failed", "vm", q.VM().Name(), "remote", r.Remote, "port", r.Port, "event", ev.Event, "status", ev.Status, "err", err)
+		e.log.Info("rdma_cm connect failed", "vm", q.Context().Name(), "remote", r.Remote, "port", r.Port, "event", ev.Event, "status", ev.Status, "err", err)
 		return ev
 	}
 	cc := &conn{owner: e, ch: c, q: q, handle: q.Handle(), peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID, external: dial.External, dialer: true}

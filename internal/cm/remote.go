@@ -61,7 +61,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	if err != nil {
 		return Answer{}, err
 	}
-	vmName := ad.VM().Name()
+	vmName := ad.Context().Name()
 	m.mu.Lock()
 	l := m.listeners[listenKey{vmName, ad.Name(), port}]
 	m.mu.Unlock()

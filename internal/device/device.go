@@ -169,7 +169,7 @@ func (d *Device) adapterByGIDLocked(gid abi.GID) *Adapter {
 
 // ReadyVM returns a process of the attached VM name (the first attached
 // that is set up and not torn down): its adapters are the VM's.
-func (d *Device) ReadyVM(name string) (*VM, bool) {
+func (d *Device) ReadyVM(name string) (*Context, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ps, ok := d.vms[name]; ok {
@@ -183,6 +183,6 @@ func (d *Device) ReadyVM(name string) (*VM, bool) {
 }
 
 // VMs returns the attached VMs' processes that are set up.
-func (d *Device) VMs() []*VM {
-	return slices.DeleteFunc(d.AttachedVMs(), func(v *VM) bool { return !v.ready.Load() })
+func (d *Device) VMs() []*Context {
+	return slices.DeleteFunc(d.AttachedVMs(), func(v *Context) bool { return !v.ready.Load() })
 }

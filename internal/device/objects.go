@@ -52,7 +52,7 @@ type MR struct {
 }
 
 // AllocPD allocates a protection domain on adapter adName and returns its handle.
-func (v *VM) AllocPD(adName string) (uint32, error) {
+func (v *Context) AllocPD(adName string) (uint32, error) {
 	ad, err := v.Adapter(adName)
 	if err != nil {
 		return 0, err
@@ -68,7 +68,7 @@ func (v *VM) AllocPD(adName string) (uint32, error) {
 }
 
 // DeallocPD frees protection domain h; one still used by an MR or a QP is refused.
-func (v *VM) DeallocPD(h uint32) error {
+func (v *Context) DeallocPD(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	p, ok := v.pds[h]
@@ -83,7 +83,7 @@ func (v *VM) DeallocPD(h uint32) error {
 }
 
 // RegMR registers a memory region of guest memory, checked against the VM's memory.
-func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
+func (v *Context) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	if r.Length == 0 {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "length", "a memory region must be at least 1 byte")
 	}
@@ -147,7 +147,7 @@ func (v *VM) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 // each byte once, with [addr, addr+n) as one more region.
 //
 // +checklocks:v.objMu
-func (v *VM) registeredLocked(addr, n uint64) uint64 {
+func (v *Context) registeredLocked(addr, n uint64) uint64 {
 	rs := make([][2]uint64, 0, len(v.mrHandles)+1)
 	for _, m := range v.mrHandles {
 		rs = append(rs, [2]uint64{m.addr, m.addr + m.length})
@@ -178,7 +178,7 @@ func (v *VM) registeredLocked(addr, n uint64) uint64 {
 // (responders at least once per chunk or packet, never across socket
 // I/O), so taking memMu for writing once the key is gone waits out the
 // last use of the old resolution, and no later one can find it.
-func (v *VM) DeregMR(h uint32) error {
+func (v *Context) DeregMR(h uint32) error {
 	v.objMu.Lock()
 	m, ok := v.mrHandles[h]
 	if !ok {
@@ -197,7 +197,7 @@ func (v *VM) DeregMR(h uint32) error {
 // CQ is a completion queue. The agent produces; the library consumes.
 type CQ struct {
 	handle uint32
-	vm     *VM
+	vm     *Context
 	ad     *Adapter
 	layout abi.CQLayout
 	ringFD sys.FD
@@ -211,7 +211,7 @@ type CQ struct {
 }
 
 // CreateCQ creates a completion queue and its ring.
-func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
+func (v *Context) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 	ad, err := v.Adapter(c.Adapter)
 	if err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func (v *VM) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 }
 
 // DestroyCQ destroys completion queue h; one still used by a QP is refused.
-func (v *VM) DestroyCQ(h uint32) error {
+func (v *Context) DestroyCQ(h uint32) error {
 	v.objMu.Lock()
 	c, ok := v.cqs[h]
 	if ok && c.refs > 0 {

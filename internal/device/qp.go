@@ -20,7 +20,7 @@ type QP struct {
 
 	handle   uint32
 	qpn      uint32
-	vm       *VM
+	vm       *Context
 	pd       *PD
 	ad       *Adapter
 	sendCQ   *CQ
@@ -171,7 +171,7 @@ func (q *QP) State() abi.QPState { return abi.QPState(q.state.Load()) }
 
 // CreateQP creates an RC QP, its rings and doorbell, and starts its
 // send-queue goroutine.
-func (v *VM) CreateQP(c *abi.CreateQP) (*QP, error) {
+func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 	layout, caps, err := abi.NewQPLayout(c.Caps)
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalid, "caps", "%v", err)
@@ -233,7 +233,7 @@ func (q *QP) release() {
 }
 
 // DestroyQP stops the QP's goroutine, unlinks it and unmaps its rings.
-func (v *VM) DestroyQP(q *QP) {
+func (v *Context) DestroyQP(q *QP) {
 	if q.destroyed.Swap(true) {
 		return
 	}
@@ -263,7 +263,7 @@ func (v *VM) DestroyQP(q *QP) {
 }
 
 // QPByHandle returns the VM's QP with handle h.
-func (v *VM) QPByHandle(h uint32) (*QP, error) {
+func (v *Context) QPByHandle(h uint32) (*QP, error) {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	q, ok := v.qps[h]
@@ -513,7 +513,7 @@ func (d *Device) route(q *QP, dgid abi.GID, dqpn uint32) (*Route, error) {
 
 // remoteIs reports whether the QP's remote end is an adapter of v and,
 // unless qpns is nil, one of the QPs numbered in qpns.
-func (q *QP) remoteIs(v *VM, qpns map[uint32]bool) bool {
+func (q *QP) remoteIs(v *Context, qpns map[uint32]bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.remoteGID.IsZero() || qpns != nil && !qpns[q.remoteQPN] {
@@ -569,8 +569,8 @@ func (q *QP) Handle() uint32 { return q.handle }
 // GID is the GID of the QP's adapter.
 func (q *QP) GID() abi.GID { return q.ad.gid }
 
-// VM is the VM the QP belongs to.
-func (q *QP) VM() *VM { return q.vm }
+// Context is the process context the QP belongs to.
+func (q *QP) Context() *Context { return q.vm }
 
 // Device is the device the QP belongs to.
 func (q *QP) Device() *Device { return q.vm.d }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/rc"
 )
 
 // Request is an RC operation as its responder sees it.
@@ -461,3 +462,56 @@ func (m *Message) SetImm(imm uint32) {
 
 // Old is an atomic's original value, once Begin executed it.
 func (m *Message) Old() uint64 { return m.old }
+
+// Binding is a path's test that a responder QP is bound to the requester
+// of a request it carries: the QP is connected over that path, to that
+// peer (host, address) and QP. Implemented by a pointer to a path's own
+// state, so that Admit allocates nothing.
+type Binding interface {
+	Bound(p *QP) bool
+}
+
+// Admit opens the responder's sequence of every path at p for one
+// request: it holds p (Hold: p and its VM alive, p in RTR, RTS or SQD),
+// then checks that p's port is up and that p is bound to the requester
+// (b). A request that fails a check is dropped, counted (Dropped, by Hold
+// for a state that does not receive), and nothing answers it: its
+// requester retries, as behind a pulled cable or at a QP that ignores
+// strangers. After true the caller holds p for the request, responds, and
+// calls Release; after false it holds nothing.
+func (p *QP) Admit(b Binding) bool {
+	if !p.Hold() {
+		return false
+	}
+	if !p.Adapter().Connected() || !b.Bound(p) {
+		p.ctr.Dropped.Add(1)
+		p.Release()
+		return false
+	}
+	return true
+}
+
+// ResponderSeq is a responder QP's sequence state (rc.Seq: the expected
+// PSN, the responder resources, the last refusal) for the QP's current
+// incarnation: a QP reset and connected again starts it anew. Owned by
+// the path's responder, under whatever serializes its requests.
+type ResponderSeq struct {
+	started bool
+	gen     uint32 // p's resets when it started
+	rc.Seq
+}
+
+// Sync starts s anew from p's rq_psn and max_dest_rd_atomic if it never
+// started or p was reset since it did, and reports whether it did: the
+// responder then forgets its messages in progress too. The caller holds
+// p (Admit).
+func (s *ResponderSeq) Sync(p *QP) bool {
+	gen := p.Resets()
+	if s.started && s.gen == gen {
+		return false
+	}
+	at := p.RCAttrs()
+	s.started, s.gen = true, gen
+	s.Start(at.RQPSN, at.MaxDestRdAtomic)
+	return true
+}

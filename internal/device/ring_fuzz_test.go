@@ -19,7 +19,7 @@ import (
 // [harnessRO, +harnessROLen)), and nothing else that may change.
 type ringHarness struct {
 	d       *Device
-	v, pv   *VM // the sender's VM and its peer's
+	v, pv   *Context // the sender's VM and its peer's
 	pd, ppd *PD
 	pattern []byte // what guest memory holds outside the writable regions
 }
@@ -47,7 +47,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 		h.pattern[i] = byte(i*131 + i>>8*7 + 3)
 	}
 	vmx := "memSize = \"1\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
-	attach := func(name string) (*VM, *PD) {
+	attach := func(name string) (*Context, *PD) {
 		cfg, err := vmconfig.Parse([]byte(vmx))
 		if err != nil {
 			tb.Fatal(err)
@@ -142,7 +142,7 @@ const (
 
 // newQP creates a QP whose goroutine is stopped, so that the test runs
 // the consumer itself.
-func (h *ringHarness) newQP(tb testing.TB, v *VM, p *PD, c *CQ, sigAll bool) *QP {
+func (h *ringHarness) newQP(tb testing.TB, v *Context, p *PD, c *CQ, sigAll bool) *QP {
 	tb.Helper()
 	q, err := v.CreateQP(&abi.CreateQP{PD: p.handle, SendCQ: c.handle, RecvCQ: c.handle, Type: abi.QPTypeRC, SQSigAll: sigAll,
 		Caps: abi.QPCaps{MaxSendWR: harnessCaps, MaxRecvWR: harnessCaps, MaxSendSGE: harnessCaps, MaxRecvSGE: harnessCaps, MaxInlineData: 64}})
@@ -156,7 +156,7 @@ func (h *ringHarness) newQP(tb testing.TB, v *VM, p *PD, c *CQ, sigAll bool) *QP
 	return q
 }
 
-func (h *ringHarness) newCQ(tb testing.TB, v *VM) *CQ {
+func (h *ringHarness) newCQ(tb testing.TB, v *Context) *CQ {
 	tb.Helper()
 	c, err := v.CreateCQ(&abi.CreateCQ{Adapter: "vrdma0", CQE: 64})
 	if err != nil {
@@ -277,7 +277,7 @@ func (h *ringHarness) check(tb testing.TB, rc *ringCase) {
 	q, p := rc.q, rc.p
 	// Guest memory outside the writable regions is untouched, in both VMs
 	// (the read-only regions included).
-	for _, v := range []*VM{h.v, h.pv} {
+	for _, v := range []*Context{h.v, h.pv} {
 		mem := v.mem.Bytes()
 		if !bytes.Equal(mem[:harnessRW], h.pattern[:harnessRW]) || !bytes.Equal(mem[harnessRW+harnessRWLen:], h.pattern[harnessRW+harnessRWLen:]) {
 			for i := range mem {
@@ -347,14 +347,14 @@ func (h *ringHarness) teardown(tb testing.TB, rc *ringCase) {
 	h.v.DestroyQP(rc.q)
 	h.pv.DestroyQP(rc.p)
 	for _, x := range []struct {
-		v *VM
+		v *Context
 		c *CQ
 	}{{h.v, rc.cq}, {h.pv, rc.pcq}} {
 		if err := x.v.DestroyCQ(x.c.handle); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	for _, v := range []*VM{h.v, h.pv} {
+	for _, v := range []*Context{h.v, h.pv} {
 		copy(v.mem.Bytes()[harnessRW:harnessRW+harnessRWLen], h.pattern[harnessRW:])
 	}
 }

@@ -18,8 +18,12 @@ import (
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
-// VM is an attached VM: its guest memory, adapters and verbs objects.
-type VM struct {
+// Context is one workload process's context on an attached VM, as an
+// ibv_context is a process's on a device: its mapping of the VM's guest
+// memory, its adapters and its verbs objects. Several processes may
+// attach to one VM (vmProcs: they share its memory budget and its ports'
+// links); each has its own Context.
+type Context struct {
 	d       *Device
 	name    string
 	cfg     *vmconfig.Config
@@ -58,27 +62,27 @@ type VM struct {
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
 
 // Name returns the VM's name.
-func (v *VM) Name() string { return v.name }
+func (v *Context) Name() string { return v.name }
 
 // Managed reports whether v is a managed VM of the control plane.
-func (v *VM) Managed() bool { return v.managed }
+func (v *Context) Managed() bool { return v.managed }
 
 // Running reports whether v is set up and not being torn down.
-func (v *VM) Running() bool { return v.ready.Load() && !v.dying.Load() }
+func (v *Context) Running() bool { return v.ready.Load() && !v.dying.Load() }
 
 // PID returns v's workload's process ID.
-func (v *VM) PID() int32 { return v.owner.PID() }
+func (v *Context) PID() int32 { return v.owner.PID() }
 
 // Kick detaches v's workload, as if it had gone away: it closes the
 // workload's session, which then ends and tears the VM down (its peers'
 // QPs flush).
-func (v *VM) Kick(why string) {
+func (v *Context) Kick(why string) {
 	v.d.log.Info("detaching VM", "vm", v.name, "pid", v.owner.PID(), "why", why)
 	v.owner.Close()
 }
 
 // Detach kicks v and waits for the teardown, at most Config.DetachWait.
-func (v *VM) Detach(why string) bool {
+func (v *Context) Detach(why string) bool {
 	v.Kick(why)
 	select {
 	case <-v.gone:
@@ -90,7 +94,7 @@ func (v *VM) Detach(why string) bool {
 
 // Adapter is one vrdmaN Adapter of a VM.
 type Adapter struct {
-	vm    *VM
+	vm    *Context
 	name  string
 	index int
 	mac   net.HardwareAddr
@@ -143,8 +147,8 @@ func (ad *Adapter) SetActiveMTU(m uint32) {
 // Name is the adapter's name, "vrdmaN".
 func (ad *Adapter) Name() string { return ad.name }
 
-// VM is the VM the adapter belongs to.
-func (ad *Adapter) VM() *VM { return ad.vm }
+// Context is the process context the adapter belongs to.
+func (ad *Adapter) Context() *Context { return ad.vm }
 
 // GID is the adapter's GID (index 0 of its port).
 func (ad *Adapter) GID() abi.GID { return ad.gid }
@@ -217,7 +221,7 @@ type Owner interface {
 // processes share a device's ports. memMu orders the VM-wide charge of
 // memory registrations (RegMR) against each other.
 type vmProcs struct {
-	list  []*VM // guarded by Device.mu
+	list  []*Context // guarded by Device.mu
 	memMu sync.Mutex
 }
 
@@ -230,11 +234,11 @@ type vmProcs struct {
 // recorded and before memory is set up (the caller's access and power
 // checks, again: a power-off may have come between). The VM is not ready,
 // and no peer sees it, until SetReady.
-func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool, recheck func() error) (*VM, error) {
+func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool, recheck func() error) (*Context, error) {
 	if len(cfg.Adapters) == 0 {
 		return nil, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q has no PVRDMA adapter: add ethernetN.virtualDev = \"vrdma\"", name)
 	}
-	var first *VM // the live process o joins; nil when o is the first
+	var first *Context // the live process o joins; nil when o is the first
 	start := time.Now()
 	for {
 		d.mu.Lock()
@@ -244,7 +248,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 			d.vms[name] = ps
 			break // d.mu stays held: record o below
 		}
-		var leaving []*VM
+		var leaving []*Context
 		settingUp := false
 		for _, v := range ps.list {
 			switch {
@@ -287,7 +291,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 	if first != nil {
 		cfg, managed = first.cfg, first.managed
 	}
-	v := &VM{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
+	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
 		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR+1)}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
@@ -331,7 +335,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 // first, when that would break a rule.
 //
 // +checklocks:d.mu
-func (d *Device) joinableLocked(ps *vmProcs, first *VM) error {
+func (d *Device) joinableLocked(ps *vmProcs, first *Context) error {
 	if first.cfg.MemoryLocked() {
 		return abi.Errorf(abi.CodeExists, "vm", "VM %q is already attached by another workload (pid %d), and its guest memory is reserved and locked (sched.mem.pin): one workload at a time; drop sched.mem.pin to let several processes share it",
 			first.name, first.owner.PID())
@@ -345,11 +349,11 @@ func (d *Device) joinableLocked(ps *vmProcs, first *VM) error {
 // Joined reports whether v joined a VM another workload had attached: it
 // shares that one's adapters and control-plane record, which the first
 // published.
-func (v *VM) Joined() bool { return v.joined }
+func (v *Context) Joined() bool { return v.joined }
 
 // LastProcess reports whether no other workload of v's VM is attached and
 // staying: v's detach is the VM's (its control-plane record goes).
-func (v *VM) LastProcess() bool {
+func (v *Context) LastProcess() bool {
 	v.d.mu.Lock()
 	defer v.d.mu.Unlock()
 	for _, o := range v.procs.list {
@@ -361,18 +365,18 @@ func (v *VM) LastProcess() bool {
 }
 
 // Dying reports whether the VM is being torn down.
-func (v *VM) Dying() bool { return v.dying.Load() }
+func (v *Context) Dying() bool { return v.dying.Load() }
 
 // SetReady makes an attached VM visible to its peers and to status.
-func (v *VM) SetReady() { v.ready.Store(true) }
+func (v *Context) SetReady() { v.ready.Store(true) }
 
 // SetReadyUnique is SetReady, refused (CodeExists) when another VM of
 // this host has an adapter with the GID (so the address) of one of v's.
-func (v *VM) SetReadyUnique() error {
+func (v *Context) SetReadyUnique() error {
 	d := v.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var others []*VM
+	var others []*Context
 	for name, ps := range d.vms {
 		if name != v.name {
 			others = append(others, ps.list...)
@@ -400,14 +404,14 @@ func (v *VM) SetReadyUnique() error {
 }
 
 // Adapters returns the VM's adapters, in configuration order.
-func (v *VM) Adapters() []*Adapter { return v.adapters }
+func (v *Context) Adapters() []*Adapter { return v.adapters }
 
 // Config returns the VM's configuration.
-func (v *VM) Config() *vmconfig.Config { return v.cfg }
+func (v *Context) Config() *vmconfig.Config { return v.cfg }
 
 // AttachReply is the answer to the workload's attach, with the guest
 // memory's descriptor to pass along.
-func (v *VM) AttachReply(host string) (abi.AttachReply, int) {
+func (v *Context) AttachReply(host string) (abi.AttachReply, int) {
 	r := abi.AttachReply{VM: v.name, Host: host, MemSize: v.memSize, MemLocked: v.mem.Locked(), AsyncMode: v.async}
 	for _, ad := range v.adapters {
 		r.Adapters = append(r.Adapters, ad.Info())
@@ -415,7 +419,7 @@ func (v *VM) AttachReply(host string) (abi.AttachReply, int) {
 	return r, v.memFD.Int()
 }
 
-func (v *VM) setupMemory() error {
+func (v *Context) setupMemory() error {
 	v.memSize = uint64(v.cfg.MemSizeMB) << 20
 	fd, err := sys.Memfd("vrdma-guest-"+v.name, int64(v.memSize))
 	if err != nil {
@@ -459,7 +463,7 @@ func gidFromMAC(mac net.HardwareAddr) abi.GID {
 }
 
 // Adapter returns the VM's adapter name ("vrdmaN").
-func (v *VM) Adapter(name string) (*Adapter, error) {
+func (v *Context) Adapter(name string) (*Adapter, error) {
 	for _, ad := range v.adapters {
 		if ad.name == name {
 			return ad, nil
@@ -473,7 +477,7 @@ func (v *VM) Adapter(name string) (*Adapter, error) {
 }
 
 // lookupMR returns the region with key, or nil. Lock-free: data path.
-func (v *VM) lookupMR(key uint32) *MR {
+func (v *Context) lookupMR(key uint32) *MR {
 	idx := key >> 8
 	if idx == 0 || int(idx) >= len(v.mrs) {
 		return nil
@@ -490,7 +494,7 @@ func (v *VM) lookupMR(key uint32) *MR {
 // addr is in the region's iova space (its guest address unless it was
 // registered with an iova). Zero-length ranges need no key. The caller
 // keeps v's memory alive.
-func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
+func (v *Context) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
@@ -506,13 +510,13 @@ func (v *VM) resolve(pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byt
 }
 
 // +checklocks:v.objMu
-func (v *VM) allocHandleLocked() uint32 {
+func (v *Context) allocHandleLocked() uint32 {
 	v.nextHandle++
 	return v.nextHandle
 }
 
 // Status returns the VM's Status report.
-func (v *VM) Status() mgmt.VMStatus {
+func (v *Context) Status() mgmt.VMStatus {
 	st := mgmt.VMStatus{Name: v.name, Attached: true, AsyncMode: v.async, MemSize: v.memSize, MemLocked: v.mem.Locked(),
 		MemReserved: v.cfg.MemoryLocked(), Processes: []int32{v.owner.PID()}}
 	for _, ad := range v.adapters {
@@ -541,7 +545,7 @@ func (v *VM) Status() mgmt.VMStatus {
 // Teardown destroys everything a VM holds, after its workload is gone:
 // its QPs (peers' QPs move to ERR and flush), CQs, MRs, PDs and finally
 // its mappings. The name stays taken until Remove.
-func (v *VM) Teardown() {
+func (v *Context) Teardown() {
 	d := v.d
 	v.dying.Store(true)
 	v.objMu.Lock()
@@ -602,10 +606,10 @@ func (v *VM) Teardown() {
 
 // Remove forgets a torn-down (or never set up) process of a VM; with
 // the last, the VM's name is free: a new attach of it may go on.
-func (d *Device) Remove(v *VM) {
+func (d *Device) Remove(v *Context) {
 	d.mu.Lock()
 	ps := v.procs
-	ps.list = slices.DeleteFunc(ps.list, func(o *VM) bool { return o == v })
+	ps.list = slices.DeleteFunc(ps.list, func(o *Context) bool { return o == v })
 	if len(ps.list) == 0 && d.vms[v.name] == ps {
 		delete(d.vms, v.name)
 	}
@@ -618,7 +622,7 @@ func (d *Device) Remove(v *VM) {
 
 // Attached returns the processes attached as VM name, ready or not, the
 // first attached first; none when it is not attached.
-func (d *Device) Attached(name string) []*VM {
+func (d *Device) Attached(name string) []*Context {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if ps, ok := d.vms[name]; ok {
@@ -664,15 +668,15 @@ func (d *Device) SetConnected(name, adapter string, connected bool) (changed boo
 
 // SetConnected connects or disconnects adapter vrdmaN of v's VM, for
 // every process of it (Device.SetConnected).
-func (v *VM) SetConnected(adapter string, connected bool) (changed bool, told int, err error) {
+func (v *Context) SetConnected(adapter string, connected bool) (changed bool, told int, err error) {
 	return v.d.SetConnected(v.name, adapter, connected)
 }
 
 // AttachedVMs returns every attached VM's processes, ready or not.
-func (d *Device) AttachedVMs() []*VM {
+func (d *Device) AttachedVMs() []*Context {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var vms []*VM
+	var vms []*Context
 	for _, ps := range d.vms {
 		vms = append(vms, ps.list...)
 	}
@@ -713,7 +717,7 @@ func (d *Device) VMStatuses() []mgmt.VMStatus {
 // v: each adapter is a device of its own, whose node GUID comes from its MAC
 // (as a PVRDMA adapter's does); the system image GUID, the VM's, from the
 // first adapter's.
-func (v *VM) DeviceAttr(ad *Adapter) abi.DeviceAttr {
+func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 	l := v.d.cfg.Limits
 	return abi.DeviceAttr{
 		FWVer: v.d.cfg.FWVersion, NodeGUID: guid(ad.mac), SysImageGUID: guid(v.adapters[0].mac),

@@ -60,12 +60,12 @@ func (o Options) localPaths(stats *testlink.Stats) func(agent.PathEnv) (agent.Lo
 func (p *localPaths) Route(q *device.QP, peer *device.Adapter) (device.Route, bool) {
 	if p.rdma != nil {
 		return device.Route{New: p.rdma.Bind(p.rdma.LocalAddr(), p.marks), Info: abi.PathInfo{Path: abi.PathRDMA,
-			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.VM().Name(), peer.VM().Name(), p.host, p.rdma.LocalAddr()),
+			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.Context().Name(), peer.Context().Name(), p.host, p.rdma.LocalAddr()),
 			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with an rdma loop (tests only)"}}}}, true
 	}
 	if p.link != nil {
 		return device.Route{New: p.link.BindTest(), Info: abi.PathInfo{Path: abi.PathTest,
-			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.VM().Name(), peer.VM().Name(), p.host),
+			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.Context().Name(), peer.Context().Name(), p.host),
 			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with a test link (tests only)"}}}}, true
 	}
 	return device.Route{}, false

@@ -105,6 +105,12 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	}
 }
 
+// Bound makes m a device.Binding: p is connected to m's QP.
+func (m *path) Bound(p *device.QP) bool {
+	qpn, gid := p.Remote()
+	return qpn == m.q.QPN() && gid == m.q.GID()
+}
+
 // peerQP returns the QP at the remote end, resolving it on first use.
 func (m *path) peerQP() *device.QP {
 	if m.peer != nil && !m.peer.Destroyed() {
@@ -130,18 +136,10 @@ func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (device.Outc
 		return device.OutNoPeer, 0, 0, 0 // our port is down: the request does not leave
 	}
 	p := m.peerQP()
-	if p == nil || !p.Hold() {
-		return device.OutNoPeer, 0, 0, 0
+	if p == nil || !p.Admit(m) {
+		return device.OutNoPeer, 0, 0, 0 // gone, its port down, or connected to another QP
 	}
 	defer p.Release()
-	if !p.Adapter().Connected() {
-		p.Counters().Dropped.Add(1)
-		return device.OutNoPeer, 0, 0, 0 // its port is down: the request does not reach it
-	}
-	if qpn, gid := p.Remote(); qpn != q.QPN() || gid != q.GID() {
-		p.Counters().Dropped.Add(1)
-		return device.OutNoPeer, 0, 0, 0 // p is connected to another QP: it ignores us
-	}
 	if w.Opcode.IsRdAtomic() {
 		q.Counters().NotePeak(1) // the memcpy path executes one WR at a time
 	}

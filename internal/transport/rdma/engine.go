@@ -281,14 +281,14 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		}
 		return nil
 	}
-	if !q.Adapter().Connected() {
-		q.Counters().Dropped.Add(1) // its port is down: nothing reaches it
-		return nil
-	}
 	if !pkt.Info.Request {
+		if !q.Adapter().Connected() {
+			q.Counters().Dropped.Add(1) // its port is down: nothing reaches it
+			return nil
+		}
 		p.response(pkt)
 		return nil
 	}
-	p.rsp.serve(pkt)
+	p.rsp.serve(pkt) // device.QP.Admit checks the port
 	return p
 }

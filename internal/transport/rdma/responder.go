@@ -25,9 +25,7 @@ import (
 // responder is a QP's responder state; owned by the engine's reader.
 type responder struct {
 	p       *path
-	gen     uint32
-	started bool
-	seq     rc.Seq
+	seq     device.ResponderSeq
 	nakSent bool   // a PSN sequence error NAK went out for the current gap
 	msn     uint32 // messages completed, mod 2^24
 
@@ -72,17 +70,20 @@ func (r *responder) sendAck() {
 	r.out.add(h, nil, 0)
 }
 
+// Bound makes r a device.Binding: its QP is still connected over r's
+// path (the engine's reader found the path by the packet's DestQP and
+// source address; a RESET or a new connection since unbinds it).
+func (r *responder) Bound(q *device.QP) bool { return q.BoundPath() == device.Path(r.p) }
+
 // serve handles request packet pkt for the responder's QP.
 func (r *responder) serve(pkt *rocewire.Packet) {
 	q := r.p.q
-	if !q.Hold() {
+	if !q.Admit(r) {
 		return
 	}
 	defer q.Release()
 	at := q.RCAttrs()
-	if gen := q.Resets(); !r.started || r.gen != gen {
-		r.started, r.gen = true, gen
-		r.seq.Start(at.RQPSN, at.MaxDestRdAtomic)
+	if r.seq.Sync(q) {
 		r.nakSent, r.inMsg, r.msn = false, false, 0
 	}
 	psn := pkt.BTH.PSN()

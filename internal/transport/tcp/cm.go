@@ -128,7 +128,7 @@ func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, 
 	if err != nil {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", end.Endpoint.Name(), end.Host.Host.Label(), err)
 	}
-	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.VM().Name(), FromAdapter: q.Adapter().Name(),
+	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.Context().Name(), FromAdapter: q.Adapter().Name(),
 		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
 		PrivateData: d.PrivateData, External: d.External}
 	k := newCall()

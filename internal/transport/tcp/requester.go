@@ -109,10 +109,22 @@ type tcpPath struct {
 
 // responderPSN is an RC responder's sequence state (responder.go).
 type responderPSN struct {
-	mu sync.Mutex
-	// the resets generation seq belongs to
-	gen uint32 // +checklocks:mu
-	seq rc.Seq // +checklocks:mu
+	mu  sync.Mutex
+	seq device.ResponderSeq // +checklocks:mu
+}
+
+// tcpBinding is a request's requester as the tcp responder knows it: QP
+// qpn of the connection's peer host.
+type tcpBinding struct {
+	host string
+	qpn  uint32
+}
+
+// Bound makes b a device.Binding: p is connected over the tcp path to
+// QP b.qpn of host b.host.
+func (b *tcpBinding) Bound(p *device.QP) bool {
+	tp := tcpPathOf(p)
+	return tp != nil && tp.host == b.host && p.RCAttrs().RemoteQPN == b.qpn
 }
 
 func newTCPPath(q *device.QP, host string, l *link) *tcpPath {

@@ -162,10 +162,10 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	if p == nil {
 		return nil
 	}
+	c.bind = tcpBinding{host: c.l.peerID, qpn: h.SrcQPN}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != c.l.peerID {
-		if p.Hold() {
-			p.Counters().Dropped.Add(1) // p is connected to a QP of another host (or none): it ignores us
+		if p.Admit(&c.bind) { // p is connected to a QP of another host (or none): dropped
 			p.Release()
 		}
 		return nil
@@ -175,10 +175,10 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rs := &tp.rsp
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if !p.Hold() {
+	if !p.Admit(&c.bind) {
 		return nil
 	}
-	r, verdict, run := c.admit(h, p, rs, resp)
+	r, verdict, run := c.sequence(h, p, rs, resp)
 	if !run {
 		p.Release()
 		return nil
@@ -268,27 +268,13 @@ func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) a
 	return st
 }
 
-// admit makes the checks a request h passes before it runs at p (the
-// port, the binding, the PSN) and returns the request to run. run false:
-// resp holds the answer, or nothing answers (NO_QP). The caller holds
-// rs.mu and p (Hold).
+// sequence applies the PSN rules to request h at p (rc.Seq: new,
+// duplicate or ahead) and returns the request to run. run false: resp
+// holds the answer. The caller holds rs.mu and p (Admit).
 //
 // +checklocks:rs.mu
-func (c *tconn) admit(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
-	if !p.Adapter().Connected() {
-		p.Counters().Dropped.Add(1)
-		return nil, 0, false // its port is down: the request never reached it
-	}
-	at := p.RCAttrs()
-	rqPSN := at.RQPSN & rc.PSNMask
-	if at.RemoteQPN != h.SrcQPN {
-		p.Counters().Dropped.Add(1)
-		return nil, 0, false // p is connected to another QP: it ignores us
-	}
-	if gen := p.Resets(); !rs.seq.Started() || rs.gen != gen {
-		rs.gen = gen
-		rs.seq.Start(rqPSN, at.MaxDestRdAtomic)
-	}
+func (c *tconn) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
+	rs.seq.Sync(p)
 	verdict = rs.seq.Check(h.PSN)
 	switch verdict {
 	case rc.Ahead:

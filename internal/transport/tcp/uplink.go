@@ -412,6 +412,7 @@ type tconn struct {
 	sp    sockPayload
 	req   device.Request
 	rx    device.Message
+	bind  tcpBinding // the requester of the request being served
 	// step is a system call between the socket and a target's memory
 	// (landing.go); readFn and writeFn are its callbacks, bound once.
 	step    step
