@@ -45,7 +45,8 @@ func TestRegMRIOVA(t *testing.T) {
 	var m Message
 	r := Request{Op: abi.OpRDMAWrite, SrcQPN: rc.q.qpn, RKey: reg.RKey, RAddr: iova + 0x40, Total: 16}
 	rc.p.vm.memMu.RLock()
-	out, st, _ := rc.p.Begin(&r, &m)
+	v := rc.p.Begin(&r, &m)
+	out, st := v.Out, v.Status
 	if out == OutDone && st == abi.WCSuccess {
 		copy(m.Place(0, 16), "sixteen bytes!!!")
 	}

@@ -73,14 +73,30 @@ type Message struct {
 	old  uint64 // an atomic's original value
 }
 
+// Verdict is how a responder ended a request, or a step of one: Out,
+// and with OutDone its final Status (WCSuccess, or the error the
+// requester completes with); with OutRNR, RNRTimer is the delay the RNR
+// NAK asks the requester to wait.
+type Verdict struct {
+	Out      Outcome
+	Status   abi.WCStatus
+	RNRTimer uint8
+}
+
+// Response is what Respond did with a whole request: its Verdict and the
+// bytes it moved (N: the message's length, 8 for an atomic).
+type Response struct {
+	Verdict
+	N uint32
+}
+
 // Begin checks request r at responder p and prepares m, before any byte
 // moves: a refused request leaves the target untouched. It executes an
-// atomic at once (one packet). The caller holds p's VM's memMu for
-// reading (and has checked it alive) and has checked that p is bound to
-// the requester and in a state that receives. outRNR: no receive is
-// posted (rnrTimer is what the responder asks the requester to wait).
-func (p *QP) Begin(r *Request, m *Message) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
-	return p.check(r, m, false)
+// atomic at once (one packet). The caller holds p for the request
+// (Admit). OutRNR: no receive is posted.
+func (p *QP) Begin(r *Request, m *Message) Verdict {
+	out, st, t := p.check(r, m, false)
+	return Verdict{Out: out, Status: st, RNRTimer: t}
 }
 
 // check is begin; rqHeld says the caller holds p.rqMu already.
@@ -301,20 +317,20 @@ func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 }
 
 // Respond executes request r at p in one step — begin, every byte through
-// io, end — for paths that carry a message whole (memcpy, tcp). m is the
-// caller's scratch. The caller holds what begin needs. err is an I/O
-// error of the payload (tcp): the connection is broken and the request
-// did not complete.
+// io, end — for a path that moves no byte across I/O (memcpy). m is the
+// caller's scratch. The caller holds what begin needs (Admit). err is an
+// error of the payload's: the request did not complete.
 //
 // A message that takes a receive holds p.rqMu from begin to end, as a
 // whole: its bytes land in a receive nothing else can flush meanwhile.
-func (p *QP) Respond(r *Request, m *Message, io Payload) (out Outcome, st abi.WCStatus, n uint32, rnrTimer uint8, err error) {
-	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm || r.Op == abi.OpRDMAWriteWithImm {
+func (p *QP) Respond(r *Request, m *Message, io Payload) (Response, error) {
+	held := r.Op == abi.OpSend || r.Op == abi.OpSendWithImm || r.Op == abi.OpRDMAWriteWithImm
+	if held {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
-		return p.respondLocked(r, m, io, true)
 	}
-	return p.respondLocked(r, m, io, false)
+	out, st, n, t, err := p.respondLocked(r, m, io, held)
+	return Response{Verdict: Verdict{Out: out, Status: st, RNRTimer: t}, N: n}, err
 }
 
 // respondLocked is respond; rqHeld says the caller holds p.rqMu (for a

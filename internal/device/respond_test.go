@@ -33,7 +33,8 @@ func TestResumableResponder(t *testing.T) {
 	var m Message
 	r := Request{Op: abi.OpSendWithImm, SrcQPN: rc.q.qpn, Total: total, Imm: 0xfeed}
 	p.vm.memMu.RLock()
-	out, st, _ := p.Begin(&r, &m)
+	v := p.Begin(&r, &m)
+	out, st := v.Out, v.Status
 	p.vm.memMu.RUnlock()
 	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)
@@ -94,7 +95,8 @@ func TestResumableResponderFlushed(t *testing.T) {
 	var m Message
 	r := Request{Op: abi.OpSend, SrcQPN: rc.q.qpn, Total: 10}
 	p.vm.memMu.RLock()
-	out, st, _ := p.Begin(&r, &m)
+	v := p.Begin(&r, &m)
+	out, st := v.Out, v.Status
 	p.vm.memMu.RUnlock()
 	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)
@@ -128,7 +130,8 @@ func TestResumableResponderDeregistered(t *testing.T) {
 	var m Message
 	r := Request{Op: abi.OpRDMAWrite, SrcQPN: rc.q.qpn, RKey: reg.RKey, RAddr: harnessRW + 0x8000, Total: 4096}
 	p.vm.memMu.RLock()
-	out, st, _ := p.Begin(&r, &m)
+	v := p.Begin(&r, &m)
+	out, st := v.Out, v.Status
 	p.vm.memMu.RUnlock()
 	if out != OutDone || st != abi.WCSuccess {
 		t.Fatalf("begin: %v %s", out, st)

@@ -80,14 +80,14 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	var budget device.RetryBudget
 	budget.Arm(&at)
 	for {
-		out, st, n, rnrTimer := m.deliver(w, m.segs[:nseg], total)
+		r := m.deliver(w, m.segs[:nseg], total)
 		var d time.Duration
-		switch out {
+		switch r.Out {
 		case device.OutDone:
-			if st == abi.WCSuccess {
+			if r.Status == abi.WCSuccess {
 				q.NoteSent(total)
 			}
-			return st, n
+			return r.Status, r.N
 		case device.OutNoPeer:
 			if st, ok := budget.Transport(q.Counters()); !ok {
 				return st, 0
@@ -97,7 +97,7 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 			if st, ok := budget.RNRNak(q.Counters()); !ok {
 				return st, 0
 			}
-			d = rc.RNRDelay(rnrTimer)
+			d = rc.RNRDelay(r.RNRTimer)
 		}
 		if !q.Sleep(d) {
 			return abi.WCWRFlushErr, 0
@@ -130,14 +130,14 @@ func (m *path) peerQP() *device.QP {
 // deliver plays w at the responder p against p's VM's memory. Checks
 // happen before any byte moves, so a refused request leaves the target
 // untouched.
-func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (device.Outcome, abi.WCStatus, uint32, uint8) {
+func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) device.Response {
 	q := m.q
 	if !q.Adapter().Connected() {
-		return device.OutNoPeer, 0, 0, 0 // our port is down: the request does not leave
+		return device.Response{Verdict: device.Verdict{Out: device.OutNoPeer}} // our port is down: the request does not leave
 	}
 	p := m.peerQP()
 	if p == nil || !p.Admit(m) {
-		return device.OutNoPeer, 0, 0, 0 // gone, its port down, or connected to another QP
+		return device.Response{Verdict: device.Verdict{Out: device.OutNoPeer}} // gone, its port down, or connected to another QP
 	}
 	defer p.Release()
 	if w.Opcode.IsRdAtomic() {
@@ -146,8 +146,8 @@ func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) (device.Outc
 	m.req = device.Request{Op: w.Opcode, SrcQPN: q.QPN(), RKey: w.RKey, RAddr: w.RemoteAddr, Total: total, Imm: w.Imm,
 		Compare: w.CompareAdd, Swap: w.Swap}
 	m.pay.reset(segs)
-	out, st, n, rnrTimer, _ := p.Respond(&m.req, &m.rx, &m.pay)
-	return out, st, n, rnrTimer
+	r, _ := p.Respond(&m.req, &m.rx, &m.pay) // memPayload never fails
+	return r
 }
 
 // memPayload is the memcpy path's payload: the requester's own segments.

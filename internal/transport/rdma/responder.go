@@ -152,13 +152,13 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 		default:
 			r.req.Op = abi.OpSend
 		}
-		out, st, t := q.Begin(&r.req, m)
+		v := q.Begin(&r.req, m)
 		switch {
-		case out == device.OutRNR:
-			r.ack(at.RemoteQPN, rocewire.RNRNak(t), psn)
+		case v.Out == device.OutRNR:
+			r.ack(at.RemoteQPN, rocewire.RNRNak(v.RNRTimer), psn)
 			return
-		case st != abi.WCSuccess:
-			r.refuse(at, psn, st)
+		case v.Status != abi.WCSuccess:
+			r.refuse(at, psn, v.Status)
 			return
 		}
 		r.inMsg, r.write, r.off = true, write, 0
@@ -209,14 +209,14 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 		// packet: check the whole range again with it.
 		r.req.Op, r.req.Imm = abi.OpRDMAWriteWithImm, pkt.ImmDt.Imm()
 		q.End(m)
-		out, st, t := q.Begin(&r.req, m)
+		v := q.Begin(&r.req, m)
 		switch {
-		case out == device.OutRNR:
-			r.ack(at.RemoteQPN, rocewire.RNRNak(t), psn) // the requester sends the last packet again
+		case v.Out == device.OutRNR:
+			r.ack(at.RemoteQPN, rocewire.RNRNak(v.RNRTimer), psn) // the requester sends the last packet again
 			return
-		case st != abi.WCSuccess:
+		case v.Status != abi.WCSuccess:
 			r.inMsg = false
-			r.refuse(at, psn, st)
+			r.refuse(at, psn, v.Status)
 			return
 		}
 		q.Write(m, r.off, pkt.Payload)
@@ -265,8 +265,8 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from uint32) (uint32, bool) {
 	q := r.p.q
 	m := &r.msg
-	if _, st, _ := q.Begin(req, m); st != abi.WCSuccess {
-		r.refuse(at, psn, st)
+	if v := q.Begin(req, m); v.Status != abi.WCSuccess {
+		r.refuse(at, psn, v.Status)
 		return 0, false
 	}
 	defer q.End(m)
@@ -323,8 +323,8 @@ func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32)
 		req.Op, req.Compare, req.Swap = abi.OpAtomicFetchAdd, a.SwapAdd(), 0
 	}
 	m := &r.msg
-	if _, st, _ := q.Begin(&req, m); st != abi.WCSuccess {
-		r.refuse(at, psn, st)
+	if v := q.Begin(&req, m); v.Status != abi.WCSuccess {
+		r.refuse(at, psn, v.Status)
 		return
 	}
 	q.End(m)

@@ -184,7 +184,8 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 		return nil
 	}
 	m := &c.rx
-	out, st, rnrTimer := p.Begin(r, m)
+	v := p.Begin(r, m)
+	out, st, rnrTimer := v.Out, v.Status, v.RNRTimer
 	var old uint64
 	if out != device.OutDone || st != abi.WCSuccess {
 		p.End(m) // lets go of what Begin resolved; m took no receive
