@@ -13,6 +13,7 @@ import (
 	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 // injector is the engine's socket with a side door: datagrams put on in
@@ -67,22 +68,13 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint8(1), bth(rocewire.RDMAReadResponseOnly, 4, append([]byte{0x1f, 0, 0, 0}, make([]byte, 64)...)...))
 	f.Add(uint8(0), bth(rocewire.SendMiddle, 0xffffff, make([]byte, 1024)...))
 
-	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
 	f.Fuzz(func(t *testing.T, which uint8, tp []byte) {
 		if len(tp) < rocewire.BTHLen || len(tp) > 4096 {
 			return
 		}
 		pkt := append(append([]byte(nil), tp...), 0, 0, 0, 0)
 		binary.BigEndian.PutUint32(pkt[4:], qpns[int(which)%2]) // FECN, BECN zero: the QP under test
-		n := len(pkt)
-		hdr[0], hdr[2], hdr[3], hdr[6], hdr[9] = 0x45, byte((28+n)>>8), byte(28+n), 0x40, 17
-		a := addr.Addr().As4()
-		copy(hdr[12:], a[:])
-		copy(hdr[16:], a[:])
-		binary.BigEndian.PutUint16(hdr[20:], 4791)
-		binary.BigEndian.PutUint16(hdr[22:], 4791)
-		binary.BigEndian.PutUint16(hdr[24:], uint16(8+n))
-		if err := rocewire.PutICRC(hdr[:20], hdr[20:], pkt); err != nil {
+		if err := rdmatest.SealLoopback(pkt, addr.Addr()); err != nil {
 			t.Fatal(err)
 		}
 		j.in <- pkt

@@ -92,16 +92,7 @@ func (c *tap) inject(t *testing.T, pkt []byte) {
 	t.Helper()
 	addr := c.LocalAddr()
 	pkt = slices.Clone(pkt)
-	n := len(pkt)
-	var hdr [rocewire.IPv4HeaderLen + rocewire.UDPHeaderLen]byte
-	hdr[0], hdr[2], hdr[3], hdr[6], hdr[9] = 0x45, byte((28+n)>>8), byte(28+n), 0x40, 17
-	a := addr.Addr().As4()
-	copy(hdr[12:], a[:])
-	copy(hdr[16:], a[:])
-	binary.BigEndian.PutUint16(hdr[20:], 4791)
-	binary.BigEndian.PutUint16(hdr[22:], 4791)
-	binary.BigEndian.PutUint16(hdr[24:], uint16(8+n))
-	if err := rocewire.PutICRC(hdr[:20], hdr[20:], pkt); err != nil {
+	if err := rdmatest.SealLoopback(pkt, addr.Addr()); err != nil {
 		t.Fatal(err)
 	}
 	c.in <- pkt
