@@ -1,7 +1,8 @@
 // Package agent is vrdmad, the host agent. It wires the layers together:
 // the device (package device: VMs, verbs objects, QPs and their send-queue
 // goroutines, the responder), the paths (package transport/memcpy, and
-// transport/tcp for other hosts), connection management (package cm), the
+// transport/tcp and transport/rdma for other hosts), the links to other
+// hosts (package hostlink), connection management (package cm), the
 // control plane (control.go) and the VM procedures (package manage). It
 // serves workloads and management clients on a Unix socket (session.go)
 // and is the device's Router (route.go): the control plane's decision
@@ -16,8 +17,8 @@
 //	                       the session and waited for when it ends.
 //
 // The device's goroutines (a send-queue goroutine per QP, a poller per
-// async-mode VM) are described in package device; the tcp path's in
-// package tcp. docs/architecture.md has the whole picture.
+// async-mode VM) are described in package device; the links' to other
+// hosts in package hostlink. docs/architecture.md has the whole picture.
 package agent
 
 import (
@@ -41,11 +42,11 @@ import (
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
-	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
 // Version is the agent's release (buildinfo.Release).
@@ -84,8 +85,8 @@ type Agent struct {
 	ln  *net.UnixListener
 	dev *device.Device
 	cm  *cm.Manager
-	ctl *control    // nil: standalone
-	up  *tcp.Uplink // the tcp path; nil without the control plane
+	ctl *control        // nil: standalone
+	up  *hostlink.Links // the links to other hosts (the tcp path, CM across hosts); nil without the control plane
 	clk clock.Clock
 
 	// cmreg is the connections made through rdma_cm event channels
@@ -170,7 +171,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	a.cm = cm.New(a.dev, cfg.Host, cfg.Limits.MaxListeners)
 	a.cmreg = cm.NewConns(cmHosts{a}, a.log)
 	if o.localPaths != nil {
-		lp, err := o.localPaths(PathEnv{Device: a.dev, TCP: a.tcpConfig(), Clock: a.clk, Log: a.log, Host: cfg.Host})
+		lp, err := o.localPaths(PathEnv{Device: a.dev, Links: a.linksConfig(), Clock: a.clk, Log: a.log, Host: cfg.Host})
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +189,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 			a.ln.Close()
 			return nil, err
 		}
-		if err := a.startUplink(); err != nil {
+		if err := a.startLinks(); err != nil {
 			a.stopControl()
 			a.ln.Close()
 			return nil, err

@@ -2,7 +2,8 @@ package agent
 
 // cmHosts is the agent as cm.Hosts: how rdma_cm's event channels
 // (internal/cm, events.go) reach other hosts, through the control plane
-// (control.go) and the tcp path's CM frames. cm's goroutines call it for
+// (control.go) and the CM frames of the links to other hosts (package
+// hostlink). cm's goroutines call it for
 // as long as the agent runs; it reads a.ctl and a.up, set before the
 // agent serves sessions.
 
@@ -10,11 +11,13 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 type cmHosts struct{ a *Agent }
@@ -30,9 +33,20 @@ func (h cmHosts) Route(from *device.Adapter, remote string) (*device.Adapter, *c
 		Host: end.Host.Host.ID, Ref: end}, nil
 }
 
-// DialRemote dials p over the tcp path (which Route's peer implies).
+// DialRemote dials p over the links to other hosts (which Route's peer
+// implies).
 func (h cmHosts) DialRemote(ctx context.Context, q *device.QP, c *abi.Connect, p *cm.Peer, d cm.Dial) (abi.ConnectReply, error) {
-	return h.a.up.ConnectWith(ctx, q, c, p.Ref.(*member.End), d)
+	return h.a.dialRemote(ctx, q, c, p.Ref.(*member.End), d)
+}
+
+// dialRemote dials the listener of end, on another host, for q, with
+// d's private data: a CM_REQ over the link to end's host. ctx is the
+// dialing session's.
+func (a *Agent) dialRemote(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End, d cm.Dial) (abi.ConnectReply, error) {
+	host := end.Host.Host.ID
+	return cm.DialRemote(q, c, end.Endpoint.Name(), d, func(m *tcpwire.ConnReqMsg, timeout time.Duration) (tcpwire.ConnRespMsg, error) {
+		return a.up.DialCM(ctx, host, m, timeout)
+	})
 }
 
 // SendRTU sends a CM_RTU over the tcp path.

@@ -15,11 +15,11 @@ package agent
 //
 // Only connection setup reads the control plane: the data path of an
 // established QP never does, so QPs keep moving data while etcd is out of
-// reach. A peer on another host is reached over the tcp path (uplink.go)
-// when path selection says tcp; until the rdma path exists, a decision for
-// rdma is refused with a "path not available yet" error (code unavailable)
-// that carries the decision: the path, the reason, and every rejected
-// candidate with why.
+// reach. A peer on another host is reached over the tcp path, on the
+// links to other hosts (package hostlink), or over the rdma path, as
+// path selection says; a path this host cannot run is refused with an
+// error (code unavailable) that carries the decision: the path, the
+// reason, and every rejected candidate with why.
 
 import (
 	"cmp"

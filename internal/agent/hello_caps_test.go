@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/sys"
-	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
 // TestHelloCaps checks the capability bits of the hello exchange on a real
@@ -85,7 +85,7 @@ func TestCapsAgentTCP(t *testing.T) {
 	if a.caps().Has(abi.CapPathTCP) {
 		t.Fatalf("agent without an uplink advertises %s", a.caps())
 	}
-	a.up = &tcp.Uplink{}
+	a.up = &hostlink.Links{}
 	if !a.caps().Has(abi.CapPathTCP) {
 		t.Fatalf("agent with an uplink advertises %s", a.caps())
 	}

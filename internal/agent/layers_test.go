@@ -14,13 +14,16 @@ import (
 // TestLayers checks that the layers' imports point one way
 // (docs/architecture.md): the device knows no path, no connection
 // management and no control plane; a path knows no other path and not the
-// agent; connection management knows no path. Test files are included:
+// agent; connection management knows no path; the links between agents
+// (hostlink) know no path and no device: the tcp path uses them, not the
+// other way round. Test files are included:
 // a test that needs a higher layer lives in an external test package.
 func TestLayers(t *testing.T) {
 	forbidden := map[string][]string{
 		"device":           {"agent", "cm", "transport", "manage", "control", "tcpwire", "testlink"},
 		"transport/memcpy": {"agent", "cm", "transport/tcp", "manage", "control"},
-		"transport/tcp":    {"agent", "transport/memcpy", "transport/rdma", "manage"},
+		"transport/tcp":    {"agent", "cm", "transport/memcpy", "transport/rdma", "manage", "control"},
+		"hostlink":         {"agent", "transport", "manage", "device"},
 		"transport/rdma":   {"agent", "cm", "transport/memcpy", "transport/tcp", "manage", "control"},
 		"cm":               {"agent", "transport", "manage", "control"},
 		"rc":               {"agent", "cm", "transport", "manage", "control", "device"},

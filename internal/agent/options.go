@@ -10,7 +10,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/device"
-	"github.com/vrdma/vrdma/internal/transport/tcp"
+	"github.com/vrdma/vrdma/internal/hostlink"
 )
 
 // Option changes how New makes an agent, beyond its Config.
@@ -32,10 +32,10 @@ func WithLocalPaths(mk func(PathEnv) (LocalPaths, error)) Option {
 // PathEnv is what the agent hands a LocalPaths maker (WithLocalPaths).
 type PathEnv struct {
 	Device *device.Device
-	// TCP is the tcp path's configuration: the device, connection
-	// management and the rdma_cm event hooks; its control-plane half is
-	// zero.
-	TCP   tcp.Config
+	// Links is the configuration of the links to other hosts: the tcp
+	// path's responder, connection management and the rdma_cm event
+	// hooks; its control-plane half is zero.
+	Links hostlink.Config
 	Clock clock.Clock // the agent's clock (Config.Clock, or the real one)
 	Log   *slog.Logger
 	Host  string // the host's name

@@ -15,6 +15,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
@@ -22,10 +23,11 @@ import (
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
-// tcpConfig is the tcp path's configuration (the control-plane half is
-// zero without a control plane: a test's local paths need none of it).
-func (a *Agent) tcpConfig() tcp.Config {
-	cfg := tcp.Config{Device: a.dev, CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
+// linksConfig is the configuration of the links to other hosts, with
+// the tcp path's responder (the control-plane half is zero without a
+// control plane: a test's local paths need none of it).
+func (a *Agent) linksConfig() hostlink.Config {
+	cfg := hostlink.Config{Responder: tcp.Responder(a.dev), CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
 	cfg.OnDisconnect = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.PeerGone(qpn, fromQPN, fromGID) }
 	cfg.OnEstablish = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.RTU(qpn, fromQPN, fromGID) }
 	if c := a.ctl; c != nil {
@@ -35,9 +37,10 @@ func (a *Agent) tcpConfig() tcp.Config {
 	return cfg
 }
 
-// startUplink starts the tcp path of an agent with a control plane.
-func (a *Agent) startUplink() error {
-	up, err := tcp.Start(a.tcpConfig())
+// startLinks starts the links to other hosts of an agent with a control
+// plane: the tcp path, and the CM frames of every path across hosts.
+func (a *Agent) startLinks() error {
+	up, err := hostlink.Start(a.linksConfig())
 	if err != nil {
 		return err
 	}
@@ -184,7 +187,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 				return device.Route{Info: decisionInfo(d), New: a.rdma.Bind(peer, rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)})}, nil
 			}
 			if a.up != nil {
-				return device.Route{Info: decisionInfo(d), New: a.up.Bind(end.Host.Host.ID)}, nil
+				return device.Route{Info: decisionInfo(d), New: tcp.Bind(a.up.Peer(end.Host.Host.ID))}, nil
 			}
 		}
 	}

@@ -359,7 +359,7 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 		return abi.ConnectReply{}, err
 	}
 	if end != nil {
-		return s.a.up.Connect(s.ctx, q, c, end)
+		return s.a.dialRemote(s.ctx, q, c, end, cm.Dial{})
 	}
 	return s.cm.Connect(q, ad, c)
 }

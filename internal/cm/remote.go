@@ -1,20 +1,23 @@
 package cm
 
-// Dialers on other hosts. Their transport (package tcp) reads a CM_REQ,
-// checks who sent it, and hands it in here with ServeRemote: it waits on
-// the listener's backlog like a local dialer's request, and the answer
-// goes back with the accepting QP's number, GID and both PSNs. The
-// dialer's side brings its QP to RTS with Establish.
+// Dialers on other hosts. The agents' links (package hostlink) carry a
+// CM_REQ to the target's host, whose reader checks who sent it and hands
+// it in here with ServeRemote: it waits on the listener's backlog like a
+// local dialer's request, and the answer goes back with the accepting
+// QP's number, GID and both PSNs. The dialer's side (DialRemote) builds
+// the CM_REQ, reads the answer and brings its QP to RTS (Establish).
 
 import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/rc"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // MaxRemoteWait bounds how long a remote dialer's request may wait for an
@@ -128,6 +131,44 @@ func acceptRemote(ours end, req *connReq, d *RemoteDialer, priv []byte) (abi.Con
 	}
 	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: priv}, sqPSN: req.dialerPSN, rqPSN: ours.psn, mtu: mtu}
 	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
+}
+
+// SendCM sends a CM_REQ to the target's host and returns its answer,
+// waiting at most timeout (and a little more): the agents' links
+// (hostlink.Links.DialCM). Its errors are abi.Errors.
+type SendCM func(m *tcpwire.ConnReqMsg, timeout time.Duration) (tcpwire.ConnRespMsg, error)
+
+// DialRemote dials listener target (c.Port) on another host for q,
+// through send, and brings q to RTS facing the QP that accepts. d's
+// private data goes with the request; the reply carries the REP's, and a
+// refusal the REJ's (abi.Error.Reject). An external QP (d.External) is
+// left alone: the reply carries the PSNs and path MTU its workload moves
+// it with.
+func DialRemote(q *device.QP, c *abi.Connect, target string, d Dial, send SendCM) (abi.ConnectReply, error) {
+	timeout := Timeout(c.TimeoutMS)
+	m := tcpwire.ConnReqMsg{Target: target, Port: c.Port, FromVM: q.Context().Name(), FromAdapter: q.Adapter().Name(),
+		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
+		PrivateData: d.PrivateData, External: d.External}
+	r, err := send(&m, timeout)
+	if err != nil {
+		return abi.ConnectReply{}, err
+	}
+	if r.Code != "" {
+		e := &abi.Error{Code: r.Code, Message: r.Message}
+		if r.Code == abi.CodeRefused && (r.RejectReason != 0 || len(r.PrivateData) > 0) {
+			e.Reject = &abi.RejectInfo{Reason: r.RejectReason, PrivateData: r.PrivateData}
+		}
+		return abi.ConnectReply{}, e
+	}
+	gid := abi.GID(r.GID.As16())
+	mtu := PathMTU(q.Adapter(), r.MTU)
+	if d.External {
+		return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, PrivateData: r.PrivateData, SQPSN: r.SQPSN, RQPSN: r.RQPSN, MTU: mtu}, nil
+	}
+	if err := Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, mtu, abi.AckTimeoutOr(c.AckTimeout)); err != nil {
+		return abi.ConnectReply{}, err
+	}
+	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path, PrivateData: r.PrivateData}, nil
 }
 
 // Establish brings q through INIT and RTR to RTS facing (gid, qpn),

@@ -12,6 +12,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
@@ -21,9 +22,10 @@ import (
 // With both, the rdma loop carries the QPs.
 type localPaths struct {
 	host  string
-	link  *tcp.Uplink  // the test link (tcp.NewTestLink)
-	rdma  *rdma.Engine // the RoCEv2 engine sending to itself
-	marks rdma.Marks   // what the rdma loop's packets carry
+	link  *hostlink.Links // the test link (hostlink.NewTestLink)
+	self  *hostlink.Peer  // the test link's one peer: this host
+	rdma  *rdma.Engine    // the RoCEv2 engine sending to itself
+	marks rdma.Marks      // what the rdma loop's packets carry
 }
 
 // localPaths returns the maker of o's local paths, counting the test
@@ -35,11 +37,11 @@ func (o Options) localPaths(stats *testlink.Stats) func(agent.PathEnv) (agent.Lo
 	return func(env agent.PathEnv) (agent.LocalPaths, error) {
 		p := &localPaths{host: env.Host, marks: rdma.Marks{TOS: o.RDMALoopDSCP << 2, Priority: o.RDMALoopPrio}}
 		if o.TestLink != nil {
-			l, err := tcp.NewTestLink(env.TCP, *o.TestLink, env.Clock, stats)
+			l, err := hostlink.NewTestLink(env.Links, *o.TestLink, env.Clock, stats)
 			if err != nil {
 				return nil, err
 			}
-			p.link = l
+			p.link, p.self = l, l.Peer(env.Links.HostID)
 		}
 		if o.RDMALoop.IsValid() {
 			c, err := rdma.ListenUDP(o.RDMALoop)
@@ -64,7 +66,7 @@ func (p *localPaths) Route(q *device.QP, peer *device.Adapter) (device.Route, bo
 			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with an rdma loop (tests only)"}}}}, true
 	}
 	if p.link != nil {
-		return device.Route{New: p.link.BindTest(), Info: abi.PathInfo{Path: abi.PathTest,
+		return device.Route{New: tcp.BindTest(p.self), Info: abi.PathInfo{Path: abi.PathTest,
 			Reason:   fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", q.Context().Name(), peer.Context().Name(), p.host),
 			Rejected: []abi.PathRejection{{Path: abi.PathMemcpy, Why: "the agent runs with a test link (tests only)"}}}}, true
 	}

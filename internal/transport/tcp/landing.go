@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"io"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 	"golang.org/x/sys/unix"
 )
@@ -64,33 +64,33 @@ func (s *step) Fill(dst []byte) (int, error) {
 // deregistered, its receive flushed, the QP destroyed, the VM gone) it
 // stops, and landed is false: serveRC reads the rest and drops it. err is
 // the connection's: it broke.
-func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (landed bool, err error) {
+func (rp *responder) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (landed bool, err error) {
+	c := rp.c
 	var off uint64
 	for sp.remaining > 0 {
-		if c.rr == c.rw {
-			if c.rc != nil && sp.remaining >= directRead {
-				n, ok, err := c.readDirect(p, m, off, min(sp.remaining, maxStep))
-				if err != nil || !ok {
-					return false, err
-				}
-				off += n
-				sp.remaining -= n
-				continue
-			}
-			if err := c.fill(1, false); err != nil {
+		if c.BufferedLen() == 0 && c.Raw() && sp.remaining >= hostlink.DirectRead {
+			n, ok, err := rp.readDirect(p, m, off, min(sp.remaining, maxStep))
+			if err != nil || !ok {
 				return false, err
 			}
+			off += n
+			sp.remaining -= n
+			continue
 		}
-		k := min(uint64(c.rw-c.rr), sp.remaining)
+		b, err := c.Unread()
+		if err != nil {
+			return false, err
+		}
+		k := min(uint64(len(b)), sp.remaining)
 		if !p.Hold() {
 			return false, nil
 		}
-		ok := m.Revalidate(p) && p.Write(m, off, c.rbuf[c.rr:c.rr+int(k)])
+		ok := m.Revalidate(p) && p.Write(m, off, b[:k])
 		p.Release()
 		if !ok {
 			return false, nil
 		}
-		c.rr += int(k)
+		c.Consume(int(k))
 		off += k
 		sp.remaining -= k
 	}
@@ -100,20 +100,16 @@ func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (l
 // readDirect reads at most n bytes of the payload from the socket
 // straight into m's bytes at off: one read, under p's memory. ok false:
 // the target went.
-func (c *tconn) readDirect(p *device.QP, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
-	c.armRead(int(n))
-	s := &c.step
+func (rp *responder) readDirect(p *device.QP, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
+	s := &rp.step
 	*s = step{p: p, m: m, off: off, n: n}
-	err = c.rc.Read(c.readFn)
+	err = rp.c.ReadRaw(int(n), rp.readFn)
 	got, ok = s.done, !s.gone
 	if err == nil {
 		err = s.err
 	}
-	c.clearStep()
-	if got > 0 {
-		c.lastRead.Store(nanotime())
-		c.l.bytesIn.Add(got)
-	}
+	rp.clearStep()
+	rp.c.Received(got)
 	if err != nil {
 		if errors.Is(err, unix.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("read a request's payload: %w", err)
@@ -125,8 +121,8 @@ func (c *tconn) readDirect(p *device.QP, m *device.Message, off, n uint64) (got 
 
 // tryRead is readDirect's step, called by the poller with the socket's
 // descriptor: false asks it to wait until the socket is readable.
-func (c *tconn) tryRead(fd uintptr) bool {
-	s := &c.step
+func (rp *responder) tryRead(fd uintptr) bool {
+	s := &rp.step
 	if !s.p.Hold() {
 		s.gone = true
 		return true
@@ -157,41 +153,41 @@ func (c *tconn) tryRead(fd uintptr) bool {
 // answers REM_ACCESS_ERR); once the response has begun it cannot be
 // taken back, and the connection is closed instead: the requester
 // retries the READ, which then fails.
-func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
-	if err := c.flushAcks(); err != nil { // responses go out in order
+func (rp *responder) sendRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+	if err := rp.flushAcks(); err != nil { // responses go out in order
 		return err
 	}
 	resp := sp.resp
-	resp.Status, resp.PayloadLen, resp.Version = tcpwire.OK, uint32(total), c.ver
-	if c.rc == nil {
+	resp.Status, resp.PayloadLen, resp.Version = tcpwire.OK, uint32(total), rp.c.Version()
+	c := rp.c
+	if !c.Raw() {
 		return fmt.Errorf("READ response on a connection without a descriptor") // every connection has one (TCP, or the test link's Unix socket)
 	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.writeRead(p, m, total, sp)
+	n := uint64(tcpwire.HeaderLen) + total
+	c.StartWrite(n)
+	err := rp.writeRead(p, m, total, sp)
+	if err != nil || !sp.responded {
+		n = 0
+	}
+	c.EndWrite(n, min(int(n), 1))
+	return err
 }
 
-// writeRead is sendRead's frame, written under c.wmu.
+// writeRead is sendRead's frame, written while it holds the connection's
+// write side.
 //
-// +checklocks:c.wmu
-func (c *tconn) writeRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
-	resp := sp.resp
-	resp.Put(c.whdr[:])
-	n := uint64(tcpwire.HeaderLen) + total
-	if now := nanotime(); n > 1<<20 || now > c.wdeadline-int64(writeStall/2) {
-		d := writeStall + time.Duration(n*10)
-		c.nc.SetWriteDeadline(time.Now().Add(d))
-		c.wdeadline = now + int64(d)
-	}
-	s := &c.step
-	defer c.clearStep()
-	*s = step{p: p, m: m, hdr: c.whdr[:]}
+// +checklocksignore: the caller holds rp.c's write side (StartWrite), which WriteRaw needs
+func (rp *responder) writeRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+	sp.resp.Put(rp.whdr[:])
+	s := &rp.step
+	defer rp.clearStep()
+	*s = step{p: p, m: m, hdr: rp.whdr[:]}
 	for len(s.hdr) > 0 || s.off < total {
 		s.n = min(total-s.off, maxStep)
-		if err := c.rc.Write(c.writeFn); err != nil || s.err != nil {
+		if err := rp.c.WriteRaw(rp.writeFn); err != nil || s.err != nil {
 			err = errors.Join(err, s.err)
 			err = fmt.Errorf("write READ response: %w", err)
-			c.close(err)
+			rp.c.Close(err)
 			return err
 		}
 		if s.gone {
@@ -199,23 +195,21 @@ func (c *tconn) writeRead(p *device.QP, m *device.Message, total uint64, sp *soc
 				return nil // nothing sent: execute answers with an error
 			}
 			err := fmt.Errorf("the target of a READ response in progress (QP 0x%x) was deregistered: connection closed, the requester retries", p.QPN())
-			c.close(err)
+			rp.c.Close(err)
 			return err
 		}
 		sp.responded = true
 	}
-	c.l.bytesOut.Add(n)
-	c.l.framesOut.Add(1)
 	return nil
 }
 
 // clearStep forgets the last step: no reference to guest memory stays.
-func (c *tconn) clearStep() { c.step = step{} }
+func (rp *responder) clearStep() { rp.step = step{} }
 
 // tryWrite is sendRead's step: one non-blocking writev of what is left
 // of the header and of the target's next bytes, under p's memory.
-func (c *tconn) tryWrite(fd uintptr) bool {
-	s := &c.step
+func (rp *responder) tryWrite(fd uintptr) bool {
+	s := &rp.step
 	if !s.p.Hold() {
 		s.gone = true
 		return true

@@ -41,6 +41,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/rc/requester"
 	"github.com/vrdma/vrdma/internal/tcpwire"
@@ -51,8 +52,8 @@ const txWindow = requester.Window
 
 // txSlot is the wire's state of one window entry (requester.Entry.Index).
 type txSlot struct {
-	call  *call
-	conn  *tconn                  // the connection its call waits on; nil when not in flight
+	call  *hostlink.Call
+	conn  *hostlink.Conn          // the connection its call waits on; nil when not in flight
 	sent  time.Time               // when it was sent, or last found waiting on a live peer (the real clock)
 	first time.Time               // when it was sent
 	hdr   [tcpwire.HeaderLen]byte // its frame header, as last sent
@@ -86,8 +87,8 @@ var errNoConn = errors.New("no connection")
 // PSN state. It is made when the QP enters RTR and dropped at RESET.
 type tcpPath struct {
 	q        *device.QP
-	host     string // the remote end's host ID
-	link     *link  // the link to host
+	host     string         // the remote end's host ID
+	link     *hostlink.Peer // the link to host
 	pathKind abi.PathKind
 
 	rq *requester.Engine
@@ -96,7 +97,7 @@ type tcpPath struct {
 	slots [txWindow]txSlot
 	treq  tcpwire.Header // the request being written
 	iov   net.Buffers    // the frames of one batch, for one writev
-	bconn *tconn         // the batch's connection, nil before its first frame
+	bconn *hostlink.Conn // the batch's connection, nil before its first frame
 	bn    uint64         // the batch's bytes
 	bq    []int          // the batch's entries (slots)
 	bfail requester.Outcome
@@ -127,11 +128,10 @@ func (b *tcpBinding) Bound(p *device.QP) bool {
 	return tp != nil && tp.host == b.host && p.RCAttrs().RemoteQPN == b.qpn
 }
 
-func newTCPPath(q *device.QP, host string, l *link) *tcpPath {
-	t := &tcpPath{q: q, host: host, link: l, pathKind: abi.PathTCP}
+func newTCPPath(q *device.QP, l *hostlink.Peer, kind abi.PathKind) *tcpPath {
+	t := &tcpPath{q: q, host: l.ID(), link: l, pathKind: kind}
 	for i := range t.slots {
-		t.slots[i].call = newCall()
-		t.slots[i].call.wake = q.WakeCh()
+		t.slots[i].call = hostlink.NewCall(q.WakeCh())
 	}
 	t.iov = make(net.Buffers, 0, txWindow*(abi.MaxSGE+1))
 	t.bq = make([]int, 0, txWindow)
@@ -183,7 +183,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 			return errNoConn
 		}
 		start := time.Now()
-		c, err := t.link.conn(wait)
+		c, err := t.link.Conn(wait)
 		if err != nil {
 			t.bfail = requester.Failed
 			if time.Since(start) >= wait {
@@ -199,10 +199,10 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	w.Recall(e)
 	wq := &e.WQE
 	h := &t.treq
-	*h = tcpwire.Header{Version: c.ver, Type: reqTypes[wq.Opcode], DstQPN: at.RemoteQPN, SrcQPN: q.QPN(), PSN: e.PSN, RKey: wq.RKey,
+	*h = tcpwire.Header{Version: c.Version(), Type: reqTypes[wq.Opcode], DstQPN: at.RemoteQPN, SrcQPN: q.QPN(), PSN: e.PSN, RKey: wq.RKey,
 		RemoteAddr: wq.RemoteAddr, Compare: wq.CompareAdd, Swap: wq.Swap}
 	k := s.call
-	k.readSegs = nil
+	k.ReadSegs = nil
 	var pay [][]byte
 	switch wq.Opcode {
 	case abi.OpRDMAWrite, abi.OpSend:
@@ -211,15 +211,15 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 		pay, h.PayloadLen, h.ImmOrLen = e.Segs[:e.NSeg], uint32(e.Total), wq.Imm
 	case abi.OpRDMARead:
 		h.ImmOrLen = uint32(e.Total)
-		k.readSegs = e.Segs[:e.NSeg]
+		k.ReadSegs = e.Segs[:e.NSeg]
 	}
-	if !c.register(k) {
+	if !c.Register(k) {
 		t.bfail = requester.Failed
 		return errNoConn
 	}
 	s.conn = c
 	t.bq = append(t.bq, e.Index)
-	h.Tag = k.tag
+	h.Tag = k.Tag()
 	h.Put(s.hdr[:])
 	t.iov = append(t.iov, s.hdr[:])
 	t.bn += tcpwire.HeaderLen
@@ -239,7 +239,7 @@ func (w *txWire) Flush() requester.Outcome {
 	o, c := t.bfail, t.bconn
 	t.bfail, t.bconn = requester.Sent, nil
 	if o == requester.Sent && c != nil {
-		if err := c.writeFrames(&t.iov, t.bn, len(t.bq)); err != nil {
+		if err := c.WriteFrames(&t.iov, t.bn, len(t.bq)); err != nil {
 			o = requester.Failed
 		}
 	}
@@ -250,7 +250,7 @@ func (w *txWire) Flush() requester.Outcome {
 	if o != requester.Sent {
 		for _, i := range t.bq {
 			if s := &t.slots[i]; s.conn != nil {
-				withdrawCall(s.conn, s.call)
+				s.conn.Recall(s.call)
 				s.conn = nil
 			}
 		}
@@ -278,24 +278,24 @@ func (w *txWire) Collect() {
 		}
 		k := s.call
 		select {
-		case <-k.done:
+		case <-k.Done:
 		default:
 			return
 		}
 		c := s.conn
 		s.conn = nil
-		if k.err != nil {
+		if k.Err != nil {
 			r.Lost()
 			return
 		}
-		resp := &k.resp
+		resp := &k.Resp
 		op := e.WQE.Opcode
 		want := tcpwire.Ack
 		if op == abi.OpRDMARead {
 			want = tcpwire.ReadResp
 		}
 		if resp.Type != want || resp.Status == tcpwire.OK && resp.Type == tcpwire.ReadResp && uint64(resp.PayloadLen) != e.Total {
-			c.close(fmt.Errorf("host %s answered a %s with a %s of %d bytes", c.l.peerID, op, resp.Type, resp.PayloadLen))
+			c.Close(fmt.Errorf("host %s answered a %s with a %s of %d bytes", c.PeerID(), op, resp.Type, resp.PayloadLen))
 			r.Lost()
 			return
 		}
@@ -332,7 +332,7 @@ func (w *txWire) Collect() {
 func (w *txWire) Recall(e *requester.Entry) {
 	s := &w.slots[e.Index]
 	if s.conn != nil {
-		withdrawCall(s.conn, s.call)
+		s.conn.Recall(s.call)
 		s.conn = nil
 	}
 }
@@ -346,18 +346,18 @@ func (w *txWire) Timeout(e *requester.Entry) requester.Verdict {
 	if s.conn == nil {
 		return requester.GoBack // answered with a sequence error the engine did not act on, or not sent
 	}
-	if len(s.call.done) > 0 {
+	if len(s.call.Done) > 0 {
 		return requester.WaitAgain // answered: Collect takes it
 	}
-	if t.link.lossy {
+	if t.link.Lossy() {
 		// The request or its response was lost, not the connection:
 		// go back to the oldest at once (the timeout is waited out).
 		return requester.GoBack
 	}
 	c := s.conn
 	wait := rc.LocalACKTimeout(t.q.RCAttrs().Timeout)
-	if c.lastRead.Load() < s.sent.Sub(monoStart).Nanoseconds() && (!c.peerAcking(wait) || time.Since(s.first) > slowPeerLimit(wait)) {
-		c.close(fmt.Errorf("no response from host %s in %v: link or peer down", c.l.peerID, wait))
+	if !c.ReadSince(s.sent) && (!c.PeerAcking(wait) || time.Since(s.first) > slowPeerLimit(wait)) {
+		c.Close(fmt.Errorf("no response from host %s in %v: link or peer down", c.PeerID(), wait))
 		return requester.WaitAgain // the call fails: Collect reports Lost
 	}
 	// The connection makes progress (other responses flow), or the peer's
@@ -366,23 +366,6 @@ func (w *txWire) Timeout(e *requester.Entry) requester.Verdict {
 	// wait again.
 	s.sent = time.Now()
 	return requester.WaitAgain
-}
-
-// withdrawCall takes call k back from c. If the connection already took
-// it (a response arrived, or the connection closed and failed it), it
-// waits for that signal and consumes it, so that no stale signal is left
-// to complete the entry's next attempt: it lets a reader that is storing a
-// READ's data finish, and cuts a stalled connection.
-func withdrawCall(c *tconn, k *call) {
-	if c.withdraw(k) {
-		return
-	}
-	select {
-	case <-k.done:
-	case <-time.After(writeStall):
-		c.close(fmt.Errorf("response from host %s stalled", c.l.peerID))
-		<-k.done
-	}
 }
 
 // slowPeerLimit bounds how long a requester waits for a response from a

@@ -1,8 +1,8 @@
 package tcp
 
-// RC operations over the tcp path, the responder's side
-// (tconn.serveRequests, run by the reader of a connection the peer
-// opened); the requester's is tcpPath (requester.go).
+// RC operations over the tcp path, the responder's side (responder, run
+// by the reader of a connection the peer host opened, package hostlink);
+// the requester's is tcpPath (requester.go).
 //
 // PSNs. Each request carries the requester QP's PSN (from sq_psn, one per
 // WR, kept across retries; the requester's window is requester.go); the
@@ -19,11 +19,11 @@ package tcp
 // requester goes back to it.
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/rc"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -63,7 +63,7 @@ var reqOps = map[tcpwire.Type]abi.Opcode{
 	tcpwire.FetchAdd: abi.OpAtomicFetchAdd,
 }
 
-// sockPayload is what serveRC keeps of a request while execute runs it:
+// sockPayload is what Request keeps of a request while execute runs it:
 // its response, and how much of its payload is still on the connection
 // (read and dropped after execute, whatever became of the request).
 type sockPayload struct {
@@ -72,56 +72,71 @@ type sockPayload struct {
 	responded bool   // sendRead wrote the response
 }
 
-// serveRequests is the responder side's reader.
-func (c *tconn) serveRequests() {
-	var h tcpwire.Header
-	for {
-		var err error
-		if !c.buffered() {
-			err = c.flushAcks() // before waiting for more
-		}
-		if err == nil {
-			err = c.readHeader(&h)
-		}
-		if err == nil {
-			switch {
-			case h.Type.IsRequest():
-				err = c.serveRC(&h)
-			case h.Type == tcpwire.CMReq:
-				err = c.startCM(&h)
-			case h.Type == tcpwire.CMCancel:
-				err = c.cancelCM(&h)
-			case h.Type == tcpwire.CMDisc, h.Type == tcpwire.CMRTU:
-				err = c.noteCM(&h)
-			default:
-				err = fmt.Errorf("%s frame on a connection that carries requests", h.Type)
-			}
-		}
-		if err != nil {
-			var fe *tcpwire.Error
-			if errors.As(err, &fe) {
-				c.l.u.log.Warn("tcp path: bad frame from a peer; connection closed", "peer", c.l.peerID, "err", err)
-			}
-			c.close(err)
-			return
-		}
+// responder is the tcp path's responder on one connection a peer host
+// opened (a hostlink.Responder): the scratch of that connection's
+// reader, which calls its methods one at a time. ACKs wait in acks while
+// the next request is already in the read buffer, and go out together
+// (at most maxAcks).
+type responder struct {
+	c   *hostlink.Conn
+	dev *device.Device
+
+	acks  [maxAcks * tcpwire.HeaderLen]byte
+	nacks int
+	resp  tcpwire.Header
+	sp    sockPayload
+	req   device.Request
+	rx    device.Message
+	bind  tcpBinding              // the requester of the request being served
+	whdr  [tcpwire.HeaderLen]byte // a READ response's header (landing.go)
+	// step is a system call between the socket and a target's memory
+	// (landing.go); readFn and writeFn are its callbacks, bound once.
+	step    step
+	readFn  func(uintptr) bool
+	writeFn func(uintptr) bool
+}
+
+// maxAcks is how many ACKs the responder holds back at most.
+const maxAcks = 16
+
+// Responder returns the maker of the tcp path's responder of each
+// connection a peer host opens (hostlink.Config.Responder): it executes
+// RC requests for the QPs of dev.
+func Responder(dev *device.Device) func(c *hostlink.Conn) hostlink.Responder {
+	return func(c *hostlink.Conn) hostlink.Responder {
+		rp := &responder{c: c, dev: dev}
+		rp.readFn, rp.writeFn = rp.tryRead, rp.tryWrite
+		return rp
 	}
 }
 
-// serveRC executes one RC request and answers it.
-func (c *tconn) serveRC(h *tcpwire.Header) error {
-	resp := &c.resp
+// Idle writes the ACKs held back, before the connection waits for more.
+func (rp *responder) Idle() error { return rp.flushAcks() }
+
+// flushAcks writes the ACKs held back, in one write.
+func (rp *responder) flushAcks() error {
+	n := rp.nacks
+	if n == 0 {
+		return nil
+	}
+	rp.nacks = 0
+	return rp.c.WriteEncoded(rp.acks[:n*tcpwire.HeaderLen], n)
+}
+
+// Request executes one RC request and answers it.
+func (rp *responder) Request(h *tcpwire.Header) error {
+	resp := &rp.resp
 	*resp = tcpwire.Header{Type: tcpwire.Ack, Tag: h.Tag, SrcQPN: h.DstQPN, PSN: h.PSN}
 	if h.Type == tcpwire.Read {
 		resp.Type = tcpwire.ReadResp
 	}
-	sp := &c.sp
+	sp := &rp.sp
 	*sp = sockPayload{resp: resp, remaining: uint64(h.PayloadLen)}
-	if err := c.execute(h, sp); err != nil {
+	if err := rp.execute(h, sp); err != nil {
 		return err
 	}
 	if sp.remaining > 0 {
-		if err := c.discard(sp.remaining); err != nil {
+		if err := rp.c.Discard(sp.remaining); err != nil {
 			return err
 		}
 	}
@@ -131,18 +146,18 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 	if resp.Type == tcpwire.Ack {
 		// Hold the ACK back while the next request is already here: a
 		// burst of requests is answered by one write.
-		resp.Version = c.ver
-		resp.Put(c.acks[c.nacks*tcpwire.HeaderLen:])
-		c.nacks++
-		if c.nacks < maxAcks && c.buffered() {
+		resp.Version = rp.c.Version()
+		resp.Put(rp.acks[rp.nacks*tcpwire.HeaderLen:])
+		rp.nacks++
+		if rp.nacks < maxAcks && rp.c.Buffered() {
 			return nil
 		}
-		return c.flushAcks()
+		return rp.flushAcks()
 	}
-	if err := c.flushAcks(); err != nil {
+	if err := rp.flushAcks(); err != nil {
 		return err
 	}
-	return c.writeFrame(resp, nil)
+	return rp.c.WriteFrame(resp, nil)
 }
 
 // execute runs request h at its QP and fills in the response's status.
@@ -155,17 +170,17 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 // deregistrations, destroys and power-off wait at most for one copy, and
 // a target deregistered meanwhile is never touched again (each step
 // resolves the request's target anew).
-func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
+func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Status = tcpwire.NoQP
-	p := c.l.u.cfg.Device.QP(h.DstQPN)
+	p := rp.dev.QP(h.DstQPN)
 	if p == nil {
 		return nil
 	}
-	c.bind = tcpBinding{host: c.l.peerID, qpn: h.SrcQPN}
+	rp.bind = tcpBinding{host: rp.c.PeerID(), qpn: h.SrcQPN}
 	tp := tcpPathOf(p)
-	if tp == nil || tp.host != c.l.peerID {
-		if p.Admit(&c.bind) { // p is connected to a QP of another host (or none): dropped
+	if tp == nil || tp.host != rp.c.PeerID() {
+		if p.Admit(&rp.bind) { // p is connected to a QP of another host (or none): dropped
 			p.Release()
 		}
 		return nil
@@ -175,15 +190,15 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rs := &tp.rsp
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if !p.Admit(&c.bind) {
+	if !p.Admit(&rp.bind) {
 		return nil
 	}
-	r, verdict, run := c.sequence(h, p, rs, resp)
+	r, verdict, run := rp.sequence(h, p, rs, resp)
 	if !run {
 		p.Release()
 		return nil
 	}
-	m := &c.rx
+	m := &rp.rx
 	v := p.Begin(r, m)
 	out, st, rnrTimer := v.Out, v.Status, v.RNRTimer
 	var old uint64
@@ -196,7 +211,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 			out, st = p.End(m)
 		case tcpwire.Read:
 			p.Release()
-			if err := c.sendRead(p, m, r.Total, sp); err != nil {
+			if err := rp.sendRead(p, m, r.Total, sp); err != nil {
 				return err
 			}
 			if !p.Hold() {
@@ -210,7 +225,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 			out, _ = p.End(m)
 		default: // a WRITE or a SEND: its payload follows
 			p.Release()
-			landed, err := c.landPayload(p, m, sp)
+			landed, err := rp.landPayload(p, m, sp)
 			if err != nil {
 				return err
 			}
@@ -219,7 +234,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 			}
 			out, st = p.End(m)
 			if !landed && out == device.OutDone {
-				st = c.targetWent(p, m, r)
+				st = rp.targetWent(p, m, r)
 			}
 		}
 	}
@@ -260,7 +275,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 // responder goes to ERR, as when the target was bad from the start. The
 // caller holds p. A receive flushed or reset meanwhile was already dealt
 // with by End (OutNoPeer).
-func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) abi.WCStatus {
+func (rp *responder) targetWent(p *device.QP, m *device.Message, r *device.Request) abi.WCStatus {
 	st := abi.WCRemAccessErr
 	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm {
 		st = abi.WCRemOpErr
@@ -274,7 +289,7 @@ func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) a
 // holds the answer. The caller holds rs.mu and p (Admit).
 //
 // +checklocks:rs.mu
-func (c *tconn) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
+func (rp *responder) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
 	rs.seq.Sync(p)
 	verdict = rs.seq.Check(h.PSN)
 	switch verdict {
@@ -301,7 +316,7 @@ func (c *tconn) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp
 			return nil, verdict, false
 		}
 	}
-	r = &c.req
+	r = &rp.req
 	*r = device.Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
 		Compare: h.Compare, Swap: h.Swap}
 	switch h.Type {

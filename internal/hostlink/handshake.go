@@ -1,4 +1,4 @@
-package tcp
+package hostlink
 
 // The tcp path's handshake (docs/wire-tcp.md, "Handshake"): HELLO,
 // CHALLENGE, AUTH, READY. Each side checks the other is a live host of its
@@ -38,7 +38,7 @@ func nonce() string {
 // checkPeerHost checks that host id may exchange PVRDMA traffic with this
 // host, as the control plane describes it; from is where its connection
 // comes from (invalid when this host dialed).
-func (u *Uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) (records.Host, *records.Alive, error) {
+func (u *Links) checkPeerHost(ctx context.Context, id string, from netip.Addr) (records.Host, *records.Alive, error) {
 	c := &u.cfg
 	hs, err := c.Cache.Host(ctx, id)
 	if err != nil {
@@ -63,14 +63,14 @@ func (u *Uplink) checkPeerHost(ctx context.Context, id string, from netip.Addr) 
 }
 
 // refuse tells the peer why (best effort) and returns the error.
-func (c *tconn) refuse(err error) error {
+func (c *Conn) refuse(err error) error {
 	c.writeControl(tcpwire.Refuse, 0, tcpwire.RefuseMsg{Reason: err.Error()})
 	return err
 }
 
 // dial opens a connection to the link's peer at addr and runs the
 // initiator's side of the handshake.
-func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
+func (l *Peer) dial(ctx context.Context, addr netip.AddrPort) (*Conn, error) {
 	l.dials.Add(1)
 	// Traffic leaves from this host's PVRDMA address, which the peer
 	// checks against the control plane (rule pvrdma-address).
@@ -83,7 +83,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)
 	}
-	c := newTconn(l, nc, true, handshakeVersion)
+	c := newConn(l, nc, true, handshakeVersion)
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(handshakeTimeout)
@@ -99,7 +99,7 @@ func (l *link) dial(ctx context.Context, addr netip.AddrPort) (*tconn, error) {
 	return c, nil
 }
 
-func (l *link) initiate(ctx context.Context, c *tconn) error {
+func (l *Peer) initiate(ctx context.Context, c *Conn) error {
 	u := l.u
 	secret, err := u.switchSecret(ctx)
 	if err != nil {
@@ -174,11 +174,11 @@ func (l *link) initiate(ctx context.Context, c *tconn) error {
 // notePeer records the peer's name and boot ID; a new boot ID means the
 // peer agent restarted, and every connection from its previous run is
 // stale.
-func (l *link) notePeer(name, boot string) {
+func (l *Peer) notePeer(name, boot string) {
 	l.mu.Lock()
 	old := l.peerBoot
 	l.peerName, l.peerBoot, l.down = name, boot, false
-	var stale []*tconn
+	var stale []*Conn
 	if old != "" && old != boot {
 		for c := range l.in {
 			if c.peerBoot != boot {
@@ -190,24 +190,24 @@ func (l *link) notePeer(name, boot string) {
 	if old != "" && old != boot {
 		l.u.log.Info("tcp path: peer agent restarted; dropping its stale connections", "peer", name, "stale", len(stale))
 		for _, c := range stale {
-			c.close(errors.New("peer agent restarted"))
+			c.Close(errors.New("peer agent restarted"))
 		}
 		if c := l.out.Load(); c != nil && c.peerBoot != boot {
-			c.close(errors.New("peer agent restarted"))
+			c.Close(errors.New("peer agent restarted"))
 		}
 	}
 }
 
 // acceptHandshake runs the acceptor's side of the handshake on nc.
-func (u *Uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
+func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	gen := u.gen.Load()
 	remote := nc.RemoteAddr().(*net.TCPAddr).AddrPort()
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	// The link is not known until HELLO names the peer.
-	tmp := &link{u: u, peerID: "(unknown)", in: map[*tconn]struct{}{}}
-	c := newTconn(tmp, nc, false, handshakeVersion)
+	tmp := &Peer{u: u, peerID: "(unknown)", in: map[*Conn]struct{}{}}
+	c := newConn(tmp, nc, false, handshakeVersion)
 	known := "" // the host, once the control plane knows it
-	fail := func(err error) (*tconn, error) {
+	fail := func(err error) (*Conn, error) {
 		u.log.Warn("tcp path: refused a connection", "from", remote, "err", err)
 		if known != "" {
 			u.linkTo(known).refused.Add(1)
@@ -292,13 +292,13 @@ func (u *Uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	l.in[c] = struct{}{}
 	l.mu.Unlock()
 	if err := u.stale(gen); err != nil {
-		c.close(err)
+		c.Close(err)
 		return nil, err
 	}
 	l.notePeer(hello.Host, hello.Boot)
 	h = tcpwire.Header{Type: tcpwire.Ready}
-	if err := c.writeFrame(&h, nil); err != nil {
-		c.close(err)
+	if err := c.WriteFrame(&h, nil); err != nil {
+		c.Close(err)
 		return nil, err
 	}
 	c.ver = ver
@@ -308,9 +308,9 @@ func (u *Uplink) acceptHandshake(nc *net.TCPConn) (*tconn, error) {
 	return c, nil
 }
 
-// conn returns the link's connection for requests, dialing (within
+// Conn returns the link's connection for requests, dialing (within
 // wait) if there is none.
-func (l *link) conn(wait time.Duration) (*tconn, error) {
+func (l *Peer) Conn(wait time.Duration) (*Conn, error) {
 	if c := l.out.Load(); c != nil {
 		return c, nil
 	}
@@ -337,7 +337,7 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 		l.mu.Lock()
 		l.addr = h.PVRDMAAddress
 		l.mu.Unlock()
-		var c *tconn
+		var c *Conn
 		c, err = l.dial(ctx, h.PVRDMAAddress)
 		if err == nil {
 			c.peerBoot = l.bootOf()
@@ -348,7 +348,7 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 			if err == nil {
 				return c, nil
 			}
-			c.close(err)
+			c.Close(err)
 		}
 	}
 	l.mu.Lock()
@@ -359,7 +359,7 @@ func (l *link) conn(wait time.Duration) (*tconn, error) {
 
 // goReader starts c's response reader, unless the agent stops: the
 // uplink's wait group must not grow once close waits on it.
-func (u *Uplink) goReader(c *tconn) error {
+func (u *Links) goReader(c *Conn) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.closed {
@@ -373,7 +373,7 @@ func (u *Uplink) goReader(c *tconn) error {
 	return nil
 }
 
-func (l *link) bootOf() string {
+func (l *Peer) bootOf() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.peerBoot

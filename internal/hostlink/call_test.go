@@ -1,4 +1,4 @@
-package tcp
+package hostlink
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// tconnPair returns a tcp path connection over a real loopback socket
+// connPair returns a connection over a real loopback socket
 // whose far end discards what it gets.
-func tconnPair(t *testing.T) *tconn {
+func connPair(t *testing.T) *Conn {
 	t.Helper()
 	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -28,10 +28,10 @@ func tconnPair(t *testing.T) *tconn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &Uplink{log: slog.New(slog.DiscardHandler), links: map[string]*link{}}
-	l := &link{u: u, peerID: "peer", in: map[*tconn]struct{}{}}
-	c := newTconn(l, nc, true, 1)
-	t.Cleanup(func() { c.close(nil) })
+	u := &Links{log: slog.New(slog.DiscardHandler), links: map[string]*Peer{}}
+	l := &Peer{u: u, peerID: "peer", in: map[*Conn]struct{}{}}
+	c := newConn(l, nc, true, 1)
+	t.Cleanup(func() { c.Close(nil) })
 	return c
 }
 
@@ -40,27 +40,27 @@ func tconnPair(t *testing.T) *tconn {
 // signal consumed, so that the call's next attempt, on a new connection,
 // is not completed by the stale signal and the previous response.
 func TestWithdrawAfterClose(t *testing.T) {
-	c := tconnPair(t)
-	k := newCall()
-	if !c.register(k) {
+	c := connPair(t)
+	k := NewCall(nil)
+	if !c.Register(k) {
 		t.Fatal("register on an open connection failed")
 	}
-	c.close(errors.New("test: the connection is lost"))
-	withdrawCall(c, k)
-	if n := len(k.done); n != 0 {
+	c.Close(errors.New("test: the connection is lost"))
+	c.Recall(k)
+	if n := len(k.Done); n != 0 {
 		t.Fatalf("%d stale signal(s) left on the call after it was withdrawn from a closed connection", n)
 	}
 
-	c2 := tconnPair(t)
-	if !c2.register(k) {
+	c2 := connPair(t)
+	if !c2.Register(k) {
 		t.Fatal("register on a new connection failed")
 	}
 	select {
-	case <-k.done:
+	case <-k.Done:
 		t.Fatal("the call is signalled on its new connection before any response")
 	default:
 	}
-	if !c2.withdraw(k) {
+	if !c2.Withdraw(k) {
 		t.Fatal("withdraw of a call still waiting for its response failed")
 	}
 }

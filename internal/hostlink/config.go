@@ -1,4 +1,4 @@
-package tcp
+package hostlink
 
 // The tcp path follows its host's record: vrdmactl host configure changes
 // the record in the control plane, and the host's agent applies it at
@@ -30,7 +30,7 @@ import (
 
 // watchConfig applies each change of this host's record to the tcp path,
 // until close.
-func (u *Uplink) watchConfig() {
+func (u *Links) watchConfig() {
 	defer u.wg.Done()
 	c := &u.cfg
 	for {
@@ -55,7 +55,7 @@ func (u *Uplink) watchConfig() {
 }
 
 // apply brings the tcp path in line with host record h.
-func (u *Uplink) apply(h records.Host) {
+func (u *Links) apply(h records.Host) {
 	if on := h.FirewallPVRDMA; u.firewall.Swap(on) != on {
 		if on {
 			u.log.Info("tcp path: the pvrdma firewall rule is on: PVRDMA traffic with other hosts is allowed")
@@ -100,7 +100,7 @@ const listenRetry = 5 * time.Second
 
 // listenFailed reports whether the host's PVRDMA address could not be
 // bound.
-func (u *Uplink) listenFailed() bool {
+func (u *Links) listenFailed() bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.ln == nil && u.listenErr != ""
@@ -114,7 +114,7 @@ func fmtAddr(a netip.AddrPort) string {
 }
 
 // PVRDMAStatus describes the host's side of the tcp path for status.
-func (u *Uplink) PVRDMAStatus() *mgmt.PVRDMAStatus {
+func (u *Links) PVRDMAStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}

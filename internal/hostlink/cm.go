@@ -1,7 +1,8 @@
-package tcp
+package hostlink
 
-// Connection management across hosts: a Connect whose target is on another
-// host travels as a CM_REQ over the tcp path to the target's agent, which
+// Connection management's frames across hosts: a Connect whose target is
+// on another host travels as a CM_REQ (DialCM; package cm's DialRemote
+// builds it and reads the answer) over the link to the target's agent, which
 // queues it on the listener like a local dialer's; the listener's Accept
 // brings its QP to RTS facing the dialer and answers with a CM_RESP
 // carrying its QPN, GID and both PSNs; the dialer's agent then brings the
@@ -19,8 +20,6 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/cm"
-	"github.com/vrdma/vrdma/internal/control/member"
-	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
@@ -28,7 +27,7 @@ import (
 const cmMaxPending = 256
 
 // startCM reads a CM_REQ and hands it to its own goroutine.
-func (c *tconn) startCM(h *tcpwire.Header) error {
+func (c *Conn) startCM(h *tcpwire.Header) error {
 	var m tcpwire.ConnReqMsg
 	if err := c.readControl(h, &m); err != nil {
 		return err
@@ -64,9 +63,9 @@ func (c *tconn) startCM(h *tcpwire.Header) error {
 }
 
 // cancelCM withdraws a CM_REQ whose dialer gave up.
-func (c *tconn) cancelCM(h *tcpwire.Header) error {
+func (c *Conn) cancelCM(h *tcpwire.Header) error {
 	if h.PayloadLen != 0 {
-		if err := c.discard(uint64(h.PayloadLen)); err != nil {
+		if err := c.Discard(uint64(h.PayloadLen)); err != nil {
 			return err
 		}
 	}
@@ -93,7 +92,7 @@ func cmErr(err error) tcpwire.ConnRespMsg {
 
 // serveCM checks a remote dialer's request, hands it to connection
 // management and waits for the answer.
-func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
+func (c *Conn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg {
 	u := c.l.u
 	// The dialer must be an adapter of the host this connection
 	// authenticated.
@@ -104,90 +103,66 @@ func (c *tconn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg
 		return cmErr(abi.Errorf(abi.CodeRefused, "", "CM request from %s/%s (GID %s) on host %s: the control plane does not place that adapter on that host",
 			m.FromVM, m.FromAdapter, m.FromGID, c.l.peerID))
 	}
-	a, err := u.cfg.CM.ServeRemote(r, m.Target, m.Port, time.Duration(m.TimeoutMS)*time.Millisecond, c.closed, errConnLost)
+	a, err := u.cfg.CM.ServeRemote(r, m.Target, m.Port, time.Duration(m.TimeoutMS)*time.Millisecond, c.closed, ErrConnLost)
 	if err != nil {
 		return cmErr(err)
 	}
 	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU, PrivateData: a.PrivateData}
 }
 
-// Connect dials the listener of end, on another host, for q, and brings q
-// to RTS facing the QP that accepts. ctx is the dialing session's.
-func (u *Uplink) Connect(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End) (abi.ConnectReply, error) {
-	return u.ConnectWith(ctx, q, c, end, cm.Dial{})
-}
-
-// ConnectWith is Connect with d's private data and external QP; the reply
-// carries the REP's private data, and a refusal the REJ's
-// (abi.Error.Reject). An external QP is left alone: the reply carries the
-// PSNs and path MTU its workload moves it with.
-func (u *Uplink) ConnectWith(ctx context.Context, q *device.QP, c *abi.Connect, end *member.End, d cm.Dial) (abi.ConnectReply, error) {
-	timeout := cm.Timeout(c.TimeoutMS)
-	l := u.linkTo(end.Host.Host.ID)
-	tc, err := l.conn(min(timeout, 5*time.Second))
+// DialCM sends CM_REQ m to host id and waits for its CM_RESP, at most
+// timeout and a second (the acceptor times out first and says why) or
+// until ctx ends; a dialer that gives up sends CM_CANCEL. The answer is
+// connection management's to read (cm.DialRemote); an error here is an
+// abi.Error: the host could not be reached, or did not answer.
+func (u *Links) DialCM(ctx context.Context, id string, m *tcpwire.ConnReqMsg, timeout time.Duration) (tcpwire.ConnRespMsg, error) {
+	l := u.linkTo(id)
+	tc, err := l.Conn(min(timeout, 5*time.Second))
 	if err != nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", end.Endpoint.Name(), end.Host.Host.Label(), err)
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s on host %s over the tcp path: %v", m.Target, l.label(), err)
 	}
-	m := tcpwire.ConnReqMsg{Target: end.Endpoint.Name(), Port: c.Port, FromVM: q.Context().Name(), FromAdapter: q.Adapter().Name(),
-		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
-		PrivateData: d.PrivateData, External: d.External}
-	k := newCall()
-	if !tc.register(k) {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", end.Endpoint.Name(), end.Host.Host.Label())
+	k := NewCall(nil)
+	if !tc.Register(k) {
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: the tcp path connection to host %s closed", m.Target, l.label())
 	}
-	if err := tc.writeControl(tcpwire.CMReq, k.tag, m); err != nil {
-		tc.withdraw(k)
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: %v", end.Endpoint.Name(), err)
+	if err := tc.writeControl(tcpwire.CMReq, k.Tag(), m); err != nil {
+		tc.Withdraw(k)
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "remote", "connect to %s: %v", m.Target, err)
 	}
-	t := time.NewTimer(timeout + time.Second) // the acceptor times out first and says why
+	t := time.NewTimer(timeout + time.Second)
 	defer t.Stop()
 	answered := false
 	select {
-	case <-k.done:
+	case <-k.Done:
 		answered = true
 	case <-t.C:
 	case <-ctx.Done():
 	}
 	if !answered {
-		if tc.withdraw(k) {
-			h := tcpwire.Header{Type: tcpwire.CMCancel, Tag: k.tag}
-			tc.writeFrame(&h, nil)
-			return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v", c.Remote, c.Port, timeout)
+		if tc.Withdraw(k) {
+			h := tcpwire.Header{Type: tcpwire.CMCancel, Tag: k.Tag()}
+			tc.WriteFrame(&h, nil)
+			return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d on host %s timed out after %v", m.Target, m.Port, l.label(), timeout)
 		}
-		<-k.done // the reader has the answer in hand
+		<-k.Done // the reader has the answer in hand
 	}
-	if k.err != nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: %v", c.Remote, k.err)
+	if k.Err != nil {
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: %v", m.Target, k.Err)
 	}
 	var r tcpwire.ConnRespMsg
-	if err := tcpwire.DecodeJSON(k.ctl, &r); err != nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", c.Remote, end.Host.Host.Label(), err)
+	if err := tcpwire.DecodeJSON(k.Ctl, &r); err != nil {
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", m.Target, l.label(), err)
 	}
 	if err := r.Validate(); err != nil {
-		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", c.Remote, end.Host.Host.Label(), err)
+		return tcpwire.ConnRespMsg{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s: bad answer from host %s: %v", m.Target, l.label(), err)
 	}
-	if r.Code != "" {
-		e := &abi.Error{Code: r.Code, Message: r.Message}
-		if r.Code == abi.CodeRefused && (r.RejectReason != 0 || len(r.PrivateData) > 0) {
-			e.Reject = &abi.RejectInfo{Reason: r.RejectReason, PrivateData: r.PrivateData}
-		}
-		return abi.ConnectReply{}, e
-	}
-	gid := abi.GID(r.GID.As16())
-	mtu := cm.PathMTU(q.Adapter(), r.MTU)
-	if d.External {
-		return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, PrivateData: r.PrivateData, SQPSN: r.SQPSN, RQPSN: r.RQPSN, MTU: mtu}, nil
-	}
-	if err := cm.Establish(q, gid, r.QPN, r.RQPSN, r.SQPSN, mtu, abi.AckTimeoutOr(c.AckTimeout)); err != nil {
-		return abi.ConnectReply{}, err
-	}
-	return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, Path: q.Query().Path, PrivateData: r.PrivateData}, nil
+	return r, nil
 }
 
 // noteCM reads a CM_DISC or CM_RTU and, once the control plane places its
 // sender on the host this connection authenticated, hands it to
 // OnDisconnect or OnEstablish.
-func (c *tconn) noteCM(h *tcpwire.Header) error {
+func (c *Conn) noteCM(h *tcpwire.Header) error {
 	var m tcpwire.ConnDiscMsg
 	if err := c.readControl(h, &m); err != nil {
 		return err
@@ -222,8 +197,8 @@ func (c *tconn) noteCM(h *tcpwire.Header) error {
 
 // Disconnect tells host that this host's QP fromQPN (GID fromGID)
 // disconnected its rdma_cm connection to that host's QP qpn (a CM_DISC).
-func (u *Uplink) Disconnect(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
-	tc, err := u.linkTo(host).conn(5 * time.Second)
+func (u *Links) Disconnect(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
+	tc, err := u.linkTo(host).Conn(5 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -233,8 +208,8 @@ func (u *Uplink) Disconnect(host string, qpn, fromQPN uint32, fromGID netip.Addr
 // Establish tells host that this host's QP fromQPN (GID fromGID), whose
 // workload moves it itself, established its rdma_cm connection to that
 // host's QP qpn (a CM_RTU, rdma_establish).
-func (u *Uplink) Establish(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
-	tc, err := u.linkTo(host).conn(5 * time.Second)
+func (u *Links) Establish(host string, qpn, fromQPN uint32, fromGID netip.Addr) error {
+	tc, err := u.linkTo(host).Conn(5 * time.Second)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,441 @@
+// Package hostlink is the agent's links to the other hosts of its
+// distributed switch (DESIGN.md §3): TCP connections between agents on
+// the hosts' PVRDMA addresses, authenticated by a handshake
+// (handshake.go), carrying frames of package tcpwire. It listens, dials,
+// keeps the connections with each peer host (Peer), hands every request
+// frame of a connection a peer opened to its handler — RC requests to the
+// tcp path's responder (package transport/tcp, Config.Responder),
+// connection-management frames to connection management (cm.go) — and
+// every response to the call that waits for it (Call). It follows this
+// host's record in the control plane (config.go), and makes the test
+// link of the tests' local paths (testlink.go). It knows nothing of QPs
+// or guest memory: the tcp path is a user of its connections.
+package hostlink
+
+// Connections. Between two hosts A and B there are two TCP connections:
+// the one A opened carries A's requests and B's responses, the one B
+// opened carries B's requests and A's responses. A responder thus never
+// waits on its own requests to write a response, and two agents flooding
+// each other cannot deadlock on full socket buffers. A connection is opened
+// on first use, after a handshake that agrees on a version and proves both
+// hosts hold the switch's secret (docs/wire-tcp.md).
+//
+// Goroutines and who owns them:
+//
+//	Links.serve         accept loop on the PVRDMA address; one per
+//	                    listener, owned by the Links, stopped when the
+//	                    listener closes (the address changed, or close).
+//	Links.watchConfig   follows this host's record in the control plane
+//	                    (config.go): a new PVRDMA address moves the
+//	                    listener, the pvrdma firewall rule turned off drops
+//	                    every connection; stopped by close.
+//	Conn.serveRequests  one per accepted connection (responder side): reads
+//	                    frames in order (sleeping in the network poller
+//	                    between them) and hands each request to its
+//	                    handler on this goroutine: RC requests to the tcp
+//	                    path's Responder, which executes them against the
+//	                    target VM's memory and answers. CM requests go to
+//	                    their own goroutine, which may wait for a
+//	                    listener's accept.
+//	Conn.readResponses  one per opened connection (requester side): reads
+//	                    responses, hands each to the Call waiting for its
+//	                    tag (a READ's data goes straight into the call's
+//	                    segments), fails every waiting call when the
+//	                    connection ends.
+//
+// Requesters are QP goroutines (the tcp path's requester): each writes its
+// request frames under the connection's write lock (WriteFrames) and
+// keeps its window of calls in flight. Flow control is TCP's: a slow
+// responder stops reading, the requester's write blocks, the QP waits. No
+// buffer grows with traffic: frames go from guest memory to the socket
+// (writev) and from the socket to guest memory.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/cm"
+	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// Handshake and connection timing.
+const (
+	handshakeTimeout = 5 * time.Second
+	// maxHandshakes bounds the accepted connections in their handshake at
+	// once; more are dropped at accept.
+	maxHandshakes = 64
+	keepAlive     = 15 * time.Second
+	// writeStall bounds a frame write that makes no progress (the peer
+	// stopped reading): the connection is then closed.
+	writeStall = 10 * time.Second
+)
+
+// Config configures the Links.
+type Config struct {
+	// Responder makes the handler of the RC requests of a connection a
+	// peer host opened (the tcp path's responder), once per connection.
+	Responder func(c *Conn) Responder
+	CM        *cm.Manager // where remote dialers' requests go
+	HostID    string      // this host's ID
+	Host      string      // this host's name, for messages
+	Log       *slog.Logger
+
+	// The control plane: this host's record and its peers' (Cache), the
+	// switch's secret (Store).
+	Store         *store.Store
+	Cache         *member.Cache
+	Switch        string        // the distributed switch this host is on
+	LookupTimeout time.Duration // bounds a lookup that goes to etcd
+	// PVRDMAAddress is where to listen at start (the host record may
+	// give another later); Firewall the pvrdma firewall rule at start.
+	PVRDMAAddress netip.AddrPort
+	Firewall      bool
+	// OnDisconnect, if set, is told of a CM_DISC from a peer host: its QP
+	// fromQPN (GID fromGID), an adapter of that host, disconnected the
+	// rdma_cm connection of this host's QP qpn.
+	OnDisconnect func(qpn, fromQPN uint32, fromGID abi.GID)
+	// OnEstablish, if set, is told of a CM_RTU from a peer host: its QP
+	// fromQPN (GID fromGID), which its workload moves itself, established
+	// the rdma_cm connection to this host's QP qpn.
+	OnEstablish func(qpn, fromQPN uint32, fromGID abi.GID)
+}
+
+// Links are the agent's links to the other hosts of its switch.
+type Links struct {
+	cfg  Config
+	log  *slog.Logger
+	boot string // this process's boot ID
+
+	// firewall is whether this host's pvrdma firewall rule is on, as its
+	// host record last said (vrdmad --firewall-pvrdma at start).
+	firewall atomic.Bool
+	// handshakes is how many accepted connections are in their handshake
+	// (at most maxHandshakes); floodLogged when the last one over the
+	// limit was logged.
+	handshakes  atomic.Int32
+	floodLogged atomic.Int64
+	// gen counts dropAll calls: a connection whose setup began before one
+	// is dropped once set up (see stale).
+	gen atomic.Uint64
+
+	secretMu sync.Mutex
+	secret   []byte // the switch secret, once read
+
+	mu sync.Mutex
+	// nil: no PVRDMA address, or it could not be bound
+	ln *net.TCPListener // +checklocks:mu
+	// the PVRDMA address, as the host record says
+	addr netip.AddrPort // +checklocks:mu
+	// why ln is nil although addr is set
+	listenErr string // +checklocks:mu
+	// by peer host ID
+	links  map[string]*Peer // +checklocks:mu
+	closed bool             // +checklocks:mu
+
+	stop chan struct{} // closed by close: watchConfig returns
+	wg   sync.WaitGroup
+}
+
+// Peer is this host's link with one peer host: the connection it opened
+// (requests out), the connections the peer opened (requests in), and
+// counters. It lives as long as the Links.
+type Peer struct {
+	u      *Links
+	peerID string
+
+	dialMu sync.Mutex // one dial at a time
+	out    atomic.Pointer[Conn]
+
+	// The test link (testlink.go): pipe makes connection n (a pipe's two
+	// ends); lossy says frames may be lost without the connection.
+	pipe  func(n uint64) (req, resp *Conn, err error)
+	lossy bool
+
+	mu       sync.Mutex
+	in       map[*Conn]struct{} // +checklocks:mu
+	peerName string             // +checklocks:mu
+	addr     netip.AddrPort     // +checklocks:mu
+	peerBoot string             // +checklocks:mu
+	lastErr  string             // +checklocks:mu
+	down     bool               // +checklocks:mu
+
+	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
+}
+
+// Start starts the links of an agent with a control plane: it listens
+// on the host's PVRDMA address when it has one, and follows the host
+// record for changes (a PVRDMA address given later with vrdmactl host
+// configure starts it then). A PVRDMA address given at start that cannot
+// be bound fails the start.
+func Start(cfg Config) (*Links, error) {
+	if cfg.Responder == nil {
+		return nil, errors.New("host links: no responder for RC requests (Config.Responder)")
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	u := &Links{cfg: cfg, log: cfg.Log.With("component", "uplink"), boot: hex.EncodeToString(b[:]),
+		links: map[string]*Peer{}, stop: make(chan struct{})}
+	u.firewall.Store(cfg.Firewall)
+	if addr := cfg.PVRDMAAddress; addr.IsValid() {
+		u.mu.Lock()
+		err := u.listenLocked(addr)
+		u.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+	}
+	u.wg.Add(1)
+	go u.watchConfig()
+	return u, nil
+}
+
+// Peer returns the link to host id, making it (no connection is opened
+// before one is asked for: Peer.Conn).
+func (u *Links) Peer(id string) *Peer { return u.linkTo(id) }
+
+// listenLocked listens on addr, the host's PVRDMA address, and starts its
+// accept loop.
+//
+// +checklocks:u.mu
+func (u *Links) listenLocked(addr netip.AddrPort) error {
+	u.addr, u.listenErr = addr, ""
+	ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(addr))
+	if err != nil {
+		err = fmt.Errorf("tcp path: listen on the PVRDMA address %s: %w (is the address on this host, the port free?)", addr, err)
+		u.listenErr = err.Error()
+		return err
+	}
+	u.ln = ln
+	u.wg.Add(1)
+	go u.serve(ln)
+	u.log.Info("tcp path listening", "address", ln.Addr().String(), "boot", u.boot)
+	return nil
+}
+
+// localAddr returns the host's PVRDMA address, the source of the
+// connections it opens; false when it has none it listens on.
+func (u *Links) localAddr() (netip.AddrPort, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.addr, u.ln != nil
+}
+
+// Close stops accepting and closes every connection; waiting requesters
+// fail over to their retry rules.
+func (u *Links) Close() {
+	u.mu.Lock()
+	u.closed = true
+	if u.ln != nil {
+		u.ln.Close()
+		u.ln = nil
+	}
+	u.mu.Unlock()
+	close(u.stop)
+	u.dropAll(errors.New("agent stopping"))
+	u.wg.Wait()
+}
+
+// dropAll closes every connection with every peer, and those being set
+// up when it is called.
+func (u *Links) dropAll(why error) {
+	u.gen.Add(1)
+	u.mu.Lock()
+	links := make([]*Peer, 0, len(u.links))
+	for _, l := range u.links {
+		links = append(links, l)
+	}
+	u.mu.Unlock()
+	for _, l := range links {
+		l.closeAll(why)
+	}
+}
+
+// stale says why a connection whose setup began at generation gen must
+// not be used, now that it is registered with its link: the agent stops,
+// or dropAll ran meanwhile (the PVRDMA address changed, the firewall rule
+// went off). nil when it may.
+func (u *Links) stale(gen uint64) error {
+	u.mu.Lock()
+	closed := u.closed
+	u.mu.Unlock()
+	switch {
+	case closed:
+		return errors.New("agent stopping")
+	case u.gen.Load() != gen || !u.firewall.Load():
+		return errors.New("this host's PVRDMA configuration changed while the connection was set up")
+	}
+	return nil
+}
+
+// linkTo returns the link to host id, creating it.
+func (u *Links) linkTo(id string) *Peer {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	l := u.links[id]
+	if l == nil {
+		l = &Peer{u: u, peerID: id, in: map[*Conn]struct{}{}}
+		u.links[id] = l
+	}
+	return l
+}
+
+// label names the peer host for messages: its name and ID once a
+// handshake told its name, else its ID.
+func (l *Peer) label() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.peerName == "" {
+		return l.peerID
+	}
+	return l.peerName + " (" + l.peerID + ")"
+}
+
+// ID is the peer host's ID.
+func (l *Peer) ID() string { return l.peerID }
+
+// Lossy reports whether the link may lose frames without losing the
+// connection (the test link): a request unanswered within its timeout
+// is then taken as lost, not as a sign of a dead peer.
+func (l *Peer) Lossy() bool { return l.lossy }
+
+func (l *Peer) setErr(err error) {
+	l.mu.Lock()
+	l.lastErr = err.Error()
+	l.mu.Unlock()
+}
+
+// closeAll closes every connection with the peer.
+func (l *Peer) closeAll(why error) {
+	if c := l.out.Load(); c != nil {
+		c.Close(why)
+	}
+	l.mu.Lock()
+	in := make([]*Conn, 0, len(l.in))
+	for c := range l.in {
+		in = append(in, c)
+	}
+	l.mu.Unlock()
+	for _, c := range in {
+		c.Close(why)
+	}
+}
+
+// switchSecret returns the switch's secret, creating it in the control
+// plane if this is the first host to need it.
+func (u *Links) switchSecret(ctx context.Context) ([]byte, error) {
+	u.secretMu.Lock()
+	defer u.secretMu.Unlock()
+	if u.secret != nil {
+		return u.secret, nil
+	}
+	c := &u.cfg
+	sw := c.Switch
+	if sw == "" {
+		return nil, errors.New("this host is on no distributed switch (--switch): it has no tcp path")
+	}
+	key := records.SwitchSecretKey(sw)
+	s, _, err := store.Get[records.SwitchSecret](ctx, c.Store, key)
+	if errors.Is(err, store.ErrNotFound) {
+		ns := records.SwitchSecret{Switch: sw, Key: make([]byte, records.SwitchSecretLen)}
+		rand.Read(ns.Key)
+		if _, err = c.Store.Create(ctx, key, ns); err == nil {
+			s = ns
+		} else if errors.Is(err, store.ErrExists) {
+			s, _, err = store.Get[records.SwitchSecret](ctx, c.Store, key)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("switch %s's secret (%s): %w", sw, key, err)
+	}
+	u.secret = s.Key
+	return u.secret, nil
+}
+
+// serve accepts connections from other hosts on ln.
+func (u *Links) serve(ln *net.TCPListener) {
+	defer u.wg.Done()
+	for {
+		nc, err := ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			u.log.Warn("tcp path: accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if u.handshakes.Add(1) > maxHandshakes {
+			// A flood of connections that do not finish their handshakes:
+			// each holds a goroutine and buffers until its deadline.
+			u.handshakes.Add(-1)
+			nc.SetLinger(0)
+			nc.Close()
+			if now := nanotime(); now-u.floodLogged.Load() > int64(time.Second) {
+				u.floodLogged.Store(now)
+				u.log.Warn("tcp path: too many handshakes under way; connection dropped", "from", nc.RemoteAddr().String(), "limit", maxHandshakes)
+			}
+			continue
+		}
+		u.wg.Add(1)
+		go func() {
+			defer u.wg.Done()
+			c, err := u.acceptHandshake(nc)
+			u.handshakes.Add(-1)
+			if err != nil {
+				nc.Close()
+				return
+			}
+			c.serveRequests()
+		}()
+	}
+}
+
+// status reports the uplink's links.
+// Status reports each link.
+func (u *Links) Status() []mgmt.UplinkStatus {
+	u.mu.Lock()
+	links := make([]*Peer, 0, len(u.links))
+	for _, l := range u.links {
+		links = append(links, l)
+	}
+	u.mu.Unlock()
+	var out []mgmt.UplinkStatus
+	for _, l := range links {
+		l.mu.Lock()
+		s := mgmt.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in)}
+		if l.addr.IsValid() {
+			s.Address = l.addr.String()
+		}
+		down := l.down
+		l.mu.Unlock()
+		if l.out.Load() != nil {
+			s.Conns++
+		}
+		switch {
+		case s.Conns > 0:
+			s.State = "up"
+		case down:
+			s.State = "down"
+		default:
+			s.State = "idle"
+		}
+		s.BytesOut, s.BytesIn = l.bytesOut.Load(), l.bytesIn.Load()
+		s.FramesOut, s.FramesIn = l.framesOut.Load(), l.framesIn.Load()
+		s.Dials, s.Refused = l.dials.Load(), l.refused.Load()
+		out = append(out, s)
+	}
+	return out
+}
