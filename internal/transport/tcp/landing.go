@@ -31,7 +31,7 @@ const maxStep = 1 << 20
 // by the connection's reader (serveRequests). The callbacks are bound
 // once per connection, so that a step allocates nothing.
 type step struct {
-	p    *device.QP
+	p    device.Target
 	m    *device.Message
 	off  uint64 // the offset in the message
 	n    uint64 // at most this many bytes of it
@@ -64,7 +64,7 @@ func (s *step) Fill(dst []byte) (int, error) {
 // deregistered, its receive flushed, the QP destroyed, the VM gone) it
 // stops, and landed is false: serveRC reads the rest and drops it. err is
 // the connection's: it broke.
-func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (landed bool, err error) {
+func (c *tconn) landPayload(p device.Target, m *device.Message, sp *sockPayload) (landed bool, err error) {
 	var off uint64
 	for sp.remaining > 0 {
 		if c.rr == c.rw {
@@ -85,7 +85,7 @@ func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (l
 		if !p.Hold() {
 			return false, nil
 		}
-		ok := m.Revalidate(p) && p.Write(m, off, c.rbuf[c.rr:c.rr+int(k)])
+		ok := p.Revalidate(m) && p.Write(m, off, c.rbuf[c.rr:c.rr+int(k)])
 		p.Release()
 		if !ok {
 			return false, nil
@@ -100,7 +100,7 @@ func (c *tconn) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (l
 // readDirect reads at most n bytes of the payload from the socket
 // straight into m's bytes at off: one read, under p's memory. ok false:
 // the target went.
-func (c *tconn) readDirect(p *device.QP, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
+func (c *tconn) readDirect(p device.Target, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
 	c.armRead(int(n))
 	s := &c.step
 	*s = step{p: p, m: m, off: off, n: n}
@@ -131,7 +131,7 @@ func (c *tconn) tryRead(fd uintptr) bool {
 		s.gone = true
 		return true
 	}
-	if !s.m.Revalidate(s.p) {
+	if !s.p.Revalidate(s.m) {
 		s.p.Release()
 		s.gone = true
 		return true
@@ -157,7 +157,7 @@ func (c *tconn) tryRead(fd uintptr) bool {
 // answers REM_ACCESS_ERR); once the response has begun it cannot be
 // taken back, and the connection is closed instead: the requester
 // retries the READ, which then fails.
-func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+func (c *tconn) sendRead(p device.Target, m *device.Message, total uint64, sp *sockPayload) error {
 	if err := c.flushAcks(); err != nil { // responses go out in order
 		return err
 	}
@@ -174,7 +174,7 @@ func (c *tconn) sendRead(p *device.QP, m *device.Message, total uint64, sp *sock
 // writeRead is sendRead's frame, written under c.wmu.
 //
 // +checklocks:c.wmu
-func (c *tconn) writeRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+func (c *tconn) writeRead(p device.Target, m *device.Message, total uint64, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Put(c.whdr[:])
 	n := uint64(tcpwire.HeaderLen) + total
@@ -222,7 +222,7 @@ func (c *tconn) tryWrite(fd uintptr) bool {
 	}
 	var data []byte
 	if s.n > 0 {
-		if !s.m.Revalidate(s.p) {
+		if !s.p.Revalidate(s.m) {
 			s.p.Release()
 			s.gone = true
 			return true

@@ -147,7 +147,7 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 
 // execute runs request h at its QP and fills in the response's status.
 //
-// The QP's memory is held (device.QP.Hold) only while bytes move between
+// The QP's memory is held (device.Target.Hold) only while bytes move between
 // it and the connection: a copy out of the read buffer, one non-blocking
 // system call between the socket and guest memory (landing.go); never
 // while the connection waits for the peer. A slow peer then stalls its
@@ -158,7 +158,7 @@ func (c *tconn) serveRC(h *tcpwire.Header) error {
 func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Status = tcpwire.NoQP
-	p := c.l.u.cfg.Device.QP(h.DstQPN)
+	p := c.l.u.cfg.Device.Target(h.DstQPN)
 	if p == nil {
 		return nil
 	}
@@ -260,7 +260,7 @@ func (c *tconn) execute(h *tcpwire.Header, sp *sockPayload) error {
 // responder goes to ERR, as when the target was bad from the start. The
 // caller holds p. A receive flushed or reset meanwhile was already dealt
 // with by End (OutNoPeer).
-func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) abi.WCStatus {
+func (c *tconn) targetWent(p device.Target, m *device.Message, r *device.Request) abi.WCStatus {
 	st := abi.WCRemAccessErr
 	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm {
 		st = abi.WCRemOpErr
@@ -274,7 +274,7 @@ func (c *tconn) targetWent(p *device.QP, m *device.Message, r *device.Request) a
 // holds the answer. The caller holds rs.mu and p (Admit).
 //
 // +checklocks:rs.mu
-func (c *tconn) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
+func (c *tconn) sequence(h *tcpwire.Header, p device.Target, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
 	rs.seq.Sync(p)
 	verdict = rs.seq.Check(h.PSN)
 	switch verdict {

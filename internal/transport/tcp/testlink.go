@@ -55,11 +55,11 @@ func NewTestLink(cfg Config, f testlink.Faults, clk clock.Clock, stats *testlink
 // BindTest returns the maker of the test path of a QP whose remote end is
 // on this host, for a device.Route: the tcp path's requester and
 // responder over the test link.
-func (u *Uplink) BindTest() func(q *device.QP) device.Path {
+func (u *Uplink) BindTest() func(q device.Source) device.Path {
 	u.mu.Lock()
 	l := u.links[u.cfg.HostID]
 	u.mu.Unlock()
-	return func(q *device.QP) device.Path {
+	return func(q device.Source) device.Path {
 		t := newTCPPath(q, u.cfg.HostID, l)
 		t.pathKind = abi.PathTest
 		return t

@@ -84,7 +84,7 @@ const (
 
 // Config configures an Uplink.
 type Config struct {
-	Device *device.Device
+	Device device.Targets
 	CM     *cm.Manager // where remote dialers' requests go
 	HostID string      // this host's ID
 	Host   string      // this host's name, for messages
@@ -198,9 +198,9 @@ func Start(cfg Config) (*Uplink, error) {
 
 // Bind returns the maker of the tcp path of a QP whose remote end is on
 // host id, for a device.Route.
-func (u *Uplink) Bind(id string) func(q *device.QP) device.Path {
+func (u *Uplink) Bind(id string) func(q device.Source) device.Path {
 	l := u.linkTo(id)
-	return func(q *device.QP) device.Path { return newTCPPath(q, id, l) }
+	return func(q device.Source) device.Path { return newTCPPath(q, id, l) }
 }
 
 // listenLocked listens on addr, the host's PVRDMA address, and starts its
