@@ -205,7 +205,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 	if decided && dec.Path == pathsel.Memcpy {
 		info = decisionInfo(dec)
 	}
-	return device.Route{Info: info, New: memcpy.New}, nil
+	return device.Route{Info: info, New: memcpy.Bind(a.dev)}, nil
 }
 
 // decisionInfo is the path report of a control-plane decision.

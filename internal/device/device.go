@@ -78,8 +78,9 @@ type Router interface {
 type Route struct {
 	Info abi.PathInfo
 	// New makes q's path; it is called under q's lock when the
-	// transition succeeds, and must not take it.
-	New func(q *QP) Path
+	// transition succeeds, and must not take it. The path sees its QP
+	// as a Source only.
+	New func(q Source) Path
 }
 
 // Device is one host's virtual RDMA device. It is safe for concurrent use.

@@ -1,4 +1,5 @@
 package device
 
-// SetHarnessPath sets the path the ring harness binds its QPs to.
-func SetHarnessPath(f func(q *QP) Path) { harnessPath = f }
+// SetHarnessPath sets the maker of the path the ring harness binds its
+// QPs to, given the device's targets.
+func SetHarnessPath(f func(ts Targets) func(q Source) Path) { harnessPath = f }

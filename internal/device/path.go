@@ -12,12 +12,18 @@ package device
 // for none of it.
 //
 // How to add a path: write a package under internal/transport with a type
-// that implements Path (Pump, Busy, Drop, Flush, PollBudget, Kind) on the
-// device's half of the interface (sq.go) and, for its responder side, the
-// device's Hold, Respond or Begin/Place/End; make the agent's Router
-// (internal/agent/route.go) return it when the control plane's decision
-// names it; add a pathEnv to the conformance suite (conformance_test.go).
-// docs/architecture.md has the whole journey of a work request.
+// that implements Path (Pump, Busy, Drop, Flush, PollBudget, Kind), made
+// by a func(Source) Path from the QP as a Source (sq.go: its SendQueue,
+// which a windowed path hands to the RC requester engine, and QPN, GID,
+// Remote, PortUp, ExecOne) and, for its responder side, a Targets
+// (target.go) in which it finds each request's Target by QPN: Admit with
+// the path's Binding, then Respond, or Begin, Write or Fill (under Hold,
+// with Revalidate), End, then Release. A path uses nothing else of the
+// device (internal/agent's TestLayersPaths). Make the agent's Router
+// (internal/agent/route.go) return its maker when the control plane's
+// decision names it; add a pathEnv to the conformance suite
+// (conformance_test.go). docs/architecture.md has the whole journey of a
+// work request.
 
 import (
 	"time"

@@ -230,10 +230,11 @@ func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 	return room, true
 }
 
-// Revalidate resolves m's target again, for a caller that let go of the
-// responder VM's memMu since begin: a region deregistered meanwhile fails
-// it (the message then fails as a remote access or operation error).
-func (m *Message) Revalidate(p *QP) bool {
+// Revalidate resolves m's target again at p, for a caller that let go of
+// the responder VM's memMu since begin: a region deregistered meanwhile
+// fails it (the message then fails as a remote access or operation
+// error).
+func (p *QP) Revalidate(m *Message) bool {
 	r := &m.r
 	switch {
 	case r.Op == abi.OpSend || r.Op == abi.OpSendWithImm:
@@ -283,11 +284,11 @@ func (p *QP) End(m *Message) (Outcome, abi.WCStatus) {
 	return p.endLocked(m)
 }
 
-// Taken reports whether the receive m took is still at p's RQ head, not
+// taken reports whether the receive m took is still at p's RQ head, not
 // flushed (ERR) or dropped (RESET) since.
 //
 // +checklocks:p.rqMu
-func (m *Message) Taken(p *QP) bool {
+func (m *Message) taken(p *QP) bool {
 	p.rqCatchUpLocked()
 	return m.recv && p.rqSeq == m.seq && !p.rqBroken
 }
@@ -301,7 +302,7 @@ func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 		return OutDone, abi.WCSuccess
 	}
 	r := &m.r
-	if !m.Taken(p) {
+	if !m.taken(p) {
 		return OutNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
 	}
 	p.rwqe.WRID = m.wrid
@@ -401,7 +402,7 @@ func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
 	}
 	p.rqMu.Lock()
 	defer p.rqMu.Unlock()
-	if !m.Taken(p) {
+	if !m.taken(p) {
 		return abi.WCWRFlushErr
 	}
 	m.recv = false
@@ -419,7 +420,7 @@ func (p *QP) Write(m *Message, off uint64, data []byte) bool {
 	if m.recv {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
-		if !m.Taken(p) {
+		if !m.taken(p) {
 			return false
 		}
 	}
@@ -455,7 +456,7 @@ func (p *QP) Fill(m *Message, off, n uint64, f Filler) (written int, ok bool, er
 	if m.recv {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
-		if !m.Taken(p) {
+		if !m.taken(p) {
 			return 0, false, nil
 		}
 	}
@@ -484,7 +485,9 @@ func (m *Message) Old() uint64 { return m.old }
 // peer (host, address) and QP. Implemented by a pointer to a path's own
 // state, so that Admit allocates nothing.
 type Binding interface {
-	Bound(p *QP) bool
+	// Bound reports whether p is connected to the request's requester;
+	// Admit calls it holding p.
+	Bound(p Target) bool
 }
 
 // Admit opens the responder's sequence of every path at p for one
@@ -521,7 +524,7 @@ type ResponderSeq struct {
 // started or p was reset since it did, and reports whether it did: the
 // responder then forgets its messages in progress too. The caller holds
 // p (Admit).
-func (s *ResponderSeq) Sync(p *QP) bool {
+func (s *ResponderSeq) Sync(p Target) bool {
 	gen := p.Resets()
 	if s.started && s.gen == gen {
 		return false

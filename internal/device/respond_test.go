@@ -54,7 +54,7 @@ func TestResumableResponder(t *testing.T) {
 		// receive: under memMu and rqMu, the receive still taken.
 		p.vm.memMu.RLock()
 		p.rqMu.Lock()
-		if !m.Revalidate(p) || !m.Taken(p) {
+		if !p.Revalidate(&m) || !m.taken(p) {
 			t.Fatal("revalidate or taken failed with every region and the receive in place")
 		}
 		for o, end := off, min(off+chunk, total); o < end; {
@@ -104,7 +104,7 @@ func TestResumableResponderFlushed(t *testing.T) {
 	p.MoveToErr("test")
 	p.flushRQ()
 	p.rqMu.Lock()
-	still := m.Taken(p)
+	still := m.taken(p)
 	p.rqMu.Unlock()
 	if still {
 		t.Fatal("the receive still counts as taken after the flush: its buffers would be written")
@@ -140,7 +140,7 @@ func TestResumableResponderDeregistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.vm.memMu.RLock()
-	ok := m.Revalidate(p)
+	ok := p.Revalidate(&m)
 	p.vm.memMu.RUnlock()
 	if ok {
 		t.Fatal("revalidate succeeded after the region was deregistered")

@@ -85,13 +85,13 @@ func newRingHarness(tb testing.TB) *ringHarness {
 
 // harnessPath makes the path of the harness's QPs: package memcpy's, set
 // by harness_path_test.go (package device_test, which may import it).
-var harnessPath func(q *QP) Path
+var harnessPath func(ts Targets) func(q Source) Path
 
 // harnessRouter binds every QP to harnessPath.
 type harnessRouter struct{}
 
 func (harnessRouter) Route(q *QP, dgid abi.GID, dqpn uint32) (Route, error) {
-	return Route{Info: abi.PathInfo{Path: abi.PathMemcpy, Reason: "memcpy: the ring harness"}, New: harnessPath}, nil
+	return Route{Info: abi.PathInfo{Path: abi.PathMemcpy, Reason: "memcpy: the ring harness"}, New: harnessPath(q.Device())}, nil
 }
 
 // harnessOwner is the harness's VMs' workload: none.

@@ -201,3 +201,38 @@ type SendQueue interface {
 }
 
 var _ SendQueue = (*QP)(nil)
+
+// Source is the requester's QP as the path made for it sees it: its send
+// queue (SendQueue, which a windowed path hands to the RC requester
+// engine) and what the path's own requester asks of the QP besides: the
+// QP's number and address, the remote end it was connected to, its port,
+// and ExecOne for a path that executes one WR at a time. *QP implements
+// it. A path gets it when it is made (Route.New, under the QP's lock at
+// RTR) and may keep it as long as it lives (until RESET or the QP's end);
+// like SendQueue's, its methods are called from the QP's send-queue
+// goroutine unless their comment names another caller. A path's
+// responder never uses it: it finds its Target by QPN (Targets).
+type Source interface {
+	SendQueue
+	// QPN is the QP's number (the requester's source QPN); any
+	// goroutine.
+	QPN() uint32
+	// GID is the GID of the QP's adapter; any goroutine.
+	GID() abi.GID
+	// Remote is the remote end the QP was connected to at RTR; any
+	// goroutine.
+	Remote() (qpn uint32, gid abi.GID)
+	// PortUp reports whether the port of the QP's adapter is up: a
+	// request sent while it is down is lost (the requester's timeout
+	// retries it); any goroutine.
+	PortUp() bool
+	// ExecOne executes the WQE at the SQ head with ex to its end and
+	// completes it (the path implements SyncExecutor: memcpy). Called
+	// from Path.Pump, one WQE a call.
+	ExecOne(ex SyncExecutor)
+}
+
+var _ Source = (*QP)(nil)
+
+// PortUp reports whether the port of the QP's adapter is up.
+func (q *QP) PortUp() bool { return q.ad.Connected() }

@@ -19,8 +19,9 @@ import (
 
 // path is the memcpy path of one QP; owned by its send-queue goroutine.
 type path struct {
-	q      *device.QP
-	peer   *device.QP // the remote QP, resolved on first use
+	q      device.Source
+	ts     device.Targets // the device's QPs, where the remote QP is
+	peer   device.Target  // the remote QP, resolved on first use
 	segs   [abi.MaxSGE][]byte
 	busyWR atomic.Bool    // a WR is being executed (for status reports)
 	req    device.Request // the request the goroutine plays at the responder
@@ -28,9 +29,11 @@ type path struct {
 	pay    memPayload     // q's segments as the responder's payload
 }
 
-// New returns the memcpy path of q, bound at RTR to a QP of the same
-// device.
-func New(q *device.QP) device.Path { return &path{q: q} }
+// Bind returns the maker of the memcpy path of a QP bound at RTR to a QP
+// of the same device, which it finds in ts; for a device.Route.
+func Bind(ts device.Targets) func(q device.Source) device.Path {
+	return func(q device.Source) device.Path { return &path{q: q, ts: ts} }
+}
 
 // Kind, Busy, Drop, Flush, PollBudget, Pump and Status make m a
 // device.Path: nothing is ever in flight between two calls of Pump.
@@ -106,20 +109,20 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 }
 
 // Bound makes m a device.Binding: p is connected to m's QP.
-func (m *path) Bound(p *device.QP) bool {
+func (m *path) Bound(p device.Target) bool {
 	qpn, gid := p.Remote()
 	return qpn == m.q.QPN() && gid == m.q.GID()
 }
 
 // peerQP returns the QP at the remote end, resolving it on first use.
-func (m *path) peerQP() *device.QP {
+func (m *path) peerQP() device.Target {
 	if m.peer != nil && !m.peer.Destroyed() {
 		return m.peer
 	}
 	m.peer = nil
 	q := m.q
 	qpn, gid := q.Remote()
-	p := q.Device().QP(qpn)
+	p := m.ts.Target(qpn)
 	if p == nil || p.GID() != gid {
 		return nil
 	}
@@ -132,7 +135,7 @@ func (m *path) peerQP() *device.QP {
 // untouched.
 func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) device.Response {
 	q := m.q
-	if !q.Adapter().Connected() {
+	if !q.PortUp() {
 		return device.Response{Verdict: device.Verdict{Out: device.OutNoPeer}} // our port is down: the request does not leave
 	}
 	p := m.peerQP()

@@ -40,7 +40,9 @@ import (
 
 // Config configures an Engine.
 type Config struct {
-	Device *device.Device
+	// Device is where the engine's reader finds the QP a packet is for
+	// (its BTH's DestQP): the device's QPs.
+	Device device.Targets
 	Conn   Conn // the uplink's socket (ListenUDP), for RoCE v2
 	// Frames, instead of Conn, makes the engine RoCE v1: its socket on
 	// the uplink's interface (ListenFrames), and GID the uplink's GID,
@@ -63,7 +65,7 @@ type Counters struct {
 // RoCE v1 on an AF_PACKET one (frame.go).
 type Engine struct {
 	cfg   Config
-	dev   *device.Device
+	dev   device.Targets
 	conn  Conn // RoCE v2; nil for v1
 	log   *slog.Logger
 	local netip.AddrPort // RoCE v1: the GID, port 0
@@ -155,19 +157,19 @@ func (e *Engine) Close() {
 // behind the uplink at peer (its address; port 0 means 4791), for a
 // device.Route; its packets carry marks m (the port group's DSCP
 // << 2, netcheck.SocketOptionsOf).
-func (e *Engine) Bind(peer netip.AddrPort, m Marks) func(q *device.QP) device.Path {
+func (e *Engine) Bind(peer netip.AddrPort, m Marks) func(q device.Source) device.Path {
 	if peer.Port() == 0 {
 		peer = netip.AddrPortFrom(peer.Addr(), rocewire.UDPPort)
 	}
-	return func(q *device.QP) device.Path { return newPath(e, q, peer, [6]byte{}, m) }
+	return func(q device.Source) device.Path { return newPath(e, q, peer, [6]byte{}, m) }
 }
 
 // BindFrames is Bind for a RoCE v1 engine (and for it only): the peer is the uplink of GID
 // gid on interface MAC mac; its frames are tagged as m says (Marks.VLAN,
 // Marks.Priority) and their GRH carries m.TOS as its traffic class.
-func (e *Engine) BindFrames(mac [6]byte, gid netip.Addr, m Marks) func(q *device.QP) device.Path {
+func (e *Engine) BindFrames(mac [6]byte, gid netip.Addr, m Marks) func(q device.Source) device.Path {
 	peer := netip.AddrPortFrom(netip.AddrFrom16(gid.As16()), 0)
-	return func(q *device.QP) device.Path { return newPath(e, q, peer, mac, m) }
+	return func(q device.Source) device.Path { return newPath(e, q, peer, mac, m) }
 }
 
 // maxDatagram is the largest packet the engine takes: a 4096-byte path
@@ -269,7 +271,7 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		e.ctr.Malformed.Add(1)
 		return nil
 	}
-	q := e.dev.QP(pkt.BTH.DestQP())
+	q := e.dev.Target(pkt.BTH.DestQP())
 	var p *path
 	if q != nil {
 		p, _ = q.BoundPath().(*path)
@@ -282,13 +284,13 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		return nil
 	}
 	if !pkt.Info.Request {
-		if !q.Adapter().Connected() {
+		if !q.PortUp() {
 			q.Counters().Dropped.Add(1) // its port is down: nothing reaches it
 			return nil
 		}
 		p.response(pkt)
 		return nil
 	}
-	p.rsp.serve(pkt) // device.QP.Admit checks the port
+	p.rsp.serve(q, pkt) // device.Target.Admit checks the port
 	return p
 }

@@ -40,7 +40,7 @@ const (
 // file's wire) and its responder (responder.go).
 type path struct {
 	e    *Engine
-	q    *device.QP
+	q    device.Source
 	peer netip.AddrPort // RoCE v1: the peer uplink's GID, port 0
 	mac  [6]byte        // RoCE v1: the peer uplink's MAC
 	m    Marks          // every packet's, both ways
@@ -55,7 +55,7 @@ type path struct {
 	rsp responder
 }
 
-func newPath(e *Engine, q *device.QP, peer netip.AddrPort, mac [6]byte, m Marks) *path {
+func newPath(e *Engine, q device.Source, peer netip.AddrPort, mac [6]byte, m Marks) *path {
 	p := &path{e: e, q: q, peer: peer, mac: mac, m: m, bufs: make([][]byte, 0, abi.MaxSGE), out: newBatch(e, peer, mac, m)}
 	p.rq = requester.New(q, (*wire)(p), requester.Config{
 		MTU:         pathMTU,
@@ -132,7 +132,7 @@ func (w *wire) Timeout(*requester.Entry) requester.Verdict { return requester.Go
 // sendPacket queues request packet i of e; a READ of which got response
 // packets arrived asks for the rest.
 func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32) error {
-	if !p.q.Adapter().Connected() {
+	if !p.q.PortUp() {
 		return nil // the port is down: the packet is lost, and the timeout retransmits
 	}
 	w := &e.WQE

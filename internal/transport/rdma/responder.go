@@ -25,6 +25,7 @@ import (
 // responder is a QP's responder state; owned by the engine's reader.
 type responder struct {
 	p       *path
+	q       device.Target // the path's QP as the target of the request being served (serve)
 	seq     device.ResponderSeq
 	nakSent bool   // a PSN sequence error NAK went out for the current gap
 	msn     uint32 // messages completed, mod 2^24
@@ -73,11 +74,12 @@ func (r *responder) sendAck() {
 // Bound makes r a device.Binding: its QP is still connected over r's
 // path (the engine's reader found the path by the packet's DestQP and
 // source address; a RESET or a new connection since unbinds it).
-func (r *responder) Bound(q *device.QP) bool { return q.BoundPath() == device.Path(r.p) }
+func (r *responder) Bound(q device.Target) bool { return q.BoundPath() == device.Path(r.p) }
 
-// serve handles request packet pkt for the responder's QP.
-func (r *responder) serve(pkt *rocewire.Packet) {
-	q := r.p.q
+// serve handles request packet pkt for the responder's QP, q: the
+// engine's reader found it by the packet's DestQP, bound to r's path.
+func (r *responder) serve(q device.Target, pkt *rocewire.Packet) {
+	r.q = q
 	if !q.Admit(r) {
 		return
 	}
@@ -119,7 +121,7 @@ func (r *responder) serve(pkt *rocewire.Packet) {
 
 // message takes one packet of a SEND or WRITE.
 func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
-	q := r.p.q
+	q := r.q
 	info := pkt.Info
 	op := pkt.BTH.Opcode()
 	write := pkt.RETH != nil || op == rocewire.RDMAWriteMiddle || op == rocewire.RDMAWriteLast || op == rocewire.RDMAWriteLastWithImmediate
@@ -163,7 +165,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 		}
 		r.inMsg, r.write, r.off = true, write, 0
 	} else {
-		if !m.Revalidate(q) {
+		if !q.Revalidate(m) {
 			r.inMsg = false
 			st := abi.WCRemAccessErr
 			if !r.write {
@@ -245,7 +247,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 	if r.inMsg {
 		r.inMsg = false
-		r.p.q.MoveToErr("RDMA READ request inside a message")
+		r.q.MoveToErr("RDMA READ request inside a message")
 		r.refuse(at, psn, abi.WCRemInvReqErr)
 		return
 	}
@@ -263,7 +265,7 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 // returns how many PSNs the whole response takes, false when the READ was
 // refused (and NAKed).
 func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from uint32) (uint32, bool) {
-	q := r.p.q
+	q := r.q
 	m := &r.msg
 	if v := q.Begin(req, m); v.Status != abi.WCSuccess {
 		r.refuse(at, psn, v.Status)
@@ -310,7 +312,7 @@ func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from ui
 
 // atomic executes an atomic and answers with its original value.
 func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
-	q := r.p.q
+	q := r.q
 	if r.inMsg {
 		r.inMsg = false
 		q.MoveToErr("atomic request inside a message")

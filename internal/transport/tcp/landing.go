@@ -31,7 +31,7 @@ const maxStep = 1 << 20
 // by the connection's reader (serveRequests). The callbacks are bound
 // once per connection, so that a step allocates nothing.
 type step struct {
-	p    *device.QP
+	p    device.Target
 	m    *device.Message
 	off  uint64 // the offset in the message
 	n    uint64 // at most this many bytes of it
@@ -64,7 +64,7 @@ func (s *step) Fill(dst []byte) (int, error) {
 // deregistered, its receive flushed, the QP destroyed, the VM gone) it
 // stops, and landed is false: serveRC reads the rest and drops it. err is
 // the connection's: it broke.
-func (rp *responder) landPayload(p *device.QP, m *device.Message, sp *sockPayload) (landed bool, err error) {
+func (rp *responder) landPayload(p device.Target, m *device.Message, sp *sockPayload) (landed bool, err error) {
 	c := rp.c
 	var off uint64
 	for sp.remaining > 0 {
@@ -85,7 +85,7 @@ func (rp *responder) landPayload(p *device.QP, m *device.Message, sp *sockPayloa
 		if !p.Hold() {
 			return false, nil
 		}
-		ok := m.Revalidate(p) && p.Write(m, off, b[:k])
+		ok := p.Revalidate(m) && p.Write(m, off, b[:k])
 		p.Release()
 		if !ok {
 			return false, nil
@@ -100,7 +100,7 @@ func (rp *responder) landPayload(p *device.QP, m *device.Message, sp *sockPayloa
 // readDirect reads at most n bytes of the payload from the socket
 // straight into m's bytes at off: one read, under p's memory. ok false:
 // the target went.
-func (rp *responder) readDirect(p *device.QP, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
+func (rp *responder) readDirect(p device.Target, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
 	s := &rp.step
 	*s = step{p: p, m: m, off: off, n: n}
 	err = rp.c.ReadRaw(int(n), rp.readFn)
@@ -127,7 +127,7 @@ func (rp *responder) tryRead(fd uintptr) bool {
 		s.gone = true
 		return true
 	}
-	if !s.m.Revalidate(s.p) {
+	if !s.p.Revalidate(s.m) {
 		s.p.Release()
 		s.gone = true
 		return true
@@ -153,7 +153,7 @@ func (rp *responder) tryRead(fd uintptr) bool {
 // answers REM_ACCESS_ERR); once the response has begun it cannot be
 // taken back, and the connection is closed instead: the requester
 // retries the READ, which then fails.
-func (rp *responder) sendRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+func (rp *responder) sendRead(p device.Target, m *device.Message, total uint64, sp *sockPayload) error {
 	if err := rp.flushAcks(); err != nil { // responses go out in order
 		return err
 	}
@@ -177,7 +177,7 @@ func (rp *responder) sendRead(p *device.QP, m *device.Message, total uint64, sp 
 // write side.
 //
 // +checklocksignore: the caller holds rp.c's write side (StartWrite), which WriteRaw needs
-func (rp *responder) writeRead(p *device.QP, m *device.Message, total uint64, sp *sockPayload) error {
+func (rp *responder) writeRead(p device.Target, m *device.Message, total uint64, sp *sockPayload) error {
 	sp.resp.Put(rp.whdr[:])
 	s := &rp.step
 	defer rp.clearStep()
@@ -216,7 +216,7 @@ func (rp *responder) tryWrite(fd uintptr) bool {
 	}
 	var data []byte
 	if s.n > 0 {
-		if !s.m.Revalidate(s.p) {
+		if !s.p.Revalidate(s.m) {
 			s.p.Release()
 			s.gone = true
 			return true

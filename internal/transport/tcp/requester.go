@@ -86,7 +86,7 @@ var errNoConn = errors.New("no connection")
 // file's wire) and the link to the remote end's host, and its responder's
 // PSN state. It is made when the QP enters RTR and dropped at RESET.
 type tcpPath struct {
-	q        *device.QP
+	q        device.Source
 	host     string         // the remote end's host ID
 	link     *hostlink.Peer // the link to host
 	pathKind abi.PathKind
@@ -123,12 +123,12 @@ type tcpBinding struct {
 
 // Bound makes b a device.Binding: p is connected over the tcp path to
 // QP b.qpn of host b.host.
-func (b *tcpBinding) Bound(p *device.QP) bool {
+func (b *tcpBinding) Bound(p device.Target) bool {
 	tp := tcpPathOf(p)
 	return tp != nil && tp.host == b.host && p.RCAttrs().RemoteQPN == b.qpn
 }
 
-func newTCPPath(q *device.QP, l *hostlink.Peer, kind abi.PathKind) *tcpPath {
+func newTCPPath(q device.Source, l *hostlink.Peer, kind abi.PathKind) *tcpPath {
 	t := &tcpPath{q: q, host: l.ID(), link: l, pathKind: kind}
 	for i := range t.slots {
 		t.slots[i].call = hostlink.NewCall(q.WakeCh())
@@ -144,7 +144,7 @@ func newTCPPath(q *device.QP, l *hostlink.Peer, kind abi.PathKind) *tcpPath {
 }
 
 // tcpPathOf returns q's tcp path, nil if q is not bound to one.
-func tcpPathOf(q *device.QP) *tcpPath {
+func tcpPathOf(q device.Target) *tcpPath {
 	t, _ := q.BoundPath().(*tcpPath)
 	return t
 }
@@ -178,7 +178,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	}
 	if t.bconn == nil {
 		wait := rc.LocalACKTimeout(at.Timeout)
-		if t.link == nil || !q.Adapter().Connected() {
+		if t.link == nil || !q.PortUp() {
 			t.bfail = requester.Failed // no link, or the port is down
 			return errNoConn
 		}

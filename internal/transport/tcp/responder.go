@@ -79,7 +79,7 @@ type sockPayload struct {
 // (at most maxAcks).
 type responder struct {
 	c   *hostlink.Conn
-	dev *device.Device
+	dev device.Targets
 
 	acks  [maxAcks * tcpwire.HeaderLen]byte
 	nacks int
@@ -102,7 +102,7 @@ const maxAcks = 16
 // Responder returns the maker of the tcp path's responder of each
 // connection a peer host opens (hostlink.Config.Responder): it executes
 // RC requests for the QPs of dev.
-func Responder(dev *device.Device) func(c *hostlink.Conn) hostlink.Responder {
+func Responder(dev device.Targets) func(c *hostlink.Conn) hostlink.Responder {
 	return func(c *hostlink.Conn) hostlink.Responder {
 		rp := &responder{c: c, dev: dev}
 		rp.readFn, rp.writeFn = rp.tryRead, rp.tryWrite
@@ -162,7 +162,7 @@ func (rp *responder) Request(h *tcpwire.Header) error {
 
 // execute runs request h at its QP and fills in the response's status.
 //
-// The QP's memory is held (device.QP.Hold) only while bytes move between
+// The QP's memory is held (device.Target.Hold) only while bytes move between
 // it and the connection: a copy out of the read buffer, one non-blocking
 // system call between the socket and guest memory (landing.go); never
 // while the connection waits for the peer. A slow peer then stalls its
@@ -173,7 +173,7 @@ func (rp *responder) Request(h *tcpwire.Header) error {
 func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 	resp := sp.resp
 	resp.Status = tcpwire.NoQP
-	p := rp.dev.QP(h.DstQPN)
+	p := rp.dev.Target(h.DstQPN)
 	if p == nil {
 		return nil
 	}
@@ -275,7 +275,7 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 // responder goes to ERR, as when the target was bad from the start. The
 // caller holds p. A receive flushed or reset meanwhile was already dealt
 // with by End (OutNoPeer).
-func (rp *responder) targetWent(p *device.QP, m *device.Message, r *device.Request) abi.WCStatus {
+func (rp *responder) targetWent(p device.Target, m *device.Message, r *device.Request) abi.WCStatus {
 	st := abi.WCRemAccessErr
 	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm {
 		st = abi.WCRemOpErr
@@ -289,7 +289,7 @@ func (rp *responder) targetWent(p *device.QP, m *device.Message, r *device.Reque
 // holds the answer. The caller holds rs.mu and p (Admit).
 //
 // +checklocks:rs.mu
-func (rp *responder) sequence(h *tcpwire.Header, p *device.QP, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
+func (rp *responder) sequence(h *tcpwire.Header, p device.Target, rs *responderPSN, resp *tcpwire.Header) (r *device.Request, verdict rc.Verdict, run bool) {
 	rs.seq.Sync(p)
 	verdict = rs.seq.Check(h.PSN)
 	switch verdict {

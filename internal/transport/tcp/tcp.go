@@ -17,14 +17,14 @@ import (
 
 // Bind returns the maker of the tcp path of a QP whose remote end is on
 // peer host p, for a device.Route.
-func Bind(p *hostlink.Peer) func(q *device.QP) device.Path {
-	return func(q *device.QP) device.Path { return newTCPPath(q, p, abi.PathTCP) }
+func Bind(p *hostlink.Peer) func(q device.Source) device.Path {
+	return func(q device.Source) device.Path { return newTCPPath(q, p, abi.PathTCP) }
 }
 
 // BindTest returns the maker of the test path of a QP whose remote end is
 // on this host, for a device.Route: the tcp path's requester and
 // responder over the test link (hostlink.NewTestLink), p being its one
 // peer, this host.
-func BindTest(p *hostlink.Peer) func(q *device.QP) device.Path {
-	return func(q *device.QP) device.Path { return newTCPPath(q, p, abi.PathTest) }
+func BindTest(p *hostlink.Peer) func(q device.Source) device.Path {
+	return func(q device.Source) device.Path { return newTCPPath(q, p, abi.PathTest) }
 }
