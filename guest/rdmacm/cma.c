@@ -413,7 +413,8 @@ struct rdma_event_channel *rdma_create_event_channel(void)
  * them) destroy a channel while a thread of theirs is blocked reading it;
  * on the kernel's rdma_cm that thread stays blocked, so here too: the
  * struct is not freed but marked dead (a few bytes per channel), and a
- * reader that wakes on a dead channel waits for good (rdma_get_cm_event). */
+ * reader that wakes on a dead channel, or comes to one, waits for good
+ * (rdma_get_cm_event). */
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	struct cm_channel *c = to_channel(channel);
@@ -1376,8 +1377,16 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	struct cm_channel *ch = to_channel(channel);
 	char *buf;
 
-	if (channel && ((struct cm_channel *)channel)->magic == CHANNEL_DEAD)
-		return cm_fail(EBADF); /* its fd is closed */
+	if (channel && ((struct cm_channel *)channel)->magic == CHANNEL_DEAD) {
+		/* Destroyed by another thread just before this call: had the
+		 * call come a moment earlier, it would be blocked in its recv
+		 * for good (below); it waits as that reader does. A program's
+		 * event thread that loops back for the next event while its
+		 * main thread tears down (rping's cm_thread) then waits for the
+		 * exit instead of failing it with EBADF. */
+		for (;;)
+			pause();
+	}
 	if (!ch || !event)
 		return cm_fail(EINVAL);
 	buf = malloc(EVENT_MAX);
