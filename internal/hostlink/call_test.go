@@ -64,3 +64,26 @@ func TestWithdrawAfterClose(t *testing.T) {
 		t.Fatal("withdraw of a call still waiting for its response failed")
 	}
 }
+
+// TestWaiting: a registered call waits until it is withdrawn or its
+// connection takes it (here: closes and fails it); a requester's timeout
+// relies on that to tell a response still to come from one arriving.
+func TestWaiting(t *testing.T) {
+	c := connPair(t)
+	k, k2 := NewCall(nil), NewCall(nil)
+	if !c.Register(k) || !c.Register(k2) {
+		t.Fatal("register on an open connection failed")
+	}
+	if !c.Waiting(k) || !c.Waiting(k2) {
+		t.Fatal("a registered call does not wait")
+	}
+	c.Withdraw(k)
+	if c.Waiting(k) {
+		t.Fatal("a withdrawn call still waits")
+	}
+	c.Close(errors.New("test: the connection is lost"))
+	if c.Waiting(k2) {
+		t.Fatal("a call its closed connection failed still waits")
+	}
+	<-k2.Done
+}

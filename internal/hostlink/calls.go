@@ -97,6 +97,15 @@ func (c *Conn) Withdraw(k *Call) bool {
 	return false
 }
 
+// Waiting reports whether k still waits for its response on c: false
+// once the reader took it (its response is arriving, or has arrived) or
+// it was withdrawn.
+func (c *Conn) Waiting(k *Call) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return c.pending[k.tag] == k
+}
+
 // Recall takes call k back from c. If the connection already took it (a
 // response arrived, or the connection closed and failed it), it waits
 // for that signal and consumes it, so that no stale signal is left to

@@ -217,7 +217,9 @@ func New(q device.SendQueue, w Wire, cfg Config) *Engine {
 		r.win[i].Slot = make([]byte, q.SlotSize())
 		r.win[i].Index = i
 	}
-	r.next = q.SQHead()
+	// next is the QP goroutine's to read from the queue: its first Pump
+	// sets it (New runs on the goroutine that moves the QP to RTR, while
+	// the QP's goroutine may still be moving the head of a reset).
 	return r
 }
 

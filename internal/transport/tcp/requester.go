@@ -346,8 +346,12 @@ func (w *txWire) Timeout(e *requester.Entry) requester.Verdict {
 	if s.conn == nil {
 		return requester.GoBack // answered with a sequence error the engine did not act on, or not sent
 	}
-	if len(s.call.Done) > 0 {
-		return requester.WaitAgain // answered: Collect takes it
+	if len(s.call.Done) > 0 || !s.conn.Waiting(s.call) {
+		// Answered (Collect takes it), or its response is arriving: a
+		// READ's data being read into its buffers is not lost, however
+		// long it takes, and going back would throw it away and queue
+		// another copy behind it.
+		return requester.WaitAgain
 	}
 	if t.link.Lossy() {
 		// The request or its response was lost, not the connection:
