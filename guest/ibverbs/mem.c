@@ -399,9 +399,12 @@ __asm__(".text\n\t.p2align 4\n\t.globl vrdma_sigreturn\n\t.hidden vrdma_sigretur
 static uint32_t moving;
 static uintptr_t moving_s, moving_e;
 
-/* The last moves' ranges, until when a late fault in them is retried: a
- * fault taken during a move can reach the handler after the move ended
- * (the faulting thread preempted between the fault and the signal). */
+/* The last moves' ranges: a fault taken during a move can reach the
+ * handler after the move ended (the faulting thread preempted between the
+ * fault and the signal). A late fault in one of them is retried when the
+ * page is writable now (MADV_POPULATE_WRITE, Linux 5.14, succeeds without
+ * writing; EINVAL on a page that is not) or, on kernels without it, until
+ * a second after the move. */
 #define RECENT 8
 #define RECENT_NS 1000000000LL
 static struct {
@@ -410,6 +413,11 @@ static struct {
 } recent[RECENT];
 static unsigned recent_next;
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static uintptr_t page_size;	    /* for the handler: sysconf is not async-signal-safe */
+static int populate_write;	    /* MADV_POPULATE_WRITE works (1) or not (-1); 0: not known yet */
 static struct ksigaction prev_segv; /* the handler segv_wait chains to */
 static void *chaining[8];	    /* siginfos being passed on, against loops */
 
@@ -479,12 +487,19 @@ static void segv_wait(int sig, siginfo_t *si, void *uc)
 			}
 		}
 		for (int i = 0; i < RECENT; i++) {
-			if (a >= __atomic_load_n(&recent[i].s, __ATOMIC_ACQUIRE) &&
-			    a < __atomic_load_n(&recent[i].e, __ATOMIC_ACQUIRE) &&
-			    mono_ns() < __atomic_load_n(&recent[i].until, __ATOMIC_ACQUIRE)) {
+			int64_t until = __atomic_load_n(&recent[i].until, __ATOMIC_ACQUIRE);
+			uintptr_t pg = __atomic_load_n(&page_size, __ATOMIC_RELAXED);
+
+			if (a < __atomic_load_n(&recent[i].s, __ATOMIC_ACQUIRE) ||
+			    a >= __atomic_load_n(&recent[i].e, __ATOMIC_ACQUIRE) || !pg)
+				continue;
+			if (__atomic_load_n(&populate_write, __ATOMIC_RELAXED) > 0
+				    ? syscall(SYS_madvise, a & ~(pg - 1), pg, MADV_POPULATE_WRITE) == 0
+				    : mono_ns() < until) {
 				errno = saved;
-				return;
+				return; /* writable now: the fault was a move's */
 			}
+			break; /* the program's own: write-protected still */
 		}
 	}
 	chain(sig, si, uc);
@@ -504,6 +519,16 @@ static int own_segv(void)
 		.restorer = vrdma_sigreturn,
 	};
 
+	if (!populate_write) {
+		/* On a page known writable (this variable's): EINVAL is an
+		 * old kernel, where it also means not writable. */
+		uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+		__atomic_store_n(&page_size, pg, __ATOMIC_RELAXED);
+		__atomic_store_n(&populate_write,
+				 madvise((void *)((uintptr_t)&populate_write & ~(pg - 1)), pg, MADV_POPULATE_WRITE) ? -1 : 1,
+				 __ATOMIC_RELAXED);
+	}
 	if (ksigaction(SIGSEGV, NULL, &cur))
 		return errno;
 	if (cur.handler == (void *)segv_wait)
