@@ -217,148 +217,37 @@ static void guest_free(uint64_t off, uint64_t len)
 	(void)extent_insert(i, off, len); /* on ENOMEM the extent is lost, not reused */
 }
 
-static char *read_maps(void)
+/* maps_id is the guest memfd's identity in /proc/self/maps; 0 or -1. */
+static int maps_id(struct vrdma_vm *vm, struct vrdma_maps_file *id)
 {
-	size_t cap = 65536, len = 0;
-	char *buf = malloc(cap);
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	struct stat st;
 
-	if (!buf || fd < 0) {
-		free(buf);
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	for (;;) {
-		ssize_t n;
-
-		if (len + 4096 + 1 > cap) {
-			char *b = realloc(buf, cap * 2);
-
-			if (!b) {
-				free(buf);
-				close(fd);
-				return NULL;
-			}
-			buf = b;
-			cap *= 2;
-		}
-		n = read(fd, buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
-	buf[len] = 0;
-	return buf;
-}
-
-struct mapline {
-	uintptr_t start, end;
-	char perms[5];
-	uint64_t offset;
-	unsigned major, minor;
-	unsigned long inode;
-	char path[256];
-};
-
-/* parse_mapline parses the line at l (up to its newline). */
-static int parse_mapline(const char *l, struct mapline *m)
-{
-	const char *nl = strchr(l, '\n');
-	size_t len = nl ? (size_t)(nl - l) : strlen(l);
-	char line[512];
-	int n = 0;
-
-	memset(m, 0, sizeof(*m));
-	if (len >= sizeof(line))
-		len = sizeof(line) - 1;
-	memcpy(line, l, len);
-	line[len] = 0;
-	if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu%n", &m->start, &m->end, m->perms, &m->offset, &m->major,
-		   &m->minor, &m->inode, &n) < 7)
+	if (fstat(vm->mem_fd, &st))
 		return -1;
-	while (line[n] == ' ')
-		n++;
-	snprintf(m->path, sizeof(m->path), "%s", line + n);
+	*id = (struct vrdma_maps_file){ major(st.st_dev), minor(st.st_dev), st.st_ino };
 	return 0;
 }
 
 /*
- * check_range walks the mappings over [s, e). With want_ours, every byte must
- * be the guest memfd at the guest offset goff + (va - s); otherwise every
- * byte must be private anonymous read-write memory (heap, stack, malloc's or
- * the program's anonymous mmaps). 0, or an errno: EFAULT where nothing is
- * mapped, EINVAL where the memory cannot be adopted (why says which).
+ * check_range walks the mappings over [s, e) (vrdma_maps_check). With
+ * want_ours, every byte must be the guest memfd at the guest offset
+ * goff + (va - s); otherwise every byte must be private read-write memory.
+ * 0, or an errno: EFAULT where nothing is mapped, EINVAL where the memory
+ * cannot be adopted (why says which).
  */
 static int check_range(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, int want_ours, uint64_t goff, char *why,
 		       size_t whylen)
 {
-	char *maps = read_maps(), *l;
-	uintptr_t at = s;
-	struct stat st;
-	int rc = EFAULT;
+	struct vrdma_maps_file id;
+	char *maps;
+	int rc;
 
+	if (maps_id(vm, &id))
+		return EIO;
+	maps = vrdma_read_maps();
 	if (!maps)
 		return ENOMEM;
-	if (fstat(vm->mem_fd, &st)) {
-		free(maps);
-		return EIO;
-	}
-	snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)s);
-	for (l = maps; *l && at < e; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
-		struct mapline m;
-		int ours;
-
-		if (parse_mapline(l, &m) || m.end <= at)
-			continue;
-		if (m.start > at) {
-			snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
-			rc = EFAULT;
-			goto out;
-		}
-		ours = m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev);
-		if (want_ours) {
-			if (!ours || m.perms[3] != 's' || m.offset + (at - m.start) != goff + (at - s)) {
-				snprintf(why, whylen, "the pages at 0x%lx are no longer the adopted ones", (unsigned long)at);
-				rc = EINVAL;
-				goto out;
-			}
-		} else {
-			if (m.perms[0] != 'r' || m.perms[1] != 'w') {
-				snprintf(why, whylen, "the mapping at 0x%lx (%s) is not readable and writable", (unsigned long)at,
-					 m.perms);
-				rc = EINVAL;
-				goto out;
-			}
-			/* Private memory: anonymous (heap, stack, mmap) or a
-			 * file's private copy (a program's .data, a MAP_PRIVATE
-			 * file mapping), whose pages are the process's own once
-			 * written; not shared mappings, hugetlb, or devices. */
-			int file_private = m.path[0] == '/' && !strstr(m.path, "huge") &&
-					   (strncmp(m.path, "/dev/", 5) || !strncmp(m.path, "/dev/zero", 9));
-
-			if (m.perms[3] != 'p' || (m.path[0] && m.path[0] != '[' && !file_private) ||
-			    (m.path[0] == '[' && strcmp(m.path, "[heap]") && strncmp(m.path, "[stack", 6))) {
-				snprintf(why, whylen,
-					 "the mapping at 0x%lx (%s %s) is %s: only private memory (heap, stack, "
-					 "anonymous mmap, a program's data, a MAP_PRIVATE file mapping) can be registered",
-					 (unsigned long)at, m.perms, m.path[0] ? m.path : "anonymous",
-					 m.perms[3] != 'p'	      ? "shared"
-					 : strstr(m.path, "huge") ? "hugetlb"
-								  : "a device's or the kernel's");
-				rc = EINVAL;
-				goto out;
-			}
-		}
-		at = m.end;
-	}
-	rc = at >= e ? 0 : EFAULT;
-	if (rc)
-		snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
-out:
+	rc = vrdma_maps_check(maps, &id, s, e, want_ours, goff, why, whylen);
 	free(maps);
 	return rc;
 }
@@ -670,29 +559,16 @@ static long protect_copy_move(void *addr, size_t len, const void *src, void *tmp
 #endif
 
 /* ours_bytes counts the bytes of [s, e) still mapped from the guest memfd
- * at goff + (va - s). */
+ * at goff + (va - s) (vrdma_maps_ours). */
 static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
 {
-	char *maps = read_maps(), *l;
-	struct stat st;
-	uint64_t n = 0;
+	struct vrdma_maps_file id;
+	char *maps;
+	uint64_t n;
 
-	if (!maps || fstat(vm->mem_fd, &st)) {
-		free(maps);
+	if (maps_id(vm, &id) || !(maps = vrdma_read_maps()))
 		return e - s; /* unknown: assume all */
-	}
-	for (l = maps; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
-		struct mapline m;
-		uintptr_t a, b;
-
-		if (parse_mapline(l, &m) || m.end <= s || m.start >= e)
-			continue;
-		a = m.start > s ? m.start : s;
-		b = m.end < e ? m.end : e;
-		if (m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev) &&
-		    m.offset + (a - m.start) == goff + (a - s))
-			n += b - a;
-	}
+	n = vrdma_maps_ours(maps, &id, s, e, goff);
 	free(maps);
 	return n;
 }
