@@ -46,7 +46,9 @@ var fuzzBuild struct {
 var sanitizers = []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"}
 
 // start builds and starts the harness the first time; later calls return
-// the running one, or restart it after an input killed it. +checklocks:h.mu
+// the running one, or restart it after an input killed it.
+//
+// +checklocks:h.mu
 func (h *cFuzzHarness) start(t *testing.T) {
 	b := &fuzzBuild
 	b.once.Do(func() {
