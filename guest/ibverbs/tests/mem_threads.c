@@ -114,6 +114,51 @@ static int count_maps(void)
 	return n;
 }
 
+/* A handler the program installs after the library's, calling the one it
+ * replaced (the library's) as well-behaved handlers do; the library, which
+ * puts its own back in front at its next registration, must not then
+ * call it again in a loop. Each call writes a byte to chain_pipe. */
+static struct sigaction replaced;
+static int chain_pipe = -1;
+
+static void later_segv(int sig, siginfo_t *si, void *uc)
+{
+	if (write(chain_pipe, "c", 1) < 0)
+		_exit(6);
+	if (replaced.sa_flags & SA_SIGINFO)
+		replaced.sa_sigaction(sig, si, uc);
+	else if (replaced.sa_handler != SIG_DFL && replaced.sa_handler != SIG_IGN)
+		replaced.sa_handler(sig);
+}
+
+/* chain_loop_child runs in a child: later_segv over the library's
+ * handler, a registration, then a real fault. */
+static void chain_loop_child(void)
+{
+	struct sigaction sa;
+	struct ibv_device **list;
+	struct ibv_context *c;
+	struct ibv_pd *p;
+	struct ibv_mr *mr;
+	long page = sysconf(_SC_PAGESIZE);
+	unsigned char *buf = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int n;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = later_segv;
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+	sigaction(SIGSEGV, &sa, &replaced);
+	list = ibv_get_device_list(&n);
+	c = list && n > 0 ? ibv_open_device(list[0]) : NULL;
+	p = c ? ibv_alloc_pd(c) : NULL;
+	mr = p ? ibv_reg_mr(p, buf + 10, 100, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	if (!mr || ibv_dereg_mr(mr))
+		_exit(7);
+	mprotect(buf + page, (size_t)page, PROT_READ);
+	*(volatile unsigned char *)(buf + page) = 1;
+	_exit(5);
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -273,6 +318,32 @@ int main(void)
 		/* Not retried until a time-out: the page is not writable. */
 		CHECK(name, WIFEXITED(status) && WEXITSTATUS(status) == 42 && t < 0.5, "child status 0x%x after %.3f s",
 		      status, t);
+	}
+
+	/* A handler installed after the library's, chaining to it: a real
+	 * fault goes through each handler once, then kills the program as
+	 * the default action does. */
+	{
+		int fds[2];
+		char buf[64];
+		ssize_t got;
+
+		if (pipe(fds))
+			return 1;
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			close(fds[0]);
+			chain_pipe = fds[1];
+			forked_child = 0;
+			chain_loop_child();
+		}
+		close(fds[1]);
+		waitpid(pid, &status, 0);
+		got = read(fds[0], buf, sizeof(buf));
+		close(fds[0]);
+		CHECK("threads-handler-chain-no-loop", WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV && got == 1,
+		      "child status 0x%x, the later handler called %zd times", status, got);
 	}
 
 	ibv_dealloc_pd(pd);
