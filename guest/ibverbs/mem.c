@@ -5,19 +5,22 @@
  * A region's pages [s, e) are copied into free guest memory at offset g and
  * the guest memfd is mapped over them (MAP_SHARED|MAP_FIXED, offset g): the
  * program keeps its addresses and contents, and the agent sees the same
- * pages in the guest memory it maps. The copy and the mmap run in one
- * assembly block with signals blocked, so that nothing, not even a stack
- * frame of this library, changes the pages between the two. Adopted pages
+ * pages in the guest memory it maps. The write-protection of the range,
+ * the copy and the mmap run in one assembly block with signals blocked,
+ * so that nothing, not even a stack frame of this library, changes the
+ * pages between the copy and the mmap; other threads' writes meanwhile
+ * wait in segv_wait and are made again on the new mapping. Adopted pages
  * are MADV_DONTFORK, so that a child of fork does not share them with the
  * parent; in the child they are mapped again, private copies of the guest
  * memory's pages (vrdma_forget_memory), as a kernel that copies pinned
  * pages at fork gives. A registration inside a run
  * of adopted pages reuses it once /proc/self/maps confirms the mapping is
  * still ours (the program may have unmapped and mapped again). When the
- * last region of a run is deregistered, the pages are given back: private
- * anonymous memory is mapped over them and the contents copied in from
- * the guest memory, again in one block (a stack buffer's frame survives),
- * and the guest memory is free for the next registration.
+ * last region of a run is deregistered, the pages are given back: a
+ * private anonymous mapping elsewhere is filled from the guest memory and
+ * moved over them (mremap), the range write-protected for the copy, again
+ * in one block (a stack buffer's frame survives), and the guest memory is
+ * free for the next registration.
  *
  * A registration across two or more runs needs them to be one: runs that
  * are neighbours both in the program's addresses and in guest memory are
@@ -29,6 +32,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +41,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vrdma.h"
@@ -86,6 +93,24 @@ void vrdma_forget_memory(int mem_fd)
 	freel = NULL;
 	nfree = capfree = 0;
 	free_init = 0;
+}
+
+/* A fork waits for a registration or deregistration in another thread to
+ * end: the child must not inherit pages write-protected for a move, nor
+ * a run half made (its handler, vrdma_forget_memory, makes mem_mu anew). */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mem_mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&mem_mu);
+}
+
+__attribute__((constructor)) static void mem_fork_handler(void)
+{
+	(void)pthread_atfork(fork_prepare, fork_parent, NULL);
 }
 
 static int extent_insert(int i, uint64_t off, uint64_t len)
@@ -192,250 +217,375 @@ static void guest_free(uint64_t off, uint64_t len)
 	(void)extent_insert(i, off, len); /* on ENOMEM the extent is lost, not reused */
 }
 
-static char *read_maps(void)
+/* maps_id is the guest memfd's identity in /proc/self/maps; 0 or -1. */
+static int maps_id(struct vrdma_vm *vm, struct vrdma_maps_file *id)
 {
-	size_t cap = 65536, len = 0;
-	char *buf = malloc(cap);
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	struct stat st;
 
-	if (!buf || fd < 0) {
-		free(buf);
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	for (;;) {
-		ssize_t n;
-
-		if (len + 4096 + 1 > cap) {
-			char *b = realloc(buf, cap * 2);
-
-			if (!b) {
-				free(buf);
-				close(fd);
-				return NULL;
-			}
-			buf = b;
-			cap *= 2;
-		}
-		n = read(fd, buf + len, cap - len - 1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
-	buf[len] = 0;
-	return buf;
-}
-
-struct mapline {
-	uintptr_t start, end;
-	char perms[5];
-	uint64_t offset;
-	unsigned major, minor;
-	unsigned long inode;
-	char path[256];
-};
-
-/* parse_mapline parses the line at l (up to its newline). */
-static int parse_mapline(const char *l, struct mapline *m)
-{
-	const char *nl = strchr(l, '\n');
-	size_t len = nl ? (size_t)(nl - l) : strlen(l);
-	char line[512];
-	int n = 0;
-
-	memset(m, 0, sizeof(*m));
-	if (len >= sizeof(line))
-		len = sizeof(line) - 1;
-	memcpy(line, l, len);
-	line[len] = 0;
-	if (sscanf(line, "%lx-%lx %4s %lx %x:%x %lu%n", &m->start, &m->end, m->perms, &m->offset, &m->major,
-		   &m->minor, &m->inode, &n) < 7)
+	if (fstat(vm->mem_fd, &st))
 		return -1;
-	while (line[n] == ' ')
-		n++;
-	snprintf(m->path, sizeof(m->path), "%s", line + n);
+	*id = (struct vrdma_maps_file){ major(st.st_dev), minor(st.st_dev), st.st_ino };
 	return 0;
 }
 
 /*
- * check_range walks the mappings over [s, e). With want_ours, every byte must
- * be the guest memfd at the guest offset goff + (va - s); otherwise every
- * byte must be private anonymous read-write memory (heap, stack, malloc's or
- * the program's anonymous mmaps). 0, or an errno: EFAULT where nothing is
- * mapped, EINVAL where the memory cannot be adopted (why says which).
+ * check_range walks the mappings over [s, e) (vrdma_maps_check). With
+ * want_ours, every byte must be the guest memfd at the guest offset
+ * goff + (va - s); otherwise every byte must be private read-write memory.
+ * 0, or an errno: EFAULT where nothing is mapped, EINVAL where the memory
+ * cannot be adopted (why says which).
  */
 static int check_range(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, int want_ours, uint64_t goff, char *why,
 		       size_t whylen)
 {
-	char *maps = read_maps(), *l;
-	uintptr_t at = s;
-	struct stat st;
-	int rc = EFAULT;
+	struct vrdma_maps_file id;
+	char *maps;
+	int rc;
 
+	if (maps_id(vm, &id))
+		return EIO;
+	maps = vrdma_read_maps();
 	if (!maps)
 		return ENOMEM;
-	if (fstat(vm->mem_fd, &st)) {
-		free(maps);
-		return EIO;
-	}
-	snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)s);
-	for (l = maps; *l && at < e; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
-		struct mapline m;
-		int ours;
-
-		if (parse_mapline(l, &m) || m.end <= at)
-			continue;
-		if (m.start > at) {
-			snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
-			rc = EFAULT;
-			goto out;
-		}
-		ours = m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev);
-		if (want_ours) {
-			if (!ours || m.perms[3] != 's' || m.offset + (at - m.start) != goff + (at - s)) {
-				snprintf(why, whylen, "the pages at 0x%lx are no longer the adopted ones", (unsigned long)at);
-				rc = EINVAL;
-				goto out;
-			}
-		} else {
-			if (m.perms[0] != 'r' || m.perms[1] != 'w') {
-				snprintf(why, whylen, "the mapping at 0x%lx (%s) is not readable and writable", (unsigned long)at,
-					 m.perms);
-				rc = EINVAL;
-				goto out;
-			}
-			/* Private memory: anonymous (heap, stack, mmap) or a
-			 * file's private copy (a program's .data, a MAP_PRIVATE
-			 * file mapping), whose pages are the process's own once
-			 * written; not shared mappings, hugetlb, or devices. */
-			int file_private = m.path[0] == '/' && !strstr(m.path, "huge") &&
-					   (strncmp(m.path, "/dev/", 5) || !strncmp(m.path, "/dev/zero", 9));
-
-			if (m.perms[3] != 'p' || (m.path[0] && m.path[0] != '[' && !file_private) ||
-			    (m.path[0] == '[' && strcmp(m.path, "[heap]") && strncmp(m.path, "[stack", 6))) {
-				snprintf(why, whylen,
-					 "the mapping at 0x%lx (%s %s) is %s: only private memory (heap, stack, "
-					 "anonymous mmap, a program's data, a MAP_PRIVATE file mapping) can be registered",
-					 (unsigned long)at, m.perms, m.path[0] ? m.path : "anonymous",
-					 m.perms[3] != 'p'	      ? "shared"
-					 : strstr(m.path, "huge") ? "hugetlb"
-								  : "a device's or the kernel's");
-				rc = EINVAL;
-				goto out;
-			}
-		}
-		at = m.end;
-	}
-	rc = at >= e ? 0 : EFAULT;
-	if (rc)
-		snprintf(why, whylen, "address 0x%lx is not mapped", (unsigned long)at);
-out:
+	rc = vrdma_maps_check(maps, &id, s, e, want_ours, goff, why, whylen);
 	free(maps);
 	return rc;
 }
 
 #if defined(__x86_64__)
-/* copy_and_map copies n bytes from src to dst, then maps fd at offset off
- * over [addr, addr+len) shared and fixed, in one block that writes no
- * memory but dst: not even its own stack. The raw mmap result. */
-static long copy_and_map(void *dst, const void *src, size_t n, void *addr, size_t len, int fd, uint64_t off)
+/*
+ * Moving pages under running threads. The kernel replaces a mapping
+ * atomically for the program's other threads (mmap MAP_FIXED and mremap
+ * MREMAP_FIXED run under the mm's write lock: an access sees the old
+ * mapping or the new one, never a hole), so what can lose a byte is a
+ * write to the old pages after they were copied, and what can show zeros
+ * is a new mapping filled after it is in place. So a move write-protects
+ * the range first, copies, and puts the new mapping in place already
+ * filled, in one assembly block (the range may hold this thread's own
+ * stack frame). A thread that writes there meanwhile faults; segv_wait, the
+ * library's SIGSEGV handler, sees the address in the range being moved
+ * and waits on a futex for the move to end, then returns: the write is
+ * made again, on the new mapping. Faults that are not ours go to the
+ * handler installed before (chained). Readers are never stopped.
+ */
+struct ksigaction { /* the kernel's struct sigaction on x86-64 */
+	void *handler;
+	unsigned long flags;
+	void (*restorer)(void);
+	uint64_t mask;
+};
+
+void vrdma_sigreturn(void) __attribute__((visibility("hidden")));
+__asm__(".text\n\t.p2align 4\n\t.globl vrdma_sigreturn\n\t.hidden vrdma_sigreturn\n\t.type vrdma_sigreturn,@function\n"
+	"vrdma_sigreturn:\n\tmovq $15, %rax\n\tsyscall\n\t.size vrdma_sigreturn,.-vrdma_sigreturn\n");
+
+#ifndef SA_RESTORER
+#define SA_RESTORER 0x04000000
+#endif
+
+/* The move in progress: moving is odd while [moving_s, moving_e) is
+ * write-protected; each move adds 2. */
+static uint32_t moving;
+static uintptr_t moving_s, moving_e;
+
+/* The last moves' ranges: a fault taken during a move can reach the
+ * handler after the move ended (the faulting thread preempted between the
+ * fault and the signal). A late fault in one of them is retried when the
+ * page is writable now (MADV_POPULATE_WRITE, Linux 5.14, succeeds without
+ * writing; EINVAL on a page that is not) or, on kernels without it, until
+ * a second after the move. */
+#define RECENT 8
+#define RECENT_NS 1000000000LL
+static struct {
+	uintptr_t s, e;
+	int64_t until;
+} recent[RECENT];
+static unsigned recent_next;
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+static uintptr_t page_size;	    /* for the handler: sysconf is not async-signal-safe */
+static int populate_write;	    /* MADV_POPULATE_WRITE works (1) or not (-1); 0: not known yet */
+static struct ksigaction prev_segv; /* the handler segv_wait chains to */
+static void *chaining[8];	    /* siginfos being passed on, against loops */
+
+static int64_t mono_ns(void)
 {
-	/* Every operand in a register of its own: the compiler would share
-	 * one between equal values (addr is src, len is n), and rep movsb
-	 * moves rdi, rsi and rcx. */
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long ksigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
+{
+	return syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t));
+}
+
+/* chain gives a fault that is not ours to the handler before ours; with
+ * none (or with ours reached again through it), the default action. */
+static void chain(int sig, siginfo_t *si, void *uc)
+{
+	struct ksigaction p = prev_segv;
+	int slot = -1;
+
+	for (int i = 0; i < 8; i++)
+		if (__atomic_load_n(&chaining[i], __ATOMIC_ACQUIRE) == si)
+			p.handler = SIG_DFL; /* its handler called ours again */
+	if (p.handler == SIG_IGN && si->si_code <= 0)
+		return; /* an ignored kill(SIGSEGV) */
+	if (p.handler == SIG_DFL || p.handler == SIG_IGN) {
+		struct ksigaction dfl = { .handler = SIG_DFL };
+
+		ksigaction(sig, &dfl, NULL);
+		if (si->si_code <= 0) /* sent, not a fault: send it again, pending until we return */
+			syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), sig);
+		return; /* a fault: the access faults again, with the default action */
+	}
+	for (int i = 0; i < 8 && slot < 0; i++) {
+		void *none = NULL;
+
+		if (__atomic_compare_exchange_n(&chaining[i], &none, si, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			slot = i;
+	}
+	if (p.flags & SA_SIGINFO)
+		((void (*)(int, siginfo_t *, void *))p.handler)(sig, si, uc);
+	else
+		((void (*)(int))p.handler)(sig);
+	if (slot >= 0)
+		__atomic_store_n(&chaining[slot], NULL, __ATOMIC_RELEASE);
+}
+
+static void segv_wait(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	int saved = errno;
+
+	if (si->si_code == SEGV_ACCERR) {
+		for (;;) {
+			uint32_t m = __atomic_load_n(&moving, __ATOMIC_ACQUIRE);
+
+			if (!(m & 1) || a < __atomic_load_n(&moving_s, __ATOMIC_RELAXED) ||
+			    a >= __atomic_load_n(&moving_e, __ATOMIC_RELAXED))
+				break;
+			syscall(SYS_futex, &moving, FUTEX_WAIT_PRIVATE, m, NULL, NULL, 0);
+			if (__atomic_load_n(&moving, __ATOMIC_ACQUIRE) != m) {
+				errno = saved;
+				return; /* moved: write again */
+			}
+		}
+		for (int i = 0; i < RECENT; i++) {
+			int64_t until = __atomic_load_n(&recent[i].until, __ATOMIC_ACQUIRE);
+			uintptr_t pg = __atomic_load_n(&page_size, __ATOMIC_RELAXED);
+
+			if (a < __atomic_load_n(&recent[i].s, __ATOMIC_ACQUIRE) ||
+			    a >= __atomic_load_n(&recent[i].e, __ATOMIC_ACQUIRE) || !pg)
+				continue;
+			if (__atomic_load_n(&populate_write, __ATOMIC_RELAXED) > 0
+				    ? syscall(SYS_madvise, a & ~(pg - 1), pg, MADV_POPULATE_WRITE) == 0
+				    : mono_ns() < until) {
+				errno = saved;
+				return; /* writable now: the fault was a move's */
+			}
+			break; /* the program's own: write-protected still */
+		}
+	}
+	chain(sig, si, uc);
+	errno = saved;
+}
+
+/* own_segv installs segv_wait unless it is the handler already (the
+ * program may have installed one since: it becomes the one chained to).
+ * The raw system call: a library that interposes sigaction to keep its
+ * own handler (UCX does) must not leave the moves unguarded. 0 or an
+ * errno. +checklocks:mem_mu */
+static int own_segv(void)
+{
+	struct ksigaction cur, ours = {
+		.handler = (void *)segv_wait,
+		.flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART | SA_RESTORER,
+		.restorer = vrdma_sigreturn,
+	};
+
+	if (!populate_write) {
+		/* On a page known writable (this variable's): EINVAL is an
+		 * old kernel, where it also means not writable. */
+		uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+
+		__atomic_store_n(&page_size, pg, __ATOMIC_RELAXED);
+		__atomic_store_n(&populate_write,
+				 madvise((void *)((uintptr_t)&populate_write & ~(pg - 1)), pg, MADV_POPULATE_WRITE) ? -1 : 1,
+				 __ATOMIC_RELAXED);
+	}
+	if (ksigaction(SIGSEGV, NULL, &cur))
+		return errno;
+	if (cur.handler == (void *)segv_wait)
+		return 0;
+	prev_segv = cur;
+	return ksigaction(SIGSEGV, &ours, NULL) ? errno : 0;
+}
+
+/* move_begin and move_end bracket a move of [s, e), signals blocked in
+ * this thread (old holds its mask). +checklocks:mem_mu */
+static int move_begin(uintptr_t s, uintptr_t e, sigset_t *old)
+{
+	sigset_t all;
+	int rc = own_segv();
+
+	if (rc)
+		return rc;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, old);
+	__atomic_store_n(&moving_s, s, __ATOMIC_RELAXED);
+	__atomic_store_n(&moving_e, e, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&moving, 1, __ATOMIC_ACQ_REL);
+	return 0;
+}
+
+static void move_end(uintptr_t s, uintptr_t e, const sigset_t *old)
+{
+	unsigned i = recent_next++ % RECENT;
+
+	/* A recent entry first, so that a late fault finds one or the other. */
+	__atomic_store_n(&recent[i].until, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&recent[i].s, s, __ATOMIC_RELEASE);
+	__atomic_store_n(&recent[i].e, e, __ATOMIC_RELEASE);
+	__atomic_store_n(&recent[i].until, mono_ns() + RECENT_NS, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&moving, 1, __ATOMIC_ACQ_REL);
+	syscall(SYS_futex, &moving, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
+/* protect_copy_map write-protects [addr, addr+len), copies it to dst, and
+ * maps fd at offset off over it, shared and fixed, in one block that
+ * writes no memory but dst: not even its own stack. On a failure the
+ * range is made writable again. The raw result of the failed call or of
+ * mmap. */
+static long protect_copy_map(void *addr, size_t len, void *dst, int fd, uint64_t off)
+{
+	/* Every operand in a register of its own: rep movsb moves rdi, rsi
+	 * and rcx, and syscall clobbers rcx and r11. */
 	register long r10 __asm__("r10") = MAP_SHARED | MAP_FIXED;
 	register long r8 __asm__("r8") = fd;
 	register long r9 __asm__("r9") = (long)off;
 	register void *r12 __asm__("r12") = addr;
 	register size_t r13 __asm__("r13") = len;
-	long ret;
-
-	__asm__ volatile("rep movsb\n\t"
-			 "mov %%r12, %%rdi\n\t"
-			 "mov %%r13, %%rsi\n\t"
-			 "mov $9, %%eax\n\t"
-			 "syscall"
-			 : "+D"(dst), "+S"(src), "+c"(n), "=a"(ret)
-			 : "r"(r12), "r"(r13), "d"((long)(PROT_READ | PROT_WRITE)), "r"(r10), "r"(r8), "r"(r9)
-			 : "r11", "memory");
-	return ret;
-}
-
-/* map_and_copy maps private anonymous memory over [addr, addr+len) and
- * copies len bytes from src into it, in one block that writes no memory
- * but the new mapping. The raw mmap result. */
-static long map_and_copy(void *addr, size_t len, const void *src)
-{
-	register long r10 __asm__("r10") = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
-	register long r8 __asm__("r8") = -1;
-	register long r9 __asm__("r9") = 0;
-	register void *r12 __asm__("r12") = addr;
-	register size_t r13 __asm__("r13") = len;
-	register const void *r14 __asm__("r14") = src;
+	register void *r14 __asm__("r14") = dst;
 	long ret;
 
 	__asm__ volatile("mov %%r12, %%rdi\n\t"
 			 "mov %%r13, %%rsi\n\t"
-			 "mov $9, %%eax\n\t"
+			 "mov %[ro], %%edx\n\t"
+			 "mov $10, %%eax\n\t" /* mprotect */
 			 "syscall\n\t"
 			 "cmp $-4095, %%rax\n\t"
-			 "jae 1f\n\t"
+			 "jae 2f\n\t"
+			 "mov %%r14, %%rdi\n\t"
+			 "mov %%r12, %%rsi\n\t"
+			 "mov %%r13, %%rcx\n\t"
+			 "rep movsb\n\t"
 			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov %[rw], %%edx\n\t"
+			 "mov $9, %%eax\n\t" /* mmap */
+			 "syscall\n\t"
+			 "cmp $-4095, %%rax\n\t"
+			 "jb 3f\n"
+			 "2:\n\t"
+			 "mov %%rax, %%r15\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov %[rw], %%edx\n\t"
+			 "mov $10, %%eax\n\t"
+			 "syscall\n\t"
+			 "mov %%r15, %%rax\n"
+			 "3:"
+			 : "=a"(ret)
+			 : "r"(r12), "r"(r13), "r"(r14), "r"(r10), "r"(r8), "r"(r9), [ro] "i"(PROT_READ),
+			   [rw] "i"(PROT_READ | PROT_WRITE)
+			 : "rdi", "rsi", "rcx", "rdx", "r11", "r15", "memory", "cc");
+	return ret;
+}
+
+/* protect_copy_move write-protects [addr, addr+len), copies len bytes from
+ * src into the private anonymous mapping tmp, and moves tmp over the range
+ * (mremap, fixed), in one block that writes no memory but tmp. On a
+ * failure the range is made writable again. The raw result of the failed
+ * call or of mremap. */
+static long protect_copy_move(void *addr, size_t len, const void *src, void *tmp)
+{
+	register long r10 __asm__("r10") = MREMAP_MAYMOVE | MREMAP_FIXED;
+	register void *r8 __asm__("r8") = addr;
+	register void *r12 __asm__("r12") = addr;
+	register size_t r13 __asm__("r13") = len;
+	register const void *r14 __asm__("r14") = src;
+	register void *r15 __asm__("r15") = tmp;
+	long ret;
+
+	__asm__ volatile("mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov %[ro], %%edx\n\t"
+			 "mov $10, %%eax\n\t" /* mprotect */
+			 "syscall\n\t"
+			 "cmp $-4095, %%rax\n\t"
+			 "jae 2f\n\t"
+			 "mov %%r15, %%rdi\n\t"
 			 "mov %%r14, %%rsi\n\t"
 			 "mov %%r13, %%rcx\n\t"
 			 "rep movsb\n\t"
-			 "1:"
+			 "mov %%r15, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov %%r13, %%rdx\n\t"
+			 "mov $25, %%eax\n\t" /* mremap */
+			 "syscall\n\t"
+			 "cmp $-4095, %%rax\n\t"
+			 "jb 3f\n"
+			 "2:\n\t"
+			 "mov %%rax, %%r9\n\t"
+			 "mov %%r12, %%rdi\n\t"
+			 "mov %%r13, %%rsi\n\t"
+			 "mov %[rw], %%edx\n\t"
+			 "mov $10, %%eax\n\t"
+			 "syscall\n\t"
+			 "mov %%r9, %%rax\n"
+			 "3:"
 			 : "=a"(ret)
-			 : "r"(r12), "r"(r13), "r"(r14), "d"((long)(PROT_READ | PROT_WRITE)), "r"(r10), "r"(r8), "r"(r9)
-			 : "rdi", "rsi", "rcx", "r11", "memory", "cc");
+			 : "r"(r12), "r"(r13), "r"(r14), "r"(r15), "r"(r10), "r"(r8), [ro] "i"(PROT_READ),
+			   [rw] "i"(PROT_READ | PROT_WRITE)
+			 : "rdi", "rsi", "rcx", "rdx", "r9", "r11", "memory", "cc");
 	return ret;
 }
 #endif
 
 /* ours_bytes counts the bytes of [s, e) still mapped from the guest memfd
- * at goff + (va - s). */
+ * at goff + (va - s) (vrdma_maps_ours). */
 static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
 {
-	char *maps = read_maps(), *l;
-	struct stat st;
-	uint64_t n = 0;
+	struct vrdma_maps_file id;
+	char *maps;
+	uint64_t n;
 
-	if (!maps || fstat(vm->mem_fd, &st)) {
-		free(maps);
+	if (maps_id(vm, &id) || !(maps = vrdma_read_maps()))
 		return e - s; /* unknown: assume all */
-	}
-	for (l = maps; *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : l + strlen(l)) {
-		struct mapline m;
-		uintptr_t a, b;
-
-		if (parse_mapline(l, &m) || m.end <= s || m.start >= e)
-			continue;
-		a = m.start > s ? m.start : s;
-		b = m.end < e ? m.end : e;
-		if (m.inode == st.st_ino && m.major == major(st.st_dev) && m.minor == minor(st.st_dev) &&
-		    m.offset + (a - m.start) == goff + (a - s))
-			n += b - a;
-	}
+	n = vrdma_maps_ours(maps, &id, s, e, goff);
 	free(maps);
 	return n;
 }
 
-/* adopt_at copies and maps [s, e) onto guest offset goff (signals
- * blocked); 0 or an errno. */
+/* adopt_at copies and maps [s, e) onto guest offset goff, other threads'
+ * writes there held off meanwhile; 0 or an errno. +checklocks:mem_mu */
 static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
 {
 #if defined(__x86_64__)
-	sigset_t all, old;
+	sigset_t old;
 	long r;
+	int rc = move_begin(s, e, &old);
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = copy_and_map((char *)vm->mem + goff, (void *)s, e - s, (void *)s, e - s, vm->mem_fd, goff);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return rc;
+	r = protect_copy_map((void *)s, e - s, (char *)vm->mem + goff, vm->mem_fd, goff);
+	move_end(s, e, &old);
 	if (r < 0 && r > -4096)
 		return (int)-r;
 	(void)madvise((void *)s, e - s, MADV_DONTFORK);
@@ -443,6 +593,38 @@ static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff
 #else
 	(void)vm, (void)s, (void)e, (void)goff;
 	return EOPNOTSUPP; /* the copy-and-map block exists for x86-64 only */
+#endif
+}
+
+/* give_back makes [s, e), adopted at guest offset goff, private anonymous
+ * memory again with the same contents, other threads' writes there held
+ * off meanwhile and their reads never seeing anything else; 0 or an
+ * errno (the pages still adopted). +checklocks:mem_mu */
+static int give_back(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
+{
+#if defined(__x86_64__)
+	void *tmp = mmap(NULL, e - s, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	sigset_t old;
+	long r;
+	int rc;
+
+	if (tmp == MAP_FAILED)
+		return errno;
+	rc = move_begin(s, e, &old);
+	if (rc) {
+		munmap(tmp, e - s);
+		return rc;
+	}
+	r = protect_copy_move((void *)s, e - s, (char *)vm->mem + goff, tmp);
+	move_end(s, e, &old);
+	if (r < 0 && r > -4096) {
+		munmap(tmp, e - s);
+		return (int)-r;
+	}
+	return 0;
+#else
+	(void)vm, (void)s, (void)e, (void)goff;
+	return EOPNOTSUPP;
 #endif
 }
 
@@ -687,21 +869,12 @@ void vrdma_unadopt(struct vrdma_vm *vm, void *handle)
 	}
 	if (!check_range(vm, rn->va, rn->va + rn->len, 1, rn->goff, why, sizeof(why))) {
 		/* Still the program's memory, adopted: give it back. */
-#if defined(__x86_64__)
-		sigset_t all, old;
-		long r;
-
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		r = map_and_copy((void *)rn->va, rn->len, (char *)vm->mem + rn->goff);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		if (r < 0 && r > -4096) {
+		if (give_back(vm, rn->va, rn->va + rn->len, rn->goff)) {
 			/* Still adopted, and consistent: keep the run (and its
 			 * guest memory) for a later registration. */
 			pthread_mutex_unlock(&mem_mu);
 			return;
 		}
-#endif
 		guest_free(rn->goff, rn->len);
 	} else if (ours_bytes(vm, rn->va, rn->va + rn->len, rn->goff) == 0) {
 		/* The program unmapped it (freed before dereg): nothing of it

@@ -183,6 +183,34 @@ void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle);
 void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
 
+/* maps.c: the reader of /proc/self/maps. vrdma_read_maps returns the
+ * file's text (malloc'd, NUL-terminated) or NULL. vrdma_parse_mapline
+ * parses the line at l (up to its newline): 0, or -1 when it is not a
+ * mapping's line. vrdma_maps_check walks the mappings of the text maps
+ * over [s, e): with want_ours, every byte must be the file ours, shared,
+ * at offset goff + (va - s); otherwise every byte must be private
+ * read-write memory (heap, stack, anonymous, a file's private copy). 0, or
+ * an errno: EFAULT where nothing is mapped, EINVAL where the memory
+ * cannot be adopted (why, of whylen bytes, says which). vrdma_maps_ours
+ * counts the bytes of [s, e) mapped from ours at goff + (va - s). */
+struct vrdma_mapline {
+	uintptr_t start, end;
+	char perms[5];
+	uint64_t offset;
+	unsigned major, minor;
+	unsigned long inode;
+	char path[256];
+};
+struct vrdma_maps_file {
+	unsigned major, minor;
+	unsigned long inode;
+};
+char *vrdma_read_maps(void);
+int vrdma_parse_mapline(const char *l, struct vrdma_mapline *m);
+int vrdma_maps_check(const char *maps, const struct vrdma_maps_file *ours, uintptr_t s, uintptr_t e, int want_ours,
+		     uint64_t goff, char *why, size_t whylen);
+uint64_t vrdma_maps_ours(const char *maps, const struct vrdma_maps_file *ours, uintptr_t s, uintptr_t e, uint64_t goff);
+
 /* events.c: vrdma_async_open returns the agent's event socket for d's
  * adapter (a context's async_fd), or -1 when the agent has none. */
 int vrdma_async_open(struct vrdma_device *d);
