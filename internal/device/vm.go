@@ -396,7 +396,7 @@ func (v *Context) SetReadyUnique() error {
 					if ad.ip4.IsValid() {
 						what = "IPv4 address " + ad.ip4.String()
 					}
-					return abi.Errorf(abi.CodeExists, "adapter", "%s/%s cannot have %s: %s/%s on this host has it; give one of them another address (vrdma%d.ipAddress)",
+					return abi.Errorf(abi.CodeExists, "adapter", "rule address-unique: %s/%s cannot have %s: %s/%s on this host has it; give one of them another address (vrdma%d.ipAddress)",
 						v.name, ad.name, what, o.name, oa.name, ad.index)
 				}
 			}
