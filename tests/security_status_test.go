@@ -24,6 +24,7 @@ func TestSecurityStatusPrivate(t *testing.T) {
 		t.Skip("needs root: the test runs vrdmactl as another user")
 	}
 	const nobody = 65534
+	bin := testenv.Binary(t, "vrdmactl") // built before the operations' timeouts start
 	env := testenv.Start(t)
 	ctx := opCtx(t)
 	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
@@ -47,15 +48,19 @@ func TestSecurityStatusPrivate(t *testing.T) {
 	defer p.Close(ctx)
 
 	// vrdmactl, where uid 65534 can run it and reach the socket.
-	dir := t.TempDir()
+	dir, err := os.MkdirTemp("", "vrdma-status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
 	for _, d := range []string{dir, filepath.Dir(env.Socket)} {
 		if err := os.Chmod(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctl := filepath.Join(dir, "vrdmactl")
-	copyFile(t, testenv.Binary(t, "vrdmactl"), ctl)
-	cmd := exec.CommandContext(ctx, ctl, "--socket", env.Socket, "-o", "json", "status")
+	copyFile(t, bin, ctl)
+	cmd := exec.CommandContext(opCtx(t), ctl, "--socket", env.Socket, "-o", "json", "status")
 	cmd.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
 	out, err := cmd.Output()
@@ -70,7 +75,7 @@ func TestSecurityStatusPrivate(t *testing.T) {
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("vrdmactl status: %v\n%s", err, out)
 	}
-	asRoot, err := ag.Status(ctx)
+	asRoot, err := ag.Status(opCtx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
