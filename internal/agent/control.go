@@ -280,6 +280,10 @@ func (a *Agent) publishVM(v *device.Context, uid uint32) error {
 		ads = append(ads, records.Adapter{VM: v.Name(), Index: ad.Index(), MAC: ad.MAC().String(), GID: netip.AddrFrom16(ad.GID()),
 			PortGroup: pg, NativeEndpoint: vc.NativeEndpoint})
 	}
+	if err := c.checkAddresses(ctx, v); err != nil { // address.go
+		c.log.Warn("VM refused: an adapter address is taken, or cannot be checked", "vm", v.Name(), "err", err)
+		return err
+	}
 	err := c.publish(ctx, v, rec, ads)
 	// An assigned address another host took meanwhile: assign again.
 	for try := 0; errors.Is(err, member.ErrGIDInUse) && len(assigned) > 0 && try < 3; try++ {
@@ -327,6 +331,12 @@ func (a *Agent) publishVM(v *device.Context, uid uint32) error {
 				c.log.Info("VM published in the control plane", "vm", v.Name())
 				return
 			case errors.Is(err, errDetached):
+				return
+			case errors.Is(err, member.ErrGIDInUse):
+				// Another host's VM took the address while this host was
+				// cut off: connects to this VM's adapters are refused
+				// (checkLocalTarget) until it attaches with another.
+				c.log.Warn("VM not published: rule address-unique: another host's VM holds one of its addresses; its adapters take no connections: detach it and give it another address", "vm", v.Name(), "err", err)
 				return
 			case !errors.Is(err, store.ErrUnavailable):
 				c.log.Warn("VM not published in the control plane: other hosts cannot reach it", "vm", v.Name(), "err", err)
@@ -437,11 +447,31 @@ func explain(d pathsel.Decision) string {
 	return b.String()
 }
 
-// decideLocal decides the path between local adapters from and to. ok is
-// false when the control plane cannot decide (a VM not published, etcd out
-// of reach for something uncached): the agent then falls back to memcpy,
-// as standalone. A refusal by path selection is an error.
+// decideLocal decides the path between local adapters from and to, and
+// fails closed. Both must pass rule address-unique (checkLocalTarget).
+// Two adapters on no port group have no decision to make: ok is false,
+// and the agent uses memcpy, as standalone. Otherwise both must be on a
+// port group and path selection must decide: a refusal, and any failure
+// to decide (the directory out of reach for something uncached), is an
+// error (rule same-host-decision).
 func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok bool, err error) {
+	for _, ad := range []*device.Adapter{to, from} {
+		if err := c.checkLocalTarget(ad, "remote"); err != nil { // address.go
+			return d, false, err
+		}
+	}
+	pf, pt := portGroupOf(from), portGroupOf(to)
+	switch {
+	case pf == "" && pt == "":
+		return d, false, nil
+	case pf == "" || pt == "":
+		on, off := to, from
+		if pf != "" {
+			on, off = from, to
+		}
+		return d, false, abi.Errorf(abi.CodeRefused, "remote", "rule same-host-decision: %s cannot connect to %s: %s is on port group %s and %s on none, so path selection cannot check their VLANs; put both on a port group (ethernetN.dvs.portgroupId), or neither",
+			endName(from), endName(to), endName(on), portGroupOf(on), endName(off))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	d, err = c.cache.Decide(ctx, endName(from), endName(to))
@@ -455,8 +485,8 @@ func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok 
 		}
 		return d, false, abi.Errorf(abi.CodeRefused, "remote", "%s", msg)
 	default:
-		c.log.Debug("no control-plane decision for a same-host pair; memcpy", "from", endName(from), "to", endName(to), "err", err)
-		return d, false, nil
+		return d, false, abi.Errorf(abi.CodeUnavailable, "remote", "rule same-host-decision: cannot decide the path from %s to %s, both on this host: %v; connect once the control plane answers",
+			endName(from), endName(to), err)
 	}
 }
 

@@ -31,10 +31,10 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpHello:  on((*session).hello),
 	abi.OpAttach: on((*session).attach),
 	abi.OpStatus: on(func(s *session, _ *device.Context, _ *abi.Empty) (any, []int, error) {
-		return s.a.status(), nil, nil
+		return s.a.statusFor(s.caller()), nil, nil
 	}),
 	abi.OpListVMs: on(func(s *session, _ *device.Context, _ *abi.Empty) (any, []int, error) {
-		return mgmt.VMList{VMs: s.a.status().VMs}, nil, nil
+		return mgmt.VMList{VMs: s.a.statusFor(s.caller()).VMs}, nil, nil
 	}),
 
 	// The VM procedures (internal/manage).

@@ -338,6 +338,23 @@ func (a *Agent) status() mgmt.Status {
 	return st
 }
 
+// statusFor is the status report as caller may see it: another user's
+// VMs without their objects (processes, registered memory, QPs with their
+// numbers and peers, counters), which only root, the agent's user and the
+// VM's owner see (docs/SECURITY.md, "Addresses, keys and QP numbers").
+func (a *Agent) statusFor(caller *manage.Caller) mgmt.Status {
+	st := a.status()
+	for i := range st.VMs {
+		vs := &st.VMs[i]
+		if a.proc.MaySee(caller, vs.Name) {
+			continue
+		}
+		vs.Processes, vs.MemRegistered, vs.QPs, vs.AdapterCounters = nil, 0, nil, nil
+		vs.ObjectsHidden = true
+	}
+	return st
+}
+
 // caller is s as the VM procedures see it.
 func (s *session) caller() *manage.Caller {
 	return &manage.Caller{Cred: s.cred, UID: s.uid, GID: s.gid, PID: s.pid, Ctx: s.ctx}

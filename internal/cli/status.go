@@ -92,6 +92,12 @@ func printStatus(w io.Writer, rep statusReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VM\tSTATE\tMEMORY\tASYNC\tADAPTERS")
 	nqp := 0
+	var hidden []string
+	defer func() {
+		if len(hidden) > 0 {
+			fmt.Fprintf(w, "QPs and processes of %s not shown: other users' VMs (their owner and root see them)\n", strings.Join(hidden, ", "))
+		}
+	}()
 	for i := range rep.VMs {
 		v := &rep.VMs[i]
 		var ads []string
@@ -107,6 +113,9 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", v.Name, vmState(v), vmMemory(v), onOff(v.AsyncMode), strings.Join(ads, ", "))
 		nqp += len(v.QPs)
+		if v.ObjectsHidden {
+			hidden = append(hidden, v.Name)
+		}
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -24,6 +24,7 @@ package device
 
 import (
 	crand "crypto/rand"
+	"encoding/binary"
 	"log/slog"
 	"slices"
 	"sync"
@@ -93,8 +94,7 @@ type Device struct {
 	// attached VMs by name
 	vms map[string]*vmProcs // +checklocks:mu
 	// every QP by QPN
-	qps     map[uint32]*QP // +checklocks:mu
-	nextQPN uint32         // +checklocks:mu
+	qps map[uint32]*QP // +checklocks:mu
 }
 
 // New returns an empty device.
@@ -109,9 +109,6 @@ func New(cfg Config) *Device {
 	if d.cfg.DetachWait <= 0 {
 		d.cfg.DetachWait = 10 * time.Second
 	}
-	var b [2]byte
-	crand.Read(b[:])
-	d.nextQPN = 0x100 + uint32(b[0])<<8 | uint32(b[1])
 	return d
 }
 
@@ -128,18 +125,24 @@ func (d *Device) QP(qpn uint32) *QP {
 	return d.qps[qpn]
 }
 
-// allocQPNLocked returns an unused 24-bit QPN (never 0 or 1, which IB
-// reserves for QP0 and QP1).
+// allocQPNLocked returns an unused QPN drawn at random from the 24-bit
+// space (never 0 or 1, which IB reserves for QP0 and QP1, nor 0xffffff,
+// its multicast QPN). A QPN is what a request names its target by: drawn
+// at random, a QP's number says nothing of the next one's, and a number a
+// destroyed QP had comes back only by chance, one in 16 million per QP
+// created (docs/SECURITY.md, "Addresses, keys and QP numbers").
 //
 // +checklocks:d.mu
 func (d *Device) allocQPNLocked() uint32 {
+	var b [4]byte
 	for {
-		d.nextQPN = (d.nextQPN + 1) & 0xffffff
-		if d.nextQPN < 2 {
+		crand.Read(b[:]) // never fails (crypto/rand)
+		n := binary.LittleEndian.Uint32(b[:]) & 0xffffff
+		if n < 2 || n == 0xffffff {
 			continue
 		}
-		if _, used := d.qps[d.nextQPN]; !used {
-			return d.nextQPN
+		if _, used := d.qps[n]; !used {
+			return n
 		}
 	}
 }

@@ -119,27 +119,18 @@ func (v *Context) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 				v.name, others+mine, v.memSize, n+1, others)
 		}
 	}
-	// Find a free key slot; the low byte is a generation so that a stale
-	// key of a freed slot does not match its next region.
-	idx := 0
-	for i := 1; i < len(v.mrs); i++ {
-		if v.mrs[i].Load() == nil {
-			idx = i
-			break
-		}
+	key, ok := v.newKeyLocked() // keys.go
+	if !ok {
+		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs))
 	}
-	if idx == 0 {
-		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs)-1)
-	}
-	v.mrGen++
 	iova := r.Addr
 	if r.IOVA != nil {
 		iova = *r.IOVA
 	}
-	m := &MR{handle: v.allocHandleLocked(), key: uint32(idx)<<8 | uint32(v.mrGen), pd: p, addr: r.Addr, iova: iova, length: r.Length, access: r.Access}
+	m := &MR{handle: v.allocHandleLocked(), key: key, pd: p, addr: r.Addr, iova: iova, length: r.Length, access: r.Access}
 	p.refs++
 	v.mrHandles[m.handle] = m
-	v.mrs[idx].Store(m)
+	v.mrs[v.keySlot(key)].Store(m)
 	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
 }
 
@@ -186,7 +177,8 @@ func (v *Context) DeregMR(h uint32) error {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", h)
 	}
 	delete(v.mrHandles, h)
-	v.mrs[m.key>>8].Store(nil)
+	v.mrs[v.keySlot(m.key)].Store(nil)
+	v.freeKeyLocked(m.key)
 	m.pd.refs--
 	v.objMu.Unlock()
 	v.memMu.Lock() // the barrier: see above

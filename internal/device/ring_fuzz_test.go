@@ -14,8 +14,8 @@ import (
 // ringHarness is a device with two attached VMs, built without sockets or
 // workloads, for driving the ring consumer by hand; their QPs connect over
 // the memcpy path (harnessPath). Each VM's 1 MiB of
-// guest memory holds a pattern, two memory regions with keys 0x101 (every
-// access right, [harnessRW, +harnessRWLen)) and 0x202 (remote read only,
+// guest memory holds a pattern, two memory regions with keys 0x1000 (every
+// access right, [harnessRW, +harnessRWLen)) and 0x1001 (remote read only,
 // [harnessRO, +harnessROLen)), and nothing else that may change.
 type ringHarness struct {
 	d       *Device
@@ -30,9 +30,9 @@ const (
 	harnessRWLen = 0x10000
 	harnessRO    = 0x30000
 	harnessROLen = 0x1000
-	harnessKeyRW = 0x101
-	harnessKeyRO = 0x202
-	harnessCaps  = 8 // SQ and RQ slots, the QPs' SGEs per WQE
+	harnessKeyRW = 0x1000 // slot 0, generation 1 (keys.go, max_mr 4096)
+	harnessKeyRO = 0x1001 // slot 1, generation 1
+	harnessCaps  = 8      // SQ and RQ slots, the QPs' SGEs per WQE
 )
 
 func newRingHarness(tb testing.TB) *ringHarness {
@@ -73,7 +73,7 @@ func newRingHarness(tb testing.TB) *ringHarness {
 			}
 		}
 		if v.lookupMR(harnessKeyRW) == nil || v.lookupMR(harnessKeyRO) == nil {
-			tb.Fatal("memory region keys are not the expected 0x101 and 0x202")
+			tb.Fatal("memory region keys are not the expected 0x1000 and 0x1001")
 		}
 		copy(v.mem.Bytes(), h.pattern)
 		return v, p

@@ -46,9 +46,10 @@ type Context struct {
 
 	adapters []*Adapter
 
-	// mrs is the key table: mrs[key>>8] holds the region whose key is key.
-	// Lookups are lock-free; writes happen under objMu.
-	mrs []atomic.Pointer[MR]
+	// mrs is the key table: mrs[keySlot(key)] holds the region whose key
+	// is key (keys.go). Lookups are lock-free; writes happen under objMu.
+	mrs     []atomic.Pointer[MR]
+	keyBits uint // the low bits of a key that number its slot
 
 	objMu      sync.Mutex
 	pds        map[uint32]*PD // +checklocks:objMu
@@ -56,7 +57,9 @@ type Context struct {
 	cqs        map[uint32]*CQ // +checklocks:objMu
 	qps        map[uint32]*QP // +checklocks:objMu
 	nextHandle uint32         // +checklocks:objMu
-	mrGen      uint8          // +checklocks:objMu
+	keyGens    []uint32       // +checklocks:objMu
+	keyFree    []uint32       // +checklocks:objMu
+	keyFresh   uint32         // +checklocks:objMu
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -293,7 +296,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
 		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{},
-		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR+1)}
+		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR)}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
 
@@ -393,7 +396,7 @@ func (v *Context) SetReadyUnique() error {
 					if ad.ip4.IsValid() {
 						what = "IPv4 address " + ad.ip4.String()
 					}
-					return abi.Errorf(abi.CodeExists, "adapter", "%s/%s cannot have %s: %s/%s on this host has it; give one of them another address (vrdma%d.ipAddress)",
+					return abi.Errorf(abi.CodeExists, "adapter", "rule address-unique: %s/%s cannot have %s: %s/%s on this host has it; give one of them another address (vrdma%d.ipAddress)",
 						v.name, ad.name, what, o.name, oa.name, ad.index)
 				}
 			}
@@ -478,8 +481,8 @@ func (v *Context) Adapter(name string) (*Adapter, error) {
 
 // lookupMR returns the region with key, or nil. Lock-free: data path.
 func (v *Context) lookupMR(key uint32) *MR {
-	idx := key >> 8
-	if idx == 0 || int(idx) >= len(v.mrs) {
+	idx := v.keySlot(key)
+	if int(idx) >= len(v.mrs) {
 		return nil
 	}
 	m := v.mrs[idx].Load()

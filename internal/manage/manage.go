@@ -1239,6 +1239,33 @@ func (mg *Procedures) ManagedHere(seen map[string]bool) []mgmt.VMStatus {
 	return out
 }
 
+// MaySee reports whether s may see the objects (processes, QPs,
+// counters) of VM name in a status report: s runs as root, as the agent's
+// user, or as the VM's owner uid. A VM whose owner cannot be read is
+// nobody's to see but the privileged.
+func (mg *Procedures) MaySee(s *Caller, name string) bool {
+	if s.privileged() {
+		return true
+	}
+	if !s.Cred {
+		return false
+	}
+	mg.mu.Lock()
+	_, st, ok, err := mg.readLocal(name)
+	mg.mu.Unlock()
+	if err == nil && ok {
+		return st.Owner.MayChange(s.UID)
+	}
+	if mg.ctl != nil {
+		for _, r := range mg.ctl.Cache.VMs() {
+			if r.Name == name {
+				return r.Owner.MayChange(s.UID)
+			}
+		}
+	}
+	return false
+}
+
 // LocalVM returns VM name of the state directory: its VMX and owner; ok
 // is false if the state directory has none.
 func (mg *Procedures) LocalVM(name string) (vmxText []byte, owner records.Owner, ok bool) {

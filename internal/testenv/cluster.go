@@ -418,6 +418,11 @@ func (c *Cluster) report() {
 // --etcd-endpoints.
 func (c *Cluster) Endpoint() string { return c.etcd.ClientURL() }
 
+// StopEtcd stops the cluster's etcd for the rest of the test: the
+// agents' control plane is out of reach (their caches keep serving what
+// they hold), as is the cluster's own Store and Cache.
+func (c *Cluster) StopEtcd() { c.etcd.Close() }
+
 // Store returns a store on the cluster's etcd, owned by the cluster.
 func (c *Cluster) Store() *store.Store { return c.st }
 

@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
@@ -26,6 +27,7 @@ type localPaths struct {
 	self  *hostlink.Peer  // the test link's one peer: this host
 	rdma  *rdma.Engine    // the RoCEv2 engine sending to itself
 	marks rdma.Marks      // what the rdma loop's packets carry
+	only  []string        // Options.TestLinkVMs
 }
 
 // localPaths returns the maker of o's local paths, counting the test
@@ -35,7 +37,7 @@ func (o Options) localPaths(stats *testlink.Stats) func(agent.PathEnv) (agent.Lo
 		return nil
 	}
 	return func(env agent.PathEnv) (agent.LocalPaths, error) {
-		p := &localPaths{host: env.Host, marks: rdma.Marks{TOS: o.RDMALoopDSCP << 2, Priority: o.RDMALoopPrio}}
+		p := &localPaths{host: env.Host, marks: rdma.Marks{TOS: o.RDMALoopDSCP << 2, Priority: o.RDMALoopPrio}, only: o.TestLinkVMs}
 		if o.TestLink != nil {
 			l, err := hostlink.NewTestLink(env.Links, *o.TestLink, env.Clock, stats)
 			if err != nil {
@@ -58,8 +60,12 @@ func (o Options) localPaths(stats *testlink.Stats) func(agent.PathEnv) (agent.Lo
 	}
 }
 
-// Route puts q on the rdma loop, or else on the test link.
+// Route puts q on the rdma loop, or else on the test link (with
+// Options.TestLinkVMs, only if q's VM is one of them).
 func (p *localPaths) Route(q *device.QP, peer *device.Adapter) (device.Route, bool) {
+	if p.only != nil && !slices.Contains(p.only, q.Context().Name()) {
+		return device.Route{}, false
+	}
 	if p.rdma != nil {
 		return device.Route{New: p.rdma.Bind(p.rdma.LocalAddr(), p.marks), Info: abi.PathInfo{Path: abi.PathRDMA,
 			Reason:   fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", q.Context().Name(), peer.Context().Name(), p.host, p.rdma.LocalAddr()),

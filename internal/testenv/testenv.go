@@ -116,6 +116,10 @@ type Options struct {
 	// in-process link with these faults (tcp.NewTestLink); Env.TestLinkStats
 	// counts its frames.
 	TestLink *testlink.Faults
+	// TestLinkVMs, if set, puts only the QPs of these VMs on the test
+	// link (or the rdma loop); the other VMs' QPs take the agent's own
+	// path (memcpy), also towards these VMs.
+	TestLinkVMs []string
 	// RDMALoop puts QPs between the agent's VMs on the rdma path, the
 	// agent's RoCEv2 engine on this UDP address sending to itself
 	// (port 0: 4791); RDMALoopConn, if set, wraps its socket (a fault

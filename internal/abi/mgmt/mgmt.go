@@ -323,6 +323,10 @@ type VMStatus struct {
 	QPs           []QPStatus        `json:"qps,omitempty"`
 	// AdapterCounters are the attached VM's adapters' counters.
 	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
+	// ObjectsHidden says the report leaves out the VM's processes,
+	// registered memory, QPs and counters: the VM is another user's, and
+	// only its owner, root and the agent's user see them.
+	ObjectsHidden bool `json:"objects_hidden,omitempty"`
 }
 
 // Status is an agent's status report.

@@ -710,6 +710,17 @@ func (c *Cache) ResolveEnd(ctx context.Context, target string) (End, error) {
 	return End{Endpoint: e, Host: h, PortGroup: pg}, nil
 }
 
+// HolderOf returns the directory entry of GID gid as the cache holds it,
+// without going to etcd, so also while etcd is out of reach; ok is false
+// when the cache has none. Until Synced, the cache may not have listed
+// the directory yet.
+func (c *Cache) HolderOf(gid netip.Addr) (e records.Endpoint, ok bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	en, ok := c.s.byGID[records.GIDOf(gid)]
+	return en.v, ok
+}
+
 // Decide returns the path between two adapters, each named "vm/vrdmaN" or
 // by GID: it resolves both ends with their hosts, port groups and switch,
 // from the cache when it holds them, and calls pathsel.Select. On error

@@ -281,6 +281,13 @@ func TestControlPlaneMembershipPublish(t *testing.T) {
 	if e, err := cache.Resolve(ctx, ads[2].GID.String()); err != nil || e.Name() != "vm1/vrdma2" {
 		t.Errorf("new GID resolves to %+v, %v", e, err)
 	}
+	// HolderOf answers from the cache alone, as Resolve's hits do.
+	if e, ok := cache.HolderOf(ads[2].GID); !ok || e.Name() != "vm1/vrdma2" || e.Host != "h1" {
+		t.Errorf("HolderOf(new GID) = %+v, %v; want vm1/vrdma2 on h1", e, ok)
+	}
+	if e, ok := cache.HolderOf(oldGID); ok {
+		t.Errorf("HolderOf(old GID) = %+v; want none", e)
+	}
 
 	// Another VM may not take vm1's GID.
 	vm2, ads2 := vmRec("vm2", "h1", 2, 1)
