@@ -114,8 +114,10 @@ func (c *Conn) Recall(k *Call) {
 	}
 }
 
-// readResponses is the reader of a connection this host opened.
+// readResponses is the reader of a connection this host opened. A panic
+// closes the connection (guard).
 func (c *Conn) readResponses() {
+	defer c.guard("response reader")
 	var h tcpwire.Header
 	for {
 		if err := c.readHeader(&h); err != nil {
@@ -177,8 +179,10 @@ func (c *Conn) readInto(segs [][]byte, n uint64) error {
 
 // serveRequests is the reader of a connection the peer opened: RC
 // requests go to the connection's Responder, CM frames to connection
-// management (cm.go).
+// management (cm.go). A panic in a handler closes the connection
+// (guard).
 func (c *Conn) serveRequests() {
+	defer c.guard("request reader")
 	c.rq = c.l.u.cfg.Responder(c)
 	var h tcpwire.Header
 	for {
@@ -188,6 +192,9 @@ func (c *Conn) serveRequests() {
 		}
 		if err == nil {
 			err = c.readHeader(&h)
+		}
+		if err == nil && testHookFrame != nil {
+			testHookFrame(c, &h)
 		}
 		if err == nil {
 			switch {

@@ -51,10 +51,13 @@ func (c *Conn) startCM(h *tcpwire.Header) error {
 	go func() {
 		defer u.wg.Done()
 		defer c.cmCount.Add(-1)
+		defer c.guard("CM request goroutine")
+		defer func() {
+			c.cmMu.Lock()
+			delete(c.cms, tag)
+			c.cmMu.Unlock()
+		}()
 		resp := c.serveCM(r, &m)
-		c.cmMu.Lock()
-		delete(c.cms, tag)
-		c.cmMu.Unlock()
 		if err := c.writeControl(tcpwire.CMResp, tag, resp); err != nil {
 			u.log.Info("tcp path: CM answer not delivered", "peer", c.l.peerID, "err", err)
 		}
@@ -172,8 +175,9 @@ func (c *Conn) noteCM(h *tcpwire.Header) error {
 		u.log.Warn("tcp path: bad "+h.Type.String()+" ignored", "peer", c.l.peerID, "err", err)
 		return nil
 	}
+	typ := h.Type // h is the reader's, reused for the next frame
 	handle := u.cfg.OnDisconnect
-	if h.Type == tcpwire.CMRTU {
+	if typ == tcpwire.CMRTU {
 		handle = u.cfg.OnEstablish
 	}
 	if handle == nil {
@@ -182,11 +186,12 @@ func (c *Conn) noteCM(h *tcpwire.Header) error {
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
+		defer c.guard(typ.String() + " goroutine")
 		ctx, cancel := context.WithTimeout(context.Background(), u.cfg.LookupTimeout)
 		ep, err := u.cfg.Cache.Resolve(ctx, m.FromGID.String())
 		cancel()
 		if err != nil || ep.Host != c.l.peerID {
-			u.log.Warn("tcp path: "+h.Type.String()+" from an adapter the control plane does not place on the sending host; ignored",
+			u.log.Warn("tcp path: "+typ.String()+" from an adapter the control plane does not place on the sending host; ignored",
 				"peer", c.l.peerID, "from_gid", m.FromGID, "err", err)
 			return
 		}

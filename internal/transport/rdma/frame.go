@@ -462,5 +462,5 @@ func (e *Engine) frame(buf []byte, l int, fr *rocewire.Frame, pkt *rocewire.Pack
 		e.ctr.BadICRC.Add(1)
 		return nil
 	}
-	return e.dispatch(fr.Transport, netip.AddrPortFrom(netip.AddrFrom16(fr.GRH.SGID()), 0), &fr.Src, pkt)
+	return e.safeDispatch(fr.Transport, netip.AddrPortFrom(netip.AddrFrom16(fr.GRH.SGID()), 0), &fr.Src, pkt)
 }
