@@ -115,9 +115,17 @@ func (c *Conn) Recall(k *Call) {
 }
 
 // readResponses is the reader of a connection this host opened. A panic
-// closes the connection (guard).
+// closes the connection (guard), and fails the call whose response was
+// being read, which the connection's close cannot find any more.
 func (c *Conn) readResponses() {
 	defer c.guard("response reader")
+	var k *Call // the call whose response is being read: taken from pending, not signalled
+	defer func() {
+		if k != nil {
+			k.Err = ErrConnLost
+			k.signal()
+		}
+	}()
 	var h tcpwire.Header
 	for {
 		if err := c.readHeader(&h); err != nil {
@@ -129,7 +137,7 @@ func (c *Conn) readResponses() {
 			return
 		}
 		c.pmu.Lock()
-		k := c.pending[h.Tag]
+		k = c.pending[h.Tag]
 		delete(c.pending, h.Tag)
 		c.pmu.Unlock()
 		if k == nil { // a response for a request that gave up
@@ -140,6 +148,9 @@ func (c *Conn) readResponses() {
 			continue
 		}
 		k.Resp = h
+		if testHookFrame != nil {
+			testHookFrame(c, &h)
+		}
 		var err error
 		switch h.Type {
 		case tcpwire.ReadResp:
@@ -149,12 +160,11 @@ func (c *Conn) readResponses() {
 			err = c.ReadFull(k.Ctl)
 		}
 		if err != nil {
-			k.Err = ErrConnLost
-			k.signal()
 			c.Close(err)
-			return
+			return // the deferred call fails k
 		}
 		k.signal()
+		k = nil
 	}
 }
 

@@ -72,3 +72,35 @@ func TestSecurityPanicClosesOneConnection(t *testing.T) {
 		t.Errorf("want one logged panic naming the request reader, with the panic's value and its stack; logged:\n%s", strings.Join(logged, "\n"))
 	}
 }
+
+// TestSecurityPanicInResponseReader: a response reader that panics while
+// it holds a READ's response (made to, by the test's frame hook, on the
+// first READ response) closes its connection and fails the READ's call,
+// which the close cannot find any more: the READ is retried on a new
+// connection and completes, instead of its QP waiting forever.
+func TestSecurityPanicInResponseReader(t *testing.T) {
+	var armed, fired atomic.Bool
+	restore := hostlink.SetFrameHook(func(_ string, h *tcpwire.Header) {
+		if armed.Load() && h.Type == tcpwire.ReadResp && fired.CompareAndSwap(false, true) {
+			panic("test: a bug in reading a READ's response")
+		}
+	})
+	t.Cleanup(restore) // after the agent's own cleanup: it runs last
+	env := testenv.StartWith(t, testenv.Options{TestLink: &testlink.Faults{},
+		AllowErrors: regexp.MustCompile(`^tcp path: a goroutine serving a peer host's input panicked`)})
+	one := env.NewPair(t, "one")
+	one.Read(t, 4096, 1)
+	armed.Store(true)
+	one.Read(t, 8192, 2)
+	if !fired.Load() {
+		t.Fatal("the hook never saw the READ response it was to panic on")
+	}
+	one.Read(t, 100, 3)
+	one.Write(t, 100, 4)
+	if n := uplink(t, env).Panics; n != 1 {
+		t.Errorf("the uplink counts %d panics, want 1", n)
+	}
+	if l := env.ErrorsWith("panicked"); len(l) != 1 || !strings.Contains(l[0], "goroutine=response reader") {
+		t.Errorf("want one logged panic of the response reader; logged:\n%s", strings.Join(l, "\n"))
+	}
+}

@@ -71,14 +71,30 @@ func (e *Env) NewPair(t testing.TB, name string) *Pair {
 // and checks that it completes successfully, within 10 s, and lands.
 func (p *Pair) Write(t testing.TB, n int, fill byte) {
 	t.Helper()
-	src, dst := p.Src.Bytes()[:n], p.Dst.Bytes()[:n]
-	for i := range src {
-		src[i] = fill + byte(i)
+	p.move(t, vrdma.OpRDMAWrite, n, fill)
+}
+
+// Read RDMA-READs n bytes (at most 64 KiB) of fresh data of B into A and
+// checks that it completes successfully, within 10 s, and lands.
+func (p *Pair) Read(t testing.TB, n int, fill byte) {
+	t.Helper()
+	p.move(t, vrdma.OpRDMARead, n, fill)
+}
+
+// move runs one WRITE or READ of n bytes between A's Src and B's Dst.
+func (p *Pair) move(t testing.TB, op vrdma.Opcode, n int, fill byte) {
+	t.Helper()
+	from, to := p.Src.Bytes()[:n], p.Dst.Bytes()[:n]
+	if op == vrdma.OpRDMARead {
+		from, to = to, from
+	}
+	for i := range from {
+		from[i] = fill + byte(i)
 	}
 	p.nextWRID++
-	if err := p.A.PostSend([]vrdma.SendWR{{ID: p.nextWRID, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled,
+	if err := p.A.PostSend([]vrdma.SendWR{{ID: p.nextWRID, Opcode: op, Flags: vrdma.SendSignaled,
 		SGL: []vrdma.SGE{p.Src.SGE(0, n)}, RemoteAddr: p.Dst.Addr(), RKey: p.Dst.RKey()}}); err != nil {
-		t.Fatalf("%s: post a WRITE: %v", p.Name, err)
+		t.Fatalf("%s: post a %s: %v", p.Name, op, err)
 	}
 	wc := make([]vrdma.WorkCompletion, 1)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -90,14 +106,14 @@ func (p *Pair) Write(t testing.TB, n int, fill byte) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: the WRITE did not complete within 10 s", p.Name)
+			t.Fatalf("%s: the %s did not complete within 10 s", p.Name, op)
 		}
 	}
 	if wc[0].WRID != p.nextWRID || wc[0].Status != vrdma.WCSuccess {
-		t.Fatalf("%s: WRITE %d completed as WR %d with %s, want success", p.Name, p.nextWRID, wc[0].WRID, wc[0].Status)
+		t.Fatalf("%s: %s %d completed as WR %d with %s, want success", p.Name, op, p.nextWRID, wc[0].WRID, wc[0].Status)
 	}
-	if !bytes.Equal(dst, src) {
-		t.Fatalf("%s: the WRITE completed but its bytes did not land", p.Name)
+	if !bytes.Equal(to, from) {
+		t.Fatalf("%s: the %s completed but its bytes did not land", p.Name, op)
 	}
 }
 
