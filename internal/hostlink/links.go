@@ -36,7 +36,13 @@ package hostlink
 //	                    path's Responder, which executes them against the
 //	                    target VM's memory and answers. CM requests go to
 //	                    their own goroutine, which may wait for a
-//	                    listener's accept.
+//	                    listener's accept (at most cmMaxPending per
+//	                    connection); CM_DISC and CM_RTU frames to their own
+//	                    goroutine, which looks the sender up (at most
+//	                    cmMaxNotes per connection: the reader waits for
+//	                    one to end). Each is owned by the connection's
+//	                    Links (its wait group) and ends with its lookup and
+//	                    answer.
 //	Conn.readResponses  one per opened connection (requester side): reads
 //	                    responses, hands each to the Call waiting for its
 //	                    tag (a READ's data goes straight into the call's
