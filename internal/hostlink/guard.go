@@ -22,9 +22,10 @@ import (
 )
 
 // testHookFrame, if set, is called by a connection's request reader with
-// each frame's header before the frame is handled, and by its response
-// reader with each response's once it has taken the response's call.
-// Only tests set it (export_test.go), to make a reader panic.
+// each frame's header before the frame is handled, by its response
+// reader with each response's once it has taken the response's call, and
+// by an accepted connection's handshake with its first frame's. Only
+// tests set it (export_test.go), to make a reader panic.
 var testHookFrame func(c *Conn, h *tcpwire.Header)
 
 // stack returns the calling goroutine's stack, up to 8 KiB, for the log.
