@@ -138,6 +138,9 @@ func (rp *responder) release(p device.Target) {
 //
 // +checklocksignore: writing says the handler's StartWrite holds the write side
 func (rp *responder) unwind() {
+	if rp.held == nil && !rp.writing {
+		return // the usual case: nothing to let go of
+	}
 	if rp.held != nil {
 		rp.release(rp.held)
 	}
