@@ -235,7 +235,7 @@ func (q *QP) drain() {
 			return
 		case abi.QPSErr:
 			q.flushPath()
-			q.flushSQ(tail)
+			q.flushSQ()
 			q.flushRQ()
 			return
 		}
@@ -451,10 +451,25 @@ func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 	return p.recvCQ.tryPushRecv(&e, p)
 }
 
-// flushSQ completes every queued send WQE with WR_FLUSH_ERR.
-func (q *QP) flushSQ(tail uint32) {
+// flushSQ completes every queued send WQE with WR_FLUSH_ERR. It reads
+// the SQ tail and checks it against the head itself: the path's flush
+// (flushPath) has just moved the head past its window, so a tail checked
+// before it may be behind the head now (the workload moved it back), and
+// flushing up to it would run round the ring through slots that hold no
+// posted WQE. Such a tail is garbage, as in drain: nothing more is
+// flushed, and the goroutine waits for the workload to change it.
+func (q *QP) flushSQ() {
 	mem := q.ring.Bytes()
 	size, stride := q.layout.SQEntries, q.layout.SQStride
+	tail := abi.Word(mem, abi.OffSQTail).Load()
+	if !validPending(tail, q.sqHead, size) {
+		if !q.sqBad || tail != q.sqBadTail {
+			q.sqBad, q.sqBadTail = true, tail
+			q.vm.d.log.Warn("send queue tail index is behind the WQEs the QP's path had in flight: the workload wrote garbage; the ERR flush stops at the head",
+				"vm", q.vm.name, "qpn", q.qpn, "tail", tail, "head", q.sqHead, "size", size)
+		}
+		return
+	}
 	for q.sqHead != tail && !q.stop.Load() {
 		off := q.layout.SQOffset + abi.Slot(q.sqHead, size)*stride
 		copy(q.sqSlot, mem[off:off+stride])

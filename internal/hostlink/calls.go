@@ -123,8 +123,18 @@ func (c *Conn) Recall(k *Call) {
 	}
 }
 
-// readResponses is the reader of a connection this host opened.
+// readResponses is the reader of a connection this host opened. A panic
+// closes the connection (guard), and fails the call whose response was
+// being read, which the connection's close cannot find any more.
 func (c *Conn) readResponses() {
+	defer c.guard("response reader")
+	var k *Call // the call whose response is being read: taken from pending, not signalled
+	defer func() {
+		if k != nil {
+			k.Err = ErrConnLost
+			k.signal()
+		}
+	}()
 	var h tcpwire.Header
 	for {
 		if err := c.readHeader(&h); err != nil {
@@ -136,7 +146,7 @@ func (c *Conn) readResponses() {
 			return
 		}
 		c.pmu.Lock()
-		k := c.pending[h.Tag]
+		k = c.pending[h.Tag]
 		delete(c.pending, h.Tag)
 		c.pmu.Unlock()
 		if k == nil { // a response for a request that gave up
@@ -147,6 +157,9 @@ func (c *Conn) readResponses() {
 			continue
 		}
 		k.Resp = h
+		if testHookFrame != nil {
+			testHookFrame(c, &h)
+		}
 		var err error
 		switch h.Type {
 		case tcpwire.ReadResp:
@@ -156,12 +169,11 @@ func (c *Conn) readResponses() {
 			err = c.ReadFull(k.Ctl)
 		}
 		if err != nil {
-			k.Err = ErrConnLost
-			k.signal()
 			c.Close(err)
-			return
+			return // the deferred call fails k
 		}
 		k.signal()
+		k = nil
 	}
 }
 
@@ -186,8 +198,10 @@ func (c *Conn) readInto(segs [][]byte, n uint64) error {
 
 // serveRequests is the reader of a connection the peer opened: RC
 // requests go to the connection's Responder, CM frames to connection
-// management (cm.go).
+// management (cm.go). A panic in a handler closes the connection
+// (guard).
 func (c *Conn) serveRequests() {
+	defer c.guard("request reader")
 	c.rq = c.l.u.cfg.Responder(c)
 	var h tcpwire.Header
 	for {
@@ -197,6 +211,9 @@ func (c *Conn) serveRequests() {
 		}
 		if err == nil {
 			err = c.readHeader(&h)
+		}
+		if err == nil && testHookFrame != nil {
+			testHookFrame(c, &h)
 		}
 		if err == nil {
 			switch {

@@ -26,6 +26,15 @@ import (
 // cmMaxPending bounds how many CM_REQs a connection may have waiting.
 const cmMaxPending = 256
 
+// cmMaxNotes bounds how many CM_DISC and CM_RTU frames of one connection
+// are served at once, each on a goroutine of its own that looks its
+// sender up in the control plane (a lookup that may go to etcd) before
+// it tells connection management. When that many are in hand the
+// connection's reader waits for one to finish before it reads on: a
+// peer that floods them slows down its own connection, and costs the
+// agent cmMaxNotes goroutines and lookups at most; none is dropped.
+const cmMaxNotes = 8
+
 // startCM reads a CM_REQ and hands it to its own goroutine.
 func (c *Conn) startCM(h *tcpwire.Header) error {
 	var m tcpwire.ConnReqMsg
@@ -51,10 +60,13 @@ func (c *Conn) startCM(h *tcpwire.Header) error {
 	go func() {
 		defer u.wg.Done()
 		defer c.cmCount.Add(-1)
+		defer c.guard("CM request goroutine")
+		defer func() {
+			c.cmMu.Lock()
+			delete(c.cms, tag)
+			c.cmMu.Unlock()
+		}()
 		resp := c.serveCM(r, &m)
-		c.cmMu.Lock()
-		delete(c.cms, tag)
-		c.cmMu.Unlock()
 		if err := c.writeControl(tcpwire.CMResp, tag, resp); err != nil {
 			u.log.Info("tcp path: CM answer not delivered", "peer", c.l.peerID, "err", err)
 		}
@@ -172,27 +184,45 @@ func (c *Conn) noteCM(h *tcpwire.Header) error {
 		u.log.Warn("tcp path: bad "+h.Type.String()+" ignored", "peer", c.l.peerID, "err", err)
 		return nil
 	}
+	typ := h.Type // h is the reader's, reused for the next frame
 	handle := u.cfg.OnDisconnect
-	if h.Type == tcpwire.CMRTU {
+	if typ == tcpwire.CMRTU {
 		handle = u.cfg.OnEstablish
 	}
 	if handle == nil {
 		return nil
 	}
+	select {
+	case c.notes <- struct{}{}: // one of cmMaxNotes
+	case <-c.closed:
+		return ErrConnLost
+	}
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
+		defer func() { <-c.notes }()
+		defer c.guard(typ.String() + " goroutine")
 		ctx, cancel := context.WithTimeout(context.Background(), u.cfg.LookupTimeout)
 		ep, err := u.cfg.Cache.Resolve(ctx, m.FromGID.String())
 		cancel()
 		if err != nil || ep.Host != c.l.peerID {
-			u.log.Warn("tcp path: "+h.Type.String()+" from an adapter the control plane does not place on the sending host; ignored",
-				"peer", c.l.peerID, "from_gid", m.FromGID, "err", err)
+			if n := c.notesIgnored.Add(1); c.logNow() {
+				u.log.Warn("tcp path: "+typ.String()+" from an adapter the control plane does not place on the sending host; ignored (logged at most once a second per connection)",
+					"peer", c.l.peerID, "from_gid", m.FromGID, "err", err, "ignored_on_this_connection", n)
+			}
 			return
 		}
 		handle(m.QPN, m.FromQPN, abi.GID(m.FromGID.As16()))
 	}()
 	return nil
+}
+
+// logNow reports whether a line about the peer's frames may be logged
+// now: at most one a second per connection, so that a peer cannot flood
+// the agent's log.
+func (c *Conn) logNow() bool {
+	now, last := nanotime(), c.lastLogged.Load()
+	return (last == 0 || now-last >= int64(time.Second)) && c.lastLogged.CompareAndSwap(last, now)
 }
 
 // Disconnect tells host that this host's QP fromQPN (GID fromGID)

@@ -117,7 +117,7 @@ func fmtAddr(a netip.AddrPort) string {
 func (u *Links) PVRDMAStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr}
+	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr, HandshakePanics: u.hsPanics.Load()}
 	if u.addr.IsValid() {
 		s.Address = u.addr.String()
 	}

@@ -56,6 +56,14 @@ type Conn struct {
 	// CM requests from the peer waiting for an answer, by tag
 	cms     map[uint64]*cm.Remote // +checklocks:cmMu
 	cmCount atomic.Int32          // CM requests being served
+	// notes holds a token for each CM_DISC or CM_RTU being served, at
+	// most cmMaxNotes (noteCM).
+	notes chan struct{}
+	// notesIgnored counts the CM_DISC and CM_RTU frames ignored (their
+	// sender not on the peer host); lastLogged is when a line about them
+	// was last logged (logNow).
+	notesIgnored atomic.Uint64
+	lastLogged   atomic.Int64
 
 	// The reader's side, owned by whichever goroutine reads.
 	rc          syscall.RawConn // nc's descriptor: TCP_INFO, ReadRaw, WriteRaw
@@ -78,6 +86,7 @@ func newConn(l *Peer, nc net.Conn, outgoing bool, ver uint8) *Conn {
 	c := &Conn{l: l, nc: nc, outgoing: outgoing, ver: ver, pending: map[uint64]*Call{}, closed: make(chan struct{}),
 		handshaking: true, // until the handshake ends, its own deadline bounds every read and write
 		cms:         map[uint64]*cm.Remote{},
+		notes:       make(chan struct{}, cmMaxNotes),
 		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
 	if sc, ok := nc.(syscall.Conn); ok {

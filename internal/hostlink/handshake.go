@@ -219,6 +219,9 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 		u.log.Warn("tcp path: bad first frame", "from", remote, "err", err)
 		return nil, err
 	}
+	if testHookFrame != nil {
+		testHookFrame(c, &h)
+	}
 	if h.Type != tcpwire.Hello {
 		return fail(fmt.Errorf("rule handshake: first frame is %s, not HELLO", h.Type))
 	}

@@ -36,7 +36,13 @@ package hostlink
 //	                    path's Responder, which executes them against the
 //	                    target VM's memory and answers. CM requests go to
 //	                    their own goroutine, which may wait for a
-//	                    listener's accept.
+//	                    listener's accept (at most cmMaxPending per
+//	                    connection); CM_DISC and CM_RTU frames to their own
+//	                    goroutine, which looks the sender up (at most
+//	                    cmMaxNotes per connection: the reader waits for
+//	                    one to end). Each is owned by the connection's
+//	                    Links (its wait group) and ends with its lookup and
+//	                    answer.
 //	Conn.readResponses  one per opened connection (requester side): reads
 //	                    responses, hands each to the Call waiting for its
 //	                    tag (a READ's data goes straight into the call's
@@ -127,6 +133,9 @@ type Links struct {
 	// limit was logged.
 	handshakes  atomic.Int32
 	floodLogged atomic.Int64
+	// hsPanics counts accepted connections closed because their
+	// handshake panicked (guard.go).
+	hsPanics atomic.Uint64
 	// gen counts dropAll calls: a connection whose setup began before one
 	// is dropped once set up (see stale).
 	gen atomic.Uint64
@@ -173,6 +182,9 @@ type Peer struct {
 	down     bool               // +checklocks:mu
 
 	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
+	// panics counts the connections with the peer closed because a
+	// goroutine serving them panicked (guard.go).
+	panics atomic.Uint64
 }
 
 // Start starts the links of an agent with a control plane: it listens
@@ -392,18 +404,29 @@ func (u *Links) serve(ln *net.TCPListener) {
 		u.wg.Add(1)
 		go func() {
 			defer u.wg.Done()
-			c, err := u.acceptHandshake(nc)
-			u.handshakes.Add(-1)
+			c, err := u.handshake(nc)
 			if err != nil {
 				nc.Close()
 				return
 			}
-			c.serveRequests()
+			c.serveRequests() // its own guard
 		}()
 	}
 }
 
-// status reports the uplink's links.
+// handshake runs the handshake of accepted connection nc, holding one of
+// the handshake slots; a panic in it closes nc (guardHandshake).
+func (u *Links) handshake(nc *net.TCPConn) (c *Conn, err error) {
+	defer u.handshakes.Add(-1)
+	defer func() {
+		if c == nil && err == nil {
+			err = errors.New("the handshake panicked")
+		}
+	}()
+	defer u.guardHandshake(nc)
+	return u.acceptHandshake(nc)
+}
+
 // Status reports each link.
 func (u *Links) Status() []mgmt.UplinkStatus {
 	u.mu.Lock()
@@ -415,7 +438,7 @@ func (u *Links) Status() []mgmt.UplinkStatus {
 	var out []mgmt.UplinkStatus
 	for _, l := range links {
 		l.mu.Lock()
-		s := mgmt.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in)}
+		s := mgmt.UplinkStatus{PeerHostID: l.peerID, PeerHost: l.peerName, LastError: l.lastErr, Conns: len(l.in), Panics: l.panics.Load()}
 		if l.addr.IsValid() {
 			s.Address = l.addr.String()
 		}

@@ -70,6 +70,8 @@ var (
 	upFramesDesc = desc("uplink_frames_total", "Frames of the tcp path with a peer host.", "peer_host", "direction")
 	upConnsDesc  = desc("uplink_connections", "Open tcp path connections with a peer host, both directions.", "peer_host")
 	upDialsDesc  = desc("uplink_dials_total", "Connections opened to a peer host.", "peer_host")
+	upPanicsDesc = desc("uplink_panics_total", "Connections with a peer host closed because a goroutine serving them panicked (a bug reached by the peer's input; the agent went on).", "peer_host")
+	hsPanicsDesc = desc("uplink_handshake_panics_total", "Accepted connections closed because their handshake panicked (a bug; the agent went on).")
 
 	rdmaPacketsDesc = desc("rdma_packets_total", "Packets of an RDMA uplink's RoCE engine.", "uplink", "roce", "direction")
 	rdmaBytesDesc   = desc("rdma_bytes_total", "UDP payload bytes of an RDMA uplink's RoCE engine.", "uplink", "roce", "direction")
@@ -169,6 +171,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(upFramesDesc, u.FramesIn, peer, "in")
 		gauge(upConnsDesc, float64(u.Conns), peer)
 		counter(upDialsDesc, u.Dials, peer)
+		counter(upPanicsDesc, u.Panics, peer)
 	}
 	for _, r := range st.RDMA {
 		u, v := r.Address, r.RoCE
@@ -183,6 +186,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(rdmaDropDesc, r.BadICRC, u, v, "bad_icrc")
 		counter(rdmaDropDesc, r.Malformed, u, v, "malformed")
 		counter(rdmaDropDesc, r.NoQP, u, v, "no_qp")
+		counter(rdmaDropDesc, r.Panics, u, v, "panic")
+	}
+	if p := st.PVRDMA; p != nil {
+		counter(hsPanicsDesc, p.HandshakePanics)
 	}
 	h := c.src.Health()
 	gauge(sessionsDesc, float64(h.Sessions))

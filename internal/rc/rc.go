@@ -19,6 +19,18 @@ import (
 // PSNMask keeps the 24 bits of a PSN.
 const PSNMask = 0xffffff
 
+// MaxSpan bounds the PSNs a requester has taken and not had
+// acknowledged, from the oldest to the newest, and so the PSNs of one
+// message: a quarter of the 2^24 PSN space. PSNs are compared modulo
+// 2^24 within half of it (PSNDiff), so a span of 2^23 or more makes a new
+// PSN look old — a new request taken for a duplicate, a retransmission
+// for a new one; a quarter leaves the other half's margin to stale
+// packets still in the network. At the smallest path MTU, 256 bytes, a
+// message of MaxSpan packets is 1 GiB; a larger one is refused with
+// LOC_LEN_ERR (it would span half the space at 2 GiB), and from 512
+// bytes up every message of up to 2 GiB fits.
+const MaxSpan = 1 << 22
+
 // PSNNext returns the PSN after p.
 func PSNNext(p uint32) uint32 { return (p + 1) & PSNMask }
 

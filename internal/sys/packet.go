@@ -1,9 +1,11 @@
 package sys
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,7 +71,9 @@ func (p *PacketConn) Send(b []byte, fds ...int) error {
 
 // Recv reads one message into buf and returns its length and the
 // descriptors that came with it, which the caller then owns. A message
-// larger than buf is an error (its descriptors are closed).
+// larger than buf, with more than MaxFDsPerMessage descriptors, or whose
+// control data does not parse is an error; the descriptors it brought
+// are closed, never leaked (takeRights).
 func (p *PacketConn) Recv(buf []byte) (int, []int, error) {
 	n, oobn, flags, _, err := p.c.ReadMsgUnix(buf, p.oob)
 	if err != nil {
@@ -77,27 +81,58 @@ func (p *PacketConn) Recv(buf []byte) (int, []int, error) {
 	}
 	var fds []int
 	if oobn > 0 {
-		msgs, perr := unix.ParseSocketControlMessage(p.oob[:oobn])
-		if perr != nil {
-			return 0, nil, fmt.Errorf("parse control message: %w", perr)
-		}
-		for _, m := range msgs {
-			got, rerr := unix.ParseUnixRights(&m)
-			if rerr == nil {
-				fds = append(fds, got...)
-			}
+		var perr error
+		if fds, perr = takeRights(p.oob[:oobn]); perr != nil {
+			return 0, nil, perr
 		}
 	}
 	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		closeFDs(fds)
 		return 0, nil, fmt.Errorf("message truncated: larger than %d bytes or more than %d descriptors", len(buf), MaxFDsPerMessage)
 	}
 	if n == 0 && oobn == 0 {
 		return 0, nil, net.ErrClosed
 	}
 	return n, fds, nil
+}
+
+// takeRights returns the descriptors the SCM_RIGHTS messages of control
+// data oob carry; the kernel has installed them in this process already.
+// Control data that does not parse is an error, and then every
+// descriptor of it is closed: those of the well-formed messages before
+// the bad one, and, when the bad one is an SCM_RIGHTS message whose
+// length runs past the data (cut short), those of its descriptors that
+// the data holds. A header too short for itself says nothing of what
+// follows it: nothing after it is taken for a descriptor (closing a
+// number that is not one would close one of the agent's own).
+func takeRights(oob []byte) ([]int, error) {
+	var fds []int
+	hdr := unix.CmsgLen(0)
+	for off := 0; off+hdr <= len(oob); {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[off]))
+		l, left := uint64(h.Len), uint64(len(oob)-off)
+		short, long := l < uint64(hdr), l > left
+		if !short && h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_RIGHTS {
+			for d := oob[off+hdr : off+int(min(l, left))]; len(d) >= 4; d = d[4:] {
+				fds = append(fds, int(int32(binary.NativeEndian.Uint32(d))))
+			}
+		}
+		if short || long {
+			closeFDs(fds)
+			return nil, fmt.Errorf("malformed control message at byte %d of %d: header length %d (the descriptors it carried are closed)", off, len(oob), l)
+		}
+		off += unix.CmsgSpace(int(l) - hdr)
+	}
+	return fds, nil
+}
+
+// closeFDs closes descriptors received from a peer that are not kept.
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }
 
 // Close closes the connection.

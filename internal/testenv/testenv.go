@@ -13,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +135,10 @@ type Options struct {
 	MetricsListen string
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
+	// AllowErrors, if set, matches the errors the test makes the agent
+	// log on purpose (a panic it injects): they do not fail the test at
+	// its end, which checks them itself (Env.Logs).
+	AllowErrors *regexp.Regexp
 }
 
 // Start runs an agent in this process with fresh state; it stops at the
@@ -177,7 +183,11 @@ func StartWith(tb testing.TB, o Options) *Env {
 		if !waitGroupFor(&wg, serveStopTimeout) {
 			tb.Errorf("the agent's Serve did not return within %v of its context's end (a hang in its shutdown); every goroutine:\n%s", serveStopTimeout, allStacks())
 		}
-		if errs := rec.logs.get(slog.LevelError); len(errs) > 0 {
+		errs := rec.logs.get(slog.LevelError)
+		if o.AllowErrors != nil {
+			errs = slices.DeleteFunc(errs, o.AllowErrors.MatchString)
+		}
+		if len(errs) > 0 {
 			tb.Errorf("the agent logged %d errors (a bug):\n%s", len(errs), strings.Join(errs, "\n"))
 		}
 	})

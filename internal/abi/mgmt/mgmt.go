@@ -359,7 +359,11 @@ type UplinkStatus struct {
 	FramesIn   uint64 `json:"frames_in"`
 	Dials      uint64 `json:"dials"`   // connections opened to the peer
 	Refused    uint64 `json:"refused"` // handshakes refused, either side
-	LastError  string `json:"last_error,omitempty"`
+	// Panics counts the connections with the peer closed because a
+	// goroutine serving them panicked: a bug reached by the peer's input,
+	// logged with its stack; the agent went on.
+	Panics    uint64 `json:"panics,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // RDMAStatus describes one of the host's RDMA uplinks: its RoCEv2
@@ -371,13 +375,14 @@ type RDMAStatus struct {
 	PacketsIn   uint64 `json:"packets_in"`
 	BytesOut    uint64 `json:"bytes_out"` // UDP payload bytes
 	BytesIn     uint64 `json:"bytes_in"`
-	Retransmits uint64 `json:"retransmits"`  // packets sent again (go-back-N)
-	SeqErrNaks  uint64 `json:"seq_err_naks"` // PSN sequence error NAKs received
-	BadICRC     uint64 `json:"bad_icrc"`     // dropped: the ICRC did not match
-	Malformed   uint64 `json:"malformed"`    // dropped: headers that do not parse
-	NoQP        uint64 `json:"no_qp"`        // dropped: no QP of this path with that number facing the sender (so nothing from an address that is no uplink of the switch is served)
-	BatchesOut  uint64 `json:"batches_out"`  // sendmsg calls that carried several packets (UDP GSO)
-	BatchesIn   uint64 `json:"batches_in"`   // datagrams read that held several packets (UDP GRO)
+	Retransmits uint64 `json:"retransmits"`      // packets sent again (go-back-N)
+	SeqErrNaks  uint64 `json:"seq_err_naks"`     // PSN sequence error NAKs received
+	BadICRC     uint64 `json:"bad_icrc"`         // dropped: the ICRC did not match
+	Malformed   uint64 `json:"malformed"`        // dropped: headers that do not parse
+	Panics      uint64 `json:"panics,omitempty"` // dropped: serving it panicked (a bug, logged with its stack; the engine went on)
+	NoQP        uint64 `json:"no_qp"`            // dropped: no QP of this path with that number facing the sender (so nothing from an address that is no uplink of the switch is served)
+	BatchesOut  uint64 `json:"batches_out"`      // sendmsg calls that carried several packets (UDP GSO)
+	BatchesIn   uint64 `json:"batches_in"`       // datagrams read that held several packets (UDP GRO)
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent
@@ -388,4 +393,8 @@ type PVRDMAStatus struct {
 	Listening string `json:"listening,omitempty"` // where the agent accepts other hosts' connections
 	Firewall  bool   `json:"firewall"`            // the pvrdma firewall rule is on
 	Error     string `json:"error,omitempty"`     // why it does not listen on Address
+	// HandshakePanics counts accepted connections closed because their
+	// handshake panicked (a bug, logged with its stack; the agent went
+	// on).
+	HandshakePanics uint64 `json:"handshake_panics,omitempty"`
 }

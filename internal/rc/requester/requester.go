@@ -153,10 +153,13 @@ type Engine struct {
 	budget  device.RetryBudget
 	next    uint32 // SQ index of the next WQE to take
 	blocked bool   // the last send stopped at a limit (fence, max_rd_atomic, outstanding) or failed
-	more    bool   // the last send stopped at the batch bound: send again at once
-	probe   bool   // after an RNR wait: only the oldest goes out until accepted
-	due     time.Time
-	attrs   device.RCAttrs // the QP's attributes as fill last read them
+	// the last fill left the next WQE in the SQ: taking it would make the
+	// window span more than rc.MaxSpan PSNs
+	spanFull bool
+	more     bool // the last send stopped at the batch bound: send again at once
+	probe    bool // after an RNR wait: only the oldest goes out until accepted
+	due      time.Time
+	attrs    device.RCAttrs // the QP's attributes as fill last read them
 
 	inflight atomic.Int32
 
@@ -266,7 +269,7 @@ func (r *Engine) Drop() {
 	r.started, r.retrying, r.rewind, r.rnr, r.lost, r.heard = false, false, false, false, false, false
 	r.mu.Unlock()
 	r.inflight.Store(0)
-	r.probe, r.more, r.blocked = false, false, false
+	r.probe, r.more, r.blocked, r.spanFull = false, false, false, false
 	r.budget.Reset()
 	r.next = r.q.SQHead()
 }
@@ -376,6 +379,7 @@ func (r *Engine) fill(takeNew bool) bool {
 	if r.cfg.MTU != nil {
 		mtu = r.cfg.MTU(at)
 	}
+	r.spanFull = false
 	r.mu.Lock()
 	for takeNew && r.n < Window && uint32(r.n) < pending {
 		if r.n > 0 && r.at(r.n-1).local != abi.WCSuccess {
@@ -383,18 +387,35 @@ func (r *Engine) fill(takeNew bool) bool {
 		}
 		e := r.at(r.n)
 		e.local = q.ReadWQE(r.next, e.Slot, &e.WQE)
-		r.next = q.SQNext(r.next)
 		e.NSeg, e.Total, e.sent, e.done, e.st, e.got, e.old = 0, 0, 0, false, 0, 0, 0
 		if e.local == abi.WCSuccess {
 			l := q.GatherLocal(&e.WQE, e.Slot, &e.Segs)
 			e.local, e.NSeg, e.Total = l.Status, l.NSeg, l.Total
 		}
 		if e.local == abi.WCSuccess {
-			e.NPSN = 1
+			npsn := uint64(1)
 			if op := e.WQE.Opcode; mtu > 0 && !op.IsAtomic() && e.Total > uint64(mtu) {
-				e.NPSN = uint32((e.Total + uint64(mtu) - 1) / uint64(mtu))
+				npsn = (e.Total + uint64(mtu) - 1) / uint64(mtu)
 			}
-			e.PSN, e.MTU = q.TakePSNs(e.NPSN), mtu
+			if npsn > rc.MaxSpan {
+				// More PSNs than a window may span: refused, not sent
+				// (a message of 2 GiB at MTU 256 would span half the
+				// PSN space).
+				e.local = abi.WCLocLenErr
+			} else if r.n > 0 && uint64(max(rc.PSNDiff(r.endPSNLocked(), r.ackPSN), 0))+npsn > rc.MaxSpan {
+				// The window would span more than MaxSpan PSNs: the WQE
+				// is not taken; it waits for the acknowledgements of
+				// those before it (wait sleeps for them).
+				clear(e.Segs[:e.NSeg])
+				r.spanFull = true
+				break
+			} else {
+				e.NPSN = uint32(npsn)
+				e.PSN, e.MTU = q.TakePSNs(e.NPSN), mtu
+			}
+		}
+		r.next = q.SQNext(r.next)
+		if e.local == abi.WCSuccess {
 			if !r.started {
 				r.started, r.sendPSN, r.maxPSN, r.ackPSN, r.seenPSN = true, e.PSN, e.PSN, e.PSN, e.PSN
 			}
@@ -623,6 +644,15 @@ func (r *Engine) rewindTo(psn uint32) {
 	}
 }
 
+// endPSNLocked is the PSN after the newest one the window took (its
+// newest entry's last); the window is not empty.
+//
+// +checklocks:r.mu
+func (r *Engine) endPSNLocked() uint32 {
+	e := r.at(r.n - 1)
+	return (e.PSN + e.NPSN) & rc.PSNMask
+}
+
 // oldestPSN is the PSN a go-back-N from the oldest unsettled WQE starts
 // at: its first, or the first not acknowledged of a SEND or WRITE the
 // responder acknowledged in part.
@@ -662,7 +692,7 @@ func (r *Engine) wait() {
 	if r.moved || r.due.IsZero() {
 		r.moved, r.due = false, clk.Now().Add(d)
 	}
-	full := r.n >= Window
+	full := r.n >= Window || r.spanFull
 	r.mu.Unlock()
 	if r.more || !r.blocked && !full && q.State() == abi.QPSRTS && q.PostedBeyond(r.next) {
 		return // more to send or to take
@@ -737,7 +767,7 @@ func (r *Engine) poll() bool {
 			return true
 		default:
 		}
-		if !q.Sending() || !r.blocked && q.State() == abi.QPSRTS && q.PostedBeyond(r.next) && r.inflight.Load() < Window {
+		if !q.Sending() || !r.blocked && !r.spanFull && q.State() == abi.QPSRTS && q.PostedBeyond(r.next) && r.inflight.Load() < Window {
 			return true
 		}
 		device.YieldCPU() // at every turn: the threads this one waits for share the CPUs

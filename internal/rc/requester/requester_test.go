@@ -27,6 +27,9 @@ type fakeSQ struct {
 	ctr    device.Counters
 	timer  clock.Timer
 	wake   chan struct{}
+	// totals, if set, gives a WQE's message length instead of its
+	// buffer's (a message of gigabytes, whose packets a test never sends)
+	totals map[uint64]uint64
 }
 
 type completion struct {
@@ -66,6 +69,9 @@ func (s *fakeSQ) ReadWQE(idx uint32, _ []byte, w *abi.SendWQE) abi.WCStatus {
 }
 func (s *fakeSQ) GatherLocal(w *abi.SendWQE, _ []byte, segs *[abi.MaxSGE][]byte) device.Local {
 	segs[0] = s.local[w.WRID]
+	if n, ok := s.totals[w.WRID]; ok {
+		return device.Local{Status: abi.WCSuccess, NSeg: 1, Total: n}
+	}
 	return device.Local{Status: abi.WCSuccess, NSeg: 1, Total: uint64(len(s.local[w.WRID]))}
 }
 func (s *fakeSQ) TakePSNs(n uint32) uint32 {
@@ -551,5 +557,64 @@ func TestEngineOnePSN(t *testing.T) {
 	check(t, sq, w)
 	if pkts != 20 {
 		t.Errorf("%d request packets for 20 WRs", pkts)
+	}
+}
+
+// TestSecurityMessageSpanningPSNSpace: at path MTU 256 a message of more
+// than rc.MaxSpan packets (1 GiB) would take more PSNs than a window may
+// span (a 2 GiB one half the PSN space, where a new PSN reads as an old
+// one): it completes with LOC_LEN_ERR without a packet sent, and the QP
+// moves to ERR. One of exactly rc.MaxSpan packets is taken.
+func TestSecurityMessageSpanningPSNSpace(t *testing.T) {
+	const mtu = 256
+	t.Run("refused", func(t *testing.T) {
+		sq, w, r := setup(t, Config{Outstanding: 16})
+		sq.attrs.PathMTU = mtu
+		sq.post(abi.SendWQE{Opcode: abi.OpRDMAWrite}, 64)
+		sq.totals = map[uint64]uint64{0: rc.MaxSpan*mtu + 1}
+		r.fill(true)
+		r.reap()
+		if len(w.queued)+len(w.inflight) != 0 {
+			t.Errorf("%d packets of the refused message sent", len(w.queued)+len(w.inflight))
+		}
+		if len(sq.done) != 1 || sq.done[0].st != abi.WCLocLenErr {
+			t.Fatalf("completions %+v, want the WRITE's with LOC_LEN_ERR", sq.done)
+		}
+		if sq.state != abi.QPSErr {
+			t.Fatalf("QP in %s after the refusal, want ERR", sq.state)
+		}
+	})
+	t.Run("largest-taken", func(t *testing.T) {
+		sq, _, r := setup(t, Config{Outstanding: 16})
+		sq.attrs.PathMTU = mtu
+		sq.post(abi.SendWQE{Opcode: abi.OpRDMAWrite}, 64)
+		sq.totals = map[uint64]uint64{0: rc.MaxSpan * mtu}
+		r.fill(true)
+		if r.Len() != 1 || r.At(0).NPSN != rc.MaxSpan || r.At(0).local != abi.WCSuccess {
+			t.Fatalf("window of %d, its first entry %d PSNs (%s); want the message taken with %d", r.Len(), r.At(0).NPSN, r.At(0).local, rc.MaxSpan)
+		}
+	})
+}
+
+// TestSecurityWindowSpansAQuarterOfPSNs: READs of 512 MiB at path MTU 256
+// take 2^21+1 PSNs each (one per response packet): the window takes the
+// second only once the first is acknowledged, so that the PSNs in flight
+// never span more than rc.MaxSpan.
+func TestSecurityWindowSpansAQuarterOfPSNs(t *testing.T) {
+	const mtu = 256
+	sq, w, r := setup(t, Config{Outstanding: 16})
+	sq.attrs.PathMTU = mtu
+	w.dropReq = func(int, pkt) bool { return true } // nothing is answered
+	sq.totals = map[uint64]uint64{}
+	for i := range 3 {
+		sq.post(abi.SendWQE{Opcode: abi.OpRDMARead}, 64)
+		sq.totals[uint64(i)] = (rc.MaxSpan/2 + 1) * mtu
+	}
+	r.fill(true)
+	if r.Len() != 1 {
+		t.Fatalf("the window took %d READs of %d PSNs each, spanning %d PSNs; want 1 (at most %d)", r.Len(), rc.MaxSpan/2+1, r.Len()*(rc.MaxSpan/2+1), rc.MaxSpan)
+	}
+	if !r.spanFull {
+		t.Fatal("the window stopped taking WQEs without saying why: wait would not sleep")
 	}
 }

@@ -15,7 +15,8 @@
 //	             against guest memory and answers from this goroutine; a
 //	             response to that QP's requester (requester.go), which
 //	             records it and wakes the QP's send-queue goroutine.
-//	             Stopped by Close.
+//	             Stopped by Close. A panic in serving a packet drops
+//	             that packet only (packet, safeFrame): the reader lives.
 //
 // Requesters are the QPs' send-queue goroutines (package device's runSQ):
 // each packetizes its work requests by the path MTU, keeps a bounded
@@ -30,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -56,6 +58,9 @@ type Config struct {
 type Counters struct {
 	TxPackets, RxPackets, TxBytes, RxBytes, Retransmits atomic.Uint64
 	BadICRC, Malformed, NoQP, SeqErrNaks                atomic.Uint64
+	// Panics counts the packets dropped because serving them panicked
+	// (packet, safeFrame).
+	Panics atomic.Uint64
 	// TxBatches and RxBatches count the datagrams of several packets
 	// (UDP GSO sends, GRO receives).
 	TxBatches, RxBatches atomic.Uint64
@@ -136,7 +141,7 @@ func (e *Engine) Status() mgmt.RDMAStatus {
 	}
 	return mgmt.RDMAStatus{Address: addr, RoCE: roce, PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
 		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
-		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(),
+		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(), Panics: c.Panics.Load(),
 		BatchesOut: c.TxBatches.Load(), BatchesIn: c.RxBatches.Load()}
 }
 
@@ -228,16 +233,42 @@ func (e *Engine) datagram(buf []byte, r Read, ids *idDeltas, pkt *rocewire.Packe
 		b := buf[off:min(off+seg, n)]
 		e.ctr.RxPackets.Add(1)
 		e.ctr.RxBytes.Add(uint64(len(b)))
-		if len(b) > maxDatagram {
-			e.ctr.Malformed.Add(1)
-			continue
-		}
-		if !ids.verify(src, e.local, b, uint16(k)) {
-			e.ctr.BadICRC.Add(1)
-			continue
-		}
-		answered.add(e.dispatch(b, src, nil, pkt))
+		answered.add(e.packet(b, src, uint16(k), ids, pkt))
 	}
+}
+
+// packet checks packet k of a datagram from src, b, and hands it to its
+// QP (dispatch); it returns the path whose responder served it. A panic
+// in it — a bug reached by a packet — costs that packet only: it is
+// dropped, logged with its stack and counted (Counters.Panics,
+// RDMAStatus.Panics), and the reader goes on. What the handler held it
+// let go on its way out: the responder releases its target and the
+// requester engine its lock in deferred calls.
+func (e *Engine) packet(b []byte, src netip.AddrPort, k uint16, ids *idDeltas, pkt *rocewire.Packet) (p *path) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = nil
+			e.panicked(src.String(), r)
+		}
+	}()
+	if len(b) > maxDatagram {
+		e.ctr.Malformed.Add(1)
+		return nil
+	}
+	if !ids.verify(src, e.local, b, k) {
+		e.ctr.BadICRC.Add(1)
+		return nil
+	}
+	return e.dispatch(b, src, nil, pkt)
+}
+
+// panicked logs and counts a panic in serving a packet from from.
+func (e *Engine) panicked(from string, r any) {
+	e.ctr.Panics.Add(1)
+	buf := make([]byte, 8192)
+	buf = buf[:runtime.Stack(buf, false)]
+	e.log.Error("rdma uplink: serving a packet panicked (a bug); the packet is dropped, the engine goes on",
+		"from", from, "panic", r, "stack", string(buf))
 }
 
 // answering is the responders that answered requests of the datagrams
@@ -262,6 +293,11 @@ func (a *answering) flush() {
 	*a = (*a)[:0]
 }
 
+// testHookPacket, if set, is called by dispatch with each packet's
+// parsed headers before its QP is found. Only tests set it
+// (export_test.go), to make the reader panic.
+var testHookPacket func(pkt *rocewire.Packet)
+
 // dispatch parses packet b from src (RoCE v1: the SGID, port 0, and the
 // source MAC mac; nil for v2) and hands it to its QP, if that QP is
 // connected through this engine to src; it returns the path whose
@@ -270,6 +306,9 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 	if err := rocewire.Parse(b, 0, pkt); err != nil {
 		e.ctr.Malformed.Add(1)
 		return nil
+	}
+	if testHookPacket != nil {
+		testHookPacket(pkt)
 	}
 	q := e.dev.Target(pkt.BTH.DestQP())
 	var p *path

@@ -1,6 +1,10 @@
 package rdma
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/vrdma/vrdma/internal/rocewire"
+)
 
 // FrameBatch is a RoCE v1 batch of an engine on fc whose uplink has GID
 // gid, to the uplink of peerMAC and peerGID, for tests outside the
@@ -18,3 +22,11 @@ func (f *FrameBatch) Add(h []byte, payload [][]byte, n int) error { return f.b.a
 
 // Flush is batch.flush.
 func (f *FrameBatch) Flush() error { return f.b.flush() }
+
+// SetPacketHook makes every engine's reader call f with each packet's
+// parsed headers before it finds the packet's QP, until restore is
+// called; f may panic.
+func SetPacketHook(f func(pkt *rocewire.Packet)) (restore func()) {
+	testHookPacket = f
+	return func() { testHookPacket = nil }
+}

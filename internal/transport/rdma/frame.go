@@ -422,10 +422,23 @@ func (e *Engine) readFrames() {
 			e.ctr.RxBatches.Add(1)
 		}
 		for k := range n {
-			answered.add(e.frame(bufs[k], lens[k], &fr, &pkt, &sum))
+			answered.add(e.safeFrame(bufs[k], lens[k], &fr, &pkt, &sum))
 		}
 		answered.flush()
 	}
+}
+
+// safeFrame is frame, except that a panic in it — a bug reached by a
+// frame — drops that frame only, logged and counted as the engine's
+// packet does.
+func (e *Engine) safeFrame(buf []byte, l int, fr *rocewire.Frame, pkt *rocewire.Packet, sum *rocewire.Checksummer) (p *path) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = nil
+			e.panicked("a RoCE v1 frame", r)
+		}
+	}()
+	return e.frame(buf, l, fr, pkt, sum)
 }
 
 // frame checks one received frame, the first l bytes of buf, and hands

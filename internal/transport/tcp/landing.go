@@ -82,11 +82,11 @@ func (rp *responder) landPayload(p device.Target, m *device.Message, sp *sockPay
 			return false, err
 		}
 		k := min(uint64(len(b)), sp.remaining)
-		if !p.Hold() {
+		if !rp.hold(p) {
 			return false, nil
 		}
 		ok := p.Revalidate(m) && p.Write(m, off, b[:k])
-		p.Release()
+		rp.release(p)
 		if !ok {
 			return false, nil
 		}
@@ -123,18 +123,18 @@ func (rp *responder) readDirect(p device.Target, m *device.Message, off, n uint6
 // descriptor: false asks it to wait until the socket is readable.
 func (rp *responder) tryRead(fd uintptr) bool {
 	s := &rp.step
-	if !s.p.Hold() {
+	if !rp.hold(s.p) {
 		s.gone = true
 		return true
 	}
 	if !s.p.Revalidate(s.m) {
-		s.p.Release()
+		rp.release(s.p)
 		s.gone = true
 		return true
 	}
 	s.fd = int(fd)
 	n, ok, err := s.p.Fill(s.m, s.off, s.n, s)
-	s.p.Release()
+	rp.release(s.p)
 	switch {
 	case !ok:
 		s.gone = true
@@ -165,10 +165,12 @@ func (rp *responder) sendRead(p device.Target, m *device.Message, total uint64, 
 	}
 	n := uint64(tcpwire.HeaderLen) + total
 	c.StartWrite(n)
+	rp.writing = true
 	err := rp.writeRead(p, m, total, sp)
 	if err != nil || !sp.responded {
 		n = 0
 	}
+	rp.writing = false
 	c.EndWrite(n, min(int(n), 1))
 	return err
 }
@@ -210,14 +212,14 @@ func (rp *responder) clearStep() { rp.step = step{} }
 // of the header and of the target's next bytes, under p's memory.
 func (rp *responder) tryWrite(fd uintptr) bool {
 	s := &rp.step
-	if !s.p.Hold() {
+	if !rp.hold(s.p) {
 		s.gone = true
 		return true
 	}
 	var data []byte
 	if s.n > 0 {
 		if !s.p.Revalidate(s.m) {
-			s.p.Release()
+			rp.release(s.p)
 			s.gone = true
 			return true
 		}
@@ -240,7 +242,7 @@ func (rp *responder) tryWrite(fd uintptr) bool {
 			break
 		}
 	}
-	s.p.Release()
+	rp.release(s.p)
 	switch {
 	case errno == unix.EAGAIN:
 		return false

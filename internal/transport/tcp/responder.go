@@ -94,6 +94,61 @@ type responder struct {
 	step    step
 	readFn  func(uintptr) bool
 	writeFn func(uintptr) bool
+	// held is the target whose memory the responder holds (admit, hold),
+	// nil between steps; writing says it holds the connection's write
+	// side (sendRead). A panic while either is held lets go of it on its
+	// way out (unwind), so that the VM's teardown and the connection's
+	// other writers do not wait forever for a handler that is gone.
+	held    device.Target
+	writing bool
+}
+
+// testHookHeld, if set, is called by execute with the request's header
+// while the responder holds its target. Only tests set it
+// (export_test.go), to make the responder panic there.
+var testHookHeld func(h *tcpwire.Header)
+
+// admit is p.Admit(b), noting p as held.
+func (rp *responder) admit(p device.Target, b device.Binding) bool {
+	if !p.Admit(b) {
+		return false
+	}
+	rp.held = p
+	return true
+}
+
+// hold is p.Hold(), noting p as held.
+func (rp *responder) hold(p device.Target) bool {
+	if !p.Hold() {
+		return false
+	}
+	rp.held = p
+	return true
+}
+
+// release is p.Release(), noting that nothing is held.
+func (rp *responder) release(p device.Target) {
+	rp.held = nil
+	p.Release()
+}
+
+// unwind, deferred by Request, lets go of what a handler that panicked
+// held: the target's memory and the connection's write side. On a normal
+// return both are let go already and it does nothing.
+//
+// +checklocksignore: writing says the handler's StartWrite holds the write side
+func (rp *responder) unwind() {
+	if rp.held == nil && !rp.writing {
+		return // the usual case: nothing to let go of
+	}
+	if rp.held != nil {
+		rp.release(rp.held)
+	}
+	if rp.writing {
+		rp.writing = false
+		rp.c.EndWrite(0, 0)
+	}
+	rp.clearStep()
 }
 
 // maxAcks is how many ACKs the responder holds back at most.
@@ -132,6 +187,7 @@ func (rp *responder) Request(h *tcpwire.Header) error {
 	}
 	sp := &rp.sp
 	*sp = sockPayload{resp: resp, remaining: uint64(h.PayloadLen)}
+	defer rp.unwind()
 	if err := rp.execute(h, sp); err != nil {
 		return err
 	}
@@ -180,8 +236,8 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rp.bind = tcpBinding{host: rp.c.PeerID(), qpn: h.SrcQPN}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != rp.c.PeerID() {
-		if p.Admit(&rp.bind) { // p is connected to a QP of another host (or none): dropped
-			p.Release()
+		if rp.admit(p, &rp.bind) { // p is connected to a QP of another host (or none): dropped
+			rp.release(p)
 		}
 		return nil
 	}
@@ -190,12 +246,15 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 	rs := &tp.rsp
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if !p.Admit(&rp.bind) {
+	if !rp.admit(p, &rp.bind) {
 		return nil
+	}
+	if testHookHeld != nil {
+		testHookHeld(h)
 	}
 	r, verdict, run := rp.sequence(h, p, rs, resp)
 	if !run {
-		p.Release()
+		rp.release(p)
 		return nil
 	}
 	m := &rp.rx
@@ -210,11 +269,11 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 			old = m.Old()
 			out, st = p.End(m)
 		case tcpwire.Read:
-			p.Release()
+			rp.release(p)
 			if err := rp.sendRead(p, m, r.Total, sp); err != nil {
 				return err
 			}
-			if !p.Hold() {
+			if !rp.hold(p) {
 				return nil
 			}
 			if !sp.responded {
@@ -224,12 +283,12 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 			}
 			out, _ = p.End(m)
 		default: // a WRITE or a SEND: its payload follows
-			p.Release()
+			rp.release(p)
 			landed, err := rp.landPayload(p, m, sp)
 			if err != nil {
 				return err
 			}
-			if !p.Hold() {
+			if !rp.hold(p) {
 				return nil // p went meanwhile: nothing answers
 			}
 			out, st = p.End(m)
@@ -238,7 +297,7 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 			}
 		}
 	}
-	p.Release()
+	rp.release(p)
 	switch out {
 	case device.OutNoPeer:
 		return nil
