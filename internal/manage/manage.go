@@ -721,9 +721,6 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 	if err != nil {
 		return err
 	}
-	if !ok {
-		st = localState{}
-	}
 	if ok {
 		if err := s.checkChange(mg.localEntry(d.Name, nil, st)); err != nil {
 			return err
