@@ -86,22 +86,25 @@ func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
 
 // DefineVM stores (or replaces) the VMX configuration of VM name on the
 // agent's host, where it is then powered on; the caller owns it (only its
-// uid, its primary group or root may attach it).
+// uid or root may attach it, and its primary group if the VMX says
+// vrdma.groupAttach = "TRUE").
 func (a *Agent) DefineVM(ctx context.Context, name string, vmx []byte) error {
 	_, err := a.c.call(ctx, abi.OpDefineVM, &mgmt.DefineVM{Name: name, VMX: string(vmx)}, nil)
 	return err
 }
 
 // DefineVMFor is DefineVM with another owner than the caller: processes
-// running as owner.UID or with primary group owner.GID may attach. Only
-// root (or the agent's user) may name someone else.
+// running as owner.UID may attach, and those with primary group
+// owner.GID if the VMX grants it (vrdma.groupAttach). Only root (or the
+// agent's user) may name someone else.
 func (a *Agent) DefineVMFor(ctx context.Context, name string, vmx []byte, owner Owner) error {
 	_, err := a.c.call(ctx, abi.OpDefineVM, &mgmt.DefineVM{Name: name, VMX: string(vmx), Owner: &owner}, nil)
 	return err
 }
 
-// Owner is who may use a VM: processes running as UID or with primary
-// group GID may attach; UID may change it; root may do both.
+// Owner is who may use a VM: processes running as UID may attach, and
+// with primary group GID when the VMX grants it (vrdma.groupAttach); UID
+// may change it; root may do both.
 type Owner = mgmt.Owner
 
 // Placement is where a VM sits in the inventory: datacenter, VM folder

@@ -45,6 +45,7 @@ import (
 	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
@@ -58,13 +59,19 @@ type Limits = device.Limits
 // DefaultLimits are the limits an agent applies unless told otherwise.
 var DefaultLimits = device.DefaultLimits
 
+// Quotas are the per-uid caps and the pinned-memory budget (quota.Limits).
+type Quotas = quota.Limits
+
 // Config configures an Agent.
 type Config struct {
 	Socket   string // Unix socket path
 	StateDir string // VM definitions and host identity live here
 	Host     string // host name; defaults to os.Hostname
 	Limits   Limits
-	Logger   *slog.Logger
+	// Quotas are the per-uid caps and the host's pinned-memory budget
+	// (package quota); a zero field takes its default.
+	Quotas Quotas
+	Logger *slog.Logger
 	// Control configures the control plane (control.go); nil runs the
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
@@ -105,6 +112,8 @@ type Agent struct {
 	rdma1      *rdma.Engine
 	rdmaV1Conn rdma.FrameConn
 
+	quota *quota.Ledger // what each uid holds (Config.Quotas)
+
 	mu       sync.Mutex
 	sessions map[*session]struct{} // +checklocks:mu
 	proc     *manage.Procedures    // VM procedures, power state and access (package manage)
@@ -141,7 +150,8 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	// every object of its kind).
 	for _, l := range []struct{ v, def *int }{{&cfg.Limits.MaxPD, &DefaultLimits.MaxPD}, {&cfg.Limits.MaxMR, &DefaultLimits.MaxMR},
 		{&cfg.Limits.MaxCQ, &DefaultLimits.MaxCQ}, {&cfg.Limits.MaxQP, &DefaultLimits.MaxQP}, {&cfg.Limits.MaxListeners, &DefaultLimits.MaxListeners},
-		{&cfg.Limits.MaxProcesses, &DefaultLimits.MaxProcesses}} {
+		{&cfg.Limits.MaxProcesses, &DefaultLimits.MaxProcesses}, {&cfg.Limits.MaxCQEPerVM, &DefaultLimits.MaxCQEPerVM},
+		{&cfg.Limits.MaxWRPerVM, &DefaultLimits.MaxWRPerVM}} {
 		if *l.v <= 0 {
 			*l.v = *l.def
 		}
@@ -161,13 +171,15 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		log:      cfg.Logger.With("host", cfg.Host),
 		hostID:   id,
 		sessions: make(map[*session]struct{}),
+		quota:    quota.New(cfg.Quotas, uint32(os.Geteuid())),
 	}
+	a.cfg.Quotas = a.quota.Limits()
 	a.clk = cfg.Clock
 	if a.clk == nil {
 		a.clk = clock.Real
 	}
 	a.dev = device.New(device.Config{Host: cfg.Host, HostID: id, FWVersion: Version, Limits: cfg.Limits, Clock: a.clk,
-		Log: a.log, Router: a, DetachWait: manage.DetachWait})
+		Log: a.log, Router: a, DetachWait: manage.DetachWait, Quota: a.quota})
 	a.cm = cm.New(a.dev, cfg.Host, cfg.Limits.MaxListeners)
 	a.cmreg = cm.NewConns(cmHosts{a}, a.log)
 	if o.localPaths != nil {
@@ -205,7 +217,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if c := a.ctl; c != nil {
 		mc = &manage.Control{Store: c.st, Cache: c.cache, LookupTimeout: c.cfg.LookupTimeout, Stop: c.stop, WG: &c.wg}
 	}
-	a.proc = manage.New(manage.Config{StateDir: cfg.StateDir, Host: cfg.Host, HostID: id, Logger: a.log, Control: mc, VMs: attachedVMs{a}})
+	a.proc = manage.New(manage.Config{StateDir: cfg.StateDir, Host: cfg.Host, HostID: id, Logger: a.log, Control: mc, VMs: attachedVMs{a}, Quota: a.quota})
 	if cfg.MetricsListen != "" {
 		if err := a.startMetrics(cfg.MetricsListen); err != nil {
 			a.ln.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
@@ -40,6 +41,9 @@ func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.quota.Take(s.uid, quota.Processes, 1); err != nil {
+		return nil, err
+	}
 	v, err := a.dev.Attach(s, name, cfg, managed, func() error {
 		// A power-off that ran since the check above found no VM to
 		// detach: check again now that the name is taken.
@@ -47,6 +51,7 @@ func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 		return err
 	})
 	if err != nil {
+		a.quota.Give(s.uid, quota.Processes, 1)
 		return nil, err
 	}
 	if !v.Joined() { // a process joining a VM shares the first's record
@@ -78,4 +83,5 @@ func (a *Agent) detachVM(v *device.Context) {
 		a.unpublishVM(v) // while the name is still taken, so a new attach publishes after
 	}
 	a.dev.Remove(v)
+	a.quota.Give(v.UID(), quota.Processes, 1)
 }

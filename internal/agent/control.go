@@ -221,9 +221,16 @@ func (a *Agent) ControlStore() *store.Store {
 	return a.ctl.st
 }
 
+// publishAdapterBytes is what the control-plane write quota charges for
+// each adapter's records and for the VM record's fields besides its VMX:
+// more than they take.
+const publishAdapterBytes = 1024
+
 // publishVM publishes attached VM v and its adapters, assigning adapter
 // addresses from their port groups' subnets (address.go). It fails the
-// attach only when an address is taken (CodeExists): otherwise a VM the
+// attach only when an address is taken (CodeExists) or the attaching
+// user's hourly control-plane writes are spent (CodeLimit, package
+// quota): otherwise a VM the
 // control plane does not know is reachable from this host only, and the
 // warning says why.
 func (a *Agent) publishVM(v *device.Context, uid uint32) error {
@@ -243,6 +250,12 @@ func (a *Agent) publishVM(v *device.Context, uid uint32) error {
 	rec := records.VM{Name: v.Name(), VMX: string(vmx), Owner: owner, Host: a.hostID, Power: records.PoweredOn}
 	if len(rec.VMX) > records.MaxVMXBytes {
 		rec.VMX = ""
+	}
+	// Every attach writes the record (and its adapters') anew, and etcd
+	// keeps each revision until it compacts: the attaching user pays
+	// from its hourly budget (quota.Ledger.TakeWrite).
+	if err := a.quota.TakeWrite(uid, uint64(len(rec.VMX))+uint64(len(v.Adapters()))*publishAdapterBytes+publishAdapterBytes); err != nil {
+		return err
 	}
 	var ads []records.Adapter
 	type assignment struct {

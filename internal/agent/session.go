@@ -20,6 +20,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/manage"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
@@ -36,6 +37,10 @@ type session struct {
 	// cred says pid, uid and gid come from SO_PEERCRED; without it the
 	// session is nobody's and may attach or change no VM (manage.go).
 	cred bool
+	// refused is why the session may not be served (its uid has too
+	// many, quota.Sessions): the first command is answered with it, and
+	// the session ends. Nil when the session holds its charge.
+	refused error
 
 	ctx      context.Context // ends with the connection; cancels blocking ops
 	cancel   context.CancelFunc
@@ -70,6 +75,10 @@ func newSession(a *Agent, c *sys.PacketConn) *session {
 	if !s.cred {
 		s.log.Warn("SO_PEERCRED failed: the session may attach or change no VM")
 	}
+	if err := a.quota.Take(s.uid, quota.Sessions, 1); err != nil {
+		s.refused = err
+		s.log.Warn("session refused", "uid", s.uid, "err", err)
+	}
 	return s
 }
 
@@ -80,6 +89,19 @@ var sessionIDs atomic.Uint64
 func (s *session) serve() {
 	defer s.end()
 	buf := make([]byte, abi.MaxMessage)
+	if s.refused != nil {
+		// Tell the client why with the answer to its first command.
+		if n, fds, err := s.conn.Recv(buf); err == nil {
+			for _, fd := range fds {
+				sys.CloseFD(fd)
+			}
+			h, _, _ := abi.DecodeRequest(buf[:n])
+			var e *abi.Error
+			errors.As(s.refused, &e)
+			s.replyErr(h, e)
+		}
+		return
+	}
 	for {
 		n, fds, err := s.conn.Recv(buf)
 		for _, fd := range fds {
@@ -162,12 +184,19 @@ func (s *session) end() {
 		s.a.detachVM(s.vm)
 	}
 	s.conn.Close()
+	if s.refused == nil {
+		s.a.quota.Give(s.uid, quota.Sessions, 1)
+	}
 }
 
 // PID, Close and Closed make s a device.Owner.
 
 // PID is the session's peer process (SO_PEERCRED).
 func (s *session) PID() int32 { return s.pid }
+
+// UID is the session's peer user (SO_PEERCRED); a session without
+// credentials may attach nothing, so it is never asked.
+func (s *session) UID() uint32 { return s.uid }
 
 // Close closes the session's connection: serve then ends the session.
 func (s *session) Close() { s.conn.Close() }

@@ -36,6 +36,10 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM workload's context (max_mr)")
 	fs.IntVar(&cfg.Limits.MaxPD, "max-pd", agent.DefaultLimits.MaxPD, "protection domains per VM workload's context (max_pd)")
 	fs.IntVar(&cfg.Limits.MaxProcesses, "max-processes", agent.DefaultLimits.MaxProcesses, "workloads (processes) attached to one VM at once")
+	fs.IntVar(&cfg.Limits.MaxListeners, "max-listeners", agent.DefaultLimits.MaxListeners, "listening service ports of one VM")
+	fs.IntVar(&cfg.Limits.MaxCQEPerVM, "max-cqe-per-vm", agent.DefaultLimits.MaxCQEPerVM, "CQ entries of all of one VM's CQs together")
+	fs.IntVar(&cfg.Limits.MaxWRPerVM, "max-wr-per-vm", agent.DefaultLimits.MaxWRPerVM, "send and receive queue entries of all of one VM's QPs together")
+	q := addQuotaFlags(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
 	version := fs.Bool("version", false, "print the version and build information (module, commit, Go version) and exit")
@@ -62,15 +66,21 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	for _, l := range []struct {
-		n string
-		v int
-	}{{"max-qp", cfg.Limits.MaxQP}, {"max-cq", cfg.Limits.MaxCQ}, {"max-mr", cfg.Limits.MaxMR}, {"max-pd", cfg.Limits.MaxPD},
-		{"max-processes", cfg.Limits.MaxProcesses}} {
-		if l.v < 1 || l.v > 1<<16 {
-			fmt.Fprintf(stderr, "%s: --%s %d out of range 1..65536\n", name, l.n, l.v)
+		n      string
+		v, max int
+	}{{"max-qp", cfg.Limits.MaxQP, 1 << 16}, {"max-cq", cfg.Limits.MaxCQ, 1 << 16}, {"max-mr", cfg.Limits.MaxMR, 1 << 16}, {"max-pd", cfg.Limits.MaxPD, 1 << 16},
+		{"max-processes", cfg.Limits.MaxProcesses, 1 << 16}, {"max-listeners", cfg.Limits.MaxListeners, 1 << 16}, {"max-cqe-per-vm", cfg.Limits.MaxCQEPerVM, 1 << 30}, {"max-wr-per-vm", cfg.Limits.MaxWRPerVM, 1 << 30}} {
+		if l.v < 1 || l.v > l.max {
+			fmt.Fprintf(stderr, "%s: --%s %d out of range 1..%d\n", name, l.n, l.v, l.max)
 			return 2
 		}
 	}
+	quotas, err := q.limits()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
+	cfg.Quotas = quotas
 	opts := &slog.HandlerOptions{Level: lv}
 	switch *format {
 	case "text":

@@ -539,7 +539,7 @@ func TestVMAccessPeerCred(t *testing.T) {
 		return child("ctl", "VRDMA_TEST_ARGS="+string(b))
 	}
 	if out := child("attach", "VRDMA_TEST_VM=rootvm"); !strings.Contains(out, "refused "+abi.CodePermission) || !strings.Contains(out, "owner rule") ||
-		!strings.Contains(out, "uid 0 or group 0") || !strings.Contains(out, "uid 65534 gid 65534") {
+		!strings.Contains(out, "only by its owner, uid 0,") || !strings.Contains(out, "uid 65534 gid 65534") {
 		t.Errorf("uid 65534 attaching root's VM: %s", out)
 	}
 	if out := child("attach", "VRDMA_TEST_VM=nobodyvm"); !strings.Contains(out, "attached") {

@@ -32,15 +32,23 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/clock"
+	"github.com/vrdma/vrdma/internal/quota"
 )
 
 // Limits are the per-VM resource limits; errors that refuse an object name
-// the limit.
+// the limit. max_mr, max_cq and max_qp bound each workload's context and
+// also all the VM's workloads together; max_pd bounds each context.
 type Limits struct {
-	MaxPD        int // max_pd
-	MaxMR        int // max_mr
-	MaxCQ        int // max_cq
-	MaxQP        int // max_qp
+	MaxPD int // max_pd
+	MaxMR int // max_mr
+	MaxCQ int // max_cq
+	MaxQP int // max_qp
+	// MaxCQEPerVM bounds the CQ entries of all the VM's CQs together
+	// (each entry is abi.CQESize bytes of ring); 0: no such bound.
+	MaxCQEPerVM int
+	// MaxWRPerVM bounds the send and receive queue entries of all the
+	// VM's QPs together; 0: no such bound.
+	MaxWRPerVM   int
 	MaxListeners int // listening service ports per VM (package cm)
 	// MaxProcesses bounds the workloads (processes) attached to one VM
 	// at once; the object limits above apply to each one's context, and
@@ -49,7 +57,8 @@ type Limits struct {
 }
 
 // DefaultLimits are the limits an agent applies unless told otherwise.
-var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256, MaxProcesses: 16}
+var DefaultLimits = Limits{MaxPD: 1024, MaxMR: 4096, MaxCQ: 1024, MaxQP: 512, MaxListeners: 256, MaxProcesses: 16,
+	MaxCQEPerVM: 1 << 20, MaxWRPerVM: 1 << 20}
 
 // Config configures a Device.
 type Config struct {
@@ -65,6 +74,9 @@ type Config struct {
 	// DetachWait bounds how long a detach waits for a VM's teardown, and
 	// an attach for a previous workload's; default 10 s.
 	DetachWait time.Duration
+	// Quota charges workloads' ring and registered memory to their uids
+	// and locked guest memory to the host's budget; nil charges nothing.
+	Quota *quota.Ledger
 }
 
 // Router chooses the path of a QP that moves from INIT to RTR.

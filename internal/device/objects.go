@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -119,8 +120,17 @@ func (v *Context) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 				v.name, others+mine, v.memSize, n+1, others)
 		}
 	}
+	if err := v.chargeVM(vmCharge{mrs: 1}); err != nil {
+		return abi.RegMRReply{}, err
+	}
+	if err := v.chargeUser(quota.RegisteredMemory, r.Length); err != nil {
+		v.refundVM(vmCharge{mrs: 1})
+		return abi.RegMRReply{}, err
+	}
 	key, ok := v.newKeyLocked() // keys.go
 	if !ok {
+		v.refundUser(quota.RegisteredMemory, r.Length)
+		v.refundVM(vmCharge{mrs: 1})
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory regions, the limit (max_mr): deregister some first", v.name, len(v.mrs))
 	}
 	iova := r.Addr
@@ -183,6 +193,8 @@ func (v *Context) DeregMR(h uint32) error {
 	v.objMu.Unlock()
 	v.memMu.Lock() // the barrier: see above
 	v.memMu.Unlock()
+	v.refundVM(vmCharge{mrs: 1})
+	v.refundUser(quota.RegisteredMemory, m.length)
 	return nil
 }
 
@@ -218,8 +230,12 @@ func (v *Context) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 	if n >= v.d.cfg.Limits.MaxCQ {
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d CQs, the limit (max_cq): destroy some first", v.name, n)
 	}
+	if err := v.chargeQueue(cqCharge(layout), layout.Size); err != nil {
+		return nil, err
+	}
 	fd, ring, ev, err := newRing("vrdma-cq", layout.Size)
 	if err != nil {
+		v.refundQueue(cqCharge(layout), layout.Size)
 		return nil, err
 	}
 	c2 := &CQ{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
@@ -247,6 +263,7 @@ func (v *Context) DestroyCQ(h uint32) error {
 	v.memMu.Lock()
 	c.release()
 	v.memMu.Unlock()
+	v.refundQueue(cqCharge(c.layout), c.layout.Size)
 	return nil
 }
 

@@ -192,8 +192,12 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 	case nqp >= v.d.cfg.Limits.MaxQP:
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, nqp)
 	}
+	if err := v.chargeQueue(qpCharge(layout), layout.Size); err != nil {
+		return nil, err
+	}
 	fd, ring, db, err := newRing("vrdma-qp", layout.Size)
 	if err != nil {
+		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, err
 	}
 	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
@@ -208,6 +212,7 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 	if n := len(v.qps); n >= v.d.cfg.Limits.MaxQP {
 		v.objMu.Unlock()
 		q.release()
+		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, n)
 	}
 	q.handle = v.allocHandleLocked()
@@ -260,6 +265,7 @@ func (v *Context) DestroyQP(q *QP) {
 	q.release()
 	q.mu.Unlock()
 	v.memMu.Unlock()
+	v.refundQueue(qpCharge(q.layout), q.layout.Size)
 }
 
 // QPByHandle returns the VM's QP with handle h.

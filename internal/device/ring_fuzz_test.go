@@ -98,6 +98,7 @@ func (harnessRouter) Route(q *QP, dgid abi.GID, dqpn uint32) (Route, error) {
 type harnessOwner struct{}
 
 func (harnessOwner) PID() int32                       { return 0 }
+func (harnessOwner) UID() uint32                      { return 0 }
 func (harnessOwner) Close()                           {}
 func (harnessOwner) Closed() bool                     { return false }
 func (harnessOwner) PortChanged(ad *Adapter, up bool) {}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
@@ -34,6 +35,7 @@ type Context struct {
 	procs   *vmProcs // the VM's workloads, v among them
 	joined  bool     // v joined a VM another workload had attached (Joined)
 	memSize uint64
+	pinned  uint64 // bytes charged to the host's pinned-memory budget (quota.Ledger)
 	memFD   sys.FD
 
 	// memMu orders unmapping against use: see the package comment.
@@ -75,6 +77,9 @@ func (v *Context) Running() bool { return v.ready.Load() && !v.dying.Load() }
 
 // PID returns v's workload's process ID.
 func (v *Context) PID() int32 { return v.owner.PID() }
+
+// UID returns the user v's workload runs as.
+func (v *Context) UID() uint32 { return v.owner.UID() }
 
 // Kick detaches v's workload, as if it had gone away: it closes the
 // workload's session, which then ends and tears the VM down (its peers'
@@ -206,6 +211,9 @@ func (ad *Adapter) Info() abi.AdapterInfo {
 type Owner interface {
 	// PID is the workload's process ID.
 	PID() int32
+	// UID is the workload's user, charged for its rings and regions
+	// (Config.Quota).
+	UID() uint32
 	// Close ends the workload's session; the session then tears the VM
 	// down.
 	Close()
@@ -226,6 +234,7 @@ type Owner interface {
 type vmProcs struct {
 	list  []*Context // guarded by Device.mu
 	memMu sync.Mutex
+	use   vmUse // the VM-wide caps' charges (quota.go)
 }
 
 // Attach attaches workload o to VM name: a VM of its own with guest
@@ -429,21 +438,36 @@ func (v *Context) setupMemory() error {
 		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
 	}
 	locked := v.cfg.MemoryLocked()
+	if locked {
+		// Charged before a page is touched: the budget is what keeps
+		// the host's memory from being locked away.
+		if err := v.d.cfg.Quota.TakePinned(v.name, v.memSize); err != nil {
+			fd.Close()
+			return err
+		}
+	}
 	m, err := sys.Map(fd.Int(), int(v.memSize), locked)
 	if err != nil {
 		fd.Close()
+		if locked {
+			v.d.cfg.Quota.GivePinned(v.memSize)
+		}
 		return abi.Errorf(abi.CodeInternal, "", "VM %q guest memory: %v", v.name, err)
 	}
 	if locked {
 		if err := m.Lock(); err != nil {
 			m.Unmap()
 			fd.Close()
+			v.d.cfg.Quota.GivePinned(v.memSize)
 			return abi.Errorf(abi.CodeLimit, "memSize",
 				"VM %q reserves and locks all %d MiB of guest memory (sched.mem.pin = \"TRUE\", sched.mem.min >= memSize), but the lock failed: %v; or lower memSize, or drop sched.mem.pin to run unlocked",
 				v.name, v.cfg.MemSizeMB, err)
 		}
 	}
 	v.memFD, v.mem = fd, m
+	if locked {
+		v.pinned = v.memSize
+	}
 	return nil
 }
 
@@ -599,12 +623,18 @@ func (v *Context) Teardown() {
 	v.objMu.Lock()
 	for _, c := range v.cqs {
 		c.release()
+		v.refundQueue(cqCharge(c.layout), c.layout.Size)
+	}
+	for _, m := range v.mrHandles {
+		v.refundVM(vmCharge{mrs: 1})
+		v.refundUser(quota.RegisteredMemory, m.length)
 	}
 	v.cqs, v.mrHandles, v.pds = nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()
 	v.memMu.Unlock()
+	v.d.cfg.Quota.GivePinned(v.pinned)
 }
 
 // Remove forgets a torn-down (or never set up) process of a VM; with

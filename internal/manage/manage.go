@@ -29,10 +29,17 @@
 // (docs/control-plane.md).
 //
 // Access: a workload attaches only to a powered-on VM placed on this
-// host, and only if SO_PEERCRED says it runs as the VM's owner uid, with
-// its group as primary group, or as root or the agent's own user.
+// host, and only if SO_PEERCRED says it runs as the VM's owner uid, as
+// root or the agent's own user, or with the owner's gid as primary group
+// when the owner granted its group (vrdma.groupAttach = "TRUE").
 // Changing a VM (define over it, edit, power on or off, undefine) takes
 // its owner uid, root or the agent's user.
+//
+// Quotas (package quota): a VM that reserves and locks its guest memory
+// must be owned by root, the agent's user or a uid the administrator
+// listed (--pin-allowed-uids); a uid owns at most Limits.VMsPerUser VMs
+// here and in the control plane together; and its writes of managed VM
+// records are bounded per hour (Ledger.TakeWrite).
 package manage
 
 import (
@@ -56,6 +63,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 	"github.com/vrdma/vrdma/internal/vmx"
 )
@@ -74,6 +82,8 @@ type Procedures struct {
 	ctl      *Control // nil: standalone
 	vms      Attached
 
+	quota *quota.Ledger
+
 	mu    sync.Mutex // serialises changes to the VMs of the state directory
 	watch sync.Once  // starts reconcile, at the first attach of a managed VM
 }
@@ -89,6 +99,9 @@ type Config struct {
 	Control *Control
 	// VMs are the agent's attached VMs.
 	VMs Attached
+	// Quota is the agent's ledger: who may pin memory, how many VMs a
+	// uid may own and write; nil enforces none of them.
+	Quota *quota.Ledger
 }
 
 // Control is the agent's control plane as the procedures use it.
@@ -142,13 +155,16 @@ type Caller struct {
 
 // New returns the procedures of an agent.
 func New(c Config) *Procedures {
-	return &Procedures{stateDir: c.StateDir, host: c.Host, hostID: c.HostID, log: c.Logger, ctl: c.Control, vms: c.VMs}
+	return &Procedures{stateDir: c.StateDir, host: c.Host, hostID: c.HostID, log: c.Logger, ctl: c.Control, vms: c.VMs, quota: c.Quota}
 }
 
 // localState is a state-directory VM's vms/NAME.state.
 type localState struct {
 	Power records.PowerState `json:"power"`
 	Owner records.Owner      `json:"owner"`
+	// PinAllowed says an administrator allowed the VM to reserve and
+	// lock its guest memory (records.VM.PinAllowed).
+	PinAllowed bool `json:"pinAllowed,omitempty"`
 	records.Inventory
 }
 
@@ -161,16 +177,17 @@ type vmEntry struct {
 	host     string // ID of the host it runs or is registered on
 	inv      records.Inventory
 	managed  bool
-	adapters int // adapters published in the control plane (managed VMs)
+	adapters int  // adapters published in the control plane (managed VMs)
+	pinOK    bool // an administrator allowed it to pin its memory (checkPin)
 }
 
 func entryOf(r records.VM) *vmEntry {
-	return &vmEntry{name: r.Name, vmx: r.VMX, power: r.Power, owner: r.Owner, host: r.Host, inv: r.Inventory, managed: true, adapters: len(r.Adapters)}
+	return &vmEntry{name: r.Name, vmx: r.VMX, power: r.Power, owner: r.Owner, host: r.Host, inv: r.Inventory, managed: true, adapters: len(r.Adapters), pinOK: r.PinAllowed}
 }
 
 // into writes e's fields into managed record r.
 func (e *vmEntry) into(r *records.VM) {
-	r.VMX, r.Power, r.Owner, r.Host, r.Inventory = e.vmx, e.power, e.owner, e.host, e.inv
+	r.VMX, r.Power, r.Owner, r.Host, r.Inventory, r.PinAllowed = e.vmx, e.power, e.owner, e.host, e.inv, e.pinOK
 }
 
 // privileged reports whether s runs as root or as the agent's own user.
@@ -178,9 +195,10 @@ func (s *Caller) privileged() bool {
 	return s.Cred && (s.UID == 0 || s.UID == uint32(os.Geteuid()))
 }
 
-// mayAttach reports whether s may attach a VM owned by o.
-func (s *Caller) mayAttach(o records.Owner) bool {
-	return s.Cred && (s.privileged() || o.MayAttach(s.UID, s.GID))
+// mayAttach reports whether s may attach a VM owned by o; group says
+// the owner granted its group (vrdma.groupAttach).
+func (s *Caller) mayAttach(o records.Owner, group bool) bool {
+	return s.Cred && (s.privileged() || o.MayAttach(s.UID, s.GID, group))
 }
 
 // mayChange reports whether s may change a VM owned by o.
@@ -284,7 +302,7 @@ func (mg *Procedures) writeLocal(name string, vmxText []byte, st localState) err
 }
 
 func (mg *Procedures) localEntry(name string, vmxText []byte, st localState) *vmEntry {
-	return &vmEntry{name: name, vmx: string(vmxText), power: st.Power, owner: st.Owner, host: mg.hostID, inv: st.Inventory}
+	return &vmEntry{name: name, vmx: string(vmxText), power: st.Power, owner: st.Owner, host: mg.hostID, inv: st.Inventory, pinOK: st.PinAllowed}
 }
 
 // notDefined is the error for a VM this agent does not know.
@@ -397,8 +415,9 @@ func (mg *Procedures) lookup(ctx context.Context, name string) (*vmEntry, error)
 
 // update changes VM name with fn, a read-modify-write under the state
 // directory's lock or a compare-and-swap on the control plane's record;
-// fn may run more than once. It returns the VM as written.
-func (mg *Procedures) update(ctx context.Context, name string, fn func(e *vmEntry) error) (*vmEntry, error) {
+// fn may run more than once. It returns the VM as written. A write to the
+// control plane is charged to s's uid (Ledger.TakeWrite).
+func (mg *Procedures) update(ctx context.Context, s *Caller, name string, fn func(e *vmEntry) error) (*vmEntry, error) {
 	mg.mu.Lock()
 	b, st, ok, err := mg.readLocal(name)
 	if err != nil || ok {
@@ -414,7 +433,7 @@ func (mg *Procedures) update(ctx context.Context, name string, fn func(e *vmEntr
 		if e.vmx != string(b) {
 			nb = []byte(e.vmx)
 		}
-		if err := mg.writeLocal(name, nb, localState{Power: e.power, Owner: e.owner, Inventory: e.inv}); err != nil {
+		if err := mg.writeLocal(name, nb, localState{Power: e.power, Owner: e.owner, Inventory: e.inv, PinAllowed: e.pinOK}); err != nil {
 			return nil, err
 		}
 		return e, nil
@@ -437,6 +456,9 @@ func (mg *Procedures) update(ctx context.Context, name string, fn func(e *vmEntr
 		}
 		n := *old
 		e.into(&n)
+		if err := mg.quota.TakeWrite(s.UID, recordBytes(&n)); err != nil {
+			return nil, err
+		}
 		out = e
 		return &n, nil
 	})
@@ -578,9 +600,20 @@ func (mg *Procedures) AttachConfig(s *Caller, name string) (*vmconfig.Config, bo
 			e = entryOf(r)
 		}
 	}
-	if !s.mayAttach(e.owner) {
-		return nil, false, abi.Errorf(abi.CodePermission, "vm", "VM %q may be attached only by its owner, uid %d or group %d, or by root (the owner rule); this workload runs as %s: run it as the owner, or have root give the VM to its user (vrdmactl vm define|create --owner UID:GID)",
+	cfg, err := vmconfig.Parse([]byte(e.vmx))
+	if err != nil {
+		return nil, false, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", name, err)
+	}
+	if !s.mayAttach(e.owner, cfg.GroupAttach) {
+		group := "its owner has not granted its group gid %d (vrdma.groupAttach = \"TRUE\" in the VMX)"
+		if cfg.GroupAttach {
+			group = "or by processes whose primary group is gid %d"
+		}
+		return nil, false, abi.Errorf(abi.CodePermission, "vm", "VM %q may be attached only by its owner, uid %d, or by root (the owner rule); "+group+"; this workload runs as %s: run it as the owner, or have root give the VM to its user (vrdmactl vm define|create --owner UID:GID)",
 			name, e.owner.UID, e.owner.GID, s.who())
+	}
+	if err := mg.checkPin(s, e, cfg); err != nil {
+		return nil, false, err
 	}
 	if e.power != records.PoweredOn {
 		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered off: power it on first (vrdmactl vm power-on %s)", name, name)
@@ -588,10 +621,6 @@ func (mg *Procedures) AttachConfig(s *Caller, name string) (*vmconfig.Config, bo
 	if e.host != mg.hostID {
 		return nil, false, abi.Errorf(abi.CodeState, "vm", "VM %q is powered on on host %s, not on this host (%s): run its workload there, or power it off and on again with --host %s",
 			name, mg.hostLabel(e.host), mg.host, mg.host)
-	}
-	cfg, err := vmconfig.Parse([]byte(e.vmx))
-	if err != nil {
-		return nil, false, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", name, err)
 	}
 	if e.managed {
 		mg.startReconcile()
@@ -662,7 +691,8 @@ func (mg *Procedures) reconcileVM(c *Control, v VM) {
 
 // Define stores VM d.Name in the state directory, powered on here.
 func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
-	if _, err := vmconfig.Parse([]byte(d.VMX)); err != nil {
+	cfg, err := vmconfig.Parse([]byte(d.VMX))
+	if err != nil {
 		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
 	}
 	owner, err := s.ownerFor(d.Owner)
@@ -698,11 +728,17 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 		if d.Owner == nil {
 			owner = st.Owner // redefining keeps the owner
 		}
+	} else if err := mg.checkVMCount(s.Ctx, s, owner.UID); err != nil {
+		return err
+	}
+	e := &vmEntry{name: d.Name, owner: owner, pinOK: st.PinAllowed}
+	if err := mg.checkPin(s, e, cfg); err != nil {
+		return err
 	}
 	if mg.attached(d.Name) != nil {
 		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
 	}
-	return mg.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory})
+	return mg.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory, PinAllowed: e.pinOK})
 }
 
 // Undefine removes VM name: from the state directory if it is there
@@ -810,15 +846,20 @@ func (mg *Procedures) isThisHost(ref string) bool {
 }
 
 func (mg *Procedures) createVM(ctx context.Context, s *Caller, req *mgmt.CreateVM) (mgmt.VMInfo, error) {
-	if _, err := vmconfig.Parse([]byte(req.VMX)); err != nil {
+	cfg, err := vmconfig.Parse([]byte(req.VMX))
+	if err != nil {
 		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", req.Name, err)
 	}
 	owner, err := s.ownerFor(req.Owner)
 	if err != nil {
 		return mgmt.VMInfo{}, err
 	}
+	pe := &vmEntry{name: req.Name, owner: owner}
+	if err := mg.checkPin(s, pe, cfg); err != nil {
+		return mgmt.VMInfo{}, err
+	}
 	inv := records.Inventory{Datacenter: req.Datacenter, Folder: req.Folder, ResourcePool: req.ResourcePool}
-	rec := records.VM{Name: req.Name, VMX: req.VMX, Owner: owner, Power: records.PoweredOff, Managed: true, Inventory: inv}
+	rec := records.VM{Name: req.Name, VMX: req.VMX, Owner: owner, Power: records.PoweredOff, Managed: true, Inventory: inv, PinAllowed: pe.pinOK}
 	if err := rec.Validate(); err != nil {
 		return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "", "%v", err)
 	}
@@ -829,14 +870,17 @@ func (mg *Procedures) createVM(ctx context.Context, s *Caller, req *mgmt.CreateV
 	} else if ok {
 		return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM %q is already defined on host %s: pick another name, or change it with vrdmactl vm edit/set", req.Name, mg.host)
 	}
+	if err := mg.checkVMCount(ctx, s, owner.UID); err != nil {
+		return mgmt.VMInfo{}, err
+	}
 	if mg.ctl == nil {
 		if !mg.isThisHost(req.Host) {
 			return mgmt.VMInfo{}, abi.Errorf(abi.CodeInvalid, "host", "this agent runs standalone (no control plane): its VMs live on host %s only, not %q", mg.host, req.Host)
 		}
-		if err := mg.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv}); err != nil {
+		if err := mg.writeLocal(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv, PinAllowed: pe.pinOK}); err != nil {
 			return mgmt.VMInfo{}, err
 		}
-		return mg.info(mg.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv})), nil
+		return mg.info(mg.localEntry(req.Name, []byte(req.VMX), localState{Power: records.PoweredOff, Owner: owner, Inventory: inv, PinAllowed: pe.pinOK})), nil
 	}
 	h, err := mg.resolveHost(ctx, req.Host)
 	if err != nil {
@@ -849,6 +893,9 @@ func (mg *Procedures) createVM(ctx context.Context, s *Caller, req *mgmt.CreateV
 		rec.Datacenter = h.Host.Datacenter
 	}
 	rec.Host = h.Host.ID
+	if err := mg.quota.TakeWrite(s.UID, recordBytes(&rec)); err != nil {
+		return mgmt.VMInfo{}, err
+	}
 	if _, err := mg.ctl.Store.Create(ctx, records.VMKey(req.Name), rec); err != nil {
 		if errors.Is(err, store.ErrExists) {
 			return mgmt.VMInfo{}, abi.Errorf(abi.CodeExists, "name", "VM name %q is taken in the control plane (VM names are unique across hosts): pick another", req.Name)
@@ -880,7 +927,7 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		adds[i].Switch = sw
 	}
 	var after []mgmt.Finding
-	e, err := mg.update(ctx, req.Name, func(e *vmEntry) error {
+	e, err := mg.update(ctx, s, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
@@ -896,8 +943,12 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "", "VM %q: %v", e.name, err)
 		}
-		if _, err := vmconfig.FromFile(f); err != nil {
+		cfg, err := vmconfig.FromFile(f)
+		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q after the change: %v", e.name, err)
+		}
+		if err := mg.checkPin(s, e, cfg); err != nil {
+			return err
 		}
 		after = vmRules(f, nil)
 		if added := newErrors(before, after, touched); len(added) > 0 {
@@ -1103,7 +1154,7 @@ func (mg *Procedures) powerOn(ctx context.Context, s *Caller, req *mgmt.PowerOnV
 		}
 	}
 	read := e.vmx
-	e, err = mg.update(ctx, req.Name, func(e *vmEntry) error {
+	e, err = mg.update(ctx, s, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}
@@ -1135,7 +1186,7 @@ func (mg *Procedures) placementChecks(ctx context.Context, e *vmEntry, f *vmx.Fi
 
 func (mg *Procedures) powerOff(ctx context.Context, s *Caller, name string) (mgmt.PowerReply, error) {
 	changed := false
-	e, err := mg.update(ctx, name, func(e *vmEntry) error {
+	e, err := mg.update(ctx, s, name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
 		}

@@ -56,10 +56,13 @@ const (
 
 // Config is the host agent's view of one VM.
 type Config struct {
-	MemSizeMB          int       // memSize (required, 1..1048576 MB)
-	MemMinMB           int       // sched.mem.min (0 if absent)
-	MemPin             bool      // sched.mem.pin == TRUE
-	AsyncMode          bool      // vrdma.asyncMode == TRUE
+	MemSizeMB int  // memSize (required, 1..1048576 MB)
+	MemMinMB  int  // sched.mem.min (0 if absent)
+	MemPin    bool // sched.mem.pin == TRUE
+	AsyncMode bool // vrdma.asyncMode == TRUE
+	// GroupAttach is vrdma.groupAttach == TRUE: the owner lets processes
+	// whose primary group is the VM's owner gid attach, not only its uid.
+	GroupAttach        bool
 	GuestOS            string    // guestOS
 	HWVersion          int       // virtualHW.version (0 if absent)
 	LatencySensitivity string    // sched.cpu.latencySensitivity
@@ -150,6 +153,7 @@ func FromFile(f *vmx.File) (*Config, error) {
 		what: "the memory reservation in MB (the same as memSize to reserve all guest memory)", example: "4096"})
 	c.MemPin = r.boolean("sched.mem.pin", false)
 	c.AsyncMode = r.boolean("vrdma.asyncMode", false)
+	c.GroupAttach = r.boolean("vrdma.groupAttach", false)
 	c.GuestOS, _ = f.Get("guestOS")
 	c.HWVersion = r.number(numSpec{key: "virtualHW.version", min: 1, max: MaxHWVersion,
 		what: "the virtual hardware version", example: "20"})

@@ -41,8 +41,9 @@ func (d *DefineVM) Validate() error {
 	return nil
 }
 
-// Owner is who may use a VM: processes running as UID or with primary
-// group GID may attach; UID may change it. Root may do both.
+// Owner is who may use a VM: processes running as UID may attach, and
+// those with primary group GID when the VMX grants its group
+// (vrdma.groupAttach = "TRUE"); UID may change it. Root may do both.
 type Owner struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`

@@ -63,16 +63,18 @@ func TestOwner(t *testing.T) {
 	o := Owner{UID: 1000, GID: 100}
 	for _, tc := range []struct {
 		uid, gid       uint32
+		group          bool // the owner granted its group
 		attach, change bool
 	}{
-		{1000, 1000, true, true}, // the owner
-		{0, 0, true, true},       // root
-		{1001, 100, true, false}, // its group attaches, does not change
-		{1001, 1001, false, false},
-		{65534, 65534, false, false},
+		{1000, 1000, false, true, true},  // the owner
+		{0, 0, false, true, true},        // root
+		{1001, 100, false, false, false}, // its group, not granted: neither
+		{1001, 100, true, true, false},   // its group, granted: attaches, does not change
+		{1001, 1001, true, false, false},
+		{65534, 65534, true, false, false},
 	} {
-		if got := o.MayAttach(tc.uid, tc.gid); got != tc.attach {
-			t.Errorf("MayAttach(%d, %d) = %v", tc.uid, tc.gid, got)
+		if got := o.MayAttach(tc.uid, tc.gid, tc.group); got != tc.attach {
+			t.Errorf("MayAttach(%d, %d, group %v) = %v", tc.uid, tc.gid, tc.group, got)
 		}
 		if got := o.MayChange(tc.uid); got != tc.change {
 			t.Errorf("MayChange(%d) = %v", tc.uid, got)

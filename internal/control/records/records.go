@@ -667,7 +667,8 @@ const (
 )
 
 // Owner is who may attach to a VM: the uid and gid of its workload. A
-// process attaches if it runs as UID, with primary group GID, or as root;
+// process attaches if it runs as UID or as root, or with primary group
+// GID when the owner granted its group (the VMX's vrdma.groupAttach);
 // only UID and root may change the VM.
 type Owner struct {
 	UID uint32 `json:"uid"`
@@ -675,8 +676,11 @@ type Owner struct {
 }
 
 // MayAttach reports whether a process running as uid with primary group
-// gid may attach to a VM owned by o. Root may.
-func (o Owner) MayAttach(uid, gid uint32) bool { return uid == 0 || uid == o.UID || gid == o.GID }
+// gid may attach to a VM owned by o; group says the owner granted its
+// group. Root may.
+func (o Owner) MayAttach(uid, gid uint32, group bool) bool {
+	return uid == 0 || uid == o.UID || (group && gid == o.GID)
+}
 
 // MayChange reports whether a process running as uid may change a VM
 // owned by o. Only its owner and root may.
@@ -701,6 +705,11 @@ type VM struct {
 	Adapters []string   `json:"adapters,omitempty"` // "vrdmaN" names, ascending, at most MaxAdapters
 	// Managed says the record is the VM's configuration (see above).
 	Managed bool `json:"managed,omitempty"`
+	// PinAllowed says an administrator (root or the agent's user)
+	// defined, created or edited the VM with its guest memory reserved
+	// and locked: it may pin although its owner is not allowed to
+	// (docs/SECURITY.md, "Tenants and quotas").
+	PinAllowed bool `json:"pinAllowed,omitempty"`
 	// Where the VM sits in the inventory: datacenter, VM folder and
 	// resource pool (its cluster is its host's).
 	Inventory
