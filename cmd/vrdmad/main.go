@@ -3,7 +3,7 @@
 //
 //	vrdmad --version
 //	vrdmad [--socket PATH] [--state-dir DIR] [--host NAME] [--log-level LEVEL] [--log-format text|json]
-//	       [--etcd-endpoints URLS [--etcd-cert F --etcd-key F] [--etcd-ca F] | --no-control-plane]
+//	       [--etcd-endpoints URLS [--etcd-cert F --etcd-key F] [--etcd-ca F] [--insecure-etcd] | --no-control-plane]
 //	       [--switch NAME] [--pvrdma-address ADDR:PORT] [--firewall-pvrdma] [--rdma-uplink KIND/ADDR[/GID][@DEV]]...
 //
 // By default it runs the control plane's embedded etcd under

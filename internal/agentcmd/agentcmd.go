@@ -91,6 +91,9 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: --log-format %q: want text or json\n", name, *format)
 		return 2
 	}
+	if cp.warning != "" {
+		cfg.Logger.Warn(cp.warning)
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

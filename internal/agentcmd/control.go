@@ -10,6 +10,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
 )
 
 // controlFlags are the agent's control-plane flags.
@@ -18,13 +19,17 @@ type controlFlags struct {
 	endpoints string
 	cert, key string
 	ca        string
-	dataDir   string
-	address   string
-	firewall  bool
-	sw        string
-	uplinks   []records.Uplink
-	lossless  int // --rdma-uplink-lossless: -1 unset
-	nicPoll   time.Duration
+	insecure  bool // --insecure-etcd
+	// warning, if set, is logged once the logger runs: plaintext etcd
+	// accepted by --insecure-etcd
+	warning  string
+	dataDir  string
+	address  string
+	firewall bool
+	sw       string
+	uplinks  []records.Uplink
+	lossless int // --rdma-uplink-lossless: -1 unset
+	nicPoll  time.Duration
 }
 
 func addControlFlags(fs *flag.FlagSet) *controlFlags {
@@ -34,6 +39,7 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 	fs.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
 	fs.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
 	fs.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
+	fs.BoolVar(&c.insecure, "insecure-etcd", false, "accept an --etcd-endpoints reached over plaintext TCP (http://, or host:port without the TLS flags): anyone on that network can read and write the control plane, the switch secrets included")
 	fs.StringVar(&c.dataDir, "etcd-data-dir", "", "data directory of the embedded etcd (default STATE-DIR/etcd)")
 	fs.StringVar(&c.address, "pvrdma-address", "", "ADDRESS:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic)")
 	fs.BoolVar(&c.firewall, "firewall-pvrdma", false, "the host's pvrdma firewall ruleset is enabled (needed for traffic with other hosts)")
@@ -80,6 +86,12 @@ func (c *controlFlags) config() (*agent.ControlConfig, error) {
 	}
 	if len(cfg.Endpoints) == 0 && (c.cert != "" || c.ca != "") {
 		return nil, errors.New("--etcd-cert, --etcd-key and --etcd-ca need --etcd-endpoints (the embedded etcd listens on a private Unix socket)")
+	}
+	if err := store.CheckPlaintext(cfg.Endpoints, cfg.TLS, "--etcd-cert/--etcd-key/--etcd-ca", "--insecure-etcd"); err != nil {
+		if !c.insecure {
+			return nil, err
+		}
+		c.warning = strings.Replace(err.Error(), "; give", " (accepted by --insecure-etcd); you could give", 1)
 	}
 	if c.address != "" {
 		ap, err := netip.ParseAddrPort(c.address)

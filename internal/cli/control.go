@@ -6,7 +6,8 @@ package cli
 //
 //   - with --etcd-endpoints (and --etcd-cert/--etcd-key/--etcd-ca for TLS)
 //     they talk to that cluster: the same flags every vrdmad of the
-//     cluster was started with;
+//     cluster was started with. A plaintext TCP endpoint is refused (rule
+//     etcd-tls) unless --insecure-etcd accepts it, as vrdmad does;
 //   - without it they find the local agent's embedded etcd: the agent
 //     writes its client URL to STATE-DIR/etcd/client-url
 //     (store.EndpointFile), and that URL is a Unix socket only STATE-DIR's
@@ -38,6 +39,7 @@ type controlFlags struct {
 	endpoints []string
 	cert, key string
 	ca        string
+	insecure  bool // --insecure-etcd
 	stateDir  string
 }
 
@@ -47,6 +49,7 @@ func (a *app) addControlFlags(root *cobra.Command) {
 	pf.StringVar(&c.cert, "etcd-cert", "", "client certificate for etcd (PEM)")
 	pf.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
 	pf.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
+	pf.BoolVar(&c.insecure, "insecure-etcd", false, "accept --etcd-endpoints reached over plaintext TCP (http://, or host:port without the TLS flags): anyone on that network can read and write the control plane")
 	pf.StringVar(&c.stateDir, "state-dir", locations.StateDir(), "the local agent's state directory, where its embedded etcd writes its address")
 }
 
@@ -73,8 +76,14 @@ func (a *app) openStore(ctx context.Context) (*store.Store, error) {
 	if (a.ctl.cert == "") != (a.ctl.key == "") {
 		return nil, usageErrorf("--etcd-cert and --etcd-key go together")
 	}
-	st, err := store.Open(ctx, store.Config{Endpoints: eps, TLS: store.TLSFiles{CertFile: a.ctl.cert, KeyFile: a.ctl.key, CAFile: a.ctl.ca},
-		DialTimeout: 5 * time.Second})
+	tls := store.TLSFiles{CertFile: a.ctl.cert, KeyFile: a.ctl.key, CAFile: a.ctl.ca}
+	if err := store.CheckPlaintext(eps, tls, "--etcd-cert/--etcd-key/--etcd-ca", "--insecure-etcd"); err != nil {
+		if !a.ctl.insecure {
+			return nil, &exitError{code: exitUsage, err: err}
+		}
+		fmt.Fprintf(a.stderr, "vrdmactl: warning: %s\n", strings.Replace(err.Error(), "; give", " (accepted by --insecure-etcd); you could give", 1))
+	}
+	st, err := store.Open(ctx, store.Config{Endpoints: eps, TLS: tls, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("control plane at %s: %w", strings.Join(eps, ","), err)
 	}

@@ -129,6 +129,7 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		cfg.Name = fmt.Sprintf("m%d", i)
 		cfg.ClientURL = "http://" + freeAddr(tb)
 		cfg.PeerURL = "http://" + freeAddr(tb)
+		cfg.InsecurePeer = true // test members on 127.0.0.1
 		cfg.ClusterToken = "vrdma-test"
 		c.cfgs[i] = cfg
 		initial = append(initial, cfg.Name+"="+cfg.PeerURL)

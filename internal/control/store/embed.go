@@ -8,16 +8,16 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -34,13 +34,24 @@ type EmbedConfig struct {
 	// Name is the member's name; default "vrdma".
 	Name string
 	// ClientURL is where clients reach the member. Default: a Unix socket
-	// in Dir (unix:///<Dir>/etcd.sock), reachable only by Dir's owner, or
-	// http://127.0.0.1:<free port> when that path is too long for a socket.
+	// in Dir (unix:///<Dir>/etcd.sock), reachable only by Dir's owner, or,
+	// when that path is too long for a socket, in a private directory of
+	// this user under os.TempDir() (see PrivateSocketDir). The default is
+	// never TCP.
 	ClientURL string
-	// PeerURL is where the other members reach this one. Default:
-	// http://127.0.0.1:<free port>. Only a cluster needs it to be known in
-	// advance.
+	// PeerURL is where the other members reach this one. Default, for a
+	// member alone (no InitialCluster): a Unix socket beside the client's
+	// (peer.sock), which no other local user can reach. A cluster gives
+	// each member's PeerURL; a TCP one (http:// or https://) needs
+	// PeerTLS, or InsecurePeer to accept plaintext raft traffic that anyone
+	// who reaches the port can read and join.
 	PeerURL string
+	// PeerTLS, if set, serves and dials peers over TLS with these files
+	// (PeerURL https://); ClientCAFile then names the CA every peer's
+	// certificate must be signed by.
+	PeerTLS *ServerTLSFiles
+	// InsecurePeer accepts a TCP PeerURL without PeerTLS.
+	InsecurePeer bool
 	// InitialCluster lists every member as name=peerURL, comma separated,
 	// for a new cluster; default: this member alone. Ignored when Dir
 	// already holds a member.
@@ -72,6 +83,16 @@ type ServerTLSFiles struct {
 	// ClientCAFile, if set, requires every client to present a
 	// certificate signed by this CA.
 	ClientCAFile string
+}
+
+// info returns etcd's form of f.
+func (f *ServerTLSFiles) info() transport.TLSInfo {
+	return transport.TLSInfo{
+		CertFile:       f.CertFile,
+		KeyFile:        f.KeyFile,
+		TrustedCAFile:  f.ClientCAFile,
+		ClientCertAuth: f.ClientCAFile != "",
+	}
 }
 
 // maxUnixPath is the longest Unix socket path we use (sun_path holds 108
@@ -126,23 +147,25 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded etcd: create data directory: %w", err)
 	}
-	if cfg.ClientURL == "" {
-		if sock := filepath.Join(dir, "etcd.sock"); len(sock) <= maxUnixPath {
-			os.Remove(sock) // a stale socket of a previous run; etcd would fail to bind
-			cfg.ClientURL = "unix://" + sock
-			if cfg.ClientTLS != nil {
-				cfg.ClientURL = "unixs://" + sock
-			}
-		} else if cfg.ClientURL, err = freeLocalURL(); err != nil {
+	sockDir := dir // where the default sockets go
+	if len(filepath.Join(dir, "peer.sock")) > maxUnixPath && (cfg.ClientURL == "" || cfg.PeerURL == "") {
+		if sockDir, err = PrivateSocketDir(dir); err != nil {
 			return nil, err
-		} else if cfg.ClientTLS != nil {
-			cfg.ClientURL = "https" + strings.TrimPrefix(cfg.ClientURL, "http")
+		}
+	}
+	if cfg.ClientURL == "" {
+		sock := filepath.Join(sockDir, "etcd.sock")
+		os.Remove(sock) // a stale socket of a previous run; etcd would fail to bind
+		cfg.ClientURL = "unix://" + sock
+		if cfg.ClientTLS != nil {
+			cfg.ClientURL = "unixs://" + sock
 		}
 	}
 	if cfg.PeerURL == "" {
-		if cfg.PeerURL, err = freeLocalURL(); err != nil {
-			return nil, err
+		if cfg.InitialCluster != "" {
+			return nil, errors.New("embedded etcd: a member of a cluster (InitialCluster) needs its PeerURL")
 		}
+		cfg.PeerURL = "unix://" + filepath.Join(sockDir, "peer.sock")
 	}
 	curl, err := url.Parse(cfg.ClientURL)
 	if err != nil {
@@ -151,6 +174,25 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	purl, err := url.Parse(cfg.PeerURL)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: peer URL %q: %w", cfg.PeerURL, err)
+	}
+	// etcd binds a peer listener to the URL's host, not its path: a Unix
+	// socket's absolute path goes there (the advertised URL keeps the
+	// parseable form, unix:///path).
+	lpurl := *purl
+	switch purl.Scheme {
+	case "unix", "unixs":
+		lpurl.Host, lpurl.Path = purl.Host+purl.Path, ""
+		os.Remove(lpurl.Host) // a stale socket of a previous run
+	case "http":
+		if !cfg.InsecurePeer {
+			return nil, fmt.Errorf("embedded etcd: peer URL %s is plaintext TCP: anyone who reaches it can read the control plane and join its raft; give PeerTLS (https://), or InsecurePeer to accept that", cfg.PeerURL)
+		}
+	case "https":
+		if cfg.PeerTLS == nil || cfg.PeerTLS.CertFile == "" || cfg.PeerTLS.KeyFile == "" {
+			return nil, fmt.Errorf("embedded etcd: peer URL %s needs PeerTLS with a certificate and a key file", cfg.PeerURL)
+		}
+	default:
+		return nil, fmt.Errorf("embedded etcd: peer URL %q: want unix://, http:// or https://", cfg.PeerURL)
 	}
 
 	if tls := cfg.ClientTLS; tls != nil {
@@ -163,19 +205,17 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	}
 
 	ec := embed.NewConfig()
-	if tls := cfg.ClientTLS; tls != nil {
-		ec.ClientTLSInfo = transport.TLSInfo{
-			CertFile:       tls.CertFile,
-			KeyFile:        tls.KeyFile,
-			TrustedCAFile:  tls.ClientCAFile,
-			ClientCertAuth: tls.ClientCAFile != "",
-		}
+	if cfg.ClientTLS != nil {
+		ec.ClientTLSInfo = cfg.ClientTLS.info()
+	}
+	if cfg.PeerTLS != nil {
+		ec.PeerTLSInfo = cfg.PeerTLS.info()
 	}
 	ec.Name = cfg.Name
 	ec.Dir = dir
 	ec.ListenClientUrls = []url.URL{*curl}
 	ec.AdvertiseClientUrls = []url.URL{*curl}
-	ec.ListenPeerUrls = []url.URL{*purl}
+	ec.ListenPeerUrls = []url.URL{lpurl}
 	ec.AdvertisePeerUrls = []url.URL{*purl}
 	ec.InitialCluster = cfg.InitialCluster
 	if ec.InitialCluster == "" {
@@ -299,15 +339,31 @@ func (m *Embedded) Close() {
 	})
 }
 
-// freeLocalURL returns http://127.0.0.1:<port> with a port that was free a
-// moment ago.
-func freeLocalURL() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("embedded etcd: find a free port: %w", err)
+// PrivateSocketDir returns the directory for the sockets of a member whose
+// data directory dataDir is too deep for a Unix socket path:
+// os.TempDir()/vrdma-<uid>-<hash of dataDir>, created with mode 0700. An
+// existing one is used only if it is a directory (not a symbolic link)
+// owned by this user with mode 0700; anything else there is refused, since
+// another user could then reach, or replace, the sockets.
+func PrivateSocketDir(dataDir string) (string, error) {
+	sum := sha256.Sum256([]byte(dataDir))
+	uid := os.Getuid()
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("vrdma-%d-%x", uid, sum[:8]))
+	if len(filepath.Join(dir, "peer.sock")) > maxUnixPath {
+		return "", fmt.Errorf("embedded etcd: socket paths under %s and under the temporary directory %s are too long for a Unix socket: use a shorter data directory or TMPDIR", dataDir, os.TempDir())
 	}
-	defer ln.Close()
-	return "http://127.0.0.1:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port), nil
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("embedded etcd: socket directory: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", fmt.Errorf("embedded etcd: socket directory: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != uid || fi.Mode().Perm() != 0o700 {
+		return "", fmt.Errorf("embedded etcd: socket directory %s is not a directory of uid %d with mode 0700 (%v): refusing to put the control plane's sockets there; remove it", dir, uid, fi.Mode())
+	}
+	return dir, nil
 }
 
 // zapLogger returns a logger writing JSON lines to w at level; w == nil
