@@ -35,22 +35,7 @@ func TestLogFormatFlag(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	socket := filepath.Join(dir, "s")
-	cmd := exec.Command(testenv.AgentBinary(t), "--socket", socket, "--state-dir", filepath.Join(dir, "state"), "--no-control-plane", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	cmd, lines := startAgent(t, dir, "--no-control-plane", "--log-format", "json")
 	var serving map[string]any
 	deadline := time.After(30 * time.Second)
 	for serving == nil {
@@ -84,4 +69,28 @@ func TestLogFormatFlag(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("vrdmad after SIGINT: %v", err)
 	}
+}
+
+// startAgent starts the vrdmad binary with its socket and state directory
+// in dir and args, and returns it with its stderr's lines, a channel
+// closed when stderr ends (the goroutine that reads it is the test's).
+func startAgent(t *testing.T, dir string, args ...string) (*exec.Cmd, chan string) {
+	t.Helper()
+	cmd := exec.Command(testenv.AgentBinary(t), append([]string{"--socket", filepath.Join(dir, "s"), "--state-dir", filepath.Join(dir, "state")}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	return cmd, lines
 }

@@ -1,7 +1,6 @@
 package agentcmd
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
@@ -24,22 +23,7 @@ func serveWith(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	cmd := exec.Command(testenv.AgentBinary(t), append([]string{"--socket", filepath.Join(dir, "s"), "--state-dir", filepath.Join(dir, "state")}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
+	cmd, lines := startAgent(t, dir, args...)
 	var log strings.Builder
 	deadline := time.After(30 * time.Second)
 	for !strings.Contains(log.String(), `msg="vrdmad serving"`) {
