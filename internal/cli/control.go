@@ -50,7 +50,7 @@ func (a *app) addControlFlags(root *cobra.Command) {
 	pf.StringVar(&c.key, "etcd-key", "", "client key for etcd (PEM)")
 	pf.StringVar(&c.ca, "etcd-ca", "", "CA that signed etcd's certificates (PEM)")
 	pf.BoolVar(&c.insecure, "insecure-etcd", false, "accept --etcd-endpoints reached over plaintext TCP (http://, or host:port without the TLS flags): anyone on that network can read and write the control plane")
-	pf.StringVar(&c.stateDir, "state-dir", locations.StateDir(), "the local agent's state directory, where its embedded etcd writes its address")
+	pf.StringVar(&c.stateDir, "state-dir", locations.StateDir(), "the local agent's state directory, where its embedded etcd writes its address (env VRDMA_STATE_DIR)")
 }
 
 // controlEndpoints returns the etcd endpoints to use, and where they come

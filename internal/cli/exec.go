@@ -74,6 +74,12 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 				c.Args = append(append(shArgs, prog), args[1:]...)
 				c.SysProcAttr = attr
 			}
+			if c.SysProcAttr == nil {
+				c.SysProcAttr = &syscall.SysProcAttr{}
+			}
+			// The program is exec's workload: killed with exec, it ends too
+			// (the agent then releases what it held).
+			c.SysProcAttr.Pdeathsig = syscall.SIGTERM
 			c.Env = execEnv(os.Environ(), dir, a.socket, vmName)
 			c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
 			// The program gets the terminal's signals itself (same process

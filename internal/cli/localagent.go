@@ -137,7 +137,7 @@ func (l *localAgent) start(ctx context.Context, c agentCandidate) error {
 	}
 	defer logf.Close()
 	args := append(append([]string(nil), c.args...),
-		"--socket", l.Socket, "--state-dir", filepath.Join(l.Dir, "state"), "--log-level", "warn")
+		"--socket", l.Socket, "--state-dir", l.StateDir(), "--log-level", "warn")
 	args = append(args, l.extraArgs...)
 	cmd := exec.Command(c.path, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -190,6 +190,10 @@ func (l *localAgent) start(ctx context.Context, c agentCandidate) error {
 
 // PID returns the agent's process ID.
 func (l *localAgent) PID() int { return l.cmd.Process.Pid }
+
+// StateDir is the agent's state directory (--state-dir), where its
+// embedded etcd, if it runs one, says how to reach it.
+func (l *localAgent) StateDir() string { return filepath.Join(l.Dir, "state") }
 
 // logTail returns the end of the agent's log, for error messages.
 func (l *localAgent) logTail() string {

@@ -50,6 +50,12 @@ type localFabric struct {
 	PortGroup string
 }
 
+// localSubnet is the subnet of a local fabric's port group: the control
+// plane gives each adapter on it an address there, which rdma_cm resolves
+// (rping -a, ib_write_bw -R). It exists only inside vrdma: no interface
+// of the machine has it.
+const localSubnet = "10.77.0.0/24"
+
 // defaultLocalHostAddrs are the loopback addresses of the local hosts,
 // the first host first.
 var defaultLocalHostAddrs = []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 2}), netip.AddrFrom4([4]byte{127, 0, 0, 3})}
@@ -129,7 +135,8 @@ func createLocalFabric(ctx context.Context, endpoint, sw, pg string) error {
 		return fmt.Errorf("create switch %s: %w", s.Name, err)
 	}
 	name := strings.TrimPrefix(pg, "dvportgroup-")
-	p := records.PortGroup{Name: name, Key: pg, Switch: sw, VLAN: 100, PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2} // RoCE in a VLAN with PFC on its priority (roce-vlan-pfc)
+	p := records.PortGroup{Name: name, Key: pg, Switch: sw, VLAN: 100, PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2, // RoCE in a VLAN with PFC on its priority (roce-vlan-pfc)
+		Subnet: localSubnet} // every adapter gets an address: rdma_cm programs connect by it
 	if _, err := st.Create(ctx, records.PortGroupKey(p.Key), p); err != nil {
 		return fmt.Errorf("create port group %s: %w", p.Key, err)
 	}

@@ -39,10 +39,15 @@ var quickstartVMs = []struct {
 	Host int
 }{{"vm1", 0}, {"vm2", 0}, {"vm3", 1}, {"vm4", 2}, {"vm5", 3}}
 
-// quickstartVMMB is each quickstart VM's guest memory: the two of host1,
-// locked, fit the 8 MiB RLIMIT_MEMLOCK that unprivileged users commonly
-// get (each host agent is a process of its own, with its own limit).
-const quickstartVMMB = 3
+// quickstartVMMB is each quickstart VM's guest memory by default
+// (--memory): enough for perftest's -a (ib_write_bw registers two 8 MiB
+// buffers) and rdma-core's test suite. Reserved and locked where the
+// memlock limit allows; an unprivileged user's 8 MiB RLIMIT_MEMLOCK does
+// not, and then the VMs run unlocked (a note says so).
+const quickstartVMMB = 64
+
+// quickstartMaxMB bounds --memory: five VMs of it are mapped at once.
+const quickstartMaxMB = 4096
 
 // Samples quickstart measures on each pair.
 var (
@@ -78,22 +83,27 @@ type quickstartHost struct {
 }
 
 type pairReport struct {
-	A       string            `json:"a"`
-	B       string            `json:"b"`
-	HostA   string            `json:"host_a"`
-	HostB   string            `json:"host_b"`
-	Path    string            `json:"path"`
-	Want    string            `json:"want_path"`
-	Reason  string            `json:"reason"`
-	Opcodes map[string]string `json:"opcodes"` // opcode → "ok" or what went wrong
-	BWMiBs  float64           `json:"bw_mib_s"`
-	LatUs   float64           `json:"lat_us"`
-	OK      bool              `json:"ok"`
-	Errors  []string          `json:"errors,omitempty"`
+	A     string `json:"a"`
+	B     string `json:"b"`
+	HostA string `json:"host_a"`
+	HostB string `json:"host_b"`
+	// AddressA and AddressB are the adapters' IPv4 addresses on the
+	// port group, what rdma_cm resolves ("" for none).
+	AddressA string            `json:"address_a,omitempty"`
+	AddressB string            `json:"address_b,omitempty"`
+	Path     string            `json:"path"`
+	Want     string            `json:"want_path"`
+	Reason   string            `json:"reason"`
+	Opcodes  map[string]string `json:"opcodes"` // opcode → "ok" or what went wrong
+	BWMiBs   float64           `json:"bw_mib_s"`
+	LatUs    float64           `json:"lat_us"`
+	OK       bool              `json:"ok"`
+	Errors   []string          `json:"errors,omitempty"`
 }
 
 func (a *app) quickstartCommand() *cobra.Command {
 	var keep bool
+	memMB := quickstartVMMB
 	cmd := &cobra.Command{
 		Use:   "quickstart",
 		Short: "Start four throw-away host agents with five VMs and show RDMA between them",
@@ -106,8 +116,9 @@ joined to it; host3 and host4 have a software RoCEv2 uplink on their address
 (UDP 4791), declared lossless, the others none. It creates a distributed
 switch and a port group (quickstart-dvs, dvportgroup-quickstart, VLAN 100),
 defines VMs on them, vm1 and vm2 on host1, vm3 on host2, vm4 on host3 and vm5
-on host4, with 3 MiB of guest memory each (reserved and locked when the
-memlock limit allows), attaches a workload to each, and connects three pairs
+on host4, with 64 MiB of guest memory each (--memory; reserved and locked
+when the memlock limit allows), each adapter with an address of the port
+group's subnet (10.77.0.0/24, only inside vrdma), attaches a workload to each, and connects three pairs
 through the connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the
 memcpy path), vm1/vrdma0 to vm3/vrdma0 (different hosts: the tcp path) and
 vm4/vrdma0 to vm5/vrdma0 (different hosts with RDMA uplinks: the rdma path,
@@ -119,13 +130,16 @@ WRITE ping-pong) sample, prints the path each pair took and why, and removes
 everything. It exits 1 if anything failed.
 
 With --keep it then keeps the hosts and the VMs (none of them attached) until
-interrupted (SIGINT or SIGTERM): it prints "ready" on a line of its own, then,
-for each pair, the vrdmactl exec commands that run unmodified ib_write_bw
-(perftest) across it on the drop-in libibverbs, the server in the pair's
-second VM, the client in its first.`,
+interrupted (SIGINT or SIGTERM): it prints "ready" on a line of its own, the
+line to source that points vrdmactl at its first host (VRDMA_SOCKET and
+VRDMA_STATE_DIR: vm list, status, portgroup list then work on the lab),
+then, for each pair, the vrdmactl exec commands that run unmodified
+programs across it on the drop-in libibverbs and librdmacm, the server in
+the pair's second VM, the client in its first: ib_write_bw -a (perftest,
+every size to 8 MiB) and rping to the server adapter's address.`,
 		Example: `  vrdmactl quickstart
   vrdmactl quickstart -o json
-  vrdmactl quickstart --keep`,
+  vrdmactl quickstart --keep --memory 256`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
@@ -134,16 +148,19 @@ second VM, the client in its first.`,
 			if !a.json() {
 				progress = a.stdout
 			}
-			var hold func([]*localHost)
+			if memMB < 3 || memMB > quickstartMaxMB {
+				return usageErrorf("quickstart: --memory %d: give each VM 3 to %d MiB of guest memory", memMB, quickstartMaxMB)
+			}
+			var hold func([]*localHost, []pairReport)
 			if keep && a.json() {
 				return usageErrorf("quickstart --keep prints the commands to run, not JSON: drop -o json")
 			}
 			if keep {
 				sig, stop := signal.NotifyContext(context.WithoutCancel(cmd.Context()), os.Interrupt, syscall.SIGTERM)
 				defer stop()
-				hold = func(hosts []*localHost) { a.holdQuickstart(sig, hosts) }
+				hold = func(hosts []*localHost, pairs []pairReport) { a.holdQuickstart(sig, hosts, pairs) }
 			}
-			rep := a.quickstart(ctx, progress, hold)
+			rep := a.quickstart(ctx, progress, memMB, hold)
 			if a.json() {
 				if err := a.printJSON(rep); err != nil {
 					return err
@@ -160,13 +177,15 @@ second VM, the client in its first.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&keep, "keep", false, "keep the hosts and VMs until interrupted, and print the commands that run ib_write_bw across each pair")
+	cmd.Flags().BoolVar(&keep, "keep", false, "keep the hosts and VMs until interrupted, and print the commands that run ib_write_bw and rping across each pair")
+	cmd.Flags().IntVar(&memMB, "memory", quickstartVMMB, "MiB of guest memory of each VM (3 to 4096)")
 	return cmd
 }
 
-// holdQuickstart prints "ready" and the commands that run ib_write_bw
-// across each pair, then waits for sig.
-func (a *app) holdQuickstart(sig context.Context, hosts []*localHost) {
+// holdQuickstart prints "ready", the environment line that points
+// vrdmactl at the first host, and the commands that run ib_write_bw and
+// rping across each pair, then waits for sig.
+func (a *app) holdQuickstart(sig context.Context, hosts []*localHost, pairs []pairReport) {
 	self := "vrdmactl"
 	if _, err := exec.LookPath(self); err != nil {
 		if exe, err := os.Executable(); err == nil {
@@ -184,12 +203,16 @@ func (a *app) holdQuickstart(sig context.Context, hosts []*localHost) {
 	}
 	w := a.stdout
 	fmt.Fprintln(w, "ready")
-	for _, ps := range quickstartPairs {
-		vmA, adA, _ := strings.Cut(ps.A, "/")
-		vmB, adB, _ := strings.Cut(ps.B, "/")
-		fmt.Fprintf(w, "# %s: %s (%s) → %s (%s)\n", ps.Path, ps.A, vmHost(ps.A), ps.B, vmHost(ps.B))
-		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -d %s -x 0 &\n", self, socket(ps.B), vmB, adB)
-		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -d %s -x 0 localhost\n", self, socket(ps.A), vmA, adA)
+	fmt.Fprintf(w, "# the lab's control plane and first host, for vrdmactl vm list, status, portgroup list:\n")
+	fmt.Fprintf(w, "export VRDMA_SOCKET=%s VRDMA_STATE_DIR=%s\n", hosts[0].Socket, hosts[0].StateDir())
+	for _, p := range pairs {
+		vmA, adA, _ := strings.Cut(p.A, "/")
+		vmB, adB, _ := strings.Cut(p.B, "/")
+		fmt.Fprintf(w, "# %s: %s (%s, %s) → %s (%s, %s)\n", p.Path, p.A, p.HostA, p.AddressA, p.B, p.HostB, p.AddressB)
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -a -d %s -x 0 &\n", self, socket(p.B), vmB, adB)
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- ib_write_bw -a -d %s -x 0 localhost\n", self, socket(p.A), vmA, adA)
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- rping -s -a %s -C 10 &\n", self, socket(p.B), vmB, p.AddressB)
+		fmt.Fprintf(w, "%s --socket %s exec --vm %s -- rping -c -a %s -C 10 -v\n", self, socket(p.A), vmA, p.AddressB)
 	}
 	fmt.Fprintln(w, "# interrupt (Ctrl-C) to stop the hosts and remove everything")
 	<-sig.Done()
@@ -198,7 +221,7 @@ func (a *app) holdQuickstart(sig context.Context, hosts []*localHost) {
 // quickstart runs everything and reports; it never leaves an agent or its
 // directory behind. With hold, a run whose pairs all worked detaches its
 // workloads and calls hold with the hosts before it stops them.
-func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*localHost)) (rep quickstartReport) {
+func (a *app) quickstart(ctx context.Context, progress io.Writer, memMB int, hold func([]*localHost, []pairReport)) (rep quickstartReport) {
 	start := time.Now()
 	defer func() { rep.ElapsedS = round2(time.Since(start).Seconds()) }()
 	fail := func(err error) quickstartReport {
@@ -284,7 +307,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*l
 			where = append(where, strings.Join(hr.VMs, " and ")+" on "+hr.Name)
 		}
 	}
-	fmt.Fprintf(progress, "defining and attaching VMs %s (%d MiB of guest memory each)… ", strings.Join(where, ", "), quickstartVMMB)
+	fmt.Fprintf(progress, "defining and attaching VMs %s (%d MiB of guest memory each)… ", strings.Join(where, ", "), memMB)
 	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	byName := map[string]*vrdma.VM{}
 	defer func() {
@@ -299,7 +322,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*l
 		var hspecs []*localVM
 		for _, v := range quickstartVMs {
 			if v.Host == i {
-				s := &localVM{Name: v.Name, MemMB: quickstartVMMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}
+				s := &localVM{Name: v.Name, MemMB: memMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}
 				hspecs = append(hspecs, s)
 			}
 		}
@@ -344,6 +367,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*l
 			pr = runQuickstartPair(ctx, ps, byName)
 		}
 		pr.HostA, pr.HostB = vmHost(ps.A), vmHost(ps.B)
+		pr.AddressA, pr.AddressB = adapterAddr(ps.A, byName), adapterAddr(ps.B, byName)
 		if pr.OK {
 			fmt.Fprintln(progress, "ok")
 		} else {
@@ -357,9 +381,19 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, hold func([]*l
 			v.Close()
 			delete(byName, name)
 		}
-		hold(hosts)
+		hold(hosts, rep.Pairs)
 	}
 	return rep
+}
+
+// adapterAddr returns the IPv4 address of adapter "vm/vrdmaN" among the
+// attached VMs, "" when it has none.
+func adapterAddr(name string, vms map[string]*vrdma.VM) string {
+	ad, err := adapterOf(name, vms)
+	if err != nil || !ad.IPv4().IsValid() {
+		return ""
+	}
+	return ad.IPv4().String()
 }
 
 // vmHost returns the name of the host of adapter "vm/vrdmaN".

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"bufio"
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +17,13 @@ import (
 )
 
 // TestQuickstartKeep runs "vrdmactl quickstart --keep" as a process, takes
-// the commands it prints once ready, and runs them: unmodified ib_write_bw
-// (perftest) on the drop-in libibverbs across each pair — memcpy, tcp and
-// rdma — each completing with a bandwidth line; then interrupts it, and it
-// removes everything and exits 0.
+// the lines it prints once ready, and runs them as a user would: the
+// environment line, with which "vrdmactl vm list" reaches the lab; on each
+// pair — memcpy, tcp and rdma — unmodified ib_write_bw -a (perftest) on
+// the drop-in libibverbs, up to its 8 MiB messages (the VMs' guest memory
+// holds its buffers), and rping on the drop-in librdmacm to the server
+// adapter's address (the port group's subnet gave it one); then interrupts
+// it, and it removes everything and exits 0.
 func TestQuickstartKeep(t *testing.T) {
 	for _, tool := range []string{"gcc", "make", "objdump", "ib_write_bw"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -38,6 +44,7 @@ func TestQuickstartKeep(t *testing.T) {
 	env := append(os.Environ(), "XDG_CACHE_HOME="+t.TempDir(), libEnv+"=", "PATH="+bin+":"+os.Getenv("PATH"))
 	qs := exec.Command(filepath.Join(bin, "vrdmactl"), "quickstart", "--keep")
 	qs.Env = env
+	qs.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // its agents follow it
 	stdout, err := qs.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,8 +73,9 @@ func TestQuickstartKeep(t *testing.T) {
 	}()
 	var out []string
 	var cmds []string
+	var envLine string
 	ready := false
-	for deadline := time.After(3 * time.Minute); !ready || len(cmds) < 6; {
+	for deadline := time.After(3 * time.Minute); !ready || len(cmds) < 12; {
 		select {
 		case l, ok := <-lines:
 			if !ok {
@@ -77,6 +85,8 @@ func TestQuickstartKeep(t *testing.T) {
 			switch {
 			case l == "ready":
 				ready = true
+			case ready && strings.HasPrefix(l, "export "):
+				envLine = l
 			case ready && strings.Contains(l, " exec --vm "):
 				cmds = append(cmds, l)
 			}
@@ -84,22 +94,48 @@ func TestQuickstartKeep(t *testing.T) {
 			t.Fatalf("quickstart --keep not ready in 3 minutes:\n%s", strings.Join(out, "\n"))
 		}
 	}
-	bw := regexp.MustCompile(`(?m)^\s*65536\s+100\s+[0-9.]+\s+[0-9.]+`)
-	for i := 0; i+1 < len(cmds); i += 2 {
-		server := exec.Command("sh", "-c", strings.TrimSuffix(cmds[i], " &")+" -n 100")
-		server.Env = env
+	if envLine == "" {
+		t.Fatalf("quickstart --keep printed no environment line:\n%s", strings.Join(out, "\n"))
+	}
+	list := exec.Command("sh", "-c", envLine+" && vrdmactl vm list")
+	list.Env = env
+	if lout, err := list.CombinedOutput(); err != nil || !strings.Contains(string(lout), "vm1") {
+		t.Errorf("%s && vrdmactl vm list: %v:\n%s", envLine, err, lout)
+	}
+	// run starts server, then client, and returns the client's output and
+	// both errors; each gets two minutes.
+	run := func(server, client string) (string, string, error, error) {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		srv := exec.CommandContext(ctx, "sh", "-c", "exec "+strings.TrimSuffix(server, " &"))
+		srv.Env = env
 		var sout strings.Builder
-		server.Stdout, server.Stderr = &sout, &sout
-		if err := server.Start(); err != nil {
+		srv.Stdout, srv.Stderr = &sout, &sout
+		srv.WaitDelay = 5 * time.Second
+		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the server listens (perftest's own exchange)
-		client := exec.Command("sh", "-c", cmds[i+1]+" -n 100")
-		client.Env = env
-		cout, err := client.CombinedOutput()
-		serr := server.Wait()
-		if err != nil || serr != nil || !bw.Match(cout) {
-			t.Errorf("pair %d: %s\n%s\n-> %v, server %v:\n%s\nserver:\n%s", i/2+1, cmds[i], cmds[i+1], err, serr, cout, sout.String())
+		time.Sleep(time.Second) // the server listens
+		cl := exec.CommandContext(ctx, "sh", "-c", "exec "+client)
+		cl.Env = env
+		cl.WaitDelay = 5 * time.Second
+		cout, err := cl.CombinedOutput()
+		serr := srv.Wait()
+		return string(cout), sout.String(), err, serr
+	}
+	bw := regexp.MustCompile(`(?m)^\s*8388608\s+5\s+[0-9.]+\s+[0-9.]+`)
+	pings := regexp.MustCompile(`(?m)^ping data: rdma-ping-9: `)
+	for i := 0; i+3 < len(cmds); i += 4 {
+		// -n 5: every size, 5 iterations each; -p: a port of its own for
+		// perftest's exchange (other runs on this machine may hold 18515).
+		port := fmt.Sprintf(" -n 5 -p %d", freeTCPPort(t))
+		cout, sout, err, serr := run(strings.TrimSuffix(cmds[i], " &")+port, cmds[i+1]+port)
+		if err != nil || serr != nil || !bw.MatchString(cout) {
+			t.Errorf("pair %d: %s\n%s\n-> %v, server %v:\n%s\nserver:\n%s", i/4+1, cmds[i], cmds[i+1], err, serr, cout, sout)
+		}
+		cout, sout, err, serr = run(cmds[i+2], cmds[i+3])
+		if err != nil || serr != nil || !pings.MatchString(cout) {
+			t.Errorf("pair %d: %s\n%s\n-> %v, server %v:\n%s\nserver:\n%s", i/4+1, cmds[i+2], cmds[i+3], err, serr, cout, sout)
 		}
 	}
 	qs.Process.Signal(syscall.SIGINT)
@@ -114,4 +150,16 @@ func TestQuickstartKeep(t *testing.T) {
 	if all := strings.Join(rest, "\n"); !strings.Contains(all, "the agents and their temporary state are gone") {
 		t.Errorf("quickstart --keep's last words:\n%s", all)
 	}
+}
+
+// freeTCPPort returns a TCP port that was free on the loopback address a
+// moment ago.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

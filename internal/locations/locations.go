@@ -25,9 +25,13 @@ func Socket() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("vrdma-%d", os.Getuid()), "vrdmad.sock")
 }
 
-// StateDir returns the agent's default state directory: /var/lib/vrdma
-// for root, $XDG_STATE_HOME/vrdma or ~/.local/state/vrdma otherwise.
+// StateDir returns the agent's default state directory: $VRDMA_STATE_DIR
+// when set, else /var/lib/vrdma for root, $XDG_STATE_HOME/vrdma or
+// ~/.local/state/vrdma otherwise.
 func StateDir() string {
+	if d := os.Getenv("VRDMA_STATE_DIR"); d != "" {
+		return d
+	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/vrdma"
 	}
