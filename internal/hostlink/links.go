@@ -58,6 +58,7 @@ package hostlink
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -75,6 +76,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/hostkey"
 )
 
 // Handshake and connection timing.
@@ -109,6 +111,11 @@ type Config struct {
 	// give another later); Firewall the pvrdma firewall rule at start.
 	PVRDMAAddress netip.AddrPort
 	Firewall      bool
+	// HostKey is this host's key (package hostkey), which signs its side
+	// of every handshake; its public half is in the host record. Pins are
+	// the keys of the other hosts as first seen (hostkey.Pins).
+	HostKey ed25519.PrivateKey
+	Pins    *hostkey.Pins
 	// OnDisconnect, if set, is told of a CM_DISC from a peer host: its QP
 	// fromQPN (GID fromGID), an adapter of that host, disconnected the
 	// rdma_cm connection of this host's QP qpn.
@@ -133,6 +140,10 @@ type Links struct {
 	// limit was logged.
 	handshakes  atomic.Int32
 	floodLogged atomic.Int64
+	// badKey is the host key this host's record published at the last
+	// apply (config.go), so that another key than its own is logged once;
+	// only watchConfig's goroutine uses it.
+	badKey string
 	// hsPanics counts accepted connections closed because their
 	// handshake panicked (guard.go).
 	hsPanics atomic.Uint64
@@ -195,6 +206,9 @@ type Peer struct {
 func Start(cfg Config) (*Links, error) {
 	if cfg.Responder == nil {
 		return nil, errors.New("host links: no responder for RC requests (Config.Responder)")
+	}
+	if len(cfg.HostKey) != ed25519.PrivateKeySize || cfg.Pins == nil {
+		return nil, errors.New("host links: no host key (Config.HostKey, Config.Pins): the handshake signs with it")
 	}
 	var b [16]byte
 	rand.Read(b[:])
