@@ -1,23 +1,171 @@
 package vrdma_test
 
-// Hosts (issue 31, item 3): a member host that holds the switch secret, or
+// Hosts (issue 31, item 3): a flood of handshakes that never start, from
+// an address that is no host's or from another host's address, does not
+// keep a member host out; a member host that holds the switch secret, or
 // that can rewrite the control plane, cannot present another host's ID
 // without that host's key.
 
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
+	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
+
+// handshakeFlood opens connections from address from to to without ever
+// sending a frame, with workers connections at a time: each worker opens
+// one, waits until the agent closes or resets it, and opens the next. It
+// runs until the test's cleanup, and counts the connections opened and
+// those the agent ended at once (within 100 ms: reset at accept).
+type handshakeFlood struct {
+	opened, resetAtOnce atomic.Int64
+	stop                chan struct{}
+	wg                  sync.WaitGroup
+}
+
+func startHandshakeFlood(t *testing.T, from netip.Addr, to netip.AddrPort, workers int) *handshakeFlood {
+	t.Helper()
+	f := &handshakeFlood{stop: make(chan struct{})}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: time.Second}
+	for range workers {
+		f.wg.Go(func() {
+			for {
+				select {
+				case <-f.stop:
+					return
+				default:
+				}
+				c, err := d.Dial("tcp", to.String())
+				if errors.Is(err, syscall.ECONNRESET) {
+					// Reset by the agent before the dial returned.
+					f.opened.Add(1)
+					f.resetAtOnce.Add(1)
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				f.opened.Add(1)
+				t0 := time.Now()
+				var b [64]byte
+				for {
+					c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+					_, err := c.Read(b[:])
+					if err == nil {
+						continue // a REFUSE: the agent closes next
+					}
+					if !isTimeout(err) {
+						break // closed or reset by the agent
+					}
+					select {
+					case <-f.stop:
+						c.Close()
+						return
+					default:
+					}
+				}
+				if time.Since(t0) < 100*time.Millisecond {
+					f.resetAtOnce.Add(1)
+					time.Sleep(100 * time.Millisecond) // a reset flood, not a busy loop
+				}
+				c.Close()
+			}
+		})
+	}
+	t.Cleanup(f.end)
+	return f
+}
+
+// end stops the flood and waits for its workers.
+func (f *handshakeFlood) end() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	f.wg.Wait()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestSecurityHandshakeFlood floods a host's PVRDMA address with
+// connections that never send HELLO — more than the agent's 64 handshake
+// slots, kept up for the whole test — first from an address of no host of
+// the switch (non-member), then from another member host's address
+// (member-address, as any local user of that host could): a member host
+// still connects and traffic flows between the two. Before admission at
+// accept, either flood held every slot and the member's connection was
+// reset at accept.
+func TestSecurityHandshakeFlood(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 4, Netns: testenv.NetnsOff})
+	ha, hb, hc, hd := c.Hosts[0], c.Hosts[1], c.Hosts[2], c.Hosts[3]
+	env := &tcpEnv{c: c, prefix: "hf"}
+	s := &suite{env: env, how: connCM}
+	vm := func(t *testing.T, h *testenv.Host, name string) *vrdma.VM {
+		return h.Open(t, name, testenv.VMOptions{MemMB: 64})
+	}
+
+	t.Run("non-member", func(t *testing.T) {
+		// An address beside the hosts' (127.x.y.2..5), of no host.
+		b := hb.Addr().As4()
+		b[3] = 200
+		stranger := netip.AddrFrom4(b)
+		w := watchAgentLog(hb)
+		f := startHandshakeFlood(t, stranger, hb.PVRDMAAddress, 80)
+		time.Sleep(300 * time.Millisecond) // the flood is on
+		// Host A's first connection to host B, during the flood.
+		hostileTraffic(t, s, vm(t, ha, "hf-a"), vm(t, hb, "hf-b"))
+		// Logged at most once a second: the flood goes on until it is.
+		w.expect(t, `msg="tcp path: connection reset at accept: its source is not the PVRDMA address of a host of this switch"`,
+			"rule=host-on-switch", "from="+stranger.String())
+		f.end()
+		t.Logf("non-member flood: %d connections opened, %d reset at once", f.opened.Load(), f.resetAtOnce.Load())
+		st := pvrdmaStatus(t, hb)
+		if st.AcceptRefused == 0 || st.AcceptRefused > uint64(f.opened.Load()) {
+			t.Errorf("host B counted %d connections refused at accept; the flood opened %d", st.AcceptRefused, f.opened.Load())
+		}
+		if f.resetAtOnce.Load() < f.opened.Load()/2 {
+			t.Errorf("only %d of the %d connections of a non-member were reset at accept", f.resetAtOnce.Load(), f.opened.Load())
+		}
+	})
+
+	t.Run("member-address", func(t *testing.T) {
+		w := watchAgentLog(hb)
+		f := startHandshakeFlood(t, hc.Addr(), hb.PVRDMAAddress, 80)
+		time.Sleep(300 * time.Millisecond)
+		// Host D's first connection to host B, while host C's address
+		// holds its slots.
+		hostileTraffic(t, s, vm(t, hd, "hf-d"), vm(t, hb, "hf-b2"))
+		w.expect(t, `msg="tcp path: connection reset at accept: its source address has every handshake slot it may hold"`,
+			"from="+hc.Addr().String(), "limit=4")
+		f.end()
+		t.Logf("member-address flood: %d connections opened, %d reset at once", f.opened.Load(), f.resetAtOnce.Load())
+		if st := pvrdmaStatus(t, hb); st.SourceSlotsFull == 0 || st.HandshakeSlotsFull != 0 {
+			t.Errorf("host B's counters %+v: want connections over the per-source slots, none over the agent's", st)
+		}
+	})
+}
 
 // TestSecurityHostImpersonation: host A, a member that holds the switch
 // secret and can connect from host C's PVRDMA address, presents host C's

@@ -130,7 +130,9 @@ func fmtAddr(a netip.AddrPort) string {
 func (u *Links) PVRDMAStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr, HandshakePanics: u.hsPanics.Load()}
+	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr, HandshakePanics: u.hsPanics.Load(),
+		AcceptRefused: u.adm.refused[refuseMember].Load(), SourceSlotsFull: u.adm.refused[refuseSource].Load(),
+		HandshakeSlotsFull: u.adm.refused[refuseTotal].Load()}
 	if u.addr.IsValid() {
 		s.Address = u.addr.String()
 	}
