@@ -13,6 +13,7 @@ package vrdma_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -31,6 +32,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -55,10 +57,24 @@ func dialRaw(t *testing.T, from netip.Addr, to netip.AddrPort) *rawPeer {
 	return &rawPeer{t: t, nc: nc.(*net.TCPConn)}
 }
 
-// rawFrame encodes h (version 1 unless h says otherwise) and its payload.
+// rawHandshakeVersion is the header version of handshake frames, whatever
+// the protocol version agreed (docs/wire-tcp.md).
+const rawHandshakeVersion = 1
+
+// rawFrameVersion is the header version a frame of type ty carries: 1 for
+// the handshake's frames, then the protocol's.
+func rawFrameVersion(ty tcpwire.Type) uint8 {
+	if ty >= tcpwire.Hello && ty <= tcpwire.Refuse {
+		return rawHandshakeVersion
+	}
+	return tcpwire.Version
+}
+
+// rawFrame encodes h (version rawFrameVersion unless h says otherwise)
+// and its payload.
 func rawFrame(h tcpwire.Header, payload []byte) []byte {
 	if h.Version == 0 {
-		h.Version = tcpwire.Version
+		h.Version = rawFrameVersion(h.Type)
 	}
 	if h.PayloadLen == 0 {
 		h.PayloadLen = uint32(len(payload))
@@ -100,7 +116,7 @@ func (p *rawPeer) read() (tcpwire.Header, []byte) {
 		p.t.Fatalf("read a frame header: %v", err)
 	}
 	var h tcpwire.Header
-	if err := tcpwire.Decode(hb[:], tcpwire.Version, &h); err != nil {
+	if err := tcpwire.Decode(hb[:], rawFrameVersion(tcpwire.Type(hb[3])), &h); err != nil {
 		p.t.Fatalf("the agent sent a bad frame: %v", err)
 	}
 	payload := make([]byte, h.PayloadLen)
@@ -158,8 +174,9 @@ func (p *rawPeer) expectRefused(rule string) string {
 // rawIdentity is who a raw client claims to be.
 type rawIdentity struct {
 	id, name, boot string
-	from           netip.Addr // where it connects from
-	secret         []byte     // the switch secret it believes in
+	from           netip.Addr         // where it connects from
+	secret         []byte             // the switch secret it believes in
+	key            ed25519.PrivateKey // the host key it signs with (nil: none)
 }
 
 // rawRandHex returns n random bytes in hex.
@@ -181,7 +198,7 @@ func (p *rawPeer) hello(id rawIdentity, target string, versions ...uint8) tcpwir
 }
 
 // challenge reads the CHALLENGE answering hello and checks it: from host
-// target, version 1, with a proof of the secret bound to both nonces.
+// target, this version, with a proof of the secret bound to both nonces.
 func (p *rawPeer) challenge(id rawIdentity, hello tcpwire.HelloMsg) tcpwire.ChallengeMsg {
 	p.t.Helper()
 	var ch tcpwire.ChallengeMsg
@@ -204,13 +221,23 @@ func rawAuthProof(id rawIdentity, hello tcpwire.HelloMsg, ch tcpwire.ChallengeMs
 	return tcpwire.Proof(id.secret, "initiator", ch.Version, id.id, ch.HostID, hello.Nonce, ch.Nonce)
 }
 
+// rawAuth is the whole AUTH of id for hello and ch: the proof under its
+// secret and the signature under its host key.
+func rawAuth(id rawIdentity, hello tcpwire.HelloMsg, ch tcpwire.ChallengeMsg) tcpwire.AuthMsg {
+	m := tcpwire.AuthMsg{Proof: rawAuthProof(id, hello, ch)}
+	if id.key != nil {
+		m.Sig = tcpwire.Sign(id.key, "initiator", ch.Version, id.id, ch.HostID, hello.Nonce, ch.Nonce)
+	}
+	return m
+}
+
 // rawJoin runs a whole handshake as id with host to, which must accept it.
 func rawJoin(t *testing.T, id rawIdentity, to *testenv.Host) *rawPeer {
 	t.Helper()
 	p := dialRaw(t, id.from, to.PVRDMAAddress)
 	hello := p.hello(id, to.ID())
 	ch := p.challenge(id, hello)
-	p.sendJSON(tcpwire.Auth, 0, tcpwire.AuthMsg{Proof: rawAuthProof(id, hello, ch)})
+	p.sendJSON(tcpwire.Auth, 0, rawAuth(id, hello, ch))
 	h, payload := p.read()
 	if h.Type != tcpwire.Ready || len(payload) != 0 {
 		t.Fatalf("after AUTH: a %s frame (%s), want an empty READY", h.Type, payload)
@@ -252,14 +279,19 @@ func (w agentLogWatch) expect(t *testing.T, subs ...string) string {
 var uplinkBootRE = regexp.MustCompile(`msg="tcp path listening".* boot=([0-9a-f]{32})`)
 
 // rawHostIdentity is h as a raw client would claim it: its host ID, name,
-// boot ID (from its log) and PVRDMA address, with secret.
+// boot ID (from its log), PVRDMA address and host key (from its state
+// directory), with secret.
 func rawHostIdentity(t *testing.T, h *testenv.Host, secret []byte) rawIdentity {
 	t.Helper()
 	m := uplinkBootRE.FindStringSubmatch(h.Stderr())
 	if m == nil {
 		t.Fatalf("%s did not log its tcp path's boot ID:\n%s", h.Name, h.Stderr())
 	}
-	return rawIdentity{id: h.ID(), name: h.Name, boot: m[1], from: h.Addr(), secret: secret}
+	key, err := hostkey.Load(h.StateDir)
+	if err != nil {
+		t.Fatalf("%s's host key: %v", h.Name, err)
+	}
+	return rawIdentity{id: h.ID(), name: h.Name, boot: m[1], from: h.Addr(), secret: secret, key: key}
 }
 
 // hostileTraffic connects a fresh QP of va (on one host) to one of vb (on
@@ -348,8 +380,9 @@ func TestTCPHostile(t *testing.T) {
 		{"ghost-no-firewall", true, func(h *records.Host) { h.FirewallPVRDMA = false }},
 		{"ghost-member", true, func(*records.Host) {}},
 	} {
+		pub, _, _ := ed25519.GenerateKey(nil)
 		h := records.Host{ID: rawRandHex(16), Name: g.name, PVRDMAAddress: netip.AddrPortFrom(ghostAddr, 4791), FirewallPVRDMA: true,
-			Switch: c.Switch.Name, AgentVersion: "ghost", State: records.HostUp}
+			Switch: c.Switch.Name, AgentVersion: "ghost", State: records.HostUp, HostKey: hostkey.Encode(pub)}
 		g.f(&h)
 		if _, err := c.Store().Create(ctx, records.HostKey(h.ID), h); err != nil {
 			t.Fatal(err)
@@ -380,21 +413,22 @@ func TestTCPHostile(t *testing.T) {
 			{name: "host-on-switch", id: ghost("ghost-other-switch"), rule: "host-on-switch", log: []string{`on switch \"dvs-other\"`}},
 			{name: "host-rdma-configured/no-address", id: ghost("ghost-no-address"), rule: "host-rdma-configured", log: []string{"no tagged PVRDMA address"}},
 			{name: "host-rdma-configured/firewall", id: ghost("ghost-no-firewall"), rule: "host-rdma-configured", log: []string{"firewall rule is off"}},
-			{name: "pvrdma-address", id: rawIdentity{id: asA.id, name: asA.name, boot: rawRandHex(16), from: netip.MustParseAddr("127.0.0.1"), secret: sec.Key},
-				rule: "pvrdma-address", log: []string{"the connection comes from 127.0.0.1", "PVRDMA address is " + ha.Addr().String()}},
+			// (From an address that is no host's, the connection is reset
+			// at accept: TestSecurityHandshakeFlood.)
 			{name: "pvrdma-address/other-host", id: rawIdentity{id: asA.id, name: asA.name, boot: rawRandHex(16), from: ghostAddr, secret: sec.Key},
-				rule: "pvrdma-address", log: []string{"the connection comes from 127.0.0.9"}},
+				rule: "pvrdma-address", log: []string{"the connection comes from 127.0.0.9", "PVRDMA address is " + ha.Addr().String()}},
 			{name: "host-identity", id: asA, rule: "host-identity", hello: func(p *rawPeer, id rawIdentity) { p.hello(id, rawRandHex(16)) },
 				log: []string{"the connection is for host"}},
 			{name: "host-identity/itself", id: asA, rule: "host-identity", hello: func(p *rawPeer, id rawIdentity) { p.hello(id, id.id) },
 				log: []string{"the connection is for host " + asA.id}},
-			{name: "version", id: asA, rule: "version", hello: func(p *rawPeer, id rawIdentity) { p.hello(id, hb.ID(), 2, 3, 200) },
-				log: []string{"offers versions [2 3 200]"}},
+			// Version 1 (a handshake without host keys) among them.
+			{name: "version", id: asA, rule: "version", hello: func(p *rawPeer, id rawIdentity) { p.hello(id, hb.ID(), 1, 3, 200) },
+				log: []string{"offers versions [1 3 200]"}},
 			{name: "handshake/first-frame", id: asA, rule: "handshake", log: []string{"first frame is AUTH, not HELLO"},
 				hello: func(p *rawPeer, id rawIdentity) { p.sendJSON(tcpwire.Auth, 0, tcpwire.AuthMsg{Proof: rawRandHex(32)}) }},
 			{name: "handshake/request-first", id: asA, rule: "handshake", log: []string{"first frame is WRITE, not HELLO"},
 				hello: func(p *rawPeer, id rawIdentity) {
-					p.mustWrite(rawFrame(tcpwire.Header{Type: tcpwire.Write, DstQPN: rawNoQPN}, []byte("data")))
+					p.mustWrite(rawFrame(tcpwire.Header{Version: rawHandshakeVersion, Type: tcpwire.Write, DstQPN: rawNoQPN}, []byte("data")))
 				}},
 			{name: "handshake/json", id: asA, rule: "handshake", log: []string{"control payload"},
 				hello: func(p *rawPeer, id rawIdentity) {
@@ -448,7 +482,7 @@ func TestTCPHostile(t *testing.T) {
 				return tcpwire.Proof(id.secret, "initiator", ch.Version, id.id, ch.HostID, hello.Nonce, hello.Nonce)
 			}},
 			{"wrong-version", asA, func(id rawIdentity, hello tcpwire.HelloMsg, ch tcpwire.ChallengeMsg) string {
-				return tcpwire.Proof(id.secret, "initiator", 2, id.id, ch.HostID, hello.Nonce, ch.Nonce)
+				return tcpwire.Proof(id.secret, "initiator", 1, id.id, ch.HostID, hello.Nonce, ch.Nonce)
 			}},
 		}
 		for _, tc := range secretCases {
@@ -477,7 +511,7 @@ func TestTCPHostile(t *testing.T) {
 			p := dialRaw(t, asA.from, hb.PVRDMAAddress)
 			hello := p.hello(asA, hb.ID())
 			ch := p.challenge(asA, hello)
-			auth := tcpwire.AuthMsg{Proof: rawAuthProof(asA, hello, ch)}
+			auth := rawAuth(asA, hello, ch)
 			p.sendJSON(tcpwire.Auth, 0, auth)
 			if h, _ := p.read(); h.Type != tcpwire.Ready {
 				t.Fatalf("%s, want READY", h.Type)
@@ -555,8 +589,9 @@ func TestTCPHostile(t *testing.T) {
 			}, []string{"bad frame from a peer", "READ of 4294967295 bytes exceeds the 2 GiB message limit"}},
 			{"unknown-type", func() []byte { return rawFrame(tcpwire.Header{Type: 99}, nil) },
 				[]string{"bad frame from a peer", "unknown frame type 99"}},
-			{"wrong-version", func() []byte { return rawFrame(tcpwire.Header{Version: 2, Type: tcpwire.Write, DstQPN: rawNoQPN}, nil) },
-				[]string{"bad frame from a peer", "version 2 on a connection that agreed on version 1"}},
+			// Version 1's frames on a connection that agreed on version 2.
+			{"wrong-version", func() []byte { return rawFrame(tcpwire.Header{Version: 1, Type: tcpwire.Write, DstQPN: rawNoQPN}, nil) },
+				[]string{"bad frame from a peer", "version 1 on a connection that agreed on version 2"}},
 			{"psn-25-bits", func() []byte {
 				return rawFrame(tcpwire.Header{Type: tcpwire.Send, DstQPN: rawNoQPN, PSN: 1 << 24}, nil)
 			},
@@ -575,7 +610,9 @@ func TestTCPHostile(t *testing.T) {
 			}, []string{`msg="tcp path connection closed"`, "READ_RESP frame on a connection that carries requests"}},
 			{"ack-on-request-connection", func() []byte { return rawFrame(tcpwire.Header{Type: tcpwire.Ack, Tag: 1}, nil) },
 				[]string{`msg="tcp path connection closed"`, "ACK frame on a connection that carries requests"}},
-			{"hello-after-ready", func() []byte { return rawFrame(tcpwire.Header{Type: tcpwire.Hello}, []byte("{}")) },
+			{"hello-after-ready", func() []byte {
+				return rawFrame(tcpwire.Header{Version: tcpwire.Version, Type: tcpwire.Hello}, []byte("{}"))
+			},
 				[]string{`msg="tcp path connection closed"`, "HELLO frame on a connection that carries requests"}},
 			{"cm-req-bad-json", func() []byte { return rawFrame(tcpwire.Header{Type: tcpwire.CMReq, Tag: 5}, []byte(`{"target":`)) },
 				[]string{`msg="tcp path connection closed"`, "control payload"}},
@@ -695,12 +732,12 @@ func TestTCPHostile(t *testing.T) {
 			p.nc.Close() // the waiting requests end with the connection
 		})
 
-		// Connections that never start their handshake: at most 64 are
-		// held (each until the 5 s handshake timeout); the others are
-		// dropped at accept, and a real member still gets in once they
-		// are gone.
+		// Connections from a member's address that never start their
+		// handshake: at most 4 (one source's slots) are held, each until
+		// the 5 s handshake timeout; the others are dropped at accept, and
+		// a real member still gets in once they are gone.
 		t.Run("handshake-flood", func(t *testing.T) {
-			const n, limit = 80, 64
+			const n, limit = 80, 4
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: asA.from.AsSlice()}, Timeout: 5 * time.Second}
 			var conns []net.Conn
 			dropped := 0

@@ -23,6 +23,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -42,6 +43,7 @@ import (
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
@@ -88,6 +90,9 @@ type Agent struct {
 	cfg    Config
 	log    *slog.Logger
 	hostID string
+	// hostKey signs this host's tcp handshakes (package hostkey); its
+	// public half is in the host record.
+	hostKey ed25519.PrivateKey
 
 	ln  *net.UnixListener
 	dev *device.Device
@@ -166,10 +171,15 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	key, err := hostkey.Load(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
 	a := &Agent{
 		cfg:      cfg,
 		log:      cfg.Logger.With("host", cfg.Host),
 		hostID:   id,
+		hostKey:  key,
 		sessions: make(map[*session]struct{}),
 		quota:    quota.New(cfg.Quotas, uint32(os.Geteuid())),
 	}

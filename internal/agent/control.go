@@ -24,6 +24,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
@@ -155,7 +157,8 @@ func (a *Agent) startControl() error {
 	}
 	observed := observeUplinks(cfg.Uplinks, log)
 	h := records.Host{ID: a.hostID, Name: a.cfg.Host, PVRDMAAddress: cfg.PVRDMAAddress, FirewallPVRDMA: cfg.FirewallPVRDMA,
-		Uplinks: observed, Switch: cfg.Switch, AgentVersion: Version, State: records.HostUp}
+		Uplinks: observed, Switch: cfg.Switch, AgentVersion: Version, State: records.HostUp,
+		HostKey: hostkey.Encode(a.hostKey.Public().(ed25519.PublicKey))}
 	m, err := member.Register(ctx, st, h, member.Options{TTL: cfg.LeaseTTL, Logger: log})
 	if err != nil {
 		st.Close()

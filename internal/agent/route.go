@@ -15,6 +15,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/rocewire"
@@ -33,6 +34,7 @@ func (a *Agent) linksConfig() hostlink.Config {
 	if c := a.ctl; c != nil {
 		cfg.Store, cfg.Cache, cfg.Switch, cfg.LookupTimeout = c.st, c.cache, c.cfg.Switch, c.cfg.LookupTimeout
 		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA
+		cfg.HostKey, cfg.Pins = a.hostKey, hostkey.NewPins(a.cfg.StateDir)
 	}
 	return cfg
 }

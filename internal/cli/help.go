@@ -41,6 +41,8 @@ firewall rule, RDMA uplinks, the age of its lease and its agent's version.`,
   vrdmactl host list -o json
   vrdmactl --etcd-endpoints https://etcd1:2379 host list`},
 	"vrdmactl host remove": {example: `  vrdmactl host remove esx3               # a host that is down, e.g. decommissioned`},
+	"vrdmactl host forget-key": {example: `  vrdmactl host forget-key esx3           # esx3 was reinstalled: pin the key its record now publishes
+  vrdmactl host forget-key 0123456789abcdef0123456789abcdef --state-dir /var/lib/vrdma`},
 	"vrdmactl host show": {
 		long: `show prints one host (by name or ID): its state and lease, switch, PVRDMA
 address and firewall rule, its agent, its RDMA uplinks with their declared and

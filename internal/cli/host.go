@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/hostkey"
 )
 
 // hostReport is one host as host list and host show print it.
@@ -30,12 +32,14 @@ type hostReport struct {
 	Datacenter     string           `json:"datacenter,omitempty"` // its place in the inventory
 	Cluster        string           `json:"cluster,omitempty"`
 	Folder         string           `json:"folder,omitempty"`
+	HostKey        string           `json:"hostKey,omitempty"` // the public key it signs its handshakes with, hex
 }
 
 func hostReportOf(h member.HostStatus) hostReport {
 	r := hostReport{ID: h.Host.ID, Name: h.Host.Name, State: string(h.Host.State), Declared: string(h.Declared), Switch: h.Host.Switch,
 		FirewallPVRDMA: h.Host.FirewallPVRDMA, Uplinks: h.Host.Uplinks, AgentVersion: h.Host.AgentVersion,
-		LeaseAgeS: round2(h.LeaseAge(time.Now()).Seconds()), Datacenter: h.Host.Datacenter, Cluster: h.Host.Cluster, Folder: h.Host.Folder}
+		LeaseAgeS: round2(h.LeaseAge(time.Now()).Seconds()), Datacenter: h.Host.Datacenter, Cluster: h.Host.Cluster, Folder: h.Host.Folder,
+		HostKey: h.Host.HostKey}
 	if h.Host.PVRDMAAddress.IsValid() {
 		r.PVRDMAAddress = h.Host.PVRDMAAddress.String()
 	}
@@ -75,7 +79,7 @@ func (a *app) hostCommand() *cobra.Command {
 		Short: "List, show and configure the hosts of the control plane",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("host: name a subcommand: list, show, configure, remove or uplink")
+			return usageErrorf("host: name a subcommand: list, show, configure, remove, uplink or forget-key")
 		},
 	}
 	list := &cobra.Command{
@@ -151,8 +155,67 @@ func (a *app) hostCommand() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(list, show, a.hostConfigureCommand(), a.hostRemoveCommand(), // inventory.go
-		a.hostUplinkCommand()) // network.go
+		a.hostUplinkCommand(), // network.go
+		a.hostForgetKeyCommand())
 	return cmd
+}
+
+// hostForgetKeyCommand is "vrdmactl host forget-key": the local agent
+// forgets the host key it pinned for a host, and pins the one the host's
+// record publishes at their next handshake.
+func (a *app) hostForgetKeyCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "forget-key ID|NAME",
+		Short: "Forget the host key this host's agent pinned for another host (accept its new key)",
+		Long: `forget-key removes the host key that the agent of this machine (the one of
+--state-dir) pinned for host H the first time it saw it. Every agent signs its
+tcp handshakes with its own host key, publishes the public key in its host
+record, and refuses a host whose published key is not the one it pinned (rule
+host-key): another host may be posing as it. When host H was reinstalled and
+really has a new key, run this on every host that refuses it; the next
+handshake pins the key H's record publishes then. Check first, on host H, that
+its record's key is its own (vrdmactl host show H -o json, "hostKey", against
+the public key of H's STATE-DIR/host-key). H is a host ID, or a host name
+resolved in the control plane. Root only: the pins are in the agent's state
+directory.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if !hexHostID(id) {
+				err := a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
+					var err error
+					id, err = hostIDOf(c, args[0])
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("host forget-key %s: %w", args[0], err)
+				}
+			}
+			pins := hostkey.NewPins(a.ctl.stateDir)
+			found, err := pins.Forget(id)
+			if err != nil {
+				return fmt.Errorf("host forget-key %s: %w (run it as the agent's user, root, with the agent's --state-dir)", args[0], err)
+			}
+			if a.json() {
+				return a.printJSON(map[string]any{"host": id, "forgotten": found, "pins": pins.Path()})
+			}
+			if !found {
+				fmt.Fprintf(a.stdout, "no key pinned for host %s in %s: nothing to forget\n", id, pins.Path())
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "forgot the key pinned for host %s in %s; the next handshake pins the key its record publishes\n", id, pins.Path())
+			return nil
+		},
+	}
+}
+
+// hexHostID reports whether s has the form of a host ID.
+func hexHostID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
 }
 
 // hostRemoveCommand is "vrdmactl host remove": vSphere's "Remove from

@@ -11,7 +11,11 @@ package hostlink
 //   - no PVRDMA address any more: the listener closes, every connection is
 //     dropped, and the host has no tcp path until it gets one again;
 //   - the pvrdma firewall rule turned off: every connection is dropped and
-//     new ones are refused (rule host-rdma-configured) until it is on.
+//     new ones are refused (rule host-rdma-configured) until it is on;
+//   - a host key that is not this host's (someone who can write the
+//     control plane replaced it): logged, since hosts that see this host
+//     for the first time would pin that key; the agent publishes its own
+//     again when it next registers (a restart).
 //
 // An address that cannot be bound (not on this host, port taken) leaves
 // the host without a listener, tried again every listenRetry; vrdmactl
@@ -19,6 +23,7 @@ package hostlink
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -26,6 +31,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/hostkey"
 )
 
 // watchConfig applies each change of this host's record to the tcp path,
@@ -56,6 +62,13 @@ func (u *Links) watchConfig() {
 
 // apply brings the tcp path in line with host record h.
 func (u *Links) apply(h records.Host) {
+	if own := hostkey.Encode(u.cfg.HostKey.Public().(ed25519.PublicKey)); h.HostKey != own && h.HostKey != u.badKey {
+		u.log.Warn("tcp path: rule host-key: this host's record in the control plane publishes another host key than this agent's: "+
+			"someone with write access to the control plane replaced it, and hosts that have not pinned this host's key yet would "+
+			"trust that one; restart the agent to publish its own again, and find out who changed it",
+			"published", h.HostKey, "own", own)
+	}
+	u.badKey = h.HostKey
 	if on := h.FirewallPVRDMA; u.firewall.Swap(on) != on {
 		if on {
 			u.log.Info("tcp path: the pvrdma firewall rule is on: PVRDMA traffic with other hosts is allowed")
@@ -117,7 +130,9 @@ func fmtAddr(a netip.AddrPort) string {
 func (u *Links) PVRDMAStatus() *mgmt.PVRDMAStatus {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr, HandshakePanics: u.hsPanics.Load()}
+	s := &mgmt.PVRDMAStatus{Firewall: u.firewall.Load(), Error: u.listenErr, HandshakePanics: u.hsPanics.Load(),
+		AcceptRefused: u.adm.refused[refuseMember].Load(), SourceSlotsFull: u.adm.refused[refuseSource].Load(),
+		HandshakeSlotsFull: u.adm.refused[refuseTotal].Load()}
 	if u.addr.IsValid() {
 		s.Address = u.addr.String()
 	}

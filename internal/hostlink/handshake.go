@@ -3,12 +3,16 @@ package hostlink
 // The tcp path's handshake (docs/wire-tcp.md, "Handshake"): HELLO,
 // CHALLENGE, AUTH, READY. Each side checks the other is a live host of its
 // own switch, with a tagged PVRDMA address and the pvrdma firewall rule on,
-// and proves it holds the switch's secret with an HMAC over both nonces.
-// A refusal names the rule, is sent to the peer in a REFUSE frame when it
+// proves it holds the switch's secret with an HMAC over both nonces, and
+// proves it is the host it says it is with a signature of the same
+// transcript under its host key, which the other side checks against the
+// key the host record publishes and this host pinned (package hostkey). A
+// refusal names the rule, is sent to the peer in a REFUSE frame when it
 // can be, and is logged.
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -19,6 +23,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
@@ -62,16 +67,41 @@ func (u *Links) checkPeerHost(ctx context.Context, id string, from netip.Addr) (
 	return h, hs.Alive, nil
 }
 
+// peerKey returns the key host h signs its handshakes with: the one its
+// record publishes, which must be the one this host pinned for it (pinned
+// now, at first sight).
+func (u *Links) peerKey(h records.Host) (ed25519.PublicKey, error) {
+	if h.HostKey == "" {
+		return nil, fmt.Errorf("rule host-key: host %s publishes no host key in the control plane: its agent is older than "+
+			"protocol version 2 (host keys); upgrade it", h.Label())
+	}
+	k, err := hostkey.Parse(h.HostKey)
+	if err != nil {
+		return nil, fmt.Errorf("rule host-key: host %s's record: %v", h.Label(), err)
+	}
+	if err := u.cfg.Pins.Check(h.ID, h.Name, k); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
 // refuse tells the peer why (best effort) and returns the error.
 func (c *Conn) refuse(err error) error {
 	c.writeControl(tcpwire.Refuse, 0, tcpwire.RefuseMsg{Reason: err.Error()})
 	return err
 }
 
-// dial opens a connection to the link's peer at addr and runs the
-// initiator's side of the handshake.
-func (l *Peer) dial(ctx context.Context, addr netip.AddrPort) (*Conn, error) {
+// dial opens a connection to the link's peer, whose host record is h, at
+// its PVRDMA address and runs the initiator's side of the handshake.
+func (l *Peer) dial(ctx context.Context, h records.Host) (*Conn, error) {
 	l.dials.Add(1)
+	addr := h.PVRDMAAddress
+	pk, err := l.u.peerKey(h)
+	if err != nil {
+		l.refused.Add(1)
+		l.u.log.Warn("tcp path: refused a host", "err", err)
+		return nil, err
+	}
 	// Traffic leaves from this host's PVRDMA address, which the peer
 	// checks against the control plane (rule pvrdma-address).
 	local, ok := l.u.localAddr()
@@ -89,7 +119,7 @@ func (l *Peer) dial(ctx context.Context, addr netip.AddrPort) (*Conn, error) {
 		deadline = time.Now().Add(handshakeTimeout)
 	}
 	nc.SetDeadline(deadline)
-	err = l.initiate(ctx, c)
+	err = l.initiate(ctx, c, pk)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -99,7 +129,9 @@ func (l *Peer) dial(ctx context.Context, addr netip.AddrPort) (*Conn, error) {
 	return c, nil
 }
 
-func (l *Peer) initiate(ctx context.Context, c *Conn) error {
+// initiate runs the initiator's side of the handshake on c; pk is the
+// peer's host key.
+func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) error {
 	u := l.u
 	secret, err := u.switchSecret(ctx)
 	if err != nil {
@@ -145,7 +177,15 @@ func (l *Peer) initiate(ctx context.Context, c *Conn) error {
 		u.log.Warn("tcp path: refused a host", "err", err)
 		return c.refuse(err)
 	}
-	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)}
+	if !tcpwire.SigOK(pk, ch.Sig, "acceptor", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce) {
+		l.refused.Add(1)
+		err := fmt.Errorf("rule host-key: host %s (%s) did not sign the handshake with its host key (the one its record publishes and this host pinned): "+
+			"another host may be answering at its PVRDMA address", ch.Host, ch.HostID)
+		u.log.Warn("tcp path: refused a host", "err", err)
+		return c.refuse(err)
+	}
+	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce),
+		Sig: tcpwire.Sign(a.HostKey, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)}
 	if err := c.writeControl(tcpwire.Auth, 0, auth); err != nil {
 		return err
 	}
@@ -254,12 +294,17 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	if err != nil {
 		return fail(err)
 	}
+	pk, err := u.peerKey(ph)
+	if err != nil {
+		return fail(err)
+	}
 	secret, err := u.switchSecret(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	ch := tcpwire.ChallengeMsg{Version: ver, HostID: a.HostID, Host: a.Host, Boot: u.boot, Nonce: nonce()}
 	ch.Proof = tcpwire.Proof(secret, "acceptor", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)
+	ch.Sig = tcpwire.Sign(a.HostKey, "acceptor", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)
 	if err := c.writeControl(tcpwire.Challenge, 0, ch); err != nil {
 		return nil, err
 	}
@@ -281,6 +326,10 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	}
 	if !tcpwire.ProofOK(auth.Proof, tcpwire.Proof(secret, "initiator", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)) {
 		return fail(fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret: not a member of the switch", hello.Host, hello.HostID, a.Switch))
+	}
+	if !tcpwire.SigOK(pk, auth.Sig, "initiator", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce) {
+		return fail(fmt.Errorf("rule host-key: the dialer presents the ID of host %s but did not sign the handshake with that host's key "+
+			"(the one its record publishes and this host pinned): another host posing as it?", ph.Label()))
 	}
 	l := u.linkTo(hello.HostID)
 	l.bytesIn.Add(tmp.bytesIn.Load())
@@ -341,7 +390,7 @@ func (l *Peer) Conn(wait time.Duration) (*Conn, error) {
 		l.addr = h.PVRDMAAddress
 		l.mu.Unlock()
 		var c *Conn
-		c, err = l.dial(ctx, h.PVRDMAAddress)
+		c, err = l.dial(ctx, h)
 		if err == nil {
 			c.peerBoot = l.bootOf()
 			l.out.Store(c)

@@ -3,6 +3,7 @@ package hostlink
 import (
 	"log/slog"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -40,17 +41,22 @@ func TestSecurityPanicInHandshake(t *testing.T) {
 	if _, err := client.Write(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	u.handshakes.Add(1) // the slot the accept loop takes
-	c, err := u.handshake(nc)
+	from := netip.MustParseAddr("127.0.0.1")
+	u.adm.mu.Lock()
+	u.adm.slots, u.adm.total = map[netip.Addr]int{from: 1}, 1 // the slot the accept loop takes
+	u.adm.mu.Unlock()
+	c, err := u.handshake(nc, from, false)
 	if c != nil || err == nil {
 		t.Fatalf("a handshake that panicked returned %v, %v; want an error", c, err)
 	}
 	if n := u.hsPanics.Load(); n != 1 {
 		t.Errorf("%d handshake panics counted, want 1", n)
 	}
-	if n := u.handshakes.Load(); n != 0 {
-		t.Errorf("%d handshake slots held after the handshake ended, want 0", n)
+	u.adm.mu.Lock()
+	if n, ns := u.adm.total, len(u.adm.slots); n != 0 || ns != 0 {
+		t.Errorf("%d handshake slots held (%d sources) after the handshake ended, want 0", n, ns)
 	}
+	u.adm.mu.Unlock()
 	client.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := client.Read(b[:]); err == nil {
 		t.Errorf("the connection whose handshake panicked is still open (read %d bytes)", n)

@@ -58,6 +58,7 @@ package hostlink
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -75,15 +76,13 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/hostkey"
 )
 
 // Handshake and connection timing.
 const (
 	handshakeTimeout = 5 * time.Second
-	// maxHandshakes bounds the accepted connections in their handshake at
-	// once; more are dropped at accept.
-	maxHandshakes = 64
-	keepAlive     = 15 * time.Second
+	keepAlive        = 15 * time.Second
 	// writeStall bounds a frame write that makes no progress (the peer
 	// stopped reading): the connection is then closed.
 	writeStall = 10 * time.Second
@@ -109,6 +108,11 @@ type Config struct {
 	// give another later); Firewall the pvrdma firewall rule at start.
 	PVRDMAAddress netip.AddrPort
 	Firewall      bool
+	// HostKey is this host's key (package hostkey), which signs its side
+	// of every handshake; its public half is in the host record. Pins are
+	// the keys of the other hosts as first seen (hostkey.Pins).
+	HostKey ed25519.PrivateKey
+	Pins    *hostkey.Pins
 	// OnDisconnect, if set, is told of a CM_DISC from a peer host: its QP
 	// fromQPN (GID fromGID), an adapter of that host, disconnected the
 	// rdma_cm connection of this host's QP qpn.
@@ -128,11 +132,12 @@ type Links struct {
 	// firewall is whether this host's pvrdma firewall rule is on, as its
 	// host record last said (vrdmad --firewall-pvrdma at start).
 	firewall atomic.Bool
-	// handshakes is how many accepted connections are in their handshake
-	// (at most maxHandshakes); floodLogged when the last one over the
-	// limit was logged.
-	handshakes  atomic.Int32
-	floodLogged atomic.Int64
+	// adm admits accepted connections to their handshake (accept.go).
+	adm admission
+	// badKey is the host key this host's record published at the last
+	// apply (config.go), so that another key than its own is logged once;
+	// only watchConfig's goroutine uses it.
+	badKey string
 	// hsPanics counts accepted connections closed because their
 	// handshake panicked (guard.go).
 	hsPanics atomic.Uint64
@@ -195,6 +200,9 @@ type Peer struct {
 func Start(cfg Config) (*Links, error) {
 	if cfg.Responder == nil {
 		return nil, errors.New("host links: no responder for RC requests (Config.Responder)")
+	}
+	if len(cfg.HostKey) != ed25519.PrivateKeySize || cfg.Pins == nil {
+		return nil, errors.New("host links: no host key (Config.HostKey, Config.Pins): the handshake signs with it")
 	}
 	var b [16]byte
 	rand.Read(b[:])
@@ -389,22 +397,18 @@ func (u *Links) serve(ln *net.TCPListener) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		if u.handshakes.Add(1) > maxHandshakes {
-			// A flood of connections that do not finish their handshakes:
-			// each holds a goroutine and buffers until its deadline.
-			u.handshakes.Add(-1)
-			nc.SetLinger(0)
-			nc.Close()
-			if now := nanotime(); now-u.floodLogged.Load() > int64(time.Second) {
-				u.floodLogged.Store(now)
-				u.log.Warn("tcp path: too many handshakes under way; connection dropped", "from", nc.RemoteAddr().String(), "limit", maxHandshakes)
-			}
+		// Each connection admitted holds a goroutine and buffers until
+		// its handshake ends: admission bounds them (accept.go).
+		from := nc.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		verdict := u.admit(from)
+		if verdict != admitOK && verdict != admitWait {
+			u.refuseAtAccept(nc, from, verdict)
 			continue
 		}
 		u.wg.Add(1)
 		go func() {
 			defer u.wg.Done()
-			c, err := u.handshake(nc)
+			c, err := u.handshake(nc, from, verdict == admitWait)
 			if err != nil {
 				nc.Close()
 				return
@@ -414,10 +418,16 @@ func (u *Links) serve(ln *net.TCPListener) {
 	}
 }
 
-// handshake runs the handshake of accepted connection nc, holding one of
-// the handshake slots; a panic in it closes nc (guardHandshake).
-func (u *Links) handshake(nc *net.TCPConn) (c *Conn, err error) {
-	defer u.handshakes.Add(-1)
+// handshake runs the handshake of accepted connection nc from source
+// address from, holding one of the handshake slots, which it gives back;
+// unknown says its source must first pass a fresh read of the host
+// records (admitWait). A panic in it closes nc (guardHandshake).
+func (u *Links) handshake(nc *net.TCPConn, from netip.Addr, unknown bool) (c *Conn, err error) {
+	defer u.release(from)
+	if unknown && !u.refreshMember(from) {
+		u.refuseAtAccept(nc, from, refuseMember)
+		return nil, fmt.Errorf("rule host-on-switch: %s is not the PVRDMA address of a host of this switch", from)
+	}
 	defer func() {
 		if c == nil && err == nil {
 			err = errors.New("the handshake panicked")

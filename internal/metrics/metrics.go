@@ -73,6 +73,8 @@ var (
 	upPanicsDesc = desc("uplink_panics_total", "Connections with a peer host closed because a goroutine serving them panicked (a bug reached by the peer's input; the agent went on).", "peer_host")
 	hsPanicsDesc = desc("uplink_handshake_panics_total", "Accepted connections closed because their handshake panicked (a bug; the agent went on).")
 
+	acceptRefusedDesc = desc("uplink_accept_refused_total", "Connections from other hosts reset at accept: reason non-member (the source is no PVRDMA address of a host of the switch), source-slots (the source held its 4 handshake slots) or slots (the agent's 64 were taken).", "reason")
+
 	rdmaPacketsDesc = desc("rdma_packets_total", "Packets of an RDMA uplink's RoCE engine.", "uplink", "roce", "direction")
 	rdmaBytesDesc   = desc("rdma_bytes_total", "UDP payload bytes of an RDMA uplink's RoCE engine.", "uplink", "roce", "direction")
 	rdmaBatchesDesc = desc("rdma_batches_total", "System calls that carried several packets (UDP GSO out, GRO in).", "uplink", "roce", "direction")
@@ -190,6 +192,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if p := st.PVRDMA; p != nil {
 		counter(hsPanicsDesc, p.HandshakePanics)
+		counter(acceptRefusedDesc, p.AcceptRefused, "non-member")
+		counter(acceptRefusedDesc, p.SourceSlotsFull, "source-slots")
+		counter(acceptRefusedDesc, p.HandshakeSlotsFull, "slots")
 	}
 	h := c.src.Health()
 	gauge(sessionsDesc, float64(h.Sessions))

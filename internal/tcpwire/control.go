@@ -2,6 +2,7 @@ package tcpwire
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,11 +37,18 @@ type ChallengeMsg struct {
 	Boot    string `json:"boot"`
 	Nonce   string `json:"nonce"`
 	Proof   string `json:"proof"` // Proof(secret, "acceptor", …), hex
+	// Sig is the acceptor's ed25519 signature of SignInput("acceptor", …)
+	// under its host key (protocol version 2), hex.
+	Sig string `json:"sig"`
 }
 
-// AuthMsg is the initiator's proof of the switch secret.
+// AuthMsg is the initiator's proof of the switch secret and its signature
+// under its host key.
 type AuthMsg struct {
 	Proof string `json:"proof"`
+	// Sig is the initiator's ed25519 signature of SignInput("initiator",
+	// …) under its host key, hex.
+	Sig string `json:"sig"`
 }
 
 // RefuseMsg says why a handshake failed (or a connection is closed): the
@@ -113,6 +121,7 @@ func (m *ConnDiscMsg) Validate() error {
 var (
 	hexID   = regexp.MustCompile(`^[0-9a-f]{32}$`)
 	hexNon  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hexSig  = regexp.MustCompile(`^[0-9a-f]{128}$`)
 	nameRE  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$`)
 	endRE   = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}/vrdma[0-9]{1,2}$`)
 	adaptRE = regexp.MustCompile(`^vrdma[0-9]{1,2}$`)
@@ -154,6 +163,8 @@ func (m *ChallengeMsg) Validate() error {
 		return fmt.Errorf("CHALLENGE: nonce is not %d hex-encoded bytes", NonceLen)
 	case len(m.Proof) != 2*sha256.Size:
 		return fmt.Errorf("CHALLENGE: proof is not a hex SHA-256 HMAC")
+	case !hexSig.MatchString(m.Sig):
+		return fmt.Errorf("CHALLENGE: sig is not a %d-byte ed25519 signature in lowercase hex", ed25519.SignatureSize)
 	}
 	return nil
 }
@@ -234,6 +245,29 @@ func Proof(secret []byte, role string, version uint8, initiatorID, acceptorID, i
 	m := hmac.New(sha256.New, secret)
 	fmt.Fprintf(m, "vrdma-tcp-handshake\x00%s\x00%d\x00%s\x00%s\x00%s\x00%s", role, version, initiatorID, acceptorID, initiatorNonce, acceptorNonce)
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// SignInput is what a side of a handshake signs with its host key
+// (protocol version 2): the same fields as the proof's — the role, the
+// version, both host IDs and both nonces — under another label, so that a
+// signature is bound to one connection, one direction and one pair of
+// hosts, and is never mistaken for a proof's input.
+func SignInput(role string, version uint8, initiatorID, acceptorID, initiatorNonce, acceptorNonce string) []byte {
+	return fmt.Appendf(nil, "vrdma-tcp-hostkey\x00%s\x00%d\x00%s\x00%s\x00%s\x00%s", role, version, initiatorID, acceptorID, initiatorNonce, acceptorNonce)
+}
+
+// Sign signs SignInput(…) with key and returns the signature in hex.
+func Sign(key ed25519.PrivateKey, role string, version uint8, initiatorID, acceptorID, initiatorNonce, acceptorNonce string) string {
+	return hex.EncodeToString(ed25519.Sign(key, SignInput(role, version, initiatorID, acceptorID, initiatorNonce, acceptorNonce)))
+}
+
+// SigOK reports whether sig (hex) is pub's signature of SignInput(…).
+func SigOK(pub ed25519.PublicKey, sig string, role string, version uint8, initiatorID, acceptorID, initiatorNonce, acceptorNonce string) bool {
+	if !hexSig.MatchString(sig) || len(pub) != ed25519.PublicKeySize {
+		return false
+	}
+	b, _ := hex.DecodeString(sig)
+	return ed25519.Verify(pub, SignInput(role, version, initiatorID, acceptorID, initiatorNonce, acceptorNonce), b)
 }
 
 // ProofOK compares a received proof with the expected one in constant

@@ -1,6 +1,7 @@
 package tcpwire_test
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,11 +23,12 @@ const (
 )
 
 func validHello() tcpwire.HelloMsg {
-	return tcpwire.HelloMsg{Versions: []uint8{1}, HostID: idA, Host: "hostA", Switch: "dvs1", Boot: bootA, Nonce: nonceA, Target: idB}
+	return tcpwire.HelloMsg{Versions: []uint8{2}, HostID: idA, Host: "hostA", Switch: "dvs1", Boot: bootA, Nonce: nonceA, Target: idB}
 }
 
 func validChallenge() tcpwire.ChallengeMsg {
-	return tcpwire.ChallengeMsg{Version: 1, HostID: idB, Host: "hostB", Boot: bootA, Nonce: nonceB, Proof: strings.Repeat("ab", 32)}
+	return tcpwire.ChallengeMsg{Version: 2, HostID: idB, Host: "hostB", Boot: bootA, Nonce: nonceB, Proof: strings.Repeat("ab", 32),
+		Sig: strings.Repeat("cd", 64)}
 }
 
 func validConnReq() tcpwire.ConnReqMsg {
@@ -74,6 +76,9 @@ func TestValidate(t *testing.T) {
 		{"CHALLENGE with a bad nonce", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Nonce = "" }), "CHALLENGE: nonce"},
 		{"CHALLENGE with a short proof", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Proof = m.Proof[:63] }), "CHALLENGE: proof is not a hex SHA-256 HMAC"},
 		{"CHALLENGE without a proof", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Proof = "" }), "CHALLENGE: proof"},
+		{"CHALLENGE without a sig", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Sig = "" }), "CHALLENGE: sig is not a 64-byte ed25519 signature"},
+		{"CHALLENGE with an uppercase sig", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Sig = strings.ToUpper(m.Sig) }), "CHALLENGE: sig"},
+		{"CHALLENGE with a short sig", with(validChallenge(), func(m *tcpwire.ChallengeMsg) { m.Sig = m.Sig[:126] }), "CHALLENGE: sig"},
 
 		{"CM_REQ", ptr(validConnReq()), ""},
 		{"CM_REQ with a 64-byte VM name and vrdma99", with(validConnReq(), func(m *tcpwire.ConnReqMsg) {
@@ -137,11 +142,11 @@ func TestControlJSON(t *testing.T) {
 		v    any
 		json string
 	}{
-		{"HELLO", ptr(validHello()), `{"versions":"AQ==","host_id":"` + idA + `","host":"hostA","switch":"dvs1","boot":"` + bootA +
+		{"HELLO", ptr(validHello()), `{"versions":"Ag==","host_id":"` + idA + `","host":"hostA","switch":"dvs1","boot":"` + bootA +
 			`","nonce":"` + nonceA + `","target":"` + idB + `"}`},
-		{"CHALLENGE", ptr(validChallenge()), `{"version":1,"host_id":"` + idB + `","host":"hostB","boot":"` + bootA +
-			`","nonce":"` + nonceB + `","proof":"` + strings.Repeat("ab", 32) + `"}`},
-		{"AUTH", &tcpwire.AuthMsg{Proof: "00ff"}, `{"proof":"00ff"}`},
+		{"CHALLENGE", ptr(validChallenge()), `{"version":2,"host_id":"` + idB + `","host":"hostB","boot":"` + bootA +
+			`","nonce":"` + nonceB + `","proof":"` + strings.Repeat("ab", 32) + `","sig":"` + strings.Repeat("cd", 64) + `"}`},
+		{"AUTH", &tcpwire.AuthMsg{Proof: "00ff", Sig: "11ee"}, `{"proof":"00ff","sig":"11ee"}`},
 		{"REFUSE", &tcpwire.RefuseMsg{Reason: "rule host-known: ..."}, `{"reason":"rule host-known: ..."}`},
 		{"CM_REQ", ptr(validConnReq()), `{"target":"vm2/vrdma0","port":7000,"from_vm":"vm1","from_adapter":"vrdma0",` +
 			`"from_gid":"fe80::250:56ff:fe00:1","from_qpn":18,"timeout_ms":10000}`},
@@ -243,6 +248,59 @@ func TestProofInput(t *testing.T) {
 	}
 	if got, want := tcpwire.Proof(secret, "acceptor", 1, idA, idB, nonceA, nonceB), "5284cf7d7b4e11c1df9f74f41df5ca629ca8a888fdeb346bba7ee75fcfa98cf6"; got != want {
 		t.Errorf("acceptor proof of the test vector = %s, want %s", got, want)
+	}
+}
+
+// TestSignInput pins what a host key signs, byte for byte, as
+// docs/wire-tcp.md states it, and checks a known signature (ed25519 is
+// deterministic) from the seed 00 01 … 1f; then that a signature verifies
+// only for its own inputs and key.
+func TestSignInput(t *testing.T) {
+	input := "vrdma-tcp-hostkey\x00initiator\x002\x00" + idA + "\x00" + idB + "\x00" + nonceA + "\x00" + nonceB
+	if got := string(tcpwire.SignInput("initiator", 2, idA, idB, nonceA, nonceB)); got != input {
+		t.Fatalf("SignInput = %q, want %q", got, input)
+	}
+	seed := make([]byte, ed25519.SeedSize)
+	for i := range seed {
+		seed[i] = byte(i)
+	}
+	key := ed25519.NewKeyFromSeed(seed)
+	pub := key.Public().(ed25519.PublicKey)
+	if got, want := hex.EncodeToString(pub), "03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8"; got != want {
+		t.Errorf("public key of the test seed = %s, want %s", got, want)
+	}
+	sig := tcpwire.Sign(key, "initiator", 2, idA, idB, nonceA, nonceB)
+	if want := hex.EncodeToString(ed25519.Sign(key, []byte(input))); sig != want {
+		t.Errorf("Sign = %s, want the signature of the input %s", sig, want)
+	}
+	// Known answers (computed outside Go), as in docs/wire-tcp.md.
+	if want := "93e6383da4c15857b23417a48005723d13948af52204fd98d0d987af80ed4a88b5db5c20605cdb701b55b3643ef6093b37e05deca54308766748a32a299d2507"; sig != want {
+		t.Errorf("initiator signature of the test vector = %s, want %s", sig, want)
+	}
+	if got, want := tcpwire.Sign(key, "acceptor", 2, idA, idB, nonceA, nonceB), "d850e3c4b785693e01654a7256d4d2e61cd422793e06d0c52739ce9cebe4df3f1d3f4eb401c0510091bceba8634494d8b6ea7ffba9b99893a3e9b92f927f3500"; got != want {
+		t.Errorf("acceptor signature of the test vector = %s, want %s", got, want)
+	}
+	if !tcpwire.SigOK(pub, sig, "initiator", 2, idA, idB, nonceA, nonceB) {
+		t.Fatal("a signature does not verify with its own inputs")
+	}
+	other := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)).Public().(ed25519.PublicKey)
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"acceptor role", tcpwire.SigOK(pub, sig, "acceptor", 2, idA, idB, nonceA, nonceB)},
+		{"version 1", tcpwire.SigOK(pub, sig, "initiator", 1, idA, idB, nonceA, nonceB)},
+		{"host IDs swapped", tcpwire.SigOK(pub, sig, "initiator", 2, idB, idA, nonceA, nonceB)},
+		{"nonces swapped", tcpwire.SigOK(pub, sig, "initiator", 2, idA, idB, nonceB, nonceA)},
+		{"another key", tcpwire.SigOK(other, sig, "initiator", 2, idA, idB, nonceA, nonceB)},
+		{"uppercase", tcpwire.SigOK(pub, strings.ToUpper(sig), "initiator", 2, idA, idB, nonceA, nonceB)},
+		{"truncated", tcpwire.SigOK(pub, sig[:126], "initiator", 2, idA, idB, nonceA, nonceB)},
+		{"empty", tcpwire.SigOK(pub, "", "initiator", 2, idA, idB, nonceA, nonceB)},
+		{"no key", tcpwire.SigOK(nil, sig, "initiator", 2, idA, idB, nonceA, nonceB)},
+	} {
+		if c.ok {
+			t.Errorf("a signature verifies with %s", c.name)
+		}
 	}
 }
 

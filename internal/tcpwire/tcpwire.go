@@ -20,8 +20,11 @@ import (
 const Magic = 0x5654
 
 // Version is the protocol version this build speaks. A handshake agrees on
-// one version; every later frame carries it.
-const Version = 1
+// one version; every later frame carries it. Version 2 is version 1's
+// frames with a handshake in which each side also signs with its host key
+// (CHALLENGE's and AUTH's sig); this build speaks version 2 only, so that
+// no peer can fall back to a handshake without host keys.
+const Version = 2
 
 // HeaderLen is the length of a frame header.
 const HeaderLen = 64

@@ -215,7 +215,7 @@ func TestVectors(t *testing.T) {
 			t.Errorf("%s: Put wrote\n% x\nwant\n% x", v.name, got, want)
 		}
 		var h tcpwire.Header
-		if err := tcpwire.Decode(want, tcpwire.Version, &h); err != nil || h != v.h {
+		if err := tcpwire.Decode(want, v.h.Version, &h); err != nil || h != v.h {
 			t.Errorf("%s: Decode: %+v, %v; want %+v", v.name, h, err, v.h)
 		}
 	}
@@ -287,9 +287,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"truncated", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { return b[:63] }, "truncated header: 63 of 64"},
 		{"bad magic", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[0] = 'X'; return b }, "bad magic 0x5854"},
 		{"byte-swapped magic", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[0], b[1] = b[1], b[0]; return b }, "bad magic 0x5456"},
-		{"version 2 on a version 1 connection", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Version = 2 }), "version 2 on a connection that agreed on version 1"},
+		{"version 3 on a version 2 connection", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Version = 3 }), "version 3 on a connection that agreed on version 2"},
 		{"version 0", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Version = 0 }), "version 0 on a connection"},
-		{"version 1 on a version 2 connection", tcpwire.Write, 2, hdr(func(*tcpwire.Header) {}), "version 1 on a connection that agreed on version 2"},
+		{"version 2 on a version 1 connection", tcpwire.Write, 1, hdr(func(*tcpwire.Header) {}), "version 2 on a connection that agreed on version 1"},
 		{"reserved byte 62", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "reserved bytes 0x0100 are not zero"},
 		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved bytes 0x0080 are not zero"},
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},

@@ -398,4 +398,14 @@ type PVRDMAStatus struct {
 	// handshake panicked (a bug, logged with its stack; the agent went
 	// on).
 	HandshakePanics uint64 `json:"handshake_panics,omitempty"`
+	// AcceptRefused counts connections reset at accept because their
+	// source address is not the PVRDMA address of a host of this host's
+	// switch (or the host records could not be read to tell).
+	AcceptRefused uint64 `json:"accept_refused,omitempty"`
+	// SourceSlotsFull counts connections reset at accept because their
+	// source address already had every handshake slot one source may
+	// hold (4); HandshakeSlotsFull those reset because every slot of the
+	// agent was taken (64).
+	SourceSlotsFull    uint64 `json:"source_slots_full,omitempty"`
+	HandshakeSlotsFull uint64 `json:"handshake_slots_full,omitempty"`
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -475,6 +476,11 @@ type Host struct {
 	Switch         string    `json:"switch"`            // the distributed switch the host is on ("" = none)
 	AgentVersion   string    `json:"agentVersion"`
 	State          HostState `json:"state"`
+	// HostKey is the public half of the agent's ed25519 host key (package
+	// hostkey), 64 lowercase hex digits: the key the host signs its tcp
+	// handshakes with. Written by the agent at every registration; ""
+	// for an agent that has none yet (it cannot join a tcp handshake).
+	HostKey string `json:"hostKey,omitempty"`
 	// Where the host sits in the inventory (see Inventory); set by an
 	// administrator (vrdmactl host configure), kept when the agent
 	// registers again.
@@ -540,6 +546,9 @@ func (c *checker) inventory(inv Inventory, host bool) {
 // Kind returns KindHost.
 func (Host) Kind() Kind { return KindHost }
 
+// hostKeyRE is the form of Host.HostKey.
+var hostKeyRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
 // Validate checks the host's fields.
 func (h Host) Validate() error {
 	c := checker{kind: KindHost, name: h.ID}
@@ -557,6 +566,9 @@ func (h Host) Validate() error {
 	c.inventory(h.Inventory, true)
 	if h.AgentVersion == "" || len(h.AgentVersion) > MaxNameLen {
 		c.add("agentVersion", "missing or longer than %d", MaxNameLen)
+	}
+	if h.HostKey != "" && !hostKeyRE.MatchString(h.HostKey) {
+		c.add("hostKey", "%.80q is not an ed25519 public key in 64 lowercase hex digits", h.HostKey)
 	}
 	switch h.State {
 	case HostUp, HostMaintenance, HostDown:
