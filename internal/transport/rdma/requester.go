@@ -253,7 +253,7 @@ func (p *path) response(pkt *rocewire.Packet) {
 		p.rq.AtomicAck(psn, pkt.AtomicAckETH.Orig())
 	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast, rocewire.RDMAReadResponseOnly:
 		pos := pkt.Info.Position
-		p.rq.ReadResponse(psn, pos == rocewire.PosFirst || pos == rocewire.PosOnly, pos == rocewire.PosLast || pos == rocewire.PosOnly, pkt.Payload)
+		p.rq.ReadResponse(psn, pos == rocewire.PosFirst || pos == rocewire.PosOnly, pos == rocewire.PosLast || pos == rocewire.PosOnly, false, pkt.Payload)
 	}
 }
 
