@@ -56,6 +56,7 @@ type Entry struct {
 	done bool         // the responses settled it
 	st   abi.WCStatus // ... with this status
 	got  uint32       // READ: response packets received in order
+	lim  uint32       // READ, with a ReadCredit: the response packet the requests sent let the responder send up to (exclusive)
 	old  uint64       // an atomic's original value
 }
 
@@ -129,6 +130,13 @@ type Config struct {
 	// Outstanding bounds the PSNs sent and not acknowledged; 0: only the
 	// window bounds them.
 	Outstanding int32
+	// ReadCredit is how many response packets a READ request lets a
+	// responder that paces by it send, from the packet it asks from; 0:
+	// all the rest. For a READ whose responder paces (ReadResponse's
+	// credited), the engine asks for more before they have all come: the
+	// READ request again, from the end of the credit granted (a
+	// continuation, ReadMore), once half of the credit has landed.
+	ReadCredit uint32
 	// BatchBytes bounds the payload of one Flush (at least one WR goes);
 	// 0: none.
 	BatchBytes uint64
@@ -387,7 +395,7 @@ func (r *Engine) fill(takeNew bool) bool {
 		}
 		e := r.at(r.n)
 		e.local = q.ReadWQE(r.next, e.Slot, &e.WQE)
-		e.NSeg, e.Total, e.sent, e.done, e.st, e.got, e.old = 0, 0, 0, false, 0, 0, 0
+		e.NSeg, e.Total, e.sent, e.done, e.st, e.got, e.lim, e.old = 0, 0, 0, false, 0, 0, 0, 0
 		if e.local == abi.WCSuccess {
 			l := q.GatherLocal(&e.WQE, e.Slot, &e.Segs)
 			e.local, e.NSeg, e.Total = l.Status, l.NSeg, l.Total
@@ -517,6 +525,9 @@ func (r *Engine) queue(at *device.RCAttrs) {
 			r.mu.Lock()
 			again := rc.PSNDiff(end, r.maxPSN) <= 0
 			e.sent = sent
+			if w.Opcode == abi.OpRDMARead && r.cfg.ReadCredit > 0 {
+				e.lim = got + r.cfg.ReadCredit
+			}
 			if rc.PSNDiff(end, r.sendPSN) > 0 {
 				r.sendPSN = end
 			}

@@ -3,6 +3,7 @@ package requester
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
@@ -130,6 +131,7 @@ type resp struct {
 	nak         rc.NAK
 	old         uint64
 	first, last bool
+	credited    bool // a READ response paced by the requester's credit
 	data        []byte
 	hold        int // Collects it waits for
 }
@@ -166,6 +168,10 @@ type fakeWire struct {
 	timeouts int
 	afterRNR bool  // an RNR NAK was answered: the next batch is recorded
 	probes   []int // the size of each batch sent after an RNR NAK
+	// credit, if set, paces READ responses: each READ request gets this
+	// many response packets from the one it asks from, marked credited.
+	credit uint32
+	more   []ReadMore // the continuations the engine asked for
 }
 
 func newFakeWire(sq *fakeSQ) *fakeWire {
@@ -248,7 +254,12 @@ func (w *fakeWire) Collect() {
 		case rAtomic:
 			w.r.AtomicAck(r.psn, r.old)
 		case rRead:
-			w.r.ReadResponse(r.psn, r.first, r.last, r.data)
+			if more, ask := w.r.ReadResponse(r.psn, r.first, r.last, r.credited, r.data); ask {
+				// A continuation: the wire sends it at once, as the
+				// rdma engine's reader does.
+				w.more = append(w.more, more)
+				w.inflight = append(w.inflight, pkt{op: abi.OpRDMARead, psn: more.PSN, va: more.RemoteAddr, len: uint64(more.Len), mtu: w.sq.attrs.PathMTU})
+			}
 		}
 	}
 	w.resps = keep
@@ -265,10 +276,14 @@ func (w *fakeWire) readResp(first uint32, va, length uint64, mtu uint32, n, k ui
 	if mtu == 0 {
 		mtu = uint32(length) // one PSN per WR: one response
 	}
-	for ; k < n; k++ {
+	end := n
+	if w.credit > 0 {
+		end = min(n, k+w.credit)
+	}
+	for ; k < end; k++ {
 		off := uint64(k) * uint64(mtu)
 		end := min(off+uint64(mtu), length)
-		w.respond(resp{kind: rRead, psn: (first + k) & rc.PSNMask, first: k == 0, last: k == n-1,
+		w.respond(resp{kind: rRead, psn: (first + k) & rc.PSNMask, first: k == 0, last: k == n-1, credited: w.credit > 0,
 			data: append([]byte(nil), w.mem[va+off:va+end]...), hold: w.holdRead})
 	}
 }
@@ -543,6 +558,75 @@ func TestEngineRetryBudgetRewinds(t *testing.T) {
 	}
 	if r.Busy() {
 		t.Error("the window holds WRs after the flush")
+	}
+}
+
+// TestEngineReadGapAsksAtOnce loses one packet of a READ's response: the
+// next one to come shows it lost, and the READ is asked for again from
+// it at once, without waiting for the local ACK timeout. Before, the
+// packets after the loss were dropped silently and the READ waited for
+// the timeout, while its responder went on sending the rest.
+func TestEngineReadGapAsksAtOnce(t *testing.T) {
+	sq, w, r := setup(t, Config{})
+	sq.attrs.Timeout = 20 // 4 s: the READ must not wait for it
+	// 16 packets of 256 bytes
+	sq.post(abi.SendWQE{Opcode: abi.OpRDMARead}, 4096)
+	lost := false
+	w.dropResp = func(_ int, r resp) bool {
+		if r.kind == rRead && r.psn == sq.npsn-16+5 && !lost {
+			lost = true
+			return true
+		}
+		return false
+	}
+	var asked []uint32
+	w.onSend = func(p pkt) {
+		if p.op == abi.OpRDMARead {
+			asked = append(asked, p.i)
+		}
+	}
+	run(t, sq, r)
+	check(t, sq, w)
+	if w.timeouts != 0 {
+		t.Errorf("%d local ACK timeouts: the READ waited for the timeout to ask for the packet lost", w.timeouts)
+	}
+	if len(asked) != 2 || asked[0] != 0 || asked[1] != 5 {
+		t.Errorf("the READ asked from response packets %v, want [0 5]: once, then from the packet lost", asked)
+	}
+}
+
+// TestEngineReadCredit reads 16 packets from a responder that sends 4 per
+// request (a credit of 4, said in its responses): the requester asks for
+// the next 4 when half of the last have landed (continuations, which the
+// upcall hands the wire), and the READ completes without a timeout; from
+// a responder that does not say it paces, it asks once, whatever its
+// credit.
+func TestEngineReadCredit(t *testing.T) {
+	for _, paced := range []bool{true, false} {
+		sq, w, r := setup(t, Config{ReadCredit: 4})
+		sq.attrs.Timeout = 20
+		if paced {
+			w.credit = 4
+		}
+		sq.post(abi.SendWQE{Opcode: abi.OpRDMARead, RemoteAddr: 64, RKey: 9}, 4000)
+		var asked []uint32
+		w.onSend = func(p pkt) {
+			if p.op == abi.OpRDMARead {
+				asked = append(asked, p.i)
+			}
+		}
+		run(t, sq, r)
+		check(t, sq, w)
+		var want []ReadMore
+		if paced {
+			for k := uint32(4); k < 16; k += 4 {
+				want = append(want, ReadMore{PSN: 100 + k, RemoteAddr: 64 + 256*uint64(k), RKey: 9, Len: 4000 - 256*k})
+			}
+		}
+		if !slices.Equal(asked, []uint32{0}) || !slices.Equal(w.more, want) || w.timeouts != 0 {
+			t.Errorf("paced %v: the READ asked from response packets %v, then continuations %+v, with %d timeouts; want [0], then %+v, and none",
+				paced, asked, w.more, w.timeouts, want)
+		}
 	}
 }
 

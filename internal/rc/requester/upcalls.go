@@ -72,14 +72,37 @@ func (r *Engine) AtomicAck(psn uint32, orig uint64) {
 
 // ReadResponse lands a READ response packet at psn (first and last: its
 // place in the response) in the READ's local buffers. A packet out of
-// order is dropped: the timeout or the next go-back-N sets it right.
-func (r *Engine) ReadResponse(psn uint32, first, last bool, payload []byte) {
+// order is dropped. One past the next packet expected tells that one
+// lost: the READ is asked for again at once from the packet lost (a
+// go-back-N, as rxe's completer retries on a READ response out of
+// sequence), not after the local ACK timeout, while the responder may
+// still be sending the rest: it then goes on from the packet asked for,
+// and what it sent meanwhile is all a loss costs. Once per retry, as an
+// implicit NAK: the packets of the response already under way when the
+// request left are past the packet expected too.
+//
+// credited says the responder paces the response by the Config's
+// ReadCredit. Then, once half of the credit the READ's requests gave has
+// landed, ReadResponse returns a continuation (ask): the READ request
+// again, from the end of that credit, which the wire sends at once from
+// the goroutine that reads its responses, so that the response flows on
+// without waiting for the QP's goroutine to wake. It asks for none from a
+// responder that does not say it paces: that one would take it for a
+// request to send the rest of the response again.
+func (r *Engine) ReadResponse(psn uint32, first, last, credited bool, payload []byte) (more ReadMore, ask bool) {
 	psn &= rc.PSNMask
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	defer r.heardLocked()
 	e := r.entryAt(psn)
-	if e == nil || e.done || e.WQE.Opcode != abi.OpRDMARead || rc.PSNDiff(psn, e.PSN) != int32(e.got) {
+	if e == nil || e.done || e.WQE.Opcode != abi.OpRDMARead {
+		return
+	}
+	if d := rc.PSNDiff(psn, e.PSN); d != int32(e.got) {
+		if d > int32(e.got) && e.sent > 0 && !r.retrying {
+			r.goBack(e.PSN)
+			r.rewind = true
+		}
 		return
 	}
 	if e.got == 0 {
@@ -119,7 +142,24 @@ func (r *Engine) ReadResponse(psn uint32, first, last bool, payload []byte) {
 			return
 		}
 		e.done, e.st = true, abi.WCSuccess
+		return
 	}
+	if credit := r.cfg.ReadCredit; credited && credit > 0 && e.sent > 0 && e.lim < e.NPSN && e.got+credit/2 >= e.lim {
+		k := e.lim
+		e.lim = min(k+credit, e.NPSN)
+		skip := uint64(k) * uint64(e.MTU)
+		return ReadMore{PSN: (e.PSN + k) & rc.PSNMask, RemoteAddr: e.WQE.RemoteAddr + skip, RKey: e.WQE.RKey, Len: uint32(e.Total - skip)}, true
+	}
+	return ReadMore{}, false
+}
+
+// ReadMore is a continuation of a READ (ReadResponse): the READ request
+// again, with the fields of its headers, from a response packet on.
+type ReadMore struct {
+	PSN        uint32 // the READ's first PSN plus the response packet asked from
+	RemoteAddr uint64 // that packet's bytes at the responder
+	RKey       uint32
+	Len        uint32 // the bytes from there to the READ's end
 }
 
 // ReadLanded records that a READ's whole response, asked for at psn, was

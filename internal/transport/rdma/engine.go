@@ -14,9 +14,17 @@
 //	             to that QP's responder (responder.go), which executes it
 //	             against guest memory and answers from this goroutine; a
 //	             response to that QP's requester (requester.go), which
-//	             records it and wakes the QP's send-queue goroutine.
+//	             records it and wakes the QP's send-queue goroutine (and
+//	             asks for more of a READ response paced by its credit,
+//	             from this goroutine: reads.go).
 //	             Stopped by Close. A panic in serving a packet drops
 //	             that packet only (packet, safeFrame): the reader lives.
+//	Engine.sendReads  one per engine: the READ sender (reads.go). It
+//	             sends the READ responses longer than one turn, and the
+//	             answers queued behind them, one turn per QP in round
+//	             robin, so that a long READ neither stops the reader nor
+//	             starves the engine's other QPs. Stopped by Close; a
+//	             panic in a turn drops that QP's queued answers only.
 //
 // Requesters are the QPs' send-queue goroutines (package device's runSQ):
 // each packetizes its work requests by the path MTU, keeps a bounded
@@ -85,6 +93,8 @@ type Engine struct {
 	link Link
 	gid  [16]byte
 
+	rd readSender // the QPs with READ responses queued (reads.go)
+
 	wg sync.WaitGroup
 }
 
@@ -96,7 +106,9 @@ func Start(cfg Config) *Engine {
 	} else {
 		e.outstanding = outstandingFor(cfg.Conn)
 	}
-	e.wg.Add(1)
+	e.rd.wake = make(chan struct{}, 1)
+	e.wg.Add(2)
+	go e.sendReads()
 	if e.fc != nil {
 		e.link, e.gid = e.fc.Link(), cfg.GID.As16()
 		e.local = netip.AddrPortFrom(netip.AddrFrom16(e.gid), 0)
@@ -148,13 +160,14 @@ func (e *Engine) Status() mgmt.RDMAStatus {
 // LocalAddr is the uplink's address and port (RoCE v1: its GID, port 0).
 func (e *Engine) LocalAddr() netip.AddrPort { return e.local }
 
-// Close stops the engine.
+// Close stops the engine: its socket, its reader and its READ sender.
 func (e *Engine) Close() {
 	if e.fc != nil {
 		e.fc.Close()
 	} else {
 		e.conn.Close()
 	}
+	e.rd.stop()
 	e.wg.Wait()
 }
 
@@ -238,7 +251,8 @@ func (e *Engine) datagram(buf []byte, r Read, ids *idDeltas, pkt *rocewire.Packe
 }
 
 // packet checks packet k of a datagram from src, b, and hands it to its
-// QP (dispatch); it returns the path whose responder served it. A panic
+// QP (dispatch); it returns the path whose batch holds what it answered
+// (dispatch). A panic
 // in it — a bug reached by a packet — costs that packet only: it is
 // dropped, logged with its stack and counted (Counters.Panics,
 // RDMAStatus.Panics), and the reader goes on. What the handler held it
@@ -301,7 +315,8 @@ var testHookPacket func(pkt *rocewire.Packet)
 // dispatch parses packet b from src (RoCE v1: the SGID, port 0, and the
 // source MAC mac; nil for v2) and hands it to its QP, if that QP is
 // connected through this engine to src; it returns the path whose
-// responder served it, nil if none did.
+// responder served it, or whose requester asked for more of a READ (a
+// continuation, reads.go), nil if none did: the reader flushes its batch.
 func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocewire.Packet) *path {
 	if err := rocewire.Parse(b, 0, pkt); err != nil {
 		e.ctr.Malformed.Add(1)
@@ -327,7 +342,9 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 			q.Counters().Dropped.Add(1) // its port is down: nothing reaches it
 			return nil
 		}
-		p.response(pkt)
+		if p.response(pkt) {
+			return p // a READ's continuation is in its batch
+		}
 		return nil
 	}
 	p.rsp.serve(q, pkt) // device.Target.Admit checks the port

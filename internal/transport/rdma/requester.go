@@ -11,7 +11,9 @@ package rdma
 // goroutine gets into an upcall: an ACK acknowledges every PSN up to its
 // own (coalescing), a NAK asks for a go-back-N, an RNR wait or ends a
 // WQE, a READ response's data lands under the engine's lock, an atomic
-// ACK carries the original value.
+// ACK carries the original value. A READ's response paced by the
+// requester's credit (readCredit) is asked for more of (a continuation)
+// by the engine's reader itself, as half of the last credit lands.
 
 import (
 	"net/netip"
@@ -60,6 +62,7 @@ func newPath(e *Engine, q device.Source, peer netip.AddrPort, mac [6]byte, m Mar
 	p.rq = requester.New(q, (*wire)(p), requester.Config{
 		MTU:         pathMTU,
 		Outstanding: e.outstanding,
+		ReadCredit:  readCredit,
 		Poll:        pollBudget,
 		Retransmits: &e.ctr.Retransmits,
 	})
@@ -144,7 +147,10 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32) error 
 	var off, n uint64
 	switch w.Opcode {
 	case abi.OpRDMARead:
-		f.Opcode, f.AckReq = rocewire.RDMAReadRequest, true
+		// AckReq, which a READ request needs not (its response answers
+		// it), clear: the requester asks for a response paced by its
+		// credit, and sends continuations for it (reads.go).
+		f.Opcode, f.AckReq = rocewire.RDMAReadRequest, false
 		skip := uint64(got) * uint64(e.MTU)
 		psn = (e.PSN + got) & rc.PSNMask
 		f.PSN = psn
@@ -230,8 +236,11 @@ func pieces(dst [][]byte, segs [][]byte, off, n uint64) [][]byte {
 }
 
 // response turns a response packet for this QP's requester into the
-// engine's upcall; the engine's reader calls it.
-func (p *path) response(pkt *rocewire.Packet) {
+// engine's upcall; the engine's reader calls it. It reports whether it
+// queued a packet in the reader's batch to the peer (the responder's,
+// which the reader flushes once the packets it read are served): a READ's
+// continuation.
+func (p *path) response(pkt *rocewire.Packet) bool {
 	psn := pkt.BTH.PSN()
 	switch op := pkt.BTH.Opcode(); op {
 	case rocewire.Acknowledge:
@@ -245,7 +254,7 @@ func (p *path) response(pkt *rocewire.Packet) {
 			if s.Value() == rocewire.NAKPSNSeqErr {
 				p.e.ctr.SeqErrNaks.Add(1)
 				p.rq.Nak(psn, rc.NAKSeqErr, 0)
-				return
+				return false
 			}
 			p.rq.Nak(psn, wireNAK(s.Value()), 0)
 		}
@@ -253,8 +262,30 @@ func (p *path) response(pkt *rocewire.Packet) {
 		p.rq.AtomicAck(psn, pkt.AtomicAckETH.Orig())
 	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast, rocewire.RDMAReadResponseOnly:
 		pos := pkt.Info.Position
-		p.rq.ReadResponse(psn, pos == rocewire.PosFirst || pos == rocewire.PosOnly, pos == rocewire.PosLast || pos == rocewire.PosOnly, pkt.Payload)
+		// AckReq, which a response needs not, set: the responder paces
+		// it by the requester's credit (reads.go).
+		more, ask := p.rq.ReadResponse(psn, pos == rocewire.PosFirst || pos == rocewire.PosOnly, pos == rocewire.PosLast || pos == rocewire.PosOnly,
+			pkt.BTH.AckReq(), pkt.Payload)
+		if ask {
+			return p.askMore(&more)
+		}
 	}
+	return false
+}
+
+// askMore queues READ continuation m in the reader's batch to the peer,
+// and reports whether it did (not while the port is down: the timeout
+// asks again).
+func (p *path) askMore(m *requester.ReadMore) bool {
+	if !p.q.PortUp() {
+		return false
+	}
+	dqpn, _ := p.q.Remote()
+	var h [rocewire.BTHLen + rocewire.RETHLen]byte
+	rocewire.BTH(h[:]).Encode(&rocewire.BTHFields{Opcode: rocewire.RDMAReadRequest, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: m.PSN})
+	rocewire.RETH(h[rocewire.BTHLen:]).Encode(m.RemoteAddr, m.RKey, m.Len)
+	p.rsp.out.add(h[:], nil, 0)
+	return true
 }
 
 // wireNAK is the rc NAK of a NAK code.

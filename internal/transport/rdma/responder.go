@@ -3,8 +3,10 @@ package rdma
 // The responder of one QP (rocev2.md §4.3), run by the engine's reader.
 // A packet with the expected PSN executes: a SEND or WRITE message is
 // taken packet by packet with the device's resumable responder (Begin at
-// its first packet, Write for each, End at its last), a READ streams its
-// response packets from guest memory, an atomic executes at once. An
+// its first packet, Write for each, End at its last), a READ sends its
+// response packets from guest memory (a response longer than a turn, or
+// behind one, through the engine's READ sender: reads.go), an atomic
+// executes at once. An
 // older PSN is a duplicate: a SEND or WRITE is acknowledged again, a READ
 // executed again from memory, an atomic's original value replayed; both
 // from the responder resources (rc.Seq: the last max_dest_rd_atomic READs
@@ -41,6 +43,11 @@ type responder struct {
 	out *batch // what the responder answers, sent by flush
 	seg [1][]byte
 
+	// rq is the QP's answer queue, shared with the engine's READ sender
+	// (reads.go); made when the first READ response is queued. While it
+	// holds answers, the responder's answers join it.
+	rq *readQueue
+
 	// A positive ACK not sent yet: the latest one of a batch of requests
 	// stands for all (coalescing).
 	ackDue bool
@@ -68,7 +75,27 @@ func (r *responder) sendAck() {
 	h := hdr[:]
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: r.ackQPN, PSN: r.ackPSN})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.ackMSN)
+	r.answer(h, true)
+}
+
+// answer sends packet h, which has no payload (ack: a positive ACK):
+// behind the QP's queued answers if it has some (the QP's answers leave
+// in PSN order), else in the reader's batch.
+func (r *responder) answer(h []byte, ack bool) {
+	if r.rq != nil && r.rq.addShort(r.q, r.q.Resets(), h, ack) {
+		return
+	}
 	r.out.add(h, nil, 0)
+}
+
+// queued reports whether answers of the QP wait in its queue.
+func (r *responder) queued() bool {
+	if r.rq == nil {
+		return false
+	}
+	r.rq.mu.Lock()
+	defer r.rq.mu.Unlock()
+	return r.rq.n > 0
 }
 
 // Bound makes r a device.Binding: its QP is still connected over r's
@@ -99,8 +126,7 @@ func (r *responder) serve(q device.Target, pkt *rocewire.Packet) {
 		}
 		return
 	case rc.Duplicate:
-		ctr.Dups.Add(1)
-		r.duplicate(&at, pkt, psn)
+		r.duplicate(&at, pkt, psn, ctr)
 		return
 	}
 	r.nakSent = false
@@ -243,7 +269,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 	}
 }
 
-// read executes an RDMA READ request and streams its response.
+// read executes an RDMA READ request and sends its response.
 func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 	if r.inMsg {
 		r.inMsg = false
@@ -252,7 +278,7 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 		return
 	}
 	req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: pkt.RETH.RKey(), RAddr: pkt.RETH.VA(), Total: uint64(pkt.RETH.DMALen())}
-	n, ok := r.stream(at, &req, psn, 0)
+	n, ok := r.sendRead(at, &req, psn, 0, !pkt.BTH.AckReq())
 	if !ok {
 		return
 	}
@@ -260,54 +286,66 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 	r.seq.Executed(rc.Resource{N: n, RKey: req.RKey, VA: req.RAddr, Len: req.Total})
 }
 
-// stream executes READ req whose first PSN is psn and sends its response
-// packets from packet from on (a duplicate that asks for the rest); it
-// returns how many PSNs the whole response takes, false when the READ was
-// refused (and NAKed).
-func (r *responder) stream(at *device.RCAttrs, req *device.Request, psn, from uint32) (uint32, bool) {
+// sendRead executes READ req whose first PSN is psn and answers it from
+// packet from on (a duplicate that asks for the rest): a response of at
+// most readTurn packets (the requester's credit, readCredit) the reader
+// sends itself, unless answers of the QP are queued; a longer one, or one
+// behind them, it queues for the engine's READ sender (reads.go), which
+// sends it a turn at a time — paced (a request with AckReq clear, from a
+// requester that sends continuations), within the credit the requester's
+// requests give. It returns how many PSNs the whole response takes, false
+// when the READ was refused (and NAKed).
+func (r *responder) sendRead(at *device.RCAttrs, req *device.Request, psn, from uint32, paced bool) (uint32, bool) {
 	q := r.q
 	m := &r.msg
 	if v := q.Begin(req, m); v.Status != abi.WCSuccess {
 		r.refuse(at, psn, v.Status)
 		return 0, false
 	}
-	defer q.End(m)
-	defer r.flush() // before End: the batch points into the target's memory
 	mtu := uint64(at.PathMTU)
 	npkt := uint32(1)
 	if req.Total > mtu {
 		npkt = uint32((req.Total + mtu - 1) / mtu)
 	}
+	a := answer{t: q, gen: q.Resets(), read: true, paced: paced, req: *req, dqpn: at.RemoteQPN, psn: psn, npkt: npkt, next: from,
+		limit: npkt, mtu: at.PathMTU, msn: r.msn}
+	if paced {
+		a.limit = min(from+readCredit, npkt)
+	}
+	if npkt-from > readTurn || r.queued() {
+		q.End(m) // the sender begins it again, a turn at a time
+		r.queueRead(&a)
+		return npkt, true
+	}
+	defer q.End(m)
+	defer r.flush() // before End: the batch points into the target's memory
+	r.sendAck()
 	for i := from; i < npkt; i++ {
-		off := uint64(i) * mtu
-		n := min(mtu, req.Total-off)
-		var op rocewire.Opcode
-		switch {
-		case npkt == 1:
-			op = rocewire.RDMAReadResponseOnly
-		case i == 0:
-			op = rocewire.RDMAReadResponseFirst
-		case i == npkt-1:
-			op = rocewire.RDMAReadResponseLast
-		default:
-			op = rocewire.RDMAReadResponseMiddle
-		}
-		h := r.hdr[:rocewire.BTHLen]
-		if op != rocewire.RDMAReadResponseMiddle {
-			h = r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
-			rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
-		}
-		rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, DestQP: at.RemoteQPN,
-			PSN: (psn + i) & rc.PSNMask, PadCount: rocewire.PadCount(int(n))})
-		var data [][]byte
-		if n > 0 {
-			r.seg[0] = m.Place(off, n)
-			data = r.seg[:]
-		}
-		r.sendAck()
-		r.out.add(h, data, int(n))
+		readPacket(r.out, &r.hdr, m, &r.seg, &a, i)
 	}
 	return npkt, true
+}
+
+// queueRead queues READ response a for the engine's READ sender, after
+// what the reader's batch holds for the QP, which goes first.
+func (r *responder) queueRead(a *answer) {
+	if r.rq == nil {
+		r.rq = new(readQueue)
+	}
+	if !r.queued() {
+		r.flush()
+	}
+	ok, put := r.rq.add(a)
+	if !ok {
+		// More READs and atomics than max_rd_atomic allows: dropped,
+		// as by a responder out of resources; the requester's timeout
+		// asks again.
+		a.t.Counters().Dropped.Add(1)
+		return
+	}
+	if put {
+		r.p.e.rd.put(r.p)
+	}
 }
 
 // atomic executes an atomic and answers with its original value.
@@ -336,23 +374,46 @@ func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32)
 	r.atomicAck(at.RemoteQPN, psn, old)
 }
 
-// duplicate answers a request the requester sent again.
-func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
-	switch pkt.BTH.Opcode() {
+// duplicate answers a request the requester sent again (counted in
+// ctr.Dups), or a READ request that asks for more of a response being
+// sent (a continuation, not counted).
+func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32, ctr *device.Counters) {
+	op := pkt.BTH.Opcode()
+	if op != rocewire.RDMAReadRequest {
+		ctr.Dups.Add(1)
+	}
+	switch op {
 	case rocewire.RDMAReadRequest:
 		// The READ whose response holds psn, asked for from that packet
 		// on: executed again from memory (C9-148 allows it).
 		res, ok := r.seq.Read(psn)
 		if !ok {
+			ctr.Dups.Add(1)
 			return // no resource holds it: dropped (class D)
 		}
 		k := uint32(rc.PSNDiff(psn, res.PSN))
 		off := uint64(k) * uint64(at.PathMTU)
 		if res.RKey != pkt.RETH.RKey() || res.VA+off != pkt.RETH.VA() || res.Len-off != uint64(pkt.RETH.DMALen()) {
+			ctr.Dups.Add(1)
 			return // not the rest of that READ: dropped (class D)
 		}
+		if r.rq != nil {
+			if found, cont, put := r.rq.restart(r.q, r.q.Resets(), res.PSN, k); found {
+				// Still queued: a continuation gives it more credit, a
+				// request for packets lost sends it again from k (once,
+				// not once per request).
+				if !cont {
+					ctr.Dups.Add(1)
+				}
+				if put {
+					r.p.e.rd.put(r.p)
+				}
+				return
+			}
+		}
+		ctr.Dups.Add(1)
 		req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: res.RKey, RAddr: res.VA, Total: res.Len}
-		r.stream(at, &req, res.PSN, k)
+		r.sendRead(at, &req, res.PSN, k, !pkt.BTH.AckReq())
 	case rocewire.CompareSwap, rocewire.FetchAdd:
 		// Its original value from the responder resources; never
 		// executed again, never left unanswered.
@@ -401,7 +462,7 @@ func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
 	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
 	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(s, r.msn)
-	r.out.add(h, nil, 0)
+	r.answer(h, false)
 }
 
 // atomicAck sends an ATOMIC_ACKNOWLEDGE with an atomic's original value.
@@ -411,5 +472,5 @@ func (r *responder) atomicAck(dqpn, psn uint32, old uint64) {
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
 	rocewire.AtomicAckETH(h[rocewire.BTHLen+rocewire.AETHLen:]).Encode(old)
 	r.sendAck()
-	r.out.add(h, nil, 0)
+	r.answer(h, false)
 }
