@@ -238,6 +238,26 @@ func (l *Peer) notePeer(name, boot string) {
 	}
 }
 
+// replaceIn closes the connections the peer opened before c in this boot
+// of its agent. A peer keeps one connection for its requests (Peer.out,
+// one dial at a time) and dials again only after it closed the last one;
+// when the close does not arrive — its RST lost on a lossy network — the
+// old connection would sit here until TCP keepalive gave up on it, minutes
+// later, holding a descriptor and a reader.
+func (l *Peer) replaceIn(c *Conn) {
+	var old []*Conn
+	l.mu.Lock()
+	for o := range l.in {
+		if o != c && o.peerBoot == c.peerBoot {
+			old = append(old, o)
+		}
+	}
+	l.mu.Unlock()
+	for _, o := range old {
+		o.Close(errors.New("replaced by the peer's newer connection: it closed this one"))
+	}
+}
+
 // acceptHandshake runs the acceptor's side of the handshake on nc.
 func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	gen := u.gen.Load()
@@ -348,6 +368,7 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 		return nil, err
 	}
 	l.notePeer(hello.Host, hello.Boot)
+	l.replaceIn(c)
 	h = tcpwire.Header{Type: tcpwire.Ready}
 	if err := c.WriteFrame(&h, nil); err != nil {
 		c.Close(err)
