@@ -239,6 +239,19 @@ func (e *faultEnv) clean(t *testing.T, seed uint64) {
 
 // ---- the cases ----
 
+// warm runs clean traffic both ways between two fresh VMs before any
+// baseline is taken: the connections an agent keeps with a peer host (or
+// its test link) for as long as it runs are open by then, and count as
+// the baseline's.
+func (e *faultEnv) warm(t *testing.T) {
+	t.Helper()
+	e.clean(t, 100)
+	va, vb := e.open(t, 1), e.open(t, 0)
+	e.pairRun(t, va, vb, 101, faultWRs, fault.Policy{}, nil)
+	va.Close()
+	vb.Close()
+}
+
 // caseNone: traffic with no fault; the ledger is clean and nothing leaks.
 func caseNone(t *testing.T, e *faultEnv) {
 	ss, base := e.baseline(t, false)
@@ -418,6 +431,7 @@ func TestFault(t *testing.T) {
 				tf.DelayBy, tf.Seed = 2*time.Millisecond, 31
 				env := testenv.StartWith(t, testenv.Options{TestLink: &tf})
 				e := inProcessEnv("lossy", env, abi.PathTest, faultLossyRC)
+				e.warm(t)
 				st := env.TestLinkStats()
 				caseWire(t, e, f.wrs, func() (uint64, string) { return f.count(st), st.String() })
 			})
@@ -426,6 +440,7 @@ func TestFault(t *testing.T) {
 		tf := testlink.Faults{Drop: 0.01, Dup: 0.01, Reorder: 0.01, Delay: 0.01, DelayBy: 2 * time.Millisecond, Seed: 37}
 		env := testenv.StartWith(t, testenv.Options{TestLink: &tf})
 		e := inProcessEnv("lossy", env, abi.PathTest, faultLossyRC)
+		e.warm(t)
 		t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 		t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
 		t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
@@ -440,11 +455,13 @@ func TestFault(t *testing.T) {
 				env := testenv.StartWith(t, testenv.Options{RDMALoop: freeUDP(t),
 					RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdmatest.Faulty(c, tf, st) }})
 				e := inProcessEnv("rdma-loop", env, vrdma.PathRDMA, faultLossyRC)
+				e.warm(t)
 				caseWire(t, e, f.wrs, func() (uint64, string) { return f.count(st), st.String() })
 			})
 		}
 		env := testenv.StartWith(t, testenv.Options{RDMALoop: freeUDP(t)})
 		e := inProcessEnv("rdma-loop", env, vrdma.PathRDMA, faultLossyRC)
+		e.warm(t)
 		t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 		t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
 		t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
@@ -587,13 +604,7 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 		}
 		return ss
 	}
-	// Warm up: the agents' connections both ways exist before any
-	// baseline is taken.
-	e.clean(t, 100)
-	va, vb := e.open(t, 1), e.open(t, 0)
-	e.pairRun(t, va, vb, 101, faultWRs, fault.Policy{}, nil)
-	va.Close()
-	vb.Close()
+	e.warm(t)
 
 	ports := []string{ha.SwitchPort(), hb.SwitchPort()}
 	for _, w := range []struct {
