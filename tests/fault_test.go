@@ -64,7 +64,7 @@ func TestMain(m *testing.M) {
 // at the path MTU of 1024), the fault injected after faultAt completions.
 const (
 	faultWRs     = 300
-	faultWRsRare = 1000
+	faultWRsRare = 3000
 	faultWindow  = 16
 	faultMaxLen  = 2048
 	faultAt      = 60
