@@ -58,13 +58,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The traffic of a case: faultWRs WRs (faultWRsRare when a fault strikes
-// one frame in a thousand, so that it strikes at all), at most
+// The traffic of a case: faultWRs WRs (faultWRsRare a round when a fault
+// strikes one frame in a thousand, so that it strikes often), at most
 // faultWindow in flight, messages of up to faultMaxLen bytes (two packets
 // at the path MTU of 1024), the fault injected after faultAt completions.
 const (
 	faultWRs     = 300
-	faultWRsRare = 3000
+	faultWRsRare = 1000
 	faultWindow  = 16
 	faultMaxLen  = 2048
 	faultAt      = 60
@@ -169,8 +169,15 @@ func checkLeaks(t *testing.T, ss []faultSurvivor, base []fault.Resources) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	for i, s := range ss {
+		t0 := time.Now()
+		first := ""
+		if r, err := s.snap(); err == nil {
+			first = r.Leaks(base[i])
+		}
 		if err := fault.Settle(ctx, s.name, base[i], s.snap); err != nil {
 			t.Error(err)
+		} else if d := time.Since(t0); d > time.Second {
+			t.Logf("%s settled after %v; it held at first: %s", s.name, d.Round(time.Millisecond), first)
 		}
 	}
 }
@@ -393,23 +400,39 @@ func caseStoppedWorkload(t *testing.T, e *faultEnv) {
 	checkLeaks(t, ss, base)
 }
 
-// caseWire runs clean traffic while faults strike the frames, and checks
-// that they did (struck reports how often) and that every WR succeeded
-// once with its bytes intact.
+// caseWire runs clean traffic while faults strike the frames — rounds of
+// wrs WRs, each on a new pair, until the fault struck at least
+// wireMinHits times or after wireMaxRounds — and checks that every WR
+// succeeded once with its bytes intact. struck reports how often the
+// fault struck so far.
 func caseWire(t *testing.T, e *faultEnv, wrs int, struck func() (uint64, string)) {
 	ss, base := e.baseline(t, false)
 	before, _ := struck()
 	va, vb := e.open(t, 0), e.open(t, 1)
-	e.pairRun(t, va, vb, 5, wrs, fault.Policy{}, nil)
+	var what string
+	for round := 0; ; round++ {
+		e.pairRun(t, va, vb, 5+uint64(round), wrs, fault.Policy{}, nil)
+		var after uint64
+		after, what = struck()
+		if after-before >= wireMinHits || round+1 == wireMaxRounds || t.Failed() {
+			if after-before < wireMinHits {
+				t.Errorf("the fault struck %d times in %d rounds (%s), fewer than %d: the case tested too little", after-before, round+1, what, wireMinHits)
+			}
+			break
+		}
+	}
+	t.Logf("faults: %s", what)
 	va.Close()
 	vb.Close()
-	after, what := struck()
-	t.Logf("faults: %s", what)
-	if after == before {
-		t.Errorf("the fault never struck during the run (%s): the case tested nothing", what)
-	}
 	checkLeaks(t, ss, base)
 }
+
+// A wire fault must strike wireMinHits times during a case's traffic,
+// within wireMaxRounds rounds.
+const (
+	wireMinHits   = 3
+	wireMaxRounds = 10
+)
 
 // ---- the paths ----
 
