@@ -223,11 +223,12 @@ func (e *faultEnv) pairRun(t *testing.T, va, vb *vrdma.VM, seed uint64, wrs int,
 	if err != nil {
 		t.Fatal(err)
 	}
+	ran := time.Since(t0)
 	if err := p.Finish(ctx); err != nil && !errors.Is(err, vrdma.ErrAgentGone) {
 		t.Fatal(err)
 	}
 	rep, err := l.Verify(policy)
-	t.Logf("%s in %v: %s", e.name, time.Since(t0).Round(time.Millisecond), rep)
+	t.Logf("%s: traffic %v, books closed %v later: %s", e.name, ran.Round(time.Millisecond), (time.Since(t0) - ran).Round(time.Millisecond), rep)
 	if err != nil {
 		t.Error(err)
 	}
@@ -790,14 +791,58 @@ func caseKillAgent(t *testing.T, e *faultEnv, hb *testenv.Host) {
 	checkLeaks(t, ss, base)
 }
 
-// caseEtcdStopped stops the cluster's etcd (its only member) mid-run:
-// connected QPs do not need the control plane, so every WR succeeds once.
-// The agents' descriptors and mappings must not grow; their goroutines
-// are not compared, as an agent keeps trying to reach etcd.
+// caseEtcdStopped stops the cluster's etcd (its only member) mid-run,
+// then runs more traffic on the same pair once it is down: connected QPs
+// do not need the control plane, so every WR succeeds once. The agents'
+// descriptors and mappings must not grow; their goroutines are not
+// compared, as an agent keeps trying to reach etcd.
 func caseEtcdStopped(t *testing.T, e *faultEnv) {
 	ss, base := e.baseline(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), faultCaseMax)
+	defer cancel()
 	va, vb := e.open(t, 0), e.open(t, 1)
-	e.pairRun(t, va, vb, 11, faultWRs, fault.Policy{}, func(*fault.Pair) { e.c.StopEtcd() })
+	l := fault.NewLedger()
+	const seed = 11
+	p, err := fault.NewPair(ctx, va, vb, fault.DefaultLayout, e.rc, seed, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stopper, owned by the case, which waits for it: etcd's
+	// shutdown takes seconds, and the traffic goes on meanwhile.
+	var wg sync.WaitGroup
+	var stopped time.Duration
+	t0 := time.Now()
+	res, err := p.Run(ctx, faultConfig(seed, faultWRs, func(int) {
+		wg.Go(func() {
+			s := time.Now()
+			e.c.StopEtcd()
+			stopped = time.Since(s)
+		})
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := time.Since(t0)
+	wg.Wait()
+	cfg := faultConfig(seed, faultWRs, nil) // the seed of the pair's read slots
+	cfg.FirstID = res.LastID
+	t1 := time.Now()
+	if _, err := p.Run(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Since(t1)
+	if err := p.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := l.Verify(fault.Policy{})
+	t.Logf("%s: traffic during etcd's stop %v (the stop took %v), after it %v: %s", e.name, ran.Round(time.Millisecond),
+		stopped.Round(time.Millisecond), after.Round(time.Millisecond), rep)
+	if err != nil {
+		t.Error(err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Error(err)
+	}
 	va.Close()
 	vb.Close()
 	for i := range base {

@@ -16,6 +16,10 @@ type Config struct {
 	// Seed makes the run's choices and payloads; the responder's side
 	// must have been made with the same seed (its read slots).
 	Seed uint64
+	// FirstID is the ID before the run's first WR: runs of one QP that
+	// share a ledger must not reuse IDs (start a run at the previous
+	// one's Result.LastID).
+	FirstID uint64
 	// WRs is how many WRs to post, not counting the READs that check
 	// WRITEs and the final READ of the FETCH_ADD target.
 	WRs int
@@ -34,10 +38,11 @@ type Config struct {
 
 // Result is how a run ended.
 type Result struct {
-	Posted    int  // WRs posted, READs back and the final READ included
-	Completed int  // completions polled
-	Failed    bool // a WR completed with an error: the QP is in ERR
-	AgentGone bool // the side's agent died
+	Posted    int    // WRs posted, READs back and the final READ included
+	Completed int    // completions polled
+	LastID    uint64 // the ID of the last WR posted
+	Failed    bool   // a WR completed with an error: the QP is in ERR
+	AgentGone bool   // the side's agent died
 	// Outstanding is how many WRs had not completed when the run gave up
 	// waiting (Config.Drain): the ledger counts them as lost.
 	Outstanding int
@@ -83,7 +88,7 @@ func Run(ctx context.Context, a *Side, t Target, l *Ledger, cfg Config) (Result,
 	if cfg.Drain == 0 {
 		cfg.Drain = 30 * time.Second
 	}
-	r := &runner{a: a, t: t, l: l, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inflight: map[uint64]*flight{}}
+	r := &runner{a: a, t: t, l: l, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inflight: map[uint64]*flight{}, nextID: cfg.FirstID}
 	for i := range a.L.Slots {
 		r.freeOwn = append(r.freeOwn, i)
 	}
@@ -228,6 +233,7 @@ func (r *runner) choose() Op {
 func (r *runner) postOne(op Op, n int, v *verifyWrite) error {
 	r.nextID++
 	id := r.nextID
+	r.res.LastID = id
 	a, t := r.a, r.t
 	f := &flight{op: op, own: r.freeOwn[0], wslot: -1}
 	r.freeOwn = r.freeOwn[1:]
