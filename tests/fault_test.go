@@ -45,6 +45,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/fault"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/testlink"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
@@ -605,6 +606,80 @@ func testFaultMemcpyKillAgent(t *testing.T) {
 	va.Close()
 	vb.Close()
 	checkLeaks(t, ss2, base2)
+}
+
+// TestFaultReadReplayInMessage places, on the rdma path, the replay of a
+// READ inside the WRITE that follows it — what 5 % of loss, reordering
+// or delay does at random (TestFault/rdma-loop/…-5): a READ of one packet
+// and a WRITE of two are posted; the READ's response is lost once, and so
+// is the WRITE's last packet. The requester times out and sends again
+// from the READ: the responder replays the READ (a duplicate) while it
+// holds the WRITE's first packet and waits for its last, then takes the
+// WRITE's last packet. Both WRs must succeed once and the WRITE's bytes
+// be at its target.
+func TestFaultReadReplayInMessage(t *testing.T) {
+	respTrap, lastTrap := new(rdmatest.Trap), new(rdmatest.Trap)
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: freeUDP(t),
+		RDMALoopConn: func(c rdma.Conn) rdma.Conn { return rdmatest.Trapped(rdmatest.Trapped(c, respTrap), lastTrap) }})
+	e := inProcessEnv("rdma-loop", env, vrdma.PathRDMA, faultLossyRC)
+	ctx, cancel := context.WithTimeout(t.Context(), faultCaseMax)
+	defer cancel()
+	va, vb := e.open(t, 0), e.open(t, 1)
+	defer va.Close()
+	defer vb.Close()
+	const seed = 21
+	l := fault.NewLedger()
+	p, err := fault.NewPair(ctx, va, vb, fault.DefaultLayout, e.rc, seed, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	lay := fault.DefaultLayout
+	a, b := p.A, p.B
+	respTrap.Arm(rocewire.RDMAReadResponseOnly, a.QP.QPN(), 1)
+	lastTrap.Arm(rocewire.RDMAWriteLast, b.QP.QPN(), 1)
+	const readLen, writeLen = 512, 2048 // one packet, two at MTU 1024
+	src := a.MR.Bytes()[lay.OwnOffset(1):][:writeLen]
+	fault.Fill(src, seed, 2)
+	clear(a.MR.Bytes()[lay.OwnOffset(0):][:readLen])
+	if err := a.QP.PostSend([]vrdma.SendWR{
+		{ID: 1, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(lay.OwnOffset(0), readLen)},
+			RemoteAddr: b.MR.Addr() + uint64(lay.ReadOffset(0)), RKey: b.MR.RKey()},
+		{ID: 2, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.MR.SGE(lay.OwnOffset(1), writeLen)},
+			RemoteAddr: b.MR.Addr() + uint64(lay.WriteOffset(0)), RKey: b.MR.RKey()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wc := make([]vrdma.WorkCompletion, 2)
+	for got := 0; got < 2; {
+		if err := a.SCQ.Wait(ctx); err != nil {
+			t.Fatalf("waiting for the completions (%d of 2): %v", got, err)
+		}
+		n, err := a.SCQ.Poll(wc[got:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	if respTrap.Dropped() != 1 || lastTrap.Dropped() != 1 {
+		t.Fatalf("the traps dropped %d READ responses and %d WRITE last packets, want 1 and 1: the case did not happen", respTrap.Dropped(), lastTrap.Dropped())
+	}
+	for i, w := range wc {
+		if w.WRID != uint64(i+1) || w.Status != vrdma.WCSuccess {
+			t.Errorf("completion %d: WR %d %s, want WR %d SUCCESS", i, w.WRID, w.Status, i+1)
+		}
+	}
+	want := make([]byte, lay.SlotSize)
+	fault.Fill(want, seed, fault.ReadSlotID(0))
+	if got := a.MR.Bytes()[lay.OwnOffset(0):][:readLen]; string(got) != string(want[:readLen]) {
+		t.Error("the READ's bytes are not the target's")
+	}
+	if got := b.MR.Bytes()[lay.WriteOffset(0):][:writeLen]; string(got) != string(src) {
+		t.Error("the WRITE completed but its bytes are not at its target")
+	}
+	if got := b.MR.Bytes()[lay.ReadOffset(0):][:lay.SlotSize]; string(got) != string(want) {
+		t.Error("the READ's source changed: the WRITE's bytes went there")
+	}
 }
 
 // faultMetricsPort is where the cluster agents serve their metrics, each

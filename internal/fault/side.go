@@ -41,6 +41,15 @@ func (l Layout) Size() int { return areas*l.Slots*l.SlotSize + 8 }
 // slot returns the offset of slot i of area a.
 func (l Layout) slot(a, i int) int { return (a*l.Slots + i) * l.SlotSize }
 
+// OwnOffset returns the offset in the region of own slot i.
+func (l Layout) OwnOffset(i int) int { return l.slot(areaOwn, i) }
+
+// WriteOffset returns the offset in the region of write slot i.
+func (l Layout) WriteOffset(i int) int { return l.slot(areaWrite, i) }
+
+// ReadOffset returns the offset in the region of read slot i.
+func (l Layout) ReadOffset(i int) int { return l.slot(areaRead, i) }
+
 // counter returns the offset of the FETCH_ADD target.
 func (l Layout) counter() int { return areas * l.Slots * l.SlotSize }
 
