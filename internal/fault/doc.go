@@ -30,4 +30,20 @@
 //
 // Every WR's payload is derived from a seed and the WR's ID (Fill), so a
 // receiver in another process recomputes what it must have got.
+//
+// A round of traffic between two attached VMs, as a soak command makes
+// one:
+//
+//	l := fault.NewLedger()
+//	p, err := fault.NewPair(ctx, va, vb, fault.DefaultLayout, fault.DefaultRC, seed, l)
+//	if err != nil { … }
+//	defer p.Close(ctx)
+//	res, err := p.Run(ctx, fault.Config{Seed: seed, WRs: 1000, Window: 16, MaxLen: 2048})
+//	// … a fault strikes meanwhile (Config.Progress), more runs follow
+//	// (Config.FirstID = res.LastID) …
+//	err = p.Finish(ctx)
+//	report, err := l.Verify(fault.Policy{}) // fault.Lenient after a kill or a cut for good
+//
+// With the responder in a workload process instead, StartWorkload and
+// Run on the local side (tests/fault_test.go, caseKillWorkload).
 package fault

@@ -248,15 +248,6 @@ func (l *Ledger) Landed(qpn uint32, id uint64, n int, sum uint64) {
 	}
 }
 
-// Mismatch records bytes found wrong that no checksum covers (a region
-// the harness never writes that changed).
-func (l *Ledger) Mismatch(what string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.mism++
-	l.early = append(l.early, "byte mismatch: "+what)
-}
-
 // Fetched records the value FETCH_ADD id of QP qpn returned.
 func (l *Ledger) Fetched(qpn uint32, id uint64, old uint64) {
 	l.mu.Lock()
