@@ -308,7 +308,7 @@ func (e *faultEnv) startWorkloadPair(t *testing.T, ctx context.Context, seed uin
 	if err := p.a.Connect(ctx, p.w.Target.Endpoint, e.rc); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.w.Connect(ctx, p.a.QP.Endpoint()); err != nil {
+	if err := p.w.Connect(ctx, p.a.Target()); err != nil {
 		t.Fatal(err)
 	}
 	if got := p.a.QP.Path(); got.Path != e.path {
@@ -368,6 +368,85 @@ func caseKillWorkload(t *testing.T, e *faultEnv) {
 	e.pairRun(t, va, vb, 4, faultWRs, fault.Policy{}, nil)
 	va.Close()
 	vb.Close()
+	checkLeaks(t, ss, base)
+}
+
+// caseKillRequester: B is a workload process that drives the traffic at
+// A, which responds; B is killed (SIGKILL) mid-run. Every receive of A
+// completes once — flushed as the agent tears B's VM down and moves A's
+// QP to ERR (memcpy), or at the end when the test closes A's books (the
+// wire paths: nothing tells A) — every message delivered once and intact,
+// no atomic executed twice; the agents and this process leak nothing.
+func caseKillRequester(t *testing.T, e *faultEnv) {
+	ss, base := e.baseline(t, false)
+	ctx, cancel := context.WithTimeout(t.Context(), faultCaseMax)
+	defer cancel()
+	const seed = 15
+	va := e.open(t, 0)
+	nameB := e.define(t, 1)
+	l := fault.NewLedger()
+	a, err := fault.NewSide(ctx, va, fault.DefaultLayout, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := fault.WorkloadSpec{Socket: e.sockets[1], VM: nameB, Seed: seed, Layout: fault.DefaultLayout, RC: e.rc,
+		Drive: &fault.Drive{WRs: faultWRs, Window: faultWindow, MaxLen: faultMaxLen}}
+	w, err := fault.StartWorkload(ctx, exec.Command(os.Args[0], "-test.run=^$"), spec, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Kill)
+	if err := a.Connect(ctx, w.Target.Endpoint, e.rc); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.QP.Path(); got.Path != e.path {
+		t.Fatalf("QP 0x%x is on path %q (%s), want %q", a.QP.QPN(), got.Path, got.Reason, e.path)
+	}
+	// A's responder, owned by the case, which waits for it: it ends once
+	// A's QP is in ERR and every receive is flushed.
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	respDone := make(chan error, 1)
+	go func() { respDone <- fault.Respond(rctx, a, w.Target.Endpoint.QPN, l, nil) }()
+	if err := w.Connect(ctx, a.Target()); err != nil {
+		t.Fatal(err)
+	}
+	for w.Completions() < faultAt {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the workload reported %d completions, want %d before the kill: %v", w.Completions(), faultAt, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	w.Kill()
+	t.Logf("workload %d killed after %d completions", w.Pid(), w.Completions())
+	// Its WRs still in flight died with it; every SEND it saw complete
+	// was received here (A lives), so none is excused.
+	l.Abandon(w.Target.Endpoint.QPN, "its workload process was killed")
+	l.CloseBooks()
+	if err := a.Fail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-respDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("A's receives did not all complete: %v (%d WRs outstanding)", ctx.Err(), l.Outstanding())
+	}
+	rep, err := l.Verify(fault.Lenient)
+	t.Logf("%s: %s", e.name, rep)
+	if err != nil {
+		t.Error(err)
+	}
+	if rep.Verified == 0 {
+		t.Error("no WR of the workload's was verified before the kill: the case tested nothing")
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	va.Close()
 	checkLeaks(t, ss, base)
 }
 
@@ -445,6 +524,7 @@ func TestFault(t *testing.T) {
 		t.Run("none", func(t *testing.T) { caseNone(t, e) })
 		t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 		t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
+		t.Run("kill-requester", func(t *testing.T) { caseKillRequester(t, e) })
 		t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
 		t.Run("kill-agent", testFaultMemcpyKillAgent)
 	})
@@ -468,6 +548,7 @@ func TestFault(t *testing.T) {
 		e.warm(t)
 		t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 		t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
+		t.Run("kill-requester", func(t *testing.T) { caseKillRequester(t, e) })
 		t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
 	})
 	t.Run("rdma-loop", func(t *testing.T) {
@@ -489,6 +570,7 @@ func TestFault(t *testing.T) {
 		e.warm(t)
 		t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 		t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
+		t.Run("kill-requester", func(t *testing.T) { caseKillRequester(t, e) })
 		t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
 	})
 	for _, p := range []struct {
@@ -741,6 +823,7 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 	t.Run("cut-long", func(t *testing.T) { caseCutLong(t, e, ha, hb) })
 	t.Run("stalled-receiver", func(t *testing.T) { caseStalled(t, e) })
 	t.Run("kill-workload", func(t *testing.T) { caseKillWorkload(t, e) })
+	t.Run("kill-requester", func(t *testing.T) { caseKillRequester(t, e) })
 	t.Run("stopped-workload", func(t *testing.T) { caseStoppedWorkload(t, e) })
 	t.Run("kill-agent", func(t *testing.T) { caseKillAgent(t, e, hb) })
 	// Last: the cluster's only etcd member does not come back.

@@ -62,6 +62,20 @@ type Recorder interface {
 	Landed(qpn uint32, id uint64, n int, sum uint64)
 }
 
+// RunRecorder is a Recorder that also takes what a requester learns: the
+// results of its FETCH_ADDs, the target's final count, and the WRs that
+// died with its agent. A Ledger is one; so is a workload process's
+// output.
+type RunRecorder interface {
+	Recorder
+	// Fetched records the value FETCH_ADD id of QP qpn returned.
+	Fetched(qpn uint32, id uint64, old uint64)
+	// Counter records the final value of the FETCH_ADDs' target.
+	Counter(v uint64)
+	// Abandon records that QP qpn's outstanding WRs will never complete.
+	Abandon(qpn uint32, why string)
+}
+
 // Policy says which outcomes a run may have.
 type Policy struct {
 	// Allowed are the error statuses a WR may complete with (a fault ran:
@@ -122,6 +136,18 @@ type Ledger struct {
 	// closing is set once the run is over and its QPs go to ERR
 	// (CloseBooks).
 	closing bool // +checklocks:mu
+	// orphans are landings of WRs not on record yet: a workload
+	// process's records of its posts may reach the ledger after the
+	// bytes landed here. Verify resolves them.
+	orphans []landing // +checklocks:mu
+}
+
+// landing is one Landed record.
+type landing struct {
+	qpn uint32
+	id  uint64
+	n   int
+	sum uint64
 }
 
 type wrKey struct {
@@ -227,10 +253,22 @@ func (l *Ledger) Completed(wc vrdma.WorkCompletion) {
 func (l *Ledger) Landed(qpn uint32, id uint64, n int, sum uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := l.entries[wrKey{qpn, id}]
+	l.land(landing{qpn, id, n, sum}, false)
+}
+
+// land applies a landing; one of a WR not on record is kept for Verify,
+// unless final.
+//
+// +checklocks:l.mu
+func (l *Ledger) land(g landing, final bool) {
+	e := l.entries[wrKey{g.qpn, g.id}]
 	if e == nil {
+		if !final {
+			l.orphans = append(l.orphans, g)
+			return
+		}
 		l.mism++
-		l.early = append(l.early, fmt.Sprintf("%d bytes landed for WR %d of QP 0x%x, which was never posted", n, id, qpn))
+		l.early = append(l.early, fmt.Sprintf("%d bytes landed for WR %d of QP 0x%x, which was never posted", g.n, g.id, g.qpn))
 		return
 	}
 	e.landed++
@@ -238,10 +276,10 @@ func (l *Ledger) Landed(qpn uint32, id uint64, n int, sum uint64) {
 		l.dups++
 		l.early = append(l.early, fmt.Sprintf("%s delivered twice", e.wr))
 	}
-	ok := n == e.wr.Len && sum == e.wr.Sum
+	ok := g.n == e.wr.Len && g.sum == e.wr.Sum
 	if !ok {
 		l.mism++
-		l.early = append(l.early, fmt.Sprintf("byte mismatch: %s: %d bytes of checksum %016x landed, want %d bytes of checksum %016x", e.wr, n, sum, e.wr.Len, e.wr.Sum))
+		l.early = append(l.early, fmt.Sprintf("byte mismatch: %s: %d bytes of checksum %016x landed, want %d bytes of checksum %016x", e.wr, g.n, g.sum, e.wr.Len, e.wr.Sum))
 	}
 	if e.landed == 1 {
 		e.landedOK = ok
@@ -321,6 +359,11 @@ func (l *Ledger) outstanding(on func(qpn uint32) bool) int {
 func (l *Ledger) Verify(p Policy) (Report, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	orphans := l.orphans
+	l.orphans = nil
+	for _, g := range orphans {
+		l.land(g, true)
+	}
 	r := Report{ByStatus: map[string]int{}, ByOp: map[string]int{}, Duplicates: l.dups, Mismatches: l.mism}
 	v := slices.Clone(l.early)
 	var adds, addsOK int

@@ -91,6 +91,9 @@ func TestFaultLedgerCatches(t *testing.T) {
 			l.Completed(vrdma.WorkCompletion{WRID: 8, QPNum: qpA, Status: vrdma.WCSuccess})
 			l.Landed(qpA, 8, 32, 5)
 		}, "32 bytes of checksum"},
+		{"landed, never posted", Policy{}, func(l *Ledger) {
+			l.Landed(qpA, 66, 10, 1)
+		}, "10 bytes landed for WR 66 of QP 0x11, which was never posted"},
 		{"SEND delivered twice", Policy{}, func(l *Ledger) {
 			l.Landed(qpA, 1, 100, sendSum)
 		}, "WR 1 (SEND, 100 bytes) on QP 0x11 delivered twice"},

@@ -78,7 +78,7 @@ type verifyWrite struct {
 // Run returns an error only when the harness cannot go on (a post
 // refused for a reason other than the agent's death, a context ended);
 // what the WRs did is in the ledger, how the run ended in the Result.
-func Run(ctx context.Context, a *Side, t Target, l *Ledger, cfg Config) (Result, error) {
+func Run(ctx context.Context, a *Side, t Target, l RunRecorder, cfg Config) (Result, error) {
 	if cfg.Window <= 0 || cfg.Window > a.L.Slots || cfg.Window > t.Layout.Slots {
 		return Result{}, fmt.Errorf("fault: run: window %d must be in [1, %d]", cfg.Window, min(a.L.Slots, t.Layout.Slots))
 	}
@@ -102,7 +102,7 @@ func Run(ctx context.Context, a *Side, t Target, l *Ledger, cfg Config) (Result,
 type runner struct {
 	a   *Side
 	t   Target
-	l   *Ledger
+	l   RunRecorder
 	cfg Config
 	rng *rand.Rand
 

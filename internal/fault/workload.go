@@ -7,15 +7,19 @@ package fault
 // WorkloadSpec as JSON. The two talk over the child's standard streams:
 //
 //	child → parent, one JSON event per line on stdout:
-//	  {"t":"target",...}      the side is made; what the requester needs
+//	  {"t":"target",...}      the side is made; what the peer needs of it
 //	  {"t":"ready"}           the QP is connected to the parent's
 //	  {"t":"posted",...}      \
-//	  {"t":"completed",...}    } the responder's records (Recorder)
-//	  {"t":"landed",...}      /
-//	  {"t":"done"}            every receive completed after stdin closed
-//	parent → child on stdin: the parent QP's endpoint as one JSON line;
-//	  then closing stdin asks the child to finish (its QP to ERR, the
-//	  receives flushed and recorded) and exit.
+//	  {"t":"completed",...}    | the child's records (RunRecorder): of its
+//	  {"t":"landed",...}       | receives as a responder, of its WRs as a
+//	  {"t":"fetched",...}      | requester (WorkloadSpec.Drive)
+//	  {"t":"counter",...}      |
+//	  {"t":"abandon",...}     /
+//	  {"t":"ran"}             a requester's traffic is over
+//	  {"t":"done"}            the child finished after stdin closed
+//	parent → child on stdin: the parent side's Target as one JSON line;
+//	  then closing stdin asks the child to finish (a responder's QP to
+//	  ERR, its receives flushed and recorded) and exit.
 
 import (
 	"bufio"
@@ -27,6 +31,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,6 +49,18 @@ type WorkloadSpec struct {
 	Seed   uint64 `json:"seed"`
 	Layout Layout `json:"layout"`
 	RC     RC     `json:"rc"`
+	// Drive, if set, makes the workload the requester: once connected it
+	// runs this traffic (Run) at the parent's side, which responds;
+	// otherwise it responds (Respond) to the parent's traffic.
+	Drive *Drive `json:"drive,omitempty"`
+}
+
+// Drive is the traffic a requesting workload process runs (Config's
+// fields of the same names).
+type Drive struct {
+	WRs    int `json:"wrs"`
+	Window int `json:"window"`
+	MaxLen int `json:"max_len"`
 }
 
 // WorkloadRequested reports whether this process was started as a
@@ -60,6 +77,8 @@ type event struct {
 	ID     uint64                `json:"id,omitempty"`
 	N      int                   `json:"n,omitempty"`
 	Sum    uint64                `json:"sum,omitempty"`
+	Value  uint64                `json:"value,omitempty"` // fetched, counter
+	Why    string                `json:"why,omitempty"`   // abandon
 }
 
 // lineRecorder writes records as events, one per line; safe for
@@ -80,11 +99,20 @@ func (r *lineRecorder) Completed(wc vrdma.WorkCompletion) { r.emit(event{T: "com
 func (r *lineRecorder) Landed(qpn uint32, id uint64, n int, sum uint64) {
 	r.emit(event{T: "landed", QPN: qpn, ID: id, N: n, Sum: sum})
 }
+func (r *lineRecorder) Fetched(qpn uint32, id uint64, old uint64) {
+	r.emit(event{T: "fetched", QPN: qpn, ID: id, Value: old})
+}
+func (r *lineRecorder) Counter(v uint64) { r.emit(event{T: "counter", Value: v}) }
+func (r *lineRecorder) Abandon(qpn uint32, why string) {
+	r.emit(event{T: "abandon", QPN: qpn, Why: why})
+}
 
 // WorkloadMain is the body of a workload process: it attaches the VM of
 // the WorkloadSpec in $VRDMA_FAULT_WORKLOAD, makes a side, connects it to
-// the endpoint read from stdin and responds (Respond) until stdin closes;
-// then it closes the books and exits. It returns the process's exit code.
+// the side whose Target it reads from stdin, and responds (Respond) until
+// stdin closes, then closes the books; or, with WorkloadSpec.Drive, runs
+// that traffic (Run) and waits for stdin to close. It returns the
+// process's exit code.
 func WorkloadMain() int {
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "fault workload:", err)
@@ -114,23 +142,34 @@ func WorkloadMain() int {
 	if err != nil {
 		return fail(fmt.Errorf("read the peer's endpoint: %w", err))
 	}
-	var peer vrdma.Endpoint
+	var peer Target
 	if err := json.Unmarshal(line, &peer); err != nil {
-		return fail(fmt.Errorf("the peer's endpoint %q: %w", line, err))
+		return fail(fmt.Errorf("the peer's target %q: %w", line, err))
 	}
-	if err := s.Connect(ctx, peer, spec.RC); err != nil {
+	if err := s.Connect(ctx, peer.Endpoint, spec.RC); err != nil {
 		return fail(err)
 	}
 	rec.emit(event{T: "ready"})
 	// The stdin watcher, owned by main: it ends at stdin's end, after
-	// moving the QP to ERR so that the responder finishes.
+	// moving a responder's QP to ERR so that the responder finishes.
+	eof := make(chan struct{})
 	go func() {
+		defer close(eof)
 		io.Copy(io.Discard, in)
+		if spec.Drive != nil {
+			return
+		}
 		if err := s.Fail(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "fault workload:", err)
 		}
 	}()
-	if err := Respond(ctx, s, peer.QPN, rec, nil); err != nil {
+	if d := spec.Drive; d != nil {
+		if _, err := Run(ctx, s, peer, rec, Config{Seed: spec.Seed, WRs: d.WRs, Window: d.Window, MaxLen: d.MaxLen}); err != nil {
+			return fail(err)
+		}
+		rec.emit(event{T: "ran"})
+		<-eof
+	} else if err := Respond(ctx, s, peer.Endpoint.QPN, rec, nil); err != nil {
 		return fail(err)
 	}
 	rec.emit(event{T: "done"})
@@ -153,6 +192,7 @@ type Workload struct {
 	errMu  sync.Mutex // guards stderr
 	ready  chan struct{}
 	done   chan struct{} // closed when the child has exited and its events are read
+	wcs    atomic.Int64  // completions the child reported
 	waited error         // the child's exit, once done is closed
 	last   string        // the last event's type, once done is closed
 }
@@ -160,7 +200,7 @@ type Workload struct {
 // StartWorkload starts cmd, a program that calls WorkloadMain, with spec
 // in its environment, and returns once it has made its side (its Target
 // is set). Records it reports go to rec. The caller must Kill or Stop it.
-func StartWorkload(ctx context.Context, cmd *exec.Cmd, spec WorkloadSpec, rec Recorder) (*Workload, error) {
+func StartWorkload(ctx context.Context, cmd *exec.Cmd, spec WorkloadSpec, rec RunRecorder) (*Workload, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
@@ -201,8 +241,15 @@ func StartWorkload(ctx context.Context, cmd *exec.Cmd, spec WorkloadSpec, rec Re
 				rec.Posted(*e.WR)
 			case "completed":
 				rec.Completed(*e.WC)
+				w.wcs.Add(1)
 			case "landed":
 				rec.Landed(e.QPN, e.ID, e.N, e.Sum)
+			case "fetched":
+				rec.Fetched(e.QPN, e.ID, e.Value)
+			case "counter":
+				rec.Counter(e.Value)
+			case "abandon":
+				rec.Abandon(e.QPN, e.Why)
 			}
 		}
 		io.Copy(io.Discard, out)
@@ -220,15 +267,19 @@ func StartWorkload(ctx context.Context, cmd *exec.Cmd, spec WorkloadSpec, rec Re
 	}
 }
 
-// Connect gives the child the endpoint of the parent's QP and waits until
-// the child's QP is connected to it.
-func (w *Workload) Connect(ctx context.Context, peer vrdma.Endpoint) error {
+// Completions returns how many completions the child reported so far.
+func (w *Workload) Completions() int { return int(w.wcs.Load()) }
+
+// Connect gives the child the parent side's target and waits until the
+// child's QP is connected to it (a requesting child then starts its
+// traffic: the parent's responder must run already).
+func (w *Workload) Connect(ctx context.Context, peer Target) error {
 	b, err := json.Marshal(peer)
 	if err != nil {
 		return err
 	}
 	if _, err := w.stdin.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("fault: workload: send the peer's endpoint: %w", err)
+		return fmt.Errorf("fault: workload: send the peer's target: %w", err)
 	}
 	select {
 	case <-w.ready:
