@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -139,7 +140,10 @@ func (c *conn) start(op abi.Op, req any) (uint32, chan reply, error) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		if c.dead.Load() {
+		// EPIPE or ECONNRESET: the agent's end is closed — it died — and
+		// the reader has not seen it yet (it will, and mark the
+		// connection dead).
+		if c.dead.Load() || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 			return 0, nil, ErrAgentGone
 		}
 		return 0, nil, fmt.Errorf("vrdma: send %s to the agent: %w", op, err)

@@ -257,7 +257,7 @@ func StartCluster(tb testing.TB, o ClusterOptions) *Cluster {
 				port = 4791
 			}
 			h.PVRDMAAddress = netip.AddrPortFrom(netip.AddrFrom4(addr), uint16(port))
-			if err := c.net.addHost(h.Netns, "v"+h.Name, net.IP(addr[:]), ClusterSubnet.Bits(), o.MTU); err != nil {
+			if err := c.net.addHost(h.Netns, h.SwitchPort(), net.IP(addr[:]), ClusterSubnet.Bits(), o.MTU); err != nil {
 				tb.Fatalf("StartCluster: %v", err)
 			}
 		} else {
@@ -507,6 +507,11 @@ type Host struct {
 
 // ID returns the host's stable host ID (its state directory's host-id).
 func (h *Host) ID() string { return h.id }
+
+// SwitchPort returns the name of the switch's end of the host's veth, in
+// the switch's namespace (Cluster.SwitchNetns): where faults on the
+// host's frames are put. Only meaningful with network namespaces.
+func (h *Host) SwitchPort() string { return "v" + h.Name }
 
 // Addr returns the IP address of the host's PVRDMA address.
 func (h *Host) Addr() netip.Addr { return h.PVRDMAAddress.Addr() }

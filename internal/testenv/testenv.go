@@ -42,6 +42,8 @@ type Env struct {
 	stderr    SyncBuffer      // agent process
 	exited    chan struct{}   // closed when the agent process has exited
 	waitErr   error           // the process's exit, once exited is closed
+	bin       string          // agent process: its binary (Restart)
+	args      []string        // and flags
 }
 
 // SyncBuffer is a bytes.Buffer safe for concurrent use: what a process or
@@ -285,7 +287,7 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 	tb.Helper()
 	bin := AgentBinary(tb)
 	dir := shortTempDir(tb)
-	e := &Env{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), exited: make(chan struct{})}
+	e := &Env{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state")}
 	args := []string{"--socket", e.Socket, "--state-dir", e.StateDir, "--host", "hostA", "--log-level", "warn", "--no-control-plane"}
 	for _, l := range []struct {
 		flag string
@@ -300,16 +302,44 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 		args = append(append(append([]string(nil), o.Wrap[1:]...), bin), args...)
 		bin = o.Wrap[0]
 	}
-	e.Cmd = exec.Command(bin, args...)
-	e.Cmd.Stderr = &e.stderr
-	if err := e.Cmd.Start(); err != nil {
-		tb.Fatalf("start %s: %v", bin, err)
-	}
-	go func() {
-		e.waitErr = e.Cmd.Wait()
-		close(e.exited)
-	}()
+	e.bin, e.args = bin, args
 	tb.Cleanup(func() { e.Kill() })
+	if err := e.startProcess(); err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
+
+// Restart kills an agent process (SIGKILL) if it runs and starts it again
+// with the same flags, socket and state directory (VM definitions persist
+// there), and waits until it answers. It fails tb for an in-process agent
+// or if the agent does not come back.
+func (e *Env) Restart(tb testing.TB) {
+	tb.Helper()
+	if e.Cmd == nil {
+		tb.Fatal("testenv: Restart: the agent is in this process, not its own")
+	}
+	e.Kill()
+	fmt.Fprintf(&e.stderr, "--- testenv: restarted at %s ---\n", time.Now().Format("15:04:05.000"))
+	if err := e.startProcess(); err != nil {
+		tb.Fatalf("restart: %v", err)
+	}
+}
+
+// startProcess starts the agent process with e's binary and flags and
+// waits until it answers on its socket.
+func (e *Env) startProcess() error {
+	cmd := exec.Command(e.bin, e.args...)
+	cmd.Stderr = &e.stderr
+	exited := make(chan struct{})
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", e.bin, err)
+	}
+	e.Cmd, e.exited = cmd, exited
+	go func() {
+		e.waitErr = cmd.Wait()
+		close(exited)
+	}()
 	// Wait until it answers.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -318,15 +348,15 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 		cancel()
 		if err == nil {
 			a.Close()
-			return e
+			return nil
 		}
 		select {
-		case <-e.exited:
-			tb.Fatalf("vrdmad exited before serving: %v\n%s", e.waitErr, e.stderr.String())
+		case <-exited:
+			return fmt.Errorf("vrdmad exited before serving: %v\n%s", e.waitErr, e.stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("vrdmad does not answer on %s: %v\n%s", e.Socket, err, e.stderr.String())
+			return fmt.Errorf("vrdmad does not answer on %s: %v\n%s", e.Socket, err, e.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

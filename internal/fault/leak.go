@@ -1,0 +1,106 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Resources is what a process holds that a fault might leak: its open
+// descriptors by kind, its mappings of vrdma's shared memory, and its
+// goroutines when they can be counted. OS threads are not counted: the Go
+// runtime never gives one back, so their number says nothing of a leak.
+type Resources struct {
+	// FDs counts open descriptors by what they name: "socket", "pipe",
+	// "anon_inode:[eventfd]", a file's path ("/memfd:vrdma-guest-vm1
+	// (deleted)").
+	FDs map[string]int
+	// Mappings counts the lines of /proc/PID/maps of vrdma's shared
+	// memory (guest memory, rings): memfds named vrdma….
+	Mappings int
+	// Goroutines is the number of goroutines, -1 if unknown.
+	Goroutines int
+}
+
+// Snapshot returns the resources of process pid (0: this process);
+// goroutines, if set, counts its goroutines (runtime.NumGoroutine for
+// this process, an agent's go_goroutines gauge for an agent process).
+func Snapshot(pid int, goroutines func() (int, error)) (Resources, error) {
+	proc := "/proc/self"
+	if pid != 0 {
+		proc = "/proc/" + strconv.Itoa(pid)
+	}
+	r := Resources{FDs: map[string]int{}, Goroutines: -1}
+	ents, err := os.ReadDir(proc + "/fd")
+	if err != nil {
+		return r, fmt.Errorf("fault: snapshot of %s: %w", proc, err)
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(proc, "fd", e.Name()))
+		if err != nil {
+			continue // closed meanwhile (the directory's own descriptor)
+		}
+		if i := strings.Index(target, ":["); i > 0 && !strings.HasPrefix(target, "anon_inode") {
+			target = target[:i] // socket:[123], pipe:[456]: counted by kind
+		}
+		r.FDs[target]++
+	}
+	maps, err := os.ReadFile(proc + "/maps")
+	if err != nil {
+		return r, fmt.Errorf("fault: snapshot of %s: %w", proc, err)
+	}
+	r.Mappings = strings.Count(string(maps), "/memfd:vrdma")
+	if goroutines != nil {
+		if r.Goroutines, err = goroutines(); err != nil {
+			return r, fmt.Errorf("fault: snapshot of %s: count goroutines: %w", proc, err)
+		}
+	}
+	return r, nil
+}
+
+// Leaks describes what r holds beyond base, "" if nothing: every
+// descriptor kind, mapping and goroutine counts exactly (a fault that has
+// settled leaves nothing behind, so no tolerance is needed).
+func (r Resources) Leaks(base Resources) string {
+	var out []string
+	for k, n := range r.FDs {
+		if n > base.FDs[k] {
+			out = append(out, fmt.Sprintf("%d more descriptors of %s (%d, was %d)", n-base.FDs[k], k, n, base.FDs[k]))
+		}
+	}
+	if r.Mappings > base.Mappings {
+		out = append(out, fmt.Sprintf("%d more mappings of vrdma shared memory (%d, was %d)", r.Mappings-base.Mappings, r.Mappings, base.Mappings))
+	}
+	if r.Goroutines >= 0 && base.Goroutines >= 0 && r.Goroutines > base.Goroutines {
+		out = append(out, fmt.Sprintf("%d more goroutines (%d, was %d)", r.Goroutines-base.Goroutines, r.Goroutines, base.Goroutines))
+	}
+	slices.Sort(out)
+	return strings.Join(out, "; ")
+}
+
+// Settle takes snapshots with snap until one holds nothing beyond base
+// (what a fault's victims held is released asynchronously: a dead VM's
+// detach, a connection's close), and returns an error naming the leak if
+// ctx ends first.
+func Settle(ctx context.Context, who string, base Resources, snap func() (Resources, error)) error {
+	for {
+		r, err := snap()
+		if err != nil {
+			return err
+		}
+		l := r.Leaks(base)
+		if l == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fault: %s leaked: %s", who, l)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
