@@ -25,9 +25,11 @@ type localAgent struct {
 	Socket string
 	How    string // which binary runs, and why that one
 	Host   string // the host name the agent reports
+	HostID string // and its ID
 
 	cmd       *exec.Cmd
-	extraArgs []string      // agent flags beyond socket, state and log level
+	cand      agentCandidate // the binary that started, for restart
+	extraArgs []string       // agent flags beyond socket, state and log level
 	exited    chan struct{} // closed when the process has exited
 	waitErr   error         // set before exited is closed
 	logPath   string
@@ -118,6 +120,7 @@ func startLocalAgent(ctx context.Context, extraArgs ...string) (*localAgent, err
 			logPath: filepath.Join(dir, fmt.Sprintf("agent-%d.log", i)), extraArgs: extraArgs}
 		err := l.start(ctx, c)
 		if err == nil {
+			l.cand = c
 			return l, nil
 		}
 		l.stop()
@@ -170,7 +173,7 @@ func (l *localAgent) start(ctx context.Context, c agentCandidate) error {
 			ag, err := vrdma.DialAgent(dctx, vrdma.WithSocket(l.Socket))
 			cancel()
 			if err == nil {
-				l.Host = ag.Info.Host
+				l.Host, l.HostID = ag.Info.Host, ag.Info.HostID
 				ag.Close()
 				return nil
 			}
@@ -206,6 +209,23 @@ func (l *localAgent) logTail() string {
 		b = b[len(b)-2000:]
 	}
 	return "; its log:\n    " + strings.ReplaceAll(string(b), "\n", "\n    ")
+}
+
+// kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (l *localAgent) kill() {
+	l.cmd.Process.Kill()
+	<-l.exited
+}
+
+// restart starts the agent again, on the same socket and state, after
+// it ended.
+func (l *localAgent) restart(ctx context.Context) error {
+	<-l.exited
+	// The dead agent's socket is left behind: start waits for the new one.
+	if err := os.Remove(l.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return l.start(ctx, l.cand)
 }
 
 // stop ends the process: SIGTERM, then SIGKILL if it lingers.

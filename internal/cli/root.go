@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/vrdma/vrdma/internal/fault"
 	"io"
 	"os"
 	"os/signal"
@@ -62,6 +63,9 @@ func usageErrorf(format string, args ...any) error {
 // process exit code. SIGINT and SIGTERM cancel the command's context, so
 // that commands which started an agent or attached VMs clean up.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if fault.WorkloadRequested() { // a workload process of vrdmactl soak
+		return fault.WorkloadMain()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}
@@ -120,6 +124,7 @@ and between two hosts (tcp).`,
 	root.AddCommand(
 		a.agentCommand(),
 		a.quickstartCommand(),
+		a.soakCommand(), // soak.go
 		a.devinfoCommand(),
 		a.execCommand(), // exec.go
 		a.statusCommand(),

@@ -1,0 +1,70 @@
+package fault
+
+// Wire faults between two addresses of the loopback interface, for
+// processes that are hosts on 127.0.0.x addresses of one namespace (the
+// soak command's): an nftables table in the netdev family on lo's
+// ingress, whose rules match the two addresses only, so that nothing else
+// on the machine's loopback is touched.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"strings"
+)
+
+// loTable is the nftables table of the loopback faults.
+const loTable = "vrdma_fault_lo"
+
+// LoopbackFaults are wire faults on lo between two addresses.
+type LoopbackFaults struct{}
+
+// ApplyLoopback puts w on every packet between a and b (both ways) as it
+// enters lo: lost with probability w.Loss, or else duplicated with
+// probability w.Dup (the copy sent out on lo again). It needs root and
+// nftables; one table at a time.
+func ApplyLoopback(ctx context.Context, a, b netip.Addr, w Wire) (*LoopbackFaults, error) {
+	if w.Loss < 0 || w.Loss > 1 || w.Dup < 0 || w.Dup > 1 {
+		return nil, fmt.Errorf("fault: wire faults %s: each must be in [0, 1]", w)
+	}
+	if !a.Is4() || !b.Is4() || !a.IsLoopback() || !b.IsLoopback() {
+		return nil, fmt.Errorf("fault: loopback faults between %s and %s: both must be IPv4 loopback addresses", a, b)
+	}
+	var r strings.Builder
+	fmt.Fprintf(&r, "table netdev %s {\n  chain in {\n    type filter hook ingress device \"lo\" priority 0; policy accept;\n", loTable)
+	for _, d := range [][2]netip.Addr{{a, b}, {b, a}} {
+		if w.Loss > 0 {
+			fmt.Fprintf(&r, "    ip saddr %s ip daddr %s numgen random mod %d < %d counter drop\n", d[0], d[1], nftScale, int(w.Loss*nftScale))
+		}
+		if w.Dup > 0 {
+			fmt.Fprintf(&r, "    ip saddr %s ip daddr %s numgen random mod %d < %d counter dup to \"lo\"\n", d[0], d[1], nftScale, int(w.Dup*nftScale))
+		}
+	}
+	r.WriteString("  }\n}\n")
+	if _, err := nftHere(ctx, r.String(), "-f", "-"); err != nil {
+		return nil, fmt.Errorf("fault: apply %s between %s and %s: %w", w, a, b, err)
+	}
+	return &LoopbackFaults{}, nil
+}
+
+// Remove deletes the faults.
+func (*LoopbackFaults) Remove(ctx context.Context) error {
+	if _, err := nftHere(ctx, "", "delete", "table", "netdev", loTable); err != nil {
+		return fmt.Errorf("fault: remove the loopback faults: %w", err)
+	}
+	return nil
+}
+
+// nftHere runs nft with args in this process's network namespace.
+func nftHere(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "nft", args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("nft %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out.Bytes()))
+	}
+	return out.String(), nil
+}
