@@ -245,7 +245,6 @@ func runSoak(ctx context.Context, progress io.Writer, d time.Duration, only soak
 		wire = nil
 		rep.Notes = append(rep.Notes, "not root: no wire faults (loss, duplication need nftables)")
 	}
-	rep.Notes = append(rep.Notes, "memcpy: no wire faults (no wire) and no kill-agent (its agent holds the control plane)")
 	paths := []*soakPath{
 		{Name: "memcpy", A: 0, B: 0, faults: []soakFault{faultNone, faultStalled, faultKillWork, faultStopWork}},
 		{Name: "tcp", A: 0, B: 1, faults: append([]soakFault{faultNone, faultStalled, faultKillWork, faultStopWork, faultKillAgent, faultNoneAfter}, wire...)},
@@ -254,6 +253,9 @@ func runSoak(ctx context.Context, progress io.Writer, d time.Duration, only soak
 	if paths, err = only.apply(paths); err != nil {
 		rep.Error = err.Error()
 		return rep
+	}
+	if slices.ContainsFunc(paths, func(p *soakPath) bool { return p.Name == "memcpy" }) {
+		rep.Notes = append(rep.Notes, "memcpy: no wire faults (no wire) and no kill-agent (its agent holds the control plane)")
 	}
 	for _, p := range paths {
 		p.vmA, p.vmB = "soak-"+p.Name+"-a", "soak-"+p.Name+"-b"
@@ -542,7 +544,7 @@ func (s *soakRun) workloadRound(ctx context.Context, p *soakPath, flt soakFault,
 	if err := a.Connect(ctx, w.Target.Endpoint, fault.DefaultRC); err != nil {
 		return fault.Report{}, err
 	}
-	if err := w.Connect(ctx, a.QP.Endpoint()); err != nil {
+	if err := w.Connect(ctx, a.Target()); err != nil {
 		return fault.Report{}, err
 	}
 	policy := fault.Policy{}
