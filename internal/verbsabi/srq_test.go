@@ -1,0 +1,111 @@
+package verbsabi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// TestMiddlewareSRQPingpong runs Debian's unmodified ibv_srq_pingpong —
+// 16 RC QPs on each side taking their receives from one shared receive
+// queue, every completion matched to its QP by wc.qp_num — server in one
+// VM and client in another, with its buffer check (-c), over memcpy (two
+// VMs of one agent), tcp (two hosts), rdma RoCE v2 and rdma RoCE v1 (two
+// hosts with software RoCE uplinks; v1 in network namespaces, as root):
+// busy-polling and with completion events (-e). Each side must report the
+// bytes and iterations asked for, no invalid data and nothing on stderr;
+// on tcp and rdma the bytes must have crossed that path.
+func TestMiddlewareSRQPingpong(t *testing.T) {
+	lib := Build(t)
+	NeedProgram(t, "/usr/bin/ibv_srq_pingpong", "ibverbs-utils")
+	const size, iters = 4096, 200
+	for _, path := range []string{"memcpy", "tcp", "rdma-v2", "rdma-v1"} {
+		t.Run(path, func(t *testing.T) {
+			var sockA, sockB string
+			var c *testenv.Cluster
+			switch path {
+			case "memcpy":
+				env := testenv.StartProcess(t, testenv.ProcessOptions{})
+				env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+				env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+				sockA, sockB = env.Socket, env.Socket
+			case "tcp":
+				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+			case "rdma-v2":
+				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, RDMA: true})
+			case "rdma-v1":
+				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: "v1"})
+			}
+			if c != nil {
+				c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+				c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+				sockA, sockB = c.Hosts[0].Socket, c.Hosts[1].Socket
+			}
+			for _, extra := range [][]string{nil, {"-e"}} {
+				port := freePort(t)
+				args := append([]string{"-g", "0", "-c", "-d", "vrdma0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(iters), "-s", fmt.Sprint(size)}, extra...)
+				srv, cli := runPair(t, lib, sockA, sockB, "/usr/bin/ibv_srq_pingpong", args, port)
+				t.Logf("%v server:\n%s\nclient:\n%s", extra, srv, cli)
+				for side, out := range map[string]string{"server": srv, "client": cli} {
+					if strings.Contains(out, "invalid data") || strings.Contains(out, "Failed") || strings.Contains(out, "Couldn't") {
+						t.Errorf("%s %v reports an error:\n%s", side, extra, out)
+					}
+					if m := bytesLine.FindStringSubmatch(out); m == nil || m[1] != fmt.Sprint(2*size*iters) {
+						t.Errorf("%s %v: bytes line %q, want %d bytes", side, extra, m, 2*size*iters)
+					}
+					if m := itersLine.FindStringSubmatch(out); m == nil || m[1] != fmt.Sprint(iters) {
+						t.Errorf("%s %v: iters line %q, want %d", side, extra, m, iters)
+					}
+				}
+			}
+			if c == nil {
+				return
+			}
+			kind := "tcp"
+			if strings.HasPrefix(path, "rdma") {
+				kind = "rdma"
+			}
+			// Two runs of 2 × size × iters bytes (ibv_srq_pingpong's iters
+			// are spread over its 16 QPs): they crossed that path.
+			if moved := uplinkBytesMoved(t, sockA, kind, c.Hosts[1].Name); moved < 2*2*size*iters {
+				t.Errorf("hostA's %s uplinks carried %d bytes", kind, moved)
+			} else {
+				t.Logf("hostA ↔ hostB over %s: %d bytes", kind, moved)
+			}
+			if path == "rdma-v1" {
+				if v1, v2 := rdmaBytes(t, sockA, "v1"), rdmaBytes(t, sockA, "v2"); v1 == 0 || v2 != 0 {
+					t.Errorf("hostA sent %d bytes in RoCE v1 frames and %d in RoCE v2 datagrams; want > 0 and 0", v1, v2)
+				}
+			}
+		})
+	}
+}
+
+// rdmaBytes returns the bytes the agent at sock sent on its rdma uplinks
+// of RoCE version roce ("v1", "v2").
+func rdmaBytes(t *testing.T, sock, roce string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, u := range st.RDMA {
+		if u.RoCE == roce {
+			n += u.BytesOut
+		}
+	}
+	return n
+}
