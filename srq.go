@@ -201,6 +201,10 @@ func (a *Adapter) OpenAsyncEvents(ctx context.Context) (*AsyncEvents, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: open %s's async events: the agent sent %d descriptors, want 1", a.name, len(fds))
 	}
+	if err := sys.SetNonblock(fds[0]); err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("vrdma: open %s's async events: %w", a.name, err)
+	}
 	return &AsyncEvents{f: os.NewFile(uintptr(fds[0]), "vrdma-async-events"), srqs: map[uint32]*SRQ{}, buf: make([]byte, 4096)}, nil
 }
 

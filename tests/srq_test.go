@@ -1,0 +1,351 @@
+package vrdma_test
+
+// Shared receive queues on every path (the conformance case "srq"), and a
+// workload that writes garbage into an SRQ's ring (TestMiddlewareSRQHostile).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+)
+
+// srqSide is one VM's side of an SRQ case: a PD, one SRQ, one receive CQ
+// and QPs that all take their receives from the SRQ, each with a send CQ
+// of its own (ends, for the suite's connect).
+type srqSide struct {
+	pd   *vrdma.PD
+	srq  *vrdma.SRQ
+	rcq  *vrdma.CQ
+	ends []*end
+	buf  *vrdma.MR // receive buffers: slot i at i*srqSlot
+}
+
+const srqSlot = 256
+
+// newSRQSide creates, in a new PD of vm's first adapter, an SRQ of maxWR
+// receives and n QPs on it.
+func newSRQSide(t *testing.T, vm *vrdma.VM, maxWR uint32, n int) *srqSide {
+	t.Helper()
+	ctx := opCtx(t)
+	ad := vm.Adapters()[0]
+	pd, err := ad.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateSRQ(ctx, vrdma.SRQAttr{MaxWR: maxWR, MaxSGE: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := srq.Attr(); a.MaxWR < maxWR || a.MaxSGE < 2 {
+		t.Fatalf("SRQ attributes %+v, want at least %d WRs and 2 SGEs", a, maxWR)
+	}
+	rcq, err := ad.CreateCQ(ctx, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := &srqSide{pd: pd, srq: srq, rcq: rcq}
+	for range n {
+		scq, err := ad.CreateCQ(ctx, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: scq, RecvCQ: rcq, SRQ: srq,
+			Caps: vrdma.QPCaps{MaxSendWR: 32, MaxSendSGE: 2, MaxInlineData: 64}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := qp.Caps(); c.MaxRecvWR != 0 || c.MaxRecvSGE != 0 {
+			t.Fatalf("QP on an SRQ reports receive caps %+v, want 0", c)
+		}
+		side.ends = append(side.ends, &end{vm: vm, ad: ad, pd: pd, scq: scq, rcq: rcq, qp: qp})
+	}
+	buf, err := vm.Alloc(int(maxWR) * srqSlot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if side.buf, err = pd.RegMR(ctx, buf, vrdma.AccessAll); err != nil {
+		t.Fatal(err)
+	}
+	return side
+}
+
+// post posts receives with wr_ids from..to-1 into the slots of the same
+// numbers, each split over two SGEs.
+func (s *srqSide) post(t *testing.T, from, to int) {
+	t.Helper()
+	var wrs []vrdma.RecvWR
+	for i := from; i < to; i++ {
+		wrs = append(wrs, vrdma.RecvWR{ID: uint64(i), SGL: sgl(s.buf.SGE(i*srqSlot, 100), s.buf.SGE(i*srqSlot+100, srqSlot-100))})
+	}
+	if err := s.srq.PostRecv(wrs); err != nil {
+		t.Fatalf("SRQ.PostRecv: %v", err)
+	}
+}
+
+// slot is receive slot i of the side's buffer.
+func (s *srqSide) slot(i uint64) []byte { return s.buf.Bytes()[i*srqSlot:][:srqSlot] }
+
+// srqPair opens two VMs: in the first n plain QPs, in the second an SRQ
+// of maxWR receives with n QPs on it, the i-th QPs connected (with pa and
+// pb as in pairWith when p is set, else the suite's way).
+func (s *suite) srqPair(t *testing.T, n int, maxWR uint32, p *[2]rcParams) ([]*end, *srqSide) {
+	t.Helper()
+	vms := s.env.OpenVMs(t, 2)
+	b := newSRQSide(t, vms[1], maxWR, n)
+	var as []*end
+	for i := range n {
+		a := newEnd(t, vms[0], qpConfig{})
+		if p != nil {
+			ctx := opCtx(t)
+			if err := modifyToRTS(ctx, a.qp, a.ad, b.ends[i].qp.Endpoint(), p[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := modifyToRTS(ctx, b.ends[i].qp, b.ends[i].ad, a.qp.Endpoint(), p[1]); err != nil {
+				t.Fatal(err)
+			}
+			s.checkConnected(t, a, b.ends[i])
+		} else {
+			s.connect(t, a, b.ends[i], connDefault)
+		}
+		as = append(as, a)
+	}
+	return as, b
+}
+
+// nextAsync waits up to d for the next asynchronous event.
+func nextAsync(t *testing.T, ev *vrdma.AsyncEvents, d time.Duration) (vrdma.AsyncEvent, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	e, err := ev.Next(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return e, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, true
+}
+
+// testSRQ checks shared receive queues: several QPs taking receives from
+// one SRQ at once, each completion in the receive CQ naming its QP; RNR
+// while the SRQ is empty; the one-shot limit event; a QP in ERR raising
+// the last-WQE event without flushing the SRQ; destroy refused while in
+// use; posting to a QP on an SRQ refused.
+func testSRQ(t *testing.T, s *suite) {
+	t.Run("shared", func(t *testing.T) {
+		const qps, msgs = 3, 16
+		as, b := s.srqPair(t, qps, 64, nil)
+		b.post(t, 0, qps*msgs)
+		src := make([]*vrdma.MR, qps)
+		for i, a := range as {
+			src[i] = a.mr(t, msgs*srqSlot, vrdma.AccessAll)
+			fill(src[i].Bytes(), uint64(100+i))
+		}
+		size := func(k int) int { return 1 + k*15 } // 1..226 bytes, across both SGEs
+		var wg sync.WaitGroup
+		errs := make(chan error, qps)
+		for i, a := range as {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range msgs {
+					wr := vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src[i].SGE(k*srqSlot, size(k)))}
+					if k%4 == 3 {
+						wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(i<<8|k)
+					}
+					if err := a.qp.PostSend([]vrdma.SendWR{wr}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				wc, err := pollN(t.Context(), a.scq, msgs)
+				if err == nil {
+					for _, w := range wc {
+						if w.Status != vrdma.WCSuccess {
+							err = fmt.Errorf("sender %d: %s", i, fmtWC(w))
+						}
+					}
+				}
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wc := waitWC(t, b.rcq, qps*msgs)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		used := map[uint64]bool{}
+		next := make([]int, qps) // the next message of each QP: RC keeps each QP's order
+		for _, w := range wc {
+			i := -1
+			for j, e := range b.ends {
+				if w.QPNum == e.qp.QPN() {
+					i = j
+				}
+			}
+			if i < 0 || w.SrcQP != as[i].qp.QPN() {
+				t.Fatalf("completion %s names no QP on the SRQ (or the wrong sender 0x%x)", fmtWC(w), w.SrcQP)
+			}
+			if used[w.WRID] || w.WRID >= qps*msgs {
+				t.Fatalf("completion %s: receive %d taken twice or never posted", fmtWC(w), w.WRID)
+			}
+			used[w.WRID] = true
+			k := next[i]
+			next[i]++
+			expectRecv(t, w, b.ends[i].qp, w.WRID, vrdma.WCRecv, size(k), uint32(i<<8|k), k%4 == 3)
+			expectBytes(t, fmt.Sprintf("QP %d's message %d in receive %d", i, k, w.WRID), b.slot(w.WRID)[:size(k)], src[i].Bytes()[k*srqSlot:][:size(k)])
+		}
+		expectNoWC(t, b.rcq, quiet, "receives beyond the messages")
+	})
+
+	t.Run("rnr", func(t *testing.T) {
+		pa, pb := defaultRC, defaultRC
+		pa.rnrRetry, pb.minRNRTimer = 7, 1 // forever, 0.01 ms
+		as, b := s.srqPair(t, 1, 16, &[2]rcParams{pa, pb})
+		a := as[0]
+		src := a.mr(t, 64, vrdma.AccessAll)
+		fill(src.Bytes(), 7)
+		postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+		expectNoWC(t, a.scq, 3*quiet, "a SEND to an empty SRQ")
+		b.post(t, 0, 1)
+		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
+		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.ends[0].qp, 0, vrdma.WCRecv, 64, 0, false)
+		expectBytes(t, "message", b.slot(0)[:64], src.Bytes())
+		if c := s.qpCounters(t, b.ends[0]); c.RNRNaksSent == 0 {
+			t.Errorf("responder on an empty SRQ sent no RNR NAK: %+v", c)
+		}
+
+		pa.rnrRetry = 0
+		as, b = s.srqPair(t, 1, 16, &[2]rcParams{pa, pb})
+		a = as[0]
+		src = a.mr(t, 64, vrdma.AccessAll)
+		postSend(t, a.qp, vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCRNRRetryExcErr, 0)
+		expectNoWC(t, b.rcq, 0, "responder on an empty SRQ")
+	})
+
+	t.Run("limit", func(t *testing.T) {
+		as, b := s.srqPair(t, 1, 16, nil)
+		a := as[0]
+		ctx := opCtx(t)
+		ev, err := b.ends[0].ad.OpenAsyncEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ev.Close()
+		ev.Watch(b.srq)
+		b.post(t, 0, 8)
+		if err := b.srq.Modify(ctx, vrdma.SRQAttr{Limit: 4}, vrdma.SRQLimit); err != nil {
+			t.Fatal(err)
+		}
+		if at, err := b.srq.Query(ctx); err != nil || at.Limit != 4 || at.MaxWR < 16 {
+			t.Fatalf("Query after arming: %+v, %v; want limit 4", at, err)
+		}
+		src := a.mr(t, 8, vrdma.AccessAll)
+		send := func(n int) {
+			t.Helper()
+			for k := range n {
+				postSend(t, a.qp, vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))})
+			}
+			for _, w := range waitWC(t, a.scq, n) {
+				if w.Status != vrdma.WCSuccess {
+					t.Fatalf("send: %s", fmtWC(w))
+				}
+			}
+			waitWC(t, b.rcq, n)
+		}
+		send(4) // 4 left: not below the limit
+		if e, ok := nextAsync(t, ev, 3*quiet); ok {
+			t.Fatalf("event %+v with 4 receives left and the limit at 4", e)
+		}
+		send(1) // 3 left
+		e, ok := nextAsync(t, ev, waitTimeout)
+		if !ok || e.Type != vrdma.EventSRQLimit || e.SRQ != b.srq {
+			t.Fatalf("after the SRQ fell below its limit: event %+v (%v), want SRQ_LIMIT_REACHED of the SRQ", e, ok)
+		}
+		if at, err := b.srq.Query(ctx); err != nil || at.Limit != 0 {
+			t.Fatalf("Query after the event: %+v, %v; want limit 0 (disarmed)", at, err)
+		}
+		send(1) // one-shot: no second event
+		if e, ok := nextAsync(t, ev, 3*quiet); ok {
+			t.Fatalf("second event %+v without re-arming", e)
+		}
+		b.post(t, 8, 16) // 10 left
+		if err := b.srq.Modify(ctx, vrdma.SRQAttr{Limit: 9}, vrdma.SRQLimit); err != nil {
+			t.Fatal(err)
+		}
+		send(2) // 8 left
+		if e, ok := nextAsync(t, ev, waitTimeout); !ok || e.Type != vrdma.EventSRQLimit {
+			t.Fatalf("after re-arming: event %+v (%v), want SRQ_LIMIT_REACHED", e, ok)
+		}
+		// The device does not resize an SRQ, and a limit above its size
+		// is refused.
+		if err := b.srq.Modify(ctx, vrdma.SRQAttr{MaxWR: 64}, vrdma.SRQMaxWR); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("resize: %v, want ErrInvalid", err)
+		}
+		if err := b.srq.Modify(ctx, vrdma.SRQAttr{Limit: 1 << 20}, vrdma.SRQLimit); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("limit above max_wr: %v, want ErrInvalid", err)
+		}
+	})
+
+	t.Run("last-wqe", func(t *testing.T) {
+		as, b := s.srqPair(t, 2, 16, nil)
+		ctx := opCtx(t)
+		ev, err := b.ends[0].ad.OpenAsyncEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ev.Close()
+		b.post(t, 0, 4)
+		if err := b.ends[0].qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSErr}, vrdma.MaskState); err != nil {
+			t.Fatal(err)
+		}
+		e, ok := nextAsync(t, ev, waitTimeout)
+		if !ok || e.Type != vrdma.EventQPLastWQE || e.QPN != b.ends[0].qp.QPN() {
+			t.Fatalf("after moving a QP on the SRQ to ERR: event %+v (%v), want QP_LAST_WQE_REACHED of QP 0x%x", e, ok, b.ends[0].qp.QPN())
+		}
+		// The SRQ's receives are not the QP's: none is flushed, and the
+		// other QP takes them.
+		expectNoWC(t, b.rcq, 3*quiet, "receives of the SRQ after one of its QPs entered ERR")
+		a := as[1]
+		src := a.mr(t, 32, vrdma.AccessAll)
+		fill(src.Bytes(), 3)
+		postSend(t, a.qp, vrdma.SendWR{ID: 5, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 32))})
+		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 5, vrdma.WCSuccess, vrdma.WCSend)
+		w := waitWC(t, b.rcq, 1)[0]
+		expectRecv(t, w, b.ends[1].qp, 0, vrdma.WCRecv, 32, 0, false)
+		expectBytes(t, "message", b.slot(0)[:32], src.Bytes())
+	})
+
+	t.Run("destroy", func(t *testing.T) {
+		vms := s.env.OpenVMs(t, 1)
+		b := newSRQSide(t, vms[0], 16, 2)
+		ctx := opCtx(t)
+		b.post(t, 0, 4)
+		if err := b.ends[0].qp.PostRecv([]vrdma.RecvWR{{ID: 1, SGL: sgl(b.buf.SGE(0, 8))}}); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("PostRecv on a QP on an SRQ: %v, want ErrInvalid", err)
+		}
+		for i, e := range b.ends {
+			if err := b.srq.Destroy(ctx); !errors.Is(err, vrdma.ErrState) {
+				t.Fatalf("Destroy of an SRQ %d QPs use: %v, want ErrState (EBUSY)", len(b.ends)-i, err)
+			}
+			if err := e.qp.Destroy(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The receives still posted go without completions.
+		if err := b.srq.Destroy(ctx); err != nil {
+			t.Fatalf("Destroy of an unused SRQ: %v", err)
+		}
+		expectNoWC(t, b.rcq, quiet, "an SRQ's receives after its destroy")
+	})
+}
