@@ -5,13 +5,22 @@ package vrdma_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // srqSide is one VM's side of an SRQ case: a PD, one SRQ, one receive CQ
@@ -348,4 +357,175 @@ func testSRQ(t *testing.T, s *suite) {
 		}
 		expectNoWC(t, b.rcq, quiet, "an SRQ's receives after its destroy")
 	})
+}
+
+// TestMiddlewareSRQHostile: a workload that writes garbage into its SRQ's
+// ring. The agent checks the SRQ tail it reads as it checks an RQ tail:
+// an invalid one (not an index of the ring, or more than the ring's size
+// ahead of the agent's head) is never used — the QP whose message needed
+// a receive fails it (the sender gets REM_OP_ERR, the QP moves to ERR),
+// logged once — and the SRQ works again once the tail is good; the head
+// word, the agent's, is ignored when the workload overwrites it;
+// malformed WQEs complete with the status hardware gives, in the
+// receiving QP's CQ; the ring's memfd cannot be resized.
+func TestMiddlewareSRQHostile(t *testing.T) {
+	env := testenv.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tg := lcNewSide(t, ctx, env.Open(t, "target", testenv.VMOptions{}))
+	env.Define(t, "hostile", testenv.VMOptions{MemMB: 4})
+	h := lcAttachHostile(t, env.Socket, "hostile")
+	gid := h.att.Adapters[0].GID
+	cq := h.newCQ(64)
+	lkey := h.mr.LKey
+
+	var rep abi.CreateSRQReply
+	fds := h.r.must(abi.OpCreateSRQ, &abi.CreateSRQ{PD: h.pd, Attr: abi.SRQAttr{MaxWR: 8, MaxSGE: 2}}, &rep)
+	if len(fds) != 1 {
+		t.Fatalf("create-srq sent %d descriptors, want 1", len(fds))
+	}
+	l := rep.Layout
+	ring, err := sys.Map(fds[0], int(l.Size), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ring.Unmap(); sys.CloseFD(fds[0]) })
+	for _, size := range []int64{0, 4096, 1 << 30} {
+		if err := unix.Ftruncate(fds[0], size); !errors.Is(err, unix.EPERM) {
+			t.Errorf("ftruncate of the SRQ ring's memfd to %d: %v, want EPERM (sealed)", size, err)
+		}
+	}
+	word := func(off int) *atomic.Uint32 { return abi.Word(ring.Bytes(), off) }
+	var tail uint32
+	postSRQ := func(fill func(slot []byte)) {
+		slot := ring.Bytes()[l.Offset+abi.Slot(tail, l.Entries)*l.Stride:][:l.Stride]
+		clear(slot)
+		fill(slot)
+		tail = abi.Next(tail, l.Entries)
+		word(abi.OffSRQTail).Store(tail)
+	}
+	sge := func(addr uint64, n, key uint32) abi.SGE { return abi.SGE{Addr: addr, Length: n, LKey: key} }
+	recv := func(id uint64, sges ...abi.SGE) func([]byte) {
+		w := abi.RecvWQE{WRID: id, NumSGE: uint8(len(sges))}
+		copy(w.SGE[:], sges)
+		return func(s []byte) { abi.EncodeRecv(s, &w) }
+	}
+	// pair returns a hostile QP on the SRQ in RTS, connected to a new
+	// target QP.
+	pair := func() (*lcRawQP, *vrdma.QP) {
+		t.Helper()
+		var qr abi.CreateQPReply
+		fds := h.r.must(abi.OpCreateQP, &abi.CreateQP{PD: h.pd, SendCQ: cq.handle, RecvCQ: cq.handle, Type: abi.QPTypeRC, SQSigAll: true,
+			SRQ: rep.Handle, Caps: abi.QPCaps{MaxSendWR: 8, MaxSendSGE: 2}}, &qr)
+		q := &lcRawQP{h: h, handle: qr.Handle, qpn: qr.QPN, caps: qr.Caps, layout: qr.Layout, fd: fds[0]}
+		if q.ring, err = sys.Map(fds[0], int(qr.Layout.Size), false); err != nil {
+			t.Fatal(err)
+		}
+		if q.db, err = sys.BellFrom(fds[1]); err != nil {
+			t.Fatal(err)
+		}
+		h.undo = append(h.undo, func() { q.ring.Unmap(); q.db.Close(); sys.CloseFD(q.fd) })
+		tq := tg.newQP(t, ctx)
+		q.connect(tg.vm.Adapters()[0].GID(), tq.QPN())
+		if err := tq.ConnectTo(ctx, vrdma.Endpoint{GID: gid, QPN: q.qpn}); err != nil {
+			t.Fatal(err)
+		}
+		return q, tq
+	}
+	var nextID uint64 = 0x100
+	// sendFrom sends n bytes from the target QP tq and returns its
+	// completion.
+	sendFrom := func(tq *vrdma.QP, n uint32) vrdma.WorkCompletion {
+		t.Helper()
+		nextID++
+		if err := tq.PostSend([]vrdma.SendWR{{ID: nextID, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{tg.mr.SGE(0, int(n))}}}); err != nil {
+			t.Fatal(err)
+		}
+		return lcWaitWR(t, ctx, tg.cq, nextID)
+	}
+	expectRecvCQE := func(what string, q *lcRawQP, id uint64, st abi.WCStatus) {
+		t.Helper()
+		if e := cq.next(t); e.WRID != id || e.Status != st || e.QPNum != q.qpn {
+			t.Errorf("%s: completion %+v (%s), want wr_id 0x%x %s on QP 0x%x", what, e, e.Status, id, st, q.qpn)
+		}
+	}
+
+	// Well-formed: the receive completes in the QP's CQ.
+	q, tq := pair()
+	postSRQ(recv(0xa1, sge(lcMRAddr, 64, lkey)))
+	if c := sendFrom(tq, 8); c.Status != vrdma.WCSuccess {
+		t.Fatalf("SEND to a QP on a good SRQ: %+v", c)
+	}
+	expectRecvCQE("good receive", q, 0xa1, abi.WCSuccess)
+
+	// The head word is the agent's: garbage there changes nothing.
+	word(abi.OffSRQHead).Store(0xdeadbeef)
+	postSRQ(recv(0xa2, sge(lcMRAddr, 64, lkey)))
+	if c := sendFrom(tq, 8); c.Status != vrdma.WCSuccess {
+		t.Fatalf("SEND after garbage in the SRQ head word: %+v", c)
+	}
+	expectRecvCQE("receive after a garbage head word", q, 0xa2, abi.WCSuccess)
+
+	// Garbage tails: not an index, and an index more than the ring's size
+	// ahead. Every QP that needs a receive fails; the agent logs it once.
+	for _, badOf := range []func() uint32{
+		func() uint32 { return 0x80000001 },
+		func() uint32 { return (tail + l.Entries + 1) & (2*l.Entries - 1) }, // an index, 9 ahead of the head
+	} {
+		bad := badOf()
+		for range 2 {
+			q, tq := pair()
+			word(abi.OffSRQTail).Store(bad)
+			if c := sendFrom(tq, 8); c.Status != vrdma.WCRemOpErr {
+				t.Errorf("SEND to a QP whose SRQ tail is 0x%x: %+v, want REM_OP_ERR", bad, c)
+			}
+			q.waitState(t, abi.QPSErr)
+		}
+		word(abi.OffSRQTail).Store(tail)
+		q, tq := pair()
+		postSRQ(recv(0xa3, sge(lcMRAddr, 64, lkey)))
+		if c := sendFrom(tq, 8); c.Status != vrdma.WCSuccess {
+			t.Fatalf("SEND once the SRQ tail is good again: %+v", c)
+		}
+		expectRecvCQE("receive once the tail is good", q, 0xa3, abi.WCSuccess)
+	}
+	n := 0
+	for _, line := range env.Logs(slog.LevelWarn) {
+		if strings.Contains(line, "shared receive queue tail index is invalid") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("the two garbage SRQ tails were logged %d times, want once each", n)
+	}
+
+	// Malformed receive WQEs: each is consumed and completes with its
+	// status on the receiving QP; the sender gets an error NAK.
+	for _, c := range []struct {
+		name   string
+		fill   func([]byte)
+		id     uint64
+		want   abi.WCStatus
+		sender vrdma.WCStatus
+	}{
+		{"receive with 200 SGEs", func(s []byte) { binary.LittleEndian.PutUint64(s, 0xb1); s[8] = 200 }, 0xb1, abi.WCLocLenErr, vrdma.WCRemOpErr},
+		{"receive with a bad lkey", recv(0xb2, sge(lcMRAddr, 64, 0x12345678)), 0xb2, abi.WCLocProtErr, vrdma.WCRemOpErr},
+		{"receive outside memory", recv(0xb3, sge(1<<62, 64, lkey)), 0xb3, abi.WCLocProtErr, vrdma.WCRemOpErr},
+		{"receive too small", recv(0xb4, sge(lcMRAddr, 4, lkey)), 0xb4, abi.WCLocLenErr, vrdma.WCRemInvReqErr},
+	} {
+		q, tq := pair()
+		postSRQ(c.fill)
+		if got := sendFrom(tq, 8); got.Status != c.sender {
+			t.Errorf("%s: sender's completion %+v, want %s", c.name, got, c.sender)
+		}
+		expectRecvCQE(c.name, q, c.id, c.want)
+		q.waitState(t, abi.QPSErr)
+	}
+	// The SRQ still serves a good QP after all that.
+	q, tq = pair()
+	postSRQ(recv(0xc1, sge(lcMRAddr, 64, lkey)))
+	if c := sendFrom(tq, 8); c.Status != vrdma.WCSuccess {
+		t.Fatalf("SEND after the malformed receives: %+v", c)
+	}
+	expectRecvCQE("receive after the malformed ones", q, 0xc1, abi.WCSuccess)
 }
