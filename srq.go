@@ -227,8 +227,15 @@ func (e *AsyncEvents) Next(ctx context.Context) (AsyncEvent, error) {
 	} else {
 		e.f.SetReadDeadline(time.Time{})
 	}
-	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Now()) })
-	defer stop()
+	// The deadline set when ctx ends must not outlive this call: wait
+	// for it to be set, or a late one fails the next call's read.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Now()); close(fired) })
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 	n, err := e.f.Read(e.buf)
 	if err != nil {
 		if ctx.Err() != nil {
