@@ -222,21 +222,7 @@ func (e *AsyncEvents) Close() error { return e.f.Close() }
 func (e *AsyncEvents) Next(ctx context.Context) (AsyncEvent, error) {
 	e.readMu.Lock()
 	defer e.readMu.Unlock()
-	if d, ok := ctx.Deadline(); ok {
-		e.f.SetReadDeadline(d)
-	} else {
-		e.f.SetReadDeadline(time.Time{})
-	}
-	// The deadline set when ctx ends must not outlive this call: wait
-	// for it to be set, or a late one fails the next call's read.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Now()); close(fired) })
-	defer func() {
-		if !stop() {
-			<-fired
-		}
-	}()
-	n, err := e.f.Read(e.buf)
+	n, err := readCtx(ctx, e.f, e.buf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return AsyncEvent{}, ctx.Err()
@@ -260,4 +246,22 @@ func (e *AsyncEvents) Next(ctx context.Context) (AsyncEvent, error) {
 		e.mu.Unlock()
 	}
 	return ev, nil
+}
+
+// readCtx reads one message of f into buf until ctx ends. The deadline
+// set when ctx ends does not outlive the call: it waits for it to be
+// set, or a late one would fail the next call's read.
+func readCtx(ctx context.Context, f *os.File, buf []byte) (int, error) {
+	if d, ok := ctx.Deadline(); ok {
+		f.SetReadDeadline(d)
+	} else {
+		f.SetReadDeadline(time.Time{})
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { f.SetReadDeadline(time.Now()); close(fired) })
+	n, err := f.Read(buf)
+	if !stop() {
+		<-fired
+	}
+	return n, err
 }
