@@ -3,6 +3,10 @@ package verbsabi
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +112,83 @@ func rdmaBytes(t *testing.T, sock, roce string) uint64 {
 		}
 	}
 	return n
+}
+
+// pyverbsSRQModule is a test module of rdma-core's suite's shape, run by
+// its run_tests.py: the suite Debian ships has no SRQ test a device
+// without ODP, parent domains or tag matching can run (its one generic
+// one, test_odp_rc_srq_traffic, is test_odp's), so this is that test
+// without ODP — the suite's own RCResources with with_srq=True and its
+// traffic() — plus pyverbs' SRQ modify and query, on the drop-in.
+const pyverbsSRQModule = `import errno
+import unittest
+
+import pyverbs.enums as e
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.srq import SrqAttr
+from tests.base import RCResources, RDMATestCase
+import tests.utils as u
+
+
+class SrqRC(RCResources):
+    def __init__(self, dev_name, ib_port, gid_index, qp_count=1):
+        super().__init__(dev_name=dev_name, ib_port=ib_port, gid_index=gid_index, with_srq=True, qp_count=qp_count)
+
+
+class VrdmaSrqTestCase(RDMATestCase):
+    def setUp(self):
+        super().setUp()
+        self.iters = 100
+
+    def create_players(self, resource, **resource_arg):
+        self.client = resource(**self.dev_info, **resource_arg)
+        self.server = resource(**self.dev_info, **resource_arg)
+        self.client.pre_run(self.server.psns, self.server.qps_num)
+        self.server.pre_run(self.client.psns, self.client.qps_num)
+        self.traffic_args = {'client': self.client, 'server': self.server, 'iters': self.iters,
+                             'gid_idx': self.gid_index, 'port': self.ib_port}
+
+    def test_vrdma_rc_srq_traffic(self):
+        self.create_players(SrqRC, qp_count=2)
+        u.traffic(**self.traffic_args)
+
+    def test_vrdma_srq_modify_query(self):
+        self.create_players(SrqRC, qp_count=1)
+        srq = self.server.srq
+        attr = srq.query()
+        self.assertGreaterEqual(attr.max_wr, self.server.num_msgs)
+        srq.modify(SrqAttr(srq_limit=2), e.IBV_SRQ_LIMIT)
+        self.assertEqual(srq.query().srq_limit, 2)
+        with self.assertRaises(PyverbsRDMAError) as ex:
+            srq.modify(SrqAttr(max_wr=attr.max_wr * 2), e.IBV_SRQ_MAX_WR)
+        self.assertEqual(ex.exception.error_code, errno.EINVAL)
+`
+
+// TestMiddlewareSRQPyverbs runs pyverbsSRQModule with rdma-core's
+// run_tests.py against the drop-in: RC traffic of two QPs sharing an SRQ
+// through pyverbs (SRQ, post_srq_recv, completions by QP), and the SRQ's
+// modify and query. Both tests must pass (none skipped).
+func TestMiddlewareSRQPyverbs(t *testing.T) {
+	lib := Build(t)
+	dir := pyverbsSuite(t)
+	if err := os.WriteFile(filepath.Join(dir, "test_vrdma_srq.py"), []byte(pyverbsSRQModule), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v", "-k", "vrdma")
+	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil || !regexp.MustCompile(`(?m)^Ran 2 tests`).Match(out) || !regexp.MustCompile(`(?m)^OK$`).Match(out) {
+		t.Fatalf("pyverbs SRQ tests: %v", err)
+	}
+	for _, name := range []string{"test_vrdma_rc_srq_traffic", "test_vrdma_srq_modify_query"} {
+		if !regexp.MustCompile(`(?m)^` + name + ` \(.*\) \.\.\. ok$`).Match(out) {
+			t.Errorf("%s did not pass", name)
+		}
+	}
 }
