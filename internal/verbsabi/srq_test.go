@@ -192,3 +192,18 @@ func TestMiddlewareSRQPyverbs(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareSRQVerbs runs guest/ibverbs/tests/srq_check.c: the SRQ
+// verbs of the drop-in in one process (ibv_create_srq_ex, query, modify
+// with the limit and a refused resize, ibv_post_srq_recv, QPs on the SRQ
+// whose completions name them, the limit and last-WQE events through
+// ibv_get_async_event, EBUSY on destroy while in use).
+func TestMiddlewareSRQVerbs(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	out, _ := runC(t, lib, env.Socket, "vm1", "srq_check")
+	if n := strings.Count(out, "ok "); n < 25 {
+		t.Errorf("only %d checks ran", n)
+	}
+}
