@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/testlink"
 )
 
 // srqSide is one VM's side of an SRQ case: a PD, one SRQ, one receive CQ
@@ -141,80 +143,87 @@ func nextAsync(t *testing.T, ev *vrdma.AsyncEvents, d time.Duration) (vrdma.Asyn
 	return e, true
 }
 
+// srqShared connects qps QPs on one SRQ to senders in another VM, which
+// send msgs messages each at once (SEND, every fourth with immediate, of
+// 1..256 bytes over the receives' two SGEs): every receive is taken once,
+// its completion names the QP it came to and its sender, and each QP's
+// messages arrive in order with their bytes.
+func srqShared(t *testing.T, s *suite, qps, msgs int) {
+	t.Helper()
+	as, b := s.srqPair(t, qps, uint32(qps*msgs), nil)
+	b.post(t, 0, qps*msgs)
+	src := make([]*vrdma.MR, qps)
+	for i, a := range as {
+		src[i] = a.mr(t, msgs*srqSlot, vrdma.AccessAll)
+		fill(src[i].Bytes(), uint64(100+i))
+	}
+	size := func(k int) int { return 1 + k*37%srqSlot } // 1..256 bytes, across both SGEs
+	var wg sync.WaitGroup
+	errs := make(chan error, qps)
+	for i, a := range as {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range msgs {
+				wr := vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src[i].SGE(k*srqSlot, size(k)))}
+				if k%4 == 3 {
+					wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(i<<8|k)
+				}
+				if err := a.qp.PostSend([]vrdma.SendWR{wr}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			wc, err := pollN(t.Context(), a.scq, msgs)
+			if err == nil {
+				for _, w := range wc {
+					if w.Status != vrdma.WCSuccess {
+						err = fmt.Errorf("sender %d: %s", i, fmtWC(w))
+					}
+				}
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wc := waitWC(t, b.rcq, qps*msgs)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	used := map[uint64]bool{}
+	next := make([]int, qps) // the next message of each QP: RC keeps each QP's order
+	for _, w := range wc {
+		i := -1
+		for j, e := range b.ends {
+			if w.QPNum == e.qp.QPN() {
+				i = j
+			}
+		}
+		if i < 0 || w.SrcQP != as[i].qp.QPN() {
+			t.Fatalf("completion %s names no QP on the SRQ (or the wrong sender 0x%x)", fmtWC(w), w.SrcQP)
+		}
+		if used[w.WRID] || w.WRID >= uint64(qps*msgs) {
+			t.Fatalf("completion %s: receive %d taken twice or never posted", fmtWC(w), w.WRID)
+		}
+		used[w.WRID] = true
+		k := next[i]
+		next[i]++
+		expectRecv(t, w, b.ends[i].qp, w.WRID, vrdma.WCRecv, size(k), uint32(i<<8|k), k%4 == 3)
+		expectBytes(t, fmt.Sprintf("QP %d's message %d in receive %d", i, k, w.WRID), b.slot(w.WRID)[:size(k)], src[i].Bytes()[k*srqSlot:][:size(k)])
+	}
+	expectNoWC(t, b.rcq, quiet, "receives beyond the messages")
+}
+
 // testSRQ checks shared receive queues: several QPs taking receives from
 // one SRQ at once, each completion in the receive CQ naming its QP; RNR
 // while the SRQ is empty; the one-shot limit event; a QP in ERR raising
 // the last-WQE event without flushing the SRQ; destroy refused while in
 // use; posting to a QP on an SRQ refused.
 func testSRQ(t *testing.T, s *suite) {
-	t.Run("shared", func(t *testing.T) {
-		const qps, msgs = 3, 16
-		as, b := s.srqPair(t, qps, 64, nil)
-		b.post(t, 0, qps*msgs)
-		src := make([]*vrdma.MR, qps)
-		for i, a := range as {
-			src[i] = a.mr(t, msgs*srqSlot, vrdma.AccessAll)
-			fill(src[i].Bytes(), uint64(100+i))
-		}
-		size := func(k int) int { return 1 + k*15 } // 1..226 bytes, across both SGEs
-		var wg sync.WaitGroup
-		errs := make(chan error, qps)
-		for i, a := range as {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := range msgs {
-					wr := vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src[i].SGE(k*srqSlot, size(k)))}
-					if k%4 == 3 {
-						wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(i<<8|k)
-					}
-					if err := a.qp.PostSend([]vrdma.SendWR{wr}); err != nil {
-						errs <- err
-						return
-					}
-				}
-				wc, err := pollN(t.Context(), a.scq, msgs)
-				if err == nil {
-					for _, w := range wc {
-						if w.Status != vrdma.WCSuccess {
-							err = fmt.Errorf("sender %d: %s", i, fmtWC(w))
-						}
-					}
-				}
-				if err != nil {
-					errs <- err
-				}
-			}()
-		}
-		wc := waitWC(t, b.rcq, qps*msgs)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-		used := map[uint64]bool{}
-		next := make([]int, qps) // the next message of each QP: RC keeps each QP's order
-		for _, w := range wc {
-			i := -1
-			for j, e := range b.ends {
-				if w.QPNum == e.qp.QPN() {
-					i = j
-				}
-			}
-			if i < 0 || w.SrcQP != as[i].qp.QPN() {
-				t.Fatalf("completion %s names no QP on the SRQ (or the wrong sender 0x%x)", fmtWC(w), w.SrcQP)
-			}
-			if used[w.WRID] || w.WRID >= qps*msgs {
-				t.Fatalf("completion %s: receive %d taken twice or never posted", fmtWC(w), w.WRID)
-			}
-			used[w.WRID] = true
-			k := next[i]
-			next[i]++
-			expectRecv(t, w, b.ends[i].qp, w.WRID, vrdma.WCRecv, size(k), uint32(i<<8|k), k%4 == 3)
-			expectBytes(t, fmt.Sprintf("QP %d's message %d in receive %d", i, k, w.WRID), b.slot(w.WRID)[:size(k)], src[i].Bytes()[k*srqSlot:][:size(k)])
-		}
-		expectNoWC(t, b.rcq, quiet, "receives beyond the messages")
-	})
+	t.Run("shared", func(t *testing.T) { srqShared(t, s, 3, 16) })
 
 	t.Run("rnr", func(t *testing.T) {
 		pa, pb := defaultRC, defaultRC
@@ -528,4 +537,25 @@ func TestMiddlewareSRQHostile(t *testing.T) {
 		t.Fatalf("SEND after the malformed receives: %+v", c)
 	}
 	expectRecvCQE("receive after the malformed ones", q, 0xc1, abi.WCSuccess)
+}
+
+// TestMiddlewareSRQStress is the srq case's sharing at scale: 8 QPs on
+// one SRQ, 200 messages from each of their senders at once, over memcpy,
+// the lossy test link (messages retransmitted, duplicated, reordered) and
+// the rdma engine on a loopback socket: no receive is taken twice or
+// lost, each completion names its QP, each QP's messages arrive in order
+// with their bytes.
+func TestMiddlewareSRQStress(t *testing.T) {
+	t.Run("memcpy", func(t *testing.T) {
+		srqShared(t, &suite{env: &memcpyEnv{env: testenv.Start(t), prefix: "ss"}, how: connOOB}, 8, 200)
+	})
+	t.Run("lossy", func(t *testing.T) {
+		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 21}
+		env := testenv.StartWith(t, testenv.Options{TestLink: &faults})
+		srqShared(t, &suite{env: &lossyEnv{memcpyEnv{env: env, prefix: "sl"}}, how: connOOB, oob: &lossyRC}, 8, 200)
+	})
+	t.Run("rdma-loop", func(t *testing.T) {
+		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.7:4791")})
+		srqShared(t, &suite{env: &rdmaLoopEnv{memcpyEnv{env: env, prefix: "sr"}}, how: connOOB}, 8, 200)
+	})
 }
