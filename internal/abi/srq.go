@@ -60,9 +60,10 @@ func NewSRQLayout(a SRQAttr) (SRQLayout, SRQAttr, error) {
 		return SRQLayout{}, a, fmt.Errorf("max_wr %d out of range 1..%d (max_srq_wr)", a.MaxWR, MaxSRQWR)
 	case a.MaxSGE > MaxSRQSGE:
 		return SRQLayout{}, a, fmt.Errorf("max_sge %d exceeds max_srq_sge %d", a.MaxSGE, MaxSRQSGE)
-	case a.Limit > a.MaxWR:
-		return SRQLayout{}, a, fmt.Errorf("srq_limit %d exceeds max_wr %d", a.Limit, a.MaxWR)
 	}
+	// a.Limit is taken as it is, as rxe takes it (ibv_create_srq(3) calls
+	// it irrelevant at create; a limit above the size fires at the first
+	// receive taken).
 	if a.MaxSGE == 0 {
 		a.MaxSGE = 1
 	}
