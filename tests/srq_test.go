@@ -151,6 +151,14 @@ func nextAsync(t *testing.T, ev *vrdma.AsyncEvents, d time.Duration) (vrdma.Asyn
 func srqShared(t *testing.T, s *suite, qps, msgs int) {
 	t.Helper()
 	as, b := s.srqPair(t, qps, uint32(qps*msgs), nil)
+	srqTraffic(t, as, b, msgs)
+}
+
+// srqTraffic is srqShared's traffic and checks, between senders as and
+// the QPs of side b (connected in pairs), b's SRQ holding room for all.
+func srqTraffic(t *testing.T, as []*end, b *srqSide, msgs int) {
+	t.Helper()
+	qps := len(as)
 	b.post(t, 0, qps*msgs)
 	src := make([]*vrdma.MR, qps)
 	for i, a := range as {
@@ -558,4 +566,32 @@ func TestMiddlewareSRQStress(t *testing.T) {
 		env := testenv.StartWith(t, testenv.Options{RDMALoop: netip.MustParseAddrPort("127.0.33.7:4791")})
 		srqShared(t, &suite{env: &rdmaLoopEnv{memcpyEnv{env: env, prefix: "sr"}}, how: connOOB}, 8, 200)
 	})
+}
+
+// TestMiddlewareSRQMixedPaths: one SRQ whose QPs are bound to three paths
+// at once — a sender in a VM of the same host (memcpy), one on a host
+// with an RDMA uplink (rdma) and one on a host without (tcp) — each
+// sending 100 messages at once: the SRQ's one consumer lock serves the
+// three responders.
+func TestMiddlewareSRQMixedPaths(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true, NoRDMA: []int{2}, Netns: testenv.NetnsOff})
+	vmB := c.Hosts[1].Open(t, "mxB", testenv.VMOptions{MemMB: 64})
+	b := newSRQSide(t, vmB, 512, 3)
+	var as []*end
+	want := []vrdma.PathKind{vrdma.PathMemcpy, vrdma.PathRDMA, vrdma.PathTCP}
+	for i, h := range []int{1, 0, 2} {
+		a := newEnd(t, c.Hosts[h].Open(t, fmt.Sprintf("mxA%d", i), testenv.VMOptions{MemMB: 64}), qpConfig{})
+		ctx := opCtx(t)
+		if err := a.qp.ConnectTo(ctx, b.ends[i].qp.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ends[i].qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if p := b.ends[i].qp.Path(); p.Path != want[i] {
+			t.Fatalf("QP %d on the SRQ took path %q (%s), want %q", i, p.Path, p.Reason, want[i])
+		}
+		as = append(as, a)
+	}
+	srqTraffic(t, as, b, 100)
 }
