@@ -4,9 +4,10 @@
  * A context's async_fd is the agent's event socket for its adapter
  * (async-open, wire-local.md §4.13), on which the agent writes one JSON
  * event per message: IBV_EVENT_QP_FATAL when it moved one of this
- * process's QPs to ERR for an error it detected; IBV_EVENT_SRQ_LIMIT_REACHED
- * and IBV_EVENT_QP_LAST_WQE_REACHED for its SRQs and the QPs on them. poll and epoll work on
- * it; with O_NONBLOCK an empty socket is EAGAIN, as the kernel's.
+ * process's QPs to ERR for an error it detected;
+ * IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_QP_LAST_WQE_REACHED for its
+ * SRQs and the QPs on them; the port's events. poll and epoll work on it;
+ * with O_NONBLOCK an empty socket is EAGAIN, as the kernel's.
  */
 #include <errno.h>
 #include <stdio.h>
