@@ -21,7 +21,8 @@ import (
 // VM and client in another, with its buffer check (-c), over memcpy (two
 // VMs of one agent), tcp (two hosts), rdma RoCE v2 and rdma RoCE v1 (two
 // hosts with software RoCE uplinks; v1 in network namespaces, as root):
-// busy-polling and with completion events (-e). Each side must report the
+// busy-polling and with completion events (-e), and on memcpy 64 QPs
+// sharing 128 receives posted at a time. Each side must report the
 // bytes and iterations asked for, no invalid data and nothing on stderr;
 // on tcp and rdma the bytes must have crossed that path.
 func TestMiddlewareSRQPingpong(t *testing.T) {
@@ -50,7 +51,11 @@ func TestMiddlewareSRQPingpong(t *testing.T) {
 				c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 16})
 				sockA, sockB = c.Hosts[0].Socket, c.Hosts[1].Socket
 			}
-			for _, extra := range [][]string{nil, {"-e"}} {
+			runs := [][]string{nil, {"-e"}}
+			if path == "memcpy" {
+				runs = append(runs, []string{"-q", "64", "-r", "128"}) // more QPs than receives posted at once
+			}
+			for _, extra := range runs {
 				port := freePort(t)
 				args := append([]string{"-g", "0", "-c", "-d", "vrdma0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(iters), "-s", fmt.Sprint(size)}, extra...)
 				srv, cli := runPair(t, lib, sockA, sockB, "/usr/bin/ibv_srq_pingpong", args, port)
