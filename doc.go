@@ -25,6 +25,11 @@
 //	cq.Wait(ctx)
 //	n, _ := cq.Poll(wc)
 //
+// Many QPs can take their receives from one shared receive queue
+// (PD.CreateSRQ, QPInitAttr.SRQ, SRQ.PostRecv): each receive completes in
+// the receiving QP's CQ with that QP's QPN, and the SRQ's limit event
+// arrives on the adapter's AsyncEvents.
+//
 // Errors say what failed and what to do, and those with a cause a program
 // can act on have a class that errors.Is tests: ErrLimit, ErrState,
 // ErrNotFound and the others (see ErrInvalid). If the agent dies, every

@@ -18,6 +18,10 @@ type QPInitAttr struct {
 	RecvCQ   *CQ
 	Caps     QPCaps
 	SQSigAll bool // every send WR completes with a CQE, signaled or not
+	// SRQ, if set, is the shared receive queue the QP takes its receives
+	// from (ibv_qp_init_attr.srq): Caps' receive sizes are then ignored,
+	// and the QP's own PostRecv is refused.
+	SRQ *SRQ
 }
 
 // QP is a reliable-connected queue pair (ibv_qp, IBV_QPT_RC). PostSend and
@@ -33,6 +37,7 @@ type QP struct {
 	db     *sys.Bell
 	sendCQ *CQ
 	recvCQ *CQ
+	srq    *SRQ
 	psn    uint32
 
 	sqMu   sync.Mutex
@@ -51,9 +56,13 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: SendCQ and RecvCQ are required")
 	}
+	req := &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
+		Type: abi.QPTypeRC, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
+	if attr.SRQ != nil {
+		req.SRQ = attr.SRQ.handle
+	}
 	var r abi.CreateQPReply
-	fds, err := v.c.call(ctx, abi.OpCreateQP, &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
-		Type: abi.QPTypeRC, SQSigAll: attr.SQSigAll, Caps: attr.Caps}, &r)
+	fds, err := v.c.call(ctx, abi.OpCreateQP, req, &r)
 	if err != nil {
 		return nil, fmt.Errorf("vrdma: CreateQP: %w", err)
 	}
@@ -61,7 +70,7 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
 	}
-	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ}
+	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
 	var b [4]byte
 	rand.Read(b[:])
 	q.psn = binary.LittleEndian.Uint32(b[:]) & 0xffffff
@@ -254,6 +263,9 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 func (q *QP) PostRecv(wrs []RecvWR) error {
 	if err := q.vm.check(); err != nil {
 		return err
+	}
+	if q.srq != nil {
+		return errorf(abi.CodeInvalid, "vrdma: PostRecv on QP 0x%x, which takes its receives from an SRQ: post them with SRQ.PostRecv", q.qpn)
 	}
 	mem := q.ring.Bytes()
 	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {

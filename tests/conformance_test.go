@@ -309,6 +309,7 @@ var conformanceCases = []conformanceCase{
 	{name: "port-down", run: testPortDown},
 	{name: "stream", run: testStream},
 	{name: "in-flight", run: testInFlight},
+	{name: "srq", run: testSRQ},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

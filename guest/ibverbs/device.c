@@ -185,6 +185,13 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	INT_FIELD("max_qp_init_rd_atom", max_qp_init_rd_atom);
 	INT_FIELD("max_srq", max_srq);
 #undef INT_FIELD
+	/* SRQ sizes: an agent without the srq bit sends none and has no SRQs. */
+	if (json_get_u32(j, 0, "max_srq_wr", &u) == 0 && u <= INT32_MAX)
+		a->max_srq_wr = (int)u;
+	if (json_get_u32(j, 0, "max_srq_sge", &u) == 0 && u <= INT32_MAX)
+		a->max_srq_sge = (int)u;
+	if (!a->max_srq_wr || !a->max_srq_sge)
+		a->max_srq = 0;
 	if (json_get_u32(j, 0, "phys_port_cnt", &u) || u > 255) {
 		vrdma_reply_free(&r);
 		return EIO;

@@ -4,8 +4,10 @@
  * A context's async_fd is the agent's event socket for its adapter
  * (async-open, wire-local.md §4.13), on which the agent writes one JSON
  * event per message: IBV_EVENT_QP_FATAL when it moved one of this
- * process's QPs to ERR for an error it detected. poll and epoll work on
- * it; with O_NONBLOCK an empty socket is EAGAIN, as the kernel's.
+ * process's QPs to ERR for an error it detected;
+ * IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_QP_LAST_WQE_REACHED for its
+ * SRQs and the QPs on them; the port's events. poll and epoll work on it;
+ * with O_NONBLOCK an empty socket is EAGAIN, as the kernel's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -44,7 +46,7 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		return EINVAL;
 	for (;;) {
 		struct json_doc d = { 0 };
-		uint32_t type = 0, handle = 0, port = 0;
+		uint32_t type = 0, handle = 0, port = 0, srq = 0;
 		ssize_t n = recv(context->async_fd, buf, sizeof(buf), 0);
 
 		if (n < 0 && errno == EINTR)
@@ -61,6 +63,7 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		}
 		json_get_u32(&d, 0, "qp", &handle);
 		json_get_u32(&d, 0, "port", &port);
+		json_get_u32(&d, 0, "srq", &srq);
 		json_free(&d);
 		memset(event, 0, sizeof(*event));
 		event->event_type = (enum ibv_event_type)type;
@@ -74,6 +77,12 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 			event->element.qp = vrdma_qp_of_handle(context, handle);
 			if (!event->element.qp)
 				continue; /* its QP is destroyed: the kernel drops those too */
+			return 0;
+		case IBV_EVENT_SRQ_ERR:
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+			event->element.srq = vrdma_srq_of_handle(context, srq);
+			if (!event->element.srq)
+				continue; /* its SRQ is destroyed */
 			return 0;
 		case IBV_EVENT_PORT_ACTIVE:
 		case IBV_EVENT_PORT_ERR:

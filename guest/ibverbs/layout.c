@@ -54,3 +54,20 @@ int vrdma_qp_layout(const struct json_doc *d, int root, struct vrdma_qp_layout *
 		return -1;
 	return 0;
 }
+
+int vrdma_srq_layout(const struct json_doc *d, int root, struct vrdma_srq_layout *l, struct ibv_srq_attr *attr)
+{
+	int lay = json_get(d, root, "layout"), a = json_get(d, root, "attr");
+
+	if (json_get_u32(d, lay, "entries", &l->entries) || json_get_u32(d, lay, "stride", &l->stride) ||
+	    json_get_u32(d, lay, "offset", &l->offset) || json_get_u32(d, lay, "size", &l->size) ||
+	    json_get_u32(d, a, "max_wr", &attr->max_wr) || json_get_u32(d, a, "max_sge", &attr->max_sge) ||
+	    json_get_u32(d, a, "srq_limit", &attr->srq_limit))
+		return -1;
+	if (!is_pow2(l->entries) || l->entries > VRDMA_MAX_SRQ_WR || l->stride < VRDMA_RECV_HDR + VRDMA_SGE_SIZE ||
+	    l->stride > VRDMA_MAX_STRIDE || l->offset < VRDMA_RING_HEADER_SIZE ||
+	    (uint64_t)l->offset + (uint64_t)l->entries * l->stride > l->size ||
+	    attr->max_sge > (l->stride - VRDMA_RECV_HDR) / VRDMA_SGE_SIZE || attr->max_sge > VRDMA_MAX_SRQ_SGE)
+		return -1;
+	return 0;
+}

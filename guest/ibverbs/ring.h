@@ -11,7 +11,10 @@
  *	word             writer   library's access
  *	SQ tail, RQ tail library  store-release after the slots' bytes
  *	                          (ring_publish_sq/rq: then a full fence)
+ *	SRQ tail         library  store-release after the slots' bytes
+ *	                          (ring_publish_srq: no fence, no doorbell)
  *	SQ head, RQ head agent    load-acquire before reusing the slots before it
+ *	SRQ head         agent    load-acquire before reusing the slots before it
  *	CQ tail          agent    load-acquire, then read the CQEs before it
  *	CQ head          library  store-release after reading the CQEs it frees
  *	QP state         agent    load-acquire; advisory (a peer's error moves
@@ -144,6 +147,15 @@ static inline uint32_t ring_publish_rq(char *qp_ring, uint32_t tail)
 	__atomic_store_n(ring_word(qp_ring, VRDMA_QP_RQ_TAIL), tail, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	return __atomic_load_n(ring_word(qp_ring, VRDMA_QP_STATE), __ATOMIC_ACQUIRE);
+}
+
+/* ring_publish_srq publishes an SRQ's slots before tail (store-release,
+ * after their bytes). The agent reads the SRQ only when a message needs a
+ * receive, so there is no doorbell and no Dekker pair: an RNR-refused
+ * sender retries after its timer and finds the new receives. */
+static inline void ring_publish_srq(char *srq_ring, uint32_t tail)
+{
+	__atomic_store_n(ring_word(srq_ring, VRDMA_SRQ_TAIL), tail, __ATOMIC_RELEASE);
 }
 
 /* ring_arm_cq asks for an event at the CQ's next completion: it stores

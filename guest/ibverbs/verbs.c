@@ -29,6 +29,7 @@
 #define MAGIC_MR 0x766d7231u
 #define MAGIC_CQ 0x76637131u
 #define MAGIC_QP 0x76717031u
+#define MAGIC_SRQ 0x76737231u
 
 /* poll_cq yields the CPU once per this many polls of an empty CQ. */
 #define EMPTY_POLLS_PER_YIELD 64
@@ -80,23 +81,36 @@ struct vrdma_qp {
 	int wr_err;	       /* the first error: wr_complete returns it */
 };
 
+struct vrdma_srq {
+	struct ibv_srq ibsrq;
+	uint32_t magic;
+	char *ring;
+	size_t ring_size;
+	uint32_t entries, stride, offset;
+	uint32_t max_sge;
+	pthread_mutex_t lock; /* posters */
+	uint32_t tail;	      /* +guarded by lock */
+};
+
 /* ---- the registries of live objects ---- */
 
 /* A registry is a set of live pointers: every object this library made
- * (objs), and its QPs again (qps, for ibv_get_async_event's handles). */
+ * (objs), and its QPs and SRQs again (qps, srqs, for
+ * ibv_get_async_event's handles). */
 struct registry {
 	void **v;
 	int n, cap;
 };
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct registry objs, qps; /* +guarded by reg_mu */
+static struct registry objs, qps, srqs; /* +guarded by reg_mu */
 
 void vrdma_forget_objects(void)
 {
 	pthread_mutex_init(&reg_mu, NULL);
 	memset(&objs, 0, sizeof(objs));
 	memset(&qps, 0, sizeof(qps));
+	memset(&srqs, 0, sizeof(srqs));
 }
 
 static int reg_add(struct registry *r, void *p)
@@ -166,6 +180,21 @@ struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
 	return found;
 }
 
+struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	struct ibv_srq *found = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < srqs.n && !found; i++) {
+		struct ibv_srq *q = srqs.v[i];
+
+		if (q->context == ctx && q->handle == handle)
+			found = q;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return found;
+}
+
 static struct vrdma_pd *to_pd(struct ibv_pd *p)
 {
 	return reg_has(p) && ((struct vrdma_pd *)p)->magic == MAGIC_PD ? (struct vrdma_pd *)p : NULL;
@@ -179,6 +208,11 @@ static struct vrdma_cq *to_cq(struct ibv_cq *c)
 static struct vrdma_qp *to_qp(struct ibv_qp *q)
 {
 	return reg_has(q) && ((struct vrdma_qp *)q)->magic == MAGIC_QP ? (struct vrdma_qp *)q : NULL;
+}
+
+static struct vrdma_srq *to_srq(struct ibv_srq *q)
+{
+	return reg_has(q) && ((struct vrdma_srq *)q)->magic == MAGIC_SRQ ? (struct vrdma_srq *)q : NULL;
 }
 
 /* ---- commands ---- */
@@ -848,6 +882,10 @@ static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			*bad_wr = wr;
 		return EINVAL;
 	}
+	if (qp->qpx.qp_base.srq) {
+		*bad_wr = wr; /* its receives come from the SRQ: ibv_post_srq_recv */
+		return EINVAL;
+	}
 	pthread_mutex_lock(&qp->rq_lock);
 	if (ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RESET) {
 		rc = EINVAL;
@@ -881,6 +919,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	struct vrdma_pd *pd = to_pd(ibpd);
 	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
 	struct vrdma_cq *scq, *rcq;
+	struct vrdma_srq *srq = NULL;
 	struct vrdma_qp *qp;
 	struct vrdma_reply r;
 	char body[512];
@@ -894,8 +933,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
-		/* UD, UC, XRC, raw packet and SRQs: not in vrdma yet. */
+	if (attr->qp_type != IBV_QPT_RC) {
+		/* UD, UC, XRC and raw packet: not in vrdma yet. */
 		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
 				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
 				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
@@ -909,6 +948,17 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
+	if (attr->srq) {
+		srq = to_srq(attr->srq);
+		if (!srq || srq->ibsrq.context != ibpd->context) {
+			errno = EINVAL;
+			return NULL;
+		}
+		if (!(vm->s.caps & VRDMA_CAP_SRQ)) {
+			errno = EOPNOTSUPP; /* an agent without shared receive queues */
+			return NULL;
+		}
+	}
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_u64(&b, "pd", pd->ibpd.handle);
@@ -916,6 +966,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
 	jb_str(&b, "qp_type", "RC");
 	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
+	if (srq)
+		jb_u64(&b, "srq", srq->ibsrq.handle);
 	jb_key(&b, "caps");
 	jb_raw(&b, "{");
 	jb_u64(&b, "max_send_wr", attr->cap.max_send_wr);
@@ -972,6 +1024,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	qp->qpx.qp_base.pd = ibpd;
 	qp->qpx.qp_base.send_cq = attr->send_cq;
 	qp->qpx.qp_base.recv_cq = attr->recv_cq;
+	qp->qpx.qp_base.srq = attr->srq;
 	qp->qpx.qp_base.handle = h;
 	qp->qpx.qp_base.qp_num = qpn;
 	qp->qpx.qp_base.state = IBV_QPS_RESET;
@@ -1102,6 +1155,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	init_attr->qp_context = qp->qpx.qp_base.qp_context;
 	init_attr->send_cq = qp->qpx.qp_base.send_cq;
 	init_attr->recv_cq = qp->qpx.qp_base.recv_cq;
+	init_attr->srq = qp->qpx.qp_base.srq;
 	init_attr->cap = attr->cap;
 	init_attr->qp_type = IBV_QPT_RC;
 	init_attr->sq_sig_all = qp->sq_sig_all;
@@ -1125,6 +1179,212 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	munmap(qp->ring, qp->ring_size);
 	close(qp->doorbell_fd);
 	free(qp);
+	return 0;
+}
+
+/* ---- SRQ (wire-local.md §4.14, §5.4) ---- */
+
+static void *srq_slot(struct vrdma_srq *srq, uint32_t idx)
+{
+	return srq->ring + srq->offset + ring_slot(idx, srq->entries) * srq->stride;
+}
+
+static int post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct vrdma_srq *srq = (struct vrdma_srq *)ibsrq;
+	int rc = 0, posted = 0;
+
+	if (!ibsrq || srq->magic != MAGIC_SRQ || !bad_wr) {
+		if (bad_wr)
+			*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_mutex_lock(&srq->lock);
+	for (; wr; wr = wr->next) {
+		if (ring_full(srq->tail, ring_load(srq->ring, VRDMA_SRQ_HEAD), srq->entries)) {
+			rc = ENOMEM;
+			break;
+		}
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > srq->max_sge || (wr->num_sge > 0 && !wr->sg_list)) {
+			rc = EINVAL;
+			break;
+		}
+		wqe_recv_from_wr(srq_slot(srq, srq->tail), wr);
+		srq->tail = ring_next(srq->tail, srq->entries);
+		posted++;
+	}
+	if (posted)
+		ring_publish_srq(srq->ring, srq->tail);
+	if (rc)
+		*bad_wr = wr;
+	pthread_mutex_unlock(&srq->lock);
+	return rc;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *attr)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
+	struct vrdma_srq *srq;
+	struct vrdma_reply r;
+	struct vrdma_srq_layout l;
+	struct ibv_srq_attr got;
+	char body[160];
+	uint32_t h;
+	int e;
+
+	if (!pd || !vm || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!(vm->s.caps & VRDMA_CAP_SRQ)) {
+		errno = EOPNOTSUPP; /* an agent without shared receive queues */
+		return NULL;
+	}
+	snprintf(body, sizeof(body), "{\"pd\":%u,\"attr\":{\"max_wr\":%u,\"max_sge\":%u,\"srq_limit\":%u}}", pd->ibpd.handle,
+		 attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit);
+	e = cmd(vm, VRDMA_OP_CREATE_SRQ, body, &r);
+	if (e) {
+		errno = e;
+		return NULL;
+	}
+	if (json_get_u32(&r.doc, 0, "handle", &h)) {
+		vrdma_reply_free(&r);
+		errno = EIO;
+		return NULL;
+	}
+	if (vrdma_srq_layout(&r.doc, 0, &l, &got) || r.nfds != 1) {
+		vrdma_reply_free(&r);
+		cmd_handle(vm, VRDMA_OP_DESTROY_SRQ, h);
+		errno = EIO;
+		return NULL;
+	}
+	srq = calloc(1, sizeof(*srq));
+	if (srq)
+		srq->ring = map_ring(r.fds[0], l.size);
+	if (!srq || !srq->ring) {
+		e = srq ? errno : ENOMEM;
+		free(srq);
+		vrdma_reply_free(&r);
+		cmd_handle(vm, VRDMA_OP_DESTROY_SRQ, h);
+		errno = e;
+		return NULL;
+	}
+	vrdma_reply_free(&r); /* closes the ring memfd: the mapping stays */
+	srq->ring_size = l.size;
+	srq->entries = l.entries;
+	srq->stride = l.stride;
+	srq->offset = l.offset;
+	srq->max_sge = got.max_sge;
+	pthread_mutex_init(&srq->lock, NULL);
+	srq->magic = MAGIC_SRQ;
+	srq->ibsrq.context = ibpd->context;
+	srq->ibsrq.srq_context = attr->srq_context;
+	srq->ibsrq.pd = ibpd;
+	srq->ibsrq.handle = h;
+	pthread_mutex_init(&srq->ibsrq.mutex, NULL);
+	pthread_cond_init(&srq->ibsrq.cond, NULL);
+	if (reg_add(&objs, srq) || (reg_add(&srqs, srq) && (reg_take(&objs, srq), 1))) {
+		cmd_handle(vm, VRDMA_OP_DESTROY_SRQ, h);
+		munmap(srq->ring, srq->ring_size);
+		free(srq);
+		errno = ENOMEM;
+		return NULL;
+	}
+	attr->attr.max_wr = got.max_wr; /* the real sizes, as providers report them */
+	attr->attr.max_sge = got.max_sge;
+	return &srq->ibsrq;
+}
+
+/* create_srq_ex is ibv_create_srq_ex for what its inline does not pass to
+ * ibv_create_srq itself: a basic SRQ with more init attributes (a CQ,
+ * which only XRC and tag matching use). XRC and tag matching SRQs are not
+ * in vrdma. */
+static struct ibv_srq *create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *ax)
+{
+	struct ibv_srq_init_attr a;
+	struct ibv_srq *q;
+
+	if (!vrdma_ctx_ok(context) || !ax) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((ax->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_CQ)) ||
+	    ((ax->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && ax->srq_type != IBV_SRQT_BASIC)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(ax->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	memset(&a, 0, sizeof(a));
+	a.srq_context = ax->srq_context;
+	a.attr = ax->attr;
+	q = ibv_create_srq(ax->pd, &a);
+	if (q)
+		ax->attr = a.attr;
+	return q;
+}
+
+int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
+{
+	struct vrdma_srq *srq = to_srq(ibsrq);
+	struct vrdma_vm *vm = srq ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[160];
+	int e;
+
+	if (!srq || !vm || !attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
+		return EINVAL;
+	snprintf(body, sizeof(body), "{\"handle\":%u,\"mask\":%d,\"attr\":{\"max_wr\":%u,\"max_sge\":%u,\"srq_limit\":%u}}",
+		 srq->ibsrq.handle, mask, attr->max_wr, attr->max_sge, attr->srq_limit);
+	e = cmd(vm, VRDMA_OP_MODIFY_SRQ, body, &r);
+	if (e)
+		return e;
+	vrdma_reply_free(&r);
+	return 0;
+}
+
+int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
+{
+	struct vrdma_srq *srq = to_srq(ibsrq);
+	struct vrdma_vm *vm = srq ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[48];
+	int e;
+
+	if (!srq || !vm || !attr)
+		return EINVAL;
+	snprintf(body, sizeof(body), "{\"handle\":%u}", srq->ibsrq.handle);
+	e = cmd(vm, VRDMA_OP_QUERY_SRQ, body, &r);
+	if (e)
+		return e;
+	memset(attr, 0, sizeof(*attr));
+	if (json_get_u32(&r.doc, 0, "max_wr", &attr->max_wr) || json_get_u32(&r.doc, 0, "max_sge", &attr->max_sge) ||
+	    json_get_u32(&r.doc, 0, "srq_limit", &attr->srq_limit)) {
+		vrdma_reply_free(&r);
+		return EIO;
+	}
+	vrdma_reply_free(&r);
+	return 0;
+}
+
+int ibv_destroy_srq(struct ibv_srq *ibsrq)
+{
+	struct vrdma_srq *srq = to_srq(ibsrq);
+	int e;
+
+	if (!srq)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DESTROY_SRQ, srq->ibsrq.handle);
+	if (e && e != EIO)
+		return e; /* EBUSY: a QP uses it */
+	reg_take(&srqs, srq);
+	reg_take(&objs, srq);
+	srq->magic = 0;
+	munmap(srq->ring, srq->ring_size);
+	free(srq);
 	return 0;
 }
 
@@ -1384,6 +1644,8 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ops->req_notify_cq = req_notify_cq;
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
+	ops->post_srq_recv = post_srq_recv;
 	ctx->vctx.create_qp_ex = create_qp_ex;
+	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;
 }

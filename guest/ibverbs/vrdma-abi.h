@@ -48,6 +48,10 @@
 #define VRDMA_OP_POWER_ON_VM 28
 #define VRDMA_OP_POWER_OFF_VM 29
 #define VRDMA_OP_CONNECT_VM 30
+#define VRDMA_OP_CREATE_SRQ 31
+#define VRDMA_OP_MODIFY_SRQ 32
+#define VRDMA_OP_QUERY_SRQ 33
+#define VRDMA_OP_DESTROY_SRQ 34
 #define VRDMA_OP_CM_OPEN_CHANNEL 40
 #define VRDMA_OP_CM_CLOSE_CHANNEL 41
 #define VRDMA_OP_CM_LISTEN 42
@@ -69,7 +73,8 @@
 #define VRDMA_CAP_VM_MANAGE 0x40ull
 #define VRDMA_CAP_MR_IOVA 0x80ull
 #define VRDMA_CAP_ASYNC_EVENTS 0x100ull
-#define VRDMA_CAPS_KNOWN 0x1ffull /* every bit above */
+#define VRDMA_CAP_SRQ 0x200ull
+#define VRDMA_CAPS_KNOWN 0x3ffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -94,6 +99,8 @@
 #define VRDMA_RECV_HDR 16
 #define VRDMA_SGE_SIZE 16
 #define VRDMA_CQE_SIZE 64
+#define VRDMA_MAX_SRQ_WR 4096
+#define VRDMA_MAX_SRQ_SGE 16
 
 /* Send opcodes (§5.2): the numbers of IBV_WR_*. */
 #define VRDMA_WR_RDMA_WRITE 0
@@ -164,6 +171,8 @@
 #define VRDMA_CQ_TAIL 0
 #define VRDMA_CQ_HEAD 64
 #define VRDMA_CQ_ARMED 128
+#define VRDMA_SRQ_TAIL 0
+#define VRDMA_SRQ_HEAD 64
 
 /* Memory layouts (internal/abi/layout.go). All integers are little endian. */
 
@@ -231,6 +240,19 @@ _Static_assert(offsetof(struct vrdma_cq_ring_state, reserved68) == 68, "vrdma_cq
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_armed) == 128, "vrdma_cq_ring_state.cq_armed");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, reserved132) == 132, "vrdma_cq_ring_state.reserved132");
 _Static_assert(sizeof(struct vrdma_cq_ring_state) == 192, "sizeof(struct vrdma_cq_ring_state)");
+
+/* Page 0 of an SRQ ring file (wire-local.md §5.4); receive WQEs follow as in an RQ. */
+struct vrdma_srq_ring_state {
+	uint32_t srq_tail;
+	uint8_t reserved4[60];
+	uint32_t srq_head;
+	uint8_t reserved68[60];
+};
+_Static_assert(offsetof(struct vrdma_srq_ring_state, srq_tail) == 0, "vrdma_srq_ring_state.srq_tail");
+_Static_assert(offsetof(struct vrdma_srq_ring_state, reserved4) == 4, "vrdma_srq_ring_state.reserved4");
+_Static_assert(offsetof(struct vrdma_srq_ring_state, srq_head) == 64, "vrdma_srq_ring_state.srq_head");
+_Static_assert(offsetof(struct vrdma_srq_ring_state, reserved68) == 68, "vrdma_srq_ring_state.reserved68");
+_Static_assert(sizeof(struct vrdma_srq_ring_state) == 128, "sizeof(struct vrdma_srq_ring_state)");
 
 /* A send WQE's header, the first VRDMA_SEND_HDR bytes of an SQ slot; SGEs or inline data follow (§5.2). */
 struct vrdma_send_wqe {

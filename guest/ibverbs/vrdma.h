@@ -218,8 +218,11 @@ int vrdma_async_open(struct vrdma_device *d);
 /* verbs.c: vrdma_qp_of_handle returns ctx's live QP with the agent's
  * handle, or NULL. */
 struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle);
+/* vrdma_srq_of_handle returns ctx's live SRQ with the agent's handle, or
+ * NULL. */
+struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle);
 
-/* layout.c: the ring layout of a create-cq or create-qp reply (the object
+/* layout.c: the ring layout of a create-cq, create-qp or create-srq reply (the object
  * root of d), read and checked against itself (not yet against the file's
  * size): 0, or -1 when a member is missing or the layout is not one the
  * agent makes. vrdma_qp_layout reads the reply's caps too;
@@ -233,6 +236,11 @@ struct vrdma_qp_layout {
 int vrdma_cq_layout(const struct json_doc *d, int root, struct vrdma_cq_layout *l);
 int vrdma_qp_layout(const struct json_doc *d, int root, struct vrdma_qp_layout *l, struct ibv_qp_cap *caps);
 int vrdma_get_caps(const struct json_doc *d, int tok, struct ibv_qp_cap *c);
+/* vrdma_srq_layout reads a create-srq reply's layout and attr (§4.14). */
+struct vrdma_srq_layout {
+	uint32_t entries, stride, offset, size;
+};
+int vrdma_srq_layout(const struct json_doc *d, int root, struct vrdma_srq_layout *l, struct ibv_srq_attr *attr);
 
 /* verbs.c: installs the context ops of PD/MR/CQ/QP. */
 void vrdma_set_ops(struct vrdma_context *ctx);

@@ -24,6 +24,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <rdma/rdma_verbs.h>
+
 #include "rdmacm.h"
 
 #define CHANNEL_MAGIC 0x76636d63u /* "vcmc" */
@@ -750,6 +752,8 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		attr->send_cq = id->send_cq;
 	if (!attr->recv_cq)
 		attr->recv_cq = id->recv_cq;
+	if (!attr->srq && id->srq)
+		attr->srq = id->srq; /* rdma_create_srq's, as librdmacm does */
 	qp = ibv_create_qp_ex(id->verbs, attr);
 	if (!qp)
 		goto err;
@@ -787,6 +791,64 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_
 	rc = rdma_create_qp_ex(id, &ax);
 	memcpy(qp_init_attr, &ax, sizeof(*qp_init_attr));
 	return rc;
+}
+
+/* rdma_create_srq_ex makes a basic SRQ on id's device (in attr's PD, or
+ * id's, or the device's), which id's QP then takes its receives from;
+ * XRC SRQs are not in vrdma (EOPNOTSUPP from ibv_create_srq_ex). */
+int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *attr)
+{
+	struct cm_id *c = to_id(id);
+	struct ibv_srq *srq;
+
+	if (!c || !attr)
+		return cm_fail(EINVAL);
+	if (id->srq || !c->dev)
+		return cm_fail(EINVAL); /* one SRQ per ID, on a bound or resolved ID */
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_TYPE;
+		attr->srq_type = IBV_SRQT_BASIC;
+	}
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+		attr->pd = id->pd ? id->pd : dev_pd(c->dev);
+		if (!attr->pd)
+			return -1;
+	} else if (attr->pd->context != id->verbs) {
+		return cm_fail(EINVAL);
+	}
+	srq = ibv_create_srq_ex(id->verbs, attr);
+	if (!srq)
+		return -1;
+	if (!id->pd)
+		id->pd = attr->pd;
+	id->srq = srq;
+	return 0;
+}
+
+int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq_init_attr_ex ax;
+	int rc;
+
+	if (!attr)
+		return cm_fail(EINVAL);
+	memset(&ax, 0, sizeof(ax));
+	memcpy(&ax, attr, sizeof(*attr));
+	ax.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+	ax.srq_type = IBV_SRQT_BASIC;
+	ax.pd = pd ? pd : id ? id->pd : NULL;
+	rc = rdma_create_srq_ex(id, &ax);
+	memcpy(attr, &ax, sizeof(*attr));
+	return rc;
+}
+
+void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (!to_id(id) || !id->srq)
+		return;
+	ibv_destroy_srq(id->srq);
+	id->srq = NULL;
 }
 
 void rdma_destroy_qp(struct rdma_cm_id *id)

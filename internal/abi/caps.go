@@ -59,11 +59,15 @@ const (
 	// on which the agent reports the session's QPs it moves to ERR for an
 	// error it detected (IBV_EVENT_QP_FATAL).
 	CapAsyncEvents Caps = 1 << 8
+	// CapSRQ: shared receive queues (ops 31..34, CreateQP.SRQ), with
+	// IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_QP_LAST_WQE_REACHED on
+	// the event sockets.
+	CapSRQ Caps = 1 << 9
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -71,7 +75,7 @@ const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM |
 // tcp path, reported no counters, and some lacked ops 25..29.)
 const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 
-var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events"}
+var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events", "srq"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

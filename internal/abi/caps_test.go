@@ -14,14 +14,14 @@ func TestCaps(t *testing.T) {
 	}{
 		{0, "none"},
 		{CapFence | CapCM, "fence|cm"},
-		{CapsKnown, "async-mode|fence|path-memcpy|path-tcp|cm|qp-counters|vm-manage|mr-iova|async-events"},
+		{CapsKnown, "async-mode|fence|path-memcpy|path-tcp|cm|qp-counters|vm-manage|mr-iova|async-events|srq"},
 		{CapPathTCP | 1<<40, "path-tcp|0x10000000000"},
 	} {
 		if got := c.caps.String(); got != c.want {
 			t.Errorf("Caps(%#x).String() = %q, want %q", uint64(c.caps), got, c.want)
 		}
 	}
-	if len(capNames) != 9 || CapsKnown != 1<<len(capNames)-1 {
+	if len(capNames) != 10 || CapsKnown != 1<<len(capNames)-1 {
 		t.Errorf("CapsKnown %#x does not match the %d named bits", uint64(CapsKnown), len(capNames))
 	}
 	if Caps(0).Effective() != CapsBaseline || CapFence.Effective() != CapFence {

@@ -68,7 +68,12 @@ const (
 	OpPowerOnVM     Op = 28 // PowerOnVM → PowerReply
 	OpPowerOffVM    Op = 29 // VMRef → PowerReply
 	OpConnectVM     Op = 30 // ConnectAdapter → ConnectReply
-	// 31..39 are left for other commands; 40..47 are rdma_cm's event
+	// 31..34: shared receive queues (srq.go).
+	OpCreateSRQ  Op = 31 // CreateSRQ → CreateSRQReply; fds: ring memfd
+	OpModifySRQ  Op = 32 // ModifySRQ → Empty
+	OpQuerySRQ   Op = 33 // Handle → SRQAttr
+	OpDestroySRQ Op = 34 // Handle → Empty
+	// 35..39 are left for other commands; 40..47 are rdma_cm's event
 	// channels (cmev.go).
 	OpCMOpenChannel  Op = 40 // Empty → Handle; fds: event socket (socketpair end)
 	OpCMCloseChannel Op = 41 // Handle → Empty
@@ -411,6 +416,10 @@ type CreateQP struct {
 	Type     QPType `json:"qp_type"`
 	SQSigAll bool   `json:"sq_sig_all"`
 	Caps     QPCaps `json:"caps"`
+	// SRQ, when nonzero, is the handle of the shared receive queue the QP
+	// takes its receives from (ibv_qp_init_attr.srq); its own receive
+	// queue then holds nothing, and Caps' receive sizes are ignored.
+	SRQ uint32 `json:"srq,omitempty"`
 }
 
 // Validate checks the type; caps are checked by NewQPLayout.
@@ -785,6 +794,8 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom uint32 `json:"max_qp_init_rd_atom"`
 	MaxInlineData   uint32 `json:"max_inline_data"`
 	MaxSRQ          uint32 `json:"max_srq"`
+	MaxSRQWR        uint32 `json:"max_srq_wr"`
+	MaxSRQSGE       uint32 `json:"max_srq_sge"`
 	AtomicCap       string `json:"atomic_cap"`
 	PhysPortCnt     uint32 `json:"phys_port_cnt"`
 	TransportType   string `json:"transport_type"`

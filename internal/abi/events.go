@@ -11,6 +11,12 @@ const (
 	EventQPFatal    = 1  // IBV_EVENT_QP_FATAL: the agent moved the QP to ERR for an error it detected
 	EventPortActive = 9  // IBV_EVENT_PORT_ACTIVE
 	EventPortErr    = 10 // IBV_EVENT_PORT_ERR
+	// EventSRQLimit is IBV_EVENT_SRQ_LIMIT_REACHED: the SRQ's posted
+	// receives fell below its armed limit (which the event disarms).
+	EventSRQLimit = 15
+	// EventQPLastWQE is IBV_EVENT_QP_LAST_WQE_REACHED: a QP on an SRQ
+	// entered ERR and will take no more receives from it.
+	EventQPLastWQE = 16
 )
 
 // AsyncEvent is one message of an event socket.
@@ -18,6 +24,7 @@ type AsyncEvent struct {
 	Event int    `json:"event"`            // Event*
 	QP    uint32 `json:"qp,omitempty"`     // QP events: the QP's handle
 	QPN   uint32 `json:"qpn,omitempty"`    // and number
+	SRQ   uint32 `json:"srq,omitempty"`    // SRQ events: the SRQ's handle
 	Port  int    `json:"port,omitempty"`   // port events: the port (1)
 	Why   string `json:"reason,omitempty"` // for people: what the agent saw
 }

@@ -88,6 +88,31 @@ func (s *session) watchFatal(q *device.QP) {
 			c.Post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
 		}
 	})
+	if q.SRQ() != nil {
+		q.SetOnLastWQE(func() {
+			s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventQPLastWQE, QP: handle, QPN: qpn, Why: "the QP entered ERR: it takes no more receives from its SRQ"})
+		})
+	}
+}
+
+// watchSRQ reports SRQ q's limit event (IBV_EVENT_SRQ_LIMIT_REACHED)
+// on its adapter's sockets.
+func (s *session) watchSRQ(q *device.SRQ) {
+	adapter, handle := q.Adapter().Name(), q.Handle()
+	q.SetOnLimit(func() {
+		s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventSRQLimit, SRQ: handle, Why: "the SRQ's posted receives fell below its limit"})
+	})
+}
+
+// postAsync posts ev to the session's sockets for adapter.
+func (s *session) postAsync(adapter string, ev abi.AsyncEvent) {
+	e := &s.async
+	e.mu.Lock()
+	chans := slices.Clone(e.byAdapter[adapter]) // pruneLocked reuses the array
+	e.mu.Unlock()
+	for _, c := range chans {
+		c.Post(ev)
+	}
 }
 
 // PortChanged posts a port event to the session's sockets for adapter ad

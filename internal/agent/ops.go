@@ -134,6 +134,32 @@ var handlers = map[abi.Op]opHandler{
 		return abi.Empty{}, nil, nil
 	}),
 	abi.OpAsyncOpen: on((*session).asyncOpen), // events.go
+	abi.OpCreateSRQ: on(func(s *session, v *device.Context, r *abi.CreateSRQ) (any, []int, error) {
+		q, err := v.CreateSRQ(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.watchSRQ(q) // events.go
+		rep, fds := q.Reply()
+		return rep, fds, nil
+	}),
+	abi.OpModifySRQ: on(func(_ *session, v *device.Context, r *abi.ModifySRQ) (any, []int, error) {
+		q, err := v.SRQByHandle(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.Empty{}, nil, q.Modify(r)
+	}),
+	abi.OpQuerySRQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		q, err := v.SRQByHandle(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q.Query(), nil, nil
+	}),
+	abi.OpDestroySRQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DestroySRQ(r.Handle)
+	}),
 
 	// Connection management (internal/cm).
 	abi.OpListen: on(func(s *session, v *device.Context, r *abi.Listen) (any, []int, error) {

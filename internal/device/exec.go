@@ -95,6 +95,10 @@ func (q *QP) hasWork(tail uint32) bool {
 		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
 		q.rqMu.Lock()
 		idle := rt == q.rqHead || q.rqBad && rt == q.rqBadTail
+		if q.srq != nil {
+			// Its own RQ is never read; what it holds of the SRQ is.
+			idle = !q.srqHeld && (s != abi.QPSErr || q.lastWQESent)
+		}
 		q.rqMu.Unlock()
 		return !idle
 	}
@@ -404,6 +408,9 @@ const (
 //
 // +checklocks:p.rqMu
 func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
+	if p.srq != nil {
+		return p.peekSRQLocked(srcQPN)
+	}
 	p.rqCatchUpLocked()
 	if p.rqBroken {
 		return recvBroken
@@ -486,6 +493,16 @@ func (q *QP) flushSQ() {
 
 // flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
 func (q *QP) flushRQ() {
+	if q.srq != nil {
+		q.rqMu.Lock()
+		q.rqCatchUpLocked()
+		last := q.flushSRQLocked()
+		q.rqMu.Unlock()
+		if f := q.onLastWQE.Load(); last && f != nil {
+			(*f)()
+		}
+		return
+	}
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked()
@@ -527,6 +544,10 @@ func (q *QP) rqCatchUpLocked() {
 		return
 	}
 	q.rqResets = r
+	if q.srq != nil {
+		q.dropSRQHeldLocked()
+		return
+	}
 	if t := q.resetRQTail.Load(); validPending(t, q.rqHead, q.layout.RQEntries) {
 		q.rqHead = t
 		q.rqSeq++
@@ -540,6 +561,10 @@ func (q *QP) dropRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked() // acknowledge the reset: it must not move the head later
+	if q.srq != nil {
+		q.dropSRQHeldLocked()
+		return
+	}
 	mem := q.ring.Bytes()
 	tail := abi.Word(mem, abi.OffRQTail).Load()
 	q.rqBad, q.rqBadTail = !abi.ValidIndex(tail, q.layout.RQEntries), tail // see hasWork

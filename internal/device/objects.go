@@ -303,11 +303,23 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 		c.event.Ring() // wake a consumer that waits: it has work
 		return false
 	}
-	rq.rqHead = abi.Next(rq.rqHead, rq.layout.RQEntries)
-	rq.rqSeq++
-	abi.Word(rq.ring.Bytes(), abi.OffRQHead).Store(rq.rqHead)
+	rq.consumeRecvLocked()
 	c.publishLocked(e)
 	return true
+}
+
+// consumeRecvLocked consumes the receive WQE q's message took: the one
+// at its RQ head, or the one it holds of its SRQ.
+//
+// +checklocks:q.rqMu
+func (q *QP) consumeRecvLocked() {
+	q.rqSeq++
+	if q.srq != nil {
+		q.srqHeld = false
+		return
+	}
+	q.rqHead = abi.Next(q.rqHead, q.layout.RQEntries)
+	abi.Word(q.ring.Bytes(), abi.OffRQHead).Store(q.rqHead)
 }
 
 // publishLocked writes e at the tail, which has room, and signals an armed

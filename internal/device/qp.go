@@ -17,6 +17,9 @@ type QP struct {
 	// onFatal, if set, is told when the agent moves the QP to ERR for an
 	// error it detected (MoveToErr): the workload's async event.
 	onFatal atomic.Pointer[func(why string)]
+	// onLastWQE, if set, is told when the QP, on an SRQ, entered ERR and
+	// takes no more WQEs from it (srq.go).
+	onLastWQE atomic.Pointer[func()]
 
 	handle   uint32
 	qpn      uint32
@@ -25,6 +28,7 @@ type QP struct {
 	ad       *Adapter
 	sendCQ   *CQ
 	recvCQ   *CQ
+	srq      *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
 	sqSigAll bool
 	caps     abi.QPCaps
 	layout   abi.QPLayout
@@ -66,6 +70,10 @@ type QP struct {
 	// RQ tail rqBadTail was found invalid in ERR or RESET (see hasWork)
 	rqBad     bool   // +checklocks:rqMu
 	rqBadTail uint32 // +checklocks:rqMu
+	// on an SRQ: rwqe holds a WQE claimed from it for a message (srq.go)
+	srqHeld bool // +checklocks:rqMu
+	// on an SRQ: the last-WQE event of this ERR was reported
+	lastWQESent bool // +checklocks:rqMu
 
 	// Send side: owned by runSQ.
 	sqHead uint32
@@ -172,17 +180,30 @@ func (q *QP) State() abi.QPState { return abi.QPState(q.state.Load()) }
 // CreateQP creates an RC QP, its rings and doorbell, and starts its
 // send-queue goroutine.
 func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
-	layout, caps, err := abi.NewQPLayout(c.Caps)
+	want := c.Caps
+	if c.SRQ != 0 {
+		// Receives come from the SRQ: the QP's own receive queue is the
+		// smallest ring, never read (ibv_create_qp ignores max_recv_wr
+		// and max_recv_sge with an SRQ).
+		want.MaxRecvWR, want.MaxRecvSGE = 1, 1
+	}
+	layout, caps, err := abi.NewQPLayout(want)
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalid, "caps", "%v", err)
+	}
+	if c.SRQ != 0 {
+		caps.MaxRecvWR, caps.MaxRecvSGE = 0, 0
 	}
 	v.objMu.Lock()
 	p, ok := v.pds[c.PD]
 	scq, ok2 := v.cqs[c.SendCQ]
 	rcq, ok3 := v.cqs[c.RecvCQ]
+	srq, ok4 := v.srqs[c.SRQ]
 	nqp := len(v.qps)
 	v.objMu.Unlock()
 	switch {
+	case c.SRQ != 0 && !ok4:
+		return nil, abi.Errorf(abi.CodeNotFound, "srq", "no SRQ with handle %d", c.SRQ)
 	case !ok:
 		return nil, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", c.PD)
 	case !ok2:
@@ -200,7 +221,7 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, err
 	}
-	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
@@ -215,10 +236,19 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, n)
 	}
+	if srq != nil && v.srqs[c.SRQ] != srq {
+		v.objMu.Unlock()
+		q.release()
+		v.refundQueue(qpCharge(layout), layout.Size)
+		return nil, abi.Errorf(abi.CodeNotFound, "srq", "SRQ %d was destroyed meanwhile", c.SRQ)
+	}
 	q.handle = v.allocHandleLocked()
 	p.refs++
 	scq.refs++
 	rcq.refs++
+	if srq != nil {
+		srq.refs++
+	}
 	v.qps[q.handle] = q
 	v.objMu.Unlock()
 
@@ -258,6 +288,9 @@ func (v *Context) DestroyQP(q *QP) {
 	q.pd.refs--
 	q.sendCQ.refs--
 	q.recvCQ.refs--
+	if q.srq != nil {
+		q.srq.refs--
+	}
 	v.objMu.Unlock()
 
 	v.memMu.Lock() // peers' senders may be reading our receive ring

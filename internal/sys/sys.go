@@ -434,3 +434,8 @@ func CloseFD(fd int) {
 		unix.Close(fd)
 	}
 }
+
+// SetNonblock puts descriptor fd in non-blocking mode, so that an
+// *os.File made from it afterwards is polled by the runtime and its read
+// deadlines work (a socket end received from the agent).
+func SetNonblock(fd int) error { return unix.SetNonblock(fd, true) }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 #include "../../ibverbs/tests/check.h"
 
@@ -192,8 +193,12 @@ int main(int argc, char **argv)
 	{
 		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
 					       .qp_type = IBV_QPT_RC };
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
 
+		/* The acceptor's QP takes its receives from the ID's SRQ. */
+		CHECK("accept-srq", rdma_create_srq(req, NULL, &sa) == 0 && req->srq && sa.attr.max_wr >= 8, "errno %d", errno);
 		CHECK("accept-qp", rdma_create_qp(req, NULL, &qa) == 0, "errno %d", errno);
+		CHECK("accept-qp-on-srq", req->qp && req->srq && req->qp->srq == req->srq, " ");
 	}
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = pd;
@@ -266,6 +271,8 @@ int main(int argc, char **argv)
 	errno = 0;
 	CHECK("disconnect-twice", rdma_disconnect(cli) == -1 && errno == EINVAL, "errno %d", errno);
 	rdma_destroy_qp(req);
+	rdma_destroy_srq(req);
+	CHECK("destroy-srq", req->srq == NULL, " ");
 	rdma_destroy_id(req);
 	rdma_destroy_qp(cli);
 	rdma_destroy_id(cli);

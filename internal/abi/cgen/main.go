@@ -49,6 +49,7 @@ var layouts = []struct {
 	{"vrdma_msg_header", "A command message's header (wire-local.md §1.2); the JSON body follows.", abi.WireMsgHeader{}},
 	{"vrdma_qp_ring_state", "Page 0 of a QP ring file: the ring-state words (wire-local.md §5.2).", abi.QPRingState{}},
 	{"vrdma_cq_ring_state", "Page 0 of a CQ ring file (wire-local.md §5.3).", abi.CQRingState{}},
+	{"vrdma_srq_ring_state", "Page 0 of an SRQ ring file (wire-local.md §5.4); receive WQEs follow as in an RQ.", abi.SRQRingState{}},
 	{"vrdma_send_wqe", "A send WQE's header, the first VRDMA_SEND_HDR bytes of an SQ slot; SGEs or inline data follow (§5.2).", abi.WireSendWQE{}},
 	{"vrdma_recv_wqe", "A receive WQE's header, the first VRDMA_RECV_HDR bytes of an RQ slot; SGEs follow (§5.2).", abi.WireRecvWQE{}},
 	{"vrdma_sge", "An SGE in a WQE (§5.2).", abi.WireSGE{}},
@@ -128,6 +129,7 @@ func generate() ([]byte, error) {
 		{"MAX_QP_WR", abi.MaxQPWR}, {"MAX_CQE", abi.MaxCQE}, {"MAX_SGE", abi.MaxSGE}, {"MAX_INLINE", abi.MaxInline},
 		{"MAX_STRIDE", abi.MaxStride}, {"RING_HEADER_SIZE", abi.HeaderSize}, {"SEND_HDR", abi.SendHdr},
 		{"RECV_HDR", abi.RecvHdr}, {"SGE_SIZE", abi.SGESize}, {"CQE_SIZE", abi.CQESize},
+		{"MAX_SRQ_WR", abi.MaxSRQWR}, {"MAX_SRQ_SGE", abi.MaxSRQSGE},
 	} {
 		w.define("VRDMA_"+l.name, l.value, "")
 	}
@@ -175,6 +177,7 @@ func generate() ([]byte, error) {
 		{"QP_SQ_TAIL", abi.OffSQTail}, {"QP_SQ_HEAD", abi.OffSQHead}, {"QP_SQ_DOORBELL", abi.OffSQDoorbell},
 		{"QP_RQ_TAIL", abi.OffRQTail}, {"QP_RQ_HEAD", abi.OffRQHead}, {"QP_STATE", abi.OffQPState},
 		{"CQ_TAIL", abi.OffCQTail}, {"CQ_HEAD", abi.OffCQHead}, {"CQ_ARMED", abi.OffCQArmed},
+		{"SRQ_TAIL", abi.OffSRQTail}, {"SRQ_HEAD", abi.OffSRQHead},
 	} {
 		w.define("VRDMA_"+o.name, o.off, "")
 	}
