@@ -30,8 +30,8 @@ type localAgent struct {
 	cmd       *exec.Cmd
 	cand      agentCandidate // the binary that started, for restart
 	extraArgs []string       // agent flags beyond socket, state and log level
-	exited    chan struct{} // closed when the process has exited
-	waitErr   error         // set before exited is closed
+	exited    chan struct{}  // closed when the process has exited
+	waitErr   error          // set before exited is closed
 	logPath   string
 }
 

@@ -62,17 +62,17 @@ type soakFault string
 
 // The faults, in the order each path cycles through them.
 const (
-	faultNone       soakFault = "none"
-	faultStalled    soakFault = "stalled-receiver" // the responder stops polling and posting receives
-	faultKillWork   soakFault = "kill-workload"    // SIGKILL of the responder's workload process
-	faultStopWork   soakFault = "stopped-workload" // SIGSTOP, then SIGCONT, of it
-	faultLoss1      soakFault = "loss-1%"          // frames between the pair's hosts dropped (nftables)
-	faultLoss5      soakFault = "loss-5%"
-	faultDup1       soakFault = "dup-1%" // frames between the pair's hosts duplicated
-	faultKillAgent  soakFault = "kill-agent"
-	faultNoneAfter  soakFault = "none-after-restart" // warms the restarted agent's links: not checked for leaks
-	soakLeakSettle            = 10 * time.Second
-	soakViolationsKept        = 20
+	faultNone          soakFault = "none"
+	faultStalled       soakFault = "stalled-receiver" // the responder stops polling and posting receives
+	faultKillWork      soakFault = "kill-workload"    // SIGKILL of the responder's workload process
+	faultStopWork      soakFault = "stopped-workload" // SIGSTOP, then SIGCONT, of it
+	faultLoss1         soakFault = "loss-1%"          // frames between the pair's hosts dropped (nftables)
+	faultLoss5         soakFault = "loss-5%"
+	faultDup1          soakFault = "dup-1%" // frames between the pair's hosts duplicated
+	faultKillAgent     soakFault = "kill-agent"
+	faultNoneAfter     soakFault = "none-after-restart" // warms the restarted agent's links: not checked for leaks
+	soakLeakSettle               = 10 * time.Second
+	soakViolationsKept           = 20
 )
 
 // soakPath is one path's pair of VMs and the faults it cycles through.
