@@ -20,11 +20,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -333,9 +335,97 @@ func (s *soakRun) survivors(hosts []int, skip int) []survivor {
 		seen[i] = true
 		h := s.f.Hosts[i]
 		pid := h.PID()
-		out = append(out, survivor{h.Name + "'s agent", func() (fault.Resources, error) { return fault.Snapshot(pid, nil) }})
+		out = append(out, survivor{h.Name + "'s agent", func() (fault.Resources, error) { return s.agentSnapshot(pid) }})
 	}
 	return out
+}
+
+// agentSnapshot is fault.Snapshot of agent pid with its links to the
+// other hosts apart: a connection with a peer host lives as long as the
+// agents (it is opened when first needed, and again after a fault closed
+// it), so it is no leak, but two to one peer in one direction are (the
+// peer's newer connection replaces its older one). Link sockets are taken
+// out of the "socket" count, and those beyond one per peer and direction
+// counted as "tcp link to a peer beyond one per direction".
+func (s *soakRun) agentSnapshot(pid int) (fault.Resources, error) {
+	r, err := fault.Snapshot(pid, nil)
+	if err != nil {
+		return r, err
+	}
+	hosts := map[netip.Addr]uint16{} // PVRDMA address → listening port
+	for _, h := range s.f.Hosts {
+		hosts[h.Addr.Addr()] = h.Addr.Port()
+	}
+	links, err := tcpLinks(pid, hosts)
+	if err != nil {
+		return r, err
+	}
+	extra := 0
+	for _, n := range links {
+		r.FDs["socket"] -= n
+		extra += n - 1
+	}
+	if extra > 0 {
+		r.FDs["tcp link to a peer beyond one per direction"] = extra
+	}
+	return r, nil
+}
+
+// tcpLinks returns process pid's established TCP connections between two
+// of the hosts' PVRDMA addresses, counted by local address, remote
+// address and direction (accepted on the local host's PVRDMA port, or
+// dialed), read from /proc/net/tcp and the process's descriptors.
+func tcpLinks(pid int, hosts map[netip.Addr]uint16) (map[string]int, error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return nil, err
+	}
+	inodes := map[string]bool{}
+	for _, e := range fds {
+		t, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		if err == nil && strings.HasPrefix(t, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(t, "socket:["), "]")] = true
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 10 || f[3] != "01" || !inodes[f[9]] { // 01: ESTABLISHED
+			continue
+		}
+		la, lp, ok1 := procTCPAddr(f[1])
+		ra, _, ok2 := procTCPAddr(f[2])
+		port, isHost := hosts[la]
+		if _, isPeer := hosts[ra]; !ok1 || !ok2 || !isHost || !isPeer || la == ra {
+			continue
+		}
+		dir := "dialed"
+		if lp == port {
+			dir = "accepted"
+		}
+		out[la.String()+" "+dir+" "+ra.String()]++
+	}
+	return out, nil
+}
+
+// procTCPAddr parses an IPv4 address and port of /proc/net/tcp
+// ("0200007F:9C3B": the address in the host's byte order, here little
+// endian, the port big endian).
+func procTCPAddr(s string) (netip.Addr, uint16, bool) {
+	a, p, ok := strings.Cut(s, ":")
+	if !ok || len(a) != 8 {
+		return netip.Addr{}, 0, false
+	}
+	v, err1 := strconv.ParseUint(a, 16, 32)
+	port, err2 := strconv.ParseUint(p, 16, 16)
+	if err1 != nil || err2 != nil {
+		return netip.Addr{}, 0, false
+	}
+	return netip.AddrFrom4([4]byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)}), uint16(port), true
 }
 
 // round runs one round of p's traffic under fault flt and books it.
