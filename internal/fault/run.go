@@ -298,13 +298,15 @@ func (r *runner) postCounterRead() error {
 	return nil
 }
 
-// complete takes completion w of the run's QP.
+// complete takes completion w of the run's QP. What the WR landed is
+// recorded before its completion: a recorder in a process killed between
+// the two records then holds no completion without its bytes.
 func (r *runner) complete(w vrdma.WorkCompletion) {
-	r.l.Completed(w)
 	r.res.Completed++
 	f := r.inflight[w.WRID]
 	if f == nil {
-		return // never posted here: the ledger has reported it
+		r.l.Completed(w) // never posted here: the ledger reports it
+		return
 	}
 	delete(r.inflight, w.WRID)
 	a := r.a
@@ -330,6 +332,7 @@ func (r *runner) complete(w vrdma.WorkCompletion) {
 	} else {
 		r.res.Failed = true
 	}
+	r.l.Completed(w)
 	if f.wslot >= 0 && !keepWrite {
 		r.freeWrite = append(r.freeWrite, f.wslot)
 	}
