@@ -38,6 +38,9 @@ type responder struct {
 	off   uint64
 	req   device.Request
 	msg   device.Message
+	// rmsg is a READ's: a duplicate READ, replayed, may arrive while a
+	// later SEND or WRITE is half received in msg.
+	rmsg device.Message
 
 	hdr [maxHeader]byte
 	out *batch // what the responder answers, sent by flush
@@ -297,7 +300,7 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 // when the READ was refused (and NAKed).
 func (r *responder) sendRead(at *device.RCAttrs, req *device.Request, psn, from uint32, paced bool) (uint32, bool) {
 	q := r.q
-	m := &r.msg
+	m := &r.rmsg
 	if v := q.Begin(req, m); v.Status != abi.WCSuccess {
 		r.refuse(at, psn, v.Status)
 		return 0, false
