@@ -326,7 +326,8 @@ func (r *Engine) Pump() {
 	}
 }
 
-// reap completes the WQEs at the window's head that are settled, in order.
+// reap completes the WQEs at the window's head that are settled, in
+// order, up to and including the first that completes with an error.
 func (r *Engine) reap() {
 	for {
 		r.mu.Lock()
@@ -338,7 +339,7 @@ func (r *Engine) reap() {
 		if e.local != abi.WCSuccess {
 			r.mu.Unlock()
 			r.complete(e.local, 0)
-			continue
+			return // the QP is in ERR: the WRs behind flush (Flush)
 		}
 		if !e.done {
 			r.mu.Unlock()
@@ -357,6 +358,11 @@ func (r *Engine) reap() {
 			r.probe = false
 		}
 		r.complete(st, n)
+		if st != abi.WCSuccess {
+			// The QP is in ERR: every WR behind flushes (Flush), also
+			// one whose response came already.
+			return
+		}
 	}
 }
 

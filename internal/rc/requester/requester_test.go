@@ -172,6 +172,8 @@ type fakeWire struct {
 	// many response packets from the one it asks from, marked credited.
 	credit uint32
 	more   []ReadMore // the continuations the engine asked for
+	// mangle, if set, may change each response before it is delivered.
+	mangle func(r *resp)
 }
 
 func newFakeWire(sq *fakeSQ) *fakeWire {
@@ -237,6 +239,9 @@ func (w *fakeWire) Collect() {
 	}
 	var keep []resp
 	for _, r := range w.resps {
+		if w.mangle != nil {
+			w.mangle(&r)
+		}
 		if r.hold > 0 {
 			r.hold--
 			keep = append(keep, r)
@@ -700,5 +705,33 @@ func TestSecurityWindowSpansAQuarterOfPSNs(t *testing.T) {
 	}
 	if !r.spanFull {
 		t.Fatal("the window stopped taking WQEs without saying why: wait would not sleep")
+	}
+}
+
+// TestEngineNoSuccessAfterError: once the head WR completes with an error
+// (the QP goes to ERR), the WRs behind it flush, even those whose
+// responses came already: a WRITE NAKed REM_OP_ERR, then the READ behind
+// it answered in the same batch of responses (as a replay can make a
+// responder do), leaves the READ WR_FLUSH_ERR, not SUCCESS (IBTA: every WR after an error completion
+// flushes). The fault harness saw WR 298 WRITE REM_OP_ERR, then WR 299
+// READ SUCCESS.
+func TestEngineNoSuccessAfterError(t *testing.T) {
+	sq, w, r := setup(t, Config{})
+	w.mangle = func(p *resp) {
+		if p.kind == rAck {
+			p.kind, p.nak = rNak, rc.NAKRemOp
+		}
+	}
+	sq.post(abi.SendWQE{Opcode: abi.OpRDMAWrite}, 100)
+	sq.post(abi.SendWQE{Opcode: abi.OpRDMARead, RemoteAddr: 64}, 100)
+	run(t, sq, r)
+	want := []abi.WCStatus{abi.WCRemOpErr, abi.WCWRFlushErr}
+	if len(sq.done) != len(want) {
+		t.Fatalf("%d completions %+v, want %v", len(sq.done), sq.done, want)
+	}
+	for i, c := range sq.done {
+		if c.st != want[i] {
+			t.Errorf("WR %d completed %s, want %s", i, c.st, want[i])
+		}
 	}
 }
