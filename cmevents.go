@@ -146,14 +146,7 @@ type CMEvent struct {
 func (ch *EventChannel) Next(ctx context.Context) (*CMEvent, error) {
 	ch.readMu.Lock()
 	defer ch.readMu.Unlock()
-	if d, ok := ctx.Deadline(); ok {
-		ch.f.SetReadDeadline(d)
-	} else {
-		ch.f.SetReadDeadline(time.Time{})
-	}
-	stop := context.AfterFunc(ctx, func() { ch.f.SetReadDeadline(time.Now()) })
-	defer stop()
-	n, err := ch.f.Read(ch.buf)
+	n, err := readCtx(ctx, ch.f, ch.buf)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
