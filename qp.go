@@ -271,29 +271,9 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {
 		return errorf(abi.CodeState, "vrdma: PostRecv on QP 0x%x in RESET: move it to INIT first", q.qpn)
 	}
-	size, stride := q.layout.RQEntries, q.layout.RQStride
 	q.rqMu.Lock()
-	head := abi.Word(mem, abi.OffRQHead).Load()
-	tail := q.rqTail
-	var err error
-	posted := 0
-	var w abi.RecvWQE
-	for i := range wrs {
-		if n, _ := abi.Pending(tail, head, size); n >= size {
-			err = &PostError{Index: i, Err: ErrQueueFull}
-			break
-		}
-		wr := &wrs[i]
-		if len(wr.SGL) > int(q.caps.MaxRecvSGE) {
-			err = &PostError{Index: i, Err: errorf(abi.CodeInvalid, "%d SGEs exceed the QP's max_recv_sge %d", len(wr.SGL), q.caps.MaxRecvSGE)}
-			break
-		}
-		w.WRID, w.NumSGE = wr.ID, uint8(len(wr.SGL))
-		copy(w.SGE[:], wr.SGL)
-		abi.EncodeRecv(mem[q.layout.RQOffset+abi.Slot(tail, size)*stride:][:stride], &w)
-		tail = abi.Next(tail, size)
-		posted++
-	}
+	tail, posted, err := fillRecvRing(mem[q.layout.RQOffset:], q.layout.RQEntries, q.layout.RQStride, abi.Word(mem, abi.OffRQHead).Load(), q.rqTail,
+		q.caps.MaxRecvSGE, "the QP's max_recv_sge", wrs)
 	if posted > 0 {
 		q.rqTail = tail
 		abi.StoreFenced(abi.Word(mem, abi.OffRQTail), tail) // §6 pair 3: before the state's load
@@ -304,6 +284,30 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 		q.db.Ring()
 	}
 	return err
+}
+
+// fillRecvRing writes wrs into the slots of a receive ring (a QP's RQ or
+// an SRQ) from tail on, while the ring holds fewer than size entries past
+// head (the agent's), each with at most maxSGE SGEs (limit names that cap
+// in an error). It returns the new tail and how many it wrote; err is a
+// *PostError naming the first it refused. Publishing the tail is the
+// caller's, with the ordering its ring needs. It does not allocate.
+func fillRecvRing(slots []byte, size, stride, head, tail, maxSGE uint32, limit string, wrs []RecvWR) (uint32, int, error) {
+	var w abi.RecvWQE
+	for i := range wrs {
+		if n, _ := abi.Pending(tail, head, size); n >= size {
+			return tail, i, &PostError{Index: i, Err: ErrQueueFull}
+		}
+		wr := &wrs[i]
+		if len(wr.SGL) > int(maxSGE) {
+			return tail, i, &PostError{Index: i, Err: errorf(abi.CodeInvalid, "%d SGEs exceed %s %d", len(wr.SGL), limit, maxSGE)}
+		}
+		w.WRID, w.NumSGE = wr.ID, uint8(len(wr.SGL))
+		copy(w.SGE[:], wr.SGL)
+		abi.EncodeRecv(slots[abi.Slot(tail, size)*stride:][:stride], &w)
+		tail = abi.Next(tail, size)
+	}
+	return tail, len(wrs), nil
 }
 
 // Endpoint is what a peer needs to connect to a QP out of band, as

@@ -91,29 +91,9 @@ func (s *SRQ) PostRecv(wrs []RecvWR) error {
 		return err
 	}
 	mem := s.ring.Bytes()
-	size, stride := s.layout.Entries, s.layout.Stride
 	s.mu.Lock()
-	head := abi.Word(mem, abi.OffSRQHead).Load()
-	tail := s.tail
-	var err error
-	posted := 0
-	var w abi.RecvWQE
-	for i := range wrs {
-		if n, _ := abi.Pending(tail, head, size); n >= size {
-			err = &PostError{Index: i, Err: ErrQueueFull}
-			break
-		}
-		wr := &wrs[i]
-		if len(wr.SGL) > int(s.attr.MaxSGE) {
-			err = &PostError{Index: i, Err: errorf(abi.CodeInvalid, "%d SGEs exceed the SRQ's max_sge %d", len(wr.SGL), s.attr.MaxSGE)}
-			break
-		}
-		w.WRID, w.NumSGE = wr.ID, uint8(len(wr.SGL))
-		copy(w.SGE[:], wr.SGL)
-		abi.EncodeRecv(mem[s.layout.Offset+abi.Slot(tail, size)*stride:][:stride], &w)
-		tail = abi.Next(tail, size)
-		posted++
-	}
+	tail, posted, err := fillRecvRing(mem[s.layout.Offset:], s.layout.Entries, s.layout.Stride, abi.Word(mem, abi.OffSRQHead).Load(), s.tail,
+		s.attr.MaxSGE, "the SRQ's max_sge", wrs)
 	if posted > 0 {
 		s.tail = tail
 		abi.Word(mem, abi.OffSRQTail).Store(tail) // after the slots' bytes
