@@ -17,7 +17,9 @@ package vrdma_test
 // RoCEv2 engine sending to itself through a socket that loses, duplicates,
 // reorders or delays), and tcp, rdma, rdma-v1 (two vrdmad processes in
 // network namespaces joined by a bridge; loss and duplication by nftables
-// on the bridge's ports, as this kernel has no sch_netem for netem).
+// on the bridge's ports, reordering and delay by a relay that forwards
+// between them in the bridge's place (fault.Relay), as this kernel has no
+// sch_netem for netem).
 // memcpy has no wire: wire faults do not apply to it.
 //
 // A workload process is this test binary run again with
@@ -770,6 +772,13 @@ func TestFaultReadReplayInMessage(t *testing.T) {
 	}
 }
 
+// injected is a wire fault in place between the cluster's hosts
+// (fault.NetFaults, fault.Relay).
+type injected interface {
+	Struck(ctx context.Context) (uint64, string, error)
+	Remove(ctx context.Context) error
+}
+
 // faultMetricsPort is where the cluster agents serve their metrics, each
 // on its namespace's own address.
 const faultMetricsPort = 9464
@@ -794,34 +803,47 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 	e.warm(t)
 
 	ports := []string{ha.SwitchPort(), hb.SwitchPort()}
+	wire := func(w fault.Wire) func(ctx context.Context) (injected, error) {
+		return func(ctx context.Context) (injected, error) { return fault.ApplyWire(ctx, c.SwitchNetns(), ports, w) }
+	}
+	queue := func(q fault.Queueing) func(ctx context.Context) (injected, error) {
+		q.DelayBy, q.Seed = 2*time.Millisecond, 43
+		return func(ctx context.Context) (injected, error) { return fault.StartRelay(ctx, c.SwitchNetns(), ports, q) }
+	}
 	for _, w := range []struct {
-		name string
-		wire fault.Wire
-		wrs  int
+		name   string
+		inject func(ctx context.Context) (injected, error)
+		wrs    int
 	}{
-		{"loss-0.1", fault.Wire{Loss: 0.001}, faultWRsRare},
-		{"loss-1", fault.Wire{Loss: 0.01}, faultWRs},
-		{"loss-5", fault.Wire{Loss: 0.05}, faultWRs},
-		{"dup-0.1", fault.Wire{Dup: 0.001}, faultWRsRare},
-		{"dup-1", fault.Wire{Dup: 0.01}, faultWRs},
-		{"dup-5", fault.Wire{Dup: 0.05}, faultWRs},
+		{"loss-0.1", wire(fault.Wire{Loss: 0.001}), faultWRsRare},
+		{"loss-1", wire(fault.Wire{Loss: 0.01}), faultWRs},
+		{"loss-5", wire(fault.Wire{Loss: 0.05}), faultWRs},
+		{"dup-0.1", wire(fault.Wire{Dup: 0.001}), faultWRsRare},
+		{"dup-1", wire(fault.Wire{Dup: 0.01}), faultWRs},
+		{"dup-5", wire(fault.Wire{Dup: 0.05}), faultWRs},
+		{"reorder-0.1", queue(fault.Queueing{Reorder: 0.001}), faultWRsRare},
+		{"reorder-1", queue(fault.Queueing{Reorder: 0.01}), faultWRs},
+		{"reorder-5", queue(fault.Queueing{Reorder: 0.05}), faultWRs},
+		{"delay-0.1", queue(fault.Queueing{Delay: 0.001}), faultWRsRare},
+		{"delay-1", queue(fault.Queueing{Delay: 0.01}), faultWRs},
+		{"delay-5", queue(fault.Queueing{Delay: 0.05}), faultWRs},
 	} {
 		t.Run(w.name, func(t *testing.T) {
-			nf, err := fault.ApplyWire(t.Context(), c.SwitchNetns(), ports, w.wire)
+			f, err := w.inject(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() {
-				if err := nf.Remove(context.WithoutCancel(t.Context())); err != nil {
+				if err := f.Remove(context.WithoutCancel(t.Context())); err != nil {
 					t.Error(err)
 				}
 			}()
 			caseWire(t, e, w.wrs, func() (uint64, string) {
-				d, u, err := nf.Hits(t.Context())
+				n, what, err := f.Struck(t.Context())
 				if err != nil {
 					t.Fatal(err)
 				}
-				return d + u, fmt.Sprintf("%s: %d frames dropped, %d duplicated", w.wire, d, u)
+				return n, what
 			})
 		})
 	}

@@ -70,7 +70,9 @@ const (
 	faultStopWork      soakFault = "stopped-workload" // SIGSTOP, then SIGCONT, of it
 	faultLoss1         soakFault = "loss-1%"          // frames between the pair's hosts dropped (nftables)
 	faultLoss5         soakFault = "loss-5%"
-	faultDup1          soakFault = "dup-1%" // frames between the pair's hosts duplicated
+	faultDup1          soakFault = "dup-1%"     // frames between the pair's hosts duplicated
+	faultReorder1      soakFault = "reorder-1%" // frames between the pair's hosts held behind the next (fault.Relay)
+	faultDelay1        soakFault = "delay-1%"   // frames between the pair's hosts sent 2 ms late
 	faultKillAgent     soakFault = "kill-agent"
 	faultNoneAfter     soakFault = "none-after-restart" // warms the restarted agent's links: not checked for leaks
 	soakLeakSettle               = 10 * time.Second
@@ -96,6 +98,7 @@ type soakReport struct {
 	Bytes      uint64            `json:"bytes"`         // moved by WRs that succeeded
 	Verified   int               `json:"verified"`      // WRs whose bytes were checked where they landed
 	Faults     map[string]int    `json:"faults"`        // injected, by kind
+	Struck     map[string]uint64 `json:"frames_struck"` // frames the wire faults dropped, doubled, reordered or delayed, by kind
 	ByStatus   map[string]int    `json:"completions"`   // by status
 	ByPath     map[string]int    `json:"rounds_by_path"`
 	Lost       int               `json:"lost"`
@@ -128,6 +131,9 @@ fault of the path's cycle:
   stopped-workload         the responder's process is stopped for 300 ms
   loss-1%, loss-5%, dup-1% frames between the pair's hosts are dropped or
                            duplicated (nftables on lo; root only): every WR succeeds
+  reorder-1%, delay-1%     frames between the pair's hosts are held behind the
+                           next one or sent 2 ms late (a relay on lo; root only):
+                           every WR succeeds
   kill-agent               the responder's agent gets SIGKILL and is restarted;
                            the VM attaches to the new agent and serves again
                            (tcp and rdma: memcpy's agent holds the control plane)
@@ -193,7 +199,7 @@ func (f soakFilter) apply(paths []*soakPath) ([]*soakPath, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("--path %v --fault %v leave nothing to run: paths are memcpy, tcp and rdma; faults none, stalled-receiver, kill-workload, stopped-workload, kill-agent and none-after-restart (tcp, rdma), loss-1%%, loss-5%%, dup-1%% (tcp, rdma; root)", f.paths, f.faults)
+		return nil, fmt.Errorf("--path %v --fault %v leave nothing to run: paths are memcpy, tcp and rdma; faults none, stalled-receiver, kill-workload, stopped-workload, kill-agent and none-after-restart (tcp, rdma), loss-1%%, loss-5%%, dup-1%%, reorder-1%%, delay-1%% (tcp, rdma; root)", f.paths, f.faults)
 	}
 	return out, nil
 }
@@ -205,13 +211,13 @@ type soakRun struct {
 	progress io.Writer
 	rep      *soakReport
 	root     bool
-	lo       sync.Mutex // one wire fault at a time (one nftables table)
+	lo       sync.Mutex // one wire fault at a time (one nftables table on lo)
 }
 
 // runSoak runs soak for d and returns its report.
 func runSoak(ctx context.Context, progress io.Writer, d time.Duration, only soakFilter) (rep soakReport) {
 	start := time.Now()
-	rep = soakReport{Faults: map[string]int{}, ByStatus: map[string]int{}, ByPath: map[string]int{}, Hosts: map[string]string{}}
+	rep = soakReport{Faults: map[string]int{}, Struck: map[string]uint64{}, ByStatus: map[string]int{}, ByPath: map[string]int{}, Hosts: map[string]string{}}
 	defer func() {
 		rep.Duration = time.Since(start).Round(time.Second).String()
 		rep.OK = rep.Error == "" && rep.Rounds > 0 && rep.Lost == 0 && rep.Duplicates == 0 && rep.Mismatches == 0 && rep.Leaks == 0 && len(rep.Violations) == 0
@@ -242,10 +248,10 @@ func runSoak(ctx context.Context, progress io.Writer, d time.Duration, only soak
 		return rep
 	}
 	s := &soakRun{f: f, st: st, progress: progress, rep: &rep, root: os.Geteuid() == 0}
-	wire := []soakFault{faultLoss1, faultLoss5, faultDup1}
+	wire := []soakFault{faultLoss1, faultLoss5, faultDup1, faultReorder1, faultDelay1}
 	if !s.root {
 		wire = nil
-		rep.Notes = append(rep.Notes, "not root: no wire faults (loss, duplication need nftables)")
+		rep.Notes = append(rep.Notes, "not root: no wire faults (loss, duplication, reordering and delay need nftables and raw sockets)")
 	}
 	paths := []*soakPath{
 		{Name: "memcpy", A: 0, B: 0, faults: []soakFault{faultNone, faultStalled, faultKillWork, faultStopWork}},
@@ -559,6 +565,9 @@ func (s *soakRun) pairRound(ctx context.Context, p *soakPath, flt soakFault, see
 	}
 	policy := fault.Policy{}
 	var hook func()
+	var wire interface { // the wire fault in place, if any
+		Struck(context.Context) (uint64, string, error)
+	}
 	switch flt {
 	case faultStalled:
 		hook = func() { pair.Stall(soakStall) }
@@ -577,6 +586,20 @@ func (s *soakRun) pairRound(ctx context.Context, p *soakPath, flt soakFault, see
 			return fault.Report{}, err
 		}
 		defer nf.Remove(context.WithoutCancel(ctx))
+		wire = nf
+	case faultReorder1, faultDelay1:
+		q := fault.Queueing{Reorder: 0.01, Seed: seed}
+		if flt == faultDelay1 {
+			q = fault.Queueing{Delay: 0.01, Seed: seed}
+		}
+		s.lo.Lock()
+		defer s.lo.Unlock()
+		r, err := fault.StartLoopbackRelay(ctx, s.f.Hosts[p.A].Addr.Addr(), s.f.Hosts[p.B].Addr.Addr(), q)
+		if err != nil {
+			return fault.Report{}, err
+		}
+		defer r.Remove(context.WithoutCancel(ctx))
+		wire = r
 	case faultKillAgent:
 		policy = fault.Lenient
 		hook = func() {
@@ -587,6 +610,13 @@ func (s *soakRun) pairRound(ctx context.Context, p *soakPath, flt soakFault, see
 	}
 	if _, err := pair.Run(ctx, soakConfig(seed, hook)); err != nil {
 		return fault.Report{}, err
+	}
+	if wire != nil {
+		n, _, err := wire.Struck(ctx)
+		if err != nil {
+			return fault.Report{}, err
+		}
+		s.rep.Struck[string(flt)] += n
 	}
 	if err := pair.Finish(ctx); err != nil && !errors.Is(err, vrdma.ErrAgentGone) {
 		return fault.Report{}, err
@@ -701,7 +731,7 @@ func sum(m map[string]int) int {
 }
 
 // statusLine writes completions by status, SUCCESS first.
-func statusLine(m map[string]int) string {
+func statusLine[N int | uint64](m map[string]N) string {
 	keys := slices.Sorted(maps.Keys(m))
 	var b strings.Builder
 	for _, k := range keys {
@@ -722,6 +752,9 @@ func printSoak(w io.Writer, rep soakReport) {
 	fmt.Fprintf(tw, "work requests\t%d posted, %d verified where they landed\n", rep.WRs, rep.Verified)
 	fmt.Fprintf(tw, "bytes\t%d\n", rep.Bytes)
 	fmt.Fprintf(tw, "faults injected\t%s\n", statusLine(rep.Faults))
+	if len(rep.Struck) > 0 {
+		fmt.Fprintf(tw, "frames struck\t%s\n", statusLine(rep.Struck))
+	}
 	fmt.Fprintf(tw, "completions\t%s\n", statusLine(rep.ByStatus))
 	fmt.Fprintf(tw, "lost\t%d\n", rep.Lost)
 	fmt.Fprintf(tw, "duplicates\t%d\n", rep.Duplicates)

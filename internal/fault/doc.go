@@ -26,7 +26,9 @@
 //     shared-memory mappings, threads, goroutines) so that a survivor's
 //     leak shows as a difference (Resources.Leaks).
 //   - NetFaults puts loss and duplication on a link between network
-//     namespaces with nftables, and Link cuts and restores one.
+//     namespaces with nftables, Relay reordering and delay (forwarding
+//     between two ports of the switch in the bridge's place), and SetLink
+//     cuts and restores a link.
 //
 // Every WR's payload is derived from a seed and the WR's ID (Fill), so a
 // receiver in another process recomputes what it must have got.

@@ -7,11 +7,9 @@ package fault
 // on the machine's loopback is touched.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 )
 
@@ -19,7 +17,7 @@ import (
 const loTable = "vrdma_fault_lo"
 
 // LoopbackFaults are wire faults on lo between two addresses.
-type LoopbackFaults struct{}
+type LoopbackFaults struct{ w Wire }
 
 // ApplyLoopback puts w on every packet between a and b (both ways) as it
 // enters lo: lost with probability w.Loss, or else duplicated with
@@ -43,28 +41,23 @@ func ApplyLoopback(ctx context.Context, a, b netip.Addr, w Wire) (*LoopbackFault
 		}
 	}
 	r.WriteString("  }\n}\n")
-	if _, err := nftHere(ctx, r.String(), "-f", "-"); err != nil {
+	if _, err := nft(ctx, "", r.String(), "-f", "-"); err != nil {
 		return nil, fmt.Errorf("fault: apply %s between %s and %s: %w", w, a, b, err)
 	}
-	return &LoopbackFaults{}, nil
+	return &LoopbackFaults{w: w}, nil
+}
+
+// Struck returns how many packets the faults dropped or duplicated so
+// far, and says what they did.
+func (l *LoopbackFaults) Struck(ctx context.Context) (uint64, string, error) {
+	d, u, err := hits(ctx, "", loTable)
+	return d + u, fmt.Sprintf("%s: %d packets dropped, %d duplicated", l.w, d, u), err
 }
 
 // Remove deletes the faults.
 func (*LoopbackFaults) Remove(ctx context.Context) error {
-	if _, err := nftHere(ctx, "", "delete", "table", "netdev", loTable); err != nil {
+	if _, err := nft(ctx, "", "", "delete", "table", "netdev", loTable); err != nil {
 		return fmt.Errorf("fault: remove the loopback faults: %w", err)
 	}
 	return nil
-}
-
-// nftHere runs nft with args in this process's network namespace.
-func nftHere(ctx context.Context, stdin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "nft", args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("nft %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out.Bytes()))
-	}
-	return out.String(), nil
 }

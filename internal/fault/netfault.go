@@ -5,8 +5,9 @@ package fault
 // that kernels do not always carry; nftables' netdev family is in every
 // kernel that has nf_tables, and gives loss (numgen random … drop) and
 // duplication (… dup to DEVICE) on the ingress of a device. Reordering and
-// delay need a queue, which nftables has not: on the in-process paths
-// package testlink and rdmatest inject those.
+// delay need a queue, which nftables has not: Relay (relay.go) injects
+// those between namespaces, and on the in-process paths package testlink
+// and rdmatest do.
 
 import (
 	"bytes"
@@ -41,6 +42,7 @@ const nftScale = 1_000_000
 // switch's network namespace.
 type NetFaults struct {
 	netns string
+	w     Wire
 }
 
 // ApplyWire puts w on every frame that enters the switch in namespace
@@ -71,12 +73,18 @@ func ApplyWire(ctx context.Context, netns string, ports []string, w Wire) (*NetF
 	if _, err := nft(ctx, netns, b.String(), "-f", "-"); err != nil {
 		return nil, fmt.Errorf("fault: apply %s on %v: %w", w, ports, err)
 	}
-	return &NetFaults{netns: netns}, nil
+	return &NetFaults{netns: netns, w: w}, nil
 }
 
 // Hits returns how many frames the faults dropped and duplicated so far.
 func (n *NetFaults) Hits(ctx context.Context) (dropped, duplicated uint64, err error) {
-	out, err := nft(ctx, n.netns, "", "list", "table", "netdev", nftTable)
+	return hits(ctx, n.netns, nftTable)
+}
+
+// hits reads the counters of the drop and dup rules of nftables table
+// (netdev family) in namespace netns ("" for this one).
+func hits(ctx context.Context, netns, table string) (dropped, duplicated uint64, err error) {
+	out, err := nft(ctx, netns, "", "list", "table", "netdev", table)
 	if err != nil {
 		return 0, 0, fmt.Errorf("fault: read the faults' counters: %w", err)
 	}
@@ -98,6 +106,13 @@ func (n *NetFaults) Hits(ctx context.Context) (dropped, duplicated uint64, err e
 	return dropped, duplicated, nil
 }
 
+// Struck returns how many frames the faults dropped or duplicated so far,
+// and says what they did.
+func (n *NetFaults) Struck(ctx context.Context) (uint64, string, error) {
+	d, u, err := n.Hits(ctx)
+	return d + u, fmt.Sprintf("%s: %d frames dropped, %d duplicated", n.w, d, u), err
+}
+
 // Remove deletes the faults.
 func (n *NetFaults) Remove(ctx context.Context) error {
 	if _, err := nft(ctx, n.netns, "", "delete", "table", "netdev", nftTable); err != nil {
@@ -106,15 +121,20 @@ func (n *NetFaults) Remove(ctx context.Context) error {
 	return nil
 }
 
-// nft runs nft with args in namespace netns, stdin as its input, and
-// returns its output; the error carries it.
+// nft runs nft with args in namespace netns ("" for this process's),
+// stdin as its input, and returns its output; the error carries it.
 func nft(ctx context.Context, netns, stdin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, "nft"}, args...)...)
+	cmd := exec.CommandContext(ctx, "nft", args...)
+	where := ""
+	if netns != "" {
+		cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, "nft"}, args...)...)
+		where = " in namespace " + netns
+	}
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("nft %s in namespace %s: %v: %s", strings.Join(args, " "), netns, err, bytes.TrimSpace(out.Bytes()))
+		return out.String(), fmt.Errorf("nft %s%s: %v: %s", strings.Join(args, " "), where, err, bytes.TrimSpace(out.Bytes()))
 	}
 	return out.String(), nil
 }

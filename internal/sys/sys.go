@@ -1,6 +1,7 @@
 // Package sys wraps the few Linux system calls vrdma needs: memfd-backed shared
 // memory, mappings with overflow-safe bounds checks, eventfd doorbells, and
-// SOCK_SEQPACKET Unix sockets that carry file descriptors (SCM_RIGHTS).
+// SOCK_SEQPACKET Unix sockets that carry file descriptors (SCM_RIGHTS),
+// and code run inside a named network namespace.
 //
 // It re-exports only what the rest of vrdma uses, so that every raw file
 // descriptor in the project is created and closed here.

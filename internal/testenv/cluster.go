@@ -39,6 +39,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/sys"
 )
 
 // NetnsMode says where a cluster's hosts run.
@@ -728,7 +729,7 @@ func (h *Host) Do(fn func() error) error {
 	if h.Netns == "" {
 		return fn()
 	}
-	return inNetns(h.Netns, fn)
+	return sys.InNetns(h.Netns, fn)
 }
 
 // Dial connects to address from the host's network namespace.

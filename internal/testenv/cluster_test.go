@@ -20,6 +20,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/sys"
 )
 
 // reach dials addr from h: nil when h reaches the address's host, whether
@@ -121,7 +122,7 @@ func sameNetns(t *testing.T, pid int, ns string) bool {
 	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &p); err != nil {
 		t.Fatalf("namespace of pid %d: %v", pid, err)
 	}
-	if err := syscall.Stat(filepath.Join(netnsDir, ns), &n); err != nil {
+	if err := syscall.Stat(filepath.Join(sys.NetnsDir, ns), &n); err != nil {
 		t.Fatalf("namespace %s: %v", ns, err)
 	}
 	return p.Dev == n.Dev && p.Ino == n.Ino
@@ -467,7 +468,7 @@ func TestClusterCleanup(t *testing.T) {
 			t.Errorf("namespace %s still exists after cleanup", ns)
 		}
 	}
-	if ents, _ := os.ReadDir(netnsDir); c.Netns {
+	if ents, _ := os.ReadDir(sys.NetnsDir); c.Netns {
 		for _, e := range ents {
 			if strings.Contains(e.Name(), c.ID) {
 				t.Errorf("namespace %s of the cluster still exists after cleanup", e.Name())

@@ -16,18 +16,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/vrdma/vrdma/internal/sys"
 )
-
-// netnsDir is where "ip netns" keeps named namespaces.
-const netnsDir = "/run/netns"
 
 // netnsPrefix starts the name of every namespace a Cluster creates:
 // vrdma-PID-RAND-ROLE, where PID is the test process (so that a sweep can
@@ -60,7 +56,7 @@ func ipRun(args ...string) error {
 
 // netnsExists reports whether named namespace name exists.
 func netnsExists(name string) bool {
-	_, err := os.Stat(filepath.Join(netnsDir, name))
+	_, err := os.Stat(filepath.Join(sys.NetnsDir, name))
 	return err == nil
 }
 
@@ -69,7 +65,7 @@ func netnsExists(name string) bool {
 // cleanup ran, by a test timeout for example). Namespaces of live
 // processes are left alone.
 func sweepStaleNetns() {
-	ents, err := os.ReadDir(netnsDir)
+	ents, err := os.ReadDir(sys.NetnsDir)
 	if err != nil {
 		return
 	}
@@ -91,63 +87,6 @@ func sweepStaleNetns() {
 		}
 		ipRun("netns", "delete", e.Name())
 	}
-}
-
-// inNetns runs fn on an OS thread that is in named network namespace ns,
-// and waits for it. Sockets fn creates belong to ns, and so do processes it
-// starts (the child inherits the thread's namespace); goroutines fn starts
-// run in the process's own namespace. A panic in fn is raised again in the
-// caller.
-func inNetns(ns string, fn func() error) error {
-	target, err := os.Open(filepath.Join(netnsDir, ns))
-	if err != nil {
-		return fmt.Errorf("network namespace %s: %w (was the cluster cleaned up already?)", ns, err)
-	}
-	defer target.Close()
-	type result struct {
-		err   error
-		panic any
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread goes back to the pool only if it is back in its own
-		// namespace; otherwise it ends with this goroutine.
-		back := false
-		defer func() {
-			if back {
-				runtime.UnlockOSThread()
-			}
-		}()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			back = true
-			done <- result{err: fmt.Errorf("enter network namespace %s: open this thread's namespace: %w", ns, err)}
-			return
-		}
-		defer orig.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			back = true
-			done <- result{err: fmt.Errorf("enter network namespace %s: setns: %w (needs CAP_SYS_ADMIN)", ns, err)}
-			return
-		}
-		var r result
-		func() {
-			defer func() { r.panic = recover() }()
-			r.err = fn()
-		}()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			r.err = errors.Join(r.err, fmt.Errorf("leave network namespace %s: setns: %w", ns, err))
-		} else {
-			back = true
-		}
-		done <- r
-	}()
-	r := <-done
-	if r.panic != nil {
-		panic(r.panic)
-	}
-	return r.err
 }
 
 // bridgeName is the bridge in the switch namespace.
@@ -250,7 +189,7 @@ func NewNetns(tb testing.TB) *Netns {
 
 // Run runs fn on a thread in the namespace: the sockets it creates belong
 // to the namespace, whatever goroutine uses them later.
-func (n *Netns) Run(fn func() error) error { return inNetns(n.Name, fn) }
+func (n *Netns) Run(fn func() error) error { return sys.InNetns(n.Name, fn) }
 
 // Command is the command name args run in the namespace.
 func (n *Netns) Command(name string, args ...string) *exec.Cmd {
