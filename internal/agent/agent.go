@@ -70,6 +70,9 @@ type Config struct {
 	StateDir string // VM definitions and host identity live here
 	Host     string // host name; defaults to os.Hostname
 	Limits   Limits
+	// MaxBlocking bounds the blocking commands (a CM event wait, an
+	// rdma_cm connect) in flight on one session; 0: DefaultMaxBlocking.
+	MaxBlocking int
 	// Quotas are the per-uid caps and the host's pinned-memory budget
 	// (package quota); a zero field takes its default.
 	Quotas Quotas
@@ -160,6 +163,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		if *l.v <= 0 {
 			*l.v = *l.def
 		}
+	}
+	if cfg.MaxBlocking <= 0 {
+		cfg.MaxBlocking = DefaultMaxBlocking
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -72,6 +72,10 @@ type ControlConfig struct {
 	// the kernel and publishes it when it changed (records.Uplink.
 	// Observed); default 30 s, negative: only when it starts.
 	NICPoll time.Duration
+	// Handshakes and HandshakesPerSource bound the connections from other
+	// hosts in their handshake at once, in all and per source address
+	// (hostlink.Config); 0: hostlink's defaults, 64 and 4.
+	Handshakes, HandshakesPerSource int
 	// StartTimeout bounds opening the store and registering; default 60 s.
 	StartTimeout time.Duration
 	// UnsafeNoFsync turns fsync off in the embedded etcd (tests only).

@@ -35,6 +35,7 @@ func (a *Agent) linksConfig() hostlink.Config {
 		cfg.Store, cfg.Cache, cfg.Switch, cfg.LookupTimeout = c.st, c.cache, c.cfg.Switch, c.cfg.LookupTimeout
 		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA
 		cfg.HostKey, cfg.Pins = a.hostKey, hostkey.NewPins(a.cfg.StateDir)
+		cfg.Handshakes, cfg.HandshakesPerSource = c.cfg.Handshakes, c.cfg.HandshakesPerSource
 	}
 	return cfg
 }

@@ -64,7 +64,7 @@ type session struct {
 }
 
 func newSession(a *Agent, c *sys.PacketConn) *session {
-	s := &session{a: a, conn: c, blocking: make(chan struct{}, maxBlocking)}
+	s := &session{a: a, conn: c, blocking: make(chan struct{}, a.cfg.MaxBlocking)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cm = a.cm.NewClient(s.ctx)
 	if cred, err := c.PeerCred(); err == nil {
@@ -137,7 +137,7 @@ func (s *session) serve() {
 			select {
 			case s.blocking <- struct{}{}:
 			default:
-				s.replyErr(h, abi.Errorf(abi.CodeLimit, "", "%d blocking commands (%s) already in flight on this session, the limit: wait for some to finish", maxBlocking, blockingOps))
+				s.replyErr(h, abi.Errorf(abi.CodeLimit, "", "%d blocking commands (%s) already in flight on this session, the limit (vrdmad --max-blocking-per-session): wait for some to finish", s.a.cfg.MaxBlocking, blockingOps))
 				continue
 			}
 			s.wg.Add(1)
@@ -166,8 +166,8 @@ func decodeError(h abi.Header, err error) *abi.Error {
 	return &abi.Error{Code: e.Code, Field: e.Field, Message: msg}
 }
 
-// maxBlocking bounds the blocking commands in flight on one session.
-const maxBlocking = 256
+// DefaultMaxBlocking is the default of Config.MaxBlocking.
+const DefaultMaxBlocking = 256
 
 // end tears the session down. The connection closes last, after the
 // VM detached: a client's Close waits for that end of file (conn.go), so

@@ -39,6 +39,7 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxListeners, "max-listeners", agent.DefaultLimits.MaxListeners, "listening service ports of one VM")
 	fs.IntVar(&cfg.Limits.MaxCQEPerVM, "max-cqe-per-vm", agent.DefaultLimits.MaxCQEPerVM, "CQ entries of all of one VM's CQs together")
 	fs.IntVar(&cfg.Limits.MaxWRPerVM, "max-wr-per-vm", agent.DefaultLimits.MaxWRPerVM, "send and receive queue entries of all of one VM's QPs together")
+	fs.IntVar(&cfg.MaxBlocking, "max-blocking-per-session", agent.DefaultMaxBlocking, "blocking commands (CM event waits, connects) in flight on one connection to the socket")
 	q := addQuotaFlags(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
@@ -69,7 +70,8 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 		n      string
 		v, max int
 	}{{"max-qp", cfg.Limits.MaxQP, 1 << 16}, {"max-cq", cfg.Limits.MaxCQ, 1 << 16}, {"max-mr", cfg.Limits.MaxMR, 1 << 16}, {"max-pd", cfg.Limits.MaxPD, 1 << 16},
-		{"max-processes", cfg.Limits.MaxProcesses, 1 << 16}, {"max-listeners", cfg.Limits.MaxListeners, 1 << 16}, {"max-cqe-per-vm", cfg.Limits.MaxCQEPerVM, 1 << 30}, {"max-wr-per-vm", cfg.Limits.MaxWRPerVM, 1 << 30}} {
+		{"max-processes", cfg.Limits.MaxProcesses, 1 << 16}, {"max-listeners", cfg.Limits.MaxListeners, 1 << 16}, {"max-cqe-per-vm", cfg.Limits.MaxCQEPerVM, 1 << 30}, {"max-wr-per-vm", cfg.Limits.MaxWRPerVM, 1 << 30},
+		{"max-blocking-per-session", cfg.MaxBlocking, 1 << 16}} {
 		if l.v < 1 || l.v > l.max {
 			fmt.Fprintf(stderr, "%s: --%s %d out of range 1..%d\n", name, l.n, l.v, l.max)
 			return 2

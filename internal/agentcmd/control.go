@@ -11,6 +11,7 @@ import (
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/hostlink"
 )
 
 // controlFlags are the agent's control-plane flags.
@@ -30,6 +31,8 @@ type controlFlags struct {
 	uplinks  []records.Uplink
 	lossless int // --rdma-uplink-lossless: -1 unset
 	nicPoll  time.Duration
+	// --max-handshakes, --max-handshakes-per-source
+	handshakes, handshakesPerSource int
 }
 
 func addControlFlags(fs *flag.FlagSet) *controlFlags {
@@ -53,6 +56,8 @@ func addControlFlags(fs *flag.FlagSet) *controlFlags {
 		return nil
 	})
 	fs.DurationVar(&c.nicPoll, "nic-poll", 0, "how often to read the RDMA uplinks' NIC state (PFC, pause, DCB trust, MTU, teaming) from the kernel and publish it in the host record when it changed (default 30s; negative: only at start)")
+	fs.IntVar(&c.handshakes, "max-handshakes", hostlink.DefaultHandshakes, "connections from other hosts in their handshake at once; more are reset at accept")
+	fs.IntVar(&c.handshakesPerSource, "max-handshakes-per-source", hostlink.DefaultHandshakesPerSource, "connections from one source address in their handshake at once, so that no host (or non-member) keeps the others out")
 	fs.IntVar(&c.lossless, "rdma-uplink-lossless", -1, "declare the RDMA uplinks lossless for this 802.1Q priority (PFC on it, no pause, not teamed), for NICs whose kernel reports no DCB state (loopback, veth): what vrdmactl host uplink declare would record")
 	return c
 }
@@ -75,6 +80,10 @@ func (c *controlFlags) config() (*agent.ControlConfig, error) {
 		}
 	}
 	cfg := &agent.ControlConfig{DataDir: c.dataDir, FirewallPVRDMA: c.firewall, Switch: c.sw, Uplinks: c.uplinks, NICPoll: c.nicPoll}
+	if c.handshakes < 1 || c.handshakesPerSource < 1 || c.handshakesPerSource > c.handshakes {
+		return nil, fmt.Errorf("--max-handshakes %d, --max-handshakes-per-source %d: want at least 1 each, and no more per source than in all", c.handshakes, c.handshakesPerSource)
+	}
+	cfg.Handshakes, cfg.HandshakesPerSource = c.handshakes, c.handshakesPerSource
 	for _, e := range strings.Split(c.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			cfg.Endpoints = append(cfg.Endpoints, e)

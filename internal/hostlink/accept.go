@@ -3,8 +3,8 @@ package hostlink
 // Admission at accept. Before a connection gets a goroutine and a
 // handshake, its source address must be the PVRDMA address of a host of
 // this host's switch (a member), and that source and the agent must each
-// have a handshake slot free: maxHandshakesPerSource per source address,
-// maxHandshakes in all. Anything else is reset at once (SO_LINGER 0),
+// have a handshake slot free: Config.HandshakesPerSource per source
+// address, Config.Handshakes in all. Anything else is reset at once (SO_LINGER 0),
 // counted (PVRDMAStatus.AcceptRefused, HandshakesDropped) and logged at
 // most once a second per reason. So a non-member that opens connections
 // and never sends HELLO holds nothing, and a member that does holds at
@@ -16,7 +16,7 @@ package hostlink
 // the cache moves. A source the cache does not know may be a host that
 // has just registered or moved: it waits, holding a slot, for one fresh
 // read of the host records from etcd, shared by every connection that
-// waits (at most maxUnknownWaiting of them, and at most one read per
+// waits (at most an eighth of the handshake slots, and at most one read per
 // memberRefreshEvery); if that read fails or does not list it either, it
 // is refused. Without etcd only the addresses the cache holds are
 // admitted: membership fails closed.
@@ -36,16 +36,15 @@ import (
 
 // Admission limits.
 const (
-	// maxHandshakes bounds the accepted connections in their handshake at
-	// once; more are reset at accept.
-	maxHandshakes = 64
-	// maxHandshakesPerSource bounds those from one source address: a
-	// host opens one connection to a peer at a time (Peer.Conn), so 4
-	// leave room for a restart or a retry, not for a flood.
-	maxHandshakesPerSource = 4
-	// maxUnknownWaiting bounds the connections from sources the cache
-	// does not know that wait for a fresh read of the host records.
-	maxUnknownWaiting = 8
+	// DefaultHandshakes is the default of Config.Handshakes: the
+	// accepted connections in their handshake at once; more are reset at
+	// accept.
+	DefaultHandshakes = 64
+	// DefaultHandshakesPerSource is the default of
+	// Config.HandshakesPerSource, those from one source address: a host
+	// opens one connection to a peer at a time (Peer.Conn), so 4 leave
+	// room for a restart or a retry, not for a flood.
+	DefaultHandshakesPerSource = 4
 	// memberRefreshEvery is the least time between two fresh reads of
 	// the host records made for unknown sources.
 	memberRefreshEvery = time.Second
@@ -101,15 +100,15 @@ func (u *Links) admit(from netip.Addr) int {
 	defer a.mu.Unlock()
 	verdict := admitOK
 	if !a.isMemberLocked(u, from) {
-		if a.waiting >= maxUnknownWaiting || a.reading == nil && time.Since(a.lastRead) < memberRefreshEvery {
+		if a.waiting >= max(1, u.cfg.Handshakes/8) || a.reading == nil && time.Since(a.lastRead) < memberRefreshEvery {
 			return refuseMember
 		}
 		verdict = admitWait
 	}
 	switch {
-	case a.slots[from] >= maxHandshakesPerSource:
+	case a.slots[from] >= u.cfg.HandshakesPerSource:
 		return refuseSource
-	case a.total >= maxHandshakes:
+	case a.total >= u.cfg.Handshakes:
 		return refuseTotal
 	}
 	if a.slots == nil {
@@ -235,10 +234,10 @@ func (u *Links) refuseAtAccept(nc *net.TCPConn, from netip.Addr, why int) {
 			"rule", "host-on-switch", "from", from.String(), "refused_total", u.adm.refused[why].Load())
 	case refuseSource:
 		u.logAccept(why, "tcp path: connection reset at accept: its source address has every handshake slot it may hold",
-			"from", from.String(), "limit", maxHandshakesPerSource, "dropped_total", u.adm.refused[why].Load())
+			"from", from.String(), "limit", u.cfg.HandshakesPerSource, "flag", "--max-handshakes-per-source", "dropped_total", u.adm.refused[why].Load())
 	case refuseTotal:
 		u.logAccept(why, "tcp path: too many handshakes under way; connection dropped",
-			"from", from.String(), "limit", maxHandshakes, "dropped_total", u.adm.refused[why].Load())
+			"from", from.String(), "limit", u.cfg.Handshakes, "flag", "--max-handshakes", "dropped_total", u.adm.refused[why].Load())
 	}
 }
 

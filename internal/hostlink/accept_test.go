@@ -68,33 +68,38 @@ func TestSecurityAdmissionAtAccept(t *testing.T) {
 		}
 	}
 
-	// Per source, then in all.
-	for range maxHandshakesPerSource {
-		check(a("127.0.3.2"), admitOK)
-	}
-	check(a("127.0.3.2"), refuseSource)
-	for i := range maxHandshakes/maxHandshakesPerSource - 1 { // 15 more sources: 64 slots taken
-		for range maxHandshakesPerSource {
-			check(a(fmt.Sprintf("127.0.4.%d", i+1)), admitOK)
+	// Per source, then in all: at the defaults, and at limits of
+	// --max-handshakes 10 --max-handshakes-per-source 2.
+	for _, lim := range [][2]int{{DefaultHandshakes, DefaultHandshakesPerSource}, {10, 2}} {
+		u.cfg.Handshakes, u.cfg.HandshakesPerSource = lim[0], lim[1]
+		for range lim[1] {
+			check(a("127.0.3.2"), admitOK)
 		}
-	}
-	check(a("127.0.4.16"), refuseTotal)
-	u.adm.mu.Lock()
-	slots := maps.Clone(u.adm.slots)
-	u.adm.mu.Unlock()
-	if len(slots) != 16 {
-		t.Fatalf("%d sources hold slots, want 16", len(slots))
-	}
-	for from, n := range slots {
-		for range n {
-			u.release(from)
+		check(a("127.0.3.2"), refuseSource)
+		sources := (lim[0] + lim[1] - 1) / lim[1] // 16 at the defaults, 5
+		for i := range sources - 1 {
+			for range min(lim[1], lim[0]-lim[1]*(i+1)) {
+				check(a(fmt.Sprintf("127.0.4.%d", i+1)), admitOK)
+			}
 		}
+		check(a("127.0.4.16"), refuseTotal)
+		u.adm.mu.Lock()
+		slots, total := maps.Clone(u.adm.slots), u.adm.total
+		u.adm.mu.Unlock()
+		if len(slots) != sources || total != lim[0] {
+			t.Fatalf("limits %d/%d: %d sources hold %d slots, want %d holding %d", lim[0], lim[1], len(slots), total, sources, lim[0])
+		}
+		for from, n := range slots {
+			for range n {
+				u.release(from)
+			}
+		}
+		u.adm.mu.Lock()
+		if u.adm.total != 0 || len(u.adm.slots) != 0 {
+			t.Fatalf("%d slots (%d sources) held once every one was released", u.adm.total, len(u.adm.slots))
+		}
+		u.adm.mu.Unlock()
 	}
-	u.adm.mu.Lock()
-	if u.adm.total != 0 || len(u.adm.slots) != 0 {
-		t.Fatalf("%d slots (%d sources) held once every one was released", u.adm.total, len(u.adm.slots))
-	}
-	u.adm.mu.Unlock()
 
 	// Not members: after one fresh read, and at once while it is fresh.
 	check(a("127.0.3.3"), refuseMember) // another switch: the fresh read

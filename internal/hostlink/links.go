@@ -121,6 +121,11 @@ type Config struct {
 	// fromQPN (GID fromGID), which its workload moves itself, established
 	// the rdma_cm connection to this host's QP qpn.
 	OnEstablish func(qpn, fromQPN uint32, fromGID abi.GID)
+	// Handshakes and HandshakesPerSource bound the accepted connections
+	// in their handshake at once, in all and from one source address
+	// (accept.go); 0 means DefaultHandshakes and
+	// DefaultHandshakesPerSource.
+	Handshakes, HandshakesPerSource int
 }
 
 // Links are the agent's links to the other hosts of its switch.
@@ -203,6 +208,15 @@ func Start(cfg Config) (*Links, error) {
 	}
 	if len(cfg.HostKey) != ed25519.PrivateKeySize || cfg.Pins == nil {
 		return nil, errors.New("host links: no host key (Config.HostKey, Config.Pins): the handshake signs with it")
+	}
+	if cfg.Handshakes < 0 || cfg.HandshakesPerSource < 0 {
+		return nil, fmt.Errorf("host links: handshake limits %d in all, %d per source: want 0 (the default) or more", cfg.Handshakes, cfg.HandshakesPerSource)
+	}
+	if cfg.Handshakes == 0 {
+		cfg.Handshakes = DefaultHandshakes
+	}
+	if cfg.HandshakesPerSource == 0 {
+		cfg.HandshakesPerSource = DefaultHandshakesPerSource
 	}
 	var b [16]byte
 	rand.Read(b[:])

@@ -111,7 +111,9 @@ func VMX(o VMOptions) string {
 // Options shape an in-process agent.
 type Options struct {
 	Limits agent.Limits // per-VM limits; a zero field takes agent.DefaultLimits
-	Quotas agent.Quotas // per-uid caps and the pinned-memory budget; a zero field takes its default
+	// MaxBlocking is agent.Config.MaxBlocking; 0 takes its default.
+	MaxBlocking int
+	Quotas      agent.Quotas // per-uid caps and the pinned-memory budget; a zero field takes its default
 	// Host is the agent's host name; default "hostA".
 	Host string
 	// Control runs the agent with a control plane (see StartControl);
@@ -170,7 +172,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 		opts = append(opts, agent.WithLocalPaths(mk))
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
-		Logger: slog.New(rec), Limits: o.Limits, Quotas: o.Quotas, Control: o.Control, Clock: o.Clock, MetricsListen: o.MetricsListen}, opts...)
+		Logger: slog.New(rec), Limits: o.Limits, MaxBlocking: o.MaxBlocking, Quotas: o.Quotas, Control: o.Control, Clock: o.Clock, MetricsListen: o.MetricsListen}, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
