@@ -203,8 +203,9 @@ func faultConfig(seed uint64, wrs int, hook func(done int)) fault.Config {
 
 // pairRun runs a case's traffic on a new pair between va and vb: hook
 // runs after faultAt completions; then the books are closed and checked
-// under policy. It returns the run's result and the report.
-func (e *faultEnv) pairRun(t *testing.T, va, vb *vrdma.VM, seed uint64, wrs int, policy fault.Policy, hook func(p *fault.Pair)) (fault.Result, fault.Report) {
+// under policy, and after, if given, looks at the pair before it closes.
+// It returns the run's result and the report.
+func (e *faultEnv) pairRun(t *testing.T, va, vb *vrdma.VM, seed uint64, wrs int, policy fault.Policy, hook func(p *fault.Pair), after ...func(p *fault.Pair)) (fault.Result, fault.Report) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), faultCaseMax)
 	defer cancel()
@@ -240,6 +241,9 @@ func (e *faultEnv) pairRun(t *testing.T, va, vb *vrdma.VM, seed uint64, wrs int,
 	t.Logf("%s: traffic %v, books closed %v later: %s", e.name, ran.Round(time.Millisecond), (time.Since(t0) - ran).Round(time.Millisecond), rep)
 	if err != nil {
 		t.Error(err)
+	}
+	for _, f := range after {
+		f(p)
 	}
 	return res, rep
 }
@@ -277,15 +281,44 @@ func caseNone(t *testing.T, e *faultEnv) {
 }
 
 // caseStalled: B's responder stops posting receives and polling for
-// 300 ms mid-run: A's SENDs meet RNR NAKs (retried forever: rnr_retry 7)
-// and then complete; every WR succeeds once.
+// 300 ms mid-run: A's SENDs meet RNR NAKs (retried forever: rnr_retry 7;
+// A's QP counts them) and then complete; every WR succeeds once.
 func caseStalled(t *testing.T, e *faultEnv) {
 	ss, base := e.baseline(t, false)
 	va, vb := e.open(t, 0), e.open(t, 1)
-	e.pairRun(t, va, vb, 2, faultWRs, fault.Policy{}, func(p *fault.Pair) { p.Stall(300 * time.Millisecond) })
+	e.pairRun(t, va, vb, 2, faultWRs, fault.Policy{}, func(p *fault.Pair) { p.Stall(300 * time.Millisecond) }, func(p *fault.Pair) {
+		c := qpCounters(t, e.sockets[0], p.A.QP.QPN())
+		t.Logf("A's QP: %d RNR NAKs received, %d transport retries", c.RNRNaksReceived, c.TransportRetries)
+		if c.RNRNaksReceived == 0 {
+			t.Errorf("A's QP 0x%x got no RNR NAK while B posted no receive for 300 ms", p.A.QP.QPN())
+		}
+	})
 	va.Close()
 	vb.Close()
 	checkLeaks(t, ss, base)
+}
+
+// qpCounters reads QP qpn's counters from the agent at socket.
+func qpCounters(t *testing.T, socket string, qpn uint32) vrdma.QPCounters {
+	t.Helper()
+	ag, err := vrdma.DialAgent(t.Context(), vrdma.WithSocket(socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	st, err := ag.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range st.VMs {
+		for _, q := range v.QPs {
+			if q.QPN == qpn {
+				return q.Counters
+			}
+		}
+	}
+	t.Fatalf("QP 0x%x is not in the status of the agent at %s", qpn, socket)
+	return vrdma.QPCounters{}
 }
 
 // workloadPair is a side in a VM of this process (A) connected to a
