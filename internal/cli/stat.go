@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -8,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,6 +48,7 @@ type statQP struct {
 func (a *app) statCommand() *cobra.Command {
 	var watch bool
 	var every time.Duration
+	var count int
 	cmd := &cobra.Command{
 		Use:   "stat [VM[/ADAPTER]]",
 		Short: "Show the counters of QPs and uplinks, as rdma statistic does",
@@ -55,9 +58,12 @@ work requests completed by opcode, the bytes they moved, the receives and their
 bytes, the completions by status, the requester's retries and RNR NAKs, the
 responder's refusals; then the host's uplinks: the tcp path's byte and frame
 counters per peer host, and the RDMA uplinks' packet, retransmission and drop
-counters. -w prints them again every --interval, in place, until interrupted.`,
+counters. -w prints them again every --interval until interrupted (or --count
+times): in place on a terminal; elsewhere one after the other, each after a line
+"# TIME" (RFC 3339, UTC), or with -o json one JSON document each.`,
 		Example: `  vrdmactl stat
   vrdmactl stat vm1/vrdma0 -w
+  vrdmactl stat -w --interval 10s > counters.log
   vrdmactl stat vm1 -o json`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -71,6 +77,11 @@ counters. -w prints them again every --interval, in place, until interrupted.`,
 			}
 			defer done()
 			show := func() error {
+				if watch { // each call its own deadline: a watch has none
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(cmd.Context(), callTimeout)
+					defer cancel()
+				}
 				st, err := ag.Status(ctx)
 				if err != nil {
 					return fmt.Errorf("stat: %w", err)
@@ -88,22 +99,29 @@ counters. -w prints them again every --interval, in place, until interrupted.`,
 			if !watch {
 				return show()
 			}
-			if every <= 0 {
-				return usageErrorf("stat: --interval %v: want a positive duration", every)
+			if every <= 0 || count < 0 {
+				return usageErrorf("stat: --interval %v, --count %d: want a positive interval and a count of 0 (until interrupted) or more", every, count)
 			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt)
+			sig, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			t := time.NewTicker(every)
 			defer t.Stop()
-			for {
-				if !a.json() {
-					fmt.Fprint(a.stdout, "\033[H\033[2J") // in place: home, clear
+			inPlace := !a.json() && isTerminal(a.stdout)
+			for n := 1; ; n++ {
+				switch {
+				case inPlace:
+					fmt.Fprint(a.stdout, "\033[H\033[2J") // home, clear
+				case !a.json():
+					fmt.Fprintf(a.stdout, "# %s\n", time.Now().UTC().Format(time.RFC3339))
 				}
 				if err := show(); err != nil {
 					return err
 				}
+				if n == count {
+					return nil
+				}
 				select {
-				case <-ctx.Done():
+				case <-sig.Done():
 					return nil
 				case <-t.C:
 				}
@@ -112,6 +130,7 @@ counters. -w prints them again every --interval, in place, until interrupted.`,
 	}
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "with -w, how often")
+	cmd.Flags().IntVar(&count, "count", 0, "with -w, stop after printing this many times (0: until interrupted)")
 	return cmd
 }
 

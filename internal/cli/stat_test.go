@@ -67,3 +67,28 @@ func TestStatusRejected(t *testing.T) {
 		t.Fatalf("status does not show the rejected candidates:\n%s", out)
 	}
 }
+
+// TestStatWatch runs stat -w for longer than a management call's 15 s
+// bound, with its output not a terminal: it prints every interval until
+// --count, each snapshot after a "# TIME" line, with no terminal codes.
+func TestStatWatch(t *testing.T) {
+	env := testenv.Start(t)
+	env.Open(t, "w1", testenv.VMOptions{})
+	t0 := time.Now()
+	out := runOK(t, "--socket", env.Socket, "stat", "-w", "--interval", "1s", "--count", "17")
+	took := time.Since(t0)
+	if took < 16*time.Second || strings.Count(out, "# ") != 17 || strings.Contains(out, "\033") {
+		t.Fatalf("stat -w --count 17 took %v and printed %d snapshots (terminal codes: %v):\n%s",
+			took, strings.Count(out, "# "), strings.Contains(out, "\033"), out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if ts, ok := strings.CutPrefix(l, "# "); ok {
+			if _, err := time.Parse(time.RFC3339, ts); err != nil {
+				t.Fatalf("snapshot header %q: %v", l, err)
+			}
+		}
+	}
+	if _, errs, code := run(t, "", "--socket", env.Socket, "stat", "-w", "--count", "-1"); code != exitUsage || !strings.Contains(errs, "--count") {
+		t.Fatalf("stat -w --count -1: exit %d, %s", code, errs)
+	}
+}
