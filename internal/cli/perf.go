@@ -40,7 +40,18 @@ type perfOptions struct {
 	port        int    // -p: the server's port
 	qps         int    // -q: QP pairs (BW tests)
 	mtu         int    // -m: path MTU, QPs connected out of band; 0: the CM's
+	noPeak      bool   // -N: no BW peak
+	output      string // --output: print only bandwidth, message_rate or latency
+	// perftest's flags that mean nothing here, accepted so that its
+	// command lines run: -x (GID index), -F (no CPU frequency warning),
+	// -R (connect through rdma_cm, which vrdma perf does without -m)
+	gidIndex      int
+	cpuFreq, rdma bool
 }
+
+// text reports whether o prints perftest's tables (not JSON, not one
+// --output value).
+func (o *perfOptions) text() bool { return !o.outJSON && o.output == "" }
 
 // perfMaxAll is the largest size of -a (perftest's 2^23).
 const perfMaxAll = 1 << 23
@@ -71,7 +82,12 @@ max, typical (median), average, standard deviation, 99% and 99.9%. atomic_bw is
 the BW loop with 8-byte atomics (-A FETCH_AND_ADD, the default, or
 CMP_AND_SWAP); send_lat ping-pongs SENDs (RTT/2, as perftest); read_lat and
 atomic_lat post one READ or atomic at a time and report the whole round trip,
-as perftest does. --report_gbits gives bandwidth in Gbit/s. A run longer than two
+as perftest does. --report_gbits gives bandwidth in Gbit/s. -N leaves the BW
+peak out; --output=bandwidth, message_rate or latency prints only that figure
+(BW average; latency: the average), one line per size, as perftest does.
+perftest's -x (GID index), -F (no CPU frequency warning) and -R (rdma_cm) are
+accepted and mean nothing here: rdma_cm picks the GID from the address, no CPU
+frequency is checked, and the QPs connect through rdma_cm unless -m is given. A run longer than two
 seconds draws a progress bar on stderr when stderr is a terminal.
 
 -q N runs a BW test over N QP pairs sharing each side's CQ and buffer, -t
@@ -162,6 +178,11 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.StringVarP(&o.atomic, "atomic_type", "A", string(perf.FetchAndAdd), "atomic tests: FETCH_AND_ADD or CMP_AND_SWAP")
 	f.IntVarP(&o.qps, "qp", "q", 1, "BW tests: QP pairs, each with -t work requests outstanding (figures are their sum)")
 	f.IntVarP(&o.mtu, "mtu", "m", 0, "path MTU (256 … 4096): connect the QPs out of band with it (or the ports' active MTU if smaller) instead of through rdma_cm")
+	f.BoolVarP(&o.noPeak, "noPeak", "N", false, "BW tests: leave the BW peak out")
+	f.StringVar(&o.output, "output", "", "print only this figure, one line per size: bandwidth (BW average), message_rate or latency (the average)")
+	f.IntVarP(&o.gidIndex, "gid-index", "x", 0, "perftest's GID index: accepted, means nothing here (rdma_cm picks the GID from the address)")
+	f.BoolVarP(&o.cpuFreq, "CPU-freq", "F", false, "perftest's: accepted, means nothing here (no CPU frequency is checked)")
+	f.BoolVarP(&o.rdma, "rdma_cm", "R", false, "connect the QPs through rdma_cm: what perf does without -m")
 	return cmd
 }
 
@@ -218,6 +239,16 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -q %d with -t %d: the QPs' work requests outstanding exceed a CQ's %d entries; lower -t", o.qps, o.txDepth, vrdma.MaxCQE)
 	case o.mtu != 0 && (o.mtu < 256 || o.mtu > 4096 || o.mtu&(o.mtu-1) != 0):
 		return usageErrorf("perf: -m %d: want 256, 512, 1024, 2048 or 4096", o.mtu)
+	case o.mtu != 0 && o.rdma:
+		return usageErrorf("perf: -R connects the QPs through rdma_cm, -m out of band with a path MTU: pick one")
+	case o.gidIndex < 0:
+		return usageErrorf("perf: -x %d: a GID index is 0 or more", o.gidIndex)
+	case o.output != "" && o.output != "bandwidth" && o.output != "message_rate" && o.output != "latency":
+		return usageErrorf("perf: --output=%s: want bandwidth, message_rate or latency", o.output)
+	case o.output == "latency" && !o.test.Latency(), o.output != "" && o.output != "latency" && o.test.Latency():
+		return usageErrorf("perf: --output=%s does not go with %s: latency for the _lat tests, bandwidth or message_rate for the _bw ones", o.output, o.test)
+	case o.noPeak && o.test.Latency():
+		return usageErrorf("perf: -N is for BW tests, which measure a peak")
 	}
 	if _, err := perf.ParseAtomic(o.atomic); err != nil {
 		return usageErrorf("perf: -A: %v", err)
@@ -539,7 +570,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	cancel()
 
 	defer shareOneCore()()
-	text := !o.outJSON
+	text := o.text()
 	if text {
 		printPerfHeader(a.stdout, info, o)
 	}
@@ -572,12 +603,12 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			us := float64(cpuAfter-cpuBefore) / 1e3 / float64(workRequests(r, o.qps))
 			pr.agentCPU = &us
 		}
-		if o.gbits {
-			pr.BWPeak, pr.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
-		}
+		pr.Result = o.shape(pr.Result)
 		results = append(results, pr)
 		if text {
 			printPerfResult(a.stdout, pr.Result)
+		} else if !o.outJSON {
+			printPerfOutput(a.stdout, o.output, pr.Result)
 		}
 	}
 	if text {
@@ -696,7 +727,7 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 		fmt.Fprintln(w, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ")
 		return
 	}
-	if o.duration > 0 {
+	if o.duration > 0 || o.noPeak {
 		fmt.Fprintln(w, " WARNING: BW peak won't be measured in this run.")
 	}
 	unit := "MiB/sec"
@@ -726,6 +757,30 @@ func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
 	}
 	fmt.Fprintf(w, " Connect         : %.1f µs per QP pair (%s, one after another)\n", info.ConnectUsPerQP, info.DataExMethod)
 	fmt.Fprintln(w, perfRule)
+}
+
+// shape returns r as o asks to report it: in Gbit/s (--report_gbits),
+// without its peak (-N).
+func (o *perfOptions) shape(r perf.Result) perf.Result {
+	if o.gbits {
+		r.BWPeak, r.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
+	}
+	if o.noPeak {
+		r.BWPeak, r.PeakSeen = 0, false
+	}
+	return r
+}
+
+// printPerfOutput prints the one figure of r that --output asks for.
+func printPerfOutput(w io.Writer, output string, r perf.Result) {
+	switch output {
+	case "bandwidth":
+		fmt.Fprintf(w, "%.2f\n", r.BWAvg)
+	case "message_rate":
+		fmt.Fprintf(w, "%.6f\n", r.MsgRate)
+	case "latency":
+		fmt.Fprintf(w, "%.2f\n", r.TAvg)
+	}
 }
 
 // gbits converts MiB/s to perftest's --report_gbits unit, Gbit/s.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -478,6 +479,39 @@ func TestPerfQPsAndMTU(t *testing.T) {
 		_, errs, code := run(t, "", append([]string{"perf"}, args...)...)
 		if code != exitUsage || !strings.Contains(errs, "perf: ") {
 			t.Errorf("perf %v: exit %d, %q; want a usage error", args, code, errs)
+		}
+	}
+}
+
+// TestPerfPerftestFlags checks perftest's flags that users bring along:
+// -x, -F and -R are accepted (and -R refuses -m), -N leaves the peak out,
+// and --output prints one figure per size, which must be the JSON
+// report's.
+func TestPerfPerftestFlags(t *testing.T) {
+	isolate(t)
+	out := runOK(t, "perf", "write_bw", "--local", "-s", "4096", "-n", "300", "-x", "0", "-F", "-R", "-N")
+	if !strings.Contains(out, "WARNING: BW peak won't be measured in this run.") || !strings.Contains(out, " 4096       300              0.00 ") {
+		t.Errorf("write_bw -x 0 -F -R -N: no peak warning or a peak measured:\n%s", out)
+	}
+	for _, tc := range []struct {
+		test, output string
+	}{{"write_bw", "bandwidth"}, {"write_bw", "message_rate"}, {"write_lat", "latency"}} {
+		out := strings.TrimSpace(runOK(t, "perf", tc.test, "--local", "-s", "64", "-n", "300", "--output="+tc.output))
+		v, err := strconv.ParseFloat(out, 64)
+		if err != nil || v <= 0 || strings.Contains(out, "\n") {
+			t.Errorf("%s --output=%s printed %q, want one positive figure", tc.test, tc.output, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"write_bw", "--local", "-R", "-m", "1024"},
+		{"write_bw", "--local", "--output=latency"},
+		{"write_lat", "--local", "--output=bandwidth"},
+		{"write_bw", "--local", "--output=everything"},
+		{"write_lat", "--local", "-N"},
+		{"write_bw", "--local", "-x", "-1"},
+	} {
+		if _, errs, code := run(t, "", append([]string{"perf"}, args...)...); code != exitUsage {
+			t.Errorf("perf %s: exit %d, want a usage error: %s", strings.Join(args, " "), code, errs)
 		}
 	}
 }

@@ -93,7 +93,7 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 		return fmt.Errorf("perf: listen on %s port %d: %w", ad.Name(), o.port, err)
 	}
 	defer l.Close(context.WithoutCancel(ctx))
-	if !o.outJSON {
+	if o.text() {
 		fmt.Fprintln(a.stdout, "\n************************************\n* Waiting for client to connect... *\n************************************")
 	}
 	wctx, cancel := context.WithTimeout(ctx, perfRemoteTimeout)
@@ -122,7 +122,7 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 		return err
 	}
 	info := a.remoteInfo(o, e)
-	if !o.outJSON {
+	if o.text() {
 		printPerfHeader(a.stdout, info, o)
 	}
 	rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
@@ -136,7 +136,7 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 		}
 	}
 	if o.test.Latency() { // as perftest's: latency servers print no results
-		if !o.outJSON {
+		if o.text() {
 			fmt.Fprintln(a.stdout, perfRule)
 		}
 		return nil
@@ -240,7 +240,7 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 		}
 	}
 	info := a.remoteInfo(o, e)
-	if !o.outJSON {
+	if o.text() {
 		printPerfHeader(a.stdout, info, o)
 	}
 	rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
@@ -296,12 +296,13 @@ func (a *app) remoteInfo(o perfOptions, e *perf.Endpoint) perfInfo {
 
 // perfReport prints one result, as text or JSON, as --local runs do.
 func (a *app) perfReport(o perfOptions, info perfInfo, r perf.Result) error {
-	if o.gbits {
-		r.BWPeak, r.BWAvg = gbits(r.BWPeak), gbits(r.BWAvg)
-	}
-	if !o.outJSON {
+	r = o.shape(r)
+	switch {
+	case o.text():
 		printPerfResult(a.stdout, r)
 		fmt.Fprintln(a.stdout, perfRule)
+	case !o.outJSON:
+		printPerfOutput(a.stdout, o.output, r)
 	}
 	if o.outJSON || o.outJSONFile != "" {
 		b, err := perfJSON(info, []perfResult{{Result: r}}, false)
