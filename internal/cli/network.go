@@ -276,7 +276,7 @@ func parseOnOff(name, v string) (bool, error) {
 	case "off", "false", "no":
 		return false, nil
 	}
-	return false, usageErrorf("--%s %q: want on or off", name, v)
+	return false, usageErrorf("--%s %q: want on or off (or yes, no, true, false)", name, v)
 }
 
 // unknownWord is the flag value that removes a declaration.
@@ -296,7 +296,7 @@ func (a *app) hostUplinkCommand() *cobra.Command {
 	var pfc, pause, trust, mtu, teamed, team, sole string
 	var clear bool
 	declare := &cobra.Command{
-		Use:   "declare HOST UPLINK [--pfc P,...|none] [--pause rx,tx|rx|tx|off] [--trust pcp|dscp] [--mtu N] [--teamed yes|no] [--team NAME] [--sole-uplink yes|no] [--clear]",
+		Use:   "declare HOST UPLINK [--pfc P,...|none] [--pause rx,tx|rx|tx|off] [--trust pcp|dscp] [--mtu N] [--teamed on|off] [--team NAME] [--sole-uplink on|off] [--clear]",
 		Short: "Declare what an uplink's NIC does, where its kernel cannot report it",
 		Long: `declare records in the control plane what the NIC of a host's RDMA uplink
 (named by its device, or its address) does for lossless Ethernet, as its
@@ -366,9 +366,9 @@ when it registers again.`,
 	f.StringVar(&pause, "pause", "", "802.3x global pause: rx,tx, rx, tx or off")
 	f.StringVar(&trust, "trust", "", "which header gives a received packet its priority: pcp or dscp")
 	f.StringVar(&mtu, "mtu", "", "the NIC's MTU")
-	f.StringVar(&teamed, "teamed", "", "the NIC is in a bond or team: yes or no")
+	f.StringVar(&teamed, "teamed", "", "the NIC is in a bond or team: on or off")
 	f.StringVar(&team, "team", "", "the bond or team it is in (with --teamed yes)")
-	f.StringVar(&sole, "sole-uplink", "", "the NIC is the host's only uplink on the switch: yes or no")
+	f.StringVar(&sole, "sole-uplink", "", "the NIC is the host's only uplink on the switch: on or off")
 	f.BoolVar(&clear, "clear", false, "remove every declaration first")
 	cmd.AddCommand(declare)
 	return cmd
