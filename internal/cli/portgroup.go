@@ -19,14 +19,14 @@ func (a *app) portgroupCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "portgroup",
 		Aliases: []string{"pg"},
-		Short:   "Create, list, show and change distributed port groups (control plane)",
+		Short:   "Create, list, show, change and delete distributed port groups (control plane)",
 		Long: `portgroup manages the distributed port groups of the control plane: the VLAN
 an adapter lives in and the lossless-Ethernet settings of its RoCE traffic.
 A VM's adapter ethernetN joins port group KEY with
 ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("portgroup: name a subcommand: create, list, show or set")
+			return usageErrorf("portgroup: name a subcommand: create, list, show, set or delete")
 		},
 	}
 	var pg records.PortGroup
@@ -136,7 +136,7 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 			})
 		},
 	}
-	cmd.AddCommand(create, list, show, a.portgroupSetCommand())
+	cmd.AddCommand(create, list, show, a.portgroupSetCommand(), a.portgroupDeleteCommand())
 	return cmd
 }
 

@@ -21,14 +21,14 @@ import (
 func (a *app) switchCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "switch",
-		Short: "Create, list, show and change distributed switches and their routers (control plane)",
+		Short: "Create, list, show, change and delete distributed switches and their routers (control plane)",
 		Long: `switch manages the distributed switches of the control plane: the set of hosts
 and port groups between which VMs talk PVRDMA. Hosts join a switch with
 vrdmad --switch NAME. See --etcd-endpoints and --state-dir for where the
 control plane is.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf("switch: name a subcommand: create, list, show, set or router")
+			return usageErrorf("switch: name a subcommand: create, list, show, set, router or delete")
 		},
 	}
 	var sw records.Switch
@@ -137,7 +137,7 @@ control plane is.`,
 			})
 		},
 	}
-	cmd.AddCommand(create, list, show, a.switchSetCommand(), a.switchRouterCommand())
+	cmd.AddCommand(create, list, show, a.switchSetCommand(), a.switchRouterCommand(), a.switchDeleteCommand())
 	return cmd
 }
 
