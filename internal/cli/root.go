@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/vrdma/vrdma/internal/fault"
 	"io"
 	"os"
 	"os/signal"
@@ -17,8 +16,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/fault"
 	"github.com/vrdma/vrdma/internal/locations"
 )
 
@@ -105,8 +106,8 @@ and between two hosts (tcp).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if a.output != "text" && a.output != "json" {
-				return usageErrorf("--output %q: want text or json", a.output)
+			if a.output != "text" && a.output != "json" && a.output != "yaml" {
+				return usageErrorf("--output %q: want text, json or yaml", a.output)
 			}
 			return nil
 		},
@@ -119,7 +120,7 @@ and between two hosts (tcp).`,
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.socket, "socket", locations.Socket(), "the agent's Unix socket (env VRDMA_SOCKET)")
-	pf.StringVarP(&a.output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&a.output, "output", "o", "text", "output format: text, json or yaml (the JSON documents' fields, as YAML)")
 	a.addControlFlags(root)
 	root.AddCommand(
 		a.agentCommand(),
@@ -145,11 +146,25 @@ and between two hosts (tcp).`,
 	return root
 }
 
-// json reports whether -o json was given.
-func (a *app) json() bool { return a.output == "json" }
+// json reports whether -o json or -o yaml was given: output for
+// programs, printed by printJSON.
+func (a *app) json() bool { return a.output == "json" || a.output == "yaml" }
 
-// printJSON writes v to stdout, indented.
+// printJSON writes v to stdout, indented; with -o yaml as YAML, the same
+// fields under the same names.
 func (a *app) printJSON(v any) error {
+	if a.output == "yaml" {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = a.stdout.Write(append([]byte("---\n"), y...))
+		return err
+	}
 	enc := json.NewEncoder(a.stdout)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -92,3 +96,26 @@ func TestStatWatch(t *testing.T) {
 		t.Fatalf("stat -w --count -1: exit %d, %s", code, errs)
 	}
 }
+
+// TestOutputYAML checks -o yaml: the JSON document's fields under the same
+// names, as YAML.
+func TestOutputYAML(t *testing.T) {
+	env := testenv.Start(t)
+	env.Open(t, "y1", testenv.VMOptions{})
+	var j map[string]any
+	runJSON(t, &j, "--socket", env.Socket, "-o", "json", "status")
+	y := runOK(t, "--socket", env.Socket, "-o", "yaml", "status")
+	var fromYAML map[string]any
+	if err := yaml.Unmarshal([]byte(y), &fromYAML); err != nil || !strings.HasPrefix(y, "---\n") {
+		t.Fatalf("status -o yaml is not a YAML document: %v\n%s", err, y)
+	}
+	if len(fromYAML) != len(j) || fromYAML["vms"] == nil {
+		t.Fatalf("status -o yaml has fields %v, -o json %v", keys(fromYAML), keys(j))
+	}
+	if _, errs, code := run(t, "", "-o", "xml", "version"); code != exitUsage || !strings.Contains(errs, "text, json or yaml") {
+		t.Fatalf("-o xml: exit %d, %s", code, errs)
+	}
+}
+
+// keys returns m's keys, for messages.
+func keys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
