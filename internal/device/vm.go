@@ -59,6 +59,7 @@ type Context struct {
 	cqs        map[uint32]*CQ  // +checklocks:objMu
 	qps        map[uint32]*QP  // +checklocks:objMu
 	srqs       map[uint32]*SRQ // +checklocks:objMu
+	ahs        map[uint32]*AH  // +checklocks:objMu
 	nextHandle uint32          // +checklocks:objMu
 	keyGens    []uint32        // +checklocks:objMu
 	keyFree    []uint32        // +checklocks:objMu
@@ -305,7 +306,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		cfg, managed = first.cfg, first.managed
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
-		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{},
+		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR)}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
@@ -634,7 +635,7 @@ func (v *Context) Teardown() {
 		v.refundVM(vmCharge{mrs: 1})
 		v.refundUser(quota.RegisteredMemory, m.length)
 	}
-	v.cqs, v.srqs, v.mrHandles, v.pds = nil, nil, nil, nil
+	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds = nil, nil, nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()

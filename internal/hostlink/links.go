@@ -77,6 +77,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/hostkey"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // Handshake and connection timing.
@@ -121,6 +122,11 @@ type Config struct {
 	// fromQPN (GID fromGID), which its workload moves itself, established
 	// the rdma_cm connection to this host's QP qpn.
 	OnEstablish func(qpn, fromQPN uint32, fromGID abi.GID)
+	// OnDatagram, if set, is given each datagram frame (UD_SEND,
+	// UD_SEND_IMM) a peer host sent: its header and payload (the GIDs
+	// and the message), valid during the call, from the connection's
+	// reader. Without it datagrams are dropped.
+	OnDatagram func(fromHost string, h *tcpwire.Header, payload []byte)
 }
 
 // Links are the agent's links to the other hosts of its switch.
