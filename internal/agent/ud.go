@@ -138,13 +138,13 @@ func (a *Agent) admitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) 
 	case via.Path == abi.PathRDMA && d.Path == pathsel.RDMA:
 		if end.PortGroup.RoCEVersion == records.RoCEv1 {
 			_, gid, ok := peerRoCEv1(end.Host.Host)
-			if !ok || gid != via.Addr {
+			if !ok || gid.Unmap() != via.Addr.Unmap() {
 				return false, fmt.Sprintf("the RoCE v1 frame came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
 			}
 			return true, ""
 		}
 		peer, ok := peerRDMA(end.Host.Host)
-		if !ok || peer.Addr() != via.Addr {
+		if !ok || peer.Addr().Unmap() != via.Addr.Unmap() {
 			return false, fmt.Sprintf("the RoCE v2 packet came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
 		}
 		return true, ""
