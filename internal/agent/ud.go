@@ -28,6 +28,18 @@ import (
 
 var _ device.UDRouter = (*Agent)(nil)
 
+// LocalDatagramPaths is what LocalPaths add to carry datagrams between
+// two VMs of this host in place of memcpy (tests only: the test link, the
+// rdma loop).
+type LocalDatagramPaths interface {
+	// RouteAH returns the path of datagrams from adapter from to peer, an
+	// adapter of this host; ok false leaves them to memcpy.
+	RouteAH(from, peer *device.Adapter) (p device.DatagramPath, info abi.PathInfo, ok bool)
+	// Carries reports whether via is one of these paths, which carry
+	// only this host's datagrams.
+	Carries(via device.Via) bool
+}
+
 // RouteAH decides how datagrams from adapter from reach the adapter with
 // GID dgid: the path a connection between them would take.
 func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
@@ -55,9 +67,15 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 		if err != nil {
 			return nil, abi.PathInfo{}, err
 		}
+		if p, info, ok := a.localAH(from, ad); ok {
+			return p, info, nil
+		}
 		if decided {
 			return memcpy.Datagrams(a.dev), decisionInfo(d), nil
 		}
+	}
+	if p, info, ok := a.localAH(from, ad); ok {
+		return p, info, nil
 	}
 	if ad == nil {
 		return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid",
@@ -66,6 +84,16 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 	}
 	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", from.Context().Name(), ad.Context().Name(), a.cfg.Host)}
 	return memcpy.Datagrams(a.dev), info, nil
+}
+
+// localAH is the local paths' route of datagrams from adapter from to
+// ad, an adapter of this host (nil: none), if they have one.
+func (a *Agent) localAH(from, ad *device.Adapter) (device.DatagramPath, abi.PathInfo, bool) {
+	lp, ok := a.local.(LocalDatagramPaths)
+	if !ok || ad == nil {
+		return nil, abi.PathInfo{}, false
+	}
+	return lp.RouteAH(from, ad)
 }
 
 // rdmaDatagrams is the rdma path's datagrams to host h on port group pg
@@ -109,6 +137,12 @@ func (a *Agent) AdmitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) 
 
 func (a *Agent) admitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) (bool, string) {
 	c := a.ctl
+	if lp, ok := a.local.(LocalDatagramPaths); ok && via.Path != abi.PathMemcpy && lp.Carries(via) {
+		if a.dev.AdapterByGID(sgid) == nil {
+			return false, "no adapter of this host has the source GID"
+		}
+		return true, ""
+	}
 	if via.Path == abi.PathMemcpy {
 		from := a.dev.AdapterByGID(sgid)
 		if from == nil {
