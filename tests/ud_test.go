@@ -290,18 +290,23 @@ func testUD(t *testing.T, s *suite) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		// Longer than the MTU: LOC_LEN_ERR, and the QP in ERR. RDMA
-		// WRITE on a UD QP: refused at post.
-		e := newUDEnd(t, vms[0], 1, 2*mtu)
+		// Longer than the active MTU (UD's max_msg_sz): LOC_LEN_ERR, and
+		// the QP in ERR. RDMA WRITE on a UD QP: refused at post.
+		pa, err := vms[0].Adapters()[0].QueryPort(opCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		active := int(pa.ActiveMTU)
+		e := newUDEnd(t, vms[0], 1, 2*active)
 		ah := e.ah(t, s, b)
-		err := e.qp.PostSend([]vrdma.SendWR{{ID: 9, Opcode: vrdma.OpRDMAWrite, AH: ah, RemoteQPN: b.qp.QPN(), SGL: sgl(e.srcSGE(8))}})
+		err = e.qp.PostSend([]vrdma.SendWR{{ID: 9, Opcode: vrdma.OpRDMAWrite, AH: ah, RemoteQPN: b.qp.QPN(), SGL: sgl(e.srcSGE(8))}})
 		if !errors.Is(err, vrdma.ErrInvalid) {
 			t.Errorf("RDMA WRITE on a UD QP: %v, want ErrInvalid", err)
 		}
 		if err := e.qp.PostSend([]vrdma.SendWR{{ID: 9, Opcode: vrdma.OpSend, RemoteQPN: b.qp.QPN(), SGL: sgl(e.srcSGE(8))}}); !errors.Is(err, vrdma.ErrInvalid) {
 			t.Errorf("a UD SEND without an address handle: %v, want ErrInvalid", err)
 		}
-		postSend(t, e.qp, vrdma.SendWR{ID: 10, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(e.srcSGE(mtu + 1)),
+		postSend(t, e.qp, vrdma.SendWR{ID: 10, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(e.srcSGE(active + 1)),
 			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey})
 		expectWC(t, waitWC(t, e.scq, 1)[0], e.qp, 10, vrdma.WCLocLenErr, vrdma.WCSend)
 		expectState(t, e.qp, vrdma.QPSErr)
