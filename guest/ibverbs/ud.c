@@ -196,15 +196,19 @@ struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struc
 	return ibv_create_ah(pd, &a);
 }
 
-int vrdma_ud_dest(void *slot, const struct ibv_send_wr *wr)
+int vrdma_ud_set_dest(void *slot, struct ibv_ah *ibah, uint32_t remote_qpn, uint32_t remote_qkey)
 {
-	struct vrdma_ah *ah;
+	struct vrdma_ah *ah = (struct vrdma_ah *)ibah;
 
-	if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
-		return EINVAL; /* UD carries SENDs only */
-	ah = (struct vrdma_ah *)wr->wr.ud.ah;
 	if (!ah || ah->magic != MAGIC_AH)
 		return EINVAL;
-	wqe_send_ud(slot, ah->ibah.handle, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+	wqe_send_ud(slot, ah->ibah.handle, remote_qpn, remote_qkey);
 	return 0;
+}
+
+int vrdma_ud_dest(void *slot, const struct ibv_send_wr *wr)
+{
+	if (wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM)
+		return EINVAL; /* UD carries SENDs only */
+	return vrdma_ud_set_dest(slot, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
 }

@@ -1421,6 +1421,10 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 	qp->wr_cur = NULL;
 	if (qp->wr_err)
 		return NULL;
+	if (x->qp_base.qp_type == IBV_QPT_UD && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) {
+		qp->wr_err = EINVAL; /* UD carries SENDs only */
+		return NULL;
+	}
 	if (x->wr_flags & ~WQE_SEND_FLAGS) {
 		qp->wr_err = EINVAL;
 		return NULL;
@@ -1435,6 +1439,15 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 	qp->wr_cur = slot;
 	qp->wr_op = opcode;
 	return slot;
+}
+
+/* wr_set_ud_addr sets a UD WQE's destination (ud.c). */
+static void wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	if (qp->wr_cur && vrdma_ud_set_dest(qp->wr_cur, ah, remote_qpn, remote_qkey))
+		qp->wr_err = EINVAL;
 }
 
 static void wr_remote(void *slot, uint32_t rkey, uint64_t raddr)
@@ -1608,6 +1621,11 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
 		return NULL;
 	}
+	if (ax->qp_type == IBV_QPT_UD && (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (ax->send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))) {
+		errno = EOPNOTSUPP; /* UD carries SENDs only */
+		return NULL;
+	}
 	memset(&a, 0, sizeof(a));
 	a.qp_context = ax->qp_context;
 	a.send_cq = ax->send_cq;
@@ -1639,6 +1657,8 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		x->wr_start = wr_start;
 		x->wr_complete = wr_complete;
 		x->wr_abort = wr_abort;
+		if (ax->qp_type == IBV_QPT_UD)
+			x->wr_set_ud_addr = wr_set_ud_addr;
 		qp->has_ex = 1;
 	}
 	return q;

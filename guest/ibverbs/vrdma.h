@@ -132,6 +132,8 @@ struct vrdma_reply;
  * wqe_send_from_wr filled: 0, or EINVAL for an opcode UD does not carry
  * or an address handle this library did not make. */
 int vrdma_ud_dest(void *slot, const struct ibv_send_wr *wr);
+/* vrdma_ud_set_dest is vrdma_ud_dest's destination part, for ibv_wr_set_ud_addr. */
+int vrdma_ud_set_dest(void *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
 
 /* verbs.c's registry of live objects, PD check and commands, for ud.c. */
 int vrdma_obj_add(void *p);

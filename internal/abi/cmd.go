@@ -805,9 +805,12 @@ type DeviceAttr struct {
 	MaxSRQ          uint32 `json:"max_srq"`
 	MaxSRQWR        uint32 `json:"max_srq_wr"`
 	MaxSRQSGE       uint32 `json:"max_srq_sge"`
-	AtomicCap       string `json:"atomic_cap"`
-	PhysPortCnt     uint32 `json:"phys_port_cnt"`
-	TransportType   string `json:"transport_type"`
+	// MaxAH is how many address handles a process context may hold
+	// (ud.go); absent from an agent without UD.
+	MaxAH         uint32 `json:"max_ah,omitempty"`
+	AtomicCap     string `json:"atomic_cap"`
+	PhysPortCnt   uint32 `json:"phys_port_cnt"`
+	TransportType string `json:"transport_type"`
 }
 
 // PortAttr are an adapter port's attributes (ibv_port_attr).
