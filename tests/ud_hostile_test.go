@@ -120,6 +120,9 @@ func TestMiddlewareUDHostile(t *testing.T) {
 	if after := suite.qpCounters(t, tg.end).RequestsDropped; after == before {
 		t.Errorf("the target counted no dropped datagram (%d before, %d after)", before, after)
 	}
+	if st, err := suite.agentOf(t, tg.end).Status(t.Context()); err != nil || st.DatagramsDropped < 5 {
+		t.Errorf("the host's datagrams_dropped: %d (%v), want at least the 5 dropped", st.DatagramsDropped, err)
+	}
 	copy(h.mem.Bytes()[lcMRAddr:], "a good datagram!")
 	if e := send(3, abi.OpSend, ah.Handle, tg.qp.QPN(), udQKey, 16); e.Status != abi.WCSuccess {
 		t.Fatalf("a good datagram: %+v", e)

@@ -327,7 +327,7 @@ func (a *Agent) caps() abi.Caps {
 }
 
 func (a *Agent) status() mgmt.Status {
-	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
+	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID, DatagramsDropped: a.dev.UDDropped()}
 	seen := map[string]bool{}
 	for _, vs := range a.dev.VMStatuses() {
 		vs.Power = string(records.PoweredOn)
