@@ -22,9 +22,12 @@ type QPInitAttr struct {
 	// from (ibv_qp_init_attr.srq): Caps' receive sizes are then ignored,
 	// and the QP's own PostRecv is refused.
 	SRQ *SRQ
+	// Type is the QP's transport: QPTypeRC (the default, "") or QPTypeUD
+	// (ud.go: never connected; each SendWR names its destination).
+	Type QPType
 }
 
-// QP is a reliable-connected queue pair (ibv_qp, IBV_QPT_RC). PostSend and
+// QP is a queue pair (ibv_qp): reliable connected (IBV_QPT_RC), or unreliable datagram (IBV_QPT_UD, ud.go). PostSend and
 // PostRecv may be called from several goroutines.
 type QP struct {
 	pd     *PD
@@ -38,6 +41,7 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	typ    QPType
 	psn    uint32
 
 	sqMu   sync.Mutex
@@ -56,8 +60,11 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: SendCQ and RecvCQ are required")
 	}
+	if attr.Type == "" {
+		attr.Type = QPTypeRC
+	}
 	req := &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
-		Type: abi.QPTypeRC, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
+		Type: attr.Type, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
 	if attr.SRQ != nil {
 		req.SRQ = attr.SRQ.handle
 	}
@@ -70,7 +77,7 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
 	}
-	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.Type}
 	var b [4]byte
 	rand.Read(b[:])
 	q.psn = binary.LittleEndian.Uint32(b[:]) & 0xffffff
@@ -227,6 +234,11 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+	if q.typ == QPTypeUD {
+		if err := encodeUD(&w, wr); err != nil { // ud.go
+			return err
+		}
+	}
 	if wr.Flags&SendInline != 0 {
 		if wr.Opcode == OpRDMARead || wr.Opcode.IsAtomic() {
 			return errorf(abi.CodeInvalid, "%s cannot be inline: it writes into local memory", wr.Opcode)

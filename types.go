@@ -172,6 +172,11 @@ type SendWR struct {
 	RKey       uint32 // RDMA and atomics: target region's rkey
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
 	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap
+	// A UD QP's destination (ud.go): the address handle, the remote QP
+	// number and its Q_Key (one with PrivilegedQKey set: the QP's own).
+	AH         *AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).

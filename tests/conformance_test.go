@@ -312,6 +312,7 @@ var conformanceCases = []conformanceCase{
 	{name: "stream", run: testStream},
 	{name: "in-flight", run: testInFlight},
 	{name: "srq", run: testSRQ},
+	{name: "ud", run: testUD}, // ud_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

@@ -192,6 +192,9 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 		a->max_srq_sge = (int)u;
 	if (!a->max_srq_wr || !a->max_srq_sge)
 		a->max_srq = 0;
+	/* Address handles: an agent without the ud bit sends none. */
+	if (json_get_u32(j, 0, "max_ah", &u) == 0 && u <= INT32_MAX)
+		a->max_ah = (int)u;
 	if (json_get_u32(j, 0, "phys_port_cnt", &u) || u > 255) {
 		vrdma_reply_free(&r);
 		return EIO;

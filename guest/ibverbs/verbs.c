@@ -253,6 +253,13 @@ static int cmd_handle(struct vrdma_vm *vm, int op, uint32_t handle)
 	return e;
 }
 
+/* For ud.c: the registry of live objects, the PD check and commands. */
+int vrdma_obj_add(void *p) { return reg_add(&objs, p); }
+int vrdma_obj_take(const void *p) { return reg_take(&objs, p); }
+int vrdma_obj_has(const void *p) { return reg_has(p); }
+int vrdma_pd_ok(struct ibv_pd *p) { return to_pd(p) != NULL; }
+int vrdma_cmd(struct vrdma_vm *vm, int op, const char *body, struct vrdma_reply *r) { return cmd(vm, op, body, r); }
+
 /* ---- PD ---- */
 
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
@@ -858,6 +865,8 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		}
 		rc = wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
+		if (!rc && qp->qpx.qp_base.qp_type == IBV_QPT_UD)
+			rc = vrdma_ud_dest(sq_slot(qp, qp->sq_tail), wr); /* ud.c */
 		if (rc)
 			break;
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
@@ -933,8 +942,12 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (attr->qp_type != IBV_QPT_RC) {
-		/* UD, UC, XRC and raw packet: not in vrdma yet. */
+	if (attr->qp_type == IBV_QPT_UD && !(vm->s.caps & VRDMA_CAP_UD)) {
+		errno = EOPNOTSUPP; /* an agent without UD */
+		return NULL;
+	}
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+		/* UC, XRC and raw packet: not in vrdma yet. */
 		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
 				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
 				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
@@ -964,7 +977,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	jb_u64(&b, "pd", pd->ibpd.handle);
 	jb_u64(&b, "send_cq", scq->ibcq.handle);
 	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
-	jb_str(&b, "qp_type", "RC");
+	jb_str(&b, "qp_type", attr->qp_type == IBV_QPT_UD ? "UD" : "RC");
 	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
 	if (srq)
 		jb_u64(&b, "srq", srq->ibsrq.handle);
@@ -1028,7 +1041,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	qp->qpx.qp_base.handle = h;
 	qp->qpx.qp_base.qp_num = qpn;
 	qp->qpx.qp_base.state = IBV_QPS_RESET;
-	qp->qpx.qp_base.qp_type = IBV_QPT_RC;
+	qp->qpx.qp_base.qp_type = attr->qp_type;
 	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
 	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
@@ -1091,6 +1104,8 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	jb_u64(&b, "sq_psn", mask & IBV_QP_SQ_PSN ? attr->sq_psn : 0);
 	jb_u64(&b, "max_dest_rd_atomic", mask & IBV_QP_MAX_DEST_RD_ATOMIC ? attr->max_dest_rd_atomic : 0);
 	jb_u64(&b, "dest_qp_num", mask & IBV_QP_DEST_QPN ? attr->dest_qp_num : 0);
+	jb_u64(&b, "qkey", mask & IBV_QP_QKEY ? attr->qkey : 0);
+	jb_u64(&b, "pkey_index", mask & IBV_QP_PKEY_INDEX ? attr->pkey_index : 0);
 	jb_raw(&b, "}}");
 	if (b.err)
 		return EINVAL;
@@ -1138,6 +1153,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	U("max_dest_rd_atomic", max_dest_rd_atomic);
 	U("min_rnr_timer", min_rnr_timer);
 	U("dest_qp_num", dest_qp_num);
+	U("qkey", qkey);
 #undef U
 	attr->cur_qp_state = attr->qp_state;
 	if (json_get_u64(&r.doc, a, "path_mtu", &v) == 0 && v <= 4096)
@@ -1157,7 +1173,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	init_attr->recv_cq = qp->qpx.qp_base.recv_cq;
 	init_attr->srq = qp->qpx.qp_base.srq;
 	init_attr->cap = attr->cap;
-	init_attr->qp_type = IBV_QPT_RC;
+	init_attr->qp_type = qp->qpx.qp_base.qp_type;
 	init_attr->sq_sig_all = qp->sq_sig_all;
 	qp->qpx.qp_base.state = attr->qp_state;
 	return 0;
@@ -1405,6 +1421,10 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 	qp->wr_cur = NULL;
 	if (qp->wr_err)
 		return NULL;
+	if (x->qp_base.qp_type == IBV_QPT_UD && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) {
+		qp->wr_err = EINVAL; /* UD carries SENDs only */
+		return NULL;
+	}
 	if (x->wr_flags & ~WQE_SEND_FLAGS) {
 		qp->wr_err = EINVAL;
 		return NULL;
@@ -1419,6 +1439,15 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 	qp->wr_cur = slot;
 	qp->wr_op = opcode;
 	return slot;
+}
+
+/* wr_set_ud_addr sets a UD WQE's destination (ud.c). */
+static void wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	if (qp->wr_cur && vrdma_ud_set_dest(qp->wr_cur, ah, remote_qpn, remote_qkey))
+		qp->wr_err = EINVAL;
 }
 
 static void wr_remote(void *slot, uint32_t rkey, uint64_t raddr)
@@ -1592,6 +1621,11 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
 		return NULL;
 	}
+	if (ax->qp_type == IBV_QPT_UD && (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (ax->send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))) {
+		errno = EOPNOTSUPP; /* UD carries SENDs only */
+		return NULL;
+	}
 	memset(&a, 0, sizeof(a));
 	a.qp_context = ax->qp_context;
 	a.send_cq = ax->send_cq;
@@ -1623,6 +1657,8 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		x->wr_start = wr_start;
 		x->wr_complete = wr_complete;
 		x->wr_abort = wr_abort;
+		if (ax->qp_type == IBV_QPT_UD)
+			x->wr_set_ud_addr = wr_set_ud_addr;
 		qp->has_ex = 1;
 	}
 	return q;

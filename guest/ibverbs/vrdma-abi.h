@@ -52,6 +52,8 @@
 #define VRDMA_OP_MODIFY_SRQ 32
 #define VRDMA_OP_QUERY_SRQ 33
 #define VRDMA_OP_DESTROY_SRQ 34
+#define VRDMA_OP_CREATE_AH 35
+#define VRDMA_OP_DESTROY_AH 36
 #define VRDMA_OP_CM_OPEN_CHANNEL 40
 #define VRDMA_OP_CM_CLOSE_CHANNEL 41
 #define VRDMA_OP_CM_LISTEN 42
@@ -74,7 +76,8 @@
 #define VRDMA_CAP_MR_IOVA 0x80ull
 #define VRDMA_CAP_ASYNC_EVENTS 0x100ull
 #define VRDMA_CAP_SRQ 0x200ull
-#define VRDMA_CAPS_KNOWN 0x3ffull /* every bit above */
+#define VRDMA_CAP_UD 0x400ull
+#define VRDMA_CAPS_KNOWN 0x7ffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -147,6 +150,10 @@
 #define VRDMA_WC_GENERAL_ERR 21
 /* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */
 #define VRDMA_CQE_WITH_IMM 1
+#define VRDMA_CQE_GRH 2 /* a UD receive: the GRH precedes the payload */
+/* UD (§4.15). */
+#define VRDMA_GRH_SIZE 40
+#define VRDMA_PRIVILEGED_QKEY 0x80000000u
 /* QP states (§4.9): the numbers of IBV_QPS_*. */
 #define VRDMA_QPS_RESET 0
 #define VRDMA_QPS_INIT 1

@@ -122,6 +122,26 @@ int vrdma_errno(const char *code, const char *field, int op);
  * "code: message" in msg. Exported in version node VRDMA_PRIVATE_1. */
 int vrdma_cm_call(int op, const char *body, char **reply, int *fd, char *msg, size_t msglen);
 
+/* ---- ud.c: address handles and UD work requests ---- */
+
+struct vrdma_vm;
+struct vrdma_reply;
+
+/* vrdma_ud_dest writes a UD QP's send WR's destination (its address
+ * handle, remote QPN and Q_Key) into the WQE in slot, which
+ * wqe_send_from_wr filled: 0, or EINVAL for an opcode UD does not carry
+ * or an address handle this library did not make. */
+int vrdma_ud_dest(void *slot, const struct ibv_send_wr *wr);
+/* vrdma_ud_set_dest is vrdma_ud_dest's destination part, for ibv_wr_set_ud_addr. */
+int vrdma_ud_set_dest(void *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
+
+/* verbs.c's registry of live objects, PD check and commands, for ud.c. */
+int vrdma_obj_add(void *p);
+int vrdma_obj_take(const void *p);
+int vrdma_obj_has(const void *p);
+int vrdma_pd_ok(struct ibv_pd *p);
+int vrdma_cmd(struct vrdma_vm *vm, int op, const char *body, struct vrdma_reply *r);
+
 /* ---- device.c: the VM, its adapters as devices, contexts ---- */
 
 struct vrdma_device {

@@ -181,6 +181,15 @@ static inline int wqe_send_from_wr(void *slot, const struct ibv_send_wr *wr, con
 	return 0;
 }
 
+/* wqe_send_ud writes a UD send WQE's destination (wire-local.md §4.15):
+ * the address handle in the rkey, the remote QPN and Q_Key in the remote
+ * address. */
+static inline void wqe_send_ud(void *slot, uint32_t ah, uint32_t qpn, uint32_t qkey)
+{
+	wqe_send(slot)->rkey = ah;
+	wqe_send(slot)->remote_addr = (uint64_t)(qpn & 0xffffff) | (uint64_t)qkey << 32;
+}
+
 /* wqe_recv_from_wr writes wr (ibv_post_recv's, its SGE count checked by
  * the caller) into slot. */
 static inline void wqe_recv_from_wr(void *slot, const struct ibv_recv_wr *wr)
@@ -210,6 +219,8 @@ static inline void cqe_to_wc(const void *slot, struct ibv_wc *w)
 	w->status = (enum ibv_wc_status)e->status;
 	if (e->flags & VRDMA_CQE_WITH_IMM)
 		w->wc_flags |= IBV_WC_WITH_IMM;
+	if (e->flags & VRDMA_CQE_GRH)
+		w->wc_flags |= IBV_WC_GRH;
 	w->byte_len = e->byte_len;
 	w->imm_data = htobe32(e->imm_data);
 	w->src_qp = e->src_qp;

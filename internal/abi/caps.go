@@ -63,11 +63,14 @@ const (
 	// IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_QP_LAST_WQE_REACHED on
 	// the event sockets.
 	CapSRQ Caps = 1 << 9
+	// CapUD: unreliable datagram QPs (CreateQP.Type UD) and address
+	// handles (ops 35 and 36), on every path the agent has.
+	CapUD Caps = 1 << 10
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -75,7 +78,7 @@ const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM |
 // tcp path, reported no counters, and some lacked ops 25..29.)
 const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 
-var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events", "srq"}
+var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events", "srq", "ud"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

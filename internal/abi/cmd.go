@@ -73,6 +73,9 @@ const (
 	OpModifySRQ  Op = 32 // ModifySRQ → Empty
 	OpQuerySRQ   Op = 33 // Handle → SRQAttr
 	OpDestroySRQ Op = 34 // Handle → Empty
+
+	OpCreateAH  Op = 35 // CreateAH → CreateAHReply
+	OpDestroyAH Op = 36 // Handle → Empty
 	// 35..39 are left for other commands; 40..47 are rdma_cm's event
 	// channels (cmev.go).
 	OpCMOpenChannel  Op = 40 // Empty → Handle; fds: event socket (socketpair end)
@@ -424,8 +427,8 @@ type CreateQP struct {
 
 // Validate checks the type; caps are checked by NewQPLayout.
 func (c *CreateQP) Validate() error {
-	if c.Type != QPTypeRC {
-		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC", c.Type)
+	if c.Type != QPTypeRC && c.Type != QPTypeUD {
+		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC and UD", c.Type)
 	}
 	return nil
 }
@@ -475,6 +478,10 @@ type QPAttr struct {
 	MinRNRTimer     uint8   `json:"min_rnr_timer"`
 	MaxRdAtomic     uint8   `json:"max_rd_atomic"`
 	MaxDestRdAtomic uint8   `json:"max_dest_rd_atomic"`
+	// QKey is a UD QP's Q_Key (IBV_QP_QKEY, ud.go).
+	QKey uint32 `json:"qkey,omitempty"`
+	// PKeyIndex is a UD QP's P_Key index (IBV_QP_PKEY_INDEX): 0, the only one.
+	PKeyIndex uint16 `json:"pkey_index,omitempty"`
 }
 
 // ModifyQP changes the attributes in Mask.
@@ -512,6 +519,8 @@ func (m *ModifyQP) Validate() error {
 		return Errorf(CodeInvalid, "min_rnr_timer", "min_rnr_timer %d out of range 0..31", a.MinRNRTimer)
 	case m.Mask&MaskMaxRdAtomic != 0 && a.MaxRdAtomic > MaxRdAtom:
 		return Errorf(CodeInvalid, "max_rd_atomic", "max_rd_atomic %d exceeds max_qp_init_rd_atom %d", a.MaxRdAtomic, MaxRdAtom)
+	case m.Mask&MaskPKeyIndex != 0 && a.PKeyIndex != 0:
+		return Errorf(CodeInvalid, "pkey_index", "P_Key index %d does not exist: adapters have one P_Key, index 0", a.PKeyIndex)
 	case m.Mask&MaskMaxDestRdAtomic != 0 && a.MaxDestRdAtomic > MaxRdAtom:
 		return Errorf(CodeInvalid, "max_dest_rd_atomic", "max_dest_rd_atomic %d exceeds max_qp_rd_atom %d", a.MaxDestRdAtomic, MaxRdAtom)
 	}
@@ -796,9 +805,12 @@ type DeviceAttr struct {
 	MaxSRQ          uint32 `json:"max_srq"`
 	MaxSRQWR        uint32 `json:"max_srq_wr"`
 	MaxSRQSGE       uint32 `json:"max_srq_sge"`
-	AtomicCap       string `json:"atomic_cap"`
-	PhysPortCnt     uint32 `json:"phys_port_cnt"`
-	TransportType   string `json:"transport_type"`
+	// MaxAH is how many address handles a process context may hold
+	// (ud.go); absent from an agent without UD.
+	MaxAH         uint32 `json:"max_ah,omitempty"`
+	AtomicCap     string `json:"atomic_cap"`
+	PhysPortCnt   uint32 `json:"phys_port_cnt"`
+	TransportType string `json:"transport_type"`
 }
 
 // PortAttr are an adapter port's attributes (ibv_port_attr).

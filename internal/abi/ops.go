@@ -68,6 +68,8 @@ var opTable = [...]OpInfo{
 	{Op: OpModifySRQ, Name: "modify-srq", Request: body[ModifySRQ](), Attach: true},
 	{Op: OpQuerySRQ, Name: "query-srq", Request: body[Handle](), Attach: true},
 	{Op: OpDestroySRQ, Name: "destroy-srq", Request: body[Handle](), Attach: true},
+	{Op: OpCreateAH, Name: "create-ah", Request: body[CreateAH](), Attach: true},
+	{Op: OpDestroyAH, Name: "destroy-ah", Request: body[Handle](), Attach: true},
 	{Op: OpCMOpenChannel, Name: "cm-open-channel", Request: body[Empty](), Attach: true},
 	{Op: OpCMCloseChannel, Name: "cm-close-channel", Request: body[Handle](), Attach: true},
 	{Op: OpCMListen, Name: "cm-listen", Request: body[CMListen](), Attach: true},

@@ -102,7 +102,9 @@ type Agent struct {
 	cm  *cm.Manager
 	ctl *control        // nil: standalone
 	up  *hostlink.Links // the links to other hosts (the tcp path, CM across hosts); nil without the control plane
-	clk clock.Clock
+	// admits are recent verdicts on datagrams' sources (ud.go).
+	admits admitCache
+	clk    clock.Clock
 
 	// cmreg is the connections made through rdma_cm event channels
 	// (package cm), for their DISCONNECTED events.

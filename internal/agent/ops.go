@@ -111,9 +111,12 @@ var handlers = map[abi.Op]opHandler{
 		rep, fds := q.Reply()
 		return rep, fds, nil
 	}),
-	abi.OpModifyQP: on(func(_ *session, v *device.Context, r *abi.ModifyQP) (any, []int, error) {
+	abi.OpModifyQP: on(func(s *session, v *device.Context, r *abi.ModifyQP) (any, []int, error) {
 		q, err := v.QPByHandle(r.Handle)
 		if err != nil {
+			return nil, nil, err
+		}
+		if err := s.checkQKey(r); err != nil { // ud.go
 			return nil, nil, err
 		}
 		return abi.Empty{}, nil, q.Modify(r)
@@ -159,6 +162,16 @@ var handlers = map[abi.Op]opHandler{
 	}),
 	abi.OpDestroySRQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroySRQ(r.Handle)
+	}),
+	abi.OpCreateAH: on(func(_ *session, v *device.Context, r *abi.CreateAH) (any, []int, error) {
+		ah, err := v.CreateAH(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return abi.CreateAHReply{Handle: ah.Handle(), Path: ah.Info()}, nil, nil
+	}),
+	abi.OpDestroyAH: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DestroyAH(r.Handle)
 	}),
 
 	// Connection management (internal/cm).

@@ -31,6 +31,7 @@ func (a *Agent) linksConfig() hostlink.Config {
 	cfg := hostlink.Config{Responder: tcp.Responder(a.dev), CM: a.cm, HostID: a.hostID, Host: a.cfg.Host, Log: a.log}
 	cfg.OnDisconnect = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.PeerGone(qpn, fromQPN, fromGID) }
 	cfg.OnEstablish = func(qpn, fromQPN uint32, fromGID abi.GID) { a.cmreg.RTU(qpn, fromQPN, fromGID) }
+	cfg.OnDatagram = tcp.DatagramReceiver(a.dev) // ud.go
 	if c := a.ctl; c != nil {
 		cfg.Store, cfg.Cache, cfg.Switch, cfg.LookupTimeout = c.st, c.cache, c.cfg.Switch, c.cfg.LookupTimeout
 		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA

@@ -319,7 +319,7 @@ var blockingOps = func() string {
 // feature it has, and the tcp path only when it runs one (a control plane
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
-	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}
@@ -327,7 +327,7 @@ func (a *Agent) caps() abi.Caps {
 }
 
 func (a *Agent) status() mgmt.Status {
-	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID}
+	st := mgmt.Status{Host: a.cfg.Host, HostID: a.hostID, DatagramsDropped: a.dev.UDDropped()}
 	seen := map[string]bool{}
 	for _, vs := range a.dev.VMStatuses() {
 		vs.Power = string(records.PoweredOn)

@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -107,6 +108,8 @@ type Device struct {
 	vms map[string]*vmProcs // +checklocks:mu
 	// every QP by QPN
 	qps map[uint32]*QP // +checklocks:mu
+
+	udDropped atomic.Uint64 // datagrams dropped at their destination (ud.go)
 }
 
 // New returns an empty device.

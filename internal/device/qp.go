@@ -29,6 +29,8 @@ type QP struct {
 	sendCQ   *CQ
 	recvCQ   *CQ
 	srq      *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
+	typ      abi.QPType
+	qkey     atomic.Uint32 // a UD QP's Q_Key (ud.go); written under mu, read anywhere
 	sqSigAll bool
 	caps     abi.QPCaps
 	layout   abi.QPLayout
@@ -221,7 +223,7 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, err
 	}
-	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+	q := &QP{typ: c.Type, vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
@@ -366,6 +368,9 @@ func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
 // Modify applies a ModifyQP. Transitions follow the IBTA state machine;
 // attributes a transition requires must be present.
 func (q *QP) Modify(m *abi.ModifyQP) error {
+	if q.IsUD() {
+		return q.modifyUD(m) // ud.go
+	}
 	// The route of a QP entering RTR is decided before q.mu: the router
 	// may ask the control plane.
 	var route *Route

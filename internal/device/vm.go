@@ -59,6 +59,7 @@ type Context struct {
 	cqs        map[uint32]*CQ  // +checklocks:objMu
 	qps        map[uint32]*QP  // +checklocks:objMu
 	srqs       map[uint32]*SRQ // +checklocks:objMu
+	ahs        map[uint32]*AH  // +checklocks:objMu
 	nextHandle uint32          // +checklocks:objMu
 	keyGens    []uint32        // +checklocks:objMu
 	keyFree    []uint32        // +checklocks:objMu
@@ -305,7 +306,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		cfg, managed = first.cfg, first.managed
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
-		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{},
+		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR)}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
@@ -634,7 +635,7 @@ func (v *Context) Teardown() {
 		v.refundVM(vmCharge{mrs: 1})
 		v.refundUser(quota.RegisteredMemory, m.length)
 	}
-	v.cqs, v.srqs, v.mrHandles, v.pds = nil, nil, nil, nil
+	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds = nil, nil, nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()
@@ -763,7 +764,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
-		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE,
+		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH,
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }

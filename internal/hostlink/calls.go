@@ -219,6 +219,8 @@ func (c *Conn) serveRequests() {
 			switch {
 			case h.Type.IsRequest():
 				err = c.rq.Request(&h)
+			case h.Type.IsDatagram():
+				err = c.datagram(&h) // ud.go
 			case h.Type == tcpwire.CMReq:
 				err = c.startCM(&h)
 			case h.Type == tcpwire.CMCancel:

@@ -69,6 +69,7 @@ type Conn struct {
 	rc          syscall.RawConn // nc's descriptor: TCP_INFO, ReadRaw, WriteRaw
 	rbuf        [rbufSize]byte
 	rr, rw      int          // rbuf[rr:rw] is read but not consumed
+	dgram       []byte       // a datagram frame's payload (ud.go), made at the first
 	rdeadline   int64        // monotonic ns of the read deadline set, 0 for none
 	handshaking bool         // the handshake's own deadline applies
 	lastRead    atomic.Int64 // monotonic ns of the last read progress

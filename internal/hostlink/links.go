@@ -77,6 +77,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/hostkey"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // Handshake and connection timing.
@@ -126,6 +127,11 @@ type Config struct {
 	// (accept.go); 0 means DefaultHandshakes and
 	// DefaultHandshakesPerSource.
 	Handshakes, HandshakesPerSource int
+	// OnDatagram, if set, is given each datagram frame (UD_SEND,
+	// UD_SEND_IMM) a peer host sent: its header and payload (the GIDs
+	// and the message), valid during the call, from the connection's
+	// reader. Without it datagrams are dropped.
+	OnDatagram func(fromHost string, h *tcpwire.Header, payload []byte)
 }
 
 // Links are the agent's links to the other hosts of its switch.

@@ -81,6 +81,7 @@ var (
 	rdmaRetxDesc    = desc("rdma_retransmits_total", "Packets sent again (go-back-N).", "uplink", "roce")
 	rdmaSeqNakDesc  = desc("rdma_seq_err_naks_total", "PSN sequence error NAKs received.", "uplink", "roce")
 	rdmaDropDesc    = desc("rdma_dropped_total", "Packets dropped on receipt, by reason.", "uplink", "roce", "reason")
+	udDropDesc      = desc("datagrams_dropped_total", "UD datagrams dropped at their destination on this host, on every path.")
 
 	sessionsDesc = desc("agent_sessions", "Workload sessions attached to the agent.")
 	cpDesc       = desc("control_plane_up", "1 when the agent's control-plane cache is in sync with etcd, 0 when not; absent without a control plane.")
@@ -157,6 +158,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(adRNRDesc, k.RNRNaksSent, v.Name, a.Adapter, "sent")
 		}
 	}
+	counter(udDropDesc, st.DatagramsDropped)
 	gauge(vmsDesc, float64(attached), "attached")
 	gauge(vmsDesc, float64(defined), "defined")
 	for k, n := range qps {

@@ -94,8 +94,12 @@ func checkInvariants(t *testing.T, h *tcpwire.Header, ver uint8) {
 		if n != 0 && h.Status != tcpwire.OK {
 			t.Fatalf("READ_RESP %s with %d bytes accepted", h.Status, n)
 		}
+	case tcpwire.UDSend, tcpwire.UDSendImm:
+		if n < tcpwire.DatagramPrefix || n > tcpwire.DatagramPrefix+tcpwire.MaxDatagram || h.Status != tcpwire.OK {
+			t.Fatalf("%s %s with a %d-byte payload accepted", h.Type, h.Status, n)
+		}
 	}
-	if h.Type.IsRequest() == h.Type.IsControl() && h.Type != tcpwire.Ack && h.Type != tcpwire.ReadResp {
+	if h.Type.IsRequest() == h.Type.IsControl() && h.Type != tcpwire.Ack && h.Type != tcpwire.ReadResp && !h.Type.IsDatagram() {
 		t.Fatalf("%s is neither request, response nor control", h.Type)
 	}
 }

@@ -58,6 +58,10 @@ const (
 	CmpSwap  Type = 21 // Compare, Swap at RemoteAddr; no payload
 	FetchAdd Type = 22 // Compare (the addend) at RemoteAddr; no payload
 
+	// Datagrams (UD SENDs, ud.go): unanswered, addressed to QP DstQPN.
+	UDSend    Type = 24 // payload: SGID, DGID, the message
+	UDSendImm Type = 25 // payload: SGID, DGID, the message; Imm
+
 	// Responses.
 	Ack      Type = 32 // Status (+ RNRTimer), Value for atomics; no payload
 	ReadResp Type = 33 // Status; payload: the data read (empty unless OK)
@@ -72,7 +76,7 @@ const (
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
-	FetchAdd: "FETCH_ADD", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
+	FetchAdd: "FETCH_ADD", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
 	CMDisc: "CM_DISC", CMRTU: "CM_RTU"}
 
 func (t Type) String() string {
@@ -239,6 +243,10 @@ func Decode(b []byte, ver uint8, h *Header) error {
 		if n > MaxData {
 			return errorf("%s: %d-byte payload exceeds the 2 GiB message limit", h.Type, n)
 		}
+	case h.Type.IsDatagram():
+		if n < DatagramPrefix || n > DatagramPrefix+MaxDatagram {
+			return errorf("%s: %d-byte payload is not the %d-byte GIDs and a message of at most %d bytes", h.Type, n, DatagramPrefix, MaxDatagram)
+		}
 	case h.Type == Read:
 		if n != 0 {
 			return errorf("READ carries a %d-byte payload; it must carry none", n)
@@ -258,7 +266,7 @@ func Decode(b []byte, ver uint8, h *Header) error {
 			return errorf("%s carries a %d-byte payload; it must carry none", h.Type, n)
 		}
 	}
-	if h.Type.IsRequest() && h.Status != OK {
+	if (h.Type.IsRequest() || h.Type.IsDatagram()) && h.Status != OK {
 		return errorf("request %s carries status %s", h.Type, h.Status)
 	}
 	return nil

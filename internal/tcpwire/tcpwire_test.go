@@ -40,6 +40,8 @@ var allTypes = []struct {
 	{tcpwire.Write, 16, "WRITE"}, {tcpwire.WriteImm, 17, "WRITE_IMM"}, {tcpwire.Send, 18, "SEND"},
 	{tcpwire.SendImm, 19, "SEND_IMM"}, {tcpwire.Read, 20, "READ"}, {tcpwire.CmpSwap, 21, "CMP_SWAP"},
 	{tcpwire.FetchAdd, 22, "FETCH_ADD"},
+	{tcpwire.UDSend, 24, "UD_SEND"},
+	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
 	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"},
 	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"},
 }
@@ -114,6 +116,11 @@ func validHeader(ty tcpwire.Type) tcpwire.Header {
 			h.Compare, h.Swap = 0x0123456789abcdef, 0xfedcba9876543210
 		case tcpwire.FetchAdd:
 			h.Compare = 42
+		case tcpwire.UDSend, tcpwire.UDSendImm:
+			h.PayloadLen, h.RKey, h.RemoteAddr = tcpwire.DatagramPrefix+1024, 0x11111111, tcpwire.DatagramRoute(3, 64, 0x12345)
+			if ty == tcpwire.UDSendImm {
+				h.ImmOrLen = 0xdeadbeef
+			}
 		}
 	}
 	return h

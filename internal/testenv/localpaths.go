@@ -79,6 +79,37 @@ func (p *localPaths) Route(q *device.QP, peer *device.Adapter) (device.Route, bo
 	return device.Route{}, false
 }
 
+var _ agent.LocalDatagramPaths = (*localPaths)(nil)
+
+// RouteAH puts the datagrams of an address handle from adapter from on
+// the rdma loop, or else on the test link, as Route does QPs.
+func (p *localPaths) RouteAH(from, peer *device.Adapter) (device.DatagramPath, abi.PathInfo, bool) {
+	if p.only != nil && !slices.Contains(p.only, from.Context().Name()) {
+		return nil, abi.PathInfo{}, false
+	}
+	if p.rdma != nil {
+		return p.rdma.Datagrams(p.rdma.LocalAddr(), p.marks), abi.PathInfo{Path: abi.PathRDMA,
+			Reason: fmt.Sprintf("rdma: both VMs (%s, %s) on host %s, through the agent's RoCEv2 engine on %s (tests only)", from.Context().Name(), peer.Context().Name(), p.host, p.rdma.LocalAddr())}, true
+	}
+	if p.link != nil {
+		return tcp.Datagrams(p.self), abi.PathInfo{Path: abi.PathTest,
+			Reason: fmt.Sprintf("test: both VMs (%s, %s) on host %s, over the agent's test link", from.Context().Name(), peer.Context().Name(), p.host)}, true
+	}
+	return nil, abi.PathInfo{}, false
+}
+
+// Carries reports whether via is the rdma loop (its own address) or the
+// test link (this host).
+func (p *localPaths) Carries(via device.Via) bool {
+	switch via.Path {
+	case abi.PathRDMA:
+		return p.rdma != nil && via.Addr == p.rdma.LocalAddr().Addr().Unmap()
+	case abi.PathTCP:
+		return p.link != nil && via.Host == p.self.ID()
+	}
+	return false
+}
+
 // Status reports the test link as an uplink and the rdma loop's engine.
 func (p *localPaths) Status(st *mgmt.Status) {
 	if p.link != nil {

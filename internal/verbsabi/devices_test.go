@@ -160,6 +160,7 @@ func TestVerbsABIDevices(t *testing.T) {
 			"max_srq":             dec(d.MaxSRQ),
 			"max_srq_wr":          dec(d.MaxSRQWR),
 			"max_srq_sge":         dec(d.MaxSRQSGE),
+			"max_ah":              dec(d.MaxAH),
 			"atomic_cap":          d.AtomicCap + " (1)",
 			"state":               p.State + " (4)",
 			"max_mtu":             mtu(p.MaxMTU),
@@ -175,7 +176,7 @@ func TestVerbsABIDevices(t *testing.T) {
 		}
 		// The limits are the agent's, not the defaults.
 		if d.MaxQP != uint32(limits.MaxQP) || d.MaxCQ != uint32(limits.MaxCQ) || d.MaxMR != uint32(limits.MaxMR) ||
-			d.MaxPD != uint32(limits.MaxPD) || d.MaxSRQ != uint32(limits.MaxQP) || d.MaxSRQWR != 4096 || d.MaxSRQSGE != 16 {
+			d.MaxPD != uint32(limits.MaxPD) || d.MaxSRQ != uint32(limits.MaxQP) || d.MaxSRQWR != 4096 || d.MaxSRQSGE != 16 || d.MaxAH != 65536 {
 			t.Errorf("%s: the agent reports %+v, started with %+v", ad.Name(), d, limits)
 		}
 		if d.MaxMRSize != 8<<20 || p.LinkLayer != "Ethernet" || p.State != "PORT_ACTIVE" || d.AtomicCap != "ATOMIC_HCA" {

@@ -219,9 +219,9 @@ int main(void)
 	init.cap.max_send_sge = 2;
 	init.cap.max_recv_sge = 2;
 	init.cap.max_inline_data = 64;
-	init.qp_type = IBV_QPT_UD;
+	init.qp_type = IBV_QPT_RAW_PACKET;
 	errno = 0;
-	CHECK("create-qp-ud", !ibv_create_qp(pd, &init) && errno == EOPNOTSUPP, "errno %d", errno);
+	CHECK("create-qp-raw", !ibv_create_qp(pd, &init) && errno == EOPNOTSUPP, "errno %d", errno);
 	init.qp_type = IBV_QPT_RC;
 	init.cap.max_send_wr = 100000;
 	errno = 0;

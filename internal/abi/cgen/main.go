@@ -157,6 +157,10 @@ func generate() ([]byte, error) {
 	}
 	w.p("/* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */")
 	w.define("VRDMA_CQE_WITH_IMM", uint8(abi.WCWithImm), "")
+	w.define("VRDMA_CQE_GRH", uint8(abi.WCGRH), "a UD receive: the GRH precedes the payload")
+	w.p("/* UD (§4.15). */")
+	w.define("VRDMA_GRH_SIZE", abi.GRHSize, "")
+	w.define("VRDMA_PRIVILEGED_QKEY", fmt.Sprintf("0x%xu", abi.PrivilegedQKey), "")
 	w.p("/* QP states (§4.9): the numbers of IBV_QPS_*. */")
 	for s := abi.QPState(0); !strings.HasPrefix(s.String(), "QPState("); s++ {
 		w.define("VRDMA_QPS_"+s.String(), uint8(s), "")

@@ -342,6 +342,12 @@ type Status struct {
 	Uplinks []UplinkStatus `json:"uplinks,omitempty"`
 	// RDMA are the host's RDMA uplinks (the rdma path).
 	RDMA []RDMAStatus `json:"rdma,omitempty"`
+	// DatagramsDropped counts the UD datagrams this host dropped at their
+	// destination, on every path: to a QPN that is no UD QP of the
+	// adapter they name, with another Q_Key, from a source that may not
+	// reach it, with no receive posted or the CQ full. Those for a QP are
+	// also in its requests_dropped.
+	DatagramsDropped uint64 `json:"datagrams_dropped,omitempty"`
 }
 
 // UplinkStatus describes the agent's traffic with one other host over the

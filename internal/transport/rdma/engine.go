@@ -325,6 +325,10 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 	if testHookPacket != nil {
 		testHookPacket(pkt)
 	}
+	if pkt.DETH != nil {
+		e.udPacket(pkt, src.Addr()) // a UD packet (ud.go)
+		return nil
+	}
 	q := e.dev.Target(pkt.BTH.DestQP())
 	var p *path
 	if q != nil {

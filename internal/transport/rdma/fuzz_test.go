@@ -67,6 +67,10 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint8(0), bth(rocewire.Acknowledge, 3, 0x60, 0, 0, 1))
 	f.Add(uint8(1), bth(rocewire.RDMAReadResponseOnly, 4, append([]byte{0x1f, 0, 0, 0}, make([]byte, 64)...)...))
 	f.Add(uint8(0), bth(rocewire.SendMiddle, 0xffffff, make([]byte, 1024)...))
+	// UD: DETH (Q_Key, source QP), then the source GID and the message;
+	// and one too short for the GID.
+	f.Add(uint8(0), bth(rocewire.UDSendOnly, 0, append([]byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 7}, make([]byte, 16+64)...)...))
+	f.Add(uint8(1), bth(rocewire.UDSendOnlyWithImmediate, 0, append([]byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 7, 1, 2, 3, 4}, 5, 6)...))
 
 	f.Fuzz(func(t *testing.T, which uint8, tp []byte) {
 		if len(tp) < rocewire.BTHLen || len(tp) > 4096 {
