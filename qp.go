@@ -22,9 +22,13 @@ type QPInitAttr struct {
 	// from (ibv_qp_init_attr.srq): Caps' receive sizes are then ignored,
 	// and the QP's own PostRecv is refused.
 	SRQ *SRQ
+	// Type is the QP's transport (ibv_qp_init_attr.qp_type): QPTypeRC
+	// (the zero value means RC too) or QPTypeUC.
+	Type QPType
 }
 
-// QP is a reliable-connected queue pair (ibv_qp, IBV_QPT_RC). PostSend and
+// QP is a connected queue pair (ibv_qp): reliable (IBV_QPT_RC), or
+// unreliable (IBV_QPT_UC: uc.go). PostSend and
 // PostRecv may be called from several goroutines.
 type QP struct {
 	pd     *PD
@@ -38,6 +42,7 @@ type QP struct {
 	sendCQ *CQ
 	recvCQ *CQ
 	srq    *SRQ
+	typ    QPType
 	psn    uint32
 
 	sqMu   sync.Mutex
@@ -49,15 +54,19 @@ type QP struct {
 	path   PathInfo // +checklocks:pathMu
 }
 
-// CreateQP creates an RC queue pair in pd (ibv_create_qp). Caps are
+// CreateQP creates a queue pair in pd (ibv_create_qp), RC unless
+// attr.Type says UC. Caps are
 // rounded up to what the queues hold; QP.Caps reports them.
 func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	v := pd.ad.vm
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: SendCQ and RecvCQ are required")
 	}
+	if attr.Type == "" {
+		attr.Type = QPTypeRC
+	}
 	req := &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
-		Type: abi.QPTypeRC, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
+		Type: attr.Type, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
 	if attr.SRQ != nil {
 		req.SRQ = attr.SRQ.handle
 	}
@@ -70,7 +79,7 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
 	}
-	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ}
+	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.Type}
 	var b [4]byte
 	rand.Read(b[:])
 	q.psn = binary.LittleEndian.Uint32(b[:]) & 0xffffff
@@ -224,6 +233,9 @@ func (q *QP) PostSend(wrs []SendWR) error {
 func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	if !wr.Opcode.Valid() {
 		return errorf(abi.CodeInvalid, "unknown opcode %d", wr.Opcode)
+	}
+	if err := q.checkUC(wr); err != nil {
+		return err
 	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap}

@@ -402,11 +402,17 @@ type CreateCQReply struct {
 	Layout CQLayout `json:"layout"`
 }
 
-// QPType is a queue pair's transport type. Only RC exists today.
+// QPType is a queue pair's transport type.
 type QPType string
 
 // QP types.
-const QPTypeRC QPType = "RC"
+const (
+	QPTypeRC QPType = "RC"
+	// QPTypeUC is an unreliable connected QP (capability uc): SEND and
+	// RDMA WRITE, with and without immediate, no ACKs and no
+	// retransmission; a message a lost packet broke is dropped whole.
+	QPTypeUC QPType = "UC"
+)
 
 // CreateQP creates a queue pair.
 type CreateQP struct {
@@ -424,8 +430,8 @@ type CreateQP struct {
 
 // Validate checks the type; caps are checked by NewQPLayout.
 func (c *CreateQP) Validate() error {
-	if c.Type != QPTypeRC {
-		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC", c.Type)
+	if c.Type != QPTypeRC && c.Type != QPTypeUC {
+		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC and UC", c.Type)
 	}
 	return nil
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
-// QP is an RC queue pair.
+// QP is a connected queue pair: RC, or UC (uc.go).
 type QP struct {
 	// onFatal, if set, is told when the agent moves the QP to ERR for an
 	// error it detected (MoveToErr): the workload's async event.
@@ -29,6 +29,7 @@ type QP struct {
 	sendCQ   *CQ
 	recvCQ   *CQ
 	srq      *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
+	typ      abi.QPType
 	sqSigAll bool
 	caps     abi.QPCaps
 	layout   abi.QPLayout
@@ -221,7 +222,7 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, err
 	}
-	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+	q := &QP{vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, typ: c.Type, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
@@ -397,6 +398,9 @@ func (q *QP) Modify(m *abi.ModifyQP) error {
 		need = reqRTS
 	}
 	allowed := abi.MaskState | optionalAttrs(cur, next)
+	if q.typ == abi.QPTypeUC {
+		need, allowed = ucTransition(cur, next)
+	}
 	for _, r := range need {
 		if m.Mask&r.mask == 0 {
 			return abi.Errorf(abi.CodeInvalid, "mask", "QP 0x%x: %s → %s needs %s", q.qpn, cur, next, r.name)

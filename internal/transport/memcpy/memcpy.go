@@ -80,6 +80,9 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	m.busyWR.Store(true)
 	defer m.busyWR.Store(false)
 	at := q.RCAttrs()
+	if at.UC {
+		return m.sendUC(w, m.segs[:nseg], total)
+	}
 	var budget device.RetryBudget
 	budget.Arm(&at)
 	for {

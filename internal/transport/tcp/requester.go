@@ -195,6 +195,10 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 		t.iov, t.bq = t.iov[:0], t.bq[:0]
 	}
 	c := t.bconn
+	if at.UC {
+		t.sendUC(c, e, at)
+		return nil
+	}
 	s := &t.slots[e.Index]
 	w.Recall(e)
 	wq := &e.WQE
