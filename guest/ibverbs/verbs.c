@@ -837,6 +837,14 @@ static void publish_sq(struct vrdma_qp *qp)
 		ring_doorbell(qp);
 }
 
+/* uc_refuses reports whether qp is UC and opcode one UC has not (RDMA READ,
+ * atomics): EINVAL at post, as rxe's "bad wr opcode for qp type". */
+static int uc_refuses(const struct vrdma_qp *qp, int opcode)
+{
+	return qp->qpx.qp_base.qp_type == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
+	       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
@@ -857,7 +865,7 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			rc = ENOMEM;
 			break;
 		}
-		rc = wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
+		rc = uc_refuses(qp, wr->opcode) ? EINVAL : wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
 		if (rc)
 			break;
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
@@ -933,8 +941,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (attr->qp_type != IBV_QPT_RC) {
-		/* UD, UC, XRC and raw packet: not in vrdma yet. */
+	if (attr->qp_type != IBV_QPT_RC && !(attr->qp_type == IBV_QPT_UC && (vm->s.caps & VRDMA_CAP_UC))) {
+		/* UD, XRC and raw packet (UC from an agent without it): not in vrdma yet. */
 		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
 				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
 				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
@@ -964,7 +972,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	jb_u64(&b, "pd", pd->ibpd.handle);
 	jb_u64(&b, "send_cq", scq->ibcq.handle);
 	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
-	jb_str(&b, "qp_type", "RC");
+	jb_str(&b, "qp_type", attr->qp_type == IBV_QPT_UC ? "UC" : "RC");
 	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
 	if (srq)
 		jb_u64(&b, "srq", srq->ibsrq.handle);
@@ -1028,7 +1036,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	qp->qpx.qp_base.handle = h;
 	qp->qpx.qp_base.qp_num = qpn;
 	qp->qpx.qp_base.state = IBV_QPS_RESET;
-	qp->qpx.qp_base.qp_type = IBV_QPT_RC;
+	qp->qpx.qp_base.qp_type = attr->qp_type;
 	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
 	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
@@ -1157,7 +1165,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask, struct
 	init_attr->recv_cq = qp->qpx.qp_base.recv_cq;
 	init_attr->srq = qp->qpx.qp_base.srq;
 	init_attr->cap = attr->cap;
-	init_attr->qp_type = IBV_QPT_RC;
+	init_attr->qp_type = qp->qpx.qp_base.qp_type;
 	init_attr->sq_sig_all = qp->sq_sig_all;
 	qp->qpx.qp_base.state = attr->qp_state;
 	return 0;
@@ -1405,7 +1413,7 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 	qp->wr_cur = NULL;
 	if (qp->wr_err)
 		return NULL;
-	if (x->wr_flags & ~WQE_SEND_FLAGS) {
+	if (x->wr_flags & ~WQE_SEND_FLAGS || uc_refuses(qp, opcode)) {
 		qp->wr_err = EINVAL;
 		return NULL;
 	}
@@ -1590,6 +1598,11 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 	}
 	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & ~(uint64_t)WR_OPS_SUPPORTED)) {
 		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && ax->qp_type == IBV_QPT_UC &&
+	    (ax->send_ops_flags & (IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD))) {
+		errno = EOPNOTSUPP; /* UC has no READ or atomics, as rxe says */
 		return NULL;
 	}
 	memset(&a, 0, sizeof(a));
