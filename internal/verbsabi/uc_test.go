@@ -87,3 +87,19 @@ func TestMiddlewareUCPingpong(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareUCVerbs runs guest/ibverbs/tests/uc_check.c: two UC QPs
+// of one VM on the drop-in — the QP type, RC's attributes refused, RDMA
+// READ and atomics refused at post (EINVAL, bad_wr at them; the ibv_wr_*
+// API too; READ and atomic send ops EOPNOTSUPP at create), a SEND with no
+// receive completing and dropped, SEND and WRITE with immediate
+// byte-exact.
+func TestMiddlewareUCVerbs(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	out, _ := runC(t, lib, env.Socket, "vm1", "uc_check")
+	if n := strings.Count(out, "ok "); n < 20 {
+		t.Errorf("only %d checks ran", n)
+	}
+}
