@@ -1,9 +1,14 @@
 package verbsabi
 
 import (
+	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -101,5 +106,32 @@ func TestMiddlewareUCVerbs(t *testing.T) {
 	out, _ := runC(t, lib, env.Socket, "vm1", "uc_check")
 	if n := strings.Count(out, "ok "); n < 20 {
 		t.Errorf("only %d checks ran", n)
+	}
+}
+
+// TestMiddlewareUCPyverbs runs the UC tests of rdma-core's suite
+// (python3-pyverbs, run_tests.py -k _uc_: test_qp's creation with and
+// without attributes, through ibv_create_qp and ibv_create_qp_ex, and its
+// query) against the drop-in: all five pass, none skipped.
+func TestMiddlewareUCPyverbs(t *testing.T) {
+	lib := Build(t)
+	dir := pyverbsSuite(t)
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v", "-k", "_uc_")
+	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
+	cmd.Dir = dir
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	t.Logf("%s", out)
+	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
+	if err != nil || ran == nil || !regexp.MustCompile(`(?m)^OK$`).MatchString(out) {
+		t.Fatalf("rdma-core's UC tests: %v\n%s", err, out)
+	}
+	// -v prints each test's docstring; a skip is "... skipped 'why'".
+	if n := strings.Count(out, " ... ok\n"); ran[1] != "5" || n != 5 || strings.Contains(out, "skipped") {
+		t.Errorf("ran %s UC tests, %d passed; want rdma-core v44's 5, all passed, none skipped", ran[1], n)
 	}
 }
