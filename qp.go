@@ -349,7 +349,8 @@ func (q *QP) activeMTU(ctx context.Context) uint32 {
 // ConnectTo brings the QP from RESET to RTS facing remote, exchanged out
 // of band, with full remote access, the smaller of the two adapters'
 // active MTUs as path MTU (remote's counts if it says one) and the usual
-// RC defaults (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12).
+// RC defaults (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12),
+// which a UC QP goes without.
 func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
 	mtu := q.activeMTU(ctx)
 	if abi.ValidMTU(remote.MTU) && remote.MTU < mtu {
@@ -368,6 +369,9 @@ func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
 			MaskState | MaskSQPSN | MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskMaxRdAtomic},
 	}
 	for _, s := range steps {
+		if q.typ == QPTypeUC {
+			s.mask &^= abi.MaskRCOnly // UC takes none of RC's retry, RNR and READ/atomic attributes
+		}
 		if err := q.Modify(ctx, &s.attr, s.mask); err != nil {
 			return err
 		}

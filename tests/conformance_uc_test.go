@@ -21,6 +21,7 @@ import (
 // none twice; those a loss broke are dropped whole.
 func testUC(t *testing.T, s *suite) {
 	t.Run("attributes", func(t *testing.T) { ucAttributes(t, s) })
+	t.Run("connect", func(t *testing.T) { ucConnectMethods(t, s) })
 	t.Run("opcodes", func(t *testing.T) { ucOpcodes(t, s) })
 	t.Run("stream", func(t *testing.T) { ucStream(t, s) })
 }
@@ -140,6 +141,41 @@ func recvWithin(t *testing.T, cq *vrdma.CQ, d time.Duration) (vrdma.WorkCompleti
 		if time.Now().After(deadline) {
 			return vrdma.WorkCompletion{}, false
 		}
+	}
+}
+
+// ucConnectMethods connects UC QPs through connection management and
+// with QP.ConnectTo, which leave out RC's attributes for them, and sends
+// a message each way.
+func ucConnectMethods(t *testing.T, s *suite) {
+	for _, how := range []connMethod{connCM, connOOB} {
+		t.Run(how.String(), func(t *testing.T) {
+			vms := s.env.OpenVMs(t, 2)
+			a, b := newEnd(t, vms[0], ucConfig), newEnd(t, vms[1], ucConfig)
+			ctx := opCtx(t)
+			if how == connCM {
+				s.cmConnect(t, a, b, false)
+			} else if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
+				t.Fatal(err)
+			} else if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
+				t.Fatal(err)
+			}
+			s.checkConnected(t, a, b)
+			for _, d := range [][2]*end{{a, b}, {b, a}} {
+				src, dst := d[0].mr(t, 2000, vrdma.AccessLocalWrite), d[1].mr(t, 2000, vrdma.AccessLocalWrite)
+				fill(src.Bytes(), 3)
+				postRecv(t, d[1].qp, vrdma.RecvWR{ID: 1, SGL: sgl(dst.SGE(0, 2000))})
+				s.ucSend(t, d[0], vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, SGL: sgl(src.SGE(0, 2000))}, vrdma.WCSend,
+					func(wait time.Duration) bool {
+						w, ok := recvWithin(t, d[1].rcq, wait)
+						if ok {
+							expectRecv(t, w, d[1].qp, 1, vrdma.WCRecv, 2000, 0, false)
+						}
+						return ok
+					})
+				expectBytes(t, "message", dst.Bytes(), src.Bytes())
+			}
+		})
 	}
 }
 

@@ -49,6 +49,19 @@ var (
 	reqRTSUC = []required{{abi.MaskSQPSN, "sq_psn (IBV_QP_SQ_PSN)"}}
 )
 
+// Type is the QP's transport, abi.QPTypeRC or abi.QPTypeUC; any goroutine.
+func (q *QP) Type() abi.QPType { return q.typ }
+
+// ConnectMask is mask without the attributes q's type does not take, for
+// connection management, which sets RC's defaults (abi.MaskRCOnly on a UC
+// QP).
+func (q *QP) ConnectMask(mask abi.QPAttrMask) abi.QPAttrMask {
+	if q.typ == abi.QPTypeUC {
+		return mask &^ abi.MaskRCOnly
+	}
+	return mask
+}
+
 // ucRefuse is the status of send WQE w, decoded with status st, on q: an
 // RDMA READ or an atomic on a UC QP fails with LOC_QP_OP_ERR (the drop-in
 // and the library refuse them at post with EINVAL; only a hand-written
