@@ -19,22 +19,22 @@ func TestEngineWireUC(t *testing.T) {
 	}
 }
 
-// ucTraffic connects a UC QP of v1 to one of v2 and sends every UC
-// opcode: each operation once of 5000 bytes (FIRST, MIDDLE, LAST at the
-// path MTU 1024) and once of 100 (ONLY), checking that each arrived.
-func ucTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
-	type side struct {
-		qp       *vrdma.QP
-		scq, rcq *vrdma.CQ
-		mr       *vrdma.MR
-	}
-	open := func(vm *vrdma.VM) *side {
+// ucSide is one end of a UC pair: its QP, CQs and a 64 KiB region.
+type ucSide struct {
+	qp       *vrdma.QP
+	scq, rcq *vrdma.CQ
+	mr       *vrdma.MR
+}
+
+// ucPair connects a UC QP of v1 to one of v2 (QP.ConnectTo).
+func ucPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM) (a, b *ucSide) {
+	open := func(vm *vrdma.VM) *ucSide {
 		ad := vm.Adapters()[0]
 		pd, err := ad.AllocPD(ctx)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
-		s := &side{}
+		s := &ucSide{}
 		if s.scq, err = ad.CreateCQ(ctx, 64); err == nil {
 			s.rcq, err = ad.CreateCQ(ctx, 64)
 		}
@@ -50,29 +50,25 @@ func ucTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
 			s.mr, err = pd.RegMR(ctx, buf, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite)
 		}
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		return s
 	}
-	a, b := open(v1), open(v2)
-	connect := func(q *vrdma.QP, remote vrdma.Endpoint) {
-		for _, m := range []struct {
-			attr vrdma.QPAttr
-			mask vrdma.QPAttrMask
-		}{
-			{vrdma.QPAttr{State: vrdma.QPSInit, Port: 1, AccessFlags: vrdma.AccessLocalWrite | vrdma.AccessRemoteWrite},
-				vrdma.MaskState | vrdma.MaskPort | vrdma.MaskAccessFlags},
-			{vrdma.QPAttr{State: vrdma.QPSRTR, DGID: remote.GID, PathMTU: 1024, DestQPN: remote.QPN, RQPSN: remote.PSN},
-				vrdma.MaskState | vrdma.MaskAV | vrdma.MaskPathMTU | vrdma.MaskDestQPN | vrdma.MaskRQPSN},
-			{vrdma.QPAttr{State: vrdma.QPSRTS, SQPSN: q.Endpoint().PSN}, vrdma.MaskState | vrdma.MaskSQPSN},
-		} {
-			if err := q.Modify(ctx, &m.attr, m.mask); err != nil {
-				t.Fatal(err)
-			}
-		}
+	a, b = open(v1), open(v2)
+	if err := a.qp.ConnectTo(ctx, b.qp.Endpoint()); err != nil {
+		tb.Fatal(err)
 	}
-	connect(a.qp, b.qp.Endpoint())
-	connect(b.qp, a.qp.Endpoint())
+	if err := b.qp.ConnectTo(ctx, a.qp.Endpoint()); err != nil {
+		tb.Fatal(err)
+	}
+	return a, b
+}
+
+// ucTraffic connects a UC QP of v1 to one of v2 and sends every UC
+// opcode: each operation once of 5000 bytes (FIRST, MIDDLE, LAST at the
+// path MTU 1024) and once of 100 (ONLY), checking that each arrived.
+func ucTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
+	a, b := ucPair(t, ctx, v1, v2)
 	if got := a.qp.Path().Path; got != vrdma.PathRDMA {
 		t.Fatalf("path %q, want rdma", got)
 	}
