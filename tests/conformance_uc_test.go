@@ -24,6 +24,38 @@ func testUC(t *testing.T, s *suite) {
 	t.Run("connect", func(t *testing.T) { ucConnectMethods(t, s) })
 	t.Run("opcodes", func(t *testing.T) { ucOpcodes(t, s) })
 	t.Run("stream", func(t *testing.T) { ucStream(t, s) })
+	t.Run("rc-peer", func(t *testing.T) { ucRCPeer(t, s) })
+}
+
+// ucRCPeer connects a UC QP to an RC QP (a misconfiguration): what each
+// sends the other is dropped, as a RoCE responder drops a packet of
+// another transport — the UC SEND completes (it left) and nothing
+// arrives; the RC SEND is never answered and ends RETRY_EXC_ERR — and
+// nothing else breaks.
+func ucRCPeer(t *testing.T, s *suite) {
+	vms := s.env.OpenVMs(t, 2)
+	u, r := newEnd(t, vms[0], ucConfig), newEnd(t, vms[1], qpConfig{})
+	ucConnect(t, u.qp, r.qp.Endpoint())
+	p := defaultRC
+	p.timeout, p.retryCnt = 8, 1 // 1 ms, one retry
+	if err := modifyToRTS(opCtx(t), r.qp, r.ad, u.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	s.checkConnected(t, u, r)
+	um, rm := u.mr(t, 256, vrdma.AccessLocalWrite), r.mr(t, 256, vrdma.AccessLocalWrite)
+	postRecv(t, u.qp, vrdma.RecvWR{ID: 1, SGL: sgl(um.SGE(0, 256))})
+	postRecv(t, r.qp, vrdma.RecvWR{ID: 2, SGL: sgl(rm.SGE(0, 256))})
+	postSend(t, u.qp, vrdma.SendWR{ID: 3, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(um.SGE(0, 64))})
+	expectWC(t, waitWC(t, u.scq, 1)[0], u.qp, 3, vrdma.WCSuccess, vrdma.WCSend)
+	postSend(t, r.qp, vrdma.SendWR{ID: 4, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(rm.SGE(0, 64))})
+	expectWC(t, waitWC(t, r.scq, 1)[0], r.qp, 4, vrdma.WCRetryExcErr, 0)
+	expectNoWC(t, u.rcq, quiet, "the UC QP, sent RC packets")
+	expectState(t, u.qp, vrdma.QPSRTS)
+	// The RC QP's receive is flushed by its own error, not completed by
+	// the UC SEND.
+	for _, w := range waitWC(t, r.rcq, 1) {
+		expectWC(t, w, r.qp, 2, vrdma.WCWRFlushErr, 0)
+	}
 }
 
 var ucConfig = qpConfig{typ: vrdma.QPTypeUC}

@@ -67,7 +67,7 @@ func (rp *responder) executeUC(h *tcpwire.Header, sp *sockPayload) error {
 	if p == nil {
 		return nil
 	}
-	rp.bind = tcpBinding{host: rp.c.PeerID(), qpn: h.SrcQPN}
+	rp.bind = tcpBinding{host: rp.c.PeerID(), qpn: h.SrcQPN, uc: true}
 	tp := tcpPathOf(p)
 	if tp == nil || tp.host != rp.c.PeerID() {
 		if rp.admit(p, &rp.bind) { // connected to a QP of another host (or none): dropped
@@ -79,14 +79,9 @@ func (rp *responder) executeUC(h *tcpwire.Header, sp *sockPayload) error {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	if !rp.admit(p, &rp.bind) {
-		return nil
+		return nil // not bound to the requester, or an RC QP: dropped (counted)
 	}
 	ctr := p.Counters()
-	if !p.RCAttrs().UC {
-		ctr.Dropped.Add(1) // a UC frame for an RC QP
-		rp.release(p)
-		return nil
-	}
 	rs.seq.Sync(p)
 	switch rs.seq.Check(h.PSN) {
 	case rc.Duplicate:
