@@ -22,12 +22,15 @@ type QPInitAttr struct {
 	// from (ibv_qp_init_attr.srq): Caps' receive sizes are then ignored,
 	// and the QP's own PostRecv is refused.
 	SRQ *SRQ
-	// Type is the QP's transport: QPTypeRC (the default, "") or QPTypeUD
-	// (ud.go: never connected; each SendWR names its destination).
+	// Type is the QP's transport (ibv_qp_init_attr.qp_type): QPTypeRC
+	// (the zero value means RC too), QPTypeUC or QPTypeUD (ud.go: never
+	// connected; each SendWR names its destination).
 	Type QPType
 }
 
-// QP is a queue pair (ibv_qp): reliable connected (IBV_QPT_RC), or unreliable datagram (IBV_QPT_UD, ud.go). PostSend and
+// QP is a queue pair (ibv_qp): reliable connected (IBV_QPT_RC),
+// unreliable connected (IBV_QPT_UC: uc.go) or unreliable datagram
+// (IBV_QPT_UD: ud.go). PostSend and
 // PostRecv may be called from several goroutines.
 type QP struct {
 	pd     *PD
@@ -53,7 +56,8 @@ type QP struct {
 	path   PathInfo // +checklocks:pathMu
 }
 
-// CreateQP creates an RC queue pair in pd (ibv_create_qp). Caps are
+// CreateQP creates a queue pair in pd (ibv_create_qp), RC unless
+// attr.Type says UC. Caps are
 // rounded up to what the queues hold; QP.Caps reports them.
 func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	v := pd.ad.vm
@@ -232,6 +236,9 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	if !wr.Opcode.Valid() {
 		return errorf(abi.CodeInvalid, "unknown opcode %d", wr.Opcode)
 	}
+	if err := q.checkUC(wr); err != nil {
+		return err
+	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
 	if q.typ == QPTypeUD {
@@ -349,7 +356,8 @@ func (q *QP) activeMTU(ctx context.Context) uint32 {
 // ConnectTo brings the QP from RESET to RTS facing remote, exchanged out
 // of band, with full remote access, the smaller of the two adapters'
 // active MTUs as path MTU (remote's counts if it says one) and the usual
-// RC defaults (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12).
+// RC defaults (timeout 14, retry_cnt 7, rnr_retry 7, min_rnr_timer 12),
+// which a UC QP goes without.
 func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
 	mtu := q.activeMTU(ctx)
 	if abi.ValidMTU(remote.MTU) && remote.MTU < mtu {
@@ -368,6 +376,9 @@ func (q *QP) ConnectTo(ctx context.Context, remote Endpoint) error {
 			MaskState | MaskSQPSN | MaskTimeout | MaskRetryCnt | MaskRNRRetry | MaskMaxRdAtomic},
 	}
 	for _, s := range steps {
+		if q.typ == QPTypeUC {
+			s.mask &^= abi.MaskRCOnly // UC takes none of RC's retry, RNR and READ/atomic attributes
+		}
 		if err := q.Modify(ctx, &s.attr, s.mask); err != nil {
 			return err
 		}

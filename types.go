@@ -68,6 +68,16 @@ const (
 	AccessAll          = abi.AccessAll
 )
 
+// QPType is a queue pair's transport (IBV_QPT_*).
+type QPType = abi.QPType
+
+// QP types.
+const (
+	QPTypeRC = abi.QPTypeRC // reliable connected
+	QPTypeUC = abi.QPTypeUC // unreliable connected: SEND and RDMA WRITE, no ACKs, no retransmission
+	QPTypeUD = abi.QPTypeUD // unreliable datagram (ud.go)
+)
+
 // QPState is a queue pair's state (IBV_QPS_*).
 type QPState = abi.QPState
 

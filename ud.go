@@ -8,15 +8,6 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 )
 
-// QPType is a queue pair's transport type (ibv_qp_type).
-type QPType = abi.QPType
-
-// QP types: reliable connected (the default) and unreliable datagram.
-const (
-	QPTypeRC = abi.QPTypeRC
-	QPTypeUD = abi.QPTypeUD
-)
-
 // UD attribute mask bits (IBV_QP_PKEY_INDEX, IBV_QP_QKEY).
 const (
 	MaskPKeyIndex = abi.MaskPKeyIndex

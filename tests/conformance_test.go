@@ -313,6 +313,7 @@ var conformanceCases = []conformanceCase{
 	{name: "in-flight", run: testInFlight},
 	{name: "srq", run: testSRQ},
 	{name: "ud", run: testUD}, // ud_test.go
+	{name: "uc", run: testUC}, // uc_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {
@@ -496,6 +497,7 @@ type end struct {
 type qpConfig struct {
 	caps   vrdma.QPCaps // zero: defaultCaps
 	sigAll bool
+	typ    vrdma.QPType // zero: RC
 }
 
 var defaultCaps = vrdma.QPCaps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: vrdma.MaxSGE, MaxRecvSGE: vrdma.MaxSGE, MaxInlineData: 256}
@@ -527,7 +529,7 @@ func newEndIn(t *testing.T, pd *vrdma.PD, c qpConfig) *end {
 	if err != nil {
 		t.Fatal(err)
 	}
-	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: scq, RecvCQ: rcq, Caps: caps, SQSigAll: c.sigAll})
+	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: scq, RecvCQ: rcq, Caps: caps, SQSigAll: c.sigAll, Type: c.typ})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -844,6 +844,14 @@ static void publish_sq(struct vrdma_qp *qp)
 		ring_doorbell(qp);
 }
 
+/* uc_refuses reports whether qp is UC and opcode one UC has not (RDMA READ,
+ * atomics): EINVAL at post, as rxe's "bad wr opcode for qp type". */
+static int uc_refuses(const struct vrdma_qp *qp, int opcode)
+{
+	return qp->qpx.qp_base.qp_type == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
+	       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM;
+}
+
 static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
@@ -864,7 +872,7 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			rc = ENOMEM;
 			break;
 		}
-		rc = wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
+		rc = uc_refuses(qp, wr->opcode) ? EINVAL : wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
 		if (!rc && qp->qpx.qp_base.qp_type == IBV_QPT_UD)
 			rc = vrdma_ud_dest(sq_slot(qp, qp->sq_tail), wr); /* ud.c */
 		if (rc)
@@ -946,8 +954,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EOPNOTSUPP; /* an agent without UD */
 		return NULL;
 	}
-	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
-		/* UC, XRC and raw packet: not in vrdma yet. */
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD && !(attr->qp_type == IBV_QPT_UC && (vm->s.caps & VRDMA_CAP_UC))) {
+		/* XRC and raw packet (UC from an agent without it): not in vrdma yet. */
 		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
 				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
 				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
@@ -977,7 +985,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	jb_u64(&b, "pd", pd->ibpd.handle);
 	jb_u64(&b, "send_cq", scq->ibcq.handle);
 	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
-	jb_str(&b, "qp_type", attr->qp_type == IBV_QPT_UD ? "UD" : "RC");
+	jb_str(&b, "qp_type", attr->qp_type == IBV_QPT_UD ? "UD" : attr->qp_type == IBV_QPT_UC ? "UC" : "RC");
 	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
 	if (srq)
 		jb_u64(&b, "srq", srq->ibsrq.handle);
@@ -1425,7 +1433,7 @@ static void *wr_begin(struct ibv_qp_ex *x, int opcode)
 		qp->wr_err = EINVAL; /* UD carries SENDs only */
 		return NULL;
 	}
-	if (x->wr_flags & ~WQE_SEND_FLAGS) {
+	if (x->wr_flags & ~WQE_SEND_FLAGS || uc_refuses(qp, opcode)) {
 		qp->wr_err = EINVAL;
 		return NULL;
 	}
@@ -1609,8 +1617,9 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		errno = EINVAL;
 		return NULL;
 	}
-	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
-		errno = EOPNOTSUPP; /* XRC domains, create flags, TSO, RSS */
+	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
+	    ((ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ax->create_flags)) {
+		errno = EOPNOTSUPP; /* XRC domains, create flags (none asked for is none), TSO, RSS */
 		return NULL;
 	}
 	if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
@@ -1624,6 +1633,11 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 	if (ax->qp_type == IBV_QPT_UD && (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
 	    (ax->send_ops_flags & ~(uint64_t)(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM))) {
 		errno = EOPNOTSUPP; /* UD carries SENDs only */
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && ax->qp_type == IBV_QPT_UC &&
+	    (ax->send_ops_flags & (IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD))) {
+		errno = EOPNOTSUPP; /* UC has no READ or atomics, as rxe says */
 		return NULL;
 	}
 	memset(&a, 0, sizeof(a));

@@ -77,7 +77,8 @@
 #define VRDMA_CAP_ASYNC_EVENTS 0x100ull
 #define VRDMA_CAP_SRQ 0x200ull
 #define VRDMA_CAP_UD 0x400ull
-#define VRDMA_CAPS_KNOWN 0x7ffull /* every bit above */
+#define VRDMA_CAP_UC 0x800ull
+#define VRDMA_CAPS_KNOWN 0xfffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */

@@ -66,11 +66,15 @@ const (
 	// CapUD: unreliable datagram QPs (CreateQP.Type UD) and address
 	// handles (ops 35 and 36), on every path the agent has.
 	CapUD Caps = 1 << 10
+	// CapUC: unreliable connected QPs (CreateQP.Type QPTypeUC) on every
+	// path: SEND and RDMA WRITE with and without immediate, no READ or
+	// atomics, a message a lost packet broke dropped whole.
+	CapUC Caps = 1 << 11
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -78,7 +82,10 @@ const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM |
 // tcp path, reported no counters, and some lacked ops 25..29.)
 const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 
-var capNames = [...]string{"async-mode", "fence", "path-memcpy", "path-tcp", "cm", "qp-counters", "vm-manage", "mr-iova", "async-events", "srq", "ud"}
+// capNames names the bits by their index; an index without a name is a
+// bit this build does not define.
+var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }
@@ -99,7 +106,7 @@ func (c Caps) String() string {
 	}
 	var names []string
 	for i, n := range capNames {
-		if c&(1<<i) != 0 {
+		if n != "" && c&(1<<i) != 0 {
 			names = append(names, n)
 		}
 	}

@@ -405,11 +405,17 @@ type CreateCQReply struct {
 	Layout CQLayout `json:"layout"`
 }
 
-// QPType is a queue pair's transport type. Only RC exists today.
+// QPType is a queue pair's transport type.
 type QPType string
 
 // QP types.
-const QPTypeRC QPType = "RC"
+const (
+	QPTypeRC QPType = "RC"
+	// QPTypeUC is an unreliable connected QP (capability uc): SEND and
+	// RDMA WRITE, with and without immediate, no ACKs and no
+	// retransmission; a message a lost packet broke is dropped whole.
+	QPTypeUC QPType = "UC"
+)
 
 // CreateQP creates a queue pair.
 type CreateQP struct {
@@ -427,8 +433,8 @@ type CreateQP struct {
 
 // Validate checks the type; caps are checked by NewQPLayout.
 func (c *CreateQP) Validate() error {
-	if c.Type != QPTypeRC && c.Type != QPTypeUD {
-		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC and UD", c.Type)
+	if c.Type != QPTypeRC && c.Type != QPTypeUD && c.Type != QPTypeUC {
+		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC, UC and UD", c.Type)
 	}
 	return nil
 }

@@ -29,7 +29,8 @@ func TestHelloCaps(t *testing.T) {
 		<-served
 	})
 
-	const want = abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD
+	const want = abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
+		abi.CapUC
 	header := func(seq uint32, n int) []byte {
 		h := make([]byte, abi.CmdHeaderSize)
 		h[0], h[1], h[2] = 'V', 'R', abi.Version

@@ -319,7 +319,8 @@ var blockingOps = func() string {
 // feature it has, and the tcp path only when it runs one (a control plane
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
-	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD
+	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
+		abi.CapUC
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

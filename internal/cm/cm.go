@@ -473,7 +473,7 @@ func PathMTU(ad *device.Adapter, remote uint32) uint32 {
 // path MTU mtu and rdma_cm's other defaults.
 func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN, mtu uint32) error {
 	return q.Modify(&abi.ModifyQP{
-		Mask: abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer,
+		Mask: q.ConnectMask(abi.MaskState | abi.MaskAV | abi.MaskPathMTU | abi.MaskDestQPN | abi.MaskRQPSN | abi.MaskMaxDestRdAtomic | abi.MaskMinRNRTimer),
 		Attr: abi.QPAttr{State: abi.QPSRTR, DGID: gid, PathMTU: mtu, DestQPN: qpn, RQPSN: rqPSN,
 			MaxDestRdAtomic: abi.MaxRdAtom, MinRNRTimer: abi.DefaultMinRNRTimer}})
 }
@@ -482,7 +482,7 @@ func ToRTR(q *device.QP, gid abi.GID, qpn, rqPSN, mtu uint32) error {
 // timeout ackTimeout and rdma_cm's other defaults.
 func ToRTS(q *device.QP, sqPSN uint32, ackTimeout uint8) error {
 	return q.Modify(&abi.ModifyQP{
-		Mask: abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic,
+		Mask: q.ConnectMask(abi.MaskState | abi.MaskSQPSN | abi.MaskTimeout | abi.MaskRetryCnt | abi.MaskRNRRetry | abi.MaskMaxRdAtomic),
 		Attr: abi.QPAttr{State: abi.QPSRTS, SQPSN: sqPSN, Timeout: ackTimeout, RetryCnt: abi.DefaultRetryCnt,
 			RNRRetry: abi.DefaultRNRRetry, MaxRdAtomic: abi.MaxRdAtom}})
 }

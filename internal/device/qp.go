@@ -12,7 +12,7 @@ import (
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
-// QP is an RC queue pair.
+// QP is a connected queue pair: RC, or UC (uc.go).
 type QP struct {
 	// onFatal, if set, is told when the agent moves the QP to ERR for an
 	// error it detected (MoveToErr): the workload's async event.
@@ -402,6 +402,9 @@ func (q *QP) Modify(m *abi.ModifyQP) error {
 		need = reqRTS
 	}
 	allowed := abi.MaskState | optionalAttrs(cur, next)
+	if q.typ == abi.QPTypeUC {
+		need, allowed = ucTransition(cur, next)
+	}
 	for _, r := range need {
 		if m.Mask&r.mask == 0 {
 			return abi.Errorf(abi.CodeInvalid, "mask", "QP 0x%x: %s → %s needs %s", q.qpn, cur, next, r.name)

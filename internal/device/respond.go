@@ -111,6 +111,9 @@ func (p *QP) check(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCS
 func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
 	pv := p.vm
 	m.r, m.nseg, m.recv, m.nsge = *r, 0, false, 0
+	if p.typ == abi.QPTypeUC {
+		return p.checkUC(r, m, rqHeld)
+	}
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
@@ -399,6 +402,9 @@ func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
 	if total <= room {
 		m.r.Total = total
 		return abi.WCSuccess
+	}
+	if p.typ == abi.QPTypeUC {
+		return abi.WCRemInvReqErr // dropped, the receive left posted (checkUC)
 	}
 	p.rqMu.Lock()
 	defer p.rqMu.Unlock()

@@ -23,6 +23,7 @@ type RCAttrs struct {
 	PathMTU                                  uint32 // bytes: 256 … 4096
 	MinRNRTimer                              uint8  // the RNR timer code a responder asks for
 	MaxDestRdAtomic                          uint8  // the responder resources for RDMA READs and atomics (max_dest_rd_atomic)
+	UC                                       bool   // an unreliable connected QP: no ACKs, no retransmission (uc.go)
 }
 
 // RCAttrs returns the QP's current RC attributes.
@@ -31,7 +32,7 @@ func (q *QP) RCAttrs() RCAttrs {
 	defer q.mu.Unlock()
 	a := &q.attr
 	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer,
-		MaxDestRdAtomic: a.MaxDestRdAtomic}
+		MaxDestRdAtomic: a.MaxDestRdAtomic, UC: q.typ == abi.QPTypeUC}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not
@@ -64,7 +65,7 @@ func (q *QP) ReadWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus {
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	off := q.layout.SQOffset + abi.Slot(idx, size)*stride
 	copy(slot, q.ring.Bytes()[off:off+stride])
-	return abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+	return q.ucRefuse(w, abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData))
 }
 
 // NextPSN takes the PSN of the next request.

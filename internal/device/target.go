@@ -46,6 +46,9 @@ type Target interface {
 	QPN() uint32
 	// GID is the GID of the target's adapter.
 	GID() abi.GID
+	// Type is the target's transport (RC, UC): a path's Binding admits
+	// a request of the same transport only.
+	Type() abi.QPType
 	// Remote is the requester the target was connected to at RTR (its
 	// QPN and GID), for a Binding.
 	Remote() (qpn uint32, gid abi.GID)

@@ -7,7 +7,7 @@ import "fmt"
 type Opcode uint8
 
 // RC opcodes (ib_pack.h), UD's SEND_ONLY pair (for QP1, the CM) and the
-// congestion notification packet.
+// congestion notification packet; UC's are UC|op (uc.go).
 const (
 	SendFirst                  Opcode = 0x00
 	SendMiddle                 Opcode = 0x01
@@ -121,7 +121,7 @@ var ops = map[Opcode]OpInfo{
 }
 
 // Info returns what the table says of op; false for an opcode vrdma does
-// not know (UC, RD, the reserved ones, FLUSH and ATOMIC_WRITE).
+// not know (RD, the reserved ones, FLUSH and ATOMIC_WRITE).
 func (op Opcode) Info() (OpInfo, bool) {
 	i, ok := ops[op]
 	return i, ok

@@ -110,8 +110,18 @@ func TestHeaderSizes(t *testing.T) {
 			t.Errorf("%s: headers %d bytes, want %d", op, got, want)
 		}
 	}
-	if HeaderLen(0x24) != 0 || HeaderLen(0x15) != 0 {
-		t.Error("UC or reserved opcodes have a header length")
+	// UC's are RC's SEND and RDMA WRITE opcodes with transport 001.
+	for op, want := range map[Opcode]int{UC | SendFirst: 12, UC | SendOnlyWithImmediate: 16, UC | RDMAWriteFirst: 28,
+		UC | RDMAWriteOnlyWithImmediate: 32} {
+		if got := HeaderLen(op); got != want || op.Operation().Transport() != 0 || op.Transport() != UC {
+			t.Errorf("%s: headers %d bytes, want %d", op, got, want)
+		}
+	}
+	if HeaderLen(UC|RDMAReadRequest) != 0 || HeaderLen(UC|Acknowledge) != 0 || HeaderLen(0x44) != 0 || HeaderLen(0x15) != 0 {
+		t.Error("UC READ or ACK, RD or reserved opcodes have a header length")
+	}
+	if s := (UC | SendOnly).String(); s != "UC_SEND_ONLY" {
+		t.Errorf("0x24 is %q, want UC_SEND_ONLY", s)
 	}
 }
 
@@ -220,7 +230,7 @@ func TestParse(t *testing.T) {
 		}(), 0},
 		{"pad beyond the body", "pad count 3", func() []byte { b := build(RDMAReadResponseMiddle, 0); b[1] |= 3 << 4; return b }(), 0},
 	}
-	bad[1].b[0] = 0x24      // UC SEND_ONLY
+	bad[1].b[0] = 0x44      // RD SEND_ONLY
 	bad[2].b[1] |= 1        // TVer 1
 	bad[7].b[BTHLen] = 0x40 // syndrome kind 2
 	for _, c := range bad {

@@ -101,6 +101,17 @@ func TestTshark(t *testing.T) {
 	AETH(p[BTHLen:]).Encode(NAK(NAKRemAccess), 11)
 	add(p, "17,0x000016,9,0,0,,,,98,11,,")
 
+	// UC: RC's headers under UC's opcodes, no AckReq.
+	p = make([]byte, HeaderLen(UC|RDMAWriteOnlyWithImmediate)+7+1+ICRCLen)
+	BTH(p).Encode(&BTHFields{Opcode: UC | RDMAWriteOnlyWithImmediate, PadCount: PadCount(7), PKey: DefaultPKey, DestQP: 0x17, PSN: 10})
+	RETH(p[BTHLen:]).Encode(0x7f0000002000, 0x1234abcd, 7)
+	ImmDt(p[BTHLen+RETHLen:]).Encode(0xfeedf00d)
+	add(p, "43,0x000017,10,0,1,0x00007f0000002000,0x1234abcd,7,,,feedf00d,")
+
+	p = make([]byte, HeaderLen(UC|SendMiddle)+256+ICRCLen)
+	BTH(p).Encode(&BTHFields{Opcode: UC | SendMiddle, PKey: DefaultPKey, DestQP: 0x18, PSN: 11})
+	add(p, "33,0x000018,11,0,0,,,,,,,")
+
 	path := filepath.Join(t.TempDir(), "rocev2.pcap")
 	writePcap(t, path, pkts)
 	fields := []string{"infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "infiniband.bth.padcnt",

@@ -89,8 +89,8 @@ func (t Type) String() string {
 // Known reports whether t is a frame type of this version.
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
-// IsRequest reports whether t is an RC operation request.
-func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd }
+// IsRequest reports whether t is an RC or UC operation request.
+func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd || t.IsUC() }
 
 // IsControl reports whether t carries a JSON payload.
 func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMRTU }
@@ -239,7 +239,7 @@ func Decode(b []byte, ver uint8, h *Header) error {
 		if n > MaxControl {
 			return errorf("%s: %d-byte payload exceeds the %d-byte limit of control frames", h.Type, n, MaxControl)
 		}
-	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm:
+	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm || h.Type.IsUC():
 		if n > MaxData {
 			return errorf("%s: %d-byte payload exceeds the 2 GiB message limit", h.Type, n)
 		}

@@ -42,6 +42,7 @@ var allTypes = []struct {
 	{tcpwire.FetchAdd, 22, "FETCH_ADD"},
 	{tcpwire.UDSend, 24, "UD_SEND"},
 	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
+	{tcpwire.UCWrite, 40, "UC_WRITE"}, {tcpwire.UCWriteImm, 41, "UC_WRITE_IMM"}, {tcpwire.UCSend, 42, "UC_SEND"}, {tcpwire.UCSendImm, 43, "UC_SEND_IMM"},
 	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"},
 	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"},
 }
@@ -64,7 +65,7 @@ func TestTypesAndStatuses(t *testing.T) {
 		if uint8(c.t) != c.num || c.t.String() != c.name || !c.t.Known() {
 			t.Errorf("type %s: number %d, String %q, Known %v; want %d, %q, true", c.name, uint8(c.t), c.t.String(), c.t.Known(), c.num, c.name)
 		}
-		wantReq := c.num >= 16 && c.num <= 22
+		wantReq := c.num >= 16 && c.num <= 22 || c.num >= 40 && c.num <= 43
 		wantCtl := c.num <= 5 || c.num >= 48
 		if c.t.IsRequest() != wantReq || c.t.IsControl() != wantCtl {
 			t.Errorf("%s: IsRequest %v, IsControl %v; want %v, %v", c.name, c.t.IsRequest(), c.t.IsControl(), wantReq, wantCtl)
@@ -106,9 +107,9 @@ func validHeader(ty tcpwire.Type) tcpwire.Header {
 	default: // requests
 		h.DstQPN, h.SrcQPN, h.PSN, h.RKey, h.RemoteAddr = 0x000012, 0x000034, 0xffffff, 0xcafef00d, 0x00007f0012345000
 		switch ty {
-		case tcpwire.Write, tcpwire.Send:
+		case tcpwire.Write, tcpwire.Send, tcpwire.UCWrite, tcpwire.UCSend:
 			h.PayloadLen = 1 << 20
-		case tcpwire.WriteImm, tcpwire.SendImm:
+		case tcpwire.WriteImm, tcpwire.SendImm, tcpwire.UCWriteImm, tcpwire.UCSendImm:
 			h.PayloadLen, h.ImmOrLen = 1<<20, 0xdeadbeef
 		case tcpwire.Read:
 			h.ImmOrLen = tcpwire.MaxData

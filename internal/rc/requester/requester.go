@@ -446,7 +446,12 @@ func (r *Engine) fill(takeNew bool) bool {
 // max_rd_atomic limit, the outstanding bound and the batch bound.
 func (r *Engine) send(at *device.RCAttrs) {
 	r.queue(at)
-	switch o := r.wire.Flush(); o {
+	o := r.wire.Flush()
+	if at.UC {
+		r.settleUC()
+		return
+	}
+	switch o {
 	case Dropped:
 		r.blocked = true // the timeout retransmits
 	case Failed, FailedWaited:

@@ -27,6 +27,7 @@ type path struct {
 	req    device.Request // the request the goroutine plays at the responder
 	rx     device.Message // ... and its state there
 	pay    memPayload     // q's segments as the responder's payload
+	uc     bool           // q is UC (as Execute last read its attributes)
 }
 
 // Bind returns the maker of the memcpy path of a QP bound at RTR to a QP
@@ -80,6 +81,9 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	m.busyWR.Store(true)
 	defer m.busyWR.Store(false)
 	at := q.RCAttrs()
+	if m.uc = at.UC; m.uc {
+		return m.sendUC(w, m.segs[:nseg], total)
+	}
 	var budget device.RetryBudget
 	budget.Arm(&at)
 	for {
@@ -108,13 +112,13 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	}
 }
 
-// Bound makes m a device.Binding: p is bound to the memcpy path, and
-// connected to m's QP. A QP bound to another path (tcp, rdma) takes
+// Bound makes m a device.Binding: p is bound to the memcpy path, of m's
+// QP's transport (RC, UC), and connected to m's QP. A QP bound to another path (tcp, rdma) takes
 // requests only from that path's responder, even from a QP of this host
 // whose number and GID are the ones it was connected to (a GID that
 // moved here from another host, a QPN that came round again).
 func (m *path) Bound(p device.Target) bool {
-	if _, ok := p.BoundPath().(*path); !ok {
+	if _, ok := p.BoundPath().(*path); !ok || (p.Type() == abi.QPTypeUC) != m.uc {
 		return false
 	}
 	qpn, gid := p.Remote()

@@ -53,7 +53,15 @@ func FuzzEngine(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { p.Close(context.Background()) })
-	qpns := []uint32{p.A.QP.QPN(), p.B.QP.QPN()}
+	ua, ub := ucPair(f, ctx, v1, v2)
+	qpns := []uint32{p.A.QP.QPN(), p.B.QP.QPN(), ua.qp.QPN(), ub.qp.QPN()}
+	for _, u := range []*ucSide{ua, ub} { // receives for the UC QPs' SENDs
+		for i := range 8 {
+			if err := u.qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{u.mr.SGE(i*4096, 4096)}}}); err != nil {
+				f.Fatal(err)
+			}
+		}
+	}
 
 	bth := func(op rocewire.Opcode, psn uint32, rest ...byte) []byte {
 		b := make([]byte, rocewire.BTHLen, 64)
@@ -71,13 +79,21 @@ func FuzzEngine(f *testing.F) {
 	// and one too short for the GID.
 	f.Add(uint8(0), bth(rocewire.UDSendOnly, 0, append([]byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 7}, make([]byte, 16+64)...)...))
 	f.Add(uint8(1), bth(rocewire.UDSendOnlyWithImmediate, 0, append([]byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 7, 1, 2, 3, 4}, 5, 6)...))
+	// UC packets for the UC QPs (which 2, 3), and for an RC one.
+	f.Add(uint8(2), bth(rocewire.UC|rocewire.SendOnly, 0, []byte("hello")...))
+	f.Add(uint8(3), bth(rocewire.UC|rocewire.SendFirst, 7, make([]byte, 1024)...))
+	f.Add(uint8(2), bth(rocewire.UC|rocewire.SendLastWithImmediate, 9, make([]byte, 4+17)...))
+	f.Add(uint8(3), bth(rocewire.UC|rocewire.RDMAWriteFirst, 5, make([]byte, 16+1024)...))
+	f.Add(uint8(2), bth(rocewire.UC|rocewire.RDMAWriteOnlyWithImmediate, 1, make([]byte, 16+4+8)...))
+	f.Add(uint8(3), bth(rocewire.RDMAReadRequest, 1, make([]byte, 16)...))
+	f.Add(uint8(0), bth(rocewire.UC|rocewire.SendOnly, 0, []byte("hello")...))
 
 	f.Fuzz(func(t *testing.T, which uint8, tp []byte) {
 		if len(tp) < rocewire.BTHLen || len(tp) > 4096 {
 			return
 		}
 		pkt := append(append([]byte(nil), tp...), 0, 0, 0, 0)
-		binary.BigEndian.PutUint32(pkt[4:], qpns[int(which)%2]) // FECN, BECN zero: the QP under test
+		binary.BigEndian.PutUint32(pkt[4:], qpns[int(which)%len(qpns)]) // FECN, BECN zero: the QP under test
 		if err := rdmatest.SealLoopback(pkt, addr.Addr()); err != nil {
 			t.Fatal(err)
 		}

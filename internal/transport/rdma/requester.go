@@ -105,7 +105,7 @@ var _ requester.Wire = (*wire)(nil)
 // Send queues request packet i of e.
 func (w *wire) Send(e *requester.Entry, i, got uint32, at *device.RCAttrs) error {
 	p := (*path)(w)
-	if err := p.sendPacket(at.RemoteQPN, e, i, got); err != nil {
+	if err := p.sendPacket(at.RemoteQPN, e, i, got, at.UC); err != nil {
 		p.e.log.Debug("rdma path: send", "qpn", p.q.QPN(), "err", err)
 		return err // the timeout retransmits
 	}
@@ -133,8 +133,10 @@ func (w *wire) Recall(*requester.Entry) {}
 func (w *wire) Timeout(*requester.Entry) requester.Verdict { return requester.GoBack }
 
 // sendPacket queues request packet i of e; a READ of which got response
-// packets arrived asks for the rest.
-func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32) error {
+// packets arrived asks for the rest. uc: the QP is UC (a SEND's or a
+// WRITE's packet has UC's opcode and asks for no ACK; a UC QP has no READ
+// or atomic).
+func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc bool) error {
 	if !p.q.PortUp() {
 		return nil // the port is down: the packet is lost, and the timeout retransmits
 	}
@@ -171,6 +173,9 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32) error 
 		write := w.Opcode == abi.OpRDMAWrite || w.Opcode == abi.OpRDMAWriteWithImm
 		f.Opcode = opcodeOf(write, imm, first, last)
 		f.AckReq = last || i%ackEvery == ackEvery-1
+		if uc {
+			f.Opcode, f.AckReq = rocewire.UC|f.Opcode, false
+		}
 		f.Solicited = last && w.Flags&abi.SendSolicited != 0 && (!write || imm)
 		x := rocewire.BTHLen
 		if write && first {

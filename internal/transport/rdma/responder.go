@@ -118,6 +118,10 @@ func (r *responder) serve(q device.Target, pkt *rocewire.Packet) {
 	if r.seq.Sync(q) {
 		r.nakSent, r.inMsg, r.msn = false, false, 0
 	}
+	if at.UC || pkt.BTH.Opcode().Transport() == rocewire.UC {
+		r.serveUC(&at, pkt)
+		return
+	}
 	psn := pkt.BTH.PSN()
 	ctr := q.Counters()
 	switch r.seq.Check(psn) {

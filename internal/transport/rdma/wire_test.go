@@ -38,13 +38,39 @@ import (
 // gets the packets one by one, with the IDs it cannot see.
 func TestEngineWire(t *testing.T) {
 	for _, addr := range []string{"127.0.33.9:4791", "[::1]:4791"} {
-		t.Run(addr, func(t *testing.T) { testEngineWire(t, netip.MustParseAddrPort(addr)) })
+		t.Run(addr, func(t *testing.T) { testEngineWire(t, netip.MustParseAddrPort(addr), rcTraffic, wantEveryOpcode) })
+	}
+}
+
+// rcTraffic is TestEngineWire's: every RC opcode and messages of several
+// packets between two VMs of the agent.
+func rcTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
+	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if got := p.Path().Path; got != vrdma.PathRDMA {
+		t.Fatalf("path %q, want rdma", got)
+	}
+	for _, r := range p.CheckOpcodes(ctx) {
+		if r.Err != nil {
+			t.Errorf("%s: %v", r.Opcode, r.Err)
+		}
+	}
+	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: 5000, Iters: 8}, {Test: perf.ReadBW, Size: 5000, Iters: 8}, {Test: perf.SendBW, Size: 5000, Iters: 8}} {
+		if _, err := p.Run(ctx, c); err != nil {
+			t.Fatalf("%s: %v", c.Test.Title(""), err)
+		}
 	}
 }
 
 // testEngineWire is TestEngineWire with the engine on wireAddr, on the
-// loopback interface of a namespace of the test's own.
-func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
+// loopback interface of a namespace of the test's own, the traffic
+// between two VMs of the agent traffic's, and the opcodes the capture
+// must hold want's.
+func testEngineWire(t *testing.T, wireAddr netip.AddrPort, traffic func(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM),
+	want func(t *testing.T, opcodes map[int]int, what string, n int)) {
 	if os.Geteuid() != 0 {
 		t.Skip("capturing packets needs root (CI runs as root)")
 	}
@@ -121,24 +147,7 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 	v1, v2 := env.Open(t, "w1", testenv.VMOptions{}), env.Open(t, "w2", testenv.VMOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
-	if got := p.Path().Path; got != vrdma.PathRDMA {
-		t.Fatalf("path %q, want rdma", got)
-	}
-	for _, r := range p.CheckOpcodes(ctx) {
-		if r.Err != nil {
-			t.Errorf("%s: %v", r.Opcode, r.Err)
-		}
-	}
-	for _, c := range []perf.Config{{Test: perf.WriteBW, Size: 5000, Iters: 8}, {Test: perf.ReadBW, Size: 5000, Iters: 8}, {Test: perf.SendBW, Size: 5000, Iters: 8}} {
-		if _, err := p.Run(ctx, c); err != nil {
-			t.Fatalf("%s: %v", c.Test.Title(""), err)
-		}
-	}
+	traffic(t, ctx, v1, v2)
 	// Every packet the engine sent is in the capture before it stops
 	// (dumpcap writes as it goes; a loaded machine may lag).
 	a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
@@ -199,7 +208,7 @@ func testEngineWire(t *testing.T, wireAddr netip.AddrPort) {
 		}
 		opcodes[op]++
 	}
-	wantEveryOpcode(t, opcodes, "packet", len(lines))
+	want(t, opcodes, "packet", len(lines))
 
 	// scapy: the ICRC of every packet.
 	script := `

@@ -119,13 +119,14 @@ type responderPSN struct {
 type tcpBinding struct {
 	host string
 	qpn  uint32
+	uc   bool // a UC request (a UC frame)
 }
 
 // Bound makes b a device.Binding: p is connected over the tcp path to
-// QP b.qpn of host b.host.
+// QP b.qpn of host b.host, and of the request's transport (RC, UC).
 func (b *tcpBinding) Bound(p device.Target) bool {
 	tp := tcpPathOf(p)
-	return tp != nil && tp.host == b.host && p.RCAttrs().RemoteQPN == b.qpn
+	return tp != nil && tp.host == b.host && (p.Type() == abi.QPTypeUC) == b.uc && p.RCAttrs().RemoteQPN == b.qpn
 }
 
 func newTCPPath(q device.Source, l *hostlink.Peer, kind abi.PathKind) *tcpPath {
@@ -195,6 +196,10 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 		t.iov, t.bq = t.iov[:0], t.bq[:0]
 	}
 	c := t.bconn
+	if at.UC {
+		t.sendUC(c, e, at)
+		return nil
+	}
 	s := &t.slots[e.Index]
 	w.Recall(e)
 	wq := &e.WQE

@@ -178,8 +178,11 @@ func (rp *responder) flushAcks() error {
 	return rp.c.WriteEncoded(rp.acks[:n*tcpwire.HeaderLen], n)
 }
 
-// Request executes one RC request and answers it.
+// Request executes one RC request and answers it, or a UC one (uc.go).
 func (rp *responder) Request(h *tcpwire.Header) error {
+	if h.Type.IsUC() {
+		return rp.requestUC(h)
+	}
 	resp := &rp.resp
 	*resp = tcpwire.Header{Type: tcpwire.Ack, Tag: h.Tag, SrcQPN: h.DstQPN, PSN: h.PSN}
 	if h.Type == tcpwire.Read {
