@@ -96,7 +96,7 @@ func TestExecSysfs(t *testing.T) {
 	if b, err := exec.Command("ip", "link", "show", "vrdma0").CombinedOutput(); err == nil {
 		t.Errorf("vrdma0 is on the host after exec --sysfs:\n%s", b)
 	}
-	if b, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(b), "vrdma-sysfs") {
+	if b, _ := os.ReadFile("/proc/self/mounts"); strings.Contains(string(b), "vrdma-view") {
 		t.Errorf("the view's tmpfs is mounted on the host after exec --sysfs")
 	}
 }
