@@ -4,12 +4,15 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -113,8 +116,9 @@ func needUCX(t *testing.T) (lib, ctl string) {
 // through vrdmactl exec: UCX must find VM vmA's adapter — the character
 // device /dev/infiniband/uverbs0 of the device view, transport
 // IBV_TRANSPORT_IB, a RoCE v2 GID chosen from the view's gid_attrs — and
-// open its rc_verbs interface on vrdma0:1. ud_verbs is listed too; it
-// opens once UD QPs exist (issue 32, item 2).
+// open its rc_verbs interface on vrdma0:1, as root and as uid 65534 (a
+// user and mount namespace). ud_verbs is listed too; it opens once UD
+// QPs exist (issue 32, item 2).
 func TestMiddlewareUCXInfo(t *testing.T) {
 	lib, ctl := needUCX(t)
 	env := testenv.StartProcess(t, testenv.ProcessOptions{})
@@ -131,6 +135,7 @@ func TestMiddlewareUCXInfo(t *testing.T) {
 	if !tls["ud_verbs/vrdma0:1"] {
 		t.Logf("ud_verbs on vrdma0:1 does not open: vrdma has no UD QPs yet (issue 32, item 2)")
 	}
+	t.Run("user", func(t *testing.T) { ucxInfoAsNobody(t, ctl, lib, env.Socket) })
 	// Without the view, UCX finds no device: the view is what it needs.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -138,6 +143,60 @@ func TestMiddlewareUCXInfo(t *testing.T) {
 	c.Env = Env(lib, env.Socket, "vmA")
 	if b, err := c.CombinedOutput(); err != nil || strings.Contains(string(b), "vrdma0:1") {
 		t.Errorf("ucx_info -d without the view: %v; it lists vrdma0:1, or fails:\n%s", err, b)
+	}
+}
+
+// ucxInfoAsNobody runs ucx_info -d as uid 65534 through vrdmactl exec (a
+// user and mount namespace), in a VM that user owns: rc_verbs must open
+// on vrdma0:1 there too. vrdmactl and the libraries are copied where that
+// user can reach them.
+func ucxInfoAsNobody(t *testing.T, ctl, lib, sock string) {
+	const nobody = 65534
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	vmx := testenv.VMX(testenv.VMOptions{MemMB: ucxMemMB, IPv4: []string{cmAddrB}})
+	if err := ag.DefineVMFor(ctx, "vmN", []byte(vmx), vrdma.Owner{UID: nobody, GID: nobody}); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "vrdma-ucx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	for _, f := range []struct{ src, dst string }{
+		{ctl, "vrdmactl"}, {filepath.Join(lib, "libibverbs.so.1"), "libibverbs.so.1"}, {filepath.Join(lib, "librdmacm.so.1"), "librdmacm.so.1"},
+	} {
+		b, err := os.ReadFile(f.src)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, f.dst), b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The socket's directory and its parents up to /tmp.
+	for d := filepath.Dir(sock); d != "/" && d != "/tmp"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "vrdmactl"), "--socket", sock, "exec", "--lib", dir, "--vm", "vmN", "--", "/usr/bin/ucx_info", "-d")
+	cmd.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	outb, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ucx_info -d as uid %d: %v\n%s", nobody, err, outb)
+	}
+	if !ucxTransports(string(outb))["rc_verbs/vrdma0:1"] {
+		t.Errorf("ucx_info -d as uid %d does not open rc_verbs on vrdma0:1:\n%s", nobody, outb)
 	}
 }
 
