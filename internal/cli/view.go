@@ -103,13 +103,13 @@ func viewSpecOf(vm string, ads []sysfsAdapter) viewSpec {
 	s := viewSpec{VM: vm}
 	for _, ad := range ads {
 		v := viewAdapter{Name: ad.name, Index: ad.index, MAC: ad.mac}
-		switch {
+		switch { // the agent's GID; before the VM is attached, the VMX's address's
+		case ad.gid != abi.GID{}:
+			v.GID = gidText(ad.gid)
 		case ad.ip4.Is4():
 			v.GID = gidText(ad.ip4.As16())
 		case ad.ip6.Is6():
 			v.GID = gidText(ad.ip6.As16())
-		case ad.gid != abi.GID{}:
-			v.GID = gidText(ad.gid)
 		}
 		s.Adapters = append(s.Adapters, v)
 	}
