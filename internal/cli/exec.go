@@ -178,7 +178,7 @@ func userNSHint() string {
 	if os.Geteuid() == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; this kernel refuses uid %d a user namespace (the sysctls user.max_user_namespaces and kernel.unprivileged_userns_clone, or a security module such as Ubuntu's kernel.apparmor_restrict_unprivileged_userns, decide); run exec as root, or allow user namespaces, for the view", os.Geteuid())
+	return fmt.Sprintf("; this kernel refuses uid %d a user namespace (the sysctls user.max_user_namespaces and kernel.unprivileged_userns_clone, a security module such as Ubuntu's kernel.apparmor_restrict_unprivileged_userns, or a user namespace of exec's own that does not map its uid, decide); run exec as root, or allow user namespaces, for the view", os.Geteuid())
 }
 
 // libDir returns the directory of the drop-in libibverbs.so.1: flag's,

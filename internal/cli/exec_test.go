@@ -123,7 +123,9 @@ id -u
 // with the files UCX reads — beside the host's own /dev and /sys/class,
 // and that nothing of it is left on the host. As root in a mount
 // namespace; as uid 65534 (the built vrdmactl) in a user and mount
-// namespace, where the program keeps its uid and has no capability.
+// namespace, where the program keeps its uid and has no capability; and
+// where the kernel refuses a user namespace (a process in one that does
+// not map its uid), exec says what the program lacks and runs it anyway.
 func TestExecView(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it checks the view as root and as another user (run as root; CI does)")
@@ -157,6 +159,32 @@ func TestExecView(t *testing.T) {
 		out = runOK(t, "--socket", env.Socket, "exec", "--no-view", "--vm", "vm1", "--lib", lib, "--", "/bin/sh", "-c", "test -e /sys/class/infiniband_verbs/uverbs1 || echo no-view")
 		if out != "no-view\n" {
 			t.Errorf("exec --no-view: %q, want the host's /sys/class", out)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		// In a user namespace that does not map its uid, a process may
+		// not make another: exec must say what the program lacks and run
+		// it without the view.
+		if _, err := exec.LookPath("unshare"); err != nil {
+			t.Skip("no unshare: install util-linux")
+		}
+		bin := testenv.Binary(t, "vrdmactl")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "unshare", "--user", bin, "--socket", env.Socket, "exec", "--vm", "vm1", "--lib", lib, "--",
+			"/bin/sh", "-c", "test -e /dev/infiniband/uverbs0 || echo ran-without-view")
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("exec in an unmapped user namespace: %v\n%s%s", err, stdout.String(), stderr.String())
+		}
+		if stdout.String() != "ran-without-view\n" {
+			t.Errorf("the program's output %q, want it run without the view", stdout.String())
+		}
+		for _, want := range []string{"no namespace for the device view", "refuses uid 65534 a user namespace", "UCX", "find no device"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("exec's message lacks %q:\n%s", want, stderr.String())
+			}
 		}
 	})
 	t.Run("user", func(t *testing.T) {
