@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,7 @@ const libEnv = "VRDMA_LIBIBVERBS"
 
 func (a *app) execCommand() *cobra.Command {
 	var vmName, lib string
-	var sysfs bool
+	var sysfs, noView bool
 	cmd := &cobra.Command{
 		Use:   "exec --vm NAME [--lib DIR] -- PROGRAM [ARG...]",
 		Short: "Run an unmodified RDMA program as a workload of a VM (the drop-in libibverbs and librdmacm)",
@@ -36,10 +37,20 @@ The libraries are --lib DIR's, else $` + libEnv + `'s, else built from the
 sources inside vrdmactl into the user's cache directory on first use (that needs
 gcc, make, libibverbs-dev, and librdmacm-dev for librdmacm.so.1).
 
-With --sysfs (root), the program also finds what programs look for outside
-the libraries: /sys/class/infiniband/vrdmaN (node_guid, the first GID,
-device/net/vrdmaN) on a tmpfs, and a (veth) network interface vrdmaN with the
-adapter's MAC and addresses, in mount and network namespaces of its own (so
+The program also finds what middleware looks for outside the libraries (the
+device view): /dev/infiniband/uverbsN, a character device it may open
+read-write, and /sys/class/infiniband/vrdmaN (node_guid, ports/1/gids/0,
+gid_attrs/types/0 and ndevs/0, device/net/vrdmaN) with
+/sys/class/infiniband_verbs/uverbsN, in a mount namespace of its own; the
+rest of /dev and /sys/class is the host's. UCX (ucx_info, ucx_perftest,
+Open MPI's pml ucx) lists an adapter only through them. As root that is a
+mount namespace; for another user a user namespace too, where the kernel
+gives one: where it does not, exec says so and runs the program without the
+view (libibverbs and librdmacm programs work without it; UCX finds no device).
+--no-view runs the program without it.
+
+With --sysfs (root), the program also gets a (veth) network interface vrdmaN
+with the adapter's MAC and addresses, in a network namespace of its own (so
 its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 		Example: `  vrdmactl exec --vm vm1 -- ibv_devinfo -v
   vrdmactl exec --vm vm1 -- ibv_rc_pingpong -g 0 -c &
@@ -64,30 +75,37 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 			if err != nil {
 				return fmt.Errorf("exec: %w", err)
 			}
-			c := exec.Command(prog, args[1:]...)
-			if sysfs {
-				sh, shArgs, attr, err := a.sysfsView(cmd.Context(), vmName)
-				if err != nil {
+			plain := exec.Command(prog, args[1:]...)
+			c, viewed := plain, false
+			switch {
+			case sysfs:
+				if c, err = a.sysfsView(cmd.Context(), vmName, prog, args[1:]); err != nil {
 					return err
 				}
-				c = exec.Command(sh)
-				c.Args = append(append(shArgs, prog), args[1:]...)
-				c.SysProcAttr = attr
+				viewed = true
+			case !noView:
+				if v := a.viewCmd(cmd.Context(), vmName, prog, args[1:]); v != nil {
+					c, viewed = v, true
+				}
 			}
-			if c.SysProcAttr == nil {
-				c.SysProcAttr = &syscall.SysProcAttr{}
+			a.prepareWorkload(c, dir, vmName)
+			if sysfs {
+				c.Env = append(c.Env, viewRequiredEnv+"=1")
 			}
-			// The program is exec's workload: killed with exec, it ends too
-			// (the agent then releases what it held).
-			c.SysProcAttr.Pdeathsig = syscall.SIGTERM
-			c.Env = execEnv(os.Environ(), dir, a.socket, vmName)
-			c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
 			// The program gets the terminal's signals itself (same process
 			// group); exec only waits for it.
 			sig := make(chan os.Signal, 1)
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 			defer signal.Stop(sig)
-			if err := c.Start(); err != nil {
+			err = c.Start()
+			if err != nil && viewed && !sysfs {
+				// The kernel refused the namespaces (a user's, mostly).
+				fmt.Fprintf(a.stderr, "vrdmactl: exec: no namespace for the device view (%v)%s: %s\n", err, userNSHint(), noViewHint)
+				c = plain
+				a.prepareWorkload(c, dir, vmName)
+				err = c.Start()
+			}
+			if err != nil {
 				return fmt.Errorf("exec: %w", err)
 			}
 			go func() {
@@ -115,9 +133,52 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 	}
 	cmd.Flags().SetInterspersed(false) // the program's flags are its own
 	cmd.Flags().StringVar(&vmName, "vm", "", "the VM whose workload the program is")
+	cmd.Flags().BoolVar(&noView, "no-view", false, "run the program in this mount namespace, without the device view (/dev/infiniband/uverbsN, /sys/class/infiniband/vrdmaN) that UCX and Open MPI need")
 	cmd.Flags().BoolVar(&sysfs, "sysfs", false, "as root: run the program with /sys/class/infiniband/vrdmaN and a network interface per adapter carrying its address (rdma-core's tests look there), in mount and network namespaces of its own")
 	cmd.Flags().StringVar(&lib, "lib", "", "directory holding the drop-in libibverbs.so.1 (default: $"+libEnv+", else built on first use)")
 	return cmd
+}
+
+// prepareWorkload sets what every program exec runs gets: the drop-in's
+// environment, exec's standard files, and death with exec.
+func (a *app) prepareWorkload(c *exec.Cmd, dir, vm string) {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	// The program is exec's workload: killed with exec, it ends too
+	// (the agent then releases what it held).
+	c.SysProcAttr.Pdeathsig = syscall.SIGTERM
+	c.Env = execEnv(os.Environ(), dir, a.socket, vm)
+	c.Stdin, c.Stdout, c.Stderr = a.stdin, a.stdout, a.stderr
+}
+
+// viewCmd returns the command that runs prog through the device view of
+// VM vm's adapters (view.go); nil, having said why, when the agent cannot
+// say what they are.
+func (a *app) viewCmd(ctx context.Context, vm, prog string, args []string) *exec.Cmd {
+	ads, err := a.vmAdapters(ctx, vm)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "vrdmactl: exec: no device view: %v: %s\n", err, noViewHint)
+		return nil
+	}
+	self, argv, err := viewCommand(viewSpecOf(vm, ads), prog, args)
+	if err != nil {
+		fmt.Fprintf(a.stderr, "vrdmactl: %v: %s\n", err, noViewHint)
+		return nil
+	}
+	c := exec.Command(self)
+	c.Args = argv
+	c.SysProcAttr = viewAttr(0)
+	return c
+}
+
+// userNSHint says, to a user other than root, what decides whether the
+// kernel gives them a user namespace.
+func userNSHint() string {
+	if os.Geteuid() == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; this kernel refuses uid %d a user namespace (the sysctls user.max_user_namespaces and kernel.unprivileged_userns_clone, a security module such as Ubuntu's kernel.apparmor_restrict_unprivileged_userns, or a user namespace of exec's own that does not map its uid, decide); run exec as root, or allow user namespaces, for the view", os.Geteuid())
 }
 
 // libDir returns the directory of the drop-in libibverbs.so.1: flag's,

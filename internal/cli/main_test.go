@@ -11,10 +11,14 @@ import (
 )
 
 // TestMain lets the test binary stand in for vrdmactl when quickstart and
-// perf --local re-execute it as "vrdmactl agent" (VRDMACTL_AGENT=self).
+// perf --local re-execute it as "vrdmactl agent" (VRDMACTL_AGENT=self),
+// and exec as its device view's helper.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "agent" {
 		os.Exit(agentcmd.Main("vrdmactl agent", os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == viewHelperArg { // exec's device view
+		os.Exit(viewMain(os.Args[2:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -67,6 +67,9 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if fault.WorkloadRequested() { // a workload process of vrdmactl soak
 		return fault.WorkloadMain()
 	}
+	if len(args) > 0 && args[0] == viewHelperArg { // exec's device view, in the program's namespaces
+		return viewMain(args[1:], stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr}

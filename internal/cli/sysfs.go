@@ -1,21 +1,20 @@
 package cli
 
-// exec --sysfs: the view of a VM's adapters that programs find outside
-// libibverbs. rdma-core's tests (and some programs) list
-// /sys/class/infiniband/DEV/device/net/ for the device's network interface
-// and ask `ip addr show` for its address; no library call is made, so the
-// drop-in cannot answer. As root, exec can: the program runs in a mount
-// namespace where a tmpfs holds /sys/class/infiniband/vrdmaN (node_guid,
-// the GID table's first entry and its type, device/net/vrdmaN) and in a
-// network namespace of its own where a veth interface vrdmaN (its peer vrdmaN-peer beside it; this kernel may lack dummy) carries the
-// adapter's MAC and IP addresses, as the PVRDMA adapter's interface does in
-// a vSphere guest.
+// exec --sysfs: the device view (view.go) and, in a network namespace of
+// the program's own, a network interface per adapter. rdma-core's tests
+// (and some programs) list /sys/class/infiniband/DEV/device/net/ for the
+// device's network interface and ask `ip addr show` for its address; no
+// library call is made, so the drop-in cannot answer. As root, exec can: a
+// veth interface vrdmaN (its peer vrdmaN-peer beside it; this kernel may
+// lack dummy) carries the adapter's MAC and IP addresses, as the PVRDMA
+// adapter's interface does in a vSphere guest.
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 
@@ -28,40 +27,23 @@ import (
 // VMX says.
 type sysfsAdapter struct {
 	name     string
+	index    int    // N of vrdmaN
 	mac      string // xx:xx:xx:xx:xx:xx, or ""
 	ip4, ip6 netip.Addr
+	gid      abi.GID // the agent's; zero if unknown
 }
 
-// sysfsScript returns the shell script that builds the view of ads and
-// then execs its arguments (the program): run by /bin/sh in fresh mount
-// and network namespaces. Every value in it was checked first.
-func sysfsScript(ads []sysfsAdapter) string {
+// netScript returns the shell script that makes the adapters' interfaces
+// of ads and then execs its arguments (the program): run by /bin/sh in a
+// fresh network namespace, inside the device view. Every value in it was
+// checked first.
+func netScript(ads []sysfsAdapter) string {
 	var b strings.Builder
-	b.WriteString(`set -e
-mount --make-rprivate /
-if [ -d /sys/class/infiniband ]; then
-	mount -t tmpfs -o mode=0755 vrdma-sysfs /sys/class/infiniband
-else
-	# No RDMA in this kernel: /sys/class/infiniband cannot be made in
-	# sysfs, so a tmpfs replaces /sys/class (the program sees no other
-	# class there).
-	mount -t tmpfs -o mode=0755 vrdma-sysfs /sys/class
-	mkdir /sys/class/infiniband
-fi
-ip link set lo up
-`)
+	b.WriteString("set -e\nip link set lo up\n")
 	for _, ad := range ads {
-		d := "/sys/class/infiniband/" + ad.name
-		fmt.Fprintf(&b, "mkdir -p %[1]s/device/net/%[2]s %[1]s/ports/1/gids %[1]s/ports/1/gid_attrs/types\n", d, ad.name)
-		fmt.Fprintf(&b, "echo 'RoCE v2' > %s/ports/1/gid_attrs/types/0\n", d)
 		fmt.Fprintf(&b, "ip link add %[1]s type veth peer name %[1]s-peer\n", ad.name)
 		if ad.mac != "" {
-			fmt.Fprintf(&b, "echo %s > %s/node_guid\n", guidOfMAC(ad.mac), d)
-			fmt.Fprintf(&b, "echo %s > %s/device/net/%s/address\n", ad.mac, d, ad.name)
 			fmt.Fprintf(&b, "ip link set %s address %s\n", ad.name, ad.mac)
-		}
-		if ad.ip4.Is4() {
-			fmt.Fprintf(&b, "echo %s > %s/ports/1/gids/0\n", gidText(ad.ip4.As16()), d)
 		}
 		for _, ip := range []netip.Addr{ad.ip4, ad.ip6} {
 			if ip.IsValid() {
@@ -101,31 +83,26 @@ func gidText(g abi.GID) string {
 	return strings.Join(parts, ":")
 }
 
-// sysfsView returns the attributes that run a program through the view
-// of VM vm's adapters: /bin/sh with the script, in new mount and network
-// namespaces; the program and its arguments follow. The adapters are the
-// agent's (status: MACs, addresses, also those assigned from a subnet) for
-// an attached VM, else the VMX's.
-func (a *app) sysfsView(ctx context.Context, vm string) (string, []string, *syscall.SysProcAttr, error) {
-	if os.Geteuid() != 0 {
-		return "", nil, nil, fmt.Errorf("exec --sysfs needs root: it mounts /sys/class/infiniband and makes network interfaces, in namespaces of the program's own")
-	}
+// vmAdapters returns VM vm's adapters as the view shows them: the
+// agent's (status: MACs, addresses, also those assigned from a subnet, and
+// GIDs) for an attached VM, else the VMX's.
+func (a *app) vmAdapters(ctx context.Context, vm string) ([]sysfsAdapter, error) {
 	ag, err := a.dialAgent(ctx)
 	if err != nil {
-		return "", nil, nil, err
+		return nil, err
 	}
 	defer ag.Close()
 	in, err := ag.VM(ctx, vm)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("exec --sysfs: VM %s: %w", vm, err)
+		return nil, fmt.Errorf("VM %s: %w", vm, err)
 	}
 	cfg, err := vmconfig.Parse([]byte(in.VMX))
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("exec --sysfs: VM %s's VMX: %w", vm, err)
+		return nil, fmt.Errorf("VM %s's VMX: %w", vm, err)
 	}
 	var ads []sysfsAdapter
 	for _, c := range cfg.Adapters {
-		ad := sysfsAdapter{name: c.Name(), ip4: c.IPv4, ip6: c.IPv6}
+		ad := sysfsAdapter{name: c.Name(), index: c.Index, ip4: c.IPv4, ip6: c.IPv6}
 		if len(c.MAC) == 6 {
 			ad.mac = c.MAC.String()
 		}
@@ -150,18 +127,40 @@ func (a *app) sysfsView(ctx context.Context, vm string) (string, []string, *sysc
 					if ip, err := netip.ParseAddr(info.IPv6); err == nil && ip.Is6() {
 						ads[i].ip6 = ip
 					}
+					ads[i].gid = info.GID
 				}
 			}
 		}
 	}
 	if len(ads) == 0 {
-		return "", nil, nil, fmt.Errorf("exec --sysfs: VM %s has no PVRDMA adapter", vm)
+		return nil, fmt.Errorf("VM %s has no PVRDMA adapter", vm)
+	}
+	return ads, nil
+}
+
+// sysfsView returns the command that runs a program through exec --sysfs:
+// vrdmactl's view helper in new mount and network namespaces, running
+// /bin/sh with netScript, which execs the program.
+func (a *app) sysfsView(ctx context.Context, vm, prog string, args []string) (*exec.Cmd, error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("exec --sysfs needs root: it makes network interfaces, in a network namespace of the program's own (without it, exec gives the device view alone)")
+	}
+	ads, err := a.vmAdapters(ctx, vm)
+	if err != nil {
+		return nil, fmt.Errorf("exec --sysfs: %w", err)
 	}
 	for _, ad := range ads {
 		if !ad.ip4.IsValid() && !ad.ip6.IsValid() {
 			fmt.Fprintf(a.stderr, "vrdmactl: exec --sysfs: %s/%s has no address yet (one the control plane assigns appears once the VM is attached): its interface has none\n", vm, ad.name)
 		}
 	}
-	return "/bin/sh", []string{"sh", "-c", sysfsScript(ads), "vrdma-sysfs"},
-		&syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET}, nil
+	sh := []string{"-c", netScript(ads), "vrdma-sysfs", prog}
+	self, argv, err := viewCommand(viewSpecOf(vm, ads), "/bin/sh", append(sh, args...))
+	if err != nil {
+		return nil, err
+	}
+	c := exec.Command(self)
+	c.Args = argv
+	c.SysProcAttr = viewAttr(syscall.CLONE_NEWNET)
+	return c, nil
 }

@@ -168,8 +168,14 @@ func uplinkBytesMoved(t *testing.T, sock, path, peer string) uint64 {
 
 func startCMEnv(t *testing.T, path string) cmEnv {
 	t.Helper()
-	optsA := testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrA}}
-	optsB := testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrB}}
+	return startCMEnvMem(t, path, 32)
+}
+
+// startCMEnvMem is startCMEnv with VMs of memMB MiB of guest memory.
+func startCMEnvMem(t *testing.T, path string, memMB int) cmEnv {
+	t.Helper()
+	optsA := testenv.VMOptions{MemMB: memMB, IPv4: []string{cmAddrA}}
+	optsB := testenv.VMOptions{MemMB: memMB, IPv4: []string{cmAddrB}}
 	switch path {
 	case "memcpy":
 		env := testenv.StartProcess(t, testenv.ProcessOptions{})
