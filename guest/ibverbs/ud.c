@@ -51,16 +51,18 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (attr->port_num > 1 || attr->grh.sgid_index != 0 || attr->grh.flow_label >= 1u << 20) {
+	if (attr->port_num > 1 || attr->grh.sgid_index != 0) {
 		errno = EINVAL;
 		return NULL;
 	}
 	vrdma_format_gid(&attr->grh.dgid, gid, sizeof(gid));
+	/* The flow label is the GRH's 20 bits; the kernel passes the rest
+	 * through and devices drop it: UCX sets all 32 (0xffffffff). */
 	snprintf(body, sizeof(body),
 		 "{\"pd\":%u,\"dgid\":\"%s\",\"sgid_index\":%u,\"hop_limit\":%u,\"traffic_class\":%u,\"flow_label\":%u,"
 		 "\"port_num\":%u}",
 		 pd->handle, gid, attr->grh.sgid_index, attr->grh.hop_limit, attr->grh.traffic_class,
-		 attr->grh.flow_label, attr->port_num);
+		 attr->grh.flow_label & 0xfffff, attr->port_num);
 	e = vrdma_cmd(vm, VRDMA_OP_CREATE_AH, body, &r);
 	if (e) {
 		errno = e;

@@ -751,7 +751,7 @@ static uint32_t cq_read_qp_num(struct ibv_cq_ex *x) { return ((struct vrdma_cq *
 static uint32_t cq_read_src_qp(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.src_qp; }
 static unsigned int cq_read_wc_flags(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.wc_flags; }
 static uint32_t cq_read_slid(struct ibv_cq_ex *x) { (void)x; return 0; }   /* RoCE: no LIDs */
-static uint8_t cq_read_sl(struct ibv_cq_ex *x) { (void)x; return 0; }
+static uint8_t cq_read_sl(struct ibv_cq_ex *x) { return ((struct vrdma_cq *)x)->cur.sl; }
 static uint8_t cq_read_dlid_path_bits(struct ibv_cq_ex *x) { (void)x; return 0; }
 
 static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *a)

@@ -320,7 +320,7 @@ struct vrdma_cqe {
 	uint8_t opcode;
 	uint8_t status;
 	uint8_t flags;
-	uint8_t reserved15;
+	uint8_t sl;
 	uint32_t byte_len;
 	uint32_t imm_data;
 	uint32_t src_qp;
@@ -332,7 +332,7 @@ _Static_assert(offsetof(struct vrdma_cqe, qp_num) == 8, "vrdma_cqe.qp_num");
 _Static_assert(offsetof(struct vrdma_cqe, opcode) == 12, "vrdma_cqe.opcode");
 _Static_assert(offsetof(struct vrdma_cqe, status) == 13, "vrdma_cqe.status");
 _Static_assert(offsetof(struct vrdma_cqe, flags) == 14, "vrdma_cqe.flags");
-_Static_assert(offsetof(struct vrdma_cqe, reserved15) == 15, "vrdma_cqe.reserved15");
+_Static_assert(offsetof(struct vrdma_cqe, sl) == 15, "vrdma_cqe.sl");
 _Static_assert(offsetof(struct vrdma_cqe, byte_len) == 16, "vrdma_cqe.byte_len");
 _Static_assert(offsetof(struct vrdma_cqe, imm_data) == 20, "vrdma_cqe.imm_data");
 _Static_assert(offsetof(struct vrdma_cqe, src_qp) == 24, "vrdma_cqe.src_qp");

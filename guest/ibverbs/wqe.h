@@ -224,6 +224,7 @@ static inline void cqe_to_wc(const void *slot, struct ibv_wc *w)
 	w->byte_len = e->byte_len;
 	w->imm_data = htobe32(e->imm_data);
 	w->src_qp = e->src_qp;
+	w->sl = e->sl; /* a UD receive: the packet type, as mlx5 (wire-local.md §5.3) */
 	w->vendor_err = e->vendor_err;
 }
 

@@ -93,7 +93,7 @@ type WireCQE struct {
 	Opcode    uint8  `c:"opcode"` // WCOpcode
 	Status    uint8  `c:"status"` // WCStatus
 	Flags     uint8  `c:"flags"`  // WCFlags
-	_         uint8
+	SL        uint8  `c:"sl"`     // a UD receive's L3 header type, as mlx5 reports it (RoCEUDPIPv4, RoCEUDPIPv6)
 	ByteLen   uint32 `c:"byte_len"`
 	Imm       uint32 `c:"imm_data"` // the immediate as a number
 	SrcQP     uint32 `c:"src_qp"`
@@ -134,7 +134,7 @@ const (
 	cqeOpcode    = unsafe.Offsetof(WireCQE{}.Opcode)
 	cqeStatus    = unsafe.Offsetof(WireCQE{}.Status)
 	cqeFlags     = unsafe.Offsetof(WireCQE{}.Flags)
-	cqeReserved  = cqeFlags + 1
+	cqeSL        = unsafe.Offsetof(WireCQE{}.SL)
 	cqeByteLen   = unsafe.Offsetof(WireCQE{}.ByteLen)
 	cqeImm       = unsafe.Offsetof(WireCQE{}.Imm)
 	cqeSrcQP     = unsafe.Offsetof(WireCQE{}.SrcQP)

@@ -329,6 +329,7 @@ type CQE struct {
 	Opcode    WCOpcode
 	Status    WCStatus
 	Flags     WCFlags
+	SL        uint8 // a UD receive's: RoCEUDPIPv4 or RoCEUDPIPv6; 0 otherwise
 	ByteLen   uint32
 	Imm       uint32
 	SrcQP     uint32
@@ -343,7 +344,7 @@ func EncodeCQE(slot []byte, c *CQE) {
 	slot[cqeOpcode] = byte(c.Opcode)
 	slot[cqeStatus] = byte(c.Status)
 	slot[cqeFlags] = byte(c.Flags)
-	slot[cqeReserved] = 0
+	slot[cqeSL] = c.SL
 	le.PutUint32(slot[cqeByteLen:], c.ByteLen)
 	le.PutUint32(slot[cqeImm:], c.Imm)
 	le.PutUint32(slot[cqeSrcQP:], c.SrcQP)
@@ -358,6 +359,7 @@ func DecodeCQE(slot []byte, c *CQE) {
 	c.Opcode = WCOpcode(slot[cqeOpcode])
 	c.Status = WCStatus(slot[cqeStatus])
 	c.Flags = WCFlags(slot[cqeFlags])
+	c.SL = slot[cqeSL]
 	c.ByteLen = le.Uint32(slot[cqeByteLen:])
 	c.Imm = le.Uint32(slot[cqeImm:])
 	c.SrcQP = le.Uint32(slot[cqeSrcQP:])

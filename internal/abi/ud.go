@@ -101,6 +101,25 @@ type GRH struct {
 	PayLen       uint32 // the datagram's payload bytes
 }
 
+// The SL a UD receive's completion reports (ibv_wc.sl): on RoCE, mlx5
+// devices put the received packet's type there (bit 3: a UDP header, RoCE
+// v2; bits 0–2: 1 IPv6, 2 IPv4, 0 a GRH), and UCX's ud_verbs reads it to
+// find the destination address in the 40 bytes in front of the message
+// (a datagram whose destination is not its own is dropped). vrdma writes
+// the GRH as RoCE v2 and reports its type so.
+const (
+	RoCEUDPIPv6 uint8 = 0x8 | 1
+	RoCEUDPIPv4 uint8 = 0x8 | 2
+)
+
+// GRHType is the SL a receive reports for a GRH PutGRH writes from g.
+func GRHType(g *GRH) uint8 {
+	if mapped4(g.SGID) && mapped4(g.DGID) {
+		return RoCEUDPIPv4
+	}
+	return RoCEUDPIPv6
+}
+
 // PutGRH writes g into b (GRHSize bytes) as a RoCE v2 device does: for
 // IPv4-mapped GIDs, 20 zero bytes then an IPv4 header (its checksum
 // valid, so that ibv_init_ah_from_wc reads it as IPv4); otherwise an IPv6

@@ -368,8 +368,9 @@ func (d *Device) deliverDatagram(dg *Datagram, via Via) bool {
 		e.Status = abi.WCLocLenErr
 	default:
 		var grh [abi.GRHSize]byte
-		abi.PutGRH(grh[:], &abi.GRH{SGID: dg.SGID, DGID: dg.DGID, TrafficClass: dg.TrafficClass, HopLimit: dg.HopLimit,
-			FlowLabel: dg.FlowLabel, PayLen: dg.Len})
+		g := abi.GRH{SGID: dg.SGID, DGID: dg.DGID, TrafficClass: dg.TrafficClass, HopLimit: dg.HopLimit, FlowLabel: dg.FlowLabel, PayLen: dg.Len}
+		abi.PutGRH(grh[:], &g)
+		e.SL = abi.GRHType(&g)
 		segs := ScatterBytes(m.segs[:m.nseg], grh[:])
 		for _, b := range dg.Payload {
 			segs = ScatterBytes(segs, b)
