@@ -116,9 +116,8 @@ func needUCX(t *testing.T) (lib, ctl string) {
 // through vrdmactl exec: UCX must find VM vmA's adapter — the character
 // device /dev/infiniband/uverbs0 of the device view, transport
 // IBV_TRANSPORT_IB, a RoCE v2 GID chosen from the view's gid_attrs — and
-// open its rc_verbs interface on vrdma0:1, as root and as uid 65534 (a
-// user and mount namespace). ud_verbs is listed too; it opens once UD
-// QPs exist (issue 32, item 2).
+// open its rc_verbs and ud_verbs interfaces on vrdma0:1, as root and as
+// uid 65534 (a user and mount namespace).
 func TestMiddlewareUCXInfo(t *testing.T) {
 	lib, ctl := needUCX(t)
 	env := testenv.StartProcess(t, testenv.ProcessOptions{})
@@ -129,11 +128,8 @@ func TestMiddlewareUCXInfo(t *testing.T) {
 	if !tls["rc_verbs/vrdma0:1"] {
 		t.Errorf("ucx_info -d does not open rc_verbs on vrdma0:1:\n%s", out)
 	}
-	if _, ok := tls["ud_verbs/vrdma0:1"]; !ok {
-		t.Errorf("ucx_info -d does not list ud_verbs on vrdma0:1:\n%s", out)
-	}
 	if !tls["ud_verbs/vrdma0:1"] {
-		t.Logf("ud_verbs on vrdma0:1 does not open: vrdma has no UD QPs yet (issue 32, item 2)")
+		t.Errorf("ucx_info -d does not open ud_verbs on vrdma0:1:\n%s", out)
 	}
 	t.Run("user", func(t *testing.T) { ucxInfoAsNobody(t, ctl, lib, env.Socket) })
 	// Without the view, UCX finds no device: the view is what it needs.
@@ -229,9 +225,8 @@ type ucxCase struct {
 //     a worker-address endpoint on a p2p transport such as rc_verbs through
 //     an auxiliary transport with asynchronous callbacks, which in UCX 1.13
 //     only UD has (src/ucp/wireup/select.c, ucp_wireup_fill_aux_criteria;
-//     UCX_TLS=rc_verbs,tcp fails with "no auxiliary transport"), so those
-//     cases run when ud_verbs opens on vrdma0:1 and skip, saying so,
-//     until vrdma has UD QPs (issue 32, item 2).
+//     UCX_TLS=rc_verbs,tcp fails with "no auxiliary transport"): ud_verbs
+//     must open on vrdma0:1.
 func TestMiddlewareUCXPerftest(t *testing.T) {
 	lib, ctl := needUCX(t)
 	uct := []ucxCase{
@@ -255,12 +250,13 @@ func TestMiddlewareUCXPerftest(t *testing.T) {
 					runUCXCase(t, ctl, lib, e, c, args, nil)
 				})
 			}
-			ud := ucxTransports(ucxInfo(t, ctl, lib, e.sockA, "vmA"))["ud_verbs/vrdma0:1"]
+			// UCP wires rc_verbs up through ud_verbs, the only auxiliary
+			// transport UCX 1.13 has.
+			if !ucxTransports(ucxInfo(t, ctl, lib, e.sockA, "vmA"))["ud_verbs/vrdma0:1"] {
+				t.Fatal("ud_verbs does not open on vrdma0:1: UCP cannot wire rc_verbs up")
+			}
 			for _, c := range ucp {
 				t.Run("ucp_rc_verbs_"+c.name, func(t *testing.T) {
-					if !ud {
-						t.Skip("UCP wires rc_verbs up through ud_verbs (UCX 1.13 has no other auxiliary transport), and ud_verbs does not open on vrdma0:1: vrdma has no UD QPs yet (issue 32, item 2)")
-					}
 					srv, cli := runUCXCase(t, ctl, lib, e, c, c.args, []string{"UCX_TLS=rc_verbs,ud_verbs:aux", "UCX_LOG_LEVEL=info"})
 					// The lane of the test's operation: tag matching, or
 					// remote memory access for ucp_put_bw.
