@@ -41,10 +41,11 @@ var quickstartVMs = []struct {
 
 // quickstartVMMB is each quickstart VM's guest memory by default
 // (--memory): enough for perftest's -a (ib_write_bw registers two 8 MiB
-// buffers) and rdma-core's test suite. Reserved and locked where the
-// memlock limit allows; an unprivileged user's 8 MiB RLIMIT_MEMLOCK does
-// not, and then the VMs run unlocked (a note says so).
-const quickstartVMMB = 64
+// buffers), rdma-core's test suite and UCX (rc_verbs registers a 36 MiB
+// pool, ud_verbs more). Reserved and locked where the memlock limit
+// allows; an unprivileged user's 8 MiB RLIMIT_MEMLOCK does not, and then
+// the VMs run unlocked (a note says so).
+const quickstartVMMB = 256
 
 // quickstartMaxMB bounds --memory: five VMs of it are mapped at once.
 const quickstartMaxMB = 4096
@@ -116,7 +117,7 @@ joined to it; host3 and host4 have a software RoCEv2 uplink on their address
 (UDP 4791), declared lossless, the others none. It creates a distributed
 switch and a port group (quickstart-dvs, dvportgroup-quickstart, VLAN 100),
 defines VMs on them, vm1 and vm2 on host1, vm3 on host2, vm4 on host3 and vm5
-on host4, with 64 MiB of guest memory each (--memory; reserved and locked
+on host4, with 256 MiB of guest memory each (--memory; reserved and locked
 when the memlock limit allows), each adapter with an address of the port
 group's subnet (10.77.0.0/24, only inside vrdma), attaches a workload to each, and connects three pairs
 through the connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the
