@@ -21,7 +21,7 @@ func TestCaps(t *testing.T) {
 			t.Errorf("Caps(%#x).String() = %q, want %q", uint64(c.caps), got, c.want)
 		}
 	}
-	if len(capNames) != 10 || CapsKnown != 1<<len(capNames)-1 {
+	if len(capNames) != 11 || CapsKnown != 1<<len(capNames)-1 {
 		t.Errorf("CapsKnown %#x does not match the %d named bits", uint64(CapsKnown), len(capNames))
 	}
 	if Caps(0).Effective() != CapsBaseline || CapFence.Effective() != CapFence {
