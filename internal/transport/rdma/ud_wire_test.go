@@ -82,7 +82,74 @@ func TestEngineWireUD(t *testing.T) {
 		RDMALoopConn: func(c rdma.Conn) rdma.Conn { c.Close(); return conn }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const qkey, n = 0x11111111, 40
+	const n = 40
+	qpnA, qpnB := udTraffic(t, ctx, env.Open(t, "u1", testenv.VMOptions{}), env.Open(t, "u2", testenv.VMOptions{}), n)
+	for deadline := time.Now().Add(20 * time.Second); count("udp.port == 4791") < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	}
+	capture.Process.Signal(syscall.SIGINT)
+	capture.Wait()
+
+	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "infiniband.deth.q_key",
+		"-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp").Output()
+	if err != nil {
+		t.Fatalf("tshark -r: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != n {
+		t.Fatalf("the capture holds %d RoCE packets, want the %d datagrams:\n%s", len(lines), n, out)
+	}
+	opcodes := map[string]int{}
+	for _, l := range lines {
+		f := strings.Split(l, ",")
+		if len(f) < 6 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
+			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
+		}
+		q, err1 := strconv.ParseUint(strings.TrimPrefix(f[3], "0x"), 16, 32)
+		sq, err2 := strconv.ParseUint(strings.TrimPrefix(f[4], "0x"), 16, 32)
+		dq, err3 := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 32)
+		if err1 != nil || err2 != nil || err3 != nil || q != udQKey || uint32(sq) != qpnA || uint32(dq) != qpnB {
+			t.Fatalf("packet %q: want DETH Q_Key 0x%x, source QP 0x%x, BTH DestQP 0x%x", l, udQKey, qpnA, qpnB)
+		}
+		opcodes[f[1]]++
+	}
+	if opcodes["100"] != n/2 || opcodes["101"] != n/2 {
+		t.Fatalf("opcodes %v: want %d UD_SEND_ONLY (100) and %d UD_SEND_ONLY_WITH_IMMEDIATE (101)", opcodes, n/2, n/2)
+	}
+	script := `
+import sys
+from scapy.all import rdpcap, raw
+from scapy.contrib.roce import BTH
+
+n = bad = 0
+for pkt in rdpcap(sys.argv[1]):
+    if BTH not in pkt:
+        continue
+    n += 1
+    again = pkt.copy()
+    again[BTH].icrc = None
+    if raw(again)[-4:] != raw(pkt)[-4:]:
+        bad += 1
+print(n, bad)
+`
+	res, err := exec.Command(python, "-c", script, pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scapy: %v: %s", err, res)
+	}
+	if f := strings.Fields(string(res)); len(f) != 2 || f[0] != strconv.Itoa(n) || f[1] != "0" {
+		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], n, res)
+	}
+	t.Logf("%d UD packets, opcodes %v: Wireshark decodes them all with their DETH, every ICRC checks", n, opcodes)
+}
+
+// udQKey is the Q_Key of udTraffic's QPs.
+const udQKey = 0x11111111
+
+// udTraffic exchanges n datagrams from a UD QP of va to one of vb (every
+// size up to 1024, SEND and SEND with immediate in turn), each checked
+// byte for byte at the receiver, and returns the two QPNs.
+func udTraffic(t *testing.T, ctx context.Context, va, vb *vrdma.VM, n int) (qpnA, qpnB uint32) {
+	t.Helper()
 	type side struct {
 		qp       *vrdma.QP
 		scq, rcq *vrdma.CQ
@@ -90,8 +157,7 @@ func TestEngineWireUD(t *testing.T) {
 		mr       *vrdma.MR
 		gid      vrdma.GID
 	}
-	open := func(name string) *side {
-		vm := env.Open(t, name, testenv.VMOptions{})
+	open := func(vm *vrdma.VM) *side {
 		ad := vm.Adapters()[0]
 		pd, err := ad.AllocPD(ctx)
 		if err != nil {
@@ -107,7 +173,7 @@ func TestEngineWireUD(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := qp.ReadyUD(ctx, qkey); err != nil {
+		if err := qp.ReadyUD(ctx, udQKey); err != nil {
 			t.Fatal(err)
 		}
 		buf, err := vm.Alloc(n*(vrdma.GRHSize+1024) + 1024)
@@ -120,7 +186,7 @@ func TestEngineWireUD(t *testing.T) {
 		}
 		return &side{qp: qp, scq: scq, rcq: rcq, pd: pd, mr: mr, gid: ad.GID()}
 	}
-	a, b := open("u1"), open("u2")
+	a, b := open(va), open(vb)
 	const slot = vrdma.GRHSize + 1024
 	for i := range n {
 		if err := b.qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{b.mr.SGE(i*slot, slot)}}}); err != nil {
@@ -143,7 +209,7 @@ func TestEngineWireUD(t *testing.T) {
 			src[k] = byte(i*31 + k)
 		}
 		wr := vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.mr.SGE(n*slot, size)},
-			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey}
+			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}
 		if i%2 == 1 {
 			wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(0xabc000+i)
 		}
@@ -178,60 +244,5 @@ func TestEngineWireUD(t *testing.T) {
 			}
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); count("udp.port == 4791") < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-	}
-	capture.Process.Signal(syscall.SIGINT)
-	capture.Wait()
-
-	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
-		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "infiniband.deth.q_key",
-		"-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp").Output()
-	if err != nil {
-		t.Fatalf("tshark -r: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != n {
-		t.Fatalf("the capture holds %d RoCE packets, want the %d datagrams:\n%s", len(lines), n, out)
-	}
-	opcodes := map[string]int{}
-	for _, l := range lines {
-		f := strings.Split(l, ",")
-		if len(f) < 6 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
-			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
-		}
-		q, err1 := strconv.ParseUint(strings.TrimPrefix(f[3], "0x"), 16, 32)
-		sq, err2 := strconv.ParseUint(strings.TrimPrefix(f[4], "0x"), 16, 32)
-		dq, err3 := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 32)
-		if err1 != nil || err2 != nil || err3 != nil || q != qkey || uint32(sq) != a.qp.QPN() || uint32(dq) != b.qp.QPN() {
-			t.Fatalf("packet %q: want DETH Q_Key 0x%x, source QP 0x%x, BTH DestQP 0x%x", l, qkey, a.qp.QPN(), b.qp.QPN())
-		}
-		opcodes[f[1]]++
-	}
-	if opcodes["100"] != n/2 || opcodes["101"] != n/2 {
-		t.Fatalf("opcodes %v: want %d UD_SEND_ONLY (100) and %d UD_SEND_ONLY_WITH_IMMEDIATE (101)", opcodes, n/2, n/2)
-	}
-	script := `
-import sys
-from scapy.all import rdpcap, raw
-from scapy.contrib.roce import BTH
-
-n = bad = 0
-for pkt in rdpcap(sys.argv[1]):
-    if BTH not in pkt:
-        continue
-    n += 1
-    again = pkt.copy()
-    again[BTH].icrc = None
-    if raw(again)[-4:] != raw(pkt)[-4:]:
-        bad += 1
-print(n, bad)
-`
-	res, err := exec.Command(python, "-c", script, pcap).CombinedOutput()
-	if err != nil {
-		t.Fatalf("scapy: %v: %s", err, res)
-	}
-	if f := strings.Fields(string(res)); len(f) != 2 || f[0] != strconv.Itoa(n) || f[1] != "0" {
-		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], n, res)
-	}
-	t.Logf("%d UD packets, opcodes %v: Wireshark decodes them all with their DETH, every ICRC checks", n, opcodes)
+	return a.qp.QPN(), b.qp.QPN()
 }
