@@ -49,7 +49,9 @@ type Datagram struct {
 // d before it returns, and never waits for the destination: a datagram it
 // cannot carry now is dropped.
 type DatagramPath interface {
+	// Kind names the path (the vocabulary of abi.PathKind).
 	Kind() abi.PathKind
+	// SendDatagram carries d, or drops it.
 	SendDatagram(d *Datagram)
 }
 
@@ -263,6 +265,9 @@ type udSender struct {
 }
 
 var _ SyncExecutor = (*udSender)(nil)
+
+// Kind, Busy, Drop, Flush and PollBudget make u a Path: nothing is ever
+// in flight between two calls of Pump.
 
 func (u *udSender) Kind() abi.PathKind        { return abi.PathNone }
 func (u *udSender) Busy() bool                { return false }
