@@ -257,11 +257,74 @@ func testUD(t *testing.T, s *suite) {
 		}
 	})
 
+	t.Run("srq", func(t *testing.T) {
+		// A UD QP created on a shared receive queue takes its receives
+		// from it.
+		ctx := opCtx(t)
+		srq, err := b.pd.CreateSRQ(ctx, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcq, err := b.ad.CreateCQ(ctx, 64) // its own: late datagrams of B's other QP (lossy paths) land in b.rcq
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := b.pd.CreateQP(ctx, vrdma.QPInitAttr{Type: vrdma.QPTypeUD, SendCQ: b.scq, RecvCQ: rcq, SRQ: srq, Caps: defaultCaps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.ReadyUD(ctx, udQKey); err != nil {
+			t.Fatal(err)
+		}
+		const k = 4
+		rb := b.mr(t, k*b.slot, vrdma.AccessLocalWrite)
+		for i := range k {
+			if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(1000 + i), SGL: sgl(rb.SGE(i*b.slot, b.slot))}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var tags []uint64
+		for i := range k {
+			tag := uint64(4)<<40 | uint64(8+2*i) // no immediate; 100, 513, 1000 and 1024 bytes
+			tags = append(tags, tag)
+			udMessage(a.src(), tag, udSize(tag))
+			postSend(t, a.qp, vrdma.SendWR{ID: tag, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(a.srcSGE(udSize(tag))),
+				AH: toB, RemoteQPN: qp.QPN(), RemoteQKey: udQKey})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, tag, vrdma.WCSuccess, vrdma.WCSend)
+		}
+		got := 0
+		for got < k {
+			w, ok := pollWithin(t, rcq, wait)
+			if !ok {
+				break
+			}
+			if w.Status != vrdma.WCSuccess || w.QPNum != qp.QPN() || w.SrcQP != a.qp.QPN() || w.Flags&vrdma.WCGRH == 0 || w.WRID < 1000 || w.WRID >= 1000+k {
+				t.Fatalf("receive %s: want SUCCESS with GRH at QP 0x%x from 0x%x, from the SRQ", fmtWC(w), qp.QPN(), a.qp.QPN())
+			}
+			msg := rb.Bytes()[int(w.WRID-1000)*b.slot:][vrdma.GRHSize:w.ByteLen]
+			tag, ok := udTag(msg, tags, w)
+			if !ok {
+				t.Fatalf("receive %s: %d bytes of no datagram sent", fmtWC(w), len(msg))
+			}
+			exp := make([]byte, len(msg))
+			udMessage(exp, tag, len(msg))
+			expectBytes(t, fmt.Sprintf("datagram 0x%x", tag), msg, exp)
+			got++
+		}
+		if got != k && !s.lossy() {
+			t.Fatalf("the UD QP on the SRQ received %d of %d datagrams", got, k)
+		}
+	})
+
 	t.Run("drops", func(t *testing.T) {
 		// Another Q_Key, a QPN that is no UD QP of the destination: the
 		// datagrams are dropped there, silently; the sender completes
 		// them. A remote Q_Key with the privileged bit uses the QP's own.
-		c.drain(t)
+		// A receiver of its own: on a lossy path a late datagram of the
+		// cases above may still reach C's QP.
+		c := newUDEnd(t, vms[2], 8, mtu)
+		c.post(t, 0, 8)
+		toC := a.ah(t, s, c)
 		bad := []vrdma.SendWR{
 			{ID: 1, RemoteQPN: c.qp.QPN(), RemoteQKey: udQKey + 1},
 			{ID: 2, RemoteQPN: c.qp.QPN() ^ 0x5a5a5, RemoteQKey: udQKey},
@@ -331,27 +394,6 @@ func pollWithin(t *testing.T, cq *vrdma.CQ, d time.Duration) (vrdma.WorkCompleti
 		}
 	}
 	return vrdma.WorkCompletion{}, false
-}
-
-// drain discards e's pending receive completions and reposts their
-// slots; it returns how many there were.
-func (e *udEnd) drain(t *testing.T) int {
-	t.Helper()
-	wc := make([]vrdma.WorkCompletion, 64)
-	total := 0
-	for {
-		n, err := e.rcq.Poll(wc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			return total
-		}
-		for _, w := range wc[:n] {
-			e.post(t, int(w.WRID), int(w.WRID)+1)
-		}
-		total += n
-	}
 }
 
 // TestMiddlewareUDMixedPaths: one UD QP talks to three peers at once, each
