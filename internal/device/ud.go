@@ -177,9 +177,11 @@ var (
 	reqRTSUD = []required{{abi.MaskSQPSN, "sq_psn (IBV_QP_SQ_PSN)"}}
 )
 
-// knownAttrsUD are the attribute mask bits a UD QP knows; others are
-// ignored.
-const knownAttrsUD = abi.MaskState | abi.MaskPKeyIndex | abi.MaskPort | abi.MaskQKey | abi.MaskSQPSN
+// knownAttrsUD are the attribute mask bits a UD transition is checked
+// against: UD's and RC's, so that an RC attribute (an address, a path
+// MTU, a destination QPN, RC's timers) given to a UD QP is refused, as
+// the kernel refuses it; others are ignored.
+const knownAttrsUD = abi.MaskState | abi.MaskPKeyIndex | abi.MaskPort | abi.MaskQKey | abi.MaskSQPSN | knownAttrs
 
 // optionalAttrsUD are the attributes a UD transition accepts besides its
 // required ones.
