@@ -7,6 +7,8 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -65,4 +67,69 @@ func TestSecurityUDPortGroups(t *testing.T) {
 	if st, err := s.agentOf(t, a.end).Status(t.Context()); err != nil || st.DatagramsDropped == 0 {
 		t.Errorf("host 0 counted %d datagrams dropped (%v), want the one to A", st.DatagramsDropped, err)
 	}
+}
+
+// TestSecurityUDSpoofedSource: a member host that speaks the tcp path by
+// hand (host A's identity, key and secret: a host gone bad) sends
+// datagram frames to a UD QP of host B. B delivers the one whose source
+// GID is an adapter of A, and drops — silently, counted — those that name
+// an adapter of another host (C) or of no host, and one with a malformed
+// length closes the connection (the decoder refuses it).
+func TestSecurityUDSpoofedSource(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, Netns: testenv.NetnsOff})
+	ha, hb, hc := c.Hosts[0], c.Hosts[1], c.Hosts[2]
+	a := newUDEnd(t, ha.Open(t, "ssA", testenv.VMOptions{MemMB: 16}), 8, 1024)
+	b := newUDEnd(t, hb.Open(t, "ssB", testenv.VMOptions{MemMB: 16}), 8, 1024)
+	cv := newUDEnd(t, hc.Open(t, "ssC", testenv.VMOptions{MemMB: 16}), 8, 1024)
+	b.post(t, 0, 8)
+	// A real datagram first: host A dials B, which makes the switch's secret.
+	ah, err := a.pd.CreateAH(opCtx(t), vrdma.AHAttr{DGID: b.ad.GID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := uint64(8)
+	udMessage(a.src(), tag, udSize(tag))
+	postSend(t, a.qp, vrdma.SendWR{ID: tag, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(a.srcSGE(udSize(tag))),
+		AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey})
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, tag, vrdma.WCSuccess, vrdma.WCSend)
+	if got := b.received(t, a, 1, waitTimeout, []uint64{tag}); got[tag] != 1 {
+		t.Fatalf("B received %v, want A's datagram", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	sec, _, err := store.Get[records.SwitchSecret](ctx, c.Store(), records.SwitchSecretKey(c.Switch.Name))
+	if err != nil {
+		t.Fatalf("the switch secret after a tcp connection: %v", err)
+	}
+	p := rawJoin(t, rawHostIdentity(t, ha, sec.Key), hb)
+	frame := func(sgid vrdma.GID, tag uint64) []byte {
+		n := udSize(tag)
+		payload := make([]byte, tcpwire.DatagramPrefix+n)
+		tcpwire.PutDatagramPrefix(payload, sgid, b.ad.GID())
+		udMessage(payload[tcpwire.DatagramPrefix:], tag, n)
+		return rawFrame(tcpwire.Header{Type: tcpwire.UDSend, DstQPN: b.qp.QPN(), SrcQPN: a.qp.QPN(), RKey: udQKey,
+			RemoteAddr: tcpwire.DatagramRoute(0, 64, 0)}, payload)
+	}
+	st := func() uint64 {
+		s, err := (&suite{env: &tcpEnv{c: c}}).agentOf(t, b.end).Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.DatagramsDropped
+	}
+	before := st()
+	p.mustWrite(frame(cv.ad.GID(), 10))                     // an adapter of host C
+	p.mustWrite(frame(vrdma.GID{0xfe, 0x80, 15: 0x42}, 12)) // an adapter of no host
+	p.mustWrite(frame(a.ad.GID(), 14))                      // A's own: delivered
+	if got := b.received(t, a, 1, waitTimeout, []uint64{14}); got[14] != 1 || len(got) != 1 {
+		t.Fatalf("B received %v, want only the datagram from A's adapter", got)
+	}
+	expectNoWC(t, b.rcq, 3*quiet, "datagrams from adapters not on the sending host")
+	if after := st(); after < before+2 {
+		t.Errorf("host B counted %d datagrams dropped, want at least %d", after, before+2)
+	}
+	// A datagram frame longer than the GIDs and the largest MTU: the
+	// decoder refuses it and B closes the connection.
+	p.mustWrite(rawFrame(tcpwire.Header{Type: tcpwire.UDSend, DstQPN: b.qp.QPN(), PayloadLen: tcpwire.DatagramPrefix + tcpwire.MaxDatagram + 1}, nil))
+	p.expectClosed()
 }
