@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 // TestEngineWireUD captures the engine's UD packets with tshark while
@@ -245,4 +247,115 @@ func udTraffic(t *testing.T, ctx context.Context, va, vb *vrdma.VM, n int) (qpnA
 		}
 	}
 	return a.qp.QPN(), b.qp.QPN()
+}
+
+// TestUDPacketsHostile injects UD packets with correct ICRCs into a
+// running engine, as its peer uplink (the rdma loop's own address): one
+// whose source GID is an adapter of this host is delivered, with its
+// source QP and a GRH naming that GID; one whose source GID is no
+// adapter's, one with another Q_Key and one to a QPN that is no UD QP are
+// dropped and counted (datagrams_dropped); one too short to hold a
+// source GID is malformed. The engine goes on serving.
+func TestUDPacketsHostile(t *testing.T) {
+	j := &injector{in: make(chan []byte, 1)}
+	addr := netip.MustParseAddrPort("127.0.33.13:4791")
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: addr, RDMALoopConn: func(c rdma.Conn) rdma.Conn { j.Conn = c; return j }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm, src := env.Open(t, "h1", testenv.VMOptions{}), env.Open(t, "h2", testenv.VMOptions{})
+	ad := vm.Adapters()[0]
+	pd, err := ad.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ad.CreateCQ(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{Type: vrdma.QPTypeUD, SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.ReadyUD(ctx, udQKey); err != nil {
+		t.Fatal(err)
+	}
+	const slot = vrdma.GRHSize + 64
+	buf, err := vm.Alloc(8 * slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(ctx, buf, vrdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if err := qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{mr.SGE(i*slot, slot)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func() (dropped, malformed uint64) {
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		st, err := a.Status(ctx)
+		if err != nil || len(st.RDMA) != 1 {
+			t.Fatalf("status: %v %+v", err, st.RDMA)
+		}
+		return st.DatagramsDropped, st.RDMA[0].Malformed
+	}
+	inject := func(dqpn, qkey uint32, sgid vrdma.GID, msg []byte, gidLen int) {
+		pkt := make([]byte, rocewire.BTHLen+rocewire.DETHLen, 128)
+		rocewire.BTH(pkt).Encode(&rocewire.BTHFields{Opcode: rocewire.UDSendOnly, PKey: rocewire.DefaultPKey, DestQP: dqpn,
+			PadCount: rocewire.PadCount(gidLen + len(msg))})
+		rocewire.DETH(pkt[rocewire.BTHLen:]).Encode(qkey, 0x123)
+		pkt = append(pkt, sgid[:gidLen]...)
+		pkt = append(pkt, msg...)
+		pkt = append(pkt, make([]byte, int(rocewire.PadCount(gidLen+len(msg)))+rocewire.ICRCLen)...)
+		if err := rdmatest.SealLoopback(pkt, addr.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		j.in <- pkt
+		// Wake the reader: a datagram it reads after the injected one.
+		probe := append(append([]byte(nil), pkt[:rocewire.BTHLen]...), 0, 0, 0, 0)
+		probe[0] = byte(rocewire.CNP)
+		j.Conn.WriteTo([][]byte{probe}, []rdma.Datagram{{End: 1}}, addr, rdma.Marks{})
+	}
+	wc := make([]vrdma.WorkCompletion, 4)
+	expectNone := func(what string) {
+		t.Helper()
+		time.Sleep(200 * time.Millisecond)
+		if n, _ := cq.Poll(wc); n != 0 {
+			t.Fatalf("%s: a completion %+v", what, wc[0])
+		}
+	}
+	dropped0, malformed0 := status()
+	nobody := vrdma.GID{0xfe, 0x80, 15: 0x77}
+	inject(qp.QPN(), udQKey, nobody, []byte("made-up source"), rdma.SourceGIDLen)
+	expectNone("a source GID of no adapter")
+	inject(qp.QPN(), udQKey+1, src.Adapters()[0].GID(), []byte("another qkey"), rdma.SourceGIDLen)
+	expectNone("another Q_Key")
+	inject(qp.QPN()^0x1, udQKey, src.Adapters()[0].GID(), []byte("no such QP"), rdma.SourceGIDLen)
+	expectNone("a QPN that is no UD QP")
+	inject(qp.QPN(), udQKey, src.Adapters()[0].GID(), nil, 8)
+	expectNone("a payload shorter than the source GID")
+	if dropped, malformed := status(); dropped < dropped0+3 || malformed != malformed0+1 {
+		t.Fatalf("datagrams dropped %d → %d (want +3), malformed %d → %d (want +1)", dropped0, dropped, malformed0, malformed)
+	}
+	msg := []byte("a datagram from an adapter here!")
+	inject(qp.QPN(), udQKey, src.Adapters()[0].GID(), msg, rdma.SourceGIDLen)
+	if err := cq.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cq.Poll(wc); n != 1 || wc[0].Status != vrdma.WCSuccess || wc[0].SrcQP != 0x123 || wc[0].ByteLen != uint32(vrdma.GRHSize+len(msg)) {
+		t.Fatalf("the good datagram: %d completions, %+v", n, wc[0])
+	}
+	got := mr.Bytes()[int(wc[0].WRID)*slot:][:vrdma.GRHSize+len(msg)]
+	if g, err := vrdma.ParseGRH(got); err != nil || g.SGID != src.Adapters()[0].GID() || g.DGID != ad.GID() {
+		t.Fatalf("GRH %+v (%v)", g, err)
+	}
+	if !bytes.Equal(got[vrdma.GRHSize:], msg) {
+		t.Fatalf("message %q, want %q", got[vrdma.GRHSize:], msg)
+	}
 }
