@@ -30,6 +30,17 @@
 // the receiving QP's CQ with that QP's QPN, and the SRQ's limit event
 // arrives on the adapter's AsyncEvents.
 //
+// Unreliable datagram QPs (QPInitAttr.Type QPTypeUD) are never connected:
+// one UD QP talks to many peers, each SEND naming an address handle
+// (PD.CreateAH, or PD.CreateAHFromWC to answer a receive), the remote QPN
+// and its Q_Key; every receive starts with the 40-byte GRH (ParseGRH).
+//
+//	ud, _ := pd.CreateQP(ctx, vrdma.QPInitAttr{Type: vrdma.QPTypeUD, SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 64, MaxRecvWR: 64}})
+//	err = ud.ReadyUD(ctx, 0x11111111)
+//	ah, _ := pd.CreateAH(ctx, vrdma.AHAttr{DGID: peerGID})
+//	err = ud.PostSend([]vrdma.SendWR{{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{mr.SGE(0, 64)},
+//		AH: ah, RemoteQPN: peerQPN, RemoteQKey: 0x11111111}})
+//
 // Errors say what failed and what to do, and those with a cause a program
 // can act on have a class that errors.Is tests: ErrLimit, ErrState,
 // ErrNotFound and the others (see ErrInvalid). If the agent dies, every

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // udQKey is the Q_Key the case's QPs share.
@@ -256,11 +257,74 @@ func testUD(t *testing.T, s *suite) {
 		}
 	})
 
+	t.Run("srq", func(t *testing.T) {
+		// A UD QP created on a shared receive queue takes its receives
+		// from it.
+		ctx := opCtx(t)
+		srq, err := b.pd.CreateSRQ(ctx, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rcq, err := b.ad.CreateCQ(ctx, 64) // its own: late datagrams of B's other QP (lossy paths) land in b.rcq
+		if err != nil {
+			t.Fatal(err)
+		}
+		qp, err := b.pd.CreateQP(ctx, vrdma.QPInitAttr{Type: vrdma.QPTypeUD, SendCQ: b.scq, RecvCQ: rcq, SRQ: srq, Caps: defaultCaps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.ReadyUD(ctx, udQKey); err != nil {
+			t.Fatal(err)
+		}
+		const k = 4
+		rb := b.mr(t, k*b.slot, vrdma.AccessLocalWrite)
+		for i := range k {
+			if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(1000 + i), SGL: sgl(rb.SGE(i*b.slot, b.slot))}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var tags []uint64
+		for i := range k {
+			tag := uint64(4)<<40 | uint64(8+2*i) // no immediate; 100, 513, 1000 and 1024 bytes
+			tags = append(tags, tag)
+			udMessage(a.src(), tag, udSize(tag))
+			postSend(t, a.qp, vrdma.SendWR{ID: tag, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(a.srcSGE(udSize(tag))),
+				AH: toB, RemoteQPN: qp.QPN(), RemoteQKey: udQKey})
+			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, tag, vrdma.WCSuccess, vrdma.WCSend)
+		}
+		got := 0
+		for got < k {
+			w, ok := pollWithin(t, rcq, wait)
+			if !ok {
+				break
+			}
+			if w.Status != vrdma.WCSuccess || w.QPNum != qp.QPN() || w.SrcQP != a.qp.QPN() || w.Flags&vrdma.WCGRH == 0 || w.WRID < 1000 || w.WRID >= 1000+k {
+				t.Fatalf("receive %s: want SUCCESS with GRH at QP 0x%x from 0x%x, from the SRQ", fmtWC(w), qp.QPN(), a.qp.QPN())
+			}
+			msg := rb.Bytes()[int(w.WRID-1000)*b.slot:][vrdma.GRHSize:w.ByteLen]
+			tag, ok := udTag(msg, tags, w)
+			if !ok {
+				t.Fatalf("receive %s: %d bytes of no datagram sent", fmtWC(w), len(msg))
+			}
+			exp := make([]byte, len(msg))
+			udMessage(exp, tag, len(msg))
+			expectBytes(t, fmt.Sprintf("datagram 0x%x", tag), msg, exp)
+			got++
+		}
+		if got != k && !s.lossy() {
+			t.Fatalf("the UD QP on the SRQ received %d of %d datagrams", got, k)
+		}
+	})
+
 	t.Run("drops", func(t *testing.T) {
 		// Another Q_Key, a QPN that is no UD QP of the destination: the
 		// datagrams are dropped there, silently; the sender completes
 		// them. A remote Q_Key with the privileged bit uses the QP's own.
-		c.drain(t)
+		// A receiver of its own: on a lossy path a late datagram of the
+		// cases above may still reach C's QP.
+		c := newUDEnd(t, vms[2], 8, mtu)
+		c.post(t, 0, 8)
+		toC := a.ah(t, s, c)
 		bad := []vrdma.SendWR{
 			{ID: 1, RemoteQPN: c.qp.QPN(), RemoteQKey: udQKey + 1},
 			{ID: 2, RemoteQPN: c.qp.QPN() ^ 0x5a5a5, RemoteQKey: udQKey},
@@ -332,23 +396,123 @@ func pollWithin(t *testing.T, cq *vrdma.CQ, d time.Duration) (vrdma.WorkCompleti
 	return vrdma.WorkCompletion{}, false
 }
 
-// drain discards e's pending receive completions and reposts their
-// slots; it returns how many there were.
-func (e *udEnd) drain(t *testing.T) int {
-	t.Helper()
-	wc := make([]vrdma.WorkCompletion, 64)
-	total := 0
-	for {
-		n, err := e.rcq.Poll(wc)
-		if err != nil {
+// TestMiddlewareUDMixedPaths: one UD QP talks to three peers at once, each
+// on another path — a VM of its own host (memcpy), one of a host with a
+// software RoCE uplink (rdma) and one of a host without (tcp): it sends to
+// all three through three address handles, and then receives from all
+// three sending at once; every datagram arrives whole, from the QP and
+// GID it names.
+func TestMiddlewareUDMixedPaths(t *testing.T) {
+	const per, mtu = 50, 1024
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, RDMA: true, NoRDMA: []int{2}, Netns: testenv.NetnsOff})
+	b := newUDEnd(t, c.Hosts[1].Open(t, "udB", testenv.VMOptions{MemMB: 64}), 3*per, mtu)
+	b.post(t, 0, 3*per)
+	want := []vrdma.PathKind{vrdma.PathMemcpy, vrdma.PathRDMA, vrdma.PathTCP}
+	var as []*udEnd
+	var toA, toB []*vrdma.AH
+	for i, h := range []int{1, 0, 2} {
+		a := newUDEnd(t, c.Hosts[h].Open(t, fmt.Sprintf("udA%d", i), testenv.VMOptions{MemMB: 64}), per, mtu)
+		a.post(t, 0, per)
+		for _, x := range []struct {
+			from, to *udEnd
+			list     *[]*vrdma.AH
+		}{{b, a, &toA}, {a, b, &toB}} {
+			ah, err := x.from.pd.CreateAH(opCtx(t), vrdma.AHAttr{DGID: x.to.ad.GID()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p := ah.Path(); p.Path != want[i] {
+				t.Fatalf("address handle %s → %s takes %q (%s), want %q", x.from.ad.GID(), x.to.ad.GID(), p.Path, p.Reason, want[i])
+			}
+			*x.list = append(*x.list, ah)
+		}
+		as = append(as, a)
+	}
+	tagOf := func(sender, i, k int) uint64 { return uint64(sender)<<32 | uint64(i)<<16 | uint64(k) }
+	send := func(from *udEnd, ah *vrdma.AH, to *udEnd, tag uint64) error {
+		n := udSize(tag)
+		udMessage(from.src(), tag, n)
+		wr := vrdma.SendWR{ID: tag, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(from.srcSGE(n)), AH: ah,
+			RemoteQPN: to.qp.QPN(), RemoteQKey: udQKey}
+		if tag%2 == 1 {
+			wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(tag)
+		}
+		if err := from.qp.PostSend([]vrdma.SendWR{wr}); err != nil {
+			return err
+		}
+		w, err := pollN(t.Context(), from.scq, 1)
+		if err != nil || w[0].Status != vrdma.WCSuccess || w[0].WRID != tag {
+			return fmt.Errorf("send 0x%x: %v %s", tag, err, fmtWCs(w))
+		}
+		return nil
+	}
+	// B to the three, interleaved.
+	sent := make([][]uint64, len(as))
+	for k := range per {
+		for i, a := range as {
+			tag := tagOf(9, i, k)
+			sent[i] = append(sent[i], tag)
+			if err := send(b, toA[i], a, tag); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i, a := range as {
+		n := 0
+		for _, k := range a.received(t, b, per, waitTimeout, sent[i]) {
+			n += k
+		}
+		if n != per {
+			t.Fatalf("peer %d (%s) received %d of %d datagrams", i, want[i], n, per)
+		}
+	}
+	// The three to B at once.
+	errs := make(chan error, len(as))
+	for i, a := range as {
+		go func() {
+			for k := range per {
+				if err := send(a, toB[i], b, tagOf(i, 0, k)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range as {
+		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			return total
-		}
-		for _, w := range wc[:n] {
-			e.post(t, int(w.WRID), int(w.WRID)+1)
-		}
-		total += n
 	}
+	wc := waitWC(t, b.rcq, len(as)*per)
+	got := make([]int, len(as))
+	for _, w := range wc {
+		i := -1
+		for k, a := range as {
+			if a.qp.QPN() == w.SrcQP {
+				i = k
+			}
+		}
+		if i < 0 || w.Status != vrdma.WCSuccess || w.Flags&vrdma.WCGRH == 0 {
+			t.Fatalf("B's receive %s: from no peer, or failed", fmtWC(w))
+		}
+		buf := b.buf.Bytes()[int(w.WRID)*b.slot:][:w.ByteLen]
+		if g, err := vrdma.ParseGRH(buf); err != nil || g.SGID != as[i].ad.GID() || g.DGID != b.ad.GID() {
+			t.Fatalf("B's receive %s from peer %d: GRH %+v (%v)", fmtWC(w), i, g, err)
+		}
+		var tags []uint64
+		for k := range per {
+			tags = append(tags, tagOf(i, 0, k))
+		}
+		msg := buf[vrdma.GRHSize:]
+		tag, ok := udTag(msg, tags, w)
+		if !ok {
+			t.Fatalf("B's receive %s from peer %d (%s): %d bytes of no datagram it sent", fmtWC(w), i, want[i], len(msg))
+		}
+		exp := make([]byte, len(msg))
+		udMessage(exp, tag, len(msg))
+		expectBytes(t, fmt.Sprintf("datagram 0x%x from peer %d", tag, i), msg, exp)
+		got[i]++
+	}
+	t.Logf("B received %v datagrams from its peers on %v", got, want)
 }

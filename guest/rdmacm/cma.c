@@ -722,6 +722,8 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		return cm_fail(EINVAL);
 	if (id->qp || !c->dev)
 		return cm_fail(EINVAL); /* one QP per ID, on a bound or resolved ID */
+	if (attr->qp_type == IBV_QPT_UD)
+		return cm_fail(EOPNOTSUPP); /* rdma_cm's UD IDs (RDMA_PS_UDP) are not served yet: ibv_create_qp makes UD QPs */
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
 		attr->pd = id->pd ? id->pd : dev_pd(c->dev);

@@ -126,6 +126,9 @@ func (a *Agent) AdmitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) 
 	if ok, hit := a.admits.get(k); hit {
 		return ok
 	}
+	if !a.admits.takeLookup() {
+		return false // too many sources unknown this second (a flood of made-up ones): dropped, not cached
+	}
 	ok, why := a.admitDatagram(to, sgid, via)
 	if !ok {
 		a.log.Debug("datagram dropped: its source may not reach the destination", "to", to.Context().Name()+"/"+to.Name(),
@@ -187,10 +190,15 @@ func (a *Agent) admitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) 
 }
 
 // admitTTL is how long an admission verdict is kept; admitMax bounds the
-// cache (a flood of made-up sources empties it rather than grow it).
+// cache (a flood of made-up sources empties it rather than grow it);
+// admitLookups bounds the verdicts not in the cache a second, each of
+// which may read the control plane: a peer that sends datagrams from
+// ever new made-up sources costs the reader that serves it at most that
+// many lookups a second, and the rest are dropped.
 const (
-	admitTTL = 5 * time.Second
-	admitMax = 4096
+	admitTTL     = 5 * time.Second
+	admitMax     = 4096
+	admitLookups = 64
 )
 
 type admitKey struct {
@@ -203,10 +211,28 @@ type admitVerdict struct {
 	expires time.Time
 }
 
-// admitCache holds recent admission verdicts.
+// admitCache holds recent admission verdicts, and counts the verdicts
+// made this second.
 type admitCache struct {
-	mu sync.Mutex
-	m  map[admitKey]admitVerdict // +checklocks:mu
+	mu      sync.Mutex
+	m       map[admitKey]admitVerdict // +checklocks:mu
+	second  time.Time                 // +checklocks:mu
+	lookups int                       // +checklocks:mu
+}
+
+// takeLookup reports whether a verdict not in the cache may be made now
+// (admitLookups a second).
+func (c *admitCache) takeLookup() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now := time.Now(); now.Sub(c.second) >= time.Second {
+		c.second, c.lookups = now, 0
+	}
+	if c.lookups >= admitLookups {
+		return false
+	}
+	c.lookups++
+	return true
 }
 
 func (c *admitCache) get(k admitKey) (ok, hit bool) {

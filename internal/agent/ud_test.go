@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 )
@@ -43,5 +44,27 @@ func TestPrivilegedQKey(t *testing.T) {
 	}
 	if (&session{}).privileged() {
 		t.Error("a session without credentials is privileged")
+	}
+}
+
+// TestAdmitLookupsBounded: at most admitLookups verdicts not in the cache
+// are made a second; the next second allows as many again.
+func TestAdmitLookupsBounded(t *testing.T) {
+	var c admitCache
+	n := 0
+	for c.takeLookup() {
+		n++
+		if n > admitLookups {
+			break
+		}
+	}
+	if n != admitLookups {
+		t.Fatalf("%d lookups allowed in a second, want %d", n, admitLookups)
+	}
+	c.mu.Lock()
+	c.second = c.second.Add(-time.Second)
+	c.mu.Unlock()
+	if !c.takeLookup() {
+		t.Fatal("no lookup allowed a second later")
 	}
 }

@@ -49,7 +49,9 @@ type Datagram struct {
 // d before it returns, and never waits for the destination: a datagram it
 // cannot carry now is dropped.
 type DatagramPath interface {
+	// Kind names the path (the vocabulary of abi.PathKind).
 	Kind() abi.PathKind
+	// SendDatagram carries d, or drops it.
 	SendDatagram(d *Datagram)
 }
 
@@ -175,9 +177,11 @@ var (
 	reqRTSUD = []required{{abi.MaskSQPSN, "sq_psn (IBV_QP_SQ_PSN)"}}
 )
 
-// knownAttrsUD are the attribute mask bits a UD QP knows; others are
-// ignored.
-const knownAttrsUD = abi.MaskState | abi.MaskPKeyIndex | abi.MaskPort | abi.MaskQKey | abi.MaskSQPSN
+// knownAttrsUD are the attribute mask bits a UD transition is checked
+// against: UD's and RC's, so that an RC attribute (an address, a path
+// MTU, a destination QPN, RC's timers) given to a UD QP is refused, as
+// the kernel refuses it; others are ignored.
+const knownAttrsUD = abi.MaskState | abi.MaskPKeyIndex | abi.MaskPort | abi.MaskQKey | abi.MaskSQPSN | knownAttrs
 
 // optionalAttrsUD are the attributes a UD transition accepts besides its
 // required ones.
@@ -263,6 +267,9 @@ type udSender struct {
 }
 
 var _ SyncExecutor = (*udSender)(nil)
+
+// Kind, Busy, Drop, Flush and PollBudget make u a Path: nothing is ever
+// in flight between two calls of Pump.
 
 func (u *udSender) Kind() abi.PathKind        { return abi.PathNone }
 func (u *udSender) Busy() bool                { return false }

@@ -201,6 +201,9 @@ type Peer struct {
 	// panics counts the connections with the peer closed because a
 	// goroutine serving them panicked (guard.go).
 	panics atomic.Uint64
+	// dgramFail is when a datagram last found no connection and could
+	// not dial one (monotonic ns; 0: it did), ud.go.
+	dgramFail atomic.Int64
 }
 
 // Start starts the links of an agent with a control plane: it listens

@@ -54,10 +54,12 @@ func TestVerbsABIPyverbs(t *testing.T) {
 		"test_create_cq_with_comp_channel", "test_cq_events_rc", "test_rc_traffic_cq_ex",
 		"test_qp_ex_rc_rdma_write", "test_qp_ex_rc_rdma_read", "test_qp_ex_rc_send_imm", "test_qp_ex_rc_atomic_fetch_add",
 		"test_ro_rc_traffic",
-		// UD QPs and address handles (issue 32, item 2).
+		// UD QPs and address handles (issue 32, item 2); not the UD tests
+		// of ibv_create_qp_ex with random create masks (test_create_ud_qp_ex_*,
+		// test_modify_ud_qp, test_query_ud_qp), which skip when the mask
+		// asks for what vrdma lacks (create flags, TSO), as RC's do.
 		"test_create_ah", "test_create_ah_roce", "test_destroy_ah", "test_cq_events_ud", "test_ud_traffic_cq_ex",
-		"test_create_ud_qp_no_attr", "test_create_ud_qp_with_attr", "test_create_ud_qp_ex_no_attr",
-		"test_create_ud_qp_ex_with_attr", "test_modify_ud_qp", "test_query_ud_qp", "test_qp_ex_ud_send",
+		"test_create_ud_qp_no_attr", "test_create_ud_qp_with_attr", "test_query_data_in_order", "test_qp_ex_ud_send",
 		"test_qp_ex_ud_send_imm", "test_qp_ex_ud_zero_size", "test_ro_ud_traffic",
 	} {
 		// A test with a docstring prints it on a line of its own, before the result.

@@ -86,3 +86,21 @@ func TestMiddlewareUDPingpong(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareUDVerbs runs guest/ibverbs/tests/ud_check.c: the UD and
+// address-handle verbs of the drop-in in one process (ibv_create_ah's
+// refusals, UD attributes, ibv_post_send's UD refusals, the GRH in front
+// of received datagrams, ibv_init_ah_from_wc and ibv_create_ah_from_wc,
+// ibv_wr_set_ud_addr, LOC_LEN_ERR beyond the MTU, max_ah).
+func TestMiddlewareUDVerbs(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	out, stderr := runC(t, lib, env.Socket, "vm1", "ud_check")
+	if n := strings.Count(out, "ok "); n < 25 {
+		t.Errorf("only %d checks ran:\n%s", n, out)
+	}
+	if !strings.Contains(stderr, "without a GRH") {
+		t.Errorf("ibv_create_ah without a GRH said nothing on stderr: %q", stderr)
+	}
+}

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/testenv"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/transport/rdma/rdmatest"
 )
 
 // TestEngineWireUD captures the engine's UD packets with tshark while
@@ -82,7 +84,74 @@ func TestEngineWireUD(t *testing.T) {
 		RDMALoopConn: func(c rdma.Conn) rdma.Conn { c.Close(); return conn }})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const qkey, n = 0x11111111, 40
+	const n = 40
+	qpnA, qpnB := udTraffic(t, ctx, env.Open(t, "u1", testenv.VMOptions{}), env.Open(t, "u2", testenv.VMOptions{}), n)
+	for deadline := time.Now().Add(20 * time.Second); count("udp.port == 4791") < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	}
+	capture.Process.Signal(syscall.SIGINT)
+	capture.Wait()
+
+	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
+		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "infiniband.deth.q_key",
+		"-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp").Output()
+	if err != nil {
+		t.Fatalf("tshark -r: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != n {
+		t.Fatalf("the capture holds %d RoCE packets, want the %d datagrams:\n%s", len(lines), n, out)
+	}
+	opcodes := map[string]int{}
+	for _, l := range lines {
+		f := strings.Split(l, ",")
+		if len(f) < 6 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
+			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
+		}
+		q, err1 := strconv.ParseUint(strings.TrimPrefix(f[3], "0x"), 16, 32)
+		sq, err2 := strconv.ParseUint(strings.TrimPrefix(f[4], "0x"), 16, 32)
+		dq, err3 := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 32)
+		if err1 != nil || err2 != nil || err3 != nil || q != udQKey || uint32(sq) != qpnA || uint32(dq) != qpnB {
+			t.Fatalf("packet %q: want DETH Q_Key 0x%x, source QP 0x%x, BTH DestQP 0x%x", l, udQKey, qpnA, qpnB)
+		}
+		opcodes[f[1]]++
+	}
+	if opcodes["100"] != n/2 || opcodes["101"] != n/2 {
+		t.Fatalf("opcodes %v: want %d UD_SEND_ONLY (100) and %d UD_SEND_ONLY_WITH_IMMEDIATE (101)", opcodes, n/2, n/2)
+	}
+	script := `
+import sys
+from scapy.all import rdpcap, raw
+from scapy.contrib.roce import BTH
+
+n = bad = 0
+for pkt in rdpcap(sys.argv[1]):
+    if BTH not in pkt:
+        continue
+    n += 1
+    again = pkt.copy()
+    again[BTH].icrc = None
+    if raw(again)[-4:] != raw(pkt)[-4:]:
+        bad += 1
+print(n, bad)
+`
+	res, err := exec.Command(python, "-c", script, pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("scapy: %v: %s", err, res)
+	}
+	if f := strings.Fields(string(res)); len(f) != 2 || f[0] != strconv.Itoa(n) || f[1] != "0" {
+		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], n, res)
+	}
+	t.Logf("%d UD packets, opcodes %v: Wireshark decodes them all with their DETH, every ICRC checks", n, opcodes)
+}
+
+// udQKey is the Q_Key of udTraffic's QPs.
+const udQKey = 0x11111111
+
+// udTraffic exchanges n datagrams from a UD QP of va to one of vb (every
+// size up to 1024, SEND and SEND with immediate in turn), each checked
+// byte for byte at the receiver, and returns the two QPNs.
+func udTraffic(t *testing.T, ctx context.Context, va, vb *vrdma.VM, n int) (qpnA, qpnB uint32) {
+	t.Helper()
 	type side struct {
 		qp       *vrdma.QP
 		scq, rcq *vrdma.CQ
@@ -90,8 +159,7 @@ func TestEngineWireUD(t *testing.T) {
 		mr       *vrdma.MR
 		gid      vrdma.GID
 	}
-	open := func(name string) *side {
-		vm := env.Open(t, name, testenv.VMOptions{})
+	open := func(vm *vrdma.VM) *side {
 		ad := vm.Adapters()[0]
 		pd, err := ad.AllocPD(ctx)
 		if err != nil {
@@ -107,7 +175,7 @@ func TestEngineWireUD(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := qp.ReadyUD(ctx, qkey); err != nil {
+		if err := qp.ReadyUD(ctx, udQKey); err != nil {
 			t.Fatal(err)
 		}
 		buf, err := vm.Alloc(n*(vrdma.GRHSize+1024) + 1024)
@@ -120,7 +188,7 @@ func TestEngineWireUD(t *testing.T) {
 		}
 		return &side{qp: qp, scq: scq, rcq: rcq, pd: pd, mr: mr, gid: ad.GID()}
 	}
-	a, b := open("u1"), open("u2")
+	a, b := open(va), open(vb)
 	const slot = vrdma.GRHSize + 1024
 	for i := range n {
 		if err := b.qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{b.mr.SGE(i*slot, slot)}}}); err != nil {
@@ -143,7 +211,7 @@ func TestEngineWireUD(t *testing.T) {
 			src[k] = byte(i*31 + k)
 		}
 		wr := vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: []vrdma.SGE{a.mr.SGE(n*slot, size)},
-			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey}
+			AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey}
 		if i%2 == 1 {
 			wr.Opcode, wr.Imm = vrdma.OpSendWithImm, uint32(0xabc000+i)
 		}
@@ -178,60 +246,116 @@ func TestEngineWireUD(t *testing.T) {
 			}
 		}
 	}
-	for deadline := time.Now().Add(20 * time.Second); count("udp.port == 4791") < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-	}
-	capture.Process.Signal(syscall.SIGINT)
-	capture.Wait()
+	return a.qp.QPN(), b.qp.QPN()
+}
 
-	out, err := exec.Command(tshark, "-r", pcap, "--disable-protocol", "rpcordma", "-Y", "udp.port == 4791", "-T", "fields", "-E", "separator=,",
-		"-e", "frame.protocols", "-e", "infiniband.bth.opcode", "-e", "_ws.malformed", "-e", "infiniband.deth.q_key",
-		"-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp").Output()
+// TestUDPacketsHostile injects UD packets with correct ICRCs into a
+// running engine, as its peer uplink (the rdma loop's own address): one
+// whose source GID is an adapter of this host is delivered, with its
+// source QP and a GRH naming that GID; one whose source GID is no
+// adapter's, one with another Q_Key and one to a QPN that is no UD QP are
+// dropped and counted (datagrams_dropped); one too short to hold a
+// source GID is malformed. The engine goes on serving.
+func TestUDPacketsHostile(t *testing.T) {
+	j := &injector{in: make(chan []byte, 1)}
+	addr := netip.MustParseAddrPort("127.0.33.13:4791")
+	env := testenv.StartWith(t, testenv.Options{RDMALoop: addr, RDMALoopConn: func(c rdma.Conn) rdma.Conn { j.Conn = c; return j }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	vm, src := env.Open(t, "h1", testenv.VMOptions{}), env.Open(t, "h2", testenv.VMOptions{})
+	ad := vm.Adapters()[0]
+	pd, err := ad.AllocPD(ctx)
 	if err != nil {
-		t.Fatalf("tshark -r: %v", err)
+		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != n {
-		t.Fatalf("the capture holds %d RoCE packets, want the %d datagrams:\n%s", len(lines), n, out)
-	}
-	opcodes := map[string]int{}
-	for _, l := range lines {
-		f := strings.Split(l, ",")
-		if len(f) < 6 || !strings.Contains(f[0], "infiniband") || f[2] != "" {
-			t.Fatalf("a packet Wireshark does not decode as InfiniBand, or malformed: %q", l)
-		}
-		q, err1 := strconv.ParseUint(strings.TrimPrefix(f[3], "0x"), 16, 32)
-		sq, err2 := strconv.ParseUint(strings.TrimPrefix(f[4], "0x"), 16, 32)
-		dq, err3 := strconv.ParseUint(strings.TrimPrefix(f[5], "0x"), 16, 32)
-		if err1 != nil || err2 != nil || err3 != nil || q != qkey || uint32(sq) != a.qp.QPN() || uint32(dq) != b.qp.QPN() {
-			t.Fatalf("packet %q: want DETH Q_Key 0x%x, source QP 0x%x, BTH DestQP 0x%x", l, qkey, a.qp.QPN(), b.qp.QPN())
-		}
-		opcodes[f[1]]++
-	}
-	if opcodes["100"] != n/2 || opcodes["101"] != n/2 {
-		t.Fatalf("opcodes %v: want %d UD_SEND_ONLY (100) and %d UD_SEND_ONLY_WITH_IMMEDIATE (101)", opcodes, n/2, n/2)
-	}
-	script := `
-import sys
-from scapy.all import rdpcap, raw
-from scapy.contrib.roce import BTH
-
-n = bad = 0
-for pkt in rdpcap(sys.argv[1]):
-    if BTH not in pkt:
-        continue
-    n += 1
-    again = pkt.copy()
-    again[BTH].icrc = None
-    if raw(again)[-4:] != raw(pkt)[-4:]:
-        bad += 1
-print(n, bad)
-`
-	res, err := exec.Command(python, "-c", script, pcap).CombinedOutput()
+	cq, err := ad.CreateCQ(ctx, 16)
 	if err != nil {
-		t.Fatalf("scapy: %v: %s", err, res)
+		t.Fatal(err)
 	}
-	if f := strings.Fields(string(res)); len(f) != 2 || f[0] != strconv.Itoa(n) || f[1] != "0" {
-		t.Fatalf("scapy checked the ICRC of %q packets and found %q wrong; want %d and 0 (%s)", f[0], f[1], n, res)
+	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{Type: vrdma.QPTypeUD, SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 4, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d UD packets, opcodes %v: Wireshark decodes them all with their DETH, every ICRC checks", n, opcodes)
+	if err := qp.ReadyUD(ctx, udQKey); err != nil {
+		t.Fatal(err)
+	}
+	const slot = vrdma.GRHSize + 64
+	buf, err := vm.Alloc(8 * slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(ctx, buf, vrdma.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if err := qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{mr.SGE(i*slot, slot)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status := func() (dropped, malformed uint64) {
+		a, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.Close()
+		st, err := a.Status(ctx)
+		if err != nil || len(st.RDMA) != 1 {
+			t.Fatalf("status: %v %+v", err, st.RDMA)
+		}
+		return st.DatagramsDropped, st.RDMA[0].Malformed
+	}
+	inject := func(dqpn, qkey uint32, sgid vrdma.GID, msg []byte, gidLen int) {
+		pkt := make([]byte, rocewire.BTHLen+rocewire.DETHLen, 128)
+		rocewire.BTH(pkt).Encode(&rocewire.BTHFields{Opcode: rocewire.UDSendOnly, PKey: rocewire.DefaultPKey, DestQP: dqpn,
+			PadCount: rocewire.PadCount(gidLen + len(msg))})
+		rocewire.DETH(pkt[rocewire.BTHLen:]).Encode(qkey, 0x123)
+		pkt = append(pkt, sgid[:gidLen]...)
+		pkt = append(pkt, msg...)
+		pkt = append(pkt, make([]byte, int(rocewire.PadCount(gidLen+len(msg)))+rocewire.ICRCLen)...)
+		if err := rdmatest.SealLoopback(pkt, addr.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		j.in <- pkt
+		// Wake the reader: a datagram it reads after the injected one.
+		probe := append(append([]byte(nil), pkt[:rocewire.BTHLen]...), 0, 0, 0, 0)
+		probe[0] = byte(rocewire.CNP)
+		j.Conn.WriteTo([][]byte{probe}, []rdma.Datagram{{End: 1}}, addr, rdma.Marks{})
+	}
+	wc := make([]vrdma.WorkCompletion, 4)
+	expectNone := func(what string) {
+		t.Helper()
+		time.Sleep(200 * time.Millisecond)
+		if n, _ := cq.Poll(wc); n != 0 {
+			t.Fatalf("%s: a completion %+v", what, wc[0])
+		}
+	}
+	dropped0, malformed0 := status()
+	nobody := vrdma.GID{0xfe, 0x80, 15: 0x77}
+	inject(qp.QPN(), udQKey, nobody, []byte("made-up source"), rdma.SourceGIDLen)
+	expectNone("a source GID of no adapter")
+	inject(qp.QPN(), udQKey+1, src.Adapters()[0].GID(), []byte("another qkey"), rdma.SourceGIDLen)
+	expectNone("another Q_Key")
+	inject(qp.QPN()^0x1, udQKey, src.Adapters()[0].GID(), []byte("no such QP"), rdma.SourceGIDLen)
+	expectNone("a QPN that is no UD QP")
+	inject(qp.QPN(), udQKey, src.Adapters()[0].GID(), nil, 8)
+	expectNone("a payload shorter than the source GID")
+	if dropped, malformed := status(); dropped < dropped0+3 || malformed != malformed0+1 {
+		t.Fatalf("datagrams dropped %d → %d (want +3), malformed %d → %d (want +1)", dropped0, dropped, malformed0, malformed)
+	}
+	msg := []byte("a datagram from an adapter here!")
+	inject(qp.QPN(), udQKey, src.Adapters()[0].GID(), msg, rdma.SourceGIDLen)
+	if err := cq.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := cq.Poll(wc); n != 1 || wc[0].Status != vrdma.WCSuccess || wc[0].SrcQP != 0x123 || wc[0].ByteLen != uint32(vrdma.GRHSize+len(msg)) {
+		t.Fatalf("the good datagram: %d completions, %+v", n, wc[0])
+	}
+	got := mr.Bytes()[int(wc[0].WRID)*slot:][:vrdma.GRHSize+len(msg)]
+	if g, err := vrdma.ParseGRH(got); err != nil || g.SGID != src.Adapters()[0].GID() || g.DGID != ad.GID() {
+		t.Fatalf("GRH %+v (%v)", g, err)
+	}
+	if !bytes.Equal(got[vrdma.GRHSize:], msg) {
+		t.Fatalf("message %q, want %q", got[vrdma.GRHSize:], msg)
+	}
 }

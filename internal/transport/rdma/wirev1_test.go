@@ -129,6 +129,9 @@ func testEngineWireV1(t *testing.T, vid int) {
 			t.Fatalf("%s: %v", cf.Test.Title(""), err)
 		}
 	}
+	// UD datagrams between the two hosts (ud_wire_test.go): UD_SEND_ONLY
+	// and UD_SEND_ONLY_WITH_IMMEDIATE frames.
+	udTraffic(t, ctx, vmA, vmB, 14)
 	p.Close(context.Background())
 	stA, stB := v1Status(t, ha), v1Status(t, hb)
 	rules, err := exec.Command("ip", "netns", "exec", ha.Netns, "nft", "list", "table", "netdev", "vrdmatest").CombinedOutput()
@@ -183,6 +186,9 @@ func testEngineWireV1(t *testing.T, vid int) {
 		opcodes[op]++
 	}
 	wantEveryOpcode(t, opcodes, "frame", len(lines))
+	if opcodes[0x64] != 7 || opcodes[0x65] != 7 {
+		t.Errorf("%d UD_SEND_ONLY and %d UD_SEND_ONLY_WITH_IMMEDIATE frames, want 7 each (opcodes %v)", opcodes[0x64], opcodes[0x65], opcodes)
+	}
 	// The ICRC of every frame, computed from the brief's rules alone.
 	res, err := exec.Command(python, "-c", icrcV1Script, pcap).CombinedOutput()
 	if err != nil {
