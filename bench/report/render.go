@@ -178,8 +178,9 @@ func renderPath(w *writer, d *Data, path string) {
 			" drop-in between vm1 and vm3 of `vrdmactl quickstart --keep`. Peers: UCX over TCP on `lo`.")
 	case "rdma":
 		w.l("The software RoCEv2 engine between two host agents (`vrdmactl perf --local --path rdma`), and perftest",
-			" on the drop-in between vm4 and vm5 of `vrdmactl quickstart --keep`. No UCX transport runs over this",
-			" engine: the peers are UCX's over TCP on `lo`, as for the tcp path.")
+			" on the drop-in between vm4 and vm5 of `vrdmactl quickstart --keep`. None of UCX's own transports runs",
+			" over this engine (UCX's `rc_verbs` over it is [below](#ucx-over-vrdmas-rc_verbs-beside-ucxs-tcp-and-posix)):",
+			" the peers are UCX's over TCP on `lo`, as for the tcp path.")
 	}
 	w.l()
 	w.l("| figure | Go library (`vrdmactl perf`) | agents' CPU, µs per op | C drop-in (perftest) | peer | peer's figure | Go / peer |")
