@@ -11,9 +11,15 @@
 # dropin_go PATH OUT TEST ARGS...
 #                         the same test with the Go library (vrdmactl perf TEST as
 #                         server and client) between the same two VMs
+# dropin_ucx PATH OUT ARGS...
+#                         unmodified ucx_perftest ARGS on UCP over vrdma's rc_verbs
+#                         (UCX_TLS=rc_verbs,ud_verbs:aux) between the path's two VMs,
+#                         through vrdmactl exec; the client's CSV result line on stdout
 # dropin_stop             stop what dropin_start started
 #
-# The callers set REPO (the repository) before sourcing. Every process these start runs
+# The callers set REPO (the repository) before sourcing, and may set DROPIN_MEM_MB, the
+# guest memory of every VM dropin_start defines (default 64 MiB; UCX's rc_verbs needs
+# 256: it registers a receive pool of 36 MiB). Every process these start runs
 # under `timeout`; dropin_stop kills them by pid. Traffic stays on loopback addresses.
 
 # build_vrdma BIN: build vrdmactl and vrdmad into BIN and the drop-in (make -s -C
@@ -27,6 +33,7 @@ build_vrdma() {
 }
 
 DROPIN_PIDS=()
+DROPIN_MEM_MB=${DROPIN_MEM_MB:-64}
 DROPIN_BIN=""
 DROPIN_DIR=""
 declare -A DROPIN_SOCK=() # "PATH.srv" / "PATH.cli" -> agent socket (empty: memcpy's standalone agent)
@@ -45,10 +52,10 @@ dropin_start() {
     timeout 3600 "$DROPIN_BIN/vrdmad" --socket "$DROPIN_DIR/s" --state-dir "$DROPIN_DIR/state" \
         --no-control-plane --log-level warn 2>"$DROPIN_DIR/agent.log" &
     DROPIN_PIDS+=($!)
-    timeout 3600 "$DROPIN_BIN/vrdmactl" quickstart --keep >"$DROPIN_DIR/qs.log" 2>&1 &
+    timeout 3600 "$DROPIN_BIN/vrdmactl" quickstart --keep --memory "$DROPIN_MEM_MB" >"$DROPIN_DIR/qs.log" 2>&1 &
     DROPIN_PIDS+=($!)
     printf '%s\n' '.encoding = "UTF-8"' 'config.version = "8"' 'virtualHW.version = "20"' \
-        'guestOS = "ubuntu-64"' 'memSize = "64"' 'ethernet0.present = "TRUE"' \
+        'guestOS = "ubuntu-64"' "memSize = \"$DROPIN_MEM_MB\"" 'ethernet0.present = "TRUE"' \
         'ethernet0.virtualDev = "vrdma"' >"$vmx"
     for ((i = 0; i < 50; i++)); do [[ -S $DROPIN_DIR/s ]] && break; sleep 0.1; done
     for vm in vmA vmB; do
@@ -161,6 +168,60 @@ dropin_go() {
     wait "$s" 2>/dev/null || true
     if [[ -n $line ]] && ! grep -qE "^ *Transport +: $path\b" "$out"; then
         echo "the pair took another path: $(grep -E '^ *Transport' "$out")" >>"$out"
+        line=""
+    fi
+    echo "$line"
+}
+
+# dropin_exec PATH srv|cli PROGRAM ARGS...: run PROGRAM as the workload of the
+# path's server or client VM through vrdmactl exec (the device view UCX needs, on
+# every path), for at most a minute.
+dropin_exec() {
+    local path=$1 side=$2 sock=$DROPIN_DIR/s
+    shift 2
+    [[ $path == memcpy ]] || sock=${DROPIN_SOCK[$path.$side]}
+    timeout 60 "$DROPIN_BIN/vrdmactl" --socket "$sock" exec --vm "${DROPIN_VM[$path.$side]}" \
+        --lib "$DROPIN_LIB" -- "$@"
+}
+
+# dropin_ucx PATH OUT ARGS...: ucx_perftest ARGS -f -v on UCP over vrdma's
+# rc_verbs (UCX_TLS=rc_verbs,ud_verbs:aux: UCX 1.13 wires a UCP endpoint on
+# rc_verbs up through ud_verbs), server in the path's server VM, client in its
+# client VM, both through vrdmactl exec, the client once the server listens on
+# its TCP port (127.0.0.1). The client's output goes to OUT, the server's to
+# OUT.srv, and the client's result line (the CSV line after the header that
+# starts with "iterations") to stdout, which is empty unless UCX's log names
+# rc_verbs on vrdma0:1 as the lane of the test's operation (tag or rma) on both
+# sides; then OUT's last line says why.
+dropin_ucx() {
+    local path=$1 out=$2 port=23800 s line="" i
+    shift 2
+    while ss -H -n -a -t "sport = :$port" 2>/dev/null | grep -q .; do port=$((port + 1)); done
+    (
+        export UCX_TLS=rc_verbs,ud_verbs:aux UCX_LOG_LEVEL=info
+        dropin_exec "$path" srv ucx_perftest -p "$port"
+    ) >"$out.srv" 2>&1 &
+    s=$!
+    for ((i = 0; i < 300; i++)); do
+        ss -H -n -l -t "sport = :$port" 2>/dev/null | grep -q . && break
+        kill -0 "$s" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! ss -H -n -l -t "sport = :$port" 2>/dev/null | grep -q .; then
+        echo "the server did not listen on port $port: $(grep -v '^\s*$' "$out.srv" | tail -n1)" >"$out"
+        kill "$s" 2>/dev/null || true
+        wait "$s" 2>/dev/null || true
+        return 0
+    fi
+    (
+        export UCX_TLS=rc_verbs,ud_verbs:aux UCX_LOG_LEVEL=info
+        dropin_exec "$path" cli ucx_perftest 127.0.0.1 -p "$port" "$@" -f -v
+    ) >"$out" 2>&1 || true
+    wait "$s" 2>/dev/null || true
+    line=$(awk -F, '$1 == "iterations" { h = 1; next } h && $1 ~ /^ *[0-9]+ *$/ { l = $0 } END { print l }' "$out")
+    if [[ -n $line ]] && ! { grep -qE 'ep_cfg\[[0-9]+\]: (tag|rma)\(rc_verbs/vrdma0:1' "$out" &&
+        grep -qE 'ep_cfg\[[0-9]+\]: (tag|rma)\(rc_verbs/vrdma0:1' "$out.srv"; }; then
+        echo "UCX's log does not name rc_verbs on vrdma0:1 as the operation's lane" >>"$out"
         line=""
     fi
     echo "$line"

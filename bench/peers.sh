@@ -18,7 +18,7 @@
 #   bench/peers.sh --keep-logs     # keep raw tool output (path printed at exit)
 #
 # Needs: ucx-utils (ucx_perftest), sockperf, iperf3, jq, iproute2 (ss, ip),
-# util-linux (taskset), coreutils (timeout). ~40 s on a quiet box (veth: ~25 s);
+# util-linux (taskset), coreutils (timeout). ~45 s on a quiet box (veth: ~30 s);
 # tests disturbed by other processes are retried (see measure()), so a busy box
 # takes longer.
 # Exit status: 0 all figures measured; 1 some test failed (its figures are null
@@ -93,7 +93,7 @@ DISTURB_PCT=${PEERS_DISTURB_PCT:-10} # foreign CPU (% of one core, averaged over
 QUIET_PCT=10                       # before each attempt, wait for a 0.2 s window below this ...
 QUIET_MAX_S=5                      # ... for at most this long
 DEADLINE_S=${PEERS_DEADLINE_S:-60} # after this many seconds: no more retries or quiet-waiting
-HARD_DEADLINE_S=${PEERS_HARD_DEADLINE_S:-110} # tests not started by then are skipped (failed)
+HARD_DEADLINE_S=${PEERS_HARD_DEADLINE_S:-125} # tests not started by then are skipped (failed)
 PROBE_NEAR_US=0.15                 # probe median below this = "near" vCPU placement
 
 # --- veth mode: network namespaces ------------------------------------------
@@ -533,10 +533,13 @@ fi
 "${SHM_RUN[@]}" ucx_shm_put_bw_64KiB ucx ucx_shm_put_bw_64KiB bw  "$SHM" "" ucp_put_bw  65536    200000  20000  -O 32
 "${SHM_RUN[@]}" ucx_shm_put_bw_1MiB  ucx ucx_shm_put_bw_1MiB  bw  "$SHM" "" ucp_put_bw  1048576  20000   2000   -O 32
 "${SHM_RUN[@]}" ucx_shm_put_bw_64MiB ucx ucx_shm_put_bw_64MiB bw  "$SHM" "" ucp_put_bw  67108864 200     20     -O 32
+"${SHM_RUN[@]}" ucx_shm_tag_bw_64KiB ucx ucx_shm_tag_bw_64KiB bw  "$SHM" "" tag_bw      65536    100000  10000  -O 32
 "${SHM_RUN[@]}" ucx_shm_tag_bw_1MiB  ucx ucx_shm_tag_bw_1MiB  bw  "$SHM" "" tag_bw      1048576  10000   1000   -O 32
 # UCX over TCP, restricted to lo (loopback) or the namespaces' eth0 (veth).
 measure ucx_tcp_tag_lat_8B   ucx ucx_tcp_tag_lat_8B   lat "$TCP" "$TCP_DEV" tag_lat     8        100000  10000
+measure ucx_tcp_tag_bw_64KiB ucx ucx_tcp_tag_bw_64KiB bw  "$TCP" "$TCP_DEV" tag_bw      65536    20000   2000   -O 32
 measure ucx_tcp_tag_bw_1MiB  ucx ucx_tcp_tag_bw_1MiB  bw  "$TCP" "$TCP_DEV" tag_bw      1048576  4000    400    -O 32
+measure ucx_tcp_put_bw_64KiB ucx ucx_tcp_put_bw_64KiB bw  "$TCP" "$TCP_DEV" ucp_put_bw  65536    10000   1000   -O 32
 measure ucx_tcp_put_bw_1MiB  ucx ucx_tcp_put_bw_1MiB  bw  "$TCP" "$TCP_DEV" ucp_put_bw  1048576  1000    100    -O 32
 # Kernel sockets.
 measure "sockperf_udp_pp_${SP}B" sockperf_pp "sockperf_udp_pp_${SP}B" udp
@@ -573,9 +576,12 @@ bw_row  "ucx posix,self" ucp_put_bw  "4 KiB"  ucx_shm_put_bw_4KiB
 bw_row  "ucx posix,self" ucp_put_bw  "64 KiB" ucx_shm_put_bw_64KiB
 bw_row  "ucx posix,self" ucp_put_bw  "1 MiB"  ucx_shm_put_bw_1MiB
 bw_row  "ucx posix,self" ucp_put_bw  "64 MiB" ucx_shm_put_bw_64MiB
+bw_row  "ucx posix,self" tag_bw      "64 KiB" ucx_shm_tag_bw_64KiB
 bw_row  "ucx posix,self" tag_bw      "1 MiB"  ucx_shm_tag_bw_1MiB
 lat_row "ucx tcp ($TCP_DEV)" tag_lat   "8 B"    ucx_tcp_tag_lat_8B
+bw_row  "ucx tcp ($TCP_DEV)" tag_bw    "64 KiB" ucx_tcp_tag_bw_64KiB
 bw_row  "ucx tcp ($TCP_DEV)" tag_bw    "1 MiB"  ucx_tcp_tag_bw_1MiB
+bw_row  "ucx tcp ($TCP_DEV)" ucp_put_bw "64 KiB" ucx_tcp_put_bw_64KiB
 bw_row  "ucx tcp ($TCP_DEV)" ucp_put_bw "1 MiB" ucx_tcp_put_bw_1MiB
 lat_row "sockperf udp"   ping-pong   "$SP B"  "sockperf_udp_pp_${SP}B"
 lat_row "sockperf tcp"   ping-pong   "$SP B"  "sockperf_tcp_pp_${SP}B"

@@ -26,6 +26,7 @@ type Data struct {
 	Sweep    map[string]map[int]float64
 	Drop     []DropResult // perftest on the drop-in, perftest/rN/*.txt, and the Go library beside it, perftest/rN/golib/*.txt
 	Peers    []PeersRound // bench/peers.sh --json, peers/rN.json
+	UCX      []UCXResult  // ucx_perftest on UCP over vrdma's rc_verbs, ucx/rN/*.txt
 	Copy     []CopyResult // BenchmarkCopy*, copy/rN.txt
 	// The tcp and rdma paths between two host agents: go test -bench
 	// 'Benchmark(TCP|RDMA)…' ./internal/perf, paths/bench.txt, and the
@@ -104,6 +105,16 @@ const (
 	LibC  = "C"  // unmodified perftest on the drop-in libibverbs
 	LibGo = "Go" // vrdmactl perf, the Go library, in two processes as perftest
 )
+
+// UCXResult is one ucx_perftest run on UCP over vrdma's rc_verbs between
+// two VMs of a path (UCX_TLS=rc_verbs,ud_verbs:aux, through vrdmactl exec).
+type UCXResult struct {
+	Path, Test string // tag_lat, tag_bw, ucp_put_bw
+	Size       int
+	Round      int
+	Lat        float64 // the median latency, one way, µs (UCX's 50.0_percentile_lat); NaN for a bandwidth test
+	BW         float64 // the whole run's bandwidth, MiB/s (UCX's overall_bw)
+}
 
 // PeersRound is one bench/peers.sh --json run.
 type PeersRound struct {
@@ -219,6 +230,13 @@ func Load(dir string) (*Data, error) {
 		}
 		r.Lib = LibGo
 		d.Drop = append(d.Drop, r)
+	}
+	for _, f := range glob(dir, "ucx", "r*", "*.txt") {
+		r, err := loadUCXRun(f, roundOf(filepath.Base(filepath.Dir(f))))
+		if err != nil {
+			return nil, err
+		}
+		d.UCX = append(d.UCX, r)
 	}
 	for _, f := range glob(dir, "peers", "r*.json") {
 		p, err := loadPeers(f, roundOf(filepath.Base(f)))
@@ -439,6 +457,56 @@ func loadUCX(file string) (float64, error) {
 		return 0, fmt.Errorf("%s: no overall_bw figure in ucx_perftest's output", file)
 	}
 	return bw, nil
+}
+
+// loadUCXRun reads a ucx_perftest client's -f -v output saved as
+// PATH.TEST.SIZE.txt: the CSV header line that starts with "iterations",
+// then the result line (UCX's log lines between them are skipped). The
+// latency is the median column (50.0_percentile_lat, or typical_lat in
+// other UCX versions), the bandwidth overall_bw.
+func loadUCXRun(file string, round int) (UCXResult, error) {
+	name := strings.Split(strings.TrimSuffix(filepath.Base(file), ".txt"), ".")
+	if len(name) != 3 || !isInt(name[2]) {
+		return UCXResult{}, fmt.Errorf("%s: not named PATH.TEST.SIZE.txt", file)
+	}
+	r := UCXResult{Path: name[0], Test: name[1], Round: round, Lat: math.NaN(), BW: math.NaN()}
+	r.Size, _ = strconv.Atoi(name[2])
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return r, err
+	}
+	lat, bw := -1, -1
+	found := false
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Split(strings.TrimSpace(l), ",")
+		if f[0] == "iterations" {
+			for i, c := range f {
+				switch c = strings.TrimSpace(c); {
+				case strings.HasSuffix(c, "percentile_lat") || c == "typical_lat":
+					lat = i
+				case c == "overall_bw":
+					bw = i
+				}
+			}
+			continue
+		}
+		if !isInt(f[0]) || lat < 0 || bw < 0 || len(f) <= max(lat, bw) {
+			continue
+		}
+		lv, err1 := strconv.ParseFloat(strings.TrimSpace(f[lat]), 64)
+		bv, err2 := strconv.ParseFloat(strings.TrimSpace(f[bw]), 64)
+		if err1 != nil || err2 != nil {
+			return r, fmt.Errorf("%s: malformed ucx_perftest result line %q", file, l)
+		}
+		r.Lat, r.BW, found = lv, bv, true
+	}
+	if !found {
+		return r, fmt.Errorf("%s: no ucx_perftest result line (-f -v)", file)
+	}
+	if !strings.HasSuffix(r.Test, "_lat") {
+		r.Lat = math.NaN()
+	}
+	return r, nil
 }
 
 // loadPerftest reads a perftest client's output saved as

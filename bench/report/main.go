@@ -1,6 +1,7 @@
 // Command report writes docs/BENCHMARKS.md from the raw results bench/run
 // collected: issue 14's target table computed from the run's figures,
-// vrdma beside its peers on each path, the rdma path beside the tcp path
+// vrdma beside its peers on each path, UCX over vrdma's rc_verbs beside
+// UCX's tcp and posix, the rdma path beside the tcp path
 // between two host agents, the bandwidth chart (drawn with gnuplot into
 // benchmarks-bw.png), doorbell against async mode, scale, what bounds each
 // missed target (bench/analysis/ID.md, and a profile when bench/run took
@@ -13,7 +14,9 @@
 // packages.txt, commands.txt, errors.txt; go/rN/*.json and scale/*.json
 // (vrdmactl perf --out_json_file); sweep/vrdma-PATH.json (vrdmactl perf -a)
 // and sweep/ucx-SERIES.SIZE.txt (ucx_perftest -f -v); perftest/rN/
-// PATH.PROGRAM.SIZE.txt (a perftest client's output); peers/rN.json and
+// PATH.PROGRAM.SIZE.txt (a perftest client's output); ucx/rN/
+// PATH.TEST.SIZE.txt (ucx_perftest -f -v over vrdma's rc_verbs, the client's
+// output); peers/rN.json and
 // rN.txt (bench/peers.sh); copy/rN.txt (go test -bench BenchmarkCopy);
 // paths/bench.txt (go test -bench 'Benchmark(TCP|RDMA)…' -v, every -count
 // repetition); profile/ID.txt and ID.cmd (perf report). A missing part is

@@ -76,7 +76,8 @@ func (w *writer) l(s ...string)             { w.WriteString(strings.Join(s, "") 
 
 // Render writes the document: what it is and the command that made it,
 // issue 14's target table, a table per path, the C drop-in beside the Go
-// library (issue 11's targets), the rdma path beside the tcp path between
+// library (issue 11's targets), UCX over vrdma's rc_verbs beside UCX's own
+// tcp and posix (issue 32's), the rdma path beside the tcp path between
 // two host agents, the chart, modes, scale, what
 // bounds the misses (from analysisDir's hand-kept files), the commands and
 // the peers' raw output.
@@ -88,6 +89,7 @@ func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string
 		renderPath(w, d, p)
 	}
 	renderDropin(w, d)
+	renderUCX(w, d)
 	renderHosts(w, d)
 	renderChart(w, chart)
 	renderModes(w, d)
@@ -176,8 +178,9 @@ func renderPath(w *writer, d *Data, path string) {
 			" drop-in between vm1 and vm3 of `vrdmactl quickstart --keep`. Peers: UCX over TCP on `lo`.")
 	case "rdma":
 		w.l("The software RoCEv2 engine between two host agents (`vrdmactl perf --local --path rdma`), and perftest",
-			" on the drop-in between vm4 and vm5 of `vrdmactl quickstart --keep`. No UCX transport runs over this",
-			" engine: the peers are UCX's over TCP on `lo`, as for the tcp path.")
+			" on the drop-in between vm4 and vm5 of `vrdmactl quickstart --keep`. None of UCX's own transports runs",
+			" over this engine (UCX's `rc_verbs` over it is [below](#ucx-over-vrdmas-rc_verbs-beside-ucxs-tcp-and-posix)):",
+			" the peers are UCX's over TCP on `lo`, as for the tcp path.")
 	}
 	w.l()
 	w.l("| figure | Go library (`vrdmactl perf`) | agents' CPU, µs per op | C drop-in (perftest) | peer | peer's figure | Go / peer |")
@@ -300,6 +303,111 @@ func renderDropin(w *writer, d *Data) {
 		}
 	}
 	w.l()
+}
+
+// ucxTest is one of the tables of UCX over vrdma's rc_verbs: a ucx_perftest
+// test on UCP at a size, and bench/peers.sh's figures of the same test over
+// UCX's own tcp (on lo) and posix (shared memory) transports.
+type ucxTest struct {
+	Test     string
+	Size     int
+	Metric   Metric // Lat or BW
+	TCP, Shm string // bench/peers.sh figure keys
+}
+
+var ucxTests = []ucxTest{
+	{"tag_lat", 8, Lat, "ucx_tcp_tag_lat_8B_median_us", "ucx_shm_tag_lat_8B_median_us"},
+	{"tag_bw", 65536, BW, "ucx_tcp_tag_bw_64KiB_MiBps", "ucx_shm_tag_bw_64KiB_MiBps"},
+	{"tag_bw", MiB, BW, "ucx_tcp_tag_bw_1MiB_MiBps", "ucx_shm_tag_bw_1MiB_MiBps"},
+	{"ucp_put_bw", 65536, BW, "ucx_tcp_put_bw_64KiB_MiBps", "ucx_shm_put_bw_64KiB_MiBps"},
+	{"ucp_put_bw", MiB, BW, "ucx_tcp_put_bw_1MiB_MiBps", "ucx_shm_put_bw_1MiB_MiBps"},
+}
+
+// ucxErr starts the lines bench/run writes to errors.txt about ucx_perftest
+// over vrdma's rc_verbs (ucx/rN/*.txt).
+const ucxErr = "ucx_perftest over vrdma rc_verbs"
+
+// ucxRounds is a figure of ucx_perftest over vrdma's rc_verbs by round: the
+// median latency (m Lat) or the bandwidth (BW).
+func (d *Data) ucxRounds(path, test string, size int, m Metric) map[int]float64 {
+	out := map[int]float64{}
+	for _, r := range d.UCX {
+		v := r.BW
+		if m == Lat {
+			v = r.Lat
+		}
+		if r.Path == path && r.Test == test && r.Size == size && !math.IsNaN(v) {
+			out[r.Round] = v
+		}
+	}
+	return out
+}
+
+// renderUCX is issue 32's benchmark: unmodified ucx_perftest on UCP over
+// vrdma's rc_verbs between two VMs of each path, beside the same test over
+// UCX's own tcp and posix transports on the host (bench/peers.sh), in the same
+// rounds; a table per test, and what failed.
+func renderUCX(w *writer, d *Data) {
+	w.l("## UCX over vrdma's rc_verbs beside UCX's tcp and posix")
+	w.l()
+	w.l("Issue 32's benchmark: unmodified `ucx_perftest` (Debian's UCX) on UCP with",
+		" `UCX_TLS=rc_verbs,ud_verbs:aux` (UCP wires its `rc_verbs` endpoint up through `ud_verbs`), server and",
+		" client each a workload of a VM through `vrdmactl exec` on the drop-in, between the same VMs as perftest",
+		" above (256 MiB of guest memory each), UCX's log naming `rc_verbs` on `vrdma0:1` as the operation's lane;",
+		" unpinned, as the agents need the cores too. Beside it, in the same rounds, the same test over UCX's own",
+		" transports on the host (`bench/peers.sh`: `tcp` on `lo`, `posix,self` shared memory; server and client",
+		" pinned to cores 0 and 1). Latency is the median, one way; bandwidth the whole run's (`overall_bw`), 32",
+		" outstanding. vrdma / peer is the ratio of the medians, the per-round ratios in brackets.")
+	w.l()
+	pkg := ""
+	if v := d.Packages["ucx-utils"]; v != "" {
+		pkg = ", `ucx-utils` " + v
+	}
+	w.f("Machine: %s, %s vCPUs%s.\n\n", orNot(d.Machine.Model), orNot(d.Machine.CPUs), pkg)
+	for _, t := range ucxTests {
+		tcp, shm := d.peerRounds(t.TCP), d.peerRounds(t.Shm)
+		shmLabel := "UCX posix"
+		if pl := d.placement(t.Shm); pl != "" {
+			shmLabel += " (" + pl + ")"
+		}
+		what := "bandwidth"
+		if t.Metric == Lat {
+			what = "median latency, one way"
+		}
+		w.f("### `%s` %s, %s, %s\n\n", t.Test, sizeName(t.Size), what, t.Metric.Unit())
+		w.f("| path | vrdma `rc_verbs` | UCX tcp | vrdma / UCX tcp | %s | vrdma / UCX posix |\n", shmLabel)
+		w.l("|---|---|---|---|---|---|")
+		for _, p := range Paths {
+			v := d.ucxRounds(p, t.Test, t.Size, t.Metric)
+			rt, _ := compare(v, tcp, 1, t.Metric != Lat)
+			rs, _ := compare(v, shm, 1, t.Metric != Lat)
+			w.f("| %s | %s | %s | %s | %s | %s |\n", p, values(v), values(tcp), rt, values(shm), rs)
+		}
+		w.l()
+	}
+	var why []string
+	for _, e := range d.Errors {
+		if strings.HasPrefix(e, ucxErr) {
+			why = append(why, e)
+		}
+	}
+	for _, p := range d.Peers {
+		for _, e := range p.Errors {
+			for _, t := range ucxTests {
+				for _, k := range []string{t.TCP, t.Shm} {
+					if id := strings.TrimSuffix(strings.TrimSuffix(k, "_MiBps"), "_median_us"); strings.HasPrefix(e, id+":") {
+						why = append(why, fmt.Sprintf("bench/peers.sh, round %d: %s", p.Round, e))
+					}
+				}
+			}
+		}
+	}
+	for _, s := range slices.Compact(why) {
+		w.f("- %s\n", strings.ReplaceAll(s, "|", "\\|"))
+	}
+	if len(why) > 0 {
+		w.l()
+	}
 }
 
 // hostRow is a line of the table of the paths between two host agents: a

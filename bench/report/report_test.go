@@ -11,7 +11,9 @@ import (
 // The fixture testdata/run is a trimmed work directory of a real
 // `bench/run --quick --profile` (one round); its paths/bench.txt is the real
 // output of the full run's four `go test -bench 'Benchmark(TCP|RDMA)…' -v`
-// commands, as root, with -count 1.
+// commands, as root, with -count 1. Its ucx/r1 is the real output of
+// bench/run's ucx_perftest step over vrdma's rc_verbs run alone on the memcpy
+// path with small counts (tag_lat 8 B -n 200, ucp_put_bw 64 KiB -n 100).
 const fixture = "testdata/run"
 
 func loadFixture(t *testing.T) *Data {
@@ -113,6 +115,17 @@ func TestLoadFixture(t *testing.T) {
 	}
 	if g := d.dropRounds(LibGo, "tcp", "ib_send_bw", 8, Rate); len(g) != 0 {
 		t.Errorf("Go library send_bw over tcp = %v, want none (no such file)", g)
+	}
+	// ucx_perftest over vrdma's rc_verbs: the median latency and overall_bw
+	// columns by name, UCX's log lines between the header and the result skipped.
+	if l := d.ucxRounds("memcpy", "tag_lat", 8, Lat); len(l) != 1 || l[1] != 53.235 {
+		t.Errorf("UCX rc_verbs tag_lat 8 B over memcpy = %v, want round 1: 53.235", l)
+	}
+	if b := d.ucxRounds("memcpy", "ucp_put_bw", 65536, BW); len(b) != 1 || b[1] != 13016.09 {
+		t.Errorf("UCX rc_verbs ucp_put_bw 64 KiB over memcpy = %v, want round 1: 13016.09", b)
+	}
+	if l := d.ucxRounds("memcpy", "ucp_put_bw", 65536, Lat); len(l) != 0 {
+		t.Errorf("a bandwidth test has a latency: %v", l)
 	}
 	// bench/peers.sh, with its placement; the sweep (vrdmactl perf -a, ucx_perftest).
 	if p := d.peerRounds("ucx_tcp_tag_bw_1MiB_MiBps"); p[1] != 4831.92 {
@@ -378,6 +391,69 @@ func TestTargetMetAndMissed(t *testing.T) {
 	}
 }
 
+// TestRenderUCX: issue 32's section over two rounds, with a failed run and a
+// failed peer: each test's table has every path, vrdma's median and range,
+// the peers' figures of the same rounds and the ratios of the medians with
+// the per-round ranges; what failed is listed, and nothing else.
+func TestRenderUCX(t *testing.T) {
+	nan := math.NaN()
+	d := &Data{
+		Machine:  Machine{Model: "AMD EPYC", CPUs: "2"},
+		Packages: map[string]string{"ucx-utils": "1.13.1-1"},
+		UCX: []UCXResult{
+			{Path: "memcpy", Test: "tag_lat", Size: 8, Round: 1, Lat: 10, BW: 0.7},
+			{Path: "memcpy", Test: "tag_lat", Size: 8, Round: 2, Lat: 12, BW: 0.6},
+			{Path: "tcp", Test: "tag_bw", Size: MiB, Round: 1, Lat: nan, BW: 1000},
+			{Path: "tcp", Test: "tag_bw", Size: MiB, Round: 2, Lat: nan, BW: 3000},
+		},
+		Peers: []PeersRound{
+			{Round: 1, Figures: map[string]float64{"ucx_tcp_tag_lat_8B_median_us": 20, "ucx_shm_tag_lat_8B_median_us": 0.5,
+				"ucx_tcp_tag_bw_1MiB_MiBps": 2000}, Placement: map[string]string{"ucx_shm_tag_lat_8B": "near"}},
+			{Round: 2, Figures: map[string]float64{"ucx_tcp_tag_lat_8B_median_us": 30, "ucx_shm_tag_lat_8B_median_us": 0.5,
+				"ucx_tcp_tag_bw_1MiB_MiBps": 2000}, Placement: map[string]string{"ucx_shm_tag_lat_8B": "far"},
+				Errors: []string{"ucx_shm_tag_bw_1MiB: ucx_perftest client timed out after 12s (box busy?)", "iperf3_tcp: unparsable iperf3 JSON"}},
+		},
+		Errors: []string{
+			"ucx_perftest over vrdma rc_verbs: ucp_put_bw -s 65536 over rdma: no result (UCX  ERROR a | b)",
+			"perftest, round 1: the VMs did not start: quickstart",
+		},
+	}
+	w := &writer{}
+	renderUCX(w, d)
+	doc := w.String()
+	for _, want := range []string{
+		"## UCX over vrdma's rc_verbs beside UCX's tcp and posix\n",
+		"Machine: AMD EPYC, 2 vCPUs, `ucx-utils` 1.13.1-1.\n",
+		"### `tag_lat` 8 B, median latency, one way, µs\n\n" +
+			"| path | vrdma `rc_verbs` | UCX tcp | vrdma / UCX tcp | UCX posix (far, near) | vrdma / UCX posix |\n" +
+			"|---|---|---|---|---|---|\n" +
+			// 11 / 25 = 0.44, per round 10/20 = 0.5 and 12/30 = 0.4; 11 / 0.5 = 22, per round 20 and 24
+			"| memcpy | 11.0 (10.0 – 12.0) | 25.0 (20.0 – 30.0) | 0.44 (0.40 – 0.50) | 0.5 | 22 (20 – 24) |\n" +
+			"| tcp | not measured | 25.0 (20.0 – 30.0) | — | 0.5 | — |\n" +
+			"| rdma | not measured | 25.0 (20.0 – 30.0) | — | 0.5 | — |\n",
+		// 2,000 / 2,000 = 1.00, per round 0.5 and 1.5; posix not measured
+		"| tcp | 2,000 (1,000 – 3,000) | 2,000 | 1.00 (0.50 – 1.50) | not measured | — |\n",
+		"### `ucp_put_bw` 1 MiB, bandwidth, MiB/s\n",
+		"- ucx_perftest over vrdma rc_verbs: ucp_put_bw -s 65536 over rdma: no result (UCX  ERROR a \\| b)\n", // | escaped
+		"- bench/peers.sh, round 2: ucx_shm_tag_bw_1MiB: ucx_perftest client timed out after 12s (box busy?)\n",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the section lacks %q:\n%s", want, doc)
+		}
+	}
+	for _, other := range []string{"perftest, round 1", "iperf3"} {
+		if strings.Contains(doc, other) {
+			t.Errorf("the section lists a failure of another step (%q)", other)
+		}
+	}
+	if n := strings.Count(doc, "\n### "); n != len(ucxTests) {
+		t.Errorf("%d tables, want %d", n, len(ucxTests))
+	}
+	if n := strings.Count(doc, "\n| memcpy | "); n != len(ucxTests) {
+		t.Errorf("%d memcpy rows, want one per table (%d)", n, len(ucxTests))
+	}
+}
+
 func TestRenderFixture(t *testing.T) {
 	d := loadFixture(t)
 	outcomes := Evaluate(d)
@@ -413,6 +489,15 @@ func TestRenderFixture(t *testing.T) {
 		"| memcpy | `ib_write_lat` 8 B, µs | 7.17 | 21.8 | 0.33 | ≤ 1.1 | met |",
 		"| tcp | `ib_send_bw` 8 B, Mpps | 0.14 | not measured | — | ≥ 0.9 | not measured |",
 		"| rdma | `ib_write_bw` 1 MiB, MiB/s | not measured | not measured | — | — | — (not one of issue 11's) |",
+		// issue 32's: UCX over vrdma's rc_verbs beside UCX's tcp and posix
+		"## UCX over vrdma's rc_verbs beside UCX's tcp and posix",
+		"Machine: AMD EPYC, 2 vCPUs, `ucx-utils` 1.13.1-1.",
+		"### `tag_lat` 8 B, median latency, one way, µs\n",
+		"| memcpy | 53.2 | 7.55 | 7.05 | 0.511 | 104 |", // 53.235 / 7.55, 53.235 / 0.511
+		"### `ucp_put_bw` 64 KiB, bandwidth, MiB/s\n",
+		"| path | vrdma `rc_verbs` | UCX tcp | vrdma / UCX tcp | UCX posix (far) | vrdma / UCX posix |",
+		"| memcpy | 13,016 | not measured | — | 76,085 | 0.17 |", // no UCX tcp 64 KiB in the fixture
+		"| rdma | not measured | not measured | — | 76,085 | — |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q", want)
@@ -429,7 +514,8 @@ func TestRenderFixture(t *testing.T) {
 	// The sections in the order the issue asks for.
 	last := -1
 	for _, h := range []string{"## Issue 14's targets", "## The memcpy path", "## The tcp path", "## The rdma path\n",
-		"## The C drop-in beside the Go library", "## The rdma path beside the tcp path, between two host agents", "## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
+		"## The C drop-in beside the Go library", "## UCX over vrdma's rc_verbs beside UCX's tcp and posix",
+		"## The rdma path beside the tcp path, between two host agents", "## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
 		"## Commands", "## Appendix", "### lscpu"} {
 		i := strings.Index(doc, h)
 		if i < last {
@@ -463,6 +549,8 @@ func TestMissingInputs(t *testing.T) {
 		"Not measured yet:", // scale
 		"No target was missed in this run.",
 		"| `write_bw` 1 MiB, MiB/s | not measured | not measured | — | not measured | not measured | — | not measured |",
+		"Machine: unknown, unknown vCPUs.",
+		"| rdma | not measured | not measured | — | not measured | — |",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the document lacks %q", want)
@@ -490,6 +578,8 @@ func TestMalformedInput(t *testing.T) {
 		{"meta.json", `{"rounds": "three"}`},
 		{filepath.Join("sweep", "ucx-shm.4096.txt"), "ucx_perftest: connection refused\n"},
 		{filepath.Join("perftest", "r1", "memcpy.ib_write_lat.8.txt"), "Couldn't connect to localhost:18515\n"},
+		{filepath.Join("ucx", "r1", "memcpy.tag_lat.8.txt"), "[1796572059.742146] [vm:20138:0] UCX  ERROR no such device\n"},
+		{filepath.Join("ucx", "r1", "memcpy.tag_lat.8.txt"), "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw\n200,fast,1,1,1,1\n"},
 		{filepath.Join("paths", "bench.txt"), "go: updates to go.mod needed\n"},
 		{filepath.Join("paths", "bench.txt"), "BenchmarkTCPSendRate/8B/loopback-2 \t 50000\t 5262 ns/op\t 1.52 MB/s\t 0.2238\n"},
 	} {
