@@ -18,6 +18,10 @@ var manual = map[string]manualPage{
   vrdmactl doctor                         # check this host
   vrdmactl status -o json                 # the agent's VMs and QPs
   source <(vrdmactl completion bash)      # tab completion in this shell`},
+	"vrdmactl switch delete": {example: `  vrdmactl portgroup delete dvportgroup-10   # its port groups first
+  vrdmactl switch delete dvs1`},
+	"vrdmactl portgroup delete": {example: `  vrdmactl vm power-off web                  # a VM's adapter on it: power the VM off first
+  vrdmactl portgroup delete dvportgroup-10`},
 	"vrdmactl devinfo": {example: `  vrdmactl devinfo --vm vm1
   vrdmactl devinfo --vm vm1 -v            # with the device limits (max_qp, max_mr, ...)
   vrdmactl devinfo --vm vm1 -o json`},

@@ -74,7 +74,7 @@ func TestUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--no-such-flag"},
 		{"no-such-command"},
-		{"-o", "yaml", "status"},
+		{"-o", "xml", "status"},
 		{"vm", "define", "onlyname"},
 		{"devinfo"},
 		{"perf"},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
@@ -140,6 +141,10 @@ hosts sent each other during the run); with -a the per-size results are in
 		},
 		ValidArgs: perfTestNames(),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			switch o.output {
+			case "text", "json", "yaml":
+				a.output, o.output = o.output, ""
+			}
 			o.outJSON = o.outJSON || a.json()
 			if !o.local {
 				if err := o.check(); err != nil {
@@ -179,7 +184,9 @@ hosts sent each other during the run); with -a the per-size results are in
 	f.IntVarP(&o.qps, "qp", "q", 1, "BW tests: QP pairs, each with -t work requests outstanding (figures are their sum)")
 	f.IntVarP(&o.mtu, "mtu", "m", 0, "path MTU (256 … 4096): connect the QPs out of band with it (or the ports' active MTU if smaller) instead of through rdma_cm")
 	f.BoolVarP(&o.noPeak, "noPeak", "N", false, "BW tests: leave the BW peak out")
-	f.StringVar(&o.output, "output", "", "print only this figure, one line per size: bandwidth (BW average), message_rate or latency (the average)")
+	// perftest's --output names a figure, vrdmactl's -o a format: this
+	// one flag, which shadows the global one, takes both.
+	f.StringVarP(&o.output, "output", "o", "", "print only this figure, one line per size: bandwidth (BW average), message_rate or latency (the average), as perftest's --output; or the output format, text, json or yaml, as every vrdmactl command's -o")
 	f.IntVarP(&o.gidIndex, "gid-index", "x", 0, "perftest's GID index: accepted, means nothing here (rdma_cm picks the GID from the address)")
 	f.BoolVarP(&o.cpuFreq, "CPU-freq", "F", false, "perftest's: accepted, means nothing here (no CPU frequency is checked)")
 	f.BoolVarP(&o.rdma, "rdma_cm", "R", false, "connect the QPs through rdma_cm: what perf does without -m")
@@ -244,7 +251,7 @@ func (o *perfOptions) check() error {
 	case o.gidIndex < 0:
 		return usageErrorf("perf: -x %d: a GID index is 0 or more", o.gidIndex)
 	case o.output != "" && o.output != "bandwidth" && o.output != "message_rate" && o.output != "latency":
-		return usageErrorf("perf: --output=%s: want bandwidth, message_rate or latency", o.output)
+		return usageErrorf("perf: --output=%s: want bandwidth, message_rate or latency (perftest's), or text, json or yaml", o.output)
 	case o.output == "latency" && !o.test.Latency(), o.output != "" && o.output != "latency" && o.test.Latency():
 		return usageErrorf("perf: --output=%s does not go with %s: latency for the _lat tests, bandwidth or message_rate for the _bw ones", o.output, o.test)
 	case o.noPeak && o.test.Latency():
@@ -639,10 +646,17 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	return nil
 }
 
-// writeReport writes the JSON report b to stdout (--out_json) and to
-// --out_json_file.
+// writeReport writes the JSON report b to stdout (--out_json; as YAML
+// with -o yaml) and to --out_json_file.
 func (a *app) writeReport(o perfOptions, b []byte) error {
-	if o.outJSON {
+	switch {
+	case o.outJSON && a.output == "yaml":
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		a.stdout.Write(append([]byte("---\n"), y...))
+	case o.outJSON:
 		a.stdout.Write(b)
 	}
 	if o.outJSONFile != "" {

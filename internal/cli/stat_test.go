@@ -112,6 +112,11 @@ func TestOutputYAML(t *testing.T) {
 	if len(fromYAML) != len(j) || fromYAML["vms"] == nil {
 		t.Fatalf("status -o yaml has fields %v, -o json %v", keys(fromYAML), keys(j))
 	}
+	isolate(t)
+	y = runOK(t, "perf", "write_bw", "--local", "-s", "64", "-n", "100", "-o", "yaml")
+	if err := yaml.Unmarshal([]byte(y), &fromYAML); err != nil || fromYAML["BW_average"] == nil {
+		t.Fatalf("perf -o yaml: %v\n%s", err, y)
+	}
 	if _, errs, code := run(t, "", "-o", "xml", "version"); code != exitUsage || !strings.Contains(errs, "text, json or yaml") {
 		t.Fatalf("-o xml: exit %d, %s", code, errs)
 	}
