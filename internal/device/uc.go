@@ -1,7 +1,7 @@
 package device
 
-// Unreliable connected QPs (IBTA vol. 1, 9.8; rxe's IB_QPT_UC). A UC QP
-// is an RC QP without its reliability: the same state machine with fewer
+// Unreliable connected QPs (IBTA vol. 1's unreliable connected service;
+// rxe's IB_QPT_UC). A UC QP is an RC QP without its reliability: the same state machine with fewer
 // attributes (ucTransition), SEND and RDMA WRITE with and without
 // immediate and nothing else (ucRefuse), no ACK, no NAK, no
 // retransmission. Its requester completes a work request once its packets
