@@ -1,18 +1,19 @@
 package device
 
-// Unreliable connected QPs (IBTA vol. 1, 9.8; rxe's IB_QPT_UC). A UC QP
-// is an RC QP without its reliability: the same state machine with fewer
-// attributes (ucTransition), SEND and RDMA WRITE with and without
-// immediate and nothing else (ucRefuse), no ACK, no NAK, no
-// retransmission. Its requester completes a work request once its packets
-// left (the paths' UC mode, and the RC requester engine's); its responder
-// is the RC responder with every refusal turned into a silent drop of the
-// message (checkUC): no RNR NAK for a SEND with no receive posted, no
-// error NAK and no move to ERR for a bad rkey or a receive too small —
-// the message is dropped and the QP goes on, as rxe's classes D and E do
-// for UC. A receive WQE that is malformed (a bad SGE) fails the QP as on
-// RC (class A). The paths drop a message a lost packet broke, whole: the
-// responder abandons it (Message.Abandon), leaving its receive posted.
+// Unreliable connected QPs (IBTA vol. 1's unreliable connected service;
+// rxe's IB_QPT_UC). A UC QP is an RC QP without its reliability: the same
+// state machine with fewer attributes (ucTransition), SEND and RDMA WRITE
+// with and without immediate and nothing else (ucRefuse), no ACK, no NAK,
+// no retransmission. Its requester completes a work request once its
+// packets left (the paths' UC mode, and the RC requester engine's); its
+// responder is the RC responder with every refusal turned into a silent
+// drop of the message (checkUC): no RNR NAK for a SEND with no receive
+// posted, no error NAK and no move to ERR for a bad rkey or a receive too
+// small — the message is dropped and the QP goes on, as rxe's classes D
+// and E do for UC. A receive WQE that is malformed (a bad SGE) fails the
+// QP as on RC (class A). The paths drop a message a lost packet broke,
+// whole: the responder abandons it (Message.Abandon), leaving its receive
+// posted.
 
 import (
 	"github.com/vrdma/vrdma/internal/abi"

@@ -20,10 +20,11 @@ import (
 // over memcpy (two VMs of one agent), tcp (two hosts), rdma RoCE v2 and
 // rdma RoCE v1 (two hosts with software RoCE uplinks; v1 in network
 // namespaces, as root): busy-polling and with completion events (-e),
-// messages of one packet and of four (the path MTU 1024). Each side must
-// report the bytes and iterations asked for, no invalid data and nothing
-// on stderr; on tcp and rdma the bytes must have crossed that path (on
-// rdma as UC packets, which TestEngineWireUC decodes with tshark).
+// messages of one packet, of four and of 1024 (the path MTU 1024). Each
+// side must report the bytes and iterations asked for, no invalid data
+// and nothing on stderr; on tcp and rdma the bytes must have crossed
+// that path (on rdma as UC packets, which TestEngineWireUC decodes with
+// tshark).
 func TestMiddlewareUCPingpong(t *testing.T) {
 	lib := Build(t)
 	NeedProgram(t, "/usr/bin/ibv_uc_pingpong", "ibverbs-utils")
@@ -54,7 +55,7 @@ func TestMiddlewareUCPingpong(t *testing.T) {
 			for _, run := range []struct {
 				size  int
 				extra []string
-			}{{4096, nil}, {4096, []string{"-e"}}, {64, nil}} {
+			}{{4096, nil}, {4096, []string{"-e"}}, {64, nil}, {1 << 20, nil}} {
 				port := freePort(t)
 				args := append([]string{"-g", "0", "-c", "-d", "vrdma0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(iters), "-s", fmt.Sprint(run.size)}, run.extra...)
 				srv, cli := runPair(t, lib, sockA, sockB, "/usr/bin/ibv_uc_pingpong", args, port)

@@ -112,11 +112,12 @@ func (m *path) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 	}
 }
 
-// Bound makes m a device.Binding: p is bound to the memcpy path, of m's
-// QP's transport (RC, UC), and connected to m's QP. A QP bound to another path (tcp, rdma) takes
-// requests only from that path's responder, even from a QP of this host
-// whose number and GID are the ones it was connected to (a GID that
-// moved here from another host, a QPN that came round again).
+// Bound makes m a device.Binding: p is bound to the memcpy path, is of
+// m's QP's transport (RC, UC), and is connected to m's QP. A QP bound to
+// another path (tcp, rdma) takes requests only from that path's
+// responder, even from a QP of this host whose number and GID are the
+// ones it was connected to (a GID that moved here from another host, a
+// QPN that came round again).
 func (m *path) Bound(p device.Target) bool {
 	if _, ok := p.BoundPath().(*path); !ok || (p.Type() == abi.QPTypeUC) != m.uc {
 		return false

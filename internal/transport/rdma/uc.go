@@ -1,8 +1,8 @@
 package rdma
 
-// The responder of a UC QP (IBTA vol. 1, 9.8; rxe's check_psn and
-// check_op_seq for IB_QPT_UC), run by the engine's reader as serve is. It
-// answers nothing: no ACK, no NAK. A packet behind the expected PSN came
+// The responder of a UC QP (IBTA vol. 1's unreliable connected service;
+// rxe's check_psn and check_op_seq for IB_QPT_UC), run by the engine's
+// reader as serve is. It answers nothing: no ACK, no NAK. A packet behind the expected PSN came
 // twice or late and is dropped. A packet ahead of it means packets were
 // lost: the message in progress is dropped whole (its receive stays
 // posted, nothing completes), and the packet is taken if it begins a
