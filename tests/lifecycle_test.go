@@ -1407,7 +1407,7 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		{"CQ on a bad adapter", abi.OpCreateCQ, &abi.CreateCQ{Adapter: "vrdma", CQE: 1}, abi.CodeInvalid, "adapter"},
 		{"destroy unknown CQ", abi.OpDestroyCQ, &abi.Handle{Handle: 0}, abi.CodeNotFound, "handle"},
 		{"destroy a CQ in use", abi.OpDestroyCQ, &abi.Handle{Handle: cq.Handle}, abi.CodeState, "handle"},
-		{"UD QP", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: cq.Handle, RecvCQ: cq.Handle, Type: "UD", Caps: okCaps}, abi.CodeInvalid, "qp_type"},
+		{"XRC QP", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: cq.Handle, RecvCQ: cq.Handle, Type: "XRC_SEND", Caps: okCaps}, abi.CodeInvalid, "qp_type"},
 		{"QP in unknown PD", abi.OpCreateQP, &abi.CreateQP{PD: 999, SendCQ: cq.Handle, RecvCQ: cq.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "pd"},
 		{"QP with unknown send CQ", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: 999, RecvCQ: cq.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "send_cq"},
 		{"QP with unknown recv CQ", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: cq.Handle, RecvCQ: pd.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "recv_cq"},
