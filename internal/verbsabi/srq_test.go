@@ -15,6 +15,33 @@ import (
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
+// pingpongHosts starts the agents of a pingpong test's path — memcpy (one
+// agent), tcp, rdma-v2 (two hosts on loopback addresses; rdma-v2 with
+// software RoCE uplinks) or rdma-v1 (two hosts in network namespaces) —
+// with VM vmA on the first and vmB on the second, and returns their
+// sockets and the cluster (nil on memcpy).
+func pingpongHosts(t *testing.T, path string) (sockA, sockB string, c *testenv.Cluster) {
+	t.Helper()
+	switch path {
+	case "memcpy":
+		env := testenv.StartProcess(t, testenv.ProcessOptions{})
+		env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+		env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+		return env.Socket, env.Socket, nil
+	case "tcp":
+		c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+	case "rdma-v2":
+		c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, RDMA: true})
+	case "rdma-v1":
+		c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: "v1"})
+	default:
+		t.Fatalf("pingpongHosts: no path %q", path)
+	}
+	c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 16})
+	c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+	return c.Hosts[0].Socket, c.Hosts[1].Socket, c
+}
+
 // TestMiddlewareSRQPingpong runs Debian's unmodified ibv_srq_pingpong —
 // 16 RC QPs on each side taking their receives from one shared receive
 // queue, every completion matched to its QP by wc.qp_num — server in one
@@ -31,26 +58,7 @@ func TestMiddlewareSRQPingpong(t *testing.T) {
 	const size, iters = 4096, 200
 	for _, path := range []string{"memcpy", "tcp", "rdma-v2", "rdma-v1"} {
 		t.Run(path, func(t *testing.T) {
-			var sockA, sockB string
-			var c *testenv.Cluster
-			switch path {
-			case "memcpy":
-				env := testenv.StartProcess(t, testenv.ProcessOptions{})
-				env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
-				env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
-				sockA, sockB = env.Socket, env.Socket
-			case "tcp":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
-			case "rdma-v2":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, RDMA: true})
-			case "rdma-v1":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: "v1"})
-			}
-			if c != nil {
-				c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 16})
-				c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 16})
-				sockA, sockB = c.Hosts[0].Socket, c.Hosts[1].Socket
-			}
+			sockA, sockB, c := pingpongHosts(t, path)
 			runs := [][]string{nil, {"-e"}}
 			if path == "memcpy" {
 				runs = append(runs, []string{"-q", "64", "-r", "128"}) // more QPs than receives posted at once

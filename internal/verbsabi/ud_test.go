@@ -24,26 +24,7 @@ func TestMiddlewareUDPingpong(t *testing.T) {
 	const iters = 200
 	for _, path := range []string{"memcpy", "tcp", "rdma-v2", "rdma-v1"} {
 		t.Run(path, func(t *testing.T) {
-			var sockA, sockB string
-			var c *testenv.Cluster
-			switch path {
-			case "memcpy":
-				env := testenv.StartProcess(t, testenv.ProcessOptions{})
-				env.Define(t, "vmA", testenv.VMOptions{MemMB: 16})
-				env.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
-				sockA, sockB = env.Socket, env.Socket
-			case "tcp":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
-			case "rdma-v2":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, RDMA: true})
-			case "rdma-v1":
-				c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, RoCEVersion: "v1"})
-			}
-			if c != nil {
-				c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 16})
-				c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 16})
-				sockA, sockB = c.Hosts[0].Socket, c.Hosts[1].Socket
-			}
+			sockA, sockB, c := pingpongHosts(t, path)
 			var total int
 			for _, run := range []struct {
 				size  int
