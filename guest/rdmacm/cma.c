@@ -440,6 +440,13 @@ static struct cm_id *to_id(struct rdma_cm_id *id)
 }
 
 /* new_id makes an ID on channel (its own, and synchronous, when NULL). */
+/* is_ud: an ID of a UD port space (RDMA_PS_UDP, RDMA_PS_IPOIB), whose
+ * connects are service ID resolutions (SIDR) and whose QPs are UD. */
+static int is_ud(const struct cm_id *c)
+{
+	return c->id.qp_type == IBV_QPT_UD;
+}
+
 static struct cm_id *new_id(struct rdma_event_channel *channel, void *context, enum rdma_port_space ps,
 			    enum ibv_qp_type qp_type)
 {
@@ -660,15 +667,23 @@ int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 
 /* ---- QPs ---- */
 
+/* qp_to_init brings a new QP of c to INIT, as rdma_init_qp_attr says; a
+ * UD QP on to RTS, as rdma-core's rdma_create_qp does (its Q_Key is
+ * RDMA_UDP_QKEY: it sends and receives at once). */
 static int qp_to_init(struct cm_id *c, struct ibv_qp *qp)
 {
-	struct ibv_qp_attr a;
-	int mask;
+	static const enum ibv_qp_state states[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+	int i, n = qp->qp_type == IBV_QPT_UD ? 3 : 1;
 
-	a.qp_state = IBV_QPS_INIT;
-	if (rdma_init_qp_attr(&c->id, &a, &mask))
-		return -1;
-	return ibv_modify_qp(qp, &a, mask) ? -1 : 0;
+	for (i = 0; i < n; i++) {
+		struct ibv_qp_attr a;
+		int mask;
+
+		a.qp_state = states[i];
+		if (rdma_init_qp_attr(&c->id, &a, &mask) || ibv_modify_qp(qp, &a, mask))
+			return -1;
+	}
+	return 0;
 }
 
 static void destroy_cqs(struct rdma_cm_id *id)
@@ -722,8 +737,8 @@ int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *attr)
 		return cm_fail(EINVAL);
 	if (id->qp || !c->dev)
 		return cm_fail(EINVAL); /* one QP per ID, on a bound or resolved ID */
-	if (attr->qp_type == IBV_QPT_UD)
-		return cm_fail(EOPNOTSUPP); /* rdma_cm's UD IDs (RDMA_PS_UDP) are not served yet: ibv_create_qp makes UD QPs */
+	if ((attr->qp_type == IBV_QPT_UD) != is_ud(c))
+		return cm_fail(EINVAL); /* a UD QP on a UD ID (RDMA_PS_UDP), a connected one on the others */
 	if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd) {
 		attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
 		attr->pd = id->pd ? id->pd : dev_pd(c->dev);
@@ -869,6 +884,29 @@ int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *qp_attr, int *q
 
 	if (!c || !qp_attr || !qp_attr_mask || !c->dev)
 		return cm_fail(EINVAL);
+	if (is_ud(c)) {
+		/* A UD QP: its port, P_Key and rdma_cm's Q_Key in INIT; then
+		 * RTR and RTS (sending from PSN 0) take nothing of the peer. */
+		enum ibv_qp_state st = qp_attr->qp_state;
+
+		memset(qp_attr, 0, sizeof(*qp_attr));
+		qp_attr->qp_state = st;
+		switch (st) {
+		case IBV_QPS_INIT:
+			qp_attr->port_num = id->port_num ? id->port_num : 1;
+			qp_attr->qkey = RDMA_UDP_QKEY;
+			*qp_attr_mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+			return 0;
+		case IBV_QPS_RTR:
+			*qp_attr_mask = IBV_QP_STATE;
+			return 0;
+		case IBV_QPS_RTS:
+			*qp_attr_mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+			return 0;
+		default:
+			return cm_fail(EINVAL);
+		}
+	}
 	switch (qp_attr->qp_state) {
 	case IBV_QPS_INIT:
 		memset(qp_attr, 0, sizeof(*qp_attr));
@@ -928,13 +966,18 @@ int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return cm_fail(EINVAL); /* resolve the address and route first */
 	if (!id->qp && (!conn_param || !conn_param->qp_num))
 		return cm_fail(EINVAL); /* a QP: rdma_create_qp's, or the program's own number in conn_param */
-	if (conn_param && conn_param->private_data_len > MAX_PDATA_REQ)
+	if (conn_param && conn_param->private_data_len > (is_ud(c) ? MAX_PDATA_SIDR_REQ : MAX_PDATA_REQ))
 		return cm_fail(EINVAL);
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_u64(&b, "channel", channel_handle(c));
 	jb_u64(&b, "cookie", c->cookie);
-	if (id->qp) {
+	if (is_ud(c)) {
+		/* A service ID resolution: ESTABLISHED brings the listener's
+		 * UD QP number, Q_Key and address (event->param.ud). */
+		jb_bool(&b, "ud", 1);
+		jb_u64(&b, "qpn", id->qp ? id->qp->qp_num : conn_param->qp_num);
+	} else if (id->qp) {
 		jb_u64(&b, "qp", id->qp->handle);
 	} else {
 		/* The program moves its QP itself: CONNECT_RESPONSE, then
@@ -1000,6 +1043,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		jb_str(&b, "adapter", c->dev ? c->dev->name : "");
 		jb_u64(&b, "port", p);
 		jb_u64(&b, "cookie", c->cookie);
+		if (is_ud(c))
+			jb_bool(&b, "ud", 1); /* the UDP port space, its own */
 		jb_raw(&b, "}");
 		if (call(VRDMA_OP_CM_LISTEN, body, &reply, NULL) == 0) {
 			*port_of(src) = htobe16(p);
@@ -1067,13 +1112,17 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return cm_fail(EINVAL); /* a CONNECT_REQUEST's ID, once */
 	if (!id->qp && (!conn_param || !conn_param->qp_num))
 		return cm_fail(EINVAL); /* a QP: rdma_create_qp's, or the program's own number in conn_param */
-	if (conn_param && conn_param->private_data_len > MAX_PDATA_REP)
+	if (conn_param && conn_param->private_data_len > (is_ud(c) ? MAX_PDATA_SIDR_REP : MAX_PDATA_REP))
 		return cm_fail(EINVAL);
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_u64(&b, "listener", c->listener);
 	jb_u64(&b, "id", c->req);
-	if (id->qp) {
+	if (is_ud(c)) {
+		/* The SIDR REP: the UD QP's number (the program's own QP's
+		 * if it has no id->qp); no event follows here. */
+		jb_u64(&b, "qpn", id->qp ? id->qp->qp_num : conn_param->qp_num);
+	} else if (id->qp) {
 		jb_u64(&b, "qp", id->qp->handle);
 	} else {
 		jb_u64(&b, "qpn", conn_param->qp_num); /* moved to RTS by the program */
@@ -1090,7 +1139,7 @@ int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 		return -1;
 	free(reply);
 	c->answered = 1;
-	return complete(c);
+	return is_ud(c) ? 0 : complete(c);
 }
 
 int rdma_reject(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len)
@@ -1271,7 +1320,7 @@ static struct cm_event *make_event(const char *text, int len)
 	char adapter[32] = "", gid[64] = "", pd[2 * PDATA_MAX + 1] = "";
 	union ibv_gid rgid;
 	uint64_t cookie = 0;
-	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0, sq_psn = 0, rq_psn = 0, mtu = 0;
+	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0, sq_psn = 0, rq_psn = 0, mtu = 0, qkey = 0;
 	int type, status = 0, npd = 0;
 
 	memset(&rgid, 0, sizeof(rgid));
@@ -1287,6 +1336,7 @@ static struct cm_event *make_event(const char *text, int len)
 	json_get_u32(&d, 0, "sq_psn", &sq_psn);
 	json_get_u32(&d, 0, "rq_psn", &rq_psn);
 	json_get_u32(&d, 0, "mtu", &mtu);
+	json_get_u32(&d, 0, "qkey", &qkey);
 	json_get_str(&d, 0, "adapter", adapter, sizeof(adapter));
 	if (json_get_str(&d, 0, "remote_gid", gid, sizeof(gid)) == 0 && gid[0])
 		inet_pton(AF_INET6, gid, rgid.raw);
@@ -1411,6 +1461,30 @@ found:
 	e->ev.id = &c->id;
 	e->owner = owner;
 	owner->events_out++;
+	if (is_ud(c)) {
+		/* A UD ID's events carry param.ud: the private data and, in
+		 * the ESTABLISHED of a connect (the SIDR REP), the listener's
+		 * UD QP, its Q_Key and the address handle attributes to send
+		 * to it with. */
+		struct rdma_ud_param *u = &e->ev.param.ud;
+
+		if (npd > 0) {
+			u->private_data = e->pdata;
+			u->private_data_len = (uint8_t)npd;
+		}
+		if (type == RDMA_CM_EVENT_ESTABLISHED) {
+			u->qp_num = rqpn;
+			u->qkey = qkey;
+			u->ah_attr.is_global = 1;
+			u->ah_attr.grh.dgid = rgid;
+			u->ah_attr.grh.hop_limit = 64;
+			u->ah_attr.grh.traffic_class = c->tos;
+			u->ah_attr.port_num = c->id.port_num ? c->id.port_num : 1;
+		}
+		pthread_mutex_unlock(&cm_mu);
+		json_free(&d);
+		return e;
+	}
 	if (npd > 0) {
 		e->ev.param.conn.private_data = e->pdata;
 		e->ev.param.conn.private_data_len = (uint8_t)npd;

@@ -22,6 +22,8 @@
  * (internal/abi/cmev.go): REQ less rdma_cm's header, REP, REJ. */
 #define MAX_PDATA_REQ 56
 #define MAX_PDATA_REP 196
+#define MAX_PDATA_SIDR_REQ 180 /* a UD ID's connect: a SIDR REQ's 216 less rdma_cm's header */
+#define MAX_PDATA_SIDR_REP 136 /* a UD ID's accept: a SIDR REP's */
 #define MAX_PDATA_REJ 148
 
 /* cm_dev is one device (adapter) of the VM, as rdma_cm keeps them: a

@@ -738,6 +738,9 @@ type ConnectReply struct {
 	SQPSN uint32 `json:"sq_psn,omitempty"`
 	RQPSN uint32 `json:"rq_psn,omitempty"`
 	MTU   uint32 `json:"mtu,omitempty"`
+	// QKey, to the dialer of a UD connect (CMConnect.UD), is the
+	// accepting UD QP's Q_Key.
+	QKey uint32 `json:"qkey,omitempty"`
 }
 
 // ValidName checks a VM or object name: 1..64 characters of letters,

@@ -21,6 +21,15 @@ const (
 	MaxPrivateDataREJ = 148
 )
 
+// The private data sizes rdma_cm gives RDMA_PS_UDP consumers, whose
+// "connections" are service ID resolutions (SIDR): the IBTA size of a
+// SIDR REQ's private data (216) less rdma_cm's 36-byte header, and a
+// SIDR REP's (136).
+const (
+	MaxPrivateDataSIDRREQ = 180
+	MaxPrivateDataSIDRREP = 136
+)
+
 // PrivateData is connection private data, written as hex in JSON.
 type PrivateData []byte
 
@@ -82,12 +91,16 @@ const (
 
 // CMListen listens on an adapter of the attached VM, or on every one
 // (Adapter ""), on Port; requests arrive on channel Channel as
-// CONNECT_REQUEST events carrying Cookie.
+// CONNECT_REQUEST events carrying Cookie. With UD it listens in
+// rdma_cm's UDP port space (RDMA_PS_UDP), a port space of its own: its
+// requests are service ID resolutions (SIDR), answered with a UD QP's
+// number and Q_Key (accept-request) and no connection.
 type CMListen struct {
 	Channel uint32 `json:"channel"`
 	Adapter string `json:"adapter"`
 	Port    uint16 `json:"port"`
 	Cookie  uint64 `json:"cookie"`
+	UD      bool   `json:"ud,omitempty"`
 }
 
 // Validate checks the adapter and port.
@@ -140,6 +153,12 @@ type CMRoute struct {
 // outcome is CONNECT_RESPONSE with the peer's QPN and GID, the PSNs and
 // the path MTU to move it with, and the acceptor's ESTABLISHED waits for
 // the workload's cm-establish (rdma_establish).
+//
+// With UD, QP (or QPN) is a UD QP and the connect is a service ID
+// resolution (a SIDR REQ) to a listener of the UDP port space: the agent
+// leaves the QP alone, and the outcome is ESTABLISHED with the listener's
+// UD QP number, GID and Q_Key (its SIDR REP), or REJECTED or UNREACHABLE;
+// nothing is connected, so no DISCONNECTED follows.
 type CMConnect struct {
 	Channel     uint32      `json:"channel"`
 	Cookie      uint64      `json:"cookie"`
@@ -151,6 +170,7 @@ type CMConnect struct {
 	PrivateData PrivateData `json:"private_data,omitempty"`
 	// AckTimeout is as Connect's.
 	AckTimeout *uint8 `json:"ack_timeout,omitempty"`
+	UD         bool   `json:"ud,omitempty"`
 }
 
 // Validate checks the port, the remote, the ACK timeout and the private
@@ -161,6 +181,9 @@ func (c *CMConnect) Validate() error {
 	}
 	if err := (&Connect{Remote: c.Remote, Port: c.Port, AckTimeout: c.AckTimeout}).Validate(); err != nil {
 		return err
+	}
+	if c.UD {
+		return checkPrivateData(c.PrivateData, MaxPrivateDataSIDRREQ, "SIDR REQ (connect of a UD ID)")
 	}
 	return checkPrivateData(c.PrivateData, MaxPrivateDataREQ, "REQ (connect)")
 }
@@ -207,4 +230,7 @@ type CMEvent struct {
 	SQPSN uint32 `json:"sq_psn,omitempty"`
 	RQPSN uint32 `json:"rq_psn,omitempty"`
 	MTU   uint32 `json:"mtu,omitempty"`
+	// QKey, in the ESTABLISHED of a UD connect, is the listener's UD QP's
+	// Q_Key (RemoteQPN is that QP's number).
+	QKey uint32 `json:"qkey,omitempty"`
 }

@@ -52,6 +52,17 @@ type listenKey struct {
 	vm      string
 	adapter string
 	port    uint16
+	// ud: rdma_cm's UDP port space (RDMA_PS_UDP), whose requests are
+	// service ID resolutions; a port of its own beside the TCP space's.
+	ud bool
+}
+
+// space names the key's port space, for messages.
+func (k listenKey) space() string {
+	if k.ud {
+		return "UDP (RDMA_PS_UDP)"
+	}
+	return "TCP"
 }
 
 type listener struct {
@@ -89,6 +100,8 @@ type RemoteDialer struct {
 	// External: the dialer's workload moves its QP itself; the
 	// acceptor's ESTABLISHED waits for its RTU.
 	External bool
+	// UD: a service ID resolution from UD QP QPN (Dial.UD).
+	UD bool
 }
 
 // Dial is what a dialer's REQ carries besides its QP.
@@ -98,6 +111,10 @@ type Dial struct {
 	// external QP, CMConnect.QPN): the agent leaves it alone, and the
 	// reply carries the PSNs and path MTU to move it with.
 	External bool
+	// UD: a service ID resolution (rdma_cm's RDMA_PS_UDP, a SIDR REQ) by
+	// a UD QP, to a listener of the UDP port space: the answer is the
+	// listener's UD QP number, GID and Q_Key, and neither QP is touched.
+	UD bool
 }
 
 type connReq struct {
@@ -157,16 +174,26 @@ func (m *Manager) NewClient(ctx context.Context) *Client {
 // Listen makes adapter r.Adapter of v listen on port r.Port, and returns
 // the listener's handle.
 func (c *Client) Listen(v *device.Context, r *abi.Listen) (uint32, error) {
-	ad, err := v.Adapter(r.Adapter)
+	return c.listen(v, r.Adapter, r.Port, false)
+}
+
+// ListenUD is Listen in rdma_cm's UDP port space: its requests are
+// service ID resolutions by UD QPs (Dial.UD).
+func (c *Client) ListenUD(v *device.Context, adapter string, port uint16) (uint32, error) {
+	return c.listen(v, adapter, port, true)
+}
+
+func (c *Client) listen(v *device.Context, adapter string, port uint16, ud bool) (uint32, error) {
+	ad, err := v.Adapter(adapter)
 	if err != nil {
 		return 0, err
 	}
 	m := c.m
-	key := listenKey{v.Name(), ad.Name(), r.Port}
+	key := listenKey{v.Name(), ad.Name(), port, ud}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, busy := m.listeners[key]; busy {
-		return 0, abi.Errorf(abi.CodeExists, "port", "%s/%s already listens on port %d", v.Name(), ad.Name(), r.Port)
+		return 0, abi.Errorf(abi.CodeExists, "port", "%s/%s already listens on %s port %d", v.Name(), ad.Name(), key.space(), port)
 	}
 	n := 0
 	for k := range m.listeners {
@@ -348,6 +375,10 @@ func Refused(reason uint16, priv []byte, format string, args ...any) *abi.Error 
 // It reports whether the dialer moves its QP itself: the acceptor's
 // ESTABLISHED then waits for the dialer's RTU (rdma_establish).
 func (c *Client) Accept(v *device.Context, r *abi.AcceptRequest) (rep abi.ConnectReply, awaitRTU bool, err error) {
+	if l, err := c.listenerByID(r.Listener); err == nil && l.key.ud {
+		rep, err := c.acceptUD(v, r)
+		return rep, false, err
+	}
 	q, err := c.acceptingQP(v, r)
 	if err != nil {
 		return abi.ConnectReply{}, false, err
@@ -376,10 +407,39 @@ func (c *Client) Accept(v *device.Context, r *abi.AcceptRequest) (rep abi.Connec
 	return abi.ConnectReply{RemoteQPN: from.QPN(), RemoteGID: from.GID(), Path: q.Query().Path}, theirs.external, nil
 }
 
+// acceptUD answers a pending service ID resolution (a request to a
+// listener of the UDP port space) with UD QP r.QP (or r.QPN) of v: the
+// dialer learns its number, GID and Q_Key (a SIDR REP); neither QP is
+// touched and nothing is connected.
+func (c *Client) acceptUD(v *device.Context, r *abi.AcceptRequest) (abi.ConnectReply, error) {
+	q, err := ConnQP(c.m.dev, v, r.QP, r.QPN)
+	if err != nil {
+		return abi.ConnectReply{}, err
+	}
+	if !q.IsUD() {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is %s: a request of the UDP port space (RDMA_PS_UDP) is answered with a UD QP", q.QPN(), q.Type())
+	}
+	if len(r.PrivateData) > abi.MaxPrivateDataSIDRREP {
+		return abi.ConnectReply{}, abi.Errorf(abi.CodeInvalid, "private_data", "%d bytes of SIDR REP (accept of a UD request) private data: at most %d are allowed (IBTA)", len(r.PrivateData), abi.MaxPrivateDataSIDRREP)
+	}
+	_, req, err := c.takeRequest(r.Listener, r.ID)
+	if err != nil {
+		return abi.ConnectReply{}, err
+	}
+	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: r.PrivateData, QKey: q.QKey()}}
+	if d := req.remote; d != nil {
+		return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID}, nil
+	}
+	return abi.ConnectReply{RemoteQPN: req.from.QPN(), RemoteGID: req.from.GID()}, nil
+}
+
 // acceptingQP finds the QP r accepts with: by handle, in RESET or INIT
 // (the agent moves it), or by number, a QP of v its workload moves itself.
 func (c *Client) acceptingQP(v *device.Context, r *abi.AcceptRequest) (*device.QP, error) {
 	q, err := ConnQP(c.m.dev, v, r.QP, r.QPN)
+	if err == nil && q.IsUD() {
+		return nil, abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is UD: a connection request (TCP port space) is accepted with an RC or UC QP", q.QPN())
+	}
 	if err != nil || r.QPN != 0 {
 		return q, err
 	}
@@ -513,8 +573,17 @@ func (m *Manager) Resolve(remote string) (*device.Adapter, error) {
 	return nil, abi.Errorf(abi.CodeUnavailable, "remote", "GID %s is not an adapter on host %s (other hosts need the control plane: this agent runs standalone, --no-control-plane)", gid, m.host)
 }
 
-// CheckDialer checks that q may dial: it is in RESET or INIT.
-func CheckDialer(q *device.QP) error {
+// CheckDialer checks that q may dial: a connect (ud false) with an RC or
+// UC QP in RESET or INIT, a service ID resolution (ud) with a UD QP.
+func CheckDialer(q *device.QP, ud bool) error {
+	switch {
+	case ud && !q.IsUD():
+		return abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is %s: an ID of the UDP port space (RDMA_PS_UDP) resolves with a UD QP", q.QPN(), q.Type())
+	case !ud && q.IsUD():
+		return abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is UD: connect it through an ID of the UDP port space (RDMA_PS_UDP), or send to its peers with address handles", q.QPN())
+	case ud:
+		return nil
+	}
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.QPN(), st)
 	}
@@ -540,10 +609,11 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d
 	m := c.m
 	vmName := ad.Context().Name()
 	m.mu.Lock()
-	l := m.listeners[listenKey{vmName, ad.Name(), r.Port}]
+	key := listenKey{vmName, ad.Name(), r.Port, d.UD}
+	l := m.listeners[key]
 	m.mu.Unlock()
 	if l == nil {
-		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), r.Port)
+		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s %s port %d", vmName, ad.Name(), key.space(), r.Port)
 	}
 	timeout := Timeout(r.TimeoutMS)
 	t := time.NewTimer(timeout)

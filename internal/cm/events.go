@@ -30,6 +30,9 @@ type listen struct {
 	ch     *Channel
 	cookie uint64
 	ids    []uint32 // the Client's listeners
+	// ud: the UDP port space's: its accepts connect nothing and give the
+	// acceptor no event.
+	ud bool
 }
 
 func (l *listen) idsOrNil() []uint32 {
@@ -146,9 +149,9 @@ func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
 			ads = append(ads, ad.Name())
 		}
 	}
-	l := &listen{ch: c, cookie: r.Cookie}
+	l := &listen{ch: c, cookie: r.Cookie, ud: r.UD}
 	for _, name := range ads {
-		id, err := e.c.Listen(v, &abi.Listen{Adapter: name, Port: r.Port})
+		id, err := e.c.listen(v, name, r.Port, r.UD)
 		if err != nil {
 			for _, cid := range l.ids {
 				e.c.CloseListener(cid)
@@ -240,7 +243,7 @@ func (e *Events) Connect(v *device.Context, r *abi.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := CheckDialer(q); err != nil {
+	if err := CheckDialer(q, r.UD); err != nil {
 		return err
 	}
 	e.goroutine(func() { c.Post(e.connect(c, q, r)) })
@@ -290,8 +293,8 @@ func (e *Events) accepted(v *device.Context, r *abi.AcceptRequest, ch *Channel, 
 	e.mu.Lock()
 	l := e.byCM[r.Listener]
 	e.mu.Unlock()
-	if l == nil {
-		return
+	if l == nil || l.ud {
+		return // a service ID resolution: nothing connected, no event (as rdma_cm's SIDR REP)
 	}
 	if ch == nil {
 		ch = l.ch
@@ -383,7 +386,7 @@ func (e *Events) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, 
 func (e *Events) connect(c *Channel, q *device.QP, r *abi.CMConnect) abi.CMEvent {
 	cr := &abi.Connect{QP: q.Handle(), Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS, AckTimeout: r.AckTimeout}
 	ad, peer, err := e.hosts.Route(q.Adapter(), r.Remote)
-	dial := Dial{PrivateData: r.PrivateData, External: r.QPN != 0}
+	dial := Dial{PrivateData: r.PrivateData, External: r.QPN != 0 && !r.UD, UD: r.UD}
 	var rep abi.ConnectReply
 	if err == nil {
 		if peer != nil {
@@ -397,6 +400,11 @@ func (e *Events) connect(c *Channel, q *device.QP, r *abi.CMConnect) abi.CMEvent
 		ev.Cookie = r.Cookie
 		e.log.Info("rdma_cm connect failed", "vm", q.Context().Name(), "remote", r.Remote, "port", r.Port, "event", ev.Event, "status", ev.Status, "err", err)
 		return ev
+	}
+	if dial.UD {
+		// The SIDR REP: the listener's UD QP; nothing to disconnect.
+		return abi.CMEvent{Event: abi.CMEventEstablished, Cookie: r.Cookie, QP: q.Handle(), RemoteQPN: rep.RemoteQPN, RemoteGID: rep.RemoteGID,
+			Adapter: q.Adapter().Name(), Port: r.Port, PrivateData: rep.PrivateData, QKey: rep.QKey}
 	}
 	cc := &conn{owner: e, ch: c, q: q, handle: q.Handle(), peerQPN: rep.RemoteQPN, peerGID: rep.RemoteGID, external: dial.External, dialer: true}
 	if peer != nil {

@@ -53,6 +53,7 @@ type Answer struct {
 	SQPSN, RQPSN uint32 // the dialer's send PSN, and its receive PSN
 	MTU          uint32 // the path MTU the acceptor's QP took
 	PrivateData  []byte // the REP's private data
+	QKey         uint32 // a UD request's: the accepting UD QP's Q_Key
 }
 
 // ServeRemote queues remote request r on the listener of target (an
@@ -65,11 +66,12 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 		return Answer{}, err
 	}
 	vmName := ad.Context().Name()
+	key := listenKey{vmName, ad.Name(), port, r.req.remote.UD}
 	m.mu.Lock()
-	l := m.listeners[listenKey{vmName, ad.Name(), port}]
+	l := m.listeners[key]
 	m.mu.Unlock()
 	if l == nil {
-		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s port %d", vmName, ad.Name(), port)
+		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s %s port %d", vmName, ad.Name(), key.space(), port)
 	}
 	if wait <= 0 || wait > MaxRemoteWait {
 		wait = MaxRemoteWait
@@ -115,7 +117,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	if res.err != nil {
 		return Answer{}, res.err
 	}
-	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu, PrivateData: res.reply.PrivateData}, nil
+	return Answer{QPN: res.reply.RemoteQPN, GID: res.reply.RemoteGID, SQPSN: res.sqPSN, RQPSN: res.rqPSN, MTU: res.mtu, PrivateData: res.reply.PrivateData, QKey: res.reply.QKey}, nil
 }
 
 // acceptRemote brings ours to RTS facing remote dialer d (unless its
@@ -148,7 +150,7 @@ func DialRemote(q *device.QP, c *abi.Connect, target string, d Dial, send SendCM
 	timeout := Timeout(c.TimeoutMS)
 	m := tcpwire.ConnReqMsg{Target: target, Port: c.Port, FromVM: q.Context().Name(), FromAdapter: q.Adapter().Name(),
 		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
-		PrivateData: d.PrivateData, External: d.External}
+		PrivateData: d.PrivateData, External: d.External, UD: d.UD}
 	r, err := send(&m, timeout)
 	if err != nil {
 		return abi.ConnectReply{}, err
@@ -161,6 +163,9 @@ func DialRemote(q *device.QP, c *abi.Connect, target string, d Dial, send SendCM
 		return abi.ConnectReply{}, e
 	}
 	gid := abi.GID(r.GID.As16())
+	if d.UD {
+		return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, PrivateData: r.PrivateData, QKey: r.QKey}, nil
+	}
 	mtu := PathMTU(q.Adapter(), r.MTU)
 	if d.External {
 		return abi.ConnectReply{RemoteQPN: r.QPN, RemoteGID: gid, PrivateData: r.PrivateData, SQPSN: r.SQPSN, RQPSN: r.RQPSN, MTU: mtu}, nil

@@ -203,6 +203,9 @@ func optionalAttrsUD(cur, next abi.QPState) abi.QPAttrMask {
 // IsUD reports whether q is a UD QP.
 func (q *QP) IsUD() bool { return q.typ == abi.QPTypeUD }
 
+// QKey is a UD QP's Q_Key (0 until set, and for other QPs).
+func (q *QP) QKey() uint32 { return q.qkey.Load() }
+
 // modifyUD is Modify for a UD QP: the UD column of the state machine; at
 // RTR the QP is bound to its datagram sender.
 func (q *QP) modifyUD(m *abi.ModifyQP) error {

@@ -51,7 +51,7 @@ func (c *Conn) startCM(h *tcpwire.Header) error {
 			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
 	}
 	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU,
-		PrivateData: m.PrivateData, External: m.External})
+		PrivateData: m.PrivateData, External: m.External, UD: m.UD})
 	c.cmMu.Lock()
 	c.cms[tag] = r
 	c.cmMu.Unlock()
@@ -119,7 +119,7 @@ func (c *Conn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg 
 	if err != nil {
 		return cmErr(err)
 	}
-	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU, PrivateData: a.PrivateData}
+	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU, PrivateData: a.PrivateData, QKey: a.QKey}
 }
 
 // DialCM sends CM_REQ m to host id and waits for its CM_RESP, at most

@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
+
+	"github.com/vrdma/vrdma/internal/abi"
 )
 
 // NonceLen is the length of a handshake nonce, in bytes.
@@ -72,8 +74,12 @@ type ConnReqMsg struct {
 	// External: the dialer's workload moves its QP itself (rdma_cm's
 	// external QP); the acceptor's ESTABLISHED waits for its CM_RTU.
 	External bool `json:"external,omitempty"`
-	// PrivateData is the REQ's private data (at most 56 bytes); omitted
-	// when empty.
+	// UD: a service ID resolution (rdma_cm's RDMA_PS_UDP, a SIDR REQ)
+	// from UD QP FromQPN to a listener of the UDP port space; the answer
+	// is the listener's UD QP and its Q_Key, and nothing is connected.
+	UD bool `json:"ud,omitempty"`
+	// PrivateData is the REQ's private data (at most 56 bytes; a SIDR
+	// REQ's, at most 180); omitted when empty.
 	PrivateData []byte `json:"private_data,omitempty"`
 }
 
@@ -93,6 +99,8 @@ type ConnRespMsg struct {
 	// RejectReason, with Code "refused", is the IBTA reject reason (8: no
 	// listener, 28: the listener rejected); 0 when not said.
 	RejectReason uint16 `json:"reject_reason,omitempty"`
+	// QKey answers a UD request: the accepting UD QP's Q_Key.
+	QKey uint32 `json:"qkey,omitempty"`
 }
 
 // ConnDiscMsg names the two ends of an rdma_cm connection across hosts: QP
@@ -184,8 +192,12 @@ func (m *ConnReqMsg) Validate() error {
 		return fmt.Errorf("CM_REQ: from_qpn 0x%x out of range 1..0xffffff", m.FromQPN)
 	case !optionalMTU(m.MTU):
 		return fmt.Errorf("CM_REQ: mtu %d is not 256, 512, 1024, 2048 or 4096", m.MTU)
-	case len(m.PrivateData) > 56:
-		return fmt.Errorf("CM_REQ: %d bytes of private data, more than a REQ's 56", len(m.PrivateData))
+	case !m.UD && len(m.PrivateData) > abi.MaxPrivateDataREQ:
+		return fmt.Errorf("CM_REQ: %d bytes of private data, more than a REQ's %d", len(m.PrivateData), abi.MaxPrivateDataREQ)
+	case m.UD && len(m.PrivateData) > abi.MaxPrivateDataSIDRREQ:
+		return fmt.Errorf("CM_REQ: %d bytes of private data, more than a SIDR REQ's %d", len(m.PrivateData), abi.MaxPrivateDataSIDRREQ)
+	case m.UD && m.External:
+		return fmt.Errorf("CM_REQ: a UD request (SIDR) has no external QP to establish")
 	}
 	return nil
 }

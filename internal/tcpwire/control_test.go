@@ -99,6 +99,11 @@ func TestValidate(t *testing.T) {
 		{"CM_REQ with MTU 4096", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 4096 }), ""},
 		{"CM_REQ with MTU 1500", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 1500 }), "CM_REQ: mtu 1500 is not"},
 		{"CM_REQ with MTU 8192", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.MTU = 8192 }), "CM_REQ: mtu 8192 is not"},
+		{"CM_REQ with 56 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.PrivateData = make([]byte, 56) }), ""},
+		{"CM_REQ with 57 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.PrivateData = make([]byte, 57) }), "more than a REQ's 56"},
+		{"UD CM_REQ with 180 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.PrivateData = true, make([]byte, 180) }), ""},
+		{"UD CM_REQ with 181 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.PrivateData = true, make([]byte, 181) }), "more than a SIDR REQ's 180"},
+		{"UD CM_REQ of an external QP", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.External = true, true }), "no external QP"},
 
 		{"CM_RESP", ptr(validConnResp()), ""},
 		{"CM_RESP with PSNs 0", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.SQPSN, m.RQPSN = 0, 0 }), ""},

@@ -362,6 +362,52 @@ func TestRDMACMUcmatose(t *testing.T) {
 	}
 }
 
+// TestRDMACMUdaddy runs rdmacm-utils' udaddy, unmodified, over memcpy, tcp
+// and rdma: UD IDs (RDMA_PS_UDP) whose connect is a service ID resolution.
+// The client's rdma_create_qp makes a UD QP in RTS with rdma_cm's Q_Key,
+// its rdma_connect reaches the server's UD listener (on its fixed port
+// 7174, a port of the UDP space), the server accepts with its UD QP, and
+// the client's ESTABLISHED carries that QP's number, Q_Key and address
+// handle attributes (event->param.ud). Then each of three clients' QPs
+// sends ten datagrams with immediate data to the server, which answers
+// each on an address handle made from the first completion's GRH
+// (ibv_create_ah_from_wc); both sides must complete every transfer and
+// return status 0.
+func TestRDMACMUdaddy(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/udaddy", "rdmacm-utils")
+	for _, path := range []string{"memcpy", "tcp", "rdma"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			args := []string{"-c", "3", "-C", "10", "-S", "200"}
+			before := uint64(0)
+			if path != "memcpy" {
+				before = uplinkBytesMoved(t, e.sockA, path, "")
+			}
+			srv, cli := runCMPair(t, lib,
+				cmSide{e.sockA, "vmA", "/usr/bin/udaddy", append([]string{"-b", cmAddrA}, args...)},
+				cmSide{e.sockB, "vmB", "/usr/bin/udaddy", append([]string{"-s", cmAddrA}, args...)})
+			t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+			for side, out := range map[string]cmOutput{"server": srv, "client": cli} {
+				for _, want := range []string{"data transfers complete", "test complete", "return status 0"} {
+					if !strings.Contains(out.String(), want) {
+						t.Errorf("%s: no %q:\n%s", side, want, out)
+					}
+				}
+				if regexp.MustCompile(`(?i)error|fail|unexpected`).MatchString(out.String()) {
+					t.Errorf("%s reports an error:\n%s", side, out)
+				}
+			}
+			if path != "memcpy" {
+				// 3 × 10 datagrams of 200 bytes each way.
+				if moved := uplinkBytesMoved(t, e.sockA, path, "") - before; moved < 2*3*10*200 {
+					t.Errorf("hostA's %s uplinks moved %d bytes: the datagrams did not take the %s path", path, moved, path)
+				}
+			}
+		})
+	}
+}
+
 // TestRDMACMEvents runs guest/rdmacm/tests/cm_check.c against the drop-in
 // librdmacm: a listener on 0.0.0.0 and dialers of one event channel, by
 // the VM's own address. Binding an address no adapter has is
@@ -379,6 +425,28 @@ func TestRDMACMEvents(t *testing.T) {
 		[]string{"librdmacm.so.1", "libibverbs.so.1"}, cmAddrA, fmt.Sprint(cmPort()))
 	if n := strings.Count(out, "ok "); n < 40 {
 		t.Errorf("only %d checks ran", n)
+	}
+}
+
+// TestRDMACMUDIDs runs guest/rdmacm/tests/ud_check.c against the drop-in
+// librdmacm, a UD listener and dialer of one event channel by the VM's own
+// address: rdma_create_qp on a UD ID refuses an RC QP (EINVAL) and brings
+// a UD QP to RTS with Q_Key RDMA_UDP_QKEY, as rdma_init_qp_attr says; a
+// UDP and a TCP listener share a port; private data of 181 (connect) and
+// 137 (accept) bytes is EINVAL, of 180 and 136 bytes arrives intact in
+// CONNECT_REQUEST and the dialer's ESTABLISHED, whose param.ud names the
+// acceptor's QP, its Q_Key and a GRH to it; the acceptor gets no event; a
+// datagram goes each way (the reply on an address handle from the
+// completion); and a UD connect to a port with only a TCP listener is
+// REJECTED with reason 8.
+func TestRDMACMUDIDs(t *testing.T) {
+	lib := BuildRDMACM(t)
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vmA", testenv.VMOptions{MemMB: 8, IPv4: []string{cmAddrA}})
+	out, _ := runCSource(t, lib, env.Socket, "vmA", filepath.Join(SourceDir(), "..", "rdmacm", "tests", "ud_check.c"),
+		[]string{"librdmacm.so.1", "libibverbs.so.1"}, cmAddrA, fmt.Sprint(cmPort()))
+	if n := strings.Count(out, "ok "); n < 30 {
+		t.Errorf("only %d checks ran:\n%s", n, out)
 	}
 }
 
