@@ -226,7 +226,11 @@ type ucxCase struct {
 //     an auxiliary transport with asynchronous callbacks, which in UCX 1.13
 //     only UD has (src/ucp/wireup/select.c, ucp_wireup_fill_aux_criteria;
 //     UCX_TLS=rc_verbs,tcp fails with "no auxiliary transport"): ud_verbs
-//     must open on vrdma0:1.
+//     must open on vrdma0:1;
+//   - on UCP over ud_verbs alone (UCX_TLS=ud_verbs, the same three tests,
+//     UCX's log naming ud_verbs as the lane: tag matching, and for
+//     ucp_put_bw remote memory access emulated over its active messages,
+//     rma_am).
 func TestMiddlewareUCXPerftest(t *testing.T) {
 	lib, ctl := needUCX(t)
 	uct := []ucxCase{
@@ -255,15 +259,21 @@ func TestMiddlewareUCXPerftest(t *testing.T) {
 			if !ucxTransports(ucxInfo(t, ctl, lib, e.sockA, "vmA"))["ud_verbs/vrdma0:1"] {
 				t.Fatal("ud_verbs does not open on vrdma0:1: UCP cannot wire rc_verbs up")
 			}
-			for _, c := range ucp {
-				t.Run("ucp_rc_verbs_"+c.name, func(t *testing.T) {
-					srv, cli := runUCXCase(t, ctl, lib, e, c, c.args, []string{"UCX_TLS=rc_verbs,ud_verbs:aux", "UCX_LOG_LEVEL=info"})
-					// The lane of the test's operation: tag matching, or
-					// remote memory access for ucp_put_bw.
-					if lane := regexp.MustCompile(`ep_cfg\[\d+\]: (tag|rma)\(rc_verbs/vrdma0:1`); !lane.MatchString(cli) || !lane.MatchString(srv) {
-						t.Errorf("UCX's log does not name rc_verbs on vrdma0:1 as the operation's lane:\nserver:\n%s\nclient:\n%s", srv, cli)
-					}
-				})
+			for _, tl := range []struct{ name, tls string }{
+				{"rc_verbs", "rc_verbs,ud_verbs:aux"},
+				{"ud_verbs", "ud_verbs"},
+			} {
+				for _, c := range ucp {
+					t.Run("ucp_"+tl.name+"_"+c.name, func(t *testing.T) {
+						srv, cli := runUCXCase(t, ctl, lib, e, c, c.args, []string{"UCX_TLS=" + tl.tls, "UCX_LOG_LEVEL=info"})
+						// The lane of the test's operation: tag matching, or
+						// remote memory access (emulated over active
+						// messages on ud_verbs) for ucp_put_bw.
+						if lane := regexp.MustCompile(`ep_cfg\[\d+\]: (tag|rma|rma_am)\(` + tl.name + `/vrdma0:1`); !lane.MatchString(cli) || !lane.MatchString(srv) {
+							t.Errorf("UCX's log does not name %s on vrdma0:1 as the operation's lane:\nserver:\n%s\nclient:\n%s", tl.name, srv, cli)
+						}
+					})
+				}
 			}
 		})
 	}
