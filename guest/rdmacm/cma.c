@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,7 @@ struct cm_id {
 	int sync; /* made without a channel: id.channel is its own */
 	struct cm_dev *dev;
 	int bound;       /* rdma_bind_addr (or resolve_addr's source) was given */
+	int host_bound;  /* bound to an address of the host's network, not an adapter's (cm-listen's host_port) */
 	char remote[64]; /* what cm-connect dials: the resolved address */
 	uint32_t listen_handle; /* the cm-listen, while listening */
 	/* A CONNECT_REQUEST's ID: the agent's listener and request IDs, until
@@ -251,6 +253,62 @@ static int is_any(const struct sockaddr *a)
 	if (a->sa_family == AF_INET)
 		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
 	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &in6addr_any, sizeof(in6addr_any));
+}
+
+/* is_host_addr: a loopback address, or an address of an interface of this
+ * process's network namespace: an address of the host's network, whose
+ * ports a VM's listener may hold (the agent checks that the process is in
+ * the host's network, and says EINVAL to a listen otherwise). */
+static int is_host_addr(const struct sockaddr *a)
+{
+	struct ifaddrs *ifs, *i;
+	int found = 0;
+
+	if (a->sa_family == AF_INET &&
+	    (ntohl(((const struct sockaddr_in *)a)->sin_addr.s_addr) >> 24) == 127)
+		return 1;
+	if (a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)a)->sin6_addr))
+		return 1;
+	if (getifaddrs(&ifs))
+		return 0;
+	for (i = ifs; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != a->sa_family)
+			continue;
+		if (a->sa_family == AF_INET)
+			found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr ==
+				((const struct sockaddr_in *)a)->sin_addr.s_addr;
+		else
+			found = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr,
+					&((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+	}
+	freeifaddrs(ifs);
+	return found;
+}
+
+/* set_ip writes the textual address ip (as the agent gives it) and port
+ * into *sa; 0 when ip is an address. */
+static int set_ip(struct sockaddr_storage *sa, const char *ip, __be16 port)
+{
+	struct sockaddr_in *s4 = (struct sockaddr_in *)sa;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)sa;
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (inet_pton(AF_INET, ip, &a4) == 1) {
+		memset(sa, 0, sizeof(*sa));
+		s4->sin_family = AF_INET;
+		s4->sin_addr = a4;
+		s4->sin_port = port;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &a6) == 1) {
+		memset(sa, 0, sizeof(*sa));
+		s6->sin6_family = AF_INET6;
+		s6->sin6_addr = a6;
+		s6->sin6_port = port;
+		return 0;
+	}
+	return -1;
 }
 
 static __be16 *port_of(struct sockaddr *a)
@@ -572,10 +630,18 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 	if (!is_any(addr)) {
 		struct cm_dev *d = dev_by_addr(addr);
 
-		if (!d)
-			return cm_fail(EADDRNOTAVAIL); /* no adapter of this VM has it */
-		use_dev(c, d);
-		set_local(c, d, addr->sa_family, *port_of(addr));
+		if (d) {
+			use_dev(c, d);
+			set_local(c, d, addr->sa_family, *port_of(addr));
+		} else if (is_host_addr(addr)) {
+			/* An address of the host: every adapter of the VM, and
+			 * the host's port (rdma_listen). */
+			c->host_bound = 1;
+			memset(&c->id.route.addr.src_storage, 0, sizeof(c->id.route.addr.src_storage));
+			memcpy(&c->id.route.addr.src_storage, addr, n);
+		} else {
+			return cm_fail(EADDRNOTAVAIL); /* no adapter of this VM has it, nor the host */
+		}
 	} else {
 		memset(&c->id.route.addr.src_storage, 0, sizeof(c->id.route.addr.src_storage));
 		memcpy(&c->id.route.addr.src_storage, addr, n);
@@ -643,6 +709,10 @@ int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr, struct s
 	jb_str(&b, "remote", ip);
 	if (c->dev)
 		jb_str(&b, "adapter", c->dev->name);
+	/* The port: a host's address resolves to the VM holding it there. */
+	jb_u64(&b, "port", be16toh(*port_of(dst_addr)));
+	if (is_ud(c))
+		jb_bool(&b, "ud", 1);
 	jb_raw(&b, "}");
 	if (b.err)
 		return cm_fail(EINVAL);
@@ -1045,6 +1115,10 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		jb_u64(&b, "cookie", c->cookie);
 		if (is_ud(c))
 			jb_bool(&b, "ud", 1); /* the UDP port space, its own */
+		if (c->host_bound)
+			jb_str(&b, "host_port", "addr"); /* the host's port: required */
+		else if (!c->dev)
+			jb_str(&b, "host_port", "any"); /* the host's port too, in the host's network */
 		jb_raw(&b, "}");
 		if (call(VRDMA_OP_CM_LISTEN, body, &reply, NULL) == 0) {
 			*port_of(src) = htobe16(p);
@@ -1052,6 +1126,8 @@ int rdma_listen(struct rdma_cm_id *id, int backlog)
 		}
 		if (errno == EEXIST)
 			errno = EADDRINUSE;
+		if (errno == EINVAL && c->host_bound)
+			errno = EADDRNOTAVAIL; /* a host address outside the host's network */
 		if (port || errno != EADDRINUSE || tries >= 16)
 			return -1;
 	}
@@ -1317,7 +1393,7 @@ static struct cm_event *make_event(const char *text, int len)
 	struct json_doc d = { 0 };
 	struct cm_event *e = NULL;
 	struct cm_id *c = NULL, *owner;
-	char adapter[32] = "", gid[64] = "", pd[2 * PDATA_MAX + 1] = "";
+	char adapter[32] = "", gid[64] = "", pd[2 * PDATA_MAX + 1] = "", local_ip[64] = "", peer_ip[64] = "";
 	union ibv_gid rgid;
 	uint64_t cookie = 0;
 	uint32_t listener = 0, req = 0, qp = 0, rqpn = 0, port = 0, sq_psn = 0, rq_psn = 0, mtu = 0, qkey = 0;
@@ -1338,6 +1414,8 @@ static struct cm_event *make_event(const char *text, int len)
 	json_get_u32(&d, 0, "mtu", &mtu);
 	json_get_u32(&d, 0, "qkey", &qkey);
 	json_get_str(&d, 0, "adapter", adapter, sizeof(adapter));
+	json_get_str(&d, 0, "local_ip", local_ip, sizeof(local_ip));
+	json_get_str(&d, 0, "peer_ip", peer_ip, sizeof(peer_ip));
 	if (json_get_str(&d, 0, "remote_gid", gid, sizeof(gid)) == 0 && gid[0])
 		inet_pton(AF_INET6, gid, rgid.raw);
 	if (json_get_str(&d, 0, "private_data", pd, sizeof(pd)) == 0 && pd[0])
@@ -1398,6 +1476,11 @@ static struct cm_event *make_event(const char *text, int len)
 		c->id.pd = l->id.pd;
 		set_local(c, dv, l->id.route.addr.src_addr.sa_family, htobe16((uint16_t)port));
 		set_remote(c, &rgid, l->id.route.addr.src_addr.sa_family, 0);
+		if (local_ip[0] && peer_ip[0]) {
+			/* By the host's address: the ones the dialer used. */
+			set_ip(&c->id.route.addr.src_storage, local_ip, htobe16((uint16_t)port));
+			set_ip(&c->id.route.addr.dst_storage, peer_ip, 0);
+		}
 		fill_route(c);
 		e->ev.listen_id = &l->id;
 		owner = l;
@@ -1415,6 +1498,8 @@ static struct cm_event *make_event(const char *text, int len)
 			c->connected = 1;
 			c->qp_handle = qp;
 			c->remote_qpn = rqpn;
+			if (!listener && gid[0])
+				c->id.route.addr.addr.ibaddr.dgid = rgid; /* resolved by a host's address before anyone listened */
 		}
 		break;
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
@@ -1448,6 +1533,8 @@ static struct cm_event *make_event(const char *text, int len)
 			}
 			use_dev(c, dv);
 			set_local(c, dv, fam, sport ? sport : htobe16(ephemeral_port()));
+			if (local_ip[0]) /* a host's address: dialed from this host's */
+				set_ip(&c->id.route.addr.src_storage, local_ip, *port_of(&c->id.route.addr.src_addr));
 			c->id.route.addr.addr.ibaddr.dgid = rgid;
 		} else if (c && type == RDMA_CM_EVENT_ROUTE_RESOLVED && c->dev) {
 			fill_route(c);

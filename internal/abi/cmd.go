@@ -616,6 +616,12 @@ type ConnRequest struct {
 	SQPSN uint32 `json:"sq_psn"`
 	RQPSN uint32 `json:"rq_psn"`
 	MTU   uint32 `json:"mtu,omitempty"`
+	// LocalIP and PeerIP, for a request that came to an address of this
+	// host (a listener's host port, CMListen.HostPort), are the address
+	// the dialer dialed and the address it dialed from: its host's
+	// (127.0.0.1 from this host); omitted otherwise.
+	LocalIP string `json:"local_ip,omitempty"`
+	PeerIP  string `json:"peer_ip,omitempty"`
 }
 
 // AcceptRequest accepts a connection request with a QP of this session in

@@ -95,12 +95,22 @@ const (
 // rdma_cm's UDP port space (RDMA_PS_UDP), a port space of its own: its
 // requests are service ID resolutions (SIDR), answered with a UD QP's
 // number and Q_Key (accept-request) and no connection.
+//
+// HostPort also makes the VM the listener of Port on this host's own
+// addresses (its loopback and PVRDMA addresses), as rdma_cm's listeners on
+// a host address or the any address are on a device of the host's
+// network: a connect or resolve to such an address and Port reaches it,
+// from this host or another. One VM holds a host port at a time: another
+// is CodeExists (EADDRINUSE). Only a process in the agent's own network
+// namespace may hold one; from another (a VM's namespace), HostPort
+// "addr" is CodeInvalid and "any" is ignored.
 type CMListen struct {
-	Channel uint32 `json:"channel"`
-	Adapter string `json:"adapter"`
-	Port    uint16 `json:"port"`
-	Cookie  uint64 `json:"cookie"`
-	UD      bool   `json:"ud,omitempty"`
+	Channel  uint32 `json:"channel"`
+	Adapter  string `json:"adapter"`
+	Port     uint16 `json:"port"`
+	Cookie   uint64 `json:"cookie"`
+	UD       bool   `json:"ud,omitempty"`
+	HostPort string `json:"host_port,omitempty"` // "", "addr" (bound to a host address) or "any" (to the any address)
 }
 
 // Validate checks the adapter and port.
@@ -113,18 +123,37 @@ func (l *CMListen) Validate() error {
 	if l.Port == 0 {
 		return Errorf(CodeInvalid, "port", "service port 0 is reserved: pick 1..65535")
 	}
+	switch l.HostPort {
+	case "", HostPortAddr, HostPortAny:
+	default:
+		return Errorf(CodeInvalid, "host_port", "host_port %q is not \"\", %q or %q", l.HostPort, HostPortAddr, HostPortAny)
+	}
 	return nil
 }
+
+// CMListen.HostPort's values.
+const (
+	HostPortAddr = "addr" // bound to an address of the host: the host port is required
+	HostPortAny  = "any"  // bound to the any address: the host port too, for a process in the host's network
+)
 
 // CMResolve resolves Remote (an adapter's IPv4 address, a GID or
 // "vm/vrdmaN") to an adapter of the fabric and picks the local adapter
 // that reaches it (Adapter, if given); the answer is ADDR_RESOLVED or
 // ADDR_ERROR with Cookie on Channel.
+//
+// Remote may also be an address of a host — its loopback address (this
+// host) or a host's PVRDMA address — with Port, the port rdma_resolve_addr
+// was given: it resolves to the adapter of the VM that holds that host's
+// port (CMListen.HostPort), or, while none does, to the host alone (no
+// remote adapter: the connect looks again).
 type CMResolve struct {
 	Channel uint32 `json:"channel"`
 	Cookie  uint64 `json:"cookie"`
 	Remote  string `json:"remote"`
 	Adapter string `json:"adapter"`
+	Port    uint16 `json:"port,omitempty"`
+	UD      bool   `json:"ud,omitempty"` // Port is of the UDP port space (a UD ID's)
 }
 
 // Validate checks the remote's length and the adapter.
@@ -233,4 +262,10 @@ type CMEvent struct {
 	// QKey, in the ESTABLISHED of a UD connect, is the listener's UD QP's
 	// Q_Key (RemoteQPN is that QP's number).
 	QKey uint32 `json:"qkey,omitempty"`
+	// LocalIP and PeerIP are the addresses a connection by a host's
+	// address uses: in ADDR_RESOLVED the address the dialer dials from
+	// (its host's: 127.0.0.1 to this host, else its PVRDMA address), in
+	// CONNECT_REQUEST as ConnRequest's.
+	LocalIP string `json:"local_ip,omitempty"`
+	PeerIP  string `json:"peer_ip,omitempty"`
 }

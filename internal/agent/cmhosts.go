@@ -82,3 +82,43 @@ func (h cmHosts) SendDisconnect(host string, qpn uint32, gid abi.GID, fromQPN ui
 	}
 	return nil
 }
+
+// HostOf finds the host of address ip among the control plane's hosts'
+// PVRDMA addresses; a loopback address is this host's.
+func (h cmHosts) HostOf(ip netip.Addr) (string, bool, bool) {
+	a := h.a
+	if c := a.ctl; c != nil {
+		for _, hs := range c.cache.Hosts() {
+			if addr := hs.Host.PVRDMAAddress.Addr(); addr.IsValid() && addr.Unmap() == ip {
+				return hs.Host.ID, hs.Host.ID == a.hostID, true
+			}
+		}
+	}
+	if ip.IsLoopback() {
+		return a.hostID, true, true
+	}
+	return "", false, false
+}
+
+// SelfAddr is this host's PVRDMA address, as its record has it.
+func (h cmHosts) SelfAddr() netip.Addr {
+	a := h.a
+	if a.ctl == nil {
+		return netip.Addr{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.ctl.cfg.LookupTimeout)
+	defer cancel()
+	if hs, err := a.ctl.cache.Host(ctx, a.hostID); err == nil && hs.Host.PVRDMAAddress.IsValid() {
+		return hs.Host.PVRDMAAddress.Addr().Unmap()
+	}
+	return a.ctl.cfg.PVRDMAAddress.Addr().Unmap()
+}
+
+// HostListener asks host, over the links to other hosts, who holds port
+// of its addresses.
+func (h cmHosts) HostListener(ctx context.Context, host string, port uint16, ud bool) (cm.HostListener, error) {
+	if h.a.up == nil {
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "the address is host %s's, and this agent runs no tcp path to other hosts", host)
+	}
+	return h.a.up.AskWho(ctx, host, port, ud)
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/sys"
 )
 
 // opHandler serves one op of the table of operations (abi.Ops) for a
@@ -208,7 +209,9 @@ var handlers = map[abi.Op]opHandler{
 		return abi.Empty{}, nil, s.cmEv.CloseChannel(r.Handle)
 	}),
 	abi.OpCMListen: on(func(s *session, v *device.Context, r *abi.CMListen) (any, []int, error) {
-		h, err := s.cmEv.Listen(v, r)
+		// Only a process in the agent's network, the host's, holds
+		// ports of the host's addresses (cm/hostaddr.go).
+		h, err := s.cmEv.Listen(v, r, r.HostPort != "" && s.cred && sys.SameNetns(s.pid))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -17,6 +17,7 @@ package cm
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,13 +40,16 @@ type Manager struct {
 
 	mu        sync.Mutex
 	listeners map[listenKey]*listener // +checklocks:mu
+	// hostPorts are the ports of this host's addresses VMs hold
+	// (hostaddr.go).
+	hostPorts map[hostPort]hostClaim // +checklocks:mu
 	nextID    atomic.Uint32
 }
 
 // New returns the connection manager of dev on host (its name, for
 // messages), allowing maxListeners listening ports per VM.
 func New(dev *device.Device, host string, maxListeners int) *Manager {
-	return &Manager{dev: dev, host: host, maxListeners: maxListeners, listeners: map[listenKey]*listener{}}
+	return &Manager{dev: dev, host: host, maxListeners: maxListeners, listeners: map[listenKey]*listener{}, hostPorts: map[hostPort]hostClaim{}}
 }
 
 type listenKey struct {
@@ -102,6 +106,8 @@ type RemoteDialer struct {
 	External bool
 	// UD: a service ID resolution from UD QP QPN (Dial.UD).
 	UD bool
+	// ToIP and FromIP, for a dial by a host's address: Dial's.
+	ToIP, FromIP netip.Addr
 }
 
 // Dial is what a dialer's REQ carries besides its QP.
@@ -114,7 +120,10 @@ type Dial struct {
 	// UD: a service ID resolution (rdma_cm's RDMA_PS_UDP, a SIDR REQ) by
 	// a UD QP, to a listener of the UDP port space: the answer is the
 	// listener's UD QP number, GID and Q_Key, and neither QP is touched.
-	UD bool
+	UD bool // ToIP and FromIP, for a dial by a host's address (hostaddr.go): the
+	// address dialed and the dialer's host's address, which the
+	// acceptor's request reports as its local and peer addresses.
+	ToIP, FromIP netip.Addr
 }
 
 type connReq struct {
@@ -126,6 +135,8 @@ type connReq struct {
 	fromAckTimeout uint8
 	// fromExternal: a local dialer's workload moves its QP itself.
 	fromExternal bool
+	// toIP and fromIP: a local dialer's Dial.ToIP and Dial.FromIP.
+	toIP, fromIP netip.Addr
 	// The connection's PSNs, drawn when the request is made: the
 	// dialer's send PSN (the REQ's starting PSN) and the acceptor's, so
 	// that an acceptor that moves its QP itself knows both before it
@@ -311,12 +322,14 @@ func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
 			if d := r.remote; d != nil {
 				return abi.ConnRequest{ID: r.id, RemoteVM: d.VM, RemoteAdapter: d.Adapter, RemoteGID: d.GID,
 					RemoteQPN: d.QPN, Port: l.key.port, PrivateData: d.PrivateData, Adapter: l.key.adapter,
-					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, d.MTU)}, nil
+					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, d.MTU),
+					LocalIP: ipString(d.ToIP), PeerIP: ipString(d.FromIP)}, nil
 			}
 			from := r.from
 			return abi.ConnRequest{ID: r.id, RemoteVM: from.Context().Name(), RemoteAdapter: from.Adapter().Name(), RemoteGID: from.GID(),
 				RemoteQPN: from.QPN(), Port: l.key.port, PrivateData: r.priv, Adapter: l.key.adapter,
-				SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, from.Adapter().ActiveMTU())}, nil
+				SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, from.Adapter().ActiveMTU()),
+				LocalIP: ipString(r.toIP), PeerIP: ipString(r.fromIP)}, nil
 		case <-l.quit:
 			return abi.ConnRequest{}, abi.Errorf(abi.CodeState, "listener", "the listener was closed")
 		case <-c.ctx.Done():
@@ -618,7 +631,7 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d
 	timeout := Timeout(r.TimeoutMS)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	req := &connReq{from: q, priv: d.PrivateData, fromAckTimeout: abi.AckTimeoutOr(r.AckTimeout), fromExternal: d.External, reply: make(chan connResult, 1)}
+	req := &connReq{from: q, priv: d.PrivateData, fromAckTimeout: abi.AckTimeoutOr(r.AckTimeout), fromExternal: d.External, toIP: d.ToIP, fromIP: d.FromIP, reply: make(chan connResult, 1)}
 	req.dialerPSN, req.acceptorPSN = randomPSNs()
 	select {
 	case l.reqs <- req:

@@ -9,6 +9,7 @@ package cm
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -42,6 +43,17 @@ type Hosts interface {
 	// the link's dial timeouts; nil when there is nobody to tell (no
 	// link).
 	SendDisconnect(host string, qpn uint32, gid abi.GID, fromQPN uint32, fromGID abi.GID) error
+	// HostOf finds the host whose address ip is: this host (self) for
+	// its PVRDMA address or a loopback address, or another host (its
+	// ID) by its PVRDMA address; ok is false when ip is no host's.
+	HostOf(ip netip.Addr) (host string, self, ok bool)
+	// SelfAddr is this host's PVRDMA address (invalid when it has none).
+	SelfAddr() netip.Addr
+	// HostListener asks host (an ID, another host) which VM holds port
+	// (of the UDP space with ud) of its addresses: a zero HostListener
+	// when none does. It waits at most the link's dial and answer
+	// timeouts, or until ctx ends.
+	HostListener(ctx context.Context, host string, port uint16, ud bool) (HostListener, error)
 }
 
 // Peer is an adapter on another host, as Hosts.Route found it.

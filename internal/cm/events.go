@@ -33,6 +33,16 @@ type listen struct {
 	// ud: the UDP port space's: its accepts connect nothing and give the
 	// acceptor no event.
 	ud bool
+	// hostPort: it holds its port of the host's addresses (hostaddr.go).
+	hostPort bool
+	port     uint16
+}
+
+// release frees the host port l holds, if it holds one.
+func (l *listen) release(m *Manager) {
+	if l.hostPort {
+		m.releaseHostPort(hostPort{l.port, l.ud}, l)
+	}
 }
 
 func (l *listen) idsOrNil() []uint32 {
@@ -135,11 +145,16 @@ func (e *Events) CloseChannel(id uint32) error {
 
 // Listen is cm-listen of r for v: a listener on r.Adapter of v, or on
 // every adapter of v, whose requests come as CONNECT_REQUEST on channel
-// r.Channel. It returns the listen's handle.
-func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
+// r.Channel, holding its port of the host's addresses too with
+// r.HostPort, if the session's process is in the host's network (hostNet).
+// It returns the listen's handle.
+func (e *Events) Listen(v *device.Context, r *abi.CMListen, hostNet bool) (uint32, error) {
 	c, err := e.channel(r.Channel)
 	if err != nil {
 		return 0, err
+	}
+	if r.HostPort == abi.HostPortAddr && !hostNet {
+		return 0, abi.Errorf(abi.CodeInvalid, "host_port", "a host address is bound, and this process is not in the host's network (it runs in another network namespace, a VM's): bind an adapter's address or the any address")
 	}
 	var ads []string
 	if r.Adapter != "" {
@@ -149,7 +164,7 @@ func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
 			ads = append(ads, ad.Name())
 		}
 	}
-	l := &listen{ch: c, cookie: r.Cookie, ud: r.UD}
+	l := &listen{ch: c, cookie: r.Cookie, ud: r.UD, port: r.Port}
 	for _, name := range ads {
 		id, err := e.c.listen(v, name, r.Port, r.UD)
 		if err != nil {
@@ -159,6 +174,15 @@ func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
 			return 0, err
 		}
 		l.ids = append(l.ids, id)
+	}
+	if r.HostPort != "" && hostNet {
+		if err := e.c.m.claimHostPort(hostPort{r.Port, r.UD}, v.Name(), ads, l); err != nil {
+			for _, cid := range l.ids {
+				e.c.CloseListener(cid)
+			}
+			return 0, err
+		}
+		l.hostPort = true
 	}
 	e.mu.Lock()
 	e.nextID++
@@ -177,7 +201,8 @@ func (e *Events) Listen(v *device.Context, r *abi.CMListen) (uint32, error) {
 				}
 				if !c.Post(abi.CMEvent{Event: abi.CMEventConnectRequest, Cookie: l.cookie, Listener: cid, ID: req.ID,
 					RemoteVM: req.RemoteVM, RemoteAdapter: req.RemoteAdapter, RemoteGID: req.RemoteGID, RemoteQPN: req.RemoteQPN,
-					Adapter: req.Adapter, Port: req.Port, PrivateData: req.PrivateData, SQPSN: req.SQPSN, RQPSN: req.RQPSN, MTU: req.MTU}) {
+					Adapter: req.Adapter, Port: req.Port, PrivateData: req.PrivateData, SQPSN: req.SQPSN, RQPSN: req.RQPSN, MTU: req.MTU,
+					LocalIP: req.LocalIP, PeerIP: req.PeerIP}) {
 					e.c.Reject(&abi.RejectRequest{Listener: cid, ID: req.ID, Reason: "the listener's event channel is closed"})
 				}
 			}
@@ -198,6 +223,7 @@ func (e *Events) CloseListen(id uint32) error {
 	if !ok {
 		return abi.Errorf(abi.CodeNotFound, "listener", "no CM listen with handle %d", id)
 	}
+	l.release(e.c.m)
 	for _, cid := range l.ids {
 		e.c.CloseListener(cid)
 	}
@@ -329,6 +355,9 @@ func (e *Events) Close() {
 		c.Close()
 		delete(e.chans, id)
 	}
+	for _, l := range e.listens {
+		l.release(e.c.m)
+	}
 	e.mu.Unlock()
 	e.conns.sessionEnded(e)
 }
@@ -350,7 +379,7 @@ func (e *Events) resolve(v *device.Context, src *device.Adapter, r *abi.CMResolv
 	}
 	var last error
 	for _, from := range cands {
-		ev, err := e.resolveFrom(from, r.Remote)
+		ev, err := e.resolveHost(from, r)
 		if err == nil {
 			ev.Cookie = r.Cookie
 			return ev
@@ -359,6 +388,27 @@ func (e *Events) resolve(v *device.Context, src *device.Adapter, r *abi.CMResolv
 	}
 	e.log.Info("rdma_cm address resolution refused", "vm", v.Name(), "remote", r.Remote, "err", last)
 	return abi.CMEvent{Event: abi.CMEventAddrError, Status: statusUnreachable, Cookie: r.Cookie, Message: last.Error()}
+}
+
+// resolveHost resolves r.Remote from adapter from: when it is a host's
+// address, the adapter of the VM that holds r.Port there, or the host
+// alone while none does; else as resolveFrom.
+func (e *Events) resolveHost(from *device.Adapter, r *abi.CMResolve) (abi.CMEvent, error) {
+	t, isHost, err := e.toHost(e.c.ctx, from, r.Remote, r.Port, r.UD)
+	switch {
+	case !isHost:
+		return e.resolveFrom(from, r.Remote)
+	case err != nil:
+		return abi.CMEvent{}, err
+	}
+	ev := abi.CMEvent{Event: abi.CMEventAddrResolved, Adapter: from.Name()}
+	if t.remote != "" {
+		if ev, err = e.resolveFrom(from, t.remote); err != nil {
+			return ev, err
+		}
+	}
+	ev.LocalIP, ev.PeerIP = ipString(t.localIP), ipString(t.peerIP)
+	return ev, nil
 }
 
 // resolveFrom resolves remote for a connect from adapter from, as a
@@ -385,8 +435,20 @@ func (e *Events) resolveFrom(from *device.Adapter, remote string) (abi.CMEvent, 
 // connect dials for a cm-connect and returns its outcome's event.
 func (e *Events) connect(c *Channel, q *device.QP, r *abi.CMConnect) abi.CMEvent {
 	cr := &abi.Connect{QP: q.Handle(), Remote: r.Remote, Port: r.Port, TimeoutMS: r.TimeoutMS, AckTimeout: r.AckTimeout}
-	ad, peer, err := e.hosts.Route(q.Adapter(), r.Remote)
 	dial := Dial{PrivateData: r.PrivateData, External: r.QPN != 0 && !r.UD, UD: r.UD}
+	remote := r.Remote
+	t, isHost, err := e.toHost(e.c.ctx, q.Adapter(), r.Remote, r.Port, r.UD)
+	if isHost && err == nil {
+		remote, dial.ToIP, dial.FromIP = t.remote, t.peerIP, t.localIP
+		if remote == "" {
+			err = refusedHostPort(r.Remote, r.Port, r.UD)
+		}
+	}
+	var ad *device.Adapter
+	var peer *Peer
+	if err == nil {
+		ad, peer, err = e.hosts.Route(q.Adapter(), remote)
+	}
 	var rep abi.ConnectReply
 	if err == nil {
 		if peer != nil {

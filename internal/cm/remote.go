@@ -150,7 +150,7 @@ func DialRemote(q *device.QP, c *abi.Connect, target string, d Dial, send SendCM
 	timeout := Timeout(c.TimeoutMS)
 	m := tcpwire.ConnReqMsg{Target: target, Port: c.Port, FromVM: q.Context().Name(), FromAdapter: q.Adapter().Name(),
 		FromGID: netip.AddrFrom16(q.GID()), FromQPN: q.QPN(), TimeoutMS: uint32(timeout / time.Millisecond), MTU: q.Adapter().ActiveMTU(),
-		PrivateData: d.PrivateData, External: d.External, UD: d.UD}
+		PrivateData: d.PrivateData, External: d.External, UD: d.UD, ToIP: d.ToIP, FromIP: d.FromIP}
 	r, err := send(&m, timeout)
 	if err != nil {
 		return abi.ConnectReply{}, err

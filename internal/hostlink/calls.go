@@ -225,6 +225,8 @@ func (c *Conn) serveRequests() {
 				err = c.startCM(&h)
 			case h.Type == tcpwire.CMCancel:
 				err = c.cancelCM(&h)
+			case h.Type == tcpwire.CMWho:
+				err = c.answerWho(&h)
 			case h.Type == tcpwire.CMDisc, h.Type == tcpwire.CMRTU:
 				err = c.noteCM(&h)
 			default:

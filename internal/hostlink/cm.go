@@ -51,7 +51,7 @@ func (c *Conn) startCM(h *tcpwire.Header) error {
 			Message: fmt.Sprintf("host %s has %d connection requests from this host waiting for an answer, the limit", c.l.u.cfg.Host, cmMaxPending)})
 	}
 	r := cm.NewRemote(cm.RemoteDialer{VM: m.FromVM, Adapter: m.FromAdapter, GID: abi.GID(m.FromGID.As16()), QPN: m.FromQPN, Host: c.l.peerID, MTU: m.MTU,
-		PrivateData: m.PrivateData, External: m.External, UD: m.UD})
+		PrivateData: m.PrivateData, External: m.External, UD: m.UD, ToIP: m.ToIP, FromIP: m.FromIP})
 	c.cmMu.Lock()
 	c.cms[tag] = r
 	c.cmMu.Unlock()
@@ -115,11 +115,103 @@ func (c *Conn) serveCM(r *cm.Remote, m *tcpwire.ConnReqMsg) tcpwire.ConnRespMsg 
 		return cmErr(abi.Errorf(abi.CodeRefused, "", "CM request from %s/%s (GID %s) on host %s: the control plane does not place that adapter on that host",
 			m.FromVM, m.FromAdapter, m.FromGID, c.l.peerID))
 	}
+	if m.ToIP.IsValid() {
+		// A connect by this host's address: the addresses are the two
+		// hosts' PVRDMA addresses, as the control plane has them.
+		if err := c.checkHostIPs(m.ToIP, m.FromIP); err != nil {
+			return cmErr(err)
+		}
+	}
 	a, err := u.cfg.CM.ServeRemote(r, m.Target, m.Port, time.Duration(m.TimeoutMS)*time.Millisecond, c.closed, ErrConnLost)
 	if err != nil {
 		return cmErr(err)
 	}
 	return tcpwire.ConnRespMsg{QPN: a.QPN, GID: netip.AddrFrom16(a.GID), SQPSN: a.SQPSN, RQPSN: a.RQPSN, MTU: a.MTU, PrivateData: a.PrivateData, QKey: a.QKey}
+}
+
+// checkHostIPs checks a CM_REQ's to_ip and from_ip: this host's PVRDMA
+// address and the dialing host's, as the control plane records them.
+func (c *Conn) checkHostIPs(to, from netip.Addr) error {
+	u := c.l.u
+	ctx, cancel := context.WithTimeout(context.Background(), u.cfg.LookupTimeout)
+	defer cancel()
+	for _, e := range []struct {
+		id   string
+		ip   netip.Addr
+		what string
+	}{{u.cfg.HostID, to, "to_ip"}, {c.l.peerID, from, "from_ip"}} {
+		hs, err := u.cfg.Cache.Host(ctx, e.id)
+		if err != nil {
+			return abi.Errorf(abi.CodeUnavailable, "", "CM request by a host's address: look up host %s: %v", e.id, err)
+		}
+		if hs.Host.PVRDMAAddress.Addr() != e.ip {
+			return abi.Errorf(abi.CodeRefused, "", "CM request by a host's address: %s %v is not host %s's PVRDMA address %v", e.what, e.ip, hs.Host.Label(), hs.Host.PVRDMAAddress.Addr())
+		}
+	}
+	return nil
+}
+
+// answerWho answers a CM_WHO at once: the VM that holds the port of this
+// host's addresses, from connection management's table.
+func (c *Conn) answerWho(h *tcpwire.Header) error {
+	var m tcpwire.HostPortMsg
+	if err := c.readControl(h, &m); err != nil {
+		return err
+	}
+	if err := m.Validate(); err != nil {
+		return c.writeControl(tcpwire.CMResp, h.Tag, tcpwire.ConnRespMsg{Code: abi.CodeInvalid, Message: err.Error()})
+	}
+	hl, _ := c.l.u.cfg.CM.HostListener(m.Port, m.UD)
+	return c.writeControl(tcpwire.CMResp, h.Tag, tcpwire.ConnRespMsg{VM: hl.VM, Adapters: hl.Adapters})
+}
+
+// whoTimeout bounds a CM_WHO's wait for its answer, which comes at once.
+const whoTimeout = 5 * time.Second
+
+// AskWho asks host id which VM holds port (of the UDP port space with ud)
+// of its addresses (a CM_WHO) and waits for the answer, at most whoTimeout
+// or until ctx ends. The zero HostListener: none does. Its errors are
+// abi.Errors.
+func (u *Links) AskWho(ctx context.Context, id string, port uint16, ud bool) (cm.HostListener, error) {
+	l := u.linkTo(id)
+	tc, err := l.Conn(whoTimeout)
+	if err != nil {
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "ask host %s who listens on its port %d over the tcp path: %v", l.label(), port, err)
+	}
+	k := NewCall(nil)
+	if !tc.Register(k) {
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "ask host %s who listens on its port %d: the tcp path connection closed", l.label(), port)
+	}
+	if err := tc.writeControl(tcpwire.CMWho, k.Tag(), tcpwire.HostPortMsg{Port: port, UD: ud}); err != nil {
+		tc.Withdraw(k)
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "ask host %s who listens on its port %d: %v", l.label(), port, err)
+	}
+	t := time.NewTimer(whoTimeout)
+	defer t.Stop()
+	select {
+	case <-k.Done:
+	case <-t.C:
+		tc.Recall(k)
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "host %s did not say who listens on its port %d within %v", l.label(), port, whoTimeout)
+	case <-ctx.Done():
+		tc.Recall(k)
+		return cm.HostListener{}, cm.ErrClosing
+	}
+	if k.Err != nil {
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "ask host %s who listens on its port %d: %v", l.label(), port, k.Err)
+	}
+	var r tcpwire.ConnRespMsg
+	err = tcpwire.DecodeJSON(k.Ctl, &r)
+	if err == nil {
+		err = r.ValidateWho()
+	}
+	if err != nil {
+		return cm.HostListener{}, abi.Errorf(abi.CodeUnavailable, "remote", "host %s's answer to who listens on its port %d: %v", l.label(), port, err)
+	}
+	if r.Code != "" {
+		return cm.HostListener{}, &abi.Error{Code: r.Code, Message: r.Message}
+	}
+	return cm.HostListener{VM: r.VM, Adapters: r.Adapters}, nil
 }
 
 // DialCM sends CM_REQ m to host id and waits for its CM_RESP, at most

@@ -71,3 +71,14 @@ func InNetns(ns string, fn func() error) error {
 	}
 	return r.err
 }
+
+// SameNetns reports whether process pid is in this process's network
+// namespace. A namespace that cannot be read (the process is gone, or
+// another user's that this one may not inspect) is not the same.
+func SameNetns(pid int32) bool {
+	var self, other unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &self) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &other) != nil {
+		return false
+	}
+	return self.Dev == other.Dev && self.Ino == other.Ino
+}

@@ -78,6 +78,12 @@ type ConnReqMsg struct {
 	// from UD QP FromQPN to a listener of the UDP port space; the answer
 	// is the listener's UD QP and its Q_Key, and nothing is connected.
 	UD bool `json:"ud,omitempty"`
+	// ToIP and FromIP, for a connect by a host's address (the target's
+	// host port): the address the dialer dialed, and its own host's
+	// address; the acceptor's request reports them as its local and peer
+	// addresses. Omitted otherwise.
+	ToIP   netip.Addr `json:"to_ip,omitzero"`
+	FromIP netip.Addr `json:"from_ip,omitzero"`
 	// PrivateData is the REQ's private data (at most 56 bytes; a SIDR
 	// REQ's, at most 180); omitted when empty.
 	PrivateData []byte `json:"private_data,omitempty"`
@@ -101,6 +107,46 @@ type ConnRespMsg struct {
 	RejectReason uint16 `json:"reject_reason,omitempty"`
 	// QKey answers a UD request: the accepting UD QP's Q_Key.
 	QKey uint32 `json:"qkey,omitempty"`
+	// VM and Adapters answer a CM_WHO: the VM that holds the port, and
+	// the adapters it listens on; both omitted when no VM holds it.
+	VM       string   `json:"vm,omitempty"`
+	Adapters []string `json:"adapters,omitempty"`
+}
+
+// HostPortMsg is a CM_WHO: which VM holds port Port (of rdma_cm's UDP
+// port space with UD) of the receiving host's addresses.
+type HostPortMsg struct {
+	Port uint16 `json:"port"`
+	UD   bool   `json:"ud,omitempty"`
+}
+
+// Validate checks a CM_WHO.
+func (m *HostPortMsg) Validate() error {
+	if m.Port == 0 {
+		return fmt.Errorf("CM_WHO: port 0")
+	}
+	return nil
+}
+
+// ValidateWho checks a CM_RESP that answers a CM_WHO.
+func (m *ConnRespMsg) ValidateWho() error {
+	if m.Code != "" {
+		return m.Validate()
+	}
+	switch {
+	case m.VM == "" && len(m.Adapters) == 0:
+		return nil
+	case !nameRE.MatchString(m.VM) || len(m.VM) > 64:
+		return fmt.Errorf("CM_RESP: vm %q is not a VM name", m.VM)
+	case len(m.Adapters) == 0 || len(m.Adapters) > 10:
+		return fmt.Errorf("CM_RESP: %d adapters (want 1..10)", len(m.Adapters))
+	}
+	for _, a := range m.Adapters {
+		if !adaptRE.MatchString(a) {
+			return fmt.Errorf("CM_RESP: adapter %q is not an adapter name", a)
+		}
+	}
+	return nil
 }
 
 // ConnDiscMsg names the two ends of an rdma_cm connection across hosts: QP
@@ -198,6 +244,10 @@ func (m *ConnReqMsg) Validate() error {
 		return fmt.Errorf("CM_REQ: %d bytes of private data, more than a SIDR REQ's %d", len(m.PrivateData), abi.MaxPrivateDataSIDRREQ)
 	case m.UD && m.External:
 		return fmt.Errorf("CM_REQ: a UD request (SIDR) has no external QP to establish")
+	case m.ToIP.IsValid() != m.FromIP.IsValid():
+		return fmt.Errorf("CM_REQ: to_ip %v and from_ip %v: a connect by a host's address has both, another neither", m.ToIP, m.FromIP)
+	case m.ToIP.Zone() != "" || m.FromIP.Zone() != "":
+		return fmt.Errorf("CM_REQ: to_ip %v, from_ip %v: no zones", m.ToIP, m.FromIP)
 	}
 	return nil
 }

@@ -104,6 +104,22 @@ func TestValidate(t *testing.T) {
 		{"UD CM_REQ with 180 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.PrivateData = true, make([]byte, 180) }), ""},
 		{"UD CM_REQ with 181 bytes of private data", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.PrivateData = true, make([]byte, 181) }), "more than a SIDR REQ's 180"},
 		{"UD CM_REQ of an external QP", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.UD, m.External = true, true }), "no external QP"},
+		{"CM_REQ by a host's address", with(validConnReq(), func(m *tcpwire.ConnReqMsg) {
+			m.ToIP, m.FromIP = netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+		}), ""},
+		{"CM_REQ with to_ip alone", with(validConnReq(), func(m *tcpwire.ConnReqMsg) { m.ToIP = netip.MustParseAddr("192.0.2.1") }), "both"},
+		{"CM_REQ with a zoned from_ip", with(validConnReq(), func(m *tcpwire.ConnReqMsg) {
+			m.ToIP, m.FromIP = netip.MustParseAddr("fe80::1"), netip.MustParseAddr("fe80::2%eth0")
+		}), "no zones"},
+		{"CM_WHO", &tcpwire.HostPortMsg{Port: 7471, UD: true}, ""},
+		{"CM_WHO of port 0", &tcpwire.HostPortMsg{}, "CM_WHO: port 0"},
+		{"CM_WHO answer", &whoAnswer{tcpwire.ConnRespMsg{VM: "vm1", Adapters: []string{"vrdma0"}}}, ""},
+		{"CM_WHO answer: nobody", &whoAnswer{}, ""},
+		{"CM_WHO answer without adapters", &whoAnswer{tcpwire.ConnRespMsg{VM: "vm1"}}, "0 adapters"},
+		{"CM_WHO answer with 11 adapters", &whoAnswer{tcpwire.ConnRespMsg{VM: "vm1", Adapters: make([]string, 11)}}, "11 adapters"},
+		{"CM_WHO answer with eth0", &whoAnswer{tcpwire.ConnRespMsg{VM: "vm1", Adapters: []string{"eth0"}}}, "adapter \"eth0\""},
+		{"CM_WHO answer with a bad VM", &whoAnswer{tcpwire.ConnRespMsg{VM: "a/b", Adapters: []string{"vrdma0"}}}, "vm \"a/b\""},
+		{"CM_WHO answer: an error", &whoAnswer{tcpwire.ConnRespMsg{Code: "invalid-argument", Message: "CM_WHO: port 0"}}, ""},
 
 		{"CM_RESP", ptr(validConnResp()), ""},
 		{"CM_RESP with PSNs 0", with(validConnResp(), func(m *tcpwire.ConnRespMsg) { m.SQPSN, m.RQPSN = 0, 0 }), ""},

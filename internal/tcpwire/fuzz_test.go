@@ -113,7 +113,14 @@ var controlKinds = []func() any{
 	func() any { return new(tcpwire.RefuseMsg) },
 	func() any { return new(tcpwire.ConnReqMsg) },
 	func() any { return new(tcpwire.ConnRespMsg) },
+	func() any { return new(tcpwire.HostPortMsg) },
+	func() any { return new(whoAnswer) },
 }
+
+// whoAnswer is a CM_RESP that answers a CM_WHO, as AskWho checks it.
+type whoAnswer struct{ tcpwire.ConnRespMsg }
+
+func (w *whoAnswer) Validate() error { return w.ValidateWho() }
 
 // FuzzControl feeds control payloads (the JSON of handshake and CM frames)
 // to DecodeJSON and Validate, as the agent does with a peer's frames:
@@ -122,7 +129,8 @@ var controlKinds = []func() any{
 // and forwards another accepts too.
 func FuzzControl(f *testing.F) {
 	for i, v := range []any{ptr(validHello()), ptr(validChallenge()), &tcpwire.AuthMsg{Proof: nonceA},
-		&tcpwire.RefuseMsg{Reason: "rule version: ..."}, ptr(validConnReq()), ptr(validConnResp())} {
+		&tcpwire.RefuseMsg{Reason: "rule version: ..."}, ptr(validConnReq()), ptr(validConnResp()),
+		&tcpwire.HostPortMsg{Port: 7471, UD: true}, &tcpwire.ConnRespMsg{VM: "vm1", Adapters: []string{"vrdma0", "vrdma1"}}} {
 		b, err := json.Marshal(v)
 		if err != nil {
 			f.Fatal(err)
@@ -132,6 +140,8 @@ func FuzzControl(f *testing.F) {
 	f.Add(uint8(5), []byte(`{"code":"refused","message":"nothing listens on vm2/vrdma0 port 7000"}`))
 	f.Add(uint8(0), []byte(`{"versions":[1,2,3],"host_id":"`+idA+`"}`))
 	f.Add(uint8(4), []byte(`{"from_gid":"::ffff:10.0.0.1"}`))
+	f.Add(uint8(4), []byte(`{"target":"vm2/vrdma0","port":7000,"from_vm":"vm1","from_adapter":"vrdma0","from_gid":"fe80::1","from_qpn":18,"timeout_ms":1,"ud":true,"to_ip":"127.0.0.2","from_ip":"127.0.0.3"}`))
+	f.Add(uint8(7), []byte(`{"vm":"vm1","adapters":["vrdma0","eth0"]}`))
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
 		v := controlKinds[int(kind)%len(controlKinds)]()
 		if err := tcpwire.DecodeJSON(payload, v); err != nil {

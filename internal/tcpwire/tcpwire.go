@@ -72,12 +72,13 @@ const (
 	CMCancel Type = 50 // the dialer gave up on the CMReq with this tag
 	CMDisc   Type = 51 // one side of an rdma_cm connection disconnected: ConnDisc
 	CMRTU    Type = 52 // a dialer that moves its QP itself established the connection: ConnDisc's shape
+	CMWho    Type = 53 // which VM holds a port of the receiver's addresses: HostPort; answered by a CMResp
 )
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
 	FetchAdd: "FETCH_ADD", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
-	CMDisc: "CM_DISC", CMRTU: "CM_RTU"}
+	CMDisc: "CM_DISC", CMRTU: "CM_RTU", CMWho: "CM_WHO"}
 
 func (t Type) String() string {
 	if s, ok := typeNames[t]; ok {
@@ -93,7 +94,7 @@ func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd || t.IsUC() }
 
 // IsControl reports whether t carries a JSON payload.
-func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMRTU }
+func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMWho }
 
 // Status is a response's outcome, as the responder saw it.
 type Status uint8

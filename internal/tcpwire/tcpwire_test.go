@@ -44,7 +44,7 @@ var allTypes = []struct {
 	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
 	{tcpwire.UCWrite, 40, "UC_WRITE"}, {tcpwire.UCWriteImm, 41, "UC_WRITE_IMM"}, {tcpwire.UCSend, 42, "UC_SEND"}, {tcpwire.UCSendImm, 43, "UC_SEND_IMM"},
 	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"},
-	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"},
+	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"}, {tcpwire.CMWho, 53, "CM_WHO"},
 }
 
 // allStatuses is every response status, with its number and name.
@@ -304,7 +304,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},
 		{"type 23", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 23 }), "unknown frame type 23"},
 		{"type 34", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Type = 34 }), "unknown frame type 34"},
-		{"type 53", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 53 }), "unknown frame type 53"},
+		{"type 54", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 54 }), "unknown frame type 54"},
 		{"type 255", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 255 }), "unknown frame type 255"},
 		{"PSN of 25 bits", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.PSN = 0x1000000 }), "WRITE: PSN 0x1000000 wider than 24 bits"},
 		{"PSN all ones", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.PSN = 0xffffffff }), "PSN 0xffffffff wider than 24 bits"},
