@@ -238,3 +238,22 @@ func TestExecView(t *testing.T) {
 		}
 	})
 }
+
+// TestNetnsExecRefused: exec --netns on a host whose agent makes no VM
+// namespaces is refused, saying how to get them, and runs nothing.
+func TestNetnsExecRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("exec --netns needs root (its refusal for a user has a test of its own)")
+	}
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{IPv4: []string{"10.88.0.7"}})
+	lib := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := run(t, "", "--socket", env.Socket, "exec", "--netns", "--vm", "vm1", "--lib", lib, "--", "/bin/echo", "ran")
+	if code == 0 || strings.Contains(out, "ran") || !strings.Contains(errs, "start vrdmad with --vm-netns") {
+		t.Errorf("exec --netns without VM namespaces: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}

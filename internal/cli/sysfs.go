@@ -169,10 +169,9 @@ func (a *app) netnsView(ctx context.Context, vm, prog string, args []string, sys
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec %s: %w", flag, err)
 	}
-	release = func() { held.Close() }
 	defer func() {
 		if err != nil {
-			release()
+			held.Close()
 		}
 	}()
 	ads, ns, err := a.vmNetwork(ctx, vm)
@@ -205,5 +204,5 @@ func (a *app) netnsView(ctx context.Context, vm, prog string, args []string, sys
 	c = exec.Command(self)
 	c.Args = argv
 	c.SysProcAttr = viewAttr(extra)
-	return c, release, nil
+	return c, func() { held.Close() }, nil
 }

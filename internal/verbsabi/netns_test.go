@@ -224,9 +224,68 @@ func TestNetnsOneHost(t *testing.T) {
 
 // TestNetnsTwoHosts is TestNetnsOneHost with the VMs on two hosts (two
 // network namespaces joined by veths): the layer 2 is the port group's
-// VXLAN tunnel between the hosts' PVRDMA addresses.
+// VXLAN tunnel between the hosts' PVRDMA addresses, which carried the
+// traffic.
 func TestNetnsTwoHosts(t *testing.T) {
-	checkNetns(t, startNetnsEnv(t, 2))
+	e := startNetnsEnv(t, 2)
+	checkNetns(t, e)
+	for _, h := range []*testenv.Host{e.hostA, e.hostB} {
+		if rx := vxlanRxBytes(t, h); rx < 1<<20 {
+			t.Errorf("%s's VXLAN devices received %d bytes, want iperf3's", h.Name, rx)
+		}
+	}
+}
+
+// vxlanRxBytes returns the bytes host h's VXLAN devices received.
+func vxlanRxBytes(t *testing.T, h *testenv.Host) uint64 {
+	t.Helper()
+	out, err := h.Exec("ip", "-s", "-j", "link", "show", "type", "vxlan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX struct {
+				Bytes uint64 `json:"bytes"`
+			} `json:"rx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal([]byte(out), &links); err != nil {
+		t.Fatalf("ip -j: %v\n%s", err, out)
+	}
+	var n uint64
+	for _, l := range links {
+		n += l.Stats.RX.Bytes
+	}
+	return n
+}
+
+// TestNetnsRefusedWithoutRoot: vrdmad --vm-netns run as another user than
+// root refuses to start, and says what to do.
+func TestNetnsRefusedWithoutRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("the test drops root to nobody: run it as root (euid %d; CI does)", os.Geteuid())
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv: apt-get install -y util-linux")
+	}
+	bin := testenv.AgentBinary(t)
+	dir, err := os.MkdirTemp("", "vrdma-netns-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+		bin, "--vm-netns", "--no-control-plane", "--socket", filepath.Join(dir, "s"), "--state-dir", filepath.Join(dir, "state")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "need root") || !strings.Contains(string(out), "without --vm-netns") {
+		t.Errorf("vrdmad --vm-netns as nobody: %v\n%s", err, out)
+	}
 }
 
 // leftovers lists what agent h's vmnet made and still exists: links in
