@@ -232,7 +232,9 @@ func enterNetns(ns string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making the mounts private to the program's namespace: %w", err)
 	}
-	if err := unix.Mount("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_NODEV, ""); err != nil {
+	// EBUSY: /sys is this namespace's sysfs already (exec run from a
+	// program in the same VM namespace).
+	if err := unix.Mount("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_NODEV, ""); err != nil && !errors.Is(err, unix.EBUSY) {
 		return fmt.Errorf("mounting the VM namespace's sysfs on /sys: %w", err)
 	}
 	return nil

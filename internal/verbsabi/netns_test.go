@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,12 @@ type netnsEnv struct {
 // VMs.
 func startNetnsEnv(t *testing.T, hosts int) *netnsEnv {
 	t.Helper()
+	return startNetnsEnvMem(t, hosts, 16)
+}
+
+// startNetnsEnvMem is startNetnsEnv with VMs of memMB MiB.
+func startNetnsEnvMem(t *testing.T, hosts, memMB int) *netnsEnv {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skipf("VM network namespaces need root (euid %d): run the test as root (CI does)", os.Geteuid())
 	}
@@ -60,8 +67,8 @@ func startNetnsEnv(t *testing.T, hosts int) *netnsEnv {
 		t.Fatal(err)
 	}
 	e.hostA, e.hostB = e.c.Hosts[0], e.c.Hosts[hosts-1]
-	e.hostA.Define(t, "vmA", testenv.VMOptions{MemMB: 16, IPv4: []string{netnsAddrA}})
-	e.hostB.Define(t, "vmB", testenv.VMOptions{MemMB: 16})
+	e.hostA.Define(t, "vmA", testenv.VMOptions{MemMB: memMB, IPv4: []string{netnsAddrA}})
+	e.hostB.Define(t, "vmB", testenv.VMOptions{MemMB: memMB})
 	e.hostB.DefineVMX(t, "vmC", testenv.VMXOn(testenv.VMOptions{MemMB: 16, IPv4: []string{netnsAddrC}}, e.c.Switch.UUID, netnsOtherPG))
 	return e
 }
@@ -411,4 +418,60 @@ func TestNetnsCleanup(t *testing.T) {
 	if after := leftovers(t, h); len(after) != 0 {
 		t.Errorf("after a refused VM: %v left", after)
 	}
+}
+
+// TestNetnsMPI runs an Open MPI job with one rank per VM, on two hosts,
+// in netns mode: mpirun itself in vmA's namespace, rank 0 there and rank
+// 1 in vmB's (each through vrdmactl exec --netns), PMIx's connections
+// from the ranks to mpirun over TCP to vmA's adapter address (PMIx told
+// to listen on vrdma0 for other machines; without that, rank 1's MPI_Init
+// finds mpirun unreachable), the messages on pml ucx over rc_verbs (the
+// drop-in), UCX's log naming it as both ranks' tag lane.
+func TestNetnsMPI(t *testing.T) {
+	lib, ctl := needUCX(t)
+	for _, p := range []string{"mpirun", "mpicc"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("no %s: install Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", p)
+		}
+	}
+	dir := t.TempDir()
+	pingpong := mpiBuild(t, dir, "pingpong")
+	e := startNetnsEnvMem(t, 2, ucxMemMB)
+	e.lib, e.ctl = lib, ctl
+	// vmB's namespace exists before mpirun's mount namespace is made (a
+	// namespace made later is not in it).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	hold := e.exec(ctx, e.hostB, "vmB", "sleep", "600")
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { hold.Process.Kill(); hold.Wait() }()
+	if waitNetns(t, e.hostB.Socket, "vmB") == "" {
+		t.Fatal("vmB has no network namespace")
+	}
+	args := []string{"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+		"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "--mca", "btl", "self"}
+	for i, side := range []struct {
+		h  *testenv.Host
+		vm string
+	}{{e.hostA, "vmA"}, {e.hostB, "vmB"}} {
+		if i > 0 {
+			args = append(args, ":")
+		}
+		args = append(args, "-np", "1", "-x", "UCX_TLS=rc_verbs,ud_verbs:aux", "-x", "UCX_LOG_LEVEL=info",
+			ctl, "--socket", side.h.Socket, "exec", "--netns", "--lib", lib, "--vm", side.vm, "--", pingpong, "200", "65536")
+	}
+	cmd := e.exec(ctx, e.hostA, "vmA", args...)
+	cmd.Env = append(hostEnv(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+		"PMIX_MCA_ptl_tcp_if_include=vrdma0", "PMIX_MCA_ptl_tcp_remote_connections=1")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || !regexp.MustCompile(`(?m)^pingpong ok 200 65536 `).MatchString(string(out)) {
+		t.Fatalf("mpirun in vmA's namespace: %v\n%s", err, tail(string(out), 80))
+	}
+	if lanes := regexp.MustCompile(`ep_cfg\[\d+\]: tag\([^)]*rc_verbs/vrdma0:1`).FindAllString(string(out), -1); len(lanes) < 2 {
+		t.Errorf("UCX's log does not show rc_verbs on vrdma0:1 as both ranks' tag lane:\n%s", tail(string(out), 60))
+	}
+	t.Logf("%s", grepLines(string(out), " ok "))
 }
