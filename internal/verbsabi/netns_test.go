@@ -429,11 +429,7 @@ func TestNetnsCleanup(t *testing.T) {
 // drop-in), UCX's log naming it as both ranks' tag lane.
 func TestNetnsMPI(t *testing.T) {
 	lib, ctl := needUCX(t)
-	for _, p := range []string{"mpirun", "mpicc"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("no %s: install Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", p)
-		}
-	}
+	needMPI(t)
 	dir := t.TempDir()
 	pingpong := mpiBuild(t, dir, "pingpong")
 	e := startNetnsEnvMem(t, 2, ucxMemMB)
@@ -450,8 +446,7 @@ func TestNetnsMPI(t *testing.T) {
 	if waitNetns(t, e.hostB.Socket, "vmB") == "" {
 		t.Fatal("vmB has no network namespace")
 	}
-	args := []string{"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-		"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "--mca", "btl", "self"}
+	args := append([]string{"mpirun"}, mpirunUCX()...)
 	for i, side := range []struct {
 		h  *testenv.Host
 		vm string
