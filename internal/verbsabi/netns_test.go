@@ -27,6 +27,9 @@ const (
 	netnsAddrA   = "10.66.0.10"
 	netnsAddrC   = "10.66.0.20"
 	netnsOtherPG = "dvportgroup-20"
+	// netnsOtherVLAN is netnsOtherPG's VLAN: path selection isolates
+	// RDMA by VLAN, the VMs' layer 2 by port group and VLAN.
+	netnsOtherVLAN = 7
 )
 
 // netnsEnv is a cluster whose agents make VM namespaces, with vmA on its
@@ -62,7 +65,7 @@ func startNetnsEnvMem(t *testing.T, hosts, memMB int) *netnsEnv {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pg := e.c.PortGroup
-	pg.Key, pg.Name, pg.Subnet = netnsOtherPG, netnsOtherPG, ""
+	pg.Key, pg.Name, pg.Subnet, pg.VLAN = netnsOtherPG, netnsOtherPG, "", netnsOtherVLAN
 	if _, err := e.c.Store().Create(ctx, records.PortGroupKey(pg.Key), pg); err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +235,18 @@ func checkNetns(t *testing.T, e *netnsEnv) {
 	}
 	if out, err := e.exec(ctx, e.hostB, "vmC", "iperf3", "-c", netnsAddrA, "-t", "1", "--connect-timeout", "2000").CombinedOutput(); err == nil {
 		t.Errorf("vmC, on port group %s, connects to vmA's iperf3:\n%s", netnsOtherPG, out)
+	}
+	// Nor by RDMA: rping to vmA's address, where vmA's rping listens.
+	rsrv := e.exec(ctx, e.hostA, "vmA", "rping", "-s", "-a", netnsAddrA, "-p", "7175", "-C", "1")
+	if err := rsrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { rsrv.Process.Kill(); rsrv.Wait() }()
+	time.Sleep(time.Second)
+	if out, err := e.exec(ctx, e.hostB, "vmC", "rping", "-c", "-a", netnsAddrA, "-p", "7175", "-C", "1", "-v").CombinedOutput(); err == nil {
+		t.Errorf("vmC, on port group %s, rpings vmA:\n%s", netnsOtherPG, out)
+	} else {
+		t.Logf("rping from vmC: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 }
 
