@@ -96,12 +96,16 @@ type Net struct {
 	closed bool
 }
 
+// vmState is what a VM's namespace holds on this host: its name, the
+// host ends of its veths, and the VNIs of its adapters' port groups (one
+// share of each group per adapter).
 type vmState struct {
 	ns    string
 	veths []string // host ends
 	vnis  []uint32
 }
 
+// group is one port group's layer 2 on this host.
 type group struct {
 	bridge string
 	vxlan  string // "" without a tunnel
