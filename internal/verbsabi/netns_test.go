@@ -62,6 +62,22 @@ func startNetnsEnvMem(t *testing.T, hosts, memMB int) *netnsEnv {
 	e := &netnsEnv{lib: BuildRDMACM(t), ctl: testenv.Binary(t, "vrdmactl")}
 	e.c = testenv.StartCluster(t, testenv.ClusterOptions{Hosts: hosts, Netns: testenv.NetnsOn, Subnet: netnsSubnet,
 		ExtraArgs: func(*testenv.Host) []string { return []string{"--vm-netns"} }})
+	// Before the cluster's cleanup kills the agents (a VM namespace
+	// outlives a killed agent until it starts again): stop them, which
+	// removes everything they made, and check that it did.
+	t.Cleanup(func() {
+		for _, h := range e.c.Hosts {
+			h.Stop(t)
+			if left := leftovers(t, h); len(left) > 0 {
+				t.Errorf("%s stopped and left %v", h.Name, left)
+				for _, ns := range left {
+					if strings.HasPrefix(ns, "/run/netns/") {
+						exec.Command("ip", "netns", "delete", filepath.Base(ns)).Run()
+					}
+				}
+			}
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pg := e.c.PortGroup
