@@ -382,8 +382,9 @@ func leftovers(t *testing.T, h *testenv.Host) []string {
 	return append(left, ns...)
 }
 
-// TestNetnsCleanup: an agent killed (SIGKILL) while its VMs' namespaces,
-// veths, bridges and tunnels exist removes them all when it starts again;
+// TestNetnsCleanup: a tunnel's far ends follow the hosts as they stop and
+// start; an agent killed (SIGKILL) while its VMs' namespaces, veths,
+// bridges and tunnels exist removes them all when it starts again;
 // one stopped (SIGTERM) removes them as it stops. A VM whose port group
 // has no VNI is refused with what to do, and nothing of it is left.
 func TestNetnsCleanup(t *testing.T) {
@@ -408,6 +409,35 @@ func TestNetnsCleanup(t *testing.T) {
 		t.Errorf("the tunnel of dvportgroup-10 (VLAN 0) is not VNI 40960 from %s:\n%s", h.Addr(), out)
 	}
 	t.Logf("before the crash: %v", left)
+
+	// The tunnel's far ends follow the hosts: hostB stopped (its lease
+	// revoked) leaves hostA's flood list, and comes back with it.
+	peer := "dst " + e.hostB.Addr().String()
+	waitFDB := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			fdb, err := h.Exec("bridge", "fdb", "show", "dev", "vrx"+h.ID()[:4]+"00a000")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(fdb, "00:00:00:00:00:00 "+peer) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("hostA's tunnel's FDB, waiting for hostB's entry present=%v:\n%s", want, fdb)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	t0 := time.Now()
+	waitFDB(true)
+	e.hostB.Stop(t)
+	waitFDB(false)
+	t.Logf("hostB stopped: out of hostA's FDB after %v", time.Since(t0))
+	e.hostB.Restart(t)
+	waitFDB(true)
+	t.Logf("hostB restarted: in hostA's FDB after %v", time.Since(t0))
 	h.Kill()
 	if after := leftovers(t, h); len(after) == 0 {
 		t.Fatalf("the crash removed everything already (%v): nothing to test", after)
