@@ -50,6 +50,7 @@ import (
 	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
+	"github.com/vrdma/vrdma/internal/vmnet"
 )
 
 // Version is the agent's release (buildinfo.Release).
@@ -86,6 +87,11 @@ type Config struct {
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
+	// VMNetns gives every attached VM a network namespace of its own on
+	// this host (package vmnet): interface vrdmaN per adapter with its
+	// address, on its port group's bridge and, between hosts, VXLAN
+	// tunnel. It needs root.
+	VMNetns bool
 }
 
 // Agent is a running host agent. It is safe for concurrent use.
@@ -123,6 +129,12 @@ type Agent struct {
 	rdmaV1Conn rdma.FrameConn
 
 	quota *quota.Ledger // what each uid holds (Config.Quotas)
+
+	// vmnet is the VMs' network namespaces (Config.VMNetns); nil without.
+	// vmnetStop ends followPeers, which closes vmnetDone.
+	vmnet     *vmnet.Net
+	vmnetStop chan struct{}
+	vmnetDone chan struct{}
 
 	mu       sync.Mutex
 	sessions map[*session]struct{} // +checklocks:mu
@@ -228,6 +240,13 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 			a.up.Close()
 			a.stopControl()
 			a.ln.Close()
+			return nil, err
+		}
+	}
+	if cfg.VMNetns {
+		if err := a.startVMNet(); err != nil {
+			a.ln.Close()
+			a.shutdown()
 			return nil, err
 		}
 	}
@@ -424,6 +443,7 @@ func (a *Agent) shutdown() {
 		a.rdma1.Close()
 	}
 	a.stopMetrics()
+	a.stopVMNet()
 	a.stopControl()
 	a.log.Info("vrdmad stopped")
 }

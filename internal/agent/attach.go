@@ -60,6 +60,9 @@ func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 	if err == nil {
 		err = v.SetReadyUnique() // no other VM of this host has one of its addresses
 	}
+	if err == nil && !v.Joined() && a.vmnet != nil {
+		err = a.addVMNet(v) // vmnet.go: its addresses are final now
+	}
 	if err != nil {
 		a.detachVM(v)
 		return nil, err
@@ -80,6 +83,9 @@ func (a *Agent) detachVM(v *device.Context) {
 	a.cm.CloseVM(v)
 	v.Teardown()
 	if v.LastProcess() {
+		if a.vmnet != nil {
+			a.vmnet.RemoveVM(v.Name())
+		}
 		a.unpublishVM(v) // while the name is still taken, so a new attach publishes after
 	}
 	a.dev.Remove(v)

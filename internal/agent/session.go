@@ -332,6 +332,7 @@ func (a *Agent) status() mgmt.Status {
 	seen := map[string]bool{}
 	for _, vs := range a.dev.VMStatuses() {
 		vs.Power = string(records.PoweredOn)
+		vs.Netns = a.vmNamespace(vs.Name)
 		st.VMs = append(st.VMs, vs)
 		seen[vs.Name] = true
 	}

@@ -40,6 +40,7 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Limits.MaxCQEPerVM, "max-cqe-per-vm", agent.DefaultLimits.MaxCQEPerVM, "CQ entries of all of one VM's CQs together")
 	fs.IntVar(&cfg.Limits.MaxWRPerVM, "max-wr-per-vm", agent.DefaultLimits.MaxWRPerVM, "send and receive queue entries of all of one VM's QPs together")
 	fs.IntVar(&cfg.MaxBlocking, "max-blocking-per-session", agent.DefaultMaxBlocking, "blocking commands (CM event waits, connects) in flight on one connection to the socket")
+	fs.BoolVar(&cfg.VMNetns, "vm-netns", false, "as root: give every attached VM a network namespace (/run/netns/vrdmavm-HOST-VM) where interface vrdmaN carries adapter N's address, on its port group's bridge and VXLAN tunnel to the other hosts (vrdmactl exec --netns runs programs there)")
 	q := addQuotaFlags(fs)
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")

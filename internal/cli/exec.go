@@ -22,7 +22,7 @@ const libEnv = "VRDMA_LIBIBVERBS"
 
 func (a *app) execCommand() *cobra.Command {
 	var vmName, lib string
-	var sysfs, noView bool
+	var sysfs, netns, noView bool
 	cmd := &cobra.Command{
 		Use:   "exec --vm NAME [--lib DIR] -- PROGRAM [ARG...]",
 		Short: "Run an unmodified RDMA program as a workload of a VM (the drop-in libibverbs and librdmacm)",
@@ -49,14 +49,24 @@ gives one: where it does not, exec says so and runs the program without the
 view (libibverbs and librdmacm programs work without it; UCX finds no device).
 --no-view runs the program without it.
 
-With --sysfs (root), the program also gets a (veth) network interface vrdmaN
-with the adapter's MAC and addresses, in a network namespace of its own (so
-its TCP reaches only itself). docs/verbs-compat.md says what works.`,
+With --netns (root), the program runs in the VM's network namespace on this
+host, one per VM shared by its programs, which vrdmad --vm-netns makes when
+the VM attaches: interface vrdmaN carries adapter N's MAC and address (the
+VMX's, or the one the control plane assigned, which exec waits for: it
+attaches the VM before the program starts), on the adapter's port group's
+layer 2, so TCP, UDP and ICMP reach the VM's port group's other VMs, on this
+host and on others, by the same addresses rdma_cm resolves
+(docs/network.md). --sysfs is --netns where the agent makes VM namespaces;
+where it does not, --sysfs gives the program a network namespace of its own
+with the interfaces and addresses but no layer 2 (its TCP reaches only
+itself), as rdma-core's tests need. docs/verbs-compat.md says what works.`,
 		Example: `  vrdmactl exec --vm vm1 -- ibv_devinfo -v
   vrdmactl exec --vm vm1 -- ibv_rc_pingpong -g 0 -c &
   vrdmactl exec --vm vm2 -- ibv_rc_pingpong -g 0 -c localhost
   vrdmactl exec --vm vm1 -- rping -s -a 10.0.0.1 -v -C 10 &
-  vrdmactl exec --vm vm2 -- rping -c -a 10.0.0.1 -v -C 10`,
+  vrdmactl exec --vm vm2 -- rping -c -a 10.0.0.1 -v -C 10
+  vrdmactl exec --netns --vm vm1 -- iperf3 -s &
+  vrdmactl exec --netns --vm vm2 -- iperf3 -c 10.0.0.1`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("exec: name the PROGRAM to run after --")
@@ -77,11 +87,14 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 			}
 			plain := exec.Command(prog, args[1:]...)
 			c, viewed := plain, false
+			namespaced := sysfs || netns
 			switch {
-			case sysfs:
-				if c, err = a.sysfsView(cmd.Context(), vmName, prog, args[1:]); err != nil {
+			case namespaced:
+				var release func()
+				if c, release, err = a.netnsView(cmd.Context(), vmName, prog, args[1:], sysfs && !netns); err != nil {
 					return err
 				}
+				defer release()
 				viewed = true
 			case !noView:
 				if v := a.viewCmd(cmd.Context(), vmName, prog, args[1:]); v != nil {
@@ -89,7 +102,7 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 				}
 			}
 			a.prepareWorkload(c, dir, vmName)
-			if sysfs {
+			if namespaced {
 				c.Env = append(c.Env, viewRequiredEnv+"=1")
 			}
 			// The program gets the terminal's signals itself (same process
@@ -98,7 +111,7 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 			signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 			defer signal.Stop(sig)
 			err = c.Start()
-			if err != nil && viewed && !sysfs {
+			if err != nil && viewed && !namespaced {
 				// The kernel refused the namespaces (a user's, mostly).
 				fmt.Fprintf(a.stderr, "vrdmactl: exec: no namespace for the device view (%v)%s: %s\n", err, userNSHint(), noViewHint)
 				c = plain
@@ -134,7 +147,8 @@ its TCP reaches only itself). docs/verbs-compat.md says what works.`,
 	cmd.Flags().SetInterspersed(false) // the program's flags are its own
 	cmd.Flags().StringVar(&vmName, "vm", "", "the VM whose workload the program is")
 	cmd.Flags().BoolVar(&noView, "no-view", false, "run the program in this mount namespace, without the device view (/dev/infiniband/uverbsN, /sys/class/infiniband/vrdmaN) that UCX and Open MPI need")
-	cmd.Flags().BoolVar(&sysfs, "sysfs", false, "as root: run the program with /sys/class/infiniband/vrdmaN and a network interface per adapter carrying its address (rdma-core's tests look there), in mount and network namespaces of its own")
+	cmd.Flags().BoolVar(&netns, "netns", false, "as root: run the program in the VM's network namespace (vrdmad --vm-netns), where interface vrdmaN carries adapter N's address on its port group's layer 2, with the device view")
+	cmd.Flags().BoolVar(&sysfs, "sysfs", false, "as root: --netns where the agent makes VM namespaces; else a network namespace of the program's own with an interface per adapter carrying its address (rdma-core's tests look there), with the device view")
 	cmd.Flags().StringVar(&lib, "lib", "", "directory holding the drop-in libibverbs.so.1 (default: $"+libEnv+", else built on first use)")
 	return cmd
 }

@@ -24,10 +24,7 @@ func TestExec(t *testing.T) {
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{Adapters: 2})
 
-	lib := t.TempDir()
-	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	lib := emptyLib(t)
 	out := runOK(t, "--socket", env.Socket, "exec", "--vm", "vm1", "--lib", lib, "--", "/bin/sh", "-c", `echo "$VRDMA_VM $VRDMA_SOCKET $LD_LIBRARY_PATH"`)
 	if want := "vm1 " + env.Socket + " " + lib; !strings.HasPrefix(strings.TrimSpace(out), want) {
 		t.Errorf("the program's environment: %q, want %q first", out, want)
@@ -82,10 +79,7 @@ func TestExecSysfs(t *testing.T) {
 	isolate(t)
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{IPv4: []string{"10.88.0.7"}})
-	lib := t.TempDir()
-	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	lib := emptyLib(t)
 	out := runOK(t, "--socket", env.Socket, "exec", "--sysfs", "--vm", "vm1", "--lib", lib, "--", "/bin/sh", "-c",
 		`ls /sys/class/infiniband/vrdma0/device/net/; cat /sys/class/infiniband/vrdma0/ports/1/gids/0; ip -o -4 addr show vrdma0`)
 	for _, want := range []string{"vrdma0\n", "0000:0000:0000:0000:0000:ffff:0a58:0007", "inet 10.88.0.7/32"} {
@@ -133,10 +127,7 @@ func TestExecView(t *testing.T) {
 	tmp := isolate(t)
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{Adapters: 2, IPv4: []string{"10.88.0.7"}})
-	lib := t.TempDir()
-	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	lib := emptyLib(t)
 	check := func(t *testing.T, out, uid string) {
 		t.Helper()
 		for _, want := range []string{"uverbs0-rw\n", "uverbs1\n",
@@ -237,4 +228,31 @@ func TestExecView(t *testing.T) {
 			t.Errorf("the program has capabilities (want none in any set):\n%s", out)
 		}
 	})
+}
+
+// TestNetnsExecRefused: exec --netns on a host whose agent makes no VM
+// namespaces is refused, saying how to get them, and runs nothing.
+func TestNetnsExecRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("exec --netns needs root (its refusal for a user has a test of its own)")
+	}
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{IPv4: []string{"10.88.0.7"}})
+	lib := emptyLib(t)
+	out, errs, code := run(t, "", "--socket", env.Socket, "exec", "--netns", "--vm", "vm1", "--lib", lib, "--", "/bin/echo", "ran")
+	if code == 0 || strings.Contains(out, "ran") || !strings.Contains(errs, "start vrdmad with --vm-netns") {
+		t.Errorf("exec --netns without VM namespaces: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+// emptyLib returns a directory holding an empty libibverbs.so.1: exec
+// takes it as --lib, for programs that do not load it.
+func emptyLib(t *testing.T) string {
+	t.Helper()
+	lib := t.TempDir()
+	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return lib
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
@@ -87,18 +88,25 @@ func gidText(g abi.GID) string {
 // agent's (status: MACs, addresses, also those assigned from a subnet, and
 // GIDs) for an attached VM, else the VMX's.
 func (a *app) vmAdapters(ctx context.Context, vm string) ([]sysfsAdapter, error) {
+	ads, _, err := a.vmNetwork(ctx, vm)
+	return ads, err
+}
+
+// vmNetwork is vmAdapters with the attached VM's network namespace on
+// this host ("" when the agent makes none).
+func (a *app) vmNetwork(ctx context.Context, vm string) ([]sysfsAdapter, string, error) {
 	ag, err := a.dialAgent(ctx)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer ag.Close()
 	in, err := ag.VM(ctx, vm)
 	if err != nil {
-		return nil, fmt.Errorf("VM %s: %w", vm, err)
+		return nil, "", fmt.Errorf("VM %s: %w", vm, err)
 	}
 	cfg, err := vmconfig.Parse([]byte(in.VMX))
 	if err != nil {
-		return nil, fmt.Errorf("VM %s's VMX: %w", vm, err)
+		return nil, "", fmt.Errorf("VM %s's VMX: %w", vm, err)
 	}
 	var ads []sysfsAdapter
 	for _, c := range cfg.Adapters {
@@ -108,11 +116,13 @@ func (a *app) vmAdapters(ctx context.Context, vm string) ([]sysfsAdapter, error)
 		}
 		ads = append(ads, ad)
 	}
+	ns := ""
 	if st, err := ag.Status(ctx); err == nil {
 		for _, v := range st.VMs {
 			if v.Name != vm || !v.Attached {
 				continue
 			}
+			ns = v.Netns
 			for _, info := range v.Adapters {
 				for i := range ads {
 					if ads[i].name != info.Name {
@@ -133,34 +143,66 @@ func (a *app) vmAdapters(ctx context.Context, vm string) ([]sysfsAdapter, error)
 		}
 	}
 	if len(ads) == 0 {
-		return nil, fmt.Errorf("VM %s has no PVRDMA adapter", vm)
+		return nil, "", fmt.Errorf("VM %s has no PVRDMA adapter", vm)
 	}
-	return ads, nil
+	return ads, ns, nil
 }
 
-// sysfsView returns the command that runs a program through exec --sysfs:
-// vrdmactl's view helper in new mount and network namespaces, running
-// /bin/sh with netScript, which execs the program.
-func (a *app) sysfsView(ctx context.Context, vm, prog string, args []string) (*exec.Cmd, error) {
+// netnsView returns the command that runs a program through exec --netns
+// or --sysfs, and what to call once it ended. exec first attaches VM vm
+// itself (held until release), so that the agent has assigned its
+// addresses and, run with --vm-netns, made its namespace; the program
+// then runs through vrdmactl's view helper in a new mount namespace,
+// which enters the VM's network namespace. Without one, --netns is
+// refused with what to do, and --sysfs gives the program a network
+// namespace of its own where /bin/sh with netScript makes interfaces
+// carrying the addresses (reaching nothing but the program itself).
+func (a *app) netnsView(ctx context.Context, vm, prog string, args []string, sysfs bool) (c *exec.Cmd, release func(), err error) {
+	flag := "--netns"
+	if sysfs {
+		flag = "--sysfs"
+	}
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("exec --sysfs needs root: it makes network interfaces, in a network namespace of the program's own (without it, exec gives the device view alone)")
+		return nil, nil, fmt.Errorf("exec %s needs root: it enters network and mount namespaces (without it, exec gives the device view alone)", flag)
 	}
-	ads, err := a.vmAdapters(ctx, vm)
+	held, err := vrdma.Open(ctx, vm, vrdma.WithSocket(a.socket))
 	if err != nil {
-		return nil, fmt.Errorf("exec --sysfs: %w", err)
+		return nil, nil, fmt.Errorf("exec %s: %w", flag, err)
 	}
-	for _, ad := range ads {
-		if !ad.ip4.IsValid() && !ad.ip6.IsValid() {
-			fmt.Fprintf(a.stderr, "vrdmactl: exec --sysfs: %s/%s has no address yet (one the control plane assigns appears once the VM is attached): its interface has none\n", vm, ad.name)
+	defer func() {
+		if err != nil {
+			held.Close()
 		}
-	}
-	sh := []string{"-c", netScript(ads), "vrdma-sysfs", prog}
-	self, argv, err := viewCommand(viewSpecOf(vm, ads), "/bin/sh", append(sh, args...))
+	}()
+	ads, ns, err := a.vmNetwork(ctx, vm)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("exec %s: %w", flag, err)
 	}
-	c := exec.Command(self)
+	spec := viewSpecOf(vm, ads)
+	var self string
+	var argv []string
+	var extra uintptr
+	switch {
+	case ns != "":
+		spec.Netns = ns
+		self, argv, err = viewCommand(spec, prog, args)
+	case !sysfs:
+		return nil, nil, fmt.Errorf("exec --netns: the agent on this host makes no network namespaces for VMs: start vrdmad with --vm-netns (as root), or run the program with --sysfs (a namespace of its own, reaching nothing) or without either (the host's network)")
+	default:
+		for _, ad := range ads {
+			if !ad.ip4.IsValid() && !ad.ip6.IsValid() {
+				fmt.Fprintf(a.stderr, "vrdmactl: exec --sysfs: %s/%s has no address (neither the VMX nor its port group's subnet gives one): its interface has none\n", vm, ad.name)
+			}
+		}
+		sh := []string{"-c", netScript(ads), "vrdma-sysfs", prog}
+		self, argv, err = viewCommand(spec, "/bin/sh", append(sh, args...))
+		extra = syscall.CLONE_NEWNET
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	c = exec.Command(self)
 	c.Args = argv
-	c.SysProcAttr = viewAttr(syscall.CLONE_NEWNET)
-	return c, nil
+	c.SysProcAttr = viewAttr(extra)
+	return c, func() { held.Close() }, nil
 }

@@ -50,6 +50,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/sys"
+	"github.com/vrdma/vrdma/internal/vmnet"
 )
 
 // viewHelperArg is the first argument of vrdmactl re-executed inside the
@@ -60,6 +62,9 @@ const viewHelperArg = "__exec-view"
 type viewSpec struct {
 	VM       string        `json:"vm"`
 	Adapters []viewAdapter `json:"adapters"`
+	// Netns is the VM's network namespace (in /run/netns), which the
+	// helper enters before it builds the view (exec --netns); "" for none.
+	Netns string `json:"netns,omitempty"`
 }
 
 // viewAdapter is one adapter of the view; MAC and GID may be empty
@@ -74,6 +79,8 @@ type viewAdapter struct {
 
 var (
 	adapterName = regexp.MustCompile(`^vrdma[0-9]{1,2}$`)
+	// vmNetnsName is a VM namespace's name as package vmnet makes it.
+	vmNetnsName = regexp.MustCompile(`^` + vmnet.NamespacePrefix + `[0-9a-f]{8}-[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
 	sysfsGID    = regexp.MustCompile(`^([0-9a-f]{4}:){7}[0-9a-f]{4}$`)
 )
 
@@ -81,6 +88,9 @@ var (
 func (s viewSpec) check() error {
 	if len(s.Adapters) == 0 {
 		return errors.New("no adapter")
+	}
+	if s.Netns != "" && !vmNetnsName.MatchString(s.Netns) {
+		return fmt.Errorf("network namespace %q is not a VM's (%sHOST-VM)", s.Netns, vmnet.NamespacePrefix)
 	}
 	for _, ad := range s.Adapters {
 		if !adapterName.MatchString(ad.Name) || ad.Name != "vrdma"+strconv.Itoa(ad.Index) {
@@ -173,6 +183,12 @@ func viewMain(args []string, stderr io.Writer) int {
 	// Capabilities are per thread: the thread that clears the ambient set
 	// is the one that execs.
 	runtime.LockOSThread()
+	if spec.Netns != "" {
+		if err := enterNetns(spec.Netns); err != nil {
+			fmt.Fprintf(stderr, "vrdmactl: exec: %v\n", err)
+			return exitFailure
+		}
+	}
 	if err := buildView(spec); err != nil {
 		if os.Getenv(viewRequiredEnv) != "" {
 			fmt.Fprintf(stderr, "vrdmactl: exec: the device view: %v\n", err)
@@ -197,6 +213,31 @@ func viewMain(args []string, stderr io.Writer) int {
 	err := unix.Exec(args[1], args[1:], env)
 	fmt.Fprintf(stderr, "vrdmactl: exec: %s: %v\n", args[1], err)
 	return 127
+}
+
+// enterNetns moves this thread (the one that execs the program) into
+// named network namespace ns, and mounts a sysfs of that namespace on /sys
+// (in the helper's own mount namespace) so that /sys/class/net lists its
+// interfaces, as ip netns exec does.
+func enterNetns(ns string) error {
+	p := filepath.Join(sys.NetnsDir, ns)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("the VM's network namespace %s: %w (did the VM detach?)", p, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("entering the VM's network namespace %s: %w", p, err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the mounts private to the program's namespace: %w", err)
+	}
+	// EBUSY: /sys is this namespace's sysfs already (exec run from a
+	// program in the same VM namespace).
+	if err := unix.Mount("sysfs", "/sys", "sysfs", unix.MS_NOSUID|unix.MS_NOEXEC|unix.MS_NODEV, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("mounting the VM namespace's sysfs on /sys: %w", err)
+	}
+	return nil
 }
 
 // dropInheritable clears this thread's ambient and inheritable

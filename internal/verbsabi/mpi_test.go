@@ -29,8 +29,7 @@ func mpiBuild(t *testing.T, dir, name string) string {
 // pml_ucx_tls and pml_ucx_devices name ("mlx*" by default), so both are
 // opened to vrdma's.
 func mpirunArgs(ctl, lib string, e cmEnv, tls, prog string, args ...string) []string {
-	a := []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-		"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "--mca", "btl", "self"}
+	a := mpirunUCX()
 	for i, side := range []struct{ sock, vm string }{{e.sockA, "vmA"}, {e.sockB, "vmB"}} {
 		if i > 0 {
 			a = append(a, ":")
@@ -40,6 +39,23 @@ func mpirunArgs(ctl, lib string, e cmEnv, tls, prog string, args ...string) []st
 		a = append(a, args...)
 	}
 	return a
+}
+
+// mpirunUCX returns mpirun's options of every job here: as root, ranks
+// not bound, pml ucx on any transport and device, no BTL but self.
+func mpirunUCX() []string {
+	return []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+		"--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "--mca", "btl", "self"}
+}
+
+// needMPI skips t without Open MPI's mpirun and mpicc.
+func needMPI(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"mpirun", "mpicc"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("no %s: install Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", p)
+		}
+	}
 }
 
 // TestMiddlewareMPI runs an MPI job of Debian's Open MPI 4.1 across two
@@ -57,11 +73,7 @@ func mpirunArgs(ctl, lib string, e cmEnv, tls, prog string, args ...string) []st
 // in UD: ud_verbs carries the wire-up, rc_verbs the messages.
 func TestMiddlewareMPI(t *testing.T) {
 	lib, ctl := needUCX(t)
-	for _, p := range []string{"mpirun", "mpicc"} {
-		if _, err := exec.LookPath(p); err != nil {
-			t.Skipf("no %s: install Open MPI (apt-get install -y openmpi-bin libopenmpi-dev)", p)
-		}
-	}
+	needMPI(t)
 	dir := t.TempDir()
 	pingpong, allreduce := mpiBuild(t, dir, "pingpong"), mpiBuild(t, dir, "allreduce")
 	jobs := []mpiJob{

@@ -109,8 +109,10 @@ func runCMPair(t *testing.T, lib string, srv, cli cmSide) (cmOutput, cmOutput) {
 // on synchronous IDs their errno (EHOSTUNREACH, ECONNREFUSED; ETIMEDOUT
 // when the server's VM is not attached yet: its address resolves but
 // nothing answers, UNREACHABLE with ETIMEDOUT as from a machine that is
-// off, which the agent says at once).
-var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR)|times ADDR_ERROR|Unexpected CM event bl blka [178]\b|ECONNREFUSED|Connection refused|Connection timed out|No route to host`)
+// off, which the agent says at once); perftest without -R, whose TCP
+// connect to the server's address found no listener yet, "Couldn't
+// connect to ADDR:PORT".
+var noListenerRE = regexp.MustCompile(`(?i)RDMA_CM_EVENT_(REJECTED|UNREACHABLE|ADDR_ERROR)|times ADDR_ERROR|Unexpected CM event bl blka [178]\b|ECONNREFUSED|Connection refused|Connection timed out|No route to host|Couldn't connect to [0-9.]+:[0-9]+`)
 
 func noListener(out string) bool { return noListenerRE.MatchString(out) }
 

@@ -321,7 +321,11 @@ type VMStatus struct {
 	// (overlaps once per process), which memSize bounds.
 	MemRegistered uint64            `json:"mem_registered,omitempty"`
 	Adapters      []abi.AdapterInfo `json:"adapters"`
-	QPs           []QPStatus        `json:"qps,omitempty"`
+	// Netns is the attached VM's network namespace on this host (a name
+	// in /run/netns; vrdmad --vm-netns), where interface vrdmaN carries
+	// adapter N's addresses; "" without one.
+	Netns string     `json:"netns,omitempty"`
+	QPs   []QPStatus `json:"qps,omitempty"`
 	// AdapterCounters are the attached VM's adapters' counters.
 	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
 	// ObjectsHidden says the report leaves out the VM's processes,
