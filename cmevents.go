@@ -187,12 +187,36 @@ type CMListener struct {
 	Cookie uint64 // the cookie of its CONNECT_REQUEST events
 }
 
+// ListenOption changes a Listen.
+type ListenOption func(*abi.CMListen)
+
+// HostPort makes a listen also hold its port of this host's own addresses,
+// as rdma_listen on the any address or a host address does on Linux's
+// software RoCE: a Connect to 127.0.0.1, or to this host's PVRDMA address
+// from any host, and the port reaches it (docs/network.md, "The host's
+// own addresses"). Another VM holding the port is an error (EADDRINUSE).
+// Only a process in the host's own network namespace holds host ports:
+// from another (a VM's namespace), required makes the listen fail, and
+// without it the listen holds none.
+func HostPort(required bool) ListenOption {
+	return func(l *abi.CMListen) {
+		l.HostPort = abi.HostPortAny
+		if required {
+			l.HostPort = abi.HostPortAddr
+		}
+	}
+}
+
 // Listen listens on port of adapter ("" for every adapter of the VM, as
 // rdma_listen on 0.0.0.0); requests arrive as CONNECT_REQUEST events.
-func (ch *EventChannel) Listen(ctx context.Context, adapter string, port uint16) (*CMListener, error) {
+func (ch *EventChannel) Listen(ctx context.Context, adapter string, port uint16, opts ...ListenOption) (*CMListener, error) {
 	l := &CMListener{ch: ch, Cookie: ch.cookie()}
 	var r abi.Handle
-	if _, err := ch.vm.c.call(ctx, abi.OpCMListen, &abi.CMListen{Channel: ch.handle, Adapter: adapter, Port: port, Cookie: l.Cookie}, &r); err != nil {
+	req := &abi.CMListen{Channel: ch.handle, Adapter: adapter, Port: port, Cookie: l.Cookie}
+	for _, o := range opts {
+		o(req)
+	}
+	if _, err := ch.vm.c.call(ctx, abi.OpCMListen, req, &r); err != nil {
 		what := adapter
 		if what == "" {
 			what = "every adapter"
@@ -210,9 +234,10 @@ func (l *CMListener) Close(ctx context.Context) error {
 }
 
 // Resolve resolves remote (an adapter's IP address, a GID or
-// "vm/vrdmaN") from adapter ("" to let the agent pick), as
-// rdma_resolve_addr: ADDR_RESOLVED (Adapter is the local adapter) or
-// ADDR_ERROR arrives with the returned cookie.
+// "vm/vrdmaN"; or a host's address, whose listener Connect finds by its
+// port) from adapter ("" to let the agent pick), as rdma_resolve_addr:
+// ADDR_RESOLVED (Adapter is the local adapter) or ADDR_ERROR arrives with
+// the returned cookie.
 func (ch *EventChannel) Resolve(ctx context.Context, remote, adapter string) (uint64, error) {
 	c := ch.cookie()
 	if _, err := ch.vm.c.call(ctx, abi.OpCMResolve, &abi.CMResolve{Channel: ch.handle, Cookie: c, Remote: remote, Adapter: adapter}, nil); err != nil {
@@ -221,7 +246,9 @@ func (ch *EventChannel) Resolve(ctx context.Context, remote, adapter string) (ui
 	return c, nil
 }
 
-// Connect dials remote and port with q (in RESET or INIT), sending priv
+// Connect dials remote and port with q (in RESET or INIT) — remote as
+// Resolve's; for a host's address (127.0.0.1, a host's PVRDMA address)
+// the VM holding that port there (HostPort) — sending priv
 // (at most MaxPrivateDataConnect bytes), as rdma_connect: ESTABLISHED (q
 // is in RTS), REJECTED or UNREACHABLE arrives with the returned cookie.
 // timeout 0 is 10 s.

@@ -438,6 +438,71 @@ func TestPerfServerClient(t *testing.T) {
 	}
 }
 
+// TestPerfServerClientHostAddress runs perf's server in vmS and its client
+// in vmC by the host's address 127.0.0.1 instead of the adapter's, as
+// perftest's client would on a host with Linux's software RoCE: the
+// server holds its port of the host's addresses, and the client's three
+// QPs reach it; a second server in another VM on that port fails while the
+// first holds it.
+func TestPerfServerClientHostAddress(t *testing.T) {
+	isolate(t)
+	env := testenv.Start(t)
+	env.Define(t, "vmS", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.1"}})
+	env.Define(t, "vmC", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.2"}})
+	env.Define(t, "vmT", testenv.VMOptions{MemMB: 8, IPv4: []string{"10.66.0.3"}})
+	const port = "19177"
+	srvc := make(chan string, 1)
+	go func() {
+		_, errs, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmS", "-p", port, "--out_json")
+		srvc <- fmt.Sprintf("exit %d: %s", code, errs)
+	}()
+	var out, errs string
+	code := -1
+	for try := 0; try < 50 && code != 0; try++ {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond) // the server may not listen yet
+		}
+		out, errs, code = run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmC", "-p", port, "-n", "100", "-q", "3", "--out_json", "127.0.0.1")
+	}
+	if code != 0 {
+		t.Fatalf("client by 127.0.0.1: exit %d: %s", code, errs)
+	}
+	var cli map[string]any
+	json.Unmarshal([]byte(out), &cli)
+	if v, _ := cli["BW_average"].(float64); v <= 0 || cli["path"] != "memcpy" {
+		t.Errorf("client report %v", cli)
+	}
+	if s := <-srvc; !strings.HasPrefix(s, "exit 0") {
+		t.Errorf("server: %s", s)
+	}
+
+	// vmS holds the port again while vmT's server tries it.
+	hold := make(chan string, 1)
+	go func() {
+		_, errs, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmS", "-p", port, "--out_json")
+		hold <- fmt.Sprintf("exit %d: %s", code, errs)
+	}()
+	var terrs string
+	for try := 0; try < 50; try++ {
+		time.Sleep(50 * time.Millisecond)
+		var tcode int
+		if _, terrs, tcode = run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmT", "-p", port, "--out_json"); tcode != 0 && strings.Contains(terrs, "held by VM vmS") {
+			break
+		}
+	}
+	if !strings.Contains(terrs, "held by VM vmS") {
+		t.Errorf("a second server in vmT on port %s: %q, want a refusal naming vmS", port, terrs)
+	}
+	// End vmS's server with a client.
+	for try := 0; try < 50; try++ {
+		if _, _, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmC", "-p", port, "-n", "10", "127.0.0.1"); code == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	<-hold
+}
+
 // TestPerfQPsAndMTU checks -q (several QP pairs, BW tests), -m (path MTU,
 // QPs connected out of band) and what --local measures of the agents:
 // CPU time per work request and memory per QP.

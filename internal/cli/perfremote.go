@@ -88,7 +88,10 @@ func nextEvent(ctx context.Context, ch *vrdma.EventChannel, want ...vrdma.CMEven
 }
 
 func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch *vrdma.EventChannel) error {
-	l, err := ch.Listen(ctx, ad.Name(), uint16(o.port))
+	// As perftest's server on the any address: the host's port too, so
+	// that a client may dial this host's address (when this process is
+	// in the host's network).
+	l, err := ch.Listen(ctx, ad.Name(), uint16(o.port), vrdma.HostPort(false))
 	if err != nil {
 		return fmt.Errorf("perf: listen on %s port %d: %w", ad.Name(), o.port, err)
 	}
