@@ -15,7 +15,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -235,10 +238,15 @@ func (l *CMListener) Close(ctx context.Context) error {
 
 // Resolve resolves remote (an adapter's IP address, a GID or
 // "vm/vrdmaN"; or a host's address, whose listener Connect finds by its
-// port) from adapter ("" to let the agent pick), as rdma_resolve_addr:
+// port; or a name, looked up here as rdma_getaddrinfo would, the first
+// IPv4 address first) from adapter ("" to let the agent pick), as rdma_resolve_addr:
 // ADDR_RESOLVED (Adapter is the local adapter) or ADDR_ERROR arrives with
 // the returned cookie.
 func (ch *EventChannel) Resolve(ctx context.Context, remote, adapter string) (uint64, error) {
+	remote, err := lookupName(ctx, remote)
+	if err != nil {
+		return 0, err
+	}
 	c := ch.cookie()
 	if _, err := ch.vm.c.call(ctx, abi.OpCMResolve, &abi.CMResolve{Channel: ch.handle, Cookie: c, Remote: remote, Adapter: adapter}, nil); err != nil {
 		return 0, fmt.Errorf("vrdma: resolve %s: %w", remote, err)
@@ -253,6 +261,10 @@ func (ch *EventChannel) Resolve(ctx context.Context, remote, adapter string) (ui
 // is in RTS), REJECTED or UNREACHABLE arrives with the returned cookie.
 // timeout 0 is 10 s.
 func (ch *EventChannel) Connect(ctx context.Context, q *QP, remote string, port uint16, priv []byte, timeout time.Duration) (uint64, error) {
+	remote, err := lookupName(ctx, remote)
+	if err != nil {
+		return 0, err
+	}
 	c := ch.cookie()
 	ch.mu.Lock()
 	ch.qps[q.handle] = q
@@ -313,4 +325,30 @@ func (q *QP) Disconnect(ctx context.Context) error {
 		return fmt.Errorf("vrdma: disconnect QP 0x%x: %w", q.qpn, err)
 	}
 	return nil
+}
+
+// lookupName is remote as the agent takes it: an IP address, a GID,
+// "vm/vrdmaN" as they are, and a name (a host's, or one an adapter's
+// address has in /etc/hosts or DNS) looked up by this process, as a
+// program's getaddrinfo would: its first IPv4 address, else its first.
+func lookupName(ctx context.Context, remote string) (string, error) {
+	if strings.Contains(remote, "/") {
+		return remote, nil
+	}
+	if _, err := netip.ParseAddr(remote); err == nil {
+		return remote, nil
+	}
+	if _, err := abi.ParseGID(remote); err == nil {
+		return remote, nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", remote)
+	if err != nil || len(addrs) == 0 {
+		return "", fmt.Errorf("vrdma: %q is not an address, a GID or \"vm/vrdmaN\", and does not resolve as a name: %v", remote, err)
+	}
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap().String(), nil
+		}
+	}
+	return addrs[0].String(), nil
 }

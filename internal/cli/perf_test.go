@@ -443,7 +443,7 @@ func TestPerfServerClient(t *testing.T) {
 // perftest's client would on a host with Linux's software RoCE: the
 // server holds its port of the host's addresses, and the client's three
 // QPs reach it; a second server in another VM on that port fails while the
-// first holds it.
+// first holds it; a client by the name localhost reaches it too.
 func TestPerfServerClientHostAddress(t *testing.T) {
 	isolate(t)
 	env := testenv.Start(t)
@@ -493,14 +493,21 @@ func TestPerfServerClientHostAddress(t *testing.T) {
 	if !strings.Contains(terrs, "held by VM vmS") {
 		t.Errorf("a second server in vmT on port %s: %q, want a refusal naming vmS", port, terrs)
 	}
-	// End vmS's server with a client.
-	for try := 0; try < 50; try++ {
-		if _, _, code := run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmC", "-p", port, "-n", "10", "127.0.0.1"); code == 0 {
-			break
+	// End vmS's server with a client by a name of the host's address
+	// (looked up by the client, as getaddrinfo would).
+	code = -1
+	for try := 0; try < 50 && code != 0; try++ {
+		if try > 0 {
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
+		_, errs, code = run(t, "", "--socket", env.Socket, "perf", "write_bw", "--vm", "vmC", "-p", port, "-n", "10", "localhost")
 	}
-	<-hold
+	if code != 0 {
+		t.Errorf("client by the name localhost: exit %d: %s", code, errs)
+	}
+	if s := <-hold; !strings.HasPrefix(s, "exit 0") {
+		t.Errorf("server: %s", s)
+	}
 }
 
 // TestPerfQPsAndMTU checks -q (several QP pairs, BW tests), -m (path MTU,
