@@ -32,9 +32,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,10 +68,14 @@ type Quotas = quota.Limits
 
 // Config configures an Agent.
 type Config struct {
-	Socket   string // Unix socket path
-	StateDir string // VM definitions and host identity live here
-	Host     string // host name; defaults to os.Hostname
-	Limits   Limits
+	Socket string // Unix socket path
+	// SocketGroup, if set, is the group (name or number) the socket is
+	// given to, mode 0660: only root and the group's members reach the
+	// agent. Empty: mode 0666, every local user does.
+	SocketGroup string
+	StateDir    string // VM definitions and host identity live here
+	Host        string // host name; defaults to os.Hostname
+	Limits      Limits
 	// MaxBlocking bounds the blocking commands (a CM event wait, an
 	// rdma_cm connect) in flight on one session; 0: DefaultMaxBlocking.
 	MaxBlocking int
@@ -144,7 +150,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		opt(&o)
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = locations.Socket()
+		cfg.Socket = locations.AgentSocket()
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = locations.StateDir()
@@ -343,11 +349,34 @@ func (a *Agent) listen() error {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	// Workloads of other users reach the agent; the VM's owner check (the
-	// management rules) decides who may attach.
-	os.Chmod(path, 0o666)
+	if err := shareSocket(path, a.cfg.SocketGroup); err != nil {
+		ln.Close()
+		return err
+	}
 	a.ln = ln
 	return nil
+}
+
+// shareSocket opens the socket at path to the workloads of other users:
+// to group's members (mode 0660) when group is set, else to everyone
+// (0666). Either way, the VM's owner check (the management rules) decides
+// who may attach.
+func shareSocket(path, group string) error {
+	if group == "" {
+		return os.Chmod(path, 0o666)
+	}
+	gid, err := strconv.Atoi(group)
+	if err != nil {
+		g, lerr := user.LookupGroup(group)
+		if lerr != nil {
+			return fmt.Errorf("socket group %q: %v (create it with groupadd --system %s, or name another with --socket-group)", group, lerr, group)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("give the socket %s to group %s: %w (the agent must run as root or be a member of the group)", path, group, err)
+	}
+	return os.Chmod(path, 0o660)
 }
 
 // Socket returns the path the agent serves.

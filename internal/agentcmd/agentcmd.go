@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/buildinfo"
 	"github.com/vrdma/vrdma/internal/locations"
@@ -27,7 +28,8 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg := agent.Config{Limits: agent.DefaultLimits}
-	fs.StringVar(&cfg.Socket, "socket", locations.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	fs.StringVar(&cfg.Socket, "socket", locations.AgentSocket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", "", "give the socket to this group, mode 0660, so that only root and the group's members reach the agent (default: mode 0666, every local user)")
 	fs.StringVar(&cfg.StateDir, "state-dir", locations.StateDir(), "directory for VM definitions and the host ID")
 	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: none)")
@@ -103,9 +105,26 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := a.Serve(ctx); err != nil {
+	// Under systemd (Type=notify) the unit is started once the socket
+	// listens and the control plane is joined, which agent.New did.
+	notify(cfg.Logger, daemon.SdNotifyReady)
+	// STOPPING=1 goes out before the agent tears its sessions down.
+	serving, stopServing := context.WithCancel(context.Background())
+	context.AfterFunc(ctx, func() {
+		notify(cfg.Logger, daemon.SdNotifyStopping)
+		stopServing()
+	})
+	if err := a.Serve(serving); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0
+}
+
+// notify tells systemd the agent's state (sd_notify, on $NOTIFY_SOCKET);
+// without NOTIFY_SOCKET it does nothing.
+func notify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("cannot notify systemd", "state", state, "socket", os.Getenv("NOTIFY_SOCKET"), "err", err)
+	}
 }
