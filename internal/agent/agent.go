@@ -87,8 +87,12 @@ type Config struct {
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
 	// MetricsListen, if set, is the TCP address where the agent serves
-	// Prometheus metrics at /metrics (package metrics).
+	// Prometheus metrics at /metrics, and /healthz and /readyz (package
+	// metrics).
 	MetricsListen string
+	// MetricsNoQPSeries leaves the per-QP series out of the metrics
+	// (metrics.Options.NoQPSeries).
+	MetricsNoQPSeries bool
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
