@@ -6,7 +6,6 @@ package agentcmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,19 +14,34 @@ import (
 	"syscall"
 
 	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/pflag"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/buildinfo"
 	"github.com/vrdma/vrdma/internal/locations"
 )
+
+// about is the head of vrdmad's usage.
+const about = `vrdmad is the vrdma host agent: one per host, the device behind every
+vrdma adapter of the VMs whose workloads attach to it.
+
+Flags are --long-names, as vrdmactl's ("-socket" is still accepted for
+--socket). --config FILE reads flags from a YAML file whose keys are the
+flag names (socket: /run/vrdma/vrdmad.sock, rdma-uplink: [a list]); a flag
+on the command line wins over the file, and the file over the environment
+(VRDMA_SOCKET, VRDMA_STATE_DIR) and the defaults.`
 
 // Main parses args (without the program name), runs the agent until
 // SIGINT or SIGTERM, and returns the process exit code. --version prints
 // the build information (buildinfo) to stdout and exits; usage and errors
 // go to stderr, and so do the agent's logs.
 func Main(name string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, name, fs.FlagUsages())
+	}
 	cfg := agent.Config{Limits: agent.DefaultLimits}
+	configFile := fs.String("config", "", "read flags from this YAML file, its keys the flag names (socket: /run/vrdma/vrdmad.sock); the command line's win")
 	fs.StringVar(&cfg.Socket, "socket", locations.AgentSocket(), "Unix socket to serve (env VRDMA_SOCKET)")
 	fs.StringVar(&cfg.SocketGroup, "socket-group", "", "give the socket to this group, mode 0660, so that only root and the group's members reach the agent (default: mode 0666, every local user)")
 	fs.StringVar(&cfg.StateDir, "state-dir", locations.StateDir(), "directory for VM definitions and the host ID")
@@ -48,11 +62,26 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
 	version := fs.Bool("version", false, "print the version and build information (module, commit, Go version) and exit")
 	cp := addControlFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := fs.Parse(longFlags(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0 // -h asked for the usage, which Parse printed
 		}
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q: vrdmad takes flags only\nRun '%s --help' for usage.\n", name, fs.Args(), name)
+		return 2
+	}
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err == nil {
+			err = applyConfig(fs, data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: --config %s: %v\n", name, *configFile, err)
+			return 2
+		}
 	}
 	if *version {
 		fmt.Fprint(stdout, buildinfo.Read(name))
