@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,9 @@ type app struct {
 	socket string       // --socket
 	output string       // -o/--output: text or json
 	ctl    controlFlags // where etcd is (control.go)
+	// command is the running command's path without "vrdmactl"
+	// ("switch show"), for jsonPrinted.
+	command string
 }
 
 // exitError makes Main exit with code, printing err if it is not nil.
@@ -109,6 +113,7 @@ and between two hosts (tcp).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			a.command = strings.TrimPrefix(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()), " ")
 			if a.output != "text" && a.output != "json" && a.output != "yaml" {
 				return usageErrorf("--output %q: want text, json or yaml", a.output)
 			}
@@ -153,9 +158,13 @@ and between two hosts (tcp).`,
 // programs, printed by printJSON.
 func (a *app) json() bool { return a.output == "json" || a.output == "yaml" }
 
-// printJSON writes v to stdout, indented; with -o yaml as YAML, the same
-// fields under the same names.
+// printJSON writes v to stdout, indented, its field names in snake_case
+// (snakeJSON); with -o yaml as YAML, the same fields under the same names.
 func (a *app) printJSON(v any) error {
+	if jsonPrinted != nil {
+		jsonPrinted(a.command, v)
+	}
+	v = snakeJSON(reflect.ValueOf(v))
 	if a.output == "yaml" {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -173,6 +182,10 @@ func (a *app) printJSON(v any) error {
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
+
+// jsonPrinted, if set, sees every value printJSON prints, with the
+// command that printed it (tests check the output against its schema).
+var jsonPrinted func(command string, v any)
 
 // dialAgent connects to the agent at --socket, for management commands.
 func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
