@@ -138,6 +138,7 @@ and between two hosts (tcp).`,
 		a.execCommand(), // exec.go
 		a.statusCommand(),
 		a.statCommand(),
+		a.resCommand(), // res.go
 		a.vmCommand(),
 		a.perfCommand(),
 		a.switchCommand(),
@@ -206,6 +207,21 @@ func (a *app) openAgent(cmd *cobra.Command) (context.Context, *vrdma.Agent, func
 		return nil, nil, nil, err
 	}
 	return ctx, ag, func() { ag.Close(); cancel() }, nil
+}
+
+// agentStatus returns the agent's status report and its release, for
+// command what ("status") of cmd.
+func (a *app) agentStatus(cmd *cobra.Command, what string) (vrdma.Status, string, error) {
+	ctx, ag, done, err := a.openAgent(cmd)
+	if err != nil {
+		return vrdma.Status{}, "", err
+	}
+	defer done()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		return st, "", fmt.Errorf("%s: %w", what, err)
+	}
+	return st, ag.Info.AgentVersion, nil
 }
 
 // callTimeout bounds management commands against a running agent.
