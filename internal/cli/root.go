@@ -151,7 +151,8 @@ and between two hosts (tcp).`,
 		a.versionCommand(),   // version.go
 		a.doctorCommand(),    // doctor.go
 	)
-	addManual(root) // help.go
+	addManual(root)        // help.go
+	a.addCompletions(root) // complete.go
 	return root
 }
 
