@@ -22,6 +22,7 @@ import (
 	"github.com/vrdma/vrdma/internal/cli"
 	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/verbsabi"
 )
 
 const unitFile = "vrdmad.service"
@@ -324,4 +325,88 @@ func TestUnitNotify(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("vrdmad does not exit within 30 s of SIGTERM")
 	}
+}
+
+// TestSystemSocketUnprivileged runs what the unit sets up, in a mount
+// namespace of its own (a fresh /run, so that the machine's is not
+// touched): vrdmad serving /run/vrdma/vrdmad.sock for a group, and an
+// unmodified ibv_devinfo and vrdmactl run by a member of the group with
+// no VRDMA_SOCKET and no agent of its own, which must find the system's
+// socket; a user outside the group must be refused by the socket's mode.
+func TestSystemSocketUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it mounts a private /run and runs programs as other users")
+	}
+	for _, p := range []string{"unshare", "setpriv", "ibv_devinfo"} {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("needs %s (util-linux, ibverbs-utils)", p)
+		}
+	}
+	lib := verbsabi.Build(t)
+	dir, err := os.MkdirTemp("", "vrdmasys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Copies the other users can read: the library, vrdmactl, the VMX.
+	pub := filepath.Join(dir, "lib")
+	os.Mkdir(pub, 0o755)
+	libs, _ := filepath.Glob(filepath.Join(lib, "*.so*"))
+	for _, l := range libs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(pub, filepath.Base(l)), b, 0o755)
+	}
+	ctl := filepath.Join(dir, "vrdmactl")
+	b, err := os.ReadFile(testenv.Binary(t, "vrdmactl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(ctl, b, 0o755)
+	vmx := filepath.Join(dir, "vmu.vmx")
+	os.WriteFile(vmx, []byte(testenv.VMX(testenv.VMOptions{})), 0o644)
+
+	const member, outsider = 65534, 65533
+	script := `set -e
+mount -t tmpfs -o mode=0755 tmpfs /run
+mkdir -m 0755 /run/vrdma
+"$AGENT" --socket /run/vrdma/vrdmad.sock --socket-group ` + strconv.Itoa(member) + ` --state-dir "$DIR/state" --no-control-plane --log-level warn &
+agent=$!
+trap 'kill $agent; wait $agent' EXIT
+i=0; until [ -S /run/vrdma/vrdmad.sock ]; do i=$((i+1)); [ $i -lt 300 ] || exit 9; sleep 0.1; done
+"$CTL" --socket /run/vrdma/vrdmad.sock vm define vmu "$DIR/vmu.vmx" --owner ` + strconv.Itoa(member) + `:` + strconv.Itoa(member) + `
+stat -c 'socket %a %g' /run/vrdma/vrdmad.sock
+as() { u=$1; shift; setpriv --reuid $u --regid $u --clear-groups env -i PATH=/usr/bin:/bin HOME=/ XDG_RUNTIME_DIR="$DIR/xdg-$u" VRDMA_VM=vmu LD_LIBRARY_PATH="$DIR/lib" "$@"; }
+echo "== member ibv_devinfo"; as ` + strconv.Itoa(member) + ` ibv_devinfo 2>&1 || true
+echo "== member vrdmactl"; as ` + strconv.Itoa(member) + ` "$CTL" status -o json 2>&1 || true
+echo "== outsider ibv_devinfo"; as ` + strconv.Itoa(outsider) + ` ibv_devinfo 2>&1 || true
+`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "AGENT="+testenv.AgentBinary(t), "CTL="+ctl, "DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the namespace's script: %v\n%s", err, out)
+	}
+	parts := strings.Split(string(out), "== ")
+	if len(parts) != 4 {
+		t.Fatalf("the script's output:\n%s", out)
+	}
+	if want := fmt.Sprintf("socket 660 %d", member); !strings.Contains(parts[0], want) {
+		t.Errorf("the socket is not mode 0660 for group %d (--socket-group): %s", member, parts[0])
+	}
+	if !strings.Contains(parts[1], "hca_id:\tvrdma0") {
+		t.Errorf("ibv_devinfo of a member of the group, with no VRDMA_SOCKET, finds no vrdma device:\n%s", parts[1])
+	}
+	if !strings.Contains(parts[2], `"socket": "/run/vrdma/vrdmad.sock"`) || !strings.Contains(parts[2], `"name": "vmu"`) {
+		t.Errorf("vrdmactl status of a member of the group, with no VRDMA_SOCKET, does not reach the system's agent:\n%s", parts[2])
+	}
+	if strings.Contains(parts[3], "hca_id:\tvrdma0") || !strings.Contains(parts[3], "/run/vrdma/vrdmad.sock") || !strings.Contains(parts[3], "ermission denied") {
+		t.Errorf("ibv_devinfo of a user outside the group: want the system socket refused (permission denied):\n%s", parts[3])
+	}
+	t.Logf("%s", out)
 }
