@@ -157,7 +157,7 @@ var argNames = map[string]struct {
 	"switch router set": {list: switchNames}, "switch router remove": {list: switchNames},
 	"portgroup show": {list: portGroupKeys}, "portgroup set": {list: portGroupKeys}, "portgroup delete": {list: portGroupKeys},
 	"host show": {list: hostNames}, "host forget-key": {list: hostNames}, "host remove": {list: hostNames},
-	"host configure": {list: hostNames}, "network uplink declare": {list: hostNames},
+	"host configure": {list: hostNames}, "host uplink declare": {list: hostNames},
 	"vm undefine": {list: vmNames}, "vm show": {list: vmNames}, "vm edit": {list: vmNames}, "vm set": {list: vmNames},
 	"vm reserve-memory": {list: vmNames}, "vm power-on": {list: vmNames}, "vm power-off": {list: vmNames},
 	"stat": {list: vmAdapterNames}, "res": {list: vmNames}, "path explain": {list: vmAdapterNames, all: true},

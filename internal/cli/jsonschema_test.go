@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 var updateSchemas = flag.Bool("update-schemas", false, "write docs/schema/*.json from the -o json outputs the tests print")
@@ -378,4 +381,42 @@ func fromSnake(doc any, t reflect.Type) any {
 		}
 	}
 	return doc
+}
+
+// TestJSONOutputs runs, with -o json, the commands that print JSON and
+// that no other test runs so: their outputs then go through the schema
+// check of TestMain like every other.
+func TestJSONOutputs(t *testing.T) {
+	isolate(t)
+	ep := etcdtest.Start(t).ClientURL()
+	a := testenv.StartControl(t, "esx1", hostCfg(ep, "127.0.0.1", false))
+	fabric(t, ep)
+	cp := []string{"--etcd-endpoints", ep, "-o", "json"}
+	on := []string{"--socket", a.Socket, "--etcd-endpoints", ep, "-o", "json"}
+	vmx := filepath.Join(t.TempDir(), "v9.vmx")
+	if err := os.WriteFile(vmx, []byte(testenv.VMX(testenv.VMOptions{})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		append(slices.Clone(cp), "switch", "create", "dvs9"),
+		append(slices.Clone(cp), "switch", "list"),
+		append(slices.Clone(cp), "switch", "set", "dvs9", "--mtu", "9000"),
+		append(slices.Clone(cp), "switch", "router", "set", "dvs9", "r1", "--subnet", "10.9.0.0/24", "--subnet", "10.9.1.0/24"),
+		append(slices.Clone(cp), "switch", "router", "remove", "dvs9", "r1"),
+		append(slices.Clone(cp), "portgroup", "create", "dvportgroup-90", "--switch", "dvs9", "--vlan", "90"),
+		append(slices.Clone(cp), "portgroup", "list"),
+		append(slices.Clone(cp), "portgroup", "show", "dvportgroup-90"),
+		append(slices.Clone(cp), "portgroup", "set", "dvportgroup-90", "--vlan", "91"),
+		append(slices.Clone(cp), "portgroup", "delete", "dvportgroup-90"),
+		append(slices.Clone(cp), "switch", "delete", "dvs9"),
+		append(slices.Clone(on), "vm", "define", "v9", vmx),
+		append(slices.Clone(on), "vm", "undefine", "v9"),
+		append(slices.Clone(on), "vm", "create", "w9", "--memory", "4"),
+		append(slices.Clone(on), "vm", "set", "w9", "memSize=8"),
+		append(slices.Clone(on), "vm", "edit", "w9", "--add-adapter", "--portgroup", "dvportgroup-10"),
+		append(slices.Clone(on), "vm", "reserve-memory", "w9", "--all"),
+	} {
+		var v any
+		runJSON(t, &v, args...)
+	}
 }
