@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"reflect"
@@ -192,6 +193,9 @@ var jsonPrinted func(command string, v any)
 // dialAgent connects to the agent at --socket, for management commands.
 func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
 	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("no agent at %s (the socket is its group's: join the group, usermod -aG vrdma USER, or ask root): %w", a.socket, errors.Unwrap(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("no agent at %s (is vrdmad running? --socket or VRDMA_SOCKET names another socket): %w", a.socket, errors.Unwrap(err))
 	}
