@@ -32,13 +32,13 @@ on the command line wins over the file, and the file over the environment
 
 // Main parses args (without the program name), runs the agent until
 // SIGINT or SIGTERM, and returns the process exit code. --version prints
-// the build information (buildinfo) to stdout and exits; usage and errors
-// go to stderr, and so do the agent's logs.
+// the build information (buildinfo) to stdout and exits, and so does
+// --help with the usage; errors go to stderr, and so do the agent's logs.
 func Main(name string, args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, name, fs.FlagUsages())
+		fmt.Fprintf(stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, name, fs.FlagUsages()) // -h, as vrdmactl's, to stdout
 	}
 	cfg := agent.Config{Limits: agent.DefaultLimits}
 	configFile := fs.String("config", "", "read flags from this YAML file, its keys the flag names (socket: /run/vrdma/vrdmad.sock); the command line's win")

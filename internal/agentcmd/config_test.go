@@ -132,3 +132,18 @@ func TestConfigFileErrors(t *testing.T) {
 		t.Errorf("a missing file: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestHelpFlag: --help prints the usage to stdout, as vrdmactl's, with
+// every flag in its --long-name form; an unknown flag is a usage error on
+// stderr.
+func TestHelpFlag(t *testing.T) {
+	var out, errb strings.Builder
+	if code := Main("vrdmad", []string{"--help"}, &out, &errb); code != 0 || errb.Len() != 0 ||
+		!strings.Contains(out.String(), "Usage:\n  vrdmad [flags]") || !strings.Contains(out.String(), "--config string") || !strings.Contains(out.String(), "--socket-group string") {
+		t.Errorf("--help: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := Main("vrdmad", []string{"--sokcet", "x"}, &out, &errb); code != 2 || out.Len() != 0 || !strings.Contains(errb.String(), "unknown flag: --sokcet") {
+		t.Errorf("--sokcet: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
