@@ -38,6 +38,10 @@ type VMStatus = mgmt.VMStatus
 // QPStatus is one QP in a VMStatus.
 type QPStatus = mgmt.QPStatus
 
+// ProcessResources counts the PDs, MRs, CQs, QPs and SRQs one workload
+// process holds on one adapter, in a VMStatus.
+type ProcessResources = mgmt.ProcessResources
+
 // QPCounters are a QP's statistics in a QPStatus: work requests by
 // opcode and their bytes, receives, completions by status; retries, RNR
 // NAKs, dropped, duplicate and out-of-sequence requests, the READ and

@@ -94,10 +94,10 @@ func TestSecurityStatusPrivate(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%s: status has no VM %s", c.who, c.vm)
-		case c.hidden && (len(vs.QPs) > 0 || len(vs.Processes) > 0 || len(vs.AdapterCounters) > 0 || !vs.ObjectsHidden):
-			t.Errorf("%s sees %s's objects (QPs %v, processes %v), or the report does not say they are hidden (%v): only its owner and root may", c.who, c.vm, vs.QPs, vs.Processes, vs.ObjectsHidden)
-		case !c.hidden && (len(vs.QPs) != 1 || vs.ObjectsHidden):
-			t.Errorf("%s sees %d QPs of %s (hidden %v), want its 1", c.who, len(vs.QPs), c.vm, vs.ObjectsHidden)
+		case c.hidden && (len(vs.QPs) > 0 || len(vs.Processes) > 0 || len(vs.AdapterCounters) > 0 || len(vs.Resources) > 0 || !vs.ObjectsHidden):
+			t.Errorf("%s sees %s's objects (QPs %v, processes %v, resources %v), or the report does not say they are hidden (%v): only its owner and root may", c.who, c.vm, vs.QPs, vs.Processes, vs.Resources, vs.ObjectsHidden)
+		case !c.hidden && (len(vs.QPs) != 1 || len(vs.Resources) != 1 || vs.Resources[0].QPs != 1 || vs.ObjectsHidden):
+			t.Errorf("%s sees %d QPs of %s, resources %+v (hidden %v), want its 1 QP", c.who, len(vs.QPs), c.vm, vs.Resources, vs.ObjectsHidden)
 		}
 	}
 }

@@ -295,8 +295,9 @@ static struct vrdma_vm *attach(int *err)
 	vrdma_socket_path(path, sizeof(path));
 	if (vrdma_session_open(&vm->s, path)) {
 		*err = errno;
-		vrdma_warn("no host agent at %s: %s (is vrdmad running? VRDMA_SOCKET names another socket)", path,
-			   strerror(errno));
+		vrdma_warn("no host agent at %s: %s (%s)", path, strerror(*err),
+			   *err == EACCES ? "the socket is its group's: join the group (usermod -aG vrdma USER), or ask root" :
+					     "is vrdmad running? VRDMA_SOCKET names another socket");
 		free(vm);
 		return NULL;
 	}

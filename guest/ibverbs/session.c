@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,6 +23,16 @@
  * only a guard against a hung agent: errors, not hangs. */
 #define CALL_TIMEOUT_MS 30000
 
+/* The socket of the agent the system runs (contrib/vrdmad.service). */
+#define SYSTEM_SOCKET "/run/vrdma/vrdmad.sock"
+
+static int is_socket(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
 void vrdma_socket_path(char *buf, size_t n)
 {
 	const char *s = getenv("VRDMA_SOCKET");
@@ -30,7 +41,7 @@ void vrdma_socket_path(char *buf, size_t n)
 	if (s && *s) {
 		snprintf(buf, n, "%s", s);
 	} else if (geteuid() == 0) {
-		snprintf(buf, n, "/run/vrdma/vrdmad.sock");
+		snprintf(buf, n, "%s", SYSTEM_SOCKET);
 	} else if ((x = getenv("XDG_RUNTIME_DIR")) && *x) {
 		snprintf(buf, n, "%s/vrdma/vrdmad.sock", x);
 	} else {
@@ -38,6 +49,10 @@ void vrdma_socket_path(char *buf, size_t n)
 
 		snprintf(buf, n, "%s/vrdma-%u/vrdmad.sock", t && *t ? t : "/tmp", (unsigned)getuid());
 	}
+	/* A user without an agent of their own uses the system's (as
+	 * internal/locations.Socket does). */
+	if (!(s && *s) && !is_socket(buf) && is_socket(SYSTEM_SOCKET))
+		snprintf(buf, n, "%s", SYSTEM_SOCKET);
 }
 
 int vrdma_session_open(struct vrdma_session *s, const char *path)

@@ -32,9 +32,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -67,10 +69,14 @@ type Quotas = quota.Limits
 
 // Config configures an Agent.
 type Config struct {
-	Socket   string // Unix socket path
-	StateDir string // VM definitions and host identity live here
-	Host     string // host name; defaults to os.Hostname
-	Limits   Limits
+	Socket string // Unix socket path
+	// SocketGroup, if set, is the group (name or number) the socket is
+	// given to, mode 0660: only root and the group's members reach the
+	// agent. Empty: mode 0666, every local user does.
+	SocketGroup string
+	StateDir    string // VM definitions and host identity live here
+	Host        string // host name; defaults to os.Hostname
+	Limits      Limits
 	// MaxBlocking bounds the blocking commands (a CM event wait, an
 	// rdma_cm connect) in flight on one session; 0: DefaultMaxBlocking.
 	MaxBlocking int
@@ -82,8 +88,12 @@ type Config struct {
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
 	// MetricsListen, if set, is the TCP address where the agent serves
-	// Prometheus metrics at /metrics (package metrics).
+	// Prometheus metrics at /metrics, and /healthz and /readyz (package
+	// metrics).
 	MetricsListen string
+	// MetricsNoQPSeries leaves the per-QP series out of the metrics
+	// (metrics.Options.NoQPSeries).
+	MetricsNoQPSeries bool
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock
@@ -156,7 +166,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		opt(&o)
 	}
 	if cfg.Socket == "" {
-		cfg.Socket = locations.Socket()
+		cfg.Socket = locations.AgentSocket()
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = locations.StateDir()
@@ -362,11 +372,34 @@ func (a *Agent) listen() error {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ln.SetUnlinkOnClose(true)
-	// Workloads of other users reach the agent; the VM's owner check (the
-	// management rules) decides who may attach.
-	os.Chmod(path, 0o666)
+	if err := shareSocket(path, a.cfg.SocketGroup); err != nil {
+		ln.Close()
+		return err
+	}
 	a.ln = ln
 	return nil
+}
+
+// shareSocket opens the socket at path to the workloads of other users:
+// to group's members (mode 0660) when group is set, else to everyone
+// (0666). Either way, the VM's owner check (the management rules) decides
+// who may attach.
+func shareSocket(path, group string) error {
+	if group == "" {
+		return os.Chmod(path, 0o666)
+	}
+	gid, err := strconv.Atoi(group)
+	if err != nil {
+		g, lerr := user.LookupGroup(group)
+		if lerr != nil {
+			return fmt.Errorf("socket group %q: %v (create it with groupadd --system %s, or name another with --socket-group)", group, lerr, group)
+		}
+		gid, _ = strconv.Atoi(g.Gid)
+	}
+	if err := os.Chown(path, -1, gid); err != nil {
+		return fmt.Errorf("give the socket %s to group %s: %w (the agent must run as root or be a member of the group)", path, group, err)
+	}
+	return os.Chmod(path, 0o660)
 }
 
 // Socket returns the path the agent serves.

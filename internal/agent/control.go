@@ -80,7 +80,9 @@ type ControlConfig struct {
 	StartTimeout time.Duration
 	// UnsafeNoFsync turns fsync off in the embedded etcd (tests only).
 	UnsafeNoFsync bool
-	// EtcdLog receives etcd's own logs; nil discards them.
+	// EtcdLog receives etcd's own logs as JSON lines; nil logs them
+	// through the agent's logger (component=etcd): the client's warnings
+	// and errors, the embedded server's errors.
 	EtcdLog io.Writer
 }
 
@@ -144,6 +146,9 @@ func (a *Agent) startControl() error {
 	defer cancel()
 	log := a.log.With("component", "control")
 	scfg := store.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, Logger: log, EtcdLog: cfg.EtcdLog}
+	if cfg.EtcdLog == nil {
+		scfg.EtcdLogger = a.log.With("component", "etcd")
+	}
 	if len(cfg.Endpoints) > 0 {
 		log.Info("connecting to the control plane", "endpoints", cfg.Endpoints, "give_up_after", cfg.StartTimeout)
 	}

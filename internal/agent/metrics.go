@@ -1,8 +1,9 @@
 package agent
 
 // The agent's metrics endpoint (Config.MetricsListen): an HTTP server of
-// its own, serving /metrics (package metrics) from the agent's status
-// report and health; started by New, stopped by shutdown.
+// its own, serving /metrics, /healthz and /readyz (package metrics) from
+// the agent's status report and health; started by New, stopped by
+// shutdown.
 
 import (
 	"context"
@@ -23,7 +24,10 @@ func (a *Agent) startMetrics(addr string) error {
 		return fmt.Errorf("metrics: listen on %s: %w (pick another --metrics-listen address)", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", metrics.Handler(metricsSource{a}))
+	mux.Handle("/metrics", metrics.Handler(metricsSource{a}, metrics.Options{NoQPSeries: a.cfg.MetricsNoQPSeries}))
+	healthz, readyz := metrics.HealthHandlers(metricsSource{a})
+	mux.Handle("/healthz", healthz)
+	mux.Handle("/readyz", readyz)
 	a.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.metricsAddr = ln.Addr()
 	go func() {

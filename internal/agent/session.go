@@ -380,7 +380,7 @@ func (a *Agent) statusFor(caller *manage.Caller) mgmt.Status {
 		if a.proc.MaySee(caller, vs.Name) {
 			continue
 		}
-		vs.Processes, vs.MemRegistered, vs.QPs, vs.AdapterCounters = nil, 0, nil, nil
+		vs.Processes, vs.MemRegistered, vs.QPs, vs.AdapterCounters, vs.Resources = nil, 0, nil, nil, nil
 		vs.ObjectsHidden = true
 	}
 	return st

@@ -6,7 +6,6 @@ package agentcmd
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,23 +13,41 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/spf13/pflag"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/buildinfo"
 	"github.com/vrdma/vrdma/internal/locations"
 )
 
+// about is the head of vrdmad's usage.
+const about = `vrdmad is the vrdma host agent: one per host, the device behind every
+vrdma adapter of the VMs whose workloads attach to it.
+
+Flags are --long-names, as vrdmactl's ("-socket" is still accepted for
+--socket). --config FILE reads flags from a YAML file whose keys are the
+flag names (socket: /run/vrdma/vrdmad.sock, rdma-uplink: [a list]); a flag
+on the command line wins over the file, and the file over the environment
+(VRDMA_SOCKET, VRDMA_STATE_DIR) and the defaults.`
+
 // Main parses args (without the program name), runs the agent until
 // SIGINT or SIGTERM, and returns the process exit code. --version prints
-// the build information (buildinfo) to stdout and exits; usage and errors
-// go to stderr, and so do the agent's logs.
+// the build information (buildinfo) to stdout and exits, and so does
+// --help with the usage; errors go to stderr, and so do the agent's logs.
 func Main(name string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "%s\n\nUsage:\n  %s [flags]\n\nFlags:\n%s", about, name, fs.FlagUsages()) // -h, as vrdmactl's, to stdout
+	}
 	cfg := agent.Config{Limits: agent.DefaultLimits}
-	fs.StringVar(&cfg.Socket, "socket", locations.Socket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	configFile := fs.String("config", "", "read flags from this YAML file, its keys the flag names (socket: /run/vrdma/vrdmad.sock); the command line's win")
+	fs.StringVar(&cfg.Socket, "socket", locations.AgentSocket(), "Unix socket to serve (env VRDMA_SOCKET)")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", "", "give the socket to this group, mode 0660, so that only root and the group's members reach the agent (default: mode 0666, every local user)")
 	fs.StringVar(&cfg.StateDir, "state-dir", locations.StateDir(), "directory for VM definitions and the host ID")
 	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
-	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464; default: none)")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9464; default: none)")
+	fs.BoolVar(&cfg.MetricsNoQPSeries, "metrics-no-qp-series", false, "leave the per-QP series (vrdma_qp_*) out of the metrics: the adapters' counters, which include their QPs', stay")
 	fs.IntVar(&cfg.Limits.MaxQP, "max-qp", agent.DefaultLimits.MaxQP, "QPs per VM workload's context (max_qp)")
 	fs.IntVar(&cfg.Limits.MaxCQ, "max-cq", agent.DefaultLimits.MaxCQ, "CQs per VM workload's context (max_cq)")
 	fs.IntVar(&cfg.Limits.MaxMR, "max-mr", agent.DefaultLimits.MaxMR, "memory regions per VM workload's context (max_mr)")
@@ -46,11 +63,26 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	format := fs.String("log-format", "text", "log lines as text (key=value) or json, one object a line")
 	version := fs.Bool("version", false, "print the version and build information (module, commit, Go version) and exit")
 	cp := addControlFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+	if err := fs.Parse(longFlags(fs, args)); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0 // -h asked for the usage, which Parse printed
 		}
+		fmt.Fprintf(stderr, "%s: %v\nRun '%s --help' for usage.\n", name, err, name)
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s: unexpected arguments %q: vrdmad takes flags only\nRun '%s --help' for usage.\n", name, fs.Args(), name)
+		return 2
+	}
+	if *configFile != "" {
+		data, err := os.ReadFile(*configFile)
+		if err == nil {
+			err = applyConfig(fs, data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: --config %s: %v\n", name, *configFile, err)
+			return 2
+		}
 	}
 	if *version {
 		fmt.Fprint(stdout, buildinfo.Read(name))
@@ -104,9 +136,26 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := a.Serve(ctx); err != nil {
+	// Under systemd (Type=notify) the unit is started once the socket
+	// listens and the control plane is joined, which agent.New did.
+	notify(cfg.Logger, daemon.SdNotifyReady)
+	// STOPPING=1 goes out before the agent tears its sessions down.
+	serving, stopServing := context.WithCancel(context.Background())
+	context.AfterFunc(ctx, func() {
+		notify(cfg.Logger, daemon.SdNotifyStopping)
+		stopServing()
+	})
+	if err := a.Serve(serving); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 	return 0
+}
+
+// notify tells systemd the agent's state (sd_notify, on $NOTIFY_SOCKET);
+// without NOTIFY_SOCKET it does nothing.
+func notify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("cannot notify systemd", "state", state, "socket", os.Getenv("NOTIFY_SOCKET"), "err", err)
+	}
 }

@@ -2,11 +2,12 @@ package agentcmd
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/control/records"
@@ -35,7 +36,7 @@ type controlFlags struct {
 	handshakes, handshakesPerSource int
 }
 
-func addControlFlags(fs *flag.FlagSet) *controlFlags {
+func addControlFlags(fs *pflag.FlagSet) *controlFlags {
 	c := &controlFlags{lossless: -1}
 	fs.BoolVar(&c.none, "no-control-plane", false, "run standalone: no etcd, same-host peers only")
 	fs.StringVar(&c.endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster (default: an embedded etcd under the state directory)")

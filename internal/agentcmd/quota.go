@@ -1,10 +1,11 @@
 package agentcmd
 
 import (
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/vrdma/vrdma/internal/quota"
 )
@@ -16,7 +17,7 @@ type quotaFlags struct {
 	sessions, processes, vms                  int
 }
 
-func addQuotaFlags(fs *flag.FlagSet) *quotaFlags {
+func addQuotaFlags(fs *pflag.FlagSet) *quotaFlags {
 	q := &quotaFlags{}
 	fs.StringVar(&q.pinned, "pinned-memory-budget", "50%", "guest memory that VMs reserve and lock (sched.mem.pin), all VMs of the host together: a size (8GiB) or a share of the RAM (50%)")
 	fs.StringVar(&q.pinUIDs, "pin-allowed-uids", "", "comma-separated uids whose VMs may reserve and lock guest memory, besides root's and the agent user's (default: none)")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/netip"
 	"strings"
@@ -324,7 +323,7 @@ func TestControlPlaneOutage(t *testing.T) {
 	for {
 		var vs vmReport
 		out, _, code := run(t, "", "--etcd-endpoints", emb.ClientURL(), "-o", "json", "vm", "show", "vm6")
-		if code == 0 && json.Unmarshal([]byte(out), &vs) == nil && vs.Host == a.Agent.HostID() && len(vs.Adapters) == 1 {
+		if code == 0 && unmarshalPrinted([]byte(out), &vs) == nil && vs.Host == a.Agent.HostID() && len(vs.Adapters) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -35,7 +34,7 @@ func doctorRun(t *testing.T, args ...string) (int, doctorReport, map[string]doct
 	out, errs, code := run(t, "", append(args, "doctor", "-o", "json")...)
 	t.Logf("doctor %s: exit %d in %v", strings.Join(args, " "), code, time.Since(start))
 	var rep doctorReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+	if err := unmarshalPrinted([]byte(out), &rep); err != nil {
 		t.Fatalf("doctor -o json: exit %d, not JSON: %v\n%s\nstderr: %s", code, err, out, errs)
 	}
 	byName := map[string]doctorCheck{}

@@ -23,16 +23,16 @@ type hostReport struct {
 	State          string           `json:"state"`    // effective: down when no live lease
 	Declared       string           `json:"declared"` // as the record says
 	Switch         string           `json:"switch"`
-	PVRDMAAddress  string           `json:"pvrdmaAddress"`
-	FirewallPVRDMA bool             `json:"firewallPvrdma"`
+	PVRDMAAddress  string           `json:"pvrdma_address"`
+	FirewallPVRDMA bool             `json:"firewall_pvrdma"`
 	Uplinks        []records.Uplink `json:"uplinks"`
-	AgentVersion   string           `json:"agentVersion"`
-	LeaseAgeS      float64          `json:"leaseAgeS"` // how long it has held its lease; 0 when down
+	AgentVersion   string           `json:"agent_version"`
+	LeaseAgeS      float64          `json:"lease_age_s"` // how long it has held its lease; 0 when down
 	VMs            []string         `json:"vms,omitempty"`
 	Datacenter     string           `json:"datacenter,omitempty"` // its place in the inventory
 	Cluster        string           `json:"cluster,omitempty"`
 	Folder         string           `json:"folder,omitempty"`
-	HostKey        string           `json:"hostKey,omitempty"` // the public key it signs its handshakes with, hex
+	HostKey        string           `json:"host_key,omitempty"` // the public key it signs its handshakes with, hex
 }
 
 func hostReportOf(h member.HostStatus) hostReport {

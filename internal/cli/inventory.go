@@ -27,7 +27,7 @@ type invVM struct {
 	Power        string `json:"power"`
 	Managed      bool   `json:"managed"`
 	Folder       string `json:"folder,omitempty"`
-	ResourcePool string `json:"resourcePool,omitempty"`
+	ResourcePool string `json:"resource_pool,omitempty"`
 }
 
 // invHost is a host in the inventory tree, with the VMs on it.
@@ -49,7 +49,7 @@ type invGroup struct {
 type invCluster struct {
 	Name          string     `json:"name"`
 	Hosts         []invHost  `json:"hosts"`
-	ResourcePools []invGroup `json:"resourcePools"`
+	ResourcePools []invGroup `json:"resource_pools"`
 }
 
 // invDatacenter is a datacenter ("" for what is in none): its clusters,

@@ -2,7 +2,7 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -20,7 +20,15 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == viewHelperArg { // exec's device view
 		os.Exit(viewMain(os.Args[2:], os.Stderr))
 	}
-	os.Exit(m.Run())
+	jsonPrinted = recordJSON
+	code := m.Run()
+	// Every -o json output the tests printed conforms to its command's
+	// schema, which docs/schema holds (jsonschema_test.go).
+	if errs := checkPrinted(); len(errs) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: -o json outputs and their schemas:\n%s\n", strings.Join(errs, "\n"))
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // isolate points HOME, the XDG directories and TMPDIR at fresh temporary
@@ -60,11 +68,12 @@ func runOK(t *testing.T, args ...string) string {
 	return out
 }
 
-// runJSON runs vrdmactl, which must exit 0 and print JSON, into v.
+// runJSON runs vrdmactl, which must exit 0 and print JSON, into v (the
+// type vrdmactl printed, or one with its fields).
 func runJSON(t *testing.T, v any, args ...string) {
 	t.Helper()
 	out := runOK(t, args...)
-	if err := json.Unmarshal([]byte(out), v); err != nil {
+	if err := unmarshalPrinted([]byte(out), v); err != nil {
 		t.Fatalf("vrdmactl %s: output is not JSON: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }

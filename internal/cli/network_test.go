@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -62,7 +61,7 @@ func TestNetworkCheckConfigFile(t *testing.T) {
 
 	out, _, code := run(t, "", "-o", "json", "network", "check", "--config", exampleNetwork)
 	var rep networkReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitFailure {
+	if err := unmarshalPrinted([]byte(out), &rep); err != nil || code != exitFailure {
 		t.Fatalf("-o json: exit %d, %v\n%s", code, err, out)
 	}
 	if rep.OK || rep.Source != "file "+exampleNetwork || rep.Counts[netcheck.Fail] != 4 || rep.Counts[netcheck.Unknown] != 0 || len(rep.Switches) != 1 {
@@ -127,7 +126,7 @@ func TestNetworkCommandsControlPlane(t *testing.T) {
 	// The local host's kernel: lo has no DCB, and says so.
 	out, _, code := run(t, "", append(cp, "--state-dir", a.StateDir, "-o", "json", "network", "check")...)
 	var rep networkReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitFailure {
+	if err := unmarshalPrinted([]byte(out), &rep); err != nil || code != exitFailure {
 		t.Fatalf("network check with the local kernel: exit %d, %v\n%s", code, err, out)
 	}
 	if rep.Local == nil || rep.Local.Host != "esx1" || len(rep.Local.Uplinks) != 1 || !strings.Contains(rep.Local.Uplinks[0].Unknown[records.FieldPFC], "(EOPNOTSUPP)") ||

@@ -43,12 +43,31 @@ type perfOptions struct {
 	mtu         int    // -m: path MTU, QPs connected out of band; 0: the CM's
 	noPeak      bool   // -N: no BW peak
 	output      string // --output: print only bandwidth, message_rate or latency
+	bidir       bool   // -b: both directions at once (BW tests)
+	inline      int    // -I: max_inline_data; -1: the default (perfInline for latency tests, 0 for BW)
+	forever     bool   // --run_infinitely: a result line every -D seconds until interrupted
 	// perftest's flags that mean nothing here, accepted so that its
 	// command lines run: -x (GID index), -F (no CPU frequency warning),
 	// -R (connect through rdma_cm, which vrdma perf does without -m)
 	gidIndex      int
 	cpuFreq, rdma bool
 }
+
+// maxInline is the QPs' max_inline_data: -I, else perfInline for the
+// latency tests and none for the BW tests.
+func (o *perfOptions) maxInline() int {
+	switch {
+	case o.inline >= 0:
+		return o.inline
+	case o.test.Latency():
+		return perfInline
+	}
+	return 0
+}
+
+// perfForeverPeriod is --run_infinitely's period without -D (perftest's
+// default duration).
+const perfForeverPeriod = 5
 
 // text reports whether o prints perftest's tables (not JSON, not one
 // --output value).
@@ -90,6 +109,12 @@ perftest's -x (GID index), -F (no CPU frequency warning) and -R (rdma_cm) are
 accepted and mean nothing here: rdma_cm picks the GID from the address, no CPU
 frequency is checked, and the QPs connect through rdma_cm unless -m is given. A run longer than two
 seconds draws a progress bar on stderr when stderr is a terminal.
+
+-b (write_bw, read_bw, atomic_bw; --local) runs both directions at once and
+reports their sum, as perftest's. -I N sets the QPs' max_inline_data (default
+220 for the latency tests, 0 for BW): WRITEs and SENDs of up to N bytes are
+posted inline. --run_infinitely (BW tests, --local) measures for -D seconds
+(default 5) again and again, a result line each time, until interrupted.
 
 -q N runs a BW test over N QP pairs sharing each side's CQ and buffer, -t
 work requests outstanding on each; -n counts per QP and the figures are the
@@ -187,6 +212,9 @@ hosts sent each other during the run); with -a the per-size results are in
 	// perftest's --output names a figure, vrdmactl's -o a format: this
 	// one flag, which shadows the global one, takes both.
 	f.StringVarP(&o.output, "output", "o", "", "print only this figure, one line per size: bandwidth (BW average), message_rate or latency (the average), as perftest's --output; or the output format, text, json or yaml, as every vrdmactl command's -o")
+	f.BoolVarP(&o.bidir, "bidirectional", "b", false, "write_bw, read_bw, atomic_bw: both directions at once, the figures their sum (--local)")
+	f.IntVarP(&o.inline, "inline_size", "I", -1, fmt.Sprintf("max_inline_data: WRITEs and SENDs up to this many bytes are posted inline (0..%d; default %d for latency tests, 0 for BW)", vrdma.MaxInline, perfInline))
+	f.BoolVar(&o.forever, "run_infinitely", false, "BW tests: measure for -D seconds (default 5) again and again, a line each time, until interrupted (--local)")
 	f.IntVarP(&o.gidIndex, "gid-index", "x", 0, "perftest's GID index: accepted, means nothing here (rdma_cm picks the GID from the address)")
 	f.BoolVarP(&o.cpuFreq, "CPU-freq", "F", false, "perftest's: accepted, means nothing here (no CPU frequency is checked)")
 	f.BoolVarP(&o.rdma, "rdma_cm", "R", false, "connect the QPs through rdma_cm: what perf does without -m")
@@ -256,6 +284,14 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: --output=%s does not go with %s: latency for the _lat tests, bandwidth or message_rate for the _bw ones", o.output, o.test)
 	case o.noPeak && o.test.Latency():
 		return usageErrorf("perf: -N is for BW tests, which measure a peak")
+	case o.bidir && o.test != perf.WriteBW && o.test != perf.ReadBW && o.test != perf.AtomicBW:
+		return usageErrorf("perf: -b runs write_bw, read_bw and atomic_bw both ways; not %s", o.test)
+	case o.inline > vrdma.MaxInline || o.inline < -1:
+		return usageErrorf("perf: -I %d out of range 0..%d", o.inline, vrdma.MaxInline)
+	case o.forever && (o.test.Latency() || o.all || o.outJSON || o.outJSONFile != ""):
+		return usageErrorf("perf: --run_infinitely measures a BW test of one size again and again, a line each time: not with a latency test, -a or JSON")
+	case (o.bidir || o.forever) && !o.local:
+		return usageErrorf("perf: -b and --run_infinitely are --local's (a server and its client run one direction, once)")
 	}
 	if _, err := perf.ParseAtomic(o.atomic); err != nil {
 		return usageErrorf("perf: -A: %v", err)
@@ -326,7 +362,8 @@ type perfInfo struct {
 	TXDepth        int    `json:"TX_depth"`
 	CQModeration   int    `json:"CQ_Moderation"`
 	UseEvent       bool   `json:"use_event"`
-	BWUnit         string `json:"BW_unit,omitempty"` // BW tests: MiB/sec, or Gb/sec with --report_gbits
+	Bidirectional  bool   `json:"bidirectional,omitempty"` // -b: the figures are both directions' sum
+	BWUnit         string `json:"BW_unit,omitempty"`       // BW tests: MiB/sec, or Gb/sec with --report_gbits
 	Mtu            int    `json:"Mtu"`
 	LinkType       string `json:"Link_type"`
 	GIDIndex       int    `json:"GID_index"`
@@ -449,10 +486,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	}
 	buf = max(buf, 4096)
 	memMB := (buf+(1<<20)-1)>>20 + 1
-	inline := 0
-	if o.test.Latency() {
-		inline = perfInline
-	}
+	inline := o.maxInline()
 
 	tcp := o.path == string(vrdma.PathTCP) || o.path == string(vrdma.PathRDMA) // two hosts
 	specs := []*localVM{
@@ -546,7 +580,7 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: p.A.Adapter.Name(), NumberOfQPs: o.qps,
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqModFor(sizes[0]), o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", MaxInlineData: inline, RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
-		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async,
+		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, AsyncMode: o.async, Bidirectional: o.bidir,
 		MemoryLocked: specs[0].Locked && specs[1].Locked, GuestMemoryMiB: memMB, Notes: notes}
 	if o.mtu != 0 {
 		info.RdmaCMQPs, info.DataExMethod = "OFF", "Ethernet" // perftest's words for an out-of-band exchange
@@ -582,12 +616,25 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		printPerfHeader(a.stdout, info, o)
 	}
 	var results []perfResult
-	for _, size := range sizes {
+	for i := 0; i < len(sizes); i++ {
+		size := sizes[i]
 		c := perf.Config{Test: o.test, Size: size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqModFor(size), UseEvent: o.useEvent,
-			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic)}
+			Duration: time.Duration(o.duration) * time.Second, Atomic: perf.Atomic(o.atomic), Bidirectional: o.bidir}
+		if o.forever {
+			// perftest's --run_infinitely: the same size again, a line
+			// per period, until interrupted (ctx, on SIGINT).
+			i--
+			if c.Duration <= 0 {
+				c.Duration = perfForeverPeriod * time.Second
+			}
+			if ctx.Err() != nil {
+				fmt.Fprintln(a.stdout, perfRule)
+				return nil
+			}
+		}
 		rctx, cancel := context.WithTimeout(ctx, runTimeout(c))
 		stop := func() {}
-		if isTerminal(a.stderr) {
+		if isTerminal(a.stderr) && !o.forever {
 			c.Progress = new(atomic.Int64)
 			iters := c.Iters
 			if iters <= 0 {
@@ -603,6 +650,9 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			if text {
 				fmt.Fprintln(a.stdout, perfRule)
 			}
+			if o.forever && ctx.Err() != nil {
+				return nil // interrupted: the end of a run without end
+			}
 			return fmt.Errorf("perf: %s of %d bytes: %w", o.test, size, err)
 		}
 		pr := perfResult{Result: r}
@@ -611,7 +661,9 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			pr.agentCPU = &us
 		}
 		pr.Result = o.shape(pr.Result)
-		results = append(results, pr)
+		if !o.forever { // a run without end keeps none
+			results = append(results, pr)
+		}
 		if text {
 			printPerfResult(a.stdout, pr.Result)
 		} else if !o.outJSON {

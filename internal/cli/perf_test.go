@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -585,5 +588,61 @@ func TestPerfPerftestFlags(t *testing.T) {
 		if _, errs, code := run(t, "", append([]string{"perf"}, args...)...); code != exitUsage {
 			t.Errorf("perf %s: exit %d, want a usage error: %s", strings.Join(args, " "), code, errs)
 		}
+	}
+}
+
+// TestPerfBidirInlineForever: -b runs both ways and says so, -I sets the
+// QPs' max_inline_data, the combinations perftest refuses are refused, and
+// --run_infinitely prints a line per -D period until SIGINT, then exits 0.
+func TestPerfBidirInlineForever(t *testing.T) {
+	isolate(t)
+	var m map[string]any
+	runJSON(t, &m, "perf", "write_bw", "--local", "-b", "-s", "4096", "-n", "300", "-I", "64", "--out_json")
+	info, _ := m["test_info"].(map[string]any)
+	if info["bidirectional"] != true || info["Max_inline_data"] != 64.0 || !(m["BW_average"].(float64) > 0) {
+		t.Errorf("write_bw -b -I 64: test_info %v, BW_average %v", info, m["BW_average"])
+	}
+	for _, args := range [][]string{
+		{"write_lat", "--local", "-b"},
+		{"send_bw", "--local", "-b"},
+		{"write_bw", "--local", "-I", "4096"},
+		{"write_lat", "--local", "--run_infinitely"},
+		{"write_bw", "--local", "--run_infinitely", "--out_json"},
+		{"write_bw", "--local", "--run_infinitely", "-a"},
+		{"write_bw", "--vm", "v", "-b"},
+	} {
+		if _, errs, code := run(t, "", append([]string{"perf"}, args...)...); code != exitUsage {
+			t.Errorf("perf %s: exit %d, want a usage error: %s", strings.Join(args, " "), code, errs)
+		}
+	}
+
+	cmd := exec.Command(testenv.Binary(t, "vrdmactl"), "perf", "write_bw", "--local", "--run_infinitely", "-D", "1", "-s", "4096")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	lines := 0
+	for lines < 3 && sc.Scan() {
+		if strings.HasPrefix(sc.Text(), " 4096 ") {
+			lines++
+		}
+	}
+	if lines < 3 {
+		t.Fatalf("--run_infinitely printed %d result lines before it ended:\n%s", lines, stderr.String())
+	}
+	cmd.Process.Signal(os.Interrupt)
+	var rest []string
+	for sc.Scan() {
+		rest = append(rest, sc.Text())
+	}
+	if err := cmd.Wait(); err != nil || len(rest) == 0 || rest[len(rest)-1] != perfRule {
+		t.Errorf("--run_infinitely after SIGINT: %v, last lines %q\n%s", err, rest, stderr.String())
 	}
 }

@@ -265,11 +265,7 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 
 // endpointConfig sizes one side for o's test of size bytes.
 func endpointConfig(o perfOptions, size int) perf.PairConfig {
-	cfg := perf.PairConfig{BufSize: max(o.test.BufSize(size), 4096), TxDepth: o.txDepth, QPs: o.qps}
-	if o.test.Latency() {
-		cfg.MaxInline = perfInline
-	}
-	return cfg
+	return perf.PairConfig{BufSize: max(o.test.BufSize(size), 4096), TxDepth: o.txDepth, QPs: o.qps, MaxInline: o.maxInline()}
 }
 
 // remoteInfo is the report's header for a side of a two-process run.
@@ -279,8 +275,9 @@ func (a *app) remoteInfo(o perfOptions, e *perf.Endpoint) perfInfo {
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
 		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason}
+	info.MaxInlineData = o.maxInline()
 	if o.test.Latency() {
-		info.TXDepth, info.MaxInlineData = 1, perfInline
+		info.TXDepth = 1
 	} else {
 		info.BWUnit = "MiB/sec"
 		if o.gbits {

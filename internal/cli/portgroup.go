@@ -101,7 +101,7 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 					if pgs == nil {
 						pgs = []records.PortGroup{}
 					}
-					return a.printJSON(map[string]any{"portGroups": pgs})
+					return a.printJSON(map[string]any{"port_groups": pgs})
 				}
 				if len(pgs) == 0 {
 					fmt.Fprintln(a.stdout, "no port groups: create one with 'vrdmactl portgroup create KEY --switch NAME'")

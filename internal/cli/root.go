@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +41,9 @@ type app struct {
 	socket string       // --socket
 	output string       // -o/--output: text or json
 	ctl    controlFlags // where etcd is (control.go)
+	// command is the running command's path without "vrdmactl"
+	// ("switch show"), for jsonPrinted.
+	command string
 }
 
 // exitError makes Main exit with code, printing err if it is not nil.
@@ -109,6 +114,7 @@ and between two hosts (tcp).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			a.command = strings.TrimPrefix(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()), " ")
 			if a.output != "text" && a.output != "json" && a.output != "yaml" {
 				return usageErrorf("--output %q: want text, json or yaml", a.output)
 			}
@@ -133,6 +139,7 @@ and between two hosts (tcp).`,
 		a.execCommand(), // exec.go
 		a.statusCommand(),
 		a.statCommand(),
+		a.resCommand(), // res.go
 		a.vmCommand(),
 		a.perfCommand(),
 		a.switchCommand(),
@@ -145,7 +152,8 @@ and between two hosts (tcp).`,
 		a.versionCommand(),   // version.go
 		a.doctorCommand(),    // doctor.go
 	)
-	addManual(root) // help.go
+	addManual(root)        // help.go
+	a.addCompletions(root) // complete.go
 	return root
 }
 
@@ -153,9 +161,13 @@ and between two hosts (tcp).`,
 // programs, printed by printJSON.
 func (a *app) json() bool { return a.output == "json" || a.output == "yaml" }
 
-// printJSON writes v to stdout, indented; with -o yaml as YAML, the same
-// fields under the same names.
+// printJSON writes v to stdout, indented, its field names in snake_case
+// (snakeJSON); with -o yaml as YAML, the same fields under the same names.
 func (a *app) printJSON(v any) error {
+	if jsonPrinted != nil {
+		jsonPrinted(a.command, v)
+	}
+	v = snakeJSON(reflect.ValueOf(v))
 	if a.output == "yaml" {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -174,9 +186,16 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// jsonPrinted, if set, sees every value printJSON prints, with the
+// command that printed it (tests check the output against its schema).
+var jsonPrinted func(command string, v any)
+
 // dialAgent connects to the agent at --socket, for management commands.
 func (a *app) dialAgent(ctx context.Context) (*vrdma.Agent, error) {
 	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(a.socket))
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("no agent at %s (the socket is its group's: join the group, usermod -aG vrdma USER, or ask root): %w", a.socket, errors.Unwrap(err))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("no agent at %s (is vrdmad running? --socket or VRDMA_SOCKET names another socket): %w", a.socket, errors.Unwrap(err))
 	}
@@ -193,6 +212,21 @@ func (a *app) openAgent(cmd *cobra.Command) (context.Context, *vrdma.Agent, func
 		return nil, nil, nil, err
 	}
 	return ctx, ag, func() { ag.Close(); cancel() }, nil
+}
+
+// agentStatus returns the agent's status report and its release, for
+// command what ("status") of cmd.
+func (a *app) agentStatus(cmd *cobra.Command, what string) (vrdma.Status, string, error) {
+	ctx, ag, done, err := a.openAgent(cmd)
+	if err != nil {
+		return vrdma.Status{}, "", err
+	}
+	defer done()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		return st, "", fmt.Errorf("%s: %w", what, err)
+	}
+	return st, ag.Info.AgentVersion, nil
 }
 
 // callTimeout bounds management commands against a running agent.

@@ -27,16 +27,11 @@ their adapters, and every QP with its state, its peer, and the path it takes
 (memcpy, tcp, rdma) with the reason it was chosen.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, ag, done, err := a.openAgent(cmd)
+			st, agentVersion, err := a.agentStatus(cmd, "status")
 			if err != nil {
 				return err
 			}
-			defer done()
-			st, err := ag.Status(ctx)
-			if err != nil {
-				return fmt.Errorf("status: %w", err)
-			}
-			rep := statusReport{Socket: a.socket, AgentVersion: ag.Info.AgentVersion, Status: st}
+			rep := statusReport{Socket: a.socket, AgentVersion: agentVersion, Status: st}
 			if rep.VMs == nil {
 				rep.VMs = []vrdma.VMStatus{}
 			}

@@ -118,7 +118,7 @@ control plane is.`,
 					if hosts == nil {
 						hosts = []hostReport{}
 					}
-					return a.printJSON(map[string]any{"switch": s, "portGroups": pgs, "hosts": hosts})
+					return a.printJSON(map[string]any{"switch": s, "port_groups": pgs, "hosts": hosts})
 				}
 				fmt.Fprintf(a.stdout, "switch %s\n  UUID:           %s\n  MTU:            %d\n  uplink policy:  %s\n  network policy: %s\n", s.Name, s.UUID, s.MTU, s.UplinkPolicy, s.NetworkPolicy.Effective())
 				fmt.Fprintf(a.stdout, "  routers:        %d\n", len(s.Routers))

@@ -124,14 +124,9 @@ func (a *app) vmListCommand() *cobra.Command {
 		Short: "List the agent's VMs",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, ag, done, err := a.openAgent(cmd)
+			st, _, err := a.agentStatus(cmd, "vm list")
 			if err != nil {
 				return err
-			}
-			defer done()
-			st, err := ag.Status(ctx)
-			if err != nil {
-				return fmt.Errorf("vm list: %w", err)
 			}
 			if a.json() {
 				vms := st.VMs

@@ -39,8 +39,8 @@ type vmAdapterReport struct {
 type vmReport struct {
 	Name     string            `json:"name"`
 	Host     string            `json:"host"`
-	HostName string            `json:"hostName,omitempty"`
-	HostUp   bool              `json:"hostUp"`
+	HostName string            `json:"host_name,omitempty"`
+	HostUp   bool              `json:"host_up"`
 	Power    string            `json:"power"`
 	Owner    records.Owner     `json:"owner"`
 	Managed  bool              `json:"managed"` // lives in the control plane (vm create); else on its host's agent (vm define)
@@ -51,7 +51,7 @@ type vmReport struct {
 	Datacenter   string `json:"datacenter,omitempty"`
 	Cluster      string `json:"cluster,omitempty"`
 	Folder       string `json:"folder,omitempty"`
-	ResourcePool string `json:"resourcePool,omitempty"`
+	ResourcePool string `json:"resource_pool,omitempty"`
 }
 
 func vmReportOf(cmd *cobra.Command, c *member.Cache, v records.VM, withVMX bool) vmReport {

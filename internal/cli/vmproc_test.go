@@ -134,7 +134,7 @@ func TestVMProceduresStandalone(t *testing.T) {
 	}
 	var pr vrdma.PowerResult
 	jout, _, code := run(t, "", append(on, "-o", "json", "vm", "power-on", "web")...)
-	if err := json.Unmarshal([]byte(jout), &pr); code != exitFailure || err != nil || !pr.Refused || pr.Changed || len(pr.Findings) < 2 {
+	if err := unmarshalPrinted([]byte(jout), &pr); code != exitFailure || err != nil || !pr.Refused || pr.Changed || len(pr.Findings) < 2 {
 		t.Errorf("vm power-on -o json of a VM that fails a rule: exit %d, %+v, %v\n%s", code, pr, err, jout)
 	}
 	if out := ctlOn(t, on, "vm", "reserve-memory", "web", "--all"); !strings.Contains(out, "reserved and locked") {

@@ -61,7 +61,7 @@ func vmxJSON(t *testing.T, out string) []vmxFileReport {
 		}
 	}
 	var reps []vmxFileReport
-	if err := json.Unmarshal([]byte(out), &reps); err != nil {
+	if err := unmarshalPrinted([]byte(out), &reps); err != nil {
 		t.Fatal(err)
 	}
 	return reps

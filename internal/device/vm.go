@@ -554,8 +554,11 @@ func (v *Context) Status() mgmt.VMStatus {
 	v.objMu.Lock()
 	st.MemRegistered = v.registeredLocked(0, 0)
 	for _, q := range v.qps {
-		st.QPs = append(st.QPs, q.statusReport())
+		r := q.statusReport()
+		r.PID = v.owner.PID()
+		st.QPs = append(st.QPs, r)
 	}
+	st.Resources = v.resourcesLocked()
 	for _, ad := range v.adapters {
 		var c mgmt.QPCounters
 		c.Add(ad.retired) // a copy: Add writes into c's maps
@@ -569,6 +572,35 @@ func (v *Context) Status() mgmt.VMStatus {
 	v.objMu.Unlock()
 	sort.Slice(st.QPs, func(i, j int) bool { return st.QPs[i].QPN < st.QPs[j].QPN })
 	return st
+}
+
+// resourcesLocked counts the objects of v's process on each adapter.
+//
+// +checklocks:v.objMu
+func (v *Context) resourcesLocked() []mgmt.ProcessResources {
+	out := make([]mgmt.ProcessResources, len(v.adapters))
+	idx := make(map[*Adapter]*mgmt.ProcessResources, len(v.adapters))
+	for i, ad := range v.adapters {
+		out[i] = mgmt.ProcessResources{PID: v.owner.PID(), Adapter: ad.name}
+		idx[ad] = &out[i]
+	}
+	for _, p := range v.pds {
+		idx[p.ad].PDs++
+	}
+	for _, m := range v.mrHandles {
+		idx[m.pd.ad].MRs++
+		idx[m.pd.ad].MRBytes += m.length
+	}
+	for _, c := range v.cqs {
+		idx[c.ad].CQs++
+	}
+	for _, q := range v.qps {
+		idx[q.pd.ad].QPs++
+	}
+	for _, s := range v.srqs {
+		idx[s.pd.ad].SRQs++
+	}
+	return out
 }
 
 // Teardown destroys everything a VM holds, after its workload is gone:
@@ -739,6 +771,7 @@ func (d *Device) VMStatuses() []mgmt.VMStatus {
 		m.Processes = append(m.Processes, st.Processes...)
 		m.MemRegistered += st.MemRegistered
 		m.QPs = append(m.QPs, st.QPs...)
+		m.Resources = append(m.Resources, st.Resources...)
 		for j := range m.AdapterCounters {
 			if j < len(st.AdapterCounters) {
 				m.AdapterCounters[j].Counters.Add(st.AdapterCounters[j].Counters)

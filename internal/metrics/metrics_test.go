@@ -2,9 +2,12 @@ package metrics_test
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +16,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/buildinfo"
+	"github.com/vrdma/vrdma/internal/metrics"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -113,19 +118,19 @@ func TestMetrics(t *testing.T) {
 		traffic(t, a, b, vrdma.PathMemcpy, size, iters)
 		mfs := scrape(t, env.Agent.MetricsAddr().String())
 		path := map[string]string{"path": "memcpy"}
-		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "memcpy", "opcode": "RDMA_WRITE", "vm": "m1"}, iters)
-		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "memcpy", "opcode": "SEND", "vm": "m1"}, iters)
-		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "memcpy", "queue": "send", "vm": "m1"}, 2*iters*size)
-		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "memcpy", "queue": "recv", "vm": "m2"}, iters*size)
-		atLeast(t, mfs, "vrdma_receives_total", map[string]string{"path": "memcpy", "vm": "m2"}, iters)
-		atLeast(t, mfs, "vrdma_completions_total", map[string]string{"path": "memcpy", "status": "SUCCESS"}, iters)
-		atLeast(t, mfs, "vrdma_qps", path, 2)
+		atLeast(t, mfs, "vrdma_qp_work_requests_total", map[string]string{"path": "memcpy", "opcode": "RDMA_WRITE", "vm": "m1"}, iters)
+		atLeast(t, mfs, "vrdma_qp_work_requests_total", map[string]string{"path": "memcpy", "opcode": "SEND", "vm": "m1"}, iters)
+		atLeast(t, mfs, "vrdma_qp_bytes_total", map[string]string{"path": "memcpy", "queue": "send", "vm": "m1"}, 2*iters*size)
+		atLeast(t, mfs, "vrdma_qp_bytes_total", map[string]string{"path": "memcpy", "queue": "recv", "vm": "m2"}, iters*size)
+		atLeast(t, mfs, "vrdma_qp_receives_total", map[string]string{"path": "memcpy", "vm": "m2"}, iters)
+		atLeast(t, mfs, "vrdma_qp_completions_total", map[string]string{"path": "memcpy", "status": "SUCCESS"}, iters)
+		atLeast(t, mfs, "vrdma_queue_pairs", path, 2)
 		atLeast(t, mfs, "vrdma_vms", map[string]string{"state": "attached"}, 2)
 		atLeast(t, mfs, "vrdma_agent_sessions", nil, 2)
-		atLeast(t, mfs, "vrdma_doorbells_total", map[string]string{"vm": "m1"}, 1)
+		atLeast(t, mfs, "vrdma_qp_doorbells_total", map[string]string{"vm": "m1"}, 1)
 		atLeast(t, mfs, "vrdma_adapter_work_requests_total", map[string]string{"vm": "m1", "adapter": "vrdma0", "opcode": "RDMA_WRITE"}, iters)
 		atLeast(t, mfs, "vrdma_adapter_bytes_total", map[string]string{"vm": "m2", "queue": "recv"}, iters*size)
-		atLeast(t, mfs, "vrdma_poll_seconds_total", map[string]string{"vm": "m1"}, 1e-9)
+		atLeast(t, mfs, "vrdma_qp_poll_seconds_total", map[string]string{"vm": "m1"}, 1e-9)
 		atLeast(t, mfs, "go_goroutines", nil, 1)
 		if _, ok := mfs["vrdma_control_plane_up"]; ok {
 			t.Errorf("vrdma_control_plane_up is there for an agent without a control plane")
@@ -136,9 +141,9 @@ func TestMetrics(t *testing.T) {
 		a, b := env.Open(t, "r1", testenv.VMOptions{}), env.Open(t, "r2", testenv.VMOptions{})
 		traffic(t, a, b, vrdma.PathRDMA, size, iters)
 		mfs := scrape(t, env.Agent.MetricsAddr().String())
-		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "rdma", "opcode": "RDMA_WRITE"}, iters)
-		atLeast(t, mfs, "vrdma_rdma_packets_total", map[string]string{"direction": "out", "uplink": "127.0.33.21:4791"}, 2*iters)
-		atLeast(t, mfs, "vrdma_rdma_bytes_total", map[string]string{"direction": "in"}, 2*iters*size)
+		atLeast(t, mfs, "vrdma_qp_work_requests_total", map[string]string{"path": "rdma", "opcode": "RDMA_WRITE"}, iters)
+		atLeast(t, mfs, "vrdma_rdma_packets_total", map[string]string{"direction": "sent", "uplink": "127.0.33.21:4791"}, 2*iters)
+		atLeast(t, mfs, "vrdma_rdma_bytes_total", map[string]string{"direction": "received"}, 2*iters*size)
 		if v, ok := sum(mfs, "vrdma_rdma_dropped_total", map[string]string{"reason": "bad_icrc"}); !ok || v != 0 {
 			t.Errorf("vrdma_rdma_dropped_total{reason=bad_icrc} = %v (present %v), want 0", v, ok)
 		}
@@ -160,15 +165,131 @@ func TestMetrics(t *testing.T) {
 		a, b := c.Hosts[0].Open(t, "t1", testenv.VMOptions{MemMB: 8}), c.Hosts[1].Open(t, "t2", testenv.VMOptions{MemMB: 8})
 		traffic(t, a, b, vrdma.PathTCP, size, iters)
 		mfs := scrape(t, ports[c.Hosts[0].Name])
-		atLeast(t, mfs, "vrdma_work_requests_total", map[string]string{"path": "tcp", "opcode": "RDMA_WRITE", "vm": "t1"}, iters)
-		atLeast(t, mfs, "vrdma_uplink_bytes_total", map[string]string{"direction": "out", "peer_host": c.Hosts[1].Name}, 2*iters*size)
-		atLeast(t, mfs, "vrdma_uplink_connections", nil, 1)
+		atLeast(t, mfs, "vrdma_qp_work_requests_total", map[string]string{"path": "tcp", "opcode": "RDMA_WRITE", "vm": "t1"}, iters)
+		atLeast(t, mfs, "vrdma_tcp_bytes_total", map[string]string{"direction": "sent", "peer_host": c.Hosts[1].Name}, 2*iters*size)
+		atLeast(t, mfs, "vrdma_tcp_connections", nil, 1)
 		atLeast(t, mfs, "vrdma_control_plane_up", nil, 1)
 		atLeast(t, mfs, "vrdma_control_plane_lease_held", nil, 1)
 		if _, ok := mfs["vrdma_control_plane_lease_age_seconds"]; !ok {
 			t.Errorf("no vrdma_control_plane_lease_age_seconds")
 		}
+		// An agent in the control plane, holding its lease, is ready.
+		if code, body := get(t, ports[c.Hosts[0].Name], "/readyz"); code != http.StatusOK {
+			t.Errorf("/readyz of an agent holding its lease: %d %s", code, body)
+		}
 		mfs = scrape(t, ports[c.Hosts[1].Name])
-		atLeast(t, mfs, "vrdma_bytes_total", map[string]string{"path": "tcp", "queue": "recv", "vm": "t2"}, iters*size)
+		atLeast(t, mfs, "vrdma_qp_bytes_total", map[string]string{"path": "tcp", "queue": "recv", "vm": "t2"}, iters*size)
 	})
+}
+
+// get returns the status code and body of GET http://addr+path.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// names are the agent's metrics, every one of them, each with whether an
+// agent without a control plane but with an RDMA uplink and traffic on it
+// exports it too (the others need a control plane, or peers on the tcp
+// path).
+var names = []struct {
+	name       string
+	standalone bool
+}{
+	{"vrdma_build_info", true}, {"vrdma_host_info", true}, {"vrdma_adapter_info", true},
+	{"vrdma_vms", true}, {"vrdma_queue_pairs", true}, {"vrdma_agent_sessions", true},
+	{"vrdma_qp_work_requests_total", true}, {"vrdma_qp_bytes_total", true}, {"vrdma_qp_receives_total", true},
+	{"vrdma_qp_completions_total", true}, {"vrdma_qp_transport_retries_total", true}, {"vrdma_qp_rnr_naks_total", true},
+	{"vrdma_qp_requests_refused_total", true}, {"vrdma_qp_doorbells_total", true}, {"vrdma_qp_poll_seconds_total", true},
+	{"vrdma_qp_in_flight", true},
+	{"vrdma_adapter_work_requests_total", true}, {"vrdma_adapter_bytes_total", true}, {"vrdma_adapter_completions_total", true},
+	{"vrdma_adapter_transport_retries_total", true}, {"vrdma_adapter_rnr_naks_total", true},
+	{"vrdma_rdma_packets_total", true}, {"vrdma_rdma_bytes_total", true}, {"vrdma_rdma_batches_total", true},
+	{"vrdma_rdma_retransmits_total", true}, {"vrdma_rdma_seq_err_naks_total", true}, {"vrdma_rdma_dropped_total", true},
+	{"vrdma_datagrams_dropped_total", true},
+	{"vrdma_tcp_bytes_total", false}, {"vrdma_tcp_frames_total", false}, {"vrdma_tcp_connections", false},
+	{"vrdma_tcp_dials_total", false}, {"vrdma_tcp_panics_total", false}, {"vrdma_tcp_handshake_panics_total", false},
+	{"vrdma_tcp_accept_refused_total", false},
+	{"vrdma_control_plane_up", false}, {"vrdma_control_plane_lease_held", false}, {"vrdma_control_plane_lease_age_seconds", false},
+}
+
+// TestMetricsNames checks the names the agent exports against the list
+// above and docs/observability.md: a standalone agent with traffic on
+// its RDMA uplink exports every name marked standalone and no name
+// outside the list, the list is in the docs, and the label values of a
+// direction are "sent" and "received". It then checks what
+// --metrics-no-qp-series leaves out, and /healthz and /readyz.
+func TestMetricsNames(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/observability.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, n := range names {
+		listed[n.name] = true
+		if !strings.Contains(string(doc), "`"+n.name+"`") {
+			t.Errorf("%s is not in docs/observability.md", n.name)
+		}
+	}
+	const size, iters = 4096, 50
+	for i, noQP := range []bool{false, true} {
+		uplink := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 33, byte(22 + i)}), 4791)
+		env := testenv.StartWith(t, testenv.Options{MetricsListen: "127.0.0.1:0", MetricsNoQPSeries: noQP, RDMALoop: uplink})
+		a, b := env.Open(t, "n1", testenv.VMOptions{}), env.Open(t, "n2", testenv.VMOptions{})
+		traffic(t, a, b, vrdma.PathRDMA, size, iters)
+		addr := env.Agent.MetricsAddr().String()
+		mfs := scrape(t, addr)
+		for name, mf := range mfs {
+			if !strings.HasPrefix(name, "vrdma_") {
+				continue
+			}
+			if !listed[name] {
+				t.Errorf("%s is exported but not in the list (nor, then, in the docs)", name)
+			}
+			if noQP && strings.HasPrefix(name, "vrdma_qp_") {
+				t.Errorf("%s is exported with --metrics-no-qp-series", name)
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "direction" && l.GetValue() != "sent" && l.GetValue() != "received" {
+						t.Errorf("%s{direction=%q}: want sent or received", name, l.GetValue())
+					}
+				}
+			}
+		}
+		for _, n := range names {
+			if _, ok := mfs[n.name]; n.standalone && !ok && !(noQP && strings.HasPrefix(n.name, "vrdma_qp_")) {
+				t.Errorf("no %s (no-qp-series %v)", n.name, noQP)
+			}
+		}
+		// The adapters' counters hold what the QPs moved either way.
+		atLeast(t, mfs, "vrdma_adapter_work_requests_total", map[string]string{"vm": "n1", "opcode": "RDMA_WRITE"}, iters)
+		atLeast(t, mfs, "vrdma_queue_pairs", map[string]string{"path": "rdma"}, 2)
+		atLeast(t, mfs, "vrdma_build_info", map[string]string{"version": buildinfo.Release}, 1)
+		atLeast(t, mfs, "vrdma_host_info", map[string]string{"host_id": env.Agent.HostID()}, 1)
+		atLeast(t, mfs, "vrdma_adapter_info", map[string]string{"vm": "n2", "adapter": "vrdma0", "mac": b.Adapters()[0].MAC().String()}, 1)
+		for _, p := range []string{"/healthz", "/readyz"} {
+			if code, body := get(t, addr, p); code != http.StatusOK || body != "ok\n" {
+				t.Errorf("%s of a standalone agent: %d %q, want 200 ok", p, code, body)
+			}
+		}
+	}
+	// What /readyz answers for an agent whose control plane is not there.
+	for _, h := range []metrics.Health{{ControlPlane: true}, {ControlPlane: true, ControlPlaneUp: true}} {
+		if metrics.Ready(h) == nil {
+			t.Errorf("Ready(%+v) = nil, want an error", h)
+		}
+	}
+	if err := metrics.Ready(metrics.Health{ControlPlane: true, ControlPlaneUp: true, LeaseHeld: true}); err != nil {
+		t.Errorf("Ready of an agent in sync and holding its lease: %v", err)
+	}
 }

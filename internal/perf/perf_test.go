@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -347,4 +348,65 @@ func BenchmarkWriteLat(b *testing.B) {
 func BenchmarkSendRate(b *testing.B) {
 	b.Run("8B/doorbell", func(b *testing.B) { benchmark(b, perf.Config{Test: perf.SendBW, Size: 8}, false) })
 	b.Run("8B/async", func(b *testing.B) { benchmark(b, perf.Config{Test: perf.SendBW, Size: 8}, true) })
+}
+
+// TestRunBidirectional runs write_bw, read_bw and atomic_bw with -b: the
+// agent's counters show each side's QP completed the iterations toward
+// the other (one way only without -b), and the figures are consistent.
+func TestRunBidirectional(t *testing.T) {
+	env := testenv.Start(t)
+	p := connectPair(t, env, testenv.VMOptions{}, perf.PairConfig{BufSize: 64 << 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	// ops returns how many op work requests each VM's QP completed.
+	ops := func(op string) map[string]uint64 {
+		st, err := ag.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint64{}
+		for _, v := range st.VMs {
+			for _, q := range v.QPs {
+				out[v.Name] += q.Counters.Ops[op]
+			}
+		}
+		return out
+	}
+	const iters = 400
+	for _, c := range []struct {
+		cfg perf.Config
+		op  string
+	}{
+		{perf.Config{Test: perf.WriteBW, Size: 4096, Iters: iters, Bidirectional: true}, "RDMA_WRITE"},
+		{perf.Config{Test: perf.ReadBW, Size: 4096, Iters: iters, Bidirectional: true}, "RDMA_READ"},
+		{perf.Config{Test: perf.AtomicBW, Size: 8, Iters: iters, Bidirectional: true}, "ATOMIC_FETCH_AND_ADD"},
+		{perf.Config{Test: perf.WriteBW, Size: 4096, Iters: iters}, "RDMA_WRITE"},
+	} {
+		before := ops(c.op)
+		r, err := p.Run(ctx, c.cfg)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.cfg, err)
+		}
+		after := ops(c.op)
+		a, b := after["vm1"]-before["vm1"], after["vm2"]-before["vm2"]
+		t.Logf("%s -b=%v: %d and %d %s; avg %.0f MiB/s %.3f Mpps", r.Test, c.cfg.Bidirectional, a, b, c.op, r.BWAvg, r.MsgRate)
+		wantB := uint64(0)
+		if c.cfg.Bidirectional {
+			wantB = iters
+		}
+		if a != iters || b != wantB {
+			t.Errorf("%s -b=%v: vm1's QP completed %d %s, vm2's %d; want %d and %d", r.Test, c.cfg.Bidirectional, a, c.op, b, iters, wantB)
+		}
+		if !(r.BWAvg > 0) || math.Abs(r.MsgRate*1e6*float64(r.MsgSize)/(1<<20)-r.BWAvg) > 1e-6*r.BWAvg || r.BWPeak < r.BWAvg*0.999 {
+			t.Errorf("inconsistent bandwidth %+v", r)
+		}
+	}
+	if _, err := p.Run(ctx, perf.Config{Test: perf.SendBW, Bidirectional: true}); err == nil || !strings.Contains(err.Error(), "-b (bidirectional)") {
+		t.Errorf("send_bw -b: %v, want a refusal", err)
+	}
 }

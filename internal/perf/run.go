@@ -172,6 +172,10 @@ type Config struct {
 	// Progress, if set, is kept at the iterations completed so far, for
 	// a progress display that reads it from another goroutine.
 	Progress *atomic.Int64
+	// Bidirectional (perftest's -b): write_bw, read_bw and atomic_bw run
+	// both ways at once, B toward A as A toward B; the figures are the
+	// two directions' sum, as perftest's.
+	Bidirectional bool
 }
 
 // progress records n iterations done, if c has a Progress counter.
@@ -214,13 +218,13 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 	var r Result
 	switch c.Test {
 	case WriteBW:
-		r, err = runBW(ctx, c, p.A, p.B.Peer(), vrdma.OpRDMAWrite)
+		r, err = p.runBW(ctx, c, vrdma.OpRDMAWrite)
 	case ReadBW:
-		r, err = runBW(ctx, c, p.A, p.B.Peer(), vrdma.OpRDMARead)
+		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
 	case SendBW:
 		r, err = p.runSendBW(ctx, c)
 	case AtomicBW:
-		r, err = runBW(ctx, c, p.A, p.B.Peer(), c.Atomic.opcode())
+		r, err = p.runBW(ctx, c, c.Atomic.opcode())
 	case WriteLat:
 		r, err = p.runWriteLat(ctx, c)
 	case ReadLat:
@@ -272,6 +276,9 @@ func (c Config) normalize(pc PairConfig) (Config, error) {
 	}
 	if c.Iters > math.MaxInt32 {
 		return c, fmt.Errorf("perf: %d iterations: at most %d", c.Iters, math.MaxInt32)
+	}
+	if c.Bidirectional && c.Test != WriteBW && c.Test != ReadBW && c.Test != AtomicBW {
+		return c, fmt.Errorf("perf: -b (bidirectional) runs write_bw, read_bw and atomic_bw; not %s", c.Test)
 	}
 	if c.Size > math.MaxUint32 {
 		return c, fmt.Errorf("perf: message size %d exceeds 4 GiB", c.Size)
@@ -340,6 +347,41 @@ func completionError(wc *vrdma.WorkCompletion) error {
 	return fmt.Errorf("work request %d (%s) completed with %s", wc.WRID, wc.Opcode, wc.Status)
 }
 
+// runBW runs the BW loop of op from A to B, and with c.Bidirectional
+// from B to A at the same time, adding up the two directions' figures.
+func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, error) {
+	if !c.Bidirectional {
+		return runBW(ctx, c, p.A, p.B.Peer(), op)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var back Result
+	var backErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if back, backErr = runBW(ctx, c, p.B, p.A.Peer(), op); backErr != nil {
+			cancel() // the other direction fails too, at once
+		}
+	}()
+	r, err := runBW(ctx, c, p.A, p.B.Peer(), op)
+	if err != nil {
+		cancel()
+	}
+	<-done
+	if err == nil && backErr != nil {
+		err = fmt.Errorf("perf: %s from %s to %s: %w", c.Test, p.B.Name(), p.A.Name(), backErr)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	r.BWPeak += back.BWPeak
+	r.BWAvg += back.BWAvg
+	r.MsgRate += back.MsgRate
+	r.Elapsed = max(r.Elapsed, back.Elapsed)
+	return r, nil
+}
+
 // runBW is perftest's BW loop: keep up to TxDepth work requests
 // outstanding on each of a's QPs (Iters each), signal one in CQMod, and
 // count completions on the shared CQ. Bandwidth and message rate are the
@@ -359,6 +401,12 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 	sgl := []vrdma.SGE{a.MR.SGE(0, c.Size)}
 	wrs := []vrdma.SendWR{{Opcode: op, SGL: sgl, RemoteAddr: peer.Addr, RKey: peer.RKey, Swap: 1}}
 	wc := make([]vrdma.WorkCompletion, 64)
+	// Messages that fit the QP's max_inline_data (perftest's -I) are
+	// posted inline, as perftest's: WRITEs and SENDs.
+	var inline vrdma.SendFlags
+	if (op == vrdma.OpRDMAWrite || op == vrdma.OpSend) && c.Size <= int(a.QP.Caps().MaxInlineData) {
+		inline = vrdma.SendInline
+	}
 	sp := a.spinner(ctx)
 	posted, completed := 0, 0 // all QPs
 	start := time.Now()
@@ -377,9 +425,9 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 			for q.posted < q.iters && q.posted-q.completed < c.TxDepth {
 				wr := &wrs[0]
 				wr.ID = uint64(qi)<<32 | uint64(q.posted)
-				wr.Flags = 0
+				wr.Flags = inline
 				if (q.posted+1)%c.CQMod == 0 || q.posted+1 == q.iters {
-					wr.Flags = vrdma.SendSignaled
+					wr.Flags |= vrdma.SendSignaled
 				}
 				if peak {
 					tposted[posted] = int64(time.Since(start))

@@ -138,6 +138,8 @@ type Options struct {
 	RDMALoopPrio uint8 // and their socket priority
 	// MetricsListen is agent.Config.MetricsListen.
 	MetricsListen string
+	// MetricsNoQPSeries is agent.Config.MetricsNoQPSeries.
+	MetricsNoQPSeries bool
 	// Clock is the agent's clock for RC timers; nil: the real one.
 	Clock clock.Clock
 	// AllowErrors, if set, matches the errors the test makes the agent
@@ -172,7 +174,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 		opts = append(opts, agent.WithLocalPaths(mk))
 	}
 	a, err := agent.New(agent.Config{Socket: filepath.Join(dir, "s"), StateDir: filepath.Join(dir, "state"), Host: o.Host,
-		Logger: slog.New(rec), Limits: o.Limits, MaxBlocking: o.MaxBlocking, Quotas: o.Quotas, Control: o.Control, Clock: o.Clock, MetricsListen: o.MetricsListen}, opts...)
+		Logger: slog.New(rec), Limits: o.Limits, MaxBlocking: o.MaxBlocking, Quotas: o.Quotas, Control: o.Control, Clock: o.Clock, MetricsListen: o.MetricsListen, MetricsNoQPSeries: o.MetricsNoQPSeries}, opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}

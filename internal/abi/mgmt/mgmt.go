@@ -235,6 +235,8 @@ type QPStatus struct {
 	Peer    string       `json:"peer,omitempty"`
 	PeerQPN uint32       `json:"peer_qpn,omitempty"`
 	Path    abi.PathInfo `json:"path"`
+	// PID is the workload process that created the QP.
+	PID int32 `json:"pid,omitempty"`
 	// Counters are the QP's RC statistics since it was created (a move
 	// to RESET does not clear them), named after rxe's hardware counters.
 	Counters QPCounters `json:"counters"`
@@ -302,6 +304,19 @@ type AdapterCounters struct {
 	Counters QPCounters `json:"counters"`
 }
 
+// ProcessResources counts the verbs objects one workload process of a
+// VM holds on one adapter, as rdma res counts a device's.
+type ProcessResources struct {
+	PID     int32  `json:"pid"`
+	Adapter string `json:"adapter"`
+	PDs     int    `json:"pds"`
+	MRs     int    `json:"mrs"`
+	MRBytes uint64 `json:"mr_bytes"` // the length of its memory regions, added up
+	CQs     int    `json:"cqs"`
+	QPs     int    `json:"qps"`
+	SRQs    int    `json:"srqs"`
+}
+
 // VMStatus is one VM in a status report.
 type VMStatus struct {
 	Name      string `json:"name"`
@@ -328,6 +343,9 @@ type VMStatus struct {
 	QPs   []QPStatus `json:"qps,omitempty"`
 	// AdapterCounters are the attached VM's adapters' counters.
 	AdapterCounters []AdapterCounters `json:"adapter_counters,omitempty"`
+	// Resources count the verbs objects each workload process holds on
+	// each adapter (vrdmactl res).
+	Resources []ProcessResources `json:"resources,omitempty"`
 	// ObjectsHidden says the report leaves out the VM's processes,
 	// registered memory, QPs and counters: the VM is another user's, and
 	// only its owner, root and the agent's user see them.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -72,7 +73,9 @@ type EmbedConfig struct {
 	StartTimeout time.Duration
 	// Log receives etcd's own log (JSON lines) at LogLevel ("error" by
 	// default); nil discards it.
-	Log      io.Writer
+	Log io.Writer
+	// Logger, if set, receives etcd's log instead of Log, through slog.
+	Logger   *slog.Logger
 	LogLevel string
 }
 
@@ -234,7 +237,8 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 	// that falls further behind gets ErrCompacted and re-lists.
 	ec.AutoCompactionMode = embed.CompactorModePeriodic
 	ec.AutoCompactionRetention = "1h"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zapLogger(cfg.Log, cfg.LogLevel))
+	stopc := make(chan struct{})
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(cfg.Log, cfg.Logger, cfg.LogLevel, stopc))
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -261,7 +265,7 @@ func StartEmbedded(ctx context.Context, cfg EmbedConfig) (*Embedded, error) {
 		etcd:      e,
 		clientURL: cfg.ClientURL,
 		peerURL:   cfg.PeerURL,
-		stopc:     make(chan struct{}),
+		stopc:     stopc,
 		done:      make(chan struct{}),
 	}
 	go m.monitor()
@@ -366,9 +370,13 @@ func PrivateSocketDir(dataDir string) (string, error) {
 	return dir, nil
 }
 
-// zapLogger returns a logger writing JSON lines to w at level; w == nil
-// gives a logger that discards everything.
-func zapLogger(w io.Writer, level string) *zap.Logger {
+// etcdLogger returns the zap logger etcd logs through at level: to l
+// (slogZap, closing as there) if set, else JSON lines to w; neither gives
+// a logger that discards everything.
+func etcdLogger(w io.Writer, l *slog.Logger, level string, closing <-chan struct{}) *zap.Logger {
+	if l != nil {
+		return slogZap(l, level, closing)
+	}
 	if w == nil {
 		return zap.NewNop()
 	}

@@ -108,6 +108,10 @@ type Config struct {
 	// EtcdLog receives the etcd client's and embedded server's logs; nil
 	// discards them.
 	EtcdLog io.Writer
+	// EtcdLogger, if set, receives them instead, through slog (the
+	// client's at warn and above, the embedded server's at Embed.LogLevel,
+	// and at debug level once it is closing).
+	EtcdLogger *slog.Logger
 }
 
 // Store is the control-plane store. It is safe for concurrent use.
@@ -137,7 +141,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-		Logger:               zapLogger(cfg.EtcdLog, "warn"),
+		Logger:               etcdLogger(cfg.EtcdLog, cfg.EtcdLogger, "warn", nil),
 	}
 	if len(cfg.Endpoints) == 0 {
 		if cfg.DataDir == "" {
@@ -146,8 +150,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		ec := cfg.Embed
 		ec.Dir = cfg.DataDir
 		ec.UnsafeNoFsync = ec.UnsafeNoFsync || cfg.UnsafeNoFsync
-		if ec.Log == nil {
-			ec.Log = cfg.EtcdLog
+		if ec.Log == nil && ec.Logger == nil {
+			ec.Log, ec.Logger = cfg.EtcdLog, cfg.EtcdLogger
 		}
 		emb, err := StartEmbedded(ctx, ec)
 		if err != nil {

@@ -1,0 +1,422 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+var updateSchemas = flag.Bool("update-schemas", false, "write docs/schema/*.json from the -o json outputs the tests print")
+
+// printed is every -o json output the tests printed: command → the Go
+// types printed, and the documents (as printed, snake_case).
+var printed = struct {
+	sync.Mutex
+	types map[string]map[reflect.Type]bool
+	docs  []printedDoc
+}{types: map[string]map[reflect.Type]bool{}}
+
+type printedDoc struct {
+	command string
+	t       reflect.Type
+	doc     []byte
+}
+
+// recordJSON is jsonPrinted in the tests.
+func recordJSON(command string, v any) {
+	t := reflect.TypeOf(v)
+	b, err := json.Marshal(snakeJSON(reflect.ValueOf(v)))
+	if err != nil {
+		b = []byte(fmt.Sprintf("%q", err.Error()))
+	}
+	printed.Lock()
+	defer printed.Unlock()
+	if printed.types[command] == nil {
+		printed.types[command] = map[reflect.Type]bool{}
+	}
+	printed.types[command][t] = true
+	printed.docs = append(printed.docs, printedDoc{command, t, b})
+}
+
+// namePattern is the spelling of every field name vrdmactl prints.
+const namePattern = `^[a-z][a-z0-9]*(_[a-z0-9]+)*$`
+
+// commandSchema is the JSON Schema of command's -o json output: that of
+// the Go type it prints, or anyOf those of the types it prints (alts,
+// each a schema as JSON).
+func commandSchema(command string, alts []string) map[string]any {
+	s := map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "vrdmactl " + command + " -o json"}
+	var ss []any
+	for _, a := range alts {
+		var m map[string]any
+		json.Unmarshal([]byte(a), &m)
+		ss = append(ss, m)
+	}
+	if len(ss) == 1 {
+		for k, v := range ss[0].(map[string]any) {
+			s[k] = v
+		}
+	} else {
+		s["anyOf"] = ss
+	}
+	return s
+}
+
+// schemaAlts returns the schemas a command schema allows, each as JSON.
+func schemaAlts(s map[string]any) []string {
+	var out []string
+	if alts, ok := s["anyOf"].([]any); ok {
+		for _, a := range alts {
+			b, _ := json.Marshal(a)
+			out = append(out, string(b))
+		}
+		return out
+	}
+	m := map[string]any{}
+	for k, v := range s {
+		if k != "$schema" && k != "title" {
+			m[k] = v
+		}
+	}
+	b, _ := json.Marshal(m)
+	return []string{string(b)}
+}
+
+// typeSchema is jsonSchema, but a map[string]any printed whole is an
+// object whose keys (the code's names, not data) are snake_case.
+func typeSchema(t reflect.Type) map[string]any {
+	if t == reflect.TypeFor[map[string]any]() {
+		return map[string]any{"type": "object", "propertyNames": map[string]any{"pattern": namePattern}}
+	}
+	return jsonSchema(t)
+}
+
+// validate checks doc against schema s (the keywords jsonSchema uses:
+// type, properties, required, additionalProperties, items,
+// propertyNames, anyOf) and returns what does not conform.
+func validate(s map[string]any, doc any, path string) []string {
+	var errs []string
+	if alts, ok := s["anyOf"].([]any); ok {
+		for _, a := range alts {
+			if len(validate(a.(map[string]any), doc, path)) == 0 {
+				return nil
+			}
+		}
+		return []string{path + ": matches none of the anyOf schemas"}
+	}
+	if ty, ok := s["type"]; ok {
+		var types []any
+		switch ty := ty.(type) {
+		case string:
+			types = []any{ty}
+		case []any:
+			types = ty
+		}
+		if !slices.ContainsFunc(types, func(t any) bool { return jsonType(doc, t.(string)) }) {
+			return []string{fmt.Sprintf("%s: %s, want %v", path, jsonTypeOf(doc), ty)}
+		}
+	}
+	switch doc := doc.(type) {
+	case map[string]any:
+		props, _ := s["properties"].(map[string]any)
+		for _, r := range asSlice(s["required"]) {
+			if _, ok := doc[r.(string)]; !ok {
+				errs = append(errs, fmt.Sprintf("%s: no %q", path, r))
+			}
+		}
+		if pn, ok := s["propertyNames"].(map[string]any); ok {
+			re := regexp.MustCompile(pn["pattern"].(string))
+			for k := range doc {
+				if !re.MatchString(k) {
+					errs = append(errs, fmt.Sprintf("%s: name %q is not %s", path, k, re))
+				}
+			}
+		}
+		for k, v := range doc {
+			if ps, ok := props[k].(map[string]any); ok {
+				errs = append(errs, validate(ps, v, path+"."+k)...)
+				continue
+			}
+			switch ap := s["additionalProperties"].(type) {
+			case bool:
+				if !ap {
+					errs = append(errs, fmt.Sprintf("%s: %q is not in the schema", path, k))
+				}
+			case map[string]any:
+				errs = append(errs, validate(ap, v, path+"."+k)...)
+			}
+		}
+	case []any:
+		if items, ok := s["items"].(map[string]any); ok {
+			for i, v := range doc {
+				errs = append(errs, validate(items, v, fmt.Sprintf("%s[%d]", path, i))...)
+			}
+		}
+	}
+	return errs
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
+func jsonTypeOf(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case json.Number:
+		if strings.ContainsAny(v.String(), ".eE") {
+			return "number"
+		}
+		return "integer"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	}
+	return "object"
+}
+
+func jsonType(v any, t string) bool {
+	got := jsonTypeOf(v)
+	return got == t || t == "number" && got == "integer"
+}
+
+// checkPrinted checks every -o json output the tests printed against its
+// command's schema and docs/schema (or, with -update-schemas, writes
+// docs/schema); it returns what failed.
+func checkPrinted() []string {
+	printed.Lock()
+	defer printed.Unlock()
+	var errs []string
+	dir := filepath.Join("..", "..", "docs", "schema")
+	for cmd, types := range printed.types {
+		file := filepath.Join(dir, strings.ReplaceAll(cmd, " ", "-")+".json")
+		var have []string
+		if b, err := os.ReadFile(file); err == nil {
+			var s map[string]any
+			if err := json.Unmarshal(b, &s); err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", file, err))
+				continue
+			}
+			have = schemaAlts(s)
+		}
+		// A run of some of the tests prints some of a command's types:
+		// each must be in the file, which may hold more.
+		// Each alternative names its Go type ($comment): an update
+		// replaces that type's.
+		alts := slices.Clone(have)
+		changed := false
+		for t := range types {
+			ts := typeSchema(t)
+			ts["$comment"] = "Go type " + t.String()
+			b, _ := json.Marshal(ts)
+			if slices.Contains(have, string(b)) {
+				continue
+			}
+			if !*updateSchemas {
+				errs = append(errs, fmt.Sprintf("%s does not hold the schema of vrdmactl %s -o json printing a %s: go test ./internal/cli -update-schemas writes it", file, cmd, t))
+			}
+			alts = slices.DeleteFunc(alts, func(a string) bool { return strings.Contains(a, `"$comment":"Go type `+t.String()+`"`) })
+			alts = append(alts, string(b))
+			changed = true
+		}
+		slices.Sort(alts)
+		want, err := json.MarshalIndent(commandSchema(cmd, alts), "", "  ")
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		want = append(want, '\n')
+		if *updateSchemas && changed {
+			if err := os.WriteFile(file, want, 0o644); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		// The schema as a document, as it is published.
+		var pub map[string]any
+		json.Unmarshal(want, &pub)
+		for _, d := range printed.docs {
+			if d.command != cmd {
+				continue
+			}
+			dec := json.NewDecoder(bytes.NewReader(d.doc))
+			dec.UseNumber()
+			var doc any
+			if err := dec.Decode(&doc); err != nil {
+				errs = append(errs, fmt.Sprintf("vrdmactl %s -o json: not JSON: %v", cmd, err))
+				continue
+			}
+			for _, e := range validate(pub, doc, "$") {
+				errs = append(errs, fmt.Sprintf("vrdmactl %s -o json (%s) does not conform to its schema: %s\n%s", cmd, d.t, e, d.doc))
+			}
+		}
+	}
+	return errs
+}
+
+func TestSnakeCase(t *testing.T) {
+	for in, want := range map[string]string{
+		"pvrdmaAddress": "pvrdma_address", "hostId": "host_id", "QPs": "qps", "MTU": "mtu", "roceMtu": "roce_mtu",
+		"sinceUnixMs": "since_unix_ms", "already_snake": "already_snake", "Name": "name", "PeerHost": "peer_host",
+		"HTTPServer": "http_server", "dcbDevice": "dcb_device", "leaseAgeS": "lease_age_s", "VMs": "vms", "CQsUsed": "cqs_used",
+	} {
+		if got := snakeCase(in); got != want {
+			t.Errorf("snakeCase(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestSnakeJSON checks what printJSON prints of a value: struct fields
+// in snake_case, in order, with omitempty honoured and embedded fields
+// promoted; map keys (data) and self-marshalling types as they are.
+func TestSnakeJSON(t *testing.T) {
+	type Inner struct {
+		PortGroup string `json:"portGroup"`
+	}
+	type outer struct {
+		Inner
+		HostID   string            `json:"hostId"`
+		Skip     string            `json:"skip,omitempty"`
+		Counts   map[string]uint64 `json:"opCounts"`
+		Raw      json.RawMessage   `json:"rawDoc"`
+		List     []Inner           `json:"list"`
+		Ptr      *Inner            `json:"ptr,omitempty"`
+		internal int
+	}
+	v := outer{Inner: Inner{"pg1"}, HostID: "h", Counts: map[string]uint64{"RDMA_WRITE": 1, "myVm": 2}, Raw: json.RawMessage(`{"keepMe":1}`), List: []Inner{{"a"}}}
+	b, err := json.Marshal(snakeJSON(reflect.ValueOf(v)))
+	want := `{"port_group":"pg1","host_id":"h","op_counts":{"RDMA_WRITE":1,"myVm":2},"raw_doc":{"keepMe":1},"list":[{"port_group":"a"}]}`
+	if err != nil || string(b) != want {
+		t.Errorf("snakeJSON: %s, %v\nwant %s", b, err, want)
+	}
+	s := jsonSchema(reflect.TypeOf(v))
+	var doc any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	dec.Decode(&doc)
+	if errs := validate(s, doc, "$"); len(errs) > 0 {
+		t.Errorf("snakeJSON's output does not conform to jsonSchema: %v", errs)
+	}
+	// The validator can fail: a camelCase name, a missing field, a wrong type.
+	for _, bad := range []string{
+		`{"portGroup":"pg1","host_id":"h","op_counts":{},"raw_doc":1,"list":[]}`,
+		`{"port_group":"pg1","op_counts":{},"raw_doc":1,"list":[]}`,
+		`{"port_group":1,"host_id":"h","op_counts":{},"raw_doc":1,"list":[]}`,
+		`{"port_group":"p","host_id":"h","op_counts":{"x":"y"},"raw_doc":1,"list":[]}`,
+	} {
+		var doc any
+		json.Unmarshal([]byte(bad), &doc)
+		if len(validate(s, doc, "$")) == 0 {
+			t.Errorf("%s conforms to the schema", bad)
+		}
+	}
+}
+
+// unmarshalPrinted decodes what printJSON printed into v, whose type
+// printed it: the inverse of snakeJSON, which renamed its fields.
+func unmarshalPrinted(data []byte, v any) error {
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return err
+	}
+	b, err := json.Marshal(fromSnake(doc, reflect.TypeOf(v)))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// fromSnake renames doc's fields from snake_case back to the names of
+// type t's fields, as encoding/json reads them.
+func fromSnake(doc any, t reflect.Type) any {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler) {
+		return doc
+	}
+	switch d := doc.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Struct:
+			out := map[string]any{}
+			fields := map[string]jsonField{}
+			for _, f := range jsonFields(t) {
+				fields[f.name] = f
+			}
+			for k, v := range d {
+				if f, ok := fields[k]; ok {
+					out[f.tagName] = fromSnake(v, t.FieldByIndex(f.index).Type)
+				} else {
+					out[k] = v
+				}
+			}
+			return out
+		case reflect.Map:
+			for k, v := range d {
+				d[k] = fromSnake(v, t.Elem())
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, v := range d {
+				d[i] = fromSnake(v, t.Elem())
+			}
+		}
+	}
+	return doc
+}
+
+// TestJSONOutputs runs, with -o json, the commands that print JSON and
+// that no other test runs so: their outputs then go through the schema
+// check of TestMain like every other.
+func TestJSONOutputs(t *testing.T) {
+	isolate(t)
+	ep := etcdtest.Start(t).ClientURL()
+	a := testenv.StartControl(t, "esx1", hostCfg(ep, "127.0.0.1", false))
+	fabric(t, ep)
+	cp := []string{"--etcd-endpoints", ep, "-o", "json"}
+	on := []string{"--socket", a.Socket, "--etcd-endpoints", ep, "-o", "json"}
+	vmx := filepath.Join(t.TempDir(), "v9.vmx")
+	if err := os.WriteFile(vmx, []byte(testenv.VMX(testenv.VMOptions{})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		append(slices.Clone(cp), "switch", "create", "dvs9"),
+		append(slices.Clone(cp), "switch", "list"),
+		append(slices.Clone(cp), "switch", "set", "dvs9", "--mtu", "9000"),
+		append(slices.Clone(cp), "switch", "router", "set", "dvs9", "r1", "--subnet", "10.9.0.0/24", "--subnet", "10.9.1.0/24"),
+		append(slices.Clone(cp), "switch", "router", "remove", "dvs9", "r1"),
+		append(slices.Clone(cp), "portgroup", "create", "dvportgroup-90", "--switch", "dvs9", "--vlan", "90"),
+		append(slices.Clone(cp), "portgroup", "list"),
+		append(slices.Clone(cp), "portgroup", "show", "dvportgroup-90"),
+		append(slices.Clone(cp), "portgroup", "set", "dvportgroup-90", "--vlan", "91"),
+		append(slices.Clone(cp), "portgroup", "delete", "dvportgroup-90"),
+		append(slices.Clone(cp), "switch", "delete", "dvs9"),
+		append(slices.Clone(on), "vm", "define", "v9", vmx),
+		append(slices.Clone(on), "vm", "undefine", "v9"),
+		append(slices.Clone(on), "vm", "create", "w9", "--memory", "4"),
+		append(slices.Clone(on), "vm", "set", "w9", "memSize=8"),
+		append(slices.Clone(on), "vm", "edit", "w9", "--add-adapter", "--portgroup", "dvportgroup-10"),
+		append(slices.Clone(on), "vm", "reserve-memory", "w9", "--all"),
+	} {
+		var v any
+		runJSON(t, &v, args...)
+	}
+}
