@@ -263,10 +263,34 @@ func twoHosts(t *testing.T, etcdBin string) {
 	t.Logf("snapshot status:\n%s", st)
 
 	// 10. An upgrade: the agent of host2 restarts (as the package's
-	// postinst restarts it); its workloads' QPs flushed, the host comes
-	// back, and new QPs connect.
+	// postinst restarts it) under a running perf: the workload on host2
+	// loses its QPs and exits with an error, the host comes back, and new
+	// QPs connect.
+	long := []string{"perf", "write_bw", "-s", "65536", "-n", "100000000"}
+	srv = w.start(0, "long perf server", w.vrdmactl, append([]string{"--socket", w.socket(0)}, append(long, "--vm", "vmA")...)...)
+	time.Sleep(time.Second)
+	cli := w.start(1, "long perf client", w.vrdmactl, append([]string{"--socket", w.socket(1)}, append(long, "--vm", "vmB", "10.77.0.1")...)...)
+	// It connects within a second (the runs above took less); three
+	// seconds in, it is moving data.
+	time.Sleep(3 * time.Second)
+	select {
+	case <-cli.done:
+		t.Fatalf("the long perf client ended before the upgrade (%v):\n%s", cli.cmd.ProcessState, cli.out.String())
+	default:
+	}
 	agents[1].cmd.Process.Signal(syscall.SIGTERM)
 	w.wait(agents[1], 30*time.Second)
+	select {
+	case <-cli.done:
+		if cli.cmd.ProcessState.Success() || !strings.Contains(cli.out.String(), "host agent (vrdmad) connection is gone") {
+			t.Errorf("the perf client on host2 (%v) did not report its agent gone:\n%s", cli.cmd.ProcessState, cli.out.String())
+		}
+		t.Logf("perf client on host2 when its agent stopped (%v):\n%s", cli.cmd.ProcessState, cli.out.String())
+	case <-time.After(30 * time.Second):
+		t.Errorf("the perf client on host2 still runs 30 s after its agent stopped:\n%s", cli.out.String())
+	}
+	srv.cmd.Process.Kill()
+	<-srv.done
 	w.start(1, "vrdmad@host2 (after the upgrade)", w.vrdmad, agentArgs(1)...)
 	w.waitAgent(1)
 	perf("after host2's agent restarted")
