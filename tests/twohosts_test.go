@@ -294,6 +294,15 @@ func twoHosts(t *testing.T, etcdBin string) {
 	w.start(1, "vrdmad@host2 (after the upgrade)", w.vrdmad, agentArgs(1)...)
 	w.waitAgent(1)
 	perf("after host2's agent restarted")
+	// RBAC granted the agents all they do: none was refused anything, and
+	// none logged an error.
+	w.mu.Lock()
+	for _, p := range w.procs {
+		if out := p.out.String(); strings.HasPrefix(p.name, "vrdmad@") && (strings.Contains(out, "permission denied") || strings.Contains(out, "level=ERROR")) {
+			t.Errorf("%s was refused something or logged an error:\n%s", p.name, out)
+		}
+	}
+	w.mu.Unlock()
 	t.Logf("two hosts on %s: etcd %v, RBAC and agents %v, traffic %v, backup and upgrade %v; total %v", filepath.Base(etcdBin),
 		tEtcd.Sub(t0).Round(time.Millisecond), tAgents.Sub(tEtcd).Round(time.Millisecond), tTraffic.Sub(tAgents).Round(time.Millisecond),
 		time.Since(tTraffic).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
