@@ -8,17 +8,8 @@ package vrdma_test
 // README's firewall port table. Keep the two in step.
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -67,27 +58,8 @@ type walk struct {
 type walkProc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.SyncBuffer
 	done chan struct{}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
-// reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // +checklocks:mu
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func twoHosts(t *testing.T, etcdBin string) {
@@ -105,12 +77,12 @@ func twoHosts(t *testing.T, etcdBin string) {
 	// 1. Certificates: a CA, one certificate per etcd member (server and
 	// peer), one client certificate per host (its CN is its etcd user),
 	// one for the operator's vrdmactl and one for etcd's root.
-	pki := newWalkPKI(t, w.dir)
+	pki := testenv.NewPKI(t, w.dir)
 	for i := range 3 {
-		pki.issue(t, fmt.Sprintf("etcd%d", i+1), fmt.Sprintf("etcd%d", i+1), w.lan.Addrs[i])
+		pki.Issue(t, fmt.Sprintf("etcd%d", i+1), w.lan.Addrs[i].AsSlice())
 	}
 	for _, cn := range []string{"host1", "host2", "vrdma-admin", "root"} {
-		pki.issue(t, cn, cn, netip.Addr{})
+		pki.Issue(t, cn)
 	}
 
 	// 2. The firewall: every machine accepts only the port table.
@@ -130,15 +102,15 @@ func twoHosts(t *testing.T, etcdBin string) {
 			"--listen-client-urls", "https://"+ip(i)+":2379", "--advertise-client-urls", "https://"+ip(i)+":2379",
 			"--listen-peer-urls", "https://"+ip(i)+":2380", "--initial-advertise-peer-urls", "https://"+ip(i)+":2380",
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", "vrdma-etcd", "--initial-cluster-state", "new",
-			"--client-cert-auth", "--trusted-ca-file", pki.file("ca"), "--cert-file", pki.file(name), "--key-file", pki.key(name),
-			"--peer-client-cert-auth", "--peer-trusted-ca-file", pki.file("ca"), "--peer-cert-file", pki.file(name), "--peer-key-file", pki.key(name))
+			"--client-cert-auth", "--trusted-ca-file", pki.CA(), "--cert-file", pki.Cert(name), "--key-file", pki.Key(name),
+			"--peer-client-cert-auth", "--peer-trusted-ca-file", pki.CA(), "--peer-cert-file", pki.Cert(name), "--peer-key-file", pki.Key(name))
 	}
 	endpoints := fmt.Sprintf("https://%s:2379,https://%s:2379,https://%s:2379", ip(0), ip(1), ip(2))
 	etcdctl := func(args ...string) string {
-		return w.run(0, "etcdctl", append([]string{"--endpoints", endpoints, "--cacert", pki.file("ca"), "--cert", pki.file("root"), "--key", pki.key("root")}, args...)...)
+		return w.run(0, "etcdctl", append([]string{"--endpoints", endpoints, "--cacert", pki.CA(), "--cert", pki.Cert("root"), "--key", pki.Key("root")}, args...)...)
 	}
 	w.eventually("the etcd cluster is healthy", 60*time.Second, func() error {
-		_, err := w.try(0, "etcdctl", "--endpoints", endpoints, "--cacert", pki.file("ca"), "--cert", pki.file("root"), "--key", pki.key("root"), "endpoint", "health")
+		_, err := w.try(0, "etcdctl", "--endpoints", endpoints, "--cacert", pki.CA(), "--cert", pki.Cert("root"), "--key", pki.Key("root"), "endpoint", "health")
 		return err
 	})
 	t.Logf("etcd: %s", strings.TrimSpace(etcdctl("endpoint", "status", "-w", "table")))
@@ -162,15 +134,15 @@ func twoHosts(t *testing.T, etcdBin string) {
 
 	// 5. The switch and port group, by the operator (vrdma-admin).
 	ctl := func(i int, args ...string) string {
-		return w.run(i, w.vrdmactl, append([]string{"--etcd-endpoints", endpoints, "--etcd-ca", pki.file("ca"),
-			"--etcd-cert", pki.file("vrdma-admin"), "--etcd-key", pki.key("vrdma-admin")}, args...)...)
+		return w.run(i, w.vrdmactl, append([]string{"--etcd-endpoints", endpoints, "--etcd-ca", pki.CA(),
+			"--etcd-cert", pki.Cert("vrdma-admin"), "--etcd-key", pki.Key("vrdma-admin")}, args...)...)
 	}
 	const uuid = "3b0c2a4f-108e-4c7b-9a21-550c6d2e8f01"
 	ctl(0, "switch", "create", "dvs1", "--uuid", uuid, "--mtu", "1500")
 	ctl(0, "portgroup", "create", "dvportgroup-10", "--switch", "dvs1", "--vlan", "0")
 	// A host's certificate cannot change the switch (RBAC).
-	if out, err := w.try(0, w.vrdmactl, "--etcd-endpoints", endpoints, "--etcd-ca", pki.file("ca"),
-		"--etcd-cert", pki.file("host1"), "--etcd-key", pki.key("host1"), "switch", "create", "dvs2"); err == nil || !strings.Contains(out, "permission denied") {
+	if out, err := w.try(0, w.vrdmactl, "--etcd-endpoints", endpoints, "--etcd-ca", pki.CA(),
+		"--etcd-cert", pki.Cert("host1"), "--etcd-key", pki.Key("host1"), "switch", "create", "dvs2"); err == nil || !strings.Contains(out, "permission denied") {
 		t.Errorf("host1's certificate created a switch (%v): RBAC does not hold:\n%s", err, out)
 	}
 
@@ -178,7 +150,7 @@ func twoHosts(t *testing.T, etcdBin string) {
 	agentArgs := func(i int) []string {
 		host := fmt.Sprintf("host%d", i+1)
 		return []string{"--socket", w.socket(i), "--state-dir", filepath.Join(w.dir, host+".state"), "--host", host,
-			"--etcd-endpoints", endpoints, "--etcd-ca", pki.file("ca"), "--etcd-cert", pki.file(host), "--etcd-key", pki.key(host),
+			"--etcd-endpoints", endpoints, "--etcd-ca", pki.CA(), "--etcd-cert", pki.Cert(host), "--etcd-key", pki.Key(host),
 			"--switch", "dvs1", "--pvrdma-address", ip(i) + ":4791", "--firewall-pvrdma"}
 	}
 	agents := make([]*walkProc, 2)
@@ -258,7 +230,7 @@ func twoHosts(t *testing.T, etcdBin string) {
 
 	// 9. Backup of the control plane: a snapshot, and its status.
 	snap := filepath.Join(w.dir, "vrdma-etcd.snap")
-	w.run(0, "etcdctl", "--endpoints", "https://"+ip(0)+":2379", "--cacert", pki.file("ca"), "--cert", pki.file("root"), "--key", pki.key("root"), "snapshot", "save", snap)
+	w.run(0, "etcdctl", "--endpoints", "https://"+ip(0)+":2379", "--cacert", pki.CA(), "--cert", pki.Cert("root"), "--key", pki.Key("root"), "snapshot", "save", snap)
 	st := w.run(0, "etcdctl", "snapshot", "status", snap, "-w", "table")
 	t.Logf("snapshot status:\n%s", st)
 
@@ -365,7 +337,7 @@ func (w *walk) run(i int, name string, args ...string) string {
 // running.
 func (w *walk) start(i int, what, name string, args ...string) *walkProc {
 	w.t.Helper()
-	p := &walkProc{name: what, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &walkProc{name: what, out: &testenv.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd = w.command(context.Background(), i, name, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
@@ -450,75 +422,4 @@ func shortDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
-}
-
-// walkPKI is the walkthrough's certificate authority: PEM files in dir.
-type walkPKI struct {
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
-}
-
-func newWalkPKI(t *testing.T, dir string) *walkPKI {
-	p := &walkPKI{dir: dir, serial: 1}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "vrdma CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ca, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	p.caKey = key
-	p.write(t, "ca", der, nil)
-	return p
-}
-
-// file and key return the certificate and key files of name.
-func (p *walkPKI) file(name string) string { return filepath.Join(p.dir, name+".pem") }
-func (p *walkPKI) key(name string) string  { return filepath.Join(p.dir, name+"-key.pem") }
-
-// issue writes name.pem and name-key.pem: a certificate for cn, for both
-// client and server use, with addr (if valid) as its IP address.
-func (p *walkPKI) issue(t *testing.T, name, cn string, addr netip.Addr) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}
-	if addr.IsValid() {
-		tmpl.IPAddresses = []net.IP{addr.AsSlice(), net.IPv4(127, 0, 0, 1)}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.write(t, name, der, key)
-}
-
-func (p *walkPKI) write(t *testing.T, name string, der []byte, key *ecdsa.PrivateKey) {
-	if err := os.WriteFile(p.file(name), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if key == nil {
-		return
-	}
-	b, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p.key(name), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: b}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
