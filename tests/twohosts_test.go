@@ -26,6 +26,7 @@ import (
 // TestTwoHostsDebianEtcd runs the walkthrough on Debian's etcd-server
 // (/usr/bin/etcd, 3.4) and etcd-client (etcdctl).
 func TestTwoHostsDebianEtcd(t *testing.T) {
+	t.Parallel() // its own namespaces and processes; mostly waiting
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Fatalf("no etcd in PATH: apt-get install -y etcd-server etcd-client (Debian's etcd, which this test runs)")
@@ -36,6 +37,7 @@ func TestTwoHostsDebianEtcd(t *testing.T) {
 // TestTwoHostsEmbeddedEtcd runs the walkthrough on vrdma-etcd: etcd's
 // server at the version vrdmad embeds, as its own processes.
 func TestTwoHostsEmbeddedEtcd(t *testing.T) {
+	t.Parallel()
 	twoHosts(t, testenv.Binary(t, "vrdma-etcd"))
 }
 
