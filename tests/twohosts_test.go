@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma/guest"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -182,7 +183,7 @@ func twoHosts(t *testing.T, etcdBin string) {
 		if err := os.WriteFile(vmx, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		w.run(i, w.vrdmactl, "--socket", w.socket(i), "vm", "define", vm, vmx)
+		w.run(i, w.vrdmactl, "--socket", w.socket(i), "vm", "define", vm, vmx, "--owner", "65534:65534")
 	}
 
 	// 8. Verification: vrdmactl perf, server on host1, client on host2,
@@ -210,14 +211,37 @@ func twoHosts(t *testing.T, etcdBin string) {
 	perf("between the hosts")
 
 	// An unmodified program, perftest's ib_write_bw over rdma_cm (-R),
-	// through the drop-in.
-	srv := w.start(0, "ib_write_bw server", w.vrdmactl, "--socket", w.socket(0), "exec", "--vm", "vmA", "--",
-		"ib_write_bw", "-R", "-d", "vrdma0", "-s", "65536", "-n", "1000")
+	// through the drop-in, run by a normal user (nobody, the VMs' owner):
+	// vrdmactl and the drop-in where that user reaches them.
+	pub := filepath.Join(w.dir, "pub")
+	if err := os.Mkdir(pub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(w.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	userCtl, lib := filepath.Join(pub, "vrdmactl"), filepath.Join(pub, "lib")
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	built, err := guest.FindIBVerbs(guest.InstalledDir, filepath.Join(cache, "vrdma")) // as vrdmactl exec finds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(0, "install", "-m", "0755", w.vrdmactl, userCtl)
+	w.run(0, "install", "-m", "0644", "-D", "-t", lib, filepath.Join(built, "libibverbs.so.1"), filepath.Join(built, "librdmacm.so.1"))
+	asUser := func(i int, args ...string) []string {
+		return append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "env", "HOME=/nonexistent",
+			"VRDMA_SOCKET=" + w.socket(i), userCtl, "exec", "--lib", lib}, args...)
+	}
+	srv := w.start(0, "ib_write_bw server", "setpriv", asUser(0, "--vm", "vmA", "--",
+		"ib_write_bw", "-R", "-d", "vrdma0", "-s", "65536", "-n", "1000")...)
 	var out string
 	w.eventually("ib_write_bw client", 60*time.Second, func() error {
 		var err error
-		out, err = w.try(1, w.vrdmactl, "--socket", w.socket(1), "exec", "--vm", "vmB", "--",
-			"ib_write_bw", "-R", "-d", "vrdma0", "-s", "65536", "-n", "1000", "10.77.0.1")
+		out, err = w.try(1, "setpriv", asUser(1, "--vm", "vmB", "--",
+			"ib_write_bw", "-R", "-d", "vrdma0", "-s", "65536", "-n", "1000", "10.77.0.1")...)
 		if err != nil {
 			return fmt.Errorf("%w:\n%s", err, out)
 		}
