@@ -4,7 +4,7 @@
 # ends with this script. Environment: ROOTFS, a clean Debian root (read
 # only: an overlay takes the writes); WORK, an empty directory; DEBS, the
 # directory of the .deb files. It installs the packages as dpkg does on a
-# host, starts vrdmad with the installed unit's ExecStart, defines two VMs
+# host (vrdma-etcd too: it runs), starts vrdmad with the installed unit's ExecStart, defines two VMs
 # for user alice (group vrdma) and runs unmodified programs as alice.
 set -euo pipefail
 m=$WORK/root
@@ -29,8 +29,9 @@ alice() {
 echo "== dpkg -i"
 mkdir "$m/tmp/debs"
 cp "$DEBS"/*.deb "$m/tmp/debs/"
-asroot sh -c 'dpkg -i /tmp/debs/vrdma_*.deb /tmp/debs/vrdma-dropin_*.deb'
-asroot dpkg -s vrdma vrdma-dropin | grep -E '^(Package|Status|Version):'
+asroot sh -c 'dpkg -i /tmp/debs/vrdma_*.deb /tmp/debs/vrdma-dropin_*.deb /tmp/debs/vrdma-etcd_*.deb'
+asroot dpkg -s vrdma vrdma-dropin vrdma-etcd | grep -E '^(Package|Status|Version):'
+asroot vrdma-etcd --version
 asroot getent group vrdma
 asroot test -x /usr/bin/vrdmad -a -x /usr/bin/vrdmactl -a -f /usr/lib/vrdma/libibverbs.so.1 -a -f /usr/lib/vrdma/librdmacm.so.1
 asroot test ! -e /usr/bin/gcc # the workload host has no compiler: the drop-in is not built here

@@ -3,6 +3,7 @@ package packaging
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,21 +30,35 @@ func TestPackageInstall(t *testing.T) {
 			t.Fatalf("%s is missing: apt-get install -y debootstrap dpkg-dev util-linux coreutils iproute2 gcc make libibverbs-dev librdmacm-dev", tool)
 		}
 	}
-	root := debianRoot(t)
 	repo, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The Debian root is made (the first time) while the packages build.
+	type rootResult struct {
+		dir string
+		err error
+	}
+	rootc := make(chan rootResult, 1)
+	go func() {
+		dir, err := debianRoot(t)
+		rootc <- rootResult{dir, err}
+	}()
 
 	t0 := time.Now()
 	debs := t.TempDir()
 	build := exec.Command(filepath.Join(repo, "packaging", "build-deb"), "-o", debs, "--fast")
 	build.Dir = repo
 	out, err := build.CombinedOutput()
+	r := <-rootc
 	if err != nil {
 		t.Fatalf("packaging/build-deb: %v\n%s", err, out)
 	}
 	t.Logf("build-deb: %v\n%s", time.Since(t0).Round(time.Second), out)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	root := r.dir
 	names, _ := filepath.Glob(filepath.Join(debs, "*.deb"))
 	if len(names) != 3 {
 		t.Fatalf("build-deb made %d packages, want vrdma, vrdma-dropin and vrdma-etcd: %v", len(names), names)
@@ -63,6 +78,7 @@ func TestPackageInstall(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Status: install ok installed",
+		"etcd Version: 3.",               // vrdma-etcd runs
 		"vrdma:x:",                       // the group
 		"groups=1000(alice),",            // alice is not root, and in group vrdma...
 		"(vrdma)",                        //
@@ -85,9 +101,9 @@ func TestPackageInstall(t *testing.T) {
 // debootstrap (variant minbase, with ibverbs-utils) from
 // $VRDMA_DEBIAN_MIRROR (default deb.debian.org) the first time, and cached
 // under $VRDMA_TEST_CACHE (default the user's cache directory,
-// vrdma-test/): tests mount it read-only under an overlay.
-func debianRoot(t *testing.T) string {
-	t.Helper()
+// vrdma-test/): tests mount it read-only under an overlay. It logs to
+// t and may run on any goroutine.
+func debianRoot(t *testing.T) (string, error) {
 	suite := osRelease("VERSION_CODENAME")
 	if suite == "" {
 		suite = "bookworm"
@@ -96,24 +112,24 @@ func debianRoot(t *testing.T) string {
 	if cache == "" {
 		c, err := os.UserCacheDir()
 		if err != nil {
-			t.Fatalf("no cache directory for the Debian root (%v): set VRDMA_TEST_CACHE", err)
+			return "", fmt.Errorf("no cache directory for the Debian root (%v): set VRDMA_TEST_CACHE", err)
 		}
 		cache = filepath.Join(c, "vrdma-test")
 	}
 	dir := filepath.Join(cache, "debian-"+suite+"-minbase-ibverbs-utils")
 	if _, err := os.Stat(filepath.Join(dir, "usr", "bin", "ibv_devinfo")); err == nil {
-		return dir
+		return dir, nil
 	}
 	mirror := os.Getenv("VRDMA_DEBIAN_MIRROR")
 	if mirror == "" {
 		mirror = "http://deb.debian.org/debian"
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	tmp, err := os.MkdirTemp(cache, "debootstrap-")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer os.RemoveAll(tmp)
 	t0 := time.Now()
@@ -121,13 +137,13 @@ func debianRoot(t *testing.T) string {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include=ibverbs-utils", suite, tmp, mirror).CombinedOutput()
 	if err != nil {
-		t.Fatalf("debootstrap %s from %s: %v\n%s(set VRDMA_DEBIAN_MIRROR to a reachable mirror)", suite, mirror, err, tail(out, 40))
+		return "", fmt.Errorf("debootstrap %s from %s: %v\n%s(set VRDMA_DEBIAN_MIRROR to a reachable mirror)", suite, mirror, err, tail(out, 40))
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		t.Fatalf("keep the Debian root in the cache: %v", err)
+		return "", fmt.Errorf("keep the Debian root in the cache: %v", err)
 	}
 	t.Logf("debootstrap %s (cold, now cached in %s): %v", suite, dir, time.Since(t0).Round(time.Second))
-	return dir
+	return dir, nil
 }
 
 // osRelease returns field key of /etc/os-release, "" if absent.
