@@ -28,6 +28,7 @@ import (
 // (/usr/bin/etcd, 3.4) and etcd-client (etcdctl).
 func TestTwoHostsDebianEtcd(t *testing.T) {
 	t.Parallel() // its own namespaces and processes; mostly waiting
+	needRoot(t)
 	etcd, err := exec.LookPath("etcd")
 	if err != nil {
 		t.Fatalf("no etcd in PATH: apt-get install -y etcd-server etcd-client (Debian's etcd, which this test runs)")
@@ -39,7 +40,16 @@ func TestTwoHostsDebianEtcd(t *testing.T) {
 // server at the version vrdmad embeds, as its own processes.
 func TestTwoHostsEmbeddedEtcd(t *testing.T) {
 	t.Parallel()
+	needRoot(t)
 	twoHosts(t, testenv.Binary(t, "vrdma-etcd"))
+}
+
+// needRoot skips t when not root: the walkthrough needs network
+// namespaces and firewalls of its own.
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skipf("the two-host walkthrough runs its machines in network namespaces, which need root (euid %d)", os.Geteuid())
+	}
 }
 
 // walkthroughSubnet is the machines' network: machine i has .i+1.
