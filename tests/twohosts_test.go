@@ -75,6 +75,11 @@ type walkProc struct {
 	done chan struct{}
 }
 
+// twoHosts runs the walkthrough with etcdBin as the etcd members' server:
+// three machines, certificates, firewall, etcd cluster, RBAC, switch and
+// port group, two agents, a VM on each, traffic between them (perf as
+// root, ib_write_bw as a normal user), a snapshot, and an agent restart
+// under a running perf.
 func twoHosts(t *testing.T, etcdBin string) {
 	for _, tool := range []string{"etcdctl", "nft", "ib_write_bw", "gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
