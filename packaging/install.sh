@@ -34,6 +34,7 @@ asroot dpkg -s vrdma vrdma-dropin vrdma-etcd | grep -E '^(Package|Status|Version
 asroot vrdma-etcd --version
 asroot getent group vrdma
 asroot test -x /usr/bin/vrdmad -a -x /usr/bin/vrdmactl -a -f /usr/lib/vrdma/libibverbs.so.1 -a -f /usr/lib/vrdma/librdmacm.so.1
+asroot test -s /usr/share/bash-completion/completions/vrdmactl -a -s /usr/share/zsh/vendor-completions/_vrdmactl -a -s /usr/share/fish/vendor_completions.d/vrdmactl.fish
 asroot test ! -e /usr/bin/gcc # the workload host has no compiler: the drop-in is not built here
 asroot useradd -m -G vrdma alice
 
