@@ -33,15 +33,17 @@ func TestTwoHostsDebianEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no etcd in PATH: apt-get install -y etcd-server etcd-client (Debian's etcd, which this test runs)")
 	}
-	twoHosts(t, etcd)
+	twoHosts(t, etcd, false)
 }
 
 // TestTwoHostsEmbeddedEtcd runs the walkthrough on vrdma-etcd: etcd's
-// server at the version vrdmad embeds, as its own processes.
+// server at the version vrdmad embeds, as its own processes; its hosts
+// also have software RoCEv2 uplinks, so their pairs take the rdma path,
+// through the firewall's UDP line.
 func TestTwoHostsEmbeddedEtcd(t *testing.T) {
 	t.Parallel()
 	needRoot(t)
-	twoHosts(t, testenv.Binary(t, "vrdma-etcd"))
+	twoHosts(t, testenv.Binary(t, "vrdma-etcd"), true)
 }
 
 // needRoot skips t when not root: the walkthrough needs network
@@ -79,8 +81,10 @@ type walkProc struct {
 // three machines, certificates, firewall, etcd cluster, RBAC, switch and
 // port group, two agents, a VM on each, traffic between them (perf as
 // root, ib_write_bw as a normal user), a snapshot, and an agent restart
-// under a running perf.
-func twoHosts(t *testing.T, etcdBin string) {
+// under a running perf. With rdma, each agent has a software RoCEv2
+// uplink on its address, declared lossless (veths report no DCB state),
+// and the pairs must take the rdma path; else the tcp path.
+func twoHosts(t *testing.T, etcdBin string, rdma bool) {
 	for _, tool := range []string{"etcdctl", "nft", "ib_write_bw", "gcc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing: apt-get install -y etcd-client nftables perftest gcc make libibverbs-dev librdmacm-dev", tool)
@@ -157,7 +161,7 @@ func twoHosts(t *testing.T, etcdBin string) {
 	}
 	const uuid = "3b0c2a4f-108e-4c7b-9a21-550c6d2e8f01"
 	ctl(0, "switch", "create", "dvs1", "--uuid", uuid, "--mtu", "1500")
-	ctl(0, "portgroup", "create", "dvportgroup-10", "--switch", "dvs1", "--vlan", "0")
+	ctl(0, "portgroup", "create", "dvportgroup-10", "--switch", "dvs1", "--vlan", "10")
 	// A host's certificate cannot change the switch (RBAC).
 	if out, err := w.try(0, w.vrdmactl, "--etcd-endpoints", endpoints, "--etcd-ca", pki.CA(),
 		"--etcd-cert", pki.Cert("host1"), "--etcd-key", pki.Key("host1"), "switch", "create", "dvs2"); err == nil || !strings.Contains(out, "permission denied") {
@@ -167,9 +171,13 @@ func twoHosts(t *testing.T, etcdBin string) {
 	// 6. The agents join the cluster.
 	agentArgs := func(i int) []string {
 		host := fmt.Sprintf("host%d", i+1)
-		return []string{"--socket", w.socket(i), "--state-dir", filepath.Join(w.dir, host+".state"), "--host", host,
+		args := []string{"--socket", w.socket(i), "--state-dir", filepath.Join(w.dir, host+".state"), "--host", host,
 			"--etcd-endpoints", endpoints, "--etcd-ca", pki.CA(), "--etcd-cert", pki.Cert(host), "--etcd-key", pki.Key(host),
 			"--switch", "dvs1", "--pvrdma-address", ip(i) + ":4791", "--firewall-pvrdma"}
+		if rdma {
+			args = append(args, "--rdma-uplink", "rocev2-soft/"+ip(i), "--rdma-uplink-lossless", "3")
+		}
+		return args
 	}
 	agents := make([]*walkProc, 2)
 	for i := range 2 {
@@ -202,7 +210,11 @@ func twoHosts(t *testing.T, etcdBin string) {
 	}
 
 	// 8. Verification: vrdmactl perf, server on host1, client on host2,
-	// over the tcp path.
+	// over the tcp path, or the rdma path.
+	path := "tcp"
+	if rdma {
+		path = "rdma"
+	}
 	perf := func(what string) {
 		srv := w.start(0, "perf server", w.vrdmactl, "--socket", w.socket(0), "perf", "write_bw", "--vm", "vmA", "-s", "65536", "-n", "2000")
 		var out string
@@ -215,8 +227,8 @@ func twoHosts(t *testing.T, etcdBin string) {
 			return nil
 		})
 		w.wait(srv, 30*time.Second)
-		if !strings.Contains(out, "Transport       : tcp") {
-			t.Errorf("perf %s: the pair did not take the tcp path:\n%s", what, out)
+		if !strings.Contains(out, "Transport       : "+path+"\n") {
+			t.Errorf("perf %s: the pair did not take the %s path:\n%s", what, path, out)
 		}
 		if !strings.Contains(out, "65536") || !strings.Contains(srv.out.String(), "65536") {
 			t.Errorf("perf %s: no report for 65536-byte messages on both sides:\nclient:\n%s\nserver:\n%s", what, out, srv.out.String())
