@@ -1,7 +1,8 @@
 // Package guest holds the sources of the drop-in libibverbs.so.1 and
 // librdmacm.so.1 (ibverbs/ and rdmacm/, C: docs/verbs-compat.md) so that
-// commands can build them where they run (vrdmactl exec). No Go runs in
-// the libraries themselves.
+// commands find them where they run (vrdmactl exec): a copy the packages
+// installed in InstalledDir when it was built from these same sources,
+// else one built on first use. No Go runs in the libraries themselves.
 package guest
 
 import (
@@ -15,7 +16,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 )
+
+// InstalledDir is where the vrdma-dropin package installs the libraries
+// (packaging/build-deb): libibverbs.so.1, librdmacm.so.1 and
+// SourceHashFile.
+const InstalledDir = "/usr/lib/vrdma"
+
+// SourceHashFile is the file beside installed libraries that holds the
+// SourceHash of the sources they were built from.
+const SourceHashFile = "source-hash"
 
 // IBVerbs is the libraries' source tree: guest/ibverbs and guest/rdmacm
 // without their tests and build output.
@@ -97,6 +108,40 @@ func BuildIBVerbs(root string) (string, error) {
 			return dir, nil // another build won the race
 		}
 		return "", err
+	}
+	return dir, nil
+}
+
+// Installed checks that dir holds a libibverbs.so.1 built from the
+// sources embedded here: its SourceHashFile says SourceHash(). A copy
+// built from other sources may speak another version of the agent's
+// interface, so it is not used; the error says why.
+func Installed(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, "libibverbs.so.1")); err != nil {
+		return fmt.Errorf("no installed drop-in: %w", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, SourceHashFile))
+	if err != nil {
+		return fmt.Errorf("the drop-in in %s does not say which sources it was built from: %w", dir, err)
+	}
+	if got, want := strings.TrimSpace(string(b)), SourceHash(); got != want {
+		return fmt.Errorf("the drop-in in %s was built from other sources (%s, this program's are %s): install the vrdma-dropin package of the same build as vrdmactl", dir, got, want)
+	}
+	return nil
+}
+
+// FindIBVerbs returns the directory of the drop-in libibverbs.so.1 (and
+// librdmacm.so.1): installed, the installed copy if it is this build's
+// (Installed), else one built under cache (BuildIBVerbs). When the build
+// fails, the error also says why the installed copy was not used.
+func FindIBVerbs(installed, cache string) (string, error) {
+	ierr := Installed(installed)
+	if ierr == nil {
+		return installed, nil
+	}
+	dir, err := BuildIBVerbs(cache)
+	if err != nil {
+		return "", fmt.Errorf("%w; and %v", err, ierr)
 	}
 	return dir, nil
 }

@@ -33,9 +33,11 @@ LD_LIBRARY_PATH, VRDMA_VM=NAME and VRDMA_SOCKET set to this command's --socket,
 so that the VM's adapters are the program's devices (vrdma0, ...) and their IP
 addresses what rdma_cm resolves. The program's exit status is exec's.
 
-The libraries are --lib DIR's, else $` + libEnv + `'s, else built from the
-sources inside vrdmactl into the user's cache directory on first use (that needs
-gcc, make, libibverbs-dev, and librdmacm-dev for librdmacm.so.1).
+The libraries are --lib DIR's, else $` + libEnv + `'s, else the vrdma-dropin
+package's in ` + guest.InstalledDir + ` when it was built from the same sources as
+this vrdmactl, else built from the sources inside vrdmactl into the user's cache
+directory on first use (that needs gcc, make, libibverbs-dev, and librdmacm-dev
+for librdmacm.so.1).
 
 The program also finds what middleware looks for outside the libraries (the
 device view): /dev/infiniband/uverbsN, a character device it may open
@@ -149,7 +151,7 @@ itself), as rdma-core's tests need. docs/verbs-compat.md says what works.`,
 	cmd.Flags().BoolVar(&noView, "no-view", false, "run the program in this mount namespace, without the device view (/dev/infiniband/uverbsN, /sys/class/infiniband/vrdmaN) that UCX and Open MPI need")
 	cmd.Flags().BoolVar(&netns, "netns", false, "as root: run the program in the VM's network namespace (vrdmad --vm-netns), where interface vrdmaN carries adapter N's address on its port group's layer 2, with the device view")
 	cmd.Flags().BoolVar(&sysfs, "sysfs", false, "as root: --netns where the agent makes VM namespaces; else a network namespace of the program's own with an interface per adapter carrying its address (rdma-core's tests look there), with the device view")
-	cmd.Flags().StringVar(&lib, "lib", "", "directory holding the drop-in libibverbs.so.1 (default: $"+libEnv+", else built on first use)")
+	cmd.Flags().StringVar(&lib, "lib", "", "directory holding the drop-in libibverbs.so.1 (default: $"+libEnv+", else "+guest.InstalledDir+" if it is this build's, else built on first use)")
 	return cmd
 }
 
@@ -196,8 +198,8 @@ func userNSHint() string {
 }
 
 // libDir returns the directory of the drop-in libibverbs.so.1: flag's,
-// $VRDMA_LIBIBVERBS's, or one built from the embedded sources under the
-// user's cache directory.
+// $VRDMA_LIBIBVERBS's, the installed one of this build, or one built from
+// the embedded sources under the user's cache directory.
 func libDir(flag string) (string, error) {
 	for _, d := range []string{flag, os.Getenv(libEnv)} {
 		if d == "" {
@@ -212,7 +214,7 @@ func libDir(flag string) (string, error) {
 	if err != nil {
 		cache = os.TempDir()
 	}
-	return guest.BuildIBVerbs(filepath.Join(cache, "vrdma"))
+	return guest.FindIBVerbs(guest.InstalledDir, filepath.Join(cache, "vrdma"))
 }
 
 // execEnv returns env with the drop-in first on LD_LIBRARY_PATH and the

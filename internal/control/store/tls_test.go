@@ -2,15 +2,7 @@ package store_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,61 +10,19 @@ import (
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/testenv"
 )
-
-// pki writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate, all signed by the CA, into dir.
-type pki struct{ ca, serverCert, serverKey, clientCert, clientKey string }
-
-func newPKI(t *testing.T, dir string) pki {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "vrdma test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kb, _ := x509.MarshalECPrivateKey(key)
-		return write(name+".crt", "CERTIFICATE", der), write(name+".key", "EC PRIVATE KEY", kb)
-	}
-	p := pki{ca: write("ca.crt", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
-	return p
-}
 
 // TestControlPlaneStoreTLS connects to an etcd that serves clients over
 // TLS and requires client certificates: with the right files the store
 // works; without a client certificate it does not.
 func TestControlPlaneStoreTLS(t *testing.T) {
 	ctx := ctxT(t)
-	p := newPKI(t, t.TempDir())
+	p := testenv.NewPKI(t, t.TempDir())
+	p.Issue(t, "server", net.IPv4(127, 0, 0, 1))
+	p.Issue(t, "client")
 	cfg := etcdtest.Config(t.TempDir())
-	cfg.ClientTLS = &store.ServerTLSFiles{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.ca}
+	cfg.ClientTLS = &store.ServerTLSFiles{CertFile: p.Cert("server"), KeyFile: p.Key("server"), ClientCAFile: p.CA()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +33,7 @@ func TestControlPlaneStoreTLS(t *testing.T) {
 
 	st, err := store.Open(ctx, store.Config{
 		Endpoints: []string{m.ClientURL()},
-		TLS:       store.TLSFiles{CertFile: p.clientCert, KeyFile: p.clientKey, CAFile: p.ca},
+		TLS:       store.TLSFiles{CertFile: p.Cert("client"), KeyFile: p.Key("client"), CAFile: p.CA()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +49,7 @@ func TestControlPlaneStoreTLS(t *testing.T) {
 	// Trusting the server but presenting no certificate: refused.
 	noCert, err := store.Open(ctx, store.Config{
 		Endpoints:   []string{m.ClientURL()},
-		TLS:         store.TLSFiles{CAFile: p.ca},
+		TLS:         store.TLSFiles{CAFile: p.CA()},
 		DialTimeout: 2 * time.Second,
 	})
 	if err == nil {

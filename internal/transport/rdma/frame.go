@@ -107,6 +107,7 @@ type packetConn struct {
 	sends spares[frameSend] // the senders' sendmmsg state, for reuse
 
 	prio7Denied atomic.Bool // priority 7 needs CAP_NET_ADMIN: once refused, left off
+	closed      atomic.Bool // Close was called
 
 	// The reader's: recvmmsg's arguments and result.
 	rmsgs  [rxFrames]unix.Mmsghdr
@@ -161,7 +162,12 @@ func (c *packetConn) Link() Link { return c.link }
 
 // ReceiveBuffer is the socket's receive buffer in bytes.
 func (c *packetConn) ReceiveBuffer() int { return c.rcvbuf }
-func (c *packetConn) Close() error       { return c.f.Close() }
+
+// Close closes the socket: a ReadFrames after it returns net.ErrClosed.
+func (c *packetConn) Close() error {
+	c.closed.Store(true)
+	return c.f.Close()
+}
 
 // WriteFrames sends the frames with sendmmsg(2), straight from the
 // caller's pieces (guest memory among them), the priority as an
@@ -265,7 +271,7 @@ func (c *packetConn) ReadFrames(bufs [][]byte, lens []int) (int, error) {
 		for {
 			c.rn = n
 			if err := c.raw.Control(c.pollFn); err != nil {
-				return 0, err
+				return 0, c.closedErr(err)
 			}
 			if c.rn != 0 {
 				break
@@ -279,10 +285,7 @@ func (c *packetConn) ReadFrames(bufs [][]byte, lens []int) (int, error) {
 	if c.rn == 0 {
 		c.rn = n
 		if err := c.raw.Read(c.readFn); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				err = net.ErrClosed
-			}
-			return 0, err
+			return 0, c.closedErr(err)
 		}
 	}
 	if c.rn < 0 {
@@ -297,6 +300,17 @@ func (c *packetConn) ReadFrames(bufs [][]byte, lens []int) (int, error) {
 	}
 	c.polled = time.Now()
 	return got, nil
+}
+
+// closedErr returns net.ErrClosed for an error of the socket after Close
+// (the file's raw Read says os.ErrClosed, its Control the poller's own
+// "use of closed file"), err otherwise: the engine's receive loop stops
+// on net.ErrClosed.
+func (c *packetConn) closedErr(err error) error {
+	if c.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return net.ErrClosed
+	}
+	return err
 }
 
 // pollOnce is one non-blocking recvmmsg of up to c.rn frames; it leaves

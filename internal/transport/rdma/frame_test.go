@@ -2,6 +2,7 @@ package rdma_test
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -141,6 +142,16 @@ func TestFrameConn(t *testing.T) {
 	small := [][]byte{make([]byte, 100)}
 	if n, err := b.ReadFrames(small, lens[:1]); err != nil || n != 1 || lens[0] <= 100 {
 		t.Errorf("a frame of 4 KiB read into 100 bytes: %d frames, length %d, %v; want a length beyond the buffer", n, lens[0], err)
+	}
+
+	// Closed while it polls (frames came a moment ago), the socket says
+	// net.ErrClosed, as the engine's receive loop expects to stop: not
+	// the file's own error, on which the loop would spin.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadFrames(bufs, lens); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadFrames on a closed socket: %v, want net.ErrClosed", err)
 	}
 
 	// Sending allocates nothing.
