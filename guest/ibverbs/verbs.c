@@ -52,7 +52,8 @@ struct vrdma_cq {
 	};
 	uint32_t magic;
 	struct ibv_wc cur; /* the completion ibv_start_poll/next_poll are at */
-	pthread_mutex_t lock; /* pollers */
+	pthread_mutex_t lock; /* pollers, and ibv_resize_cq, which replaces the ring */
+	pthread_mutex_t arm_lock; /* req_notify_cq against ibv_resize_cq (not lock: a poller may hold it) */
 	char *ring;
 	size_t ring_size;
 	uint32_t entries, offset;
@@ -448,6 +449,90 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
+/* ibv_rereg_mr changes mr in place (§4.16): a new range is adopted as
+ * ibv_reg_mr adopts one, and the old range's pages go back once the agent
+ * took the new one. The keys stay. Errors as rdma-core reports them: a
+ * negative IBV_REREG_MR_ERR_* with errno set. */
+int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr, size_t length, int access)
+{
+	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
+	struct vrdma_vm *vm = vrdma_vm_get();
+	struct vrdma_pd *pd = NULL;
+	struct vrdma_reply r;
+	void *adopted = NULL;
+	uint64_t guest = 0;
+	char body[256];
+	struct jbuf b;
+	int acc = 0, e;
+
+	if (!reg_has(ibmr) || mr->magic != MAGIC_MR || !vm || !flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr || length))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		pd = to_pd(ibpd);
+		if (!pd || pd->ibpd.context != ibmr->context) {
+			errno = EINVAL;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		acc = access_flags((unsigned int)access);
+		if (acc == -EOPNOTSUPP) {
+			errno = EOPNOTSUPP;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+		if (acc < 0 || (acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) && !(acc & IBV_ACCESS_LOCAL_WRITE))) {
+			errno = EINVAL;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	if (!(vm->s.caps & VRDMA_CAP_CORE_VERBS)) {
+		errno = EOPNOTSUPP; /* an older agent: as a device without rereg */
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+		if (e) {
+			errno = e;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "handle", ibmr->handle);
+	jb_u64(&b, "flags", (uint64_t)flags);
+	if (pd)
+		jb_u64(&b, "pd", pd->ibpd.handle);
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		jb_u64(&b, "addr", guest);
+		jb_u64(&b, "length", length);
+		jb_u64(&b, "iova", (uintptr_t)addr);
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		jb_u64(&b, "access", (uint64_t)acc);
+	jb_raw(&b, "}");
+	e = cmd(vm, VRDMA_OP_REREG_MR, body, &r);
+	if (e) {
+		if (adopted)
+			vrdma_unadopt(vm, adopted);
+		errno = e;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	vrdma_reply_free(&r);
+	if (pd)
+		ibmr->pd = &pd->ibpd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		vrdma_unadopt(vm, mr->adopted);
+		mr->adopted = adopted;
+		ibmr->addr = addr;
+		ibmr->length = length;
+	}
+	return 0;
+}
+
 /* ---- completion channels ---- */
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
@@ -595,12 +680,62 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+	struct vrdma_vm *vm = vrdma_vm_get();
 
-	(void)solicited_only; /* every completion raises the event (§7) */
 	if (!ibcq || cq->magic != MAGIC_CQ)
 		return EINVAL;
-	ring_arm_cq(cq->ring);
+	/* An agent without core-verbs knows only 1: every completion then
+	 * raises the event (§7). */
+	pthread_mutex_lock(&cq->arm_lock);
+	ring_arm_cq(cq->ring, solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED
+											: VRDMA_CQ_ARM_ALL);
+	pthread_mutex_unlock(&cq->arm_lock);
 	return 0;
+}
+
+/* ibv_resize_cq asks the agent for a ring of at least cqe entries, into
+ * which it moves the completions not yet polled (§4.16); then the CQ polls
+ * the new ring from its first slot. */
+int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct vrdma_cq *cq = to_cq(ibcq);
+	struct vrdma_vm *vm = vrdma_vm_get();
+	struct vrdma_reply r;
+	struct vrdma_cq_layout l;
+	char body[64];
+	char *ring;
+	int e;
+
+	if (!cq || !vm || cqe < 1)
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_CORE_VERBS))
+		return EOPNOTSUPP; /* an older agent: as a device that cannot resize */
+	snprintf(body, sizeof(body), "{\"handle\":%u,\"cqe\":%d}", cq->ibcq.handle, cqe);
+	pthread_mutex_lock(&cq->lock);
+	pthread_mutex_lock(&cq->arm_lock);
+	e = cmd(vm, VRDMA_OP_RESIZE_CQ, body, &r);
+	if (e)
+		goto out;
+	ring = NULL;
+	if (vrdma_cq_layout(&r.doc, 0, &l) || r.nfds != 1 || !(ring = map_ring(r.fds[0], l.size))) {
+		/* The agent moved the CQ to a ring this process cannot map:
+		 * the CQ is lost to it. */
+		e = EIO;
+		vrdma_reply_free(&r);
+		goto out;
+	}
+	vrdma_reply_free(&r);
+	munmap(cq->ring, cq->ring_size);
+	cq->ring = ring;
+	cq->ring_size = l.size;
+	cq->entries = l.entries;
+	cq->offset = l.offset;
+	cq->head = 0;
+	cq->ibcq.cqe = (int)l.entries;
+out:
+	pthread_mutex_unlock(&cq->arm_lock);
+	pthread_mutex_unlock(&cq->lock);
+	return e;
 }
 
 struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
@@ -646,6 +781,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	vrdma_reply_free(&r); /* closes the ring memfd: the mapping stays */
 	(void)fcntl(cq->event_fd, F_SETFL, O_NONBLOCK);
 	pthread_mutex_init(&cq->lock, NULL);
+	pthread_mutex_init(&cq->arm_lock, NULL);
 	cq->magic = MAGIC_CQ;
 	cq->ibcq.context = context;
 	cq->ibcq.channel = channel;

@@ -99,6 +99,12 @@ var handlers = map[abi.Op]opHandler{
 		rep, fds := c.Reply()
 		return rep, fds, nil
 	}),
+	abi.OpResizeCQ: on(func(_ *session, v *device.Context, r *abi.ResizeCQ) (any, []int, error) {
+		return v.ResizeCQ(r)
+	}),
+	abi.OpReregMR: on(func(_ *session, v *device.Context, r *abi.ReregMR) (any, []int, error) {
+		return noFDs(v.ReregMR(r))
+	}),
 	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
 	}),

@@ -433,19 +433,20 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
 		p.MoveToErr("receive work request has too many SGEs")
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN, false)
 		return recvBroken
 	}
 	return recvReady
 }
 
 // completeRecvLocked consumes the peeked receive WQE with a completion for
-// a message from QP srcQPN.
+// a message from QP srcQPN; se: the message carried the solicited-event
+// bit.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
 //
 // +checklocks:p.rqMu
-func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
+func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32, se bool) bool {
 	p.ctr.noteCompletion(st)
 	if st == abi.WCSuccess {
 		p.ctr.Recvs.Add(1)
@@ -455,7 +456,7 @@ func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}
-	return p.recvCQ.tryPushRecv(&e, p)
+	return p.recvCQ.tryPushRecv(&e, p, se)
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR. It reads

@@ -1,0 +1,358 @@
+package vrdma_test
+
+// The conformance cases of ibv_req_notify_cq(cq, 1), ibv_resize_cq and
+// ibv_rereg_mr (the Go library's CQ.ReqNotify/WaitEvent, CQ.Resize,
+// MR.Rereg), run on every path by TestConformance.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma"
+)
+
+// eventWaiter runs cq.WaitEvent in the background; done closes when it
+// returns.
+type eventWaiter struct {
+	done chan struct{}
+	err  error
+}
+
+// armEvent arms cq (solicited only or not) before it returns, then waits
+// for the event in the background.
+func armEvent(t *testing.T, cq *vrdma.CQ, solicitedOnly bool) *eventWaiter {
+	t.Helper()
+	cq.ReqNotify(solicitedOnly)
+	w := &eventWaiter{done: make(chan struct{})}
+	ctx := opCtx(t)
+	go func() {
+		defer close(w.done)
+		w.err = cq.WaitEvent(ctx)
+	}()
+	return w
+}
+
+// fired reports whether the event came within d.
+func (w *eventWaiter) fired(t *testing.T, d time.Duration) bool {
+	t.Helper()
+	select {
+	case <-w.done:
+		if w.err != nil {
+			t.Fatalf("WaitEvent: %v", w.err)
+		}
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// spinWC polls cq for one completion without arming it.
+func spinWC(t *testing.T, cq *vrdma.CQ) vrdma.WorkCompletion {
+	t.Helper()
+	w, ok := pollWithin(t, cq, waitTimeout)
+	if !ok {
+		t.Fatal("no completion")
+	}
+	return w
+}
+
+// testSolicited: a CQ armed for solicited completions wakes for the
+// receive of a message sent with SOLICITED (SEND, SEND with immediate,
+// WRITE with immediate), or for an error, and for nothing else. It polls
+// without CQ.Wait, which would arm the CQ for every completion.
+func testSolicited(t *testing.T, s *suite) {
+	a, b := s.pair(t, pairConfig{})
+	src := a.mr(t, 4096, vrdma.AccessAll)
+	dst := b.mr(t, 4096, vrdma.AccessAll)
+	fill(src.Bytes(), 3)
+	for i := range 16 {
+		postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(100 + i), SGL: sgl(dst.SGE(0, 4096))})
+	}
+	id, used := uint64(0), 0 // WRs posted; receives used
+	send := func(op vrdma.Opcode, flags vrdma.SendFlags, n int) uint64 {
+		id++
+		used++
+		wr := vrdma.SendWR{ID: id, Opcode: op, Flags: vrdma.SendSignaled | flags, SGL: sgl(src.SGE(0, n)), Imm: uint32(id)}
+		if op == vrdma.OpRDMAWriteWithImm {
+			wr.RemoteAddr, wr.RKey = dst.Addr(), dst.RKey()
+		}
+		postSend(t, a.qp, wr)
+		return id
+	}
+
+	// Unsolicited messages of every kind that consumes a receive complete
+	// without the event; then a solicited one of each kind raises it.
+	for _, op := range []vrdma.Opcode{vrdma.OpSend, vrdma.OpSendWithImm, vrdma.OpRDMAWriteWithImm} {
+		w := armEvent(t, b.rcq, true)
+		for range 3 {
+			send(op, 0, 64)
+			spinWC(t, a.scq)
+			if r := spinWC(t, b.rcq); r.Status != vrdma.WCSuccess {
+				t.Fatalf("%s: receive %s", op, fmtWC(r))
+			}
+		}
+		if w.fired(t, 3*quiet) {
+			t.Fatalf("%s: a CQ armed for solicited completions woke for unsolicited ones", op)
+		}
+		sid := send(op, vrdma.SendSolicited, 64)
+		if !w.fired(t, waitTimeout) {
+			t.Fatalf("%s with SOLICITED: the armed CQ's event never came", op)
+		}
+		if w := spinWC(t, a.scq); w.WRID != sid || w.Status != vrdma.WCSuccess {
+			t.Fatalf("%s: solicited send %s", op, fmtWC(w))
+		}
+		if r := spinWC(t, b.rcq); r.Status != vrdma.WCSuccess || r.Imm != uint32(sid) && op != vrdma.OpSend {
+			t.Fatalf("%s: solicited receive %s", op, fmtWC(r))
+		}
+	}
+
+	// Armed for every completion, an unsolicited one raises it.
+	w := armEvent(t, b.rcq, false)
+	send(vrdma.OpSend, 0, 8)
+	if !w.fired(t, waitTimeout) {
+		t.Fatal("a CQ armed for every completion did not wake for an unsolicited one")
+	}
+	spinWC(t, a.scq)
+	spinWC(t, b.rcq)
+
+	// Send completions never carry the solicited bit: an error does.
+	// A SEND larger than the receive fails both sides: the receiver's
+	// receive with an error, the sender's SEND with the NAK.
+	ws, wr := armEvent(t, a.scq, true), armEvent(t, b.rcq, true)
+	send(vrdma.OpSend, 0, 8)
+	spinWC(t, a.scq)
+	if ws.fired(t, 3*quiet) {
+		t.Fatal("a send CQ armed for solicited completions woke for a successful SEND")
+	}
+	spinWC(t, b.rcq)
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 999, SGL: sgl(dst.SGE(0, 16))})
+	// The receives posted earlier come first: use them up with
+	// unsolicited SENDs the waiters ignore.
+	for used < 16 {
+		send(vrdma.OpSend, 0, 8)
+		spinWC(t, a.scq)
+		spinWC(t, b.rcq)
+	}
+	if wr.fired(t, 0) || ws.fired(t, 0) {
+		t.Fatal("a CQ armed for solicited completions woke for successful ones")
+	}
+	bad := send(vrdma.OpSend, 0, 64) // into the 16-byte receive
+	if !wr.fired(t, waitTimeout) {
+		t.Fatal("the receiver's CQ armed for solicited completions did not wake for an error completion")
+	}
+	if r := spinWC(t, b.rcq); r.Status == vrdma.WCSuccess {
+		t.Fatalf("receive of a message larger than its buffer: %s", fmtWC(r))
+	}
+	if !ws.fired(t, waitTimeout) {
+		t.Fatal("the sender's CQ armed for solicited completions did not wake for an error completion")
+	}
+	s.expectNAK(t, spinWC(t, a.scq), a.qp, bad, vrdma.WCRemInvReqErr)
+}
+
+func testResizeCQ(t *testing.T, s *suite) {
+	a, b := s.pair(t, pairConfig{})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout)
+	defer cancel()
+	src := a.mr(t, 64, vrdma.AccessAll)
+	dst := b.mr(t, 64*256, vrdma.AccessAll)
+	const n = 240
+	for i := range n {
+		postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(i), SGL: sgl(dst.SGE(i%256*64, 64))})
+	}
+
+	// Shrink and grow while nothing is queued.
+	for _, size := range []int{1, 7, 1000, 16} {
+		if err := b.rcq.Resize(ctx, size); err != nil {
+			t.Fatalf("Resize(%d): %v", size, err)
+		}
+		if got := b.rcq.Entries(); got < size {
+			t.Fatalf("Resize(%d): %d entries", size, got)
+		}
+	}
+
+	// Completions waiting survive a resize, in order; a size below them
+	// is refused and changes nothing.
+	for i := range 10 {
+		postSend(t, a.qp, vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))})
+	}
+	waitWC(t, a.scq, 10) // each SEND completes after its receive's completion is in b's CQ
+	deadline := time.Now().Add(2 * waitTimeout)
+	if err := b.rcq.Resize(ctx, 4); !errors.Is(err, vrdma.ErrInvalid) {
+		t.Fatalf("Resize(4) with 10 completions waiting: %v, want ErrInvalid", err)
+	}
+	if err := b.rcq.Resize(ctx, 64); err != nil {
+		t.Fatalf("Resize(64) with 10 completions waiting: %v", err)
+	}
+	next := uint64(0)
+	for _, w := range waitWC(t, b.rcq, 10) {
+		expectRecv(t, w, b.qp, next, vrdma.WCRecv, 8, 0, false)
+		next++
+	}
+
+	// A stream of SENDs into the CQ while it is resized up and down
+	// under it: every receive completes once, in order.
+	sent := make(chan error, 1)
+	go func() {
+		for i := 10; i < n; i += 32 {
+			k := min(32, n-i)
+			for j := i; j < i+k; j++ {
+				if err := a.qp.PostSend([]vrdma.SendWR{{ID: uint64(j), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))}}); err != nil {
+					sent <- err
+					return
+				}
+			}
+			if _, err := pollN(ctx, a.scq, k); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	sizes := []int{32, 256, 8, 1024, 64}
+	wc := make([]vrdma.WorkCompletion, 8)
+	for k := 0; next < n; k++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d receives of %d completed before the deadline", next, n)
+		}
+		if err := b.rcq.Resize(ctx, sizes[k%len(sizes)]); err != nil && !errors.Is(err, vrdma.ErrInvalid) {
+			t.Fatalf("Resize(%d): %v", sizes[k%len(sizes)], err)
+		}
+		m, err := b.rcq.Poll(wc[:1+k%len(wc)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range wc[:m] {
+			expectRecv(t, w, b.qp, next, vrdma.WCRecv, 8, 0, false)
+			next++
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatalf("the sender: %v", err)
+	}
+	expectNoWC(t, b.rcq, quiet, "after the stream")
+}
+
+func testReregMR(t *testing.T, s *suite) {
+	ctx := opCtx(t)
+	write := func(a *end, id uint64, src *vrdma.MR, addr uint64, rkey uint32) vrdma.WorkCompletion {
+		t.Helper()
+		postSend(t, a.qp, vrdma.SendWR{ID: id, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 256)),
+			RemoteAddr: addr, RKey: rkey})
+		return waitWC(t, a.scq, 1)[0]
+	}
+
+	t.Run("keeps-working", func(t *testing.T) {
+		a, b := s.pair(t, pairConfig{})
+		src := a.mr(t, 256, vrdma.AccessAll)
+		fill(src.Bytes(), 5)
+		m := b.mr(t, 256, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite)
+		lkey, rkey := m.LKey(), m.RKey()
+		expectWC(t, write(a, 1, src, m.Addr(), rkey), a.qp, 1, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+		expectBytes(t, "first WRITE", m.Bytes(), src.Bytes())
+
+		// A new translation: the keys stay, WRITEs land in the new buffer.
+		old := m.Bytes()
+		buf, err := b.vm.Alloc(512)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Rereg(ctx, vrdma.ReregTranslation, nil, buf, 0); err != nil {
+			t.Fatal(err)
+		}
+		if m.LKey() != lkey || m.RKey() != rkey || m.Addr() == 0 || &m.Bytes()[0] != &buf[0] {
+			t.Fatalf("after Rereg: keys 0x%x/0x%x (were 0x%x/0x%x), bytes not the new buffer", m.LKey(), m.RKey(), lkey, rkey)
+		}
+		clear(old)
+		fill(src.Bytes(), 6)
+		expectWC(t, write(a, 2, src, m.Addr()+256, rkey), a.qp, 2, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+		expectBytes(t, "WRITE after the new translation", buf[256:], src.Bytes())
+		expectBytes(t, "the old buffer", old, make([]byte, 256))
+
+		// New access (READ now allowed), and a PD there and back.
+		if err := m.Rereg(ctx, vrdma.ReregAccess, nil, nil, vrdma.AccessLocalWrite|vrdma.AccessRemoteRead); err != nil {
+			t.Fatal(err)
+		}
+		pd2, err := b.ad.AllocPD(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pd := range []*vrdma.PD{pd2, b.pd} {
+			if err := m.Rereg(ctx, vrdma.ReregPD, pd, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pd2.Dealloc(ctx); err != nil {
+			t.Fatalf("dealloc the PD the region left: %v", err)
+		}
+		dstl := a.mr(t, 256, vrdma.AccessAll)
+		postSend(t, a.qp, vrdma.SendWR{ID: 3, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(dstl.SGE(0, 256)),
+			RemoteAddr: m.Addr() + 256, RKey: rkey})
+		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 3, vrdma.WCSuccess, vrdma.WCRDMARead)
+		expectBytes(t, "READ after rereg", dstl.Bytes(), src.Bytes())
+
+		// Refusals change nothing.
+		if err := m.Rereg(ctx, 0, nil, nil, 0); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("Rereg without flags: %v, want ErrInvalid", err)
+		}
+		if err := m.Rereg(ctx, vrdma.ReregAccess, nil, nil, vrdma.AccessRemoteWrite); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("Rereg to REMOTE_WRITE without LOCAL_WRITE: %v, want ErrInvalid", err)
+		}
+		if err := m.Rereg(ctx, vrdma.ReregTranslation, nil, make([]byte, 64), 0); !errors.Is(err, vrdma.ErrInvalid) {
+			t.Errorf("Rereg to memory outside the guest's: %v, want ErrInvalid", err)
+		}
+		postSend(t, a.qp, vrdma.SendWR{ID: 4, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(dstl.SGE(0, 256)),
+			RemoteAddr: m.Addr() + 256, RKey: rkey})
+		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 4, vrdma.WCSuccess, vrdma.WCRDMARead)
+	})
+
+	// Each change that takes a right away fails the next remote access.
+	for _, c := range []struct {
+		name   string
+		change func(t *testing.T, b *end, m *vrdma.MR) (addr uint64)
+	}{
+		{"old-translation", func(t *testing.T, b *end, m *vrdma.MR) uint64 {
+			addr := m.Addr()
+			buf, err := b.vm.Alloc(256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Rereg(ctx, vrdma.ReregTranslation, nil, buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			return addr // the old range: no longer the region's
+		}},
+		{"other-pd", func(t *testing.T, b *end, m *vrdma.MR) uint64 {
+			pd2, err := b.ad.AllocPD(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Rereg(ctx, vrdma.ReregPD, pd2, nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			return m.Addr()
+		}},
+		{"no-remote-write", func(t *testing.T, b *end, m *vrdma.MR) uint64 {
+			if err := m.Rereg(ctx, vrdma.ReregAccess, nil, nil, vrdma.AccessLocalWrite); err != nil {
+				t.Fatal(err)
+			}
+			return m.Addr()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, b := s.pair(t, pairConfig{})
+			src := a.mr(t, 256, vrdma.AccessAll)
+			m := b.mr(t, 256, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite)
+			fill(src.Bytes(), 9)
+			expectWC(t, write(a, 1, src, m.Addr(), m.RKey()), a.qp, 1, vrdma.WCSuccess, vrdma.WCRDMAWrite)
+			before := append([]byte(nil), m.Bytes()...)
+			addr := c.change(t, b, m)
+			fill(src.Bytes(), 10)
+			s.expectNAK(t, write(a, 2, src, addr, m.RKey()), a.qp, 2, vrdma.WCRemAccessErr)
+			if c.name != "old-translation" {
+				expectBytes(t, "the region after the refused WRITE", m.Bytes(), before)
+			}
+		})
+	}
+}
