@@ -677,6 +677,41 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	return n;
 }
 
+/* cq_clean removes the completions of QP qpn that cq holds unpolled, as
+ * rdma-core's mlx5 provider does when a QP is reset (a program that resets
+ * a QP in ERR and uses it again, as rdma-core's tests do, does not then
+ * poll its old flushed completions). The others keep their order: they
+ * move up towards the tail, and the head past the gap. Only slots between
+ * the head and the tail are touched, which the agent never writes. */
+static void cq_clean(struct vrdma_cq *cq, uint32_t qpn)
+{
+	uint32_t tail, from, to, mask;
+
+	if (!cq)
+		return;
+	pthread_mutex_lock(&cq->lock);
+	tail = ring_cq_tail(cq->ring);
+	if (ring_tail_ok(tail, cq->head, cq->entries)) {
+		mask = ring_mask(cq->entries);
+		for (from = to = tail; from != cq->head;) {
+			char *slot;
+
+			from = (from - 1) & mask;
+			slot = cq->ring + cq->offset + ring_slot(from, cq->entries) * VRDMA_CQE_SIZE;
+			if (((const struct vrdma_cqe *)slot)->qp_num == qpn)
+				continue;
+			to = (to - 1) & mask;
+			if (to != from)
+				memcpy(cq->ring + cq->offset + ring_slot(to, cq->entries) * VRDMA_CQE_SIZE, slot, VRDMA_CQE_SIZE);
+		}
+		if (to != cq->head) {
+			cq->head = to;
+			ring_cq_consumed(cq->ring, cq->head);
+		}
+	}
+	pthread_mutex_unlock(&cq->lock);
+}
+
 static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
@@ -1259,6 +1294,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	vrdma_reply_free(&r);
 	if (mask & IBV_QP_STATE)
 		qp->qpx.qp_base.state = attr->qp_state;
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+		cq_clean(to_cq(qp->qpx.qp_base.send_cq), qp->qpx.qp_base.qp_num);
+		if (qp->qpx.qp_base.recv_cq != qp->qpx.qp_base.send_cq)
+			cq_clean(to_cq(qp->qpx.qp_base.recv_cq), qp->qpx.qp_base.qp_num);
+	}
 	return 0;
 }
 

@@ -3,6 +3,8 @@ package device
 // ibv_rereg_mr and ibv_resize_cq (capability core-verbs).
 
 import (
+	"time"
+
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/quota"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -96,6 +98,7 @@ func (v *Context) ResizeCQ(r *abi.ResizeCQ) (abi.CreateCQReply, []int, error) {
 	if err := v.chargeQueue(charge, layout.Size); err != nil {
 		return abi.CreateCQReply{}, nil, err
 	}
+	v.settleSenders(c)
 	fd, ring, err := newRingFile("vrdma-cq", layout.Size)
 	if err != nil {
 		v.refundQueue(charge, layout.Size)
@@ -110,6 +113,39 @@ func (v *Context) ResizeCQ(r *abi.ResizeCQ) (abi.CreateCQReply, []int, error) {
 	}
 	v.refundQueue(vmCharge{cqe: uint64(old.Entries)}, old.Size)
 	return abi.CreateCQReply{Handle: c.handle, Layout: layout}, []int{fd.Int()}, nil
+}
+
+// settleTime bounds how long a resize waits for the send queues feeding
+// its CQ (settleSenders).
+const settleTime = 100 * time.Millisecond
+
+// settleSenders waits, for at most settleTime, until every QP whose send
+// CQ is c has completed what its workload posted before the resize: a
+// device works through posted WQEs at once, and a program that posts and
+// then resizes (rdma-core's test_resize_cq) counts their completions as
+// waiting. A QP waiting on its peer (RNR, a lost packet) or in ERR with a
+// garbage tail may hold the resize up to the bound, not longer.
+func (v *Context) settleSenders(c *CQ) {
+	for end := time.Now().Add(settleTime); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+		if v.sendersSettled(c) {
+			return
+		}
+	}
+}
+
+// sendersSettled reports whether every QP of v whose send CQ is c has
+// completed every WQE its SQ tail covers.
+func (v *Context) sendersSettled(c *CQ) bool {
+	v.memMu.RLock() // the QPs' rings stay mapped
+	defer v.memMu.RUnlock()
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	for _, q := range v.qps {
+		if q.sendCQ == c && abi.Word(q.ring.Bytes(), abi.OffSQTail).Load() != q.sqCompleted.Load() {
+			return false
+		}
+	}
+	return true
 }
 
 // swapRing moves c's waiting completions into ring (of layout, memfd fd)

@@ -205,6 +205,7 @@ func (q *QP) drain() {
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
 				q.moveHead(t) // what was posted before the reset goes
+				q.sqCompleted.Store(t)
 			}
 			q.rqMu.Lock()
 			q.rqCatchUpLocked()
@@ -235,6 +236,7 @@ func (q *QP) drain() {
 		case abi.QPSReset:
 			q.dropPath()
 			q.moveHead(tail)
+			q.sqCompleted.Store(tail)
 			q.dropRQ()
 			return
 		case abi.QPSErr:
@@ -489,6 +491,7 @@ func (q *QP) flushSQ() {
 		// same, or the goroutine would come back to it forever.
 		q.moveHead(abi.Next(q.sqHead, size))
 		q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
+		q.sqCompleted.Store(q.sqHead)
 	}
 }
 

@@ -92,6 +92,9 @@ type QP struct {
 	// sqUnpublished counts the WQEs completed since the head word was
 	// last stored (CompleteHead).
 	sqUnpublished uint32
+	// sqCompleted is the SQ head once the completions of the WQEs before
+	// it are in the send CQ: what a resize waits for (coreverbs.go).
+	sqCompleted atomic.Uint32
 
 	idle      asyncIdle // async mode: the tails the VM's poller watches
 	stop      atomic.Bool
