@@ -98,12 +98,12 @@ func (cq *CQ) Resize(ctx context.Context, cqe int) error {
 // ReqNotify arms the CQ's event for its next completion
 // (ibv_req_notify_cq): with solicitedOnly, for its next receive completion
 // of a message the sender posted with SendSolicited, or its next error
-// completion, whichever comes first. WaitEvent waits for it. Solicited-only
-// arming needs an agent with capability core-verbs: an older one never
-// raises that event. Wait arms for every completion itself: do not mix the
+// completion, whichever comes first. WaitEvent waits for it. Against an
+// agent without capability core-verbs, solicited-only arms for every
+// completion, as the C library does. Wait arms for every completion itself: do not mix the
 // two on one CQ at the same time.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
-	if solicitedOnly {
+	if solicitedOnly && cq.vm.caps.Has(abi.CapCoreVerbs) {
 		cq.arm(abi.ArmSolicited)
 		return
 	}

@@ -144,6 +144,12 @@ const (
 	EventPortErr    AsyncEventType = abi.EventPortErr
 	EventSRQLimit   AsyncEventType = abi.EventSRQLimit
 	EventQPLastWQE  AsyncEventType = abi.EventQPLastWQE
+	// EventCommEst: a QP in RTR received its first message
+	// (IBV_EVENT_COMM_EST); from an agent with capability qp-events.
+	EventCommEst AsyncEventType = abi.EventCommEst
+	// EventSQDrained: a QP moved to SQD has no send work left in flight
+	// (IBV_EVENT_SQ_DRAINED); from an agent with capability qp-events.
+	EventSQDrained AsyncEventType = abi.EventSQDrained
 )
 
 // AsyncEvent is one asynchronous event (ibv_async_event): its type, the
@@ -171,7 +177,8 @@ type AsyncEvents struct {
 
 // OpenAsyncEvents opens the adapter's event socket: the VM's QPs the agent
 // moves to ERR, its SRQs' limit events, its QPs on SRQs that entered ERR,
-// the port going down and up.
+// the port going down and up, its QPs' first message in RTR and their send
+// queues drained in SQD.
 func (a *Adapter) OpenAsyncEvents(ctx context.Context) (*AsyncEvents, error) {
 	fds, err := a.vm.c.call(ctx, abi.OpAsyncOpen, &abi.AdapterRef{Adapter: a.name}, nil)
 	if err != nil {

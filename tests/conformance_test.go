@@ -317,6 +317,7 @@ var conformanceCases = []conformanceCase{
 	{name: "solicited", run: testSolicited}, // coreverbs_test.go
 	{name: "resize-cq", run: testResizeCQ},
 	{name: "rereg-mr", run: testReregMR},
+	{name: "qp-events", run: testQPEvents},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

@@ -356,3 +356,100 @@ func testReregMR(t *testing.T, s *suite) {
 		})
 	}
 }
+
+// testQPEvents: IBV_EVENT_COMM_EST when a QP in RTR receives its first
+// message (once), IBV_EVENT_SQ_DRAINED once a QP moved to SQD has finished
+// the send it had under way (once per entry into SQD).
+func testQPEvents(t *testing.T, s *suite) {
+	ctx := opCtx(t)
+	vms := s.env.OpenVMs(t, 2)
+	a, b := newEnd(t, vms[0], qpConfig{}), newEnd(t, vms[1], qpConfig{})
+	if !a.vm.Caps().Has(vrdma.CapQPEvents) {
+		t.Fatalf("the agent serves %s: no qp-events", a.vm.Caps())
+	}
+	evA, err := a.ad.OpenAsyncEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evA.Close()
+	evB, err := b.ad.OpenAsyncEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evB.Close()
+	p := defaultRC
+	if s.oob != nil {
+		p = *s.oob
+	}
+	if err := modifyToRTS(ctx, a.qp, a.ad, b.qp.Endpoint(), p); err != nil {
+		t.Fatal(err)
+	}
+	init := vrdma.QPAttr{State: vrdma.QPSInit, Port: 1, AccessFlags: vrdma.AccessAll}
+	rtr := vrdma.QPAttr{State: vrdma.QPSRTR, DGID: a.ad.GID(), PathMTU: 1024, DestQPN: a.qp.QPN(), RQPSN: a.qp.Endpoint().PSN,
+		MaxDestRdAtomic: 1, MinRNRTimer: p.minRNRTimer}
+	if err := b.qp.Modify(ctx, &init, initMask); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Modify(ctx, &rtr, rtrMask); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := a.mr(t, 256, vrdma.AccessAll), b.mr(t, 256, vrdma.AccessAll)
+	send := func(id uint64) {
+		postSend(t, a.qp, vrdma.SendWR{ID: id, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+	}
+
+	if e, ok := nextAsync(t, evB, 3*quiet); ok {
+		t.Fatalf("an event before any message: %+v", e)
+	}
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 1, SGL: sgl(dst.SGE(0, 64))}, vrdma.RecvWR{ID: 2, SGL: sgl(dst.SGE(64, 64))})
+	send(1)
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
+	expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, 1, vrdma.WCRecv, 64, 0, false)
+	if e, ok := nextAsync(t, evB, waitTimeout); !ok || e.Type != vrdma.EventCommEst || e.QPN != b.qp.QPN() {
+		t.Fatalf("after the first message to a QP in RTR: %+v (%v), want COMM_EST for QP 0x%x", e, ok, b.qp.QPN())
+	}
+	send(2)
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCSuccess, vrdma.WCSend)
+	waitWC(t, b.rcq, 1)
+	if e, ok := nextAsync(t, evB, 3*quiet); ok {
+		t.Fatalf("a second event for the second message in RTR: %+v", e)
+	}
+	rts := vrdma.QPAttr{State: vrdma.QPSRTS, SQPSN: b.qp.Endpoint().PSN, Timeout: p.timeout, RetryCnt: p.retryCnt, RNRRetry: p.rnrRetry, MaxRdAtomic: 1}
+	if err := b.qp.Modify(ctx, &rts, rtsMask); err != nil {
+		t.Fatal(err)
+	}
+
+	// A SEND under way (b has no receive: RNR) when a enters SQD: the
+	// send queue drains when it completes, not before.
+	if e, ok := nextAsync(t, evA, 0); ok {
+		t.Fatalf("QP a had an event already: %+v", e)
+	}
+	send(3)
+	expectNoWC(t, a.scq, quiet, "SEND waiting for a receive")
+	if err := a.qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSSQD}, vrdma.MaskState); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := nextAsync(t, evA, 3*quiet); ok {
+		t.Fatalf("an event while the SEND is under way in SQD: %+v", e)
+	}
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 3, SGL: sgl(dst.SGE(0, 64))})
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 3, vrdma.WCSuccess, vrdma.WCSend)
+	if e, ok := nextAsync(t, evA, waitTimeout); !ok || e.Type != vrdma.EventSQDrained || e.QPN != a.qp.QPN() {
+		t.Fatalf("after the SEND under way completed in SQD: %+v (%v), want SQ_DRAINED for QP 0x%x", e, ok, a.qp.QPN())
+	}
+	// SQD again from SQD: no second event; RTS and SQD again: one more.
+	if err := a.qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSSQD}, vrdma.MaskState); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := nextAsync(t, evA, 3*quiet); ok {
+		t.Fatalf("SQD to SQD raised %+v", e)
+	}
+	for _, st := range []vrdma.QPState{vrdma.QPSRTS, vrdma.QPSSQD} {
+		if err := a.qp.Modify(ctx, &vrdma.QPAttr{State: st}, vrdma.MaskState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e, ok := nextAsync(t, evA, waitTimeout); !ok || e.Type != vrdma.EventSQDrained {
+		t.Fatalf("SQD with nothing under way: %+v (%v), want SQ_DRAINED", e, ok)
+	}
+}

@@ -9,6 +9,8 @@ package abi
 // Asynchronous event types, numbered as libibverbs' enum ibv_event_type.
 const (
 	EventQPFatal    = 1  // IBV_EVENT_QP_FATAL: the agent moved the QP to ERR for an error it detected
+	EventCommEst    = 4  // IBV_EVENT_COMM_EST: a QP in RTR received its first message (CapQPEvents)
+	EventSQDrained  = 5  // IBV_EVENT_SQ_DRAINED: a QP in SQD has no send work in flight (CapQPEvents)
 	EventPortActive = 9  // IBV_EVENT_PORT_ACTIVE
 	EventPortErr    = 10 // IBV_EVENT_PORT_ERR
 	// EventSRQLimit is IBV_EVENT_SRQ_LIMIT_REACHED: the SRQ's posted

@@ -88,6 +88,11 @@ func (s *session) watchFatal(q *device.QP) {
 			c.Post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
 		}
 	})
+	if s.clientCaps.Has(abi.CapQPEvents) {
+		q.SetOnEvent(func(event int, why string) {
+			s.postAsync(adapter, abi.AsyncEvent{Event: event, QP: handle, QPN: qpn, Why: why})
+		})
+	}
 	if q.SRQ() != nil {
 		q.SetOnLastWQE(func() {
 			s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventQPLastWQE, QP: handle, QPN: qpn, Why: "the QP entered ERR: it takes no more receives from its SRQ"})

@@ -82,7 +82,8 @@ func (q *QP) safeDrain() {
 // in shared memory are the workload's to overwrite). A tail that drain
 // found invalid is not work until the workload changes it, and neither is
 // the send queue in SQD (the move to RTS rings the doorbell): otherwise
-// the goroutine would spin on them.
+// the goroutine would spin on them. A QP that entered SQD is work until
+// drain has raised its SQ_DRAINED.
 func (q *QP) hasWork(tail uint32) bool {
 	if q.stop.Load() {
 		return true
@@ -90,6 +91,9 @@ func (q *QP) hasWork(tail uint32) bool {
 	s := q.State()
 	if tail != q.sqHead && s != abi.QPSSQD && !(q.sqBad && tail == q.sqBadTail) {
 		return true
+	}
+	if s == abi.QPSSQD && q.drainedDue.Load() {
+		return true // drain raises SQ_DRAINED once nothing is in flight
 	}
 	if s == abi.QPSErr || s == abi.QPSReset {
 		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
@@ -251,11 +255,18 @@ func (q *QP) drain() {
 		if p := q.cur; p != nil && (s == abi.QPSRTS || s == abi.QPSSQD) {
 			p.Pump()
 			if q.State() == s && !p.Busy() {
+				if s == abi.QPSSQD {
+					q.noteDrained()
+				}
 				return
 			}
 			continue
 		}
-		if n == 0 || s == abi.QPSSQD {
+		if s == abi.QPSSQD {
+			q.noteDrained() // no path: nothing in flight
+			return
+		}
+		if n == 0 {
 			return
 		}
 		// The library refuses posts before RTS (and RTS always has a

@@ -521,6 +521,7 @@ func (p *QP) Admit(b Binding) bool {
 		p.Release()
 		return false
 	}
+	p.noteCommEst()
 	return true
 }
 

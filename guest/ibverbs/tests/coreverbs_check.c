@@ -11,7 +11,8 @@
  * translation onto a heap buffer (keys kept, a WRITE lands there, the
  * old buffer's contents kept by the program), a PD there and back, and
  * access without REMOTE_WRITE failing the next WRITE (REM_ACCESS_ERR);
- * a QP's flushed completions taken out of its CQ when it is reset.
+ * a QP's flushed completions taken out of its CQ when it is reset;
+ * IBV_EVENT_SQ_DRAINED on async_fd when a QP moves to SQD.
  * Prints "ok NAME" or "FAIL NAME: why" (check.h); driven by
  * internal/verbsabi (TestVerbsABICoreVerbs).
  */
@@ -178,6 +179,22 @@ int main(void)
 	CHECK("resize-keeps-waiting", ok && ibv_poll_cq(rcq, 1, &wc) == 0, "rc %d cqe %d", rc, rcq->cqe);
 	ok = ibv_req_notify_cq(rcq, 0) == 0 && post(qa, IBV_WR_SEND, 0, &sge, 20, 0, 0) == 0 && event_within(ch, 5000);
 	CHECK("resize-events", ok && poll_one(scq, &wc) && poll_one(rcq, &wc), "no event after resize");
+
+	/* SQD: IBV_EVENT_SQ_DRAINED for qa, nothing being in flight. */
+	{
+		struct ibv_qp_attr sa = { .qp_state = IBV_QPS_SQD };
+		struct ibv_async_event ev;
+		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+
+		rc = ibv_modify_qp(qa, &sa, IBV_QP_STATE);
+		ok = rc == 0 && poll(&p, 1, 5000) == 1 && ibv_get_async_event(ctx, &ev) == 0;
+		CHECK("sq-drained-event", ok && ev.event_type == IBV_EVENT_SQ_DRAINED && ev.element.qp == qa, "rc %d ok %d event %d",
+		      rc, ok, ok ? (int)ev.event_type : -1);
+		if (ok)
+			ibv_ack_async_event(&ev);
+		sa.qp_state = IBV_QPS_RTS;
+		CHECK("sqd-to-rts", ibv_modify_qp(qa, &sa, IBV_QP_STATE) == 0, "errno %d", errno);
+	}
 
 	/* Rereg. */
 	lkey = win->lkey;
