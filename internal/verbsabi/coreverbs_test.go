@@ -15,7 +15,7 @@ func TestVerbsABICoreVerbs(t *testing.T) {
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
 	out, _ := runC(t, lib, env.Socket, "vm1", "coreverbs_check")
-	if n := strings.Count(out, "ok "); n < 20 {
+	if n := strings.Count(out, "ok "); n < 21 {
 		t.Errorf("only %d checks ran", n)
 	}
 }

@@ -12,7 +12,8 @@
  * old buffer's contents kept by the program), a PD there and back, and
  * access without REMOTE_WRITE failing the next WRITE (REM_ACCESS_ERR);
  * a QP's flushed completions taken out of its CQ when it is reset;
- * IBV_EVENT_SQ_DRAINED on async_fd when a QP moves to SQD.
+ * IBV_EVENT_SQ_DRAINED on async_fd when a QP moves to SQD;
+ * ibv_query_device_ex's capability flags.
  * Prints "ok NAME" or "FAIL NAME: why" (check.h); driven by
  * internal/verbsabi (TestVerbsABICoreVerbs).
  */
@@ -141,6 +142,19 @@ int main(void)
 	if (!ok)
 		return 1;
 	sge = (struct ibv_sge){ .addr = (uintptr_t)sbuf, .length = 64, .lkey = src->lkey };
+	{
+		struct ibv_device_attr_ex dx;
+		unsigned int want = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT;
+		unsigned int lacks = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC | IBV_DEVICE_N_NOTIFY_CQ |
+				     IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_RESIZE_MAX_WR;
+
+		memset(&dx, 0, sizeof(dx));
+		rc = ibv_query_device_ex(ctx, NULL, &dx);
+		CHECK("query-device-ex-flags", rc == 0 && (dx.orig_attr.device_cap_flags & want) == want &&
+						       !(dx.orig_attr.device_cap_flags & lacks) &&
+						       dx.device_cap_flags_ex == (uint64_t)(unsigned int)dx.orig_attr.device_cap_flags,
+		      "rc %d flags 0x%x ex 0x%llx", rc, dx.orig_attr.device_cap_flags, (unsigned long long)dx.device_cap_flags_ex);
+	}
 
 	/* Solicited-only events. */
 	ok = ibv_req_notify_cq(rcq, 1) == 0;
