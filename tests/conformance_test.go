@@ -318,6 +318,7 @@ var conformanceCases = []conformanceCase{
 	{name: "resize-cq", run: testResizeCQ},
 	{name: "rereg-mr", run: testReregMR},
 	{name: "qp-events", run: testQPEvents},
+	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

@@ -453,3 +453,53 @@ func testQPEvents(t *testing.T, s *suite) {
 		t.Fatalf("SQD with nothing under way: %+v (%v), want SQ_DRAINED", e, ok)
 	}
 }
+
+// testSolicitedUnreliable: the solicited bit of UC and UD messages reaches
+// the receiver's CQ as RC's does. On a lossy path a message may be lost:
+// the solicited one is sent again until its event comes.
+func testSolicitedUnreliable(t *testing.T, s *suite) {
+	check := func(t *testing.T, rcq *vrdma.CQ, post func(id uint64, flags vrdma.SendFlags)) {
+		t.Helper()
+		w := armEvent(t, rcq, true)
+		for i := range 3 {
+			post(uint64(i), 0)
+		}
+		if w.fired(t, 3*quiet) {
+			t.Fatal("a CQ armed for solicited completions woke for unsolicited messages")
+		}
+		for i := 0; ; i++ {
+			if i == 20 {
+				t.Fatal("20 solicited messages sent: the armed CQ's event never came")
+			}
+			post(uint64(100+i), vrdma.SendSolicited)
+			if w.fired(t, 100*time.Millisecond) {
+				break
+			}
+			if !s.lossy() {
+				t.Fatal("a solicited message did not wake the armed CQ")
+			}
+		}
+	}
+	t.Run("uc", func(t *testing.T) {
+		a, b := s.ucPair(t)
+		src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64*64, vrdma.AccessAll)
+		for i := range 64 {
+			postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(i), SGL: sgl(dst.SGE(i*64, 64))})
+		}
+		check(t, b.rcq, func(id uint64, flags vrdma.SendFlags) {
+			postSend(t, a.qp, vrdma.SendWR{ID: id, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | flags, SGL: sgl(src.SGE(0, 64))})
+			spinWC(t, a.scq) // UC completes once the message has left
+		})
+	})
+	t.Run("ud", func(t *testing.T) {
+		vms := s.env.OpenVMs(t, 2)
+		a, b := newUDEnd(t, vms[0], 4, 1024), newUDEnd(t, vms[1], 64, 1024)
+		b.post(t, 0, 64)
+		ah := a.ah(t, s, b)
+		check(t, b.rcq, func(id uint64, flags vrdma.SendFlags) {
+			postSend(t, a.qp, vrdma.SendWR{ID: id, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | flags, SGL: sgl(a.srcSGE(64)),
+				AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: udQKey})
+			spinWC(t, a.scq)
+		})
+	})
+}
