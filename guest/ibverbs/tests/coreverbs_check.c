@@ -28,21 +28,10 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "poll.h"
 #include "qp.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
-
-/* poll_one waits for one completion of cq into wc; 0 if none came. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n)
-			return n == 1;
-	}
-	return 0;
-}
 
 /* event_within reports whether ch has a CQ event within ms, and takes it. */
 static int event_within(struct ibv_comp_channel *ch, int ms)
