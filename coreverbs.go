@@ -144,3 +144,15 @@ func (cq *CQ) armedWord() uint32 {
 	defer cq.mu.Unlock()
 	return abi.Word(cq.ring.Bytes(), abi.OffCQArmed).Load()
 }
+
+// cqOf returns the VM's CQ with handle h, or nil.
+func (v *VM) cqOf(h uint32) *CQ {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	for cq := range v.cqs {
+		if cq.handle == h {
+			return cq
+		}
+	}
+	return nil
+}

@@ -6,11 +6,16 @@ package vrdma_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // eventWaiter runs cq.WaitEvent in the background; done closes when it
@@ -502,4 +507,76 @@ func testSolicitedUnreliable(t *testing.T, s *suite) {
 			spinWC(t, a.scq)
 		})
 	})
+}
+
+// TestCQOverrunEvent: a CQ whose consumer index its workload overwrote
+// with garbage has overrun, as hardware sees a CQ whose consumer index is
+// not behind its producer: the agent drops its completions, moves the QPs
+// completing into it to ERR and reports IBV_EVENT_CQ_ERR (the CQ's handle)
+// on the event socket, to a client that knows the QP events, and not to
+// one that does not.
+func TestCQOverrunEvent(t *testing.T) {
+	env := testenv.Start(t)
+	for _, c := range []struct {
+		name string
+		caps abi.Caps
+	}{{"qp-events", abi.CapsKnown}, {"no-hello", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			env.Define(t, "ov-"+c.name, testenv.VMOptions{MemMB: 4})
+			h := lcAttachHostileCaps(t, env.Socket, "ov-"+c.name, c.caps)
+			var none abi.Empty
+			fds := h.r.must(abi.OpAsyncOpen, &abi.AdapterRef{Adapter: "vrdma0"}, &none)
+			if len(fds) != 1 {
+				t.Fatalf("async-open sent %d descriptors", len(fds))
+			}
+			if err := syscall.SetNonblock(fds[0], true); err != nil { // so that read deadlines work
+				t.Fatal(err)
+			}
+			evs := os.NewFile(uintptr(fds[0]), "async")
+			defer evs.Close()
+			good, bad := h.newCQ(8), h.newCQ(8)
+			q := h.newQP(bad, good) // sends complete into bad
+			q.connect(h.att.Adapters[0].GID, 0x123456)
+			q2 := h.newQP(bad, good) // idle: moved to ERR by the overrun alone
+			q2.connect(h.att.Adapters[0].GID, 0x123457)
+			bad.word(abi.OffCQHead).Store(0xfffffff0)
+			q.post(func(s []byte) { lcSend(abi.SendWQE{WRID: 1, Opcode: 0x7f, Flags: abi.SendSignaled}, nil)(s) }) // fails: a completion
+			deadline := time.Now().Add(10 * time.Second)
+			for q2.state() != abi.QPSErr {
+				if time.Now().After(deadline) {
+					t.Fatalf("an idle QP of an overrun CQ is in %s, want ERR", q2.state())
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			buf := make([]byte, 4096)
+			var got []abi.AsyncEvent
+			for {
+				evs.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				n, err := evs.Read(buf)
+				if err != nil {
+					break
+				}
+				var e abi.AsyncEvent
+				if err := json.Unmarshal(buf[:n], &e); err != nil {
+					t.Fatalf("event %q: %v", buf[:n], err)
+				}
+				got = append(got, e)
+			}
+			var cqErr *abi.AsyncEvent
+			for i := range got {
+				if got[i].Event == abi.EventCQErr && got[i].QP == 0 {
+					cqErr = &got[i]
+				}
+			}
+			switch {
+			case c.caps == 0 && cqErr != nil:
+				t.Fatalf("a client without qp-events got %+v", *cqErr)
+			case c.caps != 0 && (cqErr == nil || cqErr.CQ != bad.handle):
+				t.Fatalf("events %+v: want CQ_ERR for CQ %d", got, bad.handle)
+			}
+			if tail := bad.word(abi.OffCQTail).Load(); tail != 0 {
+				t.Errorf("%d completions written to the overrun CQ", tail)
+			}
+		})
+	}
 }

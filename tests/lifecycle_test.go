@@ -1563,7 +1563,18 @@ const lcMRAddr, lcMRLen = 1 << 20, 64 << 10
 
 func lcAttachHostile(t *testing.T, socket, name string) *lcHostile {
 	t.Helper()
+	return lcAttachHostileCaps(t, socket, name, 0)
+}
+
+// lcAttachHostileCaps is lcAttachHostile after a hello with caps (none
+// without: no hello).
+func lcAttachHostileCaps(t *testing.T, socket, name string, caps abi.Caps) *lcHostile {
+	t.Helper()
 	h := &lcHostile{t: t, r: lcDialRaw(t, socket)}
+	if caps != 0 {
+		var hr abi.HelloReply
+		h.r.must(abi.OpHello, &abi.Hello{Client: "hostile", Caps: caps}, &hr)
+	}
 	fds := h.r.must(abi.OpAttach, &abi.Attach{VM: name}, &h.att)
 	if len(fds) != 1 {
 		t.Fatalf("attach sent %d descriptors", len(fds))

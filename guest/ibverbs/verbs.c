@@ -96,7 +96,7 @@ struct vrdma_srq {
 /* ---- the registries of live objects ---- */
 
 /* A registry is a set of live pointers: every object this library made
- * (objs), and its QPs and SRQs again (qps, srqs, for
+ * (objs), and its QPs, SRQs and CQs again (qps, srqs, cqs, for
  * ibv_get_async_event's handles). */
 struct registry {
 	void **v;
@@ -104,7 +104,7 @@ struct registry {
 };
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct registry objs, qps, srqs; /* +guarded by reg_mu */
+static struct registry objs, qps, srqs, cqs; /* +guarded by reg_mu */
 
 void vrdma_forget_objects(void)
 {
@@ -112,6 +112,7 @@ void vrdma_forget_objects(void)
 	memset(&objs, 0, sizeof(objs));
 	memset(&qps, 0, sizeof(qps));
 	memset(&srqs, 0, sizeof(srqs));
+	memset(&cqs, 0, sizeof(cqs));
 }
 
 static int reg_add(struct registry *r, void *p)
@@ -166,34 +167,40 @@ static int reg_take(struct registry *r, const void *p)
 	return ok;
 }
 
-struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
+/* reg_find returns the object of r whose context and handle (members at
+ * ctx_off and handle_off of its verbs struct) are ctx and handle, or NULL. */
+static void *reg_find(struct registry *r, size_t ctx_off, size_t handle_off, struct ibv_context *ctx, uint32_t handle)
 {
-	struct ibv_qp *found = NULL;
+	void *found = NULL;
 
 	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < qps.n && !found; i++) {
-		struct ibv_qp *q = qps.v[i];
+	for (int i = 0; i < r->n && !found; i++) {
+		char *o = r->v[i];
+		struct ibv_context *c;
+		uint32_t h;
 
-		if (q->context == ctx && q->handle == handle)
-			found = q;
+		memcpy(&c, o + ctx_off, sizeof(c));
+		memcpy(&h, o + handle_off, sizeof(h));
+		if (c == ctx && h == handle)
+			found = o;
 	}
 	pthread_mutex_unlock(&reg_mu);
 	return found;
 }
 
+struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	return reg_find(&qps, offsetof(struct ibv_qp, context), offsetof(struct ibv_qp, handle), ctx, handle);
+}
+
 struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle)
 {
-	struct ibv_srq *found = NULL;
+	return reg_find(&srqs, offsetof(struct ibv_srq, context), offsetof(struct ibv_srq, handle), ctx, handle);
+}
 
-	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < srqs.n && !found; i++) {
-		struct ibv_srq *q = srqs.v[i];
-
-		if (q->context == ctx && q->handle == handle)
-			found = q;
-	}
-	pthread_mutex_unlock(&reg_mu);
-	return found;
+struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	return reg_find(&cqs, offsetof(struct ibv_cq, context), offsetof(struct ibv_cq, handle), ctx, handle);
 }
 
 static struct vrdma_pd *to_pd(struct ibv_pd *p)
@@ -834,7 +841,8 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		}
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	}
-	if (reg_add(&objs, cq)) {
+	if (reg_add(&objs, cq) || reg_add(&cqs, cq)) {
+		reg_take(&objs, cq);
 		e = ENOMEM;
 		if (channel) {
 			epoll_ctl(channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
@@ -971,6 +979,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (e && e != EIO)
 		return e; /* EBUSY: a QP uses it */
 	reg_take(&objs, cq);
+	reg_take(&cqs, cq);
 	if (cq->ibcq.channel) {
 		epoll_ctl(cq->ibcq.channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
 		__atomic_sub_fetch(&cq->ibcq.channel->refcnt, 1, __ATOMIC_SEQ_CST);

@@ -100,6 +100,18 @@ func (s *session) watchFatal(q *device.QP) {
 	}
 }
 
+// watchCQ reports CQ c's overrun (IBV_EVENT_CQ_ERR) on its adapter's
+// sockets, to a client that knows the QP events.
+func (s *session) watchCQ(c *device.CQ) {
+	if !s.clientCaps.Has(abi.CapQPEvents) {
+		return
+	}
+	adapter, handle := c.Adapter().Name(), c.Handle()
+	c.SetOnError(func(why string) {
+		s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventCQErr, CQ: handle, Why: why})
+	})
+}
+
 // watchSRQ reports SRQ q's limit event (IBV_EVENT_SRQ_LIMIT_REACHED)
 // on its adapter's sockets.
 func (s *session) watchSRQ(q *device.SRQ) {

@@ -2,6 +2,7 @@ package device
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -246,6 +247,8 @@ type CQ struct {
 	ring   *sys.Mapping // +checklocks:mu
 	tail   uint32       // +checklocks:mu
 	broken bool         // +checklocks:mu
+	// onError, if set, is told once when the CQ breaks (overrun).
+	onError atomic.Pointer[func(why string)]
 	// gone: released (destroyed), no ring to resize.
 	// +checklocks:mu
 	gone bool
@@ -337,9 +340,7 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP, se bool) bool {
 	head := abi.Word(mem, abi.OffCQHead).Load()
 	n, ok := abi.Pending(c.tail, head, size)
 	if !ok {
-		c.broken = true
-		c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
-			"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
+		c.breakLocked(head)
 		return false
 	}
 	if n >= size {
@@ -350,6 +351,58 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP, se bool) bool {
 	c.publishLocked(e, se)
 	return true
 }
+
+// breakLocked marks the CQ broken: its consumer index head is no index of
+// its ring, or says it holds more than it can — an overrun, which hardware
+// reports as IBV_EVENT_CQ_ERR. Its completions are dropped from now on;
+// every QP completing into it moves to ERR and onError hears of it, on a
+// goroutine of their own (the caller holds the CQ's lock, and may hold a
+// QP's receive lock).
+//
+// +checklocks:c.mu
+func (c *CQ) breakLocked(head uint32) {
+	c.broken = true
+	why := fmt.Sprintf("CQ %d overran: its consumer index %d is not within its %d entries behind the agent's %d (the workload wrote garbage)",
+		c.handle, head, c.layout.Entries, c.tail)
+	c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped and its QPs moved to ERR",
+		"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", c.layout.Entries)
+	go c.fail(why)
+}
+
+// fail moves the QPs that complete into c to ERR, then tells onError.
+func (c *CQ) fail(why string) {
+	v := c.vm
+	v.objMu.Lock()
+	var qs []*QP
+	for _, q := range v.qps {
+		if q.sendCQ == c || q.recvCQ == c {
+			qs = append(qs, q)
+		}
+	}
+	v.objMu.Unlock()
+	for _, q := range qs {
+		q.MoveToErr(why)
+	}
+	if f := c.onError.Load(); f != nil {
+		(*f)(why)
+	}
+}
+
+// SetOnError sets the function told, once, when the CQ overruns (nil:
+// none).
+func (c *CQ) SetOnError(f func(why string)) {
+	if f == nil {
+		c.onError.Store(nil)
+		return
+	}
+	c.onError.Store(&f)
+}
+
+// Handle is the CQ's handle in its session.
+func (c *CQ) Handle() uint32 { return c.handle }
+
+// Adapter is the adapter the CQ was created on.
+func (c *CQ) Adapter() *Adapter { return c.ad }
 
 // consumeRecvLocked consumes the receive WQE q's message took: the one
 // at its RQ head, or the one it holds of its SRQ.
@@ -412,10 +465,8 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 		tail := c.tail
 		n, ok := abi.Pending(tail, head, size)
 		if !ok {
-			c.broken = true
+			c.breakLocked(head)
 			c.mu.Unlock()
-			c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
-				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", tail, "size", size)
 			return false
 		}
 		if n < size {
