@@ -27,6 +27,8 @@ const (
 	CapCM         = abi.CapCM         // Listen, Connect and the other connection-management calls
 	CapQPCounters = abi.CapQPCounters // QPStatus.Counters are filled
 	CapVMManage   = abi.CapVMManage   // the VM management calls
+	CapCoreVerbs  = abi.CapCoreVerbs  // CQ.Resize, MR.Rereg, solicited-only CQ events
+	CapQPEvents   = abi.CapQPEvents   // EventCommEst and EventSQDrained
 )
 
 // Status is an agent's report of its VMs, adapters and QPs.

@@ -144,6 +144,17 @@ const (
 	EventPortErr    AsyncEventType = abi.EventPortErr
 	EventSRQLimit   AsyncEventType = abi.EventSRQLimit
 	EventQPLastWQE  AsyncEventType = abi.EventQPLastWQE
+	// EventCommEst: a QP in RTR received its first message
+	// (IBV_EVENT_COMM_EST); from an agent with capability qp-events.
+	EventCommEst AsyncEventType = abi.EventCommEst
+	// EventSQDrained: a QP moved to SQD has no send work left in flight
+	// (IBV_EVENT_SQ_DRAINED); from an agent with capability qp-events.
+	EventSQDrained AsyncEventType = abi.EventSQDrained
+	// EventCQErr: a CQ overran — its consumer index was overwritten with
+	// one the agent cannot write behind — and its QPs moved to ERR
+	// (IBV_EVENT_CQ_ERR; AsyncEvent.CQ); from an agent with capability
+	// qp-events.
+	EventCQErr AsyncEventType = abi.EventCQErr
 )
 
 // AsyncEvent is one asynchronous event (ibv_async_event): its type, the
@@ -152,6 +163,7 @@ type AsyncEvent struct {
 	Type   AsyncEventType
 	QPN    uint32
 	SRQ    *SRQ // SRQ events: the SRQ, if it is one this AsyncEvents knows (Watch)
+	CQ     *CQ  // CQ events: the VM's CQ
 	Port   int
 	Reason string
 }
@@ -160,7 +172,8 @@ type AsyncEvent struct {
 // is for one reader at a time; the other methods are safe for concurrent
 // use.
 type AsyncEvents struct {
-	f *os.File
+	vm *VM
+	f  *os.File
 
 	mu   sync.Mutex
 	srqs map[uint32]*SRQ // +checklocks:mu
@@ -171,7 +184,8 @@ type AsyncEvents struct {
 
 // OpenAsyncEvents opens the adapter's event socket: the VM's QPs the agent
 // moves to ERR, its SRQs' limit events, its QPs on SRQs that entered ERR,
-// the port going down and up.
+// the port going down and up, its QPs' first message in RTR and their send
+// queues drained in SQD.
 func (a *Adapter) OpenAsyncEvents(ctx context.Context) (*AsyncEvents, error) {
 	fds, err := a.vm.c.call(ctx, abi.OpAsyncOpen, &abi.AdapterRef{Adapter: a.name}, nil)
 	if err != nil {
@@ -185,7 +199,7 @@ func (a *Adapter) OpenAsyncEvents(ctx context.Context) (*AsyncEvents, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: open %s's async events: %w", a.name, err)
 	}
-	return &AsyncEvents{f: os.NewFile(uintptr(fds[0]), "vrdma-async-events"), srqs: map[uint32]*SRQ{}, buf: make([]byte, 4096)}, nil
+	return &AsyncEvents{vm: a.vm, f: os.NewFile(uintptr(fds[0]), "vrdma-async-events"), srqs: map[uint32]*SRQ{}, buf: make([]byte, 4096)}, nil
 }
 
 // Watch makes the SRQ events of s name it (AsyncEvent.SRQ).
@@ -224,6 +238,9 @@ func (e *AsyncEvents) Next(ctx context.Context) (AsyncEvent, error) {
 		e.mu.Lock()
 		ev.SRQ = e.srqs[ae.SRQ]
 		e.mu.Unlock()
+	}
+	if ae.Event == abi.EventCQErr {
+		ev.CQ = e.vm.cqOf(ae.CQ)
 	}
 	return ev, nil
 }

@@ -90,13 +90,13 @@ func (m *MR) Dereg(ctx context.Context) error {
 type CQ struct {
 	vm     *VM
 	handle uint32
-	layout abi.CQLayout
-	ring   *sys.Mapping
 	ev     *sys.Bell
 
-	mu   sync.Mutex
-	head uint32 // +checklocks:mu
-	cqe  abi.CQE
+	mu     sync.Mutex
+	layout abi.CQLayout // +checklocks:mu; Resize replaces the ring
+	ring   *sys.Mapping // +checklocks:mu
+	head   uint32       // +checklocks:mu
+	cqe    abi.CQE
 }
 
 // CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
@@ -141,7 +141,11 @@ func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
 }
 
 // Entries returns the number of completions the CQ holds.
-func (cq *CQ) Entries() int { return int(cq.layout.Entries) }
+func (cq *CQ) Entries() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return int(cq.layout.Entries)
+}
 
 // ErrBrokenRing is returned by Poll when the CQ's tail word holds no index
 // the agent writes: not an index of the ring, or more than its entries
@@ -154,9 +158,9 @@ var ErrBrokenRing = errors.New("vrdma: the completion queue's tail is not a vali
 // the CQ is empty it returns ErrAgentGone; a tail word that is not a valid
 // index (wire-local.md §5.1) gives ErrBrokenRing, and no completion.
 func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
+	cq.mu.Lock()
 	mem := cq.ring.Bytes()
 	size := cq.layout.Entries
-	cq.mu.Lock()
 	tail := abi.Word(mem, abi.OffCQTail).Load()
 	if _, ok := abi.Pending(tail, cq.head, size); !ok {
 		cq.mu.Unlock()
@@ -192,7 +196,6 @@ func (cq *CQ) empty() bool {
 // away. It arms the completion channel (ibv_req_notify_cq) and sleeps on it
 // (ibv_get_cq_event), so it costs no CPU while waiting.
 func (cq *CQ) Wait(ctx context.Context) error {
-	armed := abi.Word(cq.ring.Bytes(), abi.OffCQArmed)
 	for {
 		if !cq.empty() {
 			return nil
@@ -203,7 +206,7 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.vm.c.dead.Load() {
 			return ErrAgentGone
 		}
-		abi.StoreFenced(armed, 1) // §6 pair 2: before the tail's load
+		cq.arm(abi.ArmAll)
 		if !cq.empty() {
 			return nil
 		}
@@ -229,7 +232,17 @@ func (cq *CQ) Destroy(ctx context.Context) error {
 	delete(v.cqs, cq)
 	v.objMu.Unlock()
 	cq.ev.Wake()
+	cq.mu.Lock()
 	cq.ring.Unmap()
+	cq.mu.Unlock()
 	cq.ev.Close()
 	return nil
+}
+
+// arm stores how (abi.ArmAll, abi.ArmSolicited) in the CQ's armed word,
+// fenced: §6 pair 2, before the caller's next load of the tail.
+func (cq *CQ) arm(how uint32) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	abi.StoreFenced(abi.Word(cq.ring.Bytes(), abi.OffCQArmed), how)
 }

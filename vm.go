@@ -34,6 +34,7 @@ type VM struct {
 	host      string
 	memLocked bool
 	async     bool
+	caps      abi.Caps // what the agent serves
 	mem       *sys.Mapping
 	adapters  []*Adapter
 
@@ -59,6 +60,13 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Hello first: the agent's features, and ours, which some of its
+	// behaviours wait for (the QP events of capability qp-events).
+	var hr abi.HelloReply
+	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: abi.CapsKnown}, &hr); err != nil {
+		c.close()
+		return nil, fmt.Errorf("vrdma: hello to the agent for VM %q: %w", name, err)
+	}
 	var r abi.AttachReply
 	fds, err := c.call(ctx, abi.OpAttach, &abi.Attach{VM: name}, &r)
 	if err != nil {
@@ -83,7 +91,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 		c.close()
 		return nil, fmt.Errorf("vrdma: attach VM %q: %w", name, err)
 	}
-	v := &VM{c: c, name: r.VM, host: r.Host, memLocked: r.MemLocked, async: r.AsyncMode, mem: m, cqs: map[*CQ]struct{}{}}
+	v := &VM{c: c, name: r.VM, host: r.Host, memLocked: r.MemLocked, async: r.AsyncMode, caps: hr.Caps.Effective(), mem: m, cqs: map[*CQ]struct{}{}}
 	for _, ai := range r.Adapters {
 		mac, _ := net.ParseMAC(ai.MAC)
 		ip4, _ := netip.ParseAddr(ai.IPv4)
@@ -93,6 +101,9 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 	c.whenDead(v.wakeAll)
 	return v, nil
 }
+
+// Caps returns the features the VM's agent serves (its hello's caps).
+func (v *VM) Caps() Caps { return v.caps }
 
 // Name returns the VM's name.
 func (v *VM) Name() string { return v.name }

@@ -312,8 +312,13 @@ var conformanceCases = []conformanceCase{
 	{name: "stream", run: testStream},
 	{name: "in-flight", run: testInFlight},
 	{name: "srq", run: testSRQ},
-	{name: "ud", run: testUD}, // ud_test.go
-	{name: "uc", run: testUC}, // uc_test.go
+	{name: "ud", run: testUD},               // ud_test.go
+	{name: "uc", run: testUC},               // uc_test.go
+	{name: "solicited", run: testSolicited}, // coreverbs_test.go
+	{name: "resize-cq", run: testResizeCQ},
+	{name: "rereg-mr", run: testReregMR},
+	{name: "qp-events", run: testQPEvents},
+	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

@@ -1401,6 +1401,21 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		{"MR unknown access bits", abi.OpRegMR, &abi.RegMR{PD: pd.Handle, Addr: 0, Length: 8, Access: 0x100}, abi.CodeInvalid, "access"},
 		{"MR remote write without local write", abi.OpRegMR, &abi.RegMR{PD: pd.Handle, Addr: 0, Length: 8, Access: abi.AccessRemoteWrite}, abi.CodeInvalid, "access"},
 		{"dereg unknown MR", abi.OpDeregMR, &abi.Handle{Handle: 12345}, abi.CodeNotFound, "handle"},
+		{"rereg unknown MR", abi.OpReregMR, &abi.ReregMR{Handle: 12345, Flags: abi.ReregAccess}, abi.CodeNotFound, "handle"},
+		{"rereg a CQ handle", abi.OpReregMR, &abi.ReregMR{Handle: cq.Handle, Flags: abi.ReregAccess}, abi.CodeNotFound, "handle"},
+		{"rereg without flags", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle}, abi.CodeInvalid, "flags"},
+		{"rereg unknown flags", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: 8}, abi.CodeInvalid, "flags"},
+		{"rereg beyond memory", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregTranslation, Addr: att.MemSize - 10, Length: 11, IOVA: 0}, abi.CodeInvalid, "addr"},
+		{"rereg huge length", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregTranslation, Addr: 8, Length: 1<<64 - 9, IOVA: 0}, abi.CodeInvalid, "addr"},
+		{"rereg wrapping iova", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregTranslation, Addr: 0, Length: 16, IOVA: 1<<64 - 8}, abi.CodeInvalid, "iova"},
+		{"rereg length 0", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregTranslation, Addr: 0, Length: 0}, abi.CodeInvalid, "length"},
+		{"rereg to unknown PD", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregPD, PD: 999}, abi.CodeNotFound, "pd"},
+		{"rereg unknown access bits", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregAccess, Access: 0x100}, abi.CodeInvalid, "access"},
+		{"rereg remote write without local write", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregAccess, Access: abi.AccessRemoteWrite}, abi.CodeInvalid, "access"},
+		{"resize unknown CQ", abi.OpResizeCQ, &abi.ResizeCQ{Handle: 0, CQE: 8}, abi.CodeNotFound, "handle"},
+		{"resize a PD handle", abi.OpResizeCQ, &abi.ResizeCQ{Handle: pd.Handle, CQE: 8}, abi.CodeNotFound, "handle"},
+		{"resize to 0 entries", abi.OpResizeCQ, &abi.ResizeCQ{Handle: cq.Handle, CQE: 0}, abi.CodeInvalid, "cqe"},
+		{"resize beyond max_cqe", abi.OpResizeCQ, &abi.ResizeCQ{Handle: cq.Handle, CQE: abi.MaxCQE + 1}, abi.CodeInvalid, "cqe"},
 		{"CQ of 0 entries", abi.OpCreateCQ, &abi.CreateCQ{Adapter: "vrdma0", CQE: 0}, abi.CodeInvalid, "cqe"},
 		{"CQ beyond max_cqe", abi.OpCreateCQ, &abi.CreateCQ{Adapter: "vrdma0", CQE: abi.MaxCQE + 1}, abi.CodeInvalid, "cqe"},
 		{"CQ of 2^32-1 entries", abi.OpCreateCQ, &abi.CreateCQ{Adapter: "vrdma0", CQE: 0xffffffff}, abi.CodeInvalid, "cqe"},
@@ -1548,7 +1563,18 @@ const lcMRAddr, lcMRLen = 1 << 20, 64 << 10
 
 func lcAttachHostile(t *testing.T, socket, name string) *lcHostile {
 	t.Helper()
+	return lcAttachHostileCaps(t, socket, name, 0)
+}
+
+// lcAttachHostileCaps is lcAttachHostile after a hello with caps (none
+// without: no hello).
+func lcAttachHostileCaps(t *testing.T, socket, name string, caps abi.Caps) *lcHostile {
+	t.Helper()
 	h := &lcHostile{t: t, r: lcDialRaw(t, socket)}
+	if caps != 0 {
+		var hr abi.HelloReply
+		h.r.must(abi.OpHello, &abi.Hello{Client: "hostile", Caps: caps}, &hr)
+	}
 	fds := h.r.must(abi.OpAttach, &abi.Attach{VM: name}, &h.att)
 	if len(fds) != 1 {
 		t.Fatalf("attach sent %d descriptors", len(fds))

@@ -208,8 +208,15 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	a->max_sge_rd = a->max_sge;
 	a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
 	a->max_pkeys = 1;
-	/* It answers RNR NAKs when no receive is posted (wire-local.md §8). */
-	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN;
+	/* It answers RNR NAKs when no receive is posted (wire-local.md §8);
+	 * sys_image_guid is the VM's; PORT_ACTIVE comes on async_fd when the
+	 * adapter is connected again (an agent with async-events). Not
+	 * SRQ_RESIZE, MEM_WINDOW, XRC, N_NOTIFY_CQ: vrdma has none of them.
+	 * CQ resize, rereg and solicited events have no flag: a device that
+	 * lacks them says so with EOPNOTSUPP, as vrdma does before core-verbs. */
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+	if (the_vm && (the_vm->s.caps & VRDMA_CAP_ASYNC_EVENTS))
+		a->device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
 	return 0;
 }
 
@@ -589,6 +596,9 @@ static int query_device_ex_op(struct ibv_context *context, const struct ibv_quer
 	attr->orig_attr = a;
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, phys_port_cnt_ex) + sizeof(attr->phys_port_cnt_ex))
 		attr->phys_port_cnt_ex = a.phys_port_cnt;
+	/* As rdma-core fills it: the same flags, 64 bits wide. */
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
+		attr->device_cap_flags_ex = (uint64_t)(unsigned int)a.device_cap_flags;
 	return 0;
 }
 

@@ -6,7 +6,9 @@
  * event per message: IBV_EVENT_QP_FATAL when it moved one of this
  * process's QPs to ERR for an error it detected;
  * IBV_EVENT_SRQ_LIMIT_REACHED and IBV_EVENT_QP_LAST_WQE_REACHED for its
- * SRQs and the QPs on them; the port's events. poll and epoll work on it;
+ * SRQs and the QPs on them; IBV_EVENT_COMM_EST, IBV_EVENT_SQ_DRAINED and
+ * IBV_EVENT_CQ_ERR (capability qp-events); the port's events. poll and
+ * epoll work on it;
  * with O_NONBLOCK an empty socket is EAGAIN, as the kernel's.
  */
 #include <errno.h>
@@ -46,7 +48,7 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		return EINVAL;
 	for (;;) {
 		struct json_doc d = { 0 };
-		uint32_t type = 0, handle = 0, port = 0, srq = 0;
+		uint32_t type = 0, handle = 0, port = 0, srq = 0, cq = 0;
 		ssize_t n = recv(context->async_fd, buf, sizeof(buf), 0);
 
 		if (n < 0 && errno == EINTR)
@@ -64,6 +66,7 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		json_get_u32(&d, 0, "qp", &handle);
 		json_get_u32(&d, 0, "port", &port);
 		json_get_u32(&d, 0, "srq", &srq);
+		json_get_u32(&d, 0, "cq", &cq);
 		json_free(&d);
 		memset(event, 0, sizeof(*event));
 		event->event_type = (enum ibv_event_type)type;
@@ -83,6 +86,11 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 			event->element.srq = vrdma_srq_of_handle(context, srq);
 			if (!event->element.srq)
 				continue; /* its SRQ is destroyed */
+			return 0;
+		case IBV_EVENT_CQ_ERR:
+			event->element.cq = vrdma_cq_of_handle(context, cq);
+			if (!event->element.cq)
+				continue; /* its CQ is destroyed */
 			return 0;
 		case IBV_EVENT_PORT_ACTIVE:
 		case IBV_EVENT_PORT_ERR:

@@ -158,12 +158,13 @@ static inline void ring_publish_srq(char *srq_ring, uint32_t tail)
 	__atomic_store_n(ring_word(srq_ring, VRDMA_SRQ_TAIL), tail, __ATOMIC_RELEASE);
 }
 
-/* ring_arm_cq asks for an event at the CQ's next completion: it stores
- * exactly 1 in armed (§7) and fences, so that the caller's next load of the
- * CQ tail (its poll) is ordered after the store. Pair 2. */
-static inline void ring_arm_cq(char *cq_ring)
+/* ring_arm_cq asks for an event at the CQ's next completion (how:
+ * VRDMA_CQ_ARM_ALL, or VRDMA_CQ_ARM_SOLICITED for the next solicited or
+ * error one): it stores how in armed (§7) and fences, so that the caller's
+ * next load of the CQ tail (its poll) is ordered after the store. Pair 2. */
+static inline void ring_arm_cq(char *cq_ring, uint32_t how)
 {
-	__atomic_store_n(ring_word(cq_ring, VRDMA_CQ_ARMED), 1, __ATOMIC_RELAXED);
+	__atomic_store_n(ring_word(cq_ring, VRDMA_CQ_ARMED), how, __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 

@@ -52,7 +52,8 @@ struct vrdma_cq {
 	};
 	uint32_t magic;
 	struct ibv_wc cur; /* the completion ibv_start_poll/next_poll are at */
-	pthread_mutex_t lock; /* pollers */
+	pthread_mutex_t lock; /* pollers, and ibv_resize_cq, which replaces the ring */
+	pthread_mutex_t arm_lock; /* req_notify_cq against ibv_resize_cq (not lock: a poller may hold it) */
 	char *ring;
 	size_t ring_size;
 	uint32_t entries, offset;
@@ -95,7 +96,7 @@ struct vrdma_srq {
 /* ---- the registries of live objects ---- */
 
 /* A registry is a set of live pointers: every object this library made
- * (objs), and its QPs and SRQs again (qps, srqs, for
+ * (objs), and its QPs, SRQs and CQs again (qps, srqs, cqs, for
  * ibv_get_async_event's handles). */
 struct registry {
 	void **v;
@@ -103,7 +104,7 @@ struct registry {
 };
 
 static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct registry objs, qps, srqs; /* +guarded by reg_mu */
+static struct registry objs, qps, srqs, cqs; /* +guarded by reg_mu */
 
 void vrdma_forget_objects(void)
 {
@@ -111,6 +112,7 @@ void vrdma_forget_objects(void)
 	memset(&objs, 0, sizeof(objs));
 	memset(&qps, 0, sizeof(qps));
 	memset(&srqs, 0, sizeof(srqs));
+	memset(&cqs, 0, sizeof(cqs));
 }
 
 static int reg_add(struct registry *r, void *p)
@@ -165,34 +167,40 @@ static int reg_take(struct registry *r, const void *p)
 	return ok;
 }
 
-struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
+/* reg_find returns the object of r whose context and handle (members at
+ * ctx_off and handle_off of its verbs struct) are ctx and handle, or NULL. */
+static void *reg_find(struct registry *r, size_t ctx_off, size_t handle_off, struct ibv_context *ctx, uint32_t handle)
 {
-	struct ibv_qp *found = NULL;
+	void *found = NULL;
 
 	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < qps.n && !found; i++) {
-		struct ibv_qp *q = qps.v[i];
+	for (int i = 0; i < r->n && !found; i++) {
+		char *o = r->v[i];
+		struct ibv_context *c;
+		uint32_t h;
 
-		if (q->context == ctx && q->handle == handle)
-			found = q;
+		memcpy(&c, o + ctx_off, sizeof(c));
+		memcpy(&h, o + handle_off, sizeof(h));
+		if (c == ctx && h == handle)
+			found = o;
 	}
 	pthread_mutex_unlock(&reg_mu);
 	return found;
 }
 
+struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	return reg_find(&qps, offsetof(struct ibv_qp, context), offsetof(struct ibv_qp, handle), ctx, handle);
+}
+
 struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle)
 {
-	struct ibv_srq *found = NULL;
+	return reg_find(&srqs, offsetof(struct ibv_srq, context), offsetof(struct ibv_srq, handle), ctx, handle);
+}
 
-	pthread_mutex_lock(&reg_mu);
-	for (int i = 0; i < srqs.n && !found; i++) {
-		struct ibv_srq *q = srqs.v[i];
-
-		if (q->context == ctx && q->handle == handle)
-			found = q;
-	}
-	pthread_mutex_unlock(&reg_mu);
-	return found;
+struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle)
+{
+	return reg_find(&cqs, offsetof(struct ibv_cq, context), offsetof(struct ibv_cq, handle), ctx, handle);
 }
 
 static struct vrdma_pd *to_pd(struct ibv_pd *p)
@@ -448,6 +456,90 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
+/* ibv_rereg_mr changes mr in place (§4.16): a new range is adopted as
+ * ibv_reg_mr adopts one, and the old range's pages go back once the agent
+ * took the new one. The keys stay. Errors as rdma-core reports them: a
+ * negative IBV_REREG_MR_ERR_* with errno set. */
+int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr, size_t length, int access)
+{
+	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
+	struct vrdma_vm *vm = vrdma_vm_get();
+	struct vrdma_pd *pd = NULL;
+	struct vrdma_reply r;
+	void *adopted = NULL;
+	uint64_t guest = 0;
+	char body[256];
+	struct jbuf b;
+	int acc = 0, e;
+
+	if (!reg_has(ibmr) || mr->magic != MAGIC_MR || !vm || !flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (addr || length))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD) {
+		pd = to_pd(ibpd);
+		if (!pd || pd->ibpd.context != ibmr->context) {
+			errno = EINVAL;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+		acc = access_flags((unsigned int)access);
+		if (acc == -EOPNOTSUPP) {
+			errno = EOPNOTSUPP;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+		if (acc < 0 || (acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC) && !(acc & IBV_ACCESS_LOCAL_WRITE))) {
+			errno = EINVAL;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	if (!(vm->s.caps & VRDMA_CAP_CORE_VERBS)) {
+		errno = EOPNOTSUPP; /* an older agent: as a device without rereg */
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+		if (e) {
+			errno = e;
+			return IBV_REREG_MR_ERR_INPUT;
+		}
+	}
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "handle", ibmr->handle);
+	jb_u64(&b, "flags", (uint64_t)flags);
+	if (pd)
+		jb_u64(&b, "pd", pd->ibpd.handle);
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		jb_u64(&b, "addr", guest);
+		jb_u64(&b, "length", length);
+		jb_u64(&b, "iova", (uintptr_t)addr);
+	}
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		jb_u64(&b, "access", (uint64_t)acc);
+	jb_raw(&b, "}");
+	e = cmd(vm, VRDMA_OP_REREG_MR, body, &r);
+	if (e) {
+		if (adopted)
+			vrdma_unadopt(vm, adopted);
+		errno = e;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	vrdma_reply_free(&r);
+	if (pd)
+		ibmr->pd = &pd->ibpd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		vrdma_unadopt(vm, mr->adopted);
+		mr->adopted = adopted;
+		ibmr->addr = addr;
+		ibmr->length = length;
+	}
+	return 0;
+}
+
 /* ---- completion channels ---- */
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
@@ -592,15 +684,100 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	return n;
 }
 
+/* cq_clean removes the completions of QP qpn that cq holds unpolled, as
+ * rdma-core's mlx5 provider does when a QP is reset (a program that resets
+ * a QP in ERR and uses it again, as rdma-core's tests do, does not then
+ * poll its old flushed completions). The others keep their order: they
+ * move up towards the tail, and the head past the gap. Only slots between
+ * the head and the tail are touched, which the agent never writes. */
+static void cq_clean(struct vrdma_cq *cq, uint32_t qpn)
+{
+	uint32_t tail, from, to, mask;
+
+	if (!cq)
+		return;
+	pthread_mutex_lock(&cq->lock);
+	tail = ring_cq_tail(cq->ring);
+	if (ring_tail_ok(tail, cq->head, cq->entries)) {
+		mask = ring_mask(cq->entries);
+		for (from = to = tail; from != cq->head;) {
+			char *slot;
+
+			from = (from - 1) & mask;
+			slot = cq->ring + cq->offset + ring_slot(from, cq->entries) * VRDMA_CQE_SIZE;
+			if (((const struct vrdma_cqe *)slot)->qp_num == qpn)
+				continue;
+			to = (to - 1) & mask;
+			if (to != from)
+				memcpy(cq->ring + cq->offset + ring_slot(to, cq->entries) * VRDMA_CQE_SIZE, slot, VRDMA_CQE_SIZE);
+		}
+		if (to != cq->head) {
+			cq->head = to;
+			ring_cq_consumed(cq->ring, cq->head);
+		}
+	}
+	pthread_mutex_unlock(&cq->lock);
+}
+
 static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+	struct vrdma_vm *vm = vrdma_vm_get();
 
-	(void)solicited_only; /* every completion raises the event (§7) */
 	if (!ibcq || cq->magic != MAGIC_CQ)
 		return EINVAL;
-	ring_arm_cq(cq->ring);
+	/* An agent without core-verbs knows only 1: every completion then
+	 * raises the event (§7). */
+	pthread_mutex_lock(&cq->arm_lock);
+	ring_arm_cq(cq->ring, solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED
+											: VRDMA_CQ_ARM_ALL);
+	pthread_mutex_unlock(&cq->arm_lock);
 	return 0;
+}
+
+/* ibv_resize_cq asks the agent for a ring of at least cqe entries, into
+ * which it moves the completions not yet polled (§4.16); then the CQ polls
+ * the new ring from its first slot. */
+int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct vrdma_cq *cq = to_cq(ibcq);
+	struct vrdma_vm *vm = vrdma_vm_get();
+	struct vrdma_reply r;
+	struct vrdma_cq_layout l;
+	char body[64];
+	char *ring;
+	int e;
+
+	if (!cq || !vm || cqe < 1)
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_CORE_VERBS))
+		return EOPNOTSUPP; /* an older agent: as a device that cannot resize */
+	snprintf(body, sizeof(body), "{\"handle\":%u,\"cqe\":%d}", cq->ibcq.handle, cqe);
+	pthread_mutex_lock(&cq->lock);
+	pthread_mutex_lock(&cq->arm_lock);
+	e = cmd(vm, VRDMA_OP_RESIZE_CQ, body, &r);
+	if (e)
+		goto out;
+	ring = NULL;
+	if (vrdma_cq_layout(&r.doc, 0, &l) || r.nfds != 1 || !(ring = map_ring(r.fds[0], l.size))) {
+		/* The agent moved the CQ to a ring this process cannot map:
+		 * the CQ is lost to it. */
+		e = EIO;
+		vrdma_reply_free(&r);
+		goto out;
+	}
+	vrdma_reply_free(&r);
+	munmap(cq->ring, cq->ring_size);
+	cq->ring = ring;
+	cq->ring_size = l.size;
+	cq->entries = l.entries;
+	cq->offset = l.offset;
+	cq->head = 0;
+	cq->ibcq.cqe = (int)l.entries;
+out:
+	pthread_mutex_unlock(&cq->arm_lock);
+	pthread_mutex_unlock(&cq->lock);
+	return e;
 }
 
 struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
@@ -646,6 +823,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	vrdma_reply_free(&r); /* closes the ring memfd: the mapping stays */
 	(void)fcntl(cq->event_fd, F_SETFL, O_NONBLOCK);
 	pthread_mutex_init(&cq->lock, NULL);
+	pthread_mutex_init(&cq->arm_lock, NULL);
 	cq->magic = MAGIC_CQ;
 	cq->ibcq.context = context;
 	cq->ibcq.channel = channel;
@@ -663,7 +841,8 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		}
 		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_SEQ_CST);
 	}
-	if (reg_add(&objs, cq)) {
+	if (reg_add(&objs, cq) || reg_add(&cqs, cq)) {
+		reg_take(&objs, cq);
 		e = ENOMEM;
 		if (channel) {
 			epoll_ctl(channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
@@ -800,6 +979,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (e && e != EIO)
 		return e; /* EBUSY: a QP uses it */
 	reg_take(&objs, cq);
+	reg_take(&cqs, cq);
 	if (cq->ibcq.channel) {
 		epoll_ctl(cq->ibcq.channel->fd, EPOLL_CTL_DEL, cq->event_fd, NULL);
 		__atomic_sub_fetch(&cq->ibcq.channel->refcnt, 1, __ATOMIC_SEQ_CST);
@@ -1123,6 +1303,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	vrdma_reply_free(&r);
 	if (mask & IBV_QP_STATE)
 		qp->qpx.qp_base.state = attr->qp_state;
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+		cq_clean(to_cq(qp->qpx.qp_base.send_cq), qp->qpx.qp_base.qp_num);
+		if (qp->qpx.qp_base.recv_cq != qp->qpx.qp_base.send_cq)
+			cq_clean(to_cq(qp->qpx.qp_base.recv_cq), qp->qpx.qp_base.qp_num);
+	}
 	return 0;
 }
 

@@ -64,6 +64,8 @@
 #define VRDMA_OP_CM_DISCONNECT 47
 #define VRDMA_OP_ASYNC_OPEN 48
 #define VRDMA_OP_CM_ESTABLISH 49
+#define VRDMA_OP_REREG_MR 52
+#define VRDMA_OP_RESIZE_CQ 53
 
 /* Capability bits (§2). */
 #define VRDMA_CAP_ASYNC_MODE 0x1ull
@@ -78,7 +80,9 @@
 #define VRDMA_CAP_SRQ 0x200ull
 #define VRDMA_CAP_UD 0x400ull
 #define VRDMA_CAP_UC 0x800ull
-#define VRDMA_CAPS_KNOWN 0xfffull /* every bit above */
+#define VRDMA_CAP_CORE_VERBS 0x1000ull
+#define VRDMA_CAP_QP_EVENTS 0x2000ull
+#define VRDMA_CAPS_KNOWN 0x3fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -152,6 +156,9 @@
 /* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */
 #define VRDMA_CQE_WITH_IMM 1
 #define VRDMA_CQE_GRH 2 /* a UD receive: the GRH precedes the payload */
+/* Values of a CQ's armed word (§7). */
+#define VRDMA_CQ_ARM_ALL 1 /* an event at the next completion */
+#define VRDMA_CQ_ARM_SOLICITED 2 /* at the next solicited or error completion (capability core-verbs) */
 /* UD (§4.15). */
 #define VRDMA_GRH_SIZE 40
 #define VRDMA_PRIVILEGED_QKEY 0x80000000u

@@ -241,6 +241,9 @@ struct ibv_qp *vrdma_qp_of_handle(struct ibv_context *ctx, uint32_t handle);
 /* vrdma_srq_of_handle returns ctx's live SRQ with the agent's handle, or
  * NULL. */
 struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle);
+/* vrdma_cq_of_handle returns ctx's live CQ with the agent's handle, or
+ * NULL. */
+struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle);
 
 /* layout.c: the ring layout of a create-cq, create-qp or create-srq reply (the object
  * root of d), read and checked against itself (not yet against the file's

@@ -70,11 +70,21 @@ const (
 	// path: SEND and RDMA WRITE with and without immediate, no READ or
 	// atomics, a message a lost packet broke dropped whole.
 	CapUC Caps = 1 << 11
+	// CapCoreVerbs: rereg-mr (op 52: ibv_rereg_mr's translation, PD and
+	// access), resize-cq (op 53), and CQs armed for solicited
+	// completions only (ArmSolicited in the armed word), with the
+	// solicited-event bit carried on every path.
+	CapCoreVerbs Caps = 1 << 12
+	// CapQPEvents: the event sockets also carry IBV_EVENT_COMM_EST (a QP
+	// in RTR received its first message) and IBV_EVENT_SQ_DRAINED (a QP
+	// moved to SQD has no send work left in flight), for a client that
+	// set this bit in its hello.
+	CapQPEvents Caps = 1 << 13
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -85,7 +95,7 @@ const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 // capNames names the bits by their index; an index without a name is a
 // bit this build does not define.
 var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
-	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc"}
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

@@ -90,7 +90,10 @@ const (
 	OpAsyncOpen Op = 48 // AdapterRef → Empty; fds: event socket (socketpair end)
 	// 49: rdma_establish of a connection whose QP the program moves itself.
 	OpCMEstablish Op = 49 // CMEstablish → Empty; then the acceptor's ESTABLISHED
-	opMax         Op = 50
+	// 52, 53: ibv_rereg_mr and ibv_resize_cq (coreverbs.go).
+	OpReregMR  Op = 52 // ReregMR → RegMRReply
+	OpResizeCQ Op = 53 // ResizeCQ → CreateCQReply; fds: the new ring memfd
+	opMax      Op = 56
 )
 
 // Known reports whether o is an op of this ABI version.

@@ -46,6 +46,13 @@ func (o Opcode) IsAtomic() bool { return o == OpAtomicCmpAndSwp || o == OpAtomic
 // for.
 func (o Opcode) IsRdAtomic() bool { return o == OpRDMARead || o.IsAtomic() }
 
+// CarriesEvent reports whether o's message consumes a receive at its
+// target (SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM): the opcodes whose
+// solicited bit (SendSolicited) reaches the target.
+func (o Opcode) CarriesEvent() bool {
+	return o == OpSend || o == OpSendWithImm || o == OpRDMAWriteWithImm
+}
+
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
 type WCOpcode uint8
 

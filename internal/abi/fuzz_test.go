@@ -36,6 +36,8 @@ func requestSeeds() map[Op]any {
 		OpConnect:       &Connect{QP: 4, Remote: "vm2/vrdma0", Port: 7471, TimeoutMS: 1000},
 		OpStatus:        &Empty{},
 		OpListVMs:       &Empty{},
+		OpReregMR:       &ReregMR{Handle: 2, Flags: ReregAll, PD: 1, Addr: 8192, Length: 4096, IOVA: 0x7f0000001000, Access: AccessLocalWrite},
+		OpResizeCQ:      &ResizeCQ{Handle: 3, CQE: 1000},
 		// The management commands' bodies are package mgmt's (its
 		// tests); here their ops have none.
 	}
@@ -71,6 +73,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(hdr(Version, 0, opMax, 2), "{}"...))
 	f.Add(append(hdr(Version, 0, OpCMConnect, 40), `{"channel":1,"qp":2,"qpn":3,"remote":"x"}`...))
 	f.Add(append(hdr(Version, 0, OpCMEstablish, 8), `{"qp":1}`...))
+	f.Add(append(hdr(Version, 0, OpReregMR, 26), `{"handle":1,"flags":1}`+"    "...))
+	f.Add(append(hdr(Version, 0, OpResizeCQ, 24), `{"handle":1,"cqe":70000}`...))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, req, err := DecodeRequest(msg)
 		if err != nil {

@@ -80,6 +80,8 @@ var opTable = [...]OpInfo{
 	{Op: OpCMDisconnect, Name: "cm-disconnect", Request: body[CMDisconnect](), Attach: true},
 	{Op: OpAsyncOpen, Name: "async-open", Request: body[AdapterRef](), Attach: true},
 	{Op: OpCMEstablish, Name: "cm-establish", Request: body[CMEstablish](), Attach: true},
+	{Op: OpReregMR, Name: "rereg-mr", Request: body[ReregMR](), Attach: true},
+	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

@@ -88,11 +88,28 @@ func (s *session) watchFatal(q *device.QP) {
 			c.Post(abi.AsyncEvent{Event: abi.EventQPFatal, QP: handle, QPN: qpn, Why: why})
 		}
 	})
+	if s.clientCaps.Has(abi.CapQPEvents) {
+		q.SetOnEvent(func(event int, why string) {
+			s.postAsync(adapter, abi.AsyncEvent{Event: event, QP: handle, QPN: qpn, Why: why})
+		})
+	}
 	if q.SRQ() != nil {
 		q.SetOnLastWQE(func() {
 			s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventQPLastWQE, QP: handle, QPN: qpn, Why: "the QP entered ERR: it takes no more receives from its SRQ"})
 		})
 	}
+}
+
+// watchCQ reports CQ c's overrun (IBV_EVENT_CQ_ERR) on its adapter's
+// sockets, to a client that knows the QP events.
+func (s *session) watchCQ(c *device.CQ) {
+	if !s.clientCaps.Has(abi.CapQPEvents) {
+		return
+	}
+	adapter, handle := c.Adapter().Name(), c.Handle()
+	c.SetOnError(func(why string) {
+		s.postAsync(adapter, abi.AsyncEvent{Event: abi.EventCQErr, CQ: handle, Why: why})
+	})
 }
 
 // watchSRQ reports SRQ q's limit event (IBV_EVENT_SRQ_LIMIT_REACHED)

@@ -92,13 +92,20 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpDeregMR: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DeregMR(r.Handle)
 	}),
-	abi.OpCreateCQ: on(func(_ *session, v *device.Context, r *abi.CreateCQ) (any, []int, error) {
+	abi.OpCreateCQ: on(func(s *session, v *device.Context, r *abi.CreateCQ) (any, []int, error) {
 		c, err := v.CreateCQ(r)
 		if err != nil {
 			return nil, nil, err
 		}
+		s.watchCQ(c) // events.go
 		rep, fds := c.Reply()
 		return rep, fds, nil
+	}),
+	abi.OpResizeCQ: on(func(_ *session, v *device.Context, r *abi.ResizeCQ) (any, []int, error) {
+		return v.ResizeCQ(r)
+	}),
+	abi.OpReregMR: on(func(_ *session, v *device.Context, r *abi.ReregMR) (any, []int, error) {
+		return noFDs(v.ReregMR(r))
 	}),
 	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)

@@ -82,7 +82,8 @@ func (q *QP) safeDrain() {
 // in shared memory are the workload's to overwrite). A tail that drain
 // found invalid is not work until the workload changes it, and neither is
 // the send queue in SQD (the move to RTS rings the doorbell): otherwise
-// the goroutine would spin on them.
+// the goroutine would spin on them. A QP that entered SQD is work until
+// drain has raised its SQ_DRAINED.
 func (q *QP) hasWork(tail uint32) bool {
 	if q.stop.Load() {
 		return true
@@ -90,6 +91,9 @@ func (q *QP) hasWork(tail uint32) bool {
 	s := q.State()
 	if tail != q.sqHead && s != abi.QPSSQD && !(q.sqBad && tail == q.sqBadTail) {
 		return true
+	}
+	if s == abi.QPSSQD && q.drainedDue.Load() {
+		return true // drain raises SQ_DRAINED once nothing is in flight
 	}
 	if s == abi.QPSErr || s == abi.QPSReset {
 		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
@@ -205,6 +209,7 @@ func (q *QP) drain() {
 			q.sqResets = r
 			if t := q.resetSQTail.Load(); validPending(t, q.sqHead, size) {
 				q.moveHead(t) // what was posted before the reset goes
+				q.sqCompleted.Store(t)
 			}
 			q.rqMu.Lock()
 			q.rqCatchUpLocked()
@@ -235,6 +240,7 @@ func (q *QP) drain() {
 		case abi.QPSReset:
 			q.dropPath()
 			q.moveHead(tail)
+			q.sqCompleted.Store(tail)
 			q.dropRQ()
 			return
 		case abi.QPSErr:
@@ -249,11 +255,18 @@ func (q *QP) drain() {
 		if p := q.cur; p != nil && (s == abi.QPSRTS || s == abi.QPSSQD) {
 			p.Pump()
 			if q.State() == s && !p.Busy() {
+				if s == abi.QPSSQD {
+					q.noteDrained()
+				}
 				return
 			}
 			continue
 		}
-		if n == 0 || s == abi.QPSSQD {
+		if s == abi.QPSSQD {
+			q.noteDrained() // no path: nothing in flight
+			return
+		}
+		if n == 0 {
 			return
 		}
 		// The library refuses posts before RTS (and RTS always has a
@@ -433,19 +446,20 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
 		p.MoveToErr("receive work request has too many SGEs")
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN, false)
 		return recvBroken
 	}
 	return recvReady
 }
 
 // completeRecvLocked consumes the peeked receive WQE with a completion for
-// a message from QP srcQPN.
+// a message from QP srcQPN; se: the message carried the solicited-event
+// bit.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
 //
 // +checklocks:p.rqMu
-func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32) bool {
+func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32, se bool) bool {
 	p.ctr.noteCompletion(st)
 	if st == abi.WCSuccess {
 		p.ctr.Recvs.Add(1)
@@ -455,7 +469,7 @@ func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 	if withImm {
 		e.Imm, e.Flags = imm, abi.WCWithImm
 	}
-	return p.recvCQ.tryPushRecv(&e, p)
+	return p.recvCQ.tryPushRecv(&e, p, se)
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR. It reads
@@ -488,6 +502,7 @@ func (q *QP) flushSQ() {
 		// same, or the goroutine would come back to it forever.
 		q.moveHead(abi.Next(q.sqHead, size))
 		q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
+		q.sqCompleted.Store(q.sqHead)
 	}
 }
 

@@ -2,6 +2,7 @@ package device
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -16,14 +17,9 @@ import (
 // sealed memfd of size bytes for its rings, mapped here, and a doorbell
 // socketpair.
 func newRing(name string, size uint32) (sys.FD, *sys.Mapping, *sys.Bell, error) {
-	fd, err := sys.Memfd(name, int64(size))
+	fd, ring, err := newRingFile(name, size)
 	if err != nil {
-		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
-	}
-	ring, err := sys.Map(fd.Int(), int(size), true)
-	if err != nil {
-		fd.Close()
-		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+		return sys.FD{}, nil, nil, err
 	}
 	bell, err := sys.NewBellPair()
 	if err != nil {
@@ -32,6 +28,20 @@ func newRing(name string, size uint32) (sys.FD, *sys.Mapping, *sys.Bell, error) 
 		return sys.FD{}, nil, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
 	}
 	return fd, ring, bell, nil
+}
+
+// newRingFile creates a sealed memfd of size bytes and maps it here.
+func newRingFile(name string, size uint32) (sys.FD, *sys.Mapping, error) {
+	fd, err := sys.Memfd(name, int64(size))
+	if err != nil {
+		return sys.FD{}, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	ring, err := sys.Map(fd.Int(), int(size), true)
+	if err != nil {
+		fd.Close()
+		return sys.FD{}, nil, abi.Errorf(abi.CodeInternal, "", "%v", err)
+	}
+	return fd, ring, nil
 }
 
 // PD is a protection domain.
@@ -88,37 +98,21 @@ func (v *Context) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	if r.Length == 0 {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "length", "a memory region must be at least 1 byte")
 	}
-	if !sys.InBounds(r.Addr, r.Length, v.memSize) {
-		return abi.RegMRReply{}, abi.Errorf(abi.CodeInvalid, "addr", "region [0x%x, +%d) lies outside the VM's %d bytes of guest memory", r.Addr, r.Length, v.memSize)
+	if err := v.inGuest(r.Addr, r.Length); err != nil {
+		return abi.RegMRReply{}, err
 	}
-	// The VM's memSize covers the regions of all its processes: with
-	// others attached, add up what theirs cover (registrations of the VM
-	// are serialised so that two cannot both pass).
 	ps := v.procs
 	ps.memMu.Lock()
 	defer ps.memMu.Unlock()
-	var others uint64
-	n := 0
-	for _, o := range v.d.Attached(v.name) {
-		if o != v {
-			o.objMu.Lock()
-			others += o.registeredLocked(0, 0)
-			o.objMu.Unlock()
-			n++
-		}
-	}
+	others, n := v.othersRegistered()
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	p, ok := v.pds[r.PD]
 	if !ok {
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", r.PD)
 	}
-	if n > 0 {
-		if mine := v.registeredLocked(r.Addr, r.Length); others+mine > v.memSize {
-			return abi.RegMRReply{}, abi.Errorf(abi.CodeLimit, "length",
-				"VM %q's memory regions would cover %d bytes of guest memory, over its memSize (%d bytes): the limit covers all %d of its workloads together (%d bytes in the others'); deregister regions or raise memSize",
-				v.name, others+mine, v.memSize, n+1, others)
-		}
+	if err := v.fitsMemSizeLocked(others, n, r.Addr, r.Length); err != nil {
+		return abi.RegMRReply{}, err
 	}
 	if err := v.chargeVM(vmCharge{mrs: 1}); err != nil {
 		return abi.RegMRReply{}, err
@@ -142,6 +136,47 @@ func (v *Context) RegMR(r *abi.RegMR) (abi.RegMRReply, error) {
 	v.mrHandles[m.handle] = m
 	v.mrs[v.keySlot(key)].Store(m)
 	return abi.RegMRReply{Handle: m.handle, LKey: m.key, RKey: m.key}, nil
+}
+
+// inGuest checks that [addr, addr+n) lies in the VM's guest memory.
+func (v *Context) inGuest(addr, n uint64) error {
+	if !sys.InBounds(addr, n, v.memSize) {
+		return abi.Errorf(abi.CodeInvalid, "addr", "region [0x%x, +%d) lies outside the VM's %d bytes of guest memory", addr, n, v.memSize)
+	}
+	return nil
+}
+
+// fitsMemSizeLocked checks that v's regions with [addr, addr+n) as one
+// more, and the regions of the VM's other processes (others bytes, in
+// procs processes: othersRegistered), stay within the VM's memSize.
+//
+// +checklocks:v.objMu
+func (v *Context) fitsMemSizeLocked(others uint64, procs int, addr, n uint64) error {
+	if procs == 0 {
+		return nil // v's own regions lie in its memory: inGuest
+	}
+	if mine := v.registeredLocked(addr, n); others+mine > v.memSize {
+		return abi.Errorf(abi.CodeLimit, "length",
+			"VM %q's memory regions would cover %d bytes of guest memory, over its memSize (%d bytes): the limit covers all %d of its workloads together (%d bytes in the others'); deregister regions or raise memSize",
+			v.name, others+mine, v.memSize, procs+1, others)
+	}
+	return nil
+}
+
+// othersRegistered is how much guest memory the regions of the VM's other
+// attached processes cover, and how many they are: the VM's memSize covers
+// the regions of all its processes. The caller holds procs.memMu, which
+// serialises the registrations of the VM so that two cannot both pass.
+func (v *Context) othersRegistered() (others uint64, n int) {
+	for _, o := range v.d.Attached(v.name) {
+		if o != v {
+			o.objMu.Lock()
+			others += o.registeredLocked(0, 0)
+			o.objMu.Unlock()
+			n++
+		}
+	}
+	return others, n
 }
 
 // registeredLocked is how much guest memory v's memory regions cover,
@@ -203,15 +238,21 @@ type CQ struct {
 	handle uint32
 	vm     *Context
 	ad     *Adapter
-	layout abi.CQLayout
-	ringFD sys.FD
-	ring   *sys.Mapping
 	event  *sys.Bell
 
-	mu     sync.Mutex // producer lock: completions come from several QPs' goroutines
-	tail   uint32     // +checklocks:mu
-	broken bool       // +checklocks:mu
-	refs   int        // QPs using it; guarded by vm.objMu
+	mu sync.Mutex // producer lock: completions come from several QPs' goroutines
+	// The ring: replaced by a resize, under mu (coreverbs.go).
+	layout abi.CQLayout // +checklocks:mu
+	ringFD sys.FD       // +checklocks:mu
+	ring   *sys.Mapping // +checklocks:mu
+	tail   uint32       // +checklocks:mu
+	broken bool         // +checklocks:mu
+	// onError, if set, is told once when the CQ breaks (overrun).
+	onError atomic.Pointer[func(why string)]
+	// gone: released (destroyed), no ring to resize.
+	// +checklocks:mu
+	gone bool
+	refs int // QPs using it; guarded by vm.objMu
 }
 
 // CreateCQ creates a completion queue and its ring.
@@ -261,17 +302,22 @@ func (v *Context) DestroyCQ(h uint32) error {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no CQ with handle %d", h)
 	}
 	v.memMu.Lock()
-	c.release()
+	l := c.release()
 	v.memMu.Unlock()
-	v.refundQueue(cqCharge(c.layout), c.layout.Size)
+	v.refundQueue(cqCharge(l), l.Size)
 	return nil
 }
 
-// release unmaps and closes the CQ. The caller holds vm.memMu.
-func (c *CQ) release() {
+// release unmaps and closes the CQ, and returns its ring's layout (what
+// to refund). The caller holds vm.memMu.
+func (c *CQ) release() abi.CQLayout {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gone = true
 	c.ring.Unmap()
 	c.ringFD.Close()
 	c.event.Close()
+	return c.layout
 }
 
 // tryPushRecv writes the completion of the receive WQE at rq's RQ head
@@ -283,20 +329,18 @@ func (c *CQ) release() {
 // receiver-not-ready) or broken.
 //
 // +checklocks:rq.rqMu
-func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
-	mem := c.ring.Bytes()
-	size := c.layout.Entries
+func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP, se bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	mem := c.ring.Bytes()
+	size := c.layout.Entries
 	if c.broken {
 		return false
 	}
 	head := abi.Word(mem, abi.OffCQHead).Load()
 	n, ok := abi.Pending(c.tail, head, size)
 	if !ok {
-		c.broken = true
-		c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
-			"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", size)
+		c.breakLocked(head)
 		return false
 	}
 	if n >= size {
@@ -304,9 +348,61 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP) bool {
 		return false
 	}
 	rq.consumeRecvLocked()
-	c.publishLocked(e)
+	c.publishLocked(e, se)
 	return true
 }
+
+// breakLocked marks the CQ broken: its consumer index head is no index of
+// its ring, or says it holds more than it can — an overrun, which hardware
+// reports as IBV_EVENT_CQ_ERR. Its completions are dropped from now on;
+// every QP completing into it moves to ERR and onError hears of it, on a
+// goroutine of their own (the caller holds the CQ's lock, and may hold a
+// QP's receive lock).
+//
+// +checklocks:c.mu
+func (c *CQ) breakLocked(head uint32) {
+	c.broken = true
+	why := fmt.Sprintf("CQ %d overran: its consumer index %d is not within its %d entries behind the agent's %d (the workload wrote garbage)",
+		c.handle, head, c.layout.Entries, c.tail)
+	c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped and its QPs moved to ERR",
+		"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", c.layout.Entries)
+	go c.fail(why)
+}
+
+// fail moves the QPs that complete into c to ERR, then tells onError.
+func (c *CQ) fail(why string) {
+	v := c.vm
+	v.objMu.Lock()
+	var qs []*QP
+	for _, q := range v.qps {
+		if q.sendCQ == c || q.recvCQ == c {
+			qs = append(qs, q)
+		}
+	}
+	v.objMu.Unlock()
+	for _, q := range qs {
+		q.MoveToErr(why)
+	}
+	if f := c.onError.Load(); f != nil {
+		(*f)(why)
+	}
+}
+
+// SetOnError sets the function told, once, when the CQ overruns (nil:
+// none).
+func (c *CQ) SetOnError(f func(why string)) {
+	if f == nil {
+		c.onError.Store(nil)
+		return
+	}
+	c.onError.Store(&f)
+}
+
+// Handle is the CQ's handle in its session.
+func (c *CQ) Handle() uint32 { return c.handle }
+
+// Adapter is the adapter the CQ was created on.
+func (c *CQ) Adapter() *Adapter { return c.ad }
 
 // consumeRecvLocked consumes the receive WQE q's message took: the one
 // at its RQ head, or the one it holds of its SRQ.
@@ -323,10 +419,13 @@ func (q *QP) consumeRecvLocked() {
 }
 
 // publishLocked writes e at the tail, which has room, and signals an armed
-// consumer. The caller holds mu.
+// consumer: one armed for every completion (abi.ArmAll), or one armed for
+// solicited completions only (abi.ArmSolicited) when se (the message
+// carried the solicited-event bit) or e is an error completion, as IBTA
+// and ibv_req_notify_cq(cq, 1) say. The caller holds mu.
 //
 // +checklocks:c.mu
-func (c *CQ) publishLocked(e *abi.CQE) {
+func (c *CQ) publishLocked(e *abi.CQE, se bool) {
 	mem := c.ring.Bytes()
 	size := c.layout.Entries
 	slot := mem[c.layout.Offset+abi.Slot(c.tail, size)*abi.CQESize:][:abi.CQESize]
@@ -334,8 +433,15 @@ func (c *CQ) publishLocked(e *abi.CQE) {
 	c.tail = abi.Next(c.tail, size)
 	abi.StoreFenced(abi.Word(mem, abi.OffCQTail), c.tail) // §6 pair 2: before armed's load
 	armed := abi.Word(mem, abi.OffCQArmed)
-	if armed.Load() != 0 && armed.CompareAndSwap(1, 0) {
-		c.event.Ring()
+	switch armed.Load() {
+	case abi.ArmAll:
+		if armed.CompareAndSwap(abi.ArmAll, 0) {
+			c.event.Ring()
+		}
+	case abi.ArmSolicited:
+		if (se || e.Status != abi.WCSuccess) && armed.CompareAndSwap(abi.ArmSolicited, 0) {
+			c.event.Ring()
+		}
 	}
 }
 
@@ -347,10 +453,10 @@ func (c *CQ) publishLocked(e *abi.CQE) {
 // was abandoned. The caller keeps the VM's mappings alive (holds memMu for
 // reading, or is that VM's own QP goroutine).
 func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
-	mem := c.ring.Bytes()
-	size := c.layout.Entries
 	for wait := time.Duration(0); ; {
 		c.mu.Lock()
+		mem := c.ring.Bytes()
+		size := c.layout.Entries
 		if c.broken {
 			c.mu.Unlock()
 			return false
@@ -359,14 +465,12 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 		tail := c.tail
 		n, ok := abi.Pending(tail, head, size)
 		if !ok {
-			c.broken = true
+			c.breakLocked(head)
 			c.mu.Unlock()
-			c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped",
-				"vm", c.vm.name, "cq", c.handle, "head", head, "tail", tail, "size", size)
 			return false
 		}
 		if n < size {
-			c.publishLocked(e)
+			c.publishLocked(e, false)
 			c.mu.Unlock()
 			return true
 		}
@@ -381,8 +485,10 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 	}
 }
 
-// Reply is the answer to the workload's create, with the descriptors of
-// the CQ's ring and event channel to pass along.
+// Reply is the answer to the workload's create or resize, with the
+// descriptors of the CQ's ring and event channel to pass along.
 func (c *CQ) Reply() (abi.CreateCQReply, []int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return abi.CreateCQReply{Handle: c.handle, Layout: c.layout}, []int{c.ringFD.Int(), c.event.PeerFD()}
 }

@@ -20,6 +20,12 @@ type QP struct {
 	// onLastWQE, if set, is told when the QP, on an SRQ, entered ERR and
 	// takes no more WQEs from it (srq.go).
 	onLastWQE atomic.Pointer[func()]
+	// onEvent, if set, is told of the QP's IBV_EVENT_COMM_EST and
+	// IBV_EVENT_SQ_DRAINED (abi.Event*), once per entry into RTR and SQD
+	// (commEstDue, drainedDue).
+	onEvent    atomic.Pointer[func(event int, why string)]
+	commEstDue atomic.Bool
+	drainedDue atomic.Bool
 
 	handle   uint32
 	qpn      uint32
@@ -92,6 +98,9 @@ type QP struct {
 	// sqUnpublished counts the WQEs completed since the head word was
 	// last stored (CompleteHead).
 	sqUnpublished uint32
+	// sqCompleted is the SQ head once the completions of the WQEs before
+	// it are in the send CQ: what a resize waits for (coreverbs.go).
+	sqCompleted atomic.Uint32
 
 	idle      asyncIdle // async mode: the tails the VM's poller watches
 	stop      atomic.Bool
@@ -488,8 +497,15 @@ func (q *QP) poke() {
 //
 // +checklocks:q.mu
 func (q *QP) setStateLocked(s abi.QPState) {
+	prev := q.attr.State
 	q.attr.State = s
 	q.state.Store(uint32(s))
+	switch {
+	case s == abi.QPSRTR && prev != abi.QPSRTR:
+		q.commEstDue.Store(true)
+	case s == abi.QPSSQD && prev != abi.QPSSQD:
+		q.drainedDue.Store(true)
+	}
 	if s == abi.QPSReset {
 		q.remoteQPN, q.remoteGID, q.pathInfo, q.errReason = 0, abi.GID{}, abi.PathInfo{}, ""
 		q.bound.Store(nil)
@@ -534,6 +550,37 @@ func (q *QP) toErr(why string) bool {
 	q.errReason = why
 	q.setStateLocked(abi.QPSErr)
 	return true
+}
+
+// SetOnEvent sets the function told of the QP's COMM_EST and SQ_DRAINED
+// events (abi.EventCommEst, abi.EventSQDrained), outside q's locks (nil:
+// none).
+func (q *QP) SetOnEvent(f func(event int, why string)) {
+	if f == nil {
+		q.onEvent.Store(nil)
+		return
+	}
+	q.onEvent.Store(&f)
+}
+
+// noteCommEst raises COMM_EST if q is in RTR and has not since it entered
+// it: its first message arrived (IBTA 11.6.3: a packet received in RTR).
+func (q *QP) noteCommEst() {
+	if q.State() == abi.QPSRTR && q.commEstDue.CompareAndSwap(true, false) {
+		if f := q.onEvent.Load(); f != nil {
+			(*f)(abi.EventCommEst, "the QP received its first message in RTR")
+		}
+	}
+}
+
+// noteDrained raises SQ_DRAINED once q, in SQD, has no send work in
+// flight, once per entry into SQD. The QP's goroutine calls it.
+func (q *QP) noteDrained() {
+	if q.State() == abi.QPSSQD && q.drainedDue.CompareAndSwap(true, false) {
+		if f := q.onEvent.Load(); f != nil {
+			(*f)(abi.EventSQDrained, "the send queue drained in SQD")
+		}
+	}
 }
 
 // SetOnFatal sets the function MoveToErr calls with why, outside q's lock

@@ -23,6 +23,10 @@ type Request struct {
 	Imm     uint32
 	Compare uint64 // compare, or the addend
 	Swap    uint64
+	// Solicited: the requester set the solicited-event bit (a SEND or a
+	// WRITE with immediate posted with IBV_SEND_SOLICITED); the receive
+	// completion wakes a CQ armed for solicited completions only.
+	Solicited bool
 }
 
 // Outcome is how a request ended at the responder, when not with a
@@ -202,13 +206,13 @@ func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outco
 	switch room, ok := m.resolveRecv(p); {
 	case !ok:
 		m.recv = false
-		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")          // ERR first, as in execOne
-		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN) // if the CQ is full, the flush completes it
+		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")                 // ERR first, as in execOne
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false) // if the CQ is full, the flush completes it
 		return OutDone, abi.WCRemOpErr, 0
 	case room < r.Total:
 		m.recv = false
 		p.MoveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", r.Total, room))
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.SrcQPN)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false)
 		return OutDone, abi.WCRemInvReqErr, 0
 	}
 	return OutDone, abi.WCSuccess, 0
@@ -313,7 +317,7 @@ func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 	if r.Op == abi.OpRDMAWriteWithImm {
 		op, withImm = abi.WCRecvRDMAWithImm, true
 	}
-	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.Total), r.Imm, withImm, r.SrcQPN) {
+	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.Total), r.Imm, withImm, r.SrcQPN, r.Solicited) {
 		p.ctr.RNRSent.Add(1)
 		return OutRNR, 0
 	}
@@ -413,7 +417,7 @@ func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
 	}
 	m.recv = false
 	p.MoveToErr(fmt.Sprintf("a message of at least %d bytes does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
-	p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, m.r.SrcQPN)
+	p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, m.r.SrcQPN, false)
 	return abi.WCRemInvReqErr
 }
 
@@ -474,6 +478,10 @@ func (p *QP) Fill(m *Message, off, n uint64, f Filler) (written int, ok bool, er
 	return written, true, err
 }
 
+// SetSolicited records the solicited-event bit of a message's last
+// packet, where a responder that takes a message in packets learns it.
+func (m *Message) SetSolicited(se bool) { m.r.Solicited = se }
+
 // SetImm makes a SEND's message one with immediate data imm: a responder
 // that learns it from the message's last packet.
 func (m *Message) SetImm(imm uint32) {
@@ -513,6 +521,7 @@ func (p *QP) Admit(b Binding) bool {
 		p.Release()
 		return false
 	}
+	p.noteCommEst()
 	return true
 }
 

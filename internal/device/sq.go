@@ -108,6 +108,7 @@ func (q *QP) CompleteHead(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 		q.PublishHead()
 	}
 	q.completeSend(w, st, n)
+	q.sqCompleted.Store(q.sqHead)
 }
 
 // PublishHead stores the SQ head the agent has reached in the ring, if it

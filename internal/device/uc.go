@@ -130,7 +130,7 @@ func (p *QP) takeRecvUC(m *Message, data bool, rqHeld bool) (Outcome, abi.WCStat
 	case !ok:
 		m.recv = false
 		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")
-		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN)
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false)
 		return OutDone, abi.WCRemOpErr, 0
 	case room < r.Total:
 		m.Abandon()

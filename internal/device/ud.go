@@ -36,6 +36,7 @@ type Datagram struct {
 	QKey           uint32
 	Imm            uint32
 	WithImm        bool
+	Solicited      bool // the solicited-event bit (IBV_SEND_SOLICITED)
 	TrafficClass   uint8
 	HopLimit       uint8
 	FlowLabel      uint32
@@ -320,7 +321,7 @@ func (u *udSender) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 		return abi.WCSuccess, 0 // the datagram does not leave: lost, as UD may lose it
 	}
 	u.dg = Datagram{SrcQPN: q.qpn, DstQPN: dqpn, SGID: q.ad.gid, DGID: a.attr.DGID, QKey: qkey, Imm: w.Imm,
-		WithImm: w.Opcode == abi.OpSendWithImm, TrafficClass: a.attr.TrafficClass, HopLimit: a.attr.HopLimit,
+		WithImm: w.Opcode == abi.OpSendWithImm, Solicited: w.Flags&abi.SendSolicited != 0, TrafficClass: a.attr.TrafficClass, HopLimit: a.attr.HopLimit,
 		FlowLabel: a.attr.FlowLabel, Payload: u.segs[:l.NSeg], Len: uint32(l.Total)}
 	a.path.SendDatagram(&u.dg)
 	u.dg.Payload = nil
@@ -395,7 +396,7 @@ func (d *Device) deliverDatagram(dg *Datagram, via Via) bool {
 		q.ctr.Recvs.Add(1)
 		q.ctr.RecvBytes.Add(uint64(dg.Len))
 	}
-	if !q.recvCQ.tryPushRecv(&e, q) {
+	if !q.recvCQ.tryPushRecv(&e, q, dg.Solicited) {
 		q.ctr.Dropped.Add(1) // the receive CQ is full: the datagram is lost, the receive stays posted
 		return false
 	}

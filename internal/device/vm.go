@@ -656,8 +656,8 @@ func (v *Context) Teardown() {
 	v.dead = true
 	v.objMu.Lock()
 	for _, c := range v.cqs {
-		c.release()
-		v.refundQueue(cqCharge(c.layout), c.layout.Size)
+		l := c.release()
+		v.refundQueue(cqCharge(l), l.Size)
 	}
 	for _, s := range v.srqs {
 		s.release()

@@ -140,7 +140,8 @@ func (s Status) String() string {
 //	56  4    imm (WRITE_IMM, SEND_IMM) or length (READ)
 //	60  1    status (responses)
 //	61  1    RNR timer (RNR responses)
-//	62  2    reserved, zero
+//	62  1    flags: FlagSolicited (SEND, SEND_IMM, WRITE_IMM, their UC frames, datagrams); other bits zero
+//	63  1    reserved, zero
 type Header struct {
 	Version    uint8
 	Type       Type
@@ -156,6 +157,35 @@ type Header struct {
 	ImmOrLen   uint32
 	Status     Status
 	RNRTimer   uint8
+	Flags      Flags
+}
+
+// Flags are a request frame's flag bits (byte 62).
+type Flags uint8
+
+// FlagSolicited is the solicited-event bit of IBTA's BTH (SE): the
+// message's receive completion wakes a CQ armed for solicited completions
+// only. Only the frames whose message consumes a receive carry it.
+const FlagSolicited Flags = 1 << 0
+
+// SolicitedOf is the flags of a frame whose message consumes a receive
+// (event) and was posted with the solicited bit (se): FlagSolicited when
+// both hold.
+func SolicitedOf(event, se bool) Flags {
+	if event && se {
+		return FlagSolicited
+	}
+	return 0
+}
+
+// carriesEvent reports whether a frame of type t may carry FlagSolicited:
+// one whose message consumes a receive.
+func (t Type) carriesEvent() bool {
+	switch t {
+	case Send, SendImm, WriteImm, UCSend, UCSendImm, UCWriteImm, UDSend, UDSendImm:
+		return true
+	}
+	return false
 }
 
 // Put encodes h into b[:HeaderLen], with the magic.
@@ -177,7 +207,7 @@ func (h *Header) Put(b []byte) {
 	be.PutUint32(b[56:], h.ImmOrLen)
 	b[60] = byte(h.Status)
 	b[61] = h.RNRTimer
-	b[62], b[63] = 0, 0
+	b[62], b[63] = byte(h.Flags), 0
 }
 
 // Error is a frame the decoder refuses: the connection that carried it
@@ -215,15 +245,19 @@ func Decode(b []byte, ver uint8, h *Header) error {
 		ImmOrLen:   be.Uint32(b[56:]),
 		Status:     Status(b[60]),
 		RNRTimer:   b[61],
+		Flags:      Flags(b[62]),
 	}
 	if h.Version != ver {
 		return errorf("version %d on a connection that agreed on version %d", h.Version, ver)
 	}
-	if b[62] != 0 || b[63] != 0 {
-		return errorf("reserved bytes 0x%02x%02x are not zero", b[62], b[63])
+	if b[63] != 0 {
+		return errorf("reserved byte 0x%02x is not zero", b[63])
 	}
 	if !h.Type.Known() {
 		return errorf("unknown frame type %d", uint8(h.Type))
+	}
+	if h.Flags&^FlagSolicited != 0 || h.Flags != 0 && !h.Type.carriesEvent() {
+		return errorf("%s: flags 0x%02x: only a SEND's, a WRITE with immediate's or a datagram's frame carries a flag, the solicited bit (1)", h.Type, uint8(h.Flags))
 	}
 	if h.PSN > 0xffffff {
 		return errorf("%s: PSN 0x%x wider than 24 bits", h.Type, h.PSN)

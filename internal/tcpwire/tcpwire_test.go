@@ -148,6 +148,15 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%s: Decode with trailing bytes: %+v, %v", c.name, got, err)
 		}
 	}
+	// The solicited bit on every frame type that may carry it.
+	for _, ty := range []tcpwire.Type{tcpwire.Send, tcpwire.SendImm, tcpwire.WriteImm, tcpwire.UCSend, tcpwire.UCSendImm, tcpwire.UCWriteImm, tcpwire.UDSend, tcpwire.UDSendImm} {
+		h := validHeader(ty)
+		h.Flags = tcpwire.FlagSolicited
+		var got tcpwire.Header
+		if err := tcpwire.Decode(encode(&h), tcpwire.Version, &got); err != nil || got != h {
+			t.Errorf("solicited %s: %+v, %v", ty, got, err)
+		}
+	}
 	// Every status on both response types.
 	for _, s := range allStatuses {
 		for _, ty := range []tcpwire.Type{tcpwire.Ack, tcpwire.ReadResp} {
@@ -234,7 +243,7 @@ func TestVectors(t *testing.T) {
 func TestLayout(t *testing.T) {
 	h := tcpwire.Header{Version: 0xa1, Type: 0xa2, PayloadLen: 0xb1b2b3b4, Tag: 0xc1c2c3c4c5c6c7c8, DstQPN: 0xd1d2d3d4,
 		SrcQPN: 0xe1e2e3e4, PSN: 0xf1f2f3f4, RKey: 0x91929394, RemoteAddr: 0x8182838485868788, Compare: 0x7172737475767778,
-		Swap: 0x6162636465666768, ImmOrLen: 0x51525354, Status: 0x41, RNRTimer: 0x31}
+		Swap: 0x6162636465666768, ImmOrLen: 0x51525354, Status: 0x41, RNRTimer: 0x31, Flags: 0x21}
 	b := make([]byte, tcpwire.HeaderLen)
 	for i := range b {
 		b[i] = 0xee // Put must write every byte
@@ -249,7 +258,7 @@ func TestLayout(t *testing.T) {
 		{"tag", 8, "c1c2c3c4c5c6c7c8"}, {"dst QPN", 16, "d1d2d3d4"}, {"src QPN", 20, "e1e2e3e4"}, {"PSN", 24, "f1f2f3f4"},
 		{"rkey", 28, "91929394"}, {"remote address", 32, "8182838485868788"}, {"compare", 40, "7172737475767778"},
 		{"swap", 48, "6162636465666768"}, {"imm/length", 56, "51525354"}, {"status", 60, "41"}, {"RNR timer", 61, "31"},
-		{"reserved", 62, "0000"},
+		{"flags", 62, "21"}, {"reserved", 63, "00"},
 	}
 	end := 0
 	for _, f := range fields {
@@ -298,8 +307,11 @@ func TestDecodeRefuses(t *testing.T) {
 		{"version 3 on a version 2 connection", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Version = 3 }), "version 3 on a connection that agreed on version 2"},
 		{"version 0", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Version = 0 }), "version 0 on a connection"},
 		{"version 2 on a version 1 connection", tcpwire.Write, 1, hdr(func(*tcpwire.Header) {}), "version 2 on a connection that agreed on version 1"},
-		{"reserved byte 62", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "reserved bytes 0x0100 are not zero"},
-		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved bytes 0x0080 are not zero"},
+		{"solicited WRITE", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "WRITE: flags 0x01: only a SEND's"},
+		{"solicited READ", tcpwire.Read, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "READ: flags 0x01"},
+		{"solicited ACK", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "ACK: flags 0x01"},
+		{"unknown flag", tcpwire.Send, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 3; return b }, "SEND: flags 0x03"},
+		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved byte 0x80 is not zero"},
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},
 		{"type 23", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 23 }), "unknown frame type 23"},

@@ -61,6 +61,8 @@ func TestVerbsABIPyverbs(t *testing.T) {
 		"test_create_ah", "test_create_ah_roce", "test_destroy_ah", "test_cq_events_ud", "test_ud_traffic_cq_ex",
 		"test_create_ud_qp_no_attr", "test_create_ud_qp_with_attr", "test_query_data_in_order", "test_qp_ex_ud_send",
 		"test_qp_ex_ud_send_imm", "test_qp_ex_ud_zero_size", "test_ro_ud_traffic",
+		// ibv_resize_cq and ibv_rereg_mr's translation, PD and access.
+		"test_resize_cq", "test_mr_rereg_access", "test_mr_rereg_access_bad_flow", "test_mr_rereg_pd", "test_mr_rereg_addr",
 	} {
 		// A test with a docstring prints it on a line of its own, before the result.
 		if !regexp.MustCompile(`(?m)^` + name + ` \(.*\)(\n[^\n]*)? \.\.\. ok$`).MatchString(out) {

@@ -23,6 +23,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "poll.h"
 #include "qp.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
@@ -34,18 +35,6 @@ static int readable(int fd, int ms)
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 
 	return poll(&p, 1, ms) == 1 && (p.revents & POLLIN);
-}
-
-/* poll_one waits for one completion of cq into wc; 0 if none came. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n)
-			return n == 1;
-	}
-	return 0;
 }
 
 /* next_event reads the next async event of ctx within ms; 0 if none. */

@@ -23,20 +23,9 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "poll.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)
-
-/* poll_one waits for one completion of cq into wc; 0 if none came. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n)
-			return n == 1;
-	}
-	return 0;
-}
 
 /* none_within reports whether cq yields no completion in about 100 ms. */
 static int none_within(struct ibv_cq *cq)

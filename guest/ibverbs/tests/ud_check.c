@@ -24,21 +24,10 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "poll.h"
 
 #define QKEY 0x11111111u
 #define SLOT (40 + 4096)
-
-/* poll_one waits for one completion of cq into wc; 0 if none came. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	for (long i = 0; i < 200000000; i++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-
-		if (n)
-			return n == 1;
-	}
-	return 0;
-}
 
 /* poll_pair waits for a send's and a receive's completions, in whichever
  * order they come (on one host the receive completes first); 0 if not. */

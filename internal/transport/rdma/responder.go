@@ -256,6 +256,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 		}
 		q.Write(m, r.off, pkt.Payload)
 	}
+	m.SetSolicited(pkt.BTH.Solicited())
 	out, _ := q.End(m)
 	switch out {
 	case device.OutRNR: // the receive CQ is full: the requester sends the last packet again

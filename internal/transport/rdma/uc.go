@@ -106,6 +106,7 @@ func (r *responder) serveUC(at *device.RCAttrs, pkt *rocewire.Packet) {
 		}
 	}
 	r.inMsg = false
+	m.SetSolicited(pkt.BTH.Solicited())
 	if out, _ := q.End(m); out != device.OutDone {
 		ctr.Dropped.Add(1) // the receive CQ is full, or the receive went: dropped
 	}

@@ -68,7 +68,7 @@ func (p *dgramPath) SendDatagram(d *device.Datagram) {
 		n += rocewire.ImmDtLen
 	}
 	size := SourceGIDLen + int(d.Len)
-	rocewire.BTH(p.hdr[:]).Encode(&rocewire.BTHFields{Opcode: op, PadCount: rocewire.PadCount(size), PKey: rocewire.DefaultPKey,
+	rocewire.BTH(p.hdr[:]).Encode(&rocewire.BTHFields{Opcode: op, Solicited: d.Solicited, PadCount: rocewire.PadCount(size), PKey: rocewire.DefaultPKey,
 		DestQP: d.DstQPN, PSN: p.psn})
 	p.psn = (p.psn + 1) & rocewire.PSNMask
 	rocewire.DETH(p.hdr[rocewire.BTHLen:]).Encode(d.QKey, d.SrcQPN)
@@ -91,7 +91,7 @@ func (e *Engine) udPacket(pkt *rocewire.Packet, src netip.Addr) {
 	}
 	msg := pkt.Payload[SourceGIDLen:]
 	d := device.Datagram{SrcQPN: pkt.DETH.SrcQP(), DstQPN: pkt.BTH.DestQP(), SGID: abi.GID(pkt.Payload[:SourceGIDLen]),
-		QKey: pkt.DETH.QKey(), Payload: [][]byte{msg}, Len: uint32(len(msg))}
+		QKey: pkt.DETH.QKey(), Solicited: pkt.BTH.Solicited(), Payload: [][]byte{msg}, Len: uint32(len(msg))}
 	if pkt.ImmDt != nil {
 		d.Imm, d.WithImm = pkt.ImmDt.Imm(), true
 	}

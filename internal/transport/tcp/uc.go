@@ -30,7 +30,7 @@ func (t *tcpPath) sendUC(c *hostlink.Conn, e *requester.Entry, at *device.RCAttr
 	s := &t.slots[e.Index]
 	h := &t.treq
 	*h = tcpwire.Header{Version: c.Version(), Type: ucTypes[wq.Opcode], DstQPN: at.RemoteQPN, SrcQPN: t.q.QPN(), PSN: e.PSN, RKey: wq.RKey,
-		RemoteAddr: wq.RemoteAddr, PayloadLen: uint32(e.Total)}
+		RemoteAddr: wq.RemoteAddr, PayloadLen: uint32(e.Total), Flags: tcpwire.SolicitedOf(wq.Opcode.CarriesEvent(), wq.Flags&abi.SendSolicited != 0)}
 	if wq.Opcode == abi.OpSendWithImm || wq.Opcode == abi.OpRDMAWriteWithImm {
 		h.ImmOrLen = wq.Imm
 	}
@@ -93,7 +93,8 @@ func (rp *responder) executeUC(h *tcpwire.Header, sp *sockPayload) error {
 	}
 	rs.seq.Resume(h.PSN)
 	r := &rp.req
-	*r = device.Request{Op: ucOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Total: uint64(h.PayloadLen)}
+	*r = device.Request{Op: ucOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Total: uint64(h.PayloadLen),
+		Solicited: h.Flags&tcpwire.FlagSolicited != 0}
 	if h.Type == tcpwire.UCWriteImm || h.Type == tcpwire.UCSendImm {
 		r.Imm = h.ImmOrLen
 	}

@@ -43,7 +43,7 @@ func (p *dgramPath) SendDatagram(d *device.Datagram) {
 		t = tcpwire.UDSendImm
 	}
 	p.h = tcpwire.Header{Type: t, PayloadLen: tcpwire.DatagramPrefix + d.Len, DstQPN: d.DstQPN, SrcQPN: d.SrcQPN,
-		RKey: d.QKey, ImmOrLen: d.Imm, RemoteAddr: tcpwire.DatagramRoute(d.TrafficClass, d.HopLimit, d.FlowLabel)}
+		RKey: d.QKey, ImmOrLen: d.Imm, RemoteAddr: tcpwire.DatagramRoute(d.TrafficClass, d.HopLimit, d.FlowLabel), Flags: tcpwire.SolicitedOf(true, d.Solicited)}
 	tcpwire.PutDatagramPrefix(p.prefix[:], d.SGID, d.DGID)
 	p.iov[0] = p.prefix[:]
 	n := copy(p.iov[1:], d.Payload)
@@ -60,7 +60,7 @@ func DatagramReceiver(sink device.DatagramSink) func(fromHost string, h *tcpwire
 		tc, hop, fl := tcpwire.SplitDatagramRoute(h.RemoteAddr)
 		msg := payload[tcpwire.DatagramPrefix:]
 		d := device.Datagram{SrcQPN: h.SrcQPN & 0xffffff, DstQPN: h.DstQPN & 0xffffff, SGID: sgid, DGID: dgid, QKey: h.RKey,
-			Imm: h.ImmOrLen, WithImm: h.Type == tcpwire.UDSendImm, TrafficClass: tc, HopLimit: hop, FlowLabel: fl,
+			Imm: h.ImmOrLen, WithImm: h.Type == tcpwire.UDSendImm, Solicited: h.Flags&tcpwire.FlagSolicited != 0, TrafficClass: tc, HopLimit: hop, FlowLabel: fl,
 			Payload: [][]byte{msg}, Len: uint32(len(msg))}
 		sink.DeliverDatagram(&d, device.Via{Path: abi.PathTCP, Host: fromHost})
 	}
