@@ -15,11 +15,19 @@ func init() {
 // cq, and the library's own CQ head, for a report of a stall.
 func ringWords(q *QP, cq *CQ) string {
 	m := q.ring.Bytes()
-	w := func(b []byte, off int) uint32 { return abi.Word(b, off).Load() }
+	c, head := cq.ringAndHead()
+	return fmt.Sprintf("QP 0x%x: SQ tail %d, agent head %d, doorbell flag %d; RQ tail %d, agent head %d; state %d. CQ: agent tail %d, head word %d, library head %d, armed %d",
+		q.qpn, word(m, abi.OffSQTail), word(m, abi.OffSQHead), word(m, abi.OffSQDoorbell), word(m, abi.OffRQTail), word(m, abi.OffRQHead), word(m, abi.OffQPState),
+		word(c, abi.OffCQTail), word(c, abi.OffCQHead), head, word(c, abi.OffCQArmed))
+}
+
+// ringAndHead returns cq's ring (which Resize replaces) and the library's
+// head.
+func (cq *CQ) ringAndHead() ([]byte, uint32) {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	c, head := cq.ring.Bytes(), cq.head
-	return fmt.Sprintf("QP 0x%x: SQ tail %d, agent head %d, doorbell flag %d; RQ tail %d, agent head %d; state %d. CQ: agent tail %d, head word %d, library head %d, armed %d",
-		q.qpn, w(m, abi.OffSQTail), w(m, abi.OffSQHead), w(m, abi.OffSQDoorbell), w(m, abi.OffRQTail), w(m, abi.OffRQHead), w(m, abi.OffQPState),
-		w(c, abi.OffCQTail), w(c, abi.OffCQHead), head, w(c, abi.OffCQArmed))
+	return cq.ring.Bytes(), cq.head
 }
+
+// word loads the shared word at off of b.
+func word(b []byte, off int) uint32 { return abi.Word(b, off).Load() }

@@ -92,8 +92,9 @@ type CQ struct {
 	handle uint32
 	ev     *sys.Bell
 
+	// Resize replaces the ring and its layout.
 	mu     sync.Mutex
-	layout abi.CQLayout // +checklocks:mu; Resize replaces the ring
+	layout abi.CQLayout // +checklocks:mu
 	ring   *sys.Mapping // +checklocks:mu
 	head   uint32       // +checklocks:mu
 	cqe    abi.CQE

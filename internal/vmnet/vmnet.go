@@ -155,7 +155,7 @@ func (n *Net) Namespace(vm string) (string, bool) {
 // to its port group's bridge (made, with its tunnel, if this is the port
 // group's first VM on the host), and returns the namespace's name. On
 // failure nothing of it is left.
-func (n *Net) AddVM(vm string, ads []Adapter) (ns string, err error) {
+func (n *Net) AddVM(vm string, ads []Adapter) (string, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
@@ -165,22 +165,31 @@ func (n *Net) AddVM(vm string, ads []Adapter) (ns string, err error) {
 		return "", fmt.Errorf("VM %s has a namespace already", vm)
 	}
 	s := &vmState{ns: n.nsName + vm}
-	defer func() {
-		if err != nil {
-			n.removeLocked(s)
-		}
-	}()
+	if err := n.makeVMLocked(s, vm, ads); err != nil {
+		n.removeLocked(s)
+		return "", err
+	}
+	n.vms[vm] = s
+	n.log.Info("VM network namespace made", "vm", vm, "netns", s.ns, "adapters", len(ads))
+	return s.ns, nil
+}
+
+// makeVMLocked makes s, VM vm's namespace, with its interfaces; what it
+// made is in s, for removeLocked to undo on a failure.
+//
+// +checklocks:n.mu
+func (n *Net) makeVMLocked(s *vmState, vm string, ads []Adapter) error {
 	if err := newNamed(s.ns); err != nil {
-		return "", fmt.Errorf("VM %s: make network namespace %s: %w", vm, s.ns, err)
+		return fmt.Errorf("VM %s: make network namespace %s: %w", vm, s.ns, err)
 	}
 	h, err := netns.GetFromName(s.ns)
 	if err != nil {
-		return "", fmt.Errorf("VM %s: open network namespace %s: %w", vm, s.ns, err)
+		return fmt.Errorf("VM %s: open network namespace %s: %w", vm, s.ns, err)
 	}
 	defer h.Close()
 	in, err := netlink.NewHandleAt(h)
 	if err != nil {
-		return "", fmt.Errorf("VM %s: netlink in namespace %s: %w", vm, s.ns, err)
+		return fmt.Errorf("VM %s: netlink in namespace %s: %w", vm, s.ns, err)
 	}
 	defer in.Close()
 	lo, err := in.LinkByName("lo")
@@ -188,22 +197,20 @@ func (n *Net) AddVM(vm string, ads []Adapter) (ns string, err error) {
 		err = in.LinkSetUp(lo)
 	}
 	if err != nil {
-		return "", fmt.Errorf("VM %s: set lo up in %s: %w", vm, s.ns, err)
+		return fmt.Errorf("VM %s: set lo up in %s: %w", vm, s.ns, err)
 	}
 	for _, ad := range ads {
 		g, err := n.groupLocked(ad.Group)
 		if err != nil {
-			return "", fmt.Errorf("VM %s, adapter %s: %w", vm, ad.Name, err)
+			return fmt.Errorf("VM %s, adapter %s: %w", vm, ad.Name, err)
 		}
 		s.vnis = append(s.vnis, ad.Group.VNI)
 		g.users++
 		if err := n.addInterfaceLocked(s, h, in, g, ad); err != nil {
-			return "", fmt.Errorf("VM %s, adapter %s: %w", vm, ad.Name, err)
+			return fmt.Errorf("VM %s, adapter %s: %w", vm, ad.Name, err)
 		}
 	}
-	n.vms[vm] = s
-	n.log.Info("VM network namespace made", "vm", vm, "netns", s.ns, "adapters", len(ads))
-	return s.ns, nil
+	return nil
 }
 
 // addInterfaceLocked makes adapter ad's veth: its host end a port of
