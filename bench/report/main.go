@@ -1,5 +1,5 @@
 // Command report writes docs/BENCHMARKS.md from the raw results bench/run
-// collected: issue 14's target table computed from the run's figures,
+// collected: the table of targets against the peers computed from the run's figures,
 // vrdma beside its peers on each path, UCX over vrdma's rc_verbs beside
 // UCX's tcp and posix, the rdma path beside the tcp path
 // between two host agents, the bandwidth chart (drawn with gnuplot into

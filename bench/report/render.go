@@ -27,7 +27,7 @@ type row struct {
 
 // rows are the per-path tables' lines: the eight tests at perftest's
 // default sizes (64 KiB for bandwidth, 2 B for latency, 8 B for atomics),
-// and the sizes issue 14 asks for.
+// and the sizes the targets against the peers name.
 var rows = []row{
 	{"write_bw", 4096, BW, ""},
 	{"write_bw", 65536, BW, "ib_write_bw"},
@@ -75,9 +75,9 @@ func (w *writer) f(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 func (w *writer) l(s ...string)             { w.WriteString(strings.Join(s, "") + "\n") }
 
 // Render writes the document: what it is and the command that made it,
-// issue 14's target table, a table per path, the C drop-in beside the Go
-// library (issue 11's targets), UCX over vrdma's rc_verbs beside UCX's own
-// tcp and posix (issue 32's), the rdma path beside the tcp path between
+// the targets against the peers, a table per path, the C drop-in beside the
+// Go library (with its targets), UCX over vrdma's rc_verbs beside UCX's own
+// tcp and posix, the rdma path beside the tcp path between
 // two host agents, the chart, modes, scale, what
 // bounds the misses (from analysisDir's hand-kept files), the commands and
 // the peers' raw output.
@@ -150,7 +150,7 @@ func renderHead(w *writer, d *Data) {
 }
 
 func renderTargets(w *writer, outcomes []Outcome) {
-	w.l("## Issue 14's targets")
+	w.l("## Targets: vrdma against its peers")
 	w.l()
 	w.l("| figure | vrdma | peer | ratio | target | result |")
 	w.l("|---|---|---|---|---|---|")
@@ -235,7 +235,7 @@ func renderPath(w *writer, d *Data, path string) {
 	}
 }
 
-// renderRDMATargets is issue 10's targets, from the rounds of vrdmactl perf
+// renderRDMATargets is the rdma path's targets, from the rounds of vrdmactl perf
 // --local: the rdma path's 1 MiB write bandwidth at least 2 GB/s and at
 // least the tcp path's, its 8 B write latency at most the tcp path's.
 func renderRDMATargets(w *writer, d *Data) {
@@ -243,7 +243,7 @@ func renderRDMATargets(w *writer, d *Data) {
 	tcpBW := d.goRounds(key("tcp", "write_bw", MiB), BW)
 	lat := d.goRounds(key("rdma", "write_lat", 8), Lat)
 	tcpLat := d.goRounds(key("tcp", "write_lat", 8), Lat)
-	w.l("Issue 10's targets, from the same rounds (rdma / tcp is the ratio of the medians, the per-round",
+	w.l("The rdma path's targets against the tcp path, from the same rounds (rdma / tcp is the ratio of the medians, the per-round",
 		" ratios in brackets):")
 	w.l()
 	w.l("| target | rdma | tcp | rdma / tcp | result |")
@@ -265,14 +265,14 @@ func renderRDMATargets(w *writer, d *Data) {
 	w.l()
 }
 
-// renderDropin is issue 11's targets: perftest on the C drop-in against the
+// renderDropin is the drop-in's targets: perftest on the C drop-in against the
 // Go library running the same test between the same two VMs in the same
-// round, both in two processes. Issue 11 sets them for memcpy and tcp; the
+// round, both in two processes. The targets are set for memcpy and tcp; the
 // rdma path's lines are there for the record.
 func renderDropin(w *writer, d *Data) {
 	w.l("## The C drop-in beside the Go library")
 	w.l()
-	w.l("Issue 11's targets: unmodified perftest on the drop-in libibverbs against the Go library (`vrdmactl perf`",
+	w.l("The drop-in's targets: unmodified perftest on the drop-in libibverbs against the Go library (`vrdmactl perf`",
 		" as server and client) running the same test between the same two VMs, one right after the other in each",
 		" round: memcpy between vmA and vmB of a standalone agent, tcp between vm1 and vm3, rdma between vm4 and",
 		" vm5 of `vrdmactl quickstart --keep`. Both run in two processes, one per VM; the Go library's figures in",
@@ -296,7 +296,7 @@ func renderDropin(w *writer, d *Data) {
 			cell, st := compare(c, g, goal, atLeast)
 			target, res := fmt.Sprintf("%s %.1f", sign, goal), st.String()
 			if path == "rdma" {
-				target, res = "—", "— (not one of issue 11's)"
+				target, res = "—", "— (no target on this path)"
 			}
 			w.f("| %s | `%s` %s, %s | %s | %s | %s | %s | %s |\n", path, r.Drop, sizeName(r.Size), r.Metric.Unit(),
 				values(c), values(g), cell, target, res)
@@ -343,14 +343,14 @@ func (d *Data) ucxRounds(path, test string, size int, m Metric) map[int]float64 
 	return out
 }
 
-// renderUCX is issue 32's benchmark: unmodified ucx_perftest on UCP over
+// renderUCX is the UCX benchmark: unmodified ucx_perftest on UCP over
 // vrdma's rc_verbs between two VMs of each path, beside the same test over
 // UCX's own tcp and posix transports on the host (bench/peers.sh), in the same
 // rounds; a table per test, and what failed.
 func renderUCX(w *writer, d *Data) {
 	w.l("## UCX over vrdma's rc_verbs beside UCX's tcp and posix")
 	w.l()
-	w.l("Issue 32's benchmark: unmodified `ucx_perftest` (Debian's UCX) on UCP with",
+	w.l("Unmodified `ucx_perftest` (Debian's UCX) on UCP with",
 		" `UCX_TLS=rc_verbs,ud_verbs:aux` (UCP wires its `rc_verbs` endpoint up through `ud_verbs`), server and",
 		" client each a workload of a VM through `vrdmactl exec` on the drop-in, between the same VMs as perftest",
 		" above (256 MiB of guest memory each), UCX's log naming `rc_verbs` on `vrdma0:1` as the operation's lane;",

@@ -391,7 +391,7 @@ func TestTargetMetAndMissed(t *testing.T) {
 	}
 }
 
-// TestRenderUCX: issue 32's section over two rounds, with a failed run and a
+// TestRenderUCX: the UCX section over two rounds, with a failed run and a
 // failed peer: each test's table has every path, vrdma's median and range,
 // the peers' figures of the same rounds and the ratios of the medians with
 // the per-round ranges; what failed is listed, and nothing else.
@@ -462,13 +462,13 @@ func TestRenderFixture(t *testing.T) {
 		"# Benchmarks",
 		"bench/run --quick --profile",
 		"AMD EPYC, 2 vCPUs",
-		"## Issue 14's targets",
+		"## Targets: vrdma against its peers",
 		"| tcp path, 1 MiB write bandwidth | 2,681 MiB/s | UCX tcp `tag_bw` 4,832 MiB/s | 0.55 | ≥ 1.0 | **[missed](#tcp-path-1-mib-write-bandwidth)** |",
 		"| memcpy doorbell, 8 B write latency | 5.66 µs | sockperf UDP 14 B 13.7 µs | 0.41 | ≤ 1.0 | met |",
 		"| memcpy async, 8 B write latency | 11.8 µs | UCX shm `ucp_put_lat` (far) 0.265 µs | 44 | ≤ 5 |",
 		"![Bandwidth against message size", "](benchmarks-bw.png)",
 		"### tcp path, 1 MiB write bandwidth",
-		"[the tcp path (issue 4)](PERF-LOG.md#the-tcp-path-issue-4)", // the analysis file, links made relative to docs
+		"](PERF-LOG.md#the-tcp-path", // the analysis file, links made relative to docs
 		"19.49%  vrdmad           [kernel.kallsyms]                    [k] pvm_irq_enable",
 		"iperf3, one stream, 22.2 Gbit/s = 2,644 MiB/s",
 		"| 16 | 128 | 9,493 |",
@@ -479,17 +479,17 @@ func TestRenderFixture(t *testing.T) {
 		"| `write_bw` 64 KiB, MiB/s | 2,718 | 2,686 | 0.99 | 1,358 | 2,531 | 1.86 | 1,415 |",
 		"| `write_lat` 8 B, typical, µs | 56.5 | 34.9 | 0.62 | 82.8 | 35.0 | 0.42 | 35.8 |",
 		"| `send_bw` 8 B, Mpps | 0.224 | 0.334 | 1.49 | 0.208 | 0.299 | 1.44 | 0.127 |",
-		"Issue 10's targets, from the same rounds",
+		"The rdma path's targets against the tcp path, from the same rounds",
 		"| 1 MiB write bandwidth ≥ 2 GB/s | 3,100 MiB/s = 3.25 GB/s | | | met |",
 		"| 1 MiB write bandwidth ≥ the tcp path's | 3,100 MiB/s | 2,681 MiB/s | 1.16 | met |",
 		"| 8 B write latency ≤ the tcp path's | 36.2 µs | 49.7 µs | 0.73 | met |",
-		// issue 11's: perftest against the Go library between the same VMs
+		// the drop-in's: perftest against the Go library between the same VMs
 		"## The C drop-in beside the Go library",
 		"| memcpy | `ib_write_bw` 64 KiB, MiB/s | 20,439 | 20,715 | 0.99 | ≥ 0.9 | met |",
 		"| memcpy | `ib_write_lat` 8 B, µs | 7.17 | 21.8 | 0.33 | ≤ 1.1 | met |",
 		"| tcp | `ib_send_bw` 8 B, Mpps | 0.14 | not measured | — | ≥ 0.9 | not measured |",
-		"| rdma | `ib_write_bw` 1 MiB, MiB/s | not measured | not measured | — | — | — (not one of issue 11's) |",
-		// issue 32's: UCX over vrdma's rc_verbs beside UCX's tcp and posix
+		"| rdma | `ib_write_bw` 1 MiB, MiB/s | not measured | not measured | — | — | — (no target on this path) |",
+		// UCX over vrdma's rc_verbs beside UCX's tcp and posix
 		"## UCX over vrdma's rc_verbs beside UCX's tcp and posix",
 		"Machine: AMD EPYC, 2 vCPUs, `ucx-utils` 1.13.1-1.",
 		"### `tag_lat` 8 B, median latency, one way, µs\n",
@@ -511,9 +511,9 @@ func TestRenderFixture(t *testing.T) {
 			t.Errorf("no section for the miss %q", o.Figure)
 		}
 	}
-	// The sections in the order the issue asks for.
+	// The sections in the document's order.
 	last := -1
-	for _, h := range []string{"## Issue 14's targets", "## The memcpy path", "## The tcp path", "## The rdma path\n",
+	for _, h := range []string{"## Targets: vrdma against its peers", "## The memcpy path", "## The tcp path", "## The rdma path\n",
 		"## The C drop-in beside the Go library", "## UCX over vrdma's rc_verbs beside UCX's tcp and posix",
 		"## The rdma path beside the tcp path, between two host agents", "## Bandwidth against message size", "## Doorbell and async modes", "## Scale", "## What bounds the misses",
 		"## Commands", "## Appendix", "### lscpu"} {
@@ -675,7 +675,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "BENCHMARKS.md"))
-	if err != nil || !strings.Contains(string(b), "## Issue 14's targets") {
+	if err != nil || !strings.Contains(string(b), "## Targets: vrdma against its peers") {
 		t.Errorf("BENCHMARKS.md: %v", err)
 	}
 }

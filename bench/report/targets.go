@@ -159,7 +159,7 @@ const (
 // String is the verdict as the target table writes it.
 func (s Status) String() string { return [...]string{notMeasured, "met", "missed"}[s] }
 
-// Target is one row of issue 14's target table.
+// Target is one row of the table of targets against the peers.
 type Target struct {
 	ID     string // names bench/analysis/ID.md and the profile
 	Figure string // the row's figure; also the heading of its section under the misses
@@ -219,7 +219,8 @@ func single(v, p map[int]float64, label, unit string, goal float64, atLeast bool
 	return o
 }
 
-// Targets are issue 14's six rows, in the issue's order.
+// Targets are the six rows of the table of targets against the peers, in
+// the table's order.
 var Targets = []Target{
 	{ID: "tcp-bw-1mib", Figure: "tcp path, 1 MiB write bandwidth", Eval: func(d *Data) Outcome {
 		p, label := d.peer(peerRef{"UCX tcp `tag_bw`", "ucx_tcp_tag_bw_1MiB_MiBps", "ucx-tcp", MiB})
