@@ -1472,8 +1472,8 @@ static struct cm_event *make_event(const char *text, int len)
 		c->sq_psn = sq_psn & 0xffffff;
 		c->rq_psn = rq_psn & 0xffffff;
 		c->path_mtu = mtu_enum(mtu);
+		c->id.pd = l->id.pd; /* the listener's, else the device's (use_dev), as rdma-core's */
 		use_dev(c, dv);
-		c->id.pd = l->id.pd;
 		set_local(c, dv, l->id.route.addr.src_addr.sa_family, htobe16((uint16_t)port));
 		set_remote(c, &rgid, l->id.route.addr.src_addr.sa_family, 0);
 		if (local_ip[0] && peer_ip[0]) {

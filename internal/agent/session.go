@@ -399,7 +399,7 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	if err != nil {
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeNotFound, "qp", "no QP with handle %d", c.QP)
 	}
-	if err := cm.CheckDialer(q, false); err != nil {
+	if err := cm.CheckDialer(q, false, false); err != nil {
 		return abi.ConnectReply{}, err
 	}
 	ad, end, err := s.a.resolveConnect(q.Adapter(), c.Remote) // control.go

@@ -450,7 +450,9 @@ func (c *Client) acceptUD(v *device.Context, r *abi.AcceptRequest) (abi.ConnectR
 // (the agent moves it), or by number, a QP of v its workload moves itself.
 func (c *Client) acceptingQP(v *device.Context, r *abi.AcceptRequest) (*device.QP, error) {
 	q, err := ConnQP(c.m.dev, v, r.QP, r.QPN)
-	if err == nil && q.IsUD() {
+	if err == nil && r.QPN == 0 && q.IsUD() {
+		// (A number the workload gives, for a QP it moves itself, may
+		// be any QP's: the agent touches none.)
 		return nil, abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is UD: a connection request (TCP port space) is accepted with an RC or UC QP", q.QPN())
 	}
 	if err != nil || r.QPN != 0 {
@@ -586,16 +588,19 @@ func (m *Manager) Resolve(remote string) (*device.Adapter, error) {
 	return nil, abi.Errorf(abi.CodeUnavailable, "remote", "GID %s is not an adapter on host %s (other hosts need the control plane: this agent runs standalone, --no-control-plane)", gid, m.host)
 }
 
-// CheckDialer checks that q may dial: a connect (ud false) with an RC or
-// UC QP in RESET or INIT, a service ID resolution (ud) with a UD QP.
-func CheckDialer(q *device.QP, ud bool) error {
+// CheckDialer checks that q may dial: a connect (ud false) with a QP in
+// RESET or INIT — an RC or UC QP the agent moves, or any QP whose number
+// the workload gives for one it moves itself (external: UCX's rdmacm
+// connection manager names a dummy UD QP so) — or a service ID resolution
+// (ud) with a UD QP.
+func CheckDialer(q *device.QP, ud, external bool) error {
 	switch {
 	case ud && !q.IsUD():
 		return abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is %s: an ID of the UDP port space (RDMA_PS_UDP) resolves with a UD QP", q.QPN(), q.Type())
-	case !ud && q.IsUD():
-		return abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is UD: connect it through an ID of the UDP port space (RDMA_PS_UDP), or send to its peers with address handles", q.QPN())
 	case ud:
 		return nil
+	case !external && q.IsUD():
+		return abi.Errorf(abi.CodeInvalid, "qp", "QP 0x%x is UD: connect it through an ID of the UDP port space (RDMA_PS_UDP), or send to its peers with address handles", q.QPN())
 	}
 	if st := q.State(); st != abi.QPSReset && st != abi.QPSInit {
 		return abi.Errorf(abi.CodeState, "qp", "QP 0x%x is in %s: connect with a QP in RESET or INIT", q.QPN(), st)

@@ -269,7 +269,7 @@ func (e *Events) Connect(v *device.Context, r *abi.CMConnect) error {
 	if err != nil {
 		return err
 	}
-	if err := CheckDialer(q, r.UD); err != nil {
+	if err := CheckDialer(q, r.UD, r.QPN != 0); err != nil {
 		return err
 	}
 	e.goroutine(func() { c.Post(e.connect(c, q, r)) })

@@ -310,6 +310,56 @@ int main(int argc, char **argv)
 			rdma_destroy_id(d);
 	}
 
+	/* An RC ID's connect may name any QP the program moves itself, a UD
+	 * one too (UCX's rdmacm connection manager names a dummy UD QP): the
+	 * request reaches the TCP listener, which rejects it (reason 28). */
+	{
+		struct sockaddr_in dst = addr_of(ip, port);
+		struct rdma_cm_id *d = NULL;
+		struct ibv_cq *ucq = NULL;
+		struct ibv_qp *uqp = NULL;
+
+		if (rdma_create_id(ch, &d, NULL, RDMA_PS_TCP) == 0 &&
+		    rdma_resolve_addr(d, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
+		    (ev = expect(RDMA_CM_EVENT_ADDR_RESOLVED, d))) {
+			rdma_ack_cm_event(ev);
+			if (rdma_resolve_route(d, 2000) == 0 && (ev = expect(RDMA_CM_EVENT_ROUTE_RESOLVED, d)))
+				rdma_ack_cm_event(ev);
+			ucq = ibv_create_cq(d->verbs, 4, NULL, NULL, 0);
+			if (ucq) {
+				struct ibv_qp_init_attr ua = ud_attr(IBV_QPT_UD);
+
+				ua.send_cq = ua.recv_cq = ucq;
+				uqp = ibv_create_qp(d->pd, &ua);
+			}
+		}
+		CHECK("external-ud-qpn-setup", uqp != NULL, "errno %d", errno);
+		if (uqp) {
+			memset(&cp, 0, sizeof(cp));
+			cp.qp_num = uqp->qp_num;
+			CHECK("external-ud-qpn-connect", rdma_connect(d, &cp) == 0, "errno %d", errno);
+			ev = expect(RDMA_CM_EVENT_CONNECT_REQUEST, NULL);
+			CHECK("external-ud-qpn-request", ev && ev->listen_id == tcpl, "event %p", (void *)ev);
+			if (ev) {
+				struct rdma_cm_id *r = ev->id;
+
+				rdma_ack_cm_event(ev);
+				rdma_reject(r, NULL, 0);
+				rdma_destroy_id(r);
+			}
+			ev = expect(RDMA_CM_EVENT_REJECTED, d);
+			CHECK("external-ud-qpn-rejected", ev && ev->status == 28, "event %p status %d", (void *)ev,
+			      ev ? ev->status : 0);
+			if (ev)
+				rdma_ack_cm_event(ev);
+			ibv_destroy_qp(uqp);
+		}
+		if (ucq)
+			ibv_destroy_cq(ucq);
+		if (d)
+			rdma_destroy_id(d);
+	}
+
 	ibv_destroy_ah(ah);
 	if (back)
 		ibv_destroy_ah(back);
