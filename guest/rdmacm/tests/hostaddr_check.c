@@ -17,34 +17,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "../../ibverbs/tests/check.h"
-
-static struct rdma_event_channel *ch;
-
-/* expect waits up to 5 s for an event of type on id (any when NULL), acks
- * the others it meets on the way, and returns it unacked, or NULL. */
-static struct rdma_cm_event *expect(enum rdma_cm_event_type type, struct rdma_cm_id *id)
-{
-	for (int i = 0; i < 20; i++) {
-		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-		struct rdma_cm_event *ev;
-
-		if (poll(&p, 1, 5000) != 1 || rdma_get_cm_event(ch, &ev))
-			return NULL;
-		if (ev->event == type && (!id || ev->id == id))
-			return ev;
-		printf("# skipped %s on %p (status %d)\n", rdma_event_str(ev->event), (void *)ev->id, ev->status);
-		rdma_ack_cm_event(ev);
-	}
-	return NULL;
-}
-
-static struct sockaddr_in addr_of(const char *ip, int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	return a;
-}
+#include "cmtest.h"
 
 /* is reports whether sa is the IPv4 address ip and, unless port is -1,
  * port. */
@@ -70,31 +43,6 @@ static const char *str(const struct sockaddr *sa)
 	inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, b, 48);
 	snprintf(b + strlen(b), 16, ":%u", ntohs(((const struct sockaddr_in *)sa)->sin_port));
 	return b;
-}
-
-/* dialer resolves ip:port and makes a QP; NULL on a failure. */
-static struct rdma_cm_id *dialer(const char *ip, int port)
-{
-	struct sockaddr_in dst = addr_of(ip, port);
-	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 },
-				       .qp_type = IBV_QPT_RC };
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *id;
-
-	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
-		return NULL;
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) || !(ev = expect(RDMA_CM_EVENT_ADDR_RESOLVED, id)))
-		goto err;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(id, 2000) || !(ev = expect(RDMA_CM_EVENT_ROUTE_RESOLVED, id)))
-		goto err;
-	rdma_ack_cm_event(ev);
-	if (rdma_create_qp(id, NULL, &qa))
-		goto err;
-	return id;
-err:
-	rdma_destroy_id(id);
-	return NULL;
 }
 
 int main(int argc, char **argv)

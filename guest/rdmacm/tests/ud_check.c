@@ -18,63 +18,10 @@
 #include <rdma/rdma_verbs.h>
 
 #include "../../ibverbs/tests/check.h"
+#include "cmtest.h"
 
 #define MSG 64
 #define GRH 40
-
-static struct rdma_event_channel *ch;
-
-/* next waits up to ms for an event and returns it (to ack), or NULL. */
-static struct rdma_cm_event *next(int ms)
-{
-	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
-	struct rdma_cm_event *ev;
-
-	if (poll(&p, 1, ms) != 1)
-		return NULL;
-	if (rdma_get_cm_event(ch, &ev))
-		return NULL;
-	return ev;
-}
-
-/* expect waits for an event of type on id (any when NULL), acks the
- * others it meets on the way, and returns it unacked, or NULL. */
-static struct rdma_cm_event *expect(enum rdma_cm_event_type type, struct rdma_cm_id *id)
-{
-	for (int i = 0; i < 20; i++) {
-		struct rdma_cm_event *ev = next(5000);
-
-		if (!ev)
-			return NULL;
-		if (ev->event == type && (!id || ev->id == id))
-			return ev;
-		printf("# skipped %s on %p (status %d)\n", rdma_event_str(ev->event), (void *)ev->id, ev->status);
-		rdma_ack_cm_event(ev);
-	}
-	return NULL;
-}
-
-static struct sockaddr_in addr_of(const char *ip, int port)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-
-	inet_pton(AF_INET, ip, &a.sin_addr);
-	return a;
-}
-
-static void fill(uint8_t *p, size_t n, uint8_t seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (uint8_t)(seed + i * 7);
-}
-
-static int same(const void *p, size_t n, uint8_t seed)
-{
-	uint8_t want[256];
-
-	fill(want, n, seed);
-	return p && !memcmp(p, want, n);
-}
 
 /* listener makes a listening ID of port space ps on ip:port. */
 static struct rdma_cm_id *listener(const char *ip, int port, enum rdma_port_space ps)
@@ -89,27 +36,6 @@ static struct rdma_cm_id *listener(const char *ip, int port, enum rdma_port_spac
 		return NULL;
 	}
 	return id;
-}
-
-/* resolved makes a UD ID resolved (address and route) to ip:port. */
-static struct rdma_cm_id *resolved(const char *ip, int port)
-{
-	struct sockaddr_in dst = addr_of(ip, port);
-	struct rdma_cm_event *ev;
-	struct rdma_cm_id *id;
-
-	if (rdma_create_id(ch, &id, NULL, RDMA_PS_UDP))
-		return NULL;
-	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) || !(ev = expect(RDMA_CM_EVENT_ADDR_RESOLVED, id)))
-		goto err;
-	rdma_ack_cm_event(ev);
-	if (rdma_resolve_route(id, 2000) || !(ev = expect(RDMA_CM_EVENT_ROUTE_RESOLVED, id)))
-		goto err;
-	rdma_ack_cm_event(ev);
-	return id;
-err:
-	rdma_destroy_id(id);
-	return NULL;
 }
 
 static struct ibv_qp_init_attr ud_attr(enum ibv_qp_type t)
@@ -193,7 +119,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	/* A UD ID's QP: UD only, and in RTS with rdma_cm's Q_Key. */
-	cli = resolved(ip, port);
+	cli = resolve(ip, port, RDMA_PS_UDP);
 	CHECK("resolve", cli != NULL, "errno %d", errno);
 	if (!cli)
 		return 1;
@@ -294,7 +220,7 @@ int main(int argc, char **argv)
 	/* A UD connect to a port only a TCP listener has: nothing listens
 	 * in the UDP space there (IBTA reason 8). */
 	{
-		struct rdma_cm_id *d = resolved(ip, port + 1);
+		struct rdma_cm_id *d = resolve(ip, port + 1, RDMA_PS_UDP);
 
 		qa = ud_attr(IBV_QPT_UD);
 		CHECK("other-space-qp", d && rdma_create_qp(d, NULL, &qa) == 0, "errno %d", errno);
@@ -314,24 +240,17 @@ int main(int argc, char **argv)
 	 * one too (UCX's rdmacm connection manager names a dummy UD QP): the
 	 * request reaches the TCP listener, which rejects it (reason 28). */
 	{
-		struct sockaddr_in dst = addr_of(ip, port);
-		struct rdma_cm_id *d = NULL;
+		struct rdma_cm_id *d = resolve(ip, port, RDMA_PS_TCP);
 		struct ibv_cq *ucq = NULL;
 		struct ibv_qp *uqp = NULL;
 
-		if (rdma_create_id(ch, &d, NULL, RDMA_PS_TCP) == 0 &&
-		    rdma_resolve_addr(d, NULL, (struct sockaddr *)&dst, 2000) == 0 &&
-		    (ev = expect(RDMA_CM_EVENT_ADDR_RESOLVED, d))) {
-			rdma_ack_cm_event(ev);
-			if (rdma_resolve_route(d, 2000) == 0 && (ev = expect(RDMA_CM_EVENT_ROUTE_RESOLVED, d)))
-				rdma_ack_cm_event(ev);
+		if (d)
 			ucq = ibv_create_cq(d->verbs, 4, NULL, NULL, 0);
-			if (ucq) {
-				struct ibv_qp_init_attr ua = ud_attr(IBV_QPT_UD);
+		if (ucq) {
+			struct ibv_qp_init_attr ua = ud_attr(IBV_QPT_UD);
 
-				ua.send_cq = ua.recv_cq = ucq;
-				uqp = ibv_create_qp(d->pd, &ua);
-			}
+			ua.send_cq = ua.recv_cq = ucq;
+			uqp = ibv_create_qp(d->pd, &ua);
 		}
 		CHECK("external-ud-qpn-setup", uqp != NULL, "errno %d", errno);
 		if (uqp) {
