@@ -599,12 +599,12 @@ func TestTCPHostile(t *testing.T) {
 			{"request-with-status", func() []byte {
 				return rawFrame(tcpwire.Header{Type: tcpwire.FetchAdd, DstQPN: rawNoQPN, Status: tcpwire.RemAccessErr}, nil)
 			}, []string{"bad frame from a peer", "request FETCH_ADD carries status REM_ACCESS_ERR"}},
-			{"reserved-bytes", func() []byte {
+			{"reserved-byte", func() []byte {
 				b := rawFrame(tcpwire.Header{Type: tcpwire.Write, DstQPN: rawNoQPN}, nil)
 				b[63] = 1
 				return b
 			},
-				[]string{"bad frame from a peer", "reserved bytes 0x0001 are not zero"}},
+				[]string{"bad frame from a peer", "reserved byte 0x01 is not zero"}},
 			{"read-resp-on-request-connection", func() []byte {
 				return rawFrame(tcpwire.Header{Type: tcpwire.ReadResp, Tag: 1, PayloadLen: 8}, make([]byte, 8))
 			}, []string{`msg="tcp path connection closed"`, "READ_RESP frame on a connection that carries requests"}},
