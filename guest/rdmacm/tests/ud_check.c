@@ -13,11 +13,11 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
 #include "../../ibverbs/tests/check.h"
+#include "../../ibverbs/tests/poll.h"
 #include "cmtest.h"
 
 #define MSG 64
@@ -56,17 +56,11 @@ static int qp_is_ready(struct rdma_cm_id *id)
 	return id->qp->qp_type == IBV_QPT_UD && a.qp_state == IBV_QPS_RTS && a.qkey == RDMA_UDP_QKEY;
 }
 
-/* recv_one waits up to 5 s for one receive completion on id's receive CQ. */
+/* recv_one waits for one receive completion on id's receive CQ: 1 if it
+ * came and succeeded. */
 static int recv_one(struct rdma_cm_id *id, struct ibv_wc *wc)
 {
-	for (int i = 0; i < 5000; i++) {
-		int n = ibv_poll_cq(id->recv_cq, 1, wc);
-
-		if (n)
-			return n == 1 && wc->status == IBV_WC_SUCCESS;
-		usleep(1000);
-	}
-	return 0;
+	return poll_one(id->recv_cq, wc) && wc->status == IBV_WC_SUCCESS;
 }
 
 /* send_one sends len bytes of mr's buffer to (ah, qpn) with
@@ -77,14 +71,7 @@ static int send_one(struct rdma_cm_id *id, struct ibv_mr *mr, uint32_t len, stru
 
 	if (rdma_post_ud_send(id, NULL, mr->addr, len, mr, IBV_SEND_SIGNALED, ah, qpn))
 		return 0;
-	for (int i = 0; i < 5000; i++) {
-		int n = ibv_poll_cq(id->send_cq, 1, &wc);
-
-		if (n)
-			return n == 1 && wc.status == IBV_WC_SUCCESS;
-		usleep(1000);
-	}
-	return 0;
+	return poll_one(id->send_cq, &wc) && wc.status == IBV_WC_SUCCESS;
 }
 
 int main(int argc, char **argv)
