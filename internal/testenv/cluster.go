@@ -732,11 +732,17 @@ func (h *Host) Do(fn func() error) error {
 	return sys.InNetns(h.Netns, fn)
 }
 
-// Dial connects to address from the host's network namespace.
+// Dial connects to address from the host's network namespace. A host
+// without a namespace dials from its own loopback address, as its agent
+// does: from 127.0.0.1 the connection would not come from a host of the
+// switch.
 func (h *Host) Dial(ctx context.Context, network, address string) (net.Conn, error) {
 	var c net.Conn
 	err := h.Do(func() error {
 		var d net.Dialer
+		if h.Netns == "" && strings.HasPrefix(network, "tcp") {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(h.Addr(), 0))
+		}
 		var err error
 		c, err = d.DialContext(ctx, network, address)
 		return err
