@@ -150,8 +150,9 @@ const (
 	// EventSQDrained: a QP moved to SQD has no send work left in flight
 	// (IBV_EVENT_SQ_DRAINED); from an agent with capability qp-events.
 	EventSQDrained AsyncEventType = abi.EventSQDrained
-	// EventCQErr: a CQ overran — its consumer index was overwritten with
-	// one the agent cannot write behind — and its QPs moved to ERR
+	// EventCQErr: a CQ overran — a completion found a CQ made with
+	// CQOverrun full, or its consumer index was overwritten with one the
+	// agent cannot write behind — and its QPs moved to ERR
 	// (IBV_EVENT_CQ_ERR; AsyncEvent.CQ); from an agent with capability
 	// qp-events.
 	EventCQErr AsyncEventType = abi.EventCQErr

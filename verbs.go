@@ -100,14 +100,34 @@ type CQ struct {
 	cqe    abi.CQE
 }
 
+// CQOption changes a CreateCQ.
+type CQOption func(*abi.CreateCQ)
+
+// CQOverrun makes the CQ overrun when full, as a device's CQ does
+// (ibv_create_cq): the completion that finds all its entries taken breaks
+// it — EventCQErr on AsyncEvents, its QPs moved to ERR, its completions
+// dropped from then on. Without it, a full CQ holds back the work that
+// would complete into it until Poll makes room (a full send CQ stalls its
+// QPs; a full receive CQ makes senders retry as on RNR). CreateCQ with
+// it fails with ErrUnavailable against an agent without capability
+// cq-overrun.
+func CQOverrun() CQOption { return func(c *abi.CreateCQ) { c.Overrun = true } }
+
 // CreateCQ creates a completion queue of at least cqe entries (ibv_create_cq).
-func (a *Adapter) CreateCQ(ctx context.Context, cqe int) (*CQ, error) {
+func (a *Adapter) CreateCQ(ctx context.Context, cqe int, opts ...CQOption) (*CQ, error) {
 	v := a.vm
 	if cqe <= 0 || cqe > abi.MaxCQE {
 		return nil, errorf(abi.CodeInvalid, "vrdma: CreateCQ: cqe %d out of range 1..%d (max_cqe)", cqe, abi.MaxCQE)
 	}
+	req := abi.CreateCQ{Adapter: a.name, CQE: uint32(cqe)}
+	for _, o := range opts {
+		o(&req)
+	}
+	if req.Overrun && !v.caps.Has(abi.CapCQOverrun) {
+		return nil, errorf(abi.CodeUnavailable, "vrdma: CreateCQ: CQOverrun: the agent does not serve capability cq-overrun (upgrade vrdmad)")
+	}
 	var r abi.CreateCQReply
-	fds, err := v.c.call(ctx, abi.OpCreateCQ, &abi.CreateCQ{Adapter: a.name, CQE: uint32(cqe)}, &r)
+	fds, err := v.c.call(ctx, abi.OpCreateCQ, &req, &r)
 	if err != nil {
 		return nil, fmt.Errorf("vrdma: CreateCQ: %w", err)
 	}

@@ -319,6 +319,7 @@ var conformanceCases = []conformanceCase{
 	{name: "rereg-mr", run: testReregMR},
 	{name: "qp-events", run: testQPEvents},
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
+	{name: "cq-overrun", run: testCQOverrun}, // coreverbs_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {
@@ -503,6 +504,9 @@ type qpConfig struct {
 	caps   vrdma.QPCaps // zero: defaultCaps
 	sigAll bool
 	typ    vrdma.QPType // zero: RC
+	// cqe sizes both CQs (zero: the queues' sizes); cqOpts make them.
+	cqe    int
+	cqOpts []vrdma.CQOption
 }
 
 var defaultCaps = vrdma.QPCaps{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: vrdma.MaxSGE, MaxRecvSGE: vrdma.MaxSGE, MaxInlineData: 256}
@@ -526,11 +530,15 @@ func newEndIn(t *testing.T, pd *vrdma.PD, c qpConfig) *end {
 	if caps == (vrdma.QPCaps{}) {
 		caps = defaultCaps
 	}
-	scq, err := ad.CreateCQ(ctx, int(caps.MaxSendWR))
+	scqe, rcqe := int(caps.MaxSendWR), int(caps.MaxRecvWR)
+	if c.cqe != 0 {
+		scqe, rcqe = c.cqe, c.cqe
+	}
+	scq, err := ad.CreateCQ(ctx, scqe, c.cqOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcq, err := ad.CreateCQ(ctx, int(caps.MaxRecvWR))
+	rcq, err := ad.CreateCQ(ctx, rcqe, c.cqOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -580,3 +580,71 @@ func TestCQOverrunEvent(t *testing.T) {
 		})
 	}
 }
+
+// testCQOverrun checks CQs made with vrdma.CQOverrun, which overrun as a
+// device's do: the completion that finds every entry taken breaks the CQ
+// — EventCQErr naming it on the adapter's async events, its QPs moved to
+// ERR, nothing written past its entries. a sends three signaled SENDs to
+// three posted receives, and nobody polls the victim CQ of 2 entries:
+//
+//   - recv: b's receive CQ overruns at the third message, and a's third
+//     SEND does not complete with success (its receiver is in ERR);
+//   - send: a's send CQ overruns at the third SEND's completion.
+//
+// The overrun CQ then yields the first two completions, in order, and
+// nothing else.
+func testCQOverrun(t *testing.T, s *suite) {
+	caps := defaultCaps
+	caps.MaxSendWR, caps.MaxRecvWR = 8, 8
+	overrun := qpConfig{caps: caps, cqe: 2, cqOpts: []vrdma.CQOption{vrdma.CQOverrun()}}
+	for _, side := range []string{"recv", "send"} {
+		t.Run(side, func(t *testing.T) {
+			cfg := pairConfig{a: qpConfig{caps: caps}, b: overrun}
+			if side == "send" {
+				cfg = pairConfig{a: overrun, b: qpConfig{caps: caps}}
+			}
+			a, b := s.pair(t, cfg)
+			victim, cq, op := b, b.rcq, vrdma.WCRecv
+			if side == "send" {
+				victim, cq, op = a, a.scq, vrdma.WCSend
+			}
+			if n := cq.Entries(); n != 2 {
+				t.Fatalf("CQ of %d entries, want 2", n)
+			}
+			ev, err := victim.ad.OpenAsyncEvents(opCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ev.Close()
+			src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 3*64, vrdma.AccessAll)
+			for i := range 3 {
+				postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(i), SGL: sgl(dst.SGE(i*64, 64))})
+			}
+			for i := range 3 {
+				postSend(t, a.qp, vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
+			}
+			e, ok := nextAsync(t, ev, waitTimeout)
+			for ok && e.Type != vrdma.EventCQErr {
+				e, ok = nextAsync(t, ev, waitTimeout)
+			}
+			if !ok || e.CQ != cq {
+				t.Fatalf("no CQ_ERR for the overrun CQ: last event %+v (ok %v)", e, ok)
+			}
+			t.Logf("CQ_ERR: %s", e.Reason)
+			waitState(t, victim.qp, vrdma.QPSErr)
+			for i, w := range waitWC(t, cq, 2) {
+				if w.WRID != uint64(i) || w.Status != vrdma.WCSuccess || w.Opcode != op {
+					t.Errorf("the overrun CQ's completion %d: %+v, want ID %d, success, %s", i, w, i, op)
+				}
+			}
+			expectNoWC(t, cq, quiet, "an overrun CQ past its first two completions")
+			if side == "recv" {
+				w := waitWC(t, a.scq, 3)
+				t.Logf("the sender's third SEND: %s", w[2].Status)
+				if w[0].Status != vrdma.WCSuccess || w[1].Status != vrdma.WCSuccess || w[2].Status == vrdma.WCSuccess {
+					t.Errorf("the sender's completions %s, %s, %s: want success, success and an error (its receiver's CQ overran)", w[0].Status, w[1].Status, w[2].Status)
+				}
+			}
+		})
+	}
+}

@@ -780,8 +780,12 @@ out:
 	return e;
 }
 
-struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
-			     struct ibv_comp_channel *channel, int comp_vector)
+/* create_cq makes a CQ of at least cqe entries. With overrun, a full CQ
+ * overruns as a device's does (IBV_EVENT_CQ_ERR, its QPs to ERR) on an
+ * agent that serves cq-overrun; without it (IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
+ * the agent holds back the work that would complete into a full CQ. */
+static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_context,
+				struct ibv_comp_channel *channel, int comp_vector, int overrun)
 {
 	struct vrdma_vm *vm = vm_of(context);
 	struct vrdma_cq *cq;
@@ -796,7 +800,8 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		errno = EINVAL;
 		return NULL;
 	}
-	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d}", to_vctx(context)->dev->adapter, cqe);
+	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d%s}", to_vctx(context)->dev->adapter, cqe,
+		 overrun && (vm->s.caps & VRDMA_CAP_CQ_OVERRUN) ? ",\"overrun\":true" : "");
 	e = cmd(vm, VRDMA_OP_CREATE_CQ, body, &r);
 	if (e) {
 		errno = e;
@@ -865,6 +870,12 @@ fail_nomem:
 	cmd_handle(vm, VRDMA_OP_DESTROY_CQ, h);
 	errno = e;
 	return NULL;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	return create_cq(context, cqe, cq_context, channel, comp_vector, 1);
 }
 
 /* ---- the ibv_start_poll API (struct ibv_cq_ex) ---- */
@@ -943,12 +954,14 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq
 		return NULL;
 	}
 	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
-	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
-		/* Timestamps, flow tags, parent domains, overrun: not in vrdma. */
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))) {
+		/* Timestamps, flow tags, parent domains: not in vrdma. */
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	c = ibv_create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	c = create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector,
+		      !((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)));
 	if (!c)
 		return NULL;
 	cq = (struct vrdma_cq *)c;

@@ -82,7 +82,8 @@
 #define VRDMA_CAP_UC 0x800ull
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
-#define VRDMA_CAPS_KNOWN 0x3fffull /* every bit above */
+#define VRDMA_CAP_CQ_OVERRUN 0x80000ull
+#define VRDMA_CAPS_KNOWN 0x83fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */

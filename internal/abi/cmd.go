@@ -389,6 +389,11 @@ type RegMRReply struct {
 type CreateCQ struct {
 	Adapter string `json:"adapter"`
 	CQE     uint32 `json:"cqe"`
+	// Overrun (capability cq-overrun) makes a full CQ overrun as a
+	// device's does: the completion that finds every entry taken breaks
+	// the CQ (IBV_EVENT_CQ_ERR, its QPs to ERR). Without it the agent
+	// holds the CQ's producers back until the consumer makes room.
+	Overrun bool `json:"overrun,omitempty"`
 }
 
 // Validate checks the adapter and size.

@@ -239,6 +239,9 @@ type CQ struct {
 	vm     *Context
 	ad     *Adapter
 	event  *sys.Bell
+	// overrun: a full CQ overruns (breaks) rather than holding its
+	// producers back (CreateCQ.Overrun).
+	overrun bool
 
 	mu sync.Mutex // producer lock: completions come from several QPs' goroutines
 	// The ring: replaced by a resize, under mu (coreverbs.go).
@@ -279,7 +282,7 @@ func (v *Context) CreateCQ(c *abi.CreateCQ) (*CQ, error) {
 		v.refundQueue(cqCharge(layout), layout.Size)
 		return nil, err
 	}
-	c2 := &CQ{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev}
+	c2 := &CQ{vm: v, ad: ad, layout: layout, ringFD: fd, ring: ring, event: ev, overrun: c.Overrun}
 	v.objMu.Lock()
 	c2.handle = v.allocHandleLocked()
 	v.cqs[c2.handle] = c2
@@ -344,6 +347,10 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP, se bool) bool {
 		return false
 	}
 	if n >= size {
+		if c.overrun {
+			c.overflowLocked()
+			return false
+		}
 		c.event.Ring() // wake a consumer that waits: it has work
 		return false
 	}
@@ -361,11 +368,31 @@ func (c *CQ) tryPushRecv(e *abi.CQE, rq *QP, se bool) bool {
 //
 // +checklocks:c.mu
 func (c *CQ) breakLocked(head uint32) {
-	c.broken = true
 	why := fmt.Sprintf("CQ %d overran: its consumer index %d is not within its %d entries behind the agent's %d (the workload wrote garbage)",
 		c.handle, head, c.layout.Entries, c.tail)
 	c.vm.d.log.Warn("CQ consumer index is invalid: the workload wrote garbage; completions on this CQ are dropped and its QPs moved to ERR",
 		"vm", c.vm.name, "cq", c.handle, "head", head, "tail", c.tail, "size", c.layout.Entries)
+	c.brokenLocked(why)
+}
+
+// overflowLocked breaks a CQ made to overrun (CreateCQ.Overrun) that a
+// completion found full, as a device's CQ overruns: the consumer did not
+// poll in time.
+//
+// +checklocks:c.mu
+func (c *CQ) overflowLocked() {
+	why := fmt.Sprintf("CQ %d overran: a completion found all its %d entries taken (poll it sooner, or make it larger: ibv_resize_cq)",
+		c.handle, c.layout.Entries)
+	c.vm.d.log.Info("CQ overran: completions on this CQ are dropped and its QPs moved to ERR",
+		"vm", c.vm.name, "cq", c.handle, "size", c.layout.Entries)
+	c.brokenLocked(why)
+}
+
+// brokenLocked marks the CQ broken for why and fails its QPs.
+//
+// +checklocks:c.mu
+func (c *CQ) brokenLocked(why string) {
+	c.broken = true
 	go c.fail(why)
 }
 
@@ -445,11 +472,12 @@ func (c *CQ) publishLocked(e *abi.CQE, se bool) {
 	}
 }
 
-// push writes one completion. If the CQ is full it waits for the consumer
-// (vrdma never overruns a CQ) unless the VM is going away or one of the
-// abort flags is set (the pushing QP stops, or the QP the completion is for
+// push writes one completion. If the CQ is full it overruns (a CQ made
+// with CreateCQ.Overrun), or else waits for the consumer unless the VM is
+// going away or one of the abort flags is set (the pushing QP stops, or the QP the completion is for
 // is destroyed). It reports false when the completion could not be
-// delivered: the CQ is broken (its consumer index is garbage), or waiting
+// delivered: the CQ is broken (its consumer index is garbage, or it
+// overran), or waiting
 // was abandoned. The caller keeps the VM's mappings alive (holds memMu for
 // reading, or is that VM's own QP goroutine).
 func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
@@ -473,6 +501,11 @@ func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 			c.publishLocked(e, false)
 			c.mu.Unlock()
 			return true
+		}
+		if c.overrun {
+			c.overflowLocked()
+			c.mu.Unlock()
+			return false
 		}
 		c.mu.Unlock()
 		if c.vm.dying.Load() || abort1.Load() || abort2.Load() {
