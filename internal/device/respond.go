@@ -218,7 +218,7 @@ func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outco
 	switch room, ok := m.resolveRecv(p); {
 	case !ok:
 		m.recv = false
-		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")                 // ERR first, as in execOne
+		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")             // ERR first, as in execOne
 		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, 0, r.SrcQPN, false) // if the CQ is full, the flush completes it
 		return OutDone, abi.WCRemOpErr, 0
 	case room < r.Total:

@@ -66,9 +66,9 @@ type Context struct {
 	// for lookups as mrs, their handles, their slots, and how many
 	// windows are bound to each region (by its handle).
 	mws       []atomic.Pointer[MW]
-	mwHandles map[uint32]*MW    // +checklocks:objMu
-	mwKeys    keySlots          // +checklocks:objMu
-	mrWindows map[uint32]int    // +checklocks:objMu
+	mwHandles map[uint32]*MW // +checklocks:objMu
+	mwKeys    keySlots       // +checklocks:objMu
+	mrWindows map[uint32]int // +checklocks:objMu
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.

@@ -168,9 +168,9 @@ type Engine struct {
 	// the last fill stopped at a local work request (BIND_MW, LOCAL_INV):
 	// it runs once the window is empty (execLocal)
 	localNext bool
-	probe    bool // after an RNR wait: only the oldest goes out until accepted
-	due      time.Time
-	attrs    device.RCAttrs // the QP's attributes as fill last read them
+	probe     bool // after an RNR wait: only the oldest goes out until accepted
+	due       time.Time
+	attrs     device.RCAttrs // the QP's attributes as fill last read them
 
 	inflight atomic.Int32
 
