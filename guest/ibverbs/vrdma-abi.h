@@ -164,6 +164,7 @@
 /* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */
 #define VRDMA_CQE_WITH_IMM 1
 #define VRDMA_CQE_GRH 2 /* a UD receive: the GRH precedes the payload */
+#define VRDMA_CQE_WITH_INV 4 /* a SEND with invalidate: imm_data is the rkey it invalidated */
 /* Values of a CQ's armed word (§7). */
 #define VRDMA_CQ_ARM_ALL 1 /* an event at the next completion */
 #define VRDMA_CQ_ARM_SOLICITED 2 /* at the next solicited or error completion (capability core-verbs) */
