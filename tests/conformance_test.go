@@ -319,6 +319,7 @@ var conformanceCases = []conformanceCase{
 	{name: "rereg-mr", run: testReregMR},
 	{name: "qp-events", run: testQPEvents},
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
+	{name: "mw", run: testMW}, // mw_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

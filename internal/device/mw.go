@@ -268,6 +268,12 @@ func (p *QP) checkInvalidate(key uint32) bool {
 	return b == nil || b.rkey == key && b.qp == p
 }
 
+// refuseInvalidate moves p to ERR for a SEND with invalidate from QP src
+// whose rkey it may not invalidate.
+func (p *QP) refuseInvalidate(src, rkey uint32) {
+	p.MoveToErr(fmt.Sprintf("SEND with invalidate from QP 0x%x names rkey 0x%x, no type 2 memory window bound to this QP", src, rkey))
+}
+
 // invalidateRemote invalidates the window of a SEND with invalidate that
 // ended at p, before its receive completes. A window that is no longer
 // bound with the rkey was invalidated by this message already.

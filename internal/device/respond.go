@@ -152,7 +152,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		if !p.checkInvalidate(r.RKey) {
 			// An rkey that is no window p may invalidate: an invalid
 			// request (rxe's RESPST_ERR_INVALIDATE_RKEY), p goes to ERR.
-			p.MoveToErr(fmt.Sprintf("SEND with invalidate from QP 0x%x names rkey 0x%x, no type 2 memory window bound to this QP", r.SrcQPN, r.RKey))
+			p.refuseInvalidate(r.SrcQPN, r.RKey)
 			return OutDone, abi.WCRemInvReqErr, 0
 		}
 		return p.takeRecv(m, true, rnrTimer, rqHeld)
@@ -508,6 +508,21 @@ func (m *Message) SetImm(imm uint32) {
 		m.r.Op = abi.OpSendWithImm
 	}
 	m.r.Imm = imm
+}
+
+// Invalidate makes a SEND's message one with invalidate of rkey: a
+// responder that learns it from the message's last packet. The rkey is
+// checked as Begin checks a SEND with invalidate's.
+func (p *QP) Invalidate(m *Message, rkey uint32) abi.WCStatus {
+	if m.r.Op == abi.OpSendWithInv && m.r.RKey == rkey {
+		return abi.WCSuccess // the last packet again, after an RNR NAK
+	}
+	if m.r.Op != abi.OpSend || !p.checkInvalidate(rkey) {
+		p.refuseInvalidate(m.r.SrcQPN, rkey)
+		return abi.WCRemInvReqErr
+	}
+	m.r.Op, m.r.RKey = abi.OpSendWithInv, rkey
+	return abi.WCSuccess
 }
 
 // Old is an atomic's original value, once Begin executed it.
