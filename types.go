@@ -197,7 +197,7 @@ type SendWR struct {
 	// RKey: RDMA and atomics, the target region's (or window's) rkey;
 	// LOCAL_INV and SEND_WITH_INV, the window's rkey to invalidate;
 	// BIND_MW, the window's new rkey (IncRKey).
-	RKey uint32
+	RKey       uint32
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
 	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap
 	// A UD QP's destination (ud.go): the address handle, the remote QP
