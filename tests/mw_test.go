@@ -19,14 +19,26 @@ func testMW(t *testing.T, s *suite) {
 	t.Run("type1", func(t *testing.T) { testMWType1(t, s) })
 	for _, c := range []struct {
 		name string
-		// invalidate invalidates the window bound with rkey, from a or b.
-		invalidate func(t *testing.T, a, b *end, rkey uint32)
+		// invalidate invalidates the window bound with rkey at address
+		// at, from a or b.
+		invalidate func(t *testing.T, a, b *end, rkey uint32, at uint64)
 	}{
-		{"type2-local-inv", func(t *testing.T, a, b *end, rkey uint32) {
+		{"type2-local-inv", func(t *testing.T, a, b *end, rkey uint32, at uint64) {
 			postSend(t, b.qp, vrdma.SendWR{ID: 20, Opcode: vrdma.OpLocalInv, Flags: vrdma.SendSignaled, RKey: rkey})
 			expectWC(t, waitWC(t, b.scq, 1)[0], b.qp, 20, vrdma.WCSuccess, vrdma.WCLocalInv)
 		}},
-		{"type2-send-inv", func(t *testing.T, a, b *end, rkey uint32) {
+		{"type2-other-qp", func(t *testing.T, a, b *end, rkey uint32, at uint64) {
+			// A type 2 window is its QP's: another QP of the same PD, a
+			// new pair facing each other, serves nothing through it.
+			a2, b2 := newEndIn(t, a.pd, qpConfig{}), newEndIn(t, b.pd, qpConfig{})
+			s.connect(t, a2, b2, connDefault)
+			local := a2.mr(t, 64, vrdma.AccessLocalWrite)
+			postSend(t, a2.qp, vrdma.SendWR{ID: 23, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 8)), RemoteAddr: at, RKey: rkey})
+			s.expectNAK(t, waitWC(t, a2.scq, 1)[0], a2.qp, 23, vrdma.WCRemAccessErr)
+			postSend(t, b.qp, vrdma.SendWR{ID: 24, Opcode: vrdma.OpLocalInv, Flags: vrdma.SendSignaled, RKey: rkey})
+			expectWC(t, waitWC(t, b.scq, 1)[0], b.qp, 24, vrdma.WCSuccess, vrdma.WCLocalInv)
+		}},
+		{"type2-send-inv", func(t *testing.T, a, b *end, rkey uint32, at uint64) {
 			in := b.mr(t, 64, vrdma.AccessLocalWrite)
 			out := a.mr(t, 64, vrdma.AccessLocalWrite)
 			fill(out.Bytes(), 9)
@@ -58,7 +70,7 @@ func testMW(t *testing.T, s *suite) {
 				RemoteAddr: off(mr, 1024), RKey: rkey})
 			expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 11, vrdma.WCSuccess, vrdma.WCRDMAWrite)
 			expectBytes(t, "the window's first bytes", mr.Bytes()[1024:1280], local.Bytes())
-			c.invalidate(t, a, b, rkey)
+			c.invalidate(t, a, b, rkey, off(mr, 1024))
 			want := clone(area)
 			postSend(t, a.qp, vrdma.SendWR{ID: 12, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 8)),
 				RemoteAddr: off(mr, 1024), RKey: rkey})
