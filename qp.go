@@ -241,6 +241,15 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+	if wr.Opcode.IsMW() {
+		if err := q.encodeMW(&w, wr); err != nil { // mw.go
+			return err
+		}
+		if wr.Opcode.IsLocal() {
+			abi.EncodeSend(slot, &w, nil)
+			return nil
+		}
+	}
 	if q.typ == QPTypeUD {
 		if err := encodeUD(&w, wr); err != nil { // ud.go
 			return err

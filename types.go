@@ -14,6 +14,12 @@ const (
 	OpRDMARead         = abi.OpRDMARead
 	OpAtomicCmpAndSwp  = abi.OpAtomicCmpAndSwp
 	OpAtomicFetchAdd   = abi.OpAtomicFetchAdd
+	// Memory windows (mw.go): BIND_MW binds SendWR.MW, LOCAL_INV
+	// invalidates the window whose rkey is SendWR.RKey, SEND_WITH_INV is a
+	// SEND that invalidates SendWR.RKey at its target.
+	OpLocalInv    = abi.OpLocalInv
+	OpBindMW      = abi.OpBindMW
+	OpSendWithInv = abi.OpSendWithInv
 )
 
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
@@ -26,6 +32,8 @@ const (
 	WCRDMARead        = abi.WCRDMARead
 	WCCompSwap        = abi.WCCompSwap
 	WCFetchAdd        = abi.WCFetchAdd
+	WCBindMW          = abi.WCBindMW
+	WCLocalInv        = abi.WCLocalInv
 	WCRecv            = abi.WCRecv
 	WCRecvRDMAWithImm = abi.WCRecvRDMAWithImm
 )
@@ -40,6 +48,7 @@ const (
 	WCLocQPOpErr     = abi.WCLocQPOpErr
 	WCLocProtErr     = abi.WCLocProtErr
 	WCWRFlushErr     = abi.WCWRFlushErr
+	WCMWBindErr      = abi.WCMWBindErr
 	WCLocAccessErr   = abi.WCLocAccessErr
 	WCRemInvReqErr   = abi.WCRemInvReqErr
 	WCRemAccessErr   = abi.WCRemAccessErr
@@ -53,8 +62,13 @@ const (
 // WCFlags describe a completion.
 type WCFlags = abi.WCFlags
 
-// WCWithImm says the completion carries immediate data.
-const WCWithImm = abi.WCWithImm
+// Completion flags: WCWithImm, the completion carries immediate data
+// (Imm); WCWithInv, the message was a SEND with invalidate and Imm is the
+// rkey it invalidated.
+const (
+	WCWithImm = abi.WCWithImm
+	WCWithInv = abi.WCWithInv
+)
 
 // Access is a set of memory access rights (IBV_ACCESS_*).
 type Access = abi.Access
@@ -65,6 +79,7 @@ const (
 	AccessRemoteWrite  = abi.AccessRemoteWrite
 	AccessRemoteRead   = abi.AccessRemoteRead
 	AccessRemoteAtomic = abi.AccessRemoteAtomic
+	AccessMWBind       = abi.AccessMWBind // memory windows may be bound to the region (mw.go)
 	AccessAll          = abi.AccessAll
 )
 
@@ -179,7 +194,10 @@ type SendWR struct {
 	SGL        []SGE
 	Imm        uint32 // SEND_WITH_IMM, RDMA_WRITE_WITH_IMM
 	RemoteAddr uint64 // RDMA and atomics: target guest address
-	RKey       uint32 // RDMA and atomics: target region's rkey
+	// RKey: RDMA and atomics, the target region's (or window's) rkey;
+	// LOCAL_INV and SEND_WITH_INV, the window's rkey to invalidate;
+	// BIND_MW, the window's new rkey (IncRKey).
+	RKey       uint32
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
 	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap
 	// A UD QP's destination (ud.go): the address handle, the remote QP
@@ -187,6 +205,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// BIND_MW: the window and what it is bound to (mw.go).
+	MW   *MW
+	Bind MWBind
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).

@@ -18,7 +18,7 @@ func (q *QP) Type() QPType { return q.typ }
 // checkUC refuses the work requests a UC QP has no use for: RDMA READ and
 // atomics (EINVAL at post, as rdma-core's providers).
 func (q *QP) checkUC(wr *SendWR) error {
-	if q.typ == QPTypeUC && wr.Opcode.IsRdAtomic() {
+	if q.typ == QPTypeUC && (wr.Opcode.IsRdAtomic() || wr.Opcode.IsMW()) {
 		return errorf(abi.CodeInvalid, "%s on UC QP 0x%x: a UC QP carries SEND and RDMA WRITE only (use an RC QP)", wr.Opcode, q.qpn)
 	}
 	return nil

@@ -320,6 +320,7 @@ var conformanceCases = []conformanceCase{
 	{name: "qp-events", run: testQPEvents},
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
 	{name: "cq-overrun", run: testCQOverrun}, // coreverbs_test.go
+	{name: "mw", run: testMW},                // mw_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

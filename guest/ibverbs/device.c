@@ -195,6 +195,9 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	/* Address handles: an agent without the ud bit sends none. */
 	if (json_get_u32(j, 0, "max_ah", &u) == 0 && u <= INT32_MAX)
 		a->max_ah = (int)u;
+	/* Memory windows: an agent without the mw bit sends none. */
+	if (json_get_u32(j, 0, "max_mw", &u) == 0 && u <= INT32_MAX)
+		a->max_mw = (int)u;
 	if (json_get_u32(j, 0, "phys_port_cnt", &u) || u > 255) {
 		vrdma_reply_free(&r);
 		return EIO;
@@ -210,13 +213,16 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	a->max_pkeys = 1;
 	/* It answers RNR NAKs when no receive is posted (wire-local.md §8);
 	 * sys_image_guid is the VM's; PORT_ACTIVE comes on async_fd when the
-	 * adapter is connected again (an agent with async-events). Not
-	 * SRQ_RESIZE, MEM_WINDOW, XRC, N_NOTIFY_CQ: vrdma has none of them.
+	 * adapter is connected again (an agent with async-events); memory
+	 * windows of type 1 and 2B (an agent with mw, which says max_mw). Not
+	 * SRQ_RESIZE, XRC, N_NOTIFY_CQ: vrdma has none of them.
 	 * CQ resize, rereg and solicited events have no flag: a device that
 	 * lacks them says so with EOPNOTSUPP, as vrdma does before core-verbs. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
 	if (the_vm && (the_vm->s.caps & VRDMA_CAP_ASYNC_EVENTS))
 		a->device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
+	if (a->max_mw)
+		a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	return 0;
 }
 

@@ -328,22 +328,23 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 #define ACCESS_SUPPORTED                                                                           \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
-	 IBV_ACCESS_REMOTE_ATOMIC)
+	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 
 /* Access flags verbs defines for capabilities vrdma does not have. */
-#define ACCESS_UNSUPPORTED                                                                        \
-	(IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+#define ACCESS_UNSUPPORTED (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
 
 /* access_flags masks the optional bits (rdma-core lets a device ignore
- * them); -EOPNOTSUPP for a capability vrdma lacks (memory windows,
- * zero-based, ODP, ...), as a device without it answers; -EINVAL for bits
- * verbs does not define. */
+ * them); -EOPNOTSUPP for a capability vrdma lacks (zero-based, ODP, ...,
+ * memory windows with an agent older than them), as a device without it
+ * answers; -EINVAL for bits verbs does not define. */
 static int access_flags(unsigned int access)
 {
+	struct vrdma_vm *vm = vrdma_vm_get();
+
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
 		return -EINVAL;
-	if (access & ACCESS_UNSUPPORTED)
+	if ((access & ACCESS_UNSUPPORTED) || ((access & IBV_ACCESS_MW_BIND) && !(vm && (vm->s.caps & VRDMA_CAP_MW))))
 		return -EOPNOTSUPP;
 	return (int)access;
 }
@@ -1038,9 +1039,15 @@ static void publish_sq(struct vrdma_qp *qp)
 }
 
 /* uc_refuses reports whether qp is UC and opcode one UC has not (RDMA READ,
- * atomics): EINVAL at post, as rxe's "bad wr opcode for qp type". */
+ * atomics, memory windows): EINVAL at post, as rxe's "bad wr opcode for
+ * qp type"; or opcode is a memory-window one and the agent has none. */
 static int uc_refuses(const struct vrdma_qp *qp, int opcode)
 {
+	struct vrdma_vm *vm = vrdma_vm_get();
+
+	if ((opcode == IBV_WR_BIND_MW || opcode == IBV_WR_LOCAL_INV || opcode == IBV_WR_SEND_WITH_INV) &&
+	    !(vm && (vm->s.caps & VRDMA_CAP_MW)))
+		return 1;
 	return qp->qpx.qp_base.qp_type == IBV_QPT_UC && opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM &&
 	       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM;
 }
@@ -1065,7 +1072,9 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			rc = ENOMEM;
 			break;
 		}
-		rc = uc_refuses(qp, wr->opcode) ? EINVAL : wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
+		rc = uc_refuses(qp, wr->opcode) || (wr->opcode == IBV_WR_BIND_MW && !vrdma_mw_ok(wr->bind_mw.mw))
+			     ? EINVAL
+			     : wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
 		if (!rc && qp->qpx.qp_base.qp_type == IBV_QPT_UD)
 			rc = vrdma_ud_dest(sq_slot(qp, qp->sq_tail), wr); /* ud.c */
 		if (rc)
@@ -1615,7 +1624,10 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 #define WR_OPS_SUPPORTED                                                                              \
 	(IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |        \
 	 IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | \
-	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | WR_OPS_MW)
+
+/* The memory-window operations (an agent with capability mw). */
+#define WR_OPS_MW (IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV)
 
 /* wr_begin starts a WQE of opcode in the next slot after the last one of
  * this wr_start; NULL (and wr_err set) if it cannot. */
@@ -1676,6 +1688,31 @@ static void wr_send(struct ibv_qp_ex *x)
 static void wr_send_imm(struct ibv_qp_ex *x, __be32 imm)
 {
 	wr_imm(wr_begin(x, IBV_WR_SEND_WITH_IMM), imm);
+}
+
+static void wr_send_inv(struct ibv_qp_ex *x, uint32_t invalidate_rkey)
+{
+	void *slot = wr_begin(x, IBV_WR_SEND_WITH_INV);
+
+	if (slot)
+		wqe_send_invalidate(slot, invalidate_rkey);
+}
+
+static void wr_local_inv(struct ibv_qp_ex *x, uint32_t invalidate_rkey)
+{
+	void *slot = wr_begin(x, IBV_WR_LOCAL_INV);
+
+	if (slot)
+		wqe_send_invalidate(slot, invalidate_rkey);
+}
+
+static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+	void *slot = wr_begin(x, IBV_WR_BIND_MW);
+
+	if (slot && (!info || !vrdma_mw_ok(mw) || wqe_send_bind(slot, mw, rkey, info)))
+		qp->wr_err = EINVAL;
 }
 
 static void wr_rdma_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr)
@@ -1825,7 +1862,12 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		return NULL;
 	}
 	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & ~(uint64_t)WR_OPS_SUPPORTED)) {
-		errno = EOPNOTSUPP; /* memory windows, invalidation, TSO, atomic write */
+		errno = EOPNOTSUPP; /* TSO, atomic write */
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & WR_OPS_MW) &&
+	    (ax->qp_type != IBV_QPT_RC || !(vrdma_vm_get() && (vrdma_vm_get()->s.caps & VRDMA_CAP_MW)))) {
+		errno = EOPNOTSUPP; /* memory windows: RC QPs of an agent with them */
 		return NULL;
 	}
 	if (ax->qp_type == IBV_QPT_UD && (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
@@ -1857,6 +1899,9 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		x = &qp->qpx;
 		x->wr_send = wr_send;
 		x->wr_send_imm = wr_send_imm;
+		x->wr_send_inv = wr_send_inv;
+		x->wr_local_inv = wr_local_inv;
+		x->wr_bind_mw = wr_bind_mw;
 		x->wr_rdma_write = wr_rdma_write;
 		x->wr_rdma_write_imm = wr_rdma_write_imm;
 		x->wr_rdma_read = wr_rdma_read;
@@ -1893,6 +1938,7 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ops->post_send = post_send;
 	ops->post_recv = post_recv;
 	ops->post_srq_recv = post_srq_recv;
+	vrdma_set_mw_ops(ops); /* mw.c */
 	ctx->vctx.create_qp_ex = create_qp_ex;
 	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;

@@ -66,6 +66,8 @@
 #define VRDMA_OP_CM_ESTABLISH 49
 #define VRDMA_OP_REREG_MR 52
 #define VRDMA_OP_RESIZE_CQ 53
+#define VRDMA_OP_ALLOC_MW 54
+#define VRDMA_OP_DEALLOC_MW 55
 
 /* Capability bits (§2). */
 #define VRDMA_CAP_ASYNC_MODE 0x1ull
@@ -82,8 +84,9 @@
 #define VRDMA_CAP_UC 0x800ull
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
+#define VRDMA_CAP_MW 0x4000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0x83fffull /* every bit above */
+#define VRDMA_CAPS_KNOWN 0x87fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -119,6 +122,9 @@
 #define VRDMA_WR_RDMA_READ 4
 #define VRDMA_WR_ATOMIC_CMP_AND_SWP 5
 #define VRDMA_WR_ATOMIC_FETCH_AND_ADD 6
+#define VRDMA_WR_LOCAL_INV 7
+#define VRDMA_WR_BIND_MW 8
+#define VRDMA_WR_SEND_WITH_INV 9
 /* Send flags in a WQE (§5.2): not the values of IBV_SEND_*. */
 #define VRDMA_WQE_SIGNALED 1
 #define VRDMA_WQE_SOLICITED 2
@@ -130,6 +136,8 @@
 #define VRDMA_WC_RDMA_READ 2
 #define VRDMA_WC_COMP_SWAP 3
 #define VRDMA_WC_FETCH_ADD 4
+#define VRDMA_WC_BIND_MW 5
+#define VRDMA_WC_LOCAL_INV 6
 #define VRDMA_WC_RECV 128
 #define VRDMA_WC_RECV_RDMA_WITH_IMM 129
 #define VRDMA_WC_SUCCESS 0
@@ -157,6 +165,7 @@
 /* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */
 #define VRDMA_CQE_WITH_IMM 1
 #define VRDMA_CQE_GRH 2 /* a UD receive: the GRH precedes the payload */
+#define VRDMA_CQE_WITH_INV 4 /* a SEND with invalidate: imm_data is the rkey it invalidated */
 /* Values of a CQ's armed word (§7). */
 #define VRDMA_CQ_ARM_ALL 1 /* an event at the next completion */
 #define VRDMA_CQ_ARM_SOLICITED 2 /* at the next solicited or error completion (capability core-verbs) */
@@ -176,6 +185,7 @@
 #define VRDMA_ACCESS_REMOTE_WRITE 2
 #define VRDMA_ACCESS_REMOTE_READ 4
 #define VRDMA_ACCESS_REMOTE_ATOMIC 8
+#define VRDMA_ACCESS_MW_BIND 16
 
 /* Offsets of the ring-state words in page 0 (§5.2, §5.3). */
 #define VRDMA_QP_SQ_TAIL 0

@@ -135,7 +135,12 @@ int vrdma_ud_dest(void *slot, const struct ibv_send_wr *wr);
 /* vrdma_ud_set_dest is vrdma_ud_dest's destination part, for ibv_wr_set_ud_addr. */
 int vrdma_ud_set_dest(void *slot, struct ibv_ah *ah, uint32_t remote_qpn, uint32_t remote_qkey);
 
-/* verbs.c's registry of live objects, PD check and commands, for ud.c. */
+/* mw.c: the context ops of memory windows, and the check that mw is one
+ * of this library's. */
+void vrdma_set_mw_ops(struct ibv_context_ops *ops);
+int vrdma_mw_ok(struct ibv_mw *mw);
+
+/* verbs.c's registry of live objects, PD check and commands, for ud.c and mw.c. */
 int vrdma_obj_add(void *p);
 int vrdma_obj_take(const void *p);
 int vrdma_obj_has(const void *p);

@@ -28,12 +28,14 @@
 _Static_assert(VRDMA_WR_RDMA_WRITE == IBV_WR_RDMA_WRITE && VRDMA_WR_RDMA_WRITE_WITH_IMM == IBV_WR_RDMA_WRITE_WITH_IMM &&
 		       VRDMA_WR_SEND == IBV_WR_SEND && VRDMA_WR_SEND_WITH_IMM == IBV_WR_SEND_WITH_IMM &&
 		       VRDMA_WR_RDMA_READ == IBV_WR_RDMA_READ && VRDMA_WR_ATOMIC_CMP_AND_SWP == IBV_WR_ATOMIC_CMP_AND_SWP &&
-		       VRDMA_WR_ATOMIC_FETCH_AND_ADD == IBV_WR_ATOMIC_FETCH_AND_ADD,
+		       VRDMA_WR_ATOMIC_FETCH_AND_ADD == IBV_WR_ATOMIC_FETCH_AND_ADD && VRDMA_WR_LOCAL_INV == IBV_WR_LOCAL_INV &&
+		       VRDMA_WR_BIND_MW == IBV_WR_BIND_MW && VRDMA_WR_SEND_WITH_INV == IBV_WR_SEND_WITH_INV,
 	       "send opcodes are IBV_WR_*");
 _Static_assert(VRDMA_WC_SEND == IBV_WC_SEND && VRDMA_WC_RDMA_WRITE == IBV_WC_RDMA_WRITE &&
 		       VRDMA_WC_RDMA_READ == IBV_WC_RDMA_READ && VRDMA_WC_COMP_SWAP == IBV_WC_COMP_SWAP &&
 		       VRDMA_WC_FETCH_ADD == IBV_WC_FETCH_ADD && VRDMA_WC_RECV == IBV_WC_RECV &&
-		       VRDMA_WC_RECV_RDMA_WITH_IMM == IBV_WC_RECV_RDMA_WITH_IMM,
+		       VRDMA_WC_RECV_RDMA_WITH_IMM == IBV_WC_RECV_RDMA_WITH_IMM && VRDMA_WC_BIND_MW == IBV_WC_BIND_MW &&
+		       VRDMA_WC_LOCAL_INV == IBV_WC_LOCAL_INV,
 	       "completion opcodes are IBV_WC_*");
 _Static_assert(VRDMA_WC_SUCCESS == IBV_WC_SUCCESS && VRDMA_WC_LOC_LEN_ERR == IBV_WC_LOC_LEN_ERR &&
 		       VRDMA_WC_WR_FLUSH_ERR == IBV_WC_WR_FLUSH_ERR && VRDMA_WC_REM_ACCESS_ERR == IBV_WC_REM_ACCESS_ERR &&
@@ -44,7 +46,7 @@ _Static_assert(VRDMA_QPS_RESET == IBV_QPS_RESET && VRDMA_QPS_RTS == IBV_QPS_RTS 
 	       "QP states are IBV_QPS_*");
 _Static_assert(VRDMA_ACCESS_LOCAL_WRITE == IBV_ACCESS_LOCAL_WRITE && VRDMA_ACCESS_REMOTE_WRITE == IBV_ACCESS_REMOTE_WRITE &&
 		       VRDMA_ACCESS_REMOTE_READ == IBV_ACCESS_REMOTE_READ &&
-		       VRDMA_ACCESS_REMOTE_ATOMIC == IBV_ACCESS_REMOTE_ATOMIC,
+		       VRDMA_ACCESS_REMOTE_ATOMIC == IBV_ACCESS_REMOTE_ATOMIC && VRDMA_ACCESS_MW_BIND == IBV_ACCESS_MW_BIND,
 	       "access flags are IBV_ACCESS_*");
 _Static_assert(sizeof(struct ibv_sge) == sizeof(struct vrdma_sge), "ibv_sge and the ring's SGE");
 
@@ -135,10 +137,38 @@ static inline int wqe_send_inline_add(void *slot, const void *p, size_t len, uin
 }
 
 /* wqe_send_takes_inline reports whether opcode's data may be inline: READ
- * and the atomics need a destination. */
+ * and the atomics need a destination, BIND_MW and LOCAL_INV carry none. */
 static inline int wqe_send_takes_inline(int opcode)
 {
-	return opcode != IBV_WR_RDMA_READ && opcode != IBV_WR_ATOMIC_CMP_AND_SWP && opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+	return opcode != IBV_WR_RDMA_READ && opcode != IBV_WR_ATOMIC_CMP_AND_SWP && opcode != IBV_WR_ATOMIC_FETCH_AND_ADD &&
+	       opcode != IBV_WR_BIND_MW && opcode != IBV_WR_LOCAL_INV;
+}
+
+/* wqe_send_invalidate sets the rkey a LOCAL_INV or SEND_WITH_INV
+ * invalidates: imm_data's place, a number (§5.2). */
+static inline void wqe_send_invalidate(void *slot, uint32_t rkey)
+{
+	wqe_send(slot)->imm_data = rkey;
+}
+
+/* wqe_send_bind writes a BIND_MW's fields (§5.2): the window's handle in
+ * imm_data, its new rkey in rkey, the range in remote_addr and
+ * compare_add, the region's lkey and the access flags in swap's low and
+ * high 32 bits. EINVAL for a zero-based window or a range without a
+ * region. */
+static inline int wqe_send_bind(void *slot, const struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
+{
+	struct vrdma_send_wqe *w = wqe_send(slot);
+
+	if (!mw || (b->mw_access_flags & IBV_ACCESS_ZERO_BASED) || (!b->mr && b->length))
+		return EINVAL;
+	w->imm_data = mw->handle;
+	w->rkey = rkey;
+	w->remote_addr = b->addr;
+	w->compare_add = b->length;
+	w->swap = (uint64_t)b->mw_access_flags << 32 | (b->mr ? b->mr->lkey : 0);
+	w->num_sge = 0;
+	return 0;
 }
 
 /* wqe_send_from_wr writes wr (ibv_post_send's) into slot, checked against
@@ -146,12 +176,20 @@ static inline int wqe_send_takes_inline(int opcode)
  * slot then holds garbage, unpublished). */
 static inline int wqe_send_from_wr(void *slot, const struct ibv_send_wr *wr, const struct ibv_qp_cap *caps)
 {
-	if ((unsigned)wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD || wr->num_sge < 0 ||
+	if ((unsigned)wr->opcode > IBV_WR_SEND_WITH_INV || wr->num_sge < 0 ||
 	    (wr->send_flags & ~WQE_SEND_FLAGS) || (wr->num_sge > 0 && !wr->sg_list))
 		return EINVAL;
 	wqe_send_begin(slot, wr->wr_id, wr->opcode, wr->send_flags);
 	wqe_send_imm(slot, wr->imm_data);
 	switch (wr->opcode) {
+	case IBV_WR_BIND_MW:
+		return wqe_send_bind(slot, wr->bind_mw.mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info);
+	case IBV_WR_LOCAL_INV:
+		wqe_send_invalidate(slot, wr->invalidate_rkey);
+		return 0;
+	case IBV_WR_SEND_WITH_INV:
+		wqe_send_invalidate(slot, wr->invalidate_rkey);
+		break;
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
@@ -223,6 +261,10 @@ static inline void cqe_to_wc(const void *slot, struct ibv_wc *w)
 		w->wc_flags |= IBV_WC_GRH;
 	w->byte_len = e->byte_len;
 	w->imm_data = htobe32(e->imm_data);
+	if (e->flags & VRDMA_CQE_WITH_INV) {
+		w->wc_flags |= IBV_WC_WITH_INV;
+		w->invalidated_rkey = e->imm_data; /* a number, where imm_data is network order */
+	}
 	w->src_qp = e->src_qp;
 	w->sl = e->sl; /* a UD receive: the packet type, as mlx5 (wire-local.md §5.3) */
 	w->vendor_err = e->vendor_err;

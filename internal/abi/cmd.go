@@ -93,7 +93,10 @@ const (
 	// 52, 53: ibv_rereg_mr and ibv_resize_cq (coreverbs.go).
 	OpReregMR  Op = 52 // ReregMR → RegMRReply
 	OpResizeCQ Op = 53 // ResizeCQ → CreateCQReply; fds: the new ring memfd
-	opMax      Op = 56
+	// 54, 55: memory windows (mw.go); 56, 57 are kept for them.
+	OpAllocMW   Op = 54 // AllocMW → AllocMWReply
+	OpDeallocMW Op = 55 // Handle → Empty
+	opMax       Op = 72
 )
 
 // Known reports whether o is an op of this ABI version.
@@ -830,7 +833,10 @@ type DeviceAttr struct {
 	MaxSRQSGE       uint32 `json:"max_srq_sge"`
 	// MaxAH is how many address handles a process context may hold
 	// (ud.go); absent from an agent without UD.
-	MaxAH         uint32 `json:"max_ah,omitempty"`
+	MaxAH uint32 `json:"max_ah,omitempty"`
+	// MaxMW is how many memory windows a process context may hold (mw.go);
+	// absent from an agent without memory windows.
+	MaxMW         uint32 `json:"max_mw,omitempty"`
 	AtomicCap     string `json:"atomic_cap"`
 	PhysPortCnt   uint32 `json:"phys_port_cnt"`
 	TransportType string `json:"transport_type"`

@@ -24,9 +24,16 @@ const (
 	OpRDMARead         Opcode = 4
 	OpAtomicCmpAndSwp  Opcode = 5
 	OpAtomicFetchAdd   Opcode = 6
+	// The memory-window opcodes (capability mw, mw.go): LOCAL_INV and
+	// BIND_MW are executed by the agent at the QP, SEND_WITH_INV is a
+	// SEND that invalidates an rkey at its target.
+	OpLocalInv    Opcode = 7
+	OpBindMW      Opcode = 8
+	OpSendWithInv Opcode = 9
 )
 
-var opcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+var opcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD",
+	"LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}
 
 func (o Opcode) String() string {
 	if int(o) < len(opcodeNames) {
@@ -36,7 +43,19 @@ func (o Opcode) String() string {
 }
 
 // Valid reports whether o is a known send opcode.
-func (o Opcode) Valid() bool { return o <= OpAtomicFetchAdd }
+func (o Opcode) Valid() bool { return o <= OpSendWithInv }
+
+// IsLocal reports whether o is executed at its own QP, sending nothing:
+// BIND_MW and LOCAL_INV.
+func (o Opcode) IsLocal() bool { return o == OpLocalInv || o == OpBindMW }
+
+// IsMW reports whether o is a memory-window opcode: BIND_MW, LOCAL_INV,
+// SEND_WITH_INV (RC QPs only).
+func (o Opcode) IsMW() bool { return o == OpLocalInv || o == OpBindMW || o == OpSendWithInv }
+
+// IsSend reports whether o is a SEND: its message takes a receive WQE
+// and carries data into it.
+func (o Opcode) IsSend() bool { return o == OpSend || o == OpSendWithImm || o == OpSendWithInv }
 
 // IsAtomic reports whether o is an atomic operation.
 func (o Opcode) IsAtomic() bool { return o == OpAtomicCmpAndSwp || o == OpAtomicFetchAdd }
@@ -50,7 +69,7 @@ func (o Opcode) IsRdAtomic() bool { return o == OpRDMARead || o.IsAtomic() }
 // target (SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM): the opcodes whose
 // solicited bit (SendSolicited) reaches the target.
 func (o Opcode) CarriesEvent() bool {
-	return o == OpSend || o == OpSendWithImm || o == OpRDMAWriteWithImm
+	return o.IsSend() || o == OpRDMAWriteWithImm
 }
 
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
@@ -63,6 +82,8 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -79,6 +100,10 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -98,6 +123,10 @@ func WCOpcodeOf(o Opcode) WCOpcode {
 		return WCCompSwap
 	case OpAtomicFetchAdd:
 		return WCFetchAdd
+	case OpBindMW:
+		return WCBindMW
+	case OpLocalInv:
+		return WCLocalInv
 	}
 	return WCSend
 }
@@ -152,10 +181,16 @@ const (
 	AccessRemoteWrite  Access = 1 << 1
 	AccessRemoteRead   Access = 1 << 2
 	AccessRemoteAtomic Access = 1 << 3
+	// AccessMWBind: memory windows may be bound to the region (capability
+	// mw).
+	AccessMWBind Access = 1 << 4
 )
 
 // AccessAll is every flag vrdma knows.
-const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
+const AccessAll = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind
+
+// AccessRemote is the remote rights: what a memory window grants.
+const AccessRemote = AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic
 
 func (a Access) String() string {
 	if a == 0 {
@@ -174,6 +209,7 @@ func (a Access) String() string {
 	add(AccessRemoteWrite, "REMOTE_WRITE")
 	add(AccessRemoteRead, "REMOTE_READ")
 	add(AccessRemoteAtomic, "REMOTE_ATOMIC")
+	add(AccessMWBind, "MW_BIND")
 	if a&^AccessAll != 0 {
 		s += fmt.Sprintf("|0x%x", uint32(a&^AccessAll))
 	}
@@ -220,6 +256,9 @@ type WCFlags uint8
 // Completion flags.
 const (
 	WCWithImm WCFlags = 1 << 0
+	// WCWithInv: the message was a SEND with invalidate; the CQE's Imm is
+	// the rkey it invalidated (capability mw).
+	WCWithInv WCFlags = 1 << 2
 )
 
 // PathKind names the way a connected QP's bytes move.

@@ -38,6 +38,8 @@ func requestSeeds() map[Op]any {
 		OpListVMs:       &Empty{},
 		OpReregMR:       &ReregMR{Handle: 2, Flags: ReregAll, PD: 1, Addr: 8192, Length: 4096, IOVA: 0x7f0000001000, Access: AccessLocalWrite},
 		OpResizeCQ:      &ResizeCQ{Handle: 3, CQE: 1000},
+		OpAllocMW:       &AllocMW{PD: 1, Type: MWType2},
+		OpDeallocMW:     &Handle{Handle: 4},
 		// The management commands' bodies are package mgmt's (its
 		// tests); here their ops have none.
 	}
@@ -75,6 +77,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(hdr(Version, 0, OpCMEstablish, 8), `{"qp":1}`...))
 	f.Add(append(hdr(Version, 0, OpReregMR, 26), `{"handle":1,"flags":1}`+"    "...))
 	f.Add(append(hdr(Version, 0, OpResizeCQ, 24), `{"handle":1,"cqe":70000}`...))
+	f.Add(append(hdr(Version, 0, OpAllocMW, 17), `{"pd":1,"type":3}`...))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, req, err := DecodeRequest(msg)
 		if err != nil {
@@ -143,6 +146,16 @@ func FuzzDecodeSend(f *testing.F) {
 	slot = make([]byte, 128)
 	EncodeSend(slot, &SendWQE{WRID: 5, Opcode: OpSend, Flags: SendInline, InlineLen: 0xffffffc0}, nil)
 	f.Add(slot, uint32(1), uint32(0xffffffff))
+	// A BIND_MW and a LOCAL_INV (their fields in imm, rkey, remote_addr,
+	// compare_add and swap).
+	slot = make([]byte, 64)
+	w := SendWQE{WRID: 6, Opcode: OpBindMW, Flags: SendSignaled}
+	w.SetBindMW(MWBind{MW: 7, RKey: MWKeyBit | 0x101, MRKey: 0x202, Addr: 4096, Length: 1 << 40, Access: AccessRemoteWrite | 1<<20})
+	EncodeSend(slot, &w, nil)
+	f.Add(slot, uint32(1), uint32(0))
+	slot = make([]byte, 64)
+	EncodeSend(slot, &SendWQE{WRID: 7, Opcode: OpLocalInv, Imm: MWKeyBit | 0x1ff, Flags: SendInline, InlineLen: 3}, nil)
+	f.Add(slot, uint32(1), uint32(8))
 	f.Fuzz(func(t *testing.T, slot []byte, maxSGE, maxInline uint32) {
 		var w SendWQE
 		st := DecodeSend(slot, &w, maxSGE, maxInline)

@@ -82,6 +82,8 @@ var opTable = [...]OpInfo{
 	{Op: OpCMEstablish, Name: "cm-establish", Request: body[CMEstablish](), Attach: true},
 	{Op: OpReregMR, Name: "rereg-mr", Request: body[ReregMR](), Attach: true},
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
+	{Op: OpAllocMW, Name: "alloc-mw", Request: body[AllocMW](), Attach: true},
+	{Op: OpDeallocMW, Name: "dealloc-mw", Request: body[Handle](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

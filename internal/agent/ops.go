@@ -107,6 +107,12 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpReregMR: on(func(_ *session, v *device.Context, r *abi.ReregMR) (any, []int, error) {
 		return noFDs(v.ReregMR(r))
 	}),
+	abi.OpAllocMW: on(func(_ *session, v *device.Context, r *abi.AllocMW) (any, []int, error) {
+		return noFDs(v.AllocMW(r))
+	}),
+	abi.OpDeallocMW: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.DeallocMW(r.Handle)
+	}),
 	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
 	}),

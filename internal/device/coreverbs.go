@@ -35,6 +35,10 @@ func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
 		v.objMu.Unlock()
 		return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", r.Handle)
 	}
+	if err := v.boundWindowsLocked(m); err != nil {
+		v.objMu.Unlock()
+		return abi.RegMRReply{}, err
+	}
 	nm := *m
 	if r.Flags&abi.ReregPD != 0 {
 		p, ok := v.pds[r.PD]

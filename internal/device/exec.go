@@ -298,6 +298,8 @@ func (q *QP) ExecOne(ex SyncExecutor) {
 	switch {
 	case ex == nil:
 		st = abi.WCLocQPOpErr
+	case st == abi.WCSuccess && w.Opcode.IsLocal():
+		st = q.ExecLocal(w)
 	case st == abi.WCSuccess:
 		st, n = ex.Execute(w, q.sqSlot)
 	}
@@ -446,28 +448,29 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 	copy(p.rqSlot, mem[off:off+p.layout.RQStride])
 	if abi.DecodeRecv(p.rqSlot, &p.rwqe, p.caps.MaxRecvSGE) != abi.WCSuccess {
 		p.MoveToErr("receive work request has too many SGEs")
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN, false)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, 0, srcQPN, false)
 		return recvBroken
 	}
 	return recvReady
 }
 
 // completeRecvLocked consumes the peeked receive WQE with a completion for
-// a message from QP srcQPN; se: the message carried the solicited-event
-// bit.
+// a message from QP srcQPN, with flags (WCWithImm: imm is the immediate;
+// WCWithInv: imm is the rkey it invalidated); se: the message carried the
+// solicited-event bit.
 // It reports false, consuming nothing, when p's receive CQ is full: the
 // sender then treats p as not ready (RNR) and retries later.
 //
 // +checklocks:p.rqMu
-func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, withImm bool, srcQPN uint32, se bool) bool {
+func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32, flags abi.WCFlags, srcQPN uint32, se bool) bool {
 	p.ctr.noteCompletion(st)
 	if st == abi.WCSuccess {
 		p.ctr.Recvs.Add(1)
 		p.ctr.RecvBytes.Add(uint64(n))
 	}
-	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: srcQPN}
-	if withImm {
-		e.Imm, e.Flags = imm, abi.WCWithImm
+	e := abi.CQE{WRID: p.rwqe.WRID, QPNum: p.qpn, Opcode: op, Status: st, ByteLen: n, SrcQP: srcQPN, Flags: flags}
+	if flags != 0 {
+		e.Imm = imm
 	}
 	return p.recvCQ.tryPushRecv(&e, p, se)
 }

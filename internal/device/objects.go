@@ -221,6 +221,10 @@ func (v *Context) DeregMR(h uint32) error {
 		v.objMu.Unlock()
 		return abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", h)
 	}
+	if err := v.boundWindowsLocked(m); err != nil {
+		v.objMu.Unlock()
+		return err
+	}
 	delete(v.mrHandles, h)
 	v.mrs[v.keySlot(m.key)].Store(nil)
 	v.freeKeyLocked(m.key)

@@ -131,7 +131,7 @@ type Counters struct {
 	// opcode, and the bytes they moved (sent, written or read: NoteSent);
 	// receives completed successfully and their bytes; completions of
 	// either queue by status, flushes and errors included.
-	Ops         [abi.OpAtomicFetchAdd + 1]atomic.Uint64
+	Ops         [abi.OpSendWithInv + 1]atomic.Uint64
 	SendBytes   atomic.Uint64
 	Recvs       atomic.Uint64
 	RecvBytes   atomic.Uint64
@@ -296,6 +296,7 @@ func (v *Context) DestroyQP(q *QP) {
 	v.objMu.Lock()
 	q.pd.ad.retired.Add(q.ctr.report()) // in the same step as the QP leaves v.qps: Status counts it once
 	delete(v.qps, q.handle)
+	q.unbindQPLocked() // its type 2 windows go with it
 	q.pd.refs--
 	q.sendCQ.refs--
 	q.recvCQ.refs--

@@ -29,6 +29,9 @@ type Request struct {
 	Solicited bool
 }
 
+// A SEND with invalidate (abi.OpSendWithInv) names the rkey it invalidates
+// at its target in Request.RKey.
+
 // Outcome is how a request ended at the responder, when not with a
 // status.
 type Outcome uint8
@@ -131,7 +134,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 	total := r.Total
 	switch r.Op {
 	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
-		dst, ok := pv.resolve(p.pd, r.RKey, r.RAddr, total, abi.AccessRemoteWrite)
+		dst, ok := pv.resolveRemote(p, r.RKey, r.RAddr, total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
 			p.MoveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -145,8 +148,17 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 	case abi.OpSend, abi.OpSendWithImm:
 		return p.takeRecv(m, true, rnrTimer, rqHeld)
 
+	case abi.OpSendWithInv:
+		if !p.checkInvalidate(r.RKey) {
+			// An rkey that is no window p may invalidate: an invalid
+			// request (rxe's RESPST_ERR_INVALIDATE_RKEY), p goes to ERR.
+			p.refuseInvalidate(r.SrcQPN, r.RKey)
+			return OutDone, abi.WCRemInvReqErr, 0
+		}
+		return p.takeRecv(m, true, rnrTimer, rqHeld)
+
 	case abi.OpRDMARead:
-		src, ok := pv.resolve(p.pd, r.RKey, r.RAddr, total, abi.AccessRemoteRead)
+		src, ok := pv.resolveRemote(p, r.RKey, r.RAddr, total, abi.AccessRemoteRead)
 		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
 			p.MoveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -159,7 +171,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 			p.MoveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
 			return OutDone, abi.WCRemInvReqErr, 0
 		}
-		t, ok := pv.resolve(p.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
+		t, ok := pv.resolveRemote(p, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
 		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
 			p.MoveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -206,13 +218,13 @@ func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outco
 	switch room, ok := m.resolveRecv(p); {
 	case !ok:
 		m.recv = false
-		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")                 // ERR first, as in execOne
-		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false) // if the CQ is full, the flush completes it
+		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")             // ERR first, as in execOne
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, 0, r.SrcQPN, false) // if the CQ is full, the flush completes it
 		return OutDone, abi.WCRemOpErr, 0
 	case room < r.Total:
 		m.recv = false
 		p.MoveToErr(fmt.Sprintf("a %d-byte message does not fit the %d-byte receive buffer (LOC_LEN_ERR)", r.Total, room))
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, 0, r.SrcQPN, false)
 		return OutDone, abi.WCRemInvReqErr, 0
 	}
 	return OutDone, abi.WCSuccess, 0
@@ -244,15 +256,15 @@ func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 func (p *QP) Revalidate(m *Message) bool {
 	r := &m.r
 	switch {
-	case r.Op == abi.OpSend || r.Op == abi.OpSendWithImm:
+	case r.Op.IsSend():
 		_, ok := m.resolveRecv(p)
 		return ok
 	case r.Op == abi.OpRDMARead:
-		b, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
+		b, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
 		m.segs[0] = b
 		return ok
 	case r.Op == abi.OpRDMAWrite || r.Op == abi.OpRDMAWriteWithImm:
-		b, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
+		b, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		m.segs[0] = b
 		return ok
 	}
@@ -313,11 +325,18 @@ func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 		return OutNoPeer, 0 // the receive went meanwhile (ERR flushed it, or RESET): as if p had dropped the request
 	}
 	p.rwqe.WRID = m.wrid
-	op, withImm := abi.WCRecv, r.Op == abi.OpSendWithImm
-	if r.Op == abi.OpRDMAWriteWithImm {
-		op, withImm = abi.WCRecvRDMAWithImm, true
+	op, flags, imm := abi.WCRecv, abi.WCFlags(0), r.Imm
+	switch r.Op {
+	case abi.OpSendWithImm:
+		flags = abi.WCWithImm
+	case abi.OpRDMAWriteWithImm:
+		op, flags = abi.WCRecvRDMAWithImm, abi.WCWithImm
+	case abi.OpSendWithInv:
+		// The window goes before the completion that reports it.
+		p.invalidateRemote(r.RKey)
+		flags, imm = abi.WCWithInv, r.RKey
 	}
-	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.Total), r.Imm, withImm, r.SrcQPN, r.Solicited) {
+	if !p.completeRecvLocked(abi.WCSuccess, op, uint32(r.Total), imm, flags, r.SrcQPN, r.Solicited) {
 		p.ctr.RNRSent.Add(1)
 		return OutRNR, 0
 	}
@@ -332,7 +351,7 @@ func (p *QP) endLocked(m *Message) (Outcome, abi.WCStatus) {
 // A message that takes a receive holds p.rqMu from begin to end, as a
 // whole: its bytes land in a receive nothing else can flush meanwhile.
 func (p *QP) Respond(r *Request, m *Message, io Payload) (Response, error) {
-	held := r.Op == abi.OpSend || r.Op == abi.OpSendWithImm || r.Op == abi.OpRDMAWriteWithImm
+	held := r.Op.CarriesEvent()
 	if held {
 		p.rqMu.Lock()
 		defer p.rqMu.Unlock()
@@ -396,7 +415,7 @@ func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
 	if total <= m.r.Total {
 		return abi.WCSuccess
 	}
-	if !m.recv || (m.r.Op != abi.OpSend && m.r.Op != abi.OpSendWithImm) {
+	if !m.recv || !m.r.Op.IsSend() {
 		return abi.WCRemInvReqErr
 	}
 	var room uint64
@@ -417,7 +436,7 @@ func (p *QP) Grow(m *Message, total uint64) abi.WCStatus {
 	}
 	m.recv = false
 	p.MoveToErr(fmt.Sprintf("a message of at least %d bytes does not fit the %d-byte receive buffer (LOC_LEN_ERR)", total, room))
-	p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, m.r.SrcQPN, false)
+	p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, 0, m.r.SrcQPN, false)
 	return abi.WCRemInvReqErr
 }
 
@@ -489,6 +508,21 @@ func (m *Message) SetImm(imm uint32) {
 		m.r.Op = abi.OpSendWithImm
 	}
 	m.r.Imm = imm
+}
+
+// Invalidate makes a SEND's message one with invalidate of rkey: a
+// responder that learns it from the message's last packet. The rkey is
+// checked as Begin checks a SEND with invalidate's.
+func (p *QP) Invalidate(m *Message, rkey uint32) abi.WCStatus {
+	if m.r.Op == abi.OpSendWithInv && m.r.RKey == rkey {
+		return abi.WCSuccess // the last packet again, after an RNR NAK
+	}
+	if m.r.Op != abi.OpSend || !p.checkInvalidate(rkey) {
+		p.refuseInvalidate(m.r.SrcQPN, rkey)
+		return abi.WCRemInvReqErr
+	}
+	m.r.Op, m.r.RKey = abi.OpSendWithInv, rkey
+	return abi.WCSuccess
 }
 
 // Old is an atomic's original value, once Begin executed it.

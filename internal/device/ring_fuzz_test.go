@@ -429,6 +429,23 @@ func FuzzRingConsumer(f *testing.F) {
 	f.Add(sends, uint32(4), uint32(0), recvs, uint32(0x80000000), recvs, uint32(1), uint32(0x7fffffff), uint8(8))
 	f.Add(bytes.Repeat([]byte{0xff}, 4096), uint32(8), uint32(0), bytes.Repeat([]byte{0xff}, 4096), uint32(8), []byte{}, uint32(0), uint32(0), uint8(0))
 	f.Add([]byte{}, uint32(16), uint32(0), []byte{}, uint32(0), []byte{}, uint32(0), uint32(0), uint8(1))
+	// Memory-window work requests with garbage in them: a bind of a
+	// window the context does not have, of a region key that is no
+	// window's, an invalidation of a region's key and of a window's key
+	// of no window, a SEND with invalidate of garbage.
+	bind := abi.SendWQE{Opcode: abi.OpBindMW, Flags: abi.SendSignaled}
+	bind.SetBindMW(abi.MWBind{MW: 0xffff, RKey: abi.MWKeyBit | 0x107, MRKey: harnessKeyRW, Addr: harnessRW, Length: 64, Access: abi.AccessRemoteWrite})
+	bind2 := abi.SendWQE{Opcode: abi.OpBindMW}
+	bind2.SetBindMW(abi.MWBind{MW: 1, RKey: harnessKeyRW, MRKey: harnessKeyRO, Addr: ^uint64(0), Length: ^uint64(0), Access: ^abi.Access(0)})
+	mws := sendSlots(bind, bind2,
+		abi.SendWQE{Opcode: abi.OpLocalInv, Flags: abi.SendSignaled, Imm: harnessKeyRW},
+		abi.SendWQE{Opcode: abi.OpLocalInv, Imm: abi.MWKeyBit | 0x7fffff07},
+		abi.SendWQE{Opcode: abi.OpSendWithInv, Flags: abi.SendSignaled, NumSGE: nl, SGE: sl, Imm: abi.MWKeyBit | 0x100},
+		abi.SendWQE{Opcode: abi.OpSendWithInv, NumSGE: nl, SGE: sl, Imm: harnessKeyRW},
+	)
+	for mode := range uint8(4) {
+		f.Add(mws, uint32(6), uint32(0), recvs, uint32(4), recvs, uint32(2), uint32(0), mode)
+	}
 
 	h := newRingHarness(f)
 	f.Fuzz(func(t *testing.T, sq []byte, sqTail, sqHead uint32, prq []byte, rqTail uint32, qrq []byte, qrqTail, cqHead uint32, mode uint8) {

@@ -172,6 +172,9 @@ type SendQueue interface {
 	// GatherLocal resolves w's local side into segs (guest memory, kept
 	// until the WQE completes, then cleared by the caller).
 	GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) Local
+	// ExecLocal executes a BIND_MW or LOCAL_INV work request at the QP
+	// and returns its status; the caller completes it.
+	ExecLocal(w *abi.SendWQE) abi.WCStatus
 	// TakePSNs takes n PSNs for the next request and returns the first.
 	TakePSNs(n uint32) uint32
 	// RCAttrs reads the QP's RC attributes together.

@@ -279,7 +279,7 @@ func (p *QP) peekSRQLocked(srcQPN uint32) recvState {
 		p.srqHeld = true
 		p.rqSeq++
 		p.MoveToErr("receive work request of the shared receive queue has too many SGEs")
-		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, false, srcQPN, false)
+		p.completeRecvLocked(abi.WCLocLenErr, abi.WCRecv, 0, 0, 0, srcQPN, false)
 		return recvBroken
 	}
 	p.srqHeld = true

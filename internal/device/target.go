@@ -106,6 +106,11 @@ type Target interface {
 	// that learns its length packet by packet; the caller holds the
 	// target.
 	Grow(m *Message, total uint64) abi.WCStatus
+	// Invalidate makes a SEND's message one with invalidate of rkey, for
+	// a responder that learns it from the message's last packet; a
+	// refusal (no type 2 window of the target's to invalidate) moves the
+	// target to ERR. The caller holds the target.
+	Invalidate(m *Message, rkey uint32) abi.WCStatus
 	// Write copies data to m's bytes at off; false: beyond the message,
 	// or its receive went. The caller holds the target.
 	Write(m *Message, off uint64, data []byte) bool

@@ -64,11 +64,12 @@ func (q *QP) ConnectMask(mask abi.QPAttrMask) abi.QPAttrMask {
 }
 
 // ucRefuse is the status of send WQE w, decoded with status st, on q: an
-// RDMA READ or an atomic on a UC QP fails with LOC_QP_OP_ERR (the drop-in
+// RDMA READ, an atomic or a memory-window operation on a UC QP fails with
+// LOC_QP_OP_ERR (the drop-in
 // and the library refuse them at post with EINVAL; only a hand-written
 // ring gets here).
 func (q *QP) ucRefuse(w *abi.SendWQE, st abi.WCStatus) abi.WCStatus {
-	if st == abi.WCSuccess && q.typ == abi.QPTypeUC && w.Opcode.IsRdAtomic() {
+	if st == abi.WCSuccess && q.typ == abi.QPTypeUC && (w.Opcode.IsRdAtomic() || w.Opcode.IsMW()) {
 		return abi.WCLocQPOpErr
 	}
 	return st
@@ -85,7 +86,7 @@ func (p *QP) checkUC(r *Request, m *Message, rqHeld bool) (Outcome, abi.WCStatus
 		p.mu.Lock()
 		access := p.attr.AccessFlags
 		p.mu.Unlock()
-		dst, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
+		dst, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && r.Total > 0 {
 			p.ctr.Dropped.Add(1)
 			return OutDone, abi.WCRemAccessErr, 0
@@ -130,7 +131,7 @@ func (p *QP) takeRecvUC(m *Message, data bool, rqHeld bool) (Outcome, abi.WCStat
 	case !ok:
 		m.recv = false
 		p.MoveToErr("receive work request has a bad SGE (LOC_PROT_ERR)")
-		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, false, r.SrcQPN, false)
+		p.completeRecvLocked(abi.WCLocProtErr, abi.WCRecv, 0, 0, 0, r.SrcQPN, false)
 		return OutDone, abi.WCRemOpErr, 0
 	case room < r.Total:
 		m.Abandon()

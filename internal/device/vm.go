@@ -61,9 +61,14 @@ type Context struct {
 	srqs       map[uint32]*SRQ // +checklocks:objMu
 	ahs        map[uint32]*AH  // +checklocks:objMu
 	nextHandle uint32          // +checklocks:objMu
-	keyGens    []uint32        // +checklocks:objMu
-	keyFree    []uint32        // +checklocks:objMu
-	keyFresh   uint32          // +checklocks:objMu
+	mrKeys     keySlots        // +checklocks:objMu
+	// Memory windows (mw.go): the table of windows by slot, lock-free
+	// for lookups as mrs, their handles, their slots, and how many
+	// windows are bound to each region (by its handle).
+	mws       []atomic.Pointer[MW]
+	mwHandles map[uint32]*MW // +checklocks:objMu
+	mwKeys    keySlots       // +checklocks:objMu
+	mrWindows map[uint32]int // +checklocks:objMu
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -307,7 +312,10 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
 		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{},
-		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR)}
+		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR),
+		mrKeys: keySlots{bits: keyBits(d.cfg.Limits.MaxMR), n: d.cfg.Limits.MaxMR},
+		mws:    make([]atomic.Pointer[MW], d.cfg.Limits.MaxMR), mwHandles: map[uint32]*MW{}, mrWindows: map[uint32]int{},
+		mwKeys: keySlots{bits: keyBits(d.cfg.Limits.MaxMR), n: d.cfg.Limits.MaxMR}}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
 
@@ -797,7 +805,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
-		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH,
+		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH, MaxMW: uint32(l.MaxMR),
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }

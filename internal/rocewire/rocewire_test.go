@@ -19,7 +19,8 @@ func unhex(t testing.TB, s string) []byte {
 
 // TestICRCVectors checks the two public vectors of the brief (§3.2): a
 // CNP captured on a ConnectX-4 Lx, and scapy's UC SEND_ONLY with pad
-// bytes.
+// bytes; and an RC SEND_ONLY_WITH_INVALIDATE (IETH 0x80000107, 9 bytes
+// and 3 pad bytes, solicited) whose ICRC scapy's RoCE layer computed.
 func TestICRCVectors(t *testing.T) {
 	for _, v := range []struct {
 		name          string
@@ -31,6 +32,8 @@ func TestICRCVectors(t *testing.T) {
 			"8100ffff4000011800000000 00000000000000000000000000000000", 0x2A00FD82, "82fd002a"},
 		{"scapy UC SEND_ONLY", "45010040047840004011b4d5c0a80007c0a80007", "c00012b7002caca2",
 			"2460ffff000000d300cf1710 4630818be28935d90e9a95505401be885e500000", 0xF353F378, "78f353f3"},
+		{"scapy RC SEND_ONLY_WITH_INVALIDATE", "4568003c123440004011a6b5c0a80007c0a80008", "c00012b700285268",
+			"17b0ffff0000001280abcdef 800001077672646d612d696e76000000", 0x1B2E2228, "28222e1b"},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			ip, udp, rest := unhex(t, v.ip), unhex(t, v.udp), unhex(t, v.rest)
@@ -239,8 +242,14 @@ func TestParse(t *testing.T) {
 			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.why)
 		}
 	}
+	// The IETH is where the table says: the SEND_ONLY_WITH_INVALIDATE of
+	// TestICRCVectors.
+	b := unhex(t, "17b0ffff0000001280abcdef800001077672646d612d696e7600000028222e1b")
+	if err := Parse(b, 1024, &p); err != nil || p.IETH.RKey() != 0x80000107 || string(p.Payload) != "vrdma-inv" || !p.BTH.Solicited() || p.ImmDt != nil {
+		t.Fatalf("SEND_ONLY_WITH_INVALIDATE: %v %+v", err, p)
+	}
 	// ImmDt and AtomicETH are where the table says.
-	b := build(SendOnlyWithImmediate, 2)
+	b = build(SendOnlyWithImmediate, 2)
 	binary.BigEndian.PutUint32(b[BTHLen:], 0xdeadbeef)
 	if err := Parse(b, 1024, &p); err != nil || p.ImmDt.Imm() != 0xdeadbeef || len(p.Pad) != 2 {
 		t.Fatalf("SEND_ONLY_WITH_IMMEDIATE: %v %+v", err, p)

@@ -57,6 +57,7 @@ const (
 	Read     Type = 20 // Len bytes at RemoteAddr; no payload
 	CmpSwap  Type = 21 // Compare, Swap at RemoteAddr; no payload
 	FetchAdd Type = 22 // Compare (the addend) at RemoteAddr; no payload
+	SendInv  Type = 23 // payload: the message; RKey: the rkey it invalidates at the responder (capability mw)
 
 	// Datagrams (UD SENDs, ud.go): unanswered, addressed to QP DstQPN.
 	UDSend    Type = 24 // payload: SGID, DGID, the message
@@ -77,7 +78,7 @@ const (
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
-	FetchAdd: "FETCH_ADD", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
+	FetchAdd: "FETCH_ADD", SendInv: "SEND_INV", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
 	CMDisc: "CM_DISC", CMRTU: "CM_RTU", CMWho: "CM_WHO"}
 
 func (t Type) String() string {
@@ -91,7 +92,7 @@ func (t Type) String() string {
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 // IsRequest reports whether t is an RC or UC operation request.
-func (t Type) IsRequest() bool { return t >= Write && t <= FetchAdd || t.IsUC() }
+func (t Type) IsRequest() bool { return t >= Write && t <= SendInv || t.IsUC() }
 
 // IsControl reports whether t carries a JSON payload.
 func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMWho }
@@ -133,14 +134,14 @@ func (s Status) String() string {
 //	16  4    dst QPN (requests: the responder's QP)
 //	20  4    src QPN (requests: the requester's QP; responses: the responder's)
 //	24  4    PSN (24 bits)
-//	28  4    rkey
+//	28  4    rkey (SEND_INV: the rkey it invalidates)
 //	32  8    remote address
 //	40  8    compare / add (requests); the original value (atomic ACK)
 //	48  8    swap
 //	56  4    imm (WRITE_IMM, SEND_IMM) or length (READ)
 //	60  1    status (responses)
 //	61  1    RNR timer (RNR responses)
-//	62  1    flags: FlagSolicited (SEND, SEND_IMM, WRITE_IMM, their UC frames, datagrams); other bits zero
+//	62  1    flags: FlagSolicited (SEND, SEND_IMM, SEND_INV, WRITE_IMM, their UC frames, datagrams); other bits zero
 //	63  1    reserved, zero
 type Header struct {
 	Version    uint8
@@ -182,7 +183,7 @@ func SolicitedOf(event, se bool) Flags {
 // one whose message consumes a receive.
 func (t Type) carriesEvent() bool {
 	switch t {
-	case Send, SendImm, WriteImm, UCSend, UCSendImm, UCWriteImm, UDSend, UDSendImm:
+	case Send, SendImm, SendInv, WriteImm, UCSend, UCSendImm, UCWriteImm, UDSend, UDSendImm:
 		return true
 	}
 	return false
@@ -274,7 +275,7 @@ func Decode(b []byte, ver uint8, h *Header) error {
 		if n > MaxControl {
 			return errorf("%s: %d-byte payload exceeds the %d-byte limit of control frames", h.Type, n, MaxControl)
 		}
-	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm || h.Type.IsUC():
+	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm || h.Type == SendInv || h.Type.IsUC():
 		if n > MaxData {
 			return errorf("%s: %d-byte payload exceeds the 2 GiB message limit", h.Type, n)
 		}

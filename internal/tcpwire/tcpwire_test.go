@@ -39,7 +39,7 @@ var allTypes = []struct {
 	{tcpwire.Ready, 4, "READY"}, {tcpwire.Refuse, 5, "REFUSE"},
 	{tcpwire.Write, 16, "WRITE"}, {tcpwire.WriteImm, 17, "WRITE_IMM"}, {tcpwire.Send, 18, "SEND"},
 	{tcpwire.SendImm, 19, "SEND_IMM"}, {tcpwire.Read, 20, "READ"}, {tcpwire.CmpSwap, 21, "CMP_SWAP"},
-	{tcpwire.FetchAdd, 22, "FETCH_ADD"},
+	{tcpwire.FetchAdd, 22, "FETCH_ADD"}, {tcpwire.SendInv, 23, "SEND_INV"},
 	{tcpwire.UDSend, 24, "UD_SEND"},
 	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
 	{tcpwire.UCWrite, 40, "UC_WRITE"}, {tcpwire.UCWriteImm, 41, "UC_WRITE_IMM"}, {tcpwire.UCSend, 42, "UC_SEND"}, {tcpwire.UCSendImm, 43, "UC_SEND_IMM"},
@@ -65,7 +65,7 @@ func TestTypesAndStatuses(t *testing.T) {
 		if uint8(c.t) != c.num || c.t.String() != c.name || !c.t.Known() {
 			t.Errorf("type %s: number %d, String %q, Known %v; want %d, %q, true", c.name, uint8(c.t), c.t.String(), c.t.Known(), c.num, c.name)
 		}
-		wantReq := c.num >= 16 && c.num <= 22 || c.num >= 40 && c.num <= 43
+		wantReq := c.num >= 16 && c.num <= 23 || c.num >= 40 && c.num <= 43
 		wantCtl := c.num <= 5 || c.num >= 48
 		if c.t.IsRequest() != wantReq || c.t.IsControl() != wantCtl {
 			t.Errorf("%s: IsRequest %v, IsControl %v; want %v, %v", c.name, c.t.IsRequest(), c.t.IsControl(), wantReq, wantCtl)
@@ -107,7 +107,7 @@ func validHeader(ty tcpwire.Type) tcpwire.Header {
 	default: // requests
 		h.DstQPN, h.SrcQPN, h.PSN, h.RKey, h.RemoteAddr = 0x000012, 0x000034, 0xffffff, 0xcafef00d, 0x00007f0012345000
 		switch ty {
-		case tcpwire.Write, tcpwire.Send, tcpwire.UCWrite, tcpwire.UCSend:
+		case tcpwire.Write, tcpwire.Send, tcpwire.SendInv, tcpwire.UCWrite, tcpwire.UCSend:
 			h.PayloadLen = 1 << 20
 		case tcpwire.WriteImm, tcpwire.SendImm, tcpwire.UCWriteImm, tcpwire.UCSendImm:
 			h.PayloadLen, h.ImmOrLen = 1<<20, 0xdeadbeef
@@ -149,7 +149,7 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	// The solicited bit on every frame type that may carry it.
-	for _, ty := range []tcpwire.Type{tcpwire.Send, tcpwire.SendImm, tcpwire.WriteImm, tcpwire.UCSend, tcpwire.UCSendImm, tcpwire.UCWriteImm, tcpwire.UDSend, tcpwire.UDSendImm} {
+	for _, ty := range []tcpwire.Type{tcpwire.Send, tcpwire.SendImm, tcpwire.SendInv, tcpwire.WriteImm, tcpwire.UCSend, tcpwire.UCSendImm, tcpwire.UCWriteImm, tcpwire.UDSend, tcpwire.UDSendImm} {
 		h := validHeader(ty)
 		h.Flags = tcpwire.FlagSolicited
 		var got tcpwire.Header
@@ -215,6 +215,12 @@ var vectors = []struct {
 		00 00 00 00 00 00 00 12  00 ab cd f1 00 00 00 00
 		00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00
 		00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00`},
+	{"SEND_INV of 64 bytes, solicited, invalidating rkey 0x80000107", tcpwire.Header{Version: 2, Type: tcpwire.SendInv, PayloadLen: 64, Tag: 10,
+		DstQPN: 0x12, SrcQPN: 0x34, PSN: 0xabcdf2, RKey: 0x80000107, Flags: tcpwire.FlagSolicited}, `
+		56 54 02 17 00 00 00 40  00 00 00 00 00 00 00 0a
+		00 00 00 12 00 00 00 34  00 ab cd f2 80 00 01 07
+		00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00
+		00 00 00 00 00 00 00 00  00 00 00 00 00 00 01 00`},
 	{"HELLO with 256 bytes of JSON", tcpwire.Header{Version: 1, Type: tcpwire.Hello, PayloadLen: 256}, `
 		56 54 01 01 00 00 01 00  00 00 00 00 00 00 00 00
 		00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00
@@ -314,7 +320,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved byte 0x80 is not zero"},
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},
-		{"type 23", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 23 }), "unknown frame type 23"},
+		{"type 39", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 39 }), "unknown frame type 39"},
 		{"type 34", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Type = 34 }), "unknown frame type 34"},
 		{"type 54", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 54 }), "unknown frame type 54"},
 		{"type 255", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 255 }), "unknown frame type 255"},

@@ -158,6 +158,7 @@ func generate() ([]byte, error) {
 	w.p("/* Completion flags in a CQE (§5.3): not the values of IBV_WC_* flags. */")
 	w.define("VRDMA_CQE_WITH_IMM", uint8(abi.WCWithImm), "")
 	w.define("VRDMA_CQE_GRH", uint8(abi.WCGRH), "a UD receive: the GRH precedes the payload")
+	w.define("VRDMA_CQE_WITH_INV", uint8(abi.WCWithInv), "a SEND with invalidate: imm_data is the rkey it invalidated")
 	w.p("/* Values of a CQ's armed word (§7). */")
 	w.define("VRDMA_CQ_ARM_ALL", abi.ArmAll, "an event at the next completion")
 	w.define("VRDMA_CQ_ARM_SOLICITED", abi.ArmSolicited, "at the next solicited or error completion (capability core-verbs)")

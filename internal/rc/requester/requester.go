@@ -165,9 +165,12 @@ type Engine struct {
 	// window span more than rc.MaxSpan PSNs
 	spanFull bool
 	more     bool // the last send stopped at the batch bound: send again at once
-	probe    bool // after an RNR wait: only the oldest goes out until accepted
-	due      time.Time
-	attrs    device.RCAttrs // the QP's attributes as fill last read them
+	// the last fill stopped at a local work request (BIND_MW, LOCAL_INV):
+	// it runs once the window is empty (execLocal)
+	localNext bool
+	probe     bool // after an RNR wait: only the oldest goes out until accepted
+	due       time.Time
+	attrs     device.RCAttrs // the QP's attributes as fill last read them
 
 	inflight atomic.Int32
 
@@ -320,6 +323,10 @@ func (r *Engine) Pump() {
 			return // an invalid tail: the device deals with it
 		}
 		if !r.Busy() {
+			if r.localNext {
+				r.execLocal()
+				continue
+			}
 			return
 		}
 		r.wait()
@@ -401,6 +408,9 @@ func (r *Engine) fill(takeNew bool) bool {
 		}
 		e := r.at(r.n)
 		e.local = q.ReadWQE(r.next, e.Slot, &e.WQE)
+		if r.localNext = e.local == abi.WCSuccess && e.WQE.Opcode.IsLocal(); r.localNext {
+			break // it runs when everything before it has completed
+		}
 		e.NSeg, e.Total, e.sent, e.done, e.st, e.got, e.lim, e.old = 0, 0, 0, false, 0, 0, 0, 0
 		if e.local == abi.WCSuccess {
 			l := q.GatherLocal(&e.WQE, e.Slot, &e.Segs)
@@ -440,6 +450,24 @@ func (r *Engine) fill(takeNew bool) bool {
 	r.mu.Unlock()
 	r.send(at)
 	return true
+}
+
+// execLocal executes the local work request at the SQ head (BIND_MW,
+// LOCAL_INV) once the window is empty: every work request before it has
+// completed, so a bind or an invalidation takes effect in the order the
+// workload posted it, and before its own completion.
+func (r *Engine) execLocal() {
+	r.localNext = false
+	e := r.At(0) // the window is empty: its head entry is free
+	st := r.q.ReadWQE(r.next, e.Slot, &e.WQE)
+	if st == abi.WCSuccess && !e.WQE.Opcode.IsLocal() {
+		return // the workload rewrote the slot: fill takes it as it is now
+	}
+	if st == abi.WCSuccess {
+		st = r.q.ExecLocal(&e.WQE)
+	}
+	r.next = r.q.SQNext(r.next)
+	r.q.CompleteHead(&e.WQE, st, 0)
 }
 
 // send sends the window's packets not sent yet, within the fence, the

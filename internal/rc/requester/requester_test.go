@@ -31,6 +31,9 @@ type fakeSQ struct {
 	// totals, if set, gives a WQE's message length instead of its
 	// buffer's (a message of gigabytes, whose packets a test never sends)
 	totals map[uint64]uint64
+	// locals: for each local WR executed (ExecLocal), its WRID and how
+	// many WRs had completed then
+	locals [][2]uint64
 }
 
 type completion struct {
@@ -74,6 +77,10 @@ func (s *fakeSQ) GatherLocal(w *abi.SendWQE, _ []byte, segs *[abi.MaxSGE][]byte)
 		return device.Local{Status: abi.WCSuccess, NSeg: 1, Total: n}
 	}
 	return device.Local{Status: abi.WCSuccess, NSeg: 1, Total: uint64(len(s.local[w.WRID]))}
+}
+func (s *fakeSQ) ExecLocal(w *abi.SendWQE) abi.WCStatus {
+	s.locals = append(s.locals, [2]uint64{w.WRID, uint64(len(s.done))})
+	return abi.WCSuccess
 }
 func (s *fakeSQ) TakePSNs(n uint32) uint32 {
 	p := s.npsn
@@ -428,6 +435,36 @@ func TestEngineInOrder(t *testing.T) {
 	}
 	if w.timeouts != 0 {
 		t.Errorf("%d timeouts on a perfect wire", w.timeouts)
+	}
+}
+
+// TestEngineLocalOps: a BIND_MW or LOCAL_INV among requests runs when
+// every request before it has completed, sends nothing, and completes in
+// order.
+func TestEngineLocalOps(t *testing.T) {
+	sq, w, r := setup(t, Config{})
+	for i := range 12 {
+		switch i % 4 {
+		case 1:
+			sq.post(abi.SendWQE{Opcode: abi.OpBindMW}, 0)
+		case 3:
+			sq.post(abi.SendWQE{Opcode: abi.OpLocalInv}, 0)
+		default:
+			sq.post(abi.SendWQE{Opcode: abi.OpRDMAWrite}, 1000)
+		}
+	}
+	run(t, sq, r)
+	check(t, sq, w)
+	if len(sq.locals) != 6 {
+		t.Fatalf("%d local WRs executed, want 6", len(sq.locals))
+	}
+	for _, l := range sq.locals {
+		if l[1] != l[0] {
+			t.Errorf("local WR %d ran when %d WRs had completed, want all %d before it", l[0], l[1], l[0])
+		}
+	}
+	if w.nreq != 6*4 { // the six WRITEs of 1,000 bytes in 256-byte packets
+		t.Errorf("%d request packets, want 24: a local WR sends none", w.nreq)
 	}
 }
 

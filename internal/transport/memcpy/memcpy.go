@@ -160,6 +160,9 @@ func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) device.Respo
 	}
 	m.req = device.Request{Op: w.Opcode, SrcQPN: q.QPN(), RKey: w.RKey, RAddr: w.RemoteAddr, Total: total, Imm: w.Imm,
 		Compare: w.CompareAdd, Swap: w.Swap, Solicited: w.Flags&abi.SendSolicited != 0}
+	if w.Opcode == abi.OpSendWithInv {
+		m.req.RKey, m.req.Imm = w.InvalidateRKey(), 0
+	}
 	m.pay.reset(segs)
 	r, _ := p.Respond(&m.req, &m.rx, &m.pay) // memPayload never fails
 	return r

@@ -172,6 +172,13 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 		imm := w.Opcode == abi.OpSendWithImm || w.Opcode == abi.OpRDMAWriteWithImm
 		write := w.Opcode == abi.OpRDMAWrite || w.Opcode == abi.OpRDMAWriteWithImm
 		f.Opcode = opcodeOf(write, imm, first, last)
+		inv := w.Opcode == abi.OpSendWithInv && last
+		if inv {
+			f.Opcode = rocewire.SendLastWithInvalidate
+			if first {
+				f.Opcode = rocewire.SendOnlyWithInvalidate
+			}
+		}
 		f.AckReq = last || i%ackEvery == ackEvery-1
 		if uc {
 			f.Opcode, f.AckReq = rocewire.UC|f.Opcode, false
@@ -185,6 +192,10 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 		if imm && last {
 			rocewire.ImmDt(p.hdr[x:]).Encode(w.Imm)
 			x += rocewire.ImmDtLen
+		}
+		if inv {
+			rocewire.IETH(p.hdr[x:]).Encode(w.InvalidateRKey())
+			x += rocewire.IETHLen
 		}
 		h = p.hdr[:x]
 	}

@@ -168,11 +168,6 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 		r.refuse(at, psn, abi.WCRemInvReqErr)
 		return
 	}
-	if op == rocewire.SendLastWithInvalidate || op == rocewire.SendOnlyWithInvalidate {
-		r.inMsg = false
-		r.refuse(at, psn, abi.WCRemInvReqErr) // memory windows are not served yet
-		return
-	}
 	m := &r.msg
 	if first {
 		r.req = device.Request{SrcQPN: at.RemoteQPN, Total: uint64(len(pkt.Payload))}
@@ -184,6 +179,8 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 			}
 		case op == rocewire.SendOnlyWithImmediate:
 			r.req.Op, r.req.Imm = abi.OpSendWithImm, pkt.ImmDt.Imm()
+		case op == rocewire.SendOnlyWithInvalidate:
+			r.req.Op, r.req.RKey = abi.OpSendWithInv, pkt.IETH.RKey()
 		default:
 			r.req.Op = abi.OpSend
 		}
@@ -238,6 +235,13 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 	}
 	if !first && op == rocewire.SendLastWithImmediate {
 		m.SetImm(pkt.ImmDt.Imm())
+	}
+	if !first && op == rocewire.SendLastWithInvalidate {
+		if st := q.Invalidate(m, pkt.IETH.RKey()); st != abi.WCSuccess {
+			r.inMsg = false
+			r.refuse(at, psn, st)
+			return
+		}
 	}
 	if op == rocewire.RDMAWriteLastWithImmediate {
 		// The receive a WRITE_WITH_IMM consumes is taken at its last

@@ -19,8 +19,9 @@ func TestEngineWireUC(t *testing.T) {
 	}
 }
 
-// ucSide is one end of a UC pair: its QP, CQs and a 64 KiB region.
+// ucSide is one end of a pair: its PD, QP, CQs and a 64 KiB region.
 type ucSide struct {
+	pd       *vrdma.PD
 	qp       *vrdma.QP
 	scq, rcq *vrdma.CQ
 	mr       *vrdma.MR
@@ -28,18 +29,24 @@ type ucSide struct {
 
 // ucPair connects a UC QP of v1 to one of v2 (QP.ConnectTo).
 func ucPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM) (a, b *ucSide) {
+	return qpPair(tb, ctx, v1, v2, vrdma.QPTypeUC, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite)
+}
+
+// qpPair connects a QP of type typ of v1 to one of v2 (QP.ConnectTo),
+// each with a 64 KiB region of access.
+func qpPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM, typ vrdma.QPType, access vrdma.Access) (a, b *ucSide) {
 	open := func(vm *vrdma.VM) *ucSide {
 		ad := vm.Adapters()[0]
 		pd, err := ad.AllocPD(ctx)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		s := &ucSide{}
+		s := &ucSide{pd: pd}
 		if s.scq, err = ad.CreateCQ(ctx, 64); err == nil {
 			s.rcq, err = ad.CreateCQ(ctx, 64)
 		}
 		if err == nil {
-			s.qp, err = pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Type: vrdma.QPTypeUC,
+			s.qp, err = pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, Type: typ,
 				Caps: vrdma.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		}
 		var buf []byte
@@ -47,7 +54,7 @@ func ucPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM) (a, b *ucSide)
 			buf, err = vm.Alloc(1 << 16)
 		}
 		if err == nil {
-			s.mr, err = pd.RegMR(ctx, buf, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite)
+			s.mr, err = pd.RegMR(ctx, buf, access)
 		}
 		if err != nil {
 			tb.Fatal(err)

@@ -28,8 +28,8 @@ import (
 // TestEngineWireV1 runs RoCE v1 between two hosts in network namespaces
 // joined by veths through a bridge, captures the frames on host A's
 // switch port with tshark while a pair runs every opcode and messages of
-// several packets, and checks them with readers that are not the
-// engine's: Wireshark decodes every frame as InfiniBand over Ethertype
+// several packets, UD datagrams and SENDs with invalidate, and checks
+// them with readers that are not the engine's: Wireshark decodes every frame as InfiniBand over Ethertype
 // 0x8915, none malformed, with every opcode the traffic needs, the port
 // group's PFC priority as the 802.1Q PCP and its DSCP as the GRH traffic
 // class; and a Python script computes every frame's ICRC with zlib's
@@ -132,6 +132,9 @@ func testEngineWireV1(t *testing.T, vid int) {
 	// UD datagrams between the two hosts (ud_wire_test.go): UD_SEND_ONLY
 	// and UD_SEND_ONLY_WITH_IMMEDIATE frames.
 	udTraffic(t, ctx, vmA, vmB, 14)
+	// SEND with invalidate (wire_mw_test.go): SEND_LAST_WITH_INVALIDATE
+	// and SEND_ONLY_WITH_INVALIDATE frames with their IETH.
+	mwTraffic(t, ctx, vmA, vmB)
 	p.Close(context.Background())
 	stA, stB := v1Status(t, ha), v1Status(t, hb)
 	rules, err := exec.Command("ip", "netns", "exec", ha.Netns, "nft", "list", "table", "netdev", "vrdmatest").CombinedOutput()
@@ -186,6 +189,9 @@ func testEngineWireV1(t *testing.T, vid int) {
 		opcodes[op]++
 	}
 	wantEveryOpcode(t, opcodes, "frame", len(lines))
+	if opcodes[0x16] == 0 || opcodes[0x17] == 0 {
+		t.Errorf("%d SEND_LAST_WITH_INVALIDATE and %d SEND_ONLY_WITH_INVALIDATE frames, want both > 0 (opcodes %v)", opcodes[0x16], opcodes[0x17], opcodes)
+	}
 	if opcodes[0x64] != 7 || opcodes[0x65] != 7 {
 		t.Errorf("%d UD_SEND_ONLY and %d UD_SEND_ONLY_WITH_IMMEDIATE frames, want 7 each (opcodes %v)", opcodes[0x64], opcodes[0x65], opcodes)
 	}

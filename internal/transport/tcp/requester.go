@@ -212,6 +212,8 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	switch wq.Opcode {
 	case abi.OpRDMAWrite, abi.OpSend:
 		pay, h.PayloadLen = e.Segs[:e.NSeg], uint32(e.Total)
+	case abi.OpSendWithInv:
+		pay, h.PayloadLen, h.RKey = e.Segs[:e.NSeg], uint32(e.Total), wq.InvalidateRKey()
 	case abi.OpRDMAWriteWithImm, abi.OpSendWithImm:
 		pay, h.PayloadLen, h.ImmOrLen = e.Segs[:e.NSeg], uint32(e.Total), wq.Imm
 	case abi.OpRDMARead:

@@ -54,13 +54,13 @@ func wireNAK(s tcpwire.Status) rc.NAK {
 var reqTypes = [...]tcpwire.Type{
 	abi.OpRDMAWrite: tcpwire.Write, abi.OpRDMAWriteWithImm: tcpwire.WriteImm, abi.OpSend: tcpwire.Send,
 	abi.OpSendWithImm: tcpwire.SendImm, abi.OpRDMARead: tcpwire.Read, abi.OpAtomicCmpAndSwp: tcpwire.CmpSwap,
-	abi.OpAtomicFetchAdd: tcpwire.FetchAdd,
+	abi.OpAtomicFetchAdd: tcpwire.FetchAdd, abi.OpSendWithInv: tcpwire.SendInv,
 }
 
 var reqOps = map[tcpwire.Type]abi.Opcode{
 	tcpwire.Write: abi.OpRDMAWrite, tcpwire.WriteImm: abi.OpRDMAWriteWithImm, tcpwire.Send: abi.OpSend,
 	tcpwire.SendImm: abi.OpSendWithImm, tcpwire.Read: abi.OpRDMARead, tcpwire.CmpSwap: abi.OpAtomicCmpAndSwp,
-	tcpwire.FetchAdd: abi.OpAtomicFetchAdd,
+	tcpwire.FetchAdd: abi.OpAtomicFetchAdd, tcpwire.SendInv: abi.OpSendWithInv,
 }
 
 // sockPayload is what Request keeps of a request while execute runs it:
@@ -339,7 +339,7 @@ func (rp *responder) execute(h *tcpwire.Header, sp *sockPayload) error {
 // with by End (OutNoPeer).
 func (rp *responder) targetWent(p device.Target, m *device.Message, r *device.Request) abi.WCStatus {
 	st := abi.WCRemAccessErr
-	if r.Op == abi.OpSend || r.Op == abi.OpSendWithImm {
+	if r.Op.IsSend() {
 		st = abi.WCRemOpErr
 	}
 	p.MoveToErr(fmt.Sprintf("%s from QP 0x%x: its target went while its %d bytes were arriving (a memory region deregistered)", r.Op, r.SrcQPN, r.Total))
@@ -386,7 +386,7 @@ func (rp *responder) sequence(h *tcpwire.Header, p device.Target, rs *responderP
 		r.Total, r.Imm = uint64(h.ImmOrLen), 0
 	case tcpwire.CmpSwap, tcpwire.FetchAdd:
 		r.Total, r.Imm = 8, 0
-	case tcpwire.Write, tcpwire.Send:
+	case tcpwire.Write, tcpwire.Send, tcpwire.SendInv:
 		r.Total, r.Imm = uint64(h.PayloadLen), 0
 	default:
 		r.Total = uint64(h.PayloadLen)
