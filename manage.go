@@ -29,6 +29,7 @@ const (
 	CapVMManage   = abi.CapVMManage   // the VM management calls
 	CapCoreVerbs  = abi.CapCoreVerbs  // CQ.Resize, MR.Rereg, solicited-only CQ events
 	CapQPEvents   = abi.CapQPEvents   // EventCommEst and EventSQDrained
+	CapODP        = abi.CapODP        // AccessOnDemand regions and PD.AdviseMR
 )
 
 // Status is an agent's report of its VMs, adapters and QPs.

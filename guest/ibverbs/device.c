@@ -579,6 +579,27 @@ static int query_port_op(struct ibv_context *context, uint8_t port_num, struct i
 	return 0;
 }
 
+/* odp_caps fills the on-demand paging capabilities of an agent with
+ * capability odp: a region is on demand whatever reaches it, so every
+ * operation of every transport vrdma has may target one (RC: SEND, RECV,
+ * WRITE, READ, atomics, SRQ receives; UC: SEND, RECV, WRITE, SRQ
+ * receives; UD: SEND, RECV, SRQ receives). Not IBV_ODP_SUPPORT_IMPLICIT:
+ * the device reaches only guest memory, never the whole address space
+ * (docs/verbs-compat.md). */
+static void odp_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	if (attr_size < offsetof(struct ibv_device_attr_ex, odp_caps) + sizeof(attr->odp_caps))
+		return;
+	attr->odp_caps.general_caps = IBV_ODP_SUPPORT;
+	attr->odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+							 IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	attr->odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+	attr->odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_SRQ_RECV;
+}
+
 static int query_device_ex_op(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size)
 {
@@ -599,6 +620,8 @@ static int query_device_ex_op(struct ibv_context *context, const struct ibv_quer
 	/* As rdma-core fills it: the same flags, 64 bits wide. */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
 		attr->device_cap_flags_ex = (uint64_t)(unsigned int)a.device_cap_flags;
+	if (the_vm->s.caps & VRDMA_CAP_ODP)
+		odp_caps(attr, attr_size);
 	return 0;
 }
 

@@ -43,6 +43,7 @@ struct vrdma_mr {
 	struct ibv_mr ibmr;
 	uint32_t magic;
 	void *adopted;
+	int on_demand; /* IBV_ACCESS_ON_DEMAND: pages adopted sparse (mem.c) */
 };
 
 struct vrdma_cq {
@@ -328,22 +329,22 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 #define ACCESS_SUPPORTED                                                                           \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
-	 IBV_ACCESS_REMOTE_ATOMIC)
+	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ON_DEMAND)
 
 /* Access flags verbs defines for capabilities vrdma does not have. */
 #define ACCESS_UNSUPPORTED                                                                        \
-	(IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+	(IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)
 
 /* access_flags masks the optional bits (rdma-core lets a device ignore
  * them); -EOPNOTSUPP for a capability vrdma lacks (memory windows,
- * zero-based, ODP, ...), as a device without it answers; -EINVAL for bits
- * verbs does not define. */
-static int access_flags(unsigned int access)
+ * zero-based, huge-page hints, ODP with an agent without it), as a device
+ * without it answers; -EINVAL for bits verbs does not define. */
+static int access_flags(struct vrdma_vm *vm, unsigned int access)
 {
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
 		return -EINVAL;
-	if (access & ACCESS_UNSUPPORTED)
+	if (access & ACCESS_UNSUPPORTED || (access & IBV_ACCESS_ON_DEMAND && !(vm && vm->s.caps & VRDMA_CAP_ODP)))
 		return -EOPNOTSUPP;
 	return (int)access;
 }
@@ -359,7 +360,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	void *adopted;
 	char body[256];
 	struct jbuf b;
-	int acc = access_flags(access), e;
+	int acc = access_flags(vm, access), e;
 
 	if (acc == -EOPNOTSUPP) {
 		errno = EOPNOTSUPP;
@@ -379,7 +380,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+	e = vrdma_adopt(vm, addr, length, acc & IBV_ACCESS_ON_DEMAND, &guest, &adopted);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -419,6 +420,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr->ibmr.rkey = rkey;
 	mr->magic = MAGIC_MR;
 	mr->adopted = adopted;
+	mr->on_demand = !!(acc & IBV_ACCESS_ON_DEMAND);
 	return &mr->ibmr;
 }
 
@@ -456,6 +458,50 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
+/* advise_mr_op is ibv_advise_mr (capability odp): the agent checks every
+ * range against the PD's on-demand regions and populates their guest
+ * memory before it replies, with IBV_ADVISE_MR_FLAG_FLUSH or without
+ * (advise-mr, wire-local.md §4.17). An errno, as ibv_advise_mr returns. */
+static int advise_mr_op(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+			uint32_t num_sge)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	size_t cap = 96 + (size_t)num_sge * 72;
+	struct jbuf b;
+	char *body;
+	int e;
+
+	if (!pd || !vm || !sg_list || num_sge == 0 || num_sge > VRDMA_MAX_ADVISE_SGE || (flags & ~IBV_ADVISE_MR_FLAG_FLUSH))
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_ODP) || advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	body = malloc(cap);
+	if (!body)
+		return ENOMEM;
+	jb_init(&b, body, cap);
+	jb_raw(&b, "{");
+	jb_u64(&b, "pd", pd->ibpd.handle);
+	jb_u64(&b, "advice", (uint64_t)advice);
+	jb_u64(&b, "flags", flags);
+	jb_key(&b, "sges");
+	jb_raw(&b, "[");
+	for (uint32_t i = 0; i < num_sge; i++) {
+		jb_raw(&b, i ? ",{" : "{");
+		jb_u64(&b, "addr", sg_list[i].addr);
+		jb_u64(&b, "length", sg_list[i].length);
+		jb_u64(&b, "lkey", sg_list[i].lkey);
+		jb_raw(&b, "}");
+	}
+	jb_raw(&b, "]}");
+	e = b.err ? ENOMEM : cmd(vm, VRDMA_OP_ADVISE_MR, body, &r);
+	free(body);
+	if (!e)
+		vrdma_reply_free(&r);
+	return e;
+}
+
 /* ibv_rereg_mr changes mr in place (§4.16): a new range is adopted as
  * ibv_reg_mr adopts one, and the old range's pages go back once the agent
  * took the new one. The keys stay. Errors as rdma-core reports them: a
@@ -486,7 +532,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		}
 	}
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-		acc = access_flags((unsigned int)access);
+		acc = access_flags(vm, (unsigned int)access);
 		if (acc == -EOPNOTSUPP) {
 			errno = EOPNOTSUPP;
 			return IBV_REREG_MR_ERR_INPUT;
@@ -501,7 +547,9 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		return IBV_REREG_MR_ERR_INPUT;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+		int on_demand = flags & IBV_REREG_MR_CHANGE_ACCESS ? acc & IBV_ACCESS_ON_DEMAND : mr->on_demand;
+
+		e = vrdma_adopt(vm, addr, length, on_demand, &guest, &adopted);
 		if (e) {
 			errno = e;
 			return IBV_REREG_MR_ERR_INPUT;
@@ -531,6 +579,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 	vrdma_reply_free(&r);
 	if (pd)
 		ibmr->pd = &pd->ibpd;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->on_demand = !!(acc & IBV_ACCESS_ON_DEMAND);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		vrdma_unadopt(vm, mr->adopted);
 		mr->adopted = adopted;
@@ -1256,9 +1306,10 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (!qp || !vm || !attr)
 		return EINVAL;
 	if (mask & IBV_QP_ACCESS_FLAGS) {
-		acc = access_flags(attr->qp_access_flags);
+		acc = access_flags(vm, attr->qp_access_flags);
 		if (acc < 0)
 			return -acc;
+		acc &= ~IBV_ACCESS_ON_DEMAND; /* a region's flag: programs give a QP their regions' flags */
 	}
 	if ((mask & IBV_QP_PATH_MTU) && !vrdma_mtu_bytes(attr->path_mtu))
 		return EINVAL;
@@ -1883,4 +1934,5 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.create_qp_ex = create_qp_ex;
 	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;
+	ctx->vctx.advise_mr = advise_mr_op;
 }

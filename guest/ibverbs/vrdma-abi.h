@@ -66,6 +66,7 @@
 #define VRDMA_OP_CM_ESTABLISH 49
 #define VRDMA_OP_REREG_MR 52
 #define VRDMA_OP_RESIZE_CQ 53
+#define VRDMA_OP_ADVISE_MR 68
 
 /* Capability bits (§2). */
 #define VRDMA_CAP_ASYNC_MODE 0x1ull
@@ -82,7 +83,8 @@
 #define VRDMA_CAP_UC 0x800ull
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
-#define VRDMA_CAPS_KNOWN 0x3fffull /* every bit above */
+#define VRDMA_CAP_ODP 0x20000ull
+#define VRDMA_CAPS_KNOWN 0x23fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -109,6 +111,7 @@
 #define VRDMA_CQE_SIZE 64
 #define VRDMA_MAX_SRQ_WR 4096
 #define VRDMA_MAX_SRQ_SGE 16
+#define VRDMA_MAX_ADVISE_SGE 256
 
 /* Send opcodes (§5.2): the numbers of IBV_WR_*. */
 #define VRDMA_WR_RDMA_WRITE 0

@@ -93,7 +93,9 @@ const (
 	// 52, 53: ibv_rereg_mr and ibv_resize_cq (coreverbs.go).
 	OpReregMR  Op = 52 // ReregMR → RegMRReply
 	OpResizeCQ Op = 53 // ResizeCQ → CreateCQReply; fds: the new ring memfd
-	opMax      Op = 56
+	// 68: ibv_advise_mr of on-demand regions (odp.go).
+	OpAdviseMR Op = 68 // AdviseMR → Empty
+	opMax      Op = 72
 )
 
 // Known reports whether o is an op of this ABI version.
@@ -369,8 +371,8 @@ func (r *RegMR) Validate() error {
 	if r.IOVA != nil && r.Length > 0 && *r.IOVA+r.Length-1 < *r.IOVA {
 		return Errorf(CodeInvalid, "iova", "region [iova 0x%x, +%d) wraps around the 64-bit address space", *r.IOVA, r.Length)
 	}
-	if r.Access&^AccessAll != 0 {
-		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessAll))
+	if r.Access&^AccessMR != 0 {
+		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessMR))
 	}
 	if r.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && r.Access&AccessLocalWrite == 0 {
 		return Errorf(CodeInvalid, "access", "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in ibv_reg_mr)")

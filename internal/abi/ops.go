@@ -82,6 +82,7 @@ var opTable = [...]OpInfo{
 	{Op: OpCMEstablish, Name: "cm-establish", Request: body[CMEstablish](), Attach: true},
 	{Op: OpReregMR, Name: "rereg-mr", Request: body[ReregMR](), Attach: true},
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
+	{Op: OpAdviseMR, Name: "advise-mr", Request: body[AdviseMR](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

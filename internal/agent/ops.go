@@ -107,6 +107,9 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpReregMR: on(func(_ *session, v *device.Context, r *abi.ReregMR) (any, []int, error) {
 		return noFDs(v.ReregMR(r))
 	}),
+	abi.OpAdviseMR: on(func(_ *session, v *device.Context, r *abi.AdviseMR) (any, []int, error) {
+		return abi.Empty{}, nil, v.AdviseMR(r)
+	}),
 	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
 	}),
