@@ -30,13 +30,27 @@
 #define MAGIC_CQ 0x76637131u
 #define MAGIC_QP 0x76717031u
 #define MAGIC_SRQ 0x76737231u
+#define MAGIC_TD 0x76746431u
 
 /* poll_cq yields the CPU once per this many polls of an empty CQ. */
 #define EMPTY_POLLS_PER_YIELD 64
 
+/* A protection domain, or a parent domain (parent set): an ibv_pd whose
+ * handle is its protection domain's, so that every verb taking a PD takes
+ * it as that PD ("thread domains and parent domains" below). */
 struct vrdma_pd {
 	struct ibv_pd ibpd;
 	uint32_t magic;
+	struct vrdma_pd *parent; /* a parent domain's protection domain; NULL for a PD */
+	struct vrdma_td *td;	 /* a parent domain's thread domain, or NULL */
+	int users;		 /* a PD's parent domains; +guarded by reg_mu */
+};
+
+/* A thread domain (ibv_alloc_td). */
+struct vrdma_td {
+	struct ibv_td ibtd;
+	uint32_t magic;
+	int users; /* parent domains on it; +guarded by reg_mu */
 };
 
 struct vrdma_mr {
@@ -309,6 +323,8 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	return &pd->ibpd;
 }
 
+static int dealloc_parent_domain(struct vrdma_pd *pd);
+
 int ibv_dealloc_pd(struct ibv_pd *ibpd)
 {
 	struct vrdma_pd *pd = to_pd(ibpd);
@@ -316,10 +332,115 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (!pd)
 		return EINVAL;
+	if (pd->parent)
+		return dealloc_parent_domain(pd);
+	pthread_mutex_lock(&reg_mu);
+	e = pd->users ? EBUSY : 0; /* parent domains on it: as a PD MRs use */
+	pthread_mutex_unlock(&reg_mu);
+	if (e)
+		return e;
 	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DEALLOC_PD, pd->ibpd.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: MRs or QPs use it */
 	reg_take(&objs, pd);
+	pd->magic = 0;
+	free(pd);
+	return 0;
+}
+
+/* ---- thread domains and parent domains ----
+ *
+ * A parent domain is a protection domain with a thread domain and the
+ * program's allocators for queue memory. vrdma's queues (QP, SRQ and CQ
+ * rings) are the agent's memory, mapped from the descriptor create-qp,
+ * create-srq or create-cq passes, never the program's: the allocators are
+ * never called, as a provider whose queues live in device memory would
+ * not. A thread domain promises that one thread uses the QPs made on it;
+ * vrdma keeps its per-queue locks all the same (uncontended, they cost
+ * little). */
+
+static struct ibv_td *alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct vrdma_td *td;
+
+	if (!vrdma_ctx_ok(context) || !attr || attr->comp_mask) {
+		errno = EINVAL;
+		return NULL;
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td || reg_add(&objs, td)) {
+		free(td);
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->ibtd.context = context;
+	td->magic = MAGIC_TD;
+	return &td->ibtd;
+}
+
+static struct vrdma_td *to_td(struct ibv_td *t)
+{
+	return reg_has(t) && ((struct vrdma_td *)t)->magic == MAGIC_TD ? (struct vrdma_td *)t : NULL;
+}
+
+static int dealloc_td(struct ibv_td *ibtd)
+{
+	struct vrdma_td *td = to_td(ibtd);
+	int e;
+
+	if (!td)
+		return EINVAL;
+	pthread_mutex_lock(&reg_mu);
+	e = td->users ? EBUSY : 0;
+	pthread_mutex_unlock(&reg_mu);
+	if (e)
+		return e;
+	reg_take(&objs, td);
+	td->magic = 0;
+	free(td);
+	return 0;
+}
+
+static struct ibv_pd *alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr)
+{
+	struct vrdma_pd *parent = attr ? to_pd(attr->pd) : NULL, *pd;
+	struct vrdma_td *td = attr && attr->td ? to_td(attr->td) : NULL;
+
+	if (!vrdma_ctx_ok(context) || !parent || parent->parent || parent->ibpd.context != context ||
+	    (attr->td && (!td || td->ibtd.context != context)) ||
+	    (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd || reg_add(&objs, pd)) {
+		free(pd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = context;
+	pd->ibpd.handle = parent->ibpd.handle; /* the agent's PD */
+	pd->parent = parent;
+	pd->td = td;
+	pd->magic = MAGIC_PD;
+	pthread_mutex_lock(&reg_mu);
+	parent->users++;
+	if (td)
+		td->users++;
+	pthread_mutex_unlock(&reg_mu);
+	return &pd->ibpd;
+}
+
+/* dealloc_parent_domain is ibv_dealloc_pd of a parent domain: its PD and
+ * thread domain stay. */
+static int dealloc_parent_domain(struct vrdma_pd *pd)
+{
+	reg_take(&objs, pd);
+	pthread_mutex_lock(&reg_mu);
+	pd->parent->users--;
+	if (pd->td)
+		pd->td->users--;
+	pthread_mutex_unlock(&reg_mu);
 	pd->magic = 0;
 	free(pd);
 	return 0;
@@ -992,11 +1113,22 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) ||
+	    (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
 	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & ~(uint32_t)IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
-		/* Timestamps, flow tags, parent domains, overrun: not in vrdma. */
+		/* Timestamps, flow tags, overrun: not in vrdma. */
 		errno = EOPNOTSUPP;
 		return NULL;
+	}
+	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		/* A CQ on a parent domain: its allocators are not called (the
+		 * ring is the agent's), and a CQ has no PD at the agent. */
+		struct vrdma_pd *pd = to_pd(a->parent_domain);
+
+		if (!pd || !pd->parent || pd->ibpd.context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
 	}
 	c = ibv_create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
 	if (!c)
@@ -1935,4 +2067,7 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;
 	ctx->vctx.advise_mr = advise_mr_op;
+	ctx->vctx.alloc_td = alloc_td;
+	ctx->vctx.dealloc_td = dealloc_td;
+	ctx->vctx.alloc_parent_domain = alloc_parent_domain;
 }
