@@ -648,10 +648,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_port = query_port_op;
 	c->vctx.query_device_ex = query_device_ex_op;
 	c->vctx.context.device = &d->ibdev;
-	/* No uverbs device behind it: cmd_fd is /dev/null, a valid descriptor
-	 * for programs that dup or poll it (verbs that would use it, such as
-	 * ibv_import_device, fail with EOPNOTSUPP). */
-	c->vctx.context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	/* No uverbs device behind it: cmd_fd is an empty memfd of its own, a
+	 * valid descriptor for programs that dup or poll it, whose inode
+	 * names the context to ibv_import_device. */
+	c->vctx.context.cmd_fd = memfd_create("vrdma-context", MFD_CLOEXEC);
 	/* async_fd is the agent's event socket for this adapter (events.c);
 	 * an agent without one gets an fd that never becomes readable, so
 	 * that programs may poll it all the same. */
@@ -687,6 +687,39 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctxs[nctx++] = c;
 	pthread_mutex_unlock(&ctx_mu);
 	return &c->vctx.context;
+}
+
+/* ibv_import_device opens a second context on the adapter of the context
+ * whose cmd_fd (a dup of it, as a program passes it) is cmd_fd; the new
+ * context owns cmd_fd, as rdma-core's does. Only this process's contexts
+ * are found: the agent's objects are a session's, one per process, so a
+ * descriptor from another process gets EOPNOTSUPP, as a device that
+ * cannot import answers. */
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	struct vrdma_device *d = NULL;
+	struct ibv_context *c;
+	struct stat want, st;
+
+	if (fstat(cmd_fd, &want)) {
+		errno = EBADF;
+		return NULL;
+	}
+	pthread_mutex_lock(&ctx_mu);
+	for (int i = 0; i < nctx && !d; i++)
+		if (!fstat(ctxs[i]->vctx.context.cmd_fd, &st) && st.st_dev == want.st_dev && st.st_ino == want.st_ino)
+			d = ctxs[i]->dev;
+	pthread_mutex_unlock(&ctx_mu);
+	if (!d) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	c = ibv_open_device(&d->ibdev);
+	if (!c)
+		return NULL;
+	close(c->cmd_fd);
+	c->cmd_fd = cmd_fd;
+	return c;
 }
 
 int ibv_close_device(struct ibv_context *context)

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +445,103 @@ static int dealloc_parent_domain(struct vrdma_pd *pd)
 	pd->magic = 0;
 	free(pd);
 	return 0;
+}
+
+/* ---- importing PDs and MRs ----
+ *
+ * ibv_import_pd and ibv_import_mr give a context imported from another of
+ * this process's (ibv_import_device, device.c) a second object for a PD
+ * or an MR of the same adapter, by the agent's handle: the same agent
+ * object, as uverbs shares the kernel's. The agent's objects are the
+ * session's, one per process, so another process's handles are not
+ * found (EOPNOTSUPP from ibv_import_device already). An imported PD is
+ * released like a parent domain, its PD kept. */
+
+/* original_of finds the live object of kind magic (MAGIC_PD: a PD, not a
+ * parent domain nor an imported one; MAGIC_MR: a registered MR, not an
+ * imported one), of context c's adapter, whose verbs struct has handle h.
+ * The registry holds objects of every kind, each a heap block of this
+ * library: a block too small to be one of kind magic is not one. */
+static void *original_of(uint32_t magic, struct ibv_context *c, uint32_t h)
+{
+	void *found = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < objs.n && !found; i++) {
+		struct vrdma_pd *p = objs.v[i];
+		struct vrdma_mr *m = objs.v[i];
+
+		if (magic == MAGIC_PD && malloc_usable_size(p) >= sizeof(*p) && p->magic == MAGIC_PD && !p->parent &&
+		    p->ibpd.handle == h && to_vctx(p->ibpd.context)->dev == to_vctx(c)->dev)
+			found = p;
+		if (magic == MAGIC_MR && malloc_usable_size(m) >= sizeof(*m) && m->magic == MAGIC_MR && m->adopted &&
+		    m->ibmr.handle == h && to_vctx(m->ibmr.context)->dev == to_vctx(c)->dev)
+			found = m;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return found;
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct vrdma_pd *orig = vrdma_ctx_ok(context) ? original_of(MAGIC_PD, context, pd_handle) : NULL;
+	struct ibv_parent_domain_init_attr a = { .pd = orig ? &orig->ibpd : NULL };
+	struct ibv_pd *pd;
+
+	if (!orig) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pd = alloc_parent_domain(orig->ibpd.context, &a);
+	if (pd)
+		pd->context = context;
+	return pd;
+}
+
+void ibv_unimport_pd(struct ibv_pd *ibpd)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+
+	if (pd && pd->parent)
+		dealloc_parent_domain(pd);
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *ibpd, uint32_t mr_handle)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_mr *orig = pd ? original_of(MAGIC_MR, ibpd->context, mr_handle) : NULL, *mr;
+
+	if (!orig || orig->ibmr.pd->handle != pd->ibpd.handle) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr || reg_add(&objs, mr)) {
+		free(mr);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* As uverbs imports one: keys, handle and length; no address (the
+	 * importer knows it from whoever gave it the handle). */
+	mr->ibmr.context = ibpd->context;
+	mr->ibmr.pd = ibpd;
+	mr->ibmr.length = orig->ibmr.length;
+	mr->ibmr.handle = orig->ibmr.handle;
+	mr->ibmr.lkey = orig->ibmr.lkey;
+	mr->ibmr.rkey = orig->ibmr.rkey;
+	mr->magic = MAGIC_MR;
+	return &mr->ibmr;
+}
+
+void ibv_unimport_mr(struct ibv_mr *ibmr)
+{
+	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
+
+	if (!reg_has(ibmr) || mr->magic != MAGIC_MR)
+		return;
+	reg_take(&objs, mr);
+	mr->magic = 0;
+	free(mr);
 }
 
 /* ---- MR ---- */

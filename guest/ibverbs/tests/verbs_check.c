@@ -3,7 +3,8 @@
  * the drop-in, through the real <infiniband/verbs.h>, in one process: two
  * QPs of one VM connected to each other. Run as a workload (VRDMA_VM); it
  * prints "ok NAME" or "FAIL NAME: why" per check and exits 1 if any failed.
- * Thread and parent domains too (parent_domains). Driven by
+ * Thread and parent domains (parent_domains), imported contexts, PDs and
+ * MRs (imports) too. Driven by
  * internal/verbsabi (TestVerbsABIVerbs).
  */
 #define _GNU_SOURCE
@@ -201,6 +202,38 @@ static void count_free(struct ibv_pd *p, void *c, void *ptr, uint64_t type)
 {
 	(void)p, (void)c, (void)ptr, (void)type;
 	allocator_calls++;
+}
+
+/* imports checks ibv_import_device (a dup of a context's cmd_fd: a second
+ * context of the adapter, owning the descriptor; a descriptor of no
+ * context: EOPNOTSUPP), ibv_import_pd and ibv_import_mr by the agent's
+ * handles (the same handle and keys, no address; an unknown handle
+ * EINVAL), and their unimports. */
+static void imports(struct ibv_mr *m)
+{
+	struct ibv_context *c2 = ibv_import_device(dup(ctx->cmd_fd));
+	struct ibv_pd *p2 = c2 ? ibv_import_pd(c2, pd->handle) : NULL;
+	struct ibv_mr *m2 = p2 ? ibv_import_mr(p2, m->handle) : NULL;
+	int fds[2] = { -1, -1 };
+
+	CHECK("import-device", c2 && c2->device == ctx->device && c2 != ctx, "errno %d", errno);
+	CHECK("import-pd-mr", p2 && p2->handle == pd->handle && m2 && m2->handle == m->handle && m2->lkey == m->lkey &&
+				      m2->rkey == m->rkey && m2->length == m->length && !m2->addr,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("import-pd-unknown", c2 && !ibv_import_pd(c2, pd->handle + 1000) && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("import-mr-unknown", p2 && !ibv_import_mr(p2, m->handle + 1000) && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("import-device-not-a-context", pipe(fds) == 0 && !ibv_import_device(fds[0]) && errno == EOPNOTSUPP, "errno %d",
+	      errno);
+	close(fds[0]);
+	close(fds[1]);
+	if (m2)
+		ibv_unimport_mr(m2);
+	if (p2)
+		ibv_unimport_pd(p2);
+	CHECK("import-close", c2 && ibv_close_device(c2) == 0, "errno %d", errno);
 }
 
 static void parent_domains(const union ibv_gid *gid)
@@ -824,6 +857,7 @@ int main(void)
 	}
 
 	parent_domains(&gid);
+	imports(ma);
 	CHECK("dereg-mr", ibv_dereg_mr(ma) == 0 && ibv_dereg_mr(mb) == 0, " ");
 	CHECK("dereg-twice", ibv_dereg_mr(ma) == EINVAL, " ");
 	CHECK("dealloc-pd-busy", ibv_dealloc_pd(pd) == EBUSY, " ");
