@@ -781,6 +781,8 @@ static int query_gid(struct ibv_context *context, uint32_t port_num, uint32_t in
 		return rc;
 	if (index >= (uint32_t)p.gid_tbl_len)
 		return EINVAL;
+	if (index > 0)
+		return ENODATA; /* an empty entry: only index 0 holds a GID */
 	memset(e, 0, sizeof(*e));
 	e->gid = gid;
 	e->gid_index = index;
@@ -801,6 +803,10 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 		return -1;
 	}
 	rc = query_gid(context, port_num, (uint32_t)index, &e);
+	if (rc == ENODATA) {
+		memset(gid, 0, sizeof(*gid)); /* as rdma-core reads an empty entry */
+		return 0;
+	}
 	if (rc) {
 		errno = rc;
 		return -1;
@@ -840,10 +846,10 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 	for (uint32_t i = 0; i < (uint32_t)p.gid_tbl_len; i++) {
 		struct ibv_gid_entry e;
 
+		if (query_gid(context, 1, i, &e))
+			continue; /* an empty entry */
 		if (n == max_entries)
 			return -EINVAL; /* as rdma-core: the table does not fit */
-		if (query_gid(context, 1, i, &e))
-			continue;
 		memcpy((char *)entries + n * entry_size, &e, sizeof(e));
 		n++;
 	}

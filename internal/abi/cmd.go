@@ -833,12 +833,18 @@ type DeviceAttr struct {
 	TransportType string `json:"transport_type"`
 }
 
+// GIDTableLen is the size of an adapter's GID table (gid_tbl_len). Index
+// 0 holds the adapter's GID, its address as RoCE v2 names it; the other
+// entries are empty, as the entries of a RoCE device's table that no
+// address of its netdev takes (ibv_query_gid_ex: ENODATA).
+const GIDTableLen = 16
+
 // PortAttr are an adapter port's attributes (ibv_port_attr).
 type PortAttr struct {
 	State        string   `json:"state"`
 	MaxMTU       uint32   `json:"max_mtu"`
 	ActiveMTU    uint32   `json:"active_mtu"`
-	GIDTblLen    uint32   `json:"gid_tbl_len"`
+	GIDTblLen    uint32   `json:"gid_tbl_len"` // GIDTableLen
 	LinkLayer    string   `json:"link_layer"`
 	GID          GID      `json:"gid"`
 	MAC          string   `json:"mac"`
