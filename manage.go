@@ -30,6 +30,7 @@ const (
 	CapCoreVerbs  = abi.CapCoreVerbs  // CQ.Resize, MR.Rereg, solicited-only CQ events
 	CapQPEvents   = abi.CapQPEvents   // EventCommEst and EventSQDrained
 	CapCQOverrun  = abi.CapCQOverrun  // CQOverrun
+	CapODP        = abi.CapODP        // AccessOnDemand regions and PD.AdviseMR
 )
 
 // Status is an agent's report of its VMs, adapters and QPs.

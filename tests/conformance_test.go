@@ -321,6 +321,7 @@ var conformanceCases = []conformanceCase{
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
 	{name: "cq-overrun", run: testCQOverrun}, // coreverbs_test.go
 	{name: "mw", run: testMW},                // mw_test.go
+	{name: "odp", run: testODP},              // odp_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

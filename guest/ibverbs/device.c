@@ -585,6 +585,27 @@ static int query_port_op(struct ibv_context *context, uint8_t port_num, struct i
 	return 0;
 }
 
+/* odp_caps fills the on-demand paging capabilities of an agent with
+ * capability odp: a region is on demand whatever reaches it, so every
+ * operation of every transport vrdma has may target one (RC: SEND, RECV,
+ * WRITE, READ, atomics, SRQ receives; UC: SEND, RECV, WRITE, SRQ
+ * receives; UD: SEND, RECV, SRQ receives). Not IBV_ODP_SUPPORT_IMPLICIT:
+ * the device reaches only guest memory, never the whole address space
+ * (docs/verbs-compat.md). */
+static void odp_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	if (attr_size < offsetof(struct ibv_device_attr_ex, odp_caps) + sizeof(attr->odp_caps))
+		return;
+	attr->odp_caps.general_caps = IBV_ODP_SUPPORT;
+	attr->odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+							 IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	attr->odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+	attr->odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+							 IBV_ODP_SUPPORT_SRQ_RECV;
+}
+
 static int query_device_ex_op(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size)
 {
@@ -605,6 +626,8 @@ static int query_device_ex_op(struct ibv_context *context, const struct ibv_quer
 	/* As rdma-core fills it: the same flags, 64 bits wide. */
 	if (attr_size >= offsetof(struct ibv_device_attr_ex, device_cap_flags_ex) + sizeof(attr->device_cap_flags_ex))
 		attr->device_cap_flags_ex = (uint64_t)(unsigned int)a.device_cap_flags;
+	if (the_vm->s.caps & VRDMA_CAP_ODP)
+		odp_caps(attr, attr_size);
 	return 0;
 }
 
@@ -631,10 +654,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->vctx.query_port = query_port_op;
 	c->vctx.query_device_ex = query_device_ex_op;
 	c->vctx.context.device = &d->ibdev;
-	/* No uverbs device behind it: cmd_fd is /dev/null, a valid descriptor
-	 * for programs that dup or poll it (verbs that would use it, such as
-	 * ibv_import_device, fail with EOPNOTSUPP). */
-	c->vctx.context.cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+	/* No uverbs device behind it: cmd_fd is an empty memfd of its own, a
+	 * valid descriptor for programs that dup or poll it, whose inode
+	 * names the context to ibv_import_device. */
+	c->vctx.context.cmd_fd = memfd_create("vrdma-context", MFD_CLOEXEC);
 	/* async_fd is the agent's event socket for this adapter (events.c);
 	 * an agent without one gets an fd that never becomes readable, so
 	 * that programs may poll it all the same. */
@@ -670,6 +693,39 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctxs[nctx++] = c;
 	pthread_mutex_unlock(&ctx_mu);
 	return &c->vctx.context;
+}
+
+/* ibv_import_device opens a second context on the adapter of the context
+ * whose cmd_fd (a dup of it, as a program passes it) is cmd_fd; the new
+ * context owns cmd_fd, as rdma-core's does. Only this process's contexts
+ * are found: the agent's objects are a session's, one per process, so a
+ * descriptor from another process gets EOPNOTSUPP, as a device that
+ * cannot import answers. */
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	struct vrdma_device *d = NULL;
+	struct ibv_context *c;
+	struct stat want, st;
+
+	if (fstat(cmd_fd, &want)) {
+		errno = EBADF;
+		return NULL;
+	}
+	pthread_mutex_lock(&ctx_mu);
+	for (int i = 0; i < nctx && !d; i++)
+		if (!fstat(ctxs[i]->vctx.context.cmd_fd, &st) && st.st_dev == want.st_dev && st.st_ino == want.st_ino)
+			d = ctxs[i]->dev;
+	pthread_mutex_unlock(&ctx_mu);
+	if (!d) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	c = ibv_open_device(&d->ibdev);
+	if (!c)
+		return NULL;
+	close(c->cmd_fd);
+	c->cmd_fd = cmd_fd;
+	return c;
 }
 
 int ibv_close_device(struct ibv_context *context)
@@ -731,6 +787,8 @@ static int query_gid(struct ibv_context *context, uint32_t port_num, uint32_t in
 		return rc;
 	if (index >= (uint32_t)p.gid_tbl_len)
 		return EINVAL;
+	if (index > 0)
+		return ENODATA; /* an empty entry: only index 0 holds a GID */
 	memset(e, 0, sizeof(*e));
 	e->gid = gid;
 	e->gid_index = index;
@@ -751,6 +809,10 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 		return -1;
 	}
 	rc = query_gid(context, port_num, (uint32_t)index, &e);
+	if (rc == ENODATA) {
+		memset(gid, 0, sizeof(*gid)); /* as rdma-core reads an empty entry */
+		return 0;
+	}
 	if (rc) {
 		errno = rc;
 		return -1;
@@ -790,10 +852,10 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 	for (uint32_t i = 0; i < (uint32_t)p.gid_tbl_len; i++) {
 		struct ibv_gid_entry e;
 
+		if (query_gid(context, 1, i, &e))
+			continue; /* an empty entry */
 		if (n == max_entries)
 			return -EINVAL; /* as rdma-core: the table does not fit */
-		if (query_gid(context, 1, i, &e))
-			continue;
 		memcpy((char *)entries + n * entry_size, &e, sizeof(e));
 		n++;
 	}

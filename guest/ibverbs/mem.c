@@ -459,19 +459,24 @@ static void move_end(uintptr_t s, uintptr_t e, const sigset_t *old)
 
 /* protect_copy_map write-protects [addr, addr+len), copies it to dst, and
  * maps fd at offset off over it, shared and fixed, in one block that
- * writes no memory but dst: not even its own stack. On a failure the
- * range is made writable again. The raw result of the failed call or of
- * mmap. */
-static long protect_copy_map(void *addr, size_t len, void *dst, int fd, uint64_t off)
+ * writes no memory but dst: not even its own stack. With sparse, len is
+ * whole 4 KiB pages and only the pages that hold a nonzero byte are
+ * copied (dst must read zeros: a hole of the file); reading a page the
+ * program never touched maps the kernel's zero page and allocates
+ * nothing. On a failure the range is made writable again. The raw result
+ * of the failed call or of mmap. */
+static long protect_copy_map(void *addr, size_t len, void *dst, int fd, uint64_t off, int sparse)
 {
-	/* Every operand in a register of its own: rep movsb moves rdi, rsi
-	 * and rcx, and syscall clobbers rcx and r11. */
+	/* Every operand in a register of its own: rep movs and scas move
+	 * rdi, rsi and rcx, and syscall clobbers rcx and r11; rbx is the
+	 * sparse copy's page offset. */
 	register long r10 __asm__("r10") = MAP_SHARED | MAP_FIXED;
 	register long r8 __asm__("r8") = fd;
 	register long r9 __asm__("r9") = (long)off;
 	register void *r12 __asm__("r12") = addr;
 	register size_t r13 __asm__("r13") = len;
 	register void *r14 __asm__("r14") = dst;
+	register long r15 __asm__("r15") = sparse;
 	long ret;
 
 	__asm__ volatile("mov %%r12, %%rdi\n\t"
@@ -481,10 +486,31 @@ static long protect_copy_map(void *addr, size_t len, void *dst, int fd, uint64_t
 			 "syscall\n\t"
 			 "cmp $-4095, %%rax\n\t"
 			 "jae 2f\n\t"
+			 "test %%r15, %%r15\n\t"
+			 "jnz 5f\n\t"
 			 "mov %%r14, %%rdi\n\t"
 			 "mov %%r12, %%rsi\n\t"
 			 "mov %%r13, %%rcx\n\t"
 			 "rep movsb\n\t"
+			 "jmp 6f\n"
+			 "5:\n\t" /* sparse: page by page */
+			 "xor %%ebx, %%ebx\n"
+			 "7:\n\t"
+			 "cmp %%r13, %%rbx\n\t"
+			 "jae 6f\n\t"
+			 "lea (%%r12,%%rbx), %%rdi\n\t"
+			 "mov $512, %%ecx\n\t"
+			 "xor %%eax, %%eax\n\t"
+			 "repe scasq\n\t" /* ZF: every quadword zero */
+			 "je 8f\n\t"
+			 "lea (%%r12,%%rbx), %%rsi\n\t"
+			 "lea (%%r14,%%rbx), %%rdi\n\t"
+			 "mov $512, %%ecx\n\t"
+			 "rep movsq\n"
+			 "8:\n\t"
+			 "add $4096, %%rbx\n\t"
+			 "jmp 7b\n"
+			 "6:\n\t"
 			 "mov %%r12, %%rdi\n\t"
 			 "mov %%r13, %%rsi\n\t"
 			 "mov %[rw], %%edx\n\t"
@@ -501,10 +527,10 @@ static long protect_copy_map(void *addr, size_t len, void *dst, int fd, uint64_t
 			 "syscall\n\t"
 			 "mov %%r15, %%rax\n"
 			 "3:"
-			 : "=a"(ret)
+			 : "=a"(ret), "+r"(r15)
 			 : "r"(r12), "r"(r13), "r"(r14), "r"(r10), "r"(r8), "r"(r9), [ro] "i"(PROT_READ),
 			   [rw] "i"(PROT_READ | PROT_WRITE)
-			 : "rdi", "rsi", "rcx", "rdx", "r11", "r15", "memory", "cc");
+			 : "rbx", "rdi", "rsi", "rcx", "rdx", "r11", "memory", "cc");
 	return ret;
 }
 
@@ -574,24 +600,31 @@ static uint64_t ours_bytes(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64
 }
 
 /* adopt_at copies and maps [s, e) onto guest offset goff, other threads'
- * writes there held off meanwhile; 0 or an errno. +checklocks:mem_mu */
-static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff)
+ * writes there held off meanwhile; 0 or an errno. With on_demand (an
+ * IBV_ACCESS_ON_DEMAND region), the guest memory is emptied first (a hole
+ * of the memfd, which allocates nothing) and only pages that hold data
+ * are copied: the others are populated when the program, the device or a
+ * prefetch first touches them. +checklocks:mem_mu */
+static int adopt_at(struct vrdma_vm *vm, uintptr_t s, uintptr_t e, uint64_t goff, int on_demand)
 {
 #if defined(__x86_64__)
 	sigset_t old;
 	long r;
-	int rc = move_begin(s, e, &old);
+	int rc;
 
+	on_demand = on_demand && sysconf(_SC_PAGESIZE) == 4096 &&
+		    fallocate(vm->mem_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)goff, (off_t)(e - s)) == 0;
+	rc = move_begin(s, e, &old);
 	if (rc)
 		return rc;
-	r = protect_copy_map((void *)s, e - s, (char *)vm->mem + goff, vm->mem_fd, goff);
+	r = protect_copy_map((void *)s, e - s, (char *)vm->mem + goff, vm->mem_fd, goff, on_demand);
 	move_end(s, e, &old);
 	if (r < 0 && r > -4096)
 		return (int)-r;
 	(void)madvise((void *)s, e - s, MADV_DONTFORK);
 	return 0;
 #else
-	(void)vm, (void)s, (void)e, (void)goff;
+	(void)vm, (void)s, (void)e, (void)goff, (void)on_demand;
 	return EOPNOTSUPP; /* the copy-and-map block exists for x86-64 only */
 #endif
 }
@@ -704,7 +737,7 @@ static int neighbour_goff(uintptr_t s, uintptr_t e, uint64_t *goff)
  * before and after the run's, which must be free (the run stays one
  * block in guest memory, as its regions' guest addresses need), and must
  * touch no other run. 0, or an errno with why. +checklocks:mem_mu */
-static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, char *why, size_t whylen)
+static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, int on_demand, char *why, size_t whylen)
 {
 	struct run *rn = &runs[i];
 	uintptr_t rs = rn->va, re = rn->va + rn->len;
@@ -732,14 +765,14 @@ static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, char *
 		snprintf(why, whylen, "the guest memory after the run's is in use: register the whole range first");
 		return EINVAL;
 	}
-	if (pre && (rc = adopt_at(vm, s, rs, rn->goff - pre))) {
+	if (pre && (rc = adopt_at(vm, s, rs, rn->goff - pre, on_demand))) {
 		guest_free(rn->goff - pre, pre);
 		if (post)
 			guest_free(rn->goff + rn->len, post);
 		snprintf(why, whylen, "mapping guest memory over its pages: %s", strerror(rc));
 		return rc;
 	}
-	if (post && (rc = adopt_at(vm, re, e, rn->goff + rn->len))) {
+	if (post && (rc = adopt_at(vm, re, e, rn->goff + rn->len, on_demand))) {
 		guest_free(rn->goff + rn->len, post);
 		if (pre) {
 			/* The prefix is adopted: keep it in the run. */
@@ -756,7 +789,7 @@ static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, char *
 	return 0;
 }
 
-int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle)
+int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, int on_demand, uint64_t *guest, void **handle)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t a = (uintptr_t)addr, s, e;
@@ -795,7 +828,7 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 			rn->len = 0;
 			continue;
 		}
-		rc = grow_run(vm, i, s, e, why, sizeof(why));
+		rc = grow_run(vm, i, s, e, on_demand, why, sizeof(why));
 		if (rc == 0) {
 			rn = &runs[i];
 			rn->refs++;
@@ -835,7 +868,7 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest,
 		runs = n;
 		capruns = cap;
 	}
-	rc = adopt_at(vm, s, e, goff);
+	rc = adopt_at(vm, s, e, goff, on_demand);
 	if (rc) {
 		guest_free(goff, e - s);
 		vrdma_warn("ibv_reg_mr(%p, %zu): mapping guest memory over the pages: %s", addr, length, strerror(rc));

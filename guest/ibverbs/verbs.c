@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,19 +31,34 @@
 #define MAGIC_CQ 0x76637131u
 #define MAGIC_QP 0x76717031u
 #define MAGIC_SRQ 0x76737231u
+#define MAGIC_TD 0x76746431u
 
 /* poll_cq yields the CPU once per this many polls of an empty CQ. */
 #define EMPTY_POLLS_PER_YIELD 64
 
+/* A protection domain, or a parent domain (parent set): an ibv_pd whose
+ * handle is its protection domain's, so that every verb taking a PD takes
+ * it as that PD ("thread domains and parent domains" below). */
 struct vrdma_pd {
 	struct ibv_pd ibpd;
 	uint32_t magic;
+	struct vrdma_pd *parent; /* a parent domain's protection domain; NULL for a PD */
+	struct vrdma_td *td;	 /* a parent domain's thread domain, or NULL */
+	int users;		 /* a PD's parent domains; +guarded by reg_mu */
+};
+
+/* A thread domain (ibv_alloc_td). */
+struct vrdma_td {
+	struct ibv_td ibtd;
+	uint32_t magic;
+	int users; /* parent domains on it; +guarded by reg_mu */
 };
 
 struct vrdma_mr {
 	struct ibv_mr ibmr;
 	uint32_t magic;
 	void *adopted;
+	int on_demand; /* IBV_ACCESS_ON_DEMAND: pages adopted sparse (mem.c) */
 };
 
 struct vrdma_cq {
@@ -308,6 +324,8 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	return &pd->ibpd;
 }
 
+static int dealloc_parent_domain(struct vrdma_pd *pd);
+
 int ibv_dealloc_pd(struct ibv_pd *ibpd)
 {
 	struct vrdma_pd *pd = to_pd(ibpd);
@@ -315,6 +333,13 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (!pd)
 		return EINVAL;
+	if (pd->parent)
+		return dealloc_parent_domain(pd);
+	pthread_mutex_lock(&reg_mu);
+	e = pd->users ? EBUSY : 0; /* parent domains on it: as a PD MRs use */
+	pthread_mutex_unlock(&reg_mu);
+	if (e)
+		return e;
 	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DEALLOC_PD, pd->ibpd.handle);
 	if (e && e != EIO)
 		return e; /* EBUSY: MRs or QPs use it */
@@ -324,27 +349,221 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	return 0;
 }
 
+/* ---- thread domains and parent domains ----
+ *
+ * A parent domain is a protection domain with a thread domain and the
+ * program's allocators for queue memory. vrdma's queues (QP, SRQ and CQ
+ * rings) are the agent's memory, mapped from the descriptor create-qp,
+ * create-srq or create-cq passes, never the program's: the allocators are
+ * never called, as a provider whose queues live in device memory would
+ * not. A thread domain promises that one thread uses the QPs made on it;
+ * vrdma keeps its per-queue locks all the same (uncontended, they cost
+ * little). */
+
+static struct ibv_td *alloc_td(struct ibv_context *context, struct ibv_td_init_attr *attr)
+{
+	struct vrdma_td *td;
+
+	if (!vrdma_ctx_ok(context) || !attr || attr->comp_mask) {
+		errno = EINVAL;
+		return NULL;
+	}
+	td = calloc(1, sizeof(*td));
+	if (!td || reg_add(&objs, td)) {
+		free(td);
+		errno = ENOMEM;
+		return NULL;
+	}
+	td->ibtd.context = context;
+	td->magic = MAGIC_TD;
+	return &td->ibtd;
+}
+
+static struct vrdma_td *to_td(struct ibv_td *t)
+{
+	return reg_has(t) && ((struct vrdma_td *)t)->magic == MAGIC_TD ? (struct vrdma_td *)t : NULL;
+}
+
+static int dealloc_td(struct ibv_td *ibtd)
+{
+	struct vrdma_td *td = to_td(ibtd);
+	int e;
+
+	if (!td)
+		return EINVAL;
+	pthread_mutex_lock(&reg_mu);
+	e = td->users ? EBUSY : 0;
+	pthread_mutex_unlock(&reg_mu);
+	if (e)
+		return e;
+	reg_take(&objs, td);
+	td->magic = 0;
+	free(td);
+	return 0;
+}
+
+static struct ibv_pd *alloc_parent_domain(struct ibv_context *context, struct ibv_parent_domain_init_attr *attr)
+{
+	struct vrdma_pd *parent = attr ? to_pd(attr->pd) : NULL, *pd;
+	struct vrdma_td *td = attr && attr->td ? to_td(attr->td) : NULL;
+
+	if (!vrdma_ctx_ok(context) || !parent || parent->parent || parent->ibpd.context != context ||
+	    (attr->td && (!td || td->ibtd.context != context)) ||
+	    (attr->comp_mask & ~(uint32_t)(IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pd = calloc(1, sizeof(*pd));
+	if (!pd || reg_add(&objs, pd)) {
+		free(pd);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = context;
+	pd->ibpd.handle = parent->ibpd.handle; /* the agent's PD */
+	pd->parent = parent;
+	pd->td = td;
+	pd->magic = MAGIC_PD;
+	pthread_mutex_lock(&reg_mu);
+	parent->users++;
+	if (td)
+		td->users++;
+	pthread_mutex_unlock(&reg_mu);
+	return &pd->ibpd;
+}
+
+/* dealloc_parent_domain is ibv_dealloc_pd of a parent domain: its PD and
+ * thread domain stay. */
+static int dealloc_parent_domain(struct vrdma_pd *pd)
+{
+	reg_take(&objs, pd);
+	pthread_mutex_lock(&reg_mu);
+	pd->parent->users--;
+	if (pd->td)
+		pd->td->users--;
+	pthread_mutex_unlock(&reg_mu);
+	pd->magic = 0;
+	free(pd);
+	return 0;
+}
+
+/* ---- importing PDs and MRs ----
+ *
+ * ibv_import_pd and ibv_import_mr give a context imported from another of
+ * this process's (ibv_import_device, device.c) a second object for a PD
+ * or an MR of the same adapter, by the agent's handle: the same agent
+ * object, as uverbs shares the kernel's. The agent's objects are the
+ * session's, one per process, so another process's handles are not
+ * found (EOPNOTSUPP from ibv_import_device already). An imported PD is
+ * released like a parent domain, its PD kept. */
+
+/* original_of finds the live object of kind magic (MAGIC_PD: a PD, not a
+ * parent domain nor an imported one; MAGIC_MR: a registered MR, not an
+ * imported one), of context c's adapter, whose verbs struct has handle h.
+ * The registry holds objects of every kind, each a heap block of this
+ * library: a block too small to be one of kind magic is not one. */
+static void *original_of(uint32_t magic, struct ibv_context *c, uint32_t h)
+{
+	void *found = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int i = 0; i < objs.n && !found; i++) {
+		struct vrdma_pd *p = objs.v[i];
+		struct vrdma_mr *m = objs.v[i];
+
+		if (magic == MAGIC_PD && malloc_usable_size(p) >= sizeof(*p) && p->magic == MAGIC_PD && !p->parent &&
+		    p->ibpd.handle == h && to_vctx(p->ibpd.context)->dev == to_vctx(c)->dev)
+			found = p;
+		if (magic == MAGIC_MR && malloc_usable_size(m) >= sizeof(*m) && m->magic == MAGIC_MR && m->adopted &&
+		    m->ibmr.handle == h && to_vctx(m->ibmr.context)->dev == to_vctx(c)->dev)
+			found = m;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return found;
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	struct vrdma_pd *orig = vrdma_ctx_ok(context) ? original_of(MAGIC_PD, context, pd_handle) : NULL;
+	struct ibv_parent_domain_init_attr a = { .pd = orig ? &orig->ibpd : NULL };
+	struct ibv_pd *pd;
+
+	if (!orig) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pd = alloc_parent_domain(orig->ibpd.context, &a);
+	if (pd)
+		pd->context = context;
+	return pd;
+}
+
+void ibv_unimport_pd(struct ibv_pd *ibpd)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+
+	if (pd && pd->parent)
+		dealloc_parent_domain(pd);
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *ibpd, uint32_t mr_handle)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_mr *orig = pd ? original_of(MAGIC_MR, ibpd->context, mr_handle) : NULL, *mr;
+
+	if (!orig || orig->ibmr.pd->handle != pd->ibpd.handle) {
+		errno = EINVAL;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr || reg_add(&objs, mr)) {
+		free(mr);
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* As uverbs imports one: keys, handle and length; no address (the
+	 * importer knows it from whoever gave it the handle). */
+	mr->ibmr.context = ibpd->context;
+	mr->ibmr.pd = ibpd;
+	mr->ibmr.length = orig->ibmr.length;
+	mr->ibmr.handle = orig->ibmr.handle;
+	mr->ibmr.lkey = orig->ibmr.lkey;
+	mr->ibmr.rkey = orig->ibmr.rkey;
+	mr->magic = MAGIC_MR;
+	return &mr->ibmr;
+}
+
+void ibv_unimport_mr(struct ibv_mr *ibmr)
+{
+	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
+
+	if (!reg_has(ibmr) || mr->magic != MAGIC_MR)
+		return;
+	reg_take(&objs, mr);
+	mr->magic = 0;
+	free(mr);
+}
+
 /* ---- MR ---- */
 
 #define ACCESS_SUPPORTED                                                                           \
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | \
-	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
+	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND)
 
 /* Access flags verbs defines for capabilities vrdma does not have. */
-#define ACCESS_UNSUPPORTED (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB)
+#define ACCESS_UNSUPPORTED (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)
 
 /* access_flags masks the optional bits (rdma-core lets a device ignore
- * them); -EOPNOTSUPP for a capability vrdma lacks (zero-based, ODP, ...,
- * memory windows with an agent older than them), as a device without it
- * answers; -EINVAL for bits verbs does not define. */
-static int access_flags(unsigned int access)
+ * them); -EOPNOTSUPP for a capability vrdma lacks (zero-based, huge-page
+ * hints; memory windows or ODP with an agent older than them), as a device
+ * without it answers; -EINVAL for bits verbs does not define. */
+static int access_flags(struct vrdma_vm *vm, unsigned int access)
 {
-	struct vrdma_vm *vm = vrdma_vm_get();
-
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
 		return -EINVAL;
-	if ((access & ACCESS_UNSUPPORTED) || ((access & IBV_ACCESS_MW_BIND) && !(vm && (vm->s.caps & VRDMA_CAP_MW))))
+	if ((access & ACCESS_UNSUPPORTED) || ((access & IBV_ACCESS_MW_BIND) && !(vm && (vm->s.caps & VRDMA_CAP_MW))) ||
+	    ((access & IBV_ACCESS_ON_DEMAND) && !(vm && (vm->s.caps & VRDMA_CAP_ODP))))
 		return -EOPNOTSUPP;
 	return (int)access;
 }
@@ -360,7 +579,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	void *adopted;
 	char body[256];
 	struct jbuf b;
-	int acc = access_flags(access), e;
+	int acc = access_flags(vm, access), e;
 
 	if (acc == -EOPNOTSUPP) {
 		errno = EOPNOTSUPP;
@@ -380,7 +599,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+	e = vrdma_adopt(vm, addr, length, acc & IBV_ACCESS_ON_DEMAND, &guest, &adopted);
 	if (e) {
 		errno = e;
 		return NULL;
@@ -420,6 +639,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr->ibmr.rkey = rkey;
 	mr->magic = MAGIC_MR;
 	mr->adopted = adopted;
+	mr->on_demand = !!(acc & IBV_ACCESS_ON_DEMAND);
 	return &mr->ibmr;
 }
 
@@ -457,6 +677,50 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
+/* advise_mr_op is ibv_advise_mr (capability odp): the agent checks every
+ * range against the PD's on-demand regions and populates their guest
+ * memory before it replies, with IBV_ADVISE_MR_FLAG_FLUSH or without
+ * (advise-mr, wire-local.md §4.17). An errno, as ibv_advise_mr returns. */
+static int advise_mr_op(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
+			uint32_t num_sge)
+{
+	struct vrdma_pd *pd = to_pd(ibpd);
+	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	size_t cap = 96 + (size_t)num_sge * 72;
+	struct jbuf b;
+	char *body;
+	int e;
+
+	if (!pd || !vm || !sg_list || num_sge == 0 || num_sge > VRDMA_MAX_ADVISE_SGE || (flags & ~IBV_ADVISE_MR_FLAG_FLUSH))
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_ODP) || advice > IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	body = malloc(cap);
+	if (!body)
+		return ENOMEM;
+	jb_init(&b, body, cap);
+	jb_raw(&b, "{");
+	jb_u64(&b, "pd", pd->ibpd.handle);
+	jb_u64(&b, "advice", (uint64_t)advice);
+	jb_u64(&b, "flags", flags);
+	jb_key(&b, "sges");
+	jb_raw(&b, "[");
+	for (uint32_t i = 0; i < num_sge; i++) {
+		jb_raw(&b, i ? ",{" : "{");
+		jb_u64(&b, "addr", sg_list[i].addr);
+		jb_u64(&b, "length", sg_list[i].length);
+		jb_u64(&b, "lkey", sg_list[i].lkey);
+		jb_raw(&b, "}");
+	}
+	jb_raw(&b, "]}");
+	e = b.err ? ENOMEM : cmd(vm, VRDMA_OP_ADVISE_MR, body, &r);
+	free(body);
+	if (!e)
+		vrdma_reply_free(&r);
+	return e;
+}
+
 /* ibv_rereg_mr changes mr in place (§4.16): a new range is adopted as
  * ibv_reg_mr adopts one, and the old range's pages go back once the agent
  * took the new one. The keys stay. Errors as rdma-core reports them: a
@@ -487,7 +751,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		}
 	}
 	if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
-		acc = access_flags((unsigned int)access);
+		acc = access_flags(vm, (unsigned int)access);
 		if (acc == -EOPNOTSUPP) {
 			errno = EOPNOTSUPP;
 			return IBV_REREG_MR_ERR_INPUT;
@@ -502,7 +766,9 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		return IBV_REREG_MR_ERR_INPUT;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-		e = vrdma_adopt(vm, addr, length, &guest, &adopted);
+		int on_demand = flags & IBV_REREG_MR_CHANGE_ACCESS ? acc & IBV_ACCESS_ON_DEMAND : mr->on_demand;
+
+		e = vrdma_adopt(vm, addr, length, on_demand, &guest, &adopted);
 		if (e) {
 			errno = e;
 			return IBV_REREG_MR_ERR_INPUT;
@@ -532,6 +798,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 	vrdma_reply_free(&r);
 	if (pd)
 		ibmr->pd = &pd->ibpd;
+	if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+		mr->on_demand = !!(acc & IBV_ACCESS_ON_DEMAND);
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
 		vrdma_unadopt(vm, mr->adopted);
 		mr->adopted = adopted;
@@ -954,12 +1222,23 @@ static struct ibv_cq_ex *create_cq_ex(struct ibv_context *context, struct ibv_cq
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) || (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) ||
+	if ((a->wc_flags & ~(uint64_t)CQ_EX_WC_FLAGS) ||
+	    (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) ||
 	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
 	     (a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))) {
-		/* Timestamps, flow tags, parent domains: not in vrdma. */
+		/* Timestamps, flow tags: not in vrdma. */
 		errno = EOPNOTSUPP;
 		return NULL;
+	}
+	if (a->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+		/* A CQ on a parent domain: its allocators are not called (the
+		 * ring is the agent's), and a CQ has no PD at the agent. */
+		struct vrdma_pd *pd = to_pd(a->parent_domain);
+
+		if (!pd || !pd->parent || pd->ibpd.context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
 	}
 	c = create_cq(context, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector,
 		      !((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)));
@@ -1278,9 +1557,10 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (!qp || !vm || !attr)
 		return EINVAL;
 	if (mask & IBV_QP_ACCESS_FLAGS) {
-		acc = access_flags(attr->qp_access_flags);
+		acc = access_flags(vm, attr->qp_access_flags);
 		if (acc < 0)
 			return -acc;
+		acc &= ~IBV_ACCESS_ON_DEMAND; /* a region's flag: programs give a QP their regions' flags */
 	}
 	if ((mask & IBV_QP_PATH_MTU) && !vrdma_mtu_bytes(attr->path_mtu))
 		return EINVAL;
@@ -1942,4 +2222,8 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.create_qp_ex = create_qp_ex;
 	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;
+	ctx->vctx.advise_mr = advise_mr_op;
+	ctx->vctx.alloc_td = alloc_td;
+	ctx->vctx.dealloc_td = dealloc_td;
+	ctx->vctx.alloc_parent_domain = alloc_parent_domain;
 }

@@ -68,6 +68,7 @@
 #define VRDMA_OP_RESIZE_CQ 53
 #define VRDMA_OP_ALLOC_MW 54
 #define VRDMA_OP_DEALLOC_MW 55
+#define VRDMA_OP_ADVISE_MR 68
 
 /* Capability bits (§2). */
 #define VRDMA_CAP_ASYNC_MODE 0x1ull
@@ -85,8 +86,9 @@
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
 #define VRDMA_CAP_MW 0x4000ull
+#define VRDMA_CAP_ODP 0x20000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0x87fffull /* every bit above */
+#define VRDMA_CAPS_KNOWN 0xa7fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -113,6 +115,7 @@
 #define VRDMA_CQE_SIZE 64
 #define VRDMA_MAX_SRQ_WR 4096
 #define VRDMA_MAX_SRQ_SGE 16
+#define VRDMA_MAX_ADVISE_SGE 256
 
 /* Send opcodes (§5.2): the numbers of IBV_WR_*. */
 #define VRDMA_WR_RDMA_WRITE 0

@@ -204,8 +204,10 @@ void vrdma_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* mem.c: vrdma_adopt makes [addr, addr+length) guest memory (adopting its
  * pages, or finding them adopted already) and returns the guest address of
  * addr and a handle for vrdma_unadopt, which gives the pages back when the
- * last region over them is deregistered; 0 or an errno. */
-int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, uint64_t *guest, void **handle);
+ * last region over them is deregistered; 0 or an errno. With on_demand
+ * (an IBV_ACCESS_ON_DEMAND region), only the pages that hold data are
+ * copied into guest memory; the rest are populated at first touch. */
+int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, int on_demand, uint64_t *guest, void **handle);
 void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
 
 /* maps.c: the reader of /proc/self/maps. vrdma_read_maps returns the

@@ -96,7 +96,9 @@ const (
 	// 54, 55: memory windows (mw.go); 56, 57 are kept for them.
 	OpAllocMW   Op = 54 // AllocMW → AllocMWReply
 	OpDeallocMW Op = 55 // Handle → Empty
-	opMax       Op = 72
+	// 68: ibv_advise_mr of on-demand regions (odp.go).
+	OpAdviseMR Op = 68 // AdviseMR → Empty
+	opMax      Op = 72
 )
 
 // Known reports whether o is an op of this ABI version.
@@ -372,8 +374,8 @@ func (r *RegMR) Validate() error {
 	if r.IOVA != nil && r.Length > 0 && *r.IOVA+r.Length-1 < *r.IOVA {
 		return Errorf(CodeInvalid, "iova", "region [iova 0x%x, +%d) wraps around the 64-bit address space", *r.IOVA, r.Length)
 	}
-	if r.Access&^AccessAll != 0 {
-		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessAll))
+	if r.Access&^AccessMR != 0 {
+		return Errorf(CodeInvalid, "access", "unknown access flags 0x%x", uint32(r.Access&^AccessMR))
 	}
 	if r.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && r.Access&AccessLocalWrite == 0 {
 		return Errorf(CodeInvalid, "access", "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (as in ibv_reg_mr)")
@@ -842,12 +844,18 @@ type DeviceAttr struct {
 	TransportType string `json:"transport_type"`
 }
 
+// GIDTableLen is the size of an adapter's GID table (gid_tbl_len). Index
+// 0 holds the adapter's GID, its address as RoCE v2 names it; the other
+// entries are empty, as the entries of a RoCE device's table that no
+// address of its netdev takes (ibv_query_gid_ex: ENODATA).
+const GIDTableLen = 16
+
 // PortAttr are an adapter port's attributes (ibv_port_attr).
 type PortAttr struct {
 	State        string   `json:"state"`
 	MaxMTU       uint32   `json:"max_mtu"`
 	ActiveMTU    uint32   `json:"active_mtu"`
-	GIDTblLen    uint32   `json:"gid_tbl_len"`
+	GIDTblLen    uint32   `json:"gid_tbl_len"` // GIDTableLen
 	LinkLayer    string   `json:"link_layer"`
 	GID          GID      `json:"gid"`
 	MAC          string   `json:"mac"`

@@ -210,8 +210,9 @@ func (a Access) String() string {
 	add(AccessRemoteRead, "REMOTE_READ")
 	add(AccessRemoteAtomic, "REMOTE_ATOMIC")
 	add(AccessMWBind, "MW_BIND")
-	if a&^AccessAll != 0 {
-		s += fmt.Sprintf("|0x%x", uint32(a&^AccessAll))
+	add(AccessOnDemand, "ON_DEMAND")
+	if a&^AccessMR != 0 {
+		s += fmt.Sprintf("|0x%x", uint32(a&^AccessMR))
 	}
 	return s
 }

@@ -40,6 +40,7 @@ func requestSeeds() map[Op]any {
 		OpResizeCQ:      &ResizeCQ{Handle: 3, CQE: 1000},
 		OpAllocMW:       &AllocMW{PD: 1, Type: MWType2},
 		OpDeallocMW:     &Handle{Handle: 4},
+		OpAdviseMR:      &AdviseMR{PD: 1, Advice: AdvicePrefetchWrite, Flags: AdviseFlush, SGEs: []AdviseSGE{{Addr: 0x7f0000001000, Length: 4096, LKey: 0x101}}},
 		// The management commands' bodies are package mgmt's (its
 		// tests); here their ops have none.
 	}
@@ -78,6 +79,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(hdr(Version, 0, OpReregMR, 26), `{"handle":1,"flags":1}`+"    "...))
 	f.Add(append(hdr(Version, 0, OpResizeCQ, 24), `{"handle":1,"cqe":70000}`...))
 	f.Add(append(hdr(Version, 0, OpAllocMW, 17), `{"pd":1,"type":3}`...))
+	f.Add(append(hdr(Version, 0, OpAdviseMR, 39), `{"pd":1,"advice":3,"flags":0,"sges":[]}`...))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		h, req, err := DecodeRequest(msg)
 		if err != nil {

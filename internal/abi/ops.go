@@ -84,6 +84,7 @@ var opTable = [...]OpInfo{
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
 	{Op: OpAllocMW, Name: "alloc-mw", Request: body[AllocMW](), Attach: true},
 	{Op: OpDeallocMW, Name: "dealloc-mw", Request: body[Handle](), Attach: true},
+	{Op: OpAdviseMR, Name: "advise-mr", Request: body[AdviseMR](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

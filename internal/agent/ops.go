@@ -113,6 +113,9 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpDeallocMW: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DeallocMW(r.Handle)
 	}),
+	abi.OpAdviseMR: on(func(_ *session, v *device.Context, r *abi.AdviseMR) (any, []int, error) {
+		return abi.Empty{}, nil, v.AdviseMR(r)
+	}),
 	abi.OpDestroyCQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyCQ(r.Handle)
 	}),

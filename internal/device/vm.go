@@ -822,6 +822,6 @@ func (ad *Adapter) PortAttr() abi.PortAttr {
 	if !ad.Connected() {
 		state = "PORT_DOWN"
 	}
-	return abi.PortAttr{State: state, MaxMTU: 4096, ActiveMTU: ad.ActiveMTU(), GIDTblLen: 1, LinkLayer: "Ethernet",
+	return abi.PortAttr{State: state, MaxMTU: 4096, ActiveMTU: ad.ActiveMTU(), GIDTblLen: abi.GIDTableLen, LinkLayer: "Ethernet",
 		GID: ad.gid, MAC: ad.mac.String(), ActiveSpeed: "virtual", PortCapFlags: []string{"CM_SUP", "IP_BASED_GIDS"}}
 }

@@ -3,7 +3,9 @@
  * the drop-in, through the real <infiniband/verbs.h>, in one process: two
  * QPs of one VM connected to each other. Run as a workload (VRDMA_VM); it
  * prints "ok NAME" or "FAIL NAME: why" per check and exits 1 if any failed.
- * Driven by internal/verbsabi (TestVerbsABIVerbs).
+ * Thread and parent domains (parent_domains), imported contexts, PDs and
+ * MRs (imports) too. Driven by
+ * internal/verbsabi (TestVerbsABIVerbs).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -180,6 +182,122 @@ static int forked_verbs(struct ibv_context *parent, const union ibv_gid *parent_
 	return 0;
 }
 
+/* parent_domains checks thread and parent domains: ibv_alloc_td and
+ * ibv_alloc_parent_domain (with a thread domain and allocators, which are
+ * never called: the queues are the agent's memory), their refusals
+ * (EINVAL for an unknown comp_mask bit or a parent domain as the PD, EBUSY
+ * for a PD or a thread domain a parent domain uses), and an extended CQ,
+ * an SRQ, two QPs and a region made on the parent domain carrying a SEND
+ * through the SRQ and an RDMA WRITE. */
+static int allocator_calls;
+
+static void *count_alloc(struct ibv_pd *p, void *c, size_t size, size_t align, uint64_t type)
+{
+	(void)p, (void)c, (void)size, (void)align, (void)type;
+	allocator_calls++;
+	return IBV_ALLOCATOR_USE_DEFAULT;
+}
+
+static void count_free(struct ibv_pd *p, void *c, void *ptr, uint64_t type)
+{
+	(void)p, (void)c, (void)ptr, (void)type;
+	allocator_calls++;
+}
+
+/* imports checks ibv_import_device (a dup of a context's cmd_fd: a second
+ * context of the adapter, owning the descriptor; a descriptor of no
+ * context: EOPNOTSUPP), ibv_import_pd and ibv_import_mr by the agent's
+ * handles (the same handle and keys, no address; an unknown handle
+ * EINVAL), and their unimports. */
+static void imports(struct ibv_mr *m)
+{
+	struct ibv_context *c2 = ibv_import_device(dup(ctx->cmd_fd));
+	struct ibv_pd *p2 = c2 ? ibv_import_pd(c2, pd->handle) : NULL;
+	struct ibv_mr *m2 = p2 ? ibv_import_mr(p2, m->handle) : NULL;
+	int fds[2] = { -1, -1 };
+
+	CHECK("import-device", c2 && c2->device == ctx->device && c2 != ctx, "errno %d", errno);
+	CHECK("import-pd-mr", p2 && p2->handle == pd->handle && m2 && m2->handle == m->handle && m2->lkey == m->lkey &&
+				      m2->rkey == m->rkey && m2->length == m->length && !m2->addr,
+	      "errno %d", errno);
+	errno = 0;
+	CHECK("import-pd-unknown", c2 && !ibv_import_pd(c2, pd->handle + 1000) && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("import-mr-unknown", p2 && !ibv_import_mr(p2, m->handle + 1000) && errno == EINVAL, "errno %d", errno);
+	errno = 0;
+	CHECK("import-device-not-a-context", pipe(fds) == 0 && !ibv_import_device(fds[0]) && errno == EOPNOTSUPP, "errno %d",
+	      errno);
+	close(fds[0]);
+	close(fds[1]);
+	if (m2)
+		ibv_unimport_mr(m2);
+	if (p2)
+		ibv_unimport_pd(p2);
+	CHECK("import-close", c2 && ibv_close_device(c2) == 0, "errno %d", errno);
+}
+
+static void parent_domains(const union ibv_gid *gid)
+{
+	struct ibv_td_init_attr tda = { 0 };
+	struct ibv_td *td = ibv_alloc_td(ctx, &tda);
+	struct ibv_parent_domain_init_attr pa = { .pd = pd, .td = td,
+						  .comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS |
+							       IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+						  .alloc = count_alloc, .free = count_free, .pd_context = &tda };
+	struct ibv_pd *par = td ? ibv_alloc_parent_domain(ctx, &pa) : NULL, *bad;
+	struct ibv_cq_init_attr_ex cqa = { .cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS,
+					   .comp_mask = IBV_CQ_INIT_ATTR_MASK_PD, .parent_domain = par };
+	struct ibv_cq_ex *cqx = par ? ibv_create_cq_ex(ctx, &cqa) : NULL;
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = cqx ? ibv_create_srq(par, &sa) : NULL;
+	struct ibv_qp_init_attr qa_ = { .send_cq = ibv_cq_ex_to_cq(cqx), .recv_cq = ibv_cq_ex_to_cq(cqx), .srq = srq,
+					.cap = { .max_send_wr = 8, .max_send_sge = 1 }, .qp_type = IBV_QPT_RC };
+	struct ibv_qp *q1 = srq ? ibv_create_qp(par, &qa_) : NULL, *q2 = q1 ? ibv_create_qp(par, &qa_) : NULL;
+	static char buf[4096];
+	struct ibv_mr *m = q2 ? ibv_reg_mr(par, buf, sizeof(buf), ACC) : NULL;
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = m ? m->lkey : 0 };
+	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *badr;
+	struct ibv_send_wr sw = { .wr_id = 8, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_SIGNALED }, *bads;
+	struct ibv_wc wc[2];
+	int ok, n = 0;
+
+	CHECK("parent-domain-objects", m && m->pd == par && q1->pd == par && srq->pd == par, "errno %d", errno);
+	if (!m)
+		return;
+	errno = 0;
+	pa.comp_mask = 1u << 5;
+	bad = ibv_alloc_parent_domain(ctx, &pa);
+	CHECK("parent-domain-bad-comp-mask", !bad && errno == EINVAL, "errno %d", errno);
+	pa.comp_mask = 0;
+	pa.pd = par;
+	errno = 0;
+	bad = ibv_alloc_parent_domain(ctx, &pa);
+	CHECK("parent-domain-of-parent-domain", !bad && errno == EINVAL, "errno %d", errno);
+	tda.comp_mask = 1;
+	errno = 0;
+	CHECK("alloc-td-bad-comp-mask", !ibv_alloc_td(ctx, &tda) && errno == EINVAL, "errno %d", errno);
+	CHECK("dealloc-pd-with-parent-domain-busy", ibv_dealloc_pd(pd) == EBUSY, " ");
+	CHECK("dealloc-td-in-use-busy", ibv_dealloc_td(td) == EBUSY, " ");
+
+	ok = connect_rc(q1, q2->qp_num, (union ibv_gid *)gid, ACC, 0, 0) == 0 &&
+	     connect_rc(q2, q1->qp_num, (union ibv_gid *)gid, ACC, 0, 0) == 0 && ibv_post_srq_recv(srq, &rw, &badr) == 0 &&
+	     ibv_post_send(q1, &sw, &bads) == 0;
+	sw.wr_id = 9;
+	sw.opcode = IBV_WR_RDMA_WRITE;
+	sw.wr.rdma.remote_addr = (uintptr_t)buf + 1024;
+	sw.wr.rdma.rkey = m->rkey;
+	buf[0] = 'p';
+	ok = ok && ibv_post_send(q2, &sw, &bads) == 0;
+	for (long i = 0; ok && n < 3 && i < 50000000; i++)
+		n += ibv_poll_cq(ibv_cq_ex_to_cq(cqx), 1, wc) == 1 && wc[0].status == IBV_WC_SUCCESS;
+	CHECK("parent-domain-traffic", ok && n == 3 && buf[1024] == 'p', "ok %d completions %d", ok, n);
+	CHECK("parent-domain-allocators-not-called", allocator_calls == 0, "%d calls", allocator_calls);
+	ok = ibv_dereg_mr(m) == 0 && ibv_destroy_qp(q1) == 0 && ibv_destroy_qp(q2) == 0 && ibv_destroy_srq(srq) == 0 &&
+	     ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0 && ibv_dealloc_pd(par) == 0 && ibv_dealloc_td(td) == 0;
+	CHECK("parent-domain-teardown", ok, "errno %d", errno);
+}
+
 int main(void)
 {
 	struct ibv_device **list;
@@ -250,8 +368,8 @@ int main(void)
 	CHECK("reg-mr-mw-bind", !ibv_reg_mr(pd, bufa, 64, ACC | IBV_ACCESS_MW_BIND) && errno == EOPNOTSUPP,
 	      "errno %d", errno);
 	errno = 0;
-	CHECK("reg-mr-on-demand", !ibv_reg_mr(pd, bufa, 64, ACC | IBV_ACCESS_ON_DEMAND) && errno == EOPNOTSUPP,
-	      "errno %d", errno);
+	CHECK("reg-mr-hugetlb", !ibv_reg_mr(pd, bufa, 64, ACC | IBV_ACCESS_HUGETLB) && errno == EOPNOTSUPP, "errno %d",
+	      errno);
 	errno = 0;
 	CHECK("reg-mr-unknown-access", !ibv_reg_mr(pd, bufa, 64, ACC | (1 << 15)) && errno == EINVAL, "errno %d", errno);
 	errno = 0;
@@ -738,6 +856,8 @@ int main(void)
 		CHECK("fork-parent-after-child", m2 && ibv_dereg_mr(m2) == 0, "errno %d", errno);
 	}
 
+	parent_domains(&gid);
+	imports(ma);
 	CHECK("dereg-mr", ibv_dereg_mr(ma) == 0 && ibv_dereg_mr(mb) == 0, " ");
 	CHECK("dereg-twice", ibv_dereg_mr(ma) == EINVAL, " ");
 	CHECK("dealloc-pd-busy", ibv_dealloc_pd(pd) == EBUSY, " ");

@@ -129,7 +129,7 @@ func generate() ([]byte, error) {
 		{"MAX_QP_WR", abi.MaxQPWR}, {"MAX_CQE", abi.MaxCQE}, {"MAX_SGE", abi.MaxSGE}, {"MAX_INLINE", abi.MaxInline},
 		{"MAX_STRIDE", abi.MaxStride}, {"RING_HEADER_SIZE", abi.HeaderSize}, {"SEND_HDR", abi.SendHdr},
 		{"RECV_HDR", abi.RecvHdr}, {"SGE_SIZE", abi.SGESize}, {"CQE_SIZE", abi.CQESize},
-		{"MAX_SRQ_WR", abi.MaxSRQWR}, {"MAX_SRQ_SGE", abi.MaxSRQSGE},
+		{"MAX_SRQ_WR", abi.MaxSRQWR}, {"MAX_SRQ_SGE", abi.MaxSRQSGE}, {"MAX_ADVISE_SGE", abi.MaxAdviseSGE},
 	} {
 		w.define("VRDMA_"+l.name, l.value, "")
 	}
