@@ -211,12 +211,14 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	/* It answers RNR NAKs when no receive is posted (wire-local.md §8);
 	 * sys_image_guid is the VM's; PORT_ACTIVE comes on async_fd when the
 	 * adapter is connected again (an agent with async-events). Not
-	 * SRQ_RESIZE, MEM_WINDOW, XRC, N_NOTIFY_CQ: vrdma has none of them.
+	 * SRQ_RESIZE, MEM_WINDOW, N_NOTIFY_CQ: vrdma has none of them.
 	 * CQ resize, rereg and solicited events have no flag: a device that
 	 * lacks them says so with EOPNOTSUPP, as vrdma does before core-verbs. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
 	if (the_vm && (the_vm->s.caps & VRDMA_CAP_ASYNC_EVENTS))
 		a->device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
+	if (the_vm && (the_vm->s.caps & VRDMA_CAP_XRC))
+		a->device_cap_flags |= IBV_DEVICE_XRC; /* XRC domains, SRQs and QPs (wire-local.md §4.17) */
 	return 0;
 }
 

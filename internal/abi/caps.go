@@ -80,11 +80,15 @@ const (
 	// moved to SQD has no send work left in flight), for a client that
 	// set this bit in its hello.
 	CapQPEvents Caps = 1 << 13
+	// CapXRC: XRC domains (ops 58..60), XRC SRQs (CreateSRQ.Type), XRC
+	// initiator and target QPs (CreateQP.Type XRC_SEND and XRC_RECV)
+	// with the send WQE's xrc_srqn, on every path.
+	CapXRC Caps = 1 << 15
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapXRC
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -95,7 +99,7 @@ const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 // capNames names the bits by their index; an index without a name is a
 // bit this build does not define.
 var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
-	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events"}
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 15: "xrc"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

@@ -82,6 +82,8 @@ var opTable = [...]OpInfo{
 	{Op: OpCMEstablish, Name: "cm-establish", Request: body[CMEstablish](), Attach: true},
 	{Op: OpReregMR, Name: "rereg-mr", Request: body[ReregMR](), Attach: true},
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
+	{Op: OpOpenXRCD, Name: "open-xrcd", Request: body[OpenXRCD](), Attach: true},
+	{Op: OpCloseXRCD, Name: "close-xrcd", Request: body[Handle](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

@@ -65,7 +65,11 @@ func (q *QP) ReadWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus {
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	off := q.layout.SQOffset + abi.Slot(idx, size)*stride
 	copy(slot, q.ring.Bytes()[off:off+stride])
-	return q.ucRefuse(w, abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData))
+	st := abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+	if q.typ != abi.QPTypeXRCSend {
+		w.XRCSRQN = 0 // only an XRC initiator's requests name an XRC SRQ
+	}
+	return q.ucRefuse(w, st)
 }
 
 // NextPSN takes the PSN of the next request.

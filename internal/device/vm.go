@@ -54,16 +54,17 @@ type Context struct {
 	keyBits uint // the low bits of a key that number its slot
 
 	objMu      sync.Mutex
-	pds        map[uint32]*PD  // +checklocks:objMu
-	mrHandles  map[uint32]*MR  // +checklocks:objMu
-	cqs        map[uint32]*CQ  // +checklocks:objMu
-	qps        map[uint32]*QP  // +checklocks:objMu
-	srqs       map[uint32]*SRQ // +checklocks:objMu
-	ahs        map[uint32]*AH  // +checklocks:objMu
-	nextHandle uint32          // +checklocks:objMu
-	keyGens    []uint32        // +checklocks:objMu
-	keyFree    []uint32        // +checklocks:objMu
-	keyFresh   uint32          // +checklocks:objMu
+	pds        map[uint32]*PD         // +checklocks:objMu
+	mrHandles  map[uint32]*MR         // +checklocks:objMu
+	cqs        map[uint32]*CQ         // +checklocks:objMu
+	qps        map[uint32]*QP         // +checklocks:objMu
+	srqs       map[uint32]*SRQ        // +checklocks:objMu
+	xrcds      map[uint32]*xrcdHandle // +checklocks:objMu
+	ahs        map[uint32]*AH         // +checklocks:objMu
+	nextHandle uint32                 // +checklocks:objMu
+	keyGens    []uint32               // +checklocks:objMu
+	keyFree    []uint32               // +checklocks:objMu
+	keyFresh   uint32                 // +checklocks:objMu
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -237,6 +238,8 @@ type vmProcs struct {
 	list  []*Context // guarded by Device.mu
 	memMu sync.Mutex
 	use   vmUse // the VM-wide caps' charges (quota.go)
+	// the XRC domains opened through a file, by the file (xrc.go)
+	xrcds map[FileID]*XRCD // guarded by Device.mu
 }
 
 // Attach attaches workload o to VM name: a VM of its own with guest
@@ -306,7 +309,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		cfg, managed = first.cfg, first.managed
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
-		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{},
+		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{}, xrcds: map[uint32]*xrcdHandle{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR)}
 	v.procs.list = append(v.procs.list, v) // recorded while memory is set up
 	d.mu.Unlock()
@@ -660,6 +663,9 @@ func (v *Context) Teardown() {
 		v.refundQueue(cqCharge(l), l.Size)
 	}
 	for _, s := range v.srqs {
+		if s.xrcd != nil {
+			s.xrcd.removeSRQ(s, true) // its process's target QPs, the only ones that pin it, are gone
+		}
 		s.release()
 		v.refundQueue(srqCharge(s.layout), s.layout.Size)
 	}
@@ -667,11 +673,15 @@ func (v *Context) Teardown() {
 		v.refundVM(vmCharge{mrs: 1})
 		v.refundUser(quota.RegisteredMemory, m.length)
 	}
-	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds = nil, nil, nil, nil, nil
+	xrcds := v.xrcds
+	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds, v.xrcds = nil, nil, nil, nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()
 	v.memMu.Unlock()
+	for _, xh := range xrcds {
+		v.dropXRCD(xh.x)
+	}
 	v.d.cfg.Quota.GivePinned(v.pinned)
 }
 
@@ -797,7 +807,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
-		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH,
+		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH, MaxXRCD: abi.MaxXRCD,
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }
