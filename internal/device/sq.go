@@ -24,6 +24,7 @@ type RCAttrs struct {
 	MinRNRTimer                              uint8  // the RNR timer code a responder asks for
 	MaxDestRdAtomic                          uint8  // the responder resources for RDMA READs and atomics (max_dest_rd_atomic)
 	UC                                       bool   // an unreliable connected QP: no ACKs, no retransmission (uc.go)
+	XRC                                      bool   // an XRC initiator QP: each request names an XRC SRQ (SendWQE.XRCSRQN, xrc.go)
 }
 
 // RCAttrs returns the QP's current RC attributes.
@@ -32,7 +33,7 @@ func (q *QP) RCAttrs() RCAttrs {
 	defer q.mu.Unlock()
 	a := &q.attr
 	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, UC: q.typ == abi.QPTypeUC}
+		MaxDestRdAtomic: a.MaxDestRdAtomic, UC: q.typ == abi.QPTypeUC, XRC: q.typ == abi.QPTypeXRCSend}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not
