@@ -19,6 +19,7 @@ type Packet struct {
 	Info         OpInfo
 	BTH          BTH
 	DETH         DETH
+	XRCETH       XRCETH
 	RETH         RETH
 	AtomicETH    AtomicETH
 	ImmDt        ImmDt
@@ -65,6 +66,9 @@ func Parse(b []byte, mtu int, p *Packet) error {
 	h := info.Headers
 	if h&HasDETH != 0 {
 		p.DETH = DETH(take(DETHLen))
+	}
+	if h&HasXRCETH != 0 {
+		p.XRCETH = XRCETH(take(XRCETHLen))
 	}
 	if h&HasRETH != 0 {
 		p.RETH = RETH(take(RETHLen))
