@@ -1,9 +1,16 @@
 package verbsabi
 
 import (
+	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // TestMiddlewareXRCPingpong runs Debian's unmodified ibv_xsrq_pingpong —
@@ -41,4 +48,45 @@ func TestMiddlewareXRCPingpong(t *testing.T) {
 			checkCrossed(t, path, sockA, c, 2*2*size*iters) // two runs of iters messages each way
 		})
 	}
+}
+
+// TestVerbsABIPyverbsXRC runs the XRC tests of rdma-core's own suite
+// (python3-pyverbs: run_tests.py -k xrc) against the drop-in: XRC domains,
+// XRC SRQs and XRC QPs with the suite's traffic (its XRCResources: two
+// XRC send/receive QP pairs, each side sending to the other's SRQs), with
+// the ibv_wr_* API and wr_set_xrc_srqn (test_qpex), extended CQs
+// (test_cqex), atomics (test_atomic) and relaxed ordering. Every one must
+// pass; none may skip, but test_odp's, which needs on-demand paging.
+func TestVerbsABIPyverbsXRC(t *testing.T) {
+	lib := Build(t)
+	dir := pyverbsSuite(t)
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v", "-k", "xrc")
+	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
+	cmd.Dir = dir
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	t.Logf("%s", out)
+	if err != nil || !regexp.MustCompile(`(?m)^OK`).MatchString(out) {
+		t.Fatalf("rdma-core's XRC tests: %v", err)
+	}
+	results := regexp.MustCompile(`(?m)^(test_\w*xrc\w*) \(([\w.]+)\)(?:\n[^\n]*)? \.\.\. (.*)$`).FindAllStringSubmatch(out, -1)
+	passed := 0
+	for _, r := range results {
+		switch {
+		case r[3] == "ok":
+			passed++
+		case strings.HasPrefix(r[2], "tests.test_odp") && strings.HasPrefix(r[3], "skipped"):
+			// On-demand paging is another capability.
+		default:
+			t.Errorf("%s (%s): %s", r[1], r[2], r[3])
+		}
+	}
+	if passed < 5 {
+		t.Errorf("only %d XRC tests passed", passed)
+	}
+	t.Logf("rdma-core's XRC tests: %d run, %d passed", len(results), passed)
 }
