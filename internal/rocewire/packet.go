@@ -88,8 +88,8 @@ func Parse(b []byte, mtu int, p *Packet) error {
 		if !s.Valid() {
 			return errorf("%s: AETH syndrome 0x%02x is reserved", op, uint8(s))
 		}
-		if op != Acknowledge && s.Kind() != KindACK {
-			// A NAK travels only in an ACKNOWLEDGE packet.
+		if op.Operation() != Acknowledge && s.Kind() != KindACK {
+			// A NAK travels only in an ACKNOWLEDGE packet (RC's or XRC's).
 			return errorf("%s carries an ACK syndrome, not 0x%02x (a NAK travels in an ACKNOWLEDGE)", op, uint8(s))
 		}
 	}

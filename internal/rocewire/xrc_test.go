@@ -67,6 +67,7 @@ var xrcVectors = []struct {
 	{"XRC_COMPARE_SWAP", "b300ffff 00000015 80000067 00000001 00007f00 00003000 0000abcd 00000000 00000002 00000000 00000001 00000000",
 		XRC | CompareSwap, 1, CompareSwap},
 	{"XRC_ACKNOWLEDGE", "b100ffff 00000016 00000068 1f000005 00000000", XRC | Acknowledge, 0, Acknowledge},
+	{"XRC_ACKNOWLEDGE", "b100ffff 00000017 00000069 61000006 00000000", XRC | Acknowledge, 0, Acknowledge}, // a NAK: Invalid Request
 }
 
 // TestXRCVectors parses each vector: its XRCETH names the SRQ, its RC
