@@ -102,8 +102,12 @@ int vrdma_errno(const char *code, const char *field, int op)
 		return op == VRDMA_OP_ATTACH ? ENODEV : handle ? EINVAL : ENOENT;
 	if (!strcmp(code, VRDMA_CODE_LIMIT_EXCEEDED))
 		return ENOMEM;
-	if (!strcmp(code, VRDMA_CODE_BAD_STATE))
-		return op == VRDMA_OP_DEALLOC_PD || op == VRDMA_OP_DESTROY_CQ || op == VRDMA_OP_DESTROY_SRQ ? EBUSY : EINVAL;
+	if (!strcmp(code, VRDMA_CODE_BAD_STATE)) {
+		/* An object still in use. */
+		if (op == VRDMA_OP_DEALLOC_PD || op == VRDMA_OP_DESTROY_CQ || op == VRDMA_OP_DESTROY_SRQ || op == VRDMA_OP_CLOSE_XRCD)
+			return EBUSY;
+		return EINVAL;
+	}
 	if (!strcmp(code, VRDMA_CODE_ALREADY_EXISTS))
 		return op == VRDMA_OP_ATTACH ? EBUSY : EEXIST;
 	if (!strcmp(code, VRDMA_CODE_PERMISSION_DENIED))

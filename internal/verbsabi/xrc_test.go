@@ -90,3 +90,21 @@ func TestVerbsABIPyverbsXRC(t *testing.T) {
 	}
 	t.Logf("rdma-core's XRC tests: %d run, %d passed", len(results), passed)
 }
+
+// TestMiddlewareXRCVerbs runs guest/ibverbs/tests/xrc_check.c: the XRC
+// verbs of the drop-in in one process and their errors (ibv_open_xrcd's
+// attributes and open flags, a file's domain found again and refused with
+// O_EXCL, XRC SRQs and ibv_get_srq_num, target and initiator QPs refusing
+// the posts they cannot take, a SEND routed to the SRQ it names and
+// completed in the SRQ's CQ with the target QP's number, EBUSY on closing
+// a domain in use, the domain gone with its last handle).
+func TestMiddlewareXRCVerbs(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	out, _ := runCSource(t, lib, env.Socket, "vm1", filepath.Join(SourceDir(), "tests", "xrc_check.c"), []string{"libibverbs.so.1"},
+		filepath.Join(t.TempDir(), "xrc_domain"))
+	if n := strings.Count(out, "ok "); n < 24 {
+		t.Errorf("only %d checks ran", n)
+	}
+}
