@@ -21,12 +21,20 @@ func TestEngineWireXRC(t *testing.T) {
 	}
 }
 
-// xrcTraffic connects an XRC initiator QP of v1 to an XRC target QP of
-// v2, whose domain has one XRC SRQ, and runs SEND, SEND with immediate,
-// RDMA WRITE, WRITE with immediate and READ of 5000 bytes (FIRST, MIDDLE,
-// LAST at the path MTU 1024) and of 100 (ONLY), and both atomics,
-// checking each.
-func xrcTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
+// xrcSides are an XRC initiator QP (ini, with its send CQ and PD) of one
+// VM connected to an XRC target QP (tgt) of another, whose domain has one
+// XRC SRQ (with its CQ, in pd2).
+type xrcSides struct {
+	ini, tgt *vrdma.QP
+	scq, rcq *vrdma.CQ
+	srq      *vrdma.SRQ
+	pd1, pd2 *vrdma.PD
+}
+
+// xrcPair connects an XRC initiator QP of v1 to an XRC target QP of v2
+// (QP.ConnectTo).
+func xrcPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM) *xrcSides {
+	t := tb
 	ad1, ad2 := v1.Adapters()[0], v2.Adapters()[0]
 	pd1, err := ad1.AllocPD(ctx)
 	if err != nil {
@@ -66,6 +74,17 @@ func xrcTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
 	if err := tgt.ConnectTo(ctx, ini.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
+	return &xrcSides{ini: ini, tgt: tgt, scq: scq, rcq: rcq, srq: srq, pd1: pd1, pd2: pd2}
+}
+
+// xrcTraffic connects an XRC initiator QP of v1 to an XRC target QP of
+// v2, whose domain has one XRC SRQ, and runs SEND, SEND with immediate,
+// RDMA WRITE, WRITE with immediate and READ of 5000 bytes (FIRST, MIDDLE,
+// LAST at the path MTU 1024) and of 100 (ONLY), and both atomics,
+// checking each.
+func xrcTraffic(t *testing.T, ctx context.Context, v1, v2 *vrdma.VM) {
+	s := xrcPair(t, ctx, v1, v2)
+	ini, tgt, scq, rcq, srq, pd1, pd2 := s.ini, s.tgt, s.scq, s.rcq, s.srq, s.pd1, s.pd2
 	if got := ini.Path().Path; got != vrdma.PathRDMA {
 		t.Fatalf("path %q, want rdma", got)
 	}
