@@ -33,8 +33,7 @@ type xrcSides struct {
 
 // xrcPair connects an XRC initiator QP of v1 to an XRC target QP of v2
 // (QP.ConnectTo).
-func xrcPair(tb testing.TB, ctx context.Context, v1, v2 *vrdma.VM) *xrcSides {
-	t := tb
+func xrcPair(t testing.TB, ctx context.Context, v1, v2 *vrdma.VM) *xrcSides {
 	ad1, ad2 := v1.Adapters()[0], v2.Adapters()[0]
 	pd1, err := ad1.AllocPD(ctx)
 	if err != nil {
