@@ -1,9 +1,7 @@
 package verbsabi
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -58,18 +56,7 @@ func TestMiddlewareXRCPingpong(t *testing.T) {
 // (test_cqex), atomics (test_atomic) and relaxed ordering. Every one must
 // pass; none may skip, but test_odp's, which needs on-demand paging.
 func TestVerbsABIPyverbsXRC(t *testing.T) {
-	lib := Build(t)
-	dir := pyverbsSuite(t)
-	env := testenv.StartProcess(t, testenv.ProcessOptions{})
-	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v", "-k", "xrc")
-	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
-	cmd.Dir = dir
-	outb, err := cmd.CombinedOutput()
-	out := string(outb)
-	t.Logf("%s", out)
+	out, err := runPyverbs(t, Build(t), pyverbsSuite(t), "xrc", 3*time.Minute)
 	if err != nil || !regexp.MustCompile(`(?m)^OK`).MatchString(out) {
 		t.Fatalf("rdma-core's XRC tests: %v", err)
 	}
