@@ -63,7 +63,7 @@ type SRQ struct {
 	xh    *xrcdHandle
 	cq    *CQ
 	srqn  uint32
-	xpins int // +checklocks:xrcd.mu
+	xpins int // the target QPs' pins; guarded by xrcd.mu
 }
 
 func srqCharge(l abi.SRQLayout) vmCharge { return vmCharge{wr: uint64(l.Entries)} }
