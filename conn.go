@@ -119,7 +119,7 @@ func (c *conn) whenDead(f func()) {
 
 // start sends a request and returns the channel its reply arrives on
 // (closed if the agent goes away).
-func (c *conn) start(op abi.Op, req any) (uint32, chan reply, error) {
+func (c *conn) start(op abi.Op, req any, fds ...int) (uint32, chan reply, error) {
 	if c.dead.Load() {
 		return 0, nil, ErrAgentGone
 	}
@@ -134,7 +134,7 @@ func (c *conn) start(op abi.Op, req any) (uint32, chan reply, error) {
 		return 0, nil, err
 	}
 	c.pending[seq] = ch
-	err = c.pc.Send(c.sendBuf)
+	err = c.pc.Send(c.sendBuf, fds...)
 	if err != nil {
 		delete(c.pending, seq)
 	}
@@ -181,8 +181,8 @@ func decode(op abi.Op, r reply, ok bool, resp any) ([]int, error) {
 
 // call runs one command. If ctx ends first the call returns ctx.Err(); the
 // agent may still carry the command out.
-func (c *conn) call(ctx context.Context, op abi.Op, req, resp any) ([]int, error) {
-	seq, ch, err := c.start(op, req)
+func (c *conn) call(ctx context.Context, op abi.Op, req, resp any, fds ...int) ([]int, error) {
+	seq, ch, err := c.start(op, req, fds...)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -54,6 +55,8 @@ type QP struct {
 
 	pathMu sync.Mutex
 	path   PathInfo // +checklocks:pathMu
+
+	tgtState atomic.Uint32 // the state the last Modify set: State's of an XRC target QP (no ring)
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp), RC unless
@@ -61,11 +64,17 @@ type QP struct {
 // rounded up to what the queues hold; QP.Caps reports them.
 func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	v := pd.ad.vm
+	if attr.Type == QPTypeXRCSend && attr.RecvCQ == nil {
+		attr.RecvCQ = attr.SendCQ // an XRC initiator never receives
+	}
 	if attr.SendCQ == nil || attr.RecvCQ == nil {
 		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: SendCQ and RecvCQ are required")
 	}
 	if attr.Type == "" {
 		attr.Type = QPTypeRC
+	}
+	if attr.Type == QPTypeXRCRecv {
+		return nil, errorf(abi.CodeInvalid, "vrdma: CreateQP: an XRC target QP is made by XRCD.CreateTargetQP")
 	}
 	req := &abi.CreateQP{PD: pd.handle, SendCQ: attr.SendCQ.handle, RecvCQ: attr.RecvCQ.handle,
 		Type: attr.Type, SQSigAll: attr.SQSigAll, Caps: attr.Caps}
@@ -82,9 +91,7 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
 	}
 	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.Type}
-	var b [4]byte
-	rand.Read(b[:])
-	q.psn = binary.LittleEndian.Uint32(b[:]) & 0xffffff
+	q.psn = randomPSN()
 	size, err := sys.FileSize(fds[0])
 	if err == nil {
 		err = r.Layout.Check(size)
@@ -107,14 +114,28 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 	return q, nil
 }
 
+// randomPSN draws a QP's first PSN (24 bits) at random.
+func randomPSN() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint32(b[:]) & 0xffffff
+}
+
 // QPN returns the QP number.
 func (q *QP) QPN() uint32 { return q.qpn }
 
 // Caps returns the QP's real sizes.
 func (q *QP) Caps() QPCaps { return q.caps }
 
-// State returns the QP's current state, as the agent last published it.
-func (q *QP) State() QPState { return QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load()) }
+// State returns the QP's current state, as the agent last published it;
+// an XRC target QP, which has no ring, reports the state its last Modify
+// set (Query asks the agent).
+func (q *QP) State() QPState {
+	if q.ring == nil {
+		return QPState(q.tgtState.Load())
+	}
+	return QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load())
+}
 
 // Path returns the path the connected QP uses and why; the zero PathInfo
 // before the QP is connected.
@@ -135,6 +156,9 @@ func (q *QP) setPath(p PathInfo) {
 func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
 	if _, err := q.vm.c.call(ctx, abi.OpModifyQP, &abi.ModifyQP{Handle: q.handle, Mask: mask, Attr: *attr}, nil); err != nil {
 		return fmt.Errorf("vrdma: modify QP 0x%x: %w", q.qpn, err)
+	}
+	if mask&MaskState != 0 {
+		q.tgtState.Store(uint32(attr.State))
 	}
 	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSReset) {
 		r, err := q.Query(ctx)
@@ -168,8 +192,10 @@ func (q *QP) Destroy(ctx context.Context) error {
 	if _, err := q.vm.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: q.handle}, nil); err != nil && !errors.Is(err, ErrAgentGone) {
 		return err
 	}
-	q.ring.Unmap()
-	q.db.Close()
+	if q.ring != nil { // an XRC target QP has none
+		q.ring.Unmap()
+		q.db.Close()
+	}
 	return nil
 }
 
@@ -195,6 +221,9 @@ var ErrQueueFull error = errorf(abi.CodeLimit, "queue full: poll completions to 
 func (q *QP) PostSend(wrs []SendWR) error {
 	if err := q.vm.check(); err != nil {
 		return err
+	}
+	if q.ring == nil {
+		return errorf(abi.CodeInvalid, "vrdma: PostSend on XRC target QP 0x%x: it has no send queue", q.qpn)
 	}
 	mem := q.ring.Bytes()
 	switch s := QPState(abi.Word(mem, abi.OffQPState).Load()); s {
@@ -240,7 +269,7 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 		return err
 	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
-		CompareAdd: wr.CompareAdd, Swap: wr.Swap}
+		CompareAdd: wr.CompareAdd, Swap: wr.Swap, XRCSRQN: wr.XRCSRQN}
 	if wr.Opcode.IsMW() {
 		if err := q.encodeMW(&w, wr); err != nil { // mw.go
 			return err
@@ -292,8 +321,8 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	if err := q.vm.check(); err != nil {
 		return err
 	}
-	if q.srq != nil {
-		return errorf(abi.CodeInvalid, "vrdma: PostRecv on QP 0x%x, which takes its receives from an SRQ: post them with SRQ.PostRecv", q.qpn)
+	if q.srq != nil || q.typ.IsXRC() {
+		return errorf(abi.CodeInvalid, "vrdma: PostRecv on QP 0x%x, which takes its receives from an SRQ (an XRC target's: the SRQ each sender names) or never (an XRC initiator): post them with SRQ.PostRecv", q.qpn)
 	}
 	mem := q.ring.Bytes()
 	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {

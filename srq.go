@@ -45,6 +45,7 @@ type SRQ struct {
 	attr   SRQAttr
 	layout abi.SRQLayout
 	ring   *sys.Mapping
+	srqn   uint32 // an XRC SRQ's number (xrc.go)
 
 	mu   sync.Mutex
 	tail uint32 // +checklocks:mu
@@ -54,9 +55,13 @@ type SRQ struct {
 // MaxWR and MaxSGE are rounded up to what the ring holds (SRQ.Attr
 // reports them); a nonzero Limit arms the limit event at once.
 func (pd *PD) CreateSRQ(ctx context.Context, attr SRQAttr) (*SRQ, error) {
+	return pd.createSRQ(ctx, &abi.CreateSRQ{PD: pd.handle, Attr: attr})
+}
+
+func (pd *PD) createSRQ(ctx context.Context, req *abi.CreateSRQ) (*SRQ, error) {
 	v := pd.ad.vm
 	var r abi.CreateSRQReply
-	fds, err := v.c.call(ctx, abi.OpCreateSRQ, &abi.CreateSRQ{PD: pd.handle, Attr: attr}, &r)
+	fds, err := v.c.call(ctx, abi.OpCreateSRQ, req, &r)
 	if err != nil {
 		return nil, fmt.Errorf("vrdma: CreateSRQ: %w", err)
 	}
@@ -65,7 +70,7 @@ func (pd *PD) CreateSRQ(ctx context.Context, attr SRQAttr) (*SRQ, error) {
 		v.c.call(ctx, abi.OpDestroySRQ, &abi.Handle{Handle: r.Handle}, nil)
 		return nil, fmt.Errorf("vrdma: CreateSRQ: the agent sent %d descriptors, want 1", len(fds))
 	}
-	s := &SRQ{pd: pd, vm: v, handle: r.Handle, attr: r.Attr, layout: r.Layout}
+	s := &SRQ{pd: pd, vm: v, handle: r.Handle, attr: r.Attr, layout: r.Layout, srqn: r.SRQN}
 	size, err := sys.FileSize(fds[0])
 	if err == nil {
 		err = r.Layout.Check(size)

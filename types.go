@@ -91,6 +91,11 @@ const (
 	QPTypeRC = abi.QPTypeRC // reliable connected
 	QPTypeUC = abi.QPTypeUC // unreliable connected: SEND and RDMA WRITE, no ACKs, no retransmission
 	QPTypeUD = abi.QPTypeUD // unreliable datagram (ud.go)
+	// XRC (xrc.go): an initiator QP, an RC requester whose every SendWR
+	// names the remote XRC SRQ (SendWR.XRCSRQN), and a target QP, an RC
+	// responder with no queues (XRCD.CreateTargetQP).
+	QPTypeXRCSend = abi.QPTypeXRCSend
+	QPTypeXRCRecv = abi.QPTypeXRCRecv
 )
 
 // QPState is a queue pair's state (IBV_QPS_*).
@@ -208,6 +213,9 @@ type SendWR struct {
 	// BIND_MW: the window and what it is bound to (mw.go).
 	MW   *MW
 	Bind MWBind
+	// XRCSRQN: an XRC initiator QP's (xrc.go): the number of the XRC SRQ
+	// at the target the request is for (wr.qp_type.xrc.remote_srqn).
+	XRCSRQN uint32
 }
 
 // RecvWR is a receive work request (ibv_recv_wr).

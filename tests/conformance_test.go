@@ -312,6 +312,7 @@ var conformanceCases = []conformanceCase{
 	{name: "stream", run: testStream},
 	{name: "in-flight", run: testInFlight},
 	{name: "srq", run: testSRQ},
+	{name: "xrc", run: testXRC},             // xrc_test.go
 	{name: "ud", run: testUD},               // ud_test.go
 	{name: "uc", run: testUC},               // uc_test.go
 	{name: "solicited", run: testSolicited}, // coreverbs_test.go

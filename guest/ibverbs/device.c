@@ -214,8 +214,9 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	/* It answers RNR NAKs when no receive is posted (wire-local.md §8);
 	 * sys_image_guid is the VM's; PORT_ACTIVE comes on async_fd when the
 	 * adapter is connected again (an agent with async-events); memory
-	 * windows of type 1 and 2B (an agent with mw, which says max_mw). Not
-	 * SRQ_RESIZE, XRC, N_NOTIFY_CQ: vrdma has none of them.
+	 * windows of type 1 and 2B (an agent with mw, which says max_mw); XRC
+	 * (an agent with xrc). Not SRQ_RESIZE, N_NOTIFY_CQ: vrdma has none of
+	 * them.
 	 * CQ resize, rereg and solicited events have no flag: a device that
 	 * lacks them says so with EOPNOTSUPP, as vrdma does before core-verbs. */
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
@@ -223,6 +224,8 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 		a->device_cap_flags |= IBV_DEVICE_PORT_ACTIVE_EVENT;
 	if (a->max_mw)
 		a->device_cap_flags |= IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+	if (the_vm && (the_vm->s.caps & VRDMA_CAP_XRC))
+		a->device_cap_flags |= IBV_DEVICE_XRC; /* XRC domains, SRQs and QPs (wire-local.md §4.18) */
 	return 0;
 }
 

@@ -102,11 +102,13 @@ int vrdma_errno(const char *code, const char *field, int op)
 		return op == VRDMA_OP_ATTACH ? ENODEV : handle ? EINVAL : ENOENT;
 	if (!strcmp(code, VRDMA_CODE_LIMIT_EXCEEDED))
 		return ENOMEM;
-	if (!strcmp(code, VRDMA_CODE_BAD_STATE))
-		return op == VRDMA_OP_DEALLOC_PD || op == VRDMA_OP_DESTROY_CQ || op == VRDMA_OP_DESTROY_SRQ ||
-				       op == VRDMA_OP_DEREG_MR
-			       ? EBUSY
-			       : EINVAL;
+	if (!strcmp(code, VRDMA_CODE_BAD_STATE)) {
+		/* An object still in use. */
+		if (op == VRDMA_OP_DEALLOC_PD || op == VRDMA_OP_DESTROY_CQ || op == VRDMA_OP_DESTROY_SRQ ||
+		    op == VRDMA_OP_DEREG_MR || op == VRDMA_OP_CLOSE_XRCD)
+			return EBUSY;
+		return EINVAL;
+	}
 	if (!strcmp(code, VRDMA_CODE_ALREADY_EXISTS))
 		return op == VRDMA_OP_ATTACH ? EBUSY : EEXIST;
 	if (!strcmp(code, VRDMA_CODE_PERMISSION_DENIED))
@@ -165,12 +167,16 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
-static int call_locked(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r)
+static int call_locked(struct vrdma_session *s, int op, const char *body, int sendfd, struct vrdma_reply *r)
 {
 	size_t blen = strlen(body);
 	unsigned char hdr[VRDMA_MSG_HEADER_SIZE];
 	struct iovec iov[2];
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} sctl;
 	uint32_t seq;
 	long deadline;
 	ssize_t n;
@@ -187,6 +193,18 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, struct
 	vrdma_msg_header_put(hdr, op, seq, (uint32_t)blen);
 	iov[0] = (struct iovec){ hdr, sizeof(hdr) };
 	iov[1] = (struct iovec){ (void *)body, blen };
+	if (sendfd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&sctl, 0, sizeof(sctl));
+		mh.msg_control = sctl.buf;
+		mh.msg_controllen = sizeof(sctl.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &sendfd, sizeof(int));
+	}
 	do
 		n = sendmsg(s->fd, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
@@ -300,7 +318,17 @@ int vrdma_call(struct vrdma_session *s, int op, const char *body, struct vrdma_r
 	int rc;
 
 	pthread_mutex_lock(&s->mu);
-	rc = call_locked(s, op, body, r);
+	rc = call_locked(s, op, body, -1, r);
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int vrdma_call_fd(struct vrdma_session *s, int op, const char *body, int fd, struct vrdma_reply *r)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->mu);
+	rc = call_locked(s, op, body, fd, r);
 	pthread_mutex_unlock(&s->mu);
 	return rc;
 }

@@ -32,6 +32,7 @@
 #define MAGIC_QP 0x76717031u
 #define MAGIC_SRQ 0x76737231u
 #define MAGIC_TD 0x76746431u
+#define MAGIC_XRCD 0x76787231u
 
 /* poll_cq yields the CPU once per this many polls of an empty CQ. */
 #define EMPTY_POLLS_PER_YIELD 64
@@ -105,8 +106,15 @@ struct vrdma_srq {
 	size_t ring_size;
 	uint32_t entries, stride, offset;
 	uint32_t max_sge;
+	uint32_t srq_num; /* an XRC SRQ's number (ibv_get_srq_num); 0 for a basic SRQ */
 	pthread_mutex_t lock; /* posters */
 	uint32_t tail;	      /* +guarded by lock */
+};
+
+struct vrdma_xrcd {
+	struct ibv_xrcd ibxrcd;
+	uint32_t magic;
+	uint32_t handle; /* the agent's */
 };
 
 /* ---- the registries of live objects ---- */
@@ -232,6 +240,11 @@ static struct vrdma_cq *to_cq(struct ibv_cq *c)
 static struct vrdma_qp *to_qp(struct ibv_qp *q)
 {
 	return reg_has(q) && ((struct vrdma_qp *)q)->magic == MAGIC_QP ? (struct vrdma_qp *)q : NULL;
+}
+
+static struct vrdma_xrcd *to_xrcd(struct ibv_xrcd *x)
+{
+	return reg_has(x) && ((struct vrdma_xrcd *)x)->magic == MAGIC_XRCD ? (struct vrdma_xrcd *)x : NULL;
 }
 
 static struct vrdma_srq *to_srq(struct ibv_srq *q)
@@ -680,7 +693,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 /* advise_mr_op is ibv_advise_mr (capability odp): the agent checks every
  * range against the PD's on-demand regions and populates their guest
  * memory before it replies, with IBV_ADVISE_MR_FLAG_FLUSH or without
- * (advise-mr, wire-local.md §4.17). An errno, as ibv_advise_mr returns. */
+ * (advise-mr, wire-local.md §4.19). An errno, as ibv_advise_mr returns. */
 static int advise_mr_op(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 			uint32_t num_sge)
 {
@@ -1336,9 +1349,9 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
 	int rc = 0, posted = 0;
 
-	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr) {
+	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr || !qp->ring) {
 		if (bad_wr)
-			*bad_wr = wr;
+			*bad_wr = wr; /* no ring: an XRC target QP, which has no send queue */
 		return EINVAL;
 	}
 	pthread_mutex_lock(&qp->sq_lock);
@@ -1356,6 +1369,8 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			     : wqe_send_from_wr(sq_slot(qp, qp->sq_tail), wr, &qp->caps);
 		if (!rc && qp->qpx.qp_base.qp_type == IBV_QPT_UD)
 			rc = vrdma_ud_dest(sq_slot(qp, qp->sq_tail), wr); /* ud.c */
+		if (!rc && qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND)
+			wqe_send(sq_slot(qp, qp->sq_tail))->xrc_srqn = wr->qp_type.xrc.remote_srqn;
 		if (rc)
 			break;
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
@@ -1380,8 +1395,11 @@ static int post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
 			*bad_wr = wr;
 		return EINVAL;
 	}
-	if (qp->qpx.qp_base.srq) {
-		*bad_wr = wr; /* its receives come from the SRQ: ibv_post_srq_recv */
+	if (qp->qpx.qp_base.srq || qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND || !qp->ring) {
+		/* Its receives come from an SRQ (an XRC target's, from the SRQ
+		 * each sender names: ibv_post_srq_recv), or never (an XRC
+		 * initiator). */
+		*bad_wr = wr;
 		return EINVAL;
 	}
 	pthread_mutex_lock(&qp->rq_lock);
@@ -1412,11 +1430,31 @@ out:
 	return rc;
 }
 
-struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+static const char *qp_type_name(enum ibv_qp_type t)
+{
+	switch (t) {
+	case IBV_QPT_UD:
+		return "UD";
+	case IBV_QPT_UC:
+		return "UC";
+	case IBV_QPT_XRC_SEND:
+		return "XRC_SEND";
+	case IBV_QPT_XRC_RECV:
+		return "XRC_RECV";
+	default:
+		return "RC";
+	}
+}
+
+/* create_qp makes a QP of context: in PD ibpd, or, an XRC target QP
+ * (IBV_QPT_XRC_RECV), in XRC domain xrcd, with no PD, CQs or queues
+ * (the agent keeps its rings: ring stays NULL). */
+static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd, struct vrdma_xrcd *xrcd,
+				struct ibv_qp_init_attr *attr)
 {
 	struct vrdma_pd *pd = to_pd(ibpd);
-	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
-	struct vrdma_cq *scq, *rcq;
+	struct vrdma_vm *vm = vm_of(context);
+	struct vrdma_cq *scq = NULL, *rcq = NULL;
 	struct vrdma_srq *srq = NULL;
 	struct vrdma_qp *qp;
 	struct vrdma_reply r;
@@ -1425,9 +1463,10 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	struct vrdma_qp_layout l;
 	uint32_t h, qpn;
 	struct ibv_qp_cap caps;
+	int tgt = attr && attr->qp_type == IBV_QPT_XRC_RECV;
 	int e;
 
-	if (!pd || !vm || !attr) {
+	if (!vm || !attr || (tgt ? !xrcd || xrcd->ibxrcd.context != context : !pd || ibpd->context != context)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -1435,8 +1474,9 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EOPNOTSUPP; /* an agent without UD */
 		return NULL;
 	}
-	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD && !(attr->qp_type == IBV_QPT_UC && (vm->s.caps & VRDMA_CAP_UC))) {
-		/* XRC and raw packet (UC from an agent without it): not in vrdma yet. */
+	if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD && !(attr->qp_type == IBV_QPT_UC && (vm->s.caps & VRDMA_CAP_UC)) &&
+	    !((attr->qp_type == IBV_QPT_XRC_SEND || tgt) && (vm->s.caps & VRDMA_CAP_XRC))) {
+		/* Raw packet (UC or XRC from an agent without them): not in vrdma. */
 		errno = attr->qp_type == IBV_QPT_RC || attr->qp_type == IBV_QPT_UC || attr->qp_type == IBV_QPT_UD ||
 				attr->qp_type == IBV_QPT_RAW_PACKET || attr->qp_type == IBV_QPT_XRC_SEND ||
 				attr->qp_type == IBV_QPT_XRC_RECV || attr->qp_type == IBV_QPT_DRIVER
@@ -1444,10 +1484,17 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 			: EINVAL;
 		return NULL;
 	}
-	scq = to_cq(attr->send_cq);
-	rcq = to_cq(attr->recv_cq);
-	if (!scq || !rcq || scq->ibcq.context != ibpd->context || rcq->ibcq.context != ibpd->context) {
-		errno = EINVAL;
+	if (!tgt) {
+		scq = to_cq(attr->send_cq);
+		/* An XRC initiator has no receive CQ: it never receives. */
+		rcq = attr->qp_type == IBV_QPT_XRC_SEND && !attr->recv_cq ? scq : to_cq(attr->recv_cq);
+		if (!scq || !rcq || scq->ibcq.context != context || rcq->ibcq.context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
+	}
+	if (attr->srq && (attr->qp_type == IBV_QPT_XRC_SEND || tgt)) {
+		errno = EINVAL; /* an XRC QP takes no SRQ */
 		return NULL;
 	}
 	if (attr->srq) {
@@ -1463,10 +1510,14 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	}
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
-	jb_u64(&b, "pd", pd->ibpd.handle);
-	jb_u64(&b, "send_cq", scq->ibcq.handle);
-	jb_u64(&b, "recv_cq", rcq->ibcq.handle);
-	jb_str(&b, "qp_type", attr->qp_type == IBV_QPT_UD ? "UD" : attr->qp_type == IBV_QPT_UC ? "UC" : "RC");
+	if (tgt) {
+		jb_u64(&b, "xrcd", xrcd->handle);
+	} else {
+		jb_u64(&b, "pd", pd->ibpd.handle);
+		jb_u64(&b, "send_cq", scq->ibcq.handle);
+		jb_u64(&b, "recv_cq", rcq->ibcq.handle);
+	}
+	jb_str(&b, "qp_type", qp_type_name(attr->qp_type));
 	jb_bool(&b, "sq_sig_all", attr->sq_sig_all);
 	if (srq)
 		jb_u64(&b, "srq", srq->ibsrq.handle);
@@ -1488,16 +1539,20 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 		errno = EIO;
 		return NULL;
 	}
-	if (json_get_u32(&r.doc, 0, "qpn", &qpn) || vrdma_qp_layout(&r.doc, 0, &l, &caps) || r.nfds != 2) {
+	if (json_get_u32(&r.doc, 0, "qpn", &qpn) || (tgt ? r.nfds != 0 : vrdma_qp_layout(&r.doc, 0, &l, &caps) || r.nfds != 2)) {
 		vrdma_reply_free(&r);
 		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
 		errno = EIO;
 		return NULL;
 	}
+	if (tgt) {
+		memset(&l, 0, sizeof(l));
+		memset(&caps, 0, sizeof(caps));
+	}
 	qp = calloc(1, sizeof(*qp));
-	if (qp)
+	if (qp && !tgt)
 		qp->ring = map_ring(r.fds[0], l.size);
-	if (!qp || !qp->ring) {
+	if (!qp || (!tgt && !qp->ring)) {
 		e = qp ? errno : ENOMEM;
 		free(qp);
 		vrdma_reply_free(&r);
@@ -1514,18 +1569,21 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	qp->rq_offset = l.rq_offset;
 	qp->caps = caps;
 	qp->sq_sig_all = attr->sq_sig_all;
-	qp->doorbell_fd = r.fds[1];
-	r.fds[1] = -1;
+	qp->doorbell_fd = -1;
+	if (!tgt) {
+		qp->doorbell_fd = r.fds[1];
+		r.fds[1] = -1;
+		(void)fcntl(qp->doorbell_fd, F_SETFL, O_NONBLOCK);
+	}
 	vrdma_reply_free(&r);
-	(void)fcntl(qp->doorbell_fd, F_SETFL, O_NONBLOCK);
 	pthread_mutex_init(&qp->sq_lock, NULL);
 	pthread_mutex_init(&qp->rq_lock, NULL);
 	qp->magic = MAGIC_QP;
-	qp->qpx.qp_base.context = ibpd->context;
+	qp->qpx.qp_base.context = context;
 	qp->qpx.qp_base.qp_context = attr->qp_context;
-	qp->qpx.qp_base.pd = ibpd;
-	qp->qpx.qp_base.send_cq = attr->send_cq;
-	qp->qpx.qp_base.recv_cq = attr->recv_cq;
+	qp->qpx.qp_base.pd = tgt ? NULL : ibpd;
+	qp->qpx.qp_base.send_cq = tgt ? NULL : attr->send_cq;
+	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
 	qp->qpx.qp_base.handle = h;
 	qp->qpx.qp_base.qp_num = qpn;
@@ -1535,14 +1593,25 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
 	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
 	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
 		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
-		munmap(qp->ring, qp->ring_size);
-		close(qp->doorbell_fd);
+		if (qp->ring)
+			munmap(qp->ring, qp->ring_size);
+		if (qp->doorbell_fd >= 0)
+			close(qp->doorbell_fd);
 		free(qp);
 		errno = ENOMEM;
 		return NULL;
 	}
 	attr->cap = caps; /* the real sizes, as providers report them */
 	return &qp->qpx.qp_base;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *attr)
+{
+	if (!to_pd(ibpd)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return create_qp(ibpd->context, ibpd, NULL, attr);
 }
 
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
@@ -1687,8 +1756,10 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	reg_take(&qps, qp);
 	reg_take(&objs, qp);
 	qp->magic = 0;
-	munmap(qp->ring, qp->ring_size);
-	close(qp->doorbell_fd);
+	if (qp->ring) {
+		munmap(qp->ring, qp->ring_size);
+		close(qp->doorbell_fd);
+	}
 	free(qp);
 	return 0;
 }
@@ -1732,7 +1803,10 @@ static int post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
 	return rc;
 }
 
-struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *attr)
+/* create_srq makes an SRQ in PD ibpd: a basic one, or, with xrcd, an XRC
+ * SRQ of that domain whose receives complete in cq. */
+static struct ibv_srq *create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *attr, struct vrdma_xrcd *xrcd,
+				  struct vrdma_cq *cq)
 {
 	struct vrdma_pd *pd = to_pd(ibpd);
 	struct vrdma_vm *vm = pd ? vrdma_vm_get() : NULL;
@@ -1740,20 +1814,24 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *at
 	struct vrdma_reply r;
 	struct vrdma_srq_layout l;
 	struct ibv_srq_attr got;
-	char body[160];
-	uint32_t h;
+	char body[256];
+	uint32_t h, srqn = 0;
 	int e;
 
 	if (!pd || !vm || !attr) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if (!(vm->s.caps & VRDMA_CAP_SRQ)) {
-		errno = EOPNOTSUPP; /* an agent without shared receive queues */
+	if (!(vm->s.caps & VRDMA_CAP_SRQ) || (xrcd && !(vm->s.caps & VRDMA_CAP_XRC))) {
+		errno = EOPNOTSUPP; /* an agent without shared receive queues, or XRC */
 		return NULL;
 	}
-	snprintf(body, sizeof(body), "{\"pd\":%u,\"attr\":{\"max_wr\":%u,\"max_sge\":%u,\"srq_limit\":%u}}", pd->ibpd.handle,
+	snprintf(body, sizeof(body), "{\"pd\":%u,\"attr\":{\"max_wr\":%u,\"max_sge\":%u,\"srq_limit\":%u}", pd->ibpd.handle,
 		 attr->attr.max_wr, attr->attr.max_sge, attr->attr.srq_limit);
+	if (xrcd)
+		snprintf(body + strlen(body), sizeof(body) - strlen(body), ",\"srq_type\":\"xrc\",\"xrcd\":%u,\"cq\":%u",
+			 xrcd->handle, cq->ibcq.handle);
+	strcat(body, "}");
 	e = cmd(vm, VRDMA_OP_CREATE_SRQ, body, &r);
 	if (e) {
 		errno = e;
@@ -1764,7 +1842,8 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *at
 		errno = EIO;
 		return NULL;
 	}
-	if (vrdma_srq_layout(&r.doc, 0, &l, &got) || r.nfds != 1) {
+	if (vrdma_srq_layout(&r.doc, 0, &l, &got) || r.nfds != 1 ||
+	    (xrcd && (json_get_u32(&r.doc, 0, "srq_num", &srqn) || !srqn || srqn > 0xffffff))) {
 		vrdma_reply_free(&r);
 		cmd_handle(vm, VRDMA_OP_DESTROY_SRQ, h);
 		errno = EIO;
@@ -1787,6 +1866,7 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *at
 	srq->stride = l.stride;
 	srq->offset = l.offset;
 	srq->max_sge = got.max_sge;
+	srq->srq_num = srqn;
 	pthread_mutex_init(&srq->lock, NULL);
 	srq->magic = MAGIC_SRQ;
 	srq->ibsrq.context = ibpd->context;
@@ -1807,35 +1887,142 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *at
 	return &srq->ibsrq;
 }
 
+struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *attr)
+{
+	return create_srq(ibpd, attr, NULL, NULL);
+}
+
 /* create_srq_ex is ibv_create_srq_ex for what its inline does not pass to
- * ibv_create_srq itself: a basic SRQ with more init attributes (a CQ,
- * which only XRC and tag matching use). XRC and tag matching SRQs are not
- * in vrdma. */
+ * ibv_create_srq itself: a basic SRQ with more init attributes, or an XRC
+ * SRQ (its domain and CQ). Tag matching SRQs are not in vrdma. */
 static struct ibv_srq *create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *ax)
 {
 	struct ibv_srq_init_attr a;
+	struct vrdma_xrcd *xrcd = NULL;
+	struct vrdma_cq *cq = NULL;
 	struct ibv_srq *q;
+	int xrc;
 
 	if (!vrdma_ctx_ok(context) || !ax) {
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((ax->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_CQ)) ||
-	    ((ax->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && ax->srq_type != IBV_SRQT_BASIC)) {
-		errno = EOPNOTSUPP;
+	xrc = (ax->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && ax->srq_type == IBV_SRQT_XRC;
+	if ((ax->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_XRCD)) ||
+	    ((ax->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && ax->srq_type != IBV_SRQT_BASIC && !xrc)) {
+		errno = EOPNOTSUPP; /* tag matching */
 		return NULL;
 	}
 	if (!(ax->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
 		errno = EINVAL;
 		return NULL;
 	}
+	if (xrc) {
+		/* An XRC SRQ needs its domain and its CQ, as rdma-core's ibv_cmd_create_srq_ex. */
+		xrcd = (ax->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) ? to_xrcd(ax->xrcd) : NULL;
+		cq = (ax->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ? to_cq(ax->cq) : NULL;
+		if (!xrcd || !cq || xrcd->ibxrcd.context != context || cq->ibcq.context != context) {
+			errno = EINVAL;
+			return NULL;
+		}
+	}
 	memset(&a, 0, sizeof(a));
 	a.srq_context = ax->srq_context;
 	a.attr = ax->attr;
-	q = ibv_create_srq(ax->pd, &a);
+	q = create_srq(ax->pd, &a, xrcd, cq);
 	if (q)
 		ax->attr = a.attr;
 	return q;
+}
+
+/* get_srq_num is ibv_get_srq_num: an XRC SRQ's number, which senders name
+ * (wr.qp_type.xrc.remote_srqn); EINVAL for a basic SRQ, which has none. */
+static int get_srq_num(struct ibv_srq *ibsrq, uint32_t *srq_num)
+{
+	struct vrdma_srq *srq = to_srq(ibsrq);
+
+	if (!srq || !srq_num || !srq->srq_num)
+		return EINVAL;
+	*srq_num = srq->srq_num;
+	return 0;
+}
+
+/* ---- XRC domains (wire-local.md §4.18) ---- */
+
+/* open_xrcd is ibv_open_xrcd: with a file (attr->fd, not -1) the domain
+ * the VM's processes share through it, made with O_CREAT if there is none
+ * yet (the agent names it by the file's inode); with fd -1 a private one.
+ * As rdma-core, both IBV_XRCD_INIT_ATTR_FD and _OFLAGS must be set. */
+static struct ibv_xrcd *open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr)
+{
+	struct vrdma_vm *vm = vm_of(context);
+	struct vrdma_xrcd *x;
+	struct vrdma_reply r;
+	char body[160];
+	uint32_t h;
+	int e;
+
+	if (!vm || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!(vm->s.caps & VRDMA_CAP_XRC)) {
+		errno = EOPNOTSUPP; /* an agent without XRC */
+		return NULL;
+	}
+	if (attr->comp_mask & ~(uint32_t)(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS) ||
+	    (attr->oflags & ~(O_CREAT | O_EXCL)) || attr->fd < -1) {
+		errno = EINVAL;
+		return NULL;
+	}
+	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"fd\":%s,\"oflags\":%d}", to_vctx(context)->dev->adapter,
+		 attr->fd >= 0 ? "true" : "false", attr->fd >= 0 ? attr->oflags & (O_CREAT | O_EXCL) : 0);
+	if (vrdma_call_fd(&vm->s, VRDMA_OP_OPEN_XRCD, body, attr->fd, &r))
+		return NULL;
+	if (r.is_error) {
+		errno = r.err;
+		if (getenv("VRDMA_DEBUG"))
+			vrdma_warn("open-xrcd: %s: %s", r.code, r.message);
+		vrdma_reply_free(&r);
+		return NULL;
+	}
+	e = json_get_u32(&r.doc, 0, "handle", &h);
+	vrdma_reply_free(&r);
+	if (e) {
+		errno = EIO;
+		return NULL;
+	}
+	x = calloc(1, sizeof(*x));
+	if (!x || reg_add(&objs, x)) {
+		free(x);
+		cmd_handle(vm, VRDMA_OP_CLOSE_XRCD, h);
+		errno = ENOMEM;
+		return NULL;
+	}
+	x->magic = MAGIC_XRCD;
+	x->ibxrcd.context = context;
+	x->handle = h;
+	return &x->ibxrcd;
+}
+
+static int close_xrcd(struct ibv_xrcd *ibx)
+{
+	struct vrdma_xrcd *x = to_xrcd(ibx);
+	int e;
+
+	if (!x)
+		return EINVAL;
+	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_CLOSE_XRCD, x->handle);
+	if (e && e != EIO)
+		return e; /* EBUSY: SRQs or QPs of this process use it */
+	reg_take(&objs, x);
+	x->magic = 0;
+	free(x);
+	return 0;
 }
 
 int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
@@ -1946,6 +2133,15 @@ static void wr_set_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t remo
 
 	if (qp->wr_cur && vrdma_ud_set_dest(qp->wr_cur, ah, remote_qpn, remote_qkey))
 		qp->wr_err = EINVAL;
+}
+
+/* wr_set_xrc_srqn names the remote XRC SRQ of an XRC initiator's WQE. */
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t remote_srqn)
+{
+	struct vrdma_qp *qp = (struct vrdma_qp *)x;
+
+	if (qp->wr_cur)
+		wqe_send(qp->wr_cur)->xrc_srqn = remote_srqn;
 }
 
 static void wr_remote(void *slot, uint32_t rkey, uint64_t raddr)
@@ -2132,10 +2328,25 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		errno = EINVAL;
 		return NULL;
 	}
-	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS) ||
+	if (ax->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+					 IBV_QP_INIT_ATTR_XRCD) ||
 	    ((ax->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ax->create_flags)) {
-		errno = EOPNOTSUPP; /* XRC domains, create flags (none asked for is none), TSO, RSS */
+		errno = EOPNOTSUPP; /* create flags (none asked for is none), TSO, RSS */
 		return NULL;
+	}
+	if (ax->qp_type == IBV_QPT_XRC_RECV) {
+		/* An XRC target QP: its domain, no PD, no send queue to post to. */
+		if (!(ax->comp_mask & IBV_QP_INIT_ATTR_XRCD) || (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+			errno = EINVAL;
+			return NULL;
+		}
+		memset(&a, 0, sizeof(a));
+		a.qp_context = ax->qp_context;
+		a.qp_type = ax->qp_type;
+		q = create_qp(context, NULL, to_xrcd(ax->xrcd), &a);
+		if (q)
+			memset(&ax->cap, 0, sizeof(ax->cap));
+		return q;
 	}
 	if (!(ax->comp_mask & IBV_QP_INIT_ATTR_PD) || !ax->pd || ax->pd->context != context) {
 		errno = EINVAL;
@@ -2196,6 +2407,8 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		x->wr_abort = wr_abort;
 		if (ax->qp_type == IBV_QPT_UD)
 			x->wr_set_ud_addr = wr_set_ud_addr;
+		if (ax->qp_type == IBV_QPT_XRC_SEND)
+			x->wr_set_xrc_srqn = wr_set_xrc_srqn;
 		qp->has_ex = 1;
 	}
 	return q;
@@ -2226,4 +2439,7 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.alloc_td = alloc_td;
 	ctx->vctx.dealloc_td = dealloc_td;
 	ctx->vctx.alloc_parent_domain = alloc_parent_domain;
+	ctx->vctx.open_xrcd = open_xrcd;
+	ctx->vctx.close_xrcd = close_xrcd;
+	ctx->vctx.get_srq_num = get_srq_num;
 }

@@ -68,6 +68,8 @@
 #define VRDMA_OP_RESIZE_CQ 53
 #define VRDMA_OP_ALLOC_MW 54
 #define VRDMA_OP_DEALLOC_MW 55
+#define VRDMA_OP_OPEN_XRCD 58
+#define VRDMA_OP_CLOSE_XRCD 59
 #define VRDMA_OP_ADVISE_MR 68
 
 /* Capability bits (§2). */
@@ -86,9 +88,10 @@
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
 #define VRDMA_CAP_MW 0x4000ull
+#define VRDMA_CAP_XRC 0x8000ull
 #define VRDMA_CAP_ODP 0x20000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0xa7fffull /* every bit above */
+#define VRDMA_CAPS_KNOWN 0xaffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -296,7 +299,8 @@ struct vrdma_send_wqe {
 	uint32_t inline_len;
 	uint64_t compare_add;
 	uint64_t swap;
-	uint8_t reserved48[16];
+	uint8_t reserved48[12];
+	uint32_t xrc_srqn;
 };
 _Static_assert(offsetof(struct vrdma_send_wqe, wr_id) == 0, "vrdma_send_wqe.wr_id");
 _Static_assert(offsetof(struct vrdma_send_wqe, opcode) == 8, "vrdma_send_wqe.opcode");
@@ -310,6 +314,7 @@ _Static_assert(offsetof(struct vrdma_send_wqe, inline_len) == 28, "vrdma_send_wq
 _Static_assert(offsetof(struct vrdma_send_wqe, compare_add) == 32, "vrdma_send_wqe.compare_add");
 _Static_assert(offsetof(struct vrdma_send_wqe, swap) == 40, "vrdma_send_wqe.swap");
 _Static_assert(offsetof(struct vrdma_send_wqe, reserved48) == 48, "vrdma_send_wqe.reserved48");
+_Static_assert(offsetof(struct vrdma_send_wqe, xrc_srqn) == 60, "vrdma_send_wqe.xrc_srqn");
 _Static_assert(sizeof(struct vrdma_send_wqe) == 64, "sizeof(struct vrdma_send_wqe)");
 
 /* A receive WQE's header, the first VRDMA_RECV_HDR bytes of an RQ slot; SGEs follow (§5.2). */

@@ -109,6 +109,9 @@ int vrdma_session_open(struct vrdma_session *s, const char *path);
  * errno set (EIO when the agent is gone). vrdma_reply_free releases r and
  * closes the descriptors the caller did not take (set to -1). */
 int vrdma_call(struct vrdma_session *s, int op, const char *body, struct vrdma_reply *r);
+/* vrdma_call_fd is vrdma_call with descriptor fd carried along
+ * (SCM_RIGHTS): open-xrcd's file. */
+int vrdma_call_fd(struct vrdma_session *s, int op, const char *body, int fd, struct vrdma_reply *r);
 void vrdma_reply_free(struct vrdma_reply *r);
 /* vrdma_errno maps an error code to an errno for op (wire-local.md §3). */
 int vrdma_errno(const char *code, const char *field, int op);

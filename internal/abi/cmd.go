@@ -96,6 +96,9 @@ const (
 	// 54, 55: memory windows (mw.go); 56, 57 are kept for them.
 	OpAllocMW   Op = 54 // AllocMW → AllocMWReply
 	OpDeallocMW Op = 55 // Handle → Empty
+	// 58, 59: XRC domains (xrc.go).
+	OpOpenXRCD  Op = 58 // OpenXRCD → Handle; the request carries the domain's file (SCM_RIGHTS) when OpenXRCD.FD
+	OpCloseXRCD Op = 59 // Handle → Empty
 	// 68: ibv_advise_mr of on-demand regions (odp.go).
 	OpAdviseMR Op = 68 // AdviseMR → Empty
 	opMax      Op = 72
@@ -141,6 +144,10 @@ func AppendMessage(dst []byte, h Header, body any) ([]byte, error) {
 	binary.LittleEndian.PutUint32(hdr[mhLen:], uint32(len(b)))
 	return append(append(dst, hdr[:]...), b...), nil
 }
+
+// PeekOp returns the op of message msg, which holds at least a header,
+// without checking it.
+func PeekOp(msg []byte) Op { return Op(binary.LittleEndian.Uint16(msg[mhOp:])) }
 
 // ParseMessage splits msg into its header and body, checking the magic,
 // the version, the op and the length.
@@ -442,12 +449,23 @@ type CreateQP struct {
 	// takes its receives from (ibv_qp_init_attr.srq); its own receive
 	// queue then holds nothing, and Caps' receive sizes are ignored.
 	SRQ uint32 `json:"srq,omitempty"`
+	// XRCD is the handle of the XRC domain of an XRC target QP
+	// (QPTypeXRCRecv, xrc.go), which has no PD, CQs or queues: PD,
+	// SendCQ, RecvCQ and Caps are ignored. An XRC initiator QP
+	// (QPTypeXRCSend) has a PD and a send CQ, and no receive CQ (RecvCQ
+	// 0 is taken as SendCQ: the QP never receives).
+	XRCD uint32 `json:"xrcd,omitempty"`
 }
 
 // Validate checks the type; caps are checked by NewQPLayout.
 func (c *CreateQP) Validate() error {
-	if c.Type != QPTypeRC && c.Type != QPTypeUD && c.Type != QPTypeUC {
-		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC, UC and UD", c.Type)
+	switch {
+	case c.Type != QPTypeRC && c.Type != QPTypeUD && c.Type != QPTypeUC && !c.Type.IsXRC():
+		return Errorf(CodeInvalid, "qp_type", "QP type %q is not supported: only RC, UC, UD, XRC_SEND and XRC_RECV", c.Type)
+	case c.Type == QPTypeXRCRecv && c.XRCD == 0:
+		return Errorf(CodeInvalid, "xrcd", "an XRC_RECV QP needs its XRC domain (IBV_QP_INIT_ATTR_XRCD)")
+	case c.Type.IsXRC() && c.SRQ != 0:
+		return Errorf(CodeInvalid, "srq", "an XRC QP takes no SRQ: an XRC target QP's receives go to the SRQ each sender names")
 	}
 	return nil
 }
@@ -838,7 +856,10 @@ type DeviceAttr struct {
 	MaxAH uint32 `json:"max_ah,omitempty"`
 	// MaxMW is how many memory windows a process context may hold (mw.go);
 	// absent from an agent without memory windows.
-	MaxMW         uint32 `json:"max_mw,omitempty"`
+	MaxMW uint32 `json:"max_mw,omitempty"`
+	// MaxXRCD is how many XRC domains a process context may hold open
+	// (xrc.go); absent from an agent without XRC.
+	MaxXRCD       uint32 `json:"max_xrcds,omitempty"`
 	AtomicCap     string `json:"atomic_cap"`
 	PhysPortCnt   uint32 `json:"phys_port_cnt"`
 	TransportType string `json:"transport_type"`

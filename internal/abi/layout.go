@@ -67,7 +67,8 @@ type WireSendWQE struct {
 	InlineLen  uint32 `c:"inline_len"`
 	CompareAdd uint64 `c:"compare_add"`
 	Swap       uint64 `c:"swap"`
-	_          [16]byte
+	_          [12]byte
+	XRCSRQN    uint32 `c:"xrc_srqn"` // an XRC initiator QP's WQE: the remote XRC SRQ number (xrc.go)
 }
 
 // WireRecvWQE is the header of a receive WQE, the first RecvHdr bytes of
@@ -121,6 +122,7 @@ const (
 	swInlineLen  = unsafe.Offsetof(WireSendWQE{}.InlineLen)
 	swCompareAdd = unsafe.Offsetof(WireSendWQE{}.CompareAdd)
 	swSwap       = unsafe.Offsetof(WireSendWQE{}.Swap)
+	swXRCSRQN    = unsafe.Offsetof(WireSendWQE{}.XRCSRQN)
 
 	rwWRID   = unsafe.Offsetof(WireRecvWQE{}.WRID)
 	rwNumSGE = unsafe.Offsetof(WireRecvWQE{}.NumSGE)

@@ -195,6 +195,7 @@ type SendWQE struct {
 	InlineLen  uint32
 	CompareAdd uint64
 	Swap       uint64
+	XRCSRQN    uint32 // an XRC initiator QP's: the remote XRC SRQ number (24 bits)
 	SGE        [MaxSGE]SGE
 }
 
@@ -224,6 +225,7 @@ func EncodeSend(slot []byte, w *SendWQE, inline []byte) {
 	le.PutUint32(slot[swInlineLen:], w.InlineLen)
 	le.PutUint64(slot[swCompareAdd:], w.CompareAdd)
 	le.PutUint64(slot[swSwap:], w.Swap)
+	le.PutUint32(slot[swXRCSRQN:], w.XRCSRQN)
 	if w.Flags&SendInline != 0 {
 		copy(slot[SendHdr:], inline)
 		return
@@ -261,6 +263,7 @@ func DecodeSend(slot []byte, w *SendWQE, maxSGE, maxInline uint32) WCStatus {
 	w.InlineLen = le.Uint32(slot[swInlineLen:])
 	w.CompareAdd = le.Uint64(slot[swCompareAdd:])
 	w.Swap = le.Uint64(slot[swSwap:])
+	w.XRCSRQN = le.Uint32(slot[swXRCSRQN:]) & MaxSRQN
 	if !w.Opcode.Valid() {
 		return WCLocQPOpErr
 	}

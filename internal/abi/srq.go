@@ -95,13 +95,33 @@ func (l SRQLayout) Check(fileSize int64) error {
 type CreateSRQ struct {
 	PD   uint32  `json:"pd"`
 	Attr SRQAttr `json:"attr"`
+	// Type SRQTypeXRC makes an XRC SRQ (capability xrc, xrc.go) in XRC
+	// domain XRCD, whose receives complete in CQ; "" is a basic SRQ.
+	Type string `json:"srq_type,omitempty"`
+	XRCD uint32 `json:"xrcd,omitempty"`
+	CQ   uint32 `json:"cq,omitempty"`
 }
 
-// CreateSRQReply returns the SRQ, its real sizes and its ring geometry.
+// Validate checks the type.
+func (c *CreateSRQ) Validate() error {
+	switch {
+	case c.Type != "" && c.Type != "basic" && c.Type != SRQTypeXRC:
+		return Errorf(CodeInvalid, "srq_type", "SRQ type %q is not supported: basic or xrc (tag matching needs hardware)", c.Type)
+	case c.Type == SRQTypeXRC && (c.XRCD == 0 || c.CQ == 0):
+		return Errorf(CodeInvalid, "xrcd", "an XRC SRQ needs its XRC domain and its CQ (IBV_SRQ_INIT_ATTR_XRCD, IBV_SRQ_INIT_ATTR_CQ)")
+	case c.Type != SRQTypeXRC && (c.XRCD != 0 || c.CQ != 0):
+		return Errorf(CodeInvalid, "xrcd", "only an XRC SRQ takes an XRC domain and a CQ")
+	}
+	return nil
+}
+
+// CreateSRQReply returns the SRQ, its real sizes and its ring geometry;
+// SRQN is an XRC SRQ's number, which senders name (ibv_get_srq_num).
 type CreateSRQReply struct {
 	Handle uint32    `json:"handle"`
 	Attr   SRQAttr   `json:"attr"`
 	Layout SRQLayout `json:"layout"`
+	SRQN   uint32    `json:"srq_num,omitempty"`
 }
 
 // SRQAttrMask selects what a ModifySRQ changes (ibv_srq_attr_mask).

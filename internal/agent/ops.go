@@ -180,6 +180,10 @@ var handlers = map[abi.Op]opHandler{
 	abi.OpDestroySRQ: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroySRQ(r.Handle)
 	}),
+	abi.OpOpenXRCD: on((*session).openXRCD), // xrc.go
+	abi.OpCloseXRCD: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		return abi.Empty{}, nil, v.CloseXRCD(r.Handle)
+	}),
 	abi.OpCreateAH: on(func(_ *session, v *device.Context, r *abi.CreateAH) (any, []int, error) {
 		ah, err := v.CreateAH(r)
 		if err != nil {

@@ -51,7 +51,10 @@ type session struct {
 	out    []byte // +checklocks:sendMu
 
 	vm *device.Context // set by attach; read by the serve goroutine and blocking ops after it
-	cm *cm.Client      // the session's listeners
+	// reqFD is the descriptor the command being served carried (open-xrcd's
+	// file), -1 for none; the serve goroutine's.
+	reqFD int
+	cm    *cm.Client // the session's listeners
 
 	cmEv  *cm.Events  // rdma_cm's event channels and cm-listens
 	async asyncEvents // the event sockets of ibv_get_async_event (events.go)
@@ -88,6 +91,8 @@ var sessionIDs atomic.Uint64
 // serve reads commands until the connection ends, then cleans up.
 func (s *session) serve() {
 	defer s.end()
+	s.reqFD = -1
+	defer s.dropReqFD()
 	buf := make([]byte, abi.MaxMessage)
 	if s.refused != nil {
 		// Tell the client why with the answer to its first command.
@@ -103,9 +108,16 @@ func (s *session) serve() {
 		return
 	}
 	for {
+		s.dropReqFD() // the previous command's, answered
 		n, fds, err := s.conn.Recv(buf)
-		for _, fd := range fds {
-			sys.CloseFD(fd) // clients never send descriptors
+		for i, fd := range fds {
+			// Clients send a descriptor with open-xrcd only (its
+			// file), served on this goroutine; any other goes at once.
+			if i == 0 && err == nil && n >= abi.CmdHeaderSize && abi.PeekOp(buf[:n]) == abi.OpOpenXRCD {
+				s.reqFD = fd
+				continue
+			}
+			sys.CloseFD(fd)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -149,6 +161,14 @@ func (s *session) serve() {
 			continue
 		}
 		s.dispatch(h, req)
+	}
+}
+
+// dropReqFD closes the descriptor the last command carried, if any.
+func (s *session) dropReqFD() {
+	if s.reqFD >= 0 {
+		sys.CloseFD(s.reqFD)
+		s.reqFD = -1
 	}
 }
 
@@ -320,7 +340,7 @@ var blockingOps = func() string {
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
 	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
-		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapODP | abi.CapCQOverrun
+		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapODP | abi.CapCQOverrun
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

@@ -99,7 +99,7 @@ func (q *QP) hasWork(tail uint32) bool {
 		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
 		q.rqMu.Lock()
 		idle := rt == q.rqHead || q.rqBad && rt == q.rqBadTail
-		if q.srq != nil {
+		if q.sharedRQ() {
 			// Its own RQ is never read; what it holds of the SRQ is.
 			idle = !q.srqHeld && (s != abi.QPSErr || q.lastWQESent)
 		}
@@ -423,7 +423,7 @@ const (
 //
 // +checklocks:p.rqMu
 func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
-	if p.srq != nil {
+	if p.sharedRQ() {
 		return p.peekSRQLocked(srcQPN)
 	}
 	p.rqCatchUpLocked()
@@ -472,7 +472,7 @@ func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 	if flags != 0 {
 		e.Imm = imm
 	}
-	return p.recvCQ.tryPushRecv(&e, p, se)
+	return p.recvCQLocked().tryPushRecv(&e, p, se)
 }
 
 // flushSQ completes every queued send WQE with WR_FLUSH_ERR. It reads
@@ -483,6 +483,9 @@ func (p *QP) completeRecvLocked(st abi.WCStatus, op abi.WCOpcode, n, imm uint32,
 // posted WQE. Such a tail is garbage, as in drain: nothing more is
 // flushed, and the goroutine waits for the workload to change it.
 func (q *QP) flushSQ() {
+	if q.sendCQ == nil {
+		return // an XRC target QP: no send queue the workload can reach
+	}
 	mem := q.ring.Bytes()
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	tail := abi.Word(mem, abi.OffSQTail).Load()
@@ -511,7 +514,7 @@ func (q *QP) flushSQ() {
 
 // flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
 func (q *QP) flushRQ() {
-	if q.srq != nil {
+	if q.sharedRQ() {
 		q.rqMu.Lock()
 		q.rqCatchUpLocked()
 		last := q.flushSRQLocked()
@@ -562,7 +565,7 @@ func (q *QP) rqCatchUpLocked() {
 		return
 	}
 	q.rqResets = r
-	if q.srq != nil {
+	if q.sharedRQ() {
 		q.dropSRQHeldLocked()
 		return
 	}
@@ -579,7 +582,7 @@ func (q *QP) dropRQ() {
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked() // acknowledge the reset: it must not move the head later
-	if q.srq != nil {
+	if q.sharedRQ() {
 		q.dropSRQHeldLocked()
 		return
 	}

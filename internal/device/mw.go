@@ -148,12 +148,13 @@ func (v *Context) resolveWindow(p *QP, key uint32, addr, n uint64, need abi.Acce
 }
 
 // resolveRemote resolves a remote access with key at responder p: a
-// region's key in p's PD, or a window's rkey (resolveWindow).
-func (v *Context) resolveRemote(p *QP, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
+// region's key in pd (p's, or the XRC SRQ's the request names), or a
+// window's rkey (resolveWindow).
+func (v *Context) resolveRemote(p *QP, pd *PD, key uint32, addr, n uint64, need abi.Access) ([]byte, bool) {
 	if key&abi.MWKeyBit != 0 && n > 0 {
 		return v.resolveWindow(p, key, addr, n, need)
 	}
-	return v.resolve(p.pd, key, addr, n, need)
+	return v.resolve(pd, key, addr, n, need)
 }
 
 // ExecLocal executes w, a BIND_MW or LOCAL_INV work request, at q: the

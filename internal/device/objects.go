@@ -441,8 +441,9 @@ func (c *CQ) Adapter() *Adapter { return c.ad }
 // +checklocks:q.rqMu
 func (q *QP) consumeRecvLocked() {
 	q.rqSeq++
-	if q.srq != nil {
+	if q.sharedRQ() {
 		q.srqHeld = false
+		q.releaseXSRQLocked()
 		return
 	}
 	q.rqHead = abi.Next(q.rqHead, q.layout.RQEntries)

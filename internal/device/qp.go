@@ -27,14 +27,18 @@ type QP struct {
 	commEstDue atomic.Bool
 	drainedDue atomic.Bool
 
-	handle   uint32
-	qpn      uint32
-	vm       *Context
-	pd       *PD
-	ad       *Adapter
-	sendCQ   *CQ
-	recvCQ   *CQ
-	srq      *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
+	handle uint32
+	qpn    uint32
+	vm     *Context
+	pd     *PD
+	ad     *Adapter
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
+	// An XRC target QP's domain, and the process's handle of it the QP
+	// was created through (xrc.go).
+	xrcd     *XRCD
+	xh       *xrcdHandle
 	typ      abi.QPType
 	qkey     atomic.Uint32 // a UD QP's Q_Key (ud.go); written under mu, read anywhere
 	sqSigAll bool
@@ -82,6 +86,9 @@ type QP struct {
 	srqHeld bool // +checklocks:rqMu
 	// on an SRQ: the last-WQE event of this ERR was reported
 	lastWQESent bool // +checklocks:rqMu
+	// an XRC target QP: the SRQ of the message it takes a receive for,
+	// pinned while it holds a WQE of it (xrc.go)
+	xsrq *SRQ // +checklocks:rqMu
 
 	// Send side: owned by runSQ.
 	sqHead uint32
@@ -192,27 +199,47 @@ func (q *QP) State() abi.QPState { return abi.QPState(q.state.Load()) }
 // send-queue goroutine.
 func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 	want := c.Caps
-	if c.SRQ != 0 {
-		// Receives come from the SRQ: the QP's own receive queue is the
-		// smallest ring, never read (ibv_create_qp ignores max_recv_wr
-		// and max_recv_sge with an SRQ).
+	noRQ := c.SRQ != 0 || c.Type.IsXRC()
+	if noRQ {
+		// Receives come from an SRQ, or never (an XRC initiator): the
+		// QP's own receive queue is the smallest ring, never read
+		// (ibv_create_qp ignores max_recv_wr and max_recv_sge then).
 		want.MaxRecvWR, want.MaxRecvSGE = 1, 1
+	}
+	if c.Type == abi.QPTypeXRCRecv {
+		want = abi.QPCaps{MaxSendWR: 1, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1} // no queues: the rings stay the agent's
 	}
 	layout, caps, err := abi.NewQPLayout(want)
 	if err != nil {
 		return nil, abi.Errorf(abi.CodeInvalid, "caps", "%v", err)
 	}
-	if c.SRQ != 0 {
+	if noRQ {
 		caps.MaxRecvWR, caps.MaxRecvSGE = 0, 0
+	}
+	if c.Type == abi.QPTypeXRCRecv {
+		caps = abi.QPCaps{}
+	}
+	recvCQ := c.RecvCQ
+	if c.Type == abi.QPTypeXRCSend && recvCQ == 0 {
+		recvCQ = c.SendCQ
 	}
 	v.objMu.Lock()
 	p, ok := v.pds[c.PD]
 	scq, ok2 := v.cqs[c.SendCQ]
-	rcq, ok3 := v.cqs[c.RecvCQ]
+	rcq, ok3 := v.cqs[recvCQ]
 	srq, ok4 := v.srqs[c.SRQ]
+	var xh *xrcdHandle
+	if c.Type == abi.QPTypeXRCRecv {
+		xh, err = v.xrcdByHandleLocked(c.XRCD)
+		if xh != nil {
+			p, ok, scq, ok2, rcq, ok3 = xh.pd, true, nil, true, nil, true
+		}
+	}
 	nqp := len(v.qps)
 	v.objMu.Unlock()
 	switch {
+	case err != nil:
+		return nil, err
 	case c.SRQ != 0 && !ok4:
 		return nil, abi.Errorf(abi.CodeNotFound, "srq", "no SRQ with handle %d", c.SRQ)
 	case !ok:
@@ -232,7 +259,7 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, err
 	}
-	q := &QP{typ: c.Type, vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
+	q := &QP{typ: c.Type, vm: v, pd: p, ad: p.ad, sendCQ: scq, recvCQ: rcq, srq: srq, xh: xh, sqSigAll: c.SQSigAll, caps: caps, layout: layout,
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
@@ -247,16 +274,21 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		v.refundQueue(qpCharge(layout), layout.Size)
 		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q has %d QPs, the limit (max_qp): destroy some first", v.name, n)
 	}
-	if srq != nil && v.srqs[c.SRQ] != srq {
+	if srq != nil && v.srqs[c.SRQ] != srq || xh != nil && v.xrcds[c.XRCD] != xh {
 		v.objMu.Unlock()
 		q.release()
 		v.refundQueue(qpCharge(layout), layout.Size)
-		return nil, abi.Errorf(abi.CodeNotFound, "srq", "SRQ %d was destroyed meanwhile", c.SRQ)
+		return nil, abi.Errorf(abi.CodeNotFound, "srq", "SRQ %d or XRC domain %d was destroyed meanwhile", c.SRQ, c.XRCD)
 	}
 	q.handle = v.allocHandleLocked()
 	p.refs++
-	scq.refs++
-	rcq.refs++
+	if xh != nil {
+		xh.refs++
+		q.xrcd = xh.x
+	} else {
+		scq.refs++
+		rcq.refs++
+	}
 	if srq != nil {
 		srq.refs++
 	}
@@ -298,12 +330,20 @@ func (v *Context) DestroyQP(q *QP) {
 	delete(v.qps, q.handle)
 	q.unbindQPLocked() // its type 2 windows go with it
 	q.pd.refs--
-	q.sendCQ.refs--
-	q.recvCQ.refs--
+	if q.xh != nil {
+		q.xh.refs--
+	} else {
+		q.sendCQ.refs--
+		q.recvCQ.refs--
+	}
 	if q.srq != nil {
 		q.srq.refs--
 	}
 	v.objMu.Unlock()
+	q.rqMu.Lock()
+	q.srqHeld = false // a WQE a target QP held is dropped with it, as a basic SRQ's QP's
+	q.releaseXSRQLocked()
+	q.rqMu.Unlock()
 
 	v.memMu.Lock() // peers' senders may be reading our receive ring
 	q.mu.Lock()    // setStateLocked (connection setup, peers' errors) may be writing the state word
@@ -414,6 +454,9 @@ func (q *QP) Modify(m *abi.ModifyQP) error {
 	allowed := abi.MaskState | optionalAttrs(cur, next)
 	if q.typ == abi.QPTypeUC {
 		need, allowed = ucTransition(cur, next)
+	}
+	if q.typ.IsXRC() {
+		need, allowed = xrcTransition(q.typ, cur, next, need, allowed)
 	}
 	for _, r := range need {
 		if m.Mask&r.mask == 0 {
@@ -684,6 +727,10 @@ func (q *QP) Destroyed() bool { return q.destroyed.Load() }
 // Reply is the answer to the workload's create, with the descriptors of
 // the QP's rings and doorbell to pass along.
 func (q *QP) Reply() (abi.CreateQPReply, []int) {
+	if q.typ == abi.QPTypeXRCRecv {
+		// A target QP has no queues: its rings stay the agent's.
+		return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn}, nil
+	}
 	return abi.CreateQPReply{Handle: q.handle, QPN: q.qpn, Caps: q.caps, Layout: q.layout}, []int{q.ringFD.Int(), q.doorbell.PeerFD()}
 }
 

@@ -27,6 +27,9 @@ type Request struct {
 	// WRITE with immediate posted with IBV_SEND_SOLICITED); the receive
 	// completion wakes a CQ armed for solicited completions only.
 	Solicited bool
+	// SRQN is the XRC SRQ number a request to an XRC target QP names
+	// (xrc.go); 0 for other QPs.
+	SRQN uint32
 }
 
 // A SEND with invalidate (abi.OpSendWithInv) names the rkey it invalidates
@@ -78,6 +81,8 @@ type Message struct {
 	sges [abi.MaxSGE]abi.SGE
 	nsge int
 	old  uint64 // an atomic's original value
+	pd   *PD    // the PD the target is checked against: the QP's, or its XRC SRQ's
+	xsrq *SRQ   // an XRC target QP's: the SRQ the request named, pinned during the check
 }
 
 // Verdict is how a responder ended a request, or a step of one: Out,
@@ -117,9 +122,15 @@ func (p *QP) check(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCS
 
 func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
 	pv := p.vm
-	m.r, m.nseg, m.recv, m.nsge = *r, 0, false, 0
+	m.r, m.nseg, m.recv, m.nsge, m.pd, m.xsrq = *r, 0, false, 0, p.pd, nil
 	if p.typ == abi.QPTypeUC {
 		return p.checkUC(r, m, rqHeld)
+	}
+	if p.typ.IsXRC() {
+		if !p.checkXRC(r, m) {
+			return OutDone, abi.WCRemInvReqErr, 0
+		}
+		defer m.xsrq.unpin()
 	}
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
@@ -134,7 +145,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 	total := r.Total
 	switch r.Op {
 	case abi.OpRDMAWrite, abi.OpRDMAWriteWithImm:
-		dst, ok := pv.resolveRemote(p, r.RKey, r.RAddr, total, abi.AccessRemoteWrite)
+		dst, ok := pv.resolveRemote(p, m.pd, r.RKey, r.RAddr, total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && total > 0 {
 			p.MoveToErr(fmt.Sprintf("remote access error: RDMA WRITE from QP 0x%x with rkey 0x%x to [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -158,7 +169,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		return p.takeRecv(m, true, rnrTimer, rqHeld)
 
 	case abi.OpRDMARead:
-		src, ok := pv.resolveRemote(p, r.RKey, r.RAddr, total, abi.AccessRemoteRead)
+		src, ok := pv.resolveRemote(p, m.pd, r.RKey, r.RAddr, total, abi.AccessRemoteRead)
 		if !ok || access&abi.AccessRemoteRead == 0 && total > 0 {
 			p.MoveToErr(fmt.Sprintf("remote access error: RDMA READ from QP 0x%x with rkey 0x%x of [0x%x,+%d)", r.SrcQPN, r.RKey, r.RAddr, total))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -171,7 +182,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 			p.MoveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
 			return OutDone, abi.WCRemInvReqErr, 0
 		}
-		t, ok := pv.resolveRemote(p, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
+		t, ok := pv.resolveRemote(p, m.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
 		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
 			p.MoveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
 			return OutDone, abi.WCRemAccessErr, 0
@@ -203,7 +214,15 @@ func (p *QP) takeRecv(m *Message, data bool, rnrTimer uint8, rqHeld bool) (Outco
 		defer p.rqMu.Unlock()
 	}
 	r := &m.r
-	switch p.peekRecvLocked(r.SrcQPN) {
+	if m.xsrq != nil && !p.holdXSRQLocked(m) {
+		p.MoveToErr(fmt.Sprintf("%s from QP 0x%x names XRC SRQ 0x%x while the QP holds a receive of SRQ 0x%x for the message", r.Op, r.SrcQPN, r.SRQN, p.xsrq.srqn))
+		return OutDone, abi.WCRemInvReqErr, 0
+	}
+	st := p.peekRecvLocked(r.SrcQPN)
+	if m.xsrq != nil {
+		p.releaseXSRQLocked()
+	}
+	switch st {
 	case recvNone:
 		return OutRNR, 0, rnrTimer
 	case recvBroken:
@@ -236,7 +255,7 @@ func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 	var room uint64
 	m.nseg = 0
 	for _, sge := range m.sges[:m.nsge] {
-		b, ok := p.vm.resolve(p.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
+		b, ok := p.vm.resolve(m.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 		if !ok {
 			clear(m.segs[:m.nseg])
 			m.nseg = 0
@@ -260,11 +279,11 @@ func (p *QP) Revalidate(m *Message) bool {
 		_, ok := m.resolveRecv(p)
 		return ok
 	case r.Op == abi.OpRDMARead:
-		b, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
+		b, ok := p.vm.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
 		m.segs[0] = b
 		return ok
 	case r.Op == abi.OpRDMAWrite || r.Op == abi.OpRDMAWriteWithImm:
-		b, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
+		b, ok := p.vm.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		m.segs[0] = b
 		return ok
 	}

@@ -24,6 +24,7 @@ type RCAttrs struct {
 	MinRNRTimer                              uint8  // the RNR timer code a responder asks for
 	MaxDestRdAtomic                          uint8  // the responder resources for RDMA READs and atomics (max_dest_rd_atomic)
 	UC                                       bool   // an unreliable connected QP: no ACKs, no retransmission (uc.go)
+	XRC                                      bool   // an XRC initiator QP: each request names an XRC SRQ (SendWQE.XRCSRQN, xrc.go)
 }
 
 // RCAttrs returns the QP's current RC attributes.
@@ -32,7 +33,7 @@ func (q *QP) RCAttrs() RCAttrs {
 	defer q.mu.Unlock()
 	a := &q.attr
 	return RCAttrs{Timeout: a.Timeout, RetryCnt: a.RetryCnt, RNRRetry: a.RNRRetry, MaxRdAtomic: a.MaxRdAtomic, RemoteQPN: q.remoteQPN, RQPSN: a.RQPSN, PathMTU: a.PathMTU, MinRNRTimer: a.MinRNRTimer,
-		MaxDestRdAtomic: a.MaxDestRdAtomic, UC: q.typ == abi.QPTypeUC}
+		MaxDestRdAtomic: a.MaxDestRdAtomic, UC: q.typ == abi.QPTypeUC, XRC: q.typ == abi.QPTypeXRCSend}
 }
 
 // Sending reports whether the goroutine may go on Sending: the QP is not
@@ -65,7 +66,11 @@ func (q *QP) ReadWQE(idx uint32, slot []byte, w *abi.SendWQE) abi.WCStatus {
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	off := q.layout.SQOffset + abi.Slot(idx, size)*stride
 	copy(slot, q.ring.Bytes()[off:off+stride])
-	return q.ucRefuse(w, abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData))
+	st := abi.DecodeSend(slot, w, q.caps.MaxSendSGE, q.caps.MaxInlineData)
+	if q.typ != abi.QPTypeXRCSend {
+		w.XRCSRQN = 0 // only an XRC initiator's requests name an XRC SRQ
+	}
+	return q.ucRefuse(w, st)
 }
 
 // NextPSN takes the PSN of the next request.

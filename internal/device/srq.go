@@ -55,6 +55,15 @@ type SRQ struct {
 	slot []byte // +checklocks:mu
 
 	refs int // QPs on it; guarded by vm.objMu
+
+	// An XRC SRQ's (xrc.go): its domain, the process's handle of the
+	// domain it was created through, the CQ its receives complete in, its
+	// number in the domain, and the target QPs' pins of it.
+	xrcd  *XRCD
+	xh    *xrcdHandle
+	cq    *CQ
+	srqn  uint32
+	xpins int // the target QPs' pins; guarded by xrcd.mu
 }
 
 func srqCharge(l abi.SRQLayout) vmCharge { return vmCharge{wr: uint64(l.Entries)} }
@@ -68,8 +77,18 @@ func (v *Context) CreateSRQ(c *abi.CreateSRQ) (*SRQ, error) {
 	v.objMu.Lock()
 	p, ok := v.pds[c.PD]
 	n := len(v.srqs)
+	var xh *xrcdHandle
+	var cq *CQ
+	if c.Type == abi.SRQTypeXRC {
+		xh, err = v.xrcdByHandleLocked(c.XRCD)
+		if cq = v.cqs[c.CQ]; err == nil && cq == nil {
+			err = abi.Errorf(abi.CodeNotFound, "cq", "no CQ with handle %d", c.CQ)
+		}
+	}
 	v.objMu.Unlock()
 	switch {
+	case err != nil:
+		return nil, err
 	case !ok:
 		return nil, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", c.PD)
 	case n >= v.d.cfg.Limits.MaxQP:
@@ -90,18 +109,27 @@ func (v *Context) CreateSRQ(c *abi.CreateSRQ) (*SRQ, error) {
 		return nil, abi.Errorf(abi.CodeInternal, "", "map the SRQ's ring: %v", err)
 	}
 	s := &SRQ{vm: v, pd: p, layout: layout, maxSGE: attr.MaxSGE, ringFD: fd, ring: ring, limit: attr.Limit,
-		slot: make([]byte, layout.Stride)}
+		slot: make([]byte, layout.Stride), xh: xh, cq: cq}
 	v.objMu.Lock()
-	if _, ok := v.pds[c.PD]; !ok || len(v.srqs) >= v.d.cfg.Limits.MaxQP {
+	if _, ok := v.pds[c.PD]; !ok || len(v.srqs) >= v.d.cfg.Limits.MaxQP ||
+		xh != nil && (v.xrcds[c.XRCD] != xh || v.cqs[c.CQ] != cq) {
 		v.objMu.Unlock()
 		s.release()
 		v.refundQueue(srqCharge(layout), layout.Size)
-		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q: its PD %d went, or it reached max_srq SRQs, meanwhile", v.name, c.PD)
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q: its PD %d, XRC domain or CQ went, or it reached max_srq SRQs, meanwhile", v.name, c.PD)
 	}
 	s.handle = v.allocHandleLocked()
 	p.refs++
+	if xh != nil {
+		xh.refs++
+		cq.refs++
+		s.xrcd = xh.x
+	}
 	v.srqs[s.handle] = s
 	v.objMu.Unlock()
+	if s.xrcd != nil {
+		s.xrcd.addSRQ(s)
+	}
 	return s, nil
 }
 
@@ -132,6 +160,14 @@ func (v *Context) DestroySRQ(h uint32) error {
 		v.objMu.Unlock()
 		return abi.Errorf(abi.CodeState, "handle", "SRQ %d is still used by %d QPs: destroy them first (EBUSY)", h, refs)
 	}
+	if ok && s.xrcd != nil {
+		if err := s.xrcd.removeSRQ(s, false); err != nil {
+			v.objMu.Unlock()
+			return err
+		}
+		s.xh.refs--
+		s.cq.refs--
+	}
 	if ok {
 		delete(v.srqs, h)
 		s.pd.refs--
@@ -150,7 +186,7 @@ func (v *Context) DestroySRQ(h uint32) error {
 // Reply is the answer to the workload's create, with the descriptor of
 // the SRQ's ring to pass along.
 func (s *SRQ) Reply() (abi.CreateSRQReply, []int) {
-	return abi.CreateSRQReply{Handle: s.handle, Attr: s.Query(), Layout: s.layout}, []int{s.ringFD.Int()}
+	return abi.CreateSRQReply{Handle: s.handle, Attr: s.Query(), Layout: s.layout, SRQN: s.srqn}, []int{s.ringFD.Int()}
 }
 
 // Adapter is the adapter of the SRQ's PD.
@@ -269,11 +305,12 @@ func (p *QP) peekSRQLocked(srcQPN uint32) recvState {
 	if s := p.State(); s == abi.QPSErr || s == abi.QPSReset {
 		return recvBroken
 	}
-	switch p.srq.claim(&p.rwqe, p.qpn) {
+	srq := p.rqSRQLocked()
+	switch srq.claim(&p.rwqe, p.qpn) {
 	case claimEmpty:
 		return recvNone
 	case claimBadTail:
-		p.MoveToErr(fmt.Sprintf("shared receive queue %d's tail index is invalid", p.srq.handle))
+		p.MoveToErr(fmt.Sprintf("shared receive queue %d's tail index is invalid", srq.handle))
 		return recvBroken
 	case claimBadWQE:
 		p.srqHeld = true
@@ -296,6 +333,7 @@ func (q *QP) dropSRQHeldLocked() {
 		q.srqHeld = false
 		q.rqSeq++
 	}
+	q.releaseXSRQLocked()
 	q.lastWQESent = false
 }
 
@@ -309,9 +347,11 @@ func (q *QP) flushSRQLocked() bool {
 	if q.srqHeld {
 		e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
 		q.ctr.noteCompletion(abi.WCWRFlushErr)
+		cq := q.recvCQLocked()
 		q.srqHeld = false
 		q.rqSeq++
-		q.recvCQ.push(&e, &q.stop, &q.destroyed) // as in flushSQ
+		q.releaseXSRQLocked()
+		cq.push(&e, &q.stop, &q.destroyed) // as in flushSQ
 	}
 	if q.lastWQESent {
 		return false

@@ -86,7 +86,7 @@ func (p *QP) checkUC(r *Request, m *Message, rqHeld bool) (Outcome, abi.WCStatus
 		p.mu.Lock()
 		access := p.attr.AccessFlags
 		p.mu.Unlock()
-		dst, ok := p.vm.resolveRemote(p, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
+		dst, ok := p.vm.resolveRemote(p, p.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		if !ok || access&abi.AccessRemoteWrite == 0 && r.Total > 0 {
 			p.ctr.Dropped.Add(1)
 			return OutDone, abi.WCRemAccessErr, 0

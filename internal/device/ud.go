@@ -366,7 +366,7 @@ func (d *Device) deliverDatagram(dg *Datagram, via Via) bool {
 		q.ctr.Dropped.Add(1) // no receive posted: UD drops, it does not wait (no RNR)
 		return false
 	}
-	var m Message
+	m := Message{pd: q.pd}
 	m.nsge = copy(m.sges[:], q.rwqe.SGE[:q.rwqe.NumSGE])
 	room, ok := m.resolveRecv(q)
 	defer clear(m.segs[:m.nseg])

@@ -54,14 +54,15 @@ type Context struct {
 	keyBits uint // the low bits of a key that number its slot
 
 	objMu      sync.Mutex
-	pds        map[uint32]*PD  // +checklocks:objMu
-	mrHandles  map[uint32]*MR  // +checklocks:objMu
-	cqs        map[uint32]*CQ  // +checklocks:objMu
-	qps        map[uint32]*QP  // +checklocks:objMu
-	srqs       map[uint32]*SRQ // +checklocks:objMu
-	ahs        map[uint32]*AH  // +checklocks:objMu
-	nextHandle uint32          // +checklocks:objMu
-	mrKeys     keySlots        // +checklocks:objMu
+	pds        map[uint32]*PD         // +checklocks:objMu
+	mrHandles  map[uint32]*MR         // +checklocks:objMu
+	cqs        map[uint32]*CQ         // +checklocks:objMu
+	qps        map[uint32]*QP         // +checklocks:objMu
+	srqs       map[uint32]*SRQ        // +checklocks:objMu
+	xrcds      map[uint32]*xrcdHandle // +checklocks:objMu
+	ahs        map[uint32]*AH         // +checklocks:objMu
+	nextHandle uint32                 // +checklocks:objMu
+	mrKeys     keySlots               // +checklocks:objMu
 	// Memory windows (mw.go): the table of windows by slot, lock-free
 	// for lookups as mrs, their handles, their slots, and how many
 	// windows are bound to each region (by its handle).
@@ -242,6 +243,8 @@ type vmProcs struct {
 	list  []*Context // guarded by Device.mu
 	memMu sync.Mutex
 	use   vmUse // the VM-wide caps' charges (quota.go)
+	// the XRC domains opened through a file, by the file (xrc.go)
+	xrcds map[FileID]*XRCD // guarded by Device.mu
 }
 
 // Attach attaches workload o to VM name: a VM of its own with guest
@@ -311,7 +314,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 		cfg, managed = first.cfg, first.managed
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
-		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{},
+		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{}, xrcds: map[uint32]*xrcdHandle{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR),
 		mrKeys: keySlots{bits: keyBits(d.cfg.Limits.MaxMR), n: d.cfg.Limits.MaxMR},
 		mws:    make([]atomic.Pointer[MW], d.cfg.Limits.MaxMR), mwHandles: map[uint32]*MW{}, mrWindows: map[uint32]int{},
@@ -668,6 +671,9 @@ func (v *Context) Teardown() {
 		v.refundQueue(cqCharge(l), l.Size)
 	}
 	for _, s := range v.srqs {
+		if s.xrcd != nil {
+			s.xrcd.removeSRQ(s, true) // its process's target QPs, the only ones that pin it, are gone
+		}
 		s.release()
 		v.refundQueue(srqCharge(s.layout), s.layout.Size)
 	}
@@ -675,11 +681,15 @@ func (v *Context) Teardown() {
 		v.refundVM(vmCharge{mrs: 1})
 		v.refundUser(quota.RegisteredMemory, m.length)
 	}
-	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds = nil, nil, nil, nil, nil
+	xrcds := v.xrcds
+	v.cqs, v.srqs, v.ahs, v.mrHandles, v.pds, v.xrcds = nil, nil, nil, nil, nil, nil
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()
 	v.memMu.Unlock()
+	for _, xh := range xrcds {
+		v.dropXRCD(xh.x)
+	}
 	v.d.cfg.Quota.GivePinned(v.pinned)
 }
 
@@ -805,7 +815,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxMRSize: v.memSize, PageSizeCap: uint64(sys.PageSize),
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
-		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH, MaxMW: uint32(l.MaxMR),
+		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH, MaxMW: uint32(l.MaxMR), MaxXRCD: abi.MaxXRCD,
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }

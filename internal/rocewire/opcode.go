@@ -3,7 +3,7 @@ package rocewire
 import "fmt"
 
 // Opcode is a BTH opcode: bits 7–5 the transport (000 RC, 001 UC, 011 UD,
-// 100 CNP), bits 4–0 the operation.
+// 100 CNP, 101 XRC), bits 4–0 the operation.
 type Opcode uint8
 
 // RC opcodes (ib_pack.h), UD's SEND_ONLY pair (for QP1, the CM) and the
@@ -41,7 +41,7 @@ const (
 type Headers uint8
 
 // The extended transport headers, in their order on the wire:
-// BTH [DETH] [RETH | AtomicETH] [ImmDt | IETH] for requests,
+// BTH [DETH] [XRCETH] [RETH | AtomicETH] [ImmDt | IETH] for requests,
 // BTH [AETH [AtomicAckETH]] for responses.
 const (
 	HasDETH Headers = 1 << iota
@@ -51,6 +51,7 @@ const (
 	HasIETH
 	HasAETH
 	HasAtomicAckETH
+	HasXRCETH // XRC requests (xrc.go)
 )
 
 // Payload is the rule an opcode's payload length follows, for a path MTU
@@ -121,7 +122,8 @@ var ops = map[Opcode]OpInfo{
 }
 
 // Info returns what the table says of op; false for an opcode vrdma does
-// not know (RD, the reserved ones, FLUSH and ATOMIC_WRITE).
+// not know (RD, the reserved ones, FLUSH and ATOMIC_WRITE; XRC's are RC's
+// with the XRC bits, xrc.go).
 func (op Opcode) Info() (OpInfo, bool) {
 	i, ok := ops[op]
 	return i, ok
@@ -138,7 +140,7 @@ func (op Opcode) String() string {
 var headerOrder = [...]struct {
 	h Headers
 	n int
-}{{HasDETH, DETHLen}, {HasRETH, RETHLen}, {HasAtomicETH, AtomicETHLen}, {HasImmDt, ImmDtLen}, {HasIETH, IETHLen},
+}{{HasDETH, DETHLen}, {HasXRCETH, XRCETHLen}, {HasRETH, RETHLen}, {HasAtomicETH, AtomicETHLen}, {HasImmDt, ImmDtLen}, {HasIETH, IETHLen},
 	{HasAETH, AETHLen}, {HasAtomicAckETH, AtomicAckETHLen}}
 
 // HeaderLen returns the length of the transport headers of op, BTH

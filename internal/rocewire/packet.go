@@ -19,6 +19,7 @@ type Packet struct {
 	Info         OpInfo
 	BTH          BTH
 	DETH         DETH
+	XRCETH       XRCETH
 	RETH         RETH
 	AtomicETH    AtomicETH
 	ImmDt        ImmDt
@@ -66,6 +67,9 @@ func Parse(b []byte, mtu int, p *Packet) error {
 	if h&HasDETH != 0 {
 		p.DETH = DETH(take(DETHLen))
 	}
+	if h&HasXRCETH != 0 {
+		p.XRCETH = XRCETH(take(XRCETHLen))
+	}
 	if h&HasRETH != 0 {
 		p.RETH = RETH(take(RETHLen))
 	}
@@ -84,8 +88,8 @@ func Parse(b []byte, mtu int, p *Packet) error {
 		if !s.Valid() {
 			return errorf("%s: AETH syndrome 0x%02x is reserved", op, uint8(s))
 		}
-		if op != Acknowledge && s.Kind() != KindACK {
-			// A NAK travels only in an ACKNOWLEDGE packet.
+		if op.Operation() != Acknowledge && s.Kind() != KindACK {
+			// A NAK travels only in an ACKNOWLEDGE packet (RC's or XRC's).
 			return errorf("%s carries an ACK syndrome, not 0x%02x (a NAK travels in an ACKNOWLEDGE)", op, uint8(s))
 		}
 	}

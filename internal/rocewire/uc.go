@@ -7,11 +7,11 @@ package rocewire
 // invalidate.
 const UC Opcode = 0x20
 
-// Transport returns op's transport bits: 0 for RC, UC, 0x60 for UD.
+// Transport returns op's transport bits: 0 for RC, UC, 0x60 for UD, XRC.
 func (op Opcode) Transport() Opcode { return op & 0xe0 }
 
-// Operation returns op's operation bits: for a UC opcode, the RC opcode of
-// the same operation.
+// Operation returns op's operation bits: for a UC or XRC opcode, the RC
+// opcode of the same operation.
 func (op Opcode) Operation() Opcode { return op & 0x1f }
 
 func init() {

@@ -17,8 +17,9 @@ import (
 // status, an RNR timer within 0..31, a payload length within its type's
 // limit, no status on a request.
 //
-// Seeds: the test vectors, one valid header of every type, and the
-// corpus in testdata/fuzz/FuzzDecode.
+// Seeds: the test vectors, one valid header of every type (and of every
+// RC request type with the XRC field), and the corpus in
+// testdata/fuzz/FuzzDecode.
 func FuzzDecode(f *testing.F) {
 	for _, v := range vectors {
 		f.Add(encode(&v.h))
@@ -26,6 +27,10 @@ func FuzzDecode(f *testing.F) {
 	for _, c := range allTypes {
 		h := validHeader(c.t)
 		f.Add(encode(&h))
+		if c.t >= tcpwire.Write && c.t <= tcpwire.FetchAdd {
+			h.SetXRC(0x123456) // an XRC initiator's request
+			f.Add(encode(&h))
+		}
 	}
 	f.Add([]byte{})
 	f.Add([]byte("VT"))

@@ -141,7 +141,7 @@ func (s Status) String() string {
 //	56  4    imm (WRITE_IMM, SEND_IMM) or length (READ)
 //	60  1    status (responses)
 //	61  1    RNR timer (RNR responses)
-//	62  1    flags: FlagSolicited (SEND, SEND_IMM, SEND_INV, WRITE_IMM, their UC frames, datagrams); other bits zero
+//	62  1    flags: FlagSolicited (SEND, SEND_IMM, SEND_INV, WRITE_IMM, their UC frames, datagrams), FlagXRC (RC requests, xrc.go); other bits zero
 //	63  1    reserved, zero
 type Header struct {
 	Version    uint8
@@ -257,8 +257,11 @@ func Decode(b []byte, ver uint8, h *Header) error {
 	if !h.Type.Known() {
 		return errorf("unknown frame type %d", uint8(h.Type))
 	}
-	if h.Flags&^FlagSolicited != 0 || h.Flags != 0 && !h.Type.carriesEvent() {
-		return errorf("%s: flags 0x%02x: only a SEND's, a WRITE with immediate's or a datagram's frame carries a flag, the solicited bit (1)", h.Type, uint8(h.Flags))
+	if sol := h.Flags & FlagSolicited; h.Flags&^(FlagSolicited|FlagXRC) != 0 || sol != 0 && !h.Type.carriesEvent() {
+		return errorf("%s: flags 0x%02x: only a SEND's, a WRITE with immediate's or a datagram's frame carries the solicited bit (1), and an RC request the XRC bit (2); no other bit is defined", h.Type, uint8(h.Flags))
+	}
+	if err := h.checkXRC(); err != nil {
+		return err
 	}
 	if h.PSN > 0xffffff {
 		return errorf("%s: PSN 0x%x wider than 24 bits", h.Type, h.PSN)

@@ -316,7 +316,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"solicited WRITE", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "WRITE: flags 0x01: only a SEND's"},
 		{"solicited READ", tcpwire.Read, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "READ: flags 0x01"},
 		{"solicited ACK", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "ACK: flags 0x01"},
-		{"unknown flag", tcpwire.Send, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 3; return b }, "SEND: flags 0x03"},
+		{"unknown flag", tcpwire.Send, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 5; return b }, "SEND: flags 0x05"},
 		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved byte 0x80 is not zero"},
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},

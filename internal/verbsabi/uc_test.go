@@ -1,10 +1,7 @@
 package verbsabi
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -54,23 +51,7 @@ func TestMiddlewareUCPingpong(t *testing.T) {
 				}
 				want += uint64(run.size * iters)
 			}
-			if c == nil {
-				return
-			}
-			kind := "tcp"
-			if strings.HasPrefix(path, "rdma") {
-				kind = "rdma"
-			}
-			if moved := uplinkBytesMoved(t, sockA, kind, c.Hosts[1].Name); moved < want {
-				t.Errorf("hostA's %s uplinks carried %d bytes, want at least %d", kind, moved, want)
-			} else {
-				t.Logf("hostA ↔ hostB over %s: %d bytes", kind, moved)
-			}
-			if path == "rdma-v1" {
-				if v1, v2 := rdmaBytes(t, sockA, "v1"), rdmaBytes(t, sockA, "v2"); v1 == 0 || v2 != 0 {
-					t.Errorf("hostA sent %d bytes in RoCE v1 frames and %d in RoCE v2 datagrams; want > 0 and 0", v1, v2)
-				}
-			}
+			checkCrossed(t, path, sockA, c, want)
 		})
 	}
 }
@@ -96,18 +77,7 @@ func TestMiddlewareUCVerbs(t *testing.T) {
 // without attributes, through ibv_create_qp and ibv_create_qp_ex, and its
 // query) against the drop-in: all five pass, none skipped.
 func TestMiddlewareUCPyverbs(t *testing.T) {
-	lib := Build(t)
-	dir := pyverbsSuite(t)
-	env := testenv.StartProcess(t, testenv.ProcessOptions{})
-	env.Define(t, "vm1", testenv.VMOptions{MemMB: 64})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "/usr/bin/python3", filepath.Join(dir, "run_tests.py"), "--dev", "vrdma0", "-v", "-k", "_uc_")
-	cmd.Env = append(Env(lib, env.Socket, "vm1"), "VRDMA_QUIET=1")
-	cmd.Dir = dir
-	outb, err := cmd.CombinedOutput()
-	out := string(outb)
-	t.Logf("%s", out)
+	out, err := runPyverbs(t, Build(t), pyverbsSuite(t), "_uc_", 5*time.Minute)
 	ran := regexp.MustCompile(`(?m)^Ran (\d+) tests`).FindStringSubmatch(out)
 	if err != nil || ran == nil || !regexp.MustCompile(`(?m)^OK$`).MatchString(out) {
 		t.Fatalf("rdma-core's UC tests: %v\n%s", err, out)

@@ -133,8 +133,8 @@ int main(void)
 	sge = (struct ibv_sge){ .addr = (uintptr_t)sbuf, .length = 64, .lkey = src->lkey };
 	{
 		struct ibv_device_attr_ex dx;
-		unsigned int want = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT;
-		unsigned int lacks = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC | IBV_DEVICE_N_NOTIFY_CQ |
+		unsigned int want = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_XRC;
+		unsigned int lacks = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ |
 				     IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_RESIZE_MAX_WR;
 
 		memset(&dx, 0, sizeof(dx));

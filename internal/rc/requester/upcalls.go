@@ -148,7 +148,7 @@ func (r *Engine) ReadResponse(psn uint32, first, last, credited bool, payload []
 		k := e.lim
 		e.lim = min(k+credit, e.NPSN)
 		skip := uint64(k) * uint64(e.MTU)
-		return ReadMore{PSN: (e.PSN + k) & rc.PSNMask, RemoteAddr: e.WQE.RemoteAddr + skip, RKey: e.WQE.RKey, Len: uint32(e.Total - skip)}, true
+		return ReadMore{PSN: (e.PSN + k) & rc.PSNMask, RemoteAddr: e.WQE.RemoteAddr + skip, RKey: e.WQE.RKey, Len: uint32(e.Total - skip), SRQN: e.WQE.XRCSRQN}, true
 	}
 	return ReadMore{}, false
 }
@@ -160,6 +160,7 @@ type ReadMore struct {
 	RemoteAddr uint64 // that packet's bytes at the responder
 	RKey       uint32
 	Len        uint32 // the bytes from there to the READ's end
+	SRQN       uint32 // an XRC initiator's READ: the XRC SRQ it names
 }
 
 // ReadLanded records that a READ's whole response, asked for at psn, was

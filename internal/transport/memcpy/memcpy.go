@@ -159,7 +159,7 @@ func (m *path) deliver(w *abi.SendWQE, segs [][]byte, total uint64) device.Respo
 		q.Counters().NotePeak(1) // the memcpy path executes one WR at a time
 	}
 	m.req = device.Request{Op: w.Opcode, SrcQPN: q.QPN(), RKey: w.RKey, RAddr: w.RemoteAddr, Total: total, Imm: w.Imm,
-		Compare: w.CompareAdd, Swap: w.Swap, Solicited: w.Flags&abi.SendSolicited != 0}
+		Compare: w.CompareAdd, Swap: w.Swap, Solicited: w.Flags&abi.SendSolicited != 0, SRQN: w.XRCSRQN}
 	if w.Opcode == abi.OpSendWithInv {
 		m.req.RKey, m.req.Imm = w.InvalidateRKey(), 0
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/vrdma/vrdma/internal/rocewire"
 )
 
-// maxHeader is the longest header a packet of the engine's has: a BTH and
-// an AtomicETH.
-const maxHeader = rocewire.BTHLen + rocewire.AtomicETHLen
+// maxHeader is the longest header a packet of the engine's has: a BTH, an
+// XRCETH and an AtomicETH.
+const maxHeader = rocewire.BTHLen + rocewire.XRCETHLen + rocewire.AtomicETHLen
 
 // A batch holds at most maxPackets packets in at most MaxDatagrams
 // datagrams (and maxIOV pieces): a MiB of 4 KiB packets.

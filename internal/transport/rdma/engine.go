@@ -329,12 +329,13 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		e.udPacket(pkt, src.Addr()) // a UD packet (ud.go)
 		return nil
 	}
+	srqn, xrc := pkt.StripXRC() // served as RC, by an XRC QP only (its ICRC is checked)
 	q := e.dev.Target(pkt.BTH.DestQP())
 	var p *path
 	if q != nil {
 		p, _ = q.BoundPath().(*path)
 	}
-	if p == nil || p.e != e || p.peer.Addr() != src.Addr() || mac != nil && *mac != p.mac {
+	if p == nil || p.e != e || p.peer.Addr() != src.Addr() || mac != nil && *mac != p.mac || xrc != q.Type().IsXRC() {
 		e.ctr.NoQP.Add(1)
 		if q != nil && pkt.Info.Request {
 			q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets
@@ -351,6 +352,6 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		}
 		return nil
 	}
-	p.rsp.serve(q, pkt) // device.Target.Admit checks the port
+	p.rsp.serve(q, pkt, srqn) // device.Target.Admit checks the port
 	return p
 }

@@ -54,7 +54,21 @@ func FuzzEngine(f *testing.F) {
 	}
 	f.Cleanup(func() { p.Close(context.Background()) })
 	ua, ub := ucPair(f, ctx, v1, v2)
-	qpns := []uint32{p.A.QP.QPN(), p.B.QP.QPN(), ua.qp.QPN(), ub.qp.QPN()}
+	xs := xrcPair(f, ctx, v1, v2)
+	qpns := []uint32{p.A.QP.QPN(), p.B.QP.QPN(), ua.qp.QPN(), ub.qp.QPN(), xs.tgt.QPN(), xs.ini.QPN()}
+	xbuf, err := v2.Alloc(8 * 4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	xmr, err := xs.pd2.RegMR(ctx, xbuf, vrdma.AccessAll)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for i := range 8 { // receives for the target QP's SENDs
+		if err := xs.srq.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{xmr.SGE(i*4096, 4096)}}}); err != nil {
+			f.Fatal(err)
+		}
+	}
 	for _, u := range []*ucSide{ua, ub} { // receives for the UC QPs' SENDs
 		for i := range 8 {
 			if err := u.qp.PostRecv([]vrdma.RecvWR{{ID: uint64(i), SGL: []vrdma.SGE{u.mr.SGE(i*4096, 4096)}}}); err != nil {
@@ -87,6 +101,17 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint8(2), bth(rocewire.UC|rocewire.RDMAWriteOnlyWithImmediate, 1, make([]byte, 16+4+8)...))
 	f.Add(uint8(3), bth(rocewire.RDMAReadRequest, 1, make([]byte, 16)...))
 	f.Add(uint8(0), bth(rocewire.UC|rocewire.SendOnly, 0, []byte("hello")...))
+	// XRC: a target QP's requests naming its SRQ, another number, an RC
+	// packet for it, an XRC packet for an RC QP, a response for the
+	// initiator.
+	srqn := binary.BigEndian.AppendUint32(nil, xs.srq.Num())
+	f.Add(uint8(4), bth(rocewire.XRC|rocewire.SendOnly, 0, append(srqn, []byte("hello")...)...))
+	f.Add(uint8(4), bth(rocewire.XRC|rocewire.SendFirst, 0, append([]byte{0, 0x12, 0x34, 0x56}, make([]byte, 1024)...)...))
+	f.Add(uint8(4), bth(rocewire.XRC|rocewire.RDMAReadRequest, 0, append(srqn, make([]byte, 16)...)...))
+	f.Add(uint8(4), bth(rocewire.XRC|rocewire.CompareSwap, 0, append(srqn, make([]byte, 28)...)...))
+	f.Add(uint8(4), bth(rocewire.SendOnly, 0, []byte("hello")...))
+	f.Add(uint8(0), bth(rocewire.XRC|rocewire.SendOnly, 0, append(srqn, []byte("hello")...)...))
+	f.Add(uint8(5), bth(rocewire.XRC|rocewire.Acknowledge, 0, 0x60, 0, 0, 1))
 
 	f.Fuzz(func(t *testing.T, which uint8, tp []byte) {
 		if len(tp) < rocewire.BTHLen || len(tp) > 4096 {

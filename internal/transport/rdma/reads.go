@@ -121,6 +121,7 @@ type answer struct {
 	limit uint32
 	mtu   uint32
 	msn   uint32
+	xrc   rocewire.Opcode // XRC's opcode bits: an XRC target QP's response
 
 	hlen int
 	hdr  [maxHeader]byte
@@ -431,7 +432,7 @@ func (e *Engine) sendTurn(p *path, a *answer) (uint32, bool) {
 	if v := t.Begin(&a.req, &q.msg); v.Status != abi.WCSuccess {
 		// Begin moved the QP to ERR (a remote access error).
 		h := q.hdr[:rocewire.BTHLen+rocewire.AETHLen]
-		rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: a.dqpn, PSN: (a.psn + a.next) & rc.PSNMask})
+		rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge | a.xrc, PKey: rocewire.DefaultPKey, DestQP: a.dqpn, PSN: (a.psn + a.next) & rc.PSNMask})
 		rocewire.AETH(h[rocewire.BTHLen:]).Encode(nakSyndrome(rc.NAKOf(v.Status)), a.msn)
 		q.out.add(h, nil, 0)
 		t.End(&q.msg)
@@ -467,7 +468,7 @@ func readPacket(out *batch, hdr *[maxHeader]byte, m *device.Message, seg *[1][]b
 		h = hdr[:rocewire.BTHLen+rocewire.AETHLen]
 		rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, a.msn)
 	}
-	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, DestQP: a.dqpn,
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: op | a.xrc, PKey: rocewire.DefaultPKey, DestQP: a.dqpn,
 		PSN: (a.psn + i) & rc.PSNMask, PadCount: rocewire.PadCount(int(n)), AckReq: a.paced})
 	var data [][]byte
 	if n > 0 {

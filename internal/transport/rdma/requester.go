@@ -105,7 +105,7 @@ var _ requester.Wire = (*wire)(nil)
 // Send queues request packet i of e.
 func (w *wire) Send(e *requester.Entry, i, got uint32, at *device.RCAttrs) error {
 	p := (*path)(w)
-	if err := p.sendPacket(at.RemoteQPN, e, i, got, at.UC); err != nil {
+	if err := p.sendPacket(at, e, i, got); err != nil {
 		p.e.log.Debug("rdma path: send", "qpn", p.q.QPN(), "err", err)
 		return err // the timeout retransmits
 	}
@@ -133,18 +133,24 @@ func (w *wire) Recall(*requester.Entry) {}
 func (w *wire) Timeout(*requester.Entry) requester.Verdict { return requester.GoBack }
 
 // sendPacket queues request packet i of e; a READ of which got response
-// packets arrived asks for the rest. uc: the QP is UC (a SEND's or a
-// WRITE's packet has UC's opcode and asks for no ACK; a UC QP has no READ
-// or atomic).
-func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc bool) error {
+// packets arrived asks for the rest. A UC QP's SEND and WRITE packets
+// have UC's opcodes and ask for no ACK (a UC QP has no READ or atomic);
+// an XRC initiator's packets have XRC's, with the XRCETH naming the SRQ
+// its WQE names.
+func (p *path) sendPacket(at *device.RCAttrs, e *requester.Entry, i, got uint32) error {
 	if !p.q.PortUp() {
 		return nil // the port is down: the packet is lost, and the timeout retransmits
 	}
 	w := &e.WQE
 	mtu := e.MTU
 	psn := (e.PSN + i) & rc.PSNMask
-	f := rocewire.BTHFields{PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn}
-	h := p.hdr[:rocewire.BTHLen]
+	f := rocewire.BTHFields{PKey: rocewire.DefaultPKey, DestQP: at.RemoteQPN, PSN: psn}
+	x := rocewire.BTHLen // where the next header goes
+	if at.XRC {
+		rocewire.XRCETH(p.hdr[x:]).Encode(w.XRCSRQN)
+		x += rocewire.XRCETHLen
+	}
+	h := p.hdr[:x]
 	first, last := i == 0, i == e.NPSN-1
 	var off, n uint64
 	switch w.Opcode {
@@ -156,16 +162,16 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 		skip := uint64(got) * uint64(e.MTU)
 		psn = (e.PSN + got) & rc.PSNMask
 		f.PSN = psn
-		h = p.hdr[:rocewire.BTHLen+rocewire.RETHLen]
-		rocewire.RETH(h[rocewire.BTHLen:]).Encode(w.RemoteAddr+skip, w.RKey, uint32(e.Total-skip))
+		h = p.hdr[:x+rocewire.RETHLen]
+		rocewire.RETH(h[x:]).Encode(w.RemoteAddr+skip, w.RKey, uint32(e.Total-skip))
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
 		f.Opcode, f.AckReq = rocewire.CompareSwap, true
 		swap, cmp := w.Swap, w.CompareAdd
 		if w.Opcode == abi.OpAtomicFetchAdd {
 			f.Opcode, swap, cmp = rocewire.FetchAdd, w.CompareAdd, 0
 		}
-		h = p.hdr[:rocewire.BTHLen+rocewire.AtomicETHLen]
-		rocewire.AtomicETH(h[rocewire.BTHLen:]).Encode(w.RemoteAddr, w.RKey, swap, cmp)
+		h = p.hdr[:x+rocewire.AtomicETHLen]
+		rocewire.AtomicETH(h[x:]).Encode(w.RemoteAddr, w.RKey, swap, cmp)
 	default:
 		off = uint64(i) * uint64(mtu)
 		n = min(uint64(mtu), e.Total-off)
@@ -180,11 +186,10 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 			}
 		}
 		f.AckReq = last || i%ackEvery == ackEvery-1
-		if uc {
+		if at.UC {
 			f.Opcode, f.AckReq = rocewire.UC|f.Opcode, false
 		}
 		f.Solicited = last && w.Flags&abi.SendSolicited != 0 && (!write || imm)
-		x := rocewire.BTHLen
 		if write && first {
 			rocewire.RETH(p.hdr[x:]).Encode(w.RemoteAddr, w.RKey, uint32(e.Total))
 			x += rocewire.RETHLen
@@ -198,6 +203,9 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 			x += rocewire.IETHLen
 		}
 		h = p.hdr[:x]
+	}
+	if at.XRC {
+		f.Opcode |= rocewire.XRC
 	}
 	f.PadCount = rocewire.PadCount(int(n))
 	rocewire.BTH(h).Encode(&f)
@@ -297,10 +305,15 @@ func (p *path) askMore(m *requester.ReadMore) bool {
 		return false
 	}
 	dqpn, _ := p.q.Remote()
-	var h [rocewire.BTHLen + rocewire.RETHLen]byte
-	rocewire.BTH(h[:]).Encode(&rocewire.BTHFields{Opcode: rocewire.RDMAReadRequest, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: m.PSN})
-	rocewire.RETH(h[rocewire.BTHLen:]).Encode(m.RemoteAddr, m.RKey, m.Len)
-	p.rsp.out.add(h[:], nil, 0)
+	var h [rocewire.BTHLen + rocewire.XRCETHLen + rocewire.RETHLen]byte
+	op, x := rocewire.RDMAReadRequest, rocewire.BTHLen
+	if p.q.RCAttrs().XRC {
+		rocewire.XRCETH(h[x:]).Encode(m.SRQN)
+		op, x = rocewire.XRC|op, x+rocewire.XRCETHLen
+	}
+	rocewire.BTH(h[:]).Encode(&rocewire.BTHFields{Opcode: op, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: m.PSN})
+	rocewire.RETH(h[x:]).Encode(m.RemoteAddr, m.RKey, m.Len)
+	p.rsp.out.add(h[:x+rocewire.RETHLen], nil, 0)
 	return true
 }
 

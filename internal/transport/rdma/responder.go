@@ -59,6 +59,12 @@ type responder struct {
 	ackMSN uint32
 
 	answering bool // on the reader's list of responders to flush
+
+	// XRC: the SRQ number the request being served named (its XRCETH),
+	// and XRC's opcode bits for the answers of an XRC target QP (0 for
+	// another QP's).
+	srqn uint32
+	xrc  rocewire.Opcode
 }
 
 // flush sends what the responder answered to the requests served since
@@ -76,7 +82,7 @@ func (r *responder) sendAck() {
 	r.ackDue = false
 	var hdr [rocewire.BTHLen + rocewire.AETHLen]byte // not r.hdr: callers may have a header there
 	h := hdr[:]
-	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: r.ackQPN, PSN: r.ackPSN})
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge | r.xrc, PKey: rocewire.DefaultPKey, DestQP: r.ackQPN, PSN: r.ackPSN})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.ackMSN)
 	r.answer(h, true)
 }
@@ -108,8 +114,13 @@ func (r *responder) Bound(q device.Target) bool { return q.BoundPath() == device
 
 // serve handles request packet pkt for the responder's QP, q: the
 // engine's reader found it by the packet's DestQP, bound to r's path.
-func (r *responder) serve(q device.Target, pkt *rocewire.Packet) {
+// srqn is the SRQ number of an XRC request (its RC form, StripXRC).
+func (r *responder) serve(q device.Target, pkt *rocewire.Packet, srqn uint32) {
 	r.q = q
+	r.srqn, r.xrc = srqn, 0
+	if q.Type() == abi.QPTypeXRCRecv {
+		r.xrc = rocewire.XRC
+	}
 	if !q.Admit(r) {
 		return
 	}
@@ -170,7 +181,7 @@ func (r *responder) message(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32
 	}
 	m := &r.msg
 	if first {
-		r.req = device.Request{SrcQPN: at.RemoteQPN, Total: uint64(len(pkt.Payload))}
+		r.req = device.Request{SrcQPN: at.RemoteQPN, Total: uint64(len(pkt.Payload)), SRQN: r.srqn}
 		switch {
 		case write:
 			r.req.Op, r.req.RAddr, r.req.RKey, r.req.Total = abi.OpRDMAWrite, pkt.RETH.VA(), pkt.RETH.RKey(), uint64(pkt.RETH.DMALen())
@@ -289,7 +300,7 @@ func (r *responder) read(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
 		r.refuse(at, psn, abi.WCRemInvReqErr)
 		return
 	}
-	req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: pkt.RETH.RKey(), RAddr: pkt.RETH.VA(), Total: uint64(pkt.RETH.DMALen())}
+	req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: pkt.RETH.RKey(), RAddr: pkt.RETH.VA(), Total: uint64(pkt.RETH.DMALen()), SRQN: r.srqn}
 	n, ok := r.sendRead(at, &req, psn, 0, !pkt.BTH.AckReq())
 	if !ok {
 		return
@@ -320,7 +331,7 @@ func (r *responder) sendRead(at *device.RCAttrs, req *device.Request, psn, from 
 		npkt = uint32((req.Total + mtu - 1) / mtu)
 	}
 	a := answer{t: q, gen: q.Resets(), read: true, paced: paced, req: *req, dqpn: at.RemoteQPN, psn: psn, npkt: npkt, next: from,
-		limit: npkt, mtu: at.PathMTU, msn: r.msn}
+		limit: npkt, mtu: at.PathMTU, msn: r.msn, xrc: r.xrc}
 	if paced {
 		a.limit = min(from+readCredit, npkt)
 	}
@@ -370,7 +381,7 @@ func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32)
 		return
 	}
 	a := pkt.AtomicETH
-	req := device.Request{Op: abi.OpAtomicCmpAndSwp, SrcQPN: at.RemoteQPN, RKey: a.RKey(), RAddr: a.VA(), Total: 8, Compare: a.Compare(), Swap: a.SwapAdd()}
+	req := device.Request{Op: abi.OpAtomicCmpAndSwp, SrcQPN: at.RemoteQPN, RKey: a.RKey(), RAddr: a.VA(), Total: 8, Compare: a.Compare(), Swap: a.SwapAdd(), SRQN: r.srqn}
 	if pkt.BTH.Opcode() == rocewire.FetchAdd {
 		req.Op, req.Compare, req.Swap = abi.OpAtomicFetchAdd, a.SwapAdd(), 0
 	}
@@ -424,7 +435,7 @@ func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint
 			}
 		}
 		ctr.Dups.Add(1)
-		req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: res.RKey, RAddr: res.VA, Total: res.Len}
+		req := device.Request{Op: abi.OpRDMARead, SrcQPN: at.RemoteQPN, RKey: res.RKey, RAddr: res.VA, Total: res.Len, SRQN: r.srqn}
 		r.sendRead(at, &req, res.PSN, k, !pkt.BTH.AckReq())
 	case rocewire.CompareSwap, rocewire.FetchAdd:
 		// Its original value from the responder resources; never
@@ -472,7 +483,7 @@ func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
 	}
 	r.sendAck()
 	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
-	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.Acknowledge | r.xrc, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(s, r.msn)
 	r.answer(h, false)
 }
@@ -480,7 +491,7 @@ func (r *responder) ack(dqpn uint32, s rocewire.Syndrome, psn uint32) {
 // atomicAck sends an ATOMIC_ACKNOWLEDGE with an atomic's original value.
 func (r *responder) atomicAck(dqpn, psn uint32, old uint64) {
 	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen+rocewire.AtomicAckETHLen]
-	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.AtomicAcknowledge, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.AtomicAcknowledge | r.xrc, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
 	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
 	rocewire.AtomicAckETH(h[rocewire.BTHLen+rocewire.AETHLen:]).Encode(old)
 	r.sendAck()

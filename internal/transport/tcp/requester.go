@@ -206,6 +206,9 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	h := &t.treq
 	*h = tcpwire.Header{Version: c.Version(), Type: reqTypes[wq.Opcode], DstQPN: at.RemoteQPN, SrcQPN: q.QPN(), PSN: e.PSN, RKey: wq.RKey,
 		RemoteAddr: wq.RemoteAddr, Compare: wq.CompareAdd, Swap: wq.Swap, Flags: tcpwire.SolicitedOf(wq.Opcode.CarriesEvent(), wq.Flags&abi.SendSolicited != 0)}
+	if at.XRC {
+		h.SetXRC(wq.XRCSRQN)
+	}
 	k := s.call
 	k.ReadSegs = nil
 	var pay [][]byte

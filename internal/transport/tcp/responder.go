@@ -380,7 +380,7 @@ func (rp *responder) sequence(h *tcpwire.Header, p device.Target, rs *responderP
 	}
 	r = &rp.req
 	*r = device.Request{Op: reqOps[h.Type], SrcQPN: h.SrcQPN, RKey: h.RKey, RAddr: h.RemoteAddr, Imm: h.ImmOrLen,
-		Compare: h.Compare, Swap: h.Swap, Solicited: h.Flags&tcpwire.FlagSolicited != 0}
+		Compare: h.Compare, Swap: h.Swap, Solicited: h.Flags&tcpwire.FlagSolicited != 0, SRQN: h.XRCSRQN()}
 	switch h.Type {
 	case tcpwire.Read:
 		r.Total, r.Imm = uint64(h.ImmOrLen), 0
