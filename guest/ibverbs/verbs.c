@@ -1884,3 +1884,38 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.create_srq_ex = create_srq_ex;
 	ctx->vctx.create_cq_ex = create_cq_ex;
 }
+
+/* mcast attaches (or detaches) a UD QP to a multicast group by its GID
+ * (wire-local.md §4.19); RoCE has no LIDs, so lid is not used. */
+static int mcast(struct ibv_qp *ibqp, const union ibv_gid *gid, int op)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+	struct vrdma_vm *vm = qp ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[128], g[64];
+	int e;
+
+	if (!qp || !vm || !gid)
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_MCAST))
+		return EOPNOTSUPP; /* an agent without multicast */
+	vrdma_format_gid(gid, g, sizeof(g));
+	snprintf(body, sizeof(body), "{\"qp\":%u,\"gid\":\"%s\"}", ibqp->handle, g);
+	e = vrdma_cmd(vm, op, body, &r);
+	if (e)
+		return e == ENOENT ? EINVAL : e; /* detaching a QP not attached: EINVAL, as Linux */
+	vrdma_reply_free(&r);
+	return 0;
+}
+
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return mcast(qp, gid, VRDMA_OP_ATTACH_MCAST);
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return mcast(qp, gid, VRDMA_OP_DETACH_MCAST);
+}

@@ -66,6 +66,9 @@
 #define VRDMA_OP_CM_ESTABLISH 49
 #define VRDMA_OP_REREG_MR 52
 #define VRDMA_OP_RESIZE_CQ 53
+#define VRDMA_OP_ATTACH_MCAST 64
+#define VRDMA_OP_DETACH_MCAST 65
+#define VRDMA_OP_CM_JOIN 66
 
 /* Capability bits (§2). */
 #define VRDMA_CAP_ASYNC_MODE 0x1ull
@@ -82,7 +85,8 @@
 #define VRDMA_CAP_UC 0x800ull
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
-#define VRDMA_CAPS_KNOWN 0x3fffull /* every bit above */
+#define VRDMA_CAP_MCAST 0x10000ull
+#define VRDMA_CAPS_KNOWN 0x13fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */

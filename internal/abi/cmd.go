@@ -93,7 +93,12 @@ const (
 	// 52, 53: ibv_rereg_mr and ibv_resize_cq (coreverbs.go).
 	OpReregMR  Op = 52 // ReregMR → RegMRReply
 	OpResizeCQ Op = 53 // ResizeCQ → CreateCQReply; fds: the new ring memfd
-	opMax      Op = 56
+
+	OpAttachMcast Op = 64 // Mcast → Empty
+	OpDetachMcast Op = 65 // Mcast → Empty
+	OpCMJoin      Op = 66 // CMJoin → Empty; then MULTICAST_JOIN or MULTICAST_ERROR
+
+	opMax Op = 72
 )
 
 // Known reports whether o is an op of this ABI version.
@@ -825,10 +830,16 @@ type DeviceAttr struct {
 	MaxSRQSGE       uint32 `json:"max_srq_sge"`
 	// MaxAH is how many address handles a process context may hold
 	// (ud.go); absent from an agent without UD.
-	MaxAH         uint32 `json:"max_ah,omitempty"`
-	AtomicCap     string `json:"atomic_cap"`
-	PhysPortCnt   uint32 `json:"phys_port_cnt"`
-	TransportType string `json:"transport_type"`
+	MaxAH uint32 `json:"max_ah,omitempty"`
+	// Multicast (mcast.go): the groups an adapter's QPs may attach to,
+	// the QPs one group may hold, and the attachments of the adapter in
+	// all; absent from an agent without multicast.
+	MaxMcastGrp           uint32 `json:"max_mcast_grp,omitempty"`
+	MaxMcastQPAttach      uint32 `json:"max_mcast_qp_attach,omitempty"`
+	MaxTotalMcastQPAttach uint32 `json:"max_total_mcast_qp_attach,omitempty"`
+	AtomicCap             string `json:"atomic_cap"`
+	PhysPortCnt           uint32 `json:"phys_port_cnt"`
+	TransportType         string `json:"transport_type"`
 }
 
 // PortAttr are an adapter port's attributes (ibv_port_attr).

@@ -82,6 +82,9 @@ var opTable = [...]OpInfo{
 	{Op: OpCMEstablish, Name: "cm-establish", Request: body[CMEstablish](), Attach: true},
 	{Op: OpReregMR, Name: "rereg-mr", Request: body[ReregMR](), Attach: true},
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
+	{Op: OpAttachMcast, Name: "attach-mcast", Request: body[Mcast](), Attach: true},
+	{Op: OpDetachMcast, Name: "detach-mcast", Request: body[Mcast](), Attach: true},
+	{Op: OpCMJoin, Name: "cm-join", Request: body[CMJoin](), Attach: true},
 }
 
 // opIndex maps a wire number to its row of opTable, plus one (0: not an

@@ -343,9 +343,20 @@ func (d *Device) DeliverDatagram(dg *Datagram, via Via) {
 }
 
 func (d *Device) deliverDatagram(dg *Datagram, via Via) bool {
+	if dg.DGID.IsMulticast() {
+		return d.deliverMulticast(dg, via) // mcast.go
+	}
 	q := d.QP(dg.DstQPN)
-	if q == nil || !q.IsUD() || q.ad.gid != dg.DGID || dg.Len > abi.MaxUDMessage(4096) {
+	if q == nil || !q.IsUD() || q.ad.gid != dg.DGID {
 		return false // no UD QP of that number on the adapter the datagram is addressed to
+	}
+	return d.deliverTo(q, dg, via)
+}
+
+// deliverTo delivers dg to UD QP q, or drops it (false).
+func (d *Device) deliverTo(q *QP, dg *Datagram, via Via) bool {
+	if dg.Len > abi.MaxUDMessage(4096) {
+		return false
 	}
 	r := d.udRouter()
 	if r == nil || !q.PortUp() || !r.AdmitDatagram(q.ad, dg.SGID, via) {

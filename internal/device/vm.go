@@ -798,6 +798,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
 		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH,
+		MaxMcastGrp: abi.MaxMcastGrp, MaxMcastQPAttach: abi.MaxMcastQPAttach, MaxTotalMcastQPAttach: abi.MaxTotalMcastQPAttach,
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }

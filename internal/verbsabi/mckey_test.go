@@ -1,0 +1,109 @@
+package verbsabi
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer a program writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// mckeyGroup is the group the mckey tests join.
+const mckeyGroup = "239.77.0.9"
+
+// TestRDMACMMckey runs rdmacm-utils' mckey, unmodified, over memcpy, tcp
+// and rdma: a receiver on vmA joins the multicast group (rdma_resolve_addr
+// to the group, rdma_join_multicast, MULTICAST_JOIN with the group's
+// address handle attributes, QPN 0xFFFFFF and Q_Key), then a sender on
+// vmB (hostB on tcp and rdma) joins it and sends 20 datagrams to the
+// group, which the receiver must all receive; both end with status 0.
+func TestRDMACMMckey(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/mckey", "rdmacm-utils")
+	for _, path := range []string{"memcpy", "tcp", "rdma"} {
+		t.Run(path, func(t *testing.T) {
+			e := startCMEnv(t, path)
+			before := uint64(0)
+			if path != "memcpy" {
+				before = uplinkBytesMoved(t, e.sockA, path, "")
+			}
+			rcv, snd := runMckey(t, lib, cmSide{e.sockA, "vmA", "/usr/bin/mckey", []string{"-m", mckeyGroup, "-b", cmAddrA, "-C", "20", "-S", "100"}},
+				cmSide{e.sockB, "vmB", "/usr/bin/mckey", []string{"-m", mckeyGroup, "-b", cmAddrB, "-s", "-C", "20", "-S", "100"}})
+			for side, out := range map[string]string{"receiver": rcv, "sender": snd} {
+				for _, want := range []string{"mckey: joined dgid: ::ffff:" + mckeyGroup, "data transfers complete", "test complete", "return status 0"} {
+					if !strings.Contains(out, want) {
+						t.Errorf("%s: no %q:\n%s", side, want, out)
+					}
+				}
+			}
+			if path != "memcpy" {
+				if moved := uplinkBytesMoved(t, e.sockA, path, "") - before; moved < 20*100 {
+					t.Errorf("hostA's %s uplinks moved %d bytes: the datagrams did not take the %s path", path, moved, path)
+				}
+			}
+		})
+	}
+}
+
+// runMckey starts mckey's receiver, waits until it has joined, runs the
+// sender, and returns both outputs once the receiver has ended.
+func runMckey(t *testing.T, lib string, rcv, snd cmSide) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Line-buffered, so that the test sees "receiving data transfers",
+	// printed once the receiver has joined, while it waits.
+	r := exec.CommandContext(ctx, "stdbuf", append([]string{"-oL", rcv.prog}, rcv.args...)...)
+	r.Env = Env(lib, rcv.socket, rcv.vm)
+	var rout syncBuffer
+	r.Stdout, r.Stderr = &rout, &rout
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Wait() }()
+	for !strings.Contains(rout.String(), "receiving data transfers") {
+		select {
+		case err := <-done:
+			t.Fatalf("mckey's receiver ended before it joined: %v\n%s", err, rout.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s := exec.CommandContext(ctx, snd.prog, snd.args...)
+	s.Env = Env(lib, snd.socket, snd.vm)
+	out, err := s.CombinedOutput()
+	if err != nil {
+		t.Errorf("mckey's sender: %v\n%s", err, out)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("mckey's receiver: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		r.Process.Kill()
+		t.Errorf("mckey's receiver still waiting 20 s after the sender ended (%v)", <-done)
+	}
+	t.Logf("receiver:\n%s\nsender:\n%s", rout.String(), out)
+	return rout.String(), string(out)
+}
