@@ -34,7 +34,9 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
+	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
 )
 
@@ -76,17 +78,28 @@ type mcastKey struct {
 	gid abi.GID
 }
 
-// mcastPublished are the memberships this agent published.
+// mcastPublished are the memberships this agent published, and the
+// groups its RoCE engines receive.
 type mcastPublished struct {
-	mu   sync.Mutex
-	keys map[mcastKey]string // +checklocks:mu; the etcd key of each
-	seq  uint64              // +checklocks:mu; numbers the keys, which two processes of a VM must not share
+	mu sync.Mutex
+	// keys are the etcd keys of the memberships published.
+	// +checklocks:mu
+	keys map[mcastKey]string
+	// seq numbers the keys, which two processes of a VM must not share.
+	// +checklocks:mu
+	seq uint64
+	// joined are the groups the engines joined.
+	// +checklocks:mu
+	joined map[abi.GID]bool
 }
 
 // syncMcast publishes adapter ad's groups as the device has them now:
 // new ones put, left ones deleted. Without a control plane there is
 // nothing to publish.
 func (a *Agent) syncMcast(ad *device.Adapter) {
+	a.mcPub.mu.Lock()
+	defer a.mcPub.mu.Unlock()
+	a.syncEnginesLocked()
 	c := a.ctl
 	if c == nil {
 		return
@@ -96,8 +109,6 @@ func (a *Agent) syncMcast(ad *device.Adapter) {
 	for _, g := range a.dev.McastGroups(ad) {
 		want[g] = true
 	}
-	a.mcPub.mu.Lock()
-	defer a.mcPub.mu.Unlock()
 	if a.mcPub.keys == nil {
 		a.mcPub.keys = map[mcastKey]string{}
 	}
@@ -132,6 +143,46 @@ func (a *Agent) syncMcast(ad *device.Adapter) {
 	}
 }
 
+// syncEnginesLocked has the RoCE engines receive the groups this host's
+// QPs are attached to, and no others.
+//
+// +checklocks:a.mcPub.mu
+func (a *Agent) syncEnginesLocked() {
+	var engines []*rdma.Engine
+	for _, e := range []*rdma.Engine{a.rdma, a.rdma1} {
+		if e != nil {
+			engines = append(engines, e)
+		}
+	}
+	if len(engines) == 0 {
+		return
+	}
+	if a.mcPub.joined == nil {
+		a.mcPub.joined = map[abi.GID]bool{}
+	}
+	want := map[abi.GID]bool{}
+	for _, g := range a.dev.McastAll() {
+		want[g] = true
+		if a.mcPub.joined[g] {
+			continue
+		}
+		for _, e := range engines {
+			if err := e.JoinGroup(g); err != nil {
+				a.log.Warn("multicast group not received on the rdma path", "group", g, "err", err)
+			}
+		}
+		a.mcPub.joined[g] = true
+	}
+	for g := range a.mcPub.joined {
+		if !want[g] {
+			for _, e := range engines {
+				e.LeaveGroup(g)
+			}
+			delete(a.mcPub.joined, g)
+		}
+	}
+}
+
 // groupPath carries an address handle's datagrams to a multicast group:
 // memcpy to this host's members, and to each other host with members.
 type groupPath struct {
@@ -140,10 +191,16 @@ type groupPath struct {
 	gid  abi.GID
 	pg   string // the sender's port group; "" without a control plane
 
-	mu      sync.Mutex
-	remote  []device.DatagramPath // +checklocks:mu; one per other host with members
-	fetched time.Time             // +checklocks:mu
-	busy    bool                  // +checklocks:mu; a refresh is under way
+	mu sync.Mutex
+	// remote are the paths to the other hosts with members (one for all
+	// on the rdma path).
+	// +checklocks:mu
+	remote []device.DatagramPath
+	// +checklocks:mu
+	fetched time.Time
+	// busy: a refresh is under way.
+	// +checklocks:mu
+	busy bool
 }
 
 // routeGroup is RouteAH for a multicast GID.
@@ -200,15 +257,19 @@ func (p *groupPath) refresh() {
 	var remote []device.DatagramPath
 	if err == nil {
 		seen := map[string]bool{a.hostID: true}
+		rdmaSent := false // one packet to the group reaches every host on the rdma path
 		for _, kv := range resp.Kvs {
 			f := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
 			if len(f) != 4 || seen[f[0]] {
 				continue
 			}
-			if path := p.hostPath(f[1] + "/" + f[2]); path != nil {
-				seen[f[0]] = true
-				remote = append(remote, path)
+			path := p.hostPath(f[1] + "/" + f[2])
+			if path == nil || path.Kind() == abi.PathRDMA && rdmaSent {
+				continue
 			}
+			seen[f[0]] = true
+			rdmaSent = rdmaSent || path.Kind() == abi.PathRDMA
+			remote = append(remote, path)
 		}
 	}
 	p.mu.Lock()
@@ -228,10 +289,33 @@ func (p *groupPath) hostPath(target string) device.DatagramPath {
 	if err != nil {
 		return nil
 	}
-	if d.Path == pathsel.TCP && a.up != nil {
+	switch {
+	case d.Path == pathsel.TCP && a.up != nil:
 		peer := a.up.Peer(end.Host.Host.ID)
 		go peer.Conn(c.cfg.LookupTimeout)
 		return tcp.Datagrams(peer)
+	case d.Path == pathsel.RDMA:
+		return a.rdmaGroup(end.PortGroup, p.gid)
 	}
 	return nil
+}
+
+// rdmaGroup is the rdma path of datagrams to group gid on port group pg
+// (RoCE v1 or v2, as pg says): one packet to the group's address, which
+// reaches every host with members that the network brings it to; nil
+// when this agent has no such engine, or the group cannot travel on it.
+func (a *Agent) rdmaGroup(pg records.PortGroup, gid abi.GID) device.DatagramPath {
+	so := netcheck.SocketOptionsOf(pg)
+	e, m := a.rdma, rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)}
+	if pg.RoCEVersion == records.RoCEv1 {
+		e, m.VLAN = a.rdma1, uint16(pg.VLAN)
+	}
+	if e == nil {
+		return nil
+	}
+	path, ok := e.GroupDatagrams(gid, m)
+	if !ok {
+		return nil
+	}
+	return path
 }

@@ -56,7 +56,7 @@ type Channel struct {
 type eventKey struct {
 	event int
 	qp    uint32
-	other uint64 // a CM event's cookie; an async event's port
+	other uint64  // a CM event's cookie; an async event's port
 	group abi.GID // a MULTICAST_JOIN's: an ID's joins of two groups are two events
 }
 

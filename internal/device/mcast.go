@@ -142,6 +142,17 @@ func (d *Device) McastGroups(ad *Adapter) []abi.GID {
 	return out
 }
 
+// McastAll returns every group a QP of this device is attached to.
+func (d *Device) McastAll() []abi.GID {
+	d.mcMu.Lock()
+	defer d.mcMu.Unlock()
+	out := make([]abi.GID, 0, len(d.mc.members))
+	for gid := range d.mc.members {
+		out = append(out, gid)
+	}
+	return out
+}
+
 // deliverMulticast delivers dg, to a group, to each member QP its source
 // may reach; it reports whether any took it.
 func (d *Device) deliverMulticast(dg *Datagram, via Via) bool {

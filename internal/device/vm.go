@@ -53,17 +53,20 @@ type Context struct {
 	mrs     []atomic.Pointer[MR]
 	keyBits uint // the low bits of a key that number its slot
 
-	objMu      sync.Mutex
-	pds        map[uint32]*PD  // +checklocks:objMu
-	mrHandles  map[uint32]*MR  // +checklocks:objMu
-	cqs        map[uint32]*CQ  // +checklocks:objMu
-	qps        map[uint32]*QP  // +checklocks:objMu
-	srqs       map[uint32]*SRQ // +checklocks:objMu
-	ahs        map[uint32]*AH  // +checklocks:objMu
-	nextHandle uint32          // +checklocks:objMu
-	keyGens    []uint32        // +checklocks:objMu
-	keyFree    []uint32        // +checklocks:objMu
-	keyFresh   uint32          // +checklocks:objMu
+	objMu     sync.Mutex
+	pds       map[uint32]*PD  // +checklocks:objMu
+	mrHandles map[uint32]*MR  // +checklocks:objMu
+	cqs       map[uint32]*CQ  // +checklocks:objMu
+	qps       map[uint32]*QP  // +checklocks:objMu
+	srqs      map[uint32]*SRQ // +checklocks:objMu
+	ahs       map[uint32]*AH  // +checklocks:objMu
+	// retiredAHs are destroyed address handles that WQEs posted before
+	// their destroy may still name (ud.go), oldest first.
+	retiredAHs []*AH    // +checklocks:objMu
+	nextHandle uint32   // +checklocks:objMu
+	keyGens    []uint32 // +checklocks:objMu
+	keyFree    []uint32 // +checklocks:objMu
+	keyFresh   uint32   // +checklocks:objMu
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // syncBuffer is a bytes.Buffer a program writes while the test reads it.
@@ -42,7 +44,7 @@ func TestRDMACMMckey(t *testing.T) {
 	NeedProgram(t, "/usr/bin/mckey", "rdmacm-utils")
 	for _, path := range []string{"memcpy", "tcp", "rdma"} {
 		t.Run(path, func(t *testing.T) {
-			e := startCMEnv(t, path)
+			e := mckeyEnv(t, path)
 			before := uint64(0)
 			if path != "memcpy" {
 				before = uplinkBytesMoved(t, e.sockA, path, "")
@@ -63,6 +65,22 @@ func TestRDMACMMckey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mckeyEnv is startCMEnv, but the rdma path's hosts are in network
+// namespaces of their own, joined by a bridge, as hosts on a network
+// are: a group's socket binds the group's address on UDP port 4791,
+// which Linux refuses while another socket of the namespace holds the
+// port without SO_REUSEADDR (other tests' engines, in the test
+// process's namespace).
+func mckeyEnv(t *testing.T, path string) cmEnv {
+	if path != "rdma" {
+		return startCMEnv(t, path)
+	}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOn, RDMA: true})
+	c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrA}})
+	c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrB}})
+	return cmEnv{path, c.Hosts[0].Socket, c.Hosts[1].Socket}
 }
 
 // runMckey starts mckey's receiver, waits until it has joined, runs the
