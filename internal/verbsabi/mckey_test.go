@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +125,26 @@ func runMckey(t *testing.T, lib string, rcv, snd cmSide) (string, string) {
 	}
 	t.Logf("receiver:\n%s\nsender:\n%s", rout.String(), out)
 	return rout.String(), string(out)
+}
+
+// TestMcastVerbs runs guest/ibverbs/tests/mcast_check.c on one host
+// (memcpy), for an IPv4 group in its RoCE v2 form and an IPv6 one:
+// ibv_attach_mcast and ibv_detach_mcast with their refusals (a unicast
+// GID, an RC QP, a QP not attached), the device's multicast limits, a
+// group's datagram reaching its members only (with QPN 0xFFFFFF), a
+// detached QP no longer receiving, the sender receiving its own datagram
+// only while attached, and a destroyed QP leaving its group.
+func TestMcastVerbs(t *testing.T) {
+	lib := Build(t)
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	for _, group := range []string{"::ffff:239.1.2.3", "ff0e::7:1"} {
+		t.Run(group, func(t *testing.T) {
+			out, _ := runCSource(t, lib, env.Socket, "vm1", filepath.Join(SourceDir(), "tests", "mcast_check.c"),
+				[]string{"libibverbs.so.1"}, group)
+			if n := strings.Count(out, "ok "); n < 17 {
+				t.Errorf("only %d checks ran:\n%s", n, out)
+			}
+		})
+	}
 }
