@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -146,5 +147,58 @@ func TestMcastVerbs(t *testing.T) {
 				t.Errorf("only %d checks ran:\n%s", n, out)
 			}
 		})
+	}
+}
+
+// TestMckeyCrossPortGroup runs mckey's receivers on vmA (hostA) and on
+// vmC (hostB, a port group of another VLAN), then its sender on vmB
+// (hostB, vmA's port group), over tcp: vmA receives every datagram, and
+// vmC, though on the sender's host and joined to the same group, none —
+// nothing crosses port groups.
+func TestMckeyCrossPortGroup(t *testing.T) {
+	lib := BuildRDMACM(t)
+	NeedProgram(t, "/usr/bin/mckey", "rdmacm-utils")
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff})
+	pg := records.PortGroup{Name: "other-vlan", Key: "dvportgroup-20", Switch: c.Switch.Name, VLAN: 20,
+		PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Store().Create(ctx, records.PortGroupKey(pg.Key), pg); err != nil {
+		t.Fatal(err)
+	}
+	a, b := c.Hosts[0], c.Hosts[1]
+	a.Define(t, "vmA", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrA}})
+	b.Define(t, "vmB", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrB}})
+	b.DefineVMX(t, "vmC", testenv.VMXOn(testenv.VMOptions{MemMB: 32, IPv4: []string{"10.77.0.3"}}, c.Switch.UUID, pg.Key))
+	other := exec.CommandContext(ctx, "stdbuf", "-oL", "/usr/bin/mckey", "-m", mckeyGroup, "-b", "10.77.0.3", "-C", "5", "-S", "100")
+	other.Env = Env(lib, b.Socket, "vmC")
+	var oout syncBuffer
+	other.Stdout, other.Stderr = &oout, &oout
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- other.Wait() }()
+	for !strings.Contains(oout.String(), "receiving data transfers") {
+		select {
+		case err := <-done:
+			t.Fatalf("vmC's mckey ended before it joined: %v\n%s", err, oout.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	rcv, _ := runMckey(t, lib, cmSide{a.Socket, "vmA", "/usr/bin/mckey", []string{"-m", mckeyGroup, "-b", cmAddrA, "-C", "5", "-S", "100"}},
+		cmSide{b.Socket, "vmB", "/usr/bin/mckey", []string{"-m", mckeyGroup, "-b", cmAddrB, "-s", "-C", "5", "-S", "100"}})
+	if !strings.Contains(rcv, "data transfers complete") {
+		t.Errorf("vmA, on the sender's port group, did not receive:\n%s", rcv)
+	}
+	select {
+	case err := <-done:
+		t.Errorf("vmC's mckey, on another port group, ended (%v): it received the group's datagrams:\n%s", err, oout.String())
+	case <-time.After(2 * time.Second):
+		other.Process.Kill()
+		<-done
+	}
+	if strings.Contains(oout.String(), "data transfers complete") {
+		t.Errorf("vmC received the datagrams of another port group's group:\n%s", oout.String())
 	}
 }
