@@ -36,7 +36,7 @@ func (s *syncBuffer) String() string {
 const mckeyGroup = "239.77.0.9"
 
 // TestRDMACMMckey runs rdmacm-utils' mckey, unmodified, over memcpy, tcp
-// and rdma: a receiver on vmA joins the multicast group (rdma_resolve_addr
+// and rdma (RoCE v2, and RoCE v1 frames): a receiver on vmA joins the multicast group (rdma_resolve_addr
 // to the group, rdma_join_multicast, MULTICAST_JOIN with the group's
 // address handle attributes, QPN 0xFFFFFF and Q_Key), then a sender on
 // vmB (hostB on tcp and rdma) joins it and sends 20 datagrams to the
@@ -44,9 +44,10 @@ const mckeyGroup = "239.77.0.9"
 func TestRDMACMMckey(t *testing.T) {
 	lib := BuildRDMACM(t)
 	NeedProgram(t, "/usr/bin/mckey", "rdmacm-utils")
-	for _, path := range []string{"memcpy", "tcp", "rdma"} {
-		t.Run(path, func(t *testing.T) {
-			e := mckeyEnv(t, path)
+	for _, name := range []string{"memcpy", "tcp", "rdma", "rdma-v1"} {
+		t.Run(name, func(t *testing.T) {
+			e := mckeyEnv(t, name)
+			path := e.path
 			before := uint64(0)
 			if path != "memcpy" {
 				before = uplinkBytesMoved(t, e.sockA, path, "")
@@ -75,14 +76,18 @@ func TestRDMACMMckey(t *testing.T) {
 // which Linux refuses while another socket of the namespace holds the
 // port without SO_REUSEADDR (other tests' engines, in the test
 // process's namespace).
-func mckeyEnv(t *testing.T, path string) cmEnv {
-	if path != "rdma" {
-		return startCMEnv(t, path)
+func mckeyEnv(t *testing.T, name string) cmEnv {
+	if name != "rdma" && name != "rdma-v1" {
+		return startCMEnv(t, name)
 	}
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOn, RDMA: true})
+	v := records.RoCEv2
+	if name == "rdma-v1" {
+		v = records.RoCEv1
+	}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOn, RDMA: true, RoCEVersion: v})
 	c.Hosts[0].Define(t, "vmA", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrA}})
 	c.Hosts[1].Define(t, "vmB", testenv.VMOptions{MemMB: 32, IPv4: []string{cmAddrB}})
-	return cmEnv{path, c.Hosts[0].Socket, c.Hosts[1].Socket}
+	return cmEnv{"rdma", c.Hosts[0].Socket, c.Hosts[1].Socket}
 }
 
 // runMckey starts mckey's receiver, waits until it has joined, runs the
