@@ -45,7 +45,8 @@ const (
 
 var cmEventNames = map[CMEventType]string{CMAddrResolved: "ADDR_RESOLVED", CMAddrError: "ADDR_ERROR", CMRouteResolved: "ROUTE_RESOLVED",
 	CMRouteError: "ROUTE_ERROR", CMConnectRequest: "CONNECT_REQUEST", CMUnreachable: "UNREACHABLE", CMRejected: "REJECTED",
-	CMEstablished: "ESTABLISHED", CMDisconnected: "DISCONNECTED", CMTimewaitExit: "TIMEWAIT_EXIT"}
+	CMEstablished: "ESTABLISHED", CMDisconnected: "DISCONNECTED", CMTimewaitExit: "TIMEWAIT_EXIT",
+	CMMulticastJoin: "MULTICAST_JOIN", CMMulticastError: "MULTICAST_ERROR"}
 
 // String returns the event's rdma_cm name without its prefix:
 // "ESTABLISHED".
@@ -140,6 +141,9 @@ type CMEvent struct {
 	PrivateData []byte
 	// Message says why, for people (errors).
 	Message string
+	// QKey is the Q_Key of a UD connect's listener (ESTABLISHED) or of a
+	// multicast group (MULTICAST_JOIN).
+	QKey uint32
 
 	ch           *EventChannel
 	listener, id uint32
@@ -168,7 +172,7 @@ func (ch *EventChannel) Next(ctx context.Context) (*CMEvent, error) {
 	}
 	ev := &CMEvent{Type: CMEventType(e.Event), Status: e.Status, Cookie: e.Cookie, RemoteVM: e.RemoteVM, RemoteAdapter: e.RemoteAdapter,
 		RemoteGID: e.RemoteGID, RemoteQPN: e.RemoteQPN, Adapter: e.Adapter, Port: e.Port, PrivateData: e.PrivateData, Message: e.Message,
-		ch: ch, listener: e.Listener, id: e.ID}
+		QKey: e.QKey, ch: ch, listener: e.Listener, id: e.ID}
 	if e.QP != 0 {
 		ch.mu.Lock()
 		ev.QP = ch.qps[e.QP]

@@ -82,7 +82,8 @@ func (pd *PD) CreateAHFromWC(ctx context.Context, wc *WorkCompletion, grh []byte
 func (ah *AH) Path() PathInfo { return ah.path }
 
 // Destroy destroys the address handle (ibv_destroy_ah). Work requests
-// posted with it and not yet executed fail with LOC_QP_OP_ERR.
+// posted with it before still execute with it, as on hardware; one
+// posted after fails with LOC_QP_OP_ERR.
 func (ah *AH) Destroy(ctx context.Context) error {
 	if _, err := ah.pd.ad.vm.c.call(ctx, abi.OpDestroyAH, &abi.Handle{Handle: ah.handle}, nil); err != nil && !errors.Is(err, ErrAgentGone) {
 		return fmt.Errorf("vrdma: destroy AH %d: %w", ah.handle, err)

@@ -29,7 +29,7 @@ int vrdma_cm_call(int op, const char *body, char **reply, int *fd, char *msg, si
 	if (!vm)
 		return errno ? errno : ENODEV;
 	if (op != VRDMA_OP_ACCEPT_REQUEST && op != VRDMA_OP_REJECT_REQUEST && op != VRDMA_OP_CM_ESTABLISH &&
-	    (op < VRDMA_OP_CM_OPEN_CHANNEL || op > VRDMA_OP_CM_DISCONNECT))
+	    op != VRDMA_OP_CM_JOIN && (op < VRDMA_OP_CM_OPEN_CHANNEL || op > VRDMA_OP_CM_DISCONNECT))
 		return EINVAL;
 	if (!(vm->s.caps & VRDMA_CAP_CM)) {
 		if (msg && msglen)

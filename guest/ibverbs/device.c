@@ -198,6 +198,13 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	/* Memory windows: an agent without the mw bit sends none. */
 	if (json_get_u32(j, 0, "max_mw", &u) == 0 && u <= INT32_MAX)
 		a->max_mw = (int)u;
+	/* Multicast: an agent without the mcast bit sends none. */
+	if (json_get_u32(j, 0, "max_mcast_grp", &u) == 0 && u <= INT32_MAX)
+		a->max_mcast_grp = (int)u;
+	if (json_get_u32(j, 0, "max_mcast_qp_attach", &u) == 0 && u <= INT32_MAX)
+		a->max_mcast_qp_attach = (int)u;
+	if (json_get_u32(j, 0, "max_total_mcast_qp_attach", &u) == 0 && u <= INT32_MAX)
+		a->max_total_mcast_qp_attach = (int)u;
 	if (json_get_u32(j, 0, "phys_port_cnt", &u) || u > 255) {
 		vrdma_reply_free(&r);
 		return EIO;

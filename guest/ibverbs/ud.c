@@ -174,8 +174,11 @@ int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ib
 		errno = EINVAL; /* neither IPv4 nor IPv6: not a GRH this device wrote */
 		return -1;
 	}
-	/* The datagram's destination must be this port's GID (index 0). */
-	if (ibv_query_gid(context, port_num, 0, &own) || memcmp(&own, &dst, sizeof(own))) {
+	/* The datagram's destination must be this port's GID (index 0), or
+	 * a multicast group's (ff00::/8, ::ffff:224.0.0.0/4): the reply goes
+	 * from the port's GID either way. */
+	if (ibv_query_gid(context, port_num, 0, &own) ||
+	    (memcmp(&own, &dst, sizeof(own)) && dst.raw[0] != 0xff && !(dst.raw[10] == 0xff && (dst.raw[12] & 0xf0) == 0xe0))) {
 		errno = EINVAL; /* as rdma-core when no GID index has the datagram's destination */
 		return -1;
 	}

@@ -693,7 +693,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 /* advise_mr_op is ibv_advise_mr (capability odp): the agent checks every
  * range against the PD's on-demand regions and populates their guest
  * memory before it replies, with IBV_ADVISE_MR_FLAG_FLUSH or without
- * (advise-mr, wire-local.md §4.19). An errno, as ibv_advise_mr returns. */
+ * (advise-mr, wire-local.md §4.20). An errno, as ibv_advise_mr returns. */
 static int advise_mr_op(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags, struct ibv_sge *sg_list,
 			uint32_t num_sge)
 {
@@ -2442,4 +2442,39 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.open_xrcd = open_xrcd;
 	ctx->vctx.close_xrcd = close_xrcd;
 	ctx->vctx.get_srq_num = get_srq_num;
+}
+
+/* mcast attaches (or detaches) a UD QP to a multicast group by its GID
+ * (wire-local.md §4.19); RoCE has no LIDs, so lid is not used. */
+static int mcast(struct ibv_qp *ibqp, const union ibv_gid *gid, int op)
+{
+	struct vrdma_qp *qp = to_qp(ibqp);
+	struct vrdma_vm *vm = qp ? vrdma_vm_get() : NULL;
+	struct vrdma_reply r;
+	char body[128], g[64];
+	int e;
+
+	if (!qp || !vm || !gid)
+		return EINVAL;
+	if (!(vm->s.caps & VRDMA_CAP_MCAST))
+		return EOPNOTSUPP; /* an agent without multicast */
+	vrdma_format_gid(gid, g, sizeof(g));
+	snprintf(body, sizeof(body), "{\"qp\":%u,\"gid\":\"%s\"}", ibqp->handle, g);
+	e = vrdma_cmd(vm, op, body, &r);
+	if (e)
+		return e == ENOENT ? EINVAL : e; /* detaching a QP not attached: EINVAL, as Linux */
+	vrdma_reply_free(&r);
+	return 0;
+}
+
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return mcast(qp, gid, VRDMA_OP_ATTACH_MCAST);
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)lid;
+	return mcast(qp, gid, VRDMA_OP_DETACH_MCAST);
 }

@@ -70,6 +70,9 @@
 #define VRDMA_OP_DEALLOC_MW 55
 #define VRDMA_OP_OPEN_XRCD 58
 #define VRDMA_OP_CLOSE_XRCD 59
+#define VRDMA_OP_ATTACH_MCAST 64
+#define VRDMA_OP_DETACH_MCAST 65
+#define VRDMA_OP_CM_JOIN 66
 #define VRDMA_OP_ADVISE_MR 68
 
 /* Capability bits (§2). */
@@ -89,9 +92,10 @@
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
 #define VRDMA_CAP_MW 0x4000ull
 #define VRDMA_CAP_XRC 0x8000ull
+#define VRDMA_CAP_MCAST 0x10000ull
 #define VRDMA_CAP_ODP 0x20000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0xaffffull /* every bit above */
+#define VRDMA_CAPS_KNOWN 0xbffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */

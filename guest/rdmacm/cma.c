@@ -74,8 +74,23 @@ struct cm_id {
 	struct ibv_qp_init_attr *qp_init_attr; /* rdma_create_ep's, for a passive synchronous ID */
 	uint8_t tos, ack_timeout;
 	int events_out; /* delivered, not acked: rdma_destroy_id waits for 0; +guarded by cm_mu */
+	struct cm_mc *mcs; /* the groups joined, newest first; +guarded by cm_mu */
 	struct cm_id *next;
 };
+
+/* cm_mc is a multicast group an ID joined (rdma_join_multicast): its
+ * address and GID, the join's context (the events' private_data), and
+ * whether the ID's QP is attached to it (when MULTICAST_JOIN is read, as
+ * librdmacm attaches it; never for a send-only join). */
+struct cm_mc {
+	struct sockaddr_storage addr;
+	union ibv_gid mgid;
+	void *context;
+	int send_only, attached;
+	struct cm_mc *next;
+};
+
+static struct cm_mc *find_mc(struct cm_id *c, const union ibv_gid *g, struct cm_mc ***prev);
 
 struct cm_event {
 	struct rdma_cm_event ev; /* first */
@@ -597,6 +612,8 @@ int rdma_destroy_id(struct rdma_cm_id *id)
 		rdma_ack_cm_event(c->id.event);
 		c->id.event = NULL;
 	}
+	while (c->mcs)
+		rdma_leave_multicast(&c->id, (struct sockaddr *)&c->mcs->addr); /* as rdma-core's */
 	pthread_mutex_lock(&cm_mu);
 	while (c->events_out > 0)
 		pthread_cond_wait(&cm_acked, &cm_mu);
@@ -1559,7 +1576,9 @@ found:
 			u->private_data = e->pdata;
 			u->private_data_len = (uint8_t)npd;
 		}
-		if (type == RDMA_CM_EVENT_ESTABLISHED) {
+		struct ibv_qp *attach = NULL;
+
+		if (type == RDMA_CM_EVENT_ESTABLISHED || type == RDMA_CM_EVENT_MULTICAST_JOIN) {
 			u->qp_num = rqpn;
 			u->qkey = qkey;
 			u->ah_attr.is_global = 1;
@@ -1568,7 +1587,32 @@ found:
 			u->ah_attr.grh.traffic_class = c->tos;
 			u->ah_attr.port_num = c->id.port_num ? c->id.port_num : 1;
 		}
+		if (type == RDMA_CM_EVENT_MULTICAST_JOIN || type == RDMA_CM_EVENT_MULTICAST_ERROR) {
+			/* A join's events carry its context; the QP attaches
+			 * to the group now (rdma-core's ucma_process_join). */
+			struct cm_mc *mc = find_mc(c, &rgid, NULL);
+
+			u->private_data = mc ? mc->context : NULL;
+			u->private_data_len = 0;
+			if (type == RDMA_CM_EVENT_MULTICAST_JOIN && mc && !mc->send_only && !mc->attached && c->id.qp) {
+				attach = c->id.qp;
+				mc->attached = 1;
+			}
+		}
 		pthread_mutex_unlock(&cm_mu);
+		if (attach) {
+			int err = ibv_attach_mcast(attach, &rgid, 0);
+
+			if (err) {
+				e->ev.event = RDMA_CM_EVENT_MULTICAST_ERROR;
+				e->ev.status = -err;
+				pthread_mutex_lock(&cm_mu);
+				struct cm_mc *mc = find_mc(c, &rgid, NULL);
+				if (mc)
+					mc->attached = 0;
+				pthread_mutex_unlock(&cm_mu);
+			}
+		}
 		json_free(&d);
 		return e;
 	}
@@ -1691,6 +1735,148 @@ const char *rdma_event_str(enum rdma_cm_event_type event)
 }
 
 /* ---- endpoints (rdma_create_ep: synchronous IDs) ---- */
+
+/* ---- Multicast ---- */
+
+/* mcast_gid is the GID of the multicast group at address a, as rdma_cm
+ * gives it on RoCE (an IPv4 group's IPv4-mapped address, an IPv6 group's
+ * own); -1 when a is not a multicast address. */
+static int mcast_gid(const struct sockaddr *a, union ibv_gid *g)
+{
+	memset(g, 0, sizeof(*g));
+	if (a->sa_family == AF_INET) {
+		const uint8_t *ip = (const uint8_t *)&((const struct sockaddr_in *)a)->sin_addr;
+
+		if ((ip[0] & 0xf0) != 0xe0)
+			return -1;
+		g->raw[10] = g->raw[11] = 0xff;
+		memcpy(g->raw + 12, ip, 4);
+		return 0;
+	}
+	if (a->sa_family == AF_INET6 && ((const struct sockaddr_in6 *)a)->sin6_addr.s6_addr[0] == 0xff) {
+		memcpy(g->raw, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+		return 0;
+	}
+	return -1;
+}
+
+/* find_mc is c's join of the group with GID g; with prev, also the link
+ * that points to it. Called with cm_mu held. */
+static struct cm_mc *find_mc(struct cm_id *c, const union ibv_gid *g, struct cm_mc ***prev)
+{
+	for (struct cm_mc **p = &c->mcs; *p; p = &(*p)->next) {
+		if (!memcmp(&(*p)->mgid, g, sizeof(*g))) {
+			if (prev)
+				*prev = p;
+			return *p;
+		}
+	}
+	return NULL;
+}
+
+/* join asks the agent to join c to the group at addr (cm-join):
+ * MULTICAST_JOIN follows on c's channel. */
+static int join(struct cm_id *c, struct sockaddr *addr, void *context, int send_only)
+{
+	char body[256], ip[INET6_ADDRSTRLEN];
+	struct cm_mc *mc;
+	union ibv_gid g;
+	struct jbuf b;
+	socklen_t n = addr_len(addr);
+
+	if (!n || mcast_gid(addr, &g))
+		return cm_fail(EINVAL); /* not a multicast group's address */
+	if (!c->dev)
+		return cm_fail(EINVAL); /* rdma_bind_addr or rdma_resolve_addr first, as rdma-core asks */
+	mc = calloc(1, sizeof(*mc));
+	if (!mc)
+		return cm_fail(ENOMEM);
+	memcpy(&mc->addr, addr, n);
+	mc->mgid = g;
+	mc->context = context;
+	mc->send_only = send_only;
+	pthread_mutex_lock(&cm_mu);
+	if (find_mc(c, &g, NULL)) {
+		pthread_mutex_unlock(&cm_mu);
+		free(mc);
+		return cm_fail(EADDRINUSE); /* joined already, as the kernel says */
+	}
+	mc->next = c->mcs;
+	c->mcs = mc;
+	pthread_mutex_unlock(&cm_mu);
+	if (addr->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)addr)->sin_addr, ip, sizeof(ip));
+	else
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)addr)->sin6_addr, ip, sizeof(ip));
+	jb_init(&b, body, sizeof(body));
+	jb_raw(&b, "{");
+	jb_u64(&b, "channel", channel_handle(c));
+	jb_u64(&b, "cookie", c->cookie);
+	jb_str(&b, "adapter", c->dev->name);
+	jb_str(&b, "group", ip);
+	jb_raw(&b, "}");
+	if (b.err || call(VRDMA_OP_CM_JOIN, body, NULL, NULL)) {
+		int err = b.err ? EINVAL : errno;
+		struct cm_mc **p;
+
+		pthread_mutex_lock(&cm_mu);
+		if (find_mc(c, &g, &p) == mc)
+			*p = mc->next;
+		pthread_mutex_unlock(&cm_mu);
+		free(mc);
+		return cm_fail(err);
+	}
+	return complete(c);
+}
+
+int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	struct cm_id *c = to_id(id);
+
+	if (!c || !addr)
+		return cm_fail(EINVAL);
+	return join(c, addr, context, 0);
+}
+
+int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
+{
+	struct cm_id *c = to_id(id);
+	const uint32_t need = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+
+	if (!c || !attr || (attr->comp_mask & need) != need || attr->comp_mask & ~need || !attr->addr)
+		return cm_fail(EINVAL);
+	switch (attr->join_flags) {
+	case RDMA_MC_JOIN_FLAG_FULLMEMBER:
+		return join(c, attr->addr, context, 0);
+	case RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER:
+		return join(c, attr->addr, context, 1); /* sends to the group, is not attached to it */
+	}
+	return cm_fail(EINVAL);
+}
+
+int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	struct cm_id *c = to_id(id);
+	struct cm_mc *mc, **p;
+	union ibv_gid g;
+	int attached;
+
+	if (!c || !addr || !addr_len(addr) || mcast_gid(addr, &g))
+		return cm_fail(EINVAL);
+	pthread_mutex_lock(&cm_mu);
+	mc = find_mc(c, &g, &p);
+	if (!mc) {
+		pthread_mutex_unlock(&cm_mu);
+		return cm_fail(EADDRNOTAVAIL); /* not joined, as librdmacm says */
+	}
+	*p = mc->next;
+	attached = mc->attached;
+	pthread_mutex_unlock(&cm_mu);
+	if (attached && c->id.qp)
+		ibv_detach_mcast(c->id.qp, &g, 0);
+	free(mc);
+	return 0;
+}
 
 int rdma_create_ep(struct rdma_cm_id **id, struct rdma_addrinfo *res, struct ibv_pd *pd,
 		   struct ibv_qp_init_attr *qp_init_attr)

@@ -88,6 +88,12 @@ const (
 	// initiator and target QPs (CreateQP.Type XRC_SEND and XRC_RECV)
 	// with the send WQE's xrc_srqn, on every path.
 	CapXRC Caps = 1 << 15
+	// CapMcast: UD multicast: attach-mcast and detach-mcast (ops 64, 65),
+	// address handles to a multicast GID, whose datagrams (to QPN
+	// MulticastQPN) reach every QP attached to the group on the sender's
+	// switch and port group, on every path; and rdma_cm's joins (cm-join,
+	// op 66).
+	CapMcast Caps = 1 << 16
 	// CapODP: reg-mr takes AccessOnDemand and advise-mr (op 68)
 	// prefetches on-demand regions (odp.go); the drop-in reports ODP
 	// capabilities in ibv_query_device_ex only for an agent with it.
@@ -99,7 +105,7 @@ const (
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapODP | CapCQOverrun
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapMcast | CapODP | CapCQOverrun
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -110,7 +116,7 @@ const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 // capNames names the bits by their index; an index without a name is a
 // bit this build does not define.
 var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
-	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 17: "odp", 19: "cq-overrun"}
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 16: "mcast", 17: "odp", 19: "cq-overrun"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

@@ -99,6 +99,10 @@ const (
 	// 58, 59: XRC domains (xrc.go).
 	OpOpenXRCD  Op = 58 // OpenXRCD → Handle; the request carries the domain's file (SCM_RIGHTS) when OpenXRCD.FD
 	OpCloseXRCD Op = 59 // Handle → Empty
+	// 64..66: UD multicast (mcast.go).
+	OpAttachMcast Op = 64 // Mcast → Empty
+	OpDetachMcast Op = 65 // Mcast → Empty
+	OpCMJoin      Op = 66 // CMJoin → Empty; then MULTICAST_JOIN or MULTICAST_ERROR
 	// 68: ibv_advise_mr of on-demand regions (odp.go).
 	OpAdviseMR Op = 68 // AdviseMR → Empty
 	opMax      Op = 72
@@ -859,10 +863,16 @@ type DeviceAttr struct {
 	MaxMW uint32 `json:"max_mw,omitempty"`
 	// MaxXRCD is how many XRC domains a process context may hold open
 	// (xrc.go); absent from an agent without XRC.
-	MaxXRCD       uint32 `json:"max_xrcds,omitempty"`
-	AtomicCap     string `json:"atomic_cap"`
-	PhysPortCnt   uint32 `json:"phys_port_cnt"`
-	TransportType string `json:"transport_type"`
+	MaxXRCD uint32 `json:"max_xrcds,omitempty"`
+	// Multicast (mcast.go): the groups an adapter's QPs may attach to,
+	// the QPs one group may hold, and the attachments of the adapter in
+	// all; absent from an agent without multicast.
+	MaxMcastGrp           uint32 `json:"max_mcast_grp,omitempty"`
+	MaxMcastQPAttach      uint32 `json:"max_mcast_qp_attach,omitempty"`
+	MaxTotalMcastQPAttach uint32 `json:"max_total_mcast_qp_attach,omitempty"`
+	AtomicCap             string `json:"atomic_cap"`
+	PhysPortCnt           uint32 `json:"phys_port_cnt"`
+	TransportType         string `json:"transport_type"`
 }
 
 // GIDTableLen is the size of an adapter's GID table (gid_tbl_len). Index

@@ -2,7 +2,7 @@ package abi
 
 // The verbs of capability odp: memory regions registered with
 // IBV_ACCESS_ON_DEMAND (AccessOnDemand) and ibv_advise_mr (advise-mr, op
-// 68). docs/wire-local.md §4.19.
+// 68). docs/wire-local.md §4.20.
 //
 // A device reaches a VM's memory regions in its guest memory, a memfd
 // whose pages the kernel allocates when either side first touches them.

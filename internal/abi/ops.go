@@ -86,6 +86,9 @@ var opTable = [...]OpInfo{
 	{Op: OpDeallocMW, Name: "dealloc-mw", Request: body[Handle](), Attach: true},
 	{Op: OpOpenXRCD, Name: "open-xrcd", Request: body[OpenXRCD](), Attach: true},
 	{Op: OpCloseXRCD, Name: "close-xrcd", Request: body[Handle](), Attach: true},
+	{Op: OpAttachMcast, Name: "attach-mcast", Request: body[Mcast](), Attach: true},
+	{Op: OpDetachMcast, Name: "detach-mcast", Request: body[Mcast](), Attach: true},
+	{Op: OpCMJoin, Name: "cm-join", Request: body[CMJoin](), Attach: true},
 	{Op: OpAdviseMR, Name: "advise-mr", Request: body[AdviseMR](), Attach: true},
 }
 

@@ -106,6 +106,8 @@ type Config struct {
 
 // Agent is a running host agent. It is safe for concurrent use.
 type Agent struct {
+	mcPub mcastPublished // multicast memberships published (mcast.go)
+
 	cfg    Config
 	log    *slog.Logger
 	hostID string

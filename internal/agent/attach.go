@@ -82,6 +82,9 @@ func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 func (a *Agent) detachVM(v *device.Context) {
 	a.cm.CloseVM(v)
 	v.Teardown()
+	for _, ad := range v.Adapters() {
+		a.syncMcast(ad) // mcast.go: its QPs left their groups
+	}
 	if v.LastProcess() {
 		if a.vmnet != nil {
 			a.vmnet.RemoveVM(v.Name())

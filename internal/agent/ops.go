@@ -145,12 +145,15 @@ var handlers = map[abi.Op]opHandler{
 		}
 		return q.Query(), nil, nil
 	}),
-	abi.OpDestroyQP: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+	abi.OpDestroyQP: on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		q, err := v.QPByHandle(r.Handle)
 		if err != nil {
 			return nil, nil, err
 		}
 		v.DestroyQP(q)
+		if q.IsUD() {
+			s.a.syncMcast(q.Adapter()) // mcast.go: it left its groups
+		}
 		return abi.Empty{}, nil, nil
 	}),
 	abi.OpAsyncOpen: on((*session).asyncOpen), // events.go
@@ -193,6 +196,12 @@ var handlers = map[abi.Op]opHandler{
 	}),
 	abi.OpDestroyAH: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.DestroyAH(r.Handle)
+	}),
+	abi.OpAttachMcast: on(func(s *session, v *device.Context, r *abi.Mcast) (any, []int, error) {
+		return abi.Empty{}, nil, s.a.attachMcast(v, r) // mcast.go
+	}),
+	abi.OpDetachMcast: on(func(s *session, v *device.Context, r *abi.Mcast) (any, []int, error) {
+		return abi.Empty{}, nil, s.a.detachMcast(v, r)
 	}),
 
 	// Connection management (internal/cm).
@@ -242,6 +251,9 @@ var handlers = map[abi.Op]opHandler{
 	}),
 	abi.OpCMResolve: on(func(s *session, v *device.Context, r *abi.CMResolve) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Resolve(v, r)
+	}),
+	abi.OpCMJoin: on(func(s *session, v *device.Context, r *abi.CMJoin) (any, []int, error) {
+		return abi.Empty{}, nil, s.cmEv.Join(v, r)
 	}),
 	abi.OpCMRoute: on(func(s *session, _ *device.Context, r *abi.CMRoute) (any, []int, error) {
 		return abi.Empty{}, nil, s.cmEv.Route(r)

@@ -43,6 +43,9 @@ type LocalDatagramPaths interface {
 // RouteAH decides how datagrams from adapter from reach the adapter with
 // GID dgid: the path a connection between them would take.
 func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
+	if dgid.IsMulticast() {
+		return a.routeGroup(from, dgid) // mcast.go
+	}
 	ad := a.dev.AdapterByGID(dgid)
 	if c := a.ctl; c != nil {
 		if ad == nil {

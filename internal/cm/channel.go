@@ -56,7 +56,8 @@ type Channel struct {
 type eventKey struct {
 	event int
 	qp    uint32
-	other uint64 // a CM event's cookie; an async event's port
+	other uint64  // a CM event's cookie; an async event's port
+	group abi.GID // a MULTICAST_JOIN's: an ID's joins of two groups are two events
 }
 
 // settles reports whether e settles the state of one of the workload's own
@@ -68,12 +69,16 @@ type eventKey struct {
 func settles(e any) (eventKey, bool) {
 	switch e := e.(type) {
 	case abi.CMEvent:
-		return eventKey{e.Event, e.QP, e.Cookie}, e.Event != abi.CMEventConnectRequest
+		k := eventKey{event: e.Event, qp: e.QP, other: e.Cookie}
+		if e.Event == abi.CMEventMulticastJoin {
+			k.group = e.RemoteGID
+		}
+		return k, e.Event != abi.CMEventConnectRequest
 	case abi.AsyncEvent:
 		if e.Event == abi.EventPortActive || e.Event == abi.EventPortErr {
-			return eventKey{abi.EventPortErr, 0, uint64(e.Port)}, true // the port's last state wins
+			return eventKey{event: abi.EventPortErr, other: uint64(e.Port)}, true // the port's last state wins
 		}
-		return eventKey{e.Event, e.QP, 0}, true
+		return eventKey{event: e.Event, qp: e.QP}, true
 	}
 	return eventKey{}, false
 }

@@ -373,6 +373,9 @@ const (
 // control plane, of another, that src (or, when nil, the first of v's
 // adapters that may reach it) can connect to.
 func (e *Events) resolve(v *device.Context, src *device.Adapter, r *abi.CMResolve) abi.CMEvent {
+	if gid, ok := multicastGroup(r.Remote); ok {
+		return resolveGroup(v, src, gid, r.Cookie) // mcast.go
+	}
 	cands := v.Adapters()
 	if src != nil {
 		cands = []*device.Adapter{src}

@@ -34,6 +34,8 @@
 //	/vrdma/v1/adapters/<vm>/<vrdmaN>             records.Adapter
 //	/vrdma/v1/endpoints/gid/<gid>                records.Endpoint (directory by GID)
 //	/vrdma/v1/endpoints/name/<vm>/<vrdmaN>       records.Endpoint (directory by name)
+//	/vrdma/v1/mcast/<pg>/<gid>/<host-id>/<vm>/<vrdmaN>/<n>
+//	                                             a multicast membership: no value, bound to the host's lease
 //
 // Names (switches, port-group keys, host IDs, VMs) are 1–64 characters of
 // letters, digits, '.', '_' and '-', starting with a letter or digit, so a

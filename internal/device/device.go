@@ -110,6 +110,9 @@ type Device struct {
 	qps map[uint32]*QP // +checklocks:mu
 
 	udDropped atomic.Uint64 // datagrams dropped at their destination (ud.go)
+
+	mcMu sync.Mutex
+	mc   mcastGroups // +checklocks:mcMu
 }
 
 // New returns an empty device.

@@ -322,6 +322,7 @@ func (v *Context) DestroyQP(q *QP) {
 		v.poller.forget(q) // before its rings are unmapped
 	}
 
+	v.d.detachAll(q) // mcast.go
 	v.d.mu.Lock()
 	delete(v.d.qps, q.qpn)
 	v.d.mu.Unlock()

@@ -94,6 +94,10 @@ type AH struct {
 	attr   abi.CreateAH
 	path   DatagramPath
 	info   abi.PathInfo
+	// tails, once the AH is destroyed, are the SQ tails its PD's UD QPs
+	// had then: the WQEs before them may still use it (DestroyAH).
+	// Guarded by the context's objMu.
+	tails map[*QP]uint32
 }
 
 // Handle is the AH's handle in its session.
@@ -146,8 +150,12 @@ func (v *Context) CreateAH(c *abi.CreateAH) (*AH, error) {
 // maxAH is the device's max_ah per process context.
 const maxAH = 65536
 
-// DestroyAH destroys address handle h (ibv_destroy_ah). WQEs posted with
-// it and not yet executed complete with LOC_QP_OP_ERR, as a bad handle.
+// DestroyAH destroys address handle h (ibv_destroy_ah). The WQEs posted
+// with it before still execute with it, as on hardware, which copies the
+// address into the WQE at post time (and as rdma-core's software devices
+// do): a program may destroy its AH right after posting its last SEND, as
+// mckey does. A WQE posted after it names a handle that is gone: it
+// completes with LOC_QP_OP_ERR.
 func (v *Context) DestroyAH(h uint32) error {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
@@ -157,15 +165,50 @@ func (v *Context) DestroyAH(h uint32) error {
 	}
 	delete(v.ahs, h)
 	a.pd.refs--
+	a.tails = map[*QP]uint32{}
+	for _, q := range v.qps {
+		if q.IsUD() && q.pd == a.pd {
+			a.tails[q] = abi.Word(q.ring.Bytes(), abi.OffSQTail).Load()
+		}
+	}
+	if len(a.tails) > 0 {
+		if len(v.retiredAHs) == maxRetiredAH {
+			v.retiredAHs = v.retiredAHs[1:]
+		}
+		v.retiredAHs = append(v.retiredAHs, a)
+	}
 	return nil
 }
 
-// ah returns the address handle h of v if it is in PD pd.
-func (v *Context) ah(h uint32, pd *PD) *AH {
+// maxRetiredAH bounds the destroyed address handles a context keeps for
+// the WQEs posted before their destroy; the oldest goes first.
+const maxRetiredAH = 256
+
+// ah returns the address handle h of v if it is in PD pd, for the WQE at
+// the head of q's SQ: a destroyed one if the WQE was posted before its
+// destroy.
+func (v *Context) ah(h uint32, pd *PD, q *QP) *AH {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	if a := v.ahs[h]; a != nil && a.pd == pd {
 		return a
+	}
+	for i, a := range v.retiredAHs {
+		if a.handle != h || a.pd != pd {
+			continue
+		}
+		t, ok := a.tails[q]
+		if !ok {
+			return nil
+		}
+		if n, ok := abi.Pending(t, q.sqHead, q.layout.SQEntries); ok && n > 0 {
+			return a
+		}
+		// The QP is past the WQEs posted before the destroy.
+		if delete(a.tails, q); len(a.tails) == 0 {
+			v.retiredAHs = append(v.retiredAHs[:i:i], v.retiredAHs[i+1:]...)
+		}
+		return nil
 	}
 	return nil
 }
@@ -302,7 +345,7 @@ func (u *udSender) Execute(w *abi.SendWQE, slot []byte) (abi.WCStatus, uint32) {
 		return abi.WCLocQPOpErr, 0 // UD carries SENDs only
 	}
 	ahh, dqpn, qkey := abi.UDDest(w)
-	a := q.vm.ah(ahh, q.pd)
+	a := q.vm.ah(ahh, q.pd, q)
 	if a == nil {
 		return abi.WCLocQPOpErr, 0 // not an address handle of the QP's PD
 	}
@@ -343,9 +386,20 @@ func (d *Device) DeliverDatagram(dg *Datagram, via Via) {
 }
 
 func (d *Device) deliverDatagram(dg *Datagram, via Via) bool {
+	if dg.DGID.IsMulticast() {
+		return d.deliverMulticast(dg, via) // mcast.go
+	}
 	q := d.QP(dg.DstQPN)
-	if q == nil || !q.IsUD() || q.ad.gid != dg.DGID || dg.Len > abi.MaxUDMessage(4096) {
+	if q == nil || !q.IsUD() || q.ad.gid != dg.DGID {
 		return false // no UD QP of that number on the adapter the datagram is addressed to
+	}
+	return d.deliverTo(q, dg, via)
+}
+
+// deliverTo delivers dg to UD QP q, or drops it (false).
+func (d *Device) deliverTo(q *QP, dg *Datagram, via Via) bool {
+	if dg.Len > abi.MaxUDMessage(4096) {
+		return false
 	}
 	r := d.udRouter()
 	if r == nil || !q.PortUp() || !r.AdmitDatagram(q.ad, dg.SGID, via) {

@@ -53,16 +53,19 @@ type Context struct {
 	mrs     []atomic.Pointer[MR]
 	keyBits uint // the low bits of a key that number its slot
 
-	objMu      sync.Mutex
-	pds        map[uint32]*PD         // +checklocks:objMu
-	mrHandles  map[uint32]*MR         // +checklocks:objMu
-	cqs        map[uint32]*CQ         // +checklocks:objMu
-	qps        map[uint32]*QP         // +checklocks:objMu
-	srqs       map[uint32]*SRQ        // +checklocks:objMu
-	xrcds      map[uint32]*xrcdHandle // +checklocks:objMu
-	ahs        map[uint32]*AH         // +checklocks:objMu
-	nextHandle uint32                 // +checklocks:objMu
-	mrKeys     keySlots               // +checklocks:objMu
+	objMu     sync.Mutex
+	pds       map[uint32]*PD         // +checklocks:objMu
+	mrHandles map[uint32]*MR         // +checklocks:objMu
+	cqs       map[uint32]*CQ         // +checklocks:objMu
+	qps       map[uint32]*QP         // +checklocks:objMu
+	srqs      map[uint32]*SRQ        // +checklocks:objMu
+	xrcds     map[uint32]*xrcdHandle // +checklocks:objMu
+	ahs       map[uint32]*AH         // +checklocks:objMu
+	// retiredAHs are destroyed address handles that WQEs posted before
+	// their destroy may still name (ud.go), oldest first.
+	retiredAHs []*AH    // +checklocks:objMu
+	nextHandle uint32   // +checklocks:objMu
+	mrKeys     keySlots // +checklocks:objMu
 	// Memory windows (mw.go): the table of windows by slot, lock-free
 	// for lookups as mrs, their handles, their slots, and how many
 	// windows are bound to each region (by its handle).
@@ -816,6 +819,7 @@ func (v *Context) DeviceAttr(ad *Adapter) abi.DeviceAttr {
 		MaxQP: uint32(l.MaxQP), MaxQPWR: abi.MaxQPWR, MaxSGE: abi.MaxSGE, MaxCQ: uint32(l.MaxCQ), MaxCQE: abi.MaxCQE,
 		MaxMR: uint32(l.MaxMR), MaxPD: uint32(l.MaxPD), MaxQPRdAtom: abi.MaxRdAtom, MaxQPInitRdAtom: abi.MaxRdAtom,
 		MaxSRQ: uint32(l.MaxQP), MaxSRQWR: abi.MaxSRQWR, MaxSRQSGE: abi.MaxSRQSGE, MaxAH: maxAH, MaxMW: uint32(l.MaxMR), MaxXRCD: abi.MaxXRCD,
+		MaxMcastGrp: abi.MaxMcastGrp, MaxMcastQPAttach: abi.MaxMcastQPAttach, MaxTotalMcastQPAttach: abi.MaxTotalMcastQPAttach,
 		MaxInlineData: abi.MaxInline, AtomicCap: "ATOMIC_HCA", PhysPortCnt: 1, TransportType: "InfiniBand (RoCE)",
 	}
 }

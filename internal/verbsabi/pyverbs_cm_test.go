@@ -50,7 +50,8 @@ func TestRDMACMPyverbs(t *testing.T) {
 	for _, name := range []string{
 		"test_rdmacm_sync_traffic", "test_rdmacm_async_traffic", "test_rdmacm_async_reject_traffic",
 		"test_rdmacm_async_read", "test_rdmacm_async_write", "test_rdmacm_async_traffic_external_qp",
-		"test_rdmacm_async_udp_traffic",
+		"test_rdmacm_async_udp_traffic", "test_rdmacm_async_multicast_traffic", "test_rdmacm_async_ex_multicast_traffic",
+		"test_rdmacm_async_ex_leave_multicast_traffic",
 	} {
 		if !regexp.MustCompile(`(?m)^` + name + ` \(.*\) \.\.\. ok$`).MatchString(out) {
 			t.Errorf("%s did not pass:\n%s", name, grepLines(out, name))

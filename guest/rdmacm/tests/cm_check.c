@@ -298,7 +298,7 @@ int main(int argc, char **argv)
 		      "errno %d", errno);
 		CHECK("event-str", !strcmp(rdma_event_str(RDMA_CM_EVENT_ESTABLISHED), "RDMA_CM_EVENT_ESTABLISHED"), " ");
 		errno = 0;
-		CHECK("join-multicast", rdma_join_multicast(listen_id, (struct sockaddr *)&a, NULL) == -1 && errno != 0,
+		CHECK("join-multicast-unicast-address", rdma_join_multicast(listen_id, (struct sockaddr *)&a, NULL) == -1 && errno == EINVAL,
 		      "errno %d", errno);
 	}
 	CHECK("destroy-listen", rdma_destroy_id(listen_id) == 0, "errno %d", errno);

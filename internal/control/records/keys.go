@@ -21,7 +21,24 @@ const (
 	EndpointPrefix     = Prefix + "endpoints/"
 	EndpointGIDPrefix  = EndpointPrefix + "gid/"
 	EndpointNamePrefix = EndpointPrefix + "name/"
+	// McastPrefix holds the multicast memberships agents publish under
+	// their host's lease (McastMemberKey): keys without a value, which
+	// ParseKey does not know (the cache leaves them alone).
+	McastPrefix = Prefix + "mcast/"
 )
+
+// McastGroupPrefix is the prefix of the memberships of multicast group
+// gid on port group pg.
+func McastGroupPrefix(pg string, gid netip.Addr) string {
+	return McastPrefix + pg + "/" + GIDOf(gid).String() + "/"
+}
+
+// McastMemberKey is the key of adapter vm/adapter of host, on port group
+// pg, as a member of multicast group gid; seq tells apart the processes
+// of one VM that hold the adapter.
+func McastMemberKey(pg string, gid netip.Addr, host, vm, adapter string, seq uint64) string {
+	return fmt.Sprintf("%s%s/%s/%s/%d", McastGroupPrefix(pg, gid), host, vm, adapter, seq)
+}
 
 // SwitchKey returns the key of switch name.
 func SwitchKey(name string) string { return SwitchPrefix + name }

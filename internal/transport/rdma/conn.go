@@ -181,16 +181,40 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 			return
 		}
 		rcvbuf = setBuffers(int(fd))
+		serr = setMulticastIf(int(fd), addr.Addr())
 	})
 	if serr != nil {
 		c.Close()
 		return nil, fmt.Errorf("rdma uplink %s: socket options: %w", addr, serr)
 	}
 	local := c.LocalAddr().(*net.UDPAddr).AddrPort()
-	u := &udpConn{c: c, raw: rc, local: netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), v6: addr.Addr().Is6(),
-		rcvbuf: rcvbuf, ops: newSpares(newSendOp)}
+	return newUDPConn(c, rc, netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), addr.Addr().Is6(), rcvbuf), nil
+}
+
+// newUDPConn wraps socket c, bound to local.
+func newUDPConn(c *net.UDPConn, rc syscall.RawConn, local netip.AddrPort, v6 bool, rcvbuf int) *udpConn {
+	u := &udpConn{c: c, raw: rc, local: local, v6: v6, rcvbuf: rcvbuf, ops: newSpares(newSendOp)}
 	u.pollFn, u.readFn = u.pollOnce, u.readOnce
-	return u, nil
+	return u
+}
+
+// setMulticastIf has the packets socket fd sends to a multicast group
+// leave from the interface of the uplink's address a (mcast.go), with the
+// kernel's defaults otherwise: TTL (hop limit) 1, looped back to this
+// host's members. It also sets SO_REUSEADDR, after the bind, which was
+// exclusive: Linux lets a group's socket bind the group's address on port
+// 4791 only beside sockets that have it.
+func setMulticastIf(fd int, a netip.Addr) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return err
+	}
+	if a.Is4() {
+		return unix.SetsockoptInet4Addr(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, a.As4())
+	}
+	if i := ifindexOf(a); i != 0 {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, i)
+	}
+	return nil // no interface holds it (yet): the routing table picks one
 }
 
 // WriteTo, Read, LocalAddr and Close make u a Conn.

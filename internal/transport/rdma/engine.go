@@ -94,6 +94,7 @@ type Engine struct {
 	gid  [16]byte
 
 	rd readSender // the QPs with READ responses queued (reads.go)
+	mc groups     // the multicast groups it receives (mcast.go)
 
 	wg sync.WaitGroup
 }
@@ -167,6 +168,7 @@ func (e *Engine) Close() {
 	} else {
 		e.conn.Close()
 	}
+	e.closeGroups()
 	e.rd.stop()
 	e.wg.Wait()
 }

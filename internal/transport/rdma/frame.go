@@ -473,13 +473,17 @@ func (e *Engine) frame(buf []byte, l int, fr *rocewire.Frame, pkt *rocewire.Pack
 		return nil
 	}
 	e.ctr.RxBytes.Add(uint64(l))
-	if [6]byte(buf[:6]) != e.link.MAC {
+	mcast := [6]byte(buf[:6])[0]&1 != 0
+	if [6]byte(buf[:6]) != e.link.MAC && !mcast {
 		e.ctr.NoQP.Add(1)
 		return nil
 	}
 	if err := rocewire.ParseFrame(buf[:l], fr); err != nil || len(fr.Transport) > maxDatagram {
 		e.ctr.Malformed.Add(1)
 		return nil
+	}
+	if mcast {
+		return e.groupFrame(fr, pkt, sum) // mcast.go
 	}
 	if fr.GRH.DGID() != e.gid {
 		e.ctr.NoQP.Add(1)

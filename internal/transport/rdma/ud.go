@@ -83,7 +83,11 @@ func (p *dgramPath) SendDatagram(d *device.Datagram) {
 
 // udPacket hands UD packet pkt from src (the peer uplink's address; RoCE
 // v1: its GID) to the device, which delivers or drops it.
-func (e *Engine) udPacket(pkt *rocewire.Packet, src netip.Addr) {
+func (e *Engine) udPacket(pkt *rocewire.Packet, src netip.Addr) { e.udPacketTo(pkt, src, nil) }
+
+// udPacketTo is udPacket for a packet to multicast group *group, or, when
+// group is nil, to the adapter of its DestQP.
+func (e *Engine) udPacketTo(pkt *rocewire.Packet, src netip.Addr, group *abi.GID) {
 	sink, ok := e.dev.(device.DatagramSink)
 	if !ok || len(pkt.Payload) < SourceGIDLen || pkt.DETH == nil {
 		e.ctr.Malformed.Add(1)
@@ -95,7 +99,9 @@ func (e *Engine) udPacket(pkt *rocewire.Packet, src netip.Addr) {
 	if pkt.ImmDt != nil {
 		d.Imm, d.WithImm = pkt.ImmDt.Imm(), true
 	}
-	if q := e.dev.Target(d.DstQPN); q != nil {
+	if group != nil {
+		d.DGID = *group
+	} else if q := e.dev.Target(d.DstQPN); q != nil {
 		d.DGID = q.GID() // the packet names the destination's uplink, not its adapter: the QPN names the adapter
 	}
 	sink.DeliverDatagram(&d, device.Via{Path: abi.PathRDMA, Addr: src.Unmap()})
