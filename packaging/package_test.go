@@ -16,7 +16,7 @@ import (
 // vrdma-dropin into a clean Debian root (debootstrap's minbase with
 // ibverbs-utils, of the host's release, cached: see debianRoot) and, there
 // (install.sh): the package made the vrdma group, the binaries and the
-// drop-in are in place, vrdmad starts with the installed unit's ExecStart,
+// drop-in and the man pages are in place, vrdmad starts with the installed unit's ExecStart,
 // and user alice, a member of group vrdma and not root, runs vrdmactl
 // version, ibv_devinfo through vrdmactl exec (the installed drop-in, in a
 // root without a compiler), ibv_devices through LD_LIBRARY_PATH, and an
@@ -82,6 +82,7 @@ func TestPackageInstall(t *testing.T) {
 		"vrdma:x:",                       // the group
 		"groups=1000(alice),",            // alice is not root, and in group vrdma...
 		"(vrdma)",                        //
+		" vrdmactl, 1 vrdmad(8)",         // the man pages
 		"hca_id:\tvrdma0",                // ibv_devinfo through vrdmactl exec
 		"transport:\t\t\tInfiniBand (0)", // a device ibv_devinfo reads
 		"vrdma0",                         // ibv_devices
