@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -418,5 +422,99 @@ func TestJSONOutputs(t *testing.T) {
 	} {
 		var v any
 		runJSON(t, &v, args...)
+	}
+
+	// A host with an RDMA uplink: its uplink declared, then, once its
+	// agent is gone and its lease has run out, the host removed.
+	t.Run("esx8", func(t *testing.T) { // its agent stops at the subtest's end
+		testenv.StartControl(t, "esx8", hostCfg(ep, "127.0.8.1", true))
+		var decl uplinkDeclareReport
+		runJSON(t, &decl, append(slices.Clone(cp), "host", "uplink", "declare", "esx8", "127.0.8.1", "--pfc", "3")...)
+		if decl.Name != "esx8" || decl.Uplink.Declared.PFC == nil {
+			t.Errorf("host uplink declare -o json: %+v", decl)
+		}
+	})
+	var rm hostRemoveReport
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, errs, code := run(t, "", append(slices.Clone(cp), "host", "remove", "esx8")...)
+		if code == exitOK {
+			if err := unmarshalPrinted([]byte(out), &rm); err != nil {
+				t.Fatalf("host remove -o json: %v\n%s", err, out)
+			}
+			break
+		}
+		if !strings.Contains(errs, "is up") || time.Now().After(deadline) {
+			t.Fatalf("host remove esx8: exit %d\n%s%s", code, out, errs)
+		}
+	}
+	if rm.Name != "esx8" || rm.VMsRemoved == nil {
+		t.Errorf("host remove -o json: %+v", rm)
+	}
+	var fk forgetKeyReport
+	runJSON(t, &fk, append(slices.Clone(cp), "--state-dir", t.TempDir(), "host", "forget-key", "esx1")...)
+	if fk.Host == "" || fk.Forgotten || fk.Pins == "" {
+		t.Errorf("host forget-key -o json (nothing pinned): %+v", fk)
+	}
+
+	// soak's report, as soak prints it (a soak runs for minutes; its
+	// tests read the report without -o json).
+	s := &app{stdout: io.Discard, output: "json", command: "soak"}
+	if err := s.printJSON(soakReport{OK: true, Hosts: map[string]string{"host1": "memcpy"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noSchema are the commands whose output is not a vrdmactl JSON document,
+// and why: every other command a user can run has a schema.
+var noSchema = map[string]string{
+	"completion bash":       "prints a shell script",
+	"completion zsh":        "prints a shell script",
+	"completion fish":       "prints a shell script",
+	"completion powershell": "prints a shell script",
+	"exec":                  "runs a program: the output is the program's",
+	"help":                  "prints a command's help",
+	"perf":                  "prints perftest's JSON (its keys, for perftest's readers): docs/json-output.md",
+}
+
+// TestJSONSchemasCover: every command a user can run (groups of commands
+// print their help) has its schema in
+// docs/schema, unless noSchema says why it prints no JSON document; every
+// schema is of a command.
+func TestJSONSchemasCover(t *testing.T) {
+	root := Command()
+	root.InitDefaultCompletionCmd()
+	want := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden {
+			return
+		}
+		if name := strings.TrimPrefix(c.CommandPath(), "vrdmactl "); c.Runnable() && !c.HasSubCommands() && noSchema[name] == "" {
+			want[strings.ReplaceAll(name, " ", "-")+".json"] = true
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	dir := filepath.Join("..", "..", "docs", "schema")
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Name()] = true
+		if !want[f.Name()] {
+			t.Errorf("docs/schema/%s is the schema of no command", f.Name())
+		}
+	}
+	for f := range want {
+		if !have[f] {
+			t.Errorf("vrdmactl %s has no schema docs/schema/%s: run it with -o json in a test (TestJSONOutputs) and go test ./internal/cli -update-schemas, or say in noSchema why it prints no JSON", strings.ReplaceAll(strings.TrimSuffix(f, ".json"), "-", " "), f)
+		}
+	}
+	if len(want) < 40 {
+		t.Errorf("only %d commands found: the walk is broken", len(want))
 	}
 }
