@@ -7,7 +7,8 @@
 // writes them into DIR (default dist/man), in man1/ and man8/ as they are
 // installed under /usr/share/man; packaging/build-deb ships them. The pages'
 // date is $SOURCE_DATE_EPOCH's when set (build-deb sets the commit's), else
-// today's.
+// today's. The defaults they show are the system service's (the socket
+// /run/vrdma/vrdmad.sock, the state in /var/lib/vrdma), whoever builds them.
 package main
 
 import (
@@ -21,6 +22,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/agentcmd"
 	"github.com/vrdma/vrdma/internal/cli"
+	"github.com/vrdma/vrdma/internal/locations"
 )
 
 func main() {
@@ -35,6 +37,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// systemStateDir is the state directory of the system's agent (root's
+// default, locations.StateDir).
+const systemStateDir = "/var/lib/vrdma"
 
 // pages are the commands with man pages, and their sections: 1 for user
 // commands, 8 for the daemon.
@@ -54,6 +60,10 @@ func pages() []struct {
 
 // write writes every page into dir/manSECTION/.
 func write(dir string) error {
+	// The flags' defaults depend on the user and the environment
+	// (package locations): the pages show root's, the installed service's.
+	os.Setenv("VRDMA_SOCKET", locations.SystemSocket)
+	os.Setenv("VRDMA_STATE_DIR", systemStateDir)
 	for _, p := range pages() {
 		noAutoGenTag(p.cmd)
 		d := filepath.Join(dir, "man"+p.section)

@@ -21,7 +21,9 @@ func TestPackageManPages(t *testing.T) {
 	if _, err := exec.LookPath("man"); err != nil {
 		t.Fatal("man is missing: apt-get install -y man-db groff-base")
 	}
-	t.Setenv("SOURCE_DATE_EPOCH", "1764979200") // 2025-12-06
+	t.Setenv("SOURCE_DATE_EPOCH", "1764979200")           // 2025-12-06
+	t.Setenv("VRDMA_SOCKET", "/home/builder/vrdmad.sock") // the builder's own, which the pages must not show
+	t.Setenv("VRDMA_STATE_DIR", "/home/builder/state")
 	dir := t.TempDir()
 	if err := write(dir); err != nil {
 		t.Fatal(err)
@@ -55,6 +57,9 @@ func TestPackageManPages(t *testing.T) {
 			t.Errorf("no command has page %s", must)
 		}
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, "man8", "vrdmad.8")); err != nil || !strings.Contains(string(b), "/run/vrdma/vrdmad.sock") || !strings.Contains(string(b), "/var/lib/vrdma") {
+		t.Errorf("vrdmad(8) does not show the service's socket and state directory as the defaults: %v\n%s", err, b)
+	}
 	for rel, c := range want {
 		cmd := exec.Command("man", "--warnings", "-l", filepath.Join(dir, rel))
 		cmd.Env = append(os.Environ(), "MANWIDTH=200", "LANG=C.UTF-8")
@@ -68,6 +73,9 @@ func TestPackageManPages(t *testing.T) {
 		// single spaces.
 		text := strings.Join(strings.Fields(stdout.String()), " ")
 		name := strings.ReplaceAll(c.CommandPath(), " ", "-")
+		if strings.Contains(text, "/home/builder") {
+			t.Errorf("%s shows the builder's defaults:\n%s", rel, text)
+		}
 		for _, s := range []string{name + " - " + strings.Join(strings.Fields(c.Short), " "), "SYNOPSIS", "OPTIONS"} {
 			if !strings.Contains(text, s) {
 				t.Errorf("%s renders without %q:\n%s", rel, s, text)
