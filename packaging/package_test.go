@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,11 @@ func TestPackageInstall(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("install.sh's output lacks %q", want)
 		}
+	}
+	// The binaries carry the packages' version (packaging/version, which
+	// build-deb stamps into them).
+	if m := regexp.MustCompile(`(?m)^Version: (\S+)$`).FindStringSubmatch(text); m == nil || !strings.Contains(text, "\nvrdmactl "+m[1]+"\n") {
+		t.Errorf("vrdmactl version does not say the package's version %v", m)
 	}
 	if n := strings.Count(text, "200 iters in"); n != 2 {
 		t.Errorf("ibv_rc_pingpong: %d sides reported 200 iterations, want client and server", n)
