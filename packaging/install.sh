@@ -35,6 +35,8 @@ asroot vrdma-etcd --version
 asroot getent group vrdma
 asroot test -x /usr/bin/vrdmad -a -x /usr/bin/vrdmactl -a -f /usr/lib/vrdma/libibverbs.so.1 -a -f /usr/lib/vrdma/librdmacm.so.1
 asroot test -s /usr/share/bash-completion/completions/vrdmactl -a -s /usr/share/zsh/vendor-completions/_vrdmactl -a -s /usr/share/fish/vendor_completions.d/vrdmactl.fish
+asroot test -s /usr/share/man/man1/vrdmactl.1.gz -a -s /usr/share/man/man1/vrdmactl-perf.1.gz -a -s /usr/share/man/man8/vrdmad.8.gz
+echo "man pages: $(asroot sh -c 'ls /usr/share/man/man1/vrdmactl*.1.gz | wc -l') vrdmactl, $(asroot sh -c 'zcat /usr/share/man/man8/vrdmad.8.gz | grep -c "^.TH \"VRDMAD\" \"8\""') vrdmad(8)"
 asroot test ! -e /usr/bin/gcc # the workload host has no compiler: the drop-in is not built here
 asroot useradd -m -G vrdma alice
 

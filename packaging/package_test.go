@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 // vrdma-dropin into a clean Debian root (debootstrap's minbase with
 // ibverbs-utils, of the host's release, cached: see debianRoot) and, there
 // (install.sh): the package made the vrdma group, the binaries and the
-// drop-in are in place, vrdmad starts with the installed unit's ExecStart,
+// drop-in and the man pages are in place, vrdmad starts with the installed unit's ExecStart,
 // and user alice, a member of group vrdma and not root, runs vrdmactl
 // version, ibv_devinfo through vrdmactl exec (the installed drop-in, in a
 // root without a compiler), ibv_devices through LD_LIBRARY_PATH, and an
@@ -82,6 +83,7 @@ func TestPackageInstall(t *testing.T) {
 		"vrdma:x:",                       // the group
 		"groups=1000(alice),",            // alice is not root, and in group vrdma...
 		"(vrdma)",                        //
+		" vrdmactl, 1 vrdmad(8)",         // the man pages
 		"hca_id:\tvrdma0",                // ibv_devinfo through vrdmactl exec
 		"transport:\t\t\tInfiniBand (0)", // a device ibv_devinfo reads
 		"vrdma0",                         // ibv_devices
@@ -91,6 +93,11 @@ func TestPackageInstall(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("install.sh's output lacks %q", want)
 		}
+	}
+	// The binaries carry the packages' version (packaging/version, which
+	// build-deb stamps into them).
+	if m := regexp.MustCompile(`(?m)^Version: (\S+)$`).FindStringSubmatch(text); m == nil || !strings.Contains(text, "\nvrdmactl "+m[1]+"\n") {
+		t.Errorf("vrdmactl version does not say the package's version %v", m)
 	}
 	if n := strings.Count(text, "200 iters in"); n != 2 {
 		t.Errorf("ibv_rc_pingpong: %d sides reported 200 iterations, want client and server", n)

@@ -91,6 +91,10 @@ type Config struct {
 	// Prometheus metrics at /metrics, and /healthz and /readyz (package
 	// metrics).
 	MetricsListen string
+	// MetricsWebConfig, if set, is the path of an exporter toolkit web
+	// configuration file (TLS, client certificates, basic authentication
+	// users) for the metrics endpoint; empty serves plain HTTP to anyone.
+	MetricsWebConfig string
 	// MetricsNoQPSeries leaves the per-QP series out of the metrics
 	// (metrics.Options.NoQPSeries).
 	MetricsNoQPSeries bool

@@ -3,7 +3,9 @@ package agent
 // The agent's metrics endpoint (Config.MetricsListen): an HTTP server of
 // its own, serving /metrics, /healthz and /readyz (package metrics) from
 // the agent's status report and health; started by New, stopped by
-// shutdown.
+// shutdown. Config.MetricsWebConfig adds TLS and basic authentication
+// through the Prometheus exporter toolkit's web configuration file, the
+// same file as node_exporter's --web.config.file.
 
 import (
 	"context"
@@ -13,12 +15,22 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/exporter-toolkit/web"
+
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/metrics"
 )
 
-// startMetrics listens on addr and serves the agent's metrics there.
+// startMetrics listens on addr and serves the agent's metrics there, with
+// TLS and basic authentication if Config.MetricsWebConfig says so.
 func (a *Agent) startMetrics(addr string) error {
+	webConfig := a.cfg.MetricsWebConfig
+	// The toolkit reads the file again on every connection (so that
+	// certificates can be renewed in place): a file that is wrong now is
+	// refused at start rather than at the first scrape.
+	if err := web.Validate(webConfig); err != nil {
+		return fmt.Errorf("metrics: web configuration %s: %w (the exporter toolkit's format: tls_server_config, basic_auth_users with bcrypt hashes)", webConfig, err)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s: %w (pick another --metrics-listen address)", addr, err)
@@ -31,7 +43,8 @@ func (a *Agent) startMetrics(addr string) error {
 	a.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.metricsAddr = ln.Addr()
 	go func() {
-		if err := a.metrics.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		flags := &web.FlagConfig{WebConfigFile: &webConfig}
+		if err := web.Serve(ln, a.metrics, flags, a.log.With("component", "metrics")); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Warn("metrics server", "err", err)
 		}
 	}()

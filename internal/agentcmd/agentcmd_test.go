@@ -17,7 +17,7 @@ import (
 
 func TestVersionFlag(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := Main("vrdmad", []string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "vrdmad "+buildinfo.Release+"\n") || errb.Len() != 0 {
+	if code := Main("vrdmad", []string{"--version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "vrdmad "+buildinfo.Read("vrdmad").Version+"\n") || errb.Len() != 0 {
 		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }

@@ -1,7 +1,8 @@
-// Package buildinfo says which vrdma a binary is: the release, the module
-// version, the commit it was built from and the Go toolchain, read from
-// the build information the go command embeds (runtime/debug). vrdmad
-// --version and vrdmactl version print it.
+// Package buildinfo says which vrdma a binary is: its version, derived
+// from git's tags, the release, the module version, the commit it was
+// built from and the Go toolchain, read from the build information the go
+// command embeds (runtime/debug) and from the version packaging/build-deb
+// stamps (-ldflags -X). vrdmad --version and vrdmactl version print it.
 package buildinfo
 
 import (
@@ -15,14 +16,27 @@ import (
 // host record (agent.Version).
 const Release = "0.1.0"
 
+// version is the version packaging/build-deb stamps into the binaries
+// (go build -ldflags "-X github.com/vrdma/vrdma/internal/buildinfo.version=V"),
+// derived from git's tags by packaging/version; empty in other builds.
+var version string
+
 // Info is what a binary knows of its build.
 type Info struct {
-	Program  string `json:"program"`            // "vrdmad", "vrdmactl"
-	Release  string `json:"release"`            // Release
-	Module   string `json:"module,omitempty"`   // the main module's path
-	Version  string `json:"version,omitempty"`  // the main module's version: "(devel)" for a build from a checkout, a pseudo-version when the go command stamped the commit
-	Revision string `json:"revision,omitempty"` // vcs.revision: the commit
-	Time     string `json:"time,omitempty"`     // vcs.time: the commit's time, RFC 3339
+	Program string `json:"program"` // "vrdmad", "vrdmactl"
+	// Version is the binary's version, derived from git's tags: the one
+	// stamped by packaging/build-deb (0.1.0 for a tagged commit,
+	// 0.1.0+5.gc9fd62cf6a63 five commits after it, CHANGELOG.md); else the
+	// version the go command gave the module from its tag (go install
+	// ...@v0.1.0, or a build from a tagged clone: 0.1.0; a pseudo-version
+	// for other commits), without its "v"; else, built from a checkout
+	// without either, the Release with "-devel".
+	Version       string `json:"version"`
+	Release       string `json:"release"`                  // Release
+	Module        string `json:"module,omitempty"`         // the main module's path
+	ModuleVersion string `json:"module_version,omitempty"` // the main module's version as the go command recorded it: "(devel)" when it derived none
+	Revision      string `json:"revision,omitempty"`       // vcs.revision: the commit
+	Time          string `json:"time,omitempty"`           // vcs.time: the commit's time, RFC 3339
 	// Modified is vcs.modified: the work tree had uncommitted changes;
 	// nil when the build carries no VCS information.
 	Modified  *bool  `json:"modified,omitempty"`
@@ -41,11 +55,11 @@ func Read(program string) Info {
 // (nil when the binary has none: then only the release, Go version and
 // platform are known).
 func FromBuildInfo(program string, bi *debug.BuildInfo) Info {
-	in := Info{Program: program, Release: Release, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	in := Info{Program: program, Version: buildVersion(version, bi), Release: Release, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi == nil {
 		return in
 	}
-	in.Module, in.Version = bi.Main.Path, bi.Main.Version
+	in.Module, in.ModuleVersion = bi.Main.Path, bi.Main.Version
 	if bi.GoVersion != "" {
 		in.GoVersion = bi.GoVersion
 	}
@@ -71,10 +85,25 @@ func FromBuildInfo(program string, bi *debug.BuildInfo) Info {
 	return in
 }
 
+// buildVersion is Info.Version of a binary stamped with version stamped
+// (empty: none) whose build information is bi.
+func buildVersion(stamped string, bi *debug.BuildInfo) string {
+	if stamped != "" {
+		return stamped
+	}
+	if bi != nil {
+		if v, ok := strings.CutPrefix(bi.Main.Version, "v"); ok {
+			return v // v0.1.0, v0.1.1-0.20261206160451-5f91d3105603, v0.1.0+dirty
+		}
+	}
+	return Release + "-devel"
+}
+
 // String formats the information on a few lines:
 //
-//	vrdmad 0.1.0
-//	  module   github.com/vrdma/vrdma v0.0.0-20261203160451-5f91d3105603
+//	vrdmad 0.1.0+5.gc9fd62cf6a63
+//	  release  0.1.0
+//	  module   github.com/vrdma/vrdma (devel)
 //	  commit   5f91d3105603d3166921ad40d58b061912b28c33 (2026-12-03T16:04:51Z)
 //	  go       go1.26.8 linux/amd64
 //
@@ -83,9 +112,10 @@ func FromBuildInfo(program string, bi *debug.BuildInfo) Info {
 // worktree, which the go command does not stamp) says "commit unknown".
 func (in Info) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s\n", in.Program, in.Release)
+	fmt.Fprintf(&b, "%s %s\n", in.Program, in.Version)
+	fmt.Fprintf(&b, "  release  %s\n", in.Release)
 	if in.Module != "" {
-		fmt.Fprintf(&b, "  module   %s %s\n", in.Module, in.Version)
+		fmt.Fprintf(&b, "  module   %s %s\n", in.Module, in.ModuleVersion)
 	}
 	switch {
 	case in.Revision == "":

@@ -197,7 +197,7 @@ directory.`,
 				return fmt.Errorf("host forget-key %s: %w (run it as the agent's user, root, with the agent's --state-dir)", args[0], err)
 			}
 			if a.json() {
-				return a.printJSON(map[string]any{"host": id, "forgotten": found, "pins": pins.Path()})
+				return a.printJSON(forgetKeyReport{Host: id, Forgotten: found, Pins: pins.Path()})
 			}
 			if !found {
 				fmt.Fprintf(a.stdout, "no key pinned for host %s in %s: nothing to forget\n", id, pins.Path())
@@ -207,6 +207,20 @@ directory.`,
 			return nil
 		},
 	}
+}
+
+// forgetKeyReport is "vrdmactl host forget-key -o json".
+type forgetKeyReport struct {
+	Host      string `json:"host"`      // the host's ID
+	Forgotten bool   `json:"forgotten"` // a key was pinned for it, and is forgotten
+	Pins      string `json:"pins"`      // the file of the pinned keys
+}
+
+// hostRemoveReport is "vrdmactl host remove -o json".
+type hostRemoveReport struct {
+	Removed    string   `json:"removed"`     // the host's ID
+	Name       string   `json:"name"`        // its name
+	VMsRemoved []string `json:"vms_removed"` // the VM records its agent left, removed with it
 }
 
 // hexHostID reports whether s has the form of a host ID.
@@ -287,7 +301,7 @@ with the same host ID registers the host anew.`,
 				stale = []string{}
 			}
 			if a.json() {
-				return a.printJSON(map[string]any{"removed": removed.ID, "name": removed.Name, "vms_removed": stale})
+				return a.printJSON(hostRemoveReport{Removed: removed.ID, Name: removed.Name, VMsRemoved: stale})
 			}
 			fmt.Fprintf(a.stdout, "host %s (%s) removed from the control plane", removed.Name, removed.ID)
 			if len(stale) > 0 {

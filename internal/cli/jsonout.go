@@ -182,10 +182,17 @@ func snakeJSON(v reflect.Value) any {
 // without omitempty required, no others allowed), arrays, maps with
 // their values' schema, and the scalar types.
 func jsonSchema(t reflect.Type) map[string]any {
-	return schemaOf(t, map[reflect.Type]bool{})
+	return schemaOf(t, map[reflect.Type]bool{}, false)
 }
 
-func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
+// tagSchema is jsonSchema of what encoding/json prints for t: the fields
+// named as their tags spell them (perf's perftest keys).
+func tagSchema(t reflect.Type) map[string]any {
+	return schemaOf(t, map[reflect.Type]bool{}, true)
+}
+
+// schemaOf is jsonSchema, or with tagNames tagSchema.
+func schemaOf(t reflect.Type, seen map[reflect.Type]bool, tagNames bool) map[string]any {
 	if t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler) {
 		return map[string]any{} // whatever it marshals to
 	}
@@ -194,7 +201,7 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
-		s := schemaOf(t.Elem(), seen)
+		s := schemaOf(t.Elem(), seen, tagNames)
 		if ty, ok := s["type"].(string); ok {
 			s["type"] = []any{ty, "null"}
 		}
@@ -209,9 +216,13 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 		defer delete(seen, t)
 		props, required := map[string]any{}, []any{}
 		for _, f := range jsonFields(t) {
-			props[f.name] = schemaOf(t.FieldByIndex(f.index).Type, seen)
+			name := f.name
+			if tagNames {
+				name = f.tagName
+			}
+			props[name] = schemaOf(t.FieldByIndex(f.index).Type, seen, tagNames)
 			if !f.omitEmpty && len(f.index) == 1 {
-				required = append(required, f.name)
+				required = append(required, name)
 			}
 		}
 		s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
@@ -220,12 +231,12 @@ func schemaOf(t reflect.Type, seen map[reflect.Type]bool) map[string]any {
 		}
 		return s
 	case reflect.Map:
-		return map[string]any{"type": []any{"object", "null"}, "additionalProperties": schemaOf(t.Elem(), seen)}
+		return map[string]any{"type": []any{"object", "null"}, "additionalProperties": schemaOf(t.Elem(), seen, tagNames)}
 	case reflect.Slice, reflect.Array:
 		if t.Elem().Kind() == reflect.Uint8 {
 			return map[string]any{"type": "string"} // base64
 		}
-		return map[string]any{"type": []any{"array", "null"}, "items": schemaOf(t.Elem(), seen)}
+		return map[string]any{"type": []any{"array", "null"}, "items": schemaOf(t.Elem(), seen, tagNames)}
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,8 +14,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -64,7 +69,7 @@ func commandSchema(command string, alts []string) map[string]any {
 		json.Unmarshal([]byte(a), &m)
 		ss = append(ss, m)
 	}
-	if len(ss) == 1 {
+	if len(ss) == 1 && ss[0].(map[string]any)["anyOf"] == nil { // one alternative of its own alternatives (perf) stays one
 		for k, v := range ss[0].(map[string]any) {
 			s[k] = v
 		}
@@ -95,12 +100,39 @@ func schemaAlts(s map[string]any) []string {
 }
 
 // typeSchema is jsonSchema, but a map[string]any printed whole is an
-// object whose keys (the code's names, not data) are snake_case.
+// object whose keys (the code's names, not data) are snake_case, and
+// perf's report is perfSchema.
 func typeSchema(t reflect.Type) map[string]any {
-	if t == reflect.TypeFor[map[string]any]() {
+	switch t {
+	case reflect.TypeFor[map[string]any]():
 		return map[string]any{"type": "object", "propertyNames": map[string]any{"pattern": namePattern}}
+	case reflect.TypeFor[perfDocument]():
+		return perfSchema()
 	}
 	return jsonSchema(t)
+}
+
+// perfSchema is the schema of perf's report (perfJSON), whose keys are
+// perftest's: test, path, reason and test_info (perfInfo), and either one
+// size's figures beside them (perfBW or perfLat) or, with -a, every
+// size's in results.
+func perfSchema() map[string]any {
+	object := func(parts ...map[string]any) map[string]any {
+		props, required := map[string]any{}, []any{}
+		for _, p := range parts {
+			for k, v := range p["properties"].(map[string]any) {
+				props[k] = v
+			}
+			required = append(required, asSlice(p["required"])...)
+		}
+		return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
+	}
+	str := map[string]any{"type": "string"}
+	head := map[string]any{"properties": map[string]any{"test": str, "path": str, "reason": str, "test_info": tagSchema(reflect.TypeFor[perfInfo]())},
+		"required": []any{"test", "path", "reason", "test_info"}}
+	bw, lat := tagSchema(reflect.TypeFor[perfBW]()), tagSchema(reflect.TypeFor[perfLat]())
+	all := map[string]any{"properties": map[string]any{"results": map[string]any{"type": "array", "items": map[string]any{"anyOf": []any{bw, lat}}}}, "required": []any{"results"}}
+	return map[string]any{"anyOf": []any{object(head, bw), object(head, lat), object(head, all)}}
 }
 
 // validate checks doc against schema s (the keywords jsonSchema uses:
@@ -418,5 +450,144 @@ func TestJSONOutputs(t *testing.T) {
 	} {
 		var v any
 		runJSON(t, &v, args...)
+	}
+
+	// A host with an RDMA uplink: its uplink declared, then, once its
+	// agent is gone and its lease has run out, the host removed.
+	t.Run("esx8", func(t *testing.T) { // its agent stops at the subtest's end
+		testenv.StartControl(t, "esx8", hostCfg(ep, "127.0.8.1", true))
+		var decl uplinkDeclareReport
+		runJSON(t, &decl, append(slices.Clone(cp), "host", "uplink", "declare", "esx8", "127.0.8.1", "--pfc", "3")...)
+		if decl.Name != "esx8" || decl.Uplink.Declared.PFC == nil {
+			t.Errorf("host uplink declare -o json: %+v", decl)
+		}
+	})
+	var rm hostRemoveReport
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, errs, code := run(t, "", append(slices.Clone(cp), "host", "remove", "esx8")...)
+		if code == exitOK {
+			if err := unmarshalPrinted([]byte(out), &rm); err != nil {
+				t.Fatalf("host remove -o json: %v\n%s", err, out)
+			}
+			break
+		}
+		if !strings.Contains(errs, "is up") || time.Now().After(deadline) {
+			t.Fatalf("host remove esx8: exit %d\n%s%s", code, out, errs)
+		}
+	}
+	if rm.Name != "esx8" || rm.VMsRemoved == nil {
+		t.Errorf("host remove -o json: %+v", rm)
+	}
+	var fk forgetKeyReport
+	runJSON(t, &fk, append(slices.Clone(cp), "--state-dir", t.TempDir(), "host", "forget-key", "esx1")...)
+	if fk.Host == "" || fk.Forgotten || fk.Pins == "" {
+		t.Errorf("host forget-key -o json (nothing pinned): %+v", fk)
+	}
+
+	// soak's report, as soak prints it (a soak runs for minutes; its
+	// tests read the report without -o json).
+	s := &app{stdout: io.Discard, output: "json", command: "soak"}
+	if err := s.printJSON(soakReport{OK: true, Hosts: map[string]string{"host1": "memcpy"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noSchema are the commands whose output is not a vrdmactl JSON document,
+// and why: every other command a user can run has a schema.
+var noSchema = map[string]string{
+	"completion bash":       "prints a shell script",
+	"completion zsh":        "prints a shell script",
+	"completion fish":       "prints a shell script",
+	"completion powershell": "prints a shell script",
+	"exec":                  "runs a program: the output is the program's",
+	"help":                  "prints a command's help",
+}
+
+// TestJSONSchemasCover: every command a user can run (groups of commands
+// print their help) has its schema in
+// docs/schema, unless noSchema says why it prints no JSON document; every
+// schema is of a command.
+func TestJSONSchemasCover(t *testing.T) {
+	root := Command()
+	root.InitDefaultCompletionCmd()
+	want := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden {
+			return
+		}
+		if name := strings.TrimPrefix(c.CommandPath(), "vrdmactl "); c.Runnable() && !c.HasSubCommands() && noSchema[name] == "" {
+			want[strings.ReplaceAll(name, " ", "-")+".json"] = true
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	dir := filepath.Join("..", "..", "docs", "schema")
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Name()] = true
+		if !want[f.Name()] {
+			t.Errorf("docs/schema/%s is the schema of no command", f.Name())
+		}
+	}
+	for f := range want {
+		if !have[f] {
+			t.Errorf("vrdmactl %s has no schema docs/schema/%s: run it with -o json in a test (TestJSONOutputs) and go test ./internal/cli -update-schemas, or say in noSchema why it prints no JSON", strings.ReplaceAll(strings.TrimSuffix(f, ".json"), "-", " "), f)
+		}
+	}
+	if len(want) < 40 {
+		t.Errorf("only %d commands found: the walk is broken", len(want))
+	}
+}
+
+// TestPerfSchema checks perf's reports against perfSchema: one size of a
+// BW and of a latency test, and every size (-a), conform; a report with a
+// figure of the wrong type, an unknown key or without test_info does not.
+func TestPerfSchema(t *testing.T) {
+	s := perfSchema()
+	info := perfInfo{Test: "write_bw", Title: "RDMA_Write BW Test", Path: "memcpy"}
+	bw := perfResult{Result: perf.Result{Test: perf.WriteBW, MsgSize: 4096, Iters: 100, BWPeak: 10, BWAvg: 9, MsgRate: 0.5}}
+	lat := perfResult{Result: perf.Result{Test: perf.WriteLat, MsgSize: 2, Iters: 100, TMin: 1, TMax: 3, TTypical: 2, TAvg: 2, P99: 3, P999: 3}}
+	decode := func(b []byte) map[string]any {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for name, rs := range map[string][]perfResult{"bw": {bw}, "lat": {lat}, "all": {bw, bw}} {
+		b, err := perfJSON(info, rs, name == "all")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errs := validate(s, decode(b), "$"); len(errs) > 0 {
+			t.Errorf("%s: %v\n%s", name, errs, b)
+		}
+		for bad, mod := range map[string]func(m map[string]any){
+			"a string MsgSize": func(m map[string]any) {
+				if r, ok := m["results"].([]any); ok {
+					r[0].(map[string]any)["MsgSize"] = "big"
+				} else {
+					m["MsgSize"] = "big"
+				}
+			},
+			"an unknown key":   func(m map[string]any) { m["bandwidth"] = 1 },
+			"no test_info":     func(m map[string]any) { delete(m, "test_info") },
+			"a snake_case key": func(m map[string]any) { m["test_info"].(map[string]any)["number_of_qps"] = 1 },
+		} {
+			m := decode(b)
+			mod(m)
+			if len(validate(s, m, "$")) == 0 {
+				t.Errorf("%s with %s conforms", name, bad)
+			}
+		}
 	}
 }

@@ -282,6 +282,13 @@ func parseOnOff(name, v string) (bool, error) {
 // unknownWord is the flag value that removes a declaration.
 const unknownWord = "unknown"
 
+// uplinkDeclareReport is "vrdmactl host uplink declare -o json".
+type uplinkDeclareReport struct {
+	Host   string         `json:"host"`   // the host's ID
+	Name   string         `json:"name"`   // its name
+	Uplink records.Uplink `json:"uplink"` // the uplink, with what it now declares
+}
+
 // hostUplinkCommand is "vrdmactl host uplink": the network state an
 // operator declares for a host's RDMA uplinks.
 func (a *app) hostUplinkCommand() *cobra.Command {
@@ -355,7 +362,7 @@ when it registers again.`,
 				return cmdErr("host uplink declare "+args[0]+" "+args[1], err)
 			}
 			if a.json() {
-				return a.printJSON(map[string]any{"host": host.ID, "name": host.Name, "uplink": out})
+				return a.printJSON(uplinkDeclareReport{Host: host.ID, Name: host.Name, Uplink: out})
 			}
 			fmt.Fprintf(a.stdout, "host %s uplink %s declares: %s\n", hostRef(host), out.Name(), nicText(out.Declared))
 			return nil

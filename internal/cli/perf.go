@@ -110,8 +110,9 @@ accepted and mean nothing here: rdma_cm picks the GID from the address, no CPU
 frequency is checked, and the QPs connect through rdma_cm unless -m is given. A run longer than two
 seconds draws a progress bar on stderr when stderr is a terminal.
 
--b (write_bw, read_bw, atomic_bw; --local) runs both directions at once and
-reports their sum, as perftest's. -I N sets the QPs' max_inline_data (default
+-b (write_bw, read_bw, atomic_bw) runs both directions at once and reports
+their sum, as perftest's; between a server and a client the client's -b counts
+(it asks the server to run the other direction), and both print the sum. -I N sets the QPs' max_inline_data (default
 220 for the latency tests, 0 for BW): WRITEs and SENDs of up to N bytes are
 posted inline. --run_infinitely (BW tests, --local) measures for -D seconds
 (default 5) again and again, a result line each time, until interrupted.
@@ -212,7 +213,7 @@ hosts sent each other during the run); with -a the per-size results are in
 	// perftest's --output names a figure, vrdmactl's -o a format: this
 	// one flag, which shadows the global one, takes both.
 	f.StringVarP(&o.output, "output", "o", "", "print only this figure, one line per size: bandwidth (BW average), message_rate or latency (the average), as perftest's --output; or the output format, text, json or yaml, as every vrdmactl command's -o")
-	f.BoolVarP(&o.bidir, "bidirectional", "b", false, "write_bw, read_bw, atomic_bw: both directions at once, the figures their sum (--local)")
+	f.BoolVarP(&o.bidir, "bidirectional", "b", false, "write_bw, read_bw, atomic_bw: both directions at once, the figures their sum (the client's -b counts)")
 	f.IntVarP(&o.inline, "inline_size", "I", -1, fmt.Sprintf("max_inline_data: WRITEs and SENDs up to this many bytes are posted inline (0..%d; default %d for latency tests, 0 for BW)", vrdma.MaxInline, perfInline))
 	f.BoolVar(&o.forever, "run_infinitely", false, "BW tests: measure for -D seconds (default 5) again and again, a line each time, until interrupted (--local)")
 	f.IntVarP(&o.gidIndex, "gid-index", "x", 0, "perftest's GID index: accepted, means nothing here (rdma_cm picks the GID from the address)")
@@ -290,8 +291,8 @@ func (o *perfOptions) check() error {
 		return usageErrorf("perf: -I %d out of range 0..%d", o.inline, vrdma.MaxInline)
 	case o.forever && (o.test.Latency() || o.all || o.outJSON || o.outJSONFile != ""):
 		return usageErrorf("perf: --run_infinitely measures a BW test of one size again and again, a line each time: not with a latency test, -a or JSON")
-	case (o.bidir || o.forever) && !o.local:
-		return usageErrorf("perf: -b and --run_infinitely are --local's (a server and its client run one direction, once)")
+	case o.forever && !o.local:
+		return usageErrorf("perf: --run_infinitely is --local's (a server and its client run once)")
 	}
 	if _, err := perf.ParseAtomic(o.atomic); err != nil {
 		return usageErrorf("perf: -A: %v", err)
@@ -698,9 +699,16 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 	return nil
 }
 
+// perfDocument is perf's JSON report (perfJSON) as the tests' schema
+// check sees it (jsonPrinted).
+type perfDocument struct{ json.RawMessage }
+
 // writeReport writes the JSON report b to stdout (--out_json; as YAML
 // with -o yaml) and to --out_json_file.
 func (a *app) writeReport(o perfOptions, b []byte) error {
+	if jsonPrinted != nil && o.outJSON {
+		jsonPrinted(a.command, perfDocument{json.RawMessage(b)})
+	}
 	switch {
 	case o.outJSON && a.output == "yaml":
 		y, err := yaml.JSONToYAML(b)

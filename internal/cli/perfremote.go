@@ -8,7 +8,9 @@ package cli
 // and its buffer in the REQ's private data (perf.Hello); the server sizes
 // its buffer to the request and answers with it in the REP. At the end the
 // client writes its figures into the server's buffer and disconnects: both
-// print the result (the server only for BW tests, as perftest's).
+// print the result (the server only for BW tests, as perftest's). With -b
+// the server runs the BW loop toward the client too and hands the client
+// its figures, which the client adds to its own (perf.Endpoint).
 
 import (
 	"context"
@@ -110,7 +112,7 @@ func (a *app) perfServe(ctx context.Context, o perfOptions, ad *vrdma.Adapter, c
 		req.Reject(context.WithoutCancel(ctx), nil)
 		return fmt.Errorf("perf: client %s/%s refused: %w", req.RemoteVM, req.RemoteAdapter, err)
 	}
-	o.test, o.atomic, o.size, o.iters, o.cqMod, o.txDepth, o.qps = h.Test, string(h.Atomic), h.Size, h.Iters, h.CQMod, h.TxDepth, h.QPs
+	o.test, o.atomic, o.size, o.iters, o.cqMod, o.txDepth, o.qps, o.bidir = h.Test, string(h.Atomic), h.Size, h.Iters, h.CQMod, h.TxDepth, h.QPs, h.Bidirectional
 	c := h.Config()
 	e, err := perf.NewEndpoint(ctx, ad, endpointConfig(o, h.Size), false)
 	if err != nil {
@@ -190,7 +192,7 @@ func acceptAll(ctx context.Context, ch *vrdma.EventChannel, req *vrdma.CMEvent, 
 }
 
 func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch *vrdma.EventChannel, server string) error {
-	c := perf.Config{Test: o.test, Size: o.size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent, Atomic: perf.Atomic(o.atomic)}
+	c := perf.Config{Test: o.test, Size: o.size, Iters: o.iters, TxDepth: o.txDepth, CQMod: o.cqMod, UseEvent: o.useEvent, Atomic: perf.Atomic(o.atomic), Bidirectional: o.bidir}
 	if c.Size <= 0 {
 		c.Size = o.test.DefaultSize()
 	}
@@ -209,7 +211,7 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 	}
 	defer e.Close(context.WithoutCancel(ctx))
 	e.Prepare(c)
-	h := perf.Hello{Test: c.Test, Atomic: c.Atomic, Size: c.Size, Iters: c.Iters, CQMod: c.CQMod, TxDepth: c.TxDepth, QPs: o.qps, Peer: e.Side.Peer()}
+	h := perf.Hello{Test: c.Test, Atomic: c.Atomic, Size: c.Size, Iters: c.Iters, CQMod: c.CQMod, TxDepth: c.TxDepth, QPs: o.qps, Peer: e.Side.Peer(), Bidirectional: c.Bidirectional}
 	if h.Atomic == "" {
 		h.Atomic = perf.FetchAndAdd
 	}
@@ -263,9 +265,14 @@ func (a *app) perfDial(ctx context.Context, o perfOptions, ad *vrdma.Adapter, ch
 	return a.perfReport(o, info, r)
 }
 
-// endpointConfig sizes one side for o's test of size bytes.
+// endpointConfig sizes one side for o's test of size bytes (with -b,
+// with room for the server's figures).
 func endpointConfig(o perfOptions, size int) perf.PairConfig {
-	return perf.PairConfig{BufSize: max(o.test.BufSize(size), 4096), TxDepth: o.txDepth, QPs: o.qps, MaxInline: o.maxInline()}
+	buf := max(o.test.BufSize(size), 4096)
+	if o.bidir {
+		buf = max(buf, perf.BidirBufSize(size))
+	}
+	return perf.PairConfig{BufSize: buf, TxDepth: o.txDepth, QPs: o.qps, MaxInline: o.maxInline()}
 }
 
 // remoteInfo is the report's header for a side of a two-process run.
@@ -274,7 +281,7 @@ func (a *app) remoteInfo(o perfOptions, e *perf.Endpoint) perfInfo {
 	info := perfInfo{Test: string(o.test), Title: o.test.Title(perf.Atomic(o.atomic)), Device: e.Side.Adapter.Name(), NumberOfQPs: o.qps,
 		TransportType: "IB", ConnectionType: "RC", UsingSRQ: "OFF", TXDepth: o.txDepth, CQModeration: min(o.cqMod, o.txDepth), UseEvent: o.useEvent,
 		Mtu: 1024, LinkType: "Ethernet", RdmaCMQPs: "ON", DataExMethod: "rdma_cm",
-		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason}
+		Transport: string(path.Path), Path: string(path.Path), Reason: path.Reason, Bidirectional: o.bidir}
 	info.MaxInlineData = o.maxInline()
 	if o.test.Latency() {
 		info.TXDepth = 1

@@ -259,3 +259,12 @@ func mib(n uint64) string {
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
+
+// Command returns vrdmactl's command tree, for documentation that cobra
+// generates from it (man pages): every command's usage, description,
+// examples and flags, the same as --help prints. Its output goes to the
+// process's standard streams.
+func Command() *cobra.Command {
+	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	return a.rootCommand()
+}

@@ -24,7 +24,7 @@ func TestVersionCommand(t *testing.T) {
 	}
 	env := testenv.Start(t)
 	out := runOK(t, "--socket", env.Socket, "version")
-	for _, want := range []string{"vrdmactl " + buildinfo.Release + "\n", "  go       " + runtime.Version(),
+	for _, want := range []string{"vrdmactl " + buildinfo.Read("vrdmactl").Version + "\n", "  release  " + buildinfo.Release + "\n", "  go       " + runtime.Version(),
 		"agent: vrdmad " + agent.Version + " at " + env.Socket + " (host hostA)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("version lacks %q:\n%s", want, out)
@@ -57,8 +57,12 @@ func TestVrdmadVersion(t *testing.T) {
 	modVersion := field(`(?m)^\tmod\tgithub.com/vrdma/vrdma\t(\S+)`)
 	rev := field(`(?m)^\tbuild\tvcs.revision=(\S+)`)
 	goVersion := field(`^\S+: (go\S+)`)
+	buildVersion := buildinfo.Release + "-devel" // no version stamped (-X), none derived from a tag
+	if v, ok := strings.CutPrefix(modVersion, "v"); ok {
+		buildVersion = v
+	}
 	s := string(out)
-	if !strings.HasPrefix(s, "vrdmad "+buildinfo.Release+"\n") || !strings.Contains(s, "module   github.com/vrdma/vrdma "+modVersion+"\n") ||
+	if !strings.HasPrefix(s, "vrdmad "+buildVersion+"\n") || !strings.Contains(s, "release  "+buildinfo.Release+"\n") || !strings.Contains(s, "module   github.com/vrdma/vrdma "+modVersion+"\n") ||
 		!strings.Contains(s, "go       "+goVersion+" ") {
 		t.Errorf("vrdmad --version:\n%s\ngo version -m:\n%s", s, m)
 	}

@@ -196,6 +196,15 @@ func TestVMProceduresStandalone(t *testing.T) {
 	if pa, err := ad1.QueryPort(ctx); err != nil || pa.State != "PORT_ACTIVE" {
 		t.Errorf("port of a connected adapter: %+v %v", pa, err)
 	}
+	// The same with -o json: what changed, and how many workloads were told.
+	for _, connected := range []bool{false, true} {
+		verb := map[bool]string{false: "disconnect", true: "connect"}[connected]
+		var r vrdma.ConnectResult
+		runJSON(t, &r, append(slices.Clone(on), "-o", "json", "vm", verb, "web", ad1.Name())...)
+		if r != (vrdma.ConnectResult{VM: "web", Adapter: ad1.Name(), Connected: connected, Changed: true, Workloads: 1}) {
+			t.Errorf("vm %s -o json: %+v", verb, r)
+		}
+	}
 	ctlFail(t, on, []string{`has no adapter "vrdma7"`}, "vm", "disconnect", "web", "vrdma7")
 
 	// Power-off detaches the workload; its peer's QP flushes.

@@ -60,7 +60,7 @@ type Options struct {
 func Handler(src Source, o Options) http.Handler {
 	r := prometheus.NewRegistry()
 	bi := buildinfo.Read("vrdmad")
-	build := prometheus.MustNewConstMetric(buildDesc, prometheus.GaugeValue, 1, bi.Release, bi.Revision, bi.GoVersion)
+	build := prometheus.MustNewConstMetric(buildDesc, prometheus.GaugeValue, 1, bi.Version, bi.Revision, bi.GoVersion)
 	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collector{src, o, build})
 	return promhttp.HandlerFor(r, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
@@ -135,7 +135,7 @@ var (
 	rdmaDropDesc    = desc("rdma_dropped_total", "Packets dropped on receipt, by reason.", "uplink", "roce", "reason")
 	udDropDesc      = desc("datagrams_dropped_total", "UD datagrams dropped at their destination on this host, on every path.")
 
-	buildDesc       = desc("build_info", "1, labelled with the agent's release, commit and Go version.", "version", "revision", "goversion")
+	buildDesc       = desc("build_info", "1, labelled with the agent's version (from git's tags: vrdmad --version), commit and Go version.", "version", "revision", "goversion")
 	hostDesc        = desc("host_info", "1, labelled with the host's name, ID and PVRDMA address (empty without a control plane).", "host", "host_id", "pvrdma_address")
 	adapterInfoDesc = desc("adapter_info", "1 for each adapter of each VM the agent knows, labelled with its MAC, GID and addresses.", "vm", "adapter", "mac", "gid", "ipv4", "ipv6")
 

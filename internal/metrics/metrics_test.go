@@ -274,7 +274,7 @@ func TestMetricsNames(t *testing.T) {
 		// The adapters' counters hold what the QPs moved either way.
 		atLeast(t, mfs, "vrdma_adapter_work_requests_total", map[string]string{"vm": "n1", "opcode": "RDMA_WRITE"}, iters)
 		atLeast(t, mfs, "vrdma_queue_pairs", map[string]string{"path": "rdma"}, 2)
-		atLeast(t, mfs, "vrdma_build_info", map[string]string{"version": buildinfo.Release}, 1)
+		atLeast(t, mfs, "vrdma_build_info", map[string]string{"version": buildinfo.Read("vrdmad").Version}, 1)
 		atLeast(t, mfs, "vrdma_host_info", map[string]string{"host_id": env.Agent.HostID()}, 1)
 		atLeast(t, mfs, "vrdma_adapter_info", map[string]string{"vm": "n2", "adapter": "vrdma0", "mac": b.Adapters()[0].MAC().String()}, 1)
 		for _, p := range []string{"/healthz", "/readyz"} {

@@ -8,6 +8,13 @@ package perf
 // At the end the client writes its Result into the server's buffer
 // (EncodeResult) before it disconnects, so that the server prints the
 // same figures, as perftest's server does.
+//
+// Bidirectional (perftest's -b): both sides run the BW loop at once, each
+// toward the other's buffer. When its loop is done the server writes its
+// own figures into the client's buffer past the bytes the loop touches
+// (BidirOffset: the Result, then a ready word written after it landed);
+// the client waits for them and adds them to its own, and that sum is
+// what it writes to the server at the end.
 
 import (
 	"context"
@@ -15,7 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/vrdma/vrdma"
 )
@@ -40,6 +49,9 @@ type Hello struct {
 	TxDepth int
 	QPs     int  // QP pairs the client connects, each with this Hello (0 is 1)
 	Peer    Peer // the client's buffer
+	// Bidirectional: the server runs the BW loop toward the client too
+	// (write_bw, read_bw, atomic_bw).
+	Bidirectional bool
 }
 
 // Encode returns h as the REQ's private data.
@@ -61,8 +73,14 @@ func (h Hello) Encode() []byte {
 	binary.LittleEndian.PutUint64(b[18:], h.Peer.Addr)
 	binary.LittleEndian.PutUint32(b[26:], h.Peer.RKey)
 	binary.LittleEndian.PutUint16(b[30:], uint16(max(h.QPs, 1)))
+	if h.Bidirectional {
+		b[5] |= helloBidir
+	}
 	return b
 }
+
+// helloBidir is the flag of byte 5 that asks for a bidirectional run.
+const helloBidir = 1
 
 // ParseHello reads a client's Hello, checking every field: the sizes and
 // counts a server would allocate and loop on come from another process.
@@ -70,16 +88,17 @@ func ParseHello(b []byte) (Hello, error) {
 	if len(b) < HelloLen || [3]byte(b[:3]) != helloMagic {
 		return Hello{}, errors.New("perf: the client's request is not a vrdmactl perf request of this version")
 	}
-	if int(b[3]) >= len(Tests) || b[4] > 1 || b[5] != 0 {
-		return Hello{}, fmt.Errorf("perf: the client asks for test %d, operation %d: unknown", b[3], b[4])
+	if int(b[3]) >= len(Tests) || b[4] > 1 || b[5]&^helloBidir != 0 {
+		return Hello{}, fmt.Errorf("perf: the client asks for test %d, operation %d, flags %#x: unknown", b[3], b[4], b[5])
 	}
 	h := Hello{Test: Tests[b[3]], Atomic: FetchAndAdd,
-		Size:    int(binary.LittleEndian.Uint32(b[6:])),
-		Iters:   int(binary.LittleEndian.Uint32(b[10:])),
-		CQMod:   int(binary.LittleEndian.Uint16(b[14:])),
-		TxDepth: int(binary.LittleEndian.Uint16(b[16:])),
-		QPs:     max(int(binary.LittleEndian.Uint16(b[30:])), 1),
-		Peer:    Peer{Addr: binary.LittleEndian.Uint64(b[18:]), RKey: binary.LittleEndian.Uint32(b[26:]), Name: "the client"}}
+		Size:          int(binary.LittleEndian.Uint32(b[6:])),
+		Iters:         int(binary.LittleEndian.Uint32(b[10:])),
+		CQMod:         int(binary.LittleEndian.Uint16(b[14:])),
+		TxDepth:       int(binary.LittleEndian.Uint16(b[16:])),
+		QPs:           max(int(binary.LittleEndian.Uint16(b[30:])), 1),
+		Peer:          Peer{Addr: binary.LittleEndian.Uint64(b[18:]), RKey: binary.LittleEndian.Uint32(b[26:]), Name: "the client"},
+		Bidirectional: b[5]&helloBidir != 0}
 	if b[4] == 1 {
 		h.Atomic = CmpAndSwap
 	}
@@ -92,6 +111,8 @@ func ParseHello(b []byte) (Hello, error) {
 		return Hello{}, fmt.Errorf("perf: the client asks for %d iterations: 1..%d are served", h.Iters, MaxRemoteIters)
 	case h.CQMod < 1 || h.TxDepth < 1 || h.TxDepth > vrdma.MaxQPWR/2:
 		return Hello{}, fmt.Errorf("perf: the client asks for CQ moderation %d, TX depth %d: want ≥ 1 and 1..%d", h.CQMod, h.TxDepth, vrdma.MaxQPWR/2)
+	case h.Bidirectional && h.Test != WriteBW && h.Test != ReadBW && h.Test != AtomicBW:
+		return Hello{}, fmt.Errorf("perf: the client asks for %s both ways: -b runs write_bw, read_bw and atomic_bw", h.Test)
 	case h.QPs > 1 && h.Test.Latency():
 		return Hello{}, fmt.Errorf("perf: the client asks for %s on %d QPs: latency tests run on one", h.Test, h.QPs)
 	}
@@ -110,7 +131,7 @@ const (
 
 // Config returns the run h asks for.
 func (h Hello) Config() Config {
-	return Config{Test: h.Test, Atomic: h.Atomic, Size: h.Size, Iters: h.Iters, CQMod: h.CQMod, TxDepth: h.TxDepth}
+	return Config{Test: h.Test, Atomic: h.Atomic, Size: h.Size, Iters: h.Iters, CQMod: h.CQMod, TxDepth: h.TxDepth, Bidirectional: h.Bidirectional}
 }
 
 // EncodePeer returns p as the REP's private data.
@@ -132,6 +153,16 @@ func ParsePeer(b []byte, name string) (Peer, error) {
 
 // ResultLen is the size of an encoded Result.
 const ResultLen = 3 + 4 + 8 + 10*8
+
+// BidirOffset is where, in the client's buffer, the server of a
+// bidirectional run of size-byte messages writes its ready word (4 bytes,
+// 1 once its figures are there) and, 8 bytes on, its Result: past the
+// size bytes the BW loops write and read.
+func BidirOffset(size int) int { return (size + 63) &^ 63 }
+
+// BidirBufSize is the buffer a side of a bidirectional run of size-byte
+// messages needs.
+func BidirBufSize(size int) int { return BidirOffset(size) + 8 + ResultLen }
 
 // EncodeResult returns r's figures as the client writes them to the
 // server.
@@ -188,11 +219,15 @@ func NewEndpoint(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig, active 
 }
 
 // Prepare readies e's buffer for run c before the connection is made
-// (write_lat's watched bytes cleared), so that the peer cannot write
-// into it before.
+// (write_lat's watched bytes cleared; a bidirectional client's place for
+// the server's figures cleared, the buffer being random bytes), so that
+// the peer cannot write into it before.
 func (e *Endpoint) Prepare(c Config) {
 	if c.Test == WriteLat && 2*c.Size <= e.cfg.BufSize {
 		clearLatBytes(e.Side, c.Size)
+	}
+	if b, off := e.Side.MR.Bytes(), BidirOffset(c.Size); c.Bidirectional && e.Active && len(b) >= off+8+ResultLen {
+		clear(b[off : off+8+ResultLen])
 	}
 }
 
@@ -213,15 +248,22 @@ func (e *Endpoint) Run(ctx context.Context, c Config) (Result, error) {
 		err = sendLatSide(ctx, s, c, nil)
 	case !e.Active && c.Test == SendBW:
 		err = receiveAll(ctx, s, c, make(chan error, 1), nil)
+	case !e.Active && c.Bidirectional:
+		if r, err = runBW(ctx, c, s, peer, c.bwOpcode()); err == nil {
+			err = e.sendBidirResult(ctx, c, r)
+		}
 	case !e.Active:
-	case c.Test == WriteBW:
-		r, err = runBW(ctx, c, s, peer, vrdma.OpRDMAWrite)
-	case c.Test == ReadBW:
-		r, err = runBW(ctx, c, s, peer, vrdma.OpRDMARead)
+	case c.Bidirectional:
+		if r, err = runBW(ctx, c, s, peer, c.bwOpcode()); err == nil {
+			var back Result
+			if back, err = e.bidirResult(ctx, c); err == nil {
+				r.add(back)
+			}
+		}
+	case c.Test == WriteBW, c.Test == ReadBW, c.Test == AtomicBW:
+		r, err = runBW(ctx, c, s, peer, c.bwOpcode())
 	case c.Test == SendBW:
 		r, err = runBW(ctx, c, s, peer, vrdma.OpSend)
-	case c.Test == AtomicBW:
-		r, err = runBW(ctx, c, s, peer, c.Atomic.opcode())
 	case c.Test == WriteLat:
 		stamps := make([]int64, c.Iters+1)
 		if err = latSide(ctx, s, peer, c, c.Iters, stamps); err == nil {
@@ -248,13 +290,56 @@ func (e *Endpoint) Run(ctx context.Context, c Config) (Result, error) {
 // WRITE, signaled and waited for, so that it is there before the
 // disconnect).
 func (e *Endpoint) SendResult(ctx context.Context, r Result) error {
-	b := e.Side.MR.Bytes()
-	if len(b) < ResultLen {
-		return fmt.Errorf("perf: a %d-byte buffer cannot carry the results", len(b))
+	return e.writeAt(ctx, 0, EncodeResult(r))
+}
+
+// sendBidirResult is the server's end of a bidirectional run: its own
+// figures r into the client's buffer at BidirOffset, and then, once they
+// landed, the ready word.
+func (e *Endpoint) sendBidirResult(ctx context.Context, c Config, r Result) error {
+	off := BidirOffset(c.Size)
+	if err := e.writeAt(ctx, off+8, EncodeResult(r)); err != nil {
+		return fmt.Errorf("perf: send this side's figures to %s: %w", e.Peer.Name, err)
 	}
-	copy(b, EncodeResult(r))
+	if err := e.writeAt(ctx, off, []byte{1, 0, 0, 0}); err != nil {
+		return fmt.Errorf("perf: send this side's figures to %s: %w", e.Peer.Name, err)
+	}
+	return nil
+}
+
+// bidirResult is the client's end of a bidirectional run: it waits for
+// the server's figures (sendBidirResult) in its buffer and reads them.
+func (e *Endpoint) bidirResult(ctx context.Context, c Config) (Result, error) {
+	off := BidirOffset(c.Size)
+	b := e.Side.MR.Bytes()
+	if len(b) < off+8+ResultLen {
+		return Result{}, fmt.Errorf("perf: a %d-byte buffer cannot carry the server's figures of a bidirectional run (%d bytes: BidirBufSize)", len(b), BidirBufSize(c.Size))
+	}
+	ready := (*uint32)(unsafe.Pointer(&b[off])) // written by the agent for the server
+	for atomic.LoadUint32(ready) == 0 {
+		select {
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("perf: waiting for %s's figures of its direction: %w", e.Peer.Name, context.Cause(ctx))
+		case <-time.After(time.Millisecond):
+		}
+	}
+	r, err := ParseResult(b[off+8 : off+8+ResultLen])
+	if err != nil {
+		return Result{}, fmt.Errorf("perf: %s's figures of its direction: %w", e.Peer.Name, err)
+	}
+	return r, nil
+}
+
+// writeAt writes data into the peer's buffer at off, from e's buffer at
+// the same offset, with a signaled RDMA WRITE that it waits for.
+func (e *Endpoint) writeAt(ctx context.Context, off int, data []byte) error {
+	b := e.Side.MR.Bytes()
+	if len(b) < off+len(data) {
+		return fmt.Errorf("perf: a %d-byte buffer cannot carry %d bytes at %d", len(b), len(data), off)
+	}
+	copy(b[off:], data)
 	wrs := []vrdma.SendWR{{ID: math.MaxUint64, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled,
-		SGL: []vrdma.SGE{e.Side.MR.SGE(0, ResultLen)}, RemoteAddr: e.Peer.Addr, RKey: e.Peer.RKey}}
+		SGL: []vrdma.SGE{e.Side.MR.SGE(off, len(data))}, RemoteAddr: e.Peer.Addr + uint64(off), RKey: e.Peer.RKey}}
 	sp := e.Side.spinner(ctx)
 	if err := postRetry(e.Side, wrs, &sp); err != nil {
 		return err

@@ -17,6 +17,7 @@ func TestHelloRoundTrip(t *testing.T) {
 		if !tt.Latency() {
 			h.QPs = 16
 		}
+		h.Bidirectional = tt == WriteBW || tt == ReadBW || tt == AtomicBW
 		b := h.Encode()
 		if len(b) != HelloLen || len(b) > 56 {
 			t.Fatalf("%s: %d bytes", tt, len(b))
@@ -46,6 +47,8 @@ func TestHelloRoundTrip(t *testing.T) {
 		"atomic size": func(b []byte) { b[3] = 3 },           // atomic_bw of 64 bytes
 		"lat QPs":     func(b []byte) { b[3], b[30] = 4, 2 }, // write_lat on 2 QPs
 		"QPs huge":    func(b []byte) { b[30], b[31] = 0xff, 0xff },
+		"flags":       func(b []byte) { b[5] = 2 },
+		"send_bw -b":  func(b []byte) { b[3], b[5] = 2, helloBidir },
 	} {
 		b := append([]byte(nil), good...)
 		mod(b)

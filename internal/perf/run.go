@@ -217,14 +217,10 @@ func (p *Pair) Run(ctx context.Context, c Config) (Result, error) {
 	}
 	var r Result
 	switch c.Test {
-	case WriteBW:
-		r, err = p.runBW(ctx, c, vrdma.OpRDMAWrite)
-	case ReadBW:
-		r, err = p.runBW(ctx, c, vrdma.OpRDMARead)
+	case WriteBW, ReadBW, AtomicBW:
+		r, err = p.runBW(ctx, c, c.bwOpcode())
 	case SendBW:
 		r, err = p.runSendBW(ctx, c)
-	case AtomicBW:
-		r, err = p.runBW(ctx, c, c.Atomic.opcode())
 	case WriteLat:
 		r, err = p.runWriteLat(ctx, c)
 	case ReadLat:
@@ -347,6 +343,18 @@ func completionError(wc *vrdma.WorkCompletion) error {
 	return fmt.Errorf("work request %d (%s) completed with %s", wc.WRID, wc.Opcode, wc.Status)
 }
 
+// bwOpcode is the operation of c's RDMA BW test: write_bw's WRITE,
+// read_bw's READ, atomic_bw's atomic.
+func (c Config) bwOpcode() vrdma.Opcode {
+	switch c.Test {
+	case ReadBW:
+		return vrdma.OpRDMARead
+	case AtomicBW:
+		return c.Atomic.opcode()
+	}
+	return vrdma.OpRDMAWrite
+}
+
 // runBW runs the BW loop of op from A to B, and with c.Bidirectional
 // from B to A at the same time, adding up the two directions' figures.
 func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, error) {
@@ -375,11 +383,17 @@ func (p *Pair) runBW(ctx context.Context, c Config, op vrdma.Opcode) (Result, er
 	if err != nil {
 		return Result{}, err
 	}
+	r.add(back)
+	return r, nil
+}
+
+// add adds the figures of the other direction of a bidirectional run,
+// back, to r's.
+func (r *Result) add(back Result) {
 	r.BWPeak += back.BWPeak
 	r.BWAvg += back.BWAvg
 	r.MsgRate += back.MsgRate
 	r.Elapsed = max(r.Elapsed, back.Elapsed)
-	return r, nil
 }
 
 // runBW is perftest's BW loop: keep up to TxDepth work requests
