@@ -14,6 +14,10 @@ const (
 	OpRDMARead         = abi.OpRDMARead
 	OpAtomicCmpAndSwp  = abi.OpAtomicCmpAndSwp
 	OpAtomicFetchAdd   = abi.OpAtomicFetchAdd
+	// OpAtomicWrite stores SendWR.Swap's 8 bytes (little-endian, as in
+	// memory) at RemoteAddr at once; no SGL; RC only, from an agent with
+	// CapAtomicWrite.
+	OpAtomicWrite = abi.OpAtomicWrite
 )
 
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
@@ -26,6 +30,7 @@ const (
 	WCRDMARead        = abi.WCRDMARead
 	WCCompSwap        = abi.WCCompSwap
 	WCFetchAdd        = abi.WCFetchAdd
+	WCAtomicWrite     = abi.WCAtomicWrite
 	WCRecv            = abi.WCRecv
 	WCRecvRDMAWithImm = abi.WCRecvRDMAWithImm
 )
@@ -181,7 +186,7 @@ type SendWR struct {
 	RemoteAddr uint64 // RDMA and atomics: target guest address
 	RKey       uint32 // RDMA and atomics: target region's rkey
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
-	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap
+	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap; ATOMIC_WRITE: the 8 bytes
 	// A UD QP's destination (ud.go): the address handle, the remote QP
 	// number and its Q_Key (one with PrivilegedQKey set: the QP's own).
 	AH         *AH

@@ -319,7 +319,8 @@ var conformanceCases = []conformanceCase{
 	{name: "rereg-mr", run: testReregMR},
 	{name: "qp-events", run: testQPEvents},
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
-	{name: "odp", run: testODP}, // odp_test.go
+	{name: "odp", run: testODP},                  // odp_test.go
+	{name: "atomic-write", run: testAtomicWrite}, // atomicwrite_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

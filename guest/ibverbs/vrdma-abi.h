@@ -84,7 +84,8 @@
 #define VRDMA_CAP_CORE_VERBS 0x1000ull
 #define VRDMA_CAP_QP_EVENTS 0x2000ull
 #define VRDMA_CAP_ODP 0x20000ull
-#define VRDMA_CAPS_KNOWN 0x23fffull /* every bit above */
+#define VRDMA_CAP_ATOMIC_WRITE 0x40000ull
+#define VRDMA_CAPS_KNOWN 0x63fffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -121,6 +122,7 @@
 #define VRDMA_WR_RDMA_READ 4
 #define VRDMA_WR_ATOMIC_CMP_AND_SWP 5
 #define VRDMA_WR_ATOMIC_FETCH_AND_ADD 6
+#define VRDMA_WR_ATOMIC_WRITE 15
 /* Send flags in a WQE (§5.2): not the values of IBV_SEND_*. */
 #define VRDMA_WQE_SIGNALED 1
 #define VRDMA_WQE_SOLICITED 2
@@ -132,6 +134,7 @@
 #define VRDMA_WC_RDMA_READ 2
 #define VRDMA_WC_COMP_SWAP 3
 #define VRDMA_WC_FETCH_ADD 4
+#define VRDMA_WC_ATOMIC_WRITE 9
 #define VRDMA_WC_RECV 128
 #define VRDMA_WC_RECV_RDMA_WITH_IMM 129
 #define VRDMA_WC_SUCCESS 0

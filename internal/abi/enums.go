@@ -24,19 +24,29 @@ const (
 	OpRDMARead         Opcode = 4
 	OpAtomicCmpAndSwp  Opcode = 5
 	OpAtomicFetchAdd   Opcode = 6
+	// OpAtomicWrite writes 8 bytes (the WR's data: one SGE or inline)
+	// at RemoteAddr, atomically at the responder (IBV_WR_ATOMIC_WRITE;
+	// capability atomic-write). RC only; the target region needs
+	// REMOTE_WRITE and the address 8-byte alignment.
+	OpAtomicWrite Opcode = 15
+	// OpMax bounds the send opcodes: arrays indexed by one have OpMax
+	// entries.
+	OpMax = OpAtomicWrite + 1
 )
 
-var opcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+var opcodeNames = [OpMax]string{OpRDMAWrite: "RDMA_WRITE", OpRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
+	OpSendWithImm: "SEND_WITH_IMM", OpRDMARead: "RDMA_READ", OpAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP",
+	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpAtomicWrite: "ATOMIC_WRITE"}
 
 func (o Opcode) String() string {
-	if int(o) < len(opcodeNames) {
+	if o < OpMax && opcodeNames[o] != "" {
 		return opcodeNames[o]
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(o))
 }
 
 // Valid reports whether o is a known send opcode.
-func (o Opcode) Valid() bool { return o <= OpAtomicFetchAdd }
+func (o Opcode) Valid() bool { return o < OpMax && opcodeNames[o] != "" }
 
 // IsAtomic reports whether o is an atomic operation.
 func (o Opcode) IsAtomic() bool { return o == OpAtomicCmpAndSwp || o == OpAtomicFetchAdd }
@@ -63,6 +73,7 @@ const (
 	WCRDMARead        WCOpcode = 2
 	WCCompSwap        WCOpcode = 3
 	WCFetchAdd        WCOpcode = 4
+	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -79,6 +90,8 @@ func (o WCOpcode) String() string {
 		return "COMP_SWAP"
 	case WCFetchAdd:
 		return "FETCH_ADD"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -98,6 +111,8 @@ func WCOpcodeOf(o Opcode) WCOpcode {
 		return WCCompSwap
 	case OpAtomicFetchAdd:
 		return WCFetchAdd
+	case OpAtomicWrite:
+		return WCAtomicWrite
 	}
 	return WCSend
 }

@@ -22,7 +22,7 @@ type Request struct {
 	Total   uint64
 	Imm     uint32
 	Compare uint64 // compare, or the addend
-	Swap    uint64
+	Swap    uint64 // swap; an atomic write's 8 bytes
 	// Solicited: the requester set the solicited-event bit (a SEND or a
 	// WRITE with immediate posted with IBV_SEND_SOLICITED); the receive
 	// completion wakes a CQ armed for solicited completions only.
@@ -175,6 +175,20 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 				}
 			}
 		}
+		return OutDone, abi.WCSuccess, 0
+
+	case abi.OpAtomicWrite:
+		// r.Swap's 8 bytes, stored at once: no reader sees half of them.
+		if r.RAddr&7 != 0 {
+			p.MoveToErr(fmt.Sprintf("misaligned atomic write at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
+			return OutDone, abi.WCRemInvReqErr, 0
+		}
+		t, ok := pv.resolve(p.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteWrite)
+		if !ok || access&abi.AccessRemoteWrite == 0 || !abi.Aligned8(t, 0) {
+			p.MoveToErr(fmt.Sprintf("remote access error: atomic write from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
+			return OutDone, abi.WCRemAccessErr, 0
+		}
+		abi.Word64(t, 0).Store(r.Swap)
 		return OutDone, abi.WCSuccess, 0
 	}
 	return OutDone, abi.WCRemInvReqErr, 0

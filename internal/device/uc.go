@@ -64,11 +64,11 @@ func (q *QP) ConnectMask(mask abi.QPAttrMask) abi.QPAttrMask {
 }
 
 // ucRefuse is the status of send WQE w, decoded with status st, on q: an
-// RDMA READ or an atomic on a UC QP fails with LOC_QP_OP_ERR (the drop-in
-// and the library refuse them at post with EINVAL; only a hand-written
-// ring gets here).
+// RDMA READ, an atomic or an atomic write on a UC QP fails with
+// LOC_QP_OP_ERR (the drop-in and the library refuse them at post with
+// EINVAL; only a hand-written ring gets here).
 func (q *QP) ucRefuse(w *abi.SendWQE, st abi.WCStatus) abi.WCStatus {
-	if st == abi.WCSuccess && q.typ == abi.QPTypeUC && w.Opcode.IsRdAtomic() {
+	if st == abi.WCSuccess && q.typ == abi.QPTypeUC && (w.Opcode.IsRdAtomic() || w.Opcode == abi.OpAtomicWrite) {
 		return abi.WCLocQPOpErr
 	}
 	return st

@@ -16,6 +16,7 @@ package rdma
 // by the engine's reader itself, as half of the last credit lands.
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"time"
 
@@ -166,6 +167,14 @@ func (p *path) sendPacket(dqpn uint32, e *requester.Entry, i, got uint32, uc boo
 		}
 		h = p.hdr[:rocewire.BTHLen+rocewire.AtomicETHLen]
 		rocewire.AtomicETH(h[rocewire.BTHLen:]).Encode(w.RemoteAddr, w.RKey, swap, cmp)
+	case abi.OpAtomicWrite:
+		// The 8 bytes follow the RETH in the header buffer: the WQE
+		// carries them (its Swap, little-endian as in memory).
+		f.Opcode, f.AckReq = rocewire.AtomicWrite, true
+		x := rocewire.BTHLen + rocewire.RETHLen
+		h = p.hdr[:x+8]
+		rocewire.RETH(h[rocewire.BTHLen:]).Encode(w.RemoteAddr, w.RKey, 8)
+		binary.LittleEndian.PutUint64(h[x:], w.Swap)
 	default:
 		off = uint64(i) * uint64(mtu)
 		n = min(uint64(mtu), e.Total-off)
@@ -265,7 +274,12 @@ func (p *path) response(pkt *rocewire.Packet) bool {
 		}
 	case rocewire.AtomicAcknowledge:
 		p.rq.AtomicAck(psn, pkt.AtomicAckETH.Orig())
-	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast, rocewire.RDMAReadResponseOnly:
+	case rocewire.RDMAReadResponseOnly:
+		if len(pkt.Payload) == 0 && p.rq.AtomicWriteAck(psn) {
+			return false // an atomic write's answer
+		}
+		fallthrough
+	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast:
 		pos := pkt.Info.Position
 		// AckReq, which a response needs not, set: the responder paces
 		// it by the requester's credit (reads.go).
