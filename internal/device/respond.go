@@ -8,6 +8,7 @@ package device
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/rc"
@@ -155,16 +156,10 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		return OutDone, abi.WCSuccess, 0
 
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		if r.RAddr&7 != 0 {
-			p.MoveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
-			return OutDone, abi.WCRemInvReqErr, 0
+		word, st := p.word(r, access, abi.AccessRemoteAtomic)
+		if st != abi.WCSuccess {
+			return OutDone, st, 0
 		}
-		t, ok := pv.resolve(p.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
-		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
-			p.MoveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
-			return OutDone, abi.WCRemAccessErr, 0
-		}
-		word := abi.Word64(t, 0)
 		if r.Op == abi.OpAtomicFetchAdd {
 			m.old = word.Add(r.Compare) - r.Compare
 		} else {
@@ -179,19 +174,31 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 
 	case abi.OpAtomicWrite:
 		// r.Swap's 8 bytes, stored at once: no reader sees half of them.
-		if r.RAddr&7 != 0 {
-			p.MoveToErr(fmt.Sprintf("misaligned atomic write at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
-			return OutDone, abi.WCRemInvReqErr, 0
+		word, st := p.word(r, access, abi.AccessRemoteWrite)
+		if st != abi.WCSuccess {
+			return OutDone, st, 0
 		}
-		t, ok := pv.resolve(p.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteWrite)
-		if !ok || access&abi.AccessRemoteWrite == 0 || !abi.Aligned8(t, 0) {
-			p.MoveToErr(fmt.Sprintf("remote access error: atomic write from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
-			return OutDone, abi.WCRemAccessErr, 0
-		}
-		abi.Word64(t, 0).Store(r.Swap)
+		word.Store(r.Swap)
 		return OutDone, abi.WCSuccess, 0
 	}
 	return OutDone, abi.WCRemInvReqErr, 0
+}
+
+// word resolves the 8-byte target of atomic r (or atomic write) in a
+// region with need, the QP granting access: the word, or the status that
+// refuses r (misaligned REM_INV_REQ_ERR, else REM_ACCESS_ERR), p then in
+// ERR.
+func (p *QP) word(r *Request, access, need abi.Access) (*atomic.Uint64, abi.WCStatus) {
+	if r.RAddr&7 != 0 {
+		p.MoveToErr(fmt.Sprintf("misaligned %s at 0x%x from QP 0x%x", r.Op, r.RAddr, r.SrcQPN))
+		return nil, abi.WCRemInvReqErr
+	}
+	t, ok := p.vm.resolve(p.pd, r.RKey, r.RAddr, 8, need)
+	if !ok || access&need == 0 || !abi.Aligned8(t, 0) {
+		p.MoveToErr(fmt.Sprintf("remote access error: %s from QP 0x%x with rkey 0x%x at 0x%x", r.Op, r.SrcQPN, r.RKey, r.RAddr))
+		return nil, abi.WCRemAccessErr
+	}
+	return abi.Word64(t, 0), abi.WCSuccess
 }
 
 // takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers
