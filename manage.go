@@ -20,17 +20,18 @@ type Caps = abi.Caps
 
 // Capability bits of AgentInfo.Caps.
 const (
-	CapAsyncMode  = abi.CapAsyncMode  // vrdma.asyncMode is honoured
-	CapFence      = abi.CapFence      // SendFence is honoured on every path
-	CapPathMemcpy = abi.CapPathMemcpy // same-host peers over memcpy
-	CapPathTCP    = abi.CapPathTCP    // other hosts over tcp (the agent runs a control plane and a PVRDMA address)
-	CapCM         = abi.CapCM         // Listen, Connect and the other connection-management calls
-	CapQPCounters = abi.CapQPCounters // QPStatus.Counters are filled
-	CapVMManage   = abi.CapVMManage   // the VM management calls
-	CapCoreVerbs  = abi.CapCoreVerbs  // CQ.Resize, MR.Rereg, solicited-only CQ events
-	CapQPEvents   = abi.CapQPEvents   // EventCommEst and EventSQDrained
-	CapCQOverrun  = abi.CapCQOverrun  // CQOverrun
-	CapODP        = abi.CapODP        // AccessOnDemand regions and PD.AdviseMR
+	CapAsyncMode   = abi.CapAsyncMode   // vrdma.asyncMode is honoured
+	CapFence       = abi.CapFence       // SendFence is honoured on every path
+	CapPathMemcpy  = abi.CapPathMemcpy  // same-host peers over memcpy
+	CapPathTCP     = abi.CapPathTCP     // other hosts over tcp (the agent runs a control plane and a PVRDMA address)
+	CapCM          = abi.CapCM          // Listen, Connect and the other connection-management calls
+	CapQPCounters  = abi.CapQPCounters  // QPStatus.Counters are filled
+	CapVMManage    = abi.CapVMManage    // the VM management calls
+	CapCoreVerbs   = abi.CapCoreVerbs   // CQ.Resize, MR.Rereg, solicited-only CQ events
+	CapQPEvents    = abi.CapQPEvents    // EventCommEst and EventSQDrained
+	CapCQOverrun   = abi.CapCQOverrun   // CQOverrun
+	CapODP         = abi.CapODP         // AccessOnDemand regions and PD.AdviseMR
+	CapAtomicWrite = abi.CapAtomicWrite // OpAtomicWrite
 )
 
 // Status is an agent's report of its VMs, adapters and QPs.

@@ -268,6 +268,9 @@ func (q *QP) encodeSend(slot []byte, wr *SendWR) error {
 	if err := q.checkUC(wr); err != nil {
 		return err
 	}
+	if wr.Opcode == OpAtomicWrite && (q.typ != QPTypeRC || len(wr.SGL) != 0 || wr.Flags&SendInline != 0 || !q.vm.caps.Has(abi.CapAtomicWrite)) {
+		return errorf(abi.CodeInvalid, "ATOMIC_WRITE: RC QPs only, its 8 bytes in Swap (no SGL, not inline), from an agent with capability atomic-write")
+	}
 	w := abi.SendWQE{WRID: wr.ID, Opcode: wr.Opcode, Flags: wr.Flags, Imm: wr.Imm, RemoteAddr: wr.RemoteAddr, RKey: wr.RKey,
 		CompareAdd: wr.CompareAdd, Swap: wr.Swap, XRCSRQN: wr.XRCSRQN}
 	if wr.Opcode.IsMW() {

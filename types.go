@@ -20,6 +20,10 @@ const (
 	OpLocalInv    = abi.OpLocalInv
 	OpBindMW      = abi.OpBindMW
 	OpSendWithInv = abi.OpSendWithInv
+	// OpAtomicWrite stores SendWR.Swap's 8 bytes (little-endian, as in
+	// memory) at RemoteAddr at once; no SGL; RC only, from an agent with
+	// CapAtomicWrite.
+	OpAtomicWrite = abi.OpAtomicWrite
 )
 
 // WCOpcode is the operation a work completion reports (IBV_WC_*).
@@ -34,6 +38,7 @@ const (
 	WCFetchAdd        = abi.WCFetchAdd
 	WCBindMW          = abi.WCBindMW
 	WCLocalInv        = abi.WCLocalInv
+	WCAtomicWrite     = abi.WCAtomicWrite
 	WCRecv            = abi.WCRecv
 	WCRecvRDMAWithImm = abi.WCRecvRDMAWithImm
 )
@@ -204,7 +209,7 @@ type SendWR struct {
 	// BIND_MW, the window's new rkey (IncRKey).
 	RKey       uint32
 	CompareAdd uint64 // ATOMIC_CMP_AND_SWP: compare; ATOMIC_FETCH_AND_ADD: add
-	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap
+	Swap       uint64 // ATOMIC_CMP_AND_SWP: swap; ATOMIC_WRITE: the 8 bytes
 	// A UD QP's destination (ud.go): the address handle, the remote QP
 	// number and its Q_Key (one with PrivilegedQKey set: the QP's own).
 	AH         *AH

@@ -320,9 +320,10 @@ var conformanceCases = []conformanceCase{
 	{name: "rereg-mr", run: testReregMR},
 	{name: "qp-events", run: testQPEvents},
 	{name: "solicited-uc-ud", run: testSolicitedUnreliable},
-	{name: "cq-overrun", run: testCQOverrun}, // coreverbs_test.go
-	{name: "mw", run: testMW},                // mw_test.go
-	{name: "odp", run: testODP},              // odp_test.go
+	{name: "cq-overrun", run: testCQOverrun},     // coreverbs_test.go
+	{name: "mw", run: testMW},                    // mw_test.go
+	{name: "odp", run: testODP},                  // odp_test.go
+	{name: "atomic-write", run: testAtomicWrite}, // atomicwrite_test.go
 }
 
 func runConformance(t *testing.T, env pathEnv, how connMethod) {

@@ -2227,6 +2227,25 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex *x, uint32_t rkey, uint64_t rad
 		wqe_send_atomic(slot, add, 0);
 }
 
+/* wr_atomic_write (capability atomic-write): the 8 bytes at atomic_wr go
+ * in the WQE's swap word, as they lie in memory; no SGE (wire-local.md
+ * §5.2). */
+static void wr_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t raddr, const void *atomic_wr)
+{
+	void *slot = wr_begin(x, IBV_WR_ATOMIC_WRITE);
+	uint64_t v;
+
+	wr_remote(slot, rkey, raddr);
+	if (!slot)
+		return;
+	if (!atomic_wr) {
+		((struct vrdma_qp *)x)->wr_err = EINVAL;
+		return;
+	}
+	memcpy(&v, atomic_wr, sizeof(v));
+	wqe_send_atomic(slot, 0, v);
+}
+
 /* wr_data returns the current WQE for a wr_set_* call, or NULL (wr_err set
  * when the call has no WQE to go with). */
 static void *wr_data(struct vrdma_qp *qp)
@@ -2352,13 +2371,19 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & ~(uint64_t)WR_OPS_SUPPORTED)) {
-		errno = EOPNOTSUPP; /* TSO, atomic write */
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+	    (ax->send_ops_flags & ~(uint64_t)(WR_OPS_SUPPORTED | IBV_QP_EX_WITH_ATOMIC_WRITE))) {
+		errno = EOPNOTSUPP; /* TSO */
 		return NULL;
 	}
 	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & WR_OPS_MW) &&
 	    (ax->qp_type != IBV_QPT_RC || !(vrdma_vm_get() && (vrdma_vm_get()->s.caps & VRDMA_CAP_MW)))) {
 		errno = EOPNOTSUPP; /* memory windows: RC QPs of an agent with them */
+		return NULL;
+	}
+	if ((ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ax->send_ops_flags & IBV_QP_EX_WITH_ATOMIC_WRITE) &&
+	    (ax->qp_type != IBV_QPT_RC || !(vrdma_vm_get() && vrdma_vm_get()->s.caps & VRDMA_CAP_ATOMIC_WRITE))) {
+		errno = EOPNOTSUPP; /* RC only, from an agent with atomic-write */
 		return NULL;
 	}
 	if (ax->qp_type == IBV_QPT_UD && (ax->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
@@ -2398,6 +2423,7 @@ static struct ibv_qp *create_qp_ex(struct ibv_context *context, struct ibv_qp_in
 		x->wr_rdma_read = wr_rdma_read;
 		x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
 		x->wr_atomic_fetch_add = wr_atomic_fetch_add;
+		x->wr_atomic_write = wr_atomic_write;
 		x->wr_set_sge = wr_set_sge;
 		x->wr_set_sge_list = wr_set_sge_list;
 		x->wr_set_inline_data = wr_set_inline_data;

@@ -94,8 +94,9 @@
 #define VRDMA_CAP_XRC 0x8000ull
 #define VRDMA_CAP_MCAST 0x10000ull
 #define VRDMA_CAP_ODP 0x20000ull
+#define VRDMA_CAP_ATOMIC_WRITE 0x40000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0xbffffull /* every bit above */
+#define VRDMA_CAPS_KNOWN 0xfffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -135,6 +136,7 @@
 #define VRDMA_WR_LOCAL_INV 7
 #define VRDMA_WR_BIND_MW 8
 #define VRDMA_WR_SEND_WITH_INV 9
+#define VRDMA_WR_ATOMIC_WRITE 15
 /* Send flags in a WQE (§5.2): not the values of IBV_SEND_*. */
 #define VRDMA_WQE_SIGNALED 1
 #define VRDMA_WQE_SOLICITED 2
@@ -148,6 +150,7 @@
 #define VRDMA_WC_FETCH_ADD 4
 #define VRDMA_WC_BIND_MW 5
 #define VRDMA_WC_LOCAL_INV 6
+#define VRDMA_WC_ATOMIC_WRITE 9
 #define VRDMA_WC_RECV 128
 #define VRDMA_WC_RECV_RDMA_WITH_IMM 129
 #define VRDMA_WC_SUCCESS 0

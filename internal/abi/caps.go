@@ -98,6 +98,11 @@ const (
 	// prefetches on-demand regions (odp.go); the drop-in reports ODP
 	// capabilities in ibv_query_device_ex only for an agent with it.
 	CapODP Caps = 1 << 17
+	// CapAtomicWrite: the send opcode OpAtomicWrite (IBV_WR_ATOMIC_WRITE)
+	// on RC QPs, on every path: 8 bytes written atomically at the
+	// responder, RDMA_ATOMIC_WRITE on the rdma path, ATOMIC_WRITE frames
+	// on tcp.
+	CapAtomicWrite Caps = 1 << 18
 	// CapCQOverrun: create-cq's overrun (a full CQ overruns: CQ_ERR and
 	// its QPs to ERR, as a device's) is honoured.
 	CapCQOverrun Caps = 1 << 19
@@ -105,7 +110,7 @@ const (
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapMcast | CapODP | CapCQOverrun
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapMcast | CapODP | CapAtomicWrite | CapCQOverrun
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -116,7 +121,7 @@ const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 // capNames names the bits by their index; an index without a name is a
 // bit this build does not define.
 var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
-	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 16: "mcast", 17: "odp", 19: "cq-overrun"}
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 16: "mcast", 17: "odp", 18: "atomic-write", 19: "cq-overrun"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

@@ -30,20 +30,30 @@ const (
 	OpLocalInv    Opcode = 7
 	OpBindMW      Opcode = 8
 	OpSendWithInv Opcode = 9
+	// OpAtomicWrite writes 8 bytes (the WR's data: one SGE or inline)
+	// at RemoteAddr, atomically at the responder (IBV_WR_ATOMIC_WRITE;
+	// capability atomic-write). RC only; the target region needs
+	// REMOTE_WRITE and the address 8-byte alignment.
+	OpAtomicWrite Opcode = 15
+	// OpMax bounds the send opcodes: arrays indexed by one have OpMax
+	// entries.
+	OpMax = OpAtomicWrite + 1
 )
 
-var opcodeNames = [...]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD",
-	"LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}
+var opcodeNames = [OpMax]string{OpRDMAWrite: "RDMA_WRITE", OpRDMAWriteWithImm: "RDMA_WRITE_WITH_IMM", OpSend: "SEND",
+	OpSendWithImm: "SEND_WITH_IMM", OpRDMARead: "RDMA_READ", OpAtomicCmpAndSwp: "ATOMIC_CMP_AND_SWP",
+	OpAtomicFetchAdd: "ATOMIC_FETCH_AND_ADD", OpLocalInv: "LOCAL_INV", OpBindMW: "BIND_MW", OpSendWithInv: "SEND_WITH_INV",
+	OpAtomicWrite: "ATOMIC_WRITE"}
 
 func (o Opcode) String() string {
-	if int(o) < len(opcodeNames) {
+	if o < OpMax && opcodeNames[o] != "" {
 		return opcodeNames[o]
 	}
 	return fmt.Sprintf("Opcode(%d)", uint8(o))
 }
 
 // Valid reports whether o is a known send opcode.
-func (o Opcode) Valid() bool { return o <= OpSendWithInv }
+func (o Opcode) Valid() bool { return o < OpMax && opcodeNames[o] != "" }
 
 // IsLocal reports whether o is executed at its own QP, sending nothing:
 // BIND_MW and LOCAL_INV.
@@ -84,6 +94,7 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCAtomicWrite     WCOpcode = 9
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -104,6 +115,8 @@ func (o WCOpcode) String() string {
 		return "BIND_MW"
 	case WCLocalInv:
 		return "LOCAL_INV"
+	case WCAtomicWrite:
+		return "ATOMIC_WRITE"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:
@@ -127,6 +140,8 @@ func WCOpcodeOf(o Opcode) WCOpcode {
 		return WCBindMW
 	case OpLocalInv:
 		return WCLocalInv
+	case OpAtomicWrite:
+		return WCAtomicWrite
 	}
 	return WCSend
 }

@@ -365,6 +365,9 @@ func (q *QP) GatherLocal(w *abi.SendWQE, slot []byte, segs *[abi.MaxSGE][]byte) 
 	if w.Opcode.IsAtomic() && (nseg != 1 || total != 8) {
 		return Local{Status: abi.WCLocLenErr} // an atomic returns 8 bytes into one SGE
 	}
+	if w.Opcode == abi.OpAtomicWrite && (nseg != 0 || total != 0) {
+		return Local{Status: abi.WCLocLenErr} // an atomic write's 8 bytes are the WQE's Swap
+	}
 	return Local{Status: abi.WCSuccess, NSeg: nseg, Total: total}
 }
 

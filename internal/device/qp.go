@@ -138,7 +138,7 @@ type Counters struct {
 	// opcode, and the bytes they moved (sent, written or read: NoteSent);
 	// receives completed successfully and their bytes; completions of
 	// either queue by status, flushes and errors included.
-	Ops         [abi.OpSendWithInv + 1]atomic.Uint64
+	Ops         [abi.OpMax]atomic.Uint64
 	SendBytes   atomic.Uint64
 	Recvs       atomic.Uint64
 	RecvBytes   atomic.Uint64

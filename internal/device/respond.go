@@ -8,6 +8,7 @@ package device
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/rc"
@@ -22,7 +23,7 @@ type Request struct {
 	Total   uint64
 	Imm     uint32
 	Compare uint64 // compare, or the addend
-	Swap    uint64
+	Swap    uint64 // swap; an atomic write's 8 bytes
 	// Solicited: the requester set the solicited-event bit (a SEND or a
 	// WRITE with immediate posted with IBV_SEND_SOLICITED); the receive
 	// completion wakes a CQ armed for solicited completions only.
@@ -178,16 +179,10 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		return OutDone, abi.WCSuccess, 0
 
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		if r.RAddr&7 != 0 {
-			p.MoveToErr(fmt.Sprintf("misaligned atomic at 0x%x from QP 0x%x", r.RAddr, r.SrcQPN))
-			return OutDone, abi.WCRemInvReqErr, 0
+		word, st := p.word(r, m.pd, access, abi.AccessRemoteAtomic)
+		if st != abi.WCSuccess {
+			return OutDone, st, 0
 		}
-		t, ok := pv.resolveRemote(p, m.pd, r.RKey, r.RAddr, 8, abi.AccessRemoteAtomic)
-		if !ok || access&abi.AccessRemoteAtomic == 0 || !abi.Aligned8(t, 0) {
-			p.MoveToErr(fmt.Sprintf("remote access error: atomic from QP 0x%x with rkey 0x%x at 0x%x", r.SrcQPN, r.RKey, r.RAddr))
-			return OutDone, abi.WCRemAccessErr, 0
-		}
-		word := abi.Word64(t, 0)
 		if r.Op == abi.OpAtomicFetchAdd {
 			m.old = word.Add(r.Compare) - r.Compare
 		} else {
@@ -199,8 +194,34 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 			}
 		}
 		return OutDone, abi.WCSuccess, 0
+
+	case abi.OpAtomicWrite:
+		// r.Swap's 8 bytes, stored at once: no reader sees half of them.
+		word, st := p.word(r, m.pd, access, abi.AccessRemoteWrite)
+		if st != abi.WCSuccess {
+			return OutDone, st, 0
+		}
+		word.Store(r.Swap)
+		return OutDone, abi.WCSuccess, 0
 	}
 	return OutDone, abi.WCRemInvReqErr, 0
+}
+
+// word resolves the 8-byte target of atomic r (or atomic write) in a
+// region of pd, or a window, with need, the QP granting access: the word,
+// or the status that refuses r (misaligned REM_INV_REQ_ERR, else
+// REM_ACCESS_ERR), p then in ERR.
+func (p *QP) word(r *Request, pd *PD, access, need abi.Access) (*atomic.Uint64, abi.WCStatus) {
+	if r.RAddr&7 != 0 {
+		p.MoveToErr(fmt.Sprintf("misaligned %s at 0x%x from QP 0x%x", r.Op, r.RAddr, r.SrcQPN))
+		return nil, abi.WCRemInvReqErr
+	}
+	t, ok := p.vm.resolveRemote(p, pd, r.RKey, r.RAddr, 8, need)
+	if !ok || access&need == 0 || !abi.Aligned8(t, 0) {
+		p.MoveToErr(fmt.Sprintf("remote access error: %s from QP 0x%x with rkey 0x%x at 0x%x", r.Op, r.SrcQPN, r.RKey, r.RAddr))
+		return nil, abi.WCRemAccessErr
+	}
+	return abi.Word64(t, 0), abi.WCSuccess
 }
 
 // takeRecv takes the receive WQE at p's RQ head for m: a SEND's buffers

@@ -64,12 +64,12 @@ func (q *QP) ConnectMask(mask abi.QPAttrMask) abi.QPAttrMask {
 }
 
 // ucRefuse is the status of send WQE w, decoded with status st, on q: an
-// RDMA READ, an atomic or a memory-window operation on a UC QP fails with
-// LOC_QP_OP_ERR (the drop-in
-// and the library refuse them at post with EINVAL; only a hand-written
-// ring gets here).
+// RDMA READ, an atomic or a memory-window operation on a UC QP, and an
+// atomic write on any QP but RC, fail with LOC_QP_OP_ERR (the drop-in and the library refuse them
+// at post with EINVAL; only a hand-written ring gets here).
 func (q *QP) ucRefuse(w *abi.SendWQE, st abi.WCStatus) abi.WCStatus {
-	if st == abi.WCSuccess && q.typ == abi.QPTypeUC && (w.Opcode.IsRdAtomic() || w.Opcode.IsMW()) {
+	if st == abi.WCSuccess && (q.typ == abi.QPTypeUC && (w.Opcode.IsRdAtomic() || w.Opcode.IsMW()) ||
+		w.Opcode == abi.OpAtomicWrite && q.typ != abi.QPTypeRC) {
 		return abi.WCLocQPOpErr
 	}
 	return st

@@ -32,9 +32,12 @@ const (
 	FetchAdd                   Opcode = 0x14
 	SendLastWithInvalidate     Opcode = 0x16
 	SendOnlyWithInvalidate     Opcode = 0x17
-	UDSendOnly                 Opcode = 0x64
-	UDSendOnlyWithImmediate    Opcode = 0x65
-	CNP                        Opcode = 0x81
+	// AtomicWrite (IBTA 1.5): RETH, then the 8 bytes to store at its VA
+	// at once; answered by an RDMA READ RESPONSE ONLY of no payload.
+	AtomicWrite             Opcode = 0x1d
+	UDSendOnly              Opcode = 0x64
+	UDSendOnlyWithImmediate Opcode = 0x65
+	CNP                     Opcode = 0x81
 )
 
 // Headers is a set of extended transport headers.
@@ -116,6 +119,7 @@ var ops = map[Opcode]OpInfo{
 	FetchAdd:                   {"FETCH_ADD", HasAtomicETH, PayloadNone, PosOnly, true, false, false},
 	SendLastWithInvalidate:     {"SEND_LAST_WITH_INVALIDATE", HasIETH, PayloadLast, PosLast, true, false, true},
 	SendOnlyWithInvalidate:     {"SEND_ONLY_WITH_INVALIDATE", HasIETH, PayloadOnly, PosOnly, true, true, true},
+	AtomicWrite:                {"ATOMIC_WRITE", HasRETH, PayloadOnly, PosOnly, true, false, false},
 	UDSendOnly:                 {"UD_SEND_ONLY", HasDETH, PayloadOnly, PosOnly, true, true, true},
 	UDSendOnlyWithImmediate:    {"UD_SEND_ONLY_WITH_IMMEDIATE", HasDETH | HasImmDt, PayloadOnly, PosOnly, true, true, true},
 	CNP:                        {"CNP", 0, PayloadFixed16, PosOnly, false, false, false},

@@ -248,6 +248,17 @@ func TestParse(t *testing.T) {
 	if err := Parse(b, 1024, &p); err != nil || p.IETH.RKey() != 0x80000107 || string(p.Payload) != "vrdma-inv" || !p.BTH.Solicited() || p.ImmDt != nil {
 		t.Fatalf("SEND_ONLY_WITH_INVALIDATE: %v %+v", err, p)
 	}
+	// ATOMIC_WRITE (0x1d): BTH, RETH (VA, R_Key, DMA length 8), the 8
+	// bytes, the ICRC (not checked by Parse), byte for byte.
+	aw := unhex(t, "1d 00 ff ff 00 00 00 12 80 00 00 07"+
+		" 00 00 7f 00 12 34 50 08 00 00 04 04 00 00 00 08"+
+		" 88 77 66 55 44 33 22 11"+
+		" 00 00 00 00")
+	if err := Parse(aw, 1024, &p); err != nil || p.Info.Name != "ATOMIC_WRITE" || p.RETH.VA() != 0x7f0012345008 ||
+		p.RETH.RKey() != 0x404 || p.RETH.DMALen() != 8 || binary.LittleEndian.Uint64(p.Payload) != 0x1122334455667788 ||
+		!p.BTH.AckReq() || p.BTH.PSN() != 7 {
+		t.Fatalf("ATOMIC_WRITE: %v %+v", err, p)
+	}
 	// ImmDt and AtomicETH are where the table says.
 	b = build(SendOnlyWithImmediate, 2)
 	binary.BigEndian.PutUint32(b[BTHLen:], 0xdeadbeef)

@@ -112,6 +112,15 @@ func TestTshark(t *testing.T) {
 	BTH(p).Encode(&BTHFields{Opcode: UC | SendMiddle, PKey: DefaultPKey, DestQP: 0x18, PSN: 11})
 	add(p, "33,0x000018,11,0,0,,,,,,,")
 
+	// An atomic write's answer, a READ RESPONSE ONLY without payload.
+	// (The atomic write itself, 0x1d, is not here: Wireshark 4.0 knows
+	// the opcode by number only and dissects neither its RETH nor its
+	// ICRC; TestParse checks its bytes.)
+	p = make([]byte, HeaderLen(RDMAReadResponseOnly)+ICRCLen)
+	BTH(p).Encode(&BTHFields{Opcode: RDMAReadResponseOnly, PKey: DefaultPKey, DestQP: 0x1a, PSN: 12})
+	AETH(p[BTHLen:]).Encode(ACK, 12)
+	add(p, "16,0x00001a,12,0,0,,,,31,12,,")
+
 	path := filepath.Join(t.TempDir(), "rocev2.pcap")
 	writePcap(t, path, pkts)
 	fields := []string{"infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "infiniband.bth.padcnt",

@@ -67,6 +67,10 @@ const (
 	Ack      Type = 32 // Status (+ RNRTimer), Value for atomics; no payload
 	ReadResp Type = 33 // Status; payload: the data read (empty unless OK)
 
+	// AtomicWrite is a request: Swap's 8 bytes stored at RemoteAddr at
+	// once (RDMA atomic write); no payload; answered by an Ack.
+	AtomicWrite Type = 34
+
 	// Connection management (JSON payloads).
 	CMReq    Type = 48 // connect to a listener: ConnReq
 	CMResp   Type = 49 // answer to a CMReq (same tag): ConnResp
@@ -78,7 +82,7 @@ const (
 
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
-	FetchAdd: "FETCH_ADD", SendInv: "SEND_INV", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
+	FetchAdd: "FETCH_ADD", SendInv: "SEND_INV", AtomicWrite: "ATOMIC_WRITE", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
 	CMDisc: "CM_DISC", CMRTU: "CM_RTU", CMWho: "CM_WHO"}
 
 func (t Type) String() string {
@@ -92,7 +96,7 @@ func (t Type) String() string {
 func (t Type) Known() bool { _, ok := typeNames[t]; return ok }
 
 // IsRequest reports whether t is an RC or UC operation request.
-func (t Type) IsRequest() bool { return t >= Write && t <= SendInv || t.IsUC() }
+func (t Type) IsRequest() bool { return t >= Write && t <= SendInv || t == AtomicWrite || t.IsUC() }
 
 // IsControl reports whether t carries a JSON payload.
 func (t Type) IsControl() bool { return t <= Refuse || t >= CMReq && t <= CMWho }

@@ -43,7 +43,7 @@ var allTypes = []struct {
 	{tcpwire.UDSend, 24, "UD_SEND"},
 	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
 	{tcpwire.UCWrite, 40, "UC_WRITE"}, {tcpwire.UCWriteImm, 41, "UC_WRITE_IMM"}, {tcpwire.UCSend, 42, "UC_SEND"}, {tcpwire.UCSendImm, 43, "UC_SEND_IMM"},
-	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"},
+	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"}, {tcpwire.AtomicWrite, 34, "ATOMIC_WRITE"},
 	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"}, {tcpwire.CMWho, 53, "CM_WHO"},
 }
 
@@ -65,7 +65,7 @@ func TestTypesAndStatuses(t *testing.T) {
 		if uint8(c.t) != c.num || c.t.String() != c.name || !c.t.Known() {
 			t.Errorf("type %s: number %d, String %q, Known %v; want %d, %q, true", c.name, uint8(c.t), c.t.String(), c.t.Known(), c.num, c.name)
 		}
-		wantReq := c.num >= 16 && c.num <= 23 || c.num >= 40 && c.num <= 43
+		wantReq := c.num >= 16 && c.num <= 23 || c.num == 34 || c.num >= 40 && c.num <= 43
 		wantCtl := c.num <= 5 || c.num >= 48
 		if c.t.IsRequest() != wantReq || c.t.IsControl() != wantCtl {
 			t.Errorf("%s: IsRequest %v, IsControl %v; want %v, %v", c.name, c.t.IsRequest(), c.t.IsControl(), wantReq, wantCtl)
@@ -203,6 +203,12 @@ var vectors = []struct {
 		00 00 00 00 00 00 00 12  00 ab cd f0 00 00 00 00
 		00 00 00 00 00 00 00 00  01 23 45 67 89 ab cd ef
 		00 00 00 00 00 00 00 00  00 00 00 00 00 00 00 00`},
+	{"ATOMIC_WRITE", tcpwire.Header{Version: 1, Type: tcpwire.AtomicWrite, Tag: 10, DstQPN: 0x12, SrcQPN: 0x34, PSN: 0xabcdf2,
+		RKey: 0x404, RemoteAddr: 0x1008, Swap: 0x8877665544332211}, `
+		56 54 01 22 00 00 00 00  00 00 00 00 00 00 00 0a
+		00 00 00 12 00 00 00 34  00 ab cd f2 00 00 04 04
+		00 00 00 00 00 00 10 08  00 00 00 00 00 00 00 00
+		88 77 66 55 44 33 22 11  00 00 00 00 00 00 00 00`},
 	{"READ of 65536 bytes", tcpwire.Header{Version: 1, Type: tcpwire.Read, Tag: 9, DstQPN: 0x12, SrcQPN: 0x34, PSN: 0xabcdf1,
 		RKey: 0x303, RemoteAddr: 0x200000, ImmOrLen: 65536}, `
 		56 54 01 14 00 00 00 00  00 00 00 00 00 00 00 09
@@ -321,7 +327,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},
 		{"type 39", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 39 }), "unknown frame type 39"},
-		{"type 34", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Type = 34 }), "unknown frame type 34"},
+		{"type 35", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.Type = 35 }), "unknown frame type 35"},
 		{"type 54", tcpwire.CMReq, 0, hdr(func(h *tcpwire.Header) { h.Type = 54 }), "unknown frame type 54"},
 		{"type 255", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 255 }), "unknown frame type 255"},
 		{"PSN of 25 bits", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.PSN = 0x1000000 }), "WRITE: PSN 0x1000000 wider than 24 bits"},
@@ -346,6 +352,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"READ_RESP NO_QP with data", tcpwire.ReadResp, 0, hdr(func(h *tcpwire.Header) { h.Status, h.PayloadLen = tcpwire.NoQP, 1 }), "READ_RESP with status NO_QP carries 1 bytes"},
 		{"CMP_SWAP with a payload", tcpwire.CmpSwap, 0, hdr(func(h *tcpwire.Header) { h.PayloadLen = 8 }), "CMP_SWAP carries a 8-byte payload; it must carry none"},
 		{"FETCH_ADD with a payload", tcpwire.FetchAdd, 0, hdr(func(h *tcpwire.Header) { h.PayloadLen = 1 }), "FETCH_ADD carries a 1-byte payload"},
+		{"ATOMIC_WRITE with a payload", tcpwire.AtomicWrite, 0, hdr(func(h *tcpwire.Header) { h.PayloadLen = 8 }), "ATOMIC_WRITE carries a 8-byte payload"},
 		{"ACK with a payload", tcpwire.Ack, 0, hdr(func(h *tcpwire.Header) { h.PayloadLen = 0xffffffff }), "ACK carries a 4294967295-byte payload"},
 
 		// Requests carry no status.

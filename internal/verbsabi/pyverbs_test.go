@@ -29,7 +29,7 @@ const pyverbsTests = "/usr/share/doc/rdma-core/tests"
 // that one run counts every file: no test may fail or error, the tests of
 // what vrdma does (PD, CQ, completion events, extended CQ, RC traffic with
 // the ibv_wr_* API, atomics and their bad flows, fork, device queries,
-// rdma_cm, on-demand paging, parent domains, imports) must pass, and the
+// rdma_cm, on-demand paging, parent domains, imports, atomic write) must pass, and the
 // run's counts per file, with the reasons of the skips, are logged
 // (docs/verbs-compat.md's table is one such run).
 func TestVerbsABIPyverbs(t *testing.T) {
@@ -87,6 +87,8 @@ func TestVerbsABIPyverbs(t *testing.T) {
 		"test_odp_prefetch_sync_no_page_fault_rc_traffic", "test_odp_prefetch_async_no_page_fault_rc_traffic",
 		"test_without_allocators_rc_traffic", "test_default_allocators_rc_traffic", "test_mem_align_rc_traffic",
 		"test_mem_align_ud_traffic", "test_mem_align_srq_excq_rc_traffic", "test_imported_rc_ex_rdma_write",
+		// RDMA atomic write, the GID table's empty entries.
+		"test_qp_ex_rc_atomic_write", "test_query_gid_ex_bad_flow",
 	} {
 		// A test with a docstring prints it on a line of its own, before the result.
 		if !regexp.MustCompile(`(?m)^` + name + ` \(.*\)(\n[^\n]*)? \.\.\. ok$`).MatchString(out) {

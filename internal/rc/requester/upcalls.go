@@ -70,6 +70,22 @@ func (r *Engine) AtomicAck(psn uint32, orig uint64) {
 	r.advanceAck((psn + 1) & rc.PSNMask)
 }
 
+// AtomicWriteAck records the answer to an atomic write at psn (IBTA's
+// zero-length RDMA READ response): it acknowledges every PSN up to it,
+// and reports whether the WQE at psn is an atomic write still in flight
+// (else the answer is another's: a zero-length READ's).
+func (r *Engine) AtomicWriteAck(psn uint32) bool {
+	psn &= rc.PSNMask
+	r.mu.Lock()
+	e := r.entryAt(psn)
+	ok := e != nil && !e.done && e.WQE.Opcode == abi.OpAtomicWrite
+	r.mu.Unlock()
+	if ok {
+		r.Ack(psn)
+	}
+	return ok
+}
+
 // ReadResponse lands a READ response packet at psn (first and last: its
 // place in the response) in the READ's local buffers. A packet out of
 // order is dropped. One past the next packet expected tells that one

@@ -16,6 +16,7 @@ package rdma
 // by the engine's reader itself, as half of the last credit lands.
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"time"
 
@@ -172,6 +173,13 @@ func (p *path) sendPacket(at *device.RCAttrs, e *requester.Entry, i, got uint32)
 		}
 		h = p.hdr[:x+rocewire.AtomicETHLen]
 		rocewire.AtomicETH(h[x:]).Encode(w.RemoteAddr, w.RKey, swap, cmp)
+	case abi.OpAtomicWrite:
+		// The 8 bytes follow the RETH in the header buffer: the WQE
+		// carries them (its Swap, little-endian as in memory). RC only.
+		f.Opcode, f.AckReq = rocewire.AtomicWrite, true
+		h = p.hdr[:x+rocewire.RETHLen+8]
+		rocewire.RETH(h[x:]).Encode(w.RemoteAddr, w.RKey, 8)
+		binary.LittleEndian.PutUint64(h[x+rocewire.RETHLen:], w.Swap)
 	default:
 		off = uint64(i) * uint64(mtu)
 		n = min(uint64(mtu), e.Total-off)
@@ -284,7 +292,12 @@ func (p *path) response(pkt *rocewire.Packet) bool {
 		}
 	case rocewire.AtomicAcknowledge:
 		p.rq.AtomicAck(psn, pkt.AtomicAckETH.Orig())
-	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast, rocewire.RDMAReadResponseOnly:
+	case rocewire.RDMAReadResponseOnly:
+		if len(pkt.Payload) == 0 && p.rq.AtomicWriteAck(psn) {
+			return false // an atomic write's answer
+		}
+		fallthrough
+	case rocewire.RDMAReadResponseFirst, rocewire.RDMAReadResponseMiddle, rocewire.RDMAReadResponseLast:
 		pos := pkt.Info.Position
 		// AckReq, which a response needs not, set: the responder paces
 		// it by the requester's credit (reads.go).

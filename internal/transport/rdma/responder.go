@@ -18,6 +18,8 @@ package rdma
 // with the status the brief's table gives and leaves the target untouched.
 
 import (
+	"encoding/binary"
+
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/rc"
@@ -158,6 +160,8 @@ func (r *responder) serve(q device.Target, pkt *rocewire.Packet, srqn uint32) {
 		r.read(&at, pkt, psn)
 	case op == rocewire.CompareSwap || op == rocewire.FetchAdd:
 		r.atomic(&at, pkt, psn)
+	case op == rocewire.AtomicWrite:
+		r.atomicWrite(&at, pkt, psn)
 	default:
 		r.message(&at, pkt, psn)
 	}
@@ -397,6 +401,41 @@ func (r *responder) atomic(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32)
 	r.atomicAck(at.RemoteQPN, psn, old)
 }
 
+// atomicWrite stores an atomic write's 8 bytes and answers with a
+// zero-length RDMA READ response, as IBTA answers one. It takes a
+// responder resource, so that a duplicate is answered again and never
+// executed again.
+func (r *responder) atomicWrite(at *device.RCAttrs, pkt *rocewire.Packet, psn uint32) {
+	q := r.q
+	if r.inMsg || len(pkt.Payload) != 8 || pkt.RETH.DMALen() != 8 {
+		r.inMsg = false
+		q.MoveToErr("atomic write inside a message, or not of 8 bytes")
+		r.refuse(at, psn, abi.WCRemInvReqErr)
+		return
+	}
+	req := device.Request{Op: abi.OpAtomicWrite, SrcQPN: at.RemoteQPN, RKey: pkt.RETH.RKey(), RAddr: pkt.RETH.VA(),
+		Swap: binary.LittleEndian.Uint64(pkt.Payload)}
+	m := &r.msg
+	if v := q.Begin(&req, m); v.Status != abi.WCSuccess {
+		r.refuse(at, psn, v.Status)
+		return
+	}
+	q.End(m)
+	r.msn = (r.msn + 1) & rc.PSNMask
+	r.seq.Executed(rc.Resource{Atomic: true})
+	r.writeAck(at.RemoteQPN, psn)
+}
+
+// writeAck sends an atomic write's answer: an RDMA READ RESPONSE ONLY
+// with no payload.
+func (r *responder) writeAck(dqpn, psn uint32) {
+	h := r.hdr[:rocewire.BTHLen+rocewire.AETHLen]
+	rocewire.BTH(h).Encode(&rocewire.BTHFields{Opcode: rocewire.RDMAReadResponseOnly, PKey: rocewire.DefaultPKey, DestQP: dqpn, PSN: psn})
+	rocewire.AETH(h[rocewire.BTHLen:]).Encode(rocewire.ACK, r.msn)
+	r.sendAck()
+	r.answer(h, false)
+}
+
 // duplicate answers a request the requester sent again (counted in
 // ctr.Dups), or a READ request that asks for more of a response being
 // sent (a continuation, not counted).
@@ -444,6 +483,16 @@ func (r *responder) duplicate(at *device.RCAttrs, pkt *rocewire.Packet, psn uint
 			r.ack(at.RemoteQPN, nakSyndrome(nak), psn)
 		} else if v, ok := r.seq.Atomic(psn); ok {
 			r.atomicAck(at.RemoteQPN, psn, v)
+		} else {
+			r.ack(at.RemoteQPN, nakSyndrome(rc.NAKUnheld), psn)
+		}
+	case rocewire.AtomicWrite:
+		// Answered again from the responder resources, never executed
+		// again (a later write may have changed the word since).
+		if nak, ok := r.seq.Refused(psn); ok {
+			r.ack(at.RemoteQPN, nakSyndrome(nak), psn)
+		} else if _, ok := r.seq.Atomic(psn); ok {
+			r.writeAck(at.RemoteQPN, psn)
 		} else {
 			r.ack(at.RemoteQPN, nakSyndrome(rc.NAKUnheld), psn)
 		}

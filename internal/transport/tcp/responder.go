@@ -55,12 +55,14 @@ var reqTypes = [...]tcpwire.Type{
 	abi.OpRDMAWrite: tcpwire.Write, abi.OpRDMAWriteWithImm: tcpwire.WriteImm, abi.OpSend: tcpwire.Send,
 	abi.OpSendWithImm: tcpwire.SendImm, abi.OpRDMARead: tcpwire.Read, abi.OpAtomicCmpAndSwp: tcpwire.CmpSwap,
 	abi.OpAtomicFetchAdd: tcpwire.FetchAdd, abi.OpSendWithInv: tcpwire.SendInv,
+	abi.OpAtomicWrite: tcpwire.AtomicWrite,
 }
 
 var reqOps = map[tcpwire.Type]abi.Opcode{
 	tcpwire.Write: abi.OpRDMAWrite, tcpwire.WriteImm: abi.OpRDMAWriteWithImm, tcpwire.Send: abi.OpSend,
 	tcpwire.SendImm: abi.OpSendWithImm, tcpwire.Read: abi.OpRDMARead, tcpwire.CmpSwap: abi.OpAtomicCmpAndSwp,
 	tcpwire.FetchAdd: abi.OpAtomicFetchAdd, tcpwire.SendInv: abi.OpSendWithInv,
+	tcpwire.AtomicWrite: abi.OpAtomicWrite,
 }
 
 // sockPayload is what Request keeps of a request while execute runs it:
