@@ -188,25 +188,21 @@ func (q *QP) ExecLocal(w *abi.SendWQE) abi.WCStatus {
 func (q *QP) bindLocked(b abi.MWBind) (abi.WCStatus, bool) {
 	v := q.vm
 	w, ok := v.mwHandles[b.MW]
-	fail := func(why string, args ...any) (abi.WCStatus, bool) {
-		q.noteMW(fmt.Sprintf("bind of memory window %d refused: ", b.MW) + fmt.Sprintf(why, args...))
-		return abi.WCMWBindErr, false
-	}
 	switch {
 	case !ok:
-		return fail("no such window")
+		return q.bindRefused(b.MW, "no such window"), false
 	case w.pd != q.pd:
-		return fail("it is of another PD than the QP's")
+		return q.bindRefused(b.MW, "it is of another PD than the QP's"), false
 	case mwIndex(b.RKey) != mwIndex(w.key) || b.RKey&abi.MWKeyBit == 0:
-		return fail("rkey 0x%x is not of the window (0x%x): only its low 8 bits may change", b.RKey, w.key)
+		return q.bindRefused(b.MW, "rkey 0x%x is not of the window (0x%x): only its low 8 bits may change", b.RKey, w.key), false
 	case w.typ == abi.MWType2 && w.b.Load() != nil:
-		return fail("a type 2 window is bound already: invalidate it first")
+		return q.bindRefused(b.MW, "a type 2 window is bound already: invalidate it first"), false
 	case b.Access&^(abi.AccessRemote|abi.AccessLocalWrite) != 0:
-		return fail("access %s: a window grants remote write, read and atomic only", b.Access)
+		return q.bindRefused(b.MW, "access %s: a window grants remote write, read and atomic only", b.Access), false
 	}
 	if b.Length == 0 {
 		if w.typ == abi.MWType2 {
-			return fail("a type 2 window is bound to a range of at least 1 byte")
+			return q.bindRefused(b.MW, "a type 2 window is bound to a range of at least 1 byte"), false
 		}
 		w.key = b.RKey
 		return abi.WCSuccess, v.unbindLocked(w) // type 1: unbound, its old rkey invalid
@@ -214,13 +210,13 @@ func (q *QP) bindLocked(b abi.MWBind) (abi.WCStatus, bool) {
 	m := v.lookupMR(b.MRKey)
 	switch {
 	case m == nil || m.pd != q.pd:
-		return fail("lkey 0x%x is no region of the QP's PD", b.MRKey)
+		return q.bindRefused(b.MW, "lkey 0x%x is no region of the QP's PD", b.MRKey), false
 	case m.access&abi.AccessMWBind == 0:
-		return fail("region %d was registered without MW_BIND", m.handle)
+		return q.bindRefused(b.MW, "region %d was registered without MW_BIND", m.handle), false
 	case b.Addr < m.iova || !sys.InBounds(b.Addr-m.iova, b.Length, m.length):
-		return fail("range [0x%x,+%d) is not inside region %d", b.Addr, b.Length, m.handle)
+		return q.bindRefused(b.MW, "range [0x%x,+%d) is not inside region %d", b.Addr, b.Length, m.handle), false
 	case b.Access&(abi.AccessRemoteWrite|abi.AccessRemoteAtomic) != 0 && m.access&abi.AccessLocalWrite == 0:
-		return fail("remote write and atomic need a region with local write")
+		return q.bindRefused(b.MW, "remote write and atomic need a region with local write"), false
 	}
 	nb := &mwBinding{rkey: b.RKey, mr: m, iova: b.Addr, length: b.Length, access: b.Access & abi.AccessRemote}
 	if w.typ == abi.MWType2 {
@@ -291,14 +287,20 @@ func (p *QP) invalidateRemote(key uint32) {
 // unbindQPLocked invalidates the type 2 windows bound to q, which is
 // being destroyed.
 //
-// +checklocks:q.vm.objMu
-func (q *QP) unbindQPLocked() {
-	v := q.vm
+// +checklocks:v.objMu
+func (v *Context) unbindQPLocked(q *QP) {
 	for _, w := range v.mwHandles {
 		if b := w.b.Load(); b != nil && b.qp == q {
 			v.unbindLocked(w)
 		}
 	}
+}
+
+// bindRefused logs why a bind of window mw was refused and returns its
+// status, MW_BIND_ERR.
+func (q *QP) bindRefused(mw uint32, why string, args ...any) abi.WCStatus {
+	q.noteMW(fmt.Sprintf("bind of memory window %d refused: ", mw) + fmt.Sprintf(why, args...))
+	return abi.WCMWBindErr
 }
 
 // noteMW logs a refused bind or invalidation at debug level: the
