@@ -7,8 +7,9 @@ import (
 )
 
 // TestSecurityKeysNotReused registers and deregisters a region over and
-// over, holding another: every key is new, none of the old ones finds a
-// region, and slots come back least recently freed first.
+// over, holding another: every key is new, none has the bit of memory
+// windows' rkeys, none of the old ones finds a region, and slots come back
+// least recently freed first.
 func TestSecurityKeysNotReused(t *testing.T) {
 	h := newRingHarness(t)
 	v := h.v
@@ -27,6 +28,9 @@ func TestSecurityKeysNotReused(t *testing.T) {
 		r := reg()
 		if r.LKey != r.RKey {
 			t.Fatalf("registration %d: lkey 0x%x, rkey 0x%x", i, r.LKey, r.RKey)
+		}
+		if r.RKey&abi.MWKeyBit != 0 {
+			t.Fatalf("registration %d: key 0x%x has the memory windows' bit", i, r.RKey)
 		}
 		if j, dup := seen[r.RKey]; dup {
 			t.Fatalf("registration %d: key 0x%x again (registration %d had it)", i, r.RKey, j)
