@@ -65,3 +65,26 @@ func TestKeyBits(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyWidth: a slot's generation wraps within the width it is given,
+// so that a region's key (31 bits) never gets the memory windows' bit
+// and a window's index (23 bits) never spills into it either.
+func TestKeyWidth(t *testing.T) {
+	for _, width := range []uint{mrKeyWidth, mwIndexWidth} {
+		k := keySlots{bits: 12, n: 1}
+		id, ok := k.take(width)
+		if !ok || id>>12 != 1 {
+			t.Fatalf("width %d: first id 0x%x, %v; want generation 1", width, id, ok)
+		}
+		k.put(id)
+		k.gens[0] = uint32(1)<<(width-12) - 1 // the widest generation
+		if id, _ = k.take(width); id != 1<<12 {
+			t.Fatalf("width %d: the slot after its widest generation is 0x%x, want generation 1 again", width, id)
+		}
+		k.put(id)
+		k.gens[0] = uint32(1)<<(width-12) - 2
+		if id, _ = k.take(width); id>>width != 0 {
+			t.Fatalf("width %d: id 0x%x is wider", width, id)
+		}
+	}
+}
