@@ -161,8 +161,13 @@ func (v *Context) resolveRemote(p *QP, key uint32, addr, n uint64, need abi.Acce
 
 // ExecLocal executes w, a BIND_MW or LOCAL_INV work request, at q: the
 // QP's send-queue goroutine calls it when every work request before it
-// has completed, and completes w with the status it returns.
+// has completed, and completes w with the status it returns. Memory
+// windows are RC's: on another QP (a ring written by hand) the work
+// request fails with LOC_QP_OP_ERR.
 func (q *QP) ExecLocal(w *abi.SendWQE) abi.WCStatus {
+	if q.typ != abi.QPTypeRC {
+		return abi.WCLocQPOpErr
+	}
 	v := q.vm
 	v.objMu.Lock()
 	var st abi.WCStatus
