@@ -86,7 +86,8 @@ func (q *QP) BindMW(w *MW, id uint64, flags SendFlags, b MWBind) (uint32, error)
 
 // encodeMW fills w, the WQE of wr, a BIND_MW, LOCAL_INV or SEND_WITH_INV:
 // memory-window operations go on RC QPs only. A bind's window and region
-// must be of q's VM; the window takes the bind's rkey.
+// must be of q's VM; the window takes the bind's rkey (one that keeps its
+// index).
 func (q *QP) encodeMW(w *abi.SendWQE, wr *SendWR) error {
 	if q.typ != QPTypeRC {
 		return errorf(abi.CodeInvalid, "%s on a %s QP: memory windows go on RC QPs", wr.Opcode, q.typ)
@@ -107,6 +108,8 @@ func (q *QP) encodeMW(w *abi.SendWQE, wr *SendWR) error {
 		lkey = b.MR.lkey
 	}
 	w.SetBindMW(abi.MWBind{MW: wr.MW.handle, RKey: wr.RKey, MRKey: lkey, Addr: b.Addr, Length: b.Length, Access: b.Access})
-	wr.MW.rkey = wr.RKey
+	if wr.RKey&^abi.MWKeyTag == wr.MW.rkey&^abi.MWKeyTag {
+		wr.MW.rkey = wr.RKey // an rkey of another window's index is refused by the bind
+	}
 	return nil
 }

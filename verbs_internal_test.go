@@ -59,3 +59,13 @@ func TestPollBrokenTail(t *testing.T) {
 		t.Fatalf("head word %d after polling %d, want %d", h, entries, entries)
 	}
 }
+
+// TestIncRKey: IncRKey moves a window rkey's low 8 bits on, wrapping
+// within them, and keeps the rest (ibv_inc_rkey).
+func TestIncRKey(t *testing.T) {
+	for _, c := range [][2]uint32{{0x80000100, 0x80000101}, {0x800001ff, 0x80000100}, {0xffffffff, 0xffffff00}, {0, 1}} {
+		if got := IncRKey(c[0]); got != c[1] {
+			t.Errorf("IncRKey(0x%x) = 0x%x, want 0x%x", c[0], got, c[1])
+		}
+	}
+}

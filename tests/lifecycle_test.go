@@ -1380,6 +1380,10 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		sys.CloseFD(fd)
 	}
 	r.must(abi.OpListen, &abi.Listen{Adapter: "vrdma0", Port: 99}, &listener)
+	var mwPD abi.Handle // a PD that holds a memory window only
+	var mw abi.AllocMWReply
+	r.must(abi.OpAllocPD, &abi.AdapterRef{Adapter: "vrdma0"}, &mwPD)
+	r.must(abi.OpAllocMW, &abi.AllocMW{PD: mwPD.Handle, Type: abi.MWType1}, &mw)
 	okCaps := abi.QPCaps{MaxSendWR: 4, MaxRecvWR: 4}
 	for _, c := range []struct {
 		name        string
@@ -1412,6 +1416,13 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		{"rereg to unknown PD", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregPD, PD: 999}, abi.CodeNotFound, "pd"},
 		{"rereg unknown access bits", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregAccess, Access: 0x100}, abi.CodeInvalid, "access"},
 		{"rereg remote write without local write", abi.OpReregMR, &abi.ReregMR{Handle: mr.Handle, Flags: abi.ReregAccess, Access: abi.AccessRemoteWrite}, abi.CodeInvalid, "access"},
+		{"MW in unknown PD", abi.OpAllocMW, &abi.AllocMW{PD: 999, Type: abi.MWType2}, abi.CodeNotFound, "pd"},
+		{"MW of type 3", abi.OpAllocMW, &abi.AllocMW{PD: pd.Handle, Type: 3}, abi.CodeInvalid, "type"},
+		{"MW of type 0", abi.OpAllocMW, &abi.AllocMW{PD: pd.Handle}, abi.CodeInvalid, "type"},
+		{"dealloc unknown MW", abi.OpDeallocMW, &abi.Handle{Handle: 0xffffffff}, abi.CodeNotFound, "handle"},
+		{"dealloc a PD handle as an MW", abi.OpDeallocMW, &abi.Handle{Handle: mwPD.Handle}, abi.CodeNotFound, "handle"},
+		{"dealloc an MW handle as an MR", abi.OpDeregMR, &abi.Handle{Handle: mw.Handle}, abi.CodeNotFound, "handle"},
+		{"dealloc a PD holding an MW", abi.OpDeallocPD, &abi.Handle{Handle: mwPD.Handle}, abi.CodeState, "handle"},
 		{"resize unknown CQ", abi.OpResizeCQ, &abi.ResizeCQ{Handle: 0, CQE: 8}, abi.CodeNotFound, "handle"},
 		{"resize a PD handle", abi.OpResizeCQ, &abi.ResizeCQ{Handle: pd.Handle, CQE: 8}, abi.CodeNotFound, "handle"},
 		{"resize to 0 entries", abi.OpResizeCQ, &abi.ResizeCQ{Handle: cq.Handle, CQE: 0}, abi.CodeInvalid, "cqe"},

@@ -193,6 +193,12 @@ func testMWType1(t *testing.T, s *suite) {
 				// new pair of QPs in the same PDs, facing each other.
 				a, b = newEndIn(t, a.pd, qpConfig{}), newEndIn(t, b.pd, qpConfig{})
 				s.connect(t, a, b, connDefault)
+				if c.name != "read-after-dealloc" {
+					// A type 1 window is its PD's: the new QP of the
+					// PD serves it too.
+					postSend(t, a.qp, vrdma.SendWR{ID: 8, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 8)), RemoteAddr: off(mr, 1024), RKey: rkey})
+					expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 8, vrdma.WCSuccess, vrdma.WCRDMARead)
+				}
 			}
 			want := clone(area)
 			wr := c.wr

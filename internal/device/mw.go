@@ -28,7 +28,9 @@ type MW struct {
 	handle uint32
 	typ    abi.MWType
 	pd     *PD
-	key    uint32 // the rkey: its index never changes, a bind sets its tag; guarded by vm.objMu
+	// key is the rkey: its index never changes, a bind sets its tag
+	// (under vm.objMu); lookups read it without the lock.
+	key atomic.Uint32
 	// b is the binding; nil: the window is not bound (invalid).
 	b atomic.Pointer[mwBinding]
 }
@@ -60,11 +62,12 @@ func (v *Context) AllocMW(r *abi.AllocMW) (abi.AllocMWReply, error) {
 	if !ok {
 		return abi.AllocMWReply{}, abi.Errorf(abi.CodeLimit, "", "VM %q has %d memory windows, the limit (max_mw): deallocate some first", v.name, len(v.mwHandles))
 	}
-	w := &MW{handle: v.allocHandleLocked(), typ: r.Type, pd: p, key: abi.MWKeyBit | idx<<8}
+	w := &MW{handle: v.allocHandleLocked(), typ: r.Type, pd: p}
+	w.key.Store(abi.MWKeyBit | idx<<8)
 	p.refs++
 	v.mwHandles[w.handle] = w
 	v.mws[v.mwKeys.slot(idx)].Store(w)
-	return abi.AllocMWReply{Handle: w.handle, RKey: w.key}, nil
+	return abi.AllocMWReply{Handle: w.handle, RKey: w.key.Load()}, nil
 }
 
 // DeallocMW frees memory window h, bound or not: its rkey stops working
@@ -77,7 +80,7 @@ func (v *Context) DeallocMW(h uint32) error {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no memory window with handle %d", h)
 	}
 	delete(v.mwHandles, h)
-	idx := mwIndex(w.key)
+	idx := mwIndex(w.key.Load())
 	v.mws[v.mwKeys.slot(idx)].Store(nil)
 	v.mwKeys.put(idx)
 	v.unbindLocked(w)
@@ -122,7 +125,7 @@ func (v *Context) lookupMW(key uint32) *MW {
 		return nil
 	}
 	w := v.mws[slot].Load()
-	if w == nil || mwIndex(w.key) != idx {
+	if w == nil || mwIndex(w.key.Load()) != idx {
 		return nil
 	}
 	return w
@@ -159,8 +162,13 @@ func (v *Context) resolveRemote(p *QP, pd *PD, key uint32, addr, n uint64, need 
 
 // ExecLocal executes w, a BIND_MW or LOCAL_INV work request, at q: the
 // QP's send-queue goroutine calls it when every work request before it
-// has completed, and completes w with the status it returns.
+// has completed, and completes w with the status it returns. Memory
+// windows are RC's: on another QP (a ring written by hand) the work
+// request fails with LOC_QP_OP_ERR.
 func (q *QP) ExecLocal(w *abi.SendWQE) abi.WCStatus {
+	if q.typ != abi.QPTypeRC {
+		return abi.WCLocQPOpErr
+	}
 	v := q.vm
 	v.objMu.Lock()
 	var st abi.WCStatus
@@ -189,39 +197,35 @@ func (q *QP) ExecLocal(w *abi.SendWQE) abi.WCStatus {
 func (q *QP) bindLocked(b abi.MWBind) (abi.WCStatus, bool) {
 	v := q.vm
 	w, ok := v.mwHandles[b.MW]
-	fail := func(why string, args ...any) (abi.WCStatus, bool) {
-		q.noteMW(fmt.Sprintf("bind of memory window %d refused: ", b.MW) + fmt.Sprintf(why, args...))
-		return abi.WCMWBindErr, false
-	}
 	switch {
 	case !ok:
-		return fail("no such window")
+		return q.bindRefused(b.MW, "no such window"), false
 	case w.pd != q.pd:
-		return fail("it is of another PD than the QP's")
-	case mwIndex(b.RKey) != mwIndex(w.key) || b.RKey&abi.MWKeyBit == 0:
-		return fail("rkey 0x%x is not of the window (0x%x): only its low 8 bits may change", b.RKey, w.key)
+		return q.bindRefused(b.MW, "it is of another PD than the QP's"), false
+	case mwIndex(b.RKey) != mwIndex(w.key.Load()) || b.RKey&abi.MWKeyBit == 0:
+		return q.bindRefused(b.MW, "rkey 0x%x is not of the window (0x%x): only its low 8 bits may change", b.RKey, w.key.Load()), false
 	case w.typ == abi.MWType2 && w.b.Load() != nil:
-		return fail("a type 2 window is bound already: invalidate it first")
+		return q.bindRefused(b.MW, "a type 2 window is bound already: invalidate it first"), false
 	case b.Access&^(abi.AccessRemote|abi.AccessLocalWrite) != 0:
-		return fail("access %s: a window grants remote write, read and atomic only", b.Access)
+		return q.bindRefused(b.MW, "access %s: a window grants remote write, read and atomic only", b.Access), false
 	}
 	if b.Length == 0 {
 		if w.typ == abi.MWType2 {
-			return fail("a type 2 window is bound to a range of at least 1 byte")
+			return q.bindRefused(b.MW, "a type 2 window is bound to a range of at least 1 byte"), false
 		}
-		w.key = b.RKey
+		w.key.Store(b.RKey)
 		return abi.WCSuccess, v.unbindLocked(w) // type 1: unbound, its old rkey invalid
 	}
 	m := v.lookupMR(b.MRKey)
 	switch {
 	case m == nil || m.pd != q.pd:
-		return fail("lkey 0x%x is no region of the QP's PD", b.MRKey)
+		return q.bindRefused(b.MW, "lkey 0x%x is no region of the QP's PD", b.MRKey), false
 	case m.access&abi.AccessMWBind == 0:
-		return fail("region %d was registered without MW_BIND", m.handle)
+		return q.bindRefused(b.MW, "region %d was registered without MW_BIND", m.handle), false
 	case b.Addr < m.iova || !sys.InBounds(b.Addr-m.iova, b.Length, m.length):
-		return fail("range [0x%x,+%d) is not inside region %d", b.Addr, b.Length, m.handle)
+		return q.bindRefused(b.MW, "range [0x%x,+%d) is not inside region %d", b.Addr, b.Length, m.handle), false
 	case b.Access&(abi.AccessRemoteWrite|abi.AccessRemoteAtomic) != 0 && m.access&abi.AccessLocalWrite == 0:
-		return fail("remote write and atomic need a region with local write")
+		return q.bindRefused(b.MW, "remote write and atomic need a region with local write"), false
 	}
 	nb := &mwBinding{rkey: b.RKey, mr: m, iova: b.Addr, length: b.Length, access: b.Access & abi.AccessRemote}
 	if w.typ == abi.MWType2 {
@@ -229,7 +233,7 @@ func (q *QP) bindLocked(b abi.MWBind) (abi.WCStatus, bool) {
 	}
 	replaced := v.unbindLocked(w)
 	v.mrWindows[m.handle]++
-	w.key = b.RKey
+	w.key.Store(b.RKey)
 	w.b.Store(nb)
 	return abi.WCSuccess, replaced
 }
@@ -257,16 +261,19 @@ func (q *QP) invalidateLocked(key uint32) (abi.WCStatus, bool) {
 }
 
 // checkInvalidate is Begin's check of a SEND with invalidate's rkey at p:
-// it names a type 2 window of p's PD that p bound, bound with that rkey or
-// invalidated already (a message that ended in RNR and comes again
-// invalidated it the first time).
+// it names a type 2 window of p's PD that p bound with that rkey, or whose
+// last bind had that rkey and which is invalidated already (a message
+// that ended in RNR and comes again invalidated it the first time).
 func (p *QP) checkInvalidate(key uint32) bool {
-	w := p.vm.lookupMW(key)
+	v := p.vm
+	w := v.lookupMW(key)
 	if key&abi.MWKeyBit == 0 || w == nil || w.pd != p.pd || w.typ != abi.MWType2 {
 		return false
 	}
-	b := w.b.Load()
-	return b == nil || b.rkey == key && b.qp == p
+	if b := w.b.Load(); b != nil {
+		return b.rkey == key && b.qp == p
+	}
+	return w.key.Load() == key
 }
 
 // refuseInvalidate moves p to ERR for a SEND with invalidate from QP src
@@ -292,14 +299,20 @@ func (p *QP) invalidateRemote(key uint32) {
 // unbindQPLocked invalidates the type 2 windows bound to q, which is
 // being destroyed.
 //
-// +checklocks:q.vm.objMu
-func (q *QP) unbindQPLocked() {
-	v := q.vm
+// +checklocks:v.objMu
+func (v *Context) unbindQPLocked(q *QP) {
 	for _, w := range v.mwHandles {
 		if b := w.b.Load(); b != nil && b.qp == q {
 			v.unbindLocked(w)
 		}
 	}
+}
+
+// bindRefused logs why a bind of window mw was refused and returns its
+// status, MW_BIND_ERR.
+func (q *QP) bindRefused(mw uint32, why string, args ...any) abi.WCStatus {
+	q.noteMW(fmt.Sprintf("bind of memory window %d refused: ", mw) + fmt.Sprintf(why, args...))
+	return abi.WCMWBindErr
 }
 
 // noteMW logs a refused bind or invalidation at debug level: the

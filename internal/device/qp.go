@@ -329,7 +329,7 @@ func (v *Context) DestroyQP(q *QP) {
 	v.objMu.Lock()
 	q.pd.ad.retired.Add(q.ctr.report()) // in the same step as the QP leaves v.qps: Status counts it once
 	delete(v.qps, q.handle)
-	q.unbindQPLocked() // its type 2 windows go with it
+	v.unbindQPLocked(q) // its type 2 windows go with it
 	q.pd.refs--
 	if q.xh != nil {
 		q.xh.refs--

@@ -133,16 +133,19 @@ int main(void)
 	sge = (struct ibv_sge){ .addr = (uintptr_t)sbuf, .length = 64, .lkey = src->lkey };
 	{
 		struct ibv_device_attr_ex dx;
-		unsigned int want = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_XRC;
-		unsigned int lacks = IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ |
-				     IBV_DEVICE_MEM_MGT_EXTENSIONS | IBV_DEVICE_RESIZE_MAX_WR;
+		unsigned int want = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT |
+				    IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
+		unsigned int lacks = IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_N_NOTIFY_CQ | IBV_DEVICE_MEM_MGT_EXTENSIONS |
+				     IBV_DEVICE_RESIZE_MAX_WR | IBV_DEVICE_MEM_WINDOW_TYPE_2A;
 
 		memset(&dx, 0, sizeof(dx));
 		rc = ibv_query_device_ex(ctx, NULL, &dx);
 		CHECK("query-device-ex-flags", rc == 0 && (dx.orig_attr.device_cap_flags & want) == want &&
 						       !(dx.orig_attr.device_cap_flags & lacks) &&
-						       dx.device_cap_flags_ex == (uint64_t)(unsigned int)dx.orig_attr.device_cap_flags,
-		      "rc %d flags 0x%x ex 0x%llx", rc, dx.orig_attr.device_cap_flags, (unsigned long long)dx.device_cap_flags_ex);
+						       dx.device_cap_flags_ex == (uint64_t)(unsigned int)dx.orig_attr.device_cap_flags &&
+						       dx.orig_attr.max_mw > 0,
+		      "rc %d flags 0x%x ex 0x%llx max_mw %d", rc, dx.orig_attr.device_cap_flags,
+		      (unsigned long long)dx.device_cap_flags_ex, dx.orig_attr.max_mw);
 	}
 
 	/* Solicited-only events. */

@@ -89,6 +89,11 @@ func FuzzEngine(f *testing.F) {
 	f.Add(uint8(0), bth(rocewire.Acknowledge, 3, 0x60, 0, 0, 1))
 	f.Add(uint8(1), bth(rocewire.RDMAReadResponseOnly, 4, append([]byte{0x1f, 0, 0, 0}, make([]byte, 64)...)...))
 	f.Add(uint8(0), bth(rocewire.SendMiddle, 0xffffff, make([]byte, 1024)...))
+	// SENDs with invalidate: of an rkey that is no window, and of a
+	// window's shape, alone and ending a message.
+	f.Add(uint8(0), bth(rocewire.SendOnlyWithInvalidate, 0, append([]byte{0x80, 0, 1, 7}, "inv!"...)...))
+	f.Add(uint8(1), bth(rocewire.SendOnlyWithInvalidate, 0, 0, 0, 0x10, 1))
+	f.Add(uint8(0), bth(rocewire.SendLastWithInvalidate, 1, append([]byte{0x80, 0, 2, 0}, "tail"...)...))
 	// UD: DETH (Q_Key, source QP), then the source GID and the message;
 	// and one too short for the GID.
 	f.Add(uint8(0), bth(rocewire.UDSendOnly, 0, append([]byte{0x11, 0x11, 0x11, 0x11, 0, 0, 0, 7}, make([]byte, 16+64)...)...))
