@@ -599,7 +599,8 @@ static int query_port_op(struct ibv_context *context, uint8_t port_num, struct i
  * capability odp: a region is on demand whatever reaches it, so every
  * operation of every transport vrdma has may target one (RC: SEND, RECV,
  * WRITE, READ, atomics, SRQ receives; UC: SEND, RECV, WRITE, SRQ
- * receives; UD: SEND, RECV, SRQ receives). Not IBV_ODP_SUPPORT_IMPLICIT:
+ * receives; UD: SEND, RECV, SRQ receives; XRC, from an agent with xrc:
+ * SEND and the XRC SRQs' receives). Not IBV_ODP_SUPPORT_IMPLICIT:
  * the device reaches only guest memory, never the whole address space
  * (docs/verbs-compat.md). */
 static void odp_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
@@ -614,6 +615,9 @@ static void odp_caps(struct ibv_device_attr_ex *attr, size_t attr_size)
 							 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
 	attr->odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
 							 IBV_ODP_SUPPORT_SRQ_RECV;
+	if (attr_size >= offsetof(struct ibv_device_attr_ex, xrc_odp_caps) + sizeof(attr->xrc_odp_caps) &&
+	    (the_vm->s.caps & VRDMA_CAP_XRC))
+		attr->xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV;
 }
 
 static int query_device_ex_op(struct ibv_context *context, const struct ibv_query_device_ex_input *input,
