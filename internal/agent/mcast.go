@@ -44,27 +44,18 @@ import (
 // before it reads it again.
 const mcastRefresh = time.Second
 
-// attachMcast is attach-mcast: the device attaches the QP, and the
-// adapter's groups are published.
-func (a *Agent) attachMcast(v *device.Context, r *abi.Mcast) error {
+// mcastOp is attach-mcast (attach) or detach-mcast: the device attaches
+// or detaches the QP, and the adapter's groups are published anew.
+func (a *Agent) mcastOp(v *device.Context, r *abi.Mcast, attach bool) error {
 	q, err := v.QPByHandle(r.QP)
 	if err != nil {
 		return err
 	}
-	if err := a.dev.AttachMcast(q, r.GID); err != nil {
-		return err
+	op := a.dev.DetachMcast
+	if attach {
+		op = a.dev.AttachMcast
 	}
-	a.syncMcast(q.Adapter())
-	return nil
-}
-
-// detachMcast is detach-mcast.
-func (a *Agent) detachMcast(v *device.Context, r *abi.Mcast) error {
-	q, err := v.QPByHandle(r.QP)
-	if err != nil {
-		return err
-	}
-	if err := a.dev.DetachMcast(q, r.GID); err != nil {
+	if err := op(q, r.GID); err != nil {
 		return err
 	}
 	a.syncMcast(q.Adapter())

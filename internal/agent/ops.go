@@ -198,10 +198,10 @@ var handlers = map[abi.Op]opHandler{
 		return abi.Empty{}, nil, v.DestroyAH(r.Handle)
 	}),
 	abi.OpAttachMcast: on(func(s *session, v *device.Context, r *abi.Mcast) (any, []int, error) {
-		return abi.Empty{}, nil, s.a.attachMcast(v, r) // mcast.go
+		return abi.Empty{}, nil, s.a.mcastOp(v, r, true) // mcast.go
 	}),
 	abi.OpDetachMcast: on(func(s *session, v *device.Context, r *abi.Mcast) (any, []int, error) {
-		return abi.Empty{}, nil, s.a.detachMcast(v, r)
+		return abi.Empty{}, nil, s.a.mcastOp(v, r, false)
 	}),
 
 	// Connection management (internal/cm).

@@ -138,37 +138,40 @@ func TestVerbsABIDevices(t *testing.T) {
 			return fmt.Sprintf("%d (%d)", bytes, map[uint32]int{256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}[bytes])
 		}
 		for k, want := range map[string]string{
-			"transport":           "InfiniBand (0)",
-			"fw_ver":              d.FWVer,
-			"node_guid":           d.NodeGUID,
-			"sys_image_guid":      d.SysImageGUID,
-			"vendor_id":           fmt.Sprintf("0x%04x", d.VendorID),
-			"vendor_part_id":      dec(d.VendorPartID),
-			"hw_ver":              fmt.Sprintf("0x%X", d.HWVer),
-			"phys_port_cnt":       dec(d.PhysPortCnt),
-			"max_mr_size":         hex(d.MaxMRSize),
-			"page_size_cap":       hex(d.PageSizeCap),
-			"max_qp":              dec(d.MaxQP),
-			"max_qp_wr":           dec(d.MaxQPWR),
-			"max_sge":             dec(d.MaxSGE),
-			"max_cq":              dec(d.MaxCQ),
-			"max_cqe":             dec(d.MaxCQE),
-			"max_mr":              dec(d.MaxMR),
-			"max_pd":              dec(d.MaxPD),
-			"max_qp_rd_atom":      dec(d.MaxQPRdAtom),
-			"max_qp_init_rd_atom": dec(d.MaxQPInitRdAtom),
-			"max_srq":             dec(d.MaxSRQ),
-			"max_srq_wr":          dec(d.MaxSRQWR),
-			"max_srq_sge":         dec(d.MaxSRQSGE),
-			"max_ah":              dec(d.MaxAH),
-			"atomic_cap":          d.AtomicCap + " (1)",
-			"state":               p.State + " (4)",
-			"max_mtu":             mtu(p.MaxMTU),
-			"active_mtu":          mtu(p.ActiveMTU),
-			"link_layer":          p.LinkLayer,
-			"gid_tbl_len":         dec(p.GIDTblLen),
-			"phys_state":          "LINK_UP (5)",
-			"GID[  0]":            p.GID.String() + ", RoCE v2",
+			"transport":                 "InfiniBand (0)",
+			"fw_ver":                    d.FWVer,
+			"node_guid":                 d.NodeGUID,
+			"sys_image_guid":            d.SysImageGUID,
+			"vendor_id":                 fmt.Sprintf("0x%04x", d.VendorID),
+			"vendor_part_id":            dec(d.VendorPartID),
+			"hw_ver":                    fmt.Sprintf("0x%X", d.HWVer),
+			"phys_port_cnt":             dec(d.PhysPortCnt),
+			"max_mr_size":               hex(d.MaxMRSize),
+			"page_size_cap":             hex(d.PageSizeCap),
+			"max_qp":                    dec(d.MaxQP),
+			"max_qp_wr":                 dec(d.MaxQPWR),
+			"max_sge":                   dec(d.MaxSGE),
+			"max_cq":                    dec(d.MaxCQ),
+			"max_cqe":                   dec(d.MaxCQE),
+			"max_mr":                    dec(d.MaxMR),
+			"max_pd":                    dec(d.MaxPD),
+			"max_qp_rd_atom":            dec(d.MaxQPRdAtom),
+			"max_qp_init_rd_atom":       dec(d.MaxQPInitRdAtom),
+			"max_srq":                   dec(d.MaxSRQ),
+			"max_srq_wr":                dec(d.MaxSRQWR),
+			"max_srq_sge":               dec(d.MaxSRQSGE),
+			"max_ah":                    dec(d.MaxAH),
+			"max_mcast_grp":             dec(d.MaxMcastGrp),
+			"max_mcast_qp_attach":       dec(d.MaxMcastQPAttach),
+			"max_total_mcast_qp_attach": dec(d.MaxTotalMcastQPAttach),
+			"atomic_cap":                d.AtomicCap + " (1)",
+			"state":                     p.State + " (4)",
+			"max_mtu":                   mtu(p.MaxMTU),
+			"active_mtu":                mtu(p.ActiveMTU),
+			"link_layer":                p.LinkLayer,
+			"gid_tbl_len":               dec(p.GIDTblLen),
+			"phys_state":                "LINK_UP (5)",
+			"GID[  0]":                  p.GID.String() + ", RoCE v2",
 		} {
 			if b[k] != want {
 				t.Errorf("%s: ibv_devinfo shows %s %q, the agent says %q", ad.Name(), k, b[k], want)
@@ -176,7 +179,8 @@ func TestVerbsABIDevices(t *testing.T) {
 		}
 		// The limits are the agent's, not the defaults.
 		if d.MaxQP != uint32(limits.MaxQP) || d.MaxCQ != uint32(limits.MaxCQ) || d.MaxMR != uint32(limits.MaxMR) ||
-			d.MaxPD != uint32(limits.MaxPD) || d.MaxSRQ != uint32(limits.MaxQP) || d.MaxSRQWR != 4096 || d.MaxSRQSGE != 16 || d.MaxAH != 65536 {
+			d.MaxPD != uint32(limits.MaxPD) || d.MaxSRQ != uint32(limits.MaxQP) || d.MaxSRQWR != 4096 || d.MaxSRQSGE != 16 || d.MaxAH != 65536 ||
+			d.MaxMcastGrp != 1024 || d.MaxMcastQPAttach != 64 || d.MaxTotalMcastQPAttach != 65536 {
 			t.Errorf("%s: the agent reports %+v, started with %+v", ad.Name(), d, limits)
 		}
 		if d.MaxMRSize != 8<<20 || p.LinkLayer != "Ethernet" || p.State != "PORT_ACTIVE" || d.AtomicCap != "ATOMIC_HCA" {

@@ -22,8 +22,9 @@ import (
 // rejected request, a QP the program makes and moves itself with
 // rdma_init_qp_attr and rdma_establish, UD IDs whose connect is a service
 // ID resolution and whose datagrams are answered on an address handle made
-// from a completion) must pass, and none may fail (the suite skips the
-// multicast tests itself: vrdma has no multicast yet).
+// from a completion, and multicast groups joined with rdma_join_multicast
+// and rdma_join_multicast_ex, left with rdma_leave_multicast) must pass,
+// and none may fail: all ten.
 func TestRDMACMPyverbs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skipf("vrdmactl exec --sysfs needs root (mount and network namespaces; euid %d): run the test as root (CI does)", os.Geteuid())

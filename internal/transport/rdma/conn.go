@@ -191,6 +191,25 @@ func ListenUDP(addr netip.AddrPort) (Conn, error) {
 	return newUDPConn(c, rc, netip.AddrPortFrom(local.Addr().Unmap(), local.Port()), addr.Addr().Is6(), rcvbuf), nil
 }
 
+// withReuse runs fn, which binds a multicast group's socket (mcast.go),
+// with SO_REUSEADDR set on u's socket: Linux lets a socket bind a group's
+// address on port 4791 only beside sockets of the port that have it. It
+// is cleared again at once, so that no other socket can bind u's address
+// and port beside it (and take its packets) afterwards.
+func (u *udpConn) withReuse(fn func() error) error {
+	set := func(v int) (err error) {
+		if cerr := u.raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, v) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	if err := set(1); err != nil {
+		return err
+	}
+	defer set(0)
+	return fn()
+}
+
 // newUDPConn wraps socket c, bound to local.
 func newUDPConn(c *net.UDPConn, rc syscall.RawConn, local netip.AddrPort, v6 bool, rcvbuf int) *udpConn {
 	u := &udpConn{c: c, raw: rc, local: local, v6: v6, rcvbuf: rcvbuf, ops: newSpares(newSendOp)}
@@ -201,13 +220,8 @@ func newUDPConn(c *net.UDPConn, rc syscall.RawConn, local netip.AddrPort, v6 boo
 // setMulticastIf has the packets socket fd sends to a multicast group
 // leave from the interface of the uplink's address a (mcast.go), with the
 // kernel's defaults otherwise: TTL (hop limit) 1, looped back to this
-// host's members. It also sets SO_REUSEADDR, after the bind, which was
-// exclusive: Linux lets a group's socket bind the group's address on port
-// 4791 only beside sockets that have it.
+// host's members.
 func setMulticastIf(fd int, a netip.Addr) error {
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return err
-	}
 	if a.Is4() {
 		return unix.SetsockoptInet4Addr(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, a.As4())
 	}

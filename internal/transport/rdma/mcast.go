@@ -100,7 +100,14 @@ func (e *Engine) JoinGroup(gid abi.GID) error {
 		if !ok {
 			return fmt.Errorf("rdma uplink %s: multicast group %s is not of the uplink's address family", e.local.Addr(), gid)
 		}
-		c, err := listenGroup(a, e.local.Addr())
+		var c *udpConn
+		bind := func() (err error) { c, err = listenGroup(a, e.local.Addr()); return err }
+		var err error
+		if u, ok := e.conn.(*udpConn); ok {
+			err = u.withReuse(bind)
+		} else {
+			err = bind()
+		}
 		if err != nil {
 			return err
 		}
