@@ -3,7 +3,8 @@
  * ra, rb of one adapter, each with a CQ of its own (what lands in one is
  * that QP's). Checks: ibv_query_device's multicast limits; the refusals of
  * ibv_attach_mcast (a GID that is not multicast, an RC QP) and of
- * ibv_detach_mcast (a QP not attached); attaching twice succeeds; a SEND
+ * ibv_detach_mcast (a QP not attached); attaching twice succeeds; an
+ * adapter's QPs in 1024 groups at most (ENOMEM beyond); a SEND
  * from sa to the group (AH with the group's GID, remote QPN 0xFFFFFF)
  * reaches ra and rb, with the group's GID as the GRH's destination and
  * sa's QPN as src_qp, and not sa, which is not attached; one to another
@@ -155,6 +156,26 @@ int main(int argc, char **argv)
 			ibv_destroy_qp(rcq);
 	}
 	CHECK("detach-not-attached", ibv_detach_mcast(ra, &group, 0) == EINVAL, "%s", "accepted");
+
+	/* max_mcast_grp: an adapter's QPs are in at most 1024 groups. */
+	{
+		union ibv_gid g = { .raw = { 0xff, 0x0e, [13] = 0x77 } };
+		int i, ok = 1, over;
+
+		for (i = 0; i < 1024 && ok; i++) {
+			g.raw[14] = (uint8_t)(i >> 8);
+			g.raw[15] = (uint8_t)i;
+			ok = ibv_attach_mcast(ra, &g, 0) == 0;
+		}
+		g.raw[14] = 0x7f;
+		over = ibv_attach_mcast(rb, &g, 0);
+		CHECK("max-mcast-grp", ok && over == ENOMEM, "attached %d groups, then %d", i, over);
+		for (i = 0; i < 1024; i++) {
+			g.raw[14] = (uint8_t)(i >> 8);
+			g.raw[15] = (uint8_t)i;
+			ibv_detach_mcast(ra, &g, 0);
+		}
+	}
 
 	CHECK("attach", ibv_attach_mcast(ra, &group, 0) == 0 && ibv_attach_mcast(rb, &group, 0) == 0, "errno %d", errno);
 	CHECK("attach-twice", ibv_attach_mcast(ra, &group, 0) == 0, "errno %d", errno);
