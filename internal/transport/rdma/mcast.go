@@ -100,14 +100,7 @@ func (e *Engine) JoinGroup(gid abi.GID) error {
 		if !ok {
 			return fmt.Errorf("rdma uplink %s: multicast group %s is not of the uplink's address family", e.local.Addr(), gid)
 		}
-		var c *udpConn
-		bind := func() (err error) { c, err = listenGroup(a, e.local.Addr()); return err }
-		var err error
-		if u, ok := e.conn.(*udpConn); ok {
-			err = u.withReuse(bind)
-		} else {
-			err = bind()
-		}
+		c, err := listenGroupBeside(e.conn, a, e.local.Addr())
 		if err != nil {
 			return err
 		}
@@ -121,6 +114,21 @@ func (e *Engine) JoinGroup(gid abi.GID) error {
 	e.mc.m[key] = g
 	e.mc.v1[McastMAC(gid)] = true
 	return nil
+}
+
+// listenGroupBeside opens group a's socket on the uplink's interface
+// (local), beside the uplink's own socket conn: a UDP socket of the
+// engine's lets the group's bind share its port for that moment.
+func listenGroupBeside(conn Conn, a, local netip.Addr) (*udpConn, error) {
+	var c *udpConn
+	bind := func() (err error) { c, err = listenGroup(a, local); return err }
+	var err error
+	if u, ok := conn.(*udpConn); ok {
+		err = u.withReuse(bind)
+	} else {
+		err = bind()
+	}
+	return c, err
 }
 
 // LeaveGroup undoes a JoinGroup of gid.
