@@ -54,7 +54,7 @@ func TestVerbsABIPyverbs(t *testing.T) {
 		"test_create_cq_with_comp_channel", "test_cq_events_rc", "test_rc_traffic_cq_ex",
 		"test_qp_ex_rc_rdma_write", "test_qp_ex_rc_rdma_read", "test_qp_ex_rc_send_imm", "test_qp_ex_rc_atomic_fetch_add",
 		"test_ro_rc_traffic",
-		// UD QPs and address handles (issue 32, item 2); not the UD tests
+		// UD QPs and address handles; not the UD tests
 		// of ibv_create_qp_ex with random create masks (test_create_ud_qp_ex_*,
 		// test_modify_ud_qp, test_query_ud_qp), which skip when the mask
 		// asks for what vrdma lacks (create flags, TSO), as RC's do.
