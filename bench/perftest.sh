@@ -1,6 +1,6 @@
 #!/bin/bash
 # Unmodified perftest on the drop-in libibverbs (guest/ibverbs) beside the Go
-# library and UCX, in one run (issue 11's benchmarks), between the same two VMs:
+# library and UCX, in one run, between the same two VMs:
 #   memcpy: two VMs of one standalone agent;
 #   tcp:    vm1 (host1) and vm3 (host2) of vrdmactl quickstart --keep;
 #   peers:  bench/peers.sh (UCX over shared memory and TCP, sockperf, iperf3).

@@ -1,6 +1,6 @@
 package vrdma_test
 
-// The verbs conformance suite (DESIGN.md §4, §8): verbs semantics that must
+// The verbs conformance suite (docs/verbs-compat.md): verbs semantics that must
 // hold on every path, written against the public API only. A path takes part
 // by providing a pathEnv, which opens VMs placed so that QPs between them
 // take that path; the cases do not change from one path to the next.

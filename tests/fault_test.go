@@ -1,6 +1,6 @@
 package vrdma_test
 
-// The fault harness on every path (issue 31, item 6; docs/RELIABILITY.md,
+// The fault harness on every path (docs/RELIABILITY.md,
 // "Faults under a ledger"): traffic whose every WR is in a ledger
 // (package fault) runs while a fault strikes, then the ledger must be
 // clean — each WR completed exactly once, with success or, after a kill,

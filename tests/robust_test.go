@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Robustness against peers (issue 31, item 5; docs/SECURITY.md,
+// Robustness against peers (docs/SECURITY.md,
 // "Robustness against peers and packets"): what a member host that floods
 // an agent with frames costs it.
 

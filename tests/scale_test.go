@@ -1,11 +1,11 @@
 package vrdma_test
 
-// Scale (issue 9): 1,024 connected RC QPs in one agent, traffic on every
+// Scale: 1,024 connected RC QPs in one agent, traffic on every
 // one of them, on the memcpy and tcp paths, in doorbell and async mode.
 // TestScaleQPs checks what must hold — every WR completes, byte-exact, and
 // the agent runs on a bounded number of OS threads, counted from /proc —
 // and BenchmarkScale records the figures (aggregate bandwidth and message
-// rate, threads, memory per QP, idle CPU) for docs/PERF-LOG.md (issue 9).
+// rate, threads, memory per QP, idle CPU) for docs/PERF-LOG.md.
 
 import (
 	"bytes"

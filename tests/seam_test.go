@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Tests of the seam between the device and the paths (issue 30): a
+// Tests of the seam between the device and the paths: a
 // responder touches a target's memory one step at a time, never across
 // socket I/O, so that deregistration waits for transfers in flight
 // (TestSeamDeregInFlight) and one slow peer stalls nothing but its own

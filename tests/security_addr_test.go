@@ -1,7 +1,7 @@
 package vrdma_test
 
-// Issue 31, item 2: addresses, keys and QP numbers (docs/SECURITY.md,
-// "Addresses, keys and QP numbers").
+// Addresses, keys and QP numbers (docs/SECURITY.md, "Addresses, keys and
+// QP numbers").
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Hosts (issue 31, item 3): a flood of handshakes that never start, from
+// Hosts (docs/SECURITY.md): a flood of handshakes that never start, from
 // an address that is no host's or from another host's address, does not
 // keep a member host out; a member host that holds the switch secret, or
 // that can rewrite the control plane, cannot present another host's ID

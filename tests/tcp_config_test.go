@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Host reconfiguration under a running agent (issue 5, "host configure"):
+// Host reconfiguration under a running agent (vrdmactl host configure):
 // a change of a host's PVRDMA address or pvrdma firewall rule in the
 // control plane, as vrdmactl host configure writes it, takes effect on
 // that host's agent at once, and QPs across hosts follow.

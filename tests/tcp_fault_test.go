@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Fault tests of the tcp path (issue 4, "Faults"): a cut link, a flapping
+// Fault tests of the tcp path: a cut link, a flapping
 // link, a peer agent killed with SIGKILL, a peer agent restarted under an
 // idle connection, and a stopped receiver (back pressure). Each test runs
 // its own cluster of two vrdmad processes (testenv.StartCluster): as root

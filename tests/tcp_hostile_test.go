@@ -1,6 +1,6 @@
 package vrdma_test
 
-// Hostile peers on the tcp path (issue 4, "Bad input"): a raw TCP client
+// Hostile peers on the tcp path (bad input): a raw TCP client
 // speaking docs/wire-tcp.md by hand against real vrdmad processes. A
 // client that is not a member of the switch is refused with a REFUSE frame
 // naming the rule, and the agent logs it; a client that is a member (it

@@ -1,7 +1,7 @@
 package vrdma_test
 
 // UD QPs and address handles: the conformance suite's case ud, which runs
-// on every path (issue 32, item 2).
+// on every path.
 
 import (
 	"encoding/binary"

@@ -1,7 +1,7 @@
 package agent
 
-// The agent's side of the control plane (DESIGN.md §3, "Control plane on
-// etcd"; issue 3 item 5). With Config.Control set, the agent
+// The agent's side of the control plane (docs/control-plane.md, "vrdmad").
+// With Config.Control set, the agent
 //
 //   - opens the store: an embedded single-node etcd under the state
 //     directory by default, or the external cluster at Control.Endpoints;

@@ -43,7 +43,7 @@ func TestLayers(t *testing.T) {
 }
 
 // TestLayersLibrary checks that the client library (the repository's
-// root package) is the thin driver DESIGN.md says: it imports of vrdma
+// root package) is the thin driver docs/architecture.md says: it imports of vrdma
 // only the ABI it speaks, the system helpers and its diagnostics hooks
 // (libdiag), never the agent's layers (device, paths, connection
 // management, control plane).

@@ -1,6 +1,6 @@
 package cli
 
-// How vrdmactl reaches the control plane (issue 3 item 6). The commands
+// How vrdmactl reaches the control plane (docs/control-plane.md). The commands
 // switch, portgroup, host, path, "vm show" and "vm list --cluster" read
 // and write etcd directly, not through the agent:
 //

@@ -164,7 +164,7 @@ func TestControlPlaneHostsPathsAndCrossHostConnect(t *testing.T) {
 		t.Errorf("portgroup show dvportgroup-20 lacks its subnet:\n%s", out)
 	}
 
-	// path explain, as the seed decides.
+	// path explain, as path selection decides.
 	for _, tc := range []struct {
 		a, b string
 		path string

@@ -1,6 +1,6 @@
 package cli
 
-// vrdmactl doctor (issue 15 item 6): checks of this host, each with what
+// vrdmactl doctor: checks of this host, each with what
 // it looked at and how to fix what fails. Every check is made from here,
 // against the agent at --socket and the control plane vrdmactl finds; none
 // changes anything.

@@ -65,7 +65,7 @@ declaration.`,
   vrdmactl inventory --datacenter dc1
   vrdmactl inventory -o json`},
 	"vrdmactl network": {
-		long: `network runs the RoCE network checks of the seed: lossless layer 2 (PFC or
+		long: `network runs the RoCE network checks: lossless layer 2 (PFC or
 global pause), a VLAN with PFC, a lossless layer 3 for RoCE v2 (routers map the
 priority to DSCP and keep it), no teamed RoCE NICs, and the MTU. See
 docs/network.md.`,
@@ -139,7 +139,7 @@ reads them.`,
 		long:    `show prints one distributed switch: its UUID, MTU and policies, routers, port groups and hosts.`,
 		example: "  vrdmactl switch show dvs1\n  vrdmactl switch show dvs1 -o json"},
 	"vrdmactl vm": {
-		long: `vm runs the seed's VM procedures: create a powered-off VM, add PVRDMA
+		long: `vm runs vSphere's VM procedures: create a powered-off VM, add PVRDMA
 adapters on a port group, reserve all guest memory, set advanced parameters,
 then power it on (every rule against the VM and the host) and off. define is
 the quick path: a VMX stored on this agent's host, powered on at once.`,

@@ -14,7 +14,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/store"
 )
 
-// The inventory tree (issue 5 item 5), as vSphere's Hosts and Clusters
+// The inventory tree, as vSphere's Hosts and Clusters
 // view shows it: datacenter > cluster > host > VM, with each cluster's
 // resource pools and each datacenter's VM folders. It is derived from the
 // host and VM records: a host's datacenter, cluster and folder (vrdmactl

@@ -18,7 +18,7 @@ import (
 	"github.com/vrdma/vrdma/internal/netcheck/nicstate"
 )
 
-// The RoCE network checks (issue 13): vrdmactl network check runs the
+// The RoCE network checks (docs/network.md): vrdmactl network check runs the
 // checks of package netcheck on the network the control plane holds, with
 // the NIC state this machine's kernel reports for the local host's
 // uplinks, or on a network declared in a file (package netfile). Path

@@ -1,7 +1,7 @@
 package cli
 
-// The vSphere procedures of the seed, as vrdmactl commands (issue 5 item
-// 4): vm create, edit, set, reserve-memory, power-on and power-off. They
+// vSphere's VM procedures, as vrdmactl commands (docs/control-plane.md):
+// vm create, edit, set, reserve-memory, power-on and power-off. They
 // all go through the local agent (--socket), which checks the caller's
 // credentials (SO_PEERCRED) against the VM's owner and applies the change
 // to wherever the VM lives: the control plane's inventory, or the agent's

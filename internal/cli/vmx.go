@@ -1,6 +1,6 @@
 package cli
 
-// vrdmactl vmx: the PVRDMA linter for .vmx files (issue 5 item 3). It runs
+// vrdmactl vmx: the PVRDMA linter for .vmx files (docs/vmx-rules.md). It runs
 // the rules of package rules, the same that refuse a power-on in vrdma, on
 // real vSphere .vmx files against a target ESXi version, and on a host of
 // the control plane when --host names one.

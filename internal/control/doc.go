@@ -1,6 +1,6 @@
 // Package control is the root of vrdma's control plane: the shared
 // inventory of distributed switches, port groups, hosts, VMs and their
-// adapters, kept in etcd (DESIGN.md §3, "Control plane on etcd"). It holds
+// adapters, kept in etcd (docs/control-plane.md). It holds
 // no code; the work is split into packages of one job each:
 //
 //   - records: the typed records (Switch, PortGroup, Host, VM, Adapter,
@@ -12,7 +12,7 @@
 //     shown down) and the watch-driven Cache that agents serve lookups
 //     from: endpoint resolution ("vm/vrdmaN" or a GID) and path decisions.
 //   - pathsel: the one pure, deterministic, symmetric function that picks a
-//     pair's path (memcpy, rdma or tcp) as the seed says; rdma only when
+//     pair's path (memcpy, rdma or tcp) by PVRDMA's rules; rdma only when
 //     the RoCE network checks of package netcheck pass, as the switch's
 //     network policy says (docs/network.md).
 //   - etcdtest: helpers that start real embedded etcd members (one, or a

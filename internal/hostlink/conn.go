@@ -400,7 +400,7 @@ func (c *Conn) fill(need int, header bool) error {
 		}
 		// No polling before the read sleeps: programs that busy-wait
 		// without yielding (perftest) hold a CPU until the next tick
-		// once a poller yields it to them (docs/PERF-LOG.md, issue 11).
+		// once a poller yields it to them (docs/PERF-LOG.md).
 		n, err := c.nc.Read(c.rbuf[c.rw:])
 		if n > 0 {
 			c.rw += n

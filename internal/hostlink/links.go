@@ -1,5 +1,5 @@
 // Package hostlink is the agent's links to the other hosts of its
-// distributed switch (DESIGN.md §3): TCP connections between agents on
+// distributed switch (docs/wire-tcp.md): TCP connections between agents on
 // the hosts' PVRDMA addresses, authenticated by a handshake
 // (handshake.go), carrying frames of package tcpwire. It listens, dials,
 // keeps the connections with each peer host (Peer), hands every request

@@ -1,5 +1,5 @@
 // Package manage holds the agent's VM procedures, power state, placement
-// and access (issue 5, items 4–6): the agent's side of vrdmactl vm create, show, edit, set,
+// and access (docs/control-plane.md): the agent's side of vrdmactl vm create, show, edit, set,
 // reserve-memory, power-on, power-off, define and undefine.
 //
 // Where a VM lives:

@@ -1,5 +1,5 @@
-// Package netcheck checks a RoCE network against the seed's requirements
-// (DESIGN.md §1, "RoCE network"; issue 13): RoCE v1 needs a lossless
+// Package netcheck checks a RoCE network against what RoCE requires
+// (docs/network.md, "The checks"): RoCE v1 needs a lossless
 // layer 2, RoCE v2 lossless layers 2 and 3; lossless layer 2 comes from
 // PFC on the 802.1Q priority of a VLAN, or from global pause; routers map
 // the priority to DSCP and keep DSCP unchanged (or copy PCP on tagged

@@ -3,9 +3,10 @@ package netcheck
 import "github.com/vrdma/vrdma/internal/control/records"
 
 // SocketOptions are the options a RoCE v2 socket of a port group sets so
-// that its packets carry the port group's priority on the wire (issue 13
-// item 5): the DSCP in the IP header, and the socket priority that a VLAN
-// interface's egress-qos-map turns into the 802.1Q PCP.
+// that its packets carry the port group's priority on the wire
+// (docs/network.md, "On the wire"): the DSCP in the IP header, and the
+// socket priority that a VLAN interface's egress-qos-map turns into the
+// 802.1Q PCP.
 //
 // Set TOS first, then Priority: on Linux, setting IP_TOS also sets the
 // socket's priority from the TOS (__ip_sock_set_tos calls

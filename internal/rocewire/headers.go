@@ -2,9 +2,10 @@
 // of the InfiniBand transport headers a RoCEv2 packet carries after its
 // UDP header (BTH, RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH,
 // DETH), the RC and UD opcode table with each opcode's headers and
-// payload rule, padding, and the invariant CRC. The layouts follow
-// ../shared/specs/rocev2.md §2–§3 (Linux rxe, ib_pack.h, Wireshark),
-// every multi-byte field big-endian.
+// payload rule, padding, and the invariant CRC. The layouts follow the
+// InfiniBand Architecture Specification and its RoCE v2 annex, as Linux
+// rxe (ib_pack.h) and Wireshark read them, every multi-byte field
+// big-endian.
 //
 // A view is a byte slice of at least the header's length, in the style of
 // gVisor's header package: accessors read the wire bytes in place, Encode

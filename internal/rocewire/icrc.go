@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// The invariant CRC (../shared/specs/rocev2.md §3): CRC-32/IEEE over
+// The invariant CRC (the RoCE v2 annex; Linux rxe's rxe_icrc.c): CRC-32/IEEE over
 // 0xFF×8 ‖ IP header ‖ UDP header ‖ the transport packet up to the ICRC,
 // with the fields routers may change masked to ones — IPv4 TOS, TTL and
 // header checksum; IPv6 traffic class, flow label and hop limit; the UDP

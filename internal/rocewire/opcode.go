@@ -94,7 +94,8 @@ type OpInfo struct {
 	Completes bool
 }
 
-// ops is the opcode table (../shared/specs/rocev2.md §2.3).
+// ops is the opcode table (the InfiniBand Architecture Specification's,
+// as Linux rxe's rxe_opcode.c lists it).
 var ops = map[Opcode]OpInfo{
 	SendFirst:                  {"SEND_FIRST", 0, PayloadFull, PosFirst, true, true, false},
 	SendMiddle:                 {"SEND_MIDDLE", 0, PayloadFull, PosMiddle, true, false, false},

@@ -1,6 +1,6 @@
 package rocewire
 
-// RoCE v1 (../shared/specs/rocev1-and-nic-state.md Part A): the same
+// RoCE v1 (the InfiniBand specification's RoCE annex): the same
 // transport packets in Ethernet frames of Ethertype 0x8915, with an
 // InfiniBand Global Route Header where RoCE v2 has IP and UDP:
 //

@@ -1,5 +1,5 @@
 // Package rules checks a VM's VMX configuration against the PVRDMA
-// prerequisites (specs/pvrdma-facts.md §1–2 and the seed): the rules that
+// prerequisites (VMware's, and vrdma's own: docs/vmx-rules.md): the rules that
 // refuse a power-on in vrdma and that `vrdmactl vmx check` applies to real
 // vSphere .vmx files against a target ESXi version.
 //

@@ -479,10 +479,10 @@ func TestRulePVRDMAAdapterAndDuplicates(t *testing.T) {
 	}
 }
 
-// TestRulesList checks Rules against the IDs issue 5 names and the
-// constants.
+// TestRulesList checks Rules against the rule IDs vrdma documents
+// (docs/vmx-rules.md) and the constants.
 func TestRuleList(t *testing.T) {
-	issue := []string{"esxi-version", "hw-version", "guest-os", "memory-reservation", "distributed-portgroup", "adapter-limit",
+	documented := []string{"esxi-version", "hw-version", "guest-os", "memory-reservation", "distributed-portgroup", "adapter-limit",
 		"native-endpoint-hw", "native-endpoint-version", "native-endpoint-index", "async-mode-version", "async-latency-sensitivity",
 		"hw-version-supported", "host-rdma-configured", "host-on-switch"}
 	rs := Rules()
@@ -502,13 +502,13 @@ func TestRuleList(t *testing.T) {
 			t.Errorf("rule %s: Host = %v", r.ID, r.Host)
 		}
 	}
-	for _, id := range issue {
+	for _, id := range documented {
 		if !seen[id] {
-			t.Errorf("rule %s of issue 5 is missing", id)
+			t.Errorf("rule %s is missing", id)
 		}
 	}
 	if r := rs[slices.IndexFunc(rs, func(r Rule) bool { return r.ID == RuleAsyncLatencySensitivity })]; r.Severity != SeverityWarning {
-		t.Errorf("async-latency-sensitivity is %s; issue 5 makes it a warning", r.Severity)
+		t.Errorf("async-latency-sensitivity is %s; it is a warning", r.Severity)
 	}
 	rs[0].ID = "changed"
 	if Rules()[0].ID == "changed" {

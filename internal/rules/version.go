@@ -218,7 +218,7 @@ func versionNumber(p, what string) (int, string) {
 }
 
 // hwTable maps ESXi releases to the newest virtual hardware version they
-// run, oldest first (specs/pvrdma-facts.md §1.1; govmomi
+// run, oldest first (govmomi
 // vim25/types/hardware_version.go, from VMware KB 1003746). A release runs
 // every hardware version up to its own.
 var hwTable = []struct {

@@ -9,7 +9,7 @@ import (
 )
 
 // TestSecurityDropinMemoryThreads runs guest/ibverbs/tests/mem_threads.c
-// (issue 31, item 4): threads write and read counters beside a region, on
+// (docs/SECURITY.md): threads write and read counters beside a region, on
 // its first and last pages, while the main thread registers and
 // deregisters it 400 times. No write may be lost, no neighbour may read
 // zero or anything but what was written, and the program's own SIGSEGV

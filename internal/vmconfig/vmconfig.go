@@ -1,8 +1,7 @@
 // Package vmconfig is the typed view of a VM that the host agent works
 // from, read from the VM's VMX configuration (package vmx).
 //
-// It reads the keys of specs/pvrdma-facts.md §1 and the two vrdma keys of the
-// design: memory size and reservation, guest OS, virtual hardware version,
+// It reads the PVRDMA keys of a vSphere VMX file and the two vrdma keys: memory size and reservation, guest OS, virtual hardware version,
 // latency sensitivity, async mode, and the PVRDMA adapters. An adapter is
 // ethernetN with ethernetN.virtualDev = "vrdma" (in any case) and
 // ethernetN.present not false; vrdma calls it "vrdmaN", and

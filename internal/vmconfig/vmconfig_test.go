@@ -11,8 +11,8 @@ import (
 	"github.com/vrdma/vrdma/internal/vmx"
 )
 
-// example is the snippet of specs/pvrdma-facts.md §1.2 with the vrdma keys
-// and MAC addresses added.
+// example is a vSphere VMX snippet of a VM with a PVRDMA adapter, with
+// the vrdma keys and MAC addresses added.
 const example = `.encoding = "UTF-8"
 config.version = "8"
 virtualHW.version = "20"

@@ -21,8 +21,8 @@ import (
 	"github.com/vrdma/vrdma/internal/control/store"
 )
 
-// The inventory the benchmarks register (issue 3: 1,000 hosts and 10,000
-// VMs with adapters). Smaller for a quick run:
+// The inventory the benchmarks register (1,000 hosts and 10,000 VMs with
+// adapters). Smaller for a quick run:
 //
 //	go test -run X -bench ControlPlane -benchtime 1x ./internal/control/member -bench-hosts 100 -bench-vms 1000
 var (

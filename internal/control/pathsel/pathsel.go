@@ -1,6 +1,6 @@
 // Package pathsel decides how two PVRDMA adapters talk: the one pure,
-// deterministic, symmetric function of DESIGN.md §3 ("Paths"), following
-// the seed (specs/pvrdma-facts.md §0 fact 5 and §4):
+// deterministic, symmetric function of docs/network.md ("Path selection"),
+// following PVRDMA's rules on vSphere:
 //
 //   - VMs on different distributed switches cannot connect.
 //   - VMs on port groups with different VLANs cannot connect (isolation).
@@ -12,11 +12,11 @@
 //   - Different hosts where at least one lacks one: tcp, slower.
 //
 // Traffic between hosts also needs each host's tagged PVRDMA address
-// (Net.PVRDMAVmknic) and its pvrdma firewall ruleset (pvrdma-facts §2.1);
-// an RDMA uplink counts only under the switch's uplink policy (no teaming,
-// pvrdma-facts §2.3) and if it can carry the port group's RoCE version.
+// (Net.PVRDMAVmknic) and its pvrdma firewall ruleset; an RDMA uplink
+// counts only under the switch's uplink policy (PVRDMA does no NIC
+// teaming) and if it can carry the port group's RoCE version.
 //
-// And rdma needs a network fit for RoCE (issue 13): the checks of package
+// And rdma needs a network fit for RoCE (docs/network.md): the checks of package
 // netcheck for the port groups and the two uplinks (netcheck.Pair) must
 // pass. The switch's network policy says how strictly: "strict" (the
 // default) rejects rdma for tcp when a check fails or its state is

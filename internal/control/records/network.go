@@ -1,6 +1,6 @@
 package records
 
-// The RoCE network model (issue 13): what a switch's path selection needs
+// The RoCE network model (docs/network.md): what a switch's path selection needs
 // to know of the Ethernet and IP network under it. RoCE v1 needs a
 // lossless layer 2, RoCE v2 lossless layers 2 and 3: PFC on the RoCE
 // priority (or global pause) on every uplink, the port group in a VLAN

@@ -225,7 +225,7 @@ func checkGID(c *checker, field string, g netip.Addr, required bool) {
 type UplinkPolicy string
 
 // Uplink policies. PVRDMA does not support NIC teaming: the HCA must be the
-// only uplink of the distributed switch (specs/pvrdma-facts.md §2.3).
+// only uplink of the distributed switch (VMware's PVRDMA requirements).
 const (
 	// UplinkSingle: each host's RDMA uplink must be its only one on the
 	// switch. A host listing several has no usable RDMA uplink (teaming is

@@ -1,6 +1,6 @@
 // Package netfile reads a network to check from a declarative file,
 // YAML or JSON, so that vrdmactl network check --config FILE can check a
-// network before it exists (issue 13 item 1). docs/network.md documents
+// network before it exists. docs/network.md documents
 // the format.
 //
 // The file holds the records of the control plane, with the same fields

@@ -1,6 +1,6 @@
 // Package nicstate reads a NIC's lossless-Ethernet state from the Linux
 // kernel, as vrdmactl network check and the checks of package netcheck
-// need it (issue 13 item 2; shared/specs/rocev1-and-nic-state.md part B):
+// need it (docs/network.md, "What the kernel reports"):
 //
 //   - PFC and the DCB app and trust tables through DCB netlink
 //     (RTM_GETDCB, DCB_CMD_IEEE_GET): what `dcb pfc show` and `dcb
