@@ -808,7 +808,7 @@ static int query_gid(struct ibv_context *context, uint32_t port_num, uint32_t in
 	e->gid_index = index;
 	e->port_num = port_num;
 	/* RoCE v2: the agent's GIDs are IP addresses (IP_BASED_GIDS) and its
-	 * packets UDP/4791 (DESIGN.md §5). */
+	 * packets UDP/4791 (docs/wire-rdma.md). */
 	e->gid_type = IBV_GID_TYPE_ROCE_V2;
 	return 0;
 }

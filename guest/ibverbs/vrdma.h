@@ -2,8 +2,8 @@
  * libibverbs-vrdma: a drop-in libibverbs.so.1 that talks to vrdmad.
  *
  * Internal declarations shared by the library's files. The contract with
- * the agent is docs/wire-local.md; the ABI rules are
- * ../shared/specs/verbs-abi.md and <infiniband/verbs.h>.
+ * the agent is docs/wire-local.md; the ABI rules are rdma-core 44's
+ * <infiniband/verbs.h> and docs/verbs-compat.md.
  */
 #ifndef VRDMA_H
 #define VRDMA_H

@@ -280,7 +280,7 @@ const (
 // PathKind names the way a connected QP's bytes move.
 type PathKind string
 
-// The paths of DESIGN.md §3.
+// The paths between two QPs (docs/architecture.md).
 const (
 	PathNone         PathKind = ""
 	PathMemcpy       PathKind = "memcpy"

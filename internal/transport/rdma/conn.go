@@ -4,8 +4,8 @@ package rdma
 // Identification and Flags, which a UDP socket neither shows nor lets one
 // set: the socket is unconnected, bound to the uplink's address and port
 // 4791, with path MTU discovery on (IP_PMTUDISC_DO), so that the kernel
-// sends every datagram with DF set and ID 0 (../shared/specs/rocev2.md
-// §3.3, checked by TestEngineWire against tshark's capture). A batch of
+// sends every datagram with DF set and ID 0 (docs/wire-rdma.md,
+// checked by TestEngineWire against tshark's capture). A batch of
 // datagrams sent with UDP GSO is one such datagram that the kernel cuts
 // into segments (in the sender's stack, in the receiver's, or never, when
 // the receiving socket takes the batch whole with UDP GRO), and it numbers

@@ -1,6 +1,6 @@
 package rdma
 
-// RoCE v1 (../shared/specs/rocev1-and-nic-state.md Part A): the same
+// RoCE v1 (docs/wire-rdma.md, "RoCE v1"): the same
 // transport in Ethernet frames of Ethertype 0x8915, a GRH where RoCE v2
 // has IP and UDP, through an AF_PACKET socket (SOCK_RAW, protocol
 // ETH_P_IBOE; root, CAP_NET_RAW) bound to the uplink's interface. The

@@ -213,7 +213,7 @@ func testEngineWireV1(t *testing.T, vid int) {
 // of them carry a wrong ICRC: CRC-32 (zlib) over 8 bytes of 0xFF, the GRH
 // with traffic class, flow label and hop limit set to ones, the BTH with
 // byte 4 set to ones and the rest up to the ICRC, least significant byte
-// first on the wire (../shared/specs/rocev1-and-nic-state.md A2).
+// first on the wire (docs/wire-rdma.md).
 const icrcV1Script = `
 import sys, zlib, struct
 from scapy.all import rdpcap, raw

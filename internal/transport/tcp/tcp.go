@@ -1,4 +1,4 @@
-// Package tcp is the tcp path (DESIGN.md §3): the RC protocol of package
+// Package tcp is the tcp path (docs/architecture.md): the RC protocol of package
 // tcpwire over the agent's links to the other hosts of its switch
 // (package hostlink). Its requester (requester.go) is the RC engine of
 // package rc/requester over this path's frames, one call per work
