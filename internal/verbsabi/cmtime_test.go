@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vrdma/vrdma"
 )
 
 // cmtimeSteps are the steps a cmtime client times, as it names them.
@@ -114,18 +112,7 @@ func TestRDMACMCmtime(t *testing.T) {
 // vmQPs returns how many QPs vm holds at the agent at sock.
 func vmQPs(t *testing.T, sock, vm string) int {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	st, err := ag.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range st.VMs {
+	for _, v := range agentStatus(t, sock).VMs {
 		if v.Name == vm {
 			return len(v.QPs)
 		}

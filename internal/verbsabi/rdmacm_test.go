@@ -142,17 +142,7 @@ func (e cmEnv) carried(t *testing.T, min uint64) {
 // engines) carried, both ways.
 func uplinkBytesMoved(t *testing.T, sock, path, peer string) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	st, err := ag.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := agentStatus(t, sock)
 	var moved uint64
 	if path == "tcp" {
 		for _, u := range st.Uplinks {
@@ -166,6 +156,23 @@ func uplinkBytesMoved(t *testing.T, sock, path, peer string) uint64 {
 		}
 	}
 	return moved
+}
+
+// agentStatus returns the status report of the agent at sock.
+func agentStatus(t *testing.T, sock string) vrdma.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func startCMEnv(t *testing.T, path string) cmEnv {

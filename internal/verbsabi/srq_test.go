@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -115,17 +114,7 @@ func checkCrossed(t *testing.T, path, sockA string, c *testenv.Cluster, want uin
 // of RoCE version roce ("v1", "v2").
 func rdmaBytes(t *testing.T, sock, roce string) uint64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(sock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ag.Close()
-	st, err := ag.Status(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := agentStatus(t, sock)
 	var n uint64
 	for _, u := range st.RDMA {
 		if u.RoCE == roce {
