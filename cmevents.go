@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma
 
 // rdma_cm's event channels: the shape of librdmacm, for Go programs and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vrdma is the client library of vrdma, a paravirtual RDMA fabric:
 // a workload attaches to a VM on its host's agent (vrdmad) and gets the VM's
 // RDMA adapters with verbs semantics — protection domains, memory regions,

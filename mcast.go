@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma
 
 // UD multicast (docs/verbs-compat.md, "Multicast"): a UD QP attaches to a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma
 
 // Shared receive queues (ibv_create_srq) and an adapter's asynchronous

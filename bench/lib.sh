@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # bench/lib.sh - helpers shared by bench/run and bench/perftest.sh; sourced, not run.
 #
 # build_vrdma BIN         vrdmactl and vrdmad into BIN, the drop-in libibverbs into

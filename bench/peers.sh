@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench/peers.sh - measure the peer baselines vrdma benchmarks are compared against.
 #
 # Default mode "loopback": 127.0.0.1 / lo / shared memory. Mode "veth" (--veth,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Unmodified perftest on the drop-in libibverbs (guest/ibverbs) beside the Go
 # library and UCX, in one run, between the same two VMs:
 #   memcpy: two VMs of one standalone agent;

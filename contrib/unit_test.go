@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package contrib holds files to install vrdma with (the systemd unit);
 // its tests check them.
 package contrib

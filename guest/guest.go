@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package guest holds the sources of the drop-in libibverbs.so.1 and
 // librdmacm.so.1 (ibverbs/ and rdmacm/, C: docs/verbs-compat.md) so that
 // commands find them where they run (vrdmactl exec): a copy the packages

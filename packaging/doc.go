@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package packaging builds vrdma's Debian packages: build-deb, a script run
 // from the repository (packaging/build-deb --help), makes vrdma,
 // vrdma-dropin and vrdma-etcd with dpkg-deb; version names the checkout

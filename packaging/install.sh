@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Run by TestPackageInstall inside private mount, PID and network
 # namespaces (unshare): everything mounted here, and every process started,
 # ends with this script. Environment: ROOTFS, a clean Debian root (read

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build !race
 
 // The race detector allocates on its own account; this test counts

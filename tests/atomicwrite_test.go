@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // The conformance case of RDMA atomic write (OpAtomicWrite), run on every

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // Conformance cases for RC ordering and depth (IBTA 10.8.3.3 fence,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // The conformance cases of ibv_req_notify_cq(cq, 1), ibv_resize_cq and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vrdma_test holds vrdma's system tests: black-box tests of the
 // client library (package vrdma) against real agents, in this process
 // (internal/testenv's Start) or as processes of their own, on every path —

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // Hosts (docs/SECURITY.md): a flood of handshakes that never start, from

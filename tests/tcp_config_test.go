@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // Host reconfiguration under a running agent (vrdmactl host configure):

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // Fault tests of the tcp path: a cut link, a flapping

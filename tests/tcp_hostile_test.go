@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // Hostile peers on the tcp path (bad input): a raw TCP client

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // UD QPs and address handles: the conformance suite's case ud, which runs

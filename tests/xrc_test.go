@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package vrdma_test
 
 // XRC on every path (the conformance case "xrc"): an XRC initiator QP in

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command report writes docs/BENCHMARKS.md from the raw results bench/run
 // collected: the table of targets against the peers computed from the run's figures,
 // vrdma beside its peers on each path, UCX over vrdma's rc_verbs beside

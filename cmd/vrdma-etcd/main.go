@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command vrdma-etcd is etcd's own server, at the version vrdmad embeds
 // (go.etcd.io/etcd/server/v3 in go.mod), with etcd's flags and behaviour
 // (vrdma-etcd --help): a member of a control-plane cluster where the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command vrdmactl manages and measures vrdma: the host agent, its VMs and
 // their RDMA adapters. Start with "vrdmactl quickstart".
 package main

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command vrdmad is the vrdma host agent: one per host, it is the device
 // behind every vrdma adapter of the VMs whose workloads attach to it.
 //

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # check-exports.sh SYSLIB OURS: fails unless OURS exports every symbol of
 # SYSLIB in the same version node (default or compat alike).
 set -eu

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The bridge the drop-in librdmacm (guest/rdmacm) reaches the agent by.
  *

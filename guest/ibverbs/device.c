@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Devices: the process's VM (env VRDMA_VM) and its adapters, which are the
  * devices vrdma0 ... of ibv_get_device_list; contexts and the query verbs.

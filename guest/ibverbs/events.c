@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Asynchronous events: ibv_get_async_event and ibv_ack_async_event.
  *

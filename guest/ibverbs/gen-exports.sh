@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # gen-exports.sh SYSLIB IMPLEMENTED HEADER OUTDIR [MAP [FAIL]]
 #
 # Writes OUTDIR/MAP (the version script; libibverbs.map unless given) and

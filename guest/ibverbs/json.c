@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * A small JSON reader and writer for the agent's message bodies
  * (wire-local.md §1.3). The reader tokenizes in the style of jsmn: one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The ring layouts of create-cq and create-qp replies (docs/wire-local.md
  * §4.7, §4.8), read and checked before the library maps a ring: no slot

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The reader of /proc/self/maps (mem.c asks it whether pages can be
  * adopted, and whether adopted ones are still the guest memory's). The

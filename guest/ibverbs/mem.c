@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Adopting a program's pages into guest memory, for memory regions
  * (verbs-abi.md §4, wire-local.md §4.6 and §9).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The parts of libibverbs that need no device: names of enums, rate
  * conversions, fork support, and the private symbols vendor providers

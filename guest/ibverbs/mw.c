@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Memory windows (wire-local.md §4.17), the context ops behind libibverbs'
  * inline ibv_alloc_mw, ibv_dealloc_mw and ibv_bind_mw. A window's handle is

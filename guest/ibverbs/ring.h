@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ring.h: the library's side of the shared rings' words (docs/wire-local.md
  * §5.1 index rules, §6 memory ordering). Every access to a ring-state word

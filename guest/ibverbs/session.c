@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * The session with the host agent (wire-local.md §1): a SOCK_SEQPACKET
  * Unix socket, one request at a time under the session's lock, replies

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * Address handles and UD work requests (wire-local.md §4.15): ibv_create_ah
  * (a GRH required, as on RoCE), ibv_destroy_ah, ibv_init_ah_from_wc,

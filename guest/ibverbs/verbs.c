@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * PD, MR, CQ, completion channels and RC QPs, and the data path through
  * context->ops (post_send, post_recv, poll_cq, req_notify_cq): the same

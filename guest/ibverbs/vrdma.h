@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libibverbs-vrdma: a drop-in libibverbs.so.1 that talks to vrdmad.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * wqe.h: the library's encoders of WQEs and decoder of CQEs (docs/wire-local.md
  * §5.2, §5.3), over the layouts of vrdma-abi.h. post_send, post_recv, the

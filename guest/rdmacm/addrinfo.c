@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * rdma_getaddrinfo and rdma_freeaddrinfo: names and numbers through the
  * system's getaddrinfo, shaped as rdma_cm's address information (RC over

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * rdma_cm over vrdmad: event channels, IDs, address and route resolution,
  * listen, connect, accept, reject, disconnect, and the events they give.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * librdmacm-vrdma: a drop-in librdmacm.so.1 over vrdmad's rdma_cm event
  * channels (docs/wire-local.md §4.12), next to the drop-in libibverbs.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package abi
 
 // The verbs of capability core-verbs: ibv_rereg_mr (rereg-mr), ibv_resize_cq

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package abi defines the interface between the vrdma client library and the
 // host agent: the verbs enums (opcodes, completion statuses, access flags,
 // QP states), the shared-memory ring layouts with their work-request and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package abi
 
 // Asynchronous events (op 48, docs/wire-local.md §4.13): what

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package abi
 
 // Memory windows (capability mw, docs/wire-local.md §4.17): alloc-mw and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package abi
 
 // MaskRCOnly are the attributes of an RC QP that a UC QP does not take

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package abi
 
 // Extended reliable connected transport, XRC (ops 58 and 59,

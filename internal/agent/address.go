@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // Adapter addresses. An adapter's IPv4 address comes from its VM's

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agent is vrdmad, the host agent. It wires the layers together:
 // the device (package device: VMs, verbs objects, QPs and their send-queue
 // goroutines, the responder), the paths (package transport/memcpy, and

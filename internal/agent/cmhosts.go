@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // cmHosts is the agent as cm.Hosts: how rdma_cm's event channels

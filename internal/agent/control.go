@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // The agent's side of the control plane (docs/control-plane.md, "vrdmad").

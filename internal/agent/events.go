@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // The event sockets of ibv_get_async_event (op 48, docs/wire-local.md

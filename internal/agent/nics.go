@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // The uplinks' NIC state as this machine's kernel reports it (PFC, pause,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // Options of New beyond Config: what tests inject into an agent (package

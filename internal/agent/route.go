@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // The agent as the device's Router: when a QP enters RTR, the path to

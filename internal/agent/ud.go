@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package agent
 
 // The agent as the device's UDRouter: an address handle's datagrams take

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package agentcmd is the command line of the host agent, shared by
 // vrdmad and by "vrdmactl agent" (which quickstart and perf start when no
 // vrdmad binary is installed).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package buildinfo says which vrdma a binary is: its version, derived
 // from git's tags, the release, the module version, the commit it was
 // built from and the Go toolchain, read from the build information the go

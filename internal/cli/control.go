@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // How vrdmactl reaches the control plane (docs/control-plane.md). The commands

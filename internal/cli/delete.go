@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // switch delete and portgroup delete: as the vSphere Client's, they refuse

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli is vrdmactl, the command line of vrdma: one file per
 // subcommand, built on cobra. Main is the whole program; cmd/vrdmactl
 // only calls it.

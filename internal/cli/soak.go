@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // vrdmactl soak: mixed traffic on every path of a local fabric, with

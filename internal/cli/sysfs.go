@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // exec --sysfs: the device view (view.go) and, in a network namespace of

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // The device view: what a workload of vrdmactl exec finds outside the

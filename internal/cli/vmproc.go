@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // vSphere's VM procedures, as vrdmactl commands (docs/control-plane.md):

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cli
 
 // vrdmactl vmx: the PVRDMA linter for .vmx files (docs/vmx-rules.md). It runs

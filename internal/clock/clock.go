@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clock is the time source of the agent's RC timers: the real
 // clock in production, a fake one that a test advances by hand, so that
 // retry and RNR timeouts can be tested step by step rather than by

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // An event channel's socket: a SOCK_SEQPACKET socketpair whose far end the

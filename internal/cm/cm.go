@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cm is connection management, in the manner of rdma_cm: a
 // workload listens on (adapter, service port); a peer dials "vm/vrdmaN"
 // (or a GID) and port with a QP in RESET or INIT; the listener's workload

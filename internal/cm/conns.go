@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // The connections made through rdma_cm event channels, agent-wide (Conns),

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // rdma_cm's event channels (ops 40..47, docs/wire-local.md §4.12): the

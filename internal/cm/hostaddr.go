@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // The host's own addresses, as rdma_cm uses them on a device of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // rdma_cm's multicast: an address to resolve that is a multicast group

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package cm
 
 // Dialers on other hosts. The agents' links (package hostlink) carry a

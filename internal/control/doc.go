@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package control is the root of vrdma's control plane: the shared
 // inventory of distributed switches, port groups, hosts, VMs and their
 // adapters, kept in etcd (docs/control-plane.md). It holds

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // ibv_rereg_mr and ibv_resize_cq (capability core-verbs).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package device is vrdma's virtual RDMA device: the attached VMs with
 // their guest memory and adapters, the verbs objects (PD, MR, CQ, QP), the
 // QP state machine, each QP's send-queue goroutine, the receive queues

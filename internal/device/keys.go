@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // Memory region keys. A key (lkey == rkey, 32 bits) is a slot of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // Memory windows (capability mw). A window is a range of a memory region,

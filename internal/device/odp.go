@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // ibv_advise_mr of on-demand regions (capability odp, abi/odp.go).

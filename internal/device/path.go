@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // Paths. A connected QP moves its work requests over exactly one path,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // The caps a VM's workloads share (Limits: max_qp, max_cq, max_mr,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // The device's side of the RC rules (package rc): the retry budget,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // The responder of an RC operation, shared by every path: the checks and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // The send queue as a path sees it: the device's half of the path

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // Shared receive queues. An SRQ is a receive ring the workload fills and

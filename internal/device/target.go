@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // The responder's target as a path sees it: the other half of the path

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // Unreliable datagram QPs and address handles. A UD QP is never bound to

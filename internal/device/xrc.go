@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package device
 
 // XRC: domains, XRC SRQs and XRC target QPs. An XRC domain (XRCD) belongs

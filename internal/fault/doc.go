@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fault is vrdma's fault harness: traffic whose every work request
 // is written to a ledger, faults to inject under it, and leak checks on
 // the processes that survive them. It is used by the TestFault… system

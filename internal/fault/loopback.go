@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fault
 
 // Wire faults between two addresses of the loopback interface, for

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fault
 
 // Faults on real links between network namespaces. The kernel's netem

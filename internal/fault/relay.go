@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fault
 
 // Reordering and delay on real links. They need a queue, which nftables

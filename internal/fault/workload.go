@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package fault
 
 // A workload process: the responder side of a run in a process of its own,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hostkey is a host's own credential on the tcp path and its
 // memory of the other hosts' (docs/SECURITY.md, "Between hosts").
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // The two readers of a connection: on a connection this host opened,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // Connection management's frames across hosts: a Connect whose target is

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // The tcp path follows its host's record: vrdmactl host configure changes

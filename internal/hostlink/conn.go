@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // A connection between two agents: its frames, written one at a time

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // The tcp path's handshake (docs/wire-tcp.md, "Handshake"): HELLO,

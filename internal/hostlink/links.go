@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package hostlink is the agent's links to the other hosts of its
 // distributed switch (docs/wire-tcp.md): TCP connections between agents on
 // the hosts' PVRDMA addresses, authenticated by a handshake

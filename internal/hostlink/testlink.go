@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package hostlink
 
 // The test link (package testenv's Options.TestLink): QPs between two VMs

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package libdiag holds diagnostics of the client library's (package
 // vrdma's) private state that are not part of its API: the system tests
 // (tests/) print them when a workload stalls. Package vrdma fills the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package locations holds the default file locations shared by the agent,
 // the client library and the CLI: the agent's Unix socket and its state
 // directory.

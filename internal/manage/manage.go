@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package manage holds the agent's VM procedures, power state, placement
 // and access (docs/control-plane.md): the agent's side of vrdmactl vm create, show, edit, set,
 // reserve-memory, power-on, power-off, define and undefine.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package manage
 
 // The procedures' share of the quotas (package quota): who may pin guest

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metrics serves an agent's counters and health as Prometheus
 // metrics (vrdmad --metrics-listen): the counters of every QP
 // (vrdma_qp_*, labelled by VM, adapter, QPN and path) and adapter

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package netcheck checks a RoCE network against what RoCE requires
 // (docs/network.md, "The checks"): RoCE v1 needs a lossless
 // layer 2, RoCE v2 lossless layers 2 and 3; lossless layer 2 comes from

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package perf is the measuring engine behind "vrdmactl perf" and the
 // samples of "vrdmactl quickstart": it connects a pair of QPs between two
 // adapters, checks every opcode end to end, and runs perftest's write_bw,

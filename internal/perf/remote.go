@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package perf
 
 // A run between two processes (vrdmactl perf without --local): each has

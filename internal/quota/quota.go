@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package quota is the host agent's accounting of what local users hold:
 // the host-wide budget of pinned (locked) guest memory, and each uid's
 // sessions, attached processes, ring memory, registered memory and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rc holds the rules of the InfiniBand Reliable Connected
 // transport that every vrdma path shares (IBTA vol. 1, chapter 9): 24-bit
 // PSN arithmetic; the requester's retry budget, local ACK timeout and RNR

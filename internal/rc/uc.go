@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rc
 
 // Resume makes the PSN after psn the expected one: a UC responder takes a

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rocewire is the RoCEv2 wire format, as a pure codec: typed views
 // of the InfiniBand transport headers a RoCEv2 packet carries after its
 // UDP header (BTH, RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rules checks a VM's VMX configuration against the PVRDMA
 // prerequisites (VMware's, and vrdma's own: docs/vmx-rules.md): the rules that
 // refuse a power-on in vrdma and that `vrdmactl vmx check` applies to real

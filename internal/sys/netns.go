@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package sys
 
 // Named network namespaces ("ip netns add"), entered by one OS thread.

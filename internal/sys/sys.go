@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sys wraps the few Linux system calls vrdma needs: memfd-backed shared
 // memory, mappings with overflow-safe bounds checks, eventfd doorbells, and
 // SOCK_SEQPACKET Unix sockets that carry file descriptors (SCM_RIGHTS),

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tcpwire is the frame format of vrdma's tcp path: the protocol two
 // host agents speak over the TCP connections that carry the traffic of
 // every QP between their hosts. It is documented in docs/wire-tcp.md.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcpwire
 
 // UC requests: the frames of a UC QP's SEND and RDMA WRITE (with and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcpwire
 
 // Datagram frames (UD_SEND, UD_SEND_IMM; docs/wire-tcp.md, "Datagrams")

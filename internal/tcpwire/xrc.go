@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcpwire
 
 // XRC requests. A request of an XRC initiator QP carries FlagXRC and the

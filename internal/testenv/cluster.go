@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package testenv
 
 // Goroutines. Each agent process has one goroutine that waits for it and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package testenv
 
 // The paths a test puts QPs between two VMs of one in-process agent on

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testenv starts host agents and defines VMs for tests: an agent
 // in this process (real socket, real shared memory), or a real vrdmad
 // process built from this module.

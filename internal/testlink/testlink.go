@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package testlink is vrdma's test transport: an in-process link whose
 // frames suffer faults — drop, duplicate, reorder, delay — chosen by a
 // seeded generator, on a clock the test may own (package clock). The

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package verbsabi builds the drop-in libibverbs.so.1 (guest/ibverbs, C)
 // for tests, and runs unmodified programs against it. The library itself
 // has no Go in it; this package only drives its build and its programs.

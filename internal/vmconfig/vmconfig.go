@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vmconfig is the typed view of a VM that the host agent works
 // from, read from the VM's VMX configuration (package vmx).
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vmnet gives a host agent's VMs their network: one network
 // namespace per VM on the host, shared by its processes, where interface
 // vrdmaN carries adapter N's MAC and addresses, attached to its port

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package vmx reads and writes VMware VMX-format configuration files, the
 // format that defines a VM in vrdma (and in VMware products).
 //

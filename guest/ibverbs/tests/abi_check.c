@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * abi_check: the drop-in's answers to bad arguments and to the verbs it does
  * not implement, and its device-level verbs, through the real

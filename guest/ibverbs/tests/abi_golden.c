@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * abi_golden: runs internal/abi's golden vectors (internal/abi/testdata/golden)
  * through the drop-in's own encoders and decoders: wqe.h's WQE writers and

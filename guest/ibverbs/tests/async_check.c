@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * async_check: ibv_get_async_event on the drop-in, in one process: two QPs
  * of one VM connected to each other. A QP the program moves to ERR itself

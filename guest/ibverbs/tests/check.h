@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C tests' check: prints "ok NAME" or "FAIL NAME: why" (what the Go
  * side reads), and remembers a failure for main's exit status. */
 #ifndef VRDMA_TESTS_CHECK_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * coreverbs_check: ibv_req_notify_cq(cq, 1), ibv_resize_cq and
  * ibv_rereg_mr on the drop-in, in one process: two RC QPs of one VM (qa

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * cqoverrun_check: a full CQ overruns as a device's does, on the drop-in.
  * Two RC QPs of one VM connected to each other; qa sends three signaled

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * dead_agent: what a program sees when its agent dies under it. It sets up
  * a context, PD, CQ with a completion channel and a QP, prints "ready",

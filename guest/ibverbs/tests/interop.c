@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * interop: the C side of a C <-> Go pair (TestVerbsABIInterop). Protocol on
  * stdin/stdout, one line each:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * json_fuzz: feeds inputs to json.c's reader, the library's parser of every
  * agent reply and event (docs/wire-local.md §1.3). Driven by guest's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * maps_fuzz: feeds inputs, as the text of /proc/self/maps, to maps.c, the
  * library's reader of it (mem.c's check of what ibv_reg_mr adopts).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * mcast_check: UD multicast on the drop-in, in one process: UD QPs sa,
  * ra, rb of one adapter, each with a CQ of its own (what lands in one is

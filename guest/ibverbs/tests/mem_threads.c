@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * mem_threads: registration and deregistration against threads that use
  * the memory beside a region (docs/verbs-compat.md "Memory registration").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * odp_check: on-demand paging regions (IBV_ACCESS_ON_DEMAND) and
  * ibv_advise_mr on the drop-in, in one process: two RC QPs of one VM.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C tests' completion wait: busy-polls a CQ, as the pingpong
  * programs do without -e. */
 #ifndef VRDMA_TESTS_POLL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * port_events: IBV_EVENT_PORT_ERR and IBV_EVENT_PORT_ACTIVE on the
  * drop-in. Two contexts of the first device; the driver (internal/verbsabi,

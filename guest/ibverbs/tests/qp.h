@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The C tests' RC connection: a QP brought to RTS facing (gid, dest) of
  * the same VM or another, as ibv_rc_pingpong does it. */
 #ifndef VRDMA_TESTS_QP_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * srq_check: shared receive queues on the drop-in, in one process: an
  * SRQ made with ibv_create_srq_ex (a basic SRQ with a CQ in its init

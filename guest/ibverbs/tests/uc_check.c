@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * uc_check: unreliable connected QPs on the drop-in, in one process: two
  * UC QPs of one VM (qa, qb) connected to each other with UC's masks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * ud_check: UD QPs and address handles on the drop-in, in one process:
  * two UD QPs of one adapter (ua, ub). Checks: ibv_create_ah's refusals

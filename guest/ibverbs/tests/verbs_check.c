@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * verbs_check: memory regions over program memory and the RC data path of
  * the drop-in, through the real <infiniband/verbs.h>, in one process: two

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * xrc_check: the XRC verbs of the drop-in and their errors, in one
  * process: IBV_DEVICE_XRC; ibv_open_xrcd with a file (O_CREAT, then the

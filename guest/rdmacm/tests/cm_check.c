@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * cm_check: the drop-in librdmacm's events, private data and refusals, in
  * one process: a listener and dialers on one event channel, connecting to

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The rdma_cm C tests' helpers: one event channel per program (ch), its
  * events waited for with a timeout, IPv4 addresses, and data patterns.
  * Functions are static inline: each test uses what it needs. */

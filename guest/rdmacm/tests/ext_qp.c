@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * ext_qp: an rdma_cm connection whose QPs the programs make with
  * ibv_create_qp and move themselves, as UCX's rdmacm transport and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * hostaddr_check: rdma_cm by the host's addresses, in one process of a VM
  * in the host's network: a listener on the any address holds the port of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * ud_check: the drop-in librdmacm's UD IDs (RDMA_PS_UDP), in one process:
  * a UD listener and a UD dialer on one event channel, resolving the VM's

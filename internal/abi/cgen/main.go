@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command cgen writes the C drop-in's view of the library↔agent ABI,
 // guest/ibverbs/vrdma-abi.h, from package abi: the ops, capability bits,
 // error codes, limits, enums, ring-state word offsets and the memory layouts

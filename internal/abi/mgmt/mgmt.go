@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mgmt is the management and status part of the agent's socket
 // protocol (docs/wire-local.md §4.11): the JSON bodies of the VM
 // commands — define, create, edit, power on and off — and of status.

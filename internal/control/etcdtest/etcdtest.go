@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package etcdtest starts real embedded etcd members for tests of the
 // control plane: one member, or a cluster of several, each with its data
 // in the test's temporary directory, fsync off and short raft timers. No

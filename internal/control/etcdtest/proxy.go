@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package etcdtest
 
 // Goroutines. A Proxy owns an accept loop while it is up (between New/Heal

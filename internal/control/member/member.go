@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package member is a host's membership in the control plane and its
 // view of everyone else.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package pathsel decides how two PVRDMA adapters talk: the one pure,
 // deterministic, symmetric function of docs/network.md ("Path selection"),
 // following PVRDMA's rules on vSphere:

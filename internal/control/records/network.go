@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package records
 
 // The RoCE network model (docs/network.md): what a switch's path selection needs

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package records defines the typed records of vrdma's control plane — the
 // distributed switch, its port groups, hosts with their RDMA uplinks, VMs,
 // their adapters and the endpoint directory — with their validation and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package store
 
 // The embedded etcd member. One goroutine per Embedded, monitor, owned by

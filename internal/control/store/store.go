@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package store is vrdma's control-plane store: typed records in etcd,
 // reached through go.etcd.io/etcd/client/v3.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package netfile reads a network to check from a declarative file,
 // YAML or JSON, so that vrdmactl network check --config FILE can check a
 // network before it exists. docs/network.md documents

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nicstate reads a NIC's lossless-Ethernet state from the Linux
 // kernel, as vrdmactl network check and the checks of package netcheck
 // need it (docs/network.md, "What the kernel reports"):

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package requester is the RC requester every windowed vrdma path runs
 // (IBTA vol. 1, 9.7; rocev2.md §4.4): a window of send WQEs taken from a
 // QP's send queue (device.SendQueue), the PSNs each takes, the fence and

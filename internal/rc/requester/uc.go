@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package requester
 
 // UC mode (device.RCAttrs.UC): the engine without its reliability. A UC

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package requester
 
 // The upcalls: what a wire's responses say, recorded under Engine.mu for

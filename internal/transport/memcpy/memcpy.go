@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package memcpy is the memcpy path: two QPs of this host. The
 // requester's send-queue goroutine plays the responder (package device's
 // Begin/Place/End, through Respond) against the remote VM's memory, under

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // Packets leave in batches: a batch is the packets one goroutine sends to

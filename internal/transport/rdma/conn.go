@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // The engine's datagrams. On IPv4 the ICRC covers the IP header's

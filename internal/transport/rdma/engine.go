@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rdma is the rdma path: a software RoCEv2 engine, the host's
 // RDMA uplink where it has no RDMA hardware. Its packets are RoCEv2 RC
 // packets as a RoCE NIC sends and accepts them (package rocewire: BTH and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // RoCE v1 (docs/wire-rdma.md, "RoCE v1"): the same

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // The IPv4 ID a receiver cannot see (conn.go). The kernel gives the k-th

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // Multicast on the rdma path, as a kernel RoCE device sends it. A UD

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // READ responses longer than a turn, paced and interleaved: a peer's RDMA

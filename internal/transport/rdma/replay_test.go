@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma_test
 
 // The responder resources on the wire: an atomic's result is replayed for

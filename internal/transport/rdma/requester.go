@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // The rdma path's requester: the RC engine (internal/rc/requester) over

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // The responder of one QP (rocev2.md §4.3), run by the engine's reader.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // The responder of a UC QP (IBTA vol. 1's unreliable connected service;

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package rdma
 
 // Datagrams on the rdma path: a UD SEND is one RoCE UD packet, opcode

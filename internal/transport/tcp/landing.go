@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcp
 
 // Moving a request's bytes between the connection and guest memory at the

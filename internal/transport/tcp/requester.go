@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcp
 
 // The tcp path's requester: the RC engine (internal/rc/requester) over

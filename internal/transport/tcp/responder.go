@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcp
 
 // RC operations over the tcp path, the responder's side (responder, run

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tcp is the tcp path (docs/architecture.md): the RC protocol of package
 // tcpwire over the agent's links to the other hosts of its switch
 // (package hostlink). Its requester (requester.go) is the RC engine of

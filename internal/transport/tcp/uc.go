@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcp
 
 // UC QPs on the tcp path (device/uc.go): the requester writes each WR

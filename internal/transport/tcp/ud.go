@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package tcp
 
 // Datagrams on the tcp path: a UD SEND is one datagram frame (UD_SEND,

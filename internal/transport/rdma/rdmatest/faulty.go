@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package rdmatest is test support for the rdma path (package rdma): a
 // fault injector between the engine and its socket. The datagrams the
 // engine sends are dropped, duplicated, reordered or delayed by seeded
