@@ -1435,7 +1435,7 @@ func TestLifecycleHostileCommands(t *testing.T) {
 		{"CQ on a bad adapter", abi.OpCreateCQ, &abi.CreateCQ{Adapter: "vrdma", CQE: 1}, abi.CodeInvalid, "adapter"},
 		{"destroy unknown CQ", abi.OpDestroyCQ, &abi.Handle{Handle: 0}, abi.CodeNotFound, "handle"},
 		{"destroy a CQ in use", abi.OpDestroyCQ, &abi.Handle{Handle: cq.Handle}, abi.CodeState, "handle"},
-		{"XRC QP", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: cq.Handle, RecvCQ: cq.Handle, Type: "XRC_SEND", Caps: okCaps}, abi.CodeInvalid, "qp_type"},
+		{"XRC target QP without its domain", abi.OpCreateQP, &abi.CreateQP{Type: abi.QPTypeXRCRecv}, abi.CodeInvalid, "xrcd"},
 		{"QP in unknown PD", abi.OpCreateQP, &abi.CreateQP{PD: 999, SendCQ: cq.Handle, RecvCQ: cq.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "pd"},
 		{"QP with unknown send CQ", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: 999, RecvCQ: cq.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "send_cq"},
 		{"QP with unknown recv CQ", abi.OpCreateQP, &abi.CreateQP{PD: pd.Handle, SendCQ: cq.Handle, RecvCQ: pd.Handle, Type: abi.QPTypeRC, Caps: okCaps}, abi.CodeNotFound, "recv_cq"},
@@ -1850,7 +1850,7 @@ func TestLifecycleHostileRing(t *testing.T) {
 		want abi.WCStatus
 	}{
 		{"unknown opcode", func(s []byte) { lcSend(send(0xa1), nil)(s); s[8] = 0x7f }, abi.WCLocQPOpErr},
-		{"opcode 7", func(s []byte) { lcSend(send(0xa2), nil)(s); s[8] = 7 }, abi.WCLocQPOpErr},
+		{"opcode 10", func(s []byte) { lcSend(send(0xa2), nil)(s); s[8] = 10 }, abi.WCLocQPOpErr},
 		{"more SGEs than max_send_sge", func(s []byte) { lcSend(send(0xa3), nil)(s); s[10] = uint8(min(len(s)/abi.SGESize, 17)) }, abi.WCLocLenErr},
 		{"255 SGEs", func(s []byte) { lcSend(send(0xa4), nil)(s); s[10] = 255 }, abi.WCLocLenErr},
 		{"bad lkey", lcSend(send(0xa5, sge(lcMRAddr, 64, 0xdeadbe01)), nil), abi.WCLocProtErr},
