@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -52,6 +53,56 @@ func TestRDMACMMckey(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// linkUp brings up the tcp path from the host of VM from (at agent
+// sock) to the host of attached VM to (at agent toSock), as on a fabric
+// that has run a while: an address handle of from's adapter to to's GID
+// dials the hosts' link when it takes the tcp path, and linkUp waits
+// until the link is up (on another path it returns at once). mckey sends
+// its datagrams at once, and a datagram sent while the link is still
+// being dialed past the lookup timeout (a handshake on a loaded 2-core
+// machine) is lost, as UD may lose it; the tests are of multicast, not
+// of a link's first dial.
+func linkUp(t *testing.T, sock, from, toSock, to string) {
+	t.Helper()
+	var gid vrdma.GID
+	for _, v := range agentStatus(t, toSock).VMs {
+		if v.Name == to && len(v.Adapters) > 0 {
+			gid = v.Adapters[0].GID
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	vm, err := vrdma.Open(ctx, from, vrdma.WithSocket(sock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	pd, err := vm.Adapters()[0].AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc(ctx)
+	ah, err := pd.CreateAH(ctx, vrdma.AHAttr{DGID: gid})
+	if err != nil {
+		t.Fatalf("an address handle from %s to %s (%s): %v", from, to, gid, err)
+	}
+	defer ah.Destroy(ctx)
+	if ah.Path().Path != vrdma.PathTCP {
+		return
+	}
+	for {
+		for _, u := range agentStatus(t, sock).Uplinks {
+			if u.State == "up" {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the tcp path from %s's host to %s's is not up after 30 s", from, to)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -105,6 +156,9 @@ func runMckey(t *testing.T, lib string, rcv, snd cmSide) (string, string) {
 			t.Fatalf("mckey's receiver ended before it joined: %v\n%s", err, rout.String())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+	if snd.socket != rcv.socket {
+		linkUp(t, snd.socket, snd.vm, rcv.socket, rcv.vm)
 	}
 	s := exec.CommandContext(ctx, snd.prog, snd.args...)
 	s.Env = Env(lib, snd.socket, snd.vm)
