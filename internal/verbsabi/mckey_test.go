@@ -60,11 +60,10 @@ func TestRDMACMMckey(t *testing.T) {
 // sock) to the host of attached VM to (at agent toSock), as on a fabric
 // that has run a while: an address handle of from's adapter to to's GID
 // dials the hosts' link when it takes the tcp path, and linkUp waits
-// until the link is up (on another path it returns at once). mckey sends
-// its datagrams at once, and a datagram sent while the link is still
-// being dialed past the lookup timeout (a handshake on a loaded 2-core
-// machine) is lost, as UD may lose it; the tests are of multicast, not
-// of a link's first dial.
+// until the link is up (on another path it returns at once). A datagram
+// sent while the link's first dial outlasts the lookup timeout is lost,
+// as UD may lose it, and mckey counts every one: the tests are of
+// multicast, not of a link's first dial.
 func linkUp(t *testing.T, sock, from, toSock, to string) {
 	t.Helper()
 	var gid vrdma.GID
