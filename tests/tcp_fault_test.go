@@ -392,7 +392,9 @@ func TestTCPFaultLinkDown(t *testing.T) {
 }
 
 // TestTCPFaultLinkFlap cuts host B's link for less than the QPs' retry
-// budget: the WRs posted during the cut complete successfully once the
+// budget and longer than one TCP retransmission timeout (host A then
+// closes its connection and dials again; a shorter cut TCP repairs
+// alone): the WRs posted during the cut complete successfully once the
 // link is back, each exactly once — a SEND retried over a new connection
 // consumes one receive, an atomic retried adds once — in order.
 func TestTCPFaultLinkFlap(t *testing.T) {
@@ -401,7 +403,7 @@ func TestTCPFaultLinkFlap(t *testing.T) {
 	vma := ha.Open(t, "lf1", testenv.VMOptions{MemMB: 16})
 	vmb := hb.Open(t, "lf2", testenv.VMOptions{MemMB: 16})
 	prm := rcWith(14, 7) // 67 ms × 8 attempts
-	const cut = 150 * time.Millisecond
+	const cut = 450 * time.Millisecond
 	if cut >= ibTimeout(prm.timeout)*time.Duration(prm.retryCnt) {
 		t.Fatalf("the cut (%v) must be shorter than timeout × retry_cnt", cut)
 	}

@@ -16,7 +16,7 @@ import (
 // 1 % reordering and 1 % delay between the two hosts for 20 s: each fault
 // strikes frames, the ledger balances and nothing leaks. Under
 // that loss the requester's host closes its connection and dials again
-// when a response is late; the close's RST may be lost too, and the
+// when a segment is lost twice; the close's RST may be lost too, and the
 // accepting host then kept the dead connection (a descriptor and a
 // reader) until TCP keepalive gave up on it, minutes later — the leak
 // this test found.

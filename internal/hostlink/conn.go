@@ -155,10 +155,19 @@ func (c *Conn) ReadSince(t time.Time) bool {
 
 // PeerAcking reports whether the peer's kernel acknowledges what this
 // host sends (TCP_INFO): nothing is unacknowledged, or the last ACK came
-// within d. A link or host that is down acknowledges nothing; a peer
-// agent that is only slow (a loaded host, a deep queue on the connection)
-// is not taken for dead — by its caller, for a bounded time, since a host
-// that died after acknowledging everything looks the same.
+// within d, or within d plus the kernel's retransmission timeout while
+// that timeout has not yet expired once for what is unacknowledged.
+//
+// A link or host that is down acknowledges nothing; a peer agent that is
+// only slow (a loaded host, a deep queue on the connection) is not taken
+// for dead — by its caller, for a bounded time, since a host that died
+// after acknowledging everything looks the same. A lossy network gets one
+// retransmission: a segment lost once goes out again after the
+// retransmission timeout (200 ms at least), longer than short local ACK
+// timeouts, and closing the connection before that would trade one lost
+// segment for a new handshake, which may lose segments too (each failed
+// dial spends a transport retry of the QP). A segment lost twice, or a
+// link cut for longer than that timeout, is a peer not acknowledging.
 func (c *Conn) PeerAcking(d time.Duration) bool {
 	if c.rc == nil {
 		return false
@@ -166,7 +175,9 @@ func (c *Conn) PeerAcking(d time.Duration) bool {
 	alive := false
 	c.rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		alive = err == nil && (info.Unacked == 0 || time.Duration(info.Last_ack_recv)*time.Millisecond < d)
+		age := time.Duration(info.Last_ack_recv) * time.Millisecond
+		rto := time.Duration(info.Rto) * time.Microsecond
+		alive = err == nil && (info.Unacked == 0 || age < d || info.Backoff == 0 && age < d+rto)
 	})
 	return alive
 }
