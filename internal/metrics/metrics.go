@@ -4,7 +4,9 @@
 // metrics (vrdmad --metrics-listen): the counters of every QP
 // (vrdma_qp_*, labelled by VM, adapter, QPN and path) and adapter
 // (vrdma_adapter_*), those of the paths to other hosts (vrdma_tcp_*,
-// vrdma_rdma_*), what the agent is (build, host and adapter info), and
+// vrdma_rdma_*), the agent's path decisions and connection management's
+// connects (vrdma_path_*, vrdma_cm_*), what the agent is (build, host
+// and adapter info), and
 // its health — sessions, control plane, lease — beside the Go runtime's
 // and the process's; and /healthz and /readyz. Every scrape reads the
 // agent's status report, the same one "vrdmactl status" and "vrdmactl
