@@ -152,19 +152,7 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 	t.Run("tcp", func(t *testing.T) {
-		// Two vrdmad processes on loopback addresses, each serving its
-		// metrics on a port of its own.
-		ports := map[string]string{}
-		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, ExtraArgs: func(h *testenv.Host) []string {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			ln.Close()
-			ports[h.Name] = addr
-			return []string{"--metrics-listen", addr}
-		}})
+		c, ports := metricsCluster(t)
 		a, b := c.Hosts[0].Open(t, "t1", testenv.VMOptions{MemMB: 8}), c.Hosts[1].Open(t, "t2", testenv.VMOptions{MemMB: 8})
 		traffic(t, a, b, vrdma.PathTCP, size, iters)
 		mfs := scrape(t, ports[c.Hosts[0].Name])
@@ -183,6 +171,24 @@ func TestMetrics(t *testing.T) {
 		mfs = scrape(t, ports[c.Hosts[1].Name])
 		atLeast(t, mfs, "vrdma_qp_bytes_total", map[string]string{"path": "tcp", "queue": "recv", "vm": "t2"}, iters*size)
 	})
+}
+
+// metricsCluster starts two vrdmad processes on loopback addresses,
+// each serving its metrics on a port of its own: the ports by host name.
+func metricsCluster(t *testing.T) (*testenv.Cluster, map[string]string) {
+	t.Helper()
+	ports := map[string]string{}
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, ExtraArgs: func(h *testenv.Host) []string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		ports[h.Name] = addr
+		return []string{"--metrics-listen", addr}
+	}})
+	return c, ports
 }
 
 // get returns the status code and body of GET http://addr+path.
@@ -307,26 +313,6 @@ func delta(before, after map[string]*dto.MetricFamily, name string, want map[str
 	return a - b
 }
 
-// rcQP returns a new RC QP, in RESET, on the first adapter of v.
-func rcQP(t *testing.T, v *vrdma.VM) *vrdma.QP {
-	t.Helper()
-	ctx := t.Context()
-	ad := v.Adapters()[0]
-	pd, err := ad.AllocPD(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ad.CreateCQ(ctx, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
-}
-
 // TestMetricsDecisions drives path decisions and connects through two
 // agents of a cluster — a memcpy pair and a tcp pair connected through
 // connection management, a connect to a port nothing listens on, one to
@@ -338,17 +324,7 @@ func rcQP(t *testing.T, v *vrdma.VM) *vrdma.QP {
 // requests by result (vrdma_cm_connects_total), and the tcp path's
 // connections by side (vrdma_tcp_connects_total).
 func TestMetricsDecisions(t *testing.T) {
-	ports := map[string]string{}
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOff, ExtraArgs: func(h *testenv.Host) []string {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		ports[h.Name] = addr
-		return []string{"--metrics-listen", addr}
-	}})
+	c, ports := metricsCluster(t)
 	h0, h1 := c.Hosts[0], c.Hosts[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -365,14 +341,14 @@ func TestMetricsDecisions(t *testing.T) {
 
 	traffic(t, a, b, vrdma.PathMemcpy, 4096, 10) // a dial and a request on host 0, two QPs' decisions
 	traffic(t, a, cv, vrdma.PathTCP, 4096, 10)   // a dial on host 0, a request on host 1, a QP's decision on each
-	if err := rcQP(t, a).Connect(ctx, "dB/vrdma0", 4999); err == nil {
+	if err := testenv.NewQP(t, a.Adapters()[0]).Connect(ctx, "dB/vrdma0", 4999); err == nil {
 		t.Fatal("a connect to a port nothing listens on succeeded")
 	}
-	if err := rcQP(t, a).Connect(ctx, "dD/vrdma0", 4999); err == nil {
+	if err := testenv.NewQP(t, a.Adapters()[0]).Connect(ctx, "dD/vrdma0", 4999); err == nil {
 		t.Fatal("a connect to an adapter of another VLAN succeeded")
 	}
 	dgid := d.Adapters()[0].GID()
-	if err := rcQP(t, a).ConnectTo(ctx, vrdma.Endpoint{GID: dgid, QPN: 0x100}); err == nil {
+	if err := testenv.NewQP(t, a.Adapters()[0]).ConnectTo(ctx, vrdma.Endpoint{GID: dgid, QPN: 0x100}); err == nil {
 		t.Fatal("a QP moved to RTR facing an adapter of another VLAN")
 	}
 	pd, err := a.Adapters()[0].AllocPD(ctx)
