@@ -208,8 +208,8 @@ func get(t *testing.T, addr, path string) (int, string) {
 
 // names are the agent's metrics, every one of them, each with whether an
 // agent without a control plane but with an RDMA uplink and traffic on it
-// exports it too (the others need a control plane, or peers on the tcp
-// path).
+// exports it too (the others need a control plane, peers on the tcp
+// path, or a refused path: TestMetricsDecisions has those).
 var names = []struct {
 	name       string
 	standalone bool
@@ -399,7 +399,16 @@ func TestMetricsDecisions(t *testing.T) {
 	// and host 1 accepted; nobody was refused.
 	atLeast(t, after0, "vrdma_tcp_connects_total", map[string]string{"peer_host": h1.Name, "side": "dial", "result": "established"}, 1)
 	atLeast(t, after1, "vrdma_tcp_connects_total", map[string]string{"peer_host": h0.Name, "side": "accept", "result": "established"}, 1)
+	listed := map[string]bool{}
+	for _, n := range names {
+		listed[n.name] = true
+	}
 	for _, mfs := range []map[string]*dto.MetricFamily{after0, after1} {
+		for name := range mfs {
+			if strings.HasPrefix(name, "vrdma_") && !listed[name] {
+				t.Errorf("%s is exported but not in the list", name)
+			}
+		}
 		for _, r := range []string{"refused", "failed"} {
 			if v, ok := sum(mfs, "vrdma_tcp_connects_total", map[string]string{"result": r}); !ok || v != 0 {
 				t.Errorf("vrdma_tcp_connects_total{result=%s} = %v (present %v), want 0", r, v, ok)
