@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -285,6 +286,7 @@ func TestMetricsNames(t *testing.T) {
 		// The adapters' counters hold what the QPs moved either way.
 		atLeast(t, mfs, "vrdma_adapter_work_requests_total", map[string]string{"vm": "n1", "opcode": "RDMA_WRITE"}, iters)
 		atLeast(t, mfs, "vrdma_queue_pairs", map[string]string{"path": "rdma"}, 2)
+		atLeast(t, mfs, "vrdma_path_decisions_total", map[string]string{"object": "qp", "path": "rdma"}, 2)
 		atLeast(t, mfs, "vrdma_build_info", map[string]string{"version": buildinfo.Read("vrdmad").Version}, 1)
 		atLeast(t, mfs, "vrdma_host_info", map[string]string{"host_id": env.Agent.HostID()}, 1)
 		atLeast(t, mfs, "vrdma_adapter_info", map[string]string{"vm": "n2", "adapter": "vrdma0", "mac": b.Adapters()[0].MAC().String()}, 1)
@@ -316,8 +318,9 @@ func delta(before, after map[string]*dto.MetricFamily, name string, want map[str
 // TestMetricsDecisions drives path decisions and connects through two
 // agents of a cluster — a memcpy pair and a tcp pair connected through
 // connection management, a connect to a port nothing listens on, one to
-// an adapter of another VLAN, a QP and an address handle to it, address
-// handles on memcpy and tcp — and checks that the decision and connect
+// an adapter of another VLAN, rdma_cm connects to a port nothing listens
+// on and to a listener that never accepts, a QP and an address handle to
+// the other VLAN, address handles on memcpy and tcp — and checks that the decision and connect
 // counters moved by exactly that, with those labels: the paths chosen
 // (vrdma_path_decisions_total), the refusals by the rule that refused
 // (vrdma_path_refusals_total), connection management's dials and
@@ -346,6 +349,35 @@ func TestMetricsDecisions(t *testing.T) {
 	}
 	if err := testenv.NewQP(t, a.Adapters()[0]).Connect(ctx, "dD/vrdma0", 4999); err == nil {
 		t.Fatal("a connect to an adapter of another VLAN succeeded")
+	}
+	// rdma_cm's event channel: a connect to a port nothing listens on
+	// (REJECTED), and one to a listener that never accepts (UNREACHABLE,
+	// -ETIMEDOUT; its request abandoned). Each is counted before its event.
+	ch, err := a.OpenEventChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close(context.Background())
+	l, err := b.Adapters()[0].Listen(ctx, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	for _, x := range []struct {
+		port   uint16
+		want   vrdma.CMEventType
+		status int
+	}{{4999, vrdma.CMRejected, 0}, {5000, vrdma.CMUnreachable, -int(syscall.ETIMEDOUT)}} {
+		if _, err := ch.Connect(ctx, testenv.NewQP(t, a.Adapters()[0]), "dB/vrdma0", x.port, nil, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := ch.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != x.want || x.status != 0 && ev.Status != x.status {
+			t.Fatalf("rdma_cm connect to port %d: %s status %d, want %s", x.port, ev.Type, ev.Status, x.want)
+		}
 	}
 	dgid := d.Adapters()[0].GID()
 	if err := testenv.NewQP(t, a.Adapters()[0]).ConnectTo(ctx, vrdma.Endpoint{GID: dgid, QPN: 0x100}); err == nil {
@@ -380,12 +412,14 @@ func TestMetricsDecisions(t *testing.T) {
 		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "qp", "reason": "vlan_isolation"}, 1},
 		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "ah", "reason": "vlan_isolation"}, 1},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "established"}, 2},
-		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "rejected"}, 1},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "rejected"}, 2},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "unreachable"}, 1},
-		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial"}, 4},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "timeout"}, 1},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial"}, 6},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept", "result": "accepted"}, 1},
-		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept", "result": "no_listener"}, 1},
-		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept"}, 2},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept", "result": "no_listener"}, 2},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept", "result": "abandoned"}, 1},
+		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "accept"}, 4},
 		{h1.Name, before1, after1, "vrdma_path_decisions_total", map[string]string{"object": "qp", "path": "tcp"}, 1},
 		{h1.Name, before1, after1, "vrdma_path_decisions_total", nil, 1},
 		{h1.Name, before1, after1, "vrdma_cm_connects_total", map[string]string{"side": "accept", "result": "accepted"}, 1},
