@@ -549,11 +549,25 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 // resolveConnect finds the adapter a connect from adapter from targets. Same-host
 // targets resolve locally (and must pass path selection, when the control
 // plane can decide); others are looked up in the control plane and
-// returned as end, reached over the tcp path.
+// returned as end, reached over the tcp path. A target refused is
+// counted (decisions.go).
 func (a *Agent) resolveConnect(from *device.Adapter, remote string) (*device.Adapter, *member.End, error) {
+	ad, end, err := a.resolveTarget(from, remote)
+	if err != nil {
+		a.decisions.count("connect", "", err)
+	}
+	return ad, end, err
+}
+
+// resolveTarget is resolveConnect but for the counting.
+func (a *Agent) resolveTarget(from *device.Adapter, remote string) (*device.Adapter, *member.End, error) {
 	ad, err := a.cm.Resolve(remote)
 	c := a.ctl
 	if c == nil {
+		var ae *abi.Error
+		if errors.As(err, &ae) && ae.Code == abi.CodeUnavailable {
+			return nil, nil, refuse(reasonNoControlPlane, ae) // not on this host, and no other host to look on
+		}
 		return ad, nil, err
 	}
 	if err == nil {

@@ -5,7 +5,8 @@ package agent
 // Path decision counters (mgmt.PathDecisionCount): every path the agent
 // decides, for a QP moving to RTR (Route) and for an address handle
 // (RouteAH), counted by the path chosen or, when it chose none, by the
-// rule or cause that refused. Refusals carry their reason (refusal) from
+// rule or cause that refused; and the targets of connects it refused
+// before any QP moved (resolveConnect, object "connect"). Refusals carry their reason (refusal) from
 // where they are decided to where they are counted; the workload sees
 // the *abi.Error inside.
 

@@ -140,7 +140,7 @@ var (
 	udDropDesc      = desc("datagrams_dropped_total", "UD datagrams dropped at their destination on this host, on every path.")
 
 	decisionsDesc   = desc("path_decisions_total", "Paths the agent chose: for a QP moving to RTR (object qp) or an address handle (ah).", "object", "path")
-	refusalsDesc    = desc("path_refusals_total", "Path decisions that chose no path, by the rule or cause that refused (vlan_isolation, address_unique, no_control_plane, ...).", "object", "reason")
+	refusalsDesc    = desc("path_refusals_total", "Path decisions that chose no path, by the rule or cause that refused (vlan_isolation, address_unique, no_control_plane, ...): for a QP, an address handle, or a connect's target (object connect).", "object", "reason")
 	cmConnectsDesc  = desc("cm_connects_total", "Connection management's connects: side dial (this host's workloads dialed; result established, rejected, unreachable, timeout, error) and accept (requests to this host's listeners; result accepted, rejected, no_listener, abandoned, failed).", "side", "result")
 	tcpConnectsDesc = desc("tcp_connects_total", "Connections of the tcp path with a peer host: side dial (result established, refused by either host's rule, failed) and accept (established, refused).", "peer_host", "side", "result")
 

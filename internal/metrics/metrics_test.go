@@ -411,6 +411,8 @@ func TestMetricsDecisions(t *testing.T) {
 		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "qp"}, 1},
 		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "qp", "reason": "vlan_isolation"}, 1},
 		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "ah", "reason": "vlan_isolation"}, 1},
+		{h0.Name, before0, after0, "vrdma_path_refusals_total", map[string]string{"object": "connect", "reason": "vlan_isolation"}, 1},
+		{h0.Name, before0, after0, "vrdma_path_refusals_total", nil, 3},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "established"}, 2},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "rejected"}, 2},
 		{h0.Name, before0, after0, "vrdma_cm_connects_total", map[string]string{"side": "dial", "result": "unreachable"}, 1},

@@ -384,9 +384,10 @@ type Status struct {
 
 // PathDecisionCount counts the agent's path decisions of one kind: for
 // one object, a path chosen or, when Path is "", no path, refused for
-// Reason.
+// Reason. A connect's target is counted only when refused (its QPs'
+// decisions count the paths).
 type PathDecisionCount struct {
-	Object string `json:"object"`           // "qp" (a QP moving to RTR) or "ah" (an address handle)
+	Object string `json:"object"`           // "qp" (a QP moving to RTR), "ah" (an address handle) or "connect" (a connect's target, refused before any QP moved)
 	Path   string `json:"path,omitempty"`   // the path chosen (memcpy, tcp, rdma); "" for a refusal
 	Reason string `json:"reason,omitempty"` // a refusal's rule or cause (vlan_isolation, address_unique, unavailable, ...); "" for a path chosen
 	Count  uint64 `json:"count"`
