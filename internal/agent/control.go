@@ -485,7 +485,7 @@ func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok 
 		if pf != "" {
 			on, off = from, to
 		}
-		return d, false, refuse(reasonSameHost, abi.Errorf(abi.CodeRefused, "remote", "rule same-host-decision: %s cannot connect to %s: %s is on port group %s and %s on none, so path selection cannot check their VLANs; put both on a port group (ethernetN.dvs.portgroupId), or neither",
+		return d, false, refusedBy(reasonSameHost, abi.Errorf(abi.CodeRefused, "remote", "rule same-host-decision: %s cannot connect to %s: %s is on port group %s and %s on none, so path selection cannot check their VLANs; put both on a port group (ethernetN.dvs.portgroupId), or neither",
 			endName(from), endName(to), endName(on), portGroupOf(on), endName(off)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
@@ -499,9 +499,9 @@ func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok 
 		if e := explain(d); e != "" {
 			msg += " (" + e + ")"
 		}
-		return d, false, refuse(reason, abi.Errorf(abi.CodeRefused, "remote", "%s", msg))
+		return d, false, refusedBy(reason, abi.Errorf(abi.CodeRefused, "remote", "%s", msg))
 	default:
-		return d, false, refuse(reasonSameHost, abi.Errorf(abi.CodeUnavailable, "remote", "rule same-host-decision: cannot decide the path from %s to %s, both on this host: %v; connect once the control plane answers",
+		return d, false, refusedBy(reasonSameHost, abi.Errorf(abi.CodeUnavailable, "remote", "rule same-host-decision: cannot decide the path from %s to %s, both on this host: %v; connect once the control plane answers",
 			endName(from), endName(to), err))
 	}
 }
@@ -520,12 +520,12 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 	case errors.Is(err, store.ErrNotFound):
 		return end, pathsel.Decision{}, abi.Errorf(abi.CodeNotFound, field, "%s is not attached on any host (not in the control plane's endpoint directory): %v", target, err)
 	case errors.Is(err, store.ErrUnavailable):
-		return end, pathsel.Decision{}, refuse(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err))
+		return end, pathsel.Decision{}, refusedBy(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err))
 	case err != nil:
-		return end, pathsel.Decision{}, refuse(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err))
+		return end, pathsel.Decision{}, refusedBy(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err))
 	}
 	if end.Endpoint.Host == c.a.hostID {
-		return end, pathsel.Decision{}, refuse(reasonNotAttached, abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host))
+		return end, pathsel.Decision{}, refusedBy(reasonNotAttached, abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host))
 	}
 	d, err := c.cache.Decide(ctx, endName(from), target)
 	if err != nil {
@@ -537,10 +537,10 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 		if reason == "" {
 			code, reason = abi.CodeUnavailable, reasonControlPlaneDown
 		}
-		return end, d, refuse(reason, abi.Errorf(code, field, "%s", msg))
+		return end, d, refusedBy(reason, abi.Errorf(code, field, "%s", msg))
 	}
 	if !(d.Path == pathsel.TCP && c.a.up != nil || d.Path == pathsel.RDMA && c.a.rdmaFor(end.PortGroup) != nil && c.a.up != nil) {
-		return end, d, refuse(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
+		return end, d, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
 			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d)))
 	}
 	return end, d, nil
@@ -566,7 +566,7 @@ func (a *Agent) resolveTarget(from *device.Adapter, remote string) (*device.Adap
 	if c == nil {
 		var ae *abi.Error
 		if errors.As(err, &ae) && ae.Code == abi.CodeUnavailable {
-			return nil, nil, refuse(reasonNoControlPlane, ae) // not on this host, and no other host to look on
+			return nil, nil, refusedBy(reasonNoControlPlane, ae) // not on this host, and no other host to look on
 		}
 		return ad, nil, err
 	}

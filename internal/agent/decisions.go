@@ -6,9 +6,9 @@ package agent
 // decides, for a QP moving to RTR (Route) and for an address handle
 // (RouteAH), counted by the path chosen or, when it chose none, by the
 // rule or cause that refused; and the targets of connects it refused
-// before any QP moved (resolveConnect, object "connect"). Refusals carry their reason (refusal) from
-// where they are decided to where they are counted; the workload sees
-// the *abi.Error inside.
+// before any QP moved (resolveConnect, object "connect"). Refusals carry
+// their reason (refusal) from where they are decided to where they are
+// counted; the workload sees the *abi.Error inside.
 
 import (
 	"errors"
@@ -67,8 +67,8 @@ type refusal struct {
 func (r *refusal) Error() string { return r.err.Error() }
 func (r *refusal) Unwrap() error { return r.err }
 
-// refuse returns e as a refusal for reason.
-func refuse(reason string, e *abi.Error) error { return &refusal{reason, e} }
+// refusedBy returns e as a refusal for reason.
+func refusedBy(reason string, e *abi.Error) error { return &refusal{reason, e} }
 
 // reasonOf is the reason of err, a failed decision: its refusal's, else
 // its error code's (snake_case), else "error".
@@ -94,7 +94,7 @@ type decisions struct {
 	n map[decisionKey]uint64
 }
 
-// count counts a decision for object ("qp", "ah"): path when err is nil,
+// count counts a decision for object ("qp", "ah", "connect"): path when err is nil,
 // else a refusal for err's reason.
 func (d *decisions) count(object string, path abi.PathKind, err error) {
 	k := decisionKey{object: object, path: string(path)}
