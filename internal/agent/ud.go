@@ -43,9 +43,9 @@ type LocalDatagramPaths interface {
 	Carries(via device.Via) bool
 }
 
-// RouteAH decides how datagrams from adapter from reach the adapter with
-// GID dgid: the path a connection between them would take.
-func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
+// routeAH decides how datagrams from adapter from reach the adapter with
+// GID dgid, for RouteAH (decisions.go).
+func (a *Agent) routeAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
 	if dgid.IsMulticast() {
 		return a.routeGroup(from, dgid) // mcast.go
 	}
@@ -60,10 +60,10 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 				if p, ok := a.rdmaDatagrams(end.Host.Host, end.PortGroup); ok {
 					return p, decisionInfo(d), nil
 				}
-				return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid", "path selection chose rdma to host %s, which has no software RoCE uplink this agent's engine reaches", end.Host.Host.Label())
+				return nil, abi.PathInfo{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "path selection chose rdma to host %s, which has no software RoCE uplink this agent's engine reaches", end.Host.Host.Label()))
 			}
 			if a.up == nil {
-				return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid", "%s is on host %s, and this agent has no tcp path to other hosts yet", dgid, end.Host.Host.Label())
+				return nil, abi.PathInfo{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "%s is on host %s, and this agent has no tcp path to other hosts yet", dgid, end.Host.Host.Label()))
 			}
 			peer := a.up.Peer(end.Host.Host.ID)
 			go peer.Conn(c.cfg.LookupTimeout) // the first datagram need not wait for the dial
@@ -84,9 +84,9 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 		return p, info, nil
 	}
 	if ad == nil {
-		return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid",
+		return nil, abi.PathInfo{}, refusedBy(reasonNoControlPlane, abi.Errorf(abi.CodeUnavailable, "dgid",
 			"GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
-			dgid, a.cfg.Host)
+			dgid, a.cfg.Host))
 	}
 	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", from.Context().Name(), ad.Context().Name(), a.cfg.Host)}
 	return memcpy.Datagrams(a.dev), info, nil
