@@ -232,8 +232,8 @@ func (v *Context) DeregMR(h uint32) error {
 	v.freeKeyLocked(m.key)
 	m.pd.refs--
 	v.objMu.Unlock()
-	v.memMu.Lock() // the barrier: see above
-	v.memMu.Unlock()
+	v.lockMem() // the barrier: see above
+	v.unlockMem()
 	v.refundVM(vmCharge{mrs: 1})
 	v.refundUser(quota.RegisteredMemory, m.length)
 	return nil
@@ -310,9 +310,9 @@ func (v *Context) DestroyCQ(h uint32) error {
 	if !ok {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no CQ with handle %d", h)
 	}
-	v.memMu.Lock()
+	v.lockMem()
 	l := c.release()
-	v.memMu.Unlock()
+	v.unlockMem()
 	v.refundQueue(cqCharge(l), l.Size)
 	return nil
 }

@@ -178,9 +178,9 @@ func (v *Context) DestroySRQ(h uint32) error {
 	if !ok {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no SRQ with handle %d", h)
 	}
-	v.memMu.Lock()
+	v.lockMem()
 	s.release()
-	v.memMu.Unlock()
+	v.unlockMem()
 	v.refundQueue(srqCharge(s.layout), s.layout.Size)
 	return nil
 }
@@ -346,6 +346,9 @@ func (q *QP) dropSRQHeldLocked() {
 //
 // +checklocks:q.rqMu
 func (q *QP) flushSRQLocked() bool {
+	if q.srqHeld && q.xsrqGoneLocked() {
+		q.dropSRQHeldLocked() // its CQ goes with its process: no completion
+	}
 	if q.srqHeld {
 		e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
 		q.ctr.noteCompletion(abi.WCWRFlushErr)
