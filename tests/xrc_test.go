@@ -324,3 +324,173 @@ func TestXRCDomainShared(t *testing.T) {
 		t.Fatal("the file still names a domain once every process closed it")
 	}
 }
+
+// TestXRCOpenQP: an XRC target QP shared by two processes of one VM
+// (XRCD.OpenQP, ibv_open_qp). The creator's QP, opened by the other
+// process, delivers a SEND to the opener's SRQ — its memory, its CQ —
+// and goes on doing so after the creator destroyed its handle; the
+// opener's destroy ends it, and its number opens no more. Numbers that are
+// no target QP of the domain are refused: an RC QP's, another VM's target
+// QP's, the QP through a private domain. A target QP whose creator's
+// process ends goes with it: the opener hears IBV_EVENT_QP_FATAL, and its
+// handle no longer modifies.
+func TestXRCOpenQP(t *testing.T) {
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
+	ctx := opCtx(t)
+	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	open := func(name string) *vrdma.VM {
+		v, err := vrdma.Open(ctx, name, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	creatorVM, openerVM := open("vm1"), open("vm1")
+	creator, opener := creatorVM.Adapters()[0], openerVM.Adapters()[0]
+	xc, err := creator.OpenXRCD(ctx, f, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xo, err := opener.OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := xc.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The sender, in vm2, with a target QP of its own domain.
+	snd := newEnd(t, open("vm2"), qpConfig{typ: vrdma.QPTypeXRCSend, caps: vrdma.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}})
+	xs, err := snd.ad.OpenXRCD(ctx, nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTgt, err := xs.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := newEnd(t, openerVM, qpConfig{})
+	xp, err := opener.OpenXRCD(ctx, nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, try := range map[string]func() (*vrdma.QP, error){
+		"an RC QP":               func() (*vrdma.QP, error) { return xo.OpenQP(ctx, mine.qp.QPN()) },
+		"another VM's target":    func() (*vrdma.QP, error) { return xo.OpenQP(ctx, otherTgt.QPN()) },
+		"through another domain": func() (*vrdma.QP, error) { return xp.OpenQP(ctx, tgt.QPN()) },
+	} {
+		_, err := try()
+		expectCode(t, err, "invalid-argument", "OpenQP of "+what)
+	}
+
+	q, err := xo.OpenQP(ctx, tgt.QPN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.QPN() != tgt.QPN() || q.Type() != vrdma.QPTypeXRCRecv {
+		t.Fatalf("opened QP 0x%x of type %s, want 0x%x XRC_RECV", q.QPN(), q.Type(), tgt.QPN())
+	}
+	expectCode(t, xo.Close(ctx), "bad-state", "closing the domain an open was made through")
+	pd, err := opener.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := opener.CreateCQ(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateXRCSRQ(ctx, xo, cq, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := openerVM.Alloc(8 * srqSlot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(ctx, buf, vrdma.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 4 {
+		if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(k), SGL: sgl(mr.SGE(k*srqSlot, srqSlot))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The opener connects the QP it opened; the creator's handle sees it.
+	if err := snd.qp.ConnectTo(ctx, q.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ConnectTo(ctx, snd.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := tgt.Query(ctx); err != nil || info.Attr.State != vrdma.QPSRTS {
+		t.Fatalf("the creator's handle after the opener connected: %v, %v; want RTS", info.Attr.State, err)
+	}
+	src := snd.mr(t, 2*64, vrdma.AccessAll)
+	fill(src.Bytes(), 31)
+	send := func(k int) {
+		t.Helper()
+		postSend(t, snd.qp, vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(k*64, 64)), XRCSRQN: srq.Num()})
+		expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, uint64(k), vrdma.WCSuccess, vrdma.WCSend)
+		expectRecv(t, waitWC(t, cq, 1)[0], q, uint64(k), vrdma.WCRecv, 64, 0, false)
+		expectBytes(t, "message in the opener's memory", mr.Bytes()[k*srqSlot:k*srqSlot+64], src.Bytes()[k*64:(k+1)*64])
+	}
+	send(0)
+	// The creator lets go: the QP is the opener's now.
+	if err := tgt.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := xc.Close(ctx); err != nil {
+		t.Fatalf("the creator's domain handle is still held by the QP it let go: %v", err)
+	}
+	send(1)
+	if err := q.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = xo.OpenQP(ctx, tgt.QPN())
+	expectCode(t, err, "invalid-argument", "OpenQP of a QP whose last handle was destroyed")
+
+	// A target QP goes with its creator's process.
+	x2, err := creator.OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt2, err := x2.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := opener.OpenAsyncEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	q2, err := xo.OpenQP(ctx, tgt2.QPN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	creatorVM.Close()
+	e, err := ev.Next(ctx)
+	if err != nil || e.Type != vrdma.EventQPFatal || e.QPN != tgt2.QPN() {
+		t.Fatalf("the opener's event when the creator's process ended: %+v, %v; want QP_FATAL of 0x%x", e, err, tgt2.QPN())
+	}
+	if err := q2.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSErr}, vrdma.MaskState); err == nil {
+		t.Fatal("an open of a QP whose creator's process ended still modifies it")
+	}
+	if err := q2.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := xo.Close(ctx); err != nil {
+		t.Fatalf("closing the opener's domain once its opens are gone: %v", err)
+	}
+}
