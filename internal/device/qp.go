@@ -323,8 +323,7 @@ func (q *QP) release() {
 // the destroy of the creator's handle. A target QP that other handles
 // opened lives on without it (orphan, xrc.go).
 func (v *Context) DestroyQP(q *QP) {
-	if q.typ == abi.QPTypeXRCRecv && !q.lastHandle() {
-		v.orphan(q)
+	if q.typ == abi.QPTypeXRCRecv && v.orphan(q) {
 		return
 	}
 	v.destroyQP(q)

@@ -269,6 +269,7 @@ type vmProcs struct {
 // XRC target QPs' of every process of the VM).
 //
 // +checklocksacquire:v.memMu
+// +checklocksacquire:v.procs.xmem
 func (v *Context) lockMem() {
 	v.memMu.Lock()
 	v.procs.xmem.Lock()
@@ -277,6 +278,7 @@ func (v *Context) lockMem() {
 // unlockMem ends lockMem.
 //
 // +checklocksrelease:v.memMu
+// +checklocksrelease:v.procs.xmem
 func (v *Context) unlockMem() {
 	v.procs.xmem.Unlock()
 	v.memMu.Unlock()

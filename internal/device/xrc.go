@@ -252,10 +252,13 @@ func (p *QP) checkXRC(r *Request, m *Message) (ok bool) {
 // holdXSRQLocked makes m's SRQ the one target QP p takes its receive
 // from, for a message that needs one. A QP that holds a WQE of another
 // SRQ (a message that did not complete, then retransmitted naming
-// another SRQ) refuses it.
+// another SRQ) refuses it, unless that SRQ's process ended.
 //
 // +checklocks:p.rqMu
 func (p *QP) holdXSRQLocked(m *Message) bool {
+	if p.srqHeld && p.xsrqGoneLocked() {
+		p.dropSRQHeldLocked() // its process ended: the WQE went with it
+	}
 	if p.srqHeld {
 		return p.xsrq == m.xsrq
 	}
@@ -424,6 +427,8 @@ func (v *Context) DestroyQPHandle(h uint32) (*QP, error) {
 }
 
 // dropOpen takes o out of its QP's opens; with the last, an orphan goes.
+// The caller holds none of the process's locks (objMu comes before a
+// QP's shareMu).
 func (v *Context) dropOpen(o *QPOpen) {
 	q := o.q
 	o.SetOnEvent(nil)
@@ -439,19 +444,6 @@ func (v *Context) dropOpen(o *QPOpen) {
 	}
 }
 
-// lastHandle reports whether the creator's handle is q's last: no open
-// holds it. Then no open can be made any more.
-func (q *QP) lastHandle() bool {
-	q.shareMu.Lock()
-	defer q.shareMu.Unlock()
-	if len(q.opens) == 0 {
-		q.ending = true
-		return true
-	}
-	q.orphaned = true
-	return false
-}
-
 // wasOrphaned reports whether q's creator destroyed its handle while
 // opens held it.
 func (q *QP) wasOrphaned() bool {
@@ -460,18 +452,27 @@ func (q *QP) wasOrphaned() bool {
 	return q.orphaned
 }
 
-// orphan takes target QP q out of the creator's handles, its opens
-// keeping it: the creator hears no more of its events, and its domain
-// handle is free to close. It goes with its last open, or with the
-// creator's process.
-func (v *Context) orphan(q *QP) {
+// orphan takes target QP q out of the creator's handles if opens hold
+// it, and reports whether it did: the creator hears no more of its
+// events, and its domain handle is free to close; q goes with its last
+// open, or with the creator's process. Without opens, no open can be made
+// any more, and the caller destroys q.
+func (v *Context) orphan(q *QP) bool {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	q.shareMu.Lock()
+	defer q.shareMu.Unlock()
+	if len(q.opens) == 0 {
+		q.ending = true
+		return false
+	}
+	q.orphaned = true
 	q.SetOnFatal(nil)
 	q.SetOnEvent(nil)
-	v.objMu.Lock()
 	delete(v.qps, q.handle)
 	v.orphans[q] = true
 	q.xh.refs--
-	v.objMu.Unlock()
+	return true
 }
 
 // tellOpens tells q's opens of event.
