@@ -276,23 +276,9 @@ func testXRC(t *testing.T, s *suite) {
 // file names no domain. A process of another VM opening the same
 // file makes a domain of its own.
 func TestXRCDomainShared(t *testing.T) {
-	env := testenv.Start(t)
-	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
-	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
 	ctx := opCtx(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	open := func(vm string) *vrdma.Adapter {
-		v, err := vrdma.Open(ctx, vm, vrdma.WithSocket(env.Socket))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { v.Close() })
-		return v.Adapters()[0]
-	}
+	f, openVM := xrcVMs(t)
+	open := func(vm string) *vrdma.Adapter { return openVM(vm).Adapters()[0] }
 	p1, p2, other := open("vm1"), open("vm1"), open("vm2")
 	if _, err := p2.OpenXRCD(ctx, f, false, false); err == nil {
 		t.Fatal("a file that names no domain opened without O_CREAT")
@@ -325,6 +311,28 @@ func TestXRCDomainShared(t *testing.T) {
 	}
 }
 
+// xrcVMs starts an agent with VMs vm1 and vm2, and gives a file to name
+// XRC domains by and a function that attaches a process to a VM.
+func xrcVMs(t *testing.T) (*os.File, func(vm string) *vrdma.VM) {
+	t.Helper()
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
+	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, func(vm string) *vrdma.VM {
+		v, err := vrdma.Open(opCtx(t), vm, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+}
+
 // TestXRCOpenQP: an XRC target QP shared by two processes of one VM
 // (XRCD.OpenQP, ibv_open_qp). The creator's QP, opened by the other
 // process, delivers a SEND to the opener's SRQ — its memory, its CQ —
@@ -335,23 +343,8 @@ func TestXRCDomainShared(t *testing.T) {
 // process ends goes with it: the opener hears IBV_EVENT_QP_FATAL, and its
 // handle no longer modifies.
 func TestXRCOpenQP(t *testing.T) {
-	env := testenv.Start(t)
-	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
-	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
 	ctx := opCtx(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	open := func(name string) *vrdma.VM {
-		v, err := vrdma.Open(ctx, name, vrdma.WithSocket(env.Socket))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { v.Close() })
-		return v
-	}
+	f, open := xrcVMs(t)
 	creatorVM, openerVM := open("vm1"), open("vm1")
 	creator, opener := creatorVM.Adapters()[0], openerVM.Adapters()[0]
 	xc, err := creator.OpenXRCD(ctx, f, true, false)
