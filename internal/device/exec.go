@@ -519,13 +519,11 @@ func (q *QP) flushSQ() {
 
 // flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
 func (q *QP) flushRQ() {
+	if q.typ == abi.QPTypeXRCRecv {
+		q.flushTarget() // xrc.go
+		return
+	}
 	if q.sharedRQ() {
-		if q.typ == abi.QPTypeXRCRecv {
-			// The WQE it holds may be of another process's SRQ, its
-			// completion for that process's CQ (xrc.go).
-			q.vm.procs.xmem.RLock()
-			defer q.vm.procs.xmem.RUnlock()
-		}
 		q.rqMu.Lock()
 		q.rqCatchUpLocked()
 		last := q.flushSRQLocked()

@@ -339,24 +339,20 @@ func (q *QP) dropSRQHeldLocked() {
 	q.lastWQESent = false
 }
 
-// flushSRQLocked is flushRQ for a QP on an SRQ in ERR: the WQE it holds
+// flushSRQLocked is flushRQ for a QP on an SRQ in ERR (an XRC target
+// QP's is flushTarget): the WQE it holds
 // completes with WR_FLUSH_ERR in its receive CQ, and the first flush of
 // this ERR reports the last WQE (the QP takes no more from the SRQ). It
 // reports whether the event is due; the caller posts it without rqMu.
 //
 // +checklocks:q.rqMu
 func (q *QP) flushSRQLocked() bool {
-	if q.srqHeld && q.xsrqGoneLocked() {
-		q.dropSRQHeldLocked() // its CQ goes with its process: no completion
-	}
 	if q.srqHeld {
 		e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
 		q.ctr.noteCompletion(abi.WCWRFlushErr)
-		cq := q.recvCQLocked()
 		q.srqHeld = false
 		q.rqSeq++
-		q.releaseXSRQLocked()
-		cq.push(&e, &q.stop, &q.destroyed) // as in flushSQ
+		q.recvCQ.push(&e, &q.stop, &q.destroyed) // as in flushSQ
 	}
 	if q.lastWQESent {
 		return false

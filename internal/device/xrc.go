@@ -52,6 +52,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 )
@@ -282,6 +283,46 @@ func (p *QP) releaseXSRQLocked() {
 //
 // +checklocks:p.rqMu
 func (p *QP) xsrqGoneLocked() bool { return p.xsrq != nil && p.xsrq.vm.dying.Load() }
+
+// flushTarget is flushRQ for a target QP in ERR: the WQE it holds, of
+// its current SRQ, completes with WR_FLUSH_ERR in that SRQ's CQ — another
+// process's, maybe, whose memory it holds (the VM's xmem) only while it
+// tries: a full CQ is tried again after a back-off with xmem let go, so
+// that no other process's deregistration waits for this one's consumer.
+// A WQE of an SRQ whose process is ending goes without a completion.
+func (q *QP) flushTarget() {
+	xmem := &q.vm.procs.xmem
+	for wait := time.Duration(0); ; {
+		xmem.RLock()
+		q.rqMu.Lock()
+		q.rqCatchUpLocked()
+		if q.srqHeld && q.xsrqGoneLocked() {
+			q.dropSRQHeldLocked()
+		}
+		if q.srqHeld {
+			e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
+			cq := q.xsrq.cq
+			done, full := cq.offer(&e)
+			if full && !q.stop.Load() && !q.destroyed.Load() { // a QP being destroyed gives up, as push does
+				cq.event.Ring() // wake a waiting consumer; the SRQ's pin keeps the CQ
+				q.rqMu.Unlock()
+				xmem.RUnlock()
+				wait = backOff(wait)
+				continue
+			}
+			if done {
+				q.ctr.noteCompletion(abi.WCWRFlushErr)
+			}
+			q.srqHeld = false
+			q.rqSeq++
+			q.releaseXSRQLocked()
+		}
+		q.lastWQESent = true // a target QP has no last-WQE event: it is on no SRQ of its own
+		q.rqMu.Unlock()
+		xmem.RUnlock()
+		return
+	}
+}
 
 // rqSRQLocked returns the SRQ p's receives come from: its own, or, for a
 // target QP, the one its current message named (nil: none).
