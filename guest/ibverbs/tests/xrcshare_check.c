@@ -206,7 +206,8 @@ static int opener(const char *file, uint32_t qpn, uint32_t ini, const char *gids
 	struct ibv_xrcd *x, *xp;
 	struct ibv_srq *s;
 	struct ibv_qp *rc, *q;
-	struct ibv_qp_init_attr rca = { .qp_type = IBV_QPT_RC, .cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 } };
+	struct ibv_qp_init_attr rca = { .qp_type = IBV_QPT_RC,
+					.cap = { .max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1 } };
 	struct ibv_qp_attr qa;
 	struct ibv_qp_init_attr qia;
 	union ibv_gid gid;
