@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -277,7 +278,7 @@ func testXRC(t *testing.T, s *suite) {
 // file makes a domain of its own.
 func TestXRCDomainShared(t *testing.T) {
 	ctx := opCtx(t)
-	f, openVM := xrcVMs(t)
+	_, f, openVM := xrcVMs(t)
 	open := func(vm string) *vrdma.Adapter { return openVM(vm).Adapters()[0] }
 	p1, p2, other := open("vm1"), open("vm1"), open("vm2")
 	if _, err := p2.OpenXRCD(ctx, f, false, false); err == nil {
@@ -313,7 +314,7 @@ func TestXRCDomainShared(t *testing.T) {
 
 // xrcVMs starts an agent with VMs vm1 and vm2, and gives a file to name
 // XRC domains by and a function that attaches a process to a VM.
-func xrcVMs(t *testing.T) (*os.File, func(vm string) *vrdma.VM) {
+func xrcVMs(t *testing.T) (*testenv.Env, *os.File, func(vm string) *vrdma.VM) {
 	t.Helper()
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
@@ -323,7 +324,7 @@ func xrcVMs(t *testing.T) (*os.File, func(vm string) *vrdma.VM) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return f, func(vm string) *vrdma.VM {
+	return env, f, func(vm string) *vrdma.VM {
 		v, err := vrdma.Open(opCtx(t), vm, vrdma.WithSocket(env.Socket))
 		if err != nil {
 			t.Fatal(err)
@@ -331,6 +332,101 @@ func xrcVMs(t *testing.T) (*os.File, func(vm string) *vrdma.VM) {
 		t.Cleanup(func() { v.Close() })
 		return v
 	}
+}
+
+// xrcProcSRQ makes an XRC SRQ of domain x in process vm, with its own PD
+// and CQ, and 4 receives posted: receive k into slot k of the region.
+func xrcProcSRQ(t *testing.T, vm *vrdma.VM, x *vrdma.XRCD) (*vrdma.SRQ, *vrdma.CQ, *vrdma.MR) {
+	t.Helper()
+	ctx := opCtx(t)
+	ad := vm.Adapters()[0]
+	pd, err := ad.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ad.CreateCQ(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, err := pd.CreateXRCSRQ(ctx, x, cq, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := vm.Alloc(8 * srqSlot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.RegMR(ctx, buf, vrdma.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 4 {
+		if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(k), SGL: sgl(mr.SGE(k*srqSlot, srqSlot))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srq, cq, mr
+}
+
+// TestXRCSRQProcessEnds: a target QP delivers to the SRQ of another
+// process of its VM in its domain; once that process ended, the SRQ's
+// number is refused as one outside the domain (REM_INV_REQ_ERR, the
+// target QP to ERR), and nothing touches the memory that process had.
+func TestXRCSRQProcessEnds(t *testing.T) {
+	ctx := opCtx(t)
+	env, f, open := xrcVMs(t)
+	owner, other := open("vm1"), open("vm1")
+	xa, err := owner.Adapters()[0].OpenXRCD(ctx, f, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xb, err := other.Adapters()[0].OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := xa.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srq, cq, mr := xrcProcSRQ(t, other, xb)
+	snd := newEnd(t, open("vm2"), qpConfig{typ: vrdma.QPTypeXRCSend, caps: vrdma.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}})
+	if err := snd.qp.ConnectTo(ctx, tgt.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tgt.ConnectTo(ctx, snd.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	src := snd.mr(t, 64, vrdma.AccessAll)
+	fill(src.Bytes(), 41)
+	wr := vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)), XRCSRQN: srq.Num()}
+	postSend(t, snd.qp, wr)
+	expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
+	expectRecv(t, waitWC(t, cq, 1)[0], tgt, 0, vrdma.WCRecv, 64, 0, false)
+	expectBytes(t, "message in the other process's memory", mr.Bytes()[:64], src.Bytes())
+	if n := processes(t, env, "vm1"); n != 2 {
+		t.Fatalf("vm1 has %d processes, want 2", n)
+	}
+	other.Close()
+	for processes(t, env, "vm1") != 1 { // its teardown is the agent's, after the session ends
+		time.Sleep(5 * time.Millisecond)
+	}
+	wr.ID = 2
+	postSend(t, snd.qp, wr)
+	expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, 2, vrdma.WCRemInvReqErr, 0)
+	if info, err := tgt.Query(ctx); err != nil || info.Attr.State != vrdma.QPSErr {
+		t.Fatalf("target QP after an invalid request: %v, %v; want ERR", info.Attr.State, err)
+	}
+}
+
+// processes counts the processes attached as VM name.
+func processes(t *testing.T, env *testenv.Env, name string) int {
+	t.Helper()
+	for _, v := range env.Status(t).VMs {
+		if v.Name == name {
+			return len(v.Processes)
+		}
+	}
+	return 0
 }
 
 // TestXRCOpenQP: an XRC target QP shared by two processes of one VM
@@ -344,7 +440,7 @@ func xrcVMs(t *testing.T) (*os.File, func(vm string) *vrdma.VM) {
 // handle no longer modifies.
 func TestXRCOpenQP(t *testing.T) {
 	ctx := opCtx(t)
-	f, open := xrcVMs(t)
+	_, f, open := xrcVMs(t)
 	creatorVM, openerVM := open("vm1"), open("vm1")
 	creator, opener := creatorVM.Adapters()[0], openerVM.Adapters()[0]
 	xc, err := creator.OpenXRCD(ctx, f, true, false)
@@ -392,31 +488,7 @@ func TestXRCOpenQP(t *testing.T) {
 		t.Fatalf("opened QP 0x%x of type %s, want 0x%x XRC_RECV", q.QPN(), q.Type(), tgt.QPN())
 	}
 	expectCode(t, xo.Close(ctx), "bad-state", "closing the domain an open was made through")
-	pd, err := opener.AllocPD(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := opener.CreateCQ(ctx, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srq, err := pd.CreateXRCSRQ(ctx, xo, cq, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := openerVM.Alloc(8 * srqSlot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.RegMR(ctx, buf, vrdma.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range 4 {
-		if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(k), SGL: sgl(mr.SGE(k*srqSlot, srqSlot))}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srq, cq, mr := xrcProcSRQ(t, openerVM, xo)
 	// The opener connects the QP it opened; the creator's handle sees it.
 	if err := snd.qp.ConnectTo(ctx, q.Endpoint()); err != nil {
 		t.Fatal(err)
