@@ -34,16 +34,30 @@ type xrcTarget struct {
 	buf  *vrdma.MR
 }
 
-// newXRCTarget makes the receiving side in vm's first adapter.
+// newXRCTarget makes the receiving side in vm's first adapter, in a
+// private domain.
 func newXRCTarget(t *testing.T, vm *vrdma.VM) *xrcTarget {
 	t.Helper()
 	ctx := opCtx(t)
-	x := &xrcTarget{vm: vm, ad: vm.Adapters()[0]}
-	var err error
-	if x.pd, err = x.ad.AllocPD(ctx); err != nil {
+	xrcd, err := vm.Adapters()[0].OpenXRCD(ctx, nil, false, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if x.xrcd, err = x.ad.OpenXRCD(ctx, nil, false, false); err != nil {
+	x := newXRCSRQs(t, vm, xrcd)
+	if x.tgt, err = x.xrcd.CreateTargetQP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// newXRCSRQs makes the receiving side's SRQs, CQs and buffers in vm's
+// first adapter, in domain xrcd, without a target QP.
+func newXRCSRQs(t *testing.T, vm *vrdma.VM, xrcd *vrdma.XRCD) *xrcTarget {
+	t.Helper()
+	ctx := opCtx(t)
+	x := &xrcTarget{vm: vm, ad: vm.Adapters()[0], xrcd: xrcd}
+	var err error
+	if x.pd, err = x.ad.AllocPD(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := range x.srqs {
@@ -59,9 +73,6 @@ func newXRCTarget(t *testing.T, vm *vrdma.VM) *xrcTarget {
 	}
 	if x.srqs[0].Num() == x.srqs[1].Num() {
 		t.Fatalf("two XRC SRQs of one domain have number 0x%x", x.srqs[0].Num())
-	}
-	if x.tgt, err = x.xrcd.CreateTargetQP(ctx); err != nil {
-		t.Fatal(err)
 	}
 	buf, err := vm.Alloc(32 * srqSlot)
 	if err != nil {
@@ -334,40 +345,6 @@ func xrcVMs(t *testing.T) (*testenv.Env, *os.File, func(vm string) *vrdma.VM) {
 	}
 }
 
-// xrcProcSRQ makes an XRC SRQ of domain x in process vm, with its own PD
-// and CQ, and 4 receives posted: receive k into slot k of the region.
-func xrcProcSRQ(t *testing.T, vm *vrdma.VM, x *vrdma.XRCD) (*vrdma.SRQ, *vrdma.CQ, *vrdma.MR) {
-	t.Helper()
-	ctx := opCtx(t)
-	ad := vm.Adapters()[0]
-	pd, err := ad.AllocPD(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ad.CreateCQ(ctx, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srq, err := pd.CreateXRCSRQ(ctx, x, cq, vrdma.SRQAttr{MaxWR: 8, MaxSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf, err := vm.Alloc(8 * srqSlot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.RegMR(ctx, buf, vrdma.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k := range 4 {
-		if err := srq.PostRecv([]vrdma.RecvWR{{ID: uint64(k), SGL: sgl(mr.SGE(k*srqSlot, srqSlot))}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return srq, cq, mr
-}
-
 // TestXRCSRQProcessEnds: a target QP delivers to the SRQ of another
 // process of its VM in its domain; once that process ended, the SRQ's
 // number is refused as one outside the domain (REM_INV_REQ_ERR, the
@@ -388,7 +365,8 @@ func TestXRCSRQProcessEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srq, cq, mr := xrcProcSRQ(t, other, xb)
+	xs := newXRCSRQs(t, other, xb)
+	xs.post(t, 0, 0, 4)
 	snd := newEnd(t, open("vm2"), qpConfig{typ: vrdma.QPTypeXRCSend, caps: vrdma.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}})
 	if err := snd.qp.ConnectTo(ctx, tgt.Endpoint()); err != nil {
 		t.Fatal(err)
@@ -398,11 +376,11 @@ func TestXRCSRQProcessEnds(t *testing.T) {
 	}
 	src := snd.mr(t, 64, vrdma.AccessAll)
 	fill(src.Bytes(), 41)
-	wr := vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)), XRCSRQN: srq.Num()}
+	wr := vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)), XRCSRQN: xs.srqs[0].Num()}
 	postSend(t, snd.qp, wr)
 	expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
-	expectRecv(t, waitWC(t, cq, 1)[0], tgt, 0, vrdma.WCRecv, 64, 0, false)
-	expectBytes(t, "message in the other process's memory", mr.Bytes()[:64], src.Bytes())
+	expectRecv(t, waitWC(t, xs.cqs[0], 1)[0], tgt, 0, vrdma.WCRecv, 64, 0, false)
+	expectBytes(t, "message in the other process's memory", xs.slot(0)[:64], src.Bytes())
 	if n := processes(t, env, "vm1"); n != 2 {
 		t.Fatalf("vm1 has %d processes, want 2", n)
 	}
@@ -488,7 +466,9 @@ func TestXRCOpenQP(t *testing.T) {
 		t.Fatalf("opened QP 0x%x of type %s, want 0x%x XRC_RECV", q.QPN(), q.Type(), tgt.QPN())
 	}
 	expectCode(t, xo.Close(ctx), "bad-state", "closing the domain an open was made through")
-	srq, cq, mr := xrcProcSRQ(t, openerVM, xo)
+	ox := newXRCSRQs(t, openerVM, xo)
+	ox.post(t, 0, 0, 4)
+	srq, cq := ox.srqs[0], ox.cqs[0]
 	// The opener connects the QP it opened; the creator's handle sees it.
 	if err := snd.qp.ConnectTo(ctx, q.Endpoint()); err != nil {
 		t.Fatal(err)
@@ -506,7 +486,7 @@ func TestXRCOpenQP(t *testing.T) {
 		postSend(t, snd.qp, vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(k*64, 64)), XRCSRQN: srq.Num()})
 		expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, uint64(k), vrdma.WCSuccess, vrdma.WCSend)
 		expectRecv(t, waitWC(t, cq, 1)[0], q, uint64(k), vrdma.WCRecv, 64, 0, false)
-		expectBytes(t, "message in the opener's memory", mr.Bytes()[k*srqSlot:k*srqSlot+64], src.Bytes()[k*64:(k+1)*64])
+		expectBytes(t, "message in the opener's memory", ox.slot(k)[:64], src.Bytes()[k*64:(k+1)*64])
 	}
 	send(0)
 	// The creator lets go: the QP is the opener's now.
@@ -552,8 +532,10 @@ func TestXRCOpenQP(t *testing.T) {
 	if err := q2.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := srq.Destroy(ctx); err != nil {
-		t.Fatal(err)
+	for _, s := range ox.srqs {
+		if err := s.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := xo.Close(ctx); err != nil {
 		t.Fatalf("closing the opener's domain once its opens are gone: %v", err)
