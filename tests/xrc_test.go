@@ -418,7 +418,7 @@ func processes(t *testing.T, env *testenv.Env, name string) int {
 // handle no longer modifies.
 func TestXRCOpenQP(t *testing.T) {
 	ctx := opCtx(t)
-	_, f, open := xrcVMs(t)
+	env, f, open := xrcVMs(t)
 	creatorVM, openerVM := open("vm1"), open("vm1")
 	creator, opener := creatorVM.Adapters()[0], openerVM.Adapters()[0]
 	xc, err := creator.OpenXRCD(ctx, f, true, false)
@@ -497,6 +497,15 @@ func TestXRCOpenQP(t *testing.T) {
 		t.Fatalf("the creator's domain handle is still held by the QP it let go: %v", err)
 	}
 	send(1)
+	listed := false
+	for _, v := range env.Status(t).VMs {
+		for _, s := range v.QPs {
+			listed = listed || v.Name == "vm1" && s.QPN == tgt.QPN() && s.Counters.Recvs == 2
+		}
+	}
+	if !listed {
+		t.Fatal("the status does not list the target QP its creator let go of, with its 2 receives")
+	}
 	if err := q.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package device
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -602,7 +603,11 @@ func (v *Context) Status() mgmt.VMStatus {
 	}
 	v.objMu.Lock()
 	st.MemRegistered = v.registeredLocked(0, 0)
-	for _, q := range v.qps {
+	// The QPs it made, and the XRC target QPs it let go of that others
+	// still hold open (xrc.go): they carry traffic, and count, until
+	// they are destroyed.
+	qps := slices.AppendSeq(slices.Collect(maps.Values(v.qps)), maps.Keys(v.orphans))
+	for _, q := range qps {
 		r := q.statusReport()
 		r.PID = v.owner.PID()
 		st.QPs = append(st.QPs, r)
@@ -611,7 +616,7 @@ func (v *Context) Status() mgmt.VMStatus {
 	for _, ad := range v.adapters {
 		var c mgmt.QPCounters
 		c.Add(ad.retired) // a copy: Add writes into c's maps
-		for _, q := range v.qps {
+		for _, q := range qps {
 			if q.pd.ad == ad {
 				c.Add(q.ctr.report())
 			}
