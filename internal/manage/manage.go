@@ -934,13 +934,18 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 			return err
 		}
 		if e.power != records.PoweredOff {
+			if key, ok := nativeEndpointKey(req); ok {
+				return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s), and %s turns native endpoints on or off, "+
+					"which changes the identifiers its adapter has on the fabric: power off the VM first (vrdmactl vm power-off %s)",
+					e.name, mg.hostLabel(e.host), key, e.name)
+			}
 			return mg.poweredOnErr(e)
 		}
 		f, err := vmx.Parse([]byte(e.vmx))
 		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		before := vmRules(f, nil)
+		before := vmRules(f, nil, false)
 		touched, err := applyEdit(f, req, adds)
 		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "", "VM %q: %v", e.name, err)
@@ -952,7 +957,7 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		if err := mg.checkPin(s, e, cfg); err != nil {
 			return err
 		}
-		after = vmRules(f, nil)
+		after = vmRules(f, nil, false)
 		if added := newErrors(before, after, touched); len(added) > 0 {
 			return &refusal{findings: added}
 		}
@@ -971,6 +976,21 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		return mgmt.EditReply{}, err
 	}
 	return mgmt.EditReply{VM: mg.info(e), Findings: nonNil(after)}, nil
+}
+
+// nativeEndpointKey returns the first vrdmaX.nativeEndpointSupport key
+// that edit req sets or removes.
+func nativeEndpointKey(req *mgmt.EditVM) (string, bool) {
+	keys := slices.Clone(req.Unset)
+	for _, kv := range req.Set {
+		keys = append(keys, kv.Key)
+	}
+	for _, k := range keys {
+		if _, _, ok := vmconfig.IndexedKey(k, "vrdma", ".nativeendpointsupport"); ok {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 func nonNil(f []mgmt.Finding) []mgmt.Finding {
@@ -1143,13 +1163,13 @@ func (mg *Procedures) powerOn(ctx context.Context, s *Caller, req *mgmt.PowerOnV
 		if err != nil {
 			return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		return mgmt.PowerReply{VM: mg.info(e), Findings: nonNil(vmRules(f, host))}, nil
+		return mgmt.PowerReply{VM: mg.info(e), Findings: nonNil(vmRules(f, host, mg.ctl == nil))}, nil
 	}
 	f, err := vmx.Parse([]byte(e.vmx))
 	if err != nil {
 		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 	}
-	findings := append(vmRules(f, host), mg.placementChecks(ctx, e, f, host)...)
+	findings := append(vmRules(f, host, mg.ctl == nil), mg.placementChecks(ctx, e, f, host)...)
 	for _, fd := range findings {
 		if fd.Severity == "error" {
 			return mgmt.PowerReply{VM: mg.info(e), Refused: true, Findings: findings}, nil
