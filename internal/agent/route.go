@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
@@ -68,16 +69,53 @@ func (a *Agent) startRDMA() error {
 		if err != nil {
 			return err
 		}
-		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+		members := (&uplinkMembers{c: a.ctl}).has
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, Members: members})
 		a.log.Info("rdma uplink listening", "address", c.LocalAddr().String())
 		if fc := a.rdmaV1Conn; fc != nil {
 			a.rdmaV1Conn = nil
-			a.rdma1 = rdma.Start(rdma.Config{Device: a.dev, Frames: fc, GID: u.GID, Log: a.log})
+			a.rdma1 = rdma.Start(rdma.Config{Device: a.dev, Frames: fc, GID: u.GID, Log: a.log, Members: members})
 			a.log.Info("rdma uplink listening for RoCE v1", "interface", fc.Link().Name, "mac", u.MAC, "gid", u.GID.String())
 		}
 		return nil
 	}
 	return nil
+}
+
+// uplinkMembers tells the rdma engines which addresses are vrdma hosts'
+// RDMA uplinks on this host's switch (rdma.Config.Members), as the
+// control plane's cache says, computed again when the cache changes.
+type uplinkMembers struct {
+	c  *control
+	mu sync.Mutex
+	// the uplinks' addresses and GIDs (unmapped) as of the cache's
+	// revision rev (set nil: never computed)
+	set map[netip.Addr]struct{} // +checklocks:mu
+	rev int64                   // +checklocks:mu
+}
+
+// has reports whether addr (unmapped) is the address or the GID of an
+// RDMA uplink of a host on this host's switch, this host's included.
+func (m *uplinkMembers) has(addr netip.Addr) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev := m.c.cache.Rev(); rev != m.rev || m.set == nil {
+		set := map[netip.Addr]struct{}{}
+		for _, h := range m.c.cache.Hosts() {
+			if h.Host.Switch == "" || h.Host.Switch != m.c.cfg.Switch {
+				continue
+			}
+			for _, u := range h.Host.Uplinks {
+				set[u.Address.Unmap()] = struct{}{}
+				if u.GID.IsValid() {
+					set[u.GID.Unmap()] = struct{}{}
+				}
+			}
+		}
+		m.set, m.rev = set, rev
+	}
+	_, ok := m.set[addr]
+	return ok
 }
 
 // prepareRoCEv1 opens the RoCE v1 socket of the host's software RoCE

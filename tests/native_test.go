@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package vrdma_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/testenv"
+)
+
+// roceScapy checks that Debian's python3 has scapy's RoCE layer, which the
+// independent peer (testdata/roce_peer.py) is written with.
+func roceScapy(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if out, err := exec.Command(py, "-c", "import scapy.contrib.roce").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import scapy.contrib.roce (%v: %s): apt-get install -y python3-scapy", py, err, out)
+	}
+	script, err := filepath.Abs("testdata/roce_peer.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// nativePeerNetns makes a network namespace for a peer that is not a
+// vrdma host (prefix "ne"), joined to cluster c's bridge at address addr,
+// and removes it at the test's cleanup.
+func nativePeerNetns(t *testing.T, c *testenv.Cluster, addr netip.Addr) string {
+	t.Helper()
+	sw := c.SwitchNetns()
+	if sw == "" {
+		t.Fatalf("the cluster has no network namespaces: %s", c.NoNetnsReason)
+	}
+	ns, port := fmt.Sprintf("ne%d-%s", os.Getpid(), c.ID), fmt.Sprintf("ne%d", os.Getpid()%1000000)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			t.Errorf("delete network namespace %s: %v: %s", ns, err, out)
+		}
+	})
+	ip("-n", ns, "link", "set", "lo", "up")
+	ip("-n", sw, "link", "add", port, "mtu", "9000", "type", "veth", "peer", "name", "eth0", "mtu", "9000", "netns", ns)
+	ip("-n", sw, "link", "set", port, "master", "br0", "up")
+	ip("-n", ns, "addr", "add", addr.String()+"/24", "dev", "eth0")
+	ip("-n", ns, "link", "set", "eth0", "up")
+	return ns
+}
+
+// rdmaStatus returns the RoCE v2 engine's status of the agent at socket.
+func rdmaStatus(t *testing.T, socket string) vrdma.RDMAStatus {
+	t.Helper()
+	a, err := vrdma.DialAgent(opCtx(t), vrdma.WithSocket(socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	st, err := a.Status(opCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range st.RDMA {
+		if r.RoCE == "v2" {
+			return r
+		}
+	}
+	t.Fatalf("the agent at %s has no RoCE v2 engine: %+v", socket, st.RDMA)
+	return vrdma.RDMAStatus{}
+}
+
+// TestNativeIsolation: an adapter without native endpoints never answers
+// a peer that is not a vrdma host of its switch. A RoCEv2 peer written
+// with scapy, in a namespace of its own on the hosts' network, sends real
+// packets (valid ICRC) to a connected QP of a VM on host B: a SEND, an
+// RDMA WRITE into a registered region (with its real rkey), an RDMA READ
+// and a UD SEND. Host B's engine drops all four unanswered and counts
+// them (not_vrdma, shown by vrdmactl status), the QP completes nothing
+// and the region is unchanged; the same kind of packet from host A (a
+// vrdma host) to a QPN that is not bound is counted as no_qp instead.
+func TestNativeIsolation(t *testing.T) {
+	script := roceScapy(t)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, RDMA: true, Netns: testenv.NetnsOn})
+	s := &suite{env: &rdmaEnv{tcpEnv{c: c, prefix: "ni"}}, how: connOOB}
+	a, b := s.pair(t, pairConfig{})
+	hb := c.Hosts[1]
+	if b.vm.Host() != hb.Name {
+		a, b = b, a
+	}
+	mr := b.mr(t, 4096, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite|vrdma.AccessRemoteRead)
+	copy(mr.Bytes(), bytes.Repeat([]byte{0x5a}, 4096))
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 1, SGL: sgl(mr.SGE(0, 4096))})
+	peerAddr := netip.MustParseAddr("10.199.1.200") // on testenv.ClusterSubnet, no host's
+	ns := nativePeerNetns(t, c, peerAddr)
+
+	before := rdmaStatus(t, hb.Socket)
+	out, err := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", script, "isolation", hb.Addr().String(),
+		fmt.Sprint(b.qp.QPN()), fmt.Sprint(a.qp.Endpoint().PSN), fmt.Sprint(mr.Addr()), fmt.Sprint(mr.RKey()), "1.5").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the scapy peer: %v\n%s", err, out)
+	}
+	t.Logf("scapy peer:\n%s", out)
+	if !strings.Contains(string(out), "sent 4\n") || !strings.Contains(string(out), "answers 0\n") || !strings.Contains(string(out), "echo replies 1\n") {
+		t.Errorf("the peer that is not a vrdma host was answered, did not send its 4 packets, or did not hear host B at all (echo replies):\n%s", out)
+	}
+	after := rdmaStatus(t, hb.Socket)
+	if got := after.NotVRDMA - before.NotVRDMA; got != 4 {
+		t.Errorf("host B counted %d packets from a peer that is not a vrdma host, want 4 (before %+v, after %+v)", got, before, after)
+	}
+	// The ICRC is checked first: the packets were well formed, and no
+	// other counter took them.
+	if after.BadICRC != before.BadICRC || after.Malformed != before.Malformed || after.NoQP != before.NoQP {
+		t.Errorf("the peer's packets were counted elsewhere: before %+v, after %+v", before, after)
+	}
+	expectNoWC(t, b.rcq, 3*quiet, "a SEND from a peer that is not a vrdma host")
+	if !bytes.Equal(mr.Bytes(), bytes.Repeat([]byte{0x5a}, 4096)) {
+		t.Errorf("an RDMA WRITE from a peer that is not a vrdma host changed the region")
+	}
+	text, err := exec.Command(testenv.Binary(t, "vrdmactl"), "--socket", hb.Socket, "status").CombinedOutput()
+	if want := fmt.Sprintf("%d dropped from peers that are not vrdma hosts of the switch", after.NotVRDMA); err != nil || !strings.Contains(string(text), want) {
+		t.Errorf("vrdmactl status does not say %q (%v):\n%s", want, err, text)
+	}
+
+	// From host A, a vrdma host of the switch, to a QPN that no QP facing
+	// A has: no_qp, not not_vrdma.
+	before = after
+	if out, err := c.Hosts[0].Exec("/usr/bin/python3", script, "isolation", hb.Addr().String(), "0xfffff0", "0", "0", "0", "0.5"); err != nil {
+		t.Fatalf("the scapy peer on host A: %v\n%s", err, out)
+	}
+	after = rdmaStatus(t, hb.Socket)
+	if after.NotVRDMA != before.NotVRDMA || after.NoQP-before.NoQP != 3 {
+		t.Errorf("packets from host A to an unbound QPN: not_vrdma %d -> %d (want unchanged), no_qp %d -> %d (want +3: the UD one goes to the datagram checks)",
+			before.NotVRDMA, after.NotVRDMA, before.NoQP, after.NoQP)
+	}
+
+	// The pair still works: nothing of the above disturbed it.
+	src := a.mr(t, 64, vrdma.AccessLocalWrite)
+	copy(src.Bytes(), "a real peer")
+	postSend(t, a.qp, vrdma.SendWR{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 11))})
+	expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 2, vrdma.WCSuccess, vrdma.WCSend)
+	if w := waitWC(t, b.rcq, 1)[0]; w.Status != vrdma.WCSuccess || w.ByteLen != 11 || !bytes.HasPrefix(mr.Bytes(), []byte("a real peer")) {
+		t.Errorf("the pair after the peer's packets: %+v, region %q", w, mr.Bytes()[:11])
+	}
+}
