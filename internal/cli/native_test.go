@@ -49,6 +49,12 @@ func TestNativeRulesManagement(t *testing.T) {
 	if strings.Contains(out, "no RDMA uplink") {
 		t.Errorf("esx1 has an RDMA uplink, and power-on says it has none:\n%s", out)
 	}
+	// vm define powers a VM on here: the same rule.
+	nativeVMX := vmxOn("dvportgroup-10") + "vrdma0.nativeEndpointSupport = \"TRUE\"\n"
+	if _, errs, code := run(t, nativeVMX, append(onA, "vm", "define", "local", "-")...); code != exitFailure ||
+		!strings.Contains(errs, "host-native-endpoint") || !strings.Contains(errs, "--pvrdma-namespaces on") {
+		t.Errorf("vm define of a VM with native endpoints on a host without namespaces: exit %d, %s", code, errs)
+	}
 	if out := ctlOn(t, cp, "host", "configure", "esx1", "--pvrdma-namespaces", "on"); !strings.Contains(out, "PVRDMA namespaces on") {
 		t.Errorf("host configure esx1 --pvrdma-namespaces on:\n%s", out)
 	}
@@ -67,6 +73,9 @@ func TestNativeRulesManagement(t *testing.T) {
 		}
 	}
 
+	if _, errs, code := run(t, nativeVMX, append(onA, "vm", "define", "local", "-")...); code != 0 {
+		t.Errorf("vm define of a VM with native endpoints on a host with namespaces: exit %d, %s", code, errs)
+	}
 	// esx3 has namespaces on, and no RDMA uplink: refused for that.
 	ctlOn(t, cp, "host", "configure", "esx3", "--pvrdma-namespaces", "on")
 	ctlFail(t, onA, []string{"host-native-endpoint", "has no RDMA uplink", "--rdma-uplink"}, "vm", "power-on", "web", "--host", "esx3")

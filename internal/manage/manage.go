@@ -66,6 +66,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/quota"
+	"github.com/vrdma/vrdma/internal/rules"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 	"github.com/vrdma/vrdma/internal/vmx"
 )
@@ -701,6 +702,9 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 	if err != nil {
 		return err
 	}
+	if err := mg.defineNative(s.Ctx, d); err != nil {
+		return err
+	}
 	if c := mg.ctl; c != nil {
 		ctx, cancel := context.WithTimeout(s.Ctx, c.LookupTimeout)
 		r, err := c.Cache.VM(ctx, d.Name)
@@ -741,6 +745,30 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
 	}
 	return mg.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory, PinAllowed: e.pinOK})
+}
+
+// defineNative refuses a definition whose adapters have native endpoints
+// where this host cannot give them (rule host-native-endpoint): a VM
+// defined here is powered on here.
+func (mg *Procedures) defineNative(ctx context.Context, d *mgmt.DefineVM) error {
+	f, err := vmx.Parse([]byte(d.VMX))
+	if err != nil {
+		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
+	}
+	var host *records.Host
+	if mg.ctl != nil {
+		h, err := mg.resolveHost(ctx, "")
+		if err != nil {
+			return err
+		}
+		host = &h.Host
+	}
+	for _, fd := range vmRules(f, host, mg.ctl == nil) {
+		if fd.Rule == rules.RuleHostNativeEndpoint {
+			return abi.Errorf(abi.CodeRefused, "vmx", "VM %q cannot be defined (powered on) on this host: [%s] %s", d.Name, fd.Rule, fd.Message)
+		}
+	}
+	return nil
 }
 
 // Undefine removes VM name: from the state directory if it is there
