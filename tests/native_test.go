@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -154,4 +155,109 @@ func TestNativeIsolation(t *testing.T) {
 	if w := waitWC(t, b.rcq, 1)[0]; w.Status != vrdma.WCSuccess || w.ByteLen != 11 || !bytes.HasPrefix(mr.Bytes(), []byte("a real peer")) {
 		t.Errorf("the pair after the peer's packets: %+v, region %q", w, mr.Bytes()[:11])
 	}
+}
+
+// nativeSide is one vrdmactl native-peer run, in network namespace ns.
+type nativeSide struct {
+	cmd  *exec.Cmd
+	out  testenv.SyncBuffer
+	done chan error
+}
+
+// startNative starts vrdmactl native-peer args in network namespace ns.
+func startNative(t *testing.T, ns string, args ...string) *nativeSide {
+	t.Helper()
+	s := &nativeSide{done: make(chan error, 1)}
+	s.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, testenv.Binary(t, "vrdmactl")}, args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.done <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		s.cmd.Process.Kill()
+		<-s.done
+		s.done <- nil
+	})
+	return s
+}
+
+// wait waits for the run to end and returns its output and exit error.
+func (s *nativeSide) wait(t *testing.T) (string, error) {
+	t.Helper()
+	select {
+	case err := <-s.done:
+		s.done <- err
+		return s.out.String(), err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("vrdmactl %v still runs after 60s:\n%s", s.cmd.Args, s.out.String())
+		return "", nil
+	}
+}
+
+// TestNativePeer: vrdmactl native-peer --address, vrdma's RoCEv2 engine on
+// its own in a namespace of its own (no agent, no control plane), runs
+// SEND/RECV, RDMA WRITE with immediate, RDMA READ, compare and swap and
+// fetch and add against a VM adapter with native endpoints on host A, both
+// as the side that runs them and as the side they run against; an adapter
+// without native endpoints cannot reach it.
+func TestNativePeer(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 1, RDMA: true, Netns: testenv.NetnsOn})
+	ha := c.Hosts[0]
+	ctl := testenv.Binary(t, "vrdmactl")
+	if out, err := exec.Command(ctl, "--etcd-endpoints", c.Endpoint(), "host", "configure", ha.Name, "--pvrdma-namespaces", "on").CombinedOutput(); err != nil {
+		t.Fatalf("host configure --pvrdma-namespaces on: %v\n%s", err, out)
+	}
+	ha.DefineVMX(t, "nat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
+	ha.DefineVMX(t, "plain", ha.VMX(testenv.VMOptions{MemMB: 16}))
+	peerAddr := netip.MustParseAddr("10.199.1.201")
+	ns := nativePeerNetns(t, c, peerAddr)
+	ops := []string{"SEND", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
+	check := func(what, out string, err error, active bool) {
+		t.Helper()
+		if err != nil || !strings.Contains(out, "all checks passed") {
+			t.Fatalf("%s: %v\n%s", what, err, out)
+		}
+		for _, op := range ops {
+			if strings.Contains(out, op) != active {
+				t.Errorf("%s: %s in the output is %v, want %v:\n%s", what, op, !active, active, out)
+			}
+		}
+		t.Logf("%s:\n%s", what, out)
+	}
+
+	before := rdmaStatus(t, ha.Socket)
+	// The plain peer listens; the VM's side connects and runs everything.
+	peer := startNative(t, ns, "native-peer", "--address", peerAddr.String(), "--timeout", "45s")
+	vm := startNative(t, ha.Netns, "--socket", ha.Socket, "native-peer", "--vm", "nat", "--timeout", "45s", peerAddr.String())
+	out, err := vm.wait(t)
+	pout, perr := peer.wait(t)
+	check("the plain peer, passive", pout, perr, false)
+	check("the VM's side, active", out, err, true)
+
+	// The other way round: the VM's side listens on host A, the plain peer
+	// connects to it and runs everything.
+	vm = startNative(t, ha.Netns, "--socket", ha.Socket, "native-peer", "--vm", "nat", "--timeout", "45s", "-p", "18516")
+	peer = startNative(t, ns, "native-peer", "--address", peerAddr.String(), "--timeout", "45s", "-p", "18516", ha.Addr().String())
+	out, err = peer.wait(t)
+	vout, verr := vm.wait(t)
+	check("the VM's side, passive", vout, verr, false)
+	check("the plain peer, active", out, err, true)
+
+	// Host A's engine carried it all, and took none of the plain peer's
+	// packets for a stranger's: the QPs faced its address.
+	after := rdmaStatus(t, ha.Socket)
+	if after.NotVRDMA != before.NotVRDMA || after.NoQP != before.NoQP || after.PacketsIn-before.PacketsIn < 10 || after.PacketsOut-before.PacketsOut < 10 {
+		t.Errorf("host A's engine: before %+v, after %+v; want packets both ways and none dropped", before, after)
+	}
+
+	// An adapter without native endpoints cannot reach the plain peer: its
+	// GID is no vrdma adapter's.
+	peer = startNative(t, ns, "native-peer", "--address", peerAddr.String(), "--timeout", "5s", "-p", "18517")
+	vm = startNative(t, ha.Netns, "--socket", ha.Socket, "native-peer", "--vm", "plain", "--timeout", "20s", "-p", "18517", peerAddr.String())
+	out, err = vm.wait(t)
+	if err == nil || !strings.Contains(out, "not attached on any host") {
+		t.Errorf("an adapter without native endpoints reached the plain peer (%v):\n%s", err, out)
+	}
+	peer.wait(t)
 }

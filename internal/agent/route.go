@@ -8,6 +8,7 @@ package agent
 // only place that knows every path by name.
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -25,6 +26,7 @@ import (
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // linksConfig is the configuration of the links to other hosts, with
@@ -195,6 +197,11 @@ func peerRoCEv1(h records.Host) ([6]byte, netip.Addr, bool) {
 // (decisions.go).
 func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
 	ad := a.dev.AdapterByGID(dgid)
+	if ad == nil {
+		if r, ok, err := a.routeNative(q, dgid); ok || err != nil {
+			return r, err
+		}
+	}
 	var dec pathsel.Decision
 	decided := false
 	if c := a.ctl; c != nil {
@@ -250,6 +257,55 @@ func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 		info = decisionInfo(dec)
 	}
 	return device.Route{Info: info, New: memcpy.Bind(a.dev)}, nil
+}
+
+// routeNative routes q to a native endpoint: a RoCE peer that is not a
+// vrdma VM, at the IP address of GID dgid (an IPv4-mapped GID for IPv4),
+// through the RoCEv2 engine of the host's uplink; the peer addresses q
+// by its QPN, the device's, at the uplink's address. It applies (ok) to
+// a QP of an adapter with native endpoints (vrdmaX.nativeEndpointSupport)
+// whose dgid no vrdma adapter holds, and to every QP of a native peer
+// (Config.NativePeer).
+func (a *Agent) routeNative(q *device.QP, dgid abi.GID) (device.Route, bool, error) {
+	ad := q.Adapter()
+	vc, _ := adapterConfig(ad)
+	if a.rdma == nil || a.ctl != nil && !vc.NativeEndpoint {
+		return device.Route{}, false, nil
+	}
+	var m rdma.Marks
+	if c := a.ctl; c != nil {
+		if _, ok := c.cache.HolderOf(netip.AddrFrom16(dgid)); ok {
+			return device.Route{}, false, nil // a vrdma adapter: the control plane's paths
+		}
+		if pg, err := c.cache.PortGroup(context.Background(), vc.PortGroupID); err == nil {
+			so := netcheck.SocketOptionsOf(pg)
+			m = rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)}
+		}
+	}
+	ip := netip.AddrFrom16(dgid).Unmap()
+	local := a.rdma.LocalAddr().Addr().Unmap()
+	if ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.Is4() != local.Is4() {
+		// No address the engine reaches (vrdma adapters' GIDs are link
+		// local): the other paths' rules and errors apply.
+		return device.Route{}, false, nil
+	}
+	info := abi.PathInfo{Path: abi.PathRDMA, Reason: fmt.Sprintf("rdma: native endpoint %s, a RoCE peer that is not a vrdma VM, through the RoCEv2 engine on %s",
+		ip, a.rdma.LocalAddr())}
+	return device.Route{Info: info, New: a.rdma.Bind(netip.AddrPortFrom(ip, rocewire.UDPPort), m)}, true, nil
+}
+
+// adapterConfig returns adapter ad's configuration in its VM's file.
+func adapterConfig(ad *device.Adapter) (vmconfig.Adapter, bool) {
+	cfg := ad.Context().Config()
+	if cfg == nil {
+		return vmconfig.Adapter{}, false
+	}
+	for _, c := range cfg.Adapters {
+		if c.Index == ad.Index() {
+			return c, true
+		}
+	}
+	return vmconfig.Adapter{}, false
 }
 
 // decisionInfo is the path report of a control-plane decision.
