@@ -261,3 +261,61 @@ func TestNativePeer(t *testing.T) {
 	}
 	peer.wait(t)
 }
+
+// TestNativeScapyPeer: a second plain peer, written independently of the
+// engine with scapy (testdata/roce_peer.py rc), is the requester of an RC
+// QP of a VM adapter with native endpoints: its SEND lands in the VM's
+// receive, its RDMA WRITE in the VM's region, its RDMA READ returns the
+// region's bytes, and a WRITE with a wrong rkey is NAKed (remote access
+// error) and writes nothing; every answer's ICRC checks.
+func TestNativeScapyPeer(t *testing.T) {
+	script := roceScapy(t)
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 1, RDMA: true, Netns: testenv.NetnsOn})
+	ha := c.Hosts[0]
+	if out, err := exec.Command(testenv.Binary(t, "vrdmactl"), "--etcd-endpoints", c.Endpoint(), "host", "configure", ha.Name, "--pvrdma-namespaces", "on").CombinedOutput(); err != nil {
+		t.Fatalf("host configure --pvrdma-namespaces on: %v\n%s", err, out)
+	}
+	vm := ha.OpenVMX(t, "scapynat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
+	peerAddr := netip.MustParseAddr("10.199.1.202")
+	ns := nativePeerNetns(t, c, peerAddr)
+	e := newEnd(t, vm, qpConfig{})
+	mr := e.mr(t, 4096, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite|vrdma.AccessRemoteRead)
+	m := mr.Bytes()
+	for i := range 64 {
+		m[256+i] = byte(0xa0 + i)
+	}
+	const peerQPN, peerPSN = 0x123456, 0x100
+	if err := e.qp.ConnectTo(opCtx(t), vrdma.Endpoint{GID: vrdma.GID(netip.AddrFrom4(peerAddr.As4()).As16()), QPN: peerQPN, PSN: peerPSN, MTU: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.qp.Path(); p.Path != vrdma.PathRDMA || !strings.Contains(p.Reason, "native endpoint 10.199.1.202") {
+		t.Errorf("the QP's path: %+v; want rdma to native endpoint 10.199.1.202", p)
+	}
+	postRecv(t, e.qp, vrdma.RecvWR{ID: 7, SGL: sgl(mr.SGE(1024, 1024))})
+
+	out, err := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", script, "rc", ha.Addr().String(),
+		fmt.Sprint(e.qp.QPN()), fmt.Sprint(mr.Addr()), fmt.Sprint(mr.RKey()), fmt.Sprint(peerQPN), fmt.Sprint(peerPSN)).CombinedOutput()
+	t.Logf("scapy peer:\n%s", out)
+	if err != nil {
+		t.Fatalf("the scapy peer: %v", err)
+	}
+	want := make([]byte, 64)
+	copy(want, m[256:320])
+	for _, line := range []string{"send: ACK\n", "write: ACK\n", fmt.Sprintf("read: %x\n", want), "badkey: NAK 0x62\n"} {
+		if !strings.Contains(string(out), line) {
+			t.Errorf("the scapy peer did not see %q", strings.TrimSpace(line))
+		}
+	}
+	if !strings.Contains(string(out), "icrc: ok ") || !strings.Contains(string(out), " bad 0\n") || strings.Contains(string(out), "icrc: ok 0 ") {
+		t.Errorf("the answers' ICRCs did not all check")
+	}
+	w := waitWC(t, e.rcq, 1)[0]
+	if w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecv || w.ByteLen != uint32(len("scapy send")) || string(m[1024:1024+w.ByteLen]) != "scapy send" {
+		t.Errorf("the VM's receive: %+v, %q", w, m[1024:1034])
+	}
+	for i := range 64 {
+		if m[i] != byte(0x30+i*3) {
+			t.Fatalf("the VM's region after the scapy peer's WRITE: %x", m[:64])
+		}
+	}
+}
