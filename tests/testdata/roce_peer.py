@@ -7,6 +7,8 @@
 #
 #   roce_peer.py isolation DST QPN PSN VA RKEY WAIT
 #   roce_peer.py rc DST QPN VA RKEY LQPN LPSN
+#   roce_peer.py icrc PCAP     checks the ICRC of every RoCEv2 packet of a capture:
+#                              prints "icrc: ok N bad M"
 #
 # sends to DST:4791 (listening on eth0) an RC SEND_ONLY, an RC RDMA_WRITE_ONLY (RETH VA, RKEY),
 # an RC RDMA_READ_REQUEST and a UD SEND_ONLY (DETH), all to QPN from PSN
@@ -18,7 +20,7 @@ import sys
 import threading
 import time
 
-from scapy.all import ICMP, IP, UDP, Raw, AsyncSniffer, conf, send
+from scapy.all import ICMP, IP, UDP, Raw, AsyncSniffer, conf, rdpcap, send
 from scapy.contrib.roce import BTH
 
 conf.verb = 0
@@ -146,11 +148,28 @@ def rc(dst, qpn, va, rkey, lqpn, lpsn):
     print("icrc: ok %d bad %d" % (ans.good, ans.bad))
 
 
+def icrc(pcap):
+    good = bad = 0
+    for p in rdpcap(pcap):
+        if IP not in p or BTH not in p:
+            continue
+        raw_ip = bytes(p[IP])
+        q = IP(raw_ip)
+        q[BTH].icrc = None
+        if bytes(q)[-4:] == raw_ip[-4:]:
+            good += 1
+        else:
+            bad += 1
+    print("icrc: ok %d bad %d" % (good, bad))
+
+
 if __name__ == "__main__":
     a = sys.argv
     if len(a) == 8 and a[1] == "isolation":
         isolation(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), float(a[7]))
+    elif len(a) == 3 and a[1] == "icrc":
+        icrc(a[2])
     elif len(a) == 8 and a[1] == "rc":
         rc(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), int(a[7], 0))
     else:
-        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN")
+        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN | icrc PCAP")
