@@ -702,7 +702,7 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 	if err != nil {
 		return err
 	}
-	if err := mg.defineNative(s.Ctx, d); err != nil {
+	if err := mg.defineNative(s.Ctx, d, cfg); err != nil {
 		return err
 	}
 	if c := mg.ctl; c != nil {
@@ -750,16 +750,21 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 // defineNative refuses a definition whose adapters have native endpoints
 // where this host cannot give them (rule host-native-endpoint): a VM
 // defined here is powered on here.
-func (mg *Procedures) defineNative(ctx context.Context, d *mgmt.DefineVM) error {
+func (mg *Procedures) defineNative(ctx context.Context, d *mgmt.DefineVM, cfg *vmconfig.Config) error {
+	if !slices.ContainsFunc(cfg.Adapters, func(a vmconfig.Adapter) bool { return a.NativeEndpoint }) {
+		return nil // the control plane is not asked: a define works through its outage
+	}
 	f, err := vmx.Parse([]byte(d.VMX))
 	if err != nil {
 		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
 	}
 	var host *records.Host
-	if mg.ctl != nil {
-		h, err := mg.resolveHost(ctx, "")
+	if c := mg.ctl; c != nil {
+		ctx, cancel := context.WithTimeout(ctx, c.LookupTimeout)
+		h, err := c.Cache.Host(ctx, mg.hostID)
+		cancel()
 		if err != nil {
-			return err
+			return abi.Errorf(abi.CodeUnavailable, "vmx", "VM %q has native endpoints, and this host's record, which says whether it can give them, cannot be read: %v", d.Name, err)
 		}
 		host = &h.Host
 	}
