@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -52,6 +53,7 @@ import (
 	"github.com/vrdma/vrdma/internal/locations"
 	"github.com/vrdma/vrdma/internal/manage"
 	"github.com/vrdma/vrdma/internal/quota"
+	"github.com/vrdma/vrdma/internal/rocewire"
 	"github.com/vrdma/vrdma/internal/sys"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/vmnet"
@@ -89,6 +91,13 @@ type Config struct {
 	// Control configures the control plane (control.go); nil runs the
 	// agent standalone, with same-host peers only.
 	Control *ControlConfig
+	// NativePeer, if valid, makes an agent without a control plane a
+	// plain RoCEv2 peer (vrdmactl native-peer): it runs a RoCEv2 engine
+	// on UDP NativePeer:4791, and a QP of its adapters whose remote GID is
+	// no adapter of its own reaches the RoCE endpoint at that GID's IP
+	// address through the engine, as a QP of an adapter with native
+	// endpoints does (routeNative).
+	NativePeer netip.Addr
 	// MetricsListen, if set, is the TCP address where the agent serves
 	// Prometheus metrics at /metrics, and /healthz and /readyz (package
 	// metrics).
@@ -238,7 +247,20 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		}
 		a.local = lp
 	}
+	if cfg.NativePeer.IsValid() {
+		if cfg.Control != nil {
+			return nil, errors.New("a native peer runs without a control plane: give NativePeer or Control, not both")
+		}
+		c, err := rdma.ListenUDP(netip.AddrPortFrom(cfg.NativePeer, rocewire.UDPPort))
+		if err != nil {
+			return nil, err
+		}
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+	}
 	if err := a.listen(); err != nil {
+		if a.rdma != nil {
+			a.rdma.Close()
+		}
 		return nil, err
 	}
 	if cfg.Control != nil {

@@ -8,10 +8,12 @@ package agent
 // only place that knows every path by name.
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
@@ -24,6 +26,7 @@ import (
 	"github.com/vrdma/vrdma/internal/transport/memcpy"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 	"github.com/vrdma/vrdma/internal/transport/tcp"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // linksConfig is the configuration of the links to other hosts, with
@@ -68,16 +71,53 @@ func (a *Agent) startRDMA() error {
 		if err != nil {
 			return err
 		}
-		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+		members := (&uplinkMembers{c: a.ctl}).has
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, Members: members})
 		a.log.Info("rdma uplink listening", "address", c.LocalAddr().String())
 		if fc := a.rdmaV1Conn; fc != nil {
 			a.rdmaV1Conn = nil
-			a.rdma1 = rdma.Start(rdma.Config{Device: a.dev, Frames: fc, GID: u.GID, Log: a.log})
+			a.rdma1 = rdma.Start(rdma.Config{Device: a.dev, Frames: fc, GID: u.GID, Log: a.log, Members: members})
 			a.log.Info("rdma uplink listening for RoCE v1", "interface", fc.Link().Name, "mac", u.MAC, "gid", u.GID.String())
 		}
 		return nil
 	}
 	return nil
+}
+
+// uplinkMembers tells the rdma engines which addresses are vrdma hosts'
+// RDMA uplinks on this host's switch (rdma.Config.Members), as the
+// control plane's cache says, computed again when the cache changes.
+type uplinkMembers struct {
+	c  *control
+	mu sync.Mutex
+	// the uplinks' addresses and GIDs (unmapped) as of the cache's
+	// revision rev (set nil: never computed)
+	set map[netip.Addr]struct{} // +checklocks:mu
+	rev int64                   // +checklocks:mu
+}
+
+// has reports whether addr (unmapped) is the address or the GID of an
+// RDMA uplink of a host on this host's switch, this host's included.
+func (m *uplinkMembers) has(addr netip.Addr) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev := m.c.cache.Rev(); rev != m.rev || m.set == nil {
+		set := map[netip.Addr]struct{}{}
+		for _, h := range m.c.cache.Hosts() {
+			if h.Host.Switch == "" || h.Host.Switch != m.c.cfg.Switch {
+				continue
+			}
+			for _, u := range h.Host.Uplinks {
+				set[u.Address.Unmap()] = struct{}{}
+				if u.GID.IsValid() {
+					set[u.GID.Unmap()] = struct{}{}
+				}
+			}
+		}
+		m.set, m.rev = set, rev
+	}
+	_, ok := m.set[addr]
+	return ok
 }
 
 // prepareRoCEv1 opens the RoCE v1 socket of the host's software RoCE
@@ -157,6 +197,11 @@ func peerRoCEv1(h records.Host) ([6]byte, netip.Addr, bool) {
 // (decisions.go).
 func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
 	ad := a.dev.AdapterByGID(dgid)
+	if ad == nil {
+		if r, ok, err := a.routeNative(q, dgid); ok || err != nil {
+			return r, err
+		}
+	}
 	var dec pathsel.Decision
 	decided := false
 	if c := a.ctl; c != nil {
@@ -212,6 +257,55 @@ func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 		info = decisionInfo(dec)
 	}
 	return device.Route{Info: info, New: memcpy.Bind(a.dev)}, nil
+}
+
+// routeNative routes q to a native endpoint: a RoCE peer that is not a
+// vrdma VM, at the IP address of GID dgid (an IPv4-mapped GID for IPv4),
+// through the RoCEv2 engine of the host's uplink; the peer addresses q
+// by its QPN, the device's, at the uplink's address. It applies (ok) to
+// a QP of an adapter with native endpoints (vrdmaX.nativeEndpointSupport)
+// whose dgid no vrdma adapter holds, and to every QP of a native peer
+// (Config.NativePeer).
+func (a *Agent) routeNative(q *device.QP, dgid abi.GID) (device.Route, bool, error) {
+	ad := q.Adapter()
+	vc, _ := adapterConfig(ad)
+	if a.rdma == nil || a.ctl != nil && !vc.NativeEndpoint {
+		return device.Route{}, false, nil
+	}
+	var m rdma.Marks
+	if c := a.ctl; c != nil {
+		if _, ok := c.cache.HolderOf(netip.AddrFrom16(dgid)); ok {
+			return device.Route{}, false, nil // a vrdma adapter: the control plane's paths
+		}
+		if pg, err := c.cache.PortGroup(context.Background(), vc.PortGroupID); err == nil {
+			so := netcheck.SocketOptionsOf(pg)
+			m = rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)}
+		}
+	}
+	ip := netip.AddrFrom16(dgid).Unmap()
+	local := a.rdma.LocalAddr().Addr().Unmap()
+	if ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.Is4() != local.Is4() {
+		// No address the engine reaches (vrdma adapters' GIDs are link
+		// local): the other paths' rules and errors apply.
+		return device.Route{}, false, nil
+	}
+	info := abi.PathInfo{Path: abi.PathRDMA, Reason: fmt.Sprintf("rdma: native endpoint %s, a RoCE peer that is not a vrdma VM, through the RoCEv2 engine on %s",
+		ip, a.rdma.LocalAddr())}
+	return device.Route{Info: info, New: a.rdma.Bind(netip.AddrPortFrom(ip, rocewire.UDPPort), m)}, true, nil
+}
+
+// adapterConfig returns adapter ad's configuration in its VM's file.
+func adapterConfig(ad *device.Adapter) (vmconfig.Adapter, bool) {
+	cfg := ad.Context().Config()
+	if cfg == nil {
+		return vmconfig.Adapter{}, false
+	}
+	for _, c := range cfg.Adapters {
+		if c.Index == ad.Index() {
+			return c, true
+		}
+	}
+	return vmconfig.Adapter{}, false
 }
 
 // decisionInfo is the path report of a control-plane decision.

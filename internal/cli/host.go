@@ -20,26 +20,29 @@ import (
 
 // hostReport is one host as host list and host show print it.
 type hostReport struct {
-	ID             string           `json:"id"`
-	Name           string           `json:"name"`
-	State          string           `json:"state"`    // effective: down when no live lease
-	Declared       string           `json:"declared"` // as the record says
-	Switch         string           `json:"switch"`
-	PVRDMAAddress  string           `json:"pvrdma_address"`
-	FirewallPVRDMA bool             `json:"firewall_pvrdma"`
-	Uplinks        []records.Uplink `json:"uplinks"`
-	AgentVersion   string           `json:"agent_version"`
-	LeaseAgeS      float64          `json:"lease_age_s"` // how long it has held its lease; 0 when down
-	VMs            []string         `json:"vms,omitempty"`
-	Datacenter     string           `json:"datacenter,omitempty"` // its place in the inventory
-	Cluster        string           `json:"cluster,omitempty"`
-	Folder         string           `json:"folder,omitempty"`
-	HostKey        string           `json:"host_key,omitempty"` // the public key it signs its handshakes with, hex
+	ID             string `json:"id"`
+	Name           string `json:"name"`
+	State          string `json:"state"`    // effective: down when no live lease
+	Declared       string `json:"declared"` // as the record says
+	Switch         string `json:"switch"`
+	PVRDMAAddress  string `json:"pvrdma_address"`
+	FirewallPVRDMA bool   `json:"firewall_pvrdma"`
+	// PVRDMANamespaces: PVRDMA namespaces are on for the host's RDMA
+	// uplink, as native endpoints need.
+	PVRDMANamespaces bool             `json:"pvrdma_namespaces"`
+	Uplinks          []records.Uplink `json:"uplinks"`
+	AgentVersion     string           `json:"agent_version"`
+	LeaseAgeS        float64          `json:"lease_age_s"` // how long it has held its lease; 0 when down
+	VMs              []string         `json:"vms,omitempty"`
+	Datacenter       string           `json:"datacenter,omitempty"` // its place in the inventory
+	Cluster          string           `json:"cluster,omitempty"`
+	Folder           string           `json:"folder,omitempty"`
+	HostKey          string           `json:"host_key,omitempty"` // the public key it signs its handshakes with, hex
 }
 
 func hostReportOf(h member.HostStatus) hostReport {
 	r := hostReport{ID: h.Host.ID, Name: h.Host.Name, State: string(h.Host.State), Declared: string(h.Declared), Switch: h.Host.Switch,
-		FirewallPVRDMA: h.Host.FirewallPVRDMA, Uplinks: h.Host.Uplinks, AgentVersion: h.Host.AgentVersion,
+		FirewallPVRDMA: h.Host.FirewallPVRDMA, PVRDMANamespaces: h.Host.PVRDMANamespaces, Uplinks: h.Host.Uplinks, AgentVersion: h.Host.AgentVersion,
 		LeaseAgeS: round2(h.LeaseAge(time.Now()).Seconds()), Datacenter: h.Host.Datacenter, Cluster: h.Host.Cluster, Folder: h.Host.Folder,
 		HostKey: h.Host.HostKey}
 	if h.Host.PVRDMAAddress.IsValid() {
@@ -136,7 +139,7 @@ func (a *app) hostCommand() *cobra.Command {
 				}
 				fmt.Fprintf(a.stdout, "host %s (%s)\n  state:          %s (declared %s)\n  lease age:      %s\n  switch:         %s\n  PVRDMA address: %s\n  firewall:       pvrdma %s\n  agent:          %s\n",
 					r.Name, r.ID, r.State, r.Declared, leaseAge(r.LeaseAgeS), orDash(r.Switch), orDash(r.PVRDMAAddress), onOff(r.FirewallPVRDMA), r.AgentVersion)
-				fmt.Fprintf(a.stdout, "  RDMA uplinks:   %d\n", len(r.Uplinks))
+				fmt.Fprintf(a.stdout, "  RDMA uplinks:   %d, PVRDMA namespaces %s\n", len(r.Uplinks), onOff(r.PVRDMANamespaces))
 				for _, u := range r.Uplinks {
 					fmt.Fprintf(a.stdout, "    %s %s GID %s %s\n", u.Kind, u.Address, u.GID, strings.Join(u.Capabilities, ","))
 					if u.Device != "" {

@@ -244,16 +244,20 @@ func (a *app) printInvHost(h invHost, indent string) {
 // ESXi host for PVRDMA" (tag a vmknic, enable the pvrdma firewall rule),
 // and the host's place in the inventory.
 func (a *app) hostConfigureCommand() *cobra.Command {
-	var addr, vmknic, firewall, maint string
+	var addr, vmknic, firewall, maint, namespaces string
 	var inv records.Inventory
 	cmd := &cobra.Command{
-		Use:   "configure ID|NAME [--pvrdma-address ADDR:PORT|none] [--firewall-pvrdma on|off] [--datacenter D] [--cluster C] [--folder F]",
+		Use:   "configure ID|NAME [--pvrdma-address ADDR:PORT|none] [--firewall-pvrdma on|off] [--pvrdma-namespaces on|off] [--datacenter D] [--cluster C] [--folder F]",
 		Short: "Configure a host for PVRDMA (tagged address, pvrdma firewall rule) and place it in the inventory",
 		Long: `configure changes a host's record in the control plane, as vSphere's
 "Configure an ESXi host for PVRDMA" does: --pvrdma-address tags the address
 that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic; "none" removes the
 tag; an address without a port keeps the current port), --firewall-pvrdma
-turns the host's pvrdma firewall rule on or off. --datacenter, --cluster and
+turns the host's pvrdma firewall rule on or off, --pvrdma-namespaces turns PVRDMA
+namespaces on or off for the host's RDMA uplink (native endpoints need them: a
+VM with vrdmaX.nativeEndpointSupport = "TRUE" powers on only on a host with an
+RDMA uplink and namespaces on, rule host-native-endpoint; turning them off
+changes no VM already powered on). --datacenter, --cluster and
 --folder place the host in the inventory; --maintenance on keeps new VMs and
 connections off it. Only the flags given change.
 
@@ -267,8 +271,13 @@ a restart of the host's agent, unless the agent is started with its own
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			var fw, mt bool
+			var fw, mt, ns bool
 			var err error
+			if fl.Changed("pvrdma-namespaces") {
+				if ns, err = parseOnOff("pvrdma-namespaces", namespaces); err != nil {
+					return err
+				}
+			}
 			if fl.Changed("firewall-pvrdma") {
 				if fw, err = parseOnOff("firewall-pvrdma", firewall); err != nil {
 					return err
@@ -280,11 +289,11 @@ a restart of the host's agent, unless the agent is started with its own
 				}
 			}
 			changed := false
-			for _, n := range []string{"pvrdma-address", "vmknic", "firewall-pvrdma", "datacenter", "cluster", "folder", "maintenance"} {
+			for _, n := range []string{"pvrdma-address", "vmknic", "firewall-pvrdma", "pvrdma-namespaces", "datacenter", "cluster", "folder", "maintenance"} {
 				changed = changed || fl.Changed(n)
 			}
 			if !changed {
-				return usageErrorf("host configure: say what to change (--pvrdma-address, --firewall-pvrdma, --datacenter, --cluster, --folder, --vmknic, --maintenance)")
+				return usageErrorf("host configure: say what to change (--pvrdma-address, --firewall-pvrdma, --pvrdma-namespaces, --datacenter, --cluster, --folder, --vmknic, --maintenance)")
 			}
 			var out hostReport
 			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
@@ -314,6 +323,9 @@ a restart of the host's agent, unless the agent is started with its own
 					if fl.Changed("firewall-pvrdma") {
 						n.FirewallPVRDMA = fw
 					}
+					if fl.Changed("pvrdma-namespaces") {
+						n.PVRDMANamespaces = ns
+					}
 					if fl.Changed("datacenter") {
 						n.Datacenter = inv.Datacenter
 					}
@@ -341,7 +353,7 @@ a restart of the host's agent, unless the agent is started with its own
 				if err != nil {
 					hs = member.HostStatus{Host: h, Declared: h.State}
 				}
-				hs.Host.Inventory, hs.Host.PVRDMAAddress, hs.Host.FirewallPVRDMA = h.Inventory, h.PVRDMAAddress, h.FirewallPVRDMA
+				hs.Host.Inventory, hs.Host.PVRDMAAddress, hs.Host.FirewallPVRDMA, hs.Host.PVRDMANamespaces = h.Inventory, h.PVRDMAAddress, h.FirewallPVRDMA, h.PVRDMANamespaces
 				out = hostReportOf(hs)
 				return nil
 			})
@@ -351,8 +363,8 @@ a restart of the host's agent, unless the agent is started with its own
 			if a.json() {
 				return a.printJSON(out)
 			}
-			fmt.Fprintf(a.stdout, "host %s (%s) configured: PVRDMA address %s, pvrdma firewall rule %s, datacenter %s, cluster %s, folder %s\n",
-				out.Name, out.ID, orDash(out.PVRDMAAddress), onOff(out.FirewallPVRDMA), orDash(out.Datacenter), orDash(out.Cluster), orDash(out.Folder))
+			fmt.Fprintf(a.stdout, "host %s (%s) configured: PVRDMA address %s, pvrdma firewall rule %s, PVRDMA namespaces %s, datacenter %s, cluster %s, folder %s\n",
+				out.Name, out.ID, orDash(out.PVRDMAAddress), onOff(out.FirewallPVRDMA), onOff(out.PVRDMANamespaces), orDash(out.Datacenter), orDash(out.Cluster), orDash(out.Folder))
 			return nil
 		},
 	}
@@ -360,6 +372,7 @@ a restart of the host's agent, unless the agent is started with its own
 	f.StringVar(&addr, "pvrdma-address", "", "ADDR:PORT that carries PVRDMA traffic between hosts (Net.PVRDMAVmknic), or none")
 	f.StringVar(&vmknic, "vmknic", "", "the interface that holds the PVRDMA address (e.g. vmk1), for people")
 	f.StringVar(&firewall, "firewall-pvrdma", "", "the host's pvrdma firewall rule: on or off")
+	f.StringVar(&namespaces, "pvrdma-namespaces", "", "PVRDMA namespaces on the host's RDMA uplink, as native endpoints need: on or off")
 	f.StringVar(&inv.Datacenter, "datacenter", "", "the host's datacenter (\"\" removes it)")
 	f.StringVar(&inv.Cluster, "cluster", "", "the host's cluster (\"\" removes it)")
 	f.StringVar(&inv.Folder, "folder", "", "the host's folder, a path such as rack1/row2")

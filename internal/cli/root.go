@@ -144,6 +144,7 @@ and between two hosts (tcp).`,
 		a.resCommand(), // res.go
 		a.vmCommand(),
 		a.perfCommand(),
+		a.nativePeerCommand(), // nativepeer.go
 		a.switchCommand(),
 		a.portgroupCommand(),
 		a.hostCommand(),

@@ -204,8 +204,8 @@ func printStat(w io.Writer, rep statReport) {
 			u.DialsEstablished, u.DialsRefused, u.DialsFailed, u.Accepted, u.AcceptsRefused)
 	}
 	for _, r := range rep.RDMA {
-		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d\n",
-			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP)
+		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d not_vrdma %d\n",
+			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP, r.NotVRDMA)
 	}
 	printCounts(w, "paths", rep.PathDecisions, func(d vrdma.PathDecisionCount) (string, string, uint64) {
 		if d.Path == "" {

@@ -80,6 +80,10 @@ func printStatus(w io.Writer, rep statusReport) {
 	if p := rep.PVRDMA; p != nil {
 		fmt.Fprintf(w, "PVRDMA address %s, %s, firewall rule pvrdma %s\n", orDash(p.Address), pvrdmaListening(p), onOff(p.Firewall))
 	}
+	for _, r := range rep.RDMA {
+		fmt.Fprintf(w, "RDMA uplink %s (RoCE %s): %d packets in, %d dropped from peers that are not vrdma hosts of the switch\n",
+			r.Address, orDash(r.RoCE), r.PacketsIn, r.NotVRDMA)
+	}
 	fmt.Fprintln(w)
 	defer printUplinks(w, rep.Uplinks)
 	if len(rep.VMs) == 0 {

@@ -130,7 +130,10 @@ func TestVMProceduresStandalone(t *testing.T) {
 	// Power-on runs every rule and refuses with the whole list: here the
 	// memory reservation (an error) and async mode's latency sensitivity
 	// (a warning).
-	out := ctlFail(t, on, []string{"cannot power on", "memory-reservation", "async-latency-sensitivity", "warning"}, "vm", "power-on", "web")
+	// Native endpoints need a host of the control plane (rule
+	// host-native-endpoint): a standalone agent has no RDMA uplink.
+	out := ctlFail(t, on, []string{"cannot power on", "memory-reservation", "async-latency-sensitivity", "warning",
+		"host-native-endpoint", "agent without a control plane"}, "vm", "power-on", "web")
 	if strings.Contains(out, "host-rdma-configured") {
 		t.Errorf("a standalone power-on ran the host rules:\n%s", out)
 	}
@@ -146,6 +149,7 @@ func TestVMProceduresStandalone(t *testing.T) {
 		t.Errorf("after reserve-memory:\n%s", got)
 	}
 	ctlUsage(t, on, "--all", "vm", "reserve-memory", "web")
+	ctlOn(t, on, "vm", "set", "web", "vrdma1.nativeEndpointSupport=FALSE")
 	if out := ctlOn(t, on, "vm", "power-on", "web"); !strings.Contains(out, "powered on on host hostA") || !strings.Contains(out, "async-latency-sensitivity") {
 		t.Errorf("vm power-on:\n%s", out)
 	}

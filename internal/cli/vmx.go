@@ -109,7 +109,7 @@ report goes to stdout whatever the exit status: a list with, per file,
 				if hs.Alive == nil {
 					h.State = records.HostDown
 				}
-				target.Host = &rules.Host{Name: h.Name, PVRDMAAddress: h.PVRDMAAddress, FirewallPVRDMA: h.FirewallPVRDMA, Switch: h.Switch}
+				target.Host = member.RulesHost(h)
 				return a.vmxCheck(args, target, func(f *vmx.File) []rules.Finding {
 					return c.PlacementFindings(cmd.Context(), f, h, "", "")
 				})

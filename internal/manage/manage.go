@@ -66,6 +66,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/quota"
+	"github.com/vrdma/vrdma/internal/rules"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 	"github.com/vrdma/vrdma/internal/vmx"
 )
@@ -701,6 +702,9 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 	if err != nil {
 		return err
 	}
+	if err := mg.defineNative(s.Ctx, d, cfg); err != nil {
+		return err
+	}
 	if c := mg.ctl; c != nil {
 		ctx, cancel := context.WithTimeout(s.Ctx, c.LookupTimeout)
 		r, err := c.Cache.VM(ctx, d.Name)
@@ -741,6 +745,35 @@ func (mg *Procedures) Define(s *Caller, d *mgmt.DefineVM) error {
 		return abi.Errorf(abi.CodeState, "name", "VM %q is attached: detach its workload (power it off) before changing it", d.Name)
 	}
 	return mg.writeLocal(d.Name, []byte(d.VMX), localState{Power: records.PoweredOn, Owner: owner, Inventory: st.Inventory, PinAllowed: e.pinOK})
+}
+
+// defineNative refuses a definition whose adapters have native endpoints
+// where this host cannot give them (rule host-native-endpoint): a VM
+// defined here is powered on here.
+func (mg *Procedures) defineNative(ctx context.Context, d *mgmt.DefineVM, cfg *vmconfig.Config) error {
+	if !slices.ContainsFunc(cfg.Adapters, func(a vmconfig.Adapter) bool { return a.NativeEndpoint }) {
+		return nil // the control plane is not asked: a define works through its outage
+	}
+	f, err := vmx.Parse([]byte(d.VMX))
+	if err != nil {
+		return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", d.Name, err)
+	}
+	var host *records.Host
+	if c := mg.ctl; c != nil {
+		ctx, cancel := context.WithTimeout(ctx, c.LookupTimeout)
+		h, err := c.Cache.Host(ctx, mg.hostID)
+		cancel()
+		if err != nil {
+			return abi.Errorf(abi.CodeUnavailable, "vmx", "VM %q has native endpoints, and this host's record, which says whether it can give them, cannot be read: %v", d.Name, err)
+		}
+		host = &h.Host
+	}
+	for _, fd := range vmRules(f, host, mg.ctl == nil) {
+		if fd.Rule == rules.RuleHostNativeEndpoint {
+			return abi.Errorf(abi.CodeRefused, "vmx", "VM %q cannot be defined (powered on) on this host: [%s] %s", d.Name, fd.Rule, fd.Message)
+		}
+	}
+	return nil
 }
 
 // Undefine removes VM name: from the state directory if it is there
@@ -934,13 +967,18 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 			return err
 		}
 		if e.power != records.PoweredOff {
+			if key, ok := nativeEndpointKey(req); ok {
+				return abi.Errorf(abi.CodeState, "power", "VM %q is powered on (on host %s), and %s turns native endpoints on or off, "+
+					"which changes the identifiers its adapter has on the fabric: power off the VM first (vrdmactl vm power-off %s)",
+					e.name, mg.hostLabel(e.host), key, e.name)
+			}
 			return mg.poweredOnErr(e)
 		}
 		f, err := vmx.Parse([]byte(e.vmx))
 		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		before := vmRules(f, nil)
+		before := vmRules(f, nil, false)
 		touched, err := applyEdit(f, req, adds)
 		if err != nil {
 			return abi.Errorf(abi.CodeInvalid, "", "VM %q: %v", e.name, err)
@@ -952,7 +990,7 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		if err := mg.checkPin(s, e, cfg); err != nil {
 			return err
 		}
-		after = vmRules(f, nil)
+		after = vmRules(f, nil, false)
 		if added := newErrors(before, after, touched); len(added) > 0 {
 			return &refusal{findings: added}
 		}
@@ -971,6 +1009,21 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		return mgmt.EditReply{}, err
 	}
 	return mgmt.EditReply{VM: mg.info(e), Findings: nonNil(after)}, nil
+}
+
+// nativeEndpointKey returns the first vrdmaX.nativeEndpointSupport key
+// that edit req sets or removes.
+func nativeEndpointKey(req *mgmt.EditVM) (string, bool) {
+	keys := slices.Clone(req.Unset)
+	for _, kv := range req.Set {
+		keys = append(keys, kv.Key)
+	}
+	for _, k := range keys {
+		if _, _, ok := vmconfig.IndexedKey(k, "vrdma", ".nativeendpointsupport"); ok {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 func nonNil(f []mgmt.Finding) []mgmt.Finding {
@@ -1143,13 +1196,13 @@ func (mg *Procedures) powerOn(ctx context.Context, s *Caller, req *mgmt.PowerOnV
 		if err != nil {
 			return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 		}
-		return mgmt.PowerReply{VM: mg.info(e), Findings: nonNil(vmRules(f, host))}, nil
+		return mgmt.PowerReply{VM: mg.info(e), Findings: nonNil(vmRules(f, host, mg.ctl == nil))}, nil
 	}
 	f, err := vmx.Parse([]byte(e.vmx))
 	if err != nil {
 		return mgmt.PowerReply{}, abi.Errorf(abi.CodeInvalid, "vmx", "VM %q: %v", e.name, err)
 	}
-	findings := append(vmRules(f, host), mg.placementChecks(ctx, e, f, host)...)
+	findings := append(vmRules(f, host, mg.ctl == nil), mg.placementChecks(ctx, e, f, host)...)
 	for _, fd := range findings {
 		if fd.Severity == "error" {
 			return mgmt.PowerReply{VM: mg.info(e), Refused: true, Findings: findings}, nil

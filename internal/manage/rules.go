@@ -4,6 +4,7 @@ package manage
 
 import (
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/rules"
 	"github.com/vrdma/vrdma/internal/vmx"
@@ -11,11 +12,12 @@ import (
 
 // vmRules runs every rule (package rules) against VM file f at vrdma's own
 // level (rules.Default, ESXi 8.0), and the host rules against host when it
-// is not nil.
-func vmRules(f *vmx.File, host *records.Host) []mgmt.Finding {
-	t := rules.Target{ESXi: rules.Default}
+// is not nil. standalone says the VM is to run at this agent without a
+// control plane (rules.Target.Standalone).
+func vmRules(f *vmx.File, host *records.Host, standalone bool) []mgmt.Finding {
+	t := rules.Target{ESXi: rules.Default, Standalone: standalone}
 	if host != nil {
-		t.Host = &rules.Host{Name: host.Name, PVRDMAAddress: host.PVRDMAAddress, FirewallPVRDMA: host.FirewallPVRDMA, Switch: host.Switch}
+		t.Host = member.RulesHost(*host)
 	}
 	return abiFindings(rules.Check(f, t))
 }

@@ -286,6 +286,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(rdmaDropDesc, r.BadICRC, u, v, "bad_icrc")
 		counter(rdmaDropDesc, r.Malformed, u, v, "malformed")
 		counter(rdmaDropDesc, r.NoQP, u, v, "no_qp")
+		counter(rdmaDropDesc, r.NotVRDMA, u, v, "not_vrdma")
 		counter(rdmaDropDesc, r.Panics, u, v, "panic")
 	}
 	if p := st.PVRDMA; p != nil {

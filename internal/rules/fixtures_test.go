@@ -56,6 +56,8 @@ func readFixtures(t testing.TB) []fixture {
 				}
 			case "host":
 				fx.target.Host = parseHostSpec(t, name, v)
+			case "standalone":
+				fx.target.Standalone = v == "yes"
 			case "want":
 				sawWant = true
 				fx.want = strings.Fields(v)
@@ -71,7 +73,7 @@ func readFixtures(t testing.TB) []fixture {
 }
 
 // parseHostSpec parses "name=esx1 switch=dvs1 address=10.0.0.1:4791
-// firewall=on".
+// firewall=on namespaces=on uplink=on".
 func parseHostSpec(t testing.TB, file, spec string) *Host {
 	h := &Host{}
 	for _, f := range strings.Fields(spec) {
@@ -89,6 +91,10 @@ func parseHostSpec(t testing.TB, file, spec string) *Host {
 			h.PVRDMAAddress = ap
 		case "firewall":
 			h.FirewallPVRDMA = v == "on"
+		case "namespaces":
+			h.Namespaces = v == "on"
+		case "uplink":
+			h.RDMAUplink = v == "on"
 		default:
 			t.Fatalf("%s: unknown host field %q", file, k)
 		}

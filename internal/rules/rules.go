@@ -63,6 +63,7 @@ const (
 	RuleAsyncLatencySensitivity = "async-latency-sensitivity" // latency sensitivity high with async mode
 	RuleHostRDMAConfigured      = "host-rdma-configured"      // host: tagged PVRDMA address, pvrdma firewall rule
 	RuleHostOnSwitch            = "host-on-switch"            // host: on the adapters' distributed switch
+	RuleHostNativeEndpoint      = "host-native-endpoint"      // host: an RDMA uplink with PVRDMA namespaces on
 	RulePVRDMAAdapter           = "pvrdma-adapter"            // the VM has a PVRDMA adapter
 	RuleDuplicateKey            = "duplicate-key"             // no key set twice
 	RuleBadValue                = "bad-value"                 // numbers and booleans well formed
@@ -111,6 +112,7 @@ var rules = []Rule{
 	{ID: RuleAsyncLatencySensitivity, Severity: SeverityWarning, Description: "sched.cpu.latencySensitivity = \"high\" is recommended with async mode"},
 	{ID: RuleHostRDMAConfigured, Severity: SeverityError, Description: "the host has a tagged PVRDMA address and its pvrdma firewall rule on", Host: true},
 	{ID: RuleHostOnSwitch, Severity: SeverityError, Description: "the host is on a distributed switch, the one of the VM's PVRDMA adapters", Host: true},
+	{ID: RuleHostNativeEndpoint, Severity: SeverityError, Description: "native endpoints need a host with an RDMA uplink and PVRDMA namespaces on", Host: true},
 	{ID: RulePVRDMAAdapter, Severity: SeverityWarning, Description: "the VM has a PVRDMA adapter (otherwise the PVRDMA prerequisites are not checked)"},
 	{ID: RuleDuplicateKey, Severity: SeverityWarning, Description: "no key is set twice (the last setting wins)"},
 	{ID: RuleBadValue, Severity: SeverityError, Description: "the values the rules read are well formed (numbers, booleans)"},
@@ -146,6 +148,12 @@ type Host struct {
 	FirewallPVRDMA bool
 	// Switch is the distributed switch the host is on ("" = none).
 	Switch string
+	// Namespaces is whether PVRDMA namespaces are on for the host's RDMA
+	// uplink (vrdmactl host configure --pvrdma-namespaces), as native
+	// endpoints need.
+	Namespaces bool
+	// RDMAUplink is whether the host has an RDMA uplink on its switch.
+	RDMAUplink bool
 }
 
 // Target is what a VM is checked against.
@@ -155,6 +163,11 @@ type Target struct {
 	ESXi Version
 	// Host is the host the VM is to run on; nil skips the host rules.
 	Host *Host
+	// Standalone says that the VM is to run at an agent without a
+	// control plane: a host with no host record, so with no RDMA uplink
+	// and no PVRDMA namespaces, which native endpoints need (the one
+	// host rule that runs without Host).
+	Standalone bool
 }
 
 // Finding is one problem that a rule found.
@@ -194,13 +207,16 @@ type adapter struct {
 
 // checker holds the state of one Check.
 type checker struct {
-	f        *vmx.File
-	esxi     Version
-	host     *Host
-	findings []Finding
-	adapters []adapter         // present PVRDMA adapters, by index
-	badKeys  map[string]bool   // keys with a bad-value finding, in lower case
-	spell    map[string]string // lower-case key -> its spelling on the line that counts
+	f    *vmx.File
+	esxi Version
+	host *Host
+	// standalone: the VM runs at an agent without a control plane
+	// (Target.Standalone)
+	standalone bool
+	findings   []Finding
+	adapters   []adapter         // present PVRDMA adapters, by index
+	badKeys    map[string]bool   // keys with a bad-value finding, in lower case
+	spell      map[string]string // lower-case key -> its spelling on the line that counts
 }
 
 // Check runs every rule on the VMX file f against target t and returns the
@@ -210,7 +226,7 @@ func Check(f *vmx.File, t Target) []Finding {
 	if f == nil {
 		return nil
 	}
-	c := &checker{f: f, esxi: t.ESXi, host: t.Host, badKeys: make(map[string]bool)}
+	c := &checker{f: f, esxi: t.ESXi, host: t.Host, standalone: t.Standalone, badKeys: make(map[string]bool)}
 	if c.esxi.IsZero() {
 		c.esxi = Default
 	}
@@ -585,6 +601,29 @@ func (c *checker) nativeEndpoints(hw int, hwOK bool) {
 				"and the target is %s: target ESXi 7.0 U1 (7.0.1) or later, or set %s = \"FALSE\"",
 				key, esxiName(c.esxi), key)
 		}
+		c.nativeEndpointHost(key)
+	}
+}
+
+// nativeEndpointHost: native endpoints need the VM's host to have an
+// RDMA uplink with PVRDMA namespaces on, since the adapter's identifiers
+// are to be real on that uplink's fabric.
+func (c *checker) nativeEndpointHost(key string) {
+	switch {
+	case c.standalone:
+		c.add(RuleHostNativeEndpoint, key, "%s turns on native endpoints, and the VM is to power on at an agent without a "+
+			"control plane, whose host has no RDMA uplink and no PVRDMA namespaces: run the VM on a host of the control "+
+			"plane with an RDMA uplink (vrdmactl vm create, then vm power-on --host HOST) and turn namespaces on there "+
+			"(vrdmactl host configure HOST --pvrdma-namespaces on), or set %s = \"FALSE\"", key, key)
+	case c.host == nil:
+	case !c.host.RDMAUplink:
+		c.add(RuleHostNativeEndpoint, key, "%s turns on native endpoints, and %s has no RDMA uplink, which native endpoints "+
+			"are reached through: place the VM on a host with one (vrdmad --rdma-uplink KIND/ADDRESS), or set %s = \"FALSE\"",
+			key, c.hostName(), key)
+	case !c.host.Namespaces:
+		c.add(RuleHostNativeEndpoint, key, "%s turns on native endpoints, and PVRDMA namespaces are off on %s: turn them on "+
+			"with vrdmactl host configure %s --pvrdma-namespaces on, or set %s = \"FALSE\"",
+			key, c.hostName(), c.hostArg(), key)
 	}
 }
 

@@ -457,9 +457,15 @@ type RDMAStatus struct {
 	BadICRC     uint64 `json:"bad_icrc"`         // dropped: the ICRC did not match
 	Malformed   uint64 `json:"malformed"`        // dropped: headers that do not parse
 	Panics      uint64 `json:"panics,omitempty"` // dropped: serving it panicked (a bug, logged with its stack; the engine went on)
-	NoQP        uint64 `json:"no_qp"`            // dropped: no QP of this path with that number facing the sender (so nothing from an address that is no uplink of the switch is served)
+	NoQP        uint64 `json:"no_qp"`            // dropped: no QP of this path with that number facing the sender (from an uplink of the switch; the others are NotVRDMA)
 	BatchesOut  uint64 `json:"batches_out"`      // sendmsg calls that carried several packets (UDP GSO)
 	BatchesIn   uint64 `json:"batches_in"`       // datagrams read that held several packets (UDP GRO)
+	// Native endpoints (isolation): NotVRDMA counts the packets dropped,
+	// unanswered, because their source address (RoCE v1: source GID) is
+	// no RDMA uplink of a host of this host's switch: a peer that is not
+	// a vrdma VM, which no adapter without native endpoints answers.
+	// They are not in NoQP.
+	NotVRDMA uint64 `json:"not_vrdma"`
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent

@@ -91,7 +91,7 @@ func TestControlPlaneManagedVM(t *testing.T) {
 }
 
 // Register keeps what an administrator configured and the agent does not
-// say: inventory, PVRDMA address, firewall rule.
+// say: inventory, PVRDMA address, firewall rule, PVRDMA namespaces.
 func TestControlPlaneRegisterKeepsConfiguration(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	st := etcdtest.OpenEmbedded(t)
@@ -100,6 +100,7 @@ func TestControlPlaneRegisterKeepsConfiguration(t *testing.T) {
 	configured := h
 	configured.PVRDMAAddress = netip.MustParseAddrPort("192.0.2.1:4791")
 	configured.FirewallPVRDMA = true
+	configured.PVRDMANamespaces = true
 	configured.Inventory = records.Inventory{Datacenter: "dc1", Cluster: "c1"}
 	if _, err := st.Create(ctx, records.HostKey("h1"), configured); err != nil {
 		t.Fatal(err)
@@ -113,7 +114,7 @@ func TestControlPlaneRegisterKeepsConfiguration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PVRDMAAddress != configured.PVRDMAAddress || !got.FirewallPVRDMA || got.Inventory != configured.Inventory {
+	if got.PVRDMAAddress != configured.PVRDMAAddress || !got.FirewallPVRDMA || !got.PVRDMANamespaces || got.Inventory != configured.Inventory {
 		t.Errorf("after Register: %+v", got)
 	}
 }

@@ -158,6 +158,7 @@ func Register(ctx context.Context, st *store.Store, h records.Host, opts Options
 				}
 			}
 			n.FirewallPVRDMA = n.FirewallPVRDMA || old.FirewallPVRDMA
+			n.PVRDMANamespaces = old.PVRDMANamespaces // an administrator's setting only
 			n.Uplinks = keepDeclared(n.Uplinks, old.Uplinks)
 		}
 		return &n, nil

@@ -23,6 +23,12 @@ const (
 	CheckPortGroupSwitch = "portgroup-switch" // each adapter's dvs.switchId names its port group's switch
 )
 
+// RulesHost is host record h as the host rules of package rules see it.
+func RulesHost(h records.Host) *rules.Host {
+	return &rules.Host{Name: h.Name, PVRDMAAddress: h.PVRDMAAddress, FirewallPVRDMA: h.FirewallPVRDMA, Switch: h.Switch,
+		Namespaces: h.PVRDMANamespaces, RDMAUplink: len(h.Uplinks) > 0}
+}
+
 // PlacementFindings runs the placement checks of VM file f (named vm, in
 // datacenter dc; "" skips the datacenter check) against host h, as the
 // cache sees the control plane: what vm power-on checks beyond the rules,

@@ -473,11 +473,17 @@ type Host struct {
 	PVRDMAVmknic  string         `json:"pvrdmaVmknic,omitempty"` // the interface holding PVRDMAAddress, e.g. "vmk1"
 	// FirewallPVRDMA says whether the host's firewall ruleset "pvrdma"
 	// is enabled; without it no inter-host PVRDMA traffic passes.
-	FirewallPVRDMA bool      `json:"firewallPvrdma"`
-	Uplinks        []Uplink  `json:"uplinks,omitempty"` // RDMA uplinks on Switch
-	Switch         string    `json:"switch"`            // the distributed switch the host is on ("" = none)
-	AgentVersion   string    `json:"agentVersion"`
-	State          HostState `json:"state"`
+	FirewallPVRDMA bool `json:"firewallPvrdma"`
+	// PVRDMANamespaces says whether PVRDMA namespaces are on for the
+	// host's RDMA uplink: each VM's adapters get identifiers (QPNs, keys,
+	// GID) real on the uplink's fabric, which native endpoints need. Set
+	// by an administrator (vrdmactl host configure --pvrdma-namespaces),
+	// kept when the agent registers again.
+	PVRDMANamespaces bool      `json:"pvrdmaNamespaces,omitempty"`
+	Uplinks          []Uplink  `json:"uplinks,omitempty"` // RDMA uplinks on Switch
+	Switch           string    `json:"switch"`            // the distributed switch the host is on ("" = none)
+	AgentVersion     string    `json:"agentVersion"`
+	State            HostState `json:"state"`
 	// HostKey is the public half of the agent's ed25519 host key (package
 	// hostkey), 64 lowercase hex digits: the key the host signs its tcp
 	// handshakes with. Written by the agent at every registration; ""

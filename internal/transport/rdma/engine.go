@@ -62,6 +62,14 @@ type Config struct {
 	Frames FrameConn
 	GID    netip.Addr
 	Log    *slog.Logger
+	// Members reports whether addr (an unmapped IP address; RoCE v1:
+	// the source GID, unmapped) is the address of an RDMA uplink of a
+	// vrdma host of the uplink's switch. A packet from any other address
+	// is a peer that is not a vrdma VM: it is dropped unanswered and
+	// counted (Counters.NotVRDMA). Nil takes every address for a member
+	// (a test's engines, which have no control plane). It is called by
+	// the reader only for a packet no QP serves, and for every UD packet.
+	Members func(addr netip.Addr) bool
 }
 
 // Counters are an engine's packet counters.
@@ -74,6 +82,9 @@ type Counters struct {
 	// TxBatches and RxBatches count the datagrams of several packets
 	// (UDP GSO sends, GRO receives).
 	TxBatches, RxBatches atomic.Uint64
+	// NotVRDMA counts the packets dropped because their sender is no
+	// vrdma host of the switch (Config.Members); they are not in NoQP.
+	NotVRDMA atomic.Uint64
 }
 
 // Engine is one RDMA uplink's RoCE engine: RoCE v2 on a UDP socket, or
@@ -157,7 +168,7 @@ func (e *Engine) Status() mgmt.RDMAStatus {
 	return mgmt.RDMAStatus{Address: addr, RoCE: roce, PacketsOut: c.TxPackets.Load(), PacketsIn: c.RxPackets.Load(),
 		BytesOut: c.TxBytes.Load(), BytesIn: c.RxBytes.Load(), Retransmits: c.Retransmits.Load(), SeqErrNaks: c.SeqErrNaks.Load(),
 		BadICRC: c.BadICRC.Load(), Malformed: c.Malformed.Load(), NoQP: c.NoQP.Load(), Panics: c.Panics.Load(),
-		BatchesOut: c.TxBatches.Load(), BatchesIn: c.RxBatches.Load()}
+		BatchesOut: c.TxBatches.Load(), BatchesIn: c.RxBatches.Load(), NotVRDMA: c.NotVRDMA.Load()}
 }
 
 // LocalAddr is the uplink's address and port (RoCE v1: its GID, port 0).
@@ -311,6 +322,11 @@ func (a *answering) flush() {
 	*a = (*a)[:0]
 }
 
+// member reports whether addr is a vrdma host's uplink (Config.Members).
+func (e *Engine) member(addr netip.Addr) bool {
+	return e.cfg.Members == nil || e.cfg.Members(addr.Unmap())
+}
+
 // testHookPacket, if set, is called by dispatch with each packet's
 // parsed headers before its QP is found. Only tests set it
 // (export_test.go), to make the reader panic.
@@ -330,6 +346,10 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		testHookPacket(pkt)
 	}
 	if pkt.DETH != nil {
+		if !e.member(src.Addr()) {
+			e.ctr.NotVRDMA.Add(1)
+			return nil
+		}
 		e.udPacket(pkt, src.Addr()) // a UD packet (ud.go)
 		return nil
 	}
@@ -340,6 +360,12 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 		p, _ = q.BoundPath().(*path)
 	}
 	if p == nil || p.e != e || p.peer.Addr() != src.Addr() || mac != nil && *mac != p.mac || xrc != q.Type().IsXRC() {
+		if !e.member(src.Addr()) {
+			// Isolation: a peer that is not a vrdma VM gets no answer,
+			// whatever QP it names (no adapter has native endpoints).
+			e.ctr.NotVRDMA.Add(1)
+			return nil
+		}
 		e.ctr.NoQP.Add(1)
 		if q != nil && pkt.Info.Request {
 			q.Counters().Dropped.Add(1) // a QP not connected over this path (RESET, INIT) drops what it gets

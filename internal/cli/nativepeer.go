@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/nativepeer"
+)
+
+// nativePeerReport is "vrdmactl native-peer -o json".
+type nativePeerReport struct {
+	Role   string              `json:"role"`   // "active" (it connected and ran the operations) or "passive"
+	Local  nativepeer.Info     `json:"local"`  // what it told the other side
+	Result []nativepeer.Result `json:"result"` // the operations run (active), each with its latency
+}
+
+// nativePeerCommand is "vrdmactl native-peer": a plain RoCEv2 peer, or its
+// counterpart in a VM with native endpoints (package nativepeer).
+func (a *app) nativePeerCommand() *cobra.Command {
+	var addr, vmName, adName, gid string
+	var port, size int
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [-p PORT] [-s SIZE] [PEER]",
+		Short: "A plain RoCEv2 peer (no agent, no control plane), or its counterpart in a VM with native endpoints",
+		Long: `native-peer runs RC operations between a plain RoCEv2 endpoint and a VM adapter
+with native endpoints (vrdmaX.nativeEndpointSupport = "TRUE"), to test the
+fabric between them.
+
+With --address ADDR it is the plain peer: vrdma's RoCEv2 engine used on its own,
+on UDP ADDR:4791, in this process, with no agent and no control plane; it knows
+nothing of vrdma. With --vm NAME it is the VM's side, through the agent at
+--socket: the adapter's QP is reached at its host's RDMA uplink address (the
+agent's RoCEv2 engine, shown by vrdmactl status), which it tells the other side as
+its GID unless --gid says otherwise.
+
+The sides exchange their GID, QPN, PSN, and the rkey and address of a region out
+of band over TCP port PORT, as ibv_rc_pingpong and perftest do, one JSON line
+each. Without PEER a side listens (passive); with PEER it connects (active) and
+runs SEND/RECV, RDMA WRITE with immediate, RDMA READ, compare and swap and fetch
+and add against the other side's region, checking each result, then asks the
+passive side to check its memory. Either side may be either role.`,
+		Example: `  # the plain peer, listening, on a machine without vrdma:
+  vrdmactl native-peer --address 10.0.1.50
+  # the VM's side, connecting to it:
+  vrdmactl native-peer --vm vm1 10.0.1.50`,
+		Args: rangeArgs(0, 1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (addr == "") == (vmName == "") {
+				return usageErrorf("native-peer: give --address ADDR (the plain peer) or --vm NAME (the VM's side)")
+			}
+			if size < nativepeer.MinSize || size > nativepeer.MaxSize {
+				return usageErrorf("native-peer: -s %d is outside %d..%d", size, nativepeer.MinSize, nativepeer.MaxSize)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			var vm *vrdma.VM
+			var local netip.Addr
+			if addr != "" {
+				ip, err := netip.ParseAddr(addr)
+				if err != nil {
+					return usageErrorf("native-peer: --address %q is not an IP address", addr)
+				}
+				dir, err := os.MkdirTemp("", "vrdma-native-peer")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				v, stop, err := nativepeer.Standalone(ctx, ip.Unmap(), dir, log)
+				if err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
+				defer stop()
+				vm, local = v, records.GIDOf(ip)
+			} else {
+				v, err := vrdma.Open(ctx, vmName, vrdma.WithSocket(a.socket))
+				if err != nil {
+					return fmt.Errorf("native-peer: open VM %s: %w", vmName, err)
+				}
+				defer v.Close()
+				vm = v
+				if local, err = a.uplinkGID(ctx, gid); err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
+			}
+			ad, err := vmAdapter(vm, adName)
+			if err != nil {
+				return fmt.Errorf("native-peer: %w", err)
+			}
+			side, err := nativepeer.NewSide(ctx, vm, ad, local, size)
+			if err != nil {
+				return fmt.Errorf("native-peer: %w", err)
+			}
+			rep := nativePeerReport{Role: "passive", Local: side.Local(), Result: []nativepeer.Result{}}
+			if len(args) == 0 {
+				err = a.nativePassive(ctx, side, addr, port)
+			} else {
+				rep.Role = "active"
+				rep.Result, err = a.nativeActive(ctx, side, args[0], port)
+			}
+			if err != nil {
+				return fmt.Errorf("native-peer: %w", err)
+			}
+			if a.json() {
+				return a.printJSON(rep)
+			}
+			fmt.Fprintf(a.stdout, "native-peer (%s): QPN 0x%06x at GID %s, region %#x rkey %#x\n", rep.Role, rep.Local.QPN, rep.Local.GID, rep.Local.Addr, rep.Local.RKey)
+			for _, r := range rep.Result {
+				fmt.Fprintf(a.stdout, "  %-22s ok  %v\n", r.Op, r.Latency.Round(time.Microsecond))
+			}
+			fmt.Fprintln(a.stdout, "all checks passed")
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&addr, "address", "", "run as the plain RoCEv2 peer on this IP address (UDP 4791), without an agent")
+	f.StringVar(&vmName, "vm", "", "run as the side of this VM, through the agent at --socket")
+	f.StringVarP(&adName, "device", "d", "", "the VM's adapter (default: its first)")
+	f.StringVar(&gid, "gid", "", "the GID the VM's side tells (default: its host's RDMA uplink address)")
+	f.IntVarP(&port, "port", "p", 18515, "the TCP port of the out-of-band exchange")
+	f.IntVarP(&size, "size", "s", 4096, "the bytes each RDMA WRITE and READ moves")
+	f.DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	return cmd
+}
+
+// vmAdapter returns vm's adapter name, or its first for "".
+func vmAdapter(vm *vrdma.VM, name string) (*vrdma.Adapter, error) {
+	if name != "" {
+		return vm.Adapter(name)
+	}
+	if len(vm.Adapters()) == 0 {
+		return nil, fmt.Errorf("VM %s has no adapter", vm.Name())
+	}
+	return vm.Adapters()[0], nil
+}
+
+// uplinkGID is the GID the VM's side tells: gid if given, else the
+// address of the agent's RoCEv2 engine.
+func (a *app) uplinkGID(ctx context.Context, gid string) (netip.Addr, error) {
+	if gid != "" {
+		g, err := netip.ParseAddr(gid)
+		if err != nil {
+			return netip.Addr{}, usageErrorf("--gid %q is not a GID (an IPv6 address, ::ffff:a.b.c.d for IPv4)", gid)
+		}
+		return records.GIDOf(g), nil
+	}
+	ag, err := a.dialAgent(ctx)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, r := range st.RDMA {
+		if ap, err := netip.ParseAddrPort(r.Address); err == nil && r.RoCE == "v2" {
+			return records.GIDOf(ap.Addr()), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("the agent at %s has no RoCEv2 uplink (vrdmad --rdma-uplink rocev2-soft/ADDRESS), which native endpoints are reached through; or give --gid", a.socket)
+}
+
+// nativePassive listens on port (at addr, or every address) for the
+// active side, and serves it.
+func (a *app) nativePassive(ctx context.Context, side *nativepeer.Side, addr string, port int) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("listen for the exchange: %w", err)
+	}
+	defer ln.Close()
+	fmt.Fprintf(a.stderr, "native-peer: waiting for the other side on %s\n", ln.Addr())
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	c, err := ln.Accept()
+	if err != nil {
+		return fmt.Errorf("accept the other side: %w", err)
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		c.SetDeadline(d)
+	}
+	return side.Serve(ctx, c)
+}
+
+// nativeActive connects to the passive side at peer (HOST or HOST:PORT)
+// and runs the operations.
+func (a *app) nativeActive(ctx context.Context, side *nativepeer.Side, peer string, port int) ([]nativepeer.Result, error) {
+	if _, _, err := net.SplitHostPort(peer); err != nil {
+		peer = net.JoinHostPort(peer, strconv.Itoa(port))
+	}
+	var d net.Dialer
+	var c net.Conn
+	var err error
+	for { // the passive side may not listen yet
+		if c, err = d.DialContext(ctx, "tcp", peer); err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to the other side at %s: %w", peer, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	return side.Drive(ctx, c)
+}
