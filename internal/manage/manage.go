@@ -929,6 +929,7 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		adds[i].Switch = sw
 	}
 	var after []mgmt.Finding
+	var preview vmEntry // the VM as the edit leaves it, for a dry run
 	e, err := mg.update(ctx, s, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
@@ -957,8 +958,15 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 			return &refusal{findings: added}
 		}
 		e.vmx = string(f.Bytes())
+		if req.DryRun {
+			preview = *e
+			return errDryRun
+		}
 		return nil
 	})
+	if errors.Is(err, errDryRun) {
+		return mgmt.EditReply{VM: mg.info(&preview), Findings: nonNil(after)}, nil
+	}
 	var rf *refusal
 	if errors.As(err, &rf) {
 		cur, lerr := mg.lookup(ctx, req.Name)
@@ -972,6 +980,9 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 	}
 	return mgmt.EditReply{VM: mg.info(e), Findings: nonNil(after)}, nil
 }
+
+// errDryRun stops a dry-run edit's update before it stores anything.
+var errDryRun = errors.New("dry run: nothing stored")
 
 func nonNil(f []mgmt.Finding) []mgmt.Finding {
 	if f == nil {
