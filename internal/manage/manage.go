@@ -365,7 +365,7 @@ func ctlErr(err error, name string) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &ae), errors.As(err, &rf):
+	case errors.As(err, &ae), errors.As(err, &rf), errors.Is(err, errDryRun):
 		return err
 	case errors.Is(err, store.ErrNotFound):
 		return abi.Errorf(abi.CodeNotFound, "name", "VM %q: %v", name, err)

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/control/store"
+)
+
+// HostPage is GET /api/hosts/{id}: the host's record (tagged PVRDMA
+// address, pvrdma firewall rule, uplinks) and, when it is the local
+// agent's host, what the agent reports of its PVRDMA listener and
+// uplinks.
+type HostPage struct {
+	Host           HostNode             `json:"host"`
+	Switch         string               `json:"switch"`
+	PVRDMAAddress  string               `json:"pvrdma_address"`
+	PVRDMAVmknic   string               `json:"pvrdma_vmknic,omitempty"`
+	FirewallPVRDMA bool                 `json:"firewall_pvrdma"`
+	AgentVersion   string               `json:"agent_version"`
+	Local          bool                 `json:"local"`
+	PVRDMA         *vrdma.PVRDMAStatus  `json:"pvrdma,omitempty"`
+	TCPUplinks     []vrdma.UplinkStatus `json:"tcp_uplinks"`
+	RDMAUplinks    []vrdma.RDMAStatus   `json:"rdma_uplinks"`
+}
+
+func (s *server) host(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Cache == nil {
+		return nil, &httpError{http.StatusNotFound, "no control plane, so no host records: " + s.cfg.ControlErr}
+	}
+	id := r.PathValue("id")
+	h, err := s.cfg.Cache.Host(ctx, id)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, &httpError{http.StatusNotFound, "host " + id + ": not found in the control plane"}
+		}
+		return nil, err
+	}
+	p := HostPage{Host: hostNode(h, time.Now()), Switch: h.Host.Switch, PVRDMAVmknic: h.Host.PVRDMAVmknic, FirewallPVRDMA: h.Host.FirewallPVRDMA,
+		AgentVersion: h.Host.AgentVersion, TCPUplinks: []vrdma.UplinkStatus{}, RDMAUplinks: []vrdma.RDMAStatus{}}
+	if h.Host.PVRDMAAddress.IsValid() {
+		p.PVRDMAAddress = h.Host.PVRDMAAddress.String()
+	}
+	if ag, err := s.agent(ctx); err == nil {
+		defer ag.Close()
+		if st, err := ag.Status(ctx); err == nil && st.HostID == id {
+			p.Local, p.PVRDMA = true, st.PVRDMA
+			p.TCPUplinks = append(p.TCPUplinks, st.Uplinks...)
+			p.RDMAUplinks = append(p.RDMAUplinks, st.RDMA...)
+		}
+	}
+	return p, nil
+}
+
+// Live is GET /api/live: the local agent's running VMs with their
+// adapters' counters and their QPs' paths, for the live view, which
+// polls it and charts the counters' growth.
+type Live struct {
+	Host string    `json:"host"`
+	Time time.Time `json:"time"`
+	VMs  []LiveVM  `json:"vms"`
+}
+
+// LiveVM is one attached VM of the live view.
+type LiveVM struct {
+	Name     string                 `json:"name"`
+	Adapters []mgmt.AdapterCounters `json:"adapters"`
+	QPs      []vrdma.QPStatus       `json:"qps"`
+	Hidden   bool                   `json:"hidden,omitempty"` // another user's VM: no QPs or counters
+}
+
+func (s *server) live(ctx context.Context, _ *http.Request) (any, error) {
+	ag, err := s.agent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer ag.Close()
+	st, err := ag.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l := Live{Host: st.Host, Time: time.Now().UTC(), VMs: []LiveVM{}}
+	for _, v := range st.VMs {
+		if !v.Attached {
+			continue
+		}
+		lv := LiveVM{Name: v.Name, Adapters: v.AdapterCounters, QPs: v.QPs, Hidden: v.ObjectsHidden}
+		if lv.Adapters == nil {
+			lv.Adapters = []mgmt.AdapterCounters{}
+		}
+		if lv.QPs == nil {
+			lv.QPs = []vrdma.QPStatus{}
+		}
+		l.VMs = append(l.VMs, lv)
+	}
+	return l, nil
+}
