@@ -45,7 +45,7 @@ async function api(path, body) {
 
 function show(title, ...kids) {
   document.title = title + ' · vrdma console';
-  main.replaceChildren(...kids);
+  main.replaceChildren(...kids.flat().filter(k => k !== null && k !== undefined && k !== false));
 }
 
 function errorBox(msg) {
@@ -141,7 +141,7 @@ async function vmPage(name) {
     if (!res.ok) return out.replaceChildren(errorBox(res.data.error));
     if (res.data.refused) {
       const errs = res.data.findings.filter(f => f.severity === 'error');
-      return out.replaceChildren(h('p', { class: 'msg error', role: 'alert' }, 'Power on refused: ' + errs.length + ' rules failed'), findingList(res.data.findings));
+      return out.replaceChildren(h('p', { class: 'msg error', role: 'alert' }, 'Power on refused by the rules: ' + errs.length + (errs.length === 1 ? ' error' : ' errors')), findingList(res.data.findings));
     }
     await vmPage(name);
     document.getElementById('power-result').replaceChildren(h('p', { class: 'msg ok' },
