@@ -43,6 +43,10 @@ console acts with your rights. So it listens only on loopback unless given
 --token (or ` + consoleTokenEnv + `): then open the printed address, which carries
 the token once and leaves it in a cookie. Without a control plane it shows
 the local agent's VMs only.`,
+		Example: `  vrdmactl console                       # http://127.0.0.1:8479/
+  vrdmactl console --listen 127.0.0.1:9000
+  VRDMA_CONSOLE_TOKEN=$(openssl rand -hex 16) vrdmactl console --listen 0.0.0.0:8479
+  vrdmactl console --etcd-endpoints https://etcd1:2379 --etcd-ca ca.pem --etcd-cert me.pem --etcd-key me-key.pem`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := console.CheckListen(listen, token); err != nil {
