@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
 )
 
 // The console in a real browser: headless Chromium (Debian's chromium)
@@ -57,10 +58,15 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 
 // waitText waits until the element sel's text holds every one of want.
 func waitText(sel string, want ...string) chromedp.Action[chromedp.Void] {
-	s, _ := json.Marshal(sel)
 	w, _ := json.Marshal(want)
-	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+string(s)+`); return !!e && `+string(w)+`.every(x => e.textContent.includes(x)); })()`,
+	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+jsString(sel)+`); return !!e && `+string(w)+`.every(x => e.textContent.includes(x)); })()`,
 		chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
+// jsString quotes s for JavaScript.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // screenshot saves the page as name in VRDMA_TEST_ARTIFACTS (or the
@@ -191,4 +197,76 @@ func TestConsoleRefusedPowerOn(t *testing.T) {
 // memory.
 func vrdmaEdit() vrdma.VMEdit {
 	return vrdma.VMEdit{AddAdapters: []vrdma.NewAdapter{{PortGroup: "dvportgroup-10"}}}
+}
+
+// runningVM creates VM name with an adapter on dvportgroup-10 and its
+// memory reserved, powers it on and attaches it.
+func (f *fabric) runningVM(t *testing.T, name string) *vrdma.VM {
+	t.Helper()
+	f.createVM(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e := vrdmaEdit()
+	e.ReserveAllMemory = true
+	if _, err := f.ag.EditVM(ctx, name, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ag.PowerOnVM(ctx, name, ""); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := vrdma.Open(ctx, name, vrdma.WithSocket(f.env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return vm
+}
+
+// TestConsoleLive watches traffic in the live view: two VMs on one host
+// run write_bw, and the page shows their QPs on the memcpy path with
+// the reason, and a throughput that is not zero, updated without a
+// reload.
+func TestConsoleLive(t *testing.T) {
+	f := startFabric(t, "")
+	a, b := f.runningVM(t, "left"), f.runningVM(t, "right")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	ada, err := a.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adb, err := b.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := perf.Connect(ctx, ada, adb, perf.PairConfig{BufSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	traffic, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
+		ran <- err
+	}()
+
+	bctx := browser(t, 1000)
+	do(t, bctx, "the live view with traffic",
+		chromedp.Navigate(f.srv.URL+"/#/live"),
+		waitText("main", "VM left", "VM right", "memcpy", "same host"),
+		// The rate is measured between two polls: wait for one above zero.
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('.rate')].some(e => !e.textContent.includes(' 0.00 MB/s'))`,
+			chromedp.WithPollingTimeout(15*time.Second)))
+	screenshot(t, bctx, "console-live.png")
+	before, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('.rate').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, bctx, "the view updates by itself",
+		chromedp.Poll[chromedp.Void](`document.querySelector('.rate').textContent !== `+jsString(before), chromedp.WithPollingTimeout(5*time.Second)))
+	stop()
+	if err := <-ran; err != nil && traffic.Err() == nil {
+		t.Errorf("write_bw: %v", err)
+	}
 }
