@@ -71,26 +71,9 @@ func (s *server) vm(ctx context.Context, r *http.Request) (any, error) {
 // EditResult, Refused with the rules the change would break.
 func (s *server) edit(ctx context.Context, r *http.Request) (any, error) {
 	var e vrdma.VMEdit
-	if err := decode(r, &e); err != nil {
-		return nil, err
-	}
-	ag, err := s.agent(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer ag.Close()
-	res, err := ag.EditVM(ctx, r.PathValue("name"), e)
-	if refused(err) {
-		return res, nil
-	}
-	return res, err
-}
-
-// refused reports whether err is the rules' refusal, whose findings the
-// reply carries.
-func refused(err error) bool {
-	var rf *vrdma.RefusedError
-	return errors.As(err, &rf)
+	return s.call(ctx, r, &e, func(ag *vrdma.Agent) (any, error) {
+		return ag.EditVM(ctx, r.PathValue("name"), e)
+	})
 }
 
 // powerOnRequest is POST /api/vms/{name}/power-on's body.
@@ -102,24 +85,22 @@ type powerOnRequest struct {
 // failed rule.
 func (s *server) powerOn(ctx context.Context, r *http.Request) (any, error) {
 	var req powerOnRequest
-	if err := decode(r, &req); err != nil {
-		return nil, err
-	}
-	ag, err := s.agent(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer ag.Close()
-	res, err := ag.PowerOnVM(ctx, r.PathValue("name"), req.Host)
-	if refused(err) {
-		return res, nil
-	}
-	return res, err
+	return s.call(ctx, r, &req, func(ag *vrdma.Agent) (any, error) {
+		return ag.PowerOnVM(ctx, r.PathValue("name"), req.Host)
+	})
 }
 
 func (s *server) powerOff(ctx context.Context, r *http.Request) (any, error) {
-	var req struct{}
-	if err := decode(r, &req); err != nil {
+	return s.call(ctx, r, &struct{}{}, func(ag *vrdma.Agent) (any, error) {
+		return ag.PowerOffVM(ctx, r.PathValue("name"))
+	})
+}
+
+// call decodes r's body into req, then runs fn with the agent. A refusal
+// by the rules is an answer (the result, Refused with its findings), not
+// an error.
+func (s *server) call(ctx context.Context, r *http.Request, req any, fn func(*vrdma.Agent) (any, error)) (any, error) {
+	if err := decode(r, req); err != nil {
 		return nil, err
 	}
 	ag, err := s.agent(ctx)
@@ -127,5 +108,10 @@ func (s *server) powerOff(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	defer ag.Close()
-	return ag.PowerOffVM(ctx, r.PathValue("name"))
+	res, err := fn(ag)
+	var rf *vrdma.RefusedError
+	if errors.As(err, &rf) {
+		return res, nil
+	}
+	return res, err
 }
