@@ -161,7 +161,8 @@ func TestConsoleAddAdapter(t *testing.T) {
 }
 
 // TestConsoleRefusedPowerOn checks that a refused power-on lists every
-// failed rule, on a phone-sized screen (360 pixels) that the page fits.
+// failed rule, on a phone-sized screen (360 pixels) that the page fits,
+// and so do the network checks with their fixes.
 func TestConsoleRefusedPowerOn(t *testing.T) {
 	f := startFabric(t, "")
 	f.createVM(t, "db")
@@ -188,6 +189,13 @@ func TestConsoleRefusedPowerOn(t *testing.T) {
 		t.Errorf("window and page widths %v (%v): want the page no wider than a 360-pixel window", widths, err)
 	}
 	screenshot(t, ctx, "console-refused-power-on.png")
+	do(t, ctx, "the network checks, by the keyboard-reachable link",
+		chromedp.Click(chromedp.CSS(`nav a[href="#/network"]`)),
+		waitText("main", "Network checks", "Switch dvs1", "roce-l2-lossless", "unknown", "Fix:", "declare"))
+	widths, err = chromedp.Run(ctx, chromedp.Evaluate[[]int](`[window.innerWidth, document.documentElement.scrollWidth]`))
+	if err != nil || len(widths) != 2 || widths[1] > widths[0] {
+		t.Errorf("network page: window and page widths %v (%v): want the page no wider than the window", widths, err)
+	}
 	if in, err := f.ag.VM(ctxA, "db"); err != nil || in.Power != "poweredOff" {
 		t.Errorf("after the refused power-on: %+v %v", in, err)
 	}

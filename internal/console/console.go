@@ -114,6 +114,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/vms/{name}/power-off", s.write(s.powerOff))
 	s.mux.HandleFunc("GET /api/hosts/{id}", s.api(s.host))
 	s.mux.HandleFunc("GET /api/live", s.api(s.live))
+	s.mux.HandleFunc("GET /api/network", s.api(s.network))
 	return s
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -27,9 +28,9 @@ import (
 // plane (an embedded etcd): the inventory it reads, the VM procedures it
 // runs through the agent, and who may use it.
 
-// fabric is a control plane with switch dvs1, its port group
-// dvportgroup-10, and host esx1 (an agent) on it, with the console in
-// front of them.
+// fabric is a control plane with switch dvs1, its port groups
+// dvportgroup-10 and -20, and host esx1 (an agent with a software RoCEv2
+// uplink) on it, with the console in front of them.
 type fabric struct {
 	env   *testenv.Env
 	ag    *vrdma.Agent
@@ -63,8 +64,12 @@ func startFabric(t *testing.T, token string) *fabric {
 			t.Fatal(err)
 		}
 	}
+	uplink, err := agent.ParseUplink("rocev2-soft/" + testAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := testenv.StartControl(t, "esx1", agent.ControlConfig{Endpoints: []string{ep}, Switch: "dvs1", FirewallPVRDMA: true,
-		PVRDMAAddress: netip.MustParseAddrPort(testAddr + ":4791")})
+		PVRDMAAddress: netip.MustParseAddrPort(testAddr + ":4791"), Uplinks: []records.Uplink{uplink}})
 	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
 	if err != nil {
 		t.Fatal(err)
@@ -376,4 +381,26 @@ func TestGuards(t *testing.T) {
 			t.Errorf("CheckListen(%q, %q) = %v, want ok %v", c.addr, c.token, err, c.ok)
 		}
 	}
+}
+
+// TestNetworkChecks checks GET /api/network: the RoCE network checks on
+// the control plane's network, each with what to fix. The loopback
+// uplink reports no DCB and declares nothing, so the lossless check is
+// unknown and says what to declare.
+func TestNetworkChecks(t *testing.T) {
+	f := startFabric(t, "")
+	var p NetworkPage
+	if code := call(t, f.srv, "GET", "/api/network", nil, &p); code != 200 || p.OK || len(p.Switches) != 1 || p.Switches[0].Switch != "dvs1" {
+		t.Fatalf("GET /api/network: %d %+v", code, p)
+	}
+	var l2 []netcheck.Result
+	for _, r := range p.Switches[0].Results {
+		if r.Check == netcheck.CheckL2Lossless {
+			l2 = append(l2, r)
+		}
+	}
+	if len(l2) == 0 || l2[0].Status != netcheck.Unknown || !strings.Contains(l2[0].Fix, "declare") {
+		t.Errorf("roce-l2-lossless: %+v, want unknown with a fix that says what to declare", l2)
+	}
+	t.Logf("%d results, counts %v", len(p.Switches[0].Results), p.Counts)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
 // HostPage is GET /api/hosts/{id}: the host's record (tagged PVRDMA
@@ -100,4 +101,25 @@ func (s *server) live(ctx context.Context, _ *http.Request) (any, error) {
 		l.VMs = append(l.VMs, lv)
 	}
 	return l, nil
+}
+
+// NetworkPage is GET /api/network: the RoCE network checks (vrdmactl
+// network check --local-host none: the uplinks' state as their hosts
+// reported or their operators declared it) with how to fix what fails.
+type NetworkPage struct {
+	OK       bool                    `json:"ok"`
+	Counts   map[netcheck.Status]int `json:"counts"`
+	Switches []netcheck.SwitchReport `json:"switches"`
+}
+
+func (s *server) network(context.Context, *http.Request) (any, error) {
+	if s.cfg.Cache == nil {
+		return nil, &httpError{http.StatusNotFound, "no control plane, so no network to check: " + s.cfg.ControlErr}
+	}
+	res := netcheck.Check(s.cfg.Cache.NetworkModel())
+	p := NetworkPage{OK: res.OK(), Counts: res.Count(), Switches: res.Switches}
+	if p.Switches == nil {
+		p.Switches = []netcheck.SwitchReport{}
+	}
+	return p, nil
 }

@@ -251,6 +251,21 @@ async function hostPage(id) {
       : h('p', { class: 'muted' }, 'Counters are shown for the console\u2019s own agent\u2019s host only.'));
 }
 
+// networkPage shows the RoCE network checks and their fixes.
+async function networkPage() {
+  const r = await api('/api/network');
+  if (!r.ok) return show('Network', h('h1', {}, 'Network checks'), errorBox(r.data.error));
+  const p = r.data, c = p.counts || {};
+  show('Network', h('h1', {}, 'Network checks'),
+    h('p', { class: 'msg ' + (p.ok ? 'ok' : 'error') }, (p.ok ? 'Every check passes' : 'Not every check passes') + ': ' + (c.pass || 0) + ' pass, ' + (c.fail || 0) + ' fail, ' + (c.unknown || 0) + ' unknown.'),
+    p.switches.map(sw => h('section', { 'aria-label': 'Switch ' + sw.switch },
+      h('h2', {}, 'Switch ' + sw.switch, ' ', h('span', { class: 'attrs' }, 'network policy ' + sw.networkPolicy)),
+      sw.results.length ? h('ul', { class: 'findings' }, sw.results.map(x => h('li', { class: x.status === 'pass' ? '' : x.status === 'fail' ? 'error' : 'warning' },
+        h('span', { class: 'sev' }, x.status), h('code', {}, x.check), ' ' + x.subject + (x.portGroup ? ' (' + x.portGroup + ')' : '') + ': ' + x.detail,
+        x.fix ? h('div', {}, h('strong', {}, 'Fix: '), x.fix) : null))) : null,
+      (sw.notes || []).map(n => h('p', { class: 'muted' }, n)))));
+}
+
 // live polls the agent every second and charts each VM's bytes per
 // second (sent and received, all adapters).
 async function live() {
@@ -312,6 +327,7 @@ async function route() {
   if (page === 'vm' && a) await vmPage(a);
   else if (page === 'host' && a) await hostPage(a);
   else if (page === 'live') await live();
+  else if (page === 'network') await networkPage();
   else await inventory();
   main.focus();
   document.body.dataset.ready = location.hash || '#/';
