@@ -232,8 +232,8 @@ func (f *fabric) runningVM(t *testing.T, name string) *vrdma.VM {
 
 // TestConsoleLive watches traffic in the live view: two VMs on one host
 // run write_bw, and the page shows their QPs on the memcpy path with
-// the reason, and a throughput that is not zero, updated without a
-// reload.
+// the reason, and a throughput and an operation rate that are not zero,
+// updated without a reload.
 func TestConsoleLive(t *testing.T) {
 	f := startFabric(t, "")
 	a, b := f.runningVM(t, "left"), f.runningVM(t, "right")
@@ -264,7 +264,7 @@ func TestConsoleLive(t *testing.T) {
 		chromedp.Navigate(f.srv.URL+"/#/live"),
 		waitText("main", "VM left", "VM right", "memcpy", "same host"),
 		// The rate is measured between two polls: wait for one above zero.
-		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('.rate')].some(e => !e.textContent.includes(' 0.00 MB/s'))`,
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('.rate')].some(e => !e.textContent.includes(' 0.00 MB/s')) && [...document.querySelectorAll('.ops-rate')].some(e => !e.textContent.includes(' 0 per'))`,
 			chromedp.WithPollingTimeout(15*time.Second)))
 	screenshot(t, bctx, "console-live.png")
 	before, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('.rate').textContent`))

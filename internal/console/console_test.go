@@ -275,8 +275,10 @@ func TestVMProcedure(t *testing.T) {
 		!hp.FirewallPVRDMA || hp.Switch != "dvs1" || hp.PVRDMA == nil {
 		t.Errorf("GET /api/hosts/ID: %d %+v", code, hp)
 	}
-	if code := call(t, f.srv, "GET", "/api/hosts/nosuchhost", nil, &e); code != 404 {
-		t.Errorf("GET /api/hosts/nosuchhost: %d %v", code, e)
+	for _, id := range []string{"nosuchhost", "..%2Fswitches%2Fdvs1", "%00"} {
+		if code := call(t, f.srv, "GET", "/api/hosts/"+id, nil, &e); code != 404 {
+			t.Errorf("GET /api/hosts/%s: %d %v", id, code, e)
+		}
 	}
 
 	if code := call(t, f.srv, "POST", "/api/vms/db/power-off", map[string]string{}, &pw); code != 200 || !pw.Changed || pw.VM.Power != "poweredOff" || !pw.Detached {

@@ -4,13 +4,13 @@ package console
 
 import (
 	"context"
-	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
-	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
@@ -35,14 +35,14 @@ func (s *server) host(ctx context.Context, r *http.Request) (any, error) {
 	if s.cfg.Cache == nil {
 		return nil, &httpError{http.StatusNotFound, "no control plane, so no host records: " + s.cfg.ControlErr}
 	}
+	// The cached hosts only: no key is made of the request's text.
 	id := r.PathValue("id")
-	h, err := s.cfg.Cache.Host(ctx, id)
-	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, &httpError{http.StatusNotFound, "host " + id + ": not found in the control plane"}
-		}
-		return nil, err
+	hosts := s.cfg.Cache.Hosts()
+	i := slices.IndexFunc(hosts, func(h member.HostStatus) bool { return h.Host.ID == id })
+	if i < 0 {
+		return nil, &httpError{http.StatusNotFound, "host " + id + ": not in the control plane"}
 	}
+	h := hosts[i]
 	p := HostPage{Host: hostNode(h, time.Now()), Switch: h.Host.Switch, PVRDMAVmknic: h.Host.PVRDMAVmknic, FirewallPVRDMA: h.Host.FirewallPVRDMA,
 		AgentVersion: h.Host.AgentVersion, TCPUplinks: []vrdma.UplinkStatus{}, RDMAUplinks: []vrdma.RDMAStatus{}}
 	if h.Host.PVRDMAAddress.IsValid() {

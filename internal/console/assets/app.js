@@ -266,34 +266,42 @@ async function networkPage() {
       (sw.notes || []).map(n => h('p', { class: 'muted' }, n)))));
 }
 
-// live polls the agent every second and charts each VM's bytes per
-// second (sent and received, all adapters).
+// live polls the agent every second and charts each VM's bytes and
+// operations per second (sent and received, all adapters).
 async function live() {
-  const hist = {}; // VM → [bytes/s]
+  const hist = {}; // VM → {bytes: [per s], ops: [per s]}
   let last = null;
   const body = h('div', {});
   show('Live', h('h1', {}, 'Live: QPs, paths and throughput'), h('p', { class: 'muted' }, 'Updated every second from the agent\u2019s counters.'), body);
+  const sum = (v, f) => v.adapters.reduce((s, a) => s + f(a.counters), 0);
+  const bytes = c => c.send_bytes + c.recv_bytes;
+  const ops = c => Object.values(c.ops || {}).reduce((x, y) => x + y, 0) + c.recvs;
+  const errs = c => c.transport_retries + c.rnr_naks_received + c.rnr_naks_sent + c.requests_dropped + c.duplicate_requests + c.out_of_seq_requests;
   const tick = async () => {
     const r = await api('/api/live');
     if (!r.ok) return body.replaceChildren(errorBox(r.data.error));
     const now = r.data, t = Date.parse(now.time) / 1000;
-    const total = v => v.adapters.reduce((s, a) => s + a.counters.send_bytes + a.counters.recv_bytes, 0);
     const kids = [];
     for (const v of now.vms) {
       const prev = last && last.vms.find(x => x.name === v.name);
       const dt = last ? t - Date.parse(last.time) / 1000 : 0;
-      const rate = prev && dt > 0 ? Math.max(0, (total(v) - total(prev)) / dt) : 0;
-      (hist[v.name] = hist[v.name] || []).push(rate);
-      if (hist[v.name].length > 60) hist[v.name].shift();
-      const cv = h('canvas', { width: 640, height: 140, role: 'img', 'aria-label': 'Throughput of VM ' + v.name + ' over the last minute' });
-      draw(cv, hist[v.name]);
+      const rate = f => prev && dt > 0 ? Math.max(0, (sum(v, f) - sum(prev, f)) / dt) : 0;
+      const hv = hist[v.name] = hist[v.name] || { bytes: [], ops: [] };
+      const br = rate(bytes), or = rate(ops);
+      hv.bytes.push(br); hv.ops.push(or);
+      if (hv.bytes.length > 60) { hv.bytes.shift(); hv.ops.shift(); }
+      const cb = h('canvas', { width: 640, height: 140, role: 'img', 'aria-label': 'Throughput of VM ' + v.name + ' over the last minute, MB/s' });
+      const co = h('canvas', { width: 640, height: 140, role: 'img', 'aria-label': 'Operations of VM ' + v.name + ' per second over the last minute' });
+      draw(cb, hv.bytes, 1e6, 'MB/s');
+      draw(co, hv.ops, 1, 'ops/s');
       kids.push(h('section', { 'aria-label': 'VM ' + v.name },
         h('h2', {}, h('a', { href: '#/vm/' + encodeURIComponent(v.name) }, 'VM ' + v.name)),
-        h('p', { class: 'rate' }, 'Throughput ' + (rate / 1e6).toFixed(2) + ' MB/s'), cv,
+        h('p', { class: 'rate' }, 'Throughput ' + (br / 1e6).toFixed(2) + ' MB/s'), cb,
+        h('p', { class: 'ops-rate' }, 'Operations ' + or.toFixed(0) + ' per second'), co,
+        h('p', { class: 'errs' }, 'Retries, RNR NAKs, drops and sequence errors: ' + sum(v, errs)),
         h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, ['QPN', 'Adapter', 'State', 'Peer', 'Path', 'Reason', 'Rejected', 'Bytes sent', 'Errors'].map(x => h('th', {}, x)))),
-          h('tbody', {}, v.qps.map(q => h('tr', {}, [q.qpn, q.adapter, q.state, q.peer ? q.peer + ' QP ' + q.peer_qpn : '–', q.path.path, q.path.reason,
-            (q.path.rejected || []).map(x => x.path + ': ' + x.why).join('; ') || '–', q.counters.send_bytes,
-            q.counters.transport_retries + q.counters.requests_dropped].map(x => h('td', {}, x))))))),
+          h('tbody', {}, v.qps.map(q => h('tr', {}, [q.qpn, q.adapter, q.state, q.peer ? q.peer + ' QP ' + q.peer_qpn : '\u2013', q.path.path, q.path.reason,
+            (q.path.rejected || []).map(x => x.path + ': ' + x.why).join('; ') || '\u2013', q.counters.send_bytes, errs(q.counters)].map(x => h('td', {}, x))))))),
         v.hidden ? h('p', { class: 'muted' }, 'Another user\u2019s VM: its QPs and counters are hidden.') : null));
     }
     body.replaceChildren(...(kids.length ? kids : [h('p', { class: 'muted' }, 'No VM is attached on this agent\u2019s host.')]));
@@ -303,9 +311,10 @@ async function live() {
   timer = setInterval(tick, 1000);
 }
 
-function draw(cv, xs) {
+// draw charts xs (per second, the last 60) on cv, in units of scale.
+function draw(cv, xs, scale, unit) {
   const c = cv.getContext('2d'), w = cv.width, ht = cv.height;
-  const top = Math.max(1, ...xs);
+  const top = Math.max(scale, ...xs);
   c.clearRect(0, 0, w, ht);
   c.strokeStyle = '#0a58ca';
   c.lineWidth = 2;
@@ -317,7 +326,7 @@ function draw(cv, xs) {
   c.stroke();
   c.fillStyle = '#57606a';
   c.font = '12px sans-serif';
-  c.fillText('max ' + (top / 1e6).toFixed(2) + ' MB/s', 6, 14);
+  c.fillText('max ' + (top / scale).toFixed(scale > 1 ? 2 : 0) + ' ' + unit, 6, 14);
 }
 
 async function route() {
