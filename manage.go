@@ -63,6 +63,15 @@ type RDMAStatus = mgmt.RDMAStatus
 // path, in a Status.
 type UplinkStatus = mgmt.UplinkStatus
 
+// PathDecisionCount counts an agent's path decisions of one kind in a
+// Status: a path chosen for a QP or address handle, or a refusal by its
+// reason.
+type PathDecisionCount = mgmt.PathDecisionCount
+
+// ConnectCount counts connection management's connects of one side (a
+// dial, a request to a listener) by result in a Status.
+type ConnectCount = mgmt.ConnectCount
+
 // PVRDMAStatus is the host's end of the tcp path in Status: its PVRDMA
 // address, where the agent listens, and the pvrdma firewall rule.
 type PVRDMAStatus = mgmt.PVRDMAStatus

@@ -103,4 +103,14 @@ func TestSecurityAddressTaken(t *testing.T) {
 	case !strings.Contains(err.Error(), "rule address-unique"):
 		t.Errorf("out-of-band connect to a VM whose address was not checked: %v, want a refusal by rule address-unique", err)
 	}
+	// The refused QP is counted by its rule (vrdma_path_refusals_total).
+	refused := uint64(0)
+	for _, d := range lcAgentStatus(t, ctx, a.Socket).PathDecisions {
+		if d.Object == "qp" && d.Path == "" && d.Reason == "address_unique" {
+			refused += d.Count
+		}
+	}
+	if refused == 0 {
+		t.Errorf("%s counted no QP refused by rule address-unique", a.Name)
+	}
 }

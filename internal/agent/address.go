@@ -193,19 +193,19 @@ func (c *control) checkLocalTarget(ad *device.Adapter, field string) error {
 	gid := netip.AddrFrom16(ad.GID())
 	e, ok := c.cache.HolderOf(gid)
 	if ok && (e.VM != ad.Context().Name() || e.Adapter != ad.Name() || e.Host != c.a.hostID) {
-		return abi.Errorf(abi.CodeRefused, field, "rule address-unique: %s is held by %s on host %s in the control plane's directory, and %s/%s of this host has it too: it reaches neither; give %s/%s another address (vrdma%d.ipAddress%s)",
-			addrWhat(ad), e.Name(), c.holderLabel(e), ad.Context().Name(), ad.Name(), ad.Context().Name(), ad.Name(), ad.Index(), macHint(ad))
+		return refusedBy(reasonAddressUnique, abi.Errorf(abi.CodeRefused, field, "rule address-unique: %s is held by %s on host %s in the control plane's directory, and %s/%s of this host has it too: it reaches neither; give %s/%s another address (vrdma%d.ipAddress%s)",
+			addrWhat(ad), e.Name(), c.holderLabel(e), ad.Context().Name(), ad.Name(), ad.Context().Name(), ad.Name(), ad.Index(), macHint(ad)))
 	}
 	if ok {
 		return nil
 	}
 	if portGroupOf(ad) != "" {
-		return abi.Errorf(abi.CodeUnavailable, field, "rule address-unique: %s/%s (%s) is not in the control plane's directory yet, so its address is not checked across the switch (the control plane was unreachable when it attached, or its publish failed: see the agent's log); connect once it is published",
-			ad.Context().Name(), ad.Name(), addrWhat(ad))
+		return refusedBy(reasonAddressUnique, abi.Errorf(abi.CodeUnavailable, field, "rule address-unique: %s/%s (%s) is not in the control plane's directory yet, so its address is not checked across the switch (the control plane was unreachable when it attached, or its publish failed: see the agent's log); connect once it is published",
+			ad.Context().Name(), ad.Name(), addrWhat(ad)))
 	}
 	if !c.cacheSynced() {
-		return abi.Errorf(abi.CodeUnavailable, field, "rule address-unique: host %s has not read the control plane's directory yet, so it cannot tell whether another host's VM holds %s (%s/%s); retry in a moment",
-			c.a.cfg.Host, addrWhat(ad), ad.Context().Name(), ad.Name())
+		return refusedBy(reasonAddressUnique, abi.Errorf(abi.CodeUnavailable, field, "rule address-unique: host %s has not read the control plane's directory yet, so it cannot tell whether another host's VM holds %s (%s/%s); retry in a moment",
+			c.a.cfg.Host, addrWhat(ad), ad.Context().Name(), ad.Name()))
 	}
 	return nil
 }

@@ -112,7 +112,8 @@ type Config struct {
 
 // Agent is a running host agent. It is safe for concurrent use.
 type Agent struct {
-	mcPub mcastPublished // multicast memberships published (mcast.go)
+	mcPub     mcastPublished // multicast memberships published (mcast.go)
+	decisions decisions      // path decisions counted (decisions.go)
 
 	cfg    Config
 	log    *slog.Logger

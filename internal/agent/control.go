@@ -441,17 +441,6 @@ func (a *Agent) unpublishVM(v *device.Context) {
 // endName is how the control plane names adapter ad: "vm/vrdmaN".
 func endName(ad *device.Adapter) string { return ad.Context().Name() + "/" + ad.Name() }
 
-// policyErr reports whether err is a refusal by path selection (as
-// opposed to a failed lookup).
-func policyErr(err error) bool {
-	for _, e := range []error{pathsel.ErrDifferentSwitch, pathsel.ErrVLANIsolation, pathsel.ErrHostDown, pathsel.ErrNotOnSwitch, pathsel.ErrNoPath} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
 // explain formats a decision for error messages: the path and reason, then
 // every rejected candidate with why.
 func explain(d pathsel.Decision) string {
@@ -496,24 +485,24 @@ func (c *control) decideLocal(from, to *device.Adapter) (d pathsel.Decision, ok 
 		if pf != "" {
 			on, off = from, to
 		}
-		return d, false, abi.Errorf(abi.CodeRefused, "remote", "rule same-host-decision: %s cannot connect to %s: %s is on port group %s and %s on none, so path selection cannot check their VLANs; put both on a port group (ethernetN.dvs.portgroupId), or neither",
-			endName(from), endName(to), endName(on), portGroupOf(on), endName(off))
+		return d, false, refusedBy(reasonSameHost, abi.Errorf(abi.CodeRefused, "remote", "rule same-host-decision: %s cannot connect to %s: %s is on port group %s and %s on none, so path selection cannot check their VLANs; put both on a port group (ethernetN.dvs.portgroupId), or neither",
+			endName(from), endName(to), endName(on), portGroupOf(on), endName(off)))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LookupTimeout)
 	defer cancel()
 	d, err = c.cache.Decide(ctx, endName(from), endName(to))
-	switch {
+	switch reason := policyReason(err); {
 	case err == nil:
 		return d, true, nil
-	case policyErr(err):
+	case reason != "":
 		msg := fmt.Sprintf("%s cannot connect to %s: %v", endName(from), endName(to), err)
 		if e := explain(d); e != "" {
 			msg += " (" + e + ")"
 		}
-		return d, false, abi.Errorf(abi.CodeRefused, "remote", "%s", msg)
+		return d, false, refusedBy(reason, abi.Errorf(abi.CodeRefused, "remote", "%s", msg))
 	default:
-		return d, false, abi.Errorf(abi.CodeUnavailable, "remote", "rule same-host-decision: cannot decide the path from %s to %s, both on this host: %v; connect once the control plane answers",
-			endName(from), endName(to), err)
+		return d, false, refusedBy(reasonSameHost, abi.Errorf(abi.CodeUnavailable, "remote", "rule same-host-decision: cannot decide the path from %s to %s, both on this host: %v; connect once the control plane answers",
+			endName(from), endName(to), err))
 	}
 }
 
@@ -531,12 +520,12 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 	case errors.Is(err, store.ErrNotFound):
 		return end, pathsel.Decision{}, abi.Errorf(abi.CodeNotFound, field, "%s is not attached on any host (not in the control plane's endpoint directory): %v", target, err)
 	case errors.Is(err, store.ErrUnavailable):
-		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err)
+		return end, pathsel.Decision{}, refusedBy(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s: it is not in host %s's cache and the control plane is unreachable: %v", target, c.a.cfg.Host, err))
 	case err != nil:
-		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err)
+		return end, pathsel.Decision{}, refusedBy(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, field, "cannot look up %s in the control plane: %v", target, err))
 	}
 	if end.Endpoint.Host == c.a.hostID {
-		return end, pathsel.Decision{}, abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host)
+		return end, pathsel.Decision{}, refusedBy(reasonNotAttached, abi.Errorf(abi.CodeUnavailable, field, "%s is published on this host (%s) but not attached: start its workload", end.Endpoint.Name(), c.a.cfg.Host))
 	}
 	d, err := c.cache.Decide(ctx, endName(from), target)
 	if err != nil {
@@ -544,15 +533,15 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 		if e := explain(d); e != "" {
 			msg += " (" + e + ")"
 		}
-		code := abi.CodeRefused
-		if !policyErr(err) {
-			code = abi.CodeUnavailable
+		code, reason := abi.CodeRefused, policyReason(err)
+		if reason == "" {
+			code, reason = abi.CodeUnavailable, reasonControlPlaneDown
 		}
-		return end, d, abi.Errorf(code, field, "%s", msg)
+		return end, d, refusedBy(reason, abi.Errorf(code, field, "%s", msg))
 	}
 	if !(d.Path == pathsel.TCP && c.a.up != nil || d.Path == pathsel.RDMA && c.a.rdmaFor(end.PortGroup) != nil && c.a.up != nil) {
-		return end, d, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
-			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d))
+		return end, d, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, field, "path not available yet: %s is on host %s, and this agent has no %s path to other hosts yet (%s)",
+			end.Endpoint.Name(), end.Host.Host.Label(), d.Path, explain(d)))
 	}
 	return end, d, nil
 }
@@ -560,11 +549,25 @@ func (c *control) lookupRemote(from *device.Adapter, target, field string) (memb
 // resolveConnect finds the adapter a connect from adapter from targets. Same-host
 // targets resolve locally (and must pass path selection, when the control
 // plane can decide); others are looked up in the control plane and
-// returned as end, reached over the tcp path.
+// returned as end, reached over the tcp path. A target refused is
+// counted (decisions.go).
 func (a *Agent) resolveConnect(from *device.Adapter, remote string) (*device.Adapter, *member.End, error) {
+	ad, end, err := a.resolveTarget(from, remote)
+	if err != nil {
+		a.decisions.count("connect", "", err)
+	}
+	return ad, end, err
+}
+
+// resolveTarget is resolveConnect but for the counting.
+func (a *Agent) resolveTarget(from *device.Adapter, remote string) (*device.Adapter, *member.End, error) {
 	ad, err := a.cm.Resolve(remote)
 	c := a.ctl
 	if c == nil {
+		var ae *abi.Error
+		if errors.As(err, &ae) && ae.Code == abi.CodeUnavailable {
+			return nil, nil, refusedBy(reasonNoControlPlane, ae) // not on this host, and no other host to look on
+		}
 		return ad, nil, err
 	}
 	if err == nil {

@@ -205,7 +205,7 @@ func (a *Agent) routeGroup(from *device.Adapter, gid abi.GID) (device.DatagramPa
 		rec, err := c.cache.Adapter(ctx, from.Context().Name(), from.Name())
 		cancel()
 		if err != nil {
-			return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid", "multicast group %s: the sending adapter's port group is unknown: %v", gid, err)
+			return nil, abi.PathInfo{}, refusedBy(reasonControlPlaneDown, abi.Errorf(abi.CodeUnavailable, "dgid", "multicast group %s: the sending adapter's port group is unknown: %v", gid, err))
 		}
 		p.pg = rec.PortGroup
 		p.refresh()

@@ -153,9 +153,9 @@ func peerRoCEv1(h records.Host) ([6]byte, netip.Addr, bool) {
 	return [6]byte{}, netip.Addr{}, false
 }
 
-// Route decides the path of q to the remote end (dgid, dqpn): the device
-// calls it when q moves from INIT to RTR.
-func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
+// route decides the path of q to the remote end (dgid, dqpn), for Route
+// (decisions.go).
+func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, error) {
 	ad := a.dev.AdapterByGID(dgid)
 	var dec pathsel.Decision
 	decided := false
@@ -174,7 +174,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			if d.Path == pathsel.RDMA && end.PortGroup.RoCEVersion == records.RoCEv1 && a.rdma1 != nil {
 				mac, gid, ok := peerRoCEv1(end.Host.Host)
 				if !ok {
-					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma (RoCE v1) to host %s, whose software uplink publishes no MAC and GID", q.QPN(), end.Host.Host.Label())
+					return device.Route{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma (RoCE v1) to host %s, whose software uplink publishes no MAC and GID", q.QPN(), end.Host.Host.Label()))
 				}
 				// RoCE v1 frames carry the port group's VLAN and PFC priority in
 				// their 802.1Q tag and its DSCP as their GRH traffic class.
@@ -185,7 +185,7 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 			if d.Path == pathsel.RDMA && end.PortGroup.RoCEVersion != records.RoCEv1 && a.rdma != nil {
 				peer, ok := peerRDMA(end.Host.Host)
 				if !ok {
-					return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma to host %s, which has no software RoCEv2 uplink the engine can reach", q.QPN(), end.Host.Host.Label())
+					return device.Route{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "QP 0x%x: path selection chose rdma to host %s, which has no software RoCEv2 uplink the engine can reach", q.QPN(), end.Host.Host.Label()))
 				}
 				// RoCE v2 packets carry the port group's DSCP and priority (the pair's:
 				// path selection checked both ends share its VLAN).
@@ -203,9 +203,9 @@ func (a *Agent) Route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 		}
 	}
 	if ad == nil {
-		return device.Route{}, abi.Errorf(abi.CodeUnavailable, "dgid",
+		return device.Route{}, refusedBy(reasonNoControlPlane, abi.Errorf(abi.CodeUnavailable, "dgid",
 			"QP 0x%x: GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
-			q.QPN(), dgid, a.cfg.Host)
+			q.QPN(), dgid, a.cfg.Host))
 	}
 	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", q.Context().Name(), ad.Context().Name(), a.cfg.Host)}
 	if decided && dec.Path == pathsel.Memcpy {

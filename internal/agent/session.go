@@ -388,6 +388,7 @@ func (a *Agent) status() mgmt.Status {
 	if a.local != nil {
 		a.local.Status(&st)
 	}
+	st.PathDecisions, st.Connects = a.decisions.status(), a.cm.Connects()
 	return st
 }
 
@@ -424,6 +425,13 @@ func (s *session) connect(c *abi.Connect) (abi.ConnectReply, error) {
 	if err := cm.CheckDialer(q, false, false); err != nil {
 		return abi.ConnectReply{}, err
 	}
+	rep, err := s.dial(q, c)
+	s.a.cm.CountDial(err)
+	return rep, err
+}
+
+// dial dials c.Remote with q, checked to dial.
+func (s *session) dial(q *device.QP, c *abi.Connect) (abi.ConnectReply, error) {
 	ad, end, err := s.a.resolveConnect(q.Adapter(), c.Remote) // control.go
 	if err != nil {
 		return abi.ConnectReply{}, err

@@ -11,6 +11,7 @@ package agent
 // path, from the host that holds the source's address.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -42,9 +43,9 @@ type LocalDatagramPaths interface {
 	Carries(via device.Via) bool
 }
 
-// RouteAH decides how datagrams from adapter from reach the adapter with
-// GID dgid: the path a connection between them would take.
-func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
+// routeAH decides how datagrams from adapter from reach the adapter with
+// GID dgid, for RouteAH (decisions.go).
+func (a *Agent) routeAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath, abi.PathInfo, error) {
 	if dgid.IsMulticast() {
 		return a.routeGroup(from, dgid) // mcast.go
 	}
@@ -59,10 +60,10 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 				if p, ok := a.rdmaDatagrams(end.Host.Host, end.PortGroup); ok {
 					return p, decisionInfo(d), nil
 				}
-				return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid", "path selection chose rdma to host %s, which has no software RoCE uplink this agent's engine reaches", end.Host.Host.Label())
+				return nil, abi.PathInfo{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "path selection chose rdma to host %s, which has no software RoCE uplink this agent's engine reaches", end.Host.Host.Label()))
 			}
 			if a.up == nil {
-				return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid", "%s is on host %s, and this agent has no tcp path to other hosts yet", dgid, end.Host.Host.Label())
+				return nil, abi.PathInfo{}, refusedBy(reasonPathUnavailable, abi.Errorf(abi.CodeUnavailable, "dgid", "%s is on host %s, and this agent has no tcp path to other hosts yet", dgid, end.Host.Host.Label()))
 			}
 			peer := a.up.Peer(end.Host.Host.ID)
 			go peer.Conn(c.cfg.LookupTimeout) // the first datagram need not wait for the dial
@@ -83,9 +84,9 @@ func (a *Agent) RouteAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 		return p, info, nil
 	}
 	if ad == nil {
-		return nil, abi.PathInfo{}, abi.Errorf(abi.CodeUnavailable, "dgid",
+		return nil, abi.PathInfo{}, refusedBy(reasonNoControlPlane, abi.Errorf(abi.CodeUnavailable, "dgid",
 			"GID %s is not an adapter on host %s; paths to other hosts (tcp, rdma) need the control plane and a PVRDMA address (rejected: memcpy: the remote VM is not on this host)",
-			dgid, a.cfg.Host)
+			dgid, a.cfg.Host))
 	}
 	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", from.Context().Name(), ad.Context().Name(), a.cfg.Host)}
 	return memcpy.Datagrams(a.dev), info, nil
@@ -125,7 +126,7 @@ func (a *Agent) rdmaDatagrams(h records.Host, pg records.PortGroup) (device.Data
 // allowed, on that path, and the datagram came from the host that holds
 // sgid. Verdicts are cached for a few seconds (admitTTL): the first
 // datagram between two adapters may wait for the control plane, the next
-// ones do not.
+// ones do not. A refusal is cached only when it is final (settled).
 func (a *Agent) AdmitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) bool {
 	k := admitKey{to: to.GID(), sgid: sgid, via: via}
 	if ok, hit := a.admits.get(k); hit {
@@ -134,64 +135,77 @@ func (a *Agent) AdmitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) 
 	if !a.admits.takeLookup() {
 		return false // too many sources unknown this second (a flood of made-up ones): dropped, not cached
 	}
-	ok, why := a.admitDatagram(to, sgid, via)
-	if !ok {
+	err := a.admitDatagram(to, sgid, via)
+	if err != nil {
 		a.log.Debug("datagram dropped: its source may not reach the destination", "to", to.Context().Name()+"/"+to.Name(),
-			"sgid", sgid.String(), "path", via.Path, "why", why)
+			"sgid", sgid.String(), "path", via.Path, "why", err)
 	}
-	a.admits.put(k, ok)
-	return ok
+	if settled(err) {
+		a.admits.put(k, err == nil)
+	}
+	return err == nil
 }
 
-func (a *Agent) admitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) (bool, string) {
+// settled reports whether an admission verdict holds until the control
+// plane changes: an admission, or a refusal by a rule. A source the
+// control plane does not know yet (a VM that just attached, whose
+// endpoint record has not reached this host's cache) or a lookup that
+// timed out is not settled: caching it would drop every datagram of that
+// source for admitTTL, where the next lookup may well admit it.
+func settled(err error) bool {
+	return !errors.Is(err, abi.ErrUnavailable) && !errors.Is(err, abi.ErrNotFound)
+}
+
+func (a *Agent) admitDatagram(to *device.Adapter, sgid abi.GID, via device.Via) error {
 	c := a.ctl
+	refuse := func(format string, args ...any) error {
+		return abi.Errorf(abi.CodeRefused, "sgid", format, args...)
+	}
 	if lp, ok := a.local.(LocalDatagramPaths); ok && via.Path != abi.PathMemcpy && lp.Carries(via) {
 		if a.dev.AdapterByGID(sgid) == nil {
-			return false, "no adapter of this host has the source GID"
+			return refuse("no adapter of this host has the source GID")
 		}
-		return true, ""
+		return nil
 	}
 	if via.Path == abi.PathMemcpy {
 		from := a.dev.AdapterByGID(sgid)
 		if from == nil {
-			return false, "no adapter of this host has the source GID"
+			return refuse("no adapter of this host has the source GID")
 		}
 		if c == nil {
-			return true, ""
+			return nil
 		}
-		if _, _, err := c.decideLocal(to, from); err != nil {
-			return false, err.Error()
-		}
-		return true, ""
+		_, _, err := c.decideLocal(to, from)
+		return err
 	}
 	if c == nil {
-		return false, "no control plane: only this host's adapters are known"
+		return refuse("no control plane: only this host's adapters are known")
 	}
 	end, d, err := c.lookupRemote(to, sgid.String(), "sgid")
 	if err != nil {
-		return false, err.Error()
+		return err
 	}
 	switch {
 	case via.Path == abi.PathTCP && d.Path == pathsel.TCP:
 		if end.Host.Host.ID != via.Host {
-			return false, fmt.Sprintf("the datagram came from host %s, and the source GID is on host %s", via.Host, end.Host.Host.ID)
+			return refuse("the datagram came from host %s, and the source GID is on host %s", via.Host, end.Host.Host.ID)
 		}
-		return true, ""
+		return nil
 	case via.Path == abi.PathRDMA && d.Path == pathsel.RDMA:
 		if end.PortGroup.RoCEVersion == records.RoCEv1 {
 			_, gid, ok := peerRoCEv1(end.Host.Host)
 			if !ok || gid.Unmap() != via.Addr.Unmap() {
-				return false, fmt.Sprintf("the RoCE v1 frame came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
+				return refuse("the RoCE v1 frame came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
 			}
-			return true, ""
+			return nil
 		}
 		peer, ok := peerRDMA(end.Host.Host)
 		if !ok || peer.Addr().Unmap() != via.Addr.Unmap() {
-			return false, fmt.Sprintf("the RoCE v2 packet came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
+			return refuse("the RoCE v2 packet came from %s, not from host %s's uplink", via.Addr, end.Host.Host.Label())
 		}
-		return true, ""
+		return nil
 	}
-	return false, fmt.Sprintf("the datagram came on the %s path, and a connection between them takes %s", via.Path, d.Path)
+	return refuse("the datagram came on the %s path, and a connection between them takes %s", via.Path, d.Path)
 }
 
 // admitTTL is how long an admission verdict is kept; admitMax bounds the

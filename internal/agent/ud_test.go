@@ -70,3 +70,24 @@ func TestAdmitLookupsBounded(t *testing.T) {
 		t.Fatal("no lookup allowed a second later")
 	}
 }
+
+// TestAdmitSettled: an admission and a refusal by a rule are cached; a
+// source the control plane does not know yet, or a lookup that failed,
+// is not — caching it dropped every datagram of a VM that had just
+// attached for admitTTL (mckey's receiver then got none of its 20).
+func TestAdmitSettled(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, true},
+		{abi.Errorf(abi.CodeRefused, "sgid", "rule same-port-group: no"), true},
+		{abi.Errorf(abi.CodeInvalid, "sgid", "bad"), true},
+		{abi.Errorf(abi.CodeNotFound, "sgid", "vmB/vrdma0 is not attached on any host"), false},
+		{abi.Errorf(abi.CodeUnavailable, "remote", "cannot decide the path: context deadline exceeded"), false},
+	} {
+		if got := settled(c.err); got != c.want {
+			t.Errorf("settled(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -67,26 +67,6 @@ func adapter0(t *testing.T, v *vrdma.VM) *vrdma.Adapter {
 	return ad
 }
 
-// newQP creates a QP on ad, in RESET.
-func newQP(t *testing.T, ad *vrdma.Adapter) *vrdma.QP {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	pd, err := ad.AllocPD(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ad.CreateCQ(ctx, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return q
-}
-
 func wantAbiErr(t *testing.T, what string, err error, code string, substrs ...string) {
 	t.Helper()
 	t.Logf("%s: %v", what, err)
@@ -228,8 +208,8 @@ func TestControlPlaneHostsPathsAndCrossHostConnect(t *testing.T) {
 	wantAbiErr(t, "connect vm1 → vm5 (other VLAN)", err, abi.CodeRefused, "VLAN")
 
 	// An RTR modify with the GID of an adapter on another host.
-	q := newQP(t, adapter0(t, vm1))
-	q4 := newQP(t, adapter0(t, vm2))
+	q := testenv.NewQP(t, adapter0(t, vm1))
+	q4 := testenv.NewQP(t, adapter0(t, vm2))
 	if err := q.ConnectTo(ctx, q4.Endpoint()); err != nil {
 		t.Errorf("RTR facing vm2's GID: %v", err)
 	} else if q.Path().Path != vrdma.PathRDMA {
@@ -237,7 +217,7 @@ func TestControlPlaneHostsPathsAndCrossHostConnect(t *testing.T) {
 	}
 
 	// A GID nobody has.
-	err = newQP(t, adapter0(t, vm1)).ConnectTo(ctx, vrdma.Endpoint{GID: abi.GID{0xfe, 0x80, 15: 1}, QPN: 0x1234})
+	err = testenv.NewQP(t, adapter0(t, vm1)).ConnectTo(ctx, vrdma.Endpoint{GID: abi.GID{0xfe, 0x80, 15: 1}, QPN: 0x1234})
 	wantAbiErr(t, "RTR facing an unknown GID", err, abi.CodeNotFound, "not attached on any host")
 
 	// A VM that detaches leaves the control plane.

@@ -20,12 +20,14 @@ import (
 )
 
 // statReport is what stat prints (-o json): the counters of the QPs
-// asked for and of the host's uplinks.
+// asked for and of the host's uplinks, path decisions and connects.
 type statReport struct {
-	Adapters []statAdapter        `json:"adapters"`
-	QPs      []statQP             `json:"qps"`
-	Uplinks  []vrdma.UplinkStatus `json:"uplinks,omitempty"`
-	RDMA     []vrdma.RDMAStatus   `json:"rdma,omitempty"`
+	Adapters      []statAdapter             `json:"adapters"`
+	QPs           []statQP                  `json:"qps"`
+	Uplinks       []vrdma.UplinkStatus      `json:"uplinks,omitempty"`
+	RDMA          []vrdma.RDMAStatus        `json:"rdma,omitempty"`
+	PathDecisions []vrdma.PathDecisionCount `json:"path_decisions,omitempty"`
+	Connects      []vrdma.ConnectCount      `json:"connects,omitempty"`
 }
 
 // statAdapter is one adapter's counters: its QPs', destroyed ones
@@ -59,8 +61,11 @@ adapter of it), one line per QP as "rdma statistic show" prints a link's: the
 work requests completed by opcode, the bytes they moved, the receives and their
 bytes, the completions by status, the requester's retries and RNR NAKs, the
 responder's refusals; then the host's uplinks: the tcp path's byte and frame
-counters per peer host, and the RDMA uplinks' packet, retransmission and drop
-counters. -w prints them again every --interval until interrupted (or --count
+counters and connections by result per peer host, and the RDMA uplinks' packet,
+retransmission and drop counters; then the agent's path decisions ("paths": for
+QPs and address handles, the paths chosen and the refusals by reason) and
+connection management's connects ("cm": dials and requests to listeners, by
+result). -w prints them again every --interval until interrupted (or --count
 times): in place on a terminal; elsewhere one after the other, each after a line
 "# TIME" (RFC 3339, UTC), or with -o json one JSON document each.`,
 		Example: `  vrdmactl stat
@@ -138,7 +143,8 @@ times): in place on a terminal; elsewhere one after the other, each after a line
 
 // statOf picks the counters of VM vm's adapter ad ("": all) from st.
 func statOf(st vrdma.Status, vm, ad string) (statReport, error) {
-	rep := statReport{Adapters: []statAdapter{}, QPs: []statQP{}, Uplinks: st.Uplinks, RDMA: st.RDMA}
+	rep := statReport{Adapters: []statAdapter{}, QPs: []statQP{}, Uplinks: st.Uplinks, RDMA: st.RDMA,
+		PathDecisions: st.PathDecisions, Connects: st.Connects}
 	found := vm == ""
 	for _, v := range st.VMs {
 		if vm != "" && v.Name != vm {
@@ -192,11 +198,42 @@ func printStat(w io.Writer, rep statReport) {
 		fmt.Fprintln(w, b.String())
 	}
 	for _, u := range rep.Uplinks {
-		fmt.Fprintf(w, "uplink tcp %s (%s) state %s conns %d bytes_out %d bytes_in %d frames_out %d frames_in %d dials %d refused %d\n",
-			orDash(u.PeerHost), u.Address, u.State, u.Conns, u.BytesOut, u.BytesIn, u.FramesOut, u.FramesIn, u.Dials, u.Refused)
+		fmt.Fprintf(w, "uplink tcp %s (%s) state %s conns %d bytes_out %d bytes_in %d frames_out %d frames_in %d dials %d refused %d"+
+			" dials_established %d dials_refused %d dials_failed %d accepted %d accepts_refused %d\n",
+			orDash(u.PeerHost), u.Address, u.State, u.Conns, u.BytesOut, u.BytesIn, u.FramesOut, u.FramesIn, u.Dials, u.Refused,
+			u.DialsEstablished, u.DialsRefused, u.DialsFailed, u.Accepted, u.AcceptsRefused)
 	}
 	for _, r := range rep.RDMA {
 		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d\n",
 			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP)
+	}
+	printCounts(w, "paths", rep.PathDecisions, func(d vrdma.PathDecisionCount) (string, string, uint64) {
+		if d.Path == "" {
+			return d.Object, "refused_" + d.Reason, d.Count
+		}
+		return d.Object, d.Path, d.Count
+	})
+	printCounts(w, "cm", rep.Connects, func(c vrdma.ConnectCount) (string, string, uint64) { return c.Side, c.Result, c.Count })
+}
+
+// printCounts prints counts one line per group, in the order the groups
+// first come: "what GROUP NAME VALUE NAME VALUE ...", where f says each
+// count's group, name and value.
+func printCounts[T any](w io.Writer, what string, counts []T, f func(T) (group, name string, n uint64)) {
+	var groups []string
+	lines := map[string]*strings.Builder{}
+	for _, c := range counts {
+		g, name, n := f(c)
+		b, ok := lines[g]
+		if !ok {
+			b = &strings.Builder{}
+			fmt.Fprintf(b, "%s %s", what, g)
+			lines[g] = b
+			groups = append(groups, g)
+		}
+		fmt.Fprintf(b, " %s %d", name, n)
+	}
+	for _, g := range groups {
+		fmt.Fprintln(w, lines[g].String())
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -35,15 +36,22 @@ func TestStat(t *testing.T) {
 	}
 	out := runOK(t, "--socket", env.Socket, "stat")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 || !strings.HasPrefix(lines[0], "link s1/vrdma0 rdma_write 250 ") || !strings.HasPrefix(lines[1], "link s2/vrdma0 ") ||
+	// The pair's two QPs took memcpy; its one connect was dialed and
+	// accepted on this host.
+	if len(lines) != 7 || !strings.HasPrefix(lines[0], "link s1/vrdma0 rdma_write 250 ") || !strings.HasPrefix(lines[1], "link s2/vrdma0 ") ||
 		!strings.HasPrefix(lines[2], "link s1/vrdma0 qp ") || !strings.Contains(lines[2], " path memcpy") ||
-		!strings.Contains(lines[2], " rdma_write 250 ") || !strings.Contains(lines[2], " send_bytes 256000 ") || !strings.HasPrefix(lines[3], "link s2/vrdma0 qp ") {
+		!strings.Contains(lines[2], " rdma_write 250 ") || !strings.Contains(lines[2], " send_bytes 256000 ") || !strings.HasPrefix(lines[3], "link s2/vrdma0 qp ") ||
+		lines[4] != "paths qp memcpy 2" || lines[5] != "cm dial established 1 rejected 0 unreachable 0 timeout 0 error 0" ||
+		lines[6] != "cm accept accepted 1 rejected 0 no_listener 0 abandoned 0 failed 0" {
 		t.Fatalf("stat:\n%s", out)
 	}
 	var rep statReport
 	runJSON(t, &rep, "--socket", env.Socket, "stat", "s2", "-o", "json")
 	if len(rep.QPs) != 1 || rep.QPs[0].VM != "s2" || rep.QPs[0].Counters.Ops["RDMA_WRITE"] != 0 || len(rep.Adapters) != 1 {
 		t.Fatalf("stat s2 -o json: %+v", rep)
+	}
+	if len(rep.PathDecisions) != 1 || rep.PathDecisions[0] != (vrdma.PathDecisionCount{Object: "qp", Path: "memcpy", Count: 2}) || len(rep.Connects) != 10 {
+		t.Fatalf("stat s2 -o json: decisions %+v, connects %+v", rep.PathDecisions, rep.Connects)
 	}
 	// The adapter keeps its destroyed QPs' counts.
 	p.Close(context.Background())

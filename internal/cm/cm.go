@@ -46,6 +46,7 @@ type Manager struct {
 	// (hostaddr.go).
 	hostPorts map[hostPort]hostClaim // +checklocks:mu
 	nextID    atomic.Uint32
+	counts    counts // counts.go
 }
 
 // New returns the connection manager of dev on host (its name, for
@@ -258,14 +259,14 @@ func (m *Manager) closeListener(l *listener) {
 	l.close()
 	l.mu.Lock()
 	for id, r := range l.pending {
-		l.refuse(r)
+		m.refuse(l, r)
 		delete(l.pending, id)
 	}
 	l.mu.Unlock()
 	for {
 		select {
 		case r := <-l.reqs:
-			l.refuse(r)
+			m.refuse(l, r)
 		default:
 			return
 		}
@@ -274,10 +275,11 @@ func (m *Manager) closeListener(l *listener) {
 
 // refuse answers r, a request to l that closed, with a reject, unless
 // its dialer gave up.
-func (l *listener) refuse(r *connReq) {
+func (m *Manager) refuse(l *listener, r *connReq) {
 	if !r.answer() {
 		return
 	}
+	m.countReq(reqRejected)
 	r.reply <- connResult{err: Refused(abi.RejectInvalidServiceID, nil, "%s/%s stopped listening on port %d", l.key.vm, l.key.adapter, l.key.port)}
 }
 
@@ -368,6 +370,7 @@ func (c *Client) Reject(r *abi.RejectRequest) error {
 	if why == "" {
 		why = "rejected by the listener"
 	}
+	c.m.countReq(reqRejected)
 	req.reply <- connResult{err: Refused(abi.RejectConsumer, r.PrivateData, "%s/%s port %d rejected the connection: %s", l.key.vm, l.key.adapter, l.key.port, why)}
 	return nil
 }
@@ -402,6 +405,7 @@ func (c *Client) Accept(v *device.Context, r *abi.AcceptRequest) (rep abi.Connec
 	if err != nil {
 		return abi.ConnectReply{}, false, err
 	}
+	defer func() { c.m.countReq(acceptResult(err)) }()
 	ours := end{q: q, external: r.QPN != 0, psn: req.acceptorPSN, ackTimeout: abi.AckTimeoutOr(r.AckTimeout)}
 	if d := req.remote; d != nil {
 		rep, err := acceptRemote(ours, req, d, r.PrivateData)
@@ -441,6 +445,7 @@ func (c *Client) acceptUD(v *device.Context, r *abi.AcceptRequest) (abi.ConnectR
 	if err != nil {
 		return abi.ConnectReply{}, err
 	}
+	c.m.countReq(reqAccepted)
 	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: r.PrivateData, QKey: q.QKey()}}
 	if d := req.remote; d != nil {
 		return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID}, nil
@@ -633,6 +638,7 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d
 	l := m.listeners[key]
 	m.mu.Unlock()
 	if l == nil {
+		m.countReq(reqNoListener)
 		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s %s port %d", vmName, ad.Name(), key.space(), r.Port)
 	}
 	timeout := Timeout(r.TimeoutMS)
@@ -643,10 +649,13 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d
 	select {
 	case l.reqs <- req:
 	case <-l.quit:
+		m.countReq(reqNoListener)
 		return abi.ConnectReply{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), r.Port)
 	case <-t.C:
+		m.countReq(reqDialerGone)
 		return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", timeout)
 	case <-c.ctx.Done():
+		m.countReq(reqDialerGone)
 		return abi.ConnectReply{}, ErrClosing
 	}
 	select {
@@ -663,5 +672,6 @@ func (c *Client) ConnectWith(q *device.QP, ad *device.Adapter, r *abi.Connect, d
 	l.mu.Lock()
 	delete(l.pending, req.id)
 	l.mu.Unlock()
+	m.countReq(reqDialerGone)
 	return abi.ConnectReply{}, abi.Errorf(abi.CodeUnavailable, "", "connect to %s port %d timed out after %v: the listener did not accept", r.Remote, r.Port, timeout)
 }

@@ -462,6 +462,7 @@ func (e *Events) connect(c *Channel, q *device.QP, r *abi.CMConnect) abi.CMEvent
 			rep, err = e.c.ConnectWith(q, ad, cr, dial)
 		}
 	}
+	e.c.m.CountDial(err)
 	if err != nil {
 		ev := failure(err)
 		ev.Cookie = r.Cookie

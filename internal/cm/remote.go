@@ -73,6 +73,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	l := m.listeners[key]
 	m.mu.Unlock()
 	if l == nil {
+		m.countReq(reqNoListener)
 		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: nothing listens on %s/%s %s port %d", vmName, ad.Name(), key.space(), port)
 	}
 	if wait <= 0 || wait > MaxRemoteWait {
@@ -84,13 +85,17 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 	select {
 	case l.reqs <- req:
 	case <-l.quit:
+		m.countReq(reqNoListener)
 		return Answer{}, Refused(abi.RejectInvalidServiceID, nil, "connection refused: %s/%s stopped listening on port %d", vmName, ad.Name(), port)
 	case <-t.C:
+		m.countReq(reqDialerGone)
 		return Answer{}, abi.Errorf(abi.CodeUnavailable, "port", "connect timed out after %v: the listener's backlog is full", wait)
 	case <-lost:
+		m.countReq(reqDialerGone)
 		req.state.CompareAndSwap(reqPending, reqAbandoned)
 		return Answer{}, lostErr
 	case <-req.canceled:
+		m.countReq(reqDialerGone)
 		return Answer{}, ErrCanceled
 	}
 	var res connResult
@@ -107,6 +112,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 			l.mu.Lock()
 			delete(l.pending, req.id)
 			l.mu.Unlock()
+			m.countReq(reqDialerGone)
 			select {
 			case <-req.canceled:
 				return Answer{}, ErrCanceled

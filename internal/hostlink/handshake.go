@@ -87,6 +87,13 @@ func (u *Links) peerKey(h records.Host) (ed25519.PublicKey, error) {
 	return k, nil
 }
 
+// dialRefusal is an error of a dial that one of the two hosts refused
+// by a rule (as opposed to no answer or a broken handshake), for the
+// counters (mgmt.UplinkStatus.DialsRefused).
+type dialRefusal struct{ error }
+
+func (r dialRefusal) Unwrap() error { return r.error }
+
 // refuse tells the peer why (best effort) and returns the error.
 func (c *Conn) refuse(err error) error {
 	c.writeControl(tcpwire.Refuse, 0, tcpwire.RefuseMsg{Reason: err.Error()})
@@ -95,20 +102,29 @@ func (c *Conn) refuse(err error) error {
 
 // dial opens a connection to the link's peer, whose host record is h, at
 // its PVRDMA address and runs the initiator's side of the handshake.
-func (l *Peer) dial(ctx context.Context, h records.Host) (*Conn, error) {
+func (l *Peer) dial(ctx context.Context, h records.Host) (_ *Conn, err error) {
 	l.dials.Add(1)
+	defer func() {
+		switch {
+		case err == nil:
+			l.dialsOK.Add(1)
+		case errors.As(err, new(dialRefusal)):
+			l.dialRefused.Add(1)
+		default:
+			l.dialFailed.Add(1)
+		}
+	}()
 	addr := h.PVRDMAAddress
 	pk, err := l.u.peerKey(h)
 	if err != nil {
-		l.refused.Add(1)
 		l.u.log.Warn("tcp path: refused a host", "err", err)
-		return nil, err
+		return nil, dialRefusal{err}
 	}
 	// Traffic leaves from this host's PVRDMA address, which the peer
 	// checks against the control plane (rule pvrdma-address).
 	local, ok := l.u.localAddr()
 	if !ok {
-		return nil, fmt.Errorf("rule host-rdma-configured: this host has no PVRDMA address it listens on (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", l.u.cfg.Host)
+		return nil, dialRefusal{fmt.Errorf("rule host-rdma-configured: this host has no PVRDMA address it listens on (vrdmactl host configure %s --pvrdma-address ADDR:PORT)", l.u.cfg.Host)}
 	}
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.Addr().AsSlice()}}
 	nc, err := d.DialContext(ctx, "tcp", addr.String())
@@ -152,9 +168,8 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 	if h.Type == tcpwire.Refuse {
 		var r tcpwire.RefuseMsg
 		c.readControl(&h, &r)
-		l.refused.Add(1)
 		u.log.Warn("tcp path: a host refused this host's connection", "peer", l.peerID, "reason", r.Reason)
-		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
+		return dialRefusal{fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)}
 	}
 	if h.Type != tcpwire.Challenge {
 		return fmt.Errorf("handshake with host %s: %s frame where CHALLENGE was expected", l.peerID, h.Type)
@@ -167,24 +182,21 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 		return fmt.Errorf("handshake with host %s: %w", l.peerID, err)
 	}
 	if ch.HostID != l.peerID {
-		l.refused.Add(1)
-		return c.refuse(fmt.Errorf("rule host-identity: dialed host %s at its PVRDMA address, host %s answered", l.peerID, ch.HostID))
+		return dialRefusal{c.refuse(fmt.Errorf("rule host-identity: dialed host %s at its PVRDMA address, host %s answered", l.peerID, ch.HostID))}
 	}
 	if !slices.Contains(supportedVersions, ch.Version) {
-		return c.refuse(fmt.Errorf("rule version: host %s chose version %d, this agent speaks %v", l.peerID, ch.Version, supportedVersions))
+		return dialRefusal{c.refuse(fmt.Errorf("rule version: host %s chose version %d, this agent speaks %v", l.peerID, ch.Version, supportedVersions))}
 	}
 	if !tcpwire.ProofOK(ch.Proof, tcpwire.Proof(secret, "acceptor", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)) {
-		l.refused.Add(1)
 		err := fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret", ch.Host, ch.HostID, a.Switch)
 		u.log.Warn("tcp path: refused a host", "err", err)
-		return c.refuse(err)
+		return dialRefusal{c.refuse(err)}
 	}
 	if !tcpwire.SigOK(pk, ch.Sig, "acceptor", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce) {
-		l.refused.Add(1)
 		err := fmt.Errorf("rule host-key: host %s (%s) did not sign the handshake with its host key (the one its record publishes and this host pinned): "+
 			"another host may be answering at its PVRDMA address", ch.Host, ch.HostID)
 		u.log.Warn("tcp path: refused a host", "err", err)
-		return c.refuse(err)
+		return dialRefusal{c.refuse(err)}
 	}
 	auth := tcpwire.AuthMsg{Proof: tcpwire.Proof(secret, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce),
 		Sig: tcpwire.Sign(a.HostKey, "initiator", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)}
@@ -199,9 +211,8 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 	case tcpwire.Refuse:
 		var r tcpwire.RefuseMsg
 		c.readControl(&h, &r)
-		l.refused.Add(1)
 		u.log.Warn("tcp path: a host refused this host's connection", "peer", l.peerID, "reason", r.Reason)
-		return fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)
+		return dialRefusal{fmt.Errorf("host %s refused the connection: %s", l.peerID, r.Reason)}
 	default:
 		return fmt.Errorf("handshake with host %s: %s frame where READY was expected", l.peerID, h.Type)
 	}
@@ -272,7 +283,7 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	fail := func(err error) (*Conn, error) {
 		u.log.Warn("tcp path: refused a connection", "from", remote, "err", err)
 		if known != "" {
-			u.linkTo(known).refused.Add(1)
+			u.linkTo(known).acceptRefused.Add(1)
 		}
 		return nil, c.refuse(err)
 	}
@@ -379,6 +390,7 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	c.ver = ver
 	nc.SetDeadline(time.Time{})
 	c.wdeadline, c.rdeadline, c.handshaking = 0, 0, false // +checklocksignore: the handshake's goroutine is c's only writer until it returns c (l.in's other users only close it)
+	l.accepts.Add(1)
 	u.log.Debug("tcp path: accepted a connection", "from", remote, "host", hello.Host, "version", ver)
 	return c, nil
 }

@@ -199,7 +199,12 @@ type Peer struct {
 	lastErr  string             // +checklocks:mu
 	down     bool               // +checklocks:mu
 
-	bytesOut, bytesIn, framesOut, framesIn, dials, refused atomic.Uint64
+	bytesOut, bytesIn, framesOut, framesIn, dials atomic.Uint64
+	// The handshakes with the peer by side and result
+	// (mgmt.UplinkStatus): this host's dials that succeeded, those
+	// refused (by either host) and those that failed; the peer's
+	// connections this host accepted and those it refused.
+	dialsOK, dialRefused, dialFailed, accepts, acceptRefused atomic.Uint64
 	// panics counts the connections with the peer closed because a
 	// goroutine serving them panicked (guard.go).
 	panics atomic.Uint64
@@ -492,7 +497,9 @@ func (u *Links) Status() []mgmt.UplinkStatus {
 		}
 		s.BytesOut, s.BytesIn = l.bytesOut.Load(), l.bytesIn.Load()
 		s.FramesOut, s.FramesIn = l.framesOut.Load(), l.framesIn.Load()
-		s.Dials, s.Refused = l.dials.Load(), l.refused.Load()
+		s.DialsEstablished, s.DialsRefused, s.DialsFailed = l.dialsOK.Load(), l.dialRefused.Load(), l.dialFailed.Load()
+		s.Accepted, s.AcceptsRefused = l.accepts.Load(), l.acceptRefused.Load()
+		s.Dials, s.Refused = l.dials.Load(), s.DialsRefused+s.AcceptsRefused
 		out = append(out, s)
 	}
 	return out

@@ -65,6 +65,7 @@ func (l *Peer) pipeConn() (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("test link: %w", err)
 	}
+	l.dialsOK.Add(1)
 	c.handshaking, s.handshaking = false, false
 	u.mu.Lock()
 	if u.closed {

@@ -4,7 +4,9 @@
 // metrics (vrdmad --metrics-listen): the counters of every QP
 // (vrdma_qp_*, labelled by VM, adapter, QPN and path) and adapter
 // (vrdma_adapter_*), those of the paths to other hosts (vrdma_tcp_*,
-// vrdma_rdma_*), what the agent is (build, host and adapter info), and
+// vrdma_rdma_*), the agent's path decisions and connection management's
+// connects (vrdma_path_*, vrdma_cm_*), what the agent is (build, host
+// and adapter info), and
 // its health — sessions, control plane, lease — beside the Go runtime's
 // and the process's; and /healthz and /readyz. Every scrape reads the
 // agent's status report, the same one "vrdmactl status" and "vrdmactl
@@ -137,6 +139,11 @@ var (
 	rdmaDropDesc    = desc("rdma_dropped_total", "Packets dropped on receipt, by reason.", "uplink", "roce", "reason")
 	udDropDesc      = desc("datagrams_dropped_total", "UD datagrams dropped at their destination on this host, on every path.")
 
+	decisionsDesc   = desc("path_decisions_total", "Paths the agent chose: for a QP moving to RTR (object qp) or an address handle (ah).", "object", "path")
+	refusalsDesc    = desc("path_refusals_total", "Path decisions that chose no path, by the rule or cause that refused (vlan_isolation, address_unique, no_control_plane, ...): for a QP, an address handle, or a connect's target (object connect).", "object", "reason")
+	cmConnectsDesc  = desc("cm_connects_total", "Connection management's connects: side dial (this host's workloads dialed; result established, rejected, unreachable, timeout, error) and accept (requests to this host's listeners; result accepted, rejected, no_listener, abandoned, failed).", "side", "result")
+	tcpConnectsDesc = desc("tcp_connects_total", "Connections of the tcp path with a peer host: side dial (result established, refused by either host's rule, failed) and accept (established, refused).", "peer_host", "side", "result")
+
 	buildDesc       = desc("build_info", "1, labelled with the agent's version (from git's tags: vrdmad --version), commit and Go version.", "version", "revision", "goversion")
 	hostDesc        = desc("host_info", "1, labelled with the host's name, ID and PVRDMA address (empty without a control plane).", "host", "host_id", "pvrdma_address")
 	adapterInfoDesc = desc("adapter_info", "1 for each adapter of each VM the agent knows, labelled with its MAC, GID and addresses.", "vm", "adapter", "mac", "gid", "ipv4", "ipv6")
@@ -233,6 +240,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	counter(udDropDesc, st.DatagramsDropped)
+	for _, d := range st.PathDecisions {
+		if d.Path != "" {
+			counter(decisionsDesc, d.Count, d.Object, d.Path)
+		} else {
+			counter(refusalsDesc, d.Count, d.Object, d.Reason)
+		}
+	}
+	for _, c := range st.Connects {
+		counter(cmConnectsDesc, c.Count, c.Side, c.Result)
+	}
 	gauge(vmsDesc, float64(attached), "attached")
 	gauge(vmsDesc, float64(defined), "defined")
 	for k, n := range qps {
@@ -249,6 +266,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(upFramesDesc, u.FramesIn, peer, "received")
 		gauge(upConnsDesc, float64(u.Conns), peer)
 		counter(upDialsDesc, u.Dials, peer)
+		counter(tcpConnectsDesc, u.DialsEstablished, peer, "dial", "established")
+		counter(tcpConnectsDesc, u.DialsRefused, peer, "dial", "refused")
+		counter(tcpConnectsDesc, u.DialsFailed, peer, "dial", "failed")
+		counter(tcpConnectsDesc, u.Accepted, peer, "accept", "established")
+		counter(tcpConnectsDesc, u.AcceptsRefused, peer, "accept", "refused")
 		counter(upPanicsDesc, u.Panics, peer)
 	}
 	for _, r := range st.RDMA {

@@ -4,7 +4,8 @@
 // of the InfiniBand transport headers a RoCEv2 packet carries after its
 // UDP header (BTH, RETH, AETH, AtomicETH, AtomicAckETH, ImmDt, IETH,
 // DETH), the RC and UD opcode table with each opcode's headers and
-// payload rule, padding, and the invariant CRC. The layouts follow the
+// payload rule, padding, and the invariant CRC; and the Communication
+// Management MADs that RDMA CM exchanges on QP1 (cm.go). The layouts follow the
 // InfiniBand Architecture Specification and its RoCE v2 annex, as Linux
 // rxe (ib_pack.h) and Wireshark read them, every multi-byte field
 // big-endian.

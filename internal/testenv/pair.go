@@ -69,6 +69,28 @@ func (e *Env) NewPair(t testing.TB, name string) *Pair {
 	return p
 }
 
+// NewQP creates an RC QP on adapter ad, in RESET, with a PD and a CQ of
+// its own: a QP to connect or move, not to carry traffic (8 work
+// requests each way).
+func NewQP(t testing.TB, ad *vrdma.Adapter) *vrdma.QP {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	pd, err := ad.AllocPD(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ad.CreateCQ(ctx, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // Write RDMA-WRITEs n bytes (at most 64 KiB) of fresh data from A to B
 // and checks that it completes successfully, within 10 s, and lands.
 func (p *Pair) Write(t testing.TB, n int, fill byte) {

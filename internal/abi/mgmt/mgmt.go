@@ -377,6 +377,40 @@ type Status struct {
 	// reach it, with no receive posted or the CQ full. Those for a QP are
 	// also in its requests_dropped.
 	DatagramsDropped uint64 `json:"datagrams_dropped,omitempty"`
+	// Decision and connect counters (metrics): since the agent started.
+	// PathDecisions count the paths the agent decided, for QPs and
+	// address handles, and the refusals; Connects count connection
+	// management's connects, those this host's workloads dialed and the
+	// requests to its listeners. (The tcp path's own connects are per
+	// peer host, in Uplinks.)
+	PathDecisions []PathDecisionCount `json:"path_decisions,omitempty"`
+	Connects      []ConnectCount      `json:"connects,omitempty"`
+}
+
+// PathDecisionCount counts the agent's path decisions of one kind: for
+// one object, a path chosen or, when Path is "", no path, refused for
+// Reason. A connect's target is counted only when refused (its QPs'
+// decisions count the paths).
+type PathDecisionCount struct {
+	Object string `json:"object"`           // "qp" (a QP moving to RTR), "ah" (an address handle) or "connect" (a connect's target, refused before any QP moved)
+	Path   string `json:"path,omitempty"`   // the path chosen (memcpy, tcp, rdma); "" for a refusal
+	Reason string `json:"reason,omitempty"` // a refusal's rule or cause (vlan_isolation, address_unique, unavailable, ...); "" for a path chosen
+	Count  uint64 `json:"count"`
+}
+
+// ConnectCount counts connection management's connects of one side by
+// result.
+type ConnectCount struct {
+	// Side is "dial" (connects this host's workloads dialed) or "accept"
+	// (requests to this host's listeners, from this host or another).
+	Side string `json:"side"`
+	// Result: a dial is established, rejected (the listener's side sent
+	// a reject, or nothing listens), unreachable (no path to the remote
+	// end, or it is nowhere), timeout or error (a bad request); a request
+	// is accepted, rejected (by the listener's workload, or the listener
+	// closed) or abandoned (its dialer gave up first).
+	Result string `json:"result"`
+	Count  uint64 `json:"count"`
 }
 
 // UplinkStatus describes the agent's traffic with one other host over the
@@ -400,6 +434,18 @@ type UplinkStatus struct {
 	// logged with its stack; the agent went on.
 	Panics    uint64 `json:"panics,omitempty"`
 	LastError string `json:"last_error,omitempty"`
+	// Connects by side and result (metrics); Dials and Refused above are
+	// their sums (Dials also counts those under way). DialsEstablished,
+	// DialsRefused and DialsFailed: this host's dials whose handshake
+	// succeeded, those refused (by either host's rule), and those that
+	// failed (no answer, a broken handshake). Accepted and
+	// AcceptsRefused: connections the peer opened to this host that it
+	// accepted, and those it refused.
+	DialsEstablished uint64 `json:"dials_established"`
+	DialsRefused     uint64 `json:"dials_refused"`
+	DialsFailed      uint64 `json:"dials_failed"`
+	Accepted         uint64 `json:"accepted"`
+	AcceptsRefused   uint64 `json:"accepts_refused"`
 }
 
 // RDMAStatus describes one of the host's RDMA uplinks: its RoCEv2

@@ -198,7 +198,7 @@ func testEngineWireV1(t *testing.T, vid int) {
 		t.Errorf("%d UD_SEND_ONLY and %d UD_SEND_ONLY_WITH_IMMEDIATE frames, want 7 each (opcodes %v)", opcodes[0x64], opcodes[0x65], opcodes)
 	}
 	// The ICRC of every frame, computed from the brief's rules alone.
-	res, err := exec.Command(python, "-c", icrcV1Script, pcap).CombinedOutput()
+	res, err := exec.Command(python, "-c", testenv.ICRCv1Script, pcap).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ICRC script: %v: %s", err, res)
 	}
@@ -210,42 +210,6 @@ func testEngineWireV1(t *testing.T, vid int) {
 
 	t.Run("hostile", func(t *testing.T) { testHostileFrames(t, ha, hb, macA, macB, uint16(vid)) })
 }
-
-// icrcV1Script prints how many RoCE v1 frames a pcap holds and how many
-// of them carry a wrong ICRC: CRC-32 (zlib) over 8 bytes of 0xFF, the GRH
-// with traffic class, flow label and hop limit set to ones, the BTH with
-// byte 4 set to ones and the rest up to the ICRC, least significant byte
-// first on the wire (docs/wire-rdma.md).
-const icrcV1Script = `
-import sys, zlib, struct
-from scapy.all import rdpcap, raw
-
-n = bad = 0
-for pkt in rdpcap(sys.argv[1]):
-    b = raw(pkt)
-    off = 12
-    (et,) = struct.unpack("!H", b[off:off+2])
-    if et == 0x8100:
-        off += 4
-        (et,) = struct.unpack("!H", b[off:off+2])
-    if et != 0x8915 or b[:6] == bytes.fromhex("020000000099"):
-        continue
-    g = bytearray(b[off+2:off+42])
-    (paylen,) = struct.unpack("!H", bytes(g[4:6]))
-    tp = bytearray(b[off+42:off+42+paylen])
-    if len(g) < 40 or len(tp) != paylen or paylen < 16:
-        n += 1; bad += 1
-        continue
-    n += 1
-    want = bytes(tp[-4:])
-    g[0] |= 0x0f
-    g[1] = g[2] = g[3] = g[7] = 0xff
-    tp[4] = 0xff
-    got = (zlib.crc32(b"\xff" * 8 + bytes(g) + bytes(tp[:-4])) & 0xffffffff).to_bytes(4, "little")
-    if got != want:
-        bad += 1
-print(n, bad)
-`
 
 // testHostileFrames sends host B frames from host A's namespace that a
 // RoCE v1 receiver must drop, and checks B's counters: each is counted
