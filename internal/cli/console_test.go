@@ -71,3 +71,38 @@ func TestServeConsoleCommand(t *testing.T) {
 		t.Errorf("console's stderr does not say it has no control plane:\n%s", errs.String())
 	}
 }
+
+// TestVMEditDryRun checks vm set, edit and reserve-memory --dry-run: the
+// agent answers what saving would, refusing what saving would refuse,
+// and the VMX does not change.
+func TestVMEditDryRun(t *testing.T) {
+	isolate(t)
+	env := testenv.Start(t)
+	on := []string{"--socket", env.Socket}
+	ctlOn(t, on, "vm", "create", "web", "--memory", "4")
+	ctlOn(t, on, "vm", "edit", "web", "--add-adapter", "--portgroup", "dvportgroup-10", "--switch", "dvs1")
+	before := ctlOn(t, on, "vm", "show", "web", "--vmx")
+	if out := ctlOn(t, on, "vm", "set", "web", "vrdma.asyncMode=TRUE", "--dry-run"); !strings.Contains(out, "would be saved") || !strings.Contains(out, "nothing stored") {
+		t.Errorf("vm set --dry-run:\n%s", out)
+	}
+	ctlOn(t, on, "vm", "reserve-memory", "web", "--all", "--dry-run")
+	ctlOn(t, on, "vm", "edit", "web", "--add-adapter", "--portgroup", "dvportgroup-10", "--switch", "dvs1", "--dry-run")
+	ctlFail(t, on, []string{"hw-version", "refused by the rules"}, "vm", "set", "web", "virtualHW.version=10", "--dry-run")
+	if after := ctlOn(t, on, "vm", "show", "web", "--vmx"); after != before {
+		t.Errorf("--dry-run changed the VMX:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	ctlOn(t, on, "vm", "power-off", "web")
+	var r struct {
+		Refused bool `json:"refused"`
+		VM      struct {
+			VMX string `json:"vmx"`
+		} `json:"vm"`
+	}
+	runJSON(t, &r, append(on, "-o", "json", "vm", "set", "web", "vrdma.asyncMode=TRUE", "--dry-run")...)
+	if r.Refused || !strings.Contains(r.VM.VMX, `vrdma.asyncMode = "TRUE"`) {
+		t.Errorf("vm set --dry-run -o json: %+v", r)
+	}
+	if after := ctlOn(t, on, "vm", "show", "web", "--vmx"); after != before {
+		t.Errorf("--dry-run -o json changed the VMX:\n%s", after)
+	}
+}
