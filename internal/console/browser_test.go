@@ -278,3 +278,37 @@ func TestConsoleLive(t *testing.T) {
 		t.Errorf("write_bw: %v", err)
 	}
 }
+
+// TestConsoleToken checks the token in a browser: without it the pages
+// say how to get in; the address vrdmactl console prints lets the
+// browser in (the token's cookie) and the inventory shows; and a saved
+// removal of an adapter takes it off the VM.
+func TestConsoleToken(t *testing.T) {
+	f := startFabric(t, "s3cret")
+	f.createVM(t, "web")
+	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.ag.EditVM(ctxA, "web", vrdmaEdit()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t, 1000)
+	do(t, ctx, "no token",
+		chromedp.Navigate(f.srv.URL+"/"),
+		waitText("main", "no or wrong token"))
+	do(t, ctx, "the printed address",
+		chromedp.Navigate(f.srv.URL+"/?token=s3cret"),
+		waitText("main", "Switch dvs1", "Host esx1"),
+		chromedp.Poll[chromedp.Void](`location.search === ''`, chromedp.WithPollingTimeout(5*time.Second)))
+	do(t, ctx, "remove the adapter",
+		chromedp.Click(chromedp.CSS(`a[href="#/vm/web"]`)),
+		waitText("#adapters", "Network adapter 1 (vrdma0)"),
+		chromedp.Click(chromedp.CSS(`#adapters button`)),
+		waitText("#adapters", "removed when you save"),
+		waitText("#checks", "The rules accept this change"),
+		chromedp.Click(chromedp.CSS("#save")),
+		waitText("#save-result", "Saved."),
+		waitText("main", "No PVRDMA adapter."))
+	if in, err := f.ag.VM(ctxA, "web"); err != nil || strings.Contains(in.VMX, "ethernet0") {
+		t.Errorf("after removing the adapter: %v\n%s", err, in.VMX)
+	}
+}

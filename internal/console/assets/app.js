@@ -152,13 +152,14 @@ async function vmPage(name) {
   // Edit Settings: what the form holds becomes one vrdma.VMEdit.
   const pgSelect = h('select', { id: 'pg' }, p.portgroups.map(g => h('option', { value: g.key }, g.key + (g.name && g.name !== g.key ? ' (' + g.name + ')' : '') + ' · ' + g.switch + ' · VLAN ' + g.vlan)));
   const pending = h('ul', { id: 'pending-adapters' });
-  const adds = [];
+  const adds = [], removes = [];
   const reserve = h('input', { type: 'checkbox', id: 'reserve', checked: p.memory_reserved, disabled: p.memory_reserved });
   const rows = h('tbody', {});
   const checks = h('div', { id: 'checks', role: 'status', 'aria-live': 'polite' });
   const saved = h('div', { id: 'save-result', role: 'status', 'aria-live': 'polite' });
   const edit = () => {
     const e = {};
+    if (removes.length) e.remove_adapters = removes;
     if (adds.length) e.add_adapters = adds.map(k => ({ portgroup: k }));
     const set = [...rows.querySelectorAll('tr')].map(tr => ({ key: tr.querySelector('.k').value.trim(), value: tr.querySelector('.v').value })).filter(kv => kv.key);
     if (set.length) e.set = set;
@@ -199,7 +200,16 @@ async function vmPage(name) {
     h('h2', { id: 'edit-h' }, 'Edit Settings'),
     on ? h('p', { class: 'msg', id: 'on-note' }, 'The VM is powered on: its settings change only once it is powered off (the checks below say so too).') : null,
     h('fieldset', {}, h('legend', {}, 'Virtual Hardware: network adapters'),
-      p.adapters.length ? h('ul', {}, p.adapters.map(a => h('li', {}, 'Network adapter ' + (a.name.replace('vrdma', '') * 1 + 1) + ' (' + a.name + '): PVRDMA on ' + (a.portgroup || 'no port group')))) : h('p', { class: 'muted' }, 'No PVRDMA adapter.'),
+      p.adapters.length ? h('ul', { id: 'adapters' }, p.adapters.map(a => {
+        const n = a.name.replace('vrdma', '') * 1;
+        const li = h('li', {}, 'Network adapter ' + (n + 1) + ' (' + a.name + '): PVRDMA on ' + (a.portgroup || 'no port group') + ' ',
+          h('button', { type: 'button', 'aria-label': 'Remove network adapter ' + (n + 1), onclick: ev => {
+            removes.push(n);
+            ev.target.replaceWith(h('em', {}, '(removed when you save)'));
+            check();
+          } }, 'Remove'));
+        return li;
+      })) : h('p', { class: 'muted' }, 'No PVRDMA adapter.'),
       pending,
       p.portgroups.length ? h('div', { class: 'row' }, h('label', { for: 'pg' }, 'Distributed port group'), pgSelect,
         h('button', { type: 'button', id: 'add-adapter', onclick: () => {
