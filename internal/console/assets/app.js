@@ -287,8 +287,12 @@ async function live() {
   const bytes = c => c.send_bytes + c.recv_bytes;
   const ops = c => Object.values(c.ops || {}).reduce((x, y) => x + y, 0) + c.recvs;
   const errs = c => c.transport_retries + c.rnr_naks_received + c.rnr_naks_sent + c.requests_dropped + c.duplicate_requests + c.out_of_seq_requests;
+  let busy = false; // a slow answer is not asked for again before it comes
   const tick = async () => {
+    if (busy) return;
+    busy = true;
     const r = await api('/api/live');
+    busy = false;
     if (!r.ok) return body.replaceChildren(errorBox(r.data.error));
     const now = r.data, t = Date.parse(now.time) / 1000;
     const kids = [];
