@@ -214,6 +214,7 @@ func TestVMProcedure(t *testing.T) {
 	defer cancel()
 
 	var p VMPage
+	var e map[string]string
 	if code := call(t, f.srv, "GET", "/api/vms/db", nil, &p); code != 200 || p.VM.Power != "poweredOff" || len(p.Adapters) != 0 || p.MemSizeMB != 4 || p.MemoryReserved ||
 		len(p.PortGroups) != 2 || p.PortGroups[0].Key != "dvportgroup-10" {
 		t.Fatalf("GET /api/vms/db: %d %+v", code, p)
@@ -251,10 +252,15 @@ func TestVMProcedure(t *testing.T) {
 	if !p.MemoryReserved || len(p.Adapters) != 1 || p.Adapters[0].PortGroup != "dvportgroup-10" {
 		t.Errorf("after the edits: %+v", p)
 	}
-	if code := call(t, f.srv, "POST", "/api/vms/db/power-on", map[string]string{}, &pw); code != 200 || pw.Refused || !pw.Changed || pw.VM.Power != "poweredOn" || pw.VM.Host != "esx1" {
+	if len(p.Hosts) != 1 || p.Hosts[0].Name != "esx1" || p.Hosts[0].State != "up" {
+		t.Errorf("the hosts to power on on: %+v", p.Hosts)
+	}
+	if code := call(t, f.srv, "POST", "/api/vms/db/power-on", map[string]string{"host": "esx9"}, &e); code != 404 || !strings.Contains(e["error"], "esx9") {
+		t.Errorf("power-on on host esx9: %d %v, want 404 naming it", code, e)
+	}
+	if code := call(t, f.srv, "POST", "/api/vms/db/power-on", map[string]string{"host": p.Hosts[0].ID}, &pw); code != 200 || pw.Refused || !pw.Changed || pw.VM.Power != "poweredOn" || pw.VM.Host != "esx1" {
 		t.Fatalf("power-on: %d %+v", code, pw)
 	}
-	var e map[string]string
 	if code := call(t, f.srv, "POST", "/api/vms/db/edit", vrdma.VMEdit{Set: []vrdma.KeyValue{{Key: "vrdma.asyncMode", Value: "FALSE"}}, DryRun: true}, &e); code != http.StatusConflict ||
 		!strings.Contains(e["error"], "power") {
 		t.Errorf("edit while powered on: %d %v, want 409 saying to power off", code, e)

@@ -211,3 +211,24 @@ func portGroups(c *member.Cache) []PortGroupChoice {
 	slices.SortFunc(out, func(a, b PortGroupChoice) int { return cmp.Compare(a.Key, b.Key) })
 	return out
 }
+
+// HostChoice is a host a VM may be powered on on.
+type HostChoice struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+}
+
+// hostChoices lists the control plane's hosts by name, for the power-on
+// form's choice.
+func hostChoices(c *member.Cache) []HostChoice {
+	out := []HostChoice{}
+	if c == nil {
+		return out
+	}
+	for _, h := range c.Hosts() {
+		out = append(out, HostChoice{ID: h.Host.ID, Name: h.Host.Name, State: string(h.Host.State)})
+	}
+	slices.SortFunc(out, func(a, b HostChoice) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	return out
+}

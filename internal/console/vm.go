@@ -31,6 +31,9 @@ type VMPage struct {
 	// vmx check's rules; power-on adds the host's).
 	Findings   []vrdma.Finding   `json:"findings"`
 	PortGroups []PortGroupChoice `json:"portgroups"`
+	// Hosts are the hosts it may be powered on on (a managed VM's
+	// choice; the power-on checks them).
+	Hosts []HostChoice `json:"hosts"`
 	// ConfigError says why the VMX's settings cannot be read.
 	ConfigError string `json:"config_error,omitempty"`
 }
@@ -45,7 +48,7 @@ func (s *server) vm(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := VMPage{VM: in, Adapters: adaptersOfVMX(in.VMX), Params: []vrdma.KeyValue{}, Findings: []vrdma.Finding{}, PortGroups: portGroups(s.cfg.Cache)}
+	p := VMPage{VM: in, Adapters: adaptersOfVMX(in.VMX), Params: []vrdma.KeyValue{}, Findings: []vrdma.Finding{}, PortGroups: portGroups(s.cfg.Cache), Hosts: hostChoices(s.cfg.Cache)}
 	f, err := vmx.Parse([]byte(in.VMX))
 	if err != nil {
 		p.ConfigError = err.Error()

@@ -137,7 +137,7 @@ async function vmPage(name) {
   const out = h('div', { id: 'power-result', role: 'status', 'aria-live': 'polite' });
   const powerOp = async (op) => {
     out.replaceChildren(h('p', { class: 'msg' }, op === 'power-on' ? 'Powering on…' : 'Powering off…'));
-    const res = await api('/api/vms/' + encodeURIComponent(name) + '/' + op, {});
+    const res = await api('/api/vms/' + encodeURIComponent(name) + '/' + op, op === 'power-on' && hostSel.value ? { host: hostSel.value } : {});
     if (!res.ok) return out.replaceChildren(errorBox(res.data.error));
     if (res.data.refused) {
       const errs = res.data.findings.filter(f => f.severity === 'error');
@@ -149,6 +149,8 @@ async function vmPage(name) {
       res.data.findings && res.data.findings.length ? findingList(res.data.findings) : '');
   };
 
+  const hostSel = h('select', { id: 'on-host' }, h('option', { value: '' }, vm.host ? 'where it is registered (' + vm.host + ')' : 'this agent\u2019s host'),
+    vm.managed ? p.hosts.map(x => h('option', { value: x.id }, x.name + ' (' + x.state + ')')) : []);
   // Edit Settings: what the form holds becomes one vrdma.VMEdit.
   const pgSelect = h('select', { id: 'pg' }, p.portgroups.map(g => h('option', { value: g.key }, g.key + (g.name && g.name !== g.key ? ' (' + g.name + ')' : '') + ' · ' + g.switch + ' · VLAN ' + g.vlan)));
   const pending = h('ul', { id: 'pending-adapters' });
@@ -234,6 +236,7 @@ async function vmPage(name) {
     h('p', {}, vm.host ? ['Host ', vm.host_id ? h('a', { href: '#/host/' + encodeURIComponent(vm.host_id) }, vm.host) : vm.host] : 'No host',
       ' · ' + (vm.managed ? 'managed (control plane)' : 'defined on its host') + ' · owner uid ' + vm.owner.uid),
     h('div', { class: 'row' },
+      on ? null : [h('label', { for: 'on-host' }, 'Host'), hostSel],
       h('button', { type: 'button', id: 'power-on', disabled: on, onclick: () => powerOp('power-on') }, 'Power on'),
       h('button', { type: 'button', id: 'power-off', disabled: !on, onclick: () => powerOp('power-off') }, 'Power off')),
     out,
