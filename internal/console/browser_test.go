@@ -273,6 +273,11 @@ func TestConsoleLive(t *testing.T) {
 	}
 	do(t, bctx, "the view updates by itself",
 		chromedp.Poll[chromedp.Void](`document.querySelector('.rate').textContent !== `+jsString(before), chromedp.WithPollingTimeout(5*time.Second)))
+	do(t, bctx, "explain the path between the two",
+		chromedp.SendKeys(chromedp.CSS("#path-a"), "left/vrdma0"),
+		chromedp.SendKeys(chromedp.CSS("#path-b"), "right/vrdma0"),
+		chromedp.Click(chromedp.CSS("#explain-go")),
+		waitText("#path-result", "left/vrdma0 ↔ right/vrdma0: memcpy", "same host", "rejected rdma", "rejected tcp"))
 	stop()
 	if err := <-ran; err != nil && traffic.Err() == nil {
 		t.Errorf("write_bw: %v", err)

@@ -115,6 +115,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("GET /api/hosts/{id}", s.api(s.host))
 	s.mux.HandleFunc("GET /api/live", s.api(s.live))
 	s.mux.HandleFunc("GET /api/network", s.api(s.network))
+	s.mux.HandleFunc("GET /api/path", s.api(s.path))
 	return s
 }
 

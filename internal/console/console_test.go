@@ -281,6 +281,19 @@ func TestVMProcedure(t *testing.T) {
 		!hp.FirewallPVRDMA || hp.Switch != "dvs1" || hp.PVRDMA == nil {
 		t.Errorf("GET /api/hosts/ID: %d %+v", code, hp)
 	}
+	var pa PathAnswer
+	if code := call(t, f.srv, "GET", "/api/path?a=db/vrdma0&b=db/vrdma0", nil, &pa); code != 200 || !pa.OK || pa.Path != "memcpy" || len(pa.Rejected) == 0 {
+		t.Errorf("GET /api/path db/vrdma0 db/vrdma0: %d %+v", code, pa)
+	}
+	for _, q := range []string{"a=db/vrdma0&b=..%2Fhosts", "a=db/vrdma9&b=db/vrdma0", "a=x&b=y"} {
+		pa = PathAnswer{}
+		if code := call(t, f.srv, "GET", "/api/path?"+q, nil, &pa); code != 200 || pa.OK || pa.Error == "" {
+			t.Errorf("GET /api/path?%s: %d %+v, want an answer that they cannot connect, and why", q, code, pa)
+		}
+	}
+	if code := call(t, f.srv, "GET", "/api/path?a=db/vrdma0", nil, &e); code != 400 {
+		t.Errorf("GET /api/path with one end: %d %v", code, e)
+	}
 	for _, id := range []string{"nosuchhost", "..%2Fswitches%2Fdvs1", "%00"} {
 		if code := call(t, f.srv, "GET", "/api/hosts/"+id, nil, &e); code != 404 {
 			t.Errorf("GET /api/hosts/%s: %d %v", id, code, e)

@@ -11,6 +11,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
@@ -122,4 +123,36 @@ func (s *server) network(context.Context, *http.Request) (any, error) {
 		p.Switches = []netcheck.SwitchReport{}
 	}
 	return p, nil
+}
+
+// PathAnswer is GET /api/path?a=VM/vrdmaN&b=VM/vrdmaM: the path the two
+// adapters get, why, and every rejected candidate, decided from the
+// control plane as the agents decide it (vrdmactl path explain).
+type PathAnswer struct {
+	A  string `json:"a"`
+	B  string `json:"b"`
+	OK bool   `json:"ok"`
+	pathsel.Decision
+	// Error says why the two cannot connect, or why an end is unknown.
+	Error string `json:"error,omitempty"`
+}
+
+func (s *server) path(ctx context.Context, r *http.Request) (any, error) {
+	if s.cfg.Cache == nil {
+		return nil, &httpError{http.StatusNotFound, "no control plane, so no path decisions: " + s.cfg.ControlErr}
+	}
+	a, b := r.URL.Query().Get("a"), r.URL.Query().Get("b")
+	if a == "" || b == "" {
+		return nil, &httpError{http.StatusBadRequest, "name both ends: /api/path?a=VM/vrdmaN&b=VM/vrdmaM (or GIDs)"}
+	}
+	// Decide checks the names before it looks them up.
+	d, err := s.cfg.Cache.Decide(ctx, a, b)
+	ans := PathAnswer{A: a, B: b, OK: err == nil, Decision: d}
+	if ans.Rejected == nil {
+		ans.Rejected = []pathsel.Rejection{}
+	}
+	if err != nil {
+		ans.Error = err.Error()
+	}
+	return ans, nil
 }

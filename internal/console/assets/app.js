@@ -285,7 +285,7 @@ async function live() {
   const hist = {}; // VM → {bytes: [per s], ops: [per s]}
   let last = null;
   const body = h('div', {});
-  show('Live', h('h1', {}, 'Live: QPs, paths and throughput'), h('p', { class: 'muted' }, 'Updated every second from the agent\u2019s counters.'), body);
+  show('Live', h('h1', {}, 'Live: QPs, paths and throughput'), h('p', { class: 'muted' }, 'Updated every second from the agent\u2019s counters.'), body, explainForm());
   const sum = (v, f) => v.adapters.reduce((s, a) => s + f(a.counters), 0);
   const bytes = c => c.send_bytes + c.recv_bytes;
   const ops = c => Object.values(c.ops || {}).reduce((x, y) => x + y, 0) + c.recvs;
@@ -326,6 +326,27 @@ async function live() {
   };
   await tick();
   timer = setInterval(tick, 1000);
+}
+
+// explainForm asks the control plane which path two adapters get, as
+// vrdmactl path explain.
+function explainForm() {
+  const out = h('div', { id: 'path-result', role: 'status', 'aria-live': 'polite' });
+  const a = h('input', { type: 'text', id: 'path-a', placeholder: 'vm1/vrdma0' });
+  const b = h('input', { type: 'text', id: 'path-b', placeholder: 'vm2/vrdma0' });
+  return h('form', { id: 'explain', onsubmit: async ev => {
+    ev.preventDefault();
+    const r = await api('/api/path?a=' + encodeURIComponent(a.value.trim()) + '&b=' + encodeURIComponent(b.value.trim()));
+    if (!r.ok) return out.replaceChildren(errorBox(r.data.error));
+    const d = r.data;
+    out.replaceChildren(
+      d.ok ? h('p', { class: 'msg ok' }, d.a + ' \u2194 ' + d.b + ': ' + d.path + ' \u2014 ' + d.reason) : errorBox(d.a + ' \u2194 ' + d.b + ': cannot connect: ' + d.error),
+      h('ul', {}, d.rejected.map(x => h('li', {}, 'rejected ' + x.path + ': ' + x.why)), (d.warnings || []).map(w => h('li', {}, 'warning: ' + w))));
+  } },
+    h('h2', {}, 'Explain a path'),
+    h('div', { class: 'row' }, h('label', { for: 'path-a' }, 'From'), a, h('label', { for: 'path-b' }, 'to'), b,
+      h('button', { type: 'submit', id: 'explain-go' }, 'Explain')),
+    out);
 }
 
 // draw charts xs (per second, the last 60) on cv, in units of scale.
