@@ -149,6 +149,9 @@ func TestConsoleAddAdapter(t *testing.T) {
 	if in, err := f.ag.VM(ctxA, "web"); err != nil || in.Power != "poweredOn" {
 		t.Fatalf("after Power on: %+v %v", in, err)
 	}
+	do(t, ctx, "disconnect the adapter of a VM no workload runs: the agent's reason shows",
+		chromedp.Click(chromedp.CSS("#adapters button.disconnect")),
+		waitText("#save-result", "startConnected"))
 	do(t, ctx, "a powered-on VM's settings do not change: the agent's reason shows",
 		chromedp.Click(chromedp.CSS("#add-row")),
 		chromedp.SendKeys(chromedp.CSS("#k0"), "vrdma.asyncMode"),

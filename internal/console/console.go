@@ -112,6 +112,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/vms/{name}/edit", s.write(s.edit))
 	s.mux.HandleFunc("POST /api/vms/{name}/power-on", s.write(s.powerOn))
 	s.mux.HandleFunc("POST /api/vms/{name}/power-off", s.write(s.powerOff))
+	s.mux.HandleFunc("POST /api/vms/{name}/connect", s.write(s.connect))
 	s.mux.HandleFunc("GET /api/hosts/{id}", s.api(s.host))
 	s.mux.HandleFunc("GET /api/live", s.api(s.live))
 	s.mux.HandleFunc("GET /api/network", s.api(s.network))

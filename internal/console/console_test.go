@@ -190,7 +190,7 @@ func TestInventoryTree(t *testing.T) {
 	for {
 		call(t, f.srv, "GET", "/api/inventory", nil, &inv)
 		vms := inv.Switches[0].PortGroups[1].Hosts[0].VMs
-		if len(vms) == 1 && vms[0].Name == "web" && len(vms[0].Adapters) == 1 && vms[0].Adapters[0] == (AdapterNode{Name: "vrdma0", PortGroup: "dvportgroup-20"}) {
+		if len(vms) == 1 && vms[0].Name == "web" && len(vms[0].Adapters) == 1 && vms[0].Adapters[0] == (AdapterNode{Name: "vrdma0", PortGroup: "dvportgroup-20", StartConnected: true}) {
 			if len(inv.Unplaced) != 0 || len(inv.Switches[0].PortGroups[0].Hosts[0].VMs) != 0 {
 				t.Errorf("web is also elsewhere in the tree: %+v", inv)
 			}
@@ -280,6 +280,19 @@ func TestVMProcedure(t *testing.T) {
 	if code := call(t, f.srv, "GET", "/api/hosts/"+f.env.Agent.HostID(), nil, &hp); code != 200 || !hp.Local || hp.PVRDMAAddress != testAddr+":4791" ||
 		!hp.FirewallPVRDMA || hp.Switch != "dvs1" || hp.PVRDMA == nil {
 		t.Errorf("GET /api/hosts/ID: %d %+v", code, hp)
+	}
+	var cr vrdma.ConnectResult
+	if code := call(t, f.srv, "POST", "/api/vms/db/connect", map[string]any{"adapter": "vrdma0", "connected": false}, &cr); code != 200 || !cr.Changed || cr.Connected || cr.Workloads != 1 {
+		t.Errorf("disconnect vrdma0: %d %+v", code, cr)
+	}
+	if code := call(t, f.srv, "POST", "/api/vms/db/connect", map[string]any{"adapter": "vrdma0", "connected": false}, &cr); code != 200 || cr.Changed {
+		t.Errorf("disconnect vrdma0 again: %d %+v, want no change", code, cr)
+	}
+	if code := call(t, f.srv, "POST", "/api/vms/db/connect", map[string]any{"adapter": "vrdma0", "connected": true}, &cr); code != 200 || !cr.Changed || !cr.Connected {
+		t.Errorf("connect vrdma0: %d %+v", code, cr)
+	}
+	if code := call(t, f.srv, "POST", "/api/vms/db/connect", map[string]any{"adapter": "eth0", "connected": true}, &e); code != 400 {
+		t.Errorf("connect eth0: %d %v", code, e)
 	}
 	var pa PathAnswer
 	if code := call(t, f.srv, "GET", "/api/path?a=db/vrdma0&b=db/vrdma0", nil, &pa); code != 200 || !pa.OK || pa.Path != "memcpy" || len(pa.Rejected) == 0 {

@@ -72,10 +72,13 @@ type VMNode struct {
 	Adapters []AdapterNode `json:"adapters"`
 }
 
-// AdapterNode is one PVRDMA adapter of a VM and its port group's key.
+// AdapterNode is one PVRDMA adapter of a VM, its port group's key, and
+// whether it is connected at power on (ethernetN.startConnected; vm
+// connect and disconnect change a running adapter, not this).
 type AdapterNode struct {
-	Name      string `json:"name"`
-	PortGroup string `json:"portgroup"`
+	Name           string `json:"name"`
+	PortGroup      string `json:"portgroup"`
+	StartConnected bool   `json:"start_connected"`
 }
 
 // adaptersOfVMX returns a VMX's PVRDMA adapters (none if it does not
@@ -87,7 +90,7 @@ func adaptersOfVMX(text string) []AdapterNode {
 		return out
 	}
 	for _, ad := range cfg.Adapters {
-		out = append(out, AdapterNode{Name: ad.Name(), PortGroup: ad.PortGroupID})
+		out = append(out, AdapterNode{Name: ad.Name(), PortGroup: ad.PortGroupID, StartConnected: ad.StartConnected})
 	}
 	return out
 }

@@ -99,6 +99,21 @@ func (s *server) powerOff(ctx context.Context, r *http.Request) (any, error) {
 	})
 }
 
+// connectRequest is POST /api/vms/{name}/connect's body.
+type connectRequest struct {
+	Adapter   string `json:"adapter"` // vrdmaN
+	Connected bool   `json:"connected"`
+}
+
+// connect connects or disconnects a running VM's adapter (the
+// "Connected" box; vm connect and disconnect).
+func (s *server) connect(ctx context.Context, r *http.Request) (any, error) {
+	var req connectRequest
+	return s.call(ctx, r, &req, func(ag *vrdma.Agent) (any, error) {
+		return ag.ConnectAdapter(ctx, r.PathValue("name"), req.Adapter, req.Connected)
+	})
+}
+
 // call decodes r's body into req, then runs fn with the agent. A refusal
 // by the rules is an answer (the result, Refused with its findings), not
 // an error.

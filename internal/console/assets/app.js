@@ -204,7 +204,13 @@ async function vmPage(name) {
     h('fieldset', {}, h('legend', {}, 'Virtual Hardware: network adapters'),
       p.adapters.length ? h('ul', { id: 'adapters' }, p.adapters.map(a => {
         const n = a.name.replace('vrdma', '') * 1;
-        const li = h('li', {}, 'Network adapter ' + (n + 1) + ' (' + a.name + '): PVRDMA on ' + (a.portgroup || 'no port group') + ' ',
+        const conn = c => h('button', { type: 'button', class: c ? 'connect' : 'disconnect', onclick: async () => {
+          const res = await api('/api/vms/' + encodeURIComponent(name) + '/connect', { adapter: a.name, connected: c });
+          if (!res.ok) return saved.replaceChildren(errorBox(res.data.error));
+          saved.replaceChildren(h('p', { class: 'msg ok' }, 'Adapter ' + a.name + (res.data.changed ? '' : ' was already') + (c ? ' connected' : ' disconnected') + '; ' + res.data.workloads + ' workloads told.'));
+        } }, (c ? 'Connect ' : 'Disconnect ') + a.name);
+        const li = h('li', {}, 'Network adapter ' + (n + 1) + ' (' + a.name + '): PVRDMA on ' + (a.portgroup || 'no port group') + (a.start_connected ? '' : ', not connected at power on') + ' ',
+          on ? [conn(false), ' ', conn(true), ' '] : null,
           h('button', { type: 'button', 'aria-label': 'Remove network adapter ' + (n + 1), onclick: ev => {
             removes.push(n);
             ev.target.replaceWith(h('em', {}, '(removed when you save)'));
