@@ -273,7 +273,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *server) agent(ctx context.Context) (*vrdma.Agent, error) {
 	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(s.cfg.Socket))
 	if err != nil {
-		return nil, fmt.Errorf("no agent at %s (is vrdmad running? vrdmactl console --socket names another socket): %w", s.cfg.Socket, err)
+		return nil, fmt.Errorf("%w; vrdmactl console --socket names another socket", err)
 	}
 	return ag, nil
 }
