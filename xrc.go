@@ -78,16 +78,38 @@ func (s *SRQ) Num() uint32 { return s.srqn }
 // QPTypeXRCSend QP). Each message it takes goes to the XRC SRQ of its
 // domain the sender names.
 func (x *XRCD) CreateTargetQP(ctx context.Context) (*QP, error) {
+	return x.targetQP(ctx, "CreateTargetQP", abi.OpCreateQP, &abi.CreateQP{Type: QPTypeXRCRecv, XRCD: x.handle})
+}
+
+// OpenQP opens the XRC target QP numbered qpn in the domain
+// (ibv_open_qp): one that this or another process of the VM created in
+// it, as processes share one. The QP it returns is this process's handle
+// of it: it modifies and connects the QP as any target QP, and Destroy
+// drops this handle only — the QP lives until its creator's handle and
+// every open are gone, or its creator's process ends. A number that is
+// not a target QP of the domain (another type's, another domain's,
+// another VM's) is refused (ErrInvalid). Needs an agent with capability
+// open-qp.
+func (x *XRCD) OpenQP(ctx context.Context, qpn uint32) (*QP, error) {
+	if !x.ad.vm.caps.Has(abi.CapOpenQP) {
+		return nil, errorf(abi.CodeInvalid, "vrdma: OpenQP: the agent cannot open XRC target QPs (capability open-qp): upgrade vrdmad")
+	}
+	return x.targetQP(ctx, "OpenQP", abi.OpOpenQP, &abi.OpenQP{XRCD: x.handle, QPN: qpn})
+}
+
+// targetQP makes a target QP of the domain through op (create or open),
+// whose reply carries no descriptors.
+func (x *XRCD) targetQP(ctx context.Context, what string, op abi.Op, req any) (*QP, error) {
 	v := x.ad.vm
 	var r abi.CreateQPReply
-	fds, err := v.c.call(ctx, abi.OpCreateQP, &abi.CreateQP{Type: QPTypeXRCRecv, XRCD: x.handle}, &r)
+	fds, err := v.c.call(ctx, op, req, &r)
 	if err != nil {
-		return nil, fmt.Errorf("vrdma: CreateTargetQP: %w", err)
+		return nil, fmt.Errorf("vrdma: %s: %w", what, err)
 	}
 	if len(fds) != 0 {
 		closeFDs(fds)
 		v.c.call(ctx, abi.OpDestroyQP, &abi.Handle{Handle: r.Handle}, nil)
-		return nil, fmt.Errorf("vrdma: CreateTargetQP: the agent sent %d descriptors, want none", len(fds))
+		return nil, fmt.Errorf("vrdma: %s: the agent sent %d descriptors, want none", what, len(fds))
 	}
 	q := &QP{pd: &PD{ad: x.ad}, vm: v, handle: r.Handle, qpn: r.QPN, typ: QPTypeXRCRecv}
 	q.psn = randomPSN()

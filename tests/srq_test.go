@@ -243,14 +243,21 @@ func testSRQ(t *testing.T, s *suite) {
 		src := a.mr(t, 64, vrdma.AccessAll)
 		fill(src.Bytes(), 7)
 		postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
-		expectNoWC(t, a.scq, 3*quiet, "a SEND to an empty SRQ")
+		// The responder answers the SEND with an RNR NAK (again and
+		// again: rnr_retry 7 is forever) until a receive is posted. On
+		// the lossy link the SEND itself may be lost and sent again only
+		// after the local ACK timeout: wait for the first RNR NAK rather
+		// than for a fixed time.
+		for deadline := time.Now().Add(10 * time.Second); s.qpCounters(t, b.ends[0]).RNRNaksSent == 0; time.Sleep(quiet / 4) {
+			if time.Now().After(deadline) {
+				t.Fatalf("responder on an empty SRQ sent no RNR NAK in 10 s: %+v", s.qpCounters(t, b.ends[0]))
+			}
+		}
+		expectNoWC(t, a.scq, quiet, "a SEND to an empty SRQ")
 		b.post(t, 0, 1)
 		expectWC(t, waitWC(t, a.scq, 1)[0], a.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
 		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.ends[0].qp, 0, vrdma.WCRecv, 64, 0, false)
 		expectBytes(t, "message", b.slot(0)[:64], src.Bytes())
-		if c := s.qpCounters(t, b.ends[0]); c.RNRNaksSent == 0 {
-			t.Errorf("responder on an empty SRQ sent no RNR NAK: %+v", c)
-		}
 
 		pa.rnrRetry = 0
 		as, b = s.srqPair(t, 1, 16, &[2]rcParams{pa, pb})

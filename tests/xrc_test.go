@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
@@ -33,16 +34,30 @@ type xrcTarget struct {
 	buf  *vrdma.MR
 }
 
-// newXRCTarget makes the receiving side in vm's first adapter.
+// newXRCTarget makes the receiving side in vm's first adapter, in a
+// private domain.
 func newXRCTarget(t *testing.T, vm *vrdma.VM) *xrcTarget {
 	t.Helper()
 	ctx := opCtx(t)
-	x := &xrcTarget{vm: vm, ad: vm.Adapters()[0]}
-	var err error
-	if x.pd, err = x.ad.AllocPD(ctx); err != nil {
+	xrcd, err := vm.Adapters()[0].OpenXRCD(ctx, nil, false, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if x.xrcd, err = x.ad.OpenXRCD(ctx, nil, false, false); err != nil {
+	x := newXRCSRQs(t, vm, xrcd)
+	if x.tgt, err = x.xrcd.CreateTargetQP(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+// newXRCSRQs makes the receiving side's SRQs, CQs and buffers in vm's
+// first adapter, in domain xrcd, without a target QP.
+func newXRCSRQs(t *testing.T, vm *vrdma.VM, xrcd *vrdma.XRCD) *xrcTarget {
+	t.Helper()
+	ctx := opCtx(t)
+	x := &xrcTarget{vm: vm, ad: vm.Adapters()[0], xrcd: xrcd}
+	var err error
+	if x.pd, err = x.ad.AllocPD(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := range x.srqs {
@@ -58,9 +73,6 @@ func newXRCTarget(t *testing.T, vm *vrdma.VM) *xrcTarget {
 	}
 	if x.srqs[0].Num() == x.srqs[1].Num() {
 		t.Fatalf("two XRC SRQs of one domain have number 0x%x", x.srqs[0].Num())
-	}
-	if x.tgt, err = x.xrcd.CreateTargetQP(ctx); err != nil {
-		t.Fatal(err)
 	}
 	buf, err := vm.Alloc(32 * srqSlot)
 	if err != nil {
@@ -276,23 +288,9 @@ func testXRC(t *testing.T, s *suite) {
 // file names no domain. A process of another VM opening the same
 // file makes a domain of its own.
 func TestXRCDomainShared(t *testing.T) {
-	env := testenv.Start(t)
-	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
-	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
 	ctx := opCtx(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	open := func(vm string) *vrdma.Adapter {
-		v, err := vrdma.Open(ctx, vm, vrdma.WithSocket(env.Socket))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { v.Close() })
-		return v.Adapters()[0]
-	}
+	_, f, openVM := xrcVMs(t)
+	open := func(vm string) *vrdma.Adapter { return openVM(vm).Adapters()[0] }
 	p1, p2, other := open("vm1"), open("vm1"), open("vm2")
 	if _, err := p2.OpenXRCD(ctx, f, false, false); err == nil {
 		t.Fatal("a file that names no domain opened without O_CREAT")
@@ -322,5 +320,233 @@ func TestXRCDomainShared(t *testing.T) {
 	}
 	if _, err := p2.OpenXRCD(ctx, f, false, false); err == nil {
 		t.Fatal("the file still names a domain once every process closed it")
+	}
+}
+
+// xrcVMs starts an agent with VMs vm1 and vm2, and gives a file to name
+// XRC domains by and a function that attaches a process to a VM.
+func xrcVMs(t *testing.T) (*testenv.Env, *os.File, func(vm string) *vrdma.VM) {
+	t.Helper()
+	env := testenv.Start(t)
+	env.Define(t, "vm1", testenv.VMOptions{MemMB: 8})
+	env.Define(t, "vm2", testenv.VMOptions{MemMB: 8})
+	f, err := os.Create(filepath.Join(t.TempDir(), "xrc_domain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return env, f, func(vm string) *vrdma.VM {
+		v, err := vrdma.Open(opCtx(t), vm, vrdma.WithSocket(env.Socket))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+}
+
+// TestXRCSRQProcessEnds: a target QP delivers to the SRQ of another
+// process of its VM in its domain; once that process ended, the SRQ's
+// number is refused as one outside the domain (REM_INV_REQ_ERR, the
+// target QP to ERR), and nothing touches the memory that process had.
+func TestXRCSRQProcessEnds(t *testing.T) {
+	ctx := opCtx(t)
+	env, f, open := xrcVMs(t)
+	owner, other := open("vm1"), open("vm1")
+	xa, err := owner.Adapters()[0].OpenXRCD(ctx, f, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xb, err := other.Adapters()[0].OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := xa.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := newXRCSRQs(t, other, xb)
+	xs.post(t, 0, 0, 4)
+	snd := newEnd(t, open("vm2"), qpConfig{typ: vrdma.QPTypeXRCSend, caps: vrdma.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}})
+	if err := snd.qp.ConnectTo(ctx, tgt.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tgt.ConnectTo(ctx, snd.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	src := snd.mr(t, 64, vrdma.AccessAll)
+	fill(src.Bytes(), 41)
+	wr := vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64)), XRCSRQN: xs.srqs[0].Num()}
+	postSend(t, snd.qp, wr)
+	expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, 1, vrdma.WCSuccess, vrdma.WCSend)
+	expectRecv(t, waitWC(t, xs.cqs[0], 1)[0], tgt, 0, vrdma.WCRecv, 64, 0, false)
+	expectBytes(t, "message in the other process's memory", xs.slot(0)[:64], src.Bytes())
+	if n := processes(t, env, "vm1"); n != 2 {
+		t.Fatalf("vm1 has %d processes, want 2", n)
+	}
+	other.Close()
+	for processes(t, env, "vm1") != 1 { // its teardown is the agent's, after the session ends
+		time.Sleep(5 * time.Millisecond)
+	}
+	wr.ID = 2
+	postSend(t, snd.qp, wr)
+	expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, 2, vrdma.WCRemInvReqErr, 0)
+	if info, err := tgt.Query(ctx); err != nil || info.Attr.State != vrdma.QPSErr {
+		t.Fatalf("target QP after an invalid request: %v, %v; want ERR", info.Attr.State, err)
+	}
+}
+
+// processes counts the processes attached as VM name.
+func processes(t *testing.T, env *testenv.Env, name string) int {
+	t.Helper()
+	for _, v := range env.Status(t).VMs {
+		if v.Name == name {
+			return len(v.Processes)
+		}
+	}
+	return 0
+}
+
+// TestXRCOpenQP: an XRC target QP shared by two processes of one VM
+// (XRCD.OpenQP, ibv_open_qp). The creator's QP, opened by the other
+// process, delivers a SEND to the opener's SRQ — its memory, its CQ —
+// and goes on doing so after the creator destroyed its handle; the
+// opener's destroy ends it, and its number opens no more. Numbers that are
+// no target QP of the domain are refused: an RC QP's, another VM's target
+// QP's, the QP through a private domain. A target QP whose creator's
+// process ends goes with it: the opener hears IBV_EVENT_QP_FATAL, and its
+// handle no longer modifies.
+func TestXRCOpenQP(t *testing.T) {
+	ctx := opCtx(t)
+	env, f, open := xrcVMs(t)
+	creatorVM, openerVM := open("vm1"), open("vm1")
+	creator, opener := creatorVM.Adapters()[0], openerVM.Adapters()[0]
+	xc, err := creator.OpenXRCD(ctx, f, true, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xo, err := opener.OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := xc.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The sender, in vm2, with a target QP of its own domain.
+	snd := newEnd(t, open("vm2"), qpConfig{typ: vrdma.QPTypeXRCSend, caps: vrdma.QPCaps{MaxSendWR: 16, MaxSendSGE: 1, MaxRecvWR: 1, MaxRecvSGE: 1}})
+	xs, err := snd.ad.OpenXRCD(ctx, nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTgt, err := xs.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := newEnd(t, openerVM, qpConfig{})
+	xp, err := opener.OpenXRCD(ctx, nil, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, try := range map[string]func() (*vrdma.QP, error){
+		"an RC QP":               func() (*vrdma.QP, error) { return xo.OpenQP(ctx, mine.qp.QPN()) },
+		"another VM's target":    func() (*vrdma.QP, error) { return xo.OpenQP(ctx, otherTgt.QPN()) },
+		"through another domain": func() (*vrdma.QP, error) { return xp.OpenQP(ctx, tgt.QPN()) },
+	} {
+		_, err := try()
+		expectCode(t, err, "invalid-argument", "OpenQP of "+what)
+	}
+
+	q, err := xo.OpenQP(ctx, tgt.QPN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.QPN() != tgt.QPN() || q.Type() != vrdma.QPTypeXRCRecv {
+		t.Fatalf("opened QP 0x%x of type %s, want 0x%x XRC_RECV", q.QPN(), q.Type(), tgt.QPN())
+	}
+	expectCode(t, xo.Close(ctx), "bad-state", "closing the domain an open was made through")
+	ox := newXRCSRQs(t, openerVM, xo)
+	ox.post(t, 0, 0, 4)
+	srq, cq := ox.srqs[0], ox.cqs[0]
+	// The opener connects the QP it opened; the creator's handle sees it.
+	if err := snd.qp.ConnectTo(ctx, q.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.ConnectTo(ctx, snd.qp.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := tgt.Query(ctx); err != nil || info.Attr.State != vrdma.QPSRTS {
+		t.Fatalf("the creator's handle after the opener connected: %v, %v; want RTS", info.Attr.State, err)
+	}
+	src := snd.mr(t, 2*64, vrdma.AccessAll)
+	fill(src.Bytes(), 31)
+	send := func(k int) {
+		t.Helper()
+		postSend(t, snd.qp, vrdma.SendWR{ID: uint64(k), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(k*64, 64)), XRCSRQN: srq.Num()})
+		expectWC(t, waitWC(t, snd.scq, 1)[0], snd.qp, uint64(k), vrdma.WCSuccess, vrdma.WCSend)
+		expectRecv(t, waitWC(t, cq, 1)[0], q, uint64(k), vrdma.WCRecv, 64, 0, false)
+		expectBytes(t, "message in the opener's memory", ox.slot(k)[:64], src.Bytes()[k*64:(k+1)*64])
+	}
+	send(0)
+	// The creator lets go: the QP is the opener's now.
+	if err := tgt.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := xc.Close(ctx); err != nil {
+		t.Fatalf("the creator's domain handle is still held by the QP it let go: %v", err)
+	}
+	send(1)
+	listed := false
+	for _, v := range env.Status(t).VMs {
+		for _, s := range v.QPs {
+			listed = listed || v.Name == "vm1" && s.QPN == tgt.QPN() && s.Counters.Recvs == 2
+		}
+	}
+	if !listed {
+		t.Fatal("the status does not list the target QP its creator let go of, with its 2 receives")
+	}
+	if err := q.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = xo.OpenQP(ctx, tgt.QPN())
+	expectCode(t, err, "invalid-argument", "OpenQP of a QP whose last handle was destroyed")
+
+	// A target QP goes with its creator's process.
+	x2, err := creator.OpenXRCD(ctx, f, false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt2, err := x2.CreateTargetQP(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := opener.OpenAsyncEvents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	q2, err := xo.OpenQP(ctx, tgt2.QPN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	creatorVM.Close()
+	e, err := ev.Next(ctx)
+	if err != nil || e.Type != vrdma.EventQPFatal || e.QPN != tgt2.QPN() {
+		t.Fatalf("the opener's event when the creator's process ended: %+v, %v; want QP_FATAL of 0x%x", e, err, tgt2.QPN())
+	}
+	if err := q2.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSErr}, vrdma.MaskState); err == nil {
+		t.Fatal("an open of a QP whose creator's process ended still modifies it")
+	}
+	if err := q2.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ox.srqs {
+		if err := s.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := xo.Close(ctx); err != nil {
+		t.Fatalf("closing the opener's domain once its opens are gone: %v", err)
 	}
 }

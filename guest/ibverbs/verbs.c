@@ -1447,6 +1447,36 @@ static const char *qp_type_name(enum ibv_qp_type t)
 	}
 }
 
+/* qp_register makes qp, its rings mapped (or none: an XRC target QP), the
+ * QP of context with the agent's handle h and number qpn, in the
+ * registries; on failure it destroys handle h, frees qp and sets errno. */
+static int qp_register(struct vrdma_vm *vm, struct vrdma_qp *qp, struct ibv_context *context, uint32_t h, uint32_t qpn,
+		       enum ibv_qp_type type, void *qp_context)
+{
+	pthread_mutex_init(&qp->sq_lock, NULL);
+	pthread_mutex_init(&qp->rq_lock, NULL);
+	qp->magic = MAGIC_QP;
+	qp->qpx.qp_base.context = context;
+	qp->qpx.qp_base.qp_context = qp_context;
+	qp->qpx.qp_base.handle = h;
+	qp->qpx.qp_base.qp_num = qpn;
+	qp->qpx.qp_base.state = IBV_QPS_RESET;
+	qp->qpx.qp_base.qp_type = type;
+	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
+	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
+		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
+		if (qp->ring)
+			munmap(qp->ring, qp->ring_size);
+		if (qp->doorbell_fd >= 0)
+			close(qp->doorbell_fd);
+		free(qp);
+		errno = ENOMEM;
+		return -1;
+	}
+	return 0;
+}
+
 /* create_qp makes a QP of context: in PD ibpd, or, an XRC target QP
  * (IBV_QPT_XRC_RECV), in XRC domain xrcd, with no PD, CQs or queues
  * (the agent keeps its rings: ring stays NULL). */
@@ -1577,32 +1607,70 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 		(void)fcntl(qp->doorbell_fd, F_SETFL, O_NONBLOCK);
 	}
 	vrdma_reply_free(&r);
-	pthread_mutex_init(&qp->sq_lock, NULL);
-	pthread_mutex_init(&qp->rq_lock, NULL);
-	qp->magic = MAGIC_QP;
-	qp->qpx.qp_base.context = context;
-	qp->qpx.qp_base.qp_context = attr->qp_context;
 	qp->qpx.qp_base.pd = tgt ? NULL : ibpd;
 	qp->qpx.qp_base.send_cq = tgt ? NULL : attr->send_cq;
 	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
-	qp->qpx.qp_base.handle = h;
-	qp->qpx.qp_base.qp_num = qpn;
-	qp->qpx.qp_base.state = IBV_QPS_RESET;
-	qp->qpx.qp_base.qp_type = attr->qp_type;
-	pthread_mutex_init(&qp->qpx.qp_base.mutex, NULL);
-	pthread_cond_init(&qp->qpx.qp_base.cond, NULL);
-	if (reg_add(&objs, qp) || (reg_add(&qps, qp) && (reg_take(&objs, qp), 1))) {
+	if (qp_register(vm, qp, context, h, qpn, attr->qp_type, attr->qp_context))
+		return NULL;
+	attr->cap = caps; /* the real sizes, as providers report them */
+	return &qp->qpx.qp_base;
+}
+
+/* open_qp is ibv_open_qp: the XRC target QP numbered attr->qp_num, which a
+ * process of the VM (this one included) created in domain attr->xrcd, as
+ * a QP of this process with a handle of its own (wire-local.md §4.18): it
+ * modifies, queries and destroys it (the destroy drops this open only),
+ * and its async events come with attr->qp_context's QP. As rdma-core's
+ * ibv_cmd_open_qp: the number, domain and type must be given, the type
+ * XRC_RECV. */
+static struct ibv_qp *open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr)
+{
+	struct vrdma_vm *vm = vm_of(context);
+	struct vrdma_xrcd *xrcd;
+	struct vrdma_qp *qp;
+	struct vrdma_reply r;
+	uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+	uint32_t h, qpn;
+	char body[96];
+	int e;
+
+	if (!vm || !attr || (attr->comp_mask & ~(uint32_t)(need | IBV_QP_OPEN_ATTR_CONTEXT)) || (attr->comp_mask & need) != need ||
+	    attr->qp_type != IBV_QPT_XRC_RECV) {
+		errno = EINVAL;
+		return NULL;
+	}
+	xrcd = to_xrcd(attr->xrcd);
+	if (!xrcd || xrcd->ibxrcd.context != context) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!(vm->s.caps & VRDMA_CAP_OPEN_QP)) {
+		errno = EOPNOTSUPP; /* an agent without open-qp */
+		return NULL;
+	}
+	snprintf(body, sizeof(body), "{\"xrcd\":%u,\"qpn\":%u}", xrcd->handle, attr->qp_num);
+	e = cmd(vm, VRDMA_OP_OPEN_QP, body, &r);
+	if (e) {
+		errno = e; /* EINVAL: not a target QP of the domain */
+		return NULL;
+	}
+	e = json_get_u32(&r.doc, 0, "handle", &h) || json_get_u32(&r.doc, 0, "qpn", &qpn);
+	vrdma_reply_free(&r);
+	if (e) {
+		errno = EIO;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
 		cmd_handle(vm, VRDMA_OP_DESTROY_QP, h);
-		if (qp->ring)
-			munmap(qp->ring, qp->ring_size);
-		if (qp->doorbell_fd >= 0)
-			close(qp->doorbell_fd);
-		free(qp);
 		errno = ENOMEM;
 		return NULL;
 	}
-	attr->cap = caps; /* the real sizes, as providers report them */
+	qp->doorbell_fd = -1;
+	if (qp_register(vm, qp, context, h, qpn, IBV_QPT_XRC_RECV,
+			(attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : NULL))
+		return NULL;
 	return &qp->qpx.qp_base;
 }
 
@@ -2467,6 +2535,7 @@ void vrdma_set_ops(struct vrdma_context *ctx)
 	ctx->vctx.dealloc_td = dealloc_td;
 	ctx->vctx.alloc_parent_domain = alloc_parent_domain;
 	ctx->vctx.open_xrcd = open_xrcd;
+	ctx->vctx.open_qp = open_qp;
 	ctx->vctx.close_xrcd = close_xrcd;
 	ctx->vctx.get_srq_num = get_srq_num;
 }

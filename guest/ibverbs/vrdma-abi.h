@@ -68,6 +68,7 @@
 #define VRDMA_OP_RESIZE_CQ 53
 #define VRDMA_OP_ALLOC_MW 54
 #define VRDMA_OP_DEALLOC_MW 55
+#define VRDMA_OP_OPEN_QP 56
 #define VRDMA_OP_OPEN_XRCD 58
 #define VRDMA_OP_CLOSE_XRCD 59
 #define VRDMA_OP_ATTACH_MCAST 64
@@ -96,7 +97,8 @@
 #define VRDMA_CAP_ODP 0x20000ull
 #define VRDMA_CAP_ATOMIC_WRITE 0x40000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
-#define VRDMA_CAPS_KNOWN 0xfffffull /* every bit above */
+#define VRDMA_CAP_OPEN_QP 0x100000ull
+#define VRDMA_CAPS_KNOWN 0x1fffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */

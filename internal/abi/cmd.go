@@ -95,10 +95,11 @@ const (
 	// 52, 53: ibv_rereg_mr and ibv_resize_cq (coreverbs.go).
 	OpReregMR  Op = 52 // ReregMR → RegMRReply
 	OpResizeCQ Op = 53 // ResizeCQ → CreateCQReply; fds: the new ring memfd
-	// 54, 55: memory windows (mw.go); 56, 57 are kept for them.
+	// 54, 55: memory windows (mw.go).
 	OpAllocMW   Op = 54 // AllocMW → AllocMWReply
 	OpDeallocMW Op = 55 // Handle → Empty
-	// 58, 59: XRC domains (xrc.go).
+	// 56: ibv_open_qp; 58, 59: XRC domains (xrc.go).
+	OpOpenQP    Op = 56 // OpenQP → CreateQPReply (handle and QPN only)
 	OpOpenXRCD  Op = 58 // OpenXRCD → Handle; the request carries the domain's file (SCM_RIGHTS) when OpenXRCD.FD
 	OpCloseXRCD Op = 59 // Handle → Empty
 	// 64..66: UD multicast (mcast.go).

@@ -42,6 +42,7 @@ func requestSeeds() map[Op]any {
 		OpResizeCQ:      &ResizeCQ{Handle: 3, CQE: 1000},
 		OpAllocMW:       &AllocMW{PD: 1, Type: MWType2},
 		OpDeallocMW:     &Handle{Handle: 4},
+		OpOpenQP:        &OpenQP{XRCD: 6, QPN: 0xabcdef},
 		OpAdviseMR:      &AdviseMR{PD: 1, Advice: AdvicePrefetchWrite, Flags: AdviseFlush, SGEs: []AdviseSGE{{Addr: 0x7f0000001000, Length: 4096, LKey: 0x101}}},
 		// The management commands' bodies are package mgmt's (its
 		// tests); here their ops have none.
@@ -78,6 +79,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(append(hdr(Version, 0, opMax, 2), "{}"...))
 	f.Add(append(hdr(Version, 0, OpCMConnect, 40), `{"channel":1,"qp":2,"qpn":3,"remote":"x"}`...))
 	f.Add(append(hdr(Version, 0, OpCMEstablish, 8), `{"qp":1}`...))
+	f.Add(append(hdr(Version, 0, OpOpenQP, 27), `{"xrcd":1,"qpn":16777216}`...))
 	f.Add(append(hdr(Version, 0, OpReregMR, 26), `{"handle":1,"flags":1}`+"    "...))
 	f.Add(append(hdr(Version, 0, OpResizeCQ, 24), `{"handle":1,"cqe":70000}`...))
 	f.Add(append(hdr(Version, 0, OpAllocMW, 17), `{"pd":1,"type":3}`...))

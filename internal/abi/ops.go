@@ -86,6 +86,7 @@ var opTable = [...]OpInfo{
 	{Op: OpResizeCQ, Name: "resize-cq", Request: body[ResizeCQ](), Attach: true},
 	{Op: OpAllocMW, Name: "alloc-mw", Request: body[AllocMW](), Attach: true},
 	{Op: OpDeallocMW, Name: "dealloc-mw", Request: body[Handle](), Attach: true},
+	{Op: OpOpenQP, Name: "open-qp", Request: body[OpenQP](), Attach: true},
 	{Op: OpOpenXRCD, Name: "open-xrcd", Request: body[OpenXRCD](), Attach: true},
 	{Op: OpCloseXRCD, Name: "close-xrcd", Request: body[Handle](), Attach: true},
 	{Op: OpAttachMcast, Name: "attach-mcast", Request: body[Mcast](), Attach: true},

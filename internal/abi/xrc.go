@@ -64,3 +64,22 @@ func (o *OpenXRCD) Validate() error {
 	}
 	return nil
 }
+
+// OpenQP opens the XRC target QP numbered QPN in the XRC domain this
+// process opened as XRCD (ibv_open_qp): a QP another process of the VM
+// (or this one) created. The reply is a CreateQPReply with the handle of
+// the open and the QPN; the handle serves modify-qp, query-qp and
+// destroy-qp, which drops this open only: the QP lives until its creator
+// and every process that opened it destroyed their handles.
+type OpenQP struct {
+	XRCD uint32 `json:"xrcd"`
+	QPN  uint32 `json:"qpn"`
+}
+
+// Validate checks the QP number: 24 bits, as on the wire.
+func (o *OpenQP) Validate() error {
+	if o.QPN == 0 || o.QPN > MaxSRQN {
+		return Errorf(CodeInvalid, "qpn", "QP number 0x%x is not a QP's (24 bits, not 0)", o.QPN)
+	}
+	return nil
+}

@@ -102,6 +102,20 @@ func (s *session) watchFatal(q *device.QP) {
 	}
 }
 
+// watchOpen reports the async events of an XRC target QP the session
+// opened (ibv_open_qp) on its adapter's sockets, with the open's handle:
+// every process that holds the QP hears them, as the kernel tells every
+// opener of a shared target QP.
+func (s *session) watchOpen(o *device.QPOpen) {
+	adapter, handle, qpn := o.QP().Adapter().Name(), o.Handle(), o.QP().QPN()
+	qpEvents := s.clientCaps.Has(abi.CapQPEvents)
+	o.SetOnEvent(func(event int, why string) {
+		if event == abi.EventQPFatal || qpEvents {
+			s.postAsync(adapter, abi.AsyncEvent{Event: event, QP: handle, QPN: qpn, Why: why})
+		}
+	})
+}
+
 // watchCQ reports CQ c's overrun (IBV_EVENT_CQ_ERR) on its adapter's
 // sockets, to a client that knows the QP events.
 func (s *session) watchCQ(c *device.CQ) {

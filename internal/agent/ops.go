@@ -148,11 +148,10 @@ var handlers = map[abi.Op]opHandler{
 		return q.Query(), nil, nil
 	}),
 	abi.OpDestroyQP: on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
-		q, err := v.QPByHandle(r.Handle)
+		q, err := v.DestroyQPHandle(r.Handle) // an opened XRC target QP: the open only
 		if err != nil {
 			return nil, nil, err
 		}
-		v.DestroyQP(q)
 		if q.IsUD() {
 			s.a.syncMcast(q.Adapter()) // mcast.go: it left its groups
 		}
@@ -186,6 +185,14 @@ var handlers = map[abi.Op]opHandler{
 		return abi.Empty{}, nil, v.DestroySRQ(r.Handle)
 	}),
 	abi.OpOpenXRCD: on((*session).openXRCD), // xrc.go
+	abi.OpOpenQP: on(func(s *session, v *device.Context, r *abi.OpenQP) (any, []int, error) {
+		o, err := v.OpenQP(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.watchOpen(o) // events.go
+		return abi.CreateQPReply{Handle: o.Handle(), QPN: o.QP().QPN()}, nil, nil
+	}),
 	abi.OpCloseXRCD: on(func(_ *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.CloseXRCD(r.Handle)
 	}),

@@ -342,7 +342,7 @@ var blockingOps = func() string {
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
 	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
-		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun
+		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun | abi.CapOpenQP
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

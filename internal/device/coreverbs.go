@@ -76,8 +76,8 @@ func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
 	v.mrHandles[m.handle] = &nm
 	v.mrs[v.keySlot(m.key)].Store(&nm)
 	v.objMu.Unlock()
-	v.memMu.Lock() // the barrier: see DeregMR
-	v.memMu.Unlock()
+	v.lockMem() // the barrier: see DeregMR
+	v.unlockMem()
 	return abi.RegMRReply{Handle: nm.handle, LKey: nm.key, RKey: nm.key}, nil
 }
 

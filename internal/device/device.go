@@ -19,7 +19,10 @@
 // region of the right protection domain and access before a byte moves
 // (VM.resolve); a VM's memory is unmapped only under memMu held for
 // writing, and every user of another VM's memory holds it for reading
-// and checks the VM alive first. Rings are the workload's to scribble on:
+// and checks the VM alive first. An XRC target QP's responder, which
+// writes into whichever process of its VM owns the SRQ a request names,
+// holds the VM-wide xmem instead, which every writer of memMu takes too
+// (lockMem, xrc.go). Rings are the workload's to scribble on:
 // the device copies each slot before it decodes it and checks every index
 // it reads.
 package device

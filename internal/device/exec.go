@@ -519,6 +519,10 @@ func (q *QP) flushSQ() {
 
 // flushRQ completes every queued receive WQE with WR_FLUSH_ERR.
 func (q *QP) flushRQ() {
+	if q.typ == abi.QPTypeXRCRecv {
+		q.flushTarget() // xrc.go
+		return
+	}
 	if q.sharedRQ() {
 		q.rqMu.Lock()
 		q.rqCatchUpLocked()

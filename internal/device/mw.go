@@ -88,8 +88,8 @@ func (v *Context) DeallocMW(h uint32) error {
 	v.unbindLocked(w)
 	w.pd.refs--
 	v.objMu.Unlock()
-	v.memMu.Lock() // the barrier: see DeregMR
-	v.memMu.Unlock()
+	v.lockMem() // the barrier: see DeregMR
+	v.unlockMem()
 	return nil
 }
 
@@ -182,8 +182,8 @@ func (q *QP) ExecLocal(w *abi.SendWQE) abi.WCStatus {
 	}
 	v.objMu.Unlock()
 	if barrier {
-		v.memMu.Lock() // the barrier: no path uses the old binding once w completes
-		v.memMu.Unlock()
+		v.lockMem() // the barrier: no path uses the old binding once w completes
+		v.unlockMem()
 	}
 	return st
 }

@@ -232,8 +232,8 @@ func (v *Context) DeregMR(h uint32) error {
 	v.freeKeyLocked(m.key)
 	m.pd.refs--
 	v.objMu.Unlock()
-	v.memMu.Lock() // the barrier: see above
-	v.memMu.Unlock()
+	v.lockMem() // the barrier: see above
+	v.unlockMem()
 	v.refundVM(vmCharge{mrs: 1})
 	v.refundUser(quota.RegisteredMemory, m.length)
 	return nil
@@ -310,9 +310,9 @@ func (v *Context) DestroyCQ(h uint32) error {
 	if !ok {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no CQ with handle %d", h)
 	}
-	v.memMu.Lock()
+	v.lockMem()
 	l := c.release()
-	v.memMu.Unlock()
+	v.unlockMem()
 	v.refundQueue(cqCharge(l), l.Size)
 	return nil
 }
@@ -489,40 +489,52 @@ func (c *CQ) publishLocked(e *abi.CQE, se bool) {
 // reading, or is that VM's own QP goroutine).
 func (c *CQ) push(e *abi.CQE, abort1, abort2 *atomic.Bool) bool {
 	for wait := time.Duration(0); ; {
-		c.mu.Lock()
-		mem := c.ring.Bytes()
-		size := c.layout.Entries
-		if c.broken {
-			c.mu.Unlock()
-			return false
+		done, full := c.offer(e)
+		if !full {
+			return done
 		}
-		head := abi.Word(mem, abi.OffCQHead).Load()
-		tail := c.tail
-		n, ok := abi.Pending(tail, head, size)
-		if !ok {
-			c.breakLocked(head)
-			c.mu.Unlock()
-			return false
-		}
-		if n < size {
-			c.publishLocked(e, false)
-			c.mu.Unlock()
-			return true
-		}
-		if c.overrun {
-			c.overflowLocked()
-			c.mu.Unlock()
-			return false
-		}
-		c.mu.Unlock()
 		if c.vm.dying.Load() || abort1.Load() || abort2.Load() {
 			return false
 		}
-		// Full: wake a waiting consumer, then back off.
-		c.event.Ring()
-		wait = min(max(wait*2, 20*time.Microsecond), 2*time.Millisecond)
-		time.Sleep(wait)
+		c.event.Ring() // full: wake a waiting consumer, then back off
+		wait = backOff(wait)
 	}
+}
+
+// offer writes one completion if the CQ has room, without waiting: done
+// when it was written; full when the CQ had no room and waits for its
+// consumer (a CQ made with CreateCQ.Overrun overruns instead: neither).
+// The caller keeps the CQ's VM mapped.
+func (c *CQ) offer(e *abi.CQE) (done, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mem := c.ring.Bytes()
+	size := c.layout.Entries
+	if c.broken {
+		return false, false
+	}
+	head := abi.Word(mem, abi.OffCQHead).Load()
+	n, ok := abi.Pending(c.tail, head, size)
+	switch {
+	case !ok:
+		c.breakLocked(head)
+		return false, false
+	case n < size:
+		c.publishLocked(e, false)
+		return true, false
+	case c.overrun:
+		c.overflowLocked()
+		return false, false
+	}
+	return false, true
+}
+
+// backOff sleeps before the next offer to a full CQ: twice the last
+// wait, from 20 µs up to 2 ms; it returns the wait.
+func backOff(wait time.Duration) time.Duration {
+	wait = min(max(wait*2, 20*time.Microsecond), 2*time.Millisecond)
+	time.Sleep(wait)
+	return wait
 }
 
 // Reply is the answer to the workload's create or resize, with the

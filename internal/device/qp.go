@@ -39,8 +39,15 @@ type QP struct {
 	srq    *SRQ // the shared receive queue receives come from; nil: the QP's own RQ
 	// An XRC target QP's domain, and the process's handle of it the QP
 	// was created through (xrc.go).
-	xrcd     *XRCD
-	xh       *xrcdHandle
+	xrcd *XRCD
+	xh   *xrcdHandle
+	// A target QP's opens by processes of the VM (OpenQP), and whether
+	// its creator's handle is gone (orphaned) or it is being destroyed
+	// (ending: no more opens).
+	shareMu  sync.Mutex
+	opens    []*QPOpen // +checklocks:shareMu
+	orphaned bool      // +checklocks:shareMu
+	ending   bool      // +checklocks:shareMu
 	typ      abi.QPType
 	qkey     atomic.Uint32 // a UD QP's Q_Key (ud.go); written under mu, read anywhere
 	sqSigAll bool
@@ -312,8 +319,18 @@ func (q *QP) release() {
 	q.doorbell.Close()
 }
 
-// DestroyQP stops the QP's goroutine, unlinks it and unmaps its rings.
+// DestroyQP stops the QP's goroutine, unlinks it and unmaps its rings:
+// the destroy of the creator's handle. A target QP that other handles
+// opened lives on without it (orphan, xrc.go).
 func (v *Context) DestroyQP(q *QP) {
+	if q.typ == abi.QPTypeXRCRecv && v.orphan(q) {
+		return
+	}
+	v.destroyQP(q)
+}
+
+// destroyQP is DestroyQP, once no handle holds q.
+func (v *Context) destroyQP(q *QP) {
 	if q.destroyed.Swap(true) {
 		return
 	}
@@ -333,8 +350,14 @@ func (v *Context) DestroyQP(q *QP) {
 	delete(v.qps, q.handle)
 	v.unbindQPLocked(q) // its type 2 windows go with it
 	q.pd.refs--
+	orphaned := q.wasOrphaned()
+	if orphaned {
+		delete(v.orphans, q)
+	}
 	if q.xh != nil {
-		q.xh.refs--
+		if !orphaned {
+			q.xh.refs-- // an orphan's creator let go of its domain handle already
+		}
 	} else {
 		q.sendCQ.refs--
 		q.recvCQ.refs--
@@ -348,19 +371,23 @@ func (v *Context) DestroyQP(q *QP) {
 	q.releaseXSRQLocked()
 	q.rqMu.Unlock()
 
-	v.memMu.Lock() // peers' senders may be reading our receive ring
-	q.mu.Lock()    // setStateLocked (connection setup, peers' errors) may be writing the state word
+	v.lockMem() // peers' senders may be reading our receive ring
+	q.mu.Lock() // setStateLocked (connection setup, peers' errors) may be writing the state word
 	q.release()
 	q.mu.Unlock()
-	v.memMu.Unlock()
+	v.unlockMem()
 	v.refundQueue(qpCharge(q.layout), q.layout.Size)
 }
 
-// QPByHandle returns the VM's QP with handle h.
+// QPByHandle returns the VM's QP with handle h: one it created, or an
+// XRC target QP it opened (OpenQP).
 func (v *Context) QPByHandle(h uint32) (*QP, error) {
 	v.objMu.Lock()
 	defer v.objMu.Unlock()
 	q, ok := v.qps[h]
+	if o, opened := v.openQPs[h]; opened {
+		q, ok = o.q, true
+	}
 	if !ok {
 		return nil, abi.Errorf(abi.CodeNotFound, "handle", "no QP with handle %d", h)
 	}
@@ -579,6 +606,7 @@ func (q *QP) MoveToErr(why string) {
 		if f := q.onFatal.Load(); f != nil {
 			(*f)(why)
 		}
+		q.tellOpens(abi.EventQPFatal, why)
 	}
 }
 
@@ -617,6 +645,7 @@ func (q *QP) noteCommEst() {
 		if f := q.onEvent.Load(); f != nil {
 			(*f)(abi.EventCommEst, "the QP received its first message in RTR")
 		}
+		q.tellOpens(abi.EventCommEst, "the QP received its first message in RTR")
 	}
 }
 
@@ -744,17 +773,39 @@ func (q *QP) Reply() (abi.CreateQPReply, []int) {
 // dropped. After true, the caller checks that q is bound to the
 // requester (Remote, RCAttrs), responds, and calls Release.
 //
-// +checklocksignore: takes memMu only when it returns true
+// An XRC target QP's responder touches the memory of the process whose
+// SRQ a request names, any process of the VM: Hold takes the VM's xmem
+// for reading instead of q's process's memMu, and the request's checks
+// find the SRQ's process alive (xrc.go).
+//
+// +checklocksignore: takes memMu (or xmem) only when it returns true
 func (q *QP) Hold() bool {
 	v := q.vm
+	if q.typ == abi.QPTypeXRCRecv {
+		v.procs.xmem.RLock()
+		if !q.destroyed.Load() && q.receives() {
+			return true
+		}
+		v.procs.xmem.RUnlock()
+		return false
+	}
 	v.memMu.RLock()
 	if v.dead || q.destroyed.Load() {
 		v.memMu.RUnlock()
 		return false
 	}
+	if !q.receives() {
+		v.memMu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// receives reports whether q is in a state that takes requests (RTR,
+// RTS, SQD); a request for a QP in another is counted as dropped.
+func (q *QP) receives() bool {
 	if s := q.State(); s != abi.QPSRTR && s != abi.QPSRTS && s != abi.QPSSQD {
 		q.ctr.Dropped.Add(1)
-		v.memMu.RUnlock()
 		return false
 	}
 	return true
@@ -763,7 +814,13 @@ func (q *QP) Hold() bool {
 // Release ends what Hold began.
 //
 // +checklocksignore: releases what Hold or HoldMemory took
-func (q *QP) Release() { q.vm.memMu.RUnlock() }
+func (q *QP) Release() {
+	if q.typ == abi.QPTypeXRCRecv {
+		q.vm.procs.xmem.RUnlock()
+		return
+	}
+	q.vm.memMu.RUnlock()
+}
 
 // NoteSent counts n bytes moved by a send-queue work request that
 // completed successfully.
@@ -786,6 +843,9 @@ func (q *QP) Timer() clock.Timer { return q.timer }
 // +checklocksignore: takes memMu only when it returns true
 func (q *QP) HoldMemory() bool {
 	v := q.vm
+	if q.typ == abi.QPTypeXRCRecv {
+		return false // no send queue: no requester's path holds it
+	}
 	v.memMu.RLock()
 	if v.dead || q.destroyed.Load() {
 		v.memMu.RUnlock()

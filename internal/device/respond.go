@@ -86,6 +86,9 @@ type Message struct {
 	old  uint64 // an atomic's original value
 	pd   *PD    // the PD the target is checked against: the QP's, or its XRC SRQ's
 	xsrq *SRQ   // an XRC target QP's: the SRQ the request named, pinned during the check
+	// mv is the process whose memory the target is in: the QP's, or its
+	// XRC SRQ's (any process of the VM).
+	mv *Context
 }
 
 // Verdict is how a responder ended a request, or a step of one: Out,
@@ -124,8 +127,7 @@ func (p *QP) check(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCS
 }
 
 func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st abi.WCStatus, rnrTimer uint8) {
-	pv := p.vm
-	m.r, m.nseg, m.recv, m.nsge, m.pd, m.xsrq = *r, 0, false, 0, p.pd, nil
+	m.r, m.nseg, m.recv, m.nsge, m.pd, m.xsrq, m.mv = *r, 0, false, 0, p.pd, nil, p.vm
 	if p.typ == abi.QPTypeUC {
 		return p.checkUC(r, m, rqHeld)
 	}
@@ -135,6 +137,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		}
 		defer m.xsrq.unpin()
 	}
+	pv := m.mv
 	p.mu.Lock()
 	access, rnrTimer, rdAtomic := p.attr.AccessFlags, p.attr.MinRNRTimer, p.attr.MaxDestRdAtomic
 	p.mu.Unlock()
@@ -181,7 +184,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 		return OutDone, abi.WCSuccess, 0
 
 	case abi.OpAtomicCmpAndSwp, abi.OpAtomicFetchAdd:
-		word, st := p.word(r, m.pd, access, abi.AccessRemoteAtomic)
+		word, st := p.word(r, m, access, abi.AccessRemoteAtomic)
 		if st != abi.WCSuccess {
 			return OutDone, st, 0
 		}
@@ -199,7 +202,7 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 
 	case abi.OpAtomicWrite:
 		// r.Swap's 8 bytes, stored at once: no reader sees half of them.
-		word, st := p.word(r, m.pd, access, abi.AccessRemoteWrite)
+		word, st := p.word(r, m, access, abi.AccessRemoteWrite)
 		if st != abi.WCSuccess {
 			return OutDone, st, 0
 		}
@@ -210,15 +213,15 @@ func (p *QP) checkRequest(r *Request, m *Message, rqHeld bool) (out Outcome, st 
 }
 
 // word resolves the 8-byte target of atomic r (or atomic write) in a
-// region of pd, or a window, with need, the QP granting access: the word,
-// or the status that refuses r (misaligned REM_INV_REQ_ERR, else
+// region of m's PD, or a window, with need, the QP granting access: the
+// word, or the status that refuses r (misaligned REM_INV_REQ_ERR, else
 // REM_ACCESS_ERR), p then in ERR.
-func (p *QP) word(r *Request, pd *PD, access, need abi.Access) (*atomic.Uint64, abi.WCStatus) {
+func (p *QP) word(r *Request, m *Message, access, need abi.Access) (*atomic.Uint64, abi.WCStatus) {
 	if r.RAddr&7 != 0 {
 		p.MoveToErr(fmt.Sprintf("misaligned %s at 0x%x from QP 0x%x", r.Op, r.RAddr, r.SrcQPN))
 		return nil, abi.WCRemInvReqErr
 	}
-	t, ok := p.vm.resolveRemote(p, pd, r.RKey, r.RAddr, 8, need)
+	t, ok := m.mv.resolveRemote(p, m.pd, r.RKey, r.RAddr, 8, need)
 	if !ok || access&need == 0 || !abi.Aligned8(t, 0) {
 		p.MoveToErr(fmt.Sprintf("remote access error: %s from QP 0x%x with rkey 0x%x at 0x%x", r.Op, r.SrcQPN, r.RKey, r.RAddr))
 		return nil, abi.WCRemAccessErr
@@ -278,7 +281,7 @@ func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 	var room uint64
 	m.nseg = 0
 	for _, sge := range m.sges[:m.nsge] {
-		b, ok := p.vm.resolve(m.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
+		b, ok := m.mv.resolve(m.pd, sge.LKey, sge.Addr, uint64(sge.Length), abi.AccessLocalWrite)
 		if !ok {
 			clear(m.segs[:m.nseg])
 			m.nseg = 0
@@ -297,16 +300,19 @@ func (m *Message) resolveRecv(p *QP) (uint64, bool) {
 // error).
 func (p *QP) Revalidate(m *Message) bool {
 	r := &m.r
+	if m.mv != nil && m.mv != p.vm && m.mv.dying.Load() {
+		return false // an XRC SRQ's process went: its memory is going (xrc.go)
+	}
 	switch {
 	case r.Op.IsSend():
 		_, ok := m.resolveRecv(p)
 		return ok
 	case r.Op == abi.OpRDMARead:
-		b, ok := p.vm.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
+		b, ok := m.mv.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteRead)
 		m.segs[0] = b
 		return ok
 	case r.Op == abi.OpRDMAWrite || r.Op == abi.OpRDMAWriteWithImm:
-		b, ok := p.vm.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
+		b, ok := m.mv.resolveRemote(p, m.pd, r.RKey, r.RAddr, r.Total, abi.AccessRemoteWrite)
 		m.segs[0] = b
 		return ok
 	}
@@ -351,7 +357,7 @@ func (p *QP) End(m *Message) (Outcome, abi.WCStatus) {
 // +checklocks:p.rqMu
 func (m *Message) taken(p *QP) bool {
 	p.rqCatchUpLocked()
-	return m.recv && p.rqSeq == m.seq && !p.rqBroken
+	return m.recv && p.rqSeq == m.seq && !p.rqBroken && !p.xsrqGoneLocked()
 }
 
 // endLocked is end; the caller holds p.rqMu.

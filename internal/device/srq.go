@@ -178,9 +178,9 @@ func (v *Context) DestroySRQ(h uint32) error {
 	if !ok {
 		return abi.Errorf(abi.CodeNotFound, "handle", "no SRQ with handle %d", h)
 	}
-	v.memMu.Lock()
+	v.lockMem()
 	s.release()
-	v.memMu.Unlock()
+	v.unlockMem()
 	v.refundQueue(srqCharge(s.layout), s.layout.Size)
 	return nil
 }
@@ -339,7 +339,8 @@ func (q *QP) dropSRQHeldLocked() {
 	q.lastWQESent = false
 }
 
-// flushSRQLocked is flushRQ for a QP on an SRQ in ERR: the WQE it holds
+// flushSRQLocked is flushRQ for a QP on an SRQ in ERR (an XRC target
+// QP's is flushTarget): the WQE it holds
 // completes with WR_FLUSH_ERR in its receive CQ, and the first flush of
 // this ERR reports the last WQE (the QP takes no more from the SRQ). It
 // reports whether the event is due; the caller posts it without rqMu.
@@ -349,11 +350,9 @@ func (q *QP) flushSRQLocked() bool {
 	if q.srqHeld {
 		e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
 		q.ctr.noteCompletion(abi.WCWRFlushErr)
-		cq := q.recvCQLocked()
 		q.srqHeld = false
 		q.rqSeq++
-		q.releaseXSRQLocked()
-		cq.push(&e, &q.stop, &q.destroyed) // as in flushSQ
+		q.recvCQ.push(&e, &q.stop, &q.destroyed) // as in flushSQ
 	}
 	if q.lastWQESent {
 		return false

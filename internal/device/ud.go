@@ -422,7 +422,7 @@ func (d *Device) deliverTo(q *QP, dg *Datagram, via Via) bool {
 		q.ctr.Dropped.Add(1) // no receive posted: UD drops, it does not wait (no RNR)
 		return false
 	}
-	m := Message{pd: q.pd}
+	m := Message{pd: q.pd, mv: q.vm}
 	m.nsge = copy(m.sges[:], q.rwqe.SGE[:q.rwqe.NumSGE])
 	room, ok := m.resolveRecv(q)
 	defer clear(m.segs[:m.nseg])

@@ -5,6 +5,7 @@ package device
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -62,7 +63,12 @@ type Context struct {
 	qps       map[uint32]*QP         // +checklocks:objMu
 	srqs      map[uint32]*SRQ        // +checklocks:objMu
 	xrcds     map[uint32]*xrcdHandle // +checklocks:objMu
-	ahs       map[uint32]*AH         // +checklocks:objMu
+	// XRC target QPs of other processes (or this one) this process
+	// opened, by the open's handle; and this process's target QPs whose
+	// handle it destroyed while others hold them open (xrc.go).
+	openQPs map[uint32]*QPOpen // +checklocks:objMu
+	orphans map[*QP]bool       // +checklocks:objMu
+	ahs     map[uint32]*AH     // +checklocks:objMu
 	// retiredAHs are destroyed address handles that WQEs posted before
 	// their destroy may still name (ud.go), oldest first.
 	retiredAHs []*AH    // +checklocks:objMu
@@ -250,6 +256,33 @@ type vmProcs struct {
 	use   vmUse // the VM-wide caps' charges (quota.go)
 	// the XRC domains opened through a file, by the file (xrc.go)
 	xrcds map[FileID]*XRCD // guarded by Device.mu
+	// xmem is the memory of all the VM's processes at once, for an XRC
+	// target QP's responder, which touches the memory of whichever
+	// process owns the SRQ a request names (xrc.go): it holds xmem for
+	// reading instead of one process's memMu. Whatever unmaps or changes
+	// a process's memory holds xmem for writing too, after the process's
+	// memMu (lockMem).
+	xmem sync.RWMutex
+}
+
+// lockMem takes v's memory for writing: its memMu, then the VM's xmem,
+// waiting out every responder that uses the memory (its own QPs' and the
+// XRC target QPs' of every process of the VM).
+//
+// +checklocksacquire:v.memMu
+// +checklocksacquire:v.procs.xmem
+func (v *Context) lockMem() {
+	v.memMu.Lock()
+	v.procs.xmem.Lock()
+}
+
+// unlockMem ends lockMem.
+//
+// +checklocksrelease:v.memMu
+// +checklocksrelease:v.procs.xmem
+func (v *Context) unlockMem() {
+	v.procs.xmem.Unlock()
+	v.memMu.Unlock()
 }
 
 // Attach attaches workload o to VM name: a VM of its own with guest
@@ -320,6 +353,7 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 	}
 	v := &Context{d: d, name: name, cfg: cfg, async: cfg.AsyncMode, owner: o, managed: managed, procs: d.vms[name], joined: first != nil,
 		gone: make(chan struct{}), pds: map[uint32]*PD{}, mrHandles: map[uint32]*MR{}, cqs: map[uint32]*CQ{}, qps: map[uint32]*QP{}, srqs: map[uint32]*SRQ{}, ahs: map[uint32]*AH{}, xrcds: map[uint32]*xrcdHandle{},
+		openQPs: map[uint32]*QPOpen{}, orphans: map[*QP]bool{},
 		mrs: make([]atomic.Pointer[MR], d.cfg.Limits.MaxMR), keyBits: keyBits(d.cfg.Limits.MaxMR),
 		mrKeys: keySlots{bits: keyBits(d.cfg.Limits.MaxMR), n: d.cfg.Limits.MaxMR},
 		mws:    make([]atomic.Pointer[MW], d.cfg.Limits.MaxMR), mwHandles: map[uint32]*MW{}, mrWindows: map[uint32]int{},
@@ -569,7 +603,11 @@ func (v *Context) Status() mgmt.VMStatus {
 	}
 	v.objMu.Lock()
 	st.MemRegistered = v.registeredLocked(0, 0)
-	for _, q := range v.qps {
+	// The QPs it made, and the XRC target QPs it let go of that others
+	// still hold open (xrc.go): they carry traffic, and count, until
+	// they are destroyed.
+	qps := slices.AppendSeq(slices.Collect(maps.Values(v.qps)), maps.Keys(v.orphans))
+	for _, q := range qps {
 		r := q.statusReport()
 		r.PID = v.owner.PID()
 		st.QPs = append(st.QPs, r)
@@ -578,7 +616,7 @@ func (v *Context) Status() mgmt.VMStatus {
 	for _, ad := range v.adapters {
 		var c mgmt.QPCounters
 		c.Add(ad.retired) // a copy: Add writes into c's maps
-		for _, q := range v.qps {
+		for _, q := range qps {
 			if q.pd.ad == ad {
 				c.Add(q.ctr.report())
 			}
@@ -626,13 +664,24 @@ func (v *Context) Teardown() {
 	d := v.d
 	v.dying.Store(true)
 	v.objMu.Lock()
-	qps := make([]*QP, 0, len(v.qps))
+	qps := make([]*QP, 0, len(v.qps)+len(v.orphans))
 	ours := make(map[uint32]bool, len(v.qps))
 	for _, q := range v.qps {
 		qps = append(qps, q)
 		ours[q.qpn] = true
 	}
+	for q := range v.orphans {
+		qps = append(qps, q)
+	}
+	opens := v.openQPs
+	v.openQPs = map[uint32]*QPOpen{}
+	for _, o := range opens {
+		o.xh.refs--
+	}
 	v.objMu.Unlock()
+	for _, o := range opens {
+		v.dropOpen(o) // the XRC target QPs it opened (xrc.go)
+	}
 
 	// Peers: QPs elsewhere whose remote end is one of ours: any QP of the
 	// VM when v is its last process, only v's QPs when others stay.
@@ -662,13 +711,16 @@ func (v *Context) Teardown() {
 		o.vm.memMu.RUnlock()
 	}
 	for _, q := range qps {
-		v.DestroyQP(q)
+		if q.typ == abi.QPTypeXRCRecv {
+			q.endOpens() // its opens lose it with the process that made it
+		}
+		v.destroyQP(q)
 	}
 	if v.poller != nil {
 		v.poller.close()
 	}
 
-	v.memMu.Lock()
+	v.lockMem()
 	v.dead = true
 	v.objMu.Lock()
 	for _, c := range v.cqs {
@@ -691,7 +743,7 @@ func (v *Context) Teardown() {
 	v.objMu.Unlock()
 	v.mem.Unmap()
 	v.memFD.Close()
-	v.memMu.Unlock()
+	v.unlockMem()
 	for _, xh := range xrcds {
 		v.dropXRCD(xh.x)
 	}

@@ -24,19 +24,35 @@ package device
 // QP's responder uses it — from the lookup through the end of the check,
 // and while the QP holds a WQE claimed from it (srqHeld) — and destroying
 // a pinned SRQ is refused (EBUSY) rather than unmapping a ring a
-// responder reads. A target QP delivers only to SRQs of its own process:
-// an SRQ of another process of the VM lives in that process's guest
-// memory, which the responder does not hold; such a request is refused
-// like one naming another domain's SRQ.
+// responder reads. A target QP delivers to the SRQs of every process of
+// the VM in its domain: its responder holds the VM's xmem (QP.Hold), which
+// whatever unmaps or changes any process's memory waits out (lockMem), so
+// the SRQ's process's memory, its CQ and its SRQ ring stay while it
+// holds it; an SRQ whose process is going (dying, its teardown under
+// way) is refused like one outside the domain, and a receive a target QP
+// holds of it is forgotten without a completion, its CQ going with it.
+//
+// A target QP is shared as the kernel shares one: the processes of the
+// VM that opened its domain may open it by number (OpenQP, ibv_open_qp),
+// each getting a handle of its own (qpOpen) that modifies, queries and
+// destroys it, and hears its async events. Destroying an opened handle
+// drops that open; the creator's destroy, while opens remain, only takes
+// the QP out of the creator's handles (QP.orphan): the QP lives until
+// the creator's handle and every open are gone, or until the creator's
+// process ends, which ends it (its counters and charges are that
+// process's).
 //
 // Lock order: Device.mu, then an XRCD's mu; a QP's rqMu, then an XRCD's
-// mu.
+// mu; a process's memMu, then the VM's xmem, then a QP's rqMu.
 
 import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 )
@@ -186,12 +202,13 @@ func (x *XRCD) removeSRQ(s *SRQ, force bool) error {
 }
 
 // pin returns the SRQ numbered n in x, pinned, if it is in the domain and
-// belongs to process v; nil otherwise.
-func (x *XRCD) pin(n uint32, v *Context) *SRQ {
+// its process is not going; nil otherwise. The caller holds the VM's
+// xmem for reading: the SRQ's process's memory stays while it does.
+func (x *XRCD) pin(n uint32) *SRQ {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	s := x.srqs[n]
-	if s == nil || s.vm != v {
+	if s == nil || s.vm.dying.Load() {
 		return nil
 	}
 	s.xpins++
@@ -224,22 +241,25 @@ func (p *QP) checkXRC(r *Request, m *Message) (ok bool) {
 		p.MoveToErr(fmt.Sprintf("%s from QP 0x%x refused: an XRC initiator QP takes no requests", r.Op, r.SrcQPN))
 		return false
 	}
-	s := p.xrcd.pin(r.SRQN, p.vm)
+	s := p.xrcd.pin(r.SRQN)
 	if s == nil {
-		p.MoveToErr(fmt.Sprintf("%s from QP 0x%x names XRC SRQ 0x%x, which is not in the target QP's XRC domain (or not in its process)", r.Op, r.SrcQPN, r.SRQN))
+		p.MoveToErr(fmt.Sprintf("%s from QP 0x%x names XRC SRQ 0x%x, which is not in the target QP's XRC domain", r.Op, r.SrcQPN, r.SRQN))
 		return false
 	}
-	m.xsrq, m.pd = s, s.pd
+	m.xsrq, m.pd, m.mv = s, s.pd, s.vm
 	return true
 }
 
 // holdXSRQLocked makes m's SRQ the one target QP p takes its receive
 // from, for a message that needs one. A QP that holds a WQE of another
 // SRQ (a message that did not complete, then retransmitted naming
-// another SRQ) refuses it.
+// another SRQ) refuses it, unless that SRQ's process ended.
 //
 // +checklocks:p.rqMu
 func (p *QP) holdXSRQLocked(m *Message) bool {
+	if p.srqHeld && p.xsrqGoneLocked() {
+		p.dropSRQHeldLocked() // its process ended: the WQE went with it
+	}
 	if p.srqHeld {
 		return p.xsrq == m.xsrq
 	}
@@ -255,6 +275,52 @@ func (p *QP) releaseXSRQLocked() {
 	if p.xsrq != nil && !p.srqHeld {
 		p.xsrq.unpin()
 		p.xsrq = nil
+	}
+}
+
+// xsrqGoneLocked reports whether p is a target QP whose current SRQ's
+// process is going: its memory, CQ and ring are going with it.
+//
+// +checklocks:p.rqMu
+func (p *QP) xsrqGoneLocked() bool { return p.xsrq != nil && p.xsrq.vm.dying.Load() }
+
+// flushTarget is flushRQ for a target QP in ERR: the WQE it holds, of
+// its current SRQ, completes with WR_FLUSH_ERR in that SRQ's CQ — another
+// process's, maybe, whose memory it holds (the VM's xmem) only while it
+// tries: a full CQ is tried again after a back-off with xmem let go, so
+// that no other process's deregistration waits for this one's consumer.
+// A WQE of an SRQ whose process is ending goes without a completion.
+func (q *QP) flushTarget() {
+	xmem := &q.vm.procs.xmem
+	for wait := time.Duration(0); ; {
+		xmem.RLock()
+		q.rqMu.Lock()
+		q.rqCatchUpLocked()
+		if q.srqHeld && q.xsrqGoneLocked() {
+			q.dropSRQHeldLocked()
+		}
+		if q.srqHeld {
+			e := abi.CQE{WRID: q.rwqe.WRID, QPNum: q.qpn, Opcode: abi.WCRecv, Status: abi.WCWRFlushErr}
+			cq := q.xsrq.cq
+			done, full := cq.offer(&e)
+			if full && !q.stop.Load() && !q.destroyed.Load() { // a QP being destroyed gives up, as push does
+				cq.event.Ring() // wake a waiting consumer; the SRQ's pin keeps the CQ
+				q.rqMu.Unlock()
+				xmem.RUnlock()
+				wait = backOff(wait)
+				continue
+			}
+			if done {
+				q.ctr.noteCompletion(abi.WCWRFlushErr)
+			}
+			q.srqHeld = false
+			q.rqSeq++
+			q.releaseXSRQLocked()
+		}
+		q.lastWQESent = true // a target QP has no last-WQE event: it is on no SRQ of its own
+		q.rqMu.Unlock()
+		xmem.RUnlock()
+		return
 	}
 }
 
@@ -306,4 +372,171 @@ func xrcTransition(t abi.QPType, cur, next abi.QPState, need []required, allowed
 		}
 	}
 	return kept, allowed
+}
+
+// QPOpen is one process's open of an XRC target QP (OpenQP,
+// ibv_open_qp): its handle in that process's context, the domain handle
+// it was opened through, and the functions told of the QP's async
+// events for it.
+type QPOpen struct {
+	handle  uint32
+	q       *QP
+	xh      *xrcdHandle
+	onEvent atomic.Pointer[func(event int, why string)]
+}
+
+// Handle is the open's handle in its process's context.
+func (o *QPOpen) Handle() uint32 { return o.handle }
+
+// QP is the target QP opened.
+func (o *QPOpen) QP() *QP { return o.q }
+
+// SetOnEvent sets the function told of the QP's async events for this
+// open (abi.EventQPFatal, abi.EventCommEst), outside the QP's locks (nil:
+// none).
+func (o *QPOpen) SetOnEvent(f func(event int, why string)) {
+	if f == nil {
+		o.onEvent.Store(nil)
+		return
+	}
+	o.onEvent.Store(&f)
+}
+
+// OpenQP opens the XRC target QP numbered r.QPN in the domain this
+// process opened as r.XRCD (ibv_open_qp). The QP may be any process's of
+// the VM, this one's included; one that is not a target QP of that
+// domain on the domain handle's adapter — another type, another domain's,
+// another VM's, none — is refused (EINVAL, as the kernel refuses it).
+func (v *Context) OpenQP(r *abi.OpenQP) (*QPOpen, error) {
+	v.objMu.Lock()
+	xh, err := v.xrcdByHandleLocked(r.XRCD)
+	n := len(v.qps) + len(v.openQPs)
+	v.objMu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case n >= v.d.cfg.Limits.MaxQP:
+		return nil, abi.Errorf(abi.CodeLimit, "", "VM %q: this process has %d QPs and opened QPs, the limit (max_qp): destroy some first", v.name, n)
+	}
+	q := v.d.QP(r.QPN)
+	notOurs := abi.Errorf(abi.CodeInvalid, "qpn", "QP 0x%x is not an XRC target QP of this XRC domain: ibv_open_qp opens one a process of the VM created in the domain it names", r.QPN)
+	if q == nil || q.typ != abi.QPTypeXRCRecv || q.xrcd != xh.x || q.ad.name != xh.pd.ad.name {
+		return nil, notOurs
+	}
+	o := &QPOpen{q: q, xh: xh}
+	q.shareMu.Lock()
+	if q.ending {
+		q.shareMu.Unlock()
+		return nil, notOurs // destroyed meanwhile
+	}
+	q.opens = append(q.opens, o)
+	q.shareMu.Unlock()
+	v.objMu.Lock()
+	if v.xrcds[r.XRCD] != xh {
+		v.objMu.Unlock()
+		v.dropOpen(o)
+		return nil, abi.Errorf(abi.CodeNotFound, "xrcd", "XRC domain %d was closed meanwhile", r.XRCD)
+	}
+	o.handle = v.allocHandleLocked()
+	xh.refs++
+	v.openQPs[o.handle] = o
+	v.objMu.Unlock()
+	return o, nil
+}
+
+// DestroyQPHandle destroys the QP handle h of this process: a QP it
+// created (DestroyQP), or its open of a target QP, which it drops (the
+// QP goes with its last handle). It returns the QP.
+func (v *Context) DestroyQPHandle(h uint32) (*QP, error) {
+	v.objMu.Lock()
+	o, opened := v.openQPs[h]
+	if opened {
+		delete(v.openQPs, h)
+		o.xh.refs--
+	}
+	v.objMu.Unlock()
+	if opened {
+		v.dropOpen(o)
+		return o.q, nil
+	}
+	q, err := v.QPByHandle(h)
+	if err != nil {
+		return nil, err
+	}
+	v.DestroyQP(q)
+	return q, nil
+}
+
+// dropOpen takes o out of its QP's opens; with the last, an orphan goes.
+// The caller holds none of the process's locks (objMu comes before a
+// QP's shareMu).
+func (v *Context) dropOpen(o *QPOpen) {
+	q := o.q
+	o.SetOnEvent(nil)
+	q.shareMu.Lock()
+	q.opens = slices.DeleteFunc(q.opens, func(p *QPOpen) bool { return p == o })
+	last := q.orphaned && len(q.opens) == 0 && !q.ending
+	if last {
+		q.ending = true
+	}
+	q.shareMu.Unlock()
+	if last {
+		q.vm.destroyQP(q)
+	}
+}
+
+// wasOrphaned reports whether q's creator destroyed its handle while
+// opens held it.
+func (q *QP) wasOrphaned() bool {
+	q.shareMu.Lock()
+	defer q.shareMu.Unlock()
+	return q.orphaned
+}
+
+// orphan takes target QP q out of the creator's handles if opens hold
+// it, and reports whether it did: the creator hears no more of its
+// events, and its domain handle is free to close; q goes with its last
+// open, or with the creator's process. Without opens, no open can be made
+// any more, and the caller destroys q.
+func (v *Context) orphan(q *QP) bool {
+	v.objMu.Lock()
+	defer v.objMu.Unlock()
+	q.shareMu.Lock()
+	defer q.shareMu.Unlock()
+	if len(q.opens) == 0 {
+		q.ending = true
+		return false
+	}
+	q.orphaned = true
+	q.SetOnFatal(nil)
+	q.SetOnEvent(nil)
+	delete(v.qps, q.handle)
+	v.orphans[q] = true
+	q.xh.refs--
+	return true
+}
+
+// tellOpens tells q's opens of event.
+func (q *QP) tellOpens(event int, why string) {
+	if q.typ != abi.QPTypeXRCRecv {
+		return
+	}
+	q.shareMu.Lock()
+	opens := slices.Clone(q.opens)
+	q.shareMu.Unlock()
+	for _, o := range opens {
+		if f := o.onEvent.Load(); f != nil {
+			(*f)(event, why)
+		}
+	}
+}
+
+// endOpens tells the opens of q, which its creator's process takes with
+// it, that it went (IBV_EVENT_QP_FATAL): their handles now only query
+// and destroy.
+func (q *QP) endOpens() {
+	q.shareMu.Lock()
+	q.ending = true
+	q.shareMu.Unlock()
+	q.tellOpens(abi.EventQPFatal, "the process that created the XRC target QP ended: the QP is gone")
 }

@@ -20,6 +20,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "qp.h"
 
 #define ACC (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
@@ -35,7 +36,6 @@ static int readable(int fd, int ms)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -46,14 +46,11 @@ int main(void)
 	union ibv_gid gid;
 	struct ibv_wc wc;
 	char *buf;
-	int n, flags, seen_a = 0, seen_b = 0, others = 0;
+	int flags, seen_a = 0, seen_b = 0, others = 0;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
 	CHECK("setup", ctx && pd && cq && ibv_query_gid(ctx, 1, 0, &gid) == 0, "errno %d", errno);
@@ -137,6 +134,5 @@ int main(void)
 	CHECK("teardown", !ibv_destroy_qp(qa) && !ibv_destroy_qp(qb) && !ibv_destroy_qp(qc) && !ibv_destroy_qp(qd) &&
 				  !ibv_destroy_cq(cq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx),
 	      "errno %d", errno);
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -29,6 +29,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 #include "qp.h"
 
@@ -83,7 +84,6 @@ static int post_recvs(struct ibv_qp *q, struct ibv_mr *m, int n)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_comp_channel *ch;
 	struct ibv_pd *pd, *pd2;
@@ -98,12 +98,9 @@ int main(void)
 	uint32_t lkey, rkey;
 	int n, ok, rc;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	ch = ctx ? ibv_create_comp_channel(ctx) : NULL;
 	pd = ch ? ibv_alloc_pd(ctx) : NULL;
 	pd2 = pd ? ibv_alloc_pd(ctx) : NULL;
@@ -259,6 +256,5 @@ int main(void)
 	ibv_destroy_comp_channel(ch);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -26,6 +26,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 #include "qp.h"
 
@@ -145,18 +146,14 @@ static int first_two(struct ibv_cq *cq)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_cq *big, *small;
 	struct ibv_qp *qa, *qb;
 	struct ibv_wc wc[3];
-	int n, ok;
+	int ok;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	buf = calloc(1, 4096);
 	mr = pd ? ibv_reg_mr(pd, buf, 4096, ACC) : NULL;

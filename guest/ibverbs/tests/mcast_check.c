@@ -27,6 +27,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 
 #define QKEY 0x01234567u
@@ -101,7 +102,6 @@ static int got(struct ibv_cq *cq, struct ibv_wc *wc)
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_device_attr da;
 	struct ibv_pd *pd;
@@ -112,18 +112,14 @@ int main(int argc, char **argv)
 	struct ibv_wc wc;
 	union ibv_gid group, own;
 	char *buf;
-	int n;
 
 	if (argc < 2 || inet_pton(AF_INET6, argv[1], group.raw) != 1) {
 		printf("FAIL setup: usage: mcast_check GROUP-GID\n");
 		return 1;
 	}
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	cs = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
 	ca = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;

@@ -29,6 +29,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 #include "qp.h"
 
@@ -72,7 +73,6 @@ static int post1(struct ibv_qp *q, enum ibv_wr_opcode op, struct ibv_sge *sge, u
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
@@ -85,14 +85,11 @@ int main(void)
 	struct ibv_sge sge;
 	unsigned char *pbuf, *obuf, *rbuf;
 	long res;
-	int n, ok, rc;
+	int ok, rc;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
 	memset(&init, 0, sizeof(init));
@@ -228,6 +225,5 @@ int main(void)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -24,6 +24,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 #include "qp.h"
 
@@ -64,7 +65,6 @@ static int send_from(struct ibv_qp *q, struct ibv_mr *m, char *buf, uint64_t id)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_device_attr dattr;
 	struct ibv_pd *pd;
@@ -79,14 +79,11 @@ int main(void)
 	union ibv_gid gid;
 	struct ibv_wc wc;
 	char *buf;
-	int n, ok;
+	int ok;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	scq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
 	rcq = scq ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
@@ -221,6 +218,5 @@ int main(void)
 				  !ibv_destroy_qp(qb[1]) && !ibv_destroy_srq(srq) && !ibv_destroy_cq(scq) &&
 				  !ibv_destroy_cq(rcq) && !ibv_dealloc_pd(pd) && !ibv_close_device(ctx),
 	      "errno %d", errno);
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -25,6 +25,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 
 #define QKEY 0x11111111u
@@ -108,7 +109,6 @@ static int send_ud(struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, struct ib
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_device_attr dattr;
 	struct ibv_port_attr pattr;
@@ -127,12 +127,9 @@ int main(void)
 	const uint8_t *g;
 	int n, ok;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
 	buf = aligned_alloc(4096, 16 * SLOT);

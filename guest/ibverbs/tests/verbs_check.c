@@ -22,6 +22,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "qp.h"
 
 /* A program's static data, as rdma_client registers it. */
@@ -301,7 +302,6 @@ static void parent_domains(const union ibv_gid *gid)
 
 int main(void)
 {
-	struct ibv_device **list;
 	struct ibv_qp_init_attr init;
 	struct ibv_qp_attr qattr;
 	struct ibv_wc wc;
@@ -312,14 +312,11 @@ int main(void)
 	struct ibv_sge sge, sges[8];
 	char *bufa, *bufb;
 	uint64_t *word;
-	int n, rc;
+	int rc;
 
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	cq = pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
 	CHECK("setup", ctx && pd && cq, "errno %d", errno);
@@ -881,6 +878,5 @@ int main(void)
 	CHECK("destroy-cq", ibv_destroy_cq(cq) == 0, " ");
 	CHECK("dealloc-pd", ibv_dealloc_pd(pd) == 0, " ");
 	CHECK("close", ibv_close_device(ctx) == 0, " ");
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -25,6 +25,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "device.h"
 #include "poll.h"
 #include "qp.h"
 
@@ -32,7 +33,6 @@
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_device_attr dattr;
 	struct ibv_xrcd_init_attr xa;
@@ -49,18 +49,15 @@ int main(int argc, char **argv)
 	struct ibv_wc wc;
 	uint32_t srqn = 0, num;
 	char *buf;
-	int fd, n, ok;
+	int fd, ok;
 
 	if (argc != 2) {
 		printf("FAIL setup: usage: xrc_check FILE\n");
 		return 1;
 	}
-	list = ibv_get_device_list(&n);
-	if (!list || n < 1) {
-		printf("FAIL setup: no device\n");
+	ctx = open_first_device();
+	if (!ctx)
 		return 1;
-	}
-	ctx = ibv_open_device(list[0]);
 	pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	scq = pd ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
 	rcq = scq ? ibv_create_cq(ctx, 16, NULL, NULL, 0) : NULL;
@@ -187,6 +184,5 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(scq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	return failed;
 }
