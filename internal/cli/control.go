@@ -96,24 +96,37 @@ func (a *app) openStore(ctx context.Context) (*store.Store, error) {
 func (a *app) withCache(ctx context.Context, fn func(st *store.Store, c *member.Cache) error) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	st, err := a.openStore(ctx)
+	st, c, err := a.openCache(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	defer c.Close()
+	return fn(st, c)
+}
+
+// openCache connects to the control plane and returns a cache of its
+// inventory, once it has listed it (before ctx is done); the cache
+// follows the control plane until it is closed, then the store.
+func (a *app) openCache(ctx context.Context) (*store.Store, *member.Cache, error) {
+	st, err := a.openStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	c := member.NewCache(st, member.CacheConfig{LookupTimeout: 5 * time.Second, OnBadRecord: func(e *store.RecordError) {
 		fmt.Fprintf(a.stderr, "vrdmactl: skipping %v\n", e)
 	}})
-	defer c.Close()
 	select {
 	case <-c.Synced():
+		return st, c, nil
 	case <-ctx.Done():
+		c.Close()
+		st.Close()
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("read the control plane: %w", err)
+			return nil, nil, fmt.Errorf("read the control plane: %w", err)
 		}
-		return fmt.Errorf("read the control plane at %s: %w", strings.Join(st.Endpoints(), ","), ctx.Err())
+		return nil, nil, fmt.Errorf("read the control plane at %s: %w", strings.Join(st.Endpoints(), ","), ctx.Err())
 	}
-	return fn(st, c)
 }
 
 // updateRecord changes the record under key with a compare-and-swap

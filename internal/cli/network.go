@@ -99,7 +99,7 @@ is unknown, and 2 when the input is bad.`,
 				rep.Source = "file " + file
 			} else {
 				err := a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
-					m = modelOf(c)
+					m = c.NetworkModel()
 					var err error
 					rep.Local, err = a.readLocalNICs(c, &m, local)
 					return err
@@ -160,15 +160,6 @@ func readConfig(stdin io.Reader, name string) ([]byte, error) {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	return b, nil
-}
-
-// modelOf returns the network the cache holds.
-func modelOf(c *member.Cache) netcheck.Model {
-	m := netcheck.Model{Switches: c.Switches(), PortGroups: c.PortGroups()}
-	for _, h := range c.Hosts() {
-		m.Hosts = append(m.Hosts, h.Host)
-	}
-	return m
 }
 
 // readLocalNICs reads this machine's kernel for the uplinks of the local

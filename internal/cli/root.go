@@ -154,6 +154,7 @@ and between two hosts (tcp).`,
 		a.networkCommand(),   // network.go
 		a.versionCommand(),   // version.go
 		a.doctorCommand(),    // doctor.go
+		a.consoleCommand(),   // console.go
 	)
 	addManual(root)        // help.go
 	a.addCompletions(root) // complete.go

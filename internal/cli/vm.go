@@ -26,7 +26,7 @@ func (a *app) vmCommand() *cobra.Command {
 		},
 	}
 	cmd.AddCommand(a.vmDefineCommand(), a.vmUndefineCommand(), a.withClusterList(a.vmListCommand()), a.vmShowCommand(), // vmcluster.go
-		a.vmCreateCommand(), a.vmEditCommand(), a.vmSetCommand(), a.vmReserveMemoryCommand(), a.vmPowerOnCommand(), a.vmPowerOffCommand(), // vmproc.go
+		a.vmCreateCommand(), addDryRun(a.vmEditCommand()), addDryRun(a.vmSetCommand()), addDryRun(a.vmReserveMemoryCommand()), a.vmPowerOnCommand(), a.vmPowerOffCommand(), // vmproc.go
 		a.vmConnectCommand(true), a.vmConnectCommand(false))
 	return cmd
 }

@@ -168,8 +168,19 @@ func errorCount(fs []vrdma.Finding) int {
 	return n
 }
 
-// editVM runs one edit and reports it; what describes the change.
+// addDryRun gives an edit command --dry-run, which editVM reads.
+func addDryRun(cmd *cobra.Command) *cobra.Command {
+	cmd.Flags().Bool("dry-run", false, "check the change as saving would (rights, power state, every rule) and say what it would do; store nothing")
+	return cmd
+}
+
+// editVM runs one edit and reports it; what describes the change. With
+// --dry-run the agent checks it and stores nothing.
 func (a *app) editVM(cmd *cobra.Command, name, what string, e vrdma.VMEdit) error {
+	e.DryRun, _ = cmd.Flags().GetBool("dry-run")
+	if e.DryRun {
+		what = "the change would be saved (--dry-run: nothing stored): " + what
+	}
 	ctx, ag, done, err := a.openAgent(cmd)
 	if err != nil {
 		return err

@@ -366,7 +366,7 @@ func ctlErr(err error, name string) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &ae), errors.As(err, &rf):
+	case errors.As(err, &ae), errors.As(err, &rf), errors.Is(err, errDryRun):
 		return err
 	case errors.Is(err, store.ErrNotFound):
 		return abi.Errorf(abi.CodeNotFound, "name", "VM %q: %v", name, err)
@@ -962,6 +962,7 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 		adds[i].Switch = sw
 	}
 	var after []mgmt.Finding
+	var preview vmEntry // the VM as the edit leaves it, for a dry run
 	e, err := mg.update(ctx, s, req.Name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
@@ -995,8 +996,15 @@ func (mg *Procedures) editVM(ctx context.Context, s *Caller, req *mgmt.EditVM) (
 			return &refusal{findings: added}
 		}
 		e.vmx = string(f.Bytes())
+		if req.DryRun {
+			preview = *e
+			return errDryRun
+		}
 		return nil
 	})
+	if errors.Is(err, errDryRun) {
+		return mgmt.EditReply{VM: mg.info(&preview), Findings: nonNil(after)}, nil
+	}
 	var rf *refusal
 	if errors.As(err, &rf) {
 		cur, lerr := mg.lookup(ctx, req.Name)
@@ -1025,6 +1033,9 @@ func nativeEndpointKey(req *mgmt.EditVM) (string, bool) {
 	}
 	return "", false
 }
+
+// errDryRun stops a dry-run edit's update before it stores anything.
+var errDryRun = errors.New("dry run: nothing stored")
 
 func nonNil(f []mgmt.Finding) []mgmt.Finding {
 	if f == nil {

@@ -155,3 +155,38 @@ func TestStandaloneProcedures(t *testing.T) {
 		t.Fatalf("define without credentials: %v", err)
 	}
 }
+
+// TestEditDryRun checks that a dry-run edit answers what the save would,
+// with the VM as it would be, and stores nothing; that it is refused as
+// the save is (another user's VM, a powered-on VM, a rule broken).
+func TestEditDryRun(t *testing.T) {
+	p := standalone(t, fakeAttached{})
+	ctx := context.Background()
+	alice := &Caller{Cred: true, UID: 1000, GID: 1000, PID: 7, Ctx: ctx}
+	bob := &Caller{Cred: true, UID: 1001, GID: 1001, PID: 8, Ctx: ctx}
+	if err := p.Define(alice, &mgmt.DefineVM{Name: "web", VMX: testVMX}); err != nil {
+		t.Fatal(err)
+	}
+	set := &mgmt.EditVM{Name: "web", Set: []mgmt.KeyValue{{Key: "vrdma.asyncMode", Value: "TRUE"}}, DryRun: true}
+	if _, err := p.EditVM(alice, set); code(err) != abi.CodeState {
+		t.Fatalf("dry run on a powered-on VM: %v, want %s", err, abi.CodeState)
+	}
+	if _, err := p.Serve(alice, abi.OpPowerOffVM, &mgmt.VMRef{Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EditVM(bob, set); code(err) != abi.CodePermission {
+		t.Fatalf("bob's dry run on alice's VM: %v, want %s", err, abi.CodePermission)
+	}
+	r, err := p.EditVM(alice, set)
+	if err != nil || r.Refused || r.VM.VMX != testVMX+"vrdma.asyncMode = \"TRUE\"\n" {
+		t.Fatalf("dry run: %+v %v", r, err)
+	}
+	bad := &mgmt.EditVM{Name: "web", Set: []mgmt.KeyValue{{Key: "virtualHW.version", Value: "10"}}, DryRun: true}
+	if r, err := p.EditVM(alice, bad); err != nil || !r.Refused || len(r.Findings) == 0 || r.VM.VMX != testVMX {
+		t.Fatalf("dry run breaking a rule: %+v %v, want refused with the VM unchanged", r, err)
+	}
+	in, err := p.Serve(alice, abi.OpGetVM, &mgmt.VMRef{Name: "web"})
+	if err != nil || in.(mgmt.VMInfo).VMX != testVMX {
+		t.Fatalf("after dry runs the VMX is %q (%v), want it unchanged", in.(mgmt.VMInfo).VMX, err)
+	}
+}

@@ -113,6 +113,11 @@ type EditVM struct {
 	// ReserveAllMemory reserves and locks all guest memory:
 	// sched.mem.pin = "TRUE", sched.mem.min = sched.mem.minSize = memSize.
 	ReserveAllMemory bool `json:"reserve_all_memory,omitempty"`
+	// DryRun checks the edit as a save would (the caller's rights, the
+	// VM powered off, every rule) and answers what the save would, with
+	// the VM as it would be, but stores nothing: the web console's
+	// checks before saving.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // MaxEdits bounds the changes of one EditVM.

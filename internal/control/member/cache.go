@@ -33,6 +33,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/netcheck"
 )
 
 // CacheConfig configures a Cache.
@@ -591,6 +592,16 @@ func (c *Cache) Hosts() []HostStatus {
 	c.mu.RUnlock()
 	slices.SortFunc(out, func(a, b HostStatus) int { return strings.Compare(a.Host.ID, b.Host.ID) })
 	return out
+}
+
+// NetworkModel returns the network the cache holds, for the RoCE
+// network checks (netcheck.Check): its switches, port groups and hosts.
+func (c *Cache) NetworkModel() netcheck.Model {
+	m := netcheck.Model{Switches: c.Switches(), PortGroups: c.PortGroups()}
+	for _, h := range c.Hosts() {
+		m.Hosts = append(m.Hosts, h.Host)
+	}
+	return m
 }
 
 // Switches returns every cached switch, by name.

@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: Apache-2.0
+// The vrdma console's pages: a hash router (#/, #/vm/NAME, #/host/ID,
+// #/live) over the console's JSON API. Text from the API goes into the
+// page only as text nodes, never as HTML.
+'use strict';
+
+const main = document.getElementById('main');
+let timer = null; // the live view's poll
+
+// h builds an element: h('a', {href: '#/'}, 'text', child...).
+function h(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === false || v === null || v === undefined) continue;
+    if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'class') e.className = v;
+    else e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const k of kids.flat()) {
+    if (k === null || k === undefined || k === false) continue;
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  }
+  return e;
+}
+
+// api calls the console's API; a body makes it a write.
+async function api(path, body) {
+  const opt = { credentials: 'same-origin', headers: {} };
+  if (body !== undefined) {
+    opt.method = 'POST';
+    opt.headers['Content-Type'] = 'application/json';
+    opt.headers['X-Vrdma-Console'] = '1';
+    opt.body = JSON.stringify(body);
+  }
+  let r;
+  try {
+    r = await fetch(path, opt);
+  } catch (e) {
+    return { ok: false, status: 0, data: { error: 'the console does not answer: ' + e.message } };
+  }
+  let data = {};
+  try { data = await r.json(); } catch (e) { data = { error: 'bad answer: ' + e.message }; }
+  return { ok: r.ok, status: r.status, data };
+}
+
+function show(title, ...kids) {
+  document.title = title + ' · vrdma console';
+  main.replaceChildren(...kids.flat().filter(k => k !== null && k !== undefined && k !== false));
+}
+
+function errorBox(msg) {
+  return h('p', { class: 'msg error', role: 'alert' }, msg);
+}
+
+function power(p) {
+  const on = p === 'poweredOn';
+  return h('span', { class: 'badge ' + (on ? 'on' : 'off') }, on ? 'powered on' : p === 'poweredOff' ? 'powered off' : (p || 'unknown'));
+}
+
+function secs(s) {
+  if (!s) return '–';
+  if (s < 120) return s.toFixed(0) + ' s';
+  if (s < 7200) return (s / 60).toFixed(0) + ' min';
+  return (s / 3600).toFixed(1) + ' h';
+}
+
+function vmItem(v) {
+  const ads = (v.adapters || []).map(a => a.name + (a.portgroup ? ' on ' + a.portgroup : '')).join(', ');
+  return h('li', { 'data-name': v.name },
+    h('a', { href: '#/vm/' + encodeURIComponent(v.name) }, v.name), ' ', power(v.power), ' ',
+    h('span', { class: 'attrs' }, ads ? 'adapters: ' + ads : 'no PVRDMA adapter'));
+}
+
+function hostItem(ho) {
+  return h('li', { 'data-name': ho.name },
+    h('a', { href: '#/host/' + encodeURIComponent(ho.id) }, 'Host ' + ho.name), ' ',
+    h('span', { class: 'badge ' + ho.state }, ho.state), ' ',
+    h('span', { class: 'attrs' }, 'lease ' + secs(ho.lease_age_s) + ' · uplinks: ' + (ho.uplinks.length ? ho.uplinks.join(', ') : 'none')),
+    ho.vms.length ? h('ul', {}, ho.vms.map(vmItem)) : null);
+}
+
+// filter hides the tree's named items that neither match q nor hold one
+// that does.
+function filter(root, q) {
+  q = q.trim().toLowerCase();
+  const walk = li => {
+    let keep = !q || (li.dataset.name || '').toLowerCase().includes(q);
+    for (const c of li.querySelectorAll(':scope > ul > li, :scope > details > ul > li')) {
+      if (walk(c)) keep = true;
+    }
+    li.hidden = !keep;
+    if (keep && q) { const d = li.querySelector(':scope > details'); if (d) d.open = true; }
+    return keep;
+  };
+  for (const li of root.querySelectorAll(':scope > li')) walk(li);
+}
+
+async function inventory() {
+  const r = await api('/api/inventory');
+  if (!r.ok) return show('Inventory', h('h1', {}, 'Inventory'), errorBox(r.data.error));
+  const inv = r.data;
+  const tree = h('ul', { class: 'tree', 'aria-label': 'Switches, port groups, hosts and VMs' });
+  for (const sw of inv.switches) {
+    tree.append(h('li', { 'data-name': sw.name }, h('details', { open: true },
+      h('summary', {}, 'Switch ' + sw.name, ' ', h('span', { class: 'attrs' }, 'MTU ' + sw.mtu)),
+      h('ul', {}, sw.portgroups.map(pg => h('li', { 'data-name': pg.key + ' ' + pg.name }, h('details', { open: true },
+        h('summary', {}, 'Port group ' + pg.key + (pg.name && pg.name !== pg.key ? ' (' + pg.name + ')' : ''), ' ',
+          h('span', { class: 'attrs' }, 'VLAN ' + pg.vlan + ' · PFC priority ' + pg.pfc_priority + ' · DSCP ' + pg.dscp + ' · RoCE ' + pg.roce_version + (pg.subnet ? ' · ' + pg.subnet : ''))),
+        h('ul', {}, pg.hosts.map(hostItem)))))))));
+  }
+  if (inv.unplaced.length) {
+    tree.append(h('li', { 'data-name': '' }, h('details', { open: true }, h('summary', {}, 'VMs on no port group'), h('ul', {}, inv.unplaced.map(hostItem)))));
+  }
+  if (!inv.control) {
+    tree.append(h('li', { 'data-name': inv.local_host }, h('details', { open: true },
+      h('summary', {}, 'This agent\u2019s host ' + (inv.local_host || '')), h('ul', {}, inv.local.map(vmItem)))));
+  }
+  const search = h('input', { type: 'search', id: 'search', placeholder: 'VM, host, port group…', oninput: e => filter(tree, e.target.value) });
+  show('Inventory', h('h1', {}, 'Inventory'),
+    inv.control ? null : h('p', { class: 'msg' }, 'No control plane (' + inv.control_error + '): the local agent\u2019s VMs only.'),
+    inv.local_error ? errorBox(inv.local_error) : null,
+    h('div', { class: 'row', role: 'search' }, h('label', { for: 'search' }, 'Search by name'), search),
+    tree);
+}
+
+function findingList(fs) {
+  return h('ul', { class: 'findings' }, fs.map(f => h('li', { class: f.severity },
+    h('span', { class: 'sev' }, f.severity), h('code', {}, f.rule), f.key ? ' ' : '', f.key ? h('code', {}, f.key) : null, ': ', f.message)));
+}
+
+// vmPage is the VM's summary, power buttons and Edit Settings.
+async function vmPage(name) {
+  const r = await api('/api/vms/' + encodeURIComponent(name));
+  if (!r.ok) return show('VM ' + name, h('h1', {}, 'VM ' + name), errorBox(r.data.error));
+  const p = r.data, vm = p.vm;
+  const on = vm.power === 'poweredOn';
+  const out = h('div', { id: 'power-result', role: 'status', 'aria-live': 'polite' });
+  const powerOp = async (op) => {
+    out.replaceChildren(h('p', { class: 'msg' }, op === 'power-on' ? 'Powering on…' : 'Powering off…'));
+    const res = await api('/api/vms/' + encodeURIComponent(name) + '/' + op, op === 'power-on' && hostSel.value ? { host: hostSel.value } : {});
+    if (!res.ok) return out.replaceChildren(errorBox(res.data.error));
+    if (res.data.refused) {
+      const errs = res.data.findings.filter(f => f.severity === 'error');
+      return out.replaceChildren(h('p', { class: 'msg error', role: 'alert' }, 'Power on refused by the rules: ' + errs.length + (errs.length === 1 ? ' error' : ' errors')), findingList(res.data.findings));
+    }
+    await vmPage(name);
+    document.getElementById('power-result').replaceChildren(h('p', { class: 'msg ok' },
+      op === 'power-on' ? 'VM ' + name + ' powered on on host ' + res.data.vm.host : 'VM ' + name + ' powered off' + (res.data.detached ? '; its workload was detached' : '')),
+      res.data.findings && res.data.findings.length ? findingList(res.data.findings) : '');
+  };
+
+  const hostSel = h('select', { id: 'on-host' }, h('option', { value: '' }, vm.host ? 'where it is registered (' + vm.host + ')' : 'this agent\u2019s host'),
+    vm.managed ? p.hosts.map(x => h('option', { value: x.id }, x.name + ' (' + x.state + ')')) : []);
+  // Edit Settings: what the form holds becomes one vrdma.VMEdit.
+  const pgSelect = h('select', { id: 'pg' }, p.portgroups.map(g => h('option', { value: g.key }, g.key + (g.name && g.name !== g.key ? ' (' + g.name + ')' : '') + ' · ' + g.switch + ' · VLAN ' + g.vlan)));
+  const pending = h('ul', { id: 'pending-adapters' });
+  const adds = [], removes = [];
+  const reserve = h('input', { type: 'checkbox', id: 'reserve', checked: p.memory_reserved, disabled: p.memory_reserved });
+  const rows = h('tbody', {});
+  const checks = h('div', { id: 'checks', role: 'status', 'aria-live': 'polite' });
+  const saved = h('div', { id: 'save-result', role: 'status', 'aria-live': 'polite' });
+  const edit = () => {
+    const e = {};
+    if (removes.length) e.remove_adapters = removes;
+    if (adds.length) e.add_adapters = adds.map(k => ({ portgroup: k }));
+    const set = [...rows.querySelectorAll('tr')].map(tr => ({ key: tr.querySelector('.k').value.trim(), value: tr.querySelector('.v').value })).filter(kv => kv.key);
+    if (set.length) e.set = set;
+    if (reserve.checked && !p.memory_reserved) e.reserve_all_memory = true;
+    return e;
+  };
+  let seq = 0;
+  const check = async () => {
+    const e = edit(), mine = ++seq;
+    if (!Object.keys(e).length) return checks.replaceChildren(h('p', { class: 'muted' }, 'No change yet. The rules are checked here before you save.'));
+    const res = await api('/api/vms/' + encodeURIComponent(name) + '/edit', Object.assign({ dry_run: true }, e));
+    if (mine !== seq) return;
+    if (!res.ok) return checks.replaceChildren(h('p', { class: 'msg error', role: 'alert' }, 'Cannot save: ' + res.data.error));
+    if (res.data.refused) return checks.replaceChildren(h('p', { class: 'msg error' }, 'Saving would be refused: the change breaks ' + res.data.findings.length + ' rules'), findingList(res.data.findings));
+    const errs = res.data.findings.filter(f => f.severity === 'error');
+    checks.replaceChildren(h('p', { class: 'msg ok' }, 'The rules accept this change.' + (errs.length ? ' Still to fix before power-on: ' + errs.length + '.' : '')), findingList(res.data.findings));
+  };
+  const addRow = (k, v) => {
+    const n = rows.children.length;
+    const tr = h('tr', {},
+      h('td', {}, h('label', { class: 'muted', for: 'k' + n }, 'Key '), h('input', { type: 'text', class: 'k', id: 'k' + n, value: k || '', placeholder: 'vrdma.asyncMode', oninput: check })),
+      h('td', {}, h('label', { class: 'muted', for: 'v' + n }, 'Value '), h('input', { type: 'text', class: 'v', id: 'v' + n, value: v || '', placeholder: 'TRUE', oninput: check })),
+      h('td', {}, h('button', { type: 'button', onclick: () => { tr.remove(); check(); } }, 'Remove row')));
+    rows.append(tr);
+    tr.querySelector('.k').focus();
+  };
+  reserve.addEventListener('change', check);
+  const form = h('form', { id: 'edit', 'aria-labelledby': 'edit-h', onsubmit: async ev => {
+    ev.preventDefault();
+    const e = edit();
+    if (!Object.keys(e).length) return saved.replaceChildren(h('p', { class: 'msg' }, 'Nothing to save.'));
+    const res = await api('/api/vms/' + encodeURIComponent(name) + '/edit', e);
+    if (!res.ok) return saved.replaceChildren(errorBox('Not saved: ' + res.data.error));
+    if (res.data.refused) return saved.replaceChildren(h('p', { class: 'msg error', role: 'alert' }, 'Not saved: the change breaks ' + res.data.findings.length + ' rules'), findingList(res.data.findings));
+    await vmPage(name);
+    document.getElementById('save-result').replaceChildren(h('p', { class: 'msg ok' }, 'Saved.'));
+  } },
+    h('h2', { id: 'edit-h' }, 'Edit Settings'),
+    on ? h('p', { class: 'msg', id: 'on-note' }, 'The VM is powered on: its settings change only once it is powered off (the checks below say so too).') : null,
+    h('fieldset', {}, h('legend', {}, 'Virtual Hardware: network adapters'),
+      p.adapters.length ? h('ul', { id: 'adapters' }, p.adapters.map(a => {
+        const n = a.name.replace('vrdma', '') * 1;
+        const conn = c => h('button', { type: 'button', class: c ? 'connect' : 'disconnect', onclick: async () => {
+          const res = await api('/api/vms/' + encodeURIComponent(name) + '/connect', { adapter: a.name, connected: c });
+          if (!res.ok) return saved.replaceChildren(errorBox(res.data.error));
+          saved.replaceChildren(h('p', { class: 'msg ok' }, 'Adapter ' + a.name + (res.data.changed ? '' : ' was already') + (c ? ' connected' : ' disconnected') + '; ' + res.data.workloads + ' workloads told.'));
+        } }, (c ? 'Connect ' : 'Disconnect ') + a.name);
+        const li = h('li', {}, 'Network adapter ' + (n + 1) + ' (' + a.name + '): PVRDMA on ' + (a.portgroup || 'no port group') + (a.start_connected ? '' : ', not connected at power on') + ' ',
+          on ? [conn(false), ' ', conn(true), ' '] : null,
+          h('button', { type: 'button', 'aria-label': 'Remove network adapter ' + (n + 1), onclick: ev => {
+            removes.push(n);
+            ev.target.replaceWith(h('em', {}, '(removed when you save)'));
+            check();
+          } }, 'Remove'));
+        return li;
+      })) : h('p', { class: 'muted' }, 'No PVRDMA adapter.'),
+      pending,
+      p.portgroups.length ? h('div', { class: 'row' }, h('label', { for: 'pg' }, 'Distributed port group'), pgSelect,
+        h('button', { type: 'button', id: 'add-adapter', onclick: () => {
+          adds.push(pgSelect.value);
+          pending.append(h('li', {}, 'New network adapter: PVRDMA on ' + pgSelect.value + ' (not saved yet)'));
+          check();
+        } }, 'Add PVRDMA adapter')) : h('p', { class: 'muted' }, 'No port group in the control plane to add an adapter on (vrdmactl portgroup create).')),
+    h('fieldset', {}, h('legend', {}, 'Memory'),
+      h('p', {}, 'memSize ' + p.mem_size_mb + ' MB'),
+      h('div', { class: 'row' }, reserve, h('label', { for: 'reserve' }, 'Reserve all guest memory (All locked)'))),
+    h('fieldset', {}, h('legend', {}, 'VM Options: advanced configuration parameters'),
+      h('div', { class: 'scroll' }, h('table', {}, h('tbody', {}, rows))),
+      h('button', { type: 'button', id: 'add-row', onclick: () => addRow() }, 'Add configuration parameter'),
+      h('details', {}, h('summary', {}, 'Current parameters (' + p.params.length + ')'),
+        h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'Key'), h('th', {}, 'Value'))),
+          h('tbody', {}, p.params.map(kv => h('tr', {}, h('td', {}, h('code', {}, kv.key)), h('td', {}, h('code', {}, kv.value))))))))),
+    h('h3', {}, 'Rule checks'), checks,
+    h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary', id: 'save' }, 'Save')), saved);
+
+  show('VM ' + name,
+    h('h1', {}, 'VM ' + name, ' ', power(vm.power)),
+    h('p', {}, vm.host ? ['Host ', vm.host_id ? h('a', { href: '#/host/' + encodeURIComponent(vm.host_id) }, vm.host) : vm.host] : 'No host',
+      ' · ' + (vm.managed ? 'managed (control plane)' : 'defined on its host') + ' · owner uid ' + vm.owner.uid),
+    h('div', { class: 'row' },
+      on ? null : [h('label', { for: 'on-host' }, 'Host'), hostSel],
+      h('button', { type: 'button', id: 'power-on', disabled: on, onclick: () => powerOp('power-on') }, 'Power on'),
+      h('button', { type: 'button', id: 'power-off', disabled: !on, onclick: () => powerOp('power-off') }, 'Power off')),
+    out,
+    p.config_error ? errorBox('The VMX: ' + p.config_error) : null,
+    p.findings.length ? [h('h2', {}, 'What the rules say now'), findingList(p.findings)] : null,
+    form);
+  check();
+}
+
+async function hostPage(id) {
+  const r = await api('/api/hosts/' + encodeURIComponent(id));
+  if (!r.ok) return show('Host', h('h1', {}, 'Host'), errorBox(r.data.error));
+  const p = r.data, ho = p.host;
+  show('Host ' + ho.name,
+    h('h1', {}, 'Host ' + ho.name, ' ', h('span', { class: 'badge ' + ho.state }, ho.state)),
+    h('table', {}, h('tbody', {},
+      [['ID', ho.id], ['Switch', p.switch || '–'], ['PVRDMA address (tagged vmknic)', (p.pvrdma_address || 'none') + (p.pvrdma_vmknic ? ' on ' + p.pvrdma_vmknic : '')],
+        ['pvrdma firewall rule', p.firewall_pvrdma ? 'enabled' : 'disabled'], ['Agent', p.agent_version], ['Lease', secs(ho.lease_age_s)],
+        ['RDMA uplinks', ho.uplinks.length ? ho.uplinks.join(', ') : 'none']].map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))),
+    p.local ? [h('h2', {}, 'This agent'),
+      p.pvrdma ? h('p', {}, 'Listening on ' + (p.pvrdma.listening || '–') + (p.pvrdma.error ? ' · ' + p.pvrdma.error : '')) : null,
+      h('h3', {}, 'TCP uplinks to other hosts'),
+      p.tcp_uplinks.length ? h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, ['Peer', 'Address', 'State', 'Bytes out', 'Bytes in'].map(t => h('th', {}, t)))),
+        h('tbody', {}, p.tcp_uplinks.map(u => h('tr', {}, [u.peer_host, u.address, u.state, u.bytes_out, u.bytes_in].map(t => h('td', {}, t))))))) : h('p', { class: 'muted' }, 'None yet.')]
+      : h('p', { class: 'muted' }, 'Counters are shown for the console\u2019s own agent\u2019s host only.'));
+}
+
+// networkPage shows the RoCE network checks and their fixes.
+async function networkPage() {
+  const r = await api('/api/network');
+  if (!r.ok) return show('Network', h('h1', {}, 'Network checks'), errorBox(r.data.error));
+  const p = r.data, c = p.counts || {};
+  show('Network', h('h1', {}, 'Network checks'),
+    h('p', { class: 'msg ' + (p.ok ? 'ok' : 'error') }, (p.ok ? 'Every check passes' : 'Not every check passes') + ': ' + (c.pass || 0) + ' pass, ' + (c.fail || 0) + ' fail, ' + (c.unknown || 0) + ' unknown.'),
+    p.switches.map(sw => h('section', { 'aria-label': 'Switch ' + sw.switch },
+      h('h2', {}, 'Switch ' + sw.switch, ' ', h('span', { class: 'attrs' }, 'network policy ' + sw.networkPolicy)),
+      sw.results.length ? h('ul', { class: 'findings' }, sw.results.map(x => h('li', { class: x.status === 'pass' ? '' : x.status === 'fail' ? 'error' : 'warning' },
+        h('span', { class: 'sev' }, x.status), h('code', {}, x.check), ' ' + x.subject + (x.portGroup ? ' (' + x.portGroup + ')' : '') + ': ' + x.detail,
+        x.fix ? h('div', {}, h('strong', {}, 'Fix: '), x.fix) : null))) : null,
+      (sw.notes || []).map(n => h('p', { class: 'muted' }, n)))));
+}
+
+// live polls the agent every second and charts each VM's bytes and
+// operations per second (sent and received, all adapters).
+async function live() {
+  const hist = {}; // VM → {bytes: [per s], ops: [per s]}
+  let last = null;
+  const body = h('div', {});
+  show('Live', h('h1', {}, 'Live: QPs, paths and throughput'), h('p', { class: 'muted' }, 'Updated every second from the agent\u2019s counters.'), body, explainForm());
+  const sum = (v, f) => v.adapters.reduce((s, a) => s + f(a.counters), 0);
+  const bytes = c => c.send_bytes + c.recv_bytes;
+  const ops = c => Object.values(c.ops || {}).reduce((x, y) => x + y, 0) + c.recvs;
+  const errs = c => c.transport_retries + c.rnr_naks_received + c.rnr_naks_sent + c.requests_dropped + c.duplicate_requests + c.out_of_seq_requests;
+  let busy = false; // a slow answer is not asked for again before it comes
+  const tick = async () => {
+    if (busy) return;
+    busy = true;
+    const r = await api('/api/live');
+    busy = false;
+    if (!r.ok) return body.replaceChildren(errorBox(r.data.error));
+    const now = r.data, t = Date.parse(now.time) / 1000;
+    const kids = [];
+    for (const v of now.vms) {
+      const prev = last && last.vms.find(x => x.name === v.name);
+      const dt = last ? t - Date.parse(last.time) / 1000 : 0;
+      const rate = f => prev && dt > 0 ? Math.max(0, (sum(v, f) - sum(prev, f)) / dt) : 0;
+      const hv = hist[v.name] = hist[v.name] || { bytes: [], ops: [] };
+      const br = rate(bytes), or = rate(ops);
+      hv.bytes.push(br); hv.ops.push(or);
+      if (hv.bytes.length > 60) { hv.bytes.shift(); hv.ops.shift(); }
+      const cb = h('canvas', { width: 640, height: 140, role: 'img', 'aria-label': 'Throughput of VM ' + v.name + ' over the last minute, MB/s' });
+      const co = h('canvas', { width: 640, height: 140, role: 'img', 'aria-label': 'Operations of VM ' + v.name + ' per second over the last minute' });
+      draw(cb, hv.bytes, 1e6, 'MB/s');
+      draw(co, hv.ops, 1, 'ops/s');
+      kids.push(h('section', { 'aria-label': 'VM ' + v.name },
+        h('h2', {}, h('a', { href: '#/vm/' + encodeURIComponent(v.name) }, 'VM ' + v.name)),
+        h('p', { class: 'rate' }, 'Throughput ' + (br / 1e6).toFixed(2) + ' MB/s'), cb,
+        h('p', { class: 'ops-rate' }, 'Operations ' + or.toFixed(0) + ' per second'), co,
+        h('p', { class: 'errs' }, 'Retries, RNR NAKs, drops and sequence errors: ' + sum(v, errs)),
+        h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, ['QPN', 'Adapter', 'State', 'Peer', 'Path', 'Reason', 'Rejected', 'Bytes sent', 'Errors'].map(x => h('th', {}, x)))),
+          h('tbody', {}, v.qps.map(q => h('tr', {}, [q.qpn, q.adapter, q.state, q.peer ? q.peer + ' QP ' + q.peer_qpn : '\u2013', q.path.path, q.path.reason,
+            (q.path.rejected || []).map(x => x.path + ': ' + x.why).join('; ') || '\u2013', q.counters.send_bytes, errs(q.counters)].map(x => h('td', {}, x))))))),
+        v.hidden ? h('p', { class: 'muted' }, 'Another user\u2019s VM: its QPs and counters are hidden.') : null));
+    }
+    body.replaceChildren(...(kids.length ? kids : [h('p', { class: 'muted' }, 'No VM is attached on this agent\u2019s host.')]));
+    last = now;
+  };
+  await tick();
+  timer = setInterval(tick, 1000);
+}
+
+// explainForm asks the control plane which path two adapters get, as
+// vrdmactl path explain.
+function explainForm() {
+  const out = h('div', { id: 'path-result', role: 'status', 'aria-live': 'polite' });
+  const a = h('input', { type: 'text', id: 'path-a', placeholder: 'vm1/vrdma0' });
+  const b = h('input', { type: 'text', id: 'path-b', placeholder: 'vm2/vrdma0' });
+  return h('form', { id: 'explain', onsubmit: async ev => {
+    ev.preventDefault();
+    const r = await api('/api/path?a=' + encodeURIComponent(a.value.trim()) + '&b=' + encodeURIComponent(b.value.trim()));
+    if (!r.ok) return out.replaceChildren(errorBox(r.data.error));
+    const d = r.data;
+    out.replaceChildren(
+      d.ok ? h('p', { class: 'msg ok' }, d.a + ' \u2194 ' + d.b + ': ' + d.path + ' \u2014 ' + d.reason) : errorBox(d.a + ' \u2194 ' + d.b + ': cannot connect: ' + d.error),
+      h('ul', {}, d.rejected.map(x => h('li', {}, 'rejected ' + x.path + ': ' + x.why)), (d.warnings || []).map(w => h('li', {}, 'warning: ' + w))));
+  } },
+    h('h2', {}, 'Explain a path'),
+    h('div', { class: 'row' }, h('label', { for: 'path-a' }, 'From'), a, h('label', { for: 'path-b' }, 'to'), b,
+      h('button', { type: 'submit', id: 'explain-go' }, 'Explain')),
+    out);
+}
+
+// draw charts xs (per second, the last 60) on cv, in units of scale.
+function draw(cv, xs, scale, unit) {
+  const c = cv.getContext('2d'), w = cv.width, ht = cv.height;
+  const top = Math.max(scale, ...xs);
+  c.clearRect(0, 0, w, ht);
+  c.strokeStyle = '#0a58ca';
+  c.lineWidth = 2;
+  c.beginPath();
+  xs.forEach((x, i) => {
+    const px = (i / 59) * (w - 4) + 2, py = ht - 4 - (x / top) * (ht - 20);
+    if (i) c.lineTo(px, py); else c.moveTo(px, py);
+  });
+  c.stroke();
+  c.fillStyle = '#57606a';
+  c.font = '12px sans-serif';
+  c.fillText('max ' + (top / scale).toFixed(scale > 1 ? 2 : 0) + ' ' + unit, 6, 14);
+}
+
+async function route() {
+  if (timer) { clearInterval(timer); timer = null; }
+  const [, page, arg] = (location.hash || '#/').match(/^#\/([^/]*)\/?(.*)$/) || [];
+  const a = decodeURIComponent(arg || '');
+  if (page === 'vm' && a) await vmPage(a);
+  else if (page === 'host' && a) await hostPage(a);
+  else if (page === 'live') await live();
+  else if (page === 'network') await networkPage();
+  else await inventory();
+  main.focus();
+  document.body.dataset.ready = location.hash || '#/';
+}
+
+window.addEventListener('hashchange', route);
+route();

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/perf"
+)
+
+// The console in a real browser: headless Chromium (Debian's chromium)
+// driven over the DevTools protocol, walking the procedures as an
+// operator would, with clicks and keys.
+
+// browser starts a headless Chromium with a fresh profile, w pixels
+// wide, and returns a tab's context, bounded to a minute.
+func browser(t *testing.T, w int) context.Context {
+	t.Helper()
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getuid() != 0 {
+			t.Skip("no chromium (apt-get install chromium): the browser tests need it")
+		}
+		t.Fatalf("no chromium: install it (apt-get install chromium; .ci/run does): %v", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Headless, chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-gpu", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(w, 1000))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	tctx, tcancel := chromedp.NewContext(actx)
+	t.Cleanup(tcancel)
+	return tctx
+}
+
+// do runs steps, failing the test with what it was doing.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById('main').innerText`))
+		t.Fatalf("%s: %v\nthe page says:\n%s", what, err, text)
+	}
+}
+
+// waitText waits until the element sel's text holds every one of want.
+func waitText(sel string, want ...string) chromedp.Action[chromedp.Void] {
+	w, _ := json.Marshal(want)
+	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+jsString(sel)+`); return !!e && `+string(w)+`.every(x => e.textContent.includes(x)); })()`,
+		chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(20*time.Millisecond))
+}
+
+// jsString quotes s for JavaScript.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// screenshot saves the page as name in VRDMA_TEST_ARTIFACTS (or the
+// test's temporary directory) and logs where.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	dir := os.Getenv("VRDMA_TEST_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", p, len(png))
+}
+
+// TestConsoleAddAdapter walks the add-adapter procedure in the browser:
+// find the powered-off VM in the inventory (search), Edit Settings: add a
+// PVRDMA adapter on a port group, reserve all guest memory, add an
+// advanced parameter (a bad one is refused inline before saving), save
+// (with the keyboard), power on.
+func TestConsoleAddAdapter(t *testing.T) {
+	f := startFabric(t, "")
+	f.createVM(t, "web")
+	f.createVM(t, "other")
+	ctx := browser(t, 1000)
+	do(t, ctx, "open the inventory",
+		chromedp.Navigate(f.srv.URL+"/"),
+		waitText("main", "Switch dvs1", "Port group dvportgroup-10", "VLAN 10", "PFC priority 3", "DSCP 26", "RoCE v2", "Host esx1", "VMs on no port group", "web", "other"),
+		chromedp.SendKeys(chromedp.CSS("#search"), "web"),
+		chromedp.WaitNotVisible(chromedp.CSS(`li[data-name="other"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`li[data-name="web"]`)),
+		chromedp.Click(chromedp.CSS(`a[href="#/vm/web"]`)),
+		waitText("main", "VM web", "powered off", "Edit Settings", "No PVRDMA adapter."),
+		waitText("#checks", "No change yet"))
+
+	do(t, ctx, "add the adapter",
+		chromedp.SetValue(chromedp.CSS("#pg"), "dvportgroup-10"),
+		chromedp.Click(chromedp.CSS("#add-adapter")),
+		waitText("#pending-adapters", "PVRDMA on dvportgroup-10"),
+		waitText("#checks", "The rules accept this change", "memory-reservation"))
+	do(t, ctx, "reserve all guest memory",
+		chromedp.Click(chromedp.CSS("#reserve")),
+		chromedp.Poll[chromedp.Void](`!document.querySelector('#checks').textContent.includes('memory-reservation') && document.querySelector('#checks').textContent.includes('The rules accept')`,
+			chromedp.WithPollingTimeout(15*time.Second)))
+	do(t, ctx, "a parameter that breaks a rule is refused inline",
+		chromedp.Click(chromedp.CSS("#add-row")),
+		chromedp.SendKeys(chromedp.CSS("#k0"), "virtualHW.version"),
+		chromedp.SendKeys(chromedp.CSS("#v0"), "10"),
+		waitText("#checks", "Saving would be refused", "hw-version"))
+	do(t, ctx, "remove that row, add vrdma.asyncMode = TRUE",
+		chromedp.Click(chromedp.CSS("#edit tbody tr button")),
+		chromedp.Click(chromedp.CSS("#add-row")),
+		chromedp.SendKeys(chromedp.CSS("#k0"), "vrdma.asyncMode"),
+		chromedp.SendKeys(chromedp.CSS("#v0"), "TRUE"),
+		waitText("#checks", "The rules accept this change"))
+	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if in, err := f.ag.VM(ctxA, "web"); err != nil || strings.Contains(in.VMX, "ethernet0") {
+		t.Fatalf("the checks stored the change before Save: %v\n%s", err, in.VMX)
+	}
+	do(t, ctx, "save with the keyboard",
+		chromedp.SendKeys(chromedp.CSS("#save"), "\r"),
+		waitText("#save-result", "Saved."),
+		waitText("main", "Network adapter 1 (vrdma0): PVRDMA on dvportgroup-10"))
+	in, err := f.ag.VM(ctxA, "web")
+	if err != nil || !strings.Contains(in.VMX, `ethernet0.dvs.portgroupId = "dvportgroup-10"`) || !strings.Contains(in.VMX, `vrdma.asyncMode = "TRUE"`) ||
+		!strings.Contains(in.VMX, `sched.mem.pin = "TRUE"`) || strings.Contains(in.VMX, `virtualHW.version = "10"`) {
+		t.Fatalf("after Save the VMX is (%v):\n%s", err, in.VMX)
+	}
+	do(t, ctx, "power on",
+		chromedp.Click(chromedp.CSS("#power-on")),
+		waitText("#power-result", "VM web powered on on host esx1"),
+		waitText("h1", "powered on"))
+	if in, err := f.ag.VM(ctxA, "web"); err != nil || in.Power != "poweredOn" {
+		t.Fatalf("after Power on: %+v %v", in, err)
+	}
+	do(t, ctx, "disconnect the adapter of a VM no workload runs: the agent's reason shows",
+		chromedp.Click(chromedp.CSS("#adapters button.disconnect")),
+		waitText("#save-result", "startConnected"))
+	do(t, ctx, "a powered-on VM's settings do not change: the agent's reason shows",
+		chromedp.Click(chromedp.CSS("#add-row")),
+		chromedp.SendKeys(chromedp.CSS("#k0"), "vrdma.asyncMode"),
+		chromedp.SendKeys(chromedp.CSS("#v0"), "FALSE"),
+		waitText("#checks", "Cannot save", "power"))
+	screenshot(t, ctx, "console-vm-web.png")
+	do(t, ctx, "the host page",
+		chromedp.Click(chromedp.CSS(`a[href^="#/host/"]`)),
+		waitText("main", "Host esx1", testAddr+":4791", "pvrdma firewall rule", "enabled", "This agent"))
+}
+
+// TestConsoleRefusedPowerOn checks that a refused power-on lists every
+// failed rule, on a phone-sized screen (360 pixels) that the page fits,
+// and so do the network checks with their fixes.
+func TestConsoleRefusedPowerOn(t *testing.T) {
+	f := startFabric(t, "")
+	f.createVM(t, "db")
+	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// An adapter on a port group but no memory reservation: the rule
+	// fails on two keys.
+	if _, err := f.ag.EditVM(ctxA, "db", vrdmaEdit()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t, 1000)
+	do(t, ctx, "power on, refused",
+		chromedp.EmulateViewport(360, 900),
+		chromedp.Navigate(f.srv.URL+"/#/vm/db"),
+		waitText("main", "VM db", "What the rules say now", "memory-reservation"),
+		chromedp.Click(chromedp.CSS("#power-on")),
+		waitText("#power-result", "Power on refused by the rules: 2 errors", "memory-reservation", "sched.mem.pin", "sched.mem.min"))
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#power-result li.error').length`))
+	if err != nil || n < 2 {
+		t.Errorf("the refusal lists %d failed rules (%v), want every one (at least 2)", n, err)
+	}
+	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]int](`[window.innerWidth, document.documentElement.scrollWidth]`))
+	if err != nil || len(widths) != 2 || widths[0] != 360 || widths[1] > widths[0] {
+		t.Errorf("window and page widths %v (%v): want the page no wider than a 360-pixel window", widths, err)
+	}
+	screenshot(t, ctx, "console-refused-power-on.png")
+	do(t, ctx, "the network checks, by the keyboard-reachable link",
+		chromedp.Click(chromedp.CSS(`nav a[href="#/network"]`)),
+		waitText("main", "Network checks", "Switch dvs1", "roce-l2-lossless", "unknown", "Fix:", "declare"))
+	widths, err = chromedp.Run(ctx, chromedp.Evaluate[[]int](`[window.innerWidth, document.documentElement.scrollWidth]`))
+	if err != nil || len(widths) != 2 || widths[1] > widths[0] {
+		t.Errorf("network page: window and page widths %v (%v): want the page no wider than the window", widths, err)
+	}
+	if in, err := f.ag.VM(ctxA, "db"); err != nil || in.Power != "poweredOff" {
+		t.Errorf("after the refused power-on: %+v %v", in, err)
+	}
+}
+
+// vrdmaEdit adds a PVRDMA adapter on dvportgroup-10 and reserves no
+// memory.
+func vrdmaEdit() vrdma.VMEdit {
+	return vrdma.VMEdit{AddAdapters: []vrdma.NewAdapter{{PortGroup: "dvportgroup-10"}}}
+}
+
+// runningVM creates VM name with an adapter on dvportgroup-10 and its
+// memory reserved, powers it on and attaches it.
+func (f *fabric) runningVM(t *testing.T, name string) *vrdma.VM {
+	t.Helper()
+	f.createVM(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	e := vrdmaEdit()
+	e.ReserveAllMemory = true
+	if _, err := f.ag.EditVM(ctx, name, e); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ag.PowerOnVM(ctx, name, ""); err != nil {
+		t.Fatal(err)
+	}
+	vm, err := vrdma.Open(ctx, name, vrdma.WithSocket(f.env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	return vm
+}
+
+// TestConsoleLive watches traffic in the live view: two VMs on one host
+// run write_bw, and the page shows their QPs on the memcpy path with
+// the reason, and a throughput and an operation rate that are not zero,
+// updated without a reload.
+func TestConsoleLive(t *testing.T) {
+	f := startFabric(t, "")
+	a, b := f.runningVM(t, "left"), f.runningVM(t, "right")
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	ada, err := a.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adb, err := b.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := perf.Connect(ctx, ada, adb, perf.PairConfig{BufSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	traffic, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
+		ran <- err
+	}()
+
+	bctx := browser(t, 1000)
+	do(t, bctx, "the live view with traffic",
+		chromedp.Navigate(f.srv.URL+"/#/live"),
+		waitText("main", "VM left", "VM right", "memcpy", "same host"),
+		// The rate is measured between two polls: wait for one above zero.
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('.rate')].some(e => !e.textContent.includes(' 0.00 MB/s')) && [...document.querySelectorAll('.ops-rate')].some(e => !e.textContent.includes(' 0 per'))`,
+			chromedp.WithPollingTimeout(15*time.Second)))
+	screenshot(t, bctx, "console-live.png")
+	before, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector('.rate').textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(t, bctx, "the view updates by itself",
+		chromedp.Poll[chromedp.Void](`document.querySelector('.rate').textContent !== `+jsString(before), chromedp.WithPollingTimeout(5*time.Second)))
+	do(t, bctx, "explain the path between the two",
+		chromedp.SendKeys(chromedp.CSS("#path-a"), "left/vrdma0"),
+		chromedp.SendKeys(chromedp.CSS("#path-b"), "right/vrdma0"),
+		chromedp.Click(chromedp.CSS("#explain-go")),
+		waitText("#path-result", "left/vrdma0 ↔ right/vrdma0: memcpy", "same host", "rejected rdma", "rejected tcp"))
+	stop()
+	if err := <-ran; err != nil && traffic.Err() == nil {
+		t.Errorf("write_bw: %v", err)
+	}
+}
+
+// TestConsoleToken checks the token in a browser: without it the pages
+// say how to get in; the address vrdmactl console prints lets the
+// browser in (the token's cookie) and the inventory shows; and a saved
+// removal of an adapter takes it off the VM.
+func TestConsoleToken(t *testing.T) {
+	f := startFabric(t, "s3cret")
+	f.createVM(t, "web")
+	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.ag.EditVM(ctxA, "web", vrdmaEdit()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t, 1000)
+	do(t, ctx, "no token",
+		chromedp.Navigate(f.srv.URL+"/"),
+		waitText("main", "no or wrong token"))
+	do(t, ctx, "the printed address",
+		chromedp.Navigate(f.srv.URL+"/?token=s3cret"),
+		waitText("main", "Switch dvs1", "Host esx1"),
+		chromedp.Poll[chromedp.Void](`location.search === ''`, chromedp.WithPollingTimeout(5*time.Second)))
+	do(t, ctx, "remove the adapter",
+		chromedp.Click(chromedp.CSS(`a[href="#/vm/web"]`)),
+		waitText("#adapters", "Network adapter 1 (vrdma0)"),
+		chromedp.Click(chromedp.CSS(`#adapters button`)),
+		waitText("#adapters", "removed when you save"),
+		waitText("#checks", "The rules accept this change"),
+		chromedp.Click(chromedp.CSS("#save")),
+		waitText("#save-result", "Saved."),
+		waitText("main", "No PVRDMA adapter."))
+	if in, err := f.ag.VM(ctxA, "web"); err != nil || strings.Contains(in.VMX, "ethernet0") {
+		t.Errorf("after removing the adapter: %v\n%s", err, in.VMX)
+	}
+}
