@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/vrdma/vrdma/internal/nativepeer"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -492,6 +494,13 @@ func TestJSONOutputs(t *testing.T) {
 	if err := s.printJSON(soakReport{OK: true, Hosts: map[string]string{"host1": "memcpy"}}); err != nil {
 		t.Fatal(err)
 	}
+	// native-peer's, as it prints it (its tests run it between network
+	// namespaces, in tests/).
+	np := &app{stdout: io.Discard, output: "json", command: "native-peer"}
+	if err := np.printJSON(nativePeerReport{Role: "active", Local: nativepeer.Info{GID: netip.MustParseAddr("::ffff:10.0.0.1"), QPN: 17, PSN: 1, RKey: 2, Addr: 4096, Size: 64},
+		Result: []nativepeer.Result{{Op: "SEND", Latency: time.Millisecond}}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // noSchema are the commands whose output is not a vrdmactl JSON document,
@@ -503,6 +512,7 @@ var noSchema = map[string]string{
 	"completion powershell": "prints a shell script",
 	"exec":                  "runs a program: the output is the program's",
 	"help":                  "prints a command's help",
+	"console":               "serves the web console until interrupted (its JSON API is the pages', docs/console.md)",
 }
 
 // TestJSONSchemasCover: every command a user can run (groups of commands
