@@ -364,6 +364,39 @@ func testUD(t *testing.T, s *suite) {
 		}
 	})
 
+	t.Run("destroy-after-post", func(t *testing.T) {
+		// Datagrams posted unsignaled right before the QP's destroy
+		// leave, as an HCA has sent them by then: mckey's sender posts
+		// its datagrams and exits at once. The destroy goes to the agent
+		// while the datagrams still wait in the send queue.
+		const n = 64
+		d := newUDEnd(t, vms[0], n, mtu) // its receive slots hold the datagrams to send
+		r := newUDEnd(t, vms[1], n, mtu)
+		r.post(t, 0, n)
+		toR := d.ah(t, s, r)
+		sent := make([]uint64, n)
+		wrs := make([]vrdma.SendWR, n)
+		for i := range wrs {
+			sent[i] = uint64(5)<<40 | uint64(i)<<1 // even: no immediate
+			udMessage(d.buf.Bytes()[i*d.slot:], sent[i], udSize(sent[i]))
+			wrs[i] = vrdma.SendWR{ID: sent[i], Opcode: vrdma.OpSend, SGL: sgl(d.buf.SGE(i*d.slot, udSize(sent[i]))),
+				AH: toR, RemoteQPN: r.qp.QPN(), RemoteQKey: udQKey}
+		}
+		postSend(t, d.qp, wrs...)
+		if err := d.qp.Destroy(opCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		got := r.received(t, d, n, wait, sent)
+		total := 0
+		for _, k := range got {
+			total += k
+		}
+		if !s.lossy() && total != n {
+			t.Fatalf("%d of %d datagrams posted before the QP's destroy arrived", total, n)
+		}
+		t.Logf("%d of %d datagrams posted before the QP's destroy arrived", total, n)
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		// Longer than the active MTU (UD's max_msg_sz): LOC_LEN_ERR, and
 		// the QP in ERR. RDMA WRITE on a UD QP: refused at post.

@@ -329,8 +329,35 @@ func (v *Context) DestroyQP(q *QP) {
 	v.destroyQP(q)
 }
 
+// udSendWait bounds how long a destroy waits for a UD QP's posted
+// datagrams to leave (sendPosted).
+const udSendWait = time.Second
+
+// sendPosted lets a UD QP in RTS send the datagrams posted before its
+// destroy (or its process's end) before the goroutine stops: an HCA has
+// sent them by the time a program gets to destroy the QP, and programs
+// count on it — mckey's sender posts its datagrams unsignaled, leaves the
+// group and exits. UD has no acknowledgement to wait for; a tail the
+// goroutine cannot reach (garbage, a path that blocks) is given up on
+// after udSendWait. Other QP types lose what they had not executed, as
+// before.
+func (q *QP) sendPosted() {
+	if q.typ != abi.QPTypeUD || q.State() != abi.QPSRTS {
+		return
+	}
+	tail := abi.Word(q.ring.Bytes(), abi.OffSQTail)
+	for deadline := time.Now().Add(udSendWait); tail.Load() != q.sqCompleted.Load() && time.Now().Before(deadline) && q.State() == abi.QPSRTS; {
+		q.poke()
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
 // destroyQP is DestroyQP, once no handle holds q.
 func (v *Context) destroyQP(q *QP) {
+	if q.destroyed.Load() {
+		return
+	}
+	q.sendPosted()
 	if q.destroyed.Swap(true) {
 		return
 	}
