@@ -16,11 +16,11 @@
 
 #include "vrdma.h"
 
-char *vrdma_read_maps(void)
+char *vrdma_read_proc(const char *path)
 {
 	size_t cap = 65536, len = 0;
 	char *buf = malloc(cap);
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (!buf || fd < 0) {
 		free(buf);
@@ -52,6 +52,11 @@ char *vrdma_read_maps(void)
 	close(fd);
 	buf[len] = 0;
 	return buf;
+}
+
+char *vrdma_read_maps(void)
+{
+	return vrdma_read_proc("/proc/self/maps");
 }
 
 /* next_line returns the line after l's, or the text's end. */
@@ -115,11 +120,12 @@ int vrdma_maps_check(const char *maps, const struct vrdma_maps_file *ours, uintp
 					 m.perms);
 				return EINVAL;
 			}
-			/* Private memory: anonymous (heap, stack, mmap) or a
-			 * file's private copy (a program's .data, a MAP_PRIVATE
-			 * file mapping), whose pages are the process's own once
-			 * written; not shared mappings, hugetlb, or devices. */
-			int file_private = m.path[0] == '/' && !strstr(m.path, "huge") &&
+			/* Private memory: anonymous (heap, stack, mmap, private
+			 * huge pages: "/anon_hugepage") or a file's private copy
+			 * (a program's .data, a MAP_PRIVATE file mapping, of
+			 * hugetlbfs too), whose pages are the process's own once
+			 * written; not shared mappings, or devices. */
+			int file_private = m.path[0] == '/' &&
 					   (strncmp(m.path, "/dev/", 5) || !strncmp(m.path, "/dev/zero", 9));
 
 			if (m.perms[3] != 'p' || (m.path[0] && m.path[0] != '[' && !file_private) ||
@@ -128,9 +134,7 @@ int vrdma_maps_check(const char *maps, const struct vrdma_maps_file *ours, uintp
 					 "the mapping at 0x%lx (%s %s) is %s: only private memory (heap, stack, "
 					 "anonymous mmap, a program's data, a MAP_PRIVATE file mapping) can be registered",
 					 (unsigned long)at, m.perms, m.path[0] ? m.path : "anonymous",
-					 m.perms[3] != 'p'	      ? "shared"
-					 : strstr(m.path, "huge") ? "hugetlb"
-								  : "a device's or the kernel's");
+					 m.perms[3] != 'p' ? "shared" : "a device's or the kernel's");
 				return EINVAL;
 			}
 		}
@@ -158,4 +162,32 @@ uint64_t vrdma_maps_ours(const char *maps, const struct vrdma_maps_file *ours, u
 			n += b - a;
 	}
 	return n;
+}
+
+uintptr_t vrdma_huge_page(const char *maps, const char *smaps, uintptr_t a)
+{
+	int huge = 0, in = 0;
+
+	for (const char *l = maps; *l; l = next_line(l)) {
+		struct vrdma_mapline m;
+
+		if (!vrdma_parse_mapline(l, &m) && m.start <= a && a < m.end) {
+			huge = strstr(m.path, "huge") != NULL;
+			break;
+		}
+	}
+	if (!huge || !smaps)
+		return 0;
+	for (const char *l = smaps; *l; l = next_line(l)) {
+		struct vrdma_mapline m;
+		unsigned long kb;
+
+		if (!vrdma_parse_mapline(l, &m)) {
+			in = m.start <= a && a < m.end;
+			continue;
+		}
+		if (in && sscanf(l, "KernelPageSize: %lu kB", &kb) == 1)
+			return kb && kb <= (1UL << 30) && !(kb & (kb - 1)) ? (uintptr_t)kb << 10 : 0;
+	}
+	return 0;
 }

@@ -790,6 +790,35 @@ static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, int on
 	return 0;
 }
 
+/* huge_align widens [*s, *e) to whole huge pages where an end of it lies
+ * in a huge-page mapping (MAP_HUGETLB, hugetlbfs): the kernel changes such
+ * a mapping (write-protects it, maps the guest memory over it) only in
+ * whole pages of its size. The pages adopted are the guest memory's
+ * 4 KiB pages from then on, as every adopted page is; their contents are
+ * the program's. smaps is read only when maps names a huge-page mapping:
+ * reading it walks every mapping's page tables. */
+static void huge_align(uintptr_t *s, uintptr_t *e)
+{
+	char *maps = vrdma_read_maps(), *smaps;
+	uintptr_t hs, he;
+
+	if (!maps)
+		return;
+	if (!strstr(maps, "huge")) {
+		free(maps);
+		return;
+	}
+	smaps = vrdma_read_proc("/proc/self/smaps");
+	hs = vrdma_huge_page(maps, smaps, *s);
+	he = vrdma_huge_page(maps, smaps, *e - 1);
+	if (hs)
+		*s &= ~(hs - 1);
+	if (he && *e + (he - 1) > *e)
+		*e = (*e + he - 1) & ~(he - 1);
+	free(smaps);
+	free(maps);
+}
+
 int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, int on_demand, uint64_t *guest, void **handle)
 {
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -802,6 +831,7 @@ int vrdma_adopt(struct vrdma_vm *vm, void *addr, size_t length, int on_demand, u
 		return EINVAL;
 	s = a & ~(page - 1);
 	e = (a + length + page - 1) & ~(page - 1);
+	huge_align(&s, &e);
 	pthread_mutex_lock(&mem_mu);
 	merge_runs(vm, s, e);
 	for (i = 0; i < nruns; i++) {

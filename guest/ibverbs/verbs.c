@@ -565,15 +565,17 @@ void ibv_unimport_mr(struct ibv_mr *ibmr)
 	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND)
 
 /* Access flags verbs defines for capabilities vrdma does not have. */
-#define ACCESS_UNSUPPORTED (IBV_ACCESS_ZERO_BASED | IBV_ACCESS_HUGETLB)
+#define ACCESS_UNSUPPORTED IBV_ACCESS_ZERO_BASED
 
 /* access_flags masks the optional bits (rdma-core lets a device ignore
- * them); -EOPNOTSUPP for a capability vrdma lacks (zero-based, huge-page
- * hints; memory windows or ODP with an agent older than them), as a device
- * without it answers; -EINVAL for bits verbs does not define. */
+ * them) and IBV_ACCESS_HUGETLB (a hint that the memory is of huge pages:
+ * adoption finds that out itself, mem.c); -EOPNOTSUPP for a capability
+ * vrdma lacks (zero-based regions; memory windows or ODP with an agent
+ * older than them), as a device without it answers; -EINVAL for bits verbs
+ * does not define. */
 static int access_flags(struct vrdma_vm *vm, unsigned int access)
 {
-	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	access &= ~(unsigned int)(IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_HUGETLB);
 	if (access & ~(unsigned int)(ACCESS_SUPPORTED | ACCESS_UNSUPPORTED))
 		return -EINVAL;
 	if ((access & ACCESS_UNSUPPORTED) || ((access & IBV_ACCESS_MW_BIND) && !(vm && (vm->s.caps & VRDMA_CAP_MW))) ||

@@ -223,7 +223,12 @@ void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
  * read-write memory (heap, stack, anonymous, a file's private copy). 0, or
  * an errno: EFAULT where nothing is mapped, EINVAL where the memory
  * cannot be adopted (why, of whylen bytes, says which). vrdma_maps_ours
- * counts the bytes of [s, e) mapped from ours at goff + (va - s). */
+ * counts the bytes of [s, e) mapped from ours at goff + (va - s).
+ * vrdma_huge_page returns the page size of the huge-page mapping (a path
+ * with "huge" in maps) holding address a, read from smaps (the text of
+ * /proc/self/smaps, or NULL), a power of two up to 1 GiB; 0 for any other
+ * mapping or when it is not known. vrdma_read_proc reads a /proc file as
+ * vrdma_read_maps reads maps. */
 struct vrdma_mapline {
 	uintptr_t start, end;
 	char perms[5];
@@ -237,6 +242,8 @@ struct vrdma_maps_file {
 	unsigned long inode;
 };
 char *vrdma_read_maps(void);
+char *vrdma_read_proc(const char *path);
+uintptr_t vrdma_huge_page(const char *maps, const char *smaps, uintptr_t a);
 int vrdma_parse_mapline(const char *l, struct vrdma_mapline *m);
 int vrdma_maps_check(const char *maps, const struct vrdma_maps_file *ours, uintptr_t s, uintptr_t e, int want_ours,
 		     uint64_t goff, char *why, size_t whylen);

@@ -39,6 +39,7 @@ func TestVerbsABIPyverbs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skipf("vrdmactl exec --sysfs needs root (mount and network namespaces; euid %d): run the test as root (CI does)", os.Geteuid())
 	}
+	hugePages(t, 16) // the suite's huge-page tests skip without 2 MiB pages
 	lib := BuildRDMACM(t)
 	dir := pyverbsSuite(t)
 	ctl := testenv.Binary(t, "vrdmactl")
@@ -102,6 +103,9 @@ func TestVerbsABIPyverbs(t *testing.T) {
 		// XRC domains, SRQs and QPs with the suite's XRCResources traffic.
 		"test_xrc_atomic_cmp_and_swap", "test_xrc_atomic_fetch_and_add", "test_xrc_traffic_cq_ex",
 		"test_qp_ex_xrc_send", "test_qp_ex_xrc_send_imm", "test_ro_xrc_traffic", "test_odp_xrc_traffic",
+		// Regions over huge pages: an ODP region with IBV_ACCESS_HUGETLB,
+		// one over a MAP_HUGETLB mapping, the parent domain's buffers in one.
+		"test_odp_rc_huge_traffic", "test_odp_rc_huge_user_addr_traffic", "test_huge_page_traffic",
 		// Multicast joins through rdma_cm.
 		"test_rdmacm_async_multicast_traffic", "test_rdmacm_async_ex_multicast_traffic",
 		"test_rdmacm_async_ex_leave_multicast_traffic",

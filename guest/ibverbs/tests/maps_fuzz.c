@@ -11,8 +11,9 @@
  * sanitizer report, not a silent success. Every line is parsed; every
  * range a line names, and ranges around and inside it, is checked as
  * memory to adopt and as adopted memory (of the first line's file and of
- * no file), with a reason buffer of 256 bytes and of 1; an answer outside
- * the reader's contract aborts.
+ * no file), with a reason buffer of 256 bytes and of 1; the huge page of
+ * each mapping's ends and middle is asked with the text as smaps too; an
+ * answer outside the reader's contract aborts.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -69,6 +70,17 @@ static void exercise(const char *maps)
 			check(maps, f, m[i].start + 1, m[i].end - 1, m[i].offset + 1);
 			if (i + 1 < n)
 				check(maps, f, m[i].start, m[i + 1].end, m[i].offset);
+		}
+	}
+	/* The text as smaps too (its KernelPageSize lines, if any): a page
+	 * size is 0 or a power of two of at most 1 GiB. */
+	for (int i = 0; i < n; i++) {
+		for (int j = 0; j < 3; j++) {
+			uintptr_t a = j == 0 ? m[i].start : j == 1 ? m[i].end - 1 : m[i].start + (m[i].end - m[i].start) / 2;
+			uintptr_t ps = vrdma_huge_page(maps, maps, a);
+
+			if ((ps & (ps - 1)) || ps > ((uintptr_t)1 << 30) || vrdma_huge_page(maps, NULL, a))
+				abort();
 		}
 	}
 }
