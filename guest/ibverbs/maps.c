@@ -164,19 +164,22 @@ uint64_t vrdma_maps_ours(const char *maps, const struct vrdma_maps_file *ours, u
 	return n;
 }
 
-uintptr_t vrdma_huge_page(const char *maps, const char *smaps, uintptr_t a)
+int vrdma_maps_huge(const char *maps, uintptr_t a)
 {
-	int huge = 0, in = 0;
-
 	for (const char *l = maps; *l; l = next_line(l)) {
 		struct vrdma_mapline m;
 
-		if (!vrdma_parse_mapline(l, &m) && m.start <= a && a < m.end) {
-			huge = strstr(m.path, "huge") != NULL;
-			break;
-		}
+		if (!vrdma_parse_mapline(l, &m) && m.start <= a && a < m.end)
+			return strstr(m.path, "huge") != NULL;
 	}
-	if (!huge || !smaps)
+	return 0;
+}
+
+uintptr_t vrdma_huge_page(const char *maps, const char *smaps, uintptr_t a)
+{
+	int in = 0;
+
+	if (!vrdma_maps_huge(maps, a) || !smaps)
 		return 0;
 	for (const char *l = smaps; *l; l = next_line(l)) {
 		struct vrdma_mapline m;

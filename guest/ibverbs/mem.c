@@ -795,8 +795,10 @@ static int grow_run(struct vrdma_vm *vm, int i, uintptr_t s, uintptr_t e, int on
  * a mapping (write-protects it, maps the guest memory over it) only in
  * whole pages of its size. The pages adopted are the guest memory's
  * 4 KiB pages from then on, as every adopted page is; their contents are
- * the program's. smaps is read only when maps names a huge-page mapping:
- * reading it walks every mapping's page tables. */
+ * the program's. smaps is read only when an end is in a huge-page mapping:
+ * reading it walks every mapping's page tables, and its buffer, megabytes
+ * in a large program, would come and go through the program's allocator
+ * (and memory hooks, as UCX's) in the middle of a registration. */
 static void huge_align(uintptr_t *s, uintptr_t *e)
 {
 	char *maps = vrdma_read_maps(), *smaps;
@@ -804,7 +806,7 @@ static void huge_align(uintptr_t *s, uintptr_t *e)
 
 	if (!maps)
 		return;
-	if (!strstr(maps, "huge")) {
+	if (!vrdma_maps_huge(maps, *s) && !vrdma_maps_huge(maps, *e - 1)) {
 		free(maps);
 		return;
 	}

@@ -224,11 +224,12 @@ void vrdma_unadopt(struct vrdma_vm *vm, void *handle);
  * an errno: EFAULT where nothing is mapped, EINVAL where the memory
  * cannot be adopted (why, of whylen bytes, says which). vrdma_maps_ours
  * counts the bytes of [s, e) mapped from ours at goff + (va - s).
- * vrdma_huge_page returns the page size of the huge-page mapping (a path
- * with "huge" in maps) holding address a, read from smaps (the text of
- * /proc/self/smaps, or NULL), a power of two up to 1 GiB; 0 for any other
- * mapping or when it is not known. vrdma_read_proc reads a /proc file as
- * vrdma_read_maps reads maps. */
+ * vrdma_maps_huge reports whether the mapping holding address a is of
+ * huge pages (its path in maps has "huge": /anon_hugepage, hugetlbfs).
+ * vrdma_huge_page returns the page size of such a mapping, read from
+ * smaps (the text of /proc/self/smaps, or NULL), a power of two up to
+ * 1 GiB; 0 for any other mapping or when it is not known.
+ * vrdma_read_proc reads a /proc file as vrdma_read_maps reads maps. */
 struct vrdma_mapline {
 	uintptr_t start, end;
 	char perms[5];
@@ -243,6 +244,7 @@ struct vrdma_maps_file {
 };
 char *vrdma_read_maps(void);
 char *vrdma_read_proc(const char *path);
+int vrdma_maps_huge(const char *maps, uintptr_t a);
 uintptr_t vrdma_huge_page(const char *maps, const char *smaps, uintptr_t a);
 int vrdma_parse_mapline(const char *l, struct vrdma_mapline *m);
 int vrdma_maps_check(const char *maps, const struct vrdma_maps_file *ours, uintptr_t s, uintptr_t e, int want_ours,
