@@ -29,11 +29,11 @@ const (
 	QP1QKey      = 0x80010000 // the GSI Q_Key (IB_QP1_QKEY)
 	GSIQPN       = 1          // QP1, the General Services Interface QP
 
-	MADBaseVersion   = 1
-	MgmtClassCM      = 0x07 // Communication Management
-	CMClassVersion   = 2
-	MADMethodSend    = 0x03
-	cmHeaderSentinel = 0
+	MADBaseVersion = 1
+	MgmtClassCM    = 0x07 // Communication Management
+	CMClassVersion = 2
+	MADMethodSend  = 0x03
+	cmaVersion     = 0 // the IP CM header's version (cma_hdr.cma_version)
 )
 
 // CMAttr is a CM MAD's attribute ID: which message it carries.
@@ -480,7 +480,7 @@ type CMAHeader struct {
 // takes the last 4 of its 16 bytes, the rest zero.
 func (h *CMAHeader) Put(b []byte) {
 	clear(b[:CMAHeaderLen])
-	b[0] = cmHeaderSentinel // cma_version 0
+	b[0] = cmaVersion
 	b[1] = 0x40
 	if h.Src.Is6() && !h.Src.Is4In6() {
 		b[1] = 0x60
@@ -500,8 +500,11 @@ func (h *CMAHeader) Put(b []byte) {
 
 // ReadCMAHeader reads RDMA CM's IP header from private data b.
 func ReadCMAHeader(b []byte) (CMAHeader, error) {
-	if len(b) < CMAHeaderLen || b[0] != cmHeaderSentinel {
-		return CMAHeader{}, fmt.Errorf("%w: RDMA CM header version %d (0), or short", ErrCMField, b[0])
+	if len(b) < CMAHeaderLen {
+		return CMAHeader{}, fmt.Errorf("%w: RDMA CM header of %d bytes (%d)", ErrCMField, len(b), CMAHeaderLen)
+	}
+	if b[0] != cmaVersion {
+		return CMAHeader{}, fmt.Errorf("%w: RDMA CM header version %d (0)", ErrCMField, b[0])
 	}
 	h := CMAHeader{SrcPort: binary.BigEndian.Uint16(b[2:])}
 	switch b[1] >> 4 {

@@ -148,6 +148,11 @@ func TestCMRefused(t *testing.T) {
 	if err := rej.Read(m); !errors.Is(err, ErrCMField) {
 		t.Errorf("REJ of message 3: %v, want %v", err, ErrCMField)
 	}
+	for _, short := range [][]byte{nil, make([]byte, CMAHeaderLen-1)} {
+		if _, err := ReadCMAHeader(short); !errors.Is(err, ErrCMField) {
+			t.Errorf("IP CM header of %d bytes: %v, want %v", len(short), err, ErrCMField)
+		}
+	}
 	if _, err := ReadCMAHeader(make([]byte, CMAHeaderLen)); !errors.Is(err, ErrCMField) {
 		t.Errorf("IP CM header of IP version 0: %v, want %v", err, ErrCMField)
 	}
@@ -208,17 +213,9 @@ func TestCMTshark(t *testing.T) {
 		"infiniband.cm.rej.localcommid", "infiniband.cm.rej.remotecommid", "infiniband.cm.rej.msgrej", "infiniband.cm.rej.reason",
 		"infiniband.cm.dreq.localcommid", "infiniband.cm.dreq.remotecommid",
 		"infiniband.cm.drsp.localcommid", "infiniband.cm.drsp.remotecommid"}
-	args := []string{"-r", path, "--disable-protocol", "rpcordma", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	out, err := exec.Command(tshark, args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, stderr(err))
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	lines := tsharkFields(t, tshark, path, "|", fields)
 	if len(lines) != len(frames) {
-		t.Fatalf("tshark printed %d lines for %d packets:\n%s", len(lines), len(frames), out)
+		t.Fatalf("tshark printed %d lines for %d packets:\n%s", len(lines), len(frames), strings.Join(lines, "\n"))
 	}
 	// What each packet must show, field by field; fields not named are
 	// empty (not in that message).
@@ -285,6 +282,7 @@ func FuzzParseMAD(f *testing.F) {
 	}
 	f.Add(make([]byte, MADLen))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		ReadCMAHeader(b) // private data from a peer: must not panic
 		m, err := ParseMAD(b)
 		if err != nil {
 			return

@@ -128,17 +128,9 @@ func TestTshark(t *testing.T) {
 	fields := []string{"infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn", "infiniband.bth.a", "infiniband.bth.padcnt",
 		"infiniband.reth.va", "infiniband.reth.r_key", "infiniband.reth.dmalen", "infiniband.aeth.syndrome", "infiniband.aeth.msn",
 		"infiniband.immdt", "infiniband.atomicacketh.origremdt", "infiniband.invariant.crc"}
-	args := []string{"-r", path, "--disable-protocol", "rpcordma", "-Y", "infiniband", "-T", "fields", "-E", "separator=,", "-E", "occurrence=f"}
-	for _, f := range fields {
-		args = append(args, "-e", f)
-	}
-	out, err := exec.Command(tshark, args...).Output()
-	if err != nil {
-		t.Fatalf("tshark: %v\n%s", err, stderr(err))
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	lines := tsharkFields(t, tshark, path, ",", fields)
 	if len(lines) != len(want) {
-		t.Fatalf("tshark decoded %d RoCEv2 packets of %d:\n%s", len(lines), len(want), out)
+		t.Fatalf("tshark decoded %d RoCEv2 packets of %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
 	}
 	for i, l := range lines {
 		got := l[:strings.LastIndex(l, ",")]
@@ -150,6 +142,22 @@ func TestTshark(t *testing.T) {
 			t.Errorf("packet %d: tshark read\n  %s,%s\nwant\n  %s,%s", i+1, got, crc, want[i], wantCRC)
 		}
 	}
+}
+
+// tsharkFields has tshark print fields of the InfiniBand packets of the
+// pcap at path, sep between them, the first occurrence of each: a line
+// per packet.
+func tsharkFields(t *testing.T, tshark, path, sep string, fields []string) []string {
+	t.Helper()
+	args := []string{"-r", path, "--disable-protocol", "rpcordma", "-Y", "infiniband", "-T", "fields", "-E", "separator=" + sep, "-E", "occurrence=f"}
+	for _, f := range fields {
+		args = append(args, "-e", f)
+	}
+	out, err := exec.Command(tshark, args...).Output()
+	if err != nil {
+		t.Fatalf("tshark: %v\n%s", err, stderr(err))
+	}
+	return strings.Split(strings.TrimSpace(string(out)), "\n")
 }
 
 func stderr(err error) string {
