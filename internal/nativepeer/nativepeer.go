@@ -85,19 +85,30 @@ func ParseInfo(line []byte) (Info, error) {
 	if err := d.Decode(&in); err != nil {
 		return Info{}, fmt.Errorf("the peer's exchange line is not the JSON of {gid, qpn, psn, rkey, addr, size}: %v", err)
 	}
+	if err := checkQP(in.GID, in.QPN, in.PSN); err != nil {
+		return Info{}, err
+	}
 	switch {
-	case !in.GID.IsValid():
-		return Info{}, errors.New("the peer's exchange line has no gid")
-	case in.QPN < 2 || in.QPN > 0xffffff:
-		return Info{}, fmt.Errorf("the peer's QPN %#x is not a 24-bit QPN of an RC QP (2..0xffffff)", in.QPN)
-	case in.PSN > 0xffffff:
-		return Info{}, fmt.Errorf("the peer's PSN %#x is wider than 24 bits", in.PSN)
 	case in.Size < MinSize || in.Size > MaxSize:
 		return Info{}, fmt.Errorf("the peer's size %d is outside %d..%d", in.Size, MinSize, MaxSize)
 	case in.Addr > ^uint64(0)-uint64(Layout{uint64(in.Size)}.Len()):
 		return Info{}, fmt.Errorf("the peer's region at %#x of %d bytes wraps around", in.Addr, Layout{uint64(in.Size)}.Len())
 	}
 	return in, nil
+}
+
+// checkQP checks the QP an exchange line names: its GID, QPN and first
+// PSN.
+func checkQP(gid netip.Addr, qpn, psn uint32) error {
+	switch {
+	case !gid.IsValid():
+		return errors.New("the peer's exchange line has no gid")
+	case qpn < 2 || qpn > 0xffffff:
+		return fmt.Errorf("the peer's QPN %#x is not a 24-bit QPN of an RC QP (2..0xffffff)", qpn)
+	case psn > 0xffffff:
+		return fmt.Errorf("the peer's PSN %#x is wider than 24 bits", psn)
+	}
+	return nil
 }
 
 // line returns i as an exchange line.
@@ -195,7 +206,7 @@ func (s *Side) Serve(ctx context.Context, c net.Conn) error {
 	pattern(m[l.Read():l.Write()], passiveSeed)
 	binary.LittleEndian.PutUint64(m[l.Atomic():], atomicStart)
 	r := bufio.NewReaderSize(io.LimitReader(c, 4*maxLine), maxLine)
-	remote, err := readInfo(r)
+	remote, err := readLine(r, ParseInfo)
 	if err != nil {
 		return err
 	}
@@ -254,7 +265,7 @@ func (s *Side) Drive(ctx context.Context, c net.Conn) ([]Result, error) {
 		return nil, fmt.Errorf("send this side's exchange line: %w", err)
 	}
 	r := bufio.NewReaderSize(io.LimitReader(c, 4*maxLine), maxLine)
-	remote, err := readInfo(r)
+	remote, err := readLine(r, ParseInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -338,13 +349,14 @@ func (s *Side) Drive(ctx context.Context, c net.Conn) ([]Result, error) {
 	return out, nil
 }
 
-// readInfo reads and parses the other side's exchange line.
-func readInfo(r *bufio.Reader) (Info, error) {
+// readLine reads the other side's exchange line and parses it.
+func readLine[T any](r *bufio.Reader, parse func([]byte) (T, error)) (T, error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
-		return Info{}, fmt.Errorf("read the peer's exchange line: %w", err)
+		var zero T
+		return zero, fmt.Errorf("read the peer's exchange line: %w", err)
 	}
-	return ParseInfo(line)
+	return parse(line)
 }
 
 // wait returns n completions of cq, or an error when ctx ends first.
