@@ -23,13 +23,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -176,18 +176,14 @@ func notFound(err error, what string) error {
 	return err
 }
 
-// randomUUID returns a random RFC 4122 UUID, for switches created without
-// one.
-func randomUUID() string {
-	var b [16]byte
-	f, err := os.Open("/dev/urandom")
-	if err == nil {
-		f.Read(b[:])
-		f.Close()
+// adminErr gives a change the control plane's administration refused
+// as wrong as given the usage exit code.
+func adminErr(err error) error {
+	var ie *admin.InvalidError
+	if errors.As(err, &ie) {
+		return &exitError{code: exitUsage, err: err}
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return err
 }
 
 // orDash returns s, or "-" if it is empty.

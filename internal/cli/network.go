@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -178,7 +179,7 @@ func (a *app) readLocalNICs(c *member.Cache, m *netcheck.Model, ref string) (*lo
 		}
 		ref = strings.TrimSpace(string(b))
 	}
-	id, err := hostIDOf(c, ref)
+	id, err := admin.HostID(c, ref)
 	if err != nil {
 		if explicit {
 			return nil, usageErrorf("network check --local-host: %v", err)
@@ -322,7 +323,7 @@ when it registers again.`,
 			var out records.Uplink
 			var host records.Host
 			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
-				id, err := hostIDOf(c, args[0])
+				id, err := admin.HostID(c, args[0])
 				if err != nil {
 					return err
 				}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -40,14 +41,8 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p := pg
 			p.Key, p.RoCEVersion = args[0], records.RoCEVersion(roce)
-			if p.Name == "" {
-				p.Name = p.Key
-			}
 			if p.Switch == "" {
 				return usageErrorf("portgroup create: --switch is required")
-			}
-			if err := p.Validate(); err != nil {
-				return usageErrorf("portgroup create: %v", err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 			defer cancel()
@@ -56,21 +51,8 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 				return err
 			}
 			defer st.Close()
-			_, err = store.Txn(ctx, st, func(tx *store.Tx) error {
-				if ok, err := tx.Exists(records.SwitchKey(p.Switch)); err != nil {
-					return err
-				} else if !ok {
-					return fmt.Errorf("switch %s does not exist: create it first (vrdmactl switch create %s)", p.Switch, p.Switch)
-				}
-				if ok, err := tx.Exists(records.PortGroupKey(p.Key)); err != nil {
-					return err
-				} else if ok {
-					return fmt.Errorf("port group %s already exists", p.Key)
-				}
-				return tx.Put(records.PortGroupKey(p.Key), p)
-			})
-			if err != nil {
-				return fmt.Errorf("portgroup create %s: %w", p.Key, err)
+			if p, err = admin.CreatePortGroup(ctx, st, p); err != nil {
+				return adminErr(err)
 			}
 			if a.json() {
 				return a.printJSON(p)

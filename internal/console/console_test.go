@@ -405,14 +405,15 @@ func TestGuards(t *testing.T) {
 
 	for _, c := range []struct {
 		addr, token string
+		certs       bool
 		ok          bool
 	}{
-		{"127.0.0.1:8479", "", true}, {"[::1]:0", "", true}, {"localhost:8479", "", true},
-		{"0.0.0.0:8479", "", false}, {":8479", "", false}, {"192.0.2.1:8479", "", false},
-		{"0.0.0.0:8479", "t", true}, {"nowhere", "", false},
+		{"127.0.0.1:8479", "", false, true}, {"[::1]:0", "", false, true}, {"localhost:8479", "", false, true},
+		{"0.0.0.0:8479", "", false, false}, {":8479", "", false, false}, {"192.0.2.1:8479", "", false, false},
+		{"0.0.0.0:8479", "t", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
 	} {
-		if err := CheckListen(c.addr, c.token); (err == nil) != c.ok {
-			t.Errorf("CheckListen(%q, %q) = %v, want ok %v", c.addr, c.token, err, c.ok)
+		if err := CheckListen(c.addr, c.token, c.certs); (err == nil) != c.ok {
+			t.Errorf("CheckListen(%q, %q, %v) = %v, want ok %v", c.addr, c.token, c.certs, err, c.ok)
 		}
 	}
 }

@@ -27,6 +27,8 @@ type Inventory struct {
 	ControlError string       `json:"control_error,omitempty"`
 	Switches     []SwitchNode `json:"switches"`
 	Unplaced     []HostNode   `json:"unplaced"`
+	// Hosts are the control plane's hosts, for the new VM form's choice.
+	Hosts []HostChoice `json:"hosts"`
 	// Local are the local agent's VMs (without a control plane, all
 	// there is to show).
 	LocalHost  string    `json:"local_host,omitempty"`
@@ -97,6 +99,7 @@ func adaptersOfVMX(text string) []AdapterNode {
 
 func (s *server) inventory(ctx context.Context, _ *http.Request) (any, error) {
 	inv := Inventory{Control: s.cfg.Cache != nil, ControlError: s.cfg.ControlErr, Switches: []SwitchNode{}, Unplaced: []HostNode{}, Local: []VMNode{}, Time: time.Now().UTC()}
+	inv.Hosts = hostChoices(s.cfg.Cache)
 	if s.cfg.Cache != nil {
 		inv.Switches, inv.Unplaced = tree(s.cfg.Cache, inv.Time)
 	}

@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package console
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/control/admin"
+	"github.com/vrdma/vrdma/internal/control/records"
+	"github.com/vrdma/vrdma/internal/vmconfig"
+)
+
+// The control plane's administration from the browser: configure a host
+// for PVRDMA, create and delete switches, port groups and VMs. Host,
+// switch and port group changes go through package admin, as vrdmactl
+// host configure, switch and portgroup do, with the console user's
+// access to the control plane; VMs are created and removed by the agent,
+// as vrdmactl vm create and undefine do. Refusals answer with their
+// reason.
+
+// needStore says why there is no control plane to write to, if there
+// is none.
+func (s *server) needStore() error {
+	if s.cfg.Store == nil {
+		return &httpError{http.StatusServiceUnavailable, "no control plane, so nothing to change there: " + s.cfg.ControlErr}
+	}
+	return nil
+}
+
+// hostConfigureRequest is POST /api/hosts/{id}/configure's body: only
+// the fields given change (vrdmactl host configure's flags).
+type hostConfigureRequest struct {
+	PVRDMAAddress    *string `json:"pvrdma_address"` // ADDR:PORT, ADDR or none
+	Vmknic           *string `json:"vmknic"`
+	FirewallPVRDMA   *bool   `json:"firewall_pvrdma"`
+	PVRDMANamespaces *bool   `json:"pvrdma_namespaces"`
+	Maintenance      *bool   `json:"maintenance"`
+}
+
+// configureHost is POST /api/hosts/{id}/configure; it answers the host's
+// page as it is after the change.
+func (s *server) configureHost(ctx context.Context, r *http.Request) (any, error) {
+	var req hostConfigureRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	hs, err := admin.ConfigureHost(ctx, s.cfg.Store, s.cfg.Cache, r.PathValue("id"), admin.HostChange{PVRDMAAddress: req.PVRDMAAddress, Vmknic: req.Vmknic,
+		FirewallPVRDMA: req.FirewallPVRDMA, PVRDMANamespaces: req.PVRDMANamespaces, Maintenance: req.Maintenance})
+	if err != nil {
+		return nil, err
+	}
+	return s.hostPage(ctx, hs), nil
+}
+
+// switchRequest is POST /api/switches's body.
+type switchRequest struct {
+	Name          string `json:"name"`
+	MTU           int    `json:"mtu"`
+	UplinkPolicy  string `json:"uplink_policy"`
+	NetworkPolicy string `json:"network_policy"`
+}
+
+func (s *server) createSwitch(ctx context.Context, r *http.Request) (any, error) {
+	var req switchRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	return admin.CreateSwitch(ctx, s.cfg.Store, records.Switch{Name: req.Name, MTU: req.MTU,
+		UplinkPolicy: records.UplinkPolicy(req.UplinkPolicy), NetworkPolicy: records.NetworkPolicy(req.NetworkPolicy)})
+}
+
+// portGroupRequest is POST /api/portgroups's body.
+type portGroupRequest struct {
+	Key         string `json:"key"`
+	Name        string `json:"name"`
+	Switch      string `json:"switch"`
+	VLAN        int    `json:"vlan"`
+	PFCPriority int    `json:"pfc_priority"`
+	DSCP        int    `json:"dscp"`
+	RoCEVersion string `json:"roce_version"`
+	Subnet      string `json:"subnet"`
+}
+
+func (s *server) createPortGroup(ctx context.Context, r *http.Request) (any, error) {
+	var req portGroupRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	return admin.CreatePortGroup(ctx, s.cfg.Store, records.PortGroup{Key: req.Key, Name: req.Name, Switch: req.Switch, VLAN: req.VLAN,
+		PFCPriority: req.PFCPriority, DSCP: req.DSCP, RoCEVersion: records.RoCEVersion(req.RoCEVersion), Subnet: req.Subnet})
+}
+
+// deleted is the answer of a delete.
+type deleted struct {
+	Deleted string `json:"deleted"`
+}
+
+func (s *server) deleteSwitch(ctx context.Context, r *http.Request) (any, error) {
+	if err := decode(r, &struct{}{}); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	name := r.PathValue("name")
+	return deleted{"switch " + name}, admin.DeleteSwitch(ctx, s.cfg.Store, name)
+}
+
+func (s *server) deletePortGroup(ctx context.Context, r *http.Request) (any, error) {
+	if err := decode(r, &struct{}{}); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	key := r.PathValue("key")
+	return deleted{"port group " + key}, admin.DeletePortGroup(ctx, s.cfg.Store, key)
+}
+
+// vmRequest is POST /api/vms's body (vrdmactl vm create's flags).
+type vmRequest struct {
+	Name      string `json:"name"`
+	MemoryMB  int    `json:"memory_mb"`
+	GuestOS   string `json:"guest_os"`
+	HWVersion int    `json:"hw_version"`
+	Host      string `json:"host"` // name or ID; "": the agent's
+}
+
+// createVM creates a powered-off VM with no adapter, owned by the
+// console's user, through the agent.
+func (s *server) createVM(ctx context.Context, r *http.Request) (any, error) {
+	var req vmRequest
+	return s.call(ctx, r, &req, func(ag *vrdma.Agent) (any, error) {
+		text, err := vmconfig.NewVMX(req.Name, req.MemoryMB, req.HWVersion, req.GuestOS)
+		if err != nil {
+			return nil, &httpError{http.StatusBadRequest, "create VM " + req.Name + ": " + err.Error()}
+		}
+		return ag.CreateVM(ctx, vrdma.VMSpec{Name: req.Name, VMX: text, Host: req.Host})
+	})
+}
+
+// deleteVM removes a VM (vrdmactl vm undefine): the agent refuses one
+// that runs.
+func (s *server) deleteVM(ctx context.Context, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	return s.call(ctx, r, &struct{}{}, func(ag *vrdma.Agent) (any, error) {
+		return deleted{"VM " + name}, ag.UndefineVM(ctx, name)
+	})
+}
