@@ -34,7 +34,10 @@ import (
 type fabric struct {
 	env   *testenv.Env
 	ag    *vrdma.Agent
+	ep    string // the etcd's client URL
+	st    *store.Store
 	cache *member.Cache
+	cfg   Config
 	srv   *httptest.Server
 }
 
@@ -82,9 +85,36 @@ func startFabric(t *testing.T, token string) *fabric {
 	case <-ctx.Done():
 		t.Fatalf("the control plane's cache: %v", c.Err())
 	}
-	srv := httptest.NewServer(New(Config{Socket: env.Socket, Cache: c, Token: token}))
-	t.Cleanup(srv.Close)
-	return &fabric{env: env, ag: ag, cache: c, srv: srv}
+	f := &fabric{env: env, ag: ag, ep: ep, st: st, cache: c, cfg: Config{Socket: env.Socket, Cache: c, Store: st, Token: token}}
+	f.srv = httptest.NewServer(New(f.cfg))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// reconfigure serves the console again with its configuration changed
+// by change.
+func (f *fabric) reconfigure(t *testing.T, change func(*Config)) {
+	t.Helper()
+	f.srv.Close()
+	change(&f.cfg)
+	f.srv = httptest.NewServer(New(f.cfg))
+	t.Cleanup(f.srv.Close)
+}
+
+// addHost starts host name's agent on switch dvs1, with its PVRDMA
+// listener on addr:4791 and no RDMA uplink, and returns it.
+func (f *fabric) addHost(t *testing.T, name, addr string) (*testenv.Env, *vrdma.Agent) {
+	t.Helper()
+	env := testenv.StartControl(t, name, agent.ControlConfig{Endpoints: []string{f.ep}, Switch: "dvs1", FirewallPVRDMA: true,
+		PVRDMAAddress: netip.MustParseAddrPort(addr + ":4791")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ag.Close() })
+	return env, ag
 }
 
 // createVM creates managed VM name, powered off, with no adapter.

@@ -359,7 +359,7 @@ async function hostPage(id) {
     h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary', id: 'configure-save' }, 'Save')), out);
   show('Host ' + ho.name,
     h('h1', {}, 'Host ' + ho.name, ' ', h('span', { class: 'badge ' + ho.state }, ho.state)),
-    h('table', {}, h('tbody', {},
+    h('table', { class: 'kv' }, h('tbody', {},
       [['ID', ho.id], ['Switch', p.switch || '–'], ['PVRDMA address (tagged vmknic)', (p.pvrdma_address || 'none') + (p.pvrdma_vmknic ? ' on ' + p.pvrdma_vmknic : '')],
         ['pvrdma firewall rule', p.firewall_pvrdma ? 'enabled' : 'disabled'], ['PVRDMA namespaces', p.pvrdma_namespaces ? 'on' : 'off'],
         ['Agent', p.agent_version], ['Lease', secs(ho.lease_age_s)],
@@ -416,7 +416,7 @@ async function live() {
       e.rate = k in lastEdges && edt > 0 ? Math.max(0, (e.bytes - lastEdges[k]) / edt) : 0;
     }
     lastEdges = edges;
-    mapBox.replaceChildren(hostMap(now), now.errors.length ? h('ul', {}, now.errors.map(x => h('li', { class: 'msg error' }, x))) : null);
+    mapBox.replaceChildren(hostMap(now), h('ul', {}, now.errors.map(x => h('li', { class: 'msg error' }, x))));
     const kids = [];
     for (const v of now.vms) {
       const prev = last && last.vms.find(x => x.name === v.name);
