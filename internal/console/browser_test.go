@@ -204,6 +204,18 @@ func TestConsoleRefusedPowerOn(t *testing.T) {
 	}
 }
 
+// vmOnPortGroup creates managed VM name, powered off, with an adapter
+// on dvportgroup-10 and no memory reserved.
+func (f *fabric) vmOnPortGroup(t *testing.T, name string) {
+	t.Helper()
+	f.createVM(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.ag.EditVM(ctx, name, vrdmaEdit()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // vrdmaEdit adds a PVRDMA adapter on dvportgroup-10 and reserves no
 // memory.
 func vrdmaEdit() vrdma.VMEdit {
@@ -241,20 +253,17 @@ func (f *fabric) powerOn(t *testing.T, ag *vrdma.Agent, socket, name string) *vr
 	return vm
 }
 
-// TestConsoleLive watches traffic in the live view: two VMs on one host
-// run write_bw, and the page shows their QPs on the memcpy path with
-// the reason, and a throughput and an operation rate that are not zero,
-// updated without a reload.
-func TestConsoleLive(t *testing.T) {
-	f := startFabric(t, "")
-	a, b := f.runningVM(t, "left"), f.runningVM(t, "right")
+// writeBW runs write_bw from VM from's vrdma0 to VM to's for up to 20
+// seconds, on path want; stop ends it and checks that it ran.
+func writeBW(t *testing.T, from, to *vrdma.VM, want vrdma.PathKind) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	ada, err := a.Adapter("vrdma0")
+	t.Cleanup(cancel)
+	ada, err := from.Adapter("vrdma0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	adb, err := b.Adapter("vrdma0")
+	adb, err := to.Adapter("vrdma0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +271,32 @@ func TestConsoleLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close(ctx)
-	traffic, stop := context.WithCancel(ctx)
+	t.Cleanup(func() { p.Close(ctx) })
+	if got := p.Path().Path; got != want {
+		t.Fatalf("path %q, want %s", got, want)
+	}
+	traffic, end := context.WithCancel(ctx)
 	ran := make(chan error, 1)
 	go func() {
 		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
 		ran <- err
 	}()
+	return func() {
+		t.Helper()
+		end()
+		if err := <-ran; err != nil && traffic.Err() == nil {
+			t.Errorf("write_bw: %v", err)
+		}
+	}
+}
 
+// TestConsoleLive watches traffic in the live view: two VMs on one host
+// run write_bw, and the page shows their QPs on the memcpy path with
+// the reason, and a throughput and an operation rate that are not zero,
+// updated without a reload.
+func TestConsoleLive(t *testing.T) {
+	f := startFabric(t, "")
+	stop := writeBW(t, f.runningVM(t, "left"), f.runningVM(t, "right"), vrdma.PathMemcpy)
 	bctx := browser(t, 1000)
 	do(t, bctx, "the live view with traffic",
 		chromedp.Navigate(f.srv.URL+"/#/live"),
@@ -290,9 +317,6 @@ func TestConsoleLive(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#explain-go")),
 		waitText("#path-result", "left/vrdma0 ↔ right/vrdma0: memcpy", "same host", "rejected rdma", "rejected tcp"))
 	stop()
-	if err := <-ran; err != nil && traffic.Err() == nil {
-		t.Errorf("write_bw: %v", err)
-	}
 }
 
 // TestConsoleToken checks the token in a browser: without it the pages
@@ -301,12 +325,9 @@ func TestConsoleLive(t *testing.T) {
 // removal of an adapter takes it off the VM.
 func TestConsoleToken(t *testing.T) {
 	f := startFabric(t, "s3cret")
-	f.createVM(t, "web")
+	f.vmOnPortGroup(t, "web")
 	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.ag.EditVM(ctxA, "web", vrdmaEdit()); err != nil {
-		t.Fatal(err)
-	}
 	ctx := browser(t, 1000)
 	do(t, ctx, "no token",
 		chromedp.Navigate(f.srv.URL+"/"),
@@ -380,12 +401,9 @@ func TestConsoleHostConfigure(t *testing.T) {
 // in use (the reason shows), then deletes them all.
 func TestConsoleCreateObjects(t *testing.T) {
 	f := startFabric(t, "")
-	f.createVM(t, "web")
+	f.vmOnPortGroup(t, "web")
 	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.ag.EditVM(ctxA, "web", vrdmaEdit()); err != nil {
-		t.Fatal(err)
-	}
 	ctx := browser(t, 1000)
 	do(t, ctx, "create a switch",
 		chromedp.Navigate(f.srv.URL+"/"),
@@ -455,29 +473,9 @@ func TestConsoleMap(t *testing.T) {
 	env2, ag2 := f.addHost(t, "esx2", "127.0.38.2")
 	f.reconfigure(t, func(c *Config) { c.Agents = []string{env2.Socket} })
 	a := f.runningVM(t, "left")
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	vmx := ".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"20\"\ndisplayName = \"right\"\nguestOS = \"ubuntu-64\"\nmemSize = \"4\"\n"
-	if _, err := ag2.CreateVM(ctx, vrdma.VMSpec{Name: "right", VMX: vmx}); err != nil {
-		t.Fatal(err)
-	}
+	f.createVMOn(t, ag2, "right")
 	b := f.powerOn(t, ag2, env2.Socket, "right")
-	ada, _ := a.Adapter("vrdma0")
-	adb, _ := b.Adapter("vrdma0")
-	p, err := perf.Connect(ctx, adb, ada, perf.PairConfig{BufSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	if got := p.Path().Path; got != vrdma.PathTCP {
-		t.Fatalf("path %q between the hosts, want tcp", got)
-	}
-	traffic, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() {
-		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
-		ran <- err
-	}()
+	stop := writeBW(t, b, a, vrdma.PathTCP)
 	bctx := browser(t, 1000)
 	do(t, bctx, "the map with the tcp edge and its traffic",
 		chromedp.Navigate(f.srv.URL+"/#/live"),
@@ -494,7 +492,4 @@ func TestConsoleMap(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('svg.map a')].find(a => a.textContent.startsWith('esx2')).dispatchEvent(new MouseEvent('click', {bubbles: true}))`),
 		waitText("main", "Host esx2", "Its agent", "TCP uplinks to other hosts", "esx1", "up"))
 	stop()
-	if err := <-ran; err != nil && traffic.Err() == nil {
-		t.Errorf("write_bw: %v", err)
-	}
 }

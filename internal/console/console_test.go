@@ -22,6 +22,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // Tests of the console's API against a running agent with a control
@@ -120,10 +121,20 @@ func (f *fabric) addHost(t *testing.T, name, addr string) (*testenv.Env, *vrdma.
 // createVM creates managed VM name, powered off, with no adapter.
 func (f *fabric) createVM(t *testing.T, name string) {
 	t.Helper()
+	f.createVMOn(t, f.ag, name)
+}
+
+// createVMOn creates managed VM name on agent ag's host, powered off,
+// with 4 MB of memory and no adapter.
+func (f *fabric) createVMOn(t *testing.T, ag *vrdma.Agent, name string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	vmx := ".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"20\"\ndisplayName = \"" + name + "\"\nguestOS = \"ubuntu-64\"\nmemSize = \"4\"\n"
-	if _, err := f.ag.CreateVM(ctx, vrdma.VMSpec{Name: name, VMX: vmx}); err != nil {
+	vmx, err := vmconfig.NewVMX(name, 4, 20, "ubuntu-64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ag.CreateVM(ctx, vrdma.VMSpec{Name: name, VMX: vmx}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitVM(t, name)
