@@ -9,9 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/vrdma/vrdma"
@@ -350,6 +352,32 @@ func TestConsoleToken(t *testing.T) {
 	}
 }
 
+// stayHome fails the test at its end if the tab of ctx asked for
+// anything but the console at base (or a data: URL): the pages make no
+// request elsewhere.
+func stayHome(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	var mu sync.Mutex
+	var away []string
+	err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && !strings.HasPrefix(e.Request.URL, base+"/") && !strings.HasPrefix(e.Request.URL, "data:") {
+			mu.Lock()
+			away = append(away, e.Request.URL)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(away) > 0 {
+			t.Errorf("the pages asked for %v: want nothing but the console at %s", away, base)
+		}
+	})
+}
+
 // pageFits checks that the page is no wider than the window.
 func pageFits(t *testing.T, ctx context.Context, what string) {
 	t.Helper()
@@ -368,6 +396,7 @@ func TestConsoleHostConfigure(t *testing.T) {
 	f := startFabric(t, "")
 	id := f.env.Status(t).HostID
 	ctx := browser(t, 1000)
+	stayHome(t, ctx, f.srv.URL)
 	do(t, ctx, "the host page's form",
 		chromedp.EmulateViewport(360, 900),
 		chromedp.Navigate(f.srv.URL+"/#/host/"+id),
@@ -397,7 +426,7 @@ func TestConsoleHostConfigure(t *testing.T) {
 }
 
 // TestConsoleCreateObjects creates a switch, a port group on it and a
-// VM from the browser, is refused deleting the switch and a port group
+// VM from the browser, on a 360-pixel screen, is refused deleting the switch and a port group
 // in use (the reason shows), then deletes them all.
 func TestConsoleCreateObjects(t *testing.T) {
 	f := startFabric(t, "")
@@ -405,7 +434,9 @@ func TestConsoleCreateObjects(t *testing.T) {
 	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx := browser(t, 1000)
+	stayHome(t, ctx, f.srv.URL)
 	do(t, ctx, "create a switch",
+		chromedp.EmulateViewport(360, 900),
 		chromedp.Navigate(f.srv.URL+"/"),
 		waitText("main", "Switch dvs1", "Create"),
 		chromedp.Focus(chromedp.CSS("details:has(#new-switch) > summary")), chromedp.KeyEvent("\r"),
@@ -425,7 +456,9 @@ func TestConsoleCreateObjects(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS("#pg-roce"), "v1"),
 		chromedp.Click(chromedp.CSS("#new-pg button[type=submit]")),
 		waitText("#admin-result", "Port group dvportgroup-90 created."),
-		waitText("main", "Port group dvportgroup-90", "VLAN 90 · PFC priority 5 · DSCP 40 · RoCE v1"))
+		waitText("main", "Port group dvportgroup-90", "VLAN 90 · PFC priority 5 · DSCP 40 · RoCE v1"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`))
+	pageFits(t, ctx, "the inventory with the create forms open")
 	do(t, ctx, "a switch with a port group is not deleted: the reason shows",
 		chromedp.Click(chromedp.CSS(`button[data-delete="switch dvs9"]`)),
 		waitText("#admin-result", "Refused", "port groups dvportgroup-90 are on it"))
@@ -477,6 +510,7 @@ func TestConsoleMap(t *testing.T) {
 	b := f.powerOn(t, ag2, env2.Socket, "right")
 	stop := writeBW(t, b, a, vrdma.PathTCP)
 	bctx := browser(t, 1000)
+	stayHome(t, bctx, f.srv.URL)
 	do(t, bctx, "the map with the tcp edge and its traffic",
 		chromedp.Navigate(f.srv.URL+"/#/live"),
 		waitText("#map", "esx1", "esx2"),
