@@ -26,7 +26,7 @@ import (
 
 // browser starts a headless Chromium with a fresh profile, w pixels
 // wide, and returns a tab's context, bounded to a minute.
-func browser(t *testing.T, w int) context.Context {
+func browser(t *testing.T, w int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
@@ -40,6 +40,7 @@ func browser(t *testing.T, w int) context.Context {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-gpu", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(w, 1000))
+	opts = append(opts, extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)

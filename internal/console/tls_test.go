@@ -4,11 +4,13 @@ package console
 
 import (
 	"crypto/ecdsa"
+	"crypto/sha256"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
@@ -20,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // testCA is a certificate authority made for one test.
@@ -145,6 +149,26 @@ func TestConsoleTLS(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("create a switch with a client certificate: %d", resp.StatusCode)
 	}
+	// A browser over HTTPS with a token (no client certificates asked):
+	// the token's cookie, and a write from the page (its origin is
+	// https://...).
+	tsrv := httptest.NewUnstartedServer(New(Config{Socket: f.env.Socket, Cache: f.cache, Store: f.st, Token: "s3cret"}))
+	tsrv.TLS, err = TLSConfig(filepath.Join(dir, "console.pem"), filepath.Join(dir, "console-key.pem"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tsrv.StartTLS()
+	defer tsrv.Close()
+	spki := sha256.Sum256(tsrv.TLS.Certificates[0].Leaf.RawSubjectPublicKeyInfo)
+	bctx := browser(t, 1000, chromedp.Flag("ignore-certificate-errors-spki-list", base64.StdEncoding.EncodeToString(spki[:])))
+	stayHome(t, bctx, tsrv.URL)
+	do(t, bctx, "create a switch over HTTPS",
+		chromedp.Navigate(tsrv.URL+"/?token=s3cret"),
+		waitText("main", "Switch dvs1", "Switch dvs-tls"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`),
+		chromedp.SendKeys(chromedp.CSS("#sw-name"), "dvs-https\r"),
+		waitText("#admin-result", "Switch dvs-https created."))
+
 	// Over plain TCP, without TLS, the same handler lets nobody in: the
 	// client certificate is its only credential.
 	plain := httptest.NewServer(New(Config{Socket: f.env.Socket, Cache: f.cache, ClientCerts: true}))
