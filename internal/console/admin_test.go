@@ -111,6 +111,9 @@ func TestAdminAPI(t *testing.T) {
 	if code := call(t, f.srv, "POST", "/api/switches/dvs9/delete", map[string]any{}, &e); code != 404 || !strings.Contains(e["error"], "switch dvs9: not found") {
 		t.Errorf("delete a switch that is not there: %d %v", code, e)
 	}
+	if code := call(t, f.srv, "POST", "/api/portgroups/..%2Fswitches%2Fdvs1/delete", map[string]any{}, &e); code != 400 || !strings.Contains(e["error"], "the key") {
+		t.Errorf("delete a port group whose key is a path: %d %v", code, e)
+	}
 	// Writes need the console's header, as every write.
 	if code := call(t, f.srv, "POST", "/api/switches/dvs1/delete", nil, &e); code != 403 {
 		t.Errorf("a delete without the write header: %d %v", code, e)

@@ -252,8 +252,12 @@ func CreatePortGroup(ctx context.Context, st *store.Store, p records.PortGroup) 
 }
 
 // DeleteSwitch deletes switch name and its secret; refused while port
-// groups are on it or hosts have joined it.
+// groups are on it or hosts have joined it. A name that is not one is
+// refused before any key is made of it.
 func DeleteSwitch(ctx context.Context, st *store.Store, name string) error {
+	if err := records.CheckName(name); err != nil {
+		return invalidf("switch delete: the name: %v", err)
+	}
 	return deleteRecord(ctx, st, "switch "+name, records.SwitchKey(name), func(ctx context.Context) error {
 		pgs, _, _, err := store.List[records.PortGroup](ctx, st, records.PortGroupPrefix)
 		if err != nil {
@@ -288,6 +292,9 @@ func DeleteSwitch(ctx context.Context, st *store.Store, name string) error {
 // DeletePortGroup deletes port group key; refused while an adapter of a
 // running VM is on it, or a managed VM's configuration puts one there.
 func DeletePortGroup(ctx context.Context, st *store.Store, key string) error {
+	if err := records.CheckName(key); err != nil {
+		return invalidf("portgroup delete: the key: %v", err)
+	}
 	return deleteRecord(ctx, st, "port group "+key, records.PortGroupKey(key), func(ctx context.Context) error {
 		ads, _, _, err := store.List[records.Adapter](ctx, st, records.AdapterPrefix)
 		if err != nil {
