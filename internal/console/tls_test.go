@@ -4,9 +4,9 @@ package console
 
 import (
 	"crypto/ecdsa"
-	"crypto/sha256"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
