@@ -5,13 +5,9 @@ package cli
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -91,26 +87,9 @@ shows the local agent's VMs only.`,
 			if err != nil {
 				return fmt.Errorf("console: listen on %s: %w (another program may hold the port: --listen 127.0.0.1:PORT picks another)", listen, err)
 			}
-			srv := &http.Server{Handler: console.New(cfg), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
-			u := "http://" + ln.Addr().String() + "/"
-			if tlsCfg != nil {
-				u = "https://" + ln.Addr().String() + "/"
-				ln = tls.NewListener(ln, tlsCfg)
-			}
-			if token != "" {
-				u += "?token=" + url.QueryEscape(token)
-			}
+			u := console.URL(ln.Addr(), tlsCfg != nil, token)
 			fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
-			go func() {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				srv.Shutdown(sctx)
-			}()
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("console: %w", err)
-			}
-			return nil
+			return console.Serve(ctx, ln, console.New(cfg), tlsCfg)
 		},
 	}
 	f := cmd.Flags()

@@ -3,6 +3,7 @@
 package console
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -101,10 +102,29 @@ func TestConsoleTLS(t *testing.T) {
 	if _, err := TLSConfig(filepath.Join(dir, "console.pem"), filepath.Join(dir, "console-key.pem"), filepath.Join(dir, "console-key.pem")); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a client CA file with no certificate: %v", err)
 	}
-	srv := httptest.NewUnstartedServer(New(Config{Socket: f.env.Socket, Cache: f.cache, Store: f.st, ClientCerts: true}))
-	srv.TLS = cfg
-	srv.StartTLS()
-	defer srv.Close()
+	// Served as vrdmactl console serves it, off loopback (every address
+	// of the machine).
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckListen(ln.Addr().String(), "", true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, ln, New(Config{Socket: f.env.Socket, Cache: f.cache, Store: f.st, ClientCerts: true}), cfg) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if u := URL(ln.Addr(), true, "t&"); u != "https://"+ln.Addr().String()+"/?token=t%26" {
+		t.Errorf("URL: %s", u)
+	}
+	base := "https://127.0.0.1:" + port
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(serverCA.pem)
@@ -121,13 +141,13 @@ func TestConsoleTLS(t *testing.T) {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 	}
 	for name, c := range map[string]*http.Client{"no certificate": client(nil), "another CA's certificate": client(otherCA)} {
-		if resp, err := c.Get(srv.URL + "/api/inventory"); err == nil {
+		if resp, err := c.Get(base + "/api/inventory"); err == nil {
 			resp.Body.Close()
 			t.Errorf("%s: GET /api/inventory answered %d, want the handshake refused", name, resp.StatusCode)
 		}
 	}
 	c := client(clientCA)
-	req, _ := http.NewRequest("GET", srv.URL+"/api/inventory", nil)
+	req, _ := http.NewRequest("GET", base+"/api/inventory", nil)
 	req.Host = "console.example:8479"
 	resp, err := c.Do(req)
 	if err != nil {
@@ -139,7 +159,7 @@ func TestConsoleTLS(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 || len(inv.Switches) != 1 {
 		t.Fatalf("GET /api/inventory with a client certificate: %d %+v %v", resp.StatusCode, inv, err)
 	}
-	req, _ = http.NewRequest("POST", srv.URL+"/api/switches", strings.NewReader(`{"name":"dvs-tls","mtu":9000}`))
+	req, _ = http.NewRequest("POST", base+"/api/switches", strings.NewReader(`{"name":"dvs-tls","mtu":9000}`))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(writeHeader, "1")
 	if resp, err = c.Do(req); err != nil {
