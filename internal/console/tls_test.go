@@ -113,7 +113,9 @@ func TestConsoleTLS(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, ln, New(Config{Socket: f.env.Socket, Cache: f.cache, Store: f.st, ClientCerts: true}), cfg) }()
+	go func() {
+		served <- Serve(ctx, ln, New(Config{Socket: f.env.Socket, Cache: f.cache, Store: f.st, ClientCerts: true}), cfg)
+	}()
 	defer func() {
 		stop()
 		if err := <-served; err != nil {
