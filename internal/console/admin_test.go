@@ -114,6 +114,14 @@ func TestAdminAPI(t *testing.T) {
 	if code := call(t, f.srv, "POST", "/api/portgroups/..%2Fswitches%2Fdvs1/delete", map[string]any{}, &e); code != 400 || !strings.Contains(e["error"], "the key") {
 		t.Errorf("delete a port group whose key is a path: %d %v", code, e)
 	}
+	// An agent that cannot be read is named in the live view, which
+	// still shows the others.
+	f.reconfigure(t, func(c *Config) { c.Agents = []string{"/nonexistent/agent.sock"} })
+	var l Live
+	if code := call(t, f.srv, "GET", "/api/live", nil, &l); code != 200 || len(l.Errors) != 1 || !strings.Contains(l.Errors[0], "/nonexistent/agent.sock (--agent)") ||
+		len(l.Hosts) != 1 || !l.Hosts[0].Agent || l.Hosts[0].Name != "esx1" {
+		t.Errorf("GET /api/live with an agent that is not there: %d %+v", code, l)
+	}
 	// Writes need the console's header, as every write.
 	if code := call(t, f.srv, "POST", "/api/switches/dvs1/delete", nil, &e); code != 403 {
 		t.Errorf("a delete without the write header: %d %v", code, e)

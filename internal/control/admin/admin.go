@@ -28,7 +28,10 @@ import (
 // caller's to fix, not the control plane's state.
 type InvalidError struct{ Err error }
 
+// Error is the wrong value's error.
 func (e *InvalidError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrong value's error.
 func (e *InvalidError) Unwrap() error { return e.Err }
 
 func invalidf(format string, args ...any) error {
@@ -40,6 +43,7 @@ func invalidf(format string, args ...any) error {
 // text names what is in the way and how to take it off.
 type ConflictError struct{ Msg string }
 
+// Error is the refusal's text.
 func (e *ConflictError) Error() string { return e.Msg }
 
 // HostChange is what ConfigureHost changes: only the fields that are
