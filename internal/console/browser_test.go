@@ -424,6 +424,7 @@ func TestConsoleHostConfigure(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	pageFits(t, ctx, "host page after configure")
+	screenshot(t, ctx, "console-host-configure.png")
 }
 
 // TestConsoleCreateObjects creates a switch, a port group on it and a
@@ -460,6 +461,7 @@ func TestConsoleCreateObjects(t *testing.T) {
 		waitText("main", "Port group dvportgroup-90", "VLAN 90 · PFC priority 5 · DSCP 40 · RoCE v1"),
 		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`))
 	pageFits(t, ctx, "the inventory with the create forms open")
+	screenshot(t, ctx, "console-create.png")
 	do(t, ctx, "a switch with a port group is not deleted: the reason shows",
 		chromedp.Click(chromedp.CSS(`button[data-delete="switch dvs9"]`)),
 		waitText("#admin-result", "Refused", "port groups dvportgroup-90 are on it"))

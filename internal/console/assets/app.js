@@ -333,7 +333,7 @@ async function hostPage(id) {
   if (!r.ok) return show('Host', h('h1', {}, 'Host'), errorBox(r.data.error));
   const p = r.data, ho = p.host;
   const out = h('div', { id: 'configure-result', role: 'status', 'aria-live': 'polite' });
-  const box = (id, label, checked) => h('div', { class: 'row' }, h('input', { type: 'checkbox', id, checked }), h('label', { for: id }, label));
+  const box = (id, label, checked) => h('div', { class: 'row check' }, h('input', { type: 'checkbox', id, checked }), h('label', { for: id }, label));
   // Configure sends only what changed, as vrdmactl host configure's flags.
   const form = h('form', { id: 'configure', 'aria-labelledby': 'configure-h', onsubmit: async ev => {
     ev.preventDefault();
