@@ -525,8 +525,12 @@ func TestConsoleMap(t *testing.T) {
 		chromedp.Poll[chromedp.Void](`(() => { const s = [...document.querySelectorAll('section')].find(x => x.getAttribute('aria-label') === 'VM right'); return !!s && s.querySelector('canvas') && s.textContent.includes('tcp') && !s.querySelector('.rate').textContent.includes(' 0.00 MB/s'); })()`,
 			chromedp.WithPollingTimeout(15*time.Second)))
 	screenshot(t, bctx, "console-map.png")
-	do(t, bctx, "the remote host's page shows its agent's uplink",
-		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('svg.map a')].find(a => a.textContent.startsWith('esx2')).dispatchEvent(new MouseEvent('click', {bubbles: true}))`),
+	do(t, bctx, "the remote host's page, by the keyboard from the map, shows its agent's uplink",
+		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('svg.map a')].find(a => a.textContent.startsWith('esx2')).focus()`),
+		// The map is drawn again every second: the focus stays on the host.
+		chromedp.Sleep(1500*time.Millisecond),
+		chromedp.Poll[chromedp.Void](`document.activeElement.closest('svg.map') !== null && document.activeElement.textContent.startsWith('esx2')`, chromedp.WithPollingTimeout(time.Second)),
+		chromedp.KeyEvent("\r"),
 		waitText("main", "Host esx2", "Its agent", "TCP uplinks to other hosts", "esx1", "up"))
 	stop()
 }

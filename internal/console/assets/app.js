@@ -416,7 +416,7 @@ async function live() {
       e.rate = k in lastEdges && edt > 0 ? Math.max(0, (e.bytes - lastEdges[k]) / edt) : 0;
     }
     lastEdges = edges;
-    mapBox.replaceChildren(hostMap(now), h('ul', {}, now.errors.map(x => h('li', { class: 'msg error' }, x))));
+    keepFocus(mapBox, () => mapBox.replaceChildren(hostMap(now), h('ul', {}, now.errors.map(x => h('li', { class: 'msg error' }, x)))));
     const kids = [];
     for (const v of now.vms) {
       const prev = last && last.vms.find(x => x.name === v.name);
@@ -440,11 +440,23 @@ async function live() {
             (q.path.rejected || []).map(x => x.path + ': ' + x.why).join('; ') || '\u2013', q.counters.send_bytes, errs(q.counters)].map(x => h('td', {}, x))))))),
         v.hidden ? h('p', { class: 'muted' }, 'Another user\u2019s VM: its QPs and counters are hidden.') : null));
     }
-    body.replaceChildren(...(kids.length ? kids : [h('p', { class: 'muted' }, 'No VM is attached on the hosts whose agents the console reads.')]));
+    keepFocus(body, () => body.replaceChildren(...(kids.length ? kids : [h('p', { class: 'muted' }, 'No VM is attached on the hosts whose agents the console reads.')])));
     last = now;
   };
   await tick();
   timer = setInterval(tick, 1000);
+}
+
+// keepFocus runs render, which draws box again, and gives the focus back
+// to the link that had it (the same href), so that a keyboard user's
+// place survives the live view's updates.
+function keepFocus(box, render) {
+  const a = document.activeElement;
+  const href = a && box.contains(a) ? a.getAttribute('href') : null;
+  render();
+  if (href === null) return;
+  const e = [...box.querySelectorAll('a')].find(x => x.getAttribute('href') === href);
+  if (e) e.focus();
 }
 
 // svg builds an SVG element.
