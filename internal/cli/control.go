@@ -129,11 +129,8 @@ func (a *app) openCache(ctx context.Context) (*store.Store, *member.Cache, error
 	}
 }
 
-// updateRecord changes the record under key with a compare-and-swap
-// read-modify-write (store.Update): edit changes it in place; a record
-// that does not validate afterwards is a usage error. what names the
-// record in messages ("switch dvs1"), list the command that lists its
-// kind.
+// updateRecord changes the record under key (admin.Update) and makes
+// its errors the command's.
 func updateRecord[T records.Record](a *app, cmd *cobra.Command, key, what, list string, edit func(*T) error) (T, error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 	defer cancel()
@@ -143,19 +140,8 @@ func updateRecord[T records.Record](a *app, cmd *cobra.Command, key, what, list 
 		return zero, err
 	}
 	defer st.Close()
-	v, _, err := store.Update(ctx, st, key, func(old *T) (*T, error) {
-		if old == nil {
-			return nil, fmt.Errorf("%s: not found in the control plane (%s)", what, list)
-		}
-		if err := edit(old); err != nil {
-			return nil, err
-		}
-		if err := (*old).Validate(); err != nil {
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		return old, nil
-	})
-	return v, cmdErr(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+	v, err := admin.Update(ctx, st, key, what, list, edit)
+	return v, cmdErr(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), adminErr(err))
 }
 
 // cmdErr returns err prefixed with what, or err itself when it is nil or

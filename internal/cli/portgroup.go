@@ -140,39 +140,42 @@ keep their path.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			changed := false
-			for _, n := range []string{"vlan", "pfc-priority", "dscp", "roce-version", "roce-mtu", "subnet", "name"} {
-				changed = changed || fl.Changed(n)
+			var ch admin.PortGroupChange
+			if fl.Changed("vlan") {
+				ch.VLAN = &p.VLAN
 			}
-			if !changed {
+			if fl.Changed("pfc-priority") {
+				ch.PFCPriority = &p.PFCPriority
+			}
+			if fl.Changed("dscp") {
+				ch.DSCP = &p.DSCP
+			}
+			if fl.Changed("roce-version") {
+				v := records.RoCEVersion(roce)
+				ch.RoCEVersion = &v
+			}
+			if fl.Changed("roce-mtu") {
+				ch.RoCEMTU = &p.RoCEMTU
+			}
+			if fl.Changed("subnet") {
+				ch.Subnet = &p.Subnet
+			}
+			if fl.Changed("name") {
+				ch.Name = &p.Name
+			}
+			if ch == (admin.PortGroupChange{}) {
 				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --subnet, --name)")
 			}
-			n, err := updateRecord(a, cmd, records.PortGroupKey(args[0]), "port group "+args[0], "vrdmactl portgroup list", func(old *records.PortGroup) error {
-				if fl.Changed("vlan") {
-					old.VLAN = p.VLAN
-				}
-				if fl.Changed("pfc-priority") {
-					old.PFCPriority = p.PFCPriority
-				}
-				if fl.Changed("dscp") {
-					old.DSCP = p.DSCP
-				}
-				if fl.Changed("roce-version") {
-					old.RoCEVersion = records.RoCEVersion(roce)
-				}
-				if fl.Changed("roce-mtu") {
-					old.RoCEMTU = p.RoCEMTU
-				}
-				if fl.Changed("subnet") {
-					old.Subnet = p.Subnet
-				}
-				if fl.Changed("name") {
-					old.Name = p.Name
-				}
-				return nil
-			})
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			st, err := a.openStore(ctx)
 			if err != nil {
 				return err
+			}
+			defer st.Close()
+			n, err := admin.SetPortGroup(ctx, st, args[0], ch)
+			if err != nil {
+				return cmdErr("portgroup set", adminErr(err))
 			}
 			if a.json() {
 				return a.printJSON(n)

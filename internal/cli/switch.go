@@ -156,23 +156,31 @@ the change at once.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			if !fl.Changed("mtu") && !fl.Changed("uplink-policy") && !fl.Changed("network-policy") {
+			var ch admin.SwitchChange
+			if fl.Changed("mtu") {
+				ch.MTU = &mtu
+			}
+			if fl.Changed("uplink-policy") {
+				v := records.UplinkPolicy(uplinkPolicy)
+				ch.UplinkPolicy = &v
+			}
+			if fl.Changed("network-policy") {
+				v := records.NetworkPolicy(networkPolicy)
+				ch.NetworkPolicy = &v
+			}
+			if ch == (admin.SwitchChange{}) {
 				return usageErrorf("switch set: say what to change (--network-policy, --mtu, --uplink-policy)")
 			}
-			s, err := a.updateSwitch(cmd, args[0], func(s *records.Switch) error {
-				if fl.Changed("mtu") {
-					s.MTU = mtu
-				}
-				if fl.Changed("uplink-policy") {
-					s.UplinkPolicy = records.UplinkPolicy(uplinkPolicy)
-				}
-				if fl.Changed("network-policy") {
-					s.NetworkPolicy = records.NetworkPolicy(networkPolicy)
-				}
-				return nil
-			})
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			st, err := a.openStore(ctx)
 			if err != nil {
 				return err
+			}
+			defer st.Close()
+			s, err := admin.SetSwitch(ctx, st, args[0], ch)
+			if err != nil {
+				return cmdErr("switch set", adminErr(err))
 			}
 			if a.json() {
 				return a.printJSON(s)

@@ -370,3 +370,82 @@ func deleteRecord(ctx context.Context, st *store.Store, what, key string, check 
 	}
 	return nil
 }
+
+// Update changes the record under key with a compare-and-swap
+// read-modify-write: edit changes it in place; a record that does not
+// validate afterwards is an InvalidError. what names the record in
+// messages ("switch dvs1"), list the command that lists its kind.
+func Update[T records.Record](ctx context.Context, st *store.Store, key, what, list string, edit func(*T) error) (T, error) {
+	v, _, err := store.Update(ctx, st, key, func(old *T) (*T, error) {
+		if old == nil {
+			return nil, fmt.Errorf("%s: %w in the control plane (%s)", what, store.ErrNotFound, list)
+		}
+		if err := edit(old); err != nil {
+			return nil, err
+		}
+		if err := (*old).Validate(); err != nil {
+			return nil, &InvalidError{err}
+		}
+		return old, nil
+	})
+	return v, err
+}
+
+// PortGroupChange is what SetPortGroup changes: only the fields that
+// are not nil.
+type PortGroupChange struct {
+	Name        *string
+	VLAN        *int
+	PFCPriority *int
+	DSCP        *int
+	RoCEVersion *records.RoCEVersion
+	RoCEMTU     *int
+	Subnet      *string
+}
+
+// SetPortGroup applies ch to port group key and returns it. Agents
+// decide new connections with the new settings at once; established QPs
+// keep their path.
+func SetPortGroup(ctx context.Context, st *store.Store, key string, ch PortGroupChange) (records.PortGroup, error) {
+	if ch == (PortGroupChange{}) {
+		return records.PortGroup{}, invalidf("portgroup set: say what to change (name, VLAN, PFC priority, DSCP, RoCE version, RoCE MTU, subnet)")
+	}
+	if err := records.CheckName(key); err != nil {
+		return records.PortGroup{}, invalidf("portgroup set: the key: %v", err)
+	}
+	return Update(ctx, st, records.PortGroupKey(key), "port group "+key, "vrdmactl portgroup list", func(p *records.PortGroup) error {
+		set(&p.Name, ch.Name)
+		set(&p.VLAN, ch.VLAN)
+		set(&p.PFCPriority, ch.PFCPriority)
+		set(&p.DSCP, ch.DSCP)
+		set(&p.RoCEVersion, ch.RoCEVersion)
+		set(&p.RoCEMTU, ch.RoCEMTU)
+		set(&p.Subnet, ch.Subnet)
+		return nil
+	})
+}
+
+// SwitchChange is what SetSwitch changes: only the fields that are not
+// nil.
+type SwitchChange struct {
+	MTU           *int
+	UplinkPolicy  *records.UplinkPolicy
+	NetworkPolicy *records.NetworkPolicy
+}
+
+// SetSwitch applies ch to switch name and returns it; agents see the
+// change at once.
+func SetSwitch(ctx context.Context, st *store.Store, name string, ch SwitchChange) (records.Switch, error) {
+	if ch == (SwitchChange{}) {
+		return records.Switch{}, invalidf("switch set: say what to change (network policy, MTU, uplink policy)")
+	}
+	if err := records.CheckName(name); err != nil {
+		return records.Switch{}, invalidf("switch set: the name: %v", err)
+	}
+	return Update(ctx, st, records.SwitchKey(name), "switch "+name, "vrdmactl switch list", func(s *records.Switch) error {
+		set(&s.MTU, ch.MTU)
+		set(&s.UplinkPolicy, ch.UplinkPolicy)
+		set(&s.NetworkPolicy, ch.NetworkPolicy)
+		return nil
+	})
+}
