@@ -158,3 +158,63 @@ func (s *server) deleteVM(ctx context.Context, r *http.Request) (any, error) {
 		return deleted{"VM " + name}, ag.UndefineVM(ctx, name)
 	})
 }
+
+// portGroupSetRequest is POST /api/portgroups/{key}/set's body: only the
+// fields given change (vrdmactl portgroup set's flags).
+type portGroupSetRequest struct {
+	Name        *string `json:"name"`
+	VLAN        *int    `json:"vlan"`
+	PFCPriority *int    `json:"pfc_priority"`
+	DSCP        *int    `json:"dscp"`
+	RoCEVersion *string `json:"roce_version"`
+	RoCEMTU     *int    `json:"roce_mtu"`
+	Subnet      *string `json:"subnet"`
+}
+
+// setPortGroup changes a port group's network settings; the answer is
+// the port group as it is after.
+func (s *server) setPortGroup(ctx context.Context, r *http.Request) (any, error) {
+	var req portGroupSetRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	ch := admin.PortGroupChange{Name: req.Name, VLAN: req.VLAN, PFCPriority: req.PFCPriority, DSCP: req.DSCP, RoCEMTU: req.RoCEMTU, Subnet: req.Subnet}
+	if req.RoCEVersion != nil {
+		v := records.RoCEVersion(*req.RoCEVersion)
+		ch.RoCEVersion = &v
+	}
+	return admin.SetPortGroup(ctx, s.cfg.Store, r.PathValue("key"), ch)
+}
+
+// switchSetRequest is POST /api/switches/{name}/set's body (vrdmactl
+// switch set's flags).
+type switchSetRequest struct {
+	MTU           *int    `json:"mtu"`
+	UplinkPolicy  *string `json:"uplink_policy"`
+	NetworkPolicy *string `json:"network_policy"`
+}
+
+// setSwitch changes a switch's MTU, uplink policy or network policy; the
+// answer is the switch as it is after.
+func (s *server) setSwitch(ctx context.Context, r *http.Request) (any, error) {
+	var req switchSetRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	ch := admin.SwitchChange{MTU: req.MTU}
+	if req.UplinkPolicy != nil {
+		v := records.UplinkPolicy(*req.UplinkPolicy)
+		ch.UplinkPolicy = &v
+	}
+	if req.NetworkPolicy != nil {
+		v := records.NetworkPolicy(*req.NetworkPolicy)
+		ch.NetworkPolicy = &v
+	}
+	return admin.SetSwitch(ctx, s.cfg.Store, r.PathValue("name"), ch)
+}

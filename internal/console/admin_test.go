@@ -78,6 +78,22 @@ func TestAdminAPI(t *testing.T) {
 	if code := call(t, f.srv, "POST", "/api/portgroups", map[string]any{"key": "dvportgroup-32", "switch": "dvs2", "vlan": 5000, "roce_version": "v2"}, &e); code != 400 || !strings.Contains(e["error"], "vlan") {
 		t.Errorf("a bad VLAN: %d %v", code, e)
 	}
+	if code := call(t, f.srv, "POST", "/api/portgroups/dvportgroup-30/set", map[string]any{"vlan": 31, "roce_version": "v2", "subnet": "10.9.0.0/24"}, &pg); code != 200 ||
+		pg.VLAN != 31 || pg.RoCEVersion != records.RoCEv2 || pg.Subnet != "10.9.0.0/24" || pg.PFCPriority != 4 || pg.DSCP != 34 {
+		t.Errorf("set the port group: %d %+v", code, pg)
+	}
+	if code := call(t, f.srv, "POST", "/api/portgroups/dvportgroup-30/set", map[string]any{"dscp": 64}, &e); code != 400 || !strings.Contains(e["error"], "dscp") {
+		t.Errorf("a bad DSCP: %d %v", code, e)
+	}
+	if code := call(t, f.srv, "POST", "/api/portgroups/dvportgroup-99/set", map[string]any{"vlan": 1}, &e); code != 404 || !strings.Contains(e["error"], "port group dvportgroup-99: not found") {
+		t.Errorf("set a port group that is not there: %d %v", code, e)
+	}
+	if code := call(t, f.srv, "POST", "/api/switches/dvs2/set", map[string]any{"network_policy": "warn", "mtu": 9000}, &sw); code != 200 || sw.NetworkPolicy != records.NetworkPolicy("warn") || sw.MTU != 9000 {
+		t.Errorf("set the switch: %d %+v", code, sw)
+	}
+	if code := call(t, f.srv, "POST", "/api/switches/dvs2/set", map[string]any{}, &e); code != 400 || !strings.Contains(e["error"], "say what to change") {
+		t.Errorf("set nothing: %d %v", code, e)
+	}
 	if code := call(t, f.srv, "POST", "/api/switches/dvs2/delete", map[string]any{}, &e); code != 409 || !strings.Contains(e["error"], "refused: port groups dvportgroup-30 are on it") {
 		t.Errorf("delete a switch with a port group: %d %v", code, e)
 	}

@@ -462,6 +462,26 @@ func TestConsoleCreateObjects(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`))
 	pageFits(t, ctx, "the inventory with the create forms open")
 	screenshot(t, ctx, "console-create.png")
+	do(t, ctx, "change the port group's settings; a bad subnet is refused with the reason",
+		chromedp.Click(chromedp.CSS(`a[href="#/portgroup/dvportgroup-90"]`)),
+		waitText("main", "Port group dvportgroup-90", "On switch dvs9"),
+		chromedp.SendKeys(chromedp.CSS("#set-subnet"), "10.1.0.0/99\r"),
+		waitText("#set-result", "Not saved", "subnet"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#set-subnet').value = ''`),
+		chromedp.SetValue(chromedp.CSS("#set-vlan"), "91"),
+		chromedp.SetValue(chromedp.CSS("#set-roce_version"), "v2"),
+		chromedp.Click(chromedp.CSS("#set-save")),
+		waitText("#set-result", "Port group dvportgroup-90 saved: vlan, roce_version."),
+		chromedp.Click(chromedp.CSS(`nav a[href="#/"]`)),
+		waitText("main", "VLAN 91 · PFC priority 5 · DSCP 40 · RoCE v2"))
+	do(t, ctx, "the switch's network policy",
+		chromedp.Click(chromedp.CSS(`a[href="#/switch/dvs9"]`)),
+		waitText("main", "Switch dvs9", "Network policy"),
+		chromedp.SetValue(chromedp.CSS("#set-network_policy"), "warn"),
+		chromedp.Click(chromedp.CSS("#set-save")),
+		waitText("#set-result", "Switch dvs9 saved: network_policy."),
+		chromedp.Click(chromedp.CSS(`nav a[href="#/"]`)),
+		waitText("main", "Switch dvs9 MTU 1500 · network policy warn"))
 	do(t, ctx, "a switch with a port group is not deleted: the reason shows",
 		chromedp.Click(chromedp.CSS(`button[data-delete="switch dvs9"]`)),
 		waitText("#admin-result", "Refused", "port groups dvportgroup-90 are on it"))

@@ -39,10 +39,12 @@ type Inventory struct {
 
 // SwitchNode is a distributed switch and its port groups.
 type SwitchNode struct {
-	Name       string          `json:"name"`
-	UUID       string          `json:"uuid"`
-	MTU        int             `json:"mtu"`
-	PortGroups []PortGroupNode `json:"portgroups"`
+	Name          string          `json:"name"`
+	UUID          string          `json:"uuid"`
+	MTU           int             `json:"mtu"`
+	UplinkPolicy  string          `json:"uplink_policy"`
+	NetworkPolicy string          `json:"network_policy"` // the effective one: strict, warn or off
+	PortGroups    []PortGroupNode `json:"portgroups"`
 }
 
 // PortGroupNode is a port group with the hosts of its switch.
@@ -53,6 +55,7 @@ type PortGroupNode struct {
 	PFCPriority int        `json:"pfc_priority"`
 	DSCP        int        `json:"dscp"`
 	RoCEVersion string     `json:"roce_version"`
+	RoCEMTU     int        `json:"roce_mtu"` // 0: the largest the switch's MTU carries
 	Subnet      string     `json:"subnet,omitempty"`
 	Hosts       []HostNode `json:"hosts"`
 }
@@ -161,12 +164,12 @@ func tree(c *member.Cache, now time.Time) ([]SwitchNode, []HostNode) {
 	}
 	switches := []SwitchNode{}
 	for _, sw := range c.Switches() {
-		sn := SwitchNode{Name: sw.Name, UUID: sw.UUID, MTU: sw.MTU, PortGroups: []PortGroupNode{}}
+		sn := SwitchNode{Name: sw.Name, UUID: sw.UUID, MTU: sw.MTU, UplinkPolicy: string(sw.UplinkPolicy), NetworkPolicy: string(sw.NetworkPolicy.Effective()), PortGroups: []PortGroupNode{}}
 		for _, pg := range c.PortGroups() {
 			if pg.Switch != sw.Name {
 				continue
 			}
-			pn := PortGroupNode{Key: pg.Key, Name: pg.Name, VLAN: pg.VLAN, PFCPriority: pg.PFCPriority, DSCP: pg.DSCP, RoCEVersion: string(pg.RoCEVersion), Subnet: pg.Subnet, Hosts: []HostNode{}}
+			pn := PortGroupNode{Key: pg.Key, Name: pg.Name, VLAN: pg.VLAN, PFCPriority: pg.PFCPriority, DSCP: pg.DSCP, RoCEVersion: string(pg.RoCEVersion), RoCEMTU: pg.RoCEMTU, Subnet: pg.Subnet, Hosts: []HostNode{}}
 			for _, h := range hosts {
 				if h.Host.Switch != sw.Name {
 					continue

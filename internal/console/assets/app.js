@@ -102,12 +102,14 @@ async function inventory() {
   const tree = h('ul', { class: 'tree', 'aria-label': 'Switches, port groups, hosts and VMs' });
   for (const sw of inv.switches) {
     tree.append(h('li', { 'data-name': sw.name }, h('details', { open: true },
-      h('summary', {}, 'Switch ' + sw.name, ' ', h('span', { class: 'attrs' }, 'MTU ' + sw.mtu)),
-      deleteButton('switch', sw.name, '/api/switches/' + encodeURIComponent(sw.name) + '/delete'),
+      h('summary', {}, 'Switch ' + sw.name, ' ', h('span', { class: 'attrs' }, 'MTU ' + sw.mtu + ' · network policy ' + sw.network_policy)),
+      h('div', { class: 'row' }, h('a', { href: '#/switch/' + encodeURIComponent(sw.name) }, 'Settings of switch ' + sw.name),
+        deleteButton('switch', sw.name, '/api/switches/' + encodeURIComponent(sw.name) + '/delete')),
       h('ul', {}, sw.portgroups.map(pg => h('li', { 'data-name': pg.key + ' ' + pg.name }, h('details', { open: true },
         h('summary', {}, 'Port group ' + pg.key + (pg.name && pg.name !== pg.key ? ' (' + pg.name + ')' : ''), ' ',
           h('span', { class: 'attrs' }, 'VLAN ' + pg.vlan + ' · PFC priority ' + pg.pfc_priority + ' · DSCP ' + pg.dscp + ' · RoCE ' + pg.roce_version + (pg.subnet ? ' · ' + pg.subnet : ''))),
-        deleteButton('port group', pg.key, '/api/portgroups/' + encodeURIComponent(pg.key) + '/delete'),
+        h('div', { class: 'row' }, h('a', { href: '#/portgroup/' + encodeURIComponent(pg.key) }, 'Settings of port group ' + pg.key),
+          deleteButton('port group', pg.key, '/api/portgroups/' + encodeURIComponent(pg.key) + '/delete')),
         h('ul', {}, pg.hosts.map(hostItem)))))))));
   }
   if (inv.unplaced.length) {
@@ -373,6 +375,53 @@ async function hostPage(id) {
       : h('p', { class: 'muted' }, 'Counters are shown for hosts whose agent the console reads (its own, and vrdmactl console --agent).'));
 }
 
+// settingsPage is a switch's or a port group's settings form: what the
+// inventory says of it now, and Save sends what changed (vrdmactl switch
+// set, portgroup set).
+async function settingsPage(kind, name) {
+  const title = (kind === 'switch' ? 'Switch ' : 'Port group ') + name;
+  const r = await api('/api/inventory');
+  if (!r.ok) return show(title, h('h1', {}, title), errorBox(r.data.error));
+  const sw = kind === 'switch' ? r.data.switches.find(x => x.name === name) : null;
+  const pg = kind === 'switch' ? null : r.data.switches.flatMap(x => x.portgroups).find(x => x.key === name);
+  const cur = sw || pg;
+  if (!cur) return show(title, h('h1', {}, title), errorBox(title + ': not in the control plane.'));
+  const opts = (xs, v) => xs.map(([k, t]) => h('option', { value: k, selected: String(v) === k }, t));
+  const fields = sw ? [
+    ['mtu', 'MTU', h('input', { type: 'number', min: 1280, max: 9000, value: sw.mtu }), Number],
+    ['uplink_policy', 'Uplink policy', h('select', {}, opts([['single', 'single'], ['failover', 'failover']], sw.uplink_policy)), String],
+    ['network_policy', 'Network policy (how path selection obeys the network checks)', h('select', {}, opts([['strict', 'strict'], ['warn', 'warn'], ['off', 'off']], sw.network_policy)), String],
+  ] : [
+    ['name', 'Name', h('input', { type: 'text', value: pg.name }), String],
+    ['vlan', 'VLAN (0: untagged)', h('input', { type: 'number', min: 0, max: 4094, value: pg.vlan }), Number],
+    ['pfc_priority', 'PFC priority', h('input', { type: 'number', min: 0, max: 7, value: pg.pfc_priority }), Number],
+    ['dscp', 'DSCP', h('input', { type: 'number', min: 0, max: 63, value: pg.dscp }), Number],
+    ['roce_version', 'RoCE version', h('select', {}, opts([['v2', 'RoCE v2'], ['v1', 'RoCE v1']], pg.roce_version)), String],
+    ['roce_mtu', 'RoCE MTU', h('select', {}, opts([['0', 'the largest the switch carries'], ['256', '256'], ['512', '512'], ['1024', '1024'], ['2048', '2048'], ['4096', '4096']], pg.roce_mtu)), Number],
+    ['subnet', 'Subnet (empty for none)', h('input', { type: 'text', value: pg.subnet || '', placeholder: '10.1.0.0/24' }), String],
+  ];
+  const out = h('div', { id: 'set-result', role: 'status', 'aria-live': 'polite' });
+  const path = kind === 'switch' ? '/api/switches/' : '/api/portgroups/';
+  const form = h('form', { id: 'settings', onsubmit: async ev => {
+    ev.preventDefault();
+    const c = {};
+    for (const [k, , input, conv] of fields) {
+      const v = conv(input.value.trim());
+      if (v !== conv(cur[k] === undefined ? '' : cur[k])) c[k] = v;
+    }
+    if (!Object.keys(c).length) return out.replaceChildren(h('p', { class: 'msg' }, 'Nothing changed.'));
+    const res = await api(path + encodeURIComponent(name) + '/set', c);
+    if (!res.ok) return out.replaceChildren(errorBox('Not saved: ' + res.data.error));
+    await settingsPage(kind, name);
+    document.getElementById('set-result').replaceChildren(h('p', { class: 'msg ok' }, title + ' saved: ' + Object.keys(c).join(', ') + '.'));
+  } },
+    fields.map(([k, label, input]) => field('set-' + k, label, input)),
+    h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary', id: 'set-save' }, 'Save')), out);
+  show(title, h('h1', {}, title),
+    h('p', { class: 'muted' }, sw ? 'UUID ' + sw.uuid + ' · ' + sw.portgroups.length + ' port groups' : 'On switch ' + r.data.switches.find(x => x.portgroups.includes(pg)).name + '. Agents decide new connections with the new settings at once; established QPs keep their path.'),
+    form);
+}
+
 // networkPage shows the RoCE network checks and their fixes.
 async function networkPage() {
   const r = await api('/api/network');
@@ -543,6 +592,7 @@ async function route() {
   const a = decodeURIComponent(arg || '');
   if (page === 'vm' && a) await vmPage(a);
   else if (page === 'host' && a) await hostPage(a);
+  else if ((page === 'switch' || page === 'portgroup') && a) await settingsPage(page, a);
   else if (page === 'live') await live();
   else if (page === 'network') await networkPage();
   else await inventory();
