@@ -149,9 +149,9 @@ func (a *app) hostCommand() *cobra.Command {
 					if u.MAC != "" {
 						fmt.Fprintf(a.stdout, "      RoCE v1:  MAC %s\n", u.MAC)
 					}
-					fmt.Fprintf(a.stdout, "      declared: %s\n", nicText(u.Declared))
+					fmt.Fprintf(a.stdout, "      declared: %s\n", admin.NICText(u.Declared))
 					if !u.Observed.IsZero() {
-						fmt.Fprintf(a.stdout, "      observed: %s\n", nicText(u.Observed))
+						fmt.Fprintf(a.stdout, "      observed: %s\n", admin.NICText(u.Observed))
 					}
 				}
 				fmt.Fprintf(a.stdout, "  inventory:      datacenter %s, cluster %s, folder %s\n", orDash(r.Datacenter), orDash(r.Cluster), orDash(r.Folder))
