@@ -272,7 +272,6 @@ func parseOnOff(name, v string) (bool, error) {
 	return false, usageErrorf("--%s %q: want on or off (or yes, no, true, false)", name, v)
 }
 
-
 // uplinkDeclareReport is "vrdmactl host uplink declare -o json".
 type uplinkDeclareReport struct {
 	Host   string         `json:"host"`   // the host's ID
@@ -347,4 +346,3 @@ when it registers again.`,
 	cmd.AddCommand(declare)
 	return cmd
 }
-

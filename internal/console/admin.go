@@ -8,6 +8,7 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/admin"
+	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/vmconfig"
 )
@@ -217,4 +218,41 @@ func (s *server) setSwitch(ctx context.Context, r *http.Request) (any, error) {
 		ch.NetworkPolicy = &v
 	}
 	return admin.SetSwitch(ctx, s.cfg.Store, r.PathValue("name"), ch)
+}
+
+// uplinkDeclareRequest is POST /api/hosts/{id}/uplinks/{uplink}/declare's
+// body: vrdmactl host uplink declare's flags (each value "unknown"
+// removes its declaration).
+type uplinkDeclareRequest struct {
+	PFC        *string `json:"pfc"`
+	Pause      *string `json:"pause"`
+	Trust      *string `json:"trust"`
+	MTU        *string `json:"mtu"`
+	Teamed     *string `json:"teamed"`
+	Team       *string `json:"team"`
+	SoleUplink *string `json:"sole_uplink"`
+	Clear      bool    `json:"clear"`
+}
+
+// declareUplink records what an uplink's NIC does for lossless Ethernet
+// where its kernel cannot say; the answer is the host's page after.
+func (s *server) declareUplink(ctx context.Context, r *http.Request) (any, error) {
+	var req uplinkDeclareRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := s.needStore(); err != nil {
+		return nil, err
+	}
+	d := admin.UplinkDeclaration{PFC: req.PFC, Pause: req.Pause, Trust: req.Trust, MTU: req.MTU, Teamed: req.Teamed, Team: req.Team, SoleUplink: req.SoleUplink, Clear: req.Clear}
+	h, _, err := admin.DeclareUplink(ctx, s.cfg.Store, s.cfg.Cache, r.PathValue("id"), r.PathValue("uplink"), d)
+	if err != nil {
+		return nil, err
+	}
+	hs, err := s.cfg.Cache.Host(ctx, h.ID)
+	if err != nil {
+		hs = member.HostStatus{Declared: h.State}
+	}
+	hs.Host = h
+	return s.hostPage(ctx, hs), nil
 }

@@ -57,6 +57,16 @@ func TestAdminAPI(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	if code := call(t, f.srv, "POST", "/api/hosts/"+id+"/uplinks/"+testAddr+"/declare", map[string]any{"pfc": "3", "pause": "off"}, &hp); code != 200 ||
+		len(hp.Uplinks) != 1 || hp.Uplinks[0].Name != testAddr || hp.Uplinks[0].Declared != "pfc 3, pause off" {
+		t.Errorf("declare the uplink: %d %+v", code, hp.Uplinks)
+	}
+	if code := call(t, f.srv, "POST", "/api/hosts/"+id+"/uplinks/"+testAddr+"/declare", map[string]any{"pfc": "9"}, &e); code != 400 || !strings.Contains(e["error"], "--pfc") {
+		t.Errorf("declare a bad PFC priority: %d %v", code, e)
+	}
+	if code := call(t, f.srv, "POST", "/api/hosts/"+id+"/uplinks/eth9/declare", map[string]any{"pfc": "3"}, &e); code != 404 || !strings.Contains(e["error"], `no uplink "eth9"`) {
+		t.Errorf("declare an uplink that is not there: %d %v", code, e)
+	}
 	var sw records.Switch
 	if code := call(t, f.srv, "POST", "/api/switches", map[string]any{"name": "dvs2", "mtu": 1500}, &sw); code != 200 || sw.Name != "dvs2" || sw.UUID == "" || sw.UplinkPolicy != records.UplinkSingle {
 		t.Fatalf("create switch: %d %+v", code, sw)

@@ -392,7 +392,7 @@ func pageFits(t *testing.T, ctx context.Context, what string) {
 // the browser, on a 360-pixel screen, with the keyboard: a bad address
 // is refused with the reason; then tag another address, turn the pvrdma
 // firewall rule off and PVRDMA namespaces on, save, and the agent
-// applies it.
+// applies it; then declare the uplink's PFC and pause.
 func TestConsoleHostConfigure(t *testing.T) {
 	f := startFabric(t, "")
 	id := f.env.Status(t).HostID
@@ -423,6 +423,12 @@ func TestConsoleHostConfigure(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	do(t, ctx, "declare the uplink's lossless state",
+		chromedp.SendKeys(chromedp.CSS("#dc-pfc"), "3"),
+		chromedp.SetValue(chromedp.CSS("#dc-pause"), "off"),
+		chromedp.Focus(chromedp.CSS("#declare-save")), chromedp.KeyEvent("\r"),
+		waitText("#declare-result", "Uplink "+testAddr+" declares: pfc 3, pause off."),
+		waitText("#declare", "pfc 3, pause off"))
 	pageFits(t, ctx, "host page after configure")
 	screenshot(t, ctx, "console-host-configure.png")
 }

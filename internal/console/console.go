@@ -135,6 +135,7 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/vms/{name}/delete", s.write(s.deleteVM))
 	s.mux.HandleFunc("GET /api/hosts/{id}", s.api(s.host))
 	s.mux.HandleFunc("POST /api/hosts/{id}/configure", s.write(s.configureHost))
+	s.mux.HandleFunc("POST /api/hosts/{id}/uplinks/{uplink}/declare", s.write(s.declareUplink))
 	s.mux.HandleFunc("POST /api/switches", s.write(s.createSwitch))
 	s.mux.HandleFunc("POST /api/switches/{name}/set", s.write(s.setSwitch))
 	s.mux.HandleFunc("POST /api/switches/{name}/delete", s.write(s.deleteSwitch))

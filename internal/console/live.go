@@ -14,6 +14,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/records"
@@ -35,6 +36,9 @@ type HostPage struct {
 	PVRDMANamespaces bool   `json:"pvrdma_namespaces"`
 	Maintenance      bool   `json:"maintenance"`
 	AgentVersion     string `json:"agent_version"`
+	// Uplinks are its RDMA uplinks with the lossless-Ethernet state
+	// their operator declared and their host observed.
+	Uplinks []UplinkState `json:"uplinks"`
 	// Local says it is the local agent's host; Agent that the console
 	// reads its agent (the local one or another given to it).
 	Local       bool                 `json:"local"`
@@ -58,6 +62,17 @@ func (s *server) host(ctx context.Context, r *http.Request) (any, error) {
 	return s.hostPage(ctx, hosts[i]), nil
 }
 
+// UplinkState is one RDMA uplink of a host's page: its name (device or
+// address, as host uplink declare takes it) and its NIC state, declared
+// and observed, for people.
+type UplinkState struct {
+	Name     string `json:"name"`
+	Kind     string `json:"kind"`
+	Address  string `json:"address"`
+	Declared string `json:"declared"`
+	Observed string `json:"observed"`
+}
+
 // hostPage is h's page, with what its agent reports when the console
 // reads it.
 func (s *server) hostPage(ctx context.Context, h member.HostStatus) HostPage {
@@ -66,6 +81,10 @@ func (s *server) hostPage(ctx context.Context, h member.HostStatus) HostPage {
 		AgentVersion: h.Host.AgentVersion, TCPUplinks: []vrdma.UplinkStatus{}, RDMAUplinks: []vrdma.RDMAStatus{}}
 	if h.Host.PVRDMAAddress.IsValid() {
 		p.PVRDMAAddress = h.Host.PVRDMAAddress.String()
+	}
+	p.Uplinks = []UplinkState{}
+	for _, u := range h.Host.Uplinks {
+		p.Uplinks = append(p.Uplinks, UplinkState{Name: u.Name(), Kind: string(u.Kind), Address: u.Address.String(), Declared: admin.NICText(u.Declared), Observed: admin.NICText(u.Observed)})
 	}
 	for i, st := range s.statuses(ctx) {
 		if st.err == nil && st.HostID == h.Host.ID {

@@ -359,6 +359,31 @@ async function hostPage(id) {
     box('cf-ns', 'PVRDMA namespaces (native endpoints need them)', p.pvrdma_namespaces),
     box('cf-maint', 'Maintenance mode', p.maintenance),
     h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary', id: 'configure-save' }, 'Save')), out);
+  // What an uplink's NIC does for lossless Ethernet, where its kernel
+  // cannot say (vrdmactl host uplink declare): only the fields set are sent.
+  const dout = h('div', { id: 'declare-result', role: 'status', 'aria-live': 'polite' });
+  const keep = xs => [['', 'leave as it is'], ...xs, ['unknown', 'unknown (remove the declaration)']].map(([k, t]) => h('option', { value: k }, t));
+  const declare = p.uplinks.length ? h('form', { id: 'declare', 'aria-labelledby': 'declare-h', onsubmit: async ev => {
+    ev.preventDefault();
+    const d = {}, v = id => document.getElementById(id).value.trim();
+    for (const [k, id] of [['pfc', 'dc-pfc'], ['pause', 'dc-pause'], ['trust', 'dc-trust'], ['mtu', 'dc-mtu']]) if (v(id)) d[k] = v(id);
+    if (!Object.keys(d).length) return dout.replaceChildren(h('p', { class: 'msg' }, 'Nothing to declare.'));
+    const up = v('dc-uplink');
+    const res = await api('/api/hosts/' + encodeURIComponent(id) + '/uplinks/' + encodeURIComponent(up) + '/declare', d);
+    if (!res.ok) return dout.replaceChildren(errorBox('Not declared: ' + res.data.error));
+    await hostPage(id);
+    document.getElementById('declare-result').replaceChildren(h('p', { class: 'msg ok' }, 'Uplink ' + up + ' declares: ' + res.data.uplinks.find(u => u.name === up).declared + '.'));
+  } },
+    h('h2', { id: 'declare-h' }, 'RDMA uplinks: lossless Ethernet'),
+    h('div', { class: 'scroll' }, h('table', {}, h('thead', {}, h('tr', {}, ['Uplink', 'Kind', 'Address', 'Declared', 'Observed'].map(t => h('th', {}, t)))),
+      h('tbody', {}, p.uplinks.map(u => h('tr', {}, [u.name, u.kind, u.address, u.declared, u.observed].map(t => h('td', {}, t))))))),
+    h('p', { class: 'muted' }, 'Declare what an uplink\u2019s NIC does where its kernel reports nothing (no DCB on veth, virtio or loopback); the network checks and path selection use it, and what the kernel reports wins.'),
+    field('dc-uplink', 'Uplink', h('select', {}, p.uplinks.map(u => h('option', { value: u.name }, u.name)))),
+    field('dc-pfc', 'Priorities with PFC on (3, 3,4, none or unknown)', h('input', { type: 'text', placeholder: '3' })),
+    field('dc-pause', '802.3x global pause', h('select', {}, keep([['off', 'off'], ['rx,tx', 'rx,tx'], ['rx', 'rx'], ['tx', 'tx']]))),
+    field('dc-trust', 'Priority from', h('select', {}, keep([['pcp', 'PCP'], ['dscp', 'DSCP']]))),
+    field('dc-mtu', 'NIC MTU', h('input', { type: 'text', inputmode: 'numeric', placeholder: '9000' })),
+    h('div', { class: 'row' }, h('button', { type: 'submit', class: 'primary', id: 'declare-save' }, 'Declare')), dout) : null;
   show('Host ' + ho.name,
     h('h1', {}, 'Host ' + ho.name, ' ', h('span', { class: 'badge ' + ho.state }, ho.state)),
     h('table', { class: 'kv' }, h('tbody', {},
@@ -366,7 +391,7 @@ async function hostPage(id) {
         ['pvrdma firewall rule', p.firewall_pvrdma ? 'enabled' : 'disabled'], ['PVRDMA namespaces', p.pvrdma_namespaces ? 'on' : 'off'],
         ['Agent', p.agent_version], ['Lease', secs(ho.lease_age_s)],
         ['RDMA uplinks', ho.uplinks.length ? ho.uplinks.join(', ') : 'none']].map(([k, v]) => h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, v))))),
-    form,
+    form, declare,
     p.agent ? [h('h2', {}, p.local ? 'This agent' : 'Its agent'),
       p.pvrdma ? h('p', {}, 'Listening on ' + (p.pvrdma.listening || '–') + (p.pvrdma.error ? ' · ' + p.pvrdma.error : '')) : null,
       h('h3', {}, 'TCP uplinks to other hosts'),

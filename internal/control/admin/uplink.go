@@ -135,7 +135,7 @@ func DeclareUplink(ctx context.Context, st *store.Store, c *member.Cache, hostRe
 		n.Uplinks = append([]records.Uplink(nil), old.Uplinks...)
 		i, err := n.UplinkIndex(uplink)
 		if err != nil {
-			return nil, err
+			return nil, notFoundError{err}
 		}
 		dst := &n.Uplinks[i].Declared
 		if d.Clear {
@@ -189,3 +189,13 @@ func NICText(s records.NICState) string {
 	}
 	return strings.Join(p, ", ")
 }
+
+// notFoundError is an error that says what is not there in its own
+// words, and is store.ErrNotFound.
+type notFoundError struct{ err error }
+
+// Error is the error's own words.
+func (e notFoundError) Error() string { return e.err.Error() }
+
+// Is says it is store.ErrNotFound.
+func (e notFoundError) Is(target error) bool { return target == store.ErrNotFound }
