@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
@@ -160,6 +161,15 @@ func notFound(err error, what string) error {
 		return fmt.Errorf("%s: not found in the control plane", what)
 	}
 	return err
+}
+
+// ifChanged returns v when flag name was given, nil otherwise: a field of
+// an admin change, which changes only what is not nil.
+func ifChanged[T any](fl *pflag.FlagSet, name string, v *T) *T {
+	if fl.Changed(name) {
+		return v
+	}
+	return nil
 }
 
 // adminErr gives a change the control plane's administration refused

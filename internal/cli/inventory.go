@@ -288,22 +288,9 @@ a restart of the host's agent, unless the agent is started with its own
 					return err
 				}
 			}
-			var ch admin.HostChange
-			strFlag := func(name string, v string) *string {
-				if fl.Changed(name) {
-					return &v
-				}
-				return nil
-			}
-			boolFlag := func(name string, v bool) *bool {
-				if fl.Changed(name) {
-					return &v
-				}
-				return nil
-			}
-			ch.PVRDMAAddress, ch.Vmknic = strFlag("pvrdma-address", addr), strFlag("vmknic", vmknic)
-			ch.FirewallPVRDMA, ch.PVRDMANamespaces, ch.Maintenance = boolFlag("firewall-pvrdma", fw), boolFlag("pvrdma-namespaces", ns), boolFlag("maintenance", mt)
-			ch.Datacenter, ch.Cluster, ch.Folder = strFlag("datacenter", inv.Datacenter), strFlag("cluster", inv.Cluster), strFlag("folder", inv.Folder)
+			ch := admin.HostChange{PVRDMAAddress: ifChanged(fl, "pvrdma-address", &addr), Vmknic: ifChanged(fl, "vmknic", &vmknic),
+				FirewallPVRDMA: ifChanged(fl, "firewall-pvrdma", &fw), PVRDMANamespaces: ifChanged(fl, "pvrdma-namespaces", &ns), Maintenance: ifChanged(fl, "maintenance", &mt),
+				Datacenter: ifChanged(fl, "datacenter", &inv.Datacenter), Cluster: ifChanged(fl, "cluster", &inv.Cluster), Folder: ifChanged(fl, "folder", &inv.Folder)}
 			if ch.Empty() {
 				return usageErrorf("host configure: say what to change (--pvrdma-address, --firewall-pvrdma, --pvrdma-namespaces, --datacenter, --cluster, --folder, --vmknic, --maintenance)")
 			}

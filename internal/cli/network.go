@@ -309,14 +309,8 @@ when it registers again.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			flag := func(name, v string) *string {
-				if fl.Changed(name) {
-					return &v
-				}
-				return nil
-			}
-			d := admin.UplinkDeclaration{PFC: flag("pfc", pfc), Pause: flag("pause", pause), Trust: flag("trust", trust), MTU: flag("mtu", mtu),
-				Teamed: flag("teamed", teamed), Team: flag("team", team), SoleUplink: flag("sole-uplink", sole), Clear: clear}
+			d := admin.UplinkDeclaration{PFC: ifChanged(fl, "pfc", &pfc), Pause: ifChanged(fl, "pause", &pause), Trust: ifChanged(fl, "trust", &trust), MTU: ifChanged(fl, "mtu", &mtu),
+				Teamed: ifChanged(fl, "teamed", &teamed), Team: ifChanged(fl, "team", &team), SoleUplink: ifChanged(fl, "sole-uplink", &sole), Clear: clear}
 			var out records.Uplink
 			var host records.Host
 			err := a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {

@@ -140,29 +140,9 @@ keep their path.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			var ch admin.PortGroupChange
-			if fl.Changed("vlan") {
-				ch.VLAN = &p.VLAN
-			}
-			if fl.Changed("pfc-priority") {
-				ch.PFCPriority = &p.PFCPriority
-			}
-			if fl.Changed("dscp") {
-				ch.DSCP = &p.DSCP
-			}
-			if fl.Changed("roce-version") {
-				v := records.RoCEVersion(roce)
-				ch.RoCEVersion = &v
-			}
-			if fl.Changed("roce-mtu") {
-				ch.RoCEMTU = &p.RoCEMTU
-			}
-			if fl.Changed("subnet") {
-				ch.Subnet = &p.Subnet
-			}
-			if fl.Changed("name") {
-				ch.Name = &p.Name
-			}
+			rv := records.RoCEVersion(roce)
+			ch := admin.PortGroupChange{VLAN: ifChanged(fl, "vlan", &p.VLAN), PFCPriority: ifChanged(fl, "pfc-priority", &p.PFCPriority), DSCP: ifChanged(fl, "dscp", &p.DSCP),
+				RoCEVersion: ifChanged(fl, "roce-version", &rv), RoCEMTU: ifChanged(fl, "roce-mtu", &p.RoCEMTU), Subnet: ifChanged(fl, "subnet", &p.Subnet), Name: ifChanged(fl, "name", &p.Name)}
 			if ch == (admin.PortGroupChange{}) {
 				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --subnet, --name)")
 			}

@@ -156,18 +156,8 @@ the change at once.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			var ch admin.SwitchChange
-			if fl.Changed("mtu") {
-				ch.MTU = &mtu
-			}
-			if fl.Changed("uplink-policy") {
-				v := records.UplinkPolicy(uplinkPolicy)
-				ch.UplinkPolicy = &v
-			}
-			if fl.Changed("network-policy") {
-				v := records.NetworkPolicy(networkPolicy)
-				ch.NetworkPolicy = &v
-			}
+			up, np := records.UplinkPolicy(uplinkPolicy), records.NetworkPolicy(networkPolicy)
+			ch := admin.SwitchChange{MTU: ifChanged(fl, "mtu", &mtu), UplinkPolicy: ifChanged(fl, "uplink-policy", &up), NetworkPolicy: ifChanged(fl, "network-policy", &np)}
 			if ch == (admin.SwitchChange{}) {
 				return usageErrorf("switch set: say what to change (--network-policy, --mtu, --uplink-policy)")
 			}
