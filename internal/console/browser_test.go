@@ -434,8 +434,10 @@ func TestConsoleHostConfigure(t *testing.T) {
 }
 
 // TestConsoleCreateObjects creates a switch, a port group on it and a
-// VM from the browser, on a 360-pixel screen, is refused deleting the switch and a port group
-// in use (the reason shows), then deletes them all.
+// VM from the browser, on a 360-pixel screen, changes the port group's
+// and the switch's settings (a bad subnet is refused with the reason),
+// is refused deleting the switch and a port group in use (the reason
+// shows), then deletes them all.
 func TestConsoleCreateObjects(t *testing.T) {
 	f := startFabric(t, "")
 	f.vmOnPortGroup(t, "web")
