@@ -319,7 +319,7 @@ async function vmPage(name) {
       h('button', { type: 'button', id: 'delete-vm', onclick: async () => {
         const res = await api('/api/vms/' + encodeURIComponent(name) + '/delete', {});
         if (!res.ok) return out.replaceChildren(errorBox('Not deleted: ' + res.data.error));
-        location.hash = '#/';
+        history.pushState(null, '', '#/'); // no hashchange: the inventory is drawn here, once
         await route();
         adminResult(h('p', { class: 'msg ok' }, 'VM ' + name + ' deleted.'));
       } }, 'Delete VM')),
