@@ -441,8 +441,6 @@ func TestConsoleHostConfigure(t *testing.T) {
 func TestConsoleCreateObjects(t *testing.T) {
 	f := startFabric(t, "")
 	f.vmOnPortGroup(t, "web")
-	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	ctx := browser(t, 1000)
 	stayHome(t, ctx, f.srv.URL)
 	do(t, ctx, "create a switch",
@@ -505,6 +503,10 @@ func TestConsoleCreateObjects(t *testing.T) {
 		waitText("#admin-result", "VM app created"),
 		waitText("main", "VMs on no port group"),
 		chromedp.WaitVisible(chromedp.CSS(`li[data-name="app"]`)))
+	// A deadline of its own: the steps above may take a while on a
+	// busy machine.
+	ctxA, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	if in, err := f.ag.VM(ctxA, "app"); err != nil || !in.Managed || in.Power != "poweredOff" || !strings.Contains(in.VMX, `memSize = "4"`) {
 		t.Fatalf("VM app after Create: %+v %v", in, err)
 	}
