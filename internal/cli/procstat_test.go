@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestProcCPUAndRSS(t *testing.T) {
@@ -25,6 +26,21 @@ func TestProcCPUAndRSS(t *testing.T) {
 	if after <= before {
 		t.Errorf("CPU time %v after a busy loop (%d), %v before: it did not grow", after, x, before)
 	}
+	// Each sleep of this thread is a wake-up of the process.
+	wBefore, err := procWakeups(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		time.Sleep(time.Millisecond)
+	}
+	wAfter, err := procWakeups(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wAfter < wBefore+20 {
+		t.Errorf("wake-ups %d after 20 sleeps, %d before: want at least 20 more", wAfter, wBefore)
+	}
 	rss, err := procRSS(pid, pid)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +52,9 @@ func TestProcCPUAndRSS(t *testing.T) {
 	const gone = 1 << 30
 	if _, err := procCPU(gone); err == nil || !strings.Contains(err.Error(), "1073741824") {
 		t.Errorf("procCPU of no process: %v", err)
+	}
+	if _, err := procWakeups(gone); err == nil || !strings.Contains(err.Error(), "1073741824") {
+		t.Errorf("procWakeups of no process: %v", err)
 	}
 	if _, err := procRSS(gone); err == nil || !strings.Contains(err.Error(), "1073741824") {
 		t.Errorf("procRSS of no process: %v", err)
