@@ -138,8 +138,10 @@ distributed switch and port group the run creates, with no RDMA uplink, and
 each has one of the VMs, so the pair connects over the tcp path between them.
 --local also reports what the agents spent: their CPU time (all threads,
 from /proc) per work request the workloads posted, the thread wake-ups
-(voluntary context switches) per work request in the agents and in the
-workloads' process, and the resident memory the QPs added, per QP.
+(voluntary context switches) per work request in the agents (with the
+part of the Go runtime's monitor thread, which wakes on its own clock)
+and in the workloads' process, and the resident memory the QPs added, per
+QP.
 
 Without --local, perf runs as perftest does, in two processes, each the workload
 of a VM of a running agent (--socket, --vm, -d): with no SERVER argument it is
@@ -420,11 +422,13 @@ type perfLat struct {
 }
 
 // perfWakeups is how many threads slept and were woken per work request
-// (voluntary context switches, procWakeups): in the agents, and in the
-// process of the workloads (this one). nil: not measured.
+// (voluntary context switches, procWakeups): in the agents, the part of
+// their Go runtime monitor threads among them, and in the process of the
+// workloads (this one). nil: not measured.
 type perfWakeups struct {
-	Agents    *float64 `json:"agent_wakeups_per_op,omitempty"`
-	Workloads *float64 `json:"workload_wakeups_per_op,omitempty"`
+	Agents        *float64 `json:"agent_wakeups_per_op,omitempty"`
+	AgentsMonitor *float64 `json:"agent_monitor_wakeups_per_op,omitempty"`
+	Workloads     *float64 `json:"workload_wakeups_per_op,omitempty"`
 }
 
 // perfResult is one size's figures and, with --local, the agents' CPU
@@ -683,8 +687,9 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		wakeAfter, err1 := procWakeups(agents...)
 		ownAfter, err2 := procWakeups(os.Getpid())
 		if n := float64(workRequests(r, o.qps)); n > 0 && errors.Join(wakeErr, ownErr, err1, err2) == nil {
-			ag, wl := round3(float64(wakeAfter-wakeBefore)/n), round3(float64(ownAfter-ownBefore)/n)
-			pr.wakeups = perfWakeups{Agents: &ag, Workloads: &wl}
+			ag, mon := round3(float64(wakeAfter.Total-wakeBefore.Total)/n), round3(float64(wakeAfter.Monitor-wakeBefore.Monitor)/n)
+			wl := round3(float64(ownAfter.Total-ownBefore.Total) / n)
+			pr.wakeups = perfWakeups{Agents: &ag, AgentsMonitor: &mon, Workloads: &wl}
 		}
 		pr.Result = o.shape(pr.Result)
 		if !o.forever { // a run without end keeps none
@@ -845,7 +850,7 @@ func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
 			cpu = append(cpu, fmt.Sprintf("%.3f", *r.agentCPU))
 		}
 		if w := r.wakeups; w.Agents != nil {
-			wake = append(wake, fmt.Sprintf("%.2f + %.2f", *w.Agents, *w.Workloads))
+			wake = append(wake, fmt.Sprintf("%.2f (runtime monitor %.2f) + %.2f", *w.Agents, *w.AgentsMonitor, *w.Workloads))
 		}
 	}
 	if len(cpu) == 0 && info.AgentRSSKiBPerQP == nil {

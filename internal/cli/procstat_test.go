@@ -38,8 +38,11 @@ func TestProcCPUAndRSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wAfter < wBefore+20 {
-		t.Errorf("wake-ups %d after 20 sleeps, %d before: want at least 20 more", wAfter, wBefore)
+	if wAfter.Total < wBefore.Total+20 {
+		t.Errorf("wake-ups %d after 20 sleeps, %d before: want at least 20 more", wAfter.Total, wBefore.Total)
+	}
+	if wAfter.Monitor == 0 || wAfter.Monitor > wAfter.Total {
+		t.Errorf("the runtime monitor's wake-ups: %d of %d; it sleeps between its rounds", wAfter.Monitor, wAfter.Total)
 	}
 	rss, err := procRSS(pid, pid)
 	if err != nil {
