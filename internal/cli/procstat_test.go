@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bytes"
 	"os"
 	"strings"
 	"testing"
@@ -62,4 +63,20 @@ func TestProcCPUAndRSS(t *testing.T) {
 	if _, err := procRSS(gone); err == nil || !strings.Contains(err.Error(), "1073741824") {
 		t.Errorf("procRSS of no process: %v", err)
 	}
+}
+
+// FuzzProcFields feeds the /proc parsers of procWakeups anything: an
+// error or a number, never a panic.
+func FuzzProcFields(f *testing.F) {
+	f.Add([]byte("Name:\tvrdmad\nvoluntary_ctxt_switches:\t42\nnonvoluntary_ctxt_switches:\t7\n"))
+	f.Add([]byte("1234 (vrdma d)) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 777 0 0\n"))
+	f.Add([]byte("voluntary_ctxt_switches: -1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n, err := statusField(b, "voluntary_ctxt_switches:"); err == nil && !bytes.Contains(b, []byte("voluntary_ctxt_switches:")) {
+			t.Errorf("statusField found %d in a file without the key", n)
+		}
+		if _, err := threadStart(b); err == nil && !bytes.Contains(b, []byte(")")) {
+			t.Errorf("threadStart found a start time in a file without a command name")
+		}
+	})
 }
