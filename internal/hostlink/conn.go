@@ -36,6 +36,18 @@ type Conn struct {
 	ver      uint8
 	peerBoot string // the peer agent's boot ID at the handshake
 
+	// Lanes (lanes.go). A main connection's group names its lanes, nlanes
+	// is how many connections its requests may be striped over (itself
+	// included; 1 without lanes), lanes[i] is lane i (1..). A lane's main
+	// is its main connection; on the requester's side its writer takes
+	// batches from jobs and closes wdone when it stops.
+	group  string
+	nlanes atomic.Int32
+	lanes  [tcpwire.MaxLanes]atomic.Pointer[Conn]
+	main   *Conn
+	jobs   chan *LaneBatch
+	wdone  chan struct{}
+
 	wmu sync.Mutex // one frame at a time
 	// monotonic ns of the write deadline set
 	wdeadline int64                   // +checklocks:wmu
@@ -92,6 +104,7 @@ func newConn(l *Peer, nc net.Conn, outgoing bool, ver uint8) *Conn {
 		notes:       make(chan struct{}, cmMaxNotes),
 		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
+	c.nlanes.Store(1)
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
@@ -109,7 +122,8 @@ func (c *Conn) PeerID() string { return c.l.peerID }
 func (c *Conn) Version() uint8 { return c.ver }
 
 // Close closes the connection and fails every waiting call (with
-// ErrConnLost); why is logged and shown in status. Any goroutine; the
+// ErrConnLost); why is logged and shown in status. A main connection's
+// lanes and a lane's main connection close with it. Any goroutine; the
 // first call wins.
 func (c *Conn) Close(why error) {
 	c.once.Do(func() {
@@ -130,6 +144,14 @@ func (c *Conn) Close(why error) {
 			k.signal()
 		}
 		c.pmu.Unlock()
+		for i := range c.lanes {
+			if ln := c.lanes[i].Load(); ln != nil {
+				ln.Close(why)
+			}
+		}
+		if c.main != nil {
+			c.main.Close(why)
+		}
 		l := c.l
 		l.out.CompareAndSwap(c, nil)
 		l.mu.Lock()
