@@ -126,7 +126,9 @@ func (c *Conn) Version() uint8 { return c.ver }
 // lanes and a lane's main connection close with it. Any goroutine; the
 // first call wins.
 func (c *Conn) Close(why error) {
+	first := false
 	c.once.Do(func() {
+		first = true
 		c.err = why
 		close(c.closed)
 		// Abortive close (RST): the kernel must not deliver requests
@@ -144,14 +146,6 @@ func (c *Conn) Close(why error) {
 			k.signal()
 		}
 		c.pmu.Unlock()
-		for i := range c.lanes {
-			if ln := c.lanes[i].Load(); ln != nil {
-				ln.Close(why)
-			}
-		}
-		if c.main != nil {
-			c.main.Close(why)
-		}
 		l := c.l
 		l.out.CompareAndSwap(c, nil)
 		l.mu.Lock()
@@ -162,6 +156,19 @@ func (c *Conn) Close(why error) {
 			l.u.log.Info("tcp path connection closed", "peer", l.peerID, "outgoing", c.outgoing, "why", why)
 		}
 	})
+	if !first {
+		return
+	}
+	// The group closes once c's own close is done: a lane closing its
+	// main connection, which closes its lanes, finds its own close done.
+	for i := range c.lanes {
+		if ln := c.lanes[i].Load(); ln != nil {
+			ln.Close(why)
+		}
+	}
+	if c.main != nil {
+		c.main.Close(why)
+	}
 }
 
 // ErrConnLost is the error of a call whose connection closed before its
@@ -190,7 +197,14 @@ func (c *Conn) ReadSince(t time.Time) bool {
 // segment for a new handshake, which may lose segments too (each failed
 // dial spends a transport retry of the QP). A segment lost twice, or a
 // link cut for longer than that timeout, is a peer not acknowledging.
+// A main connection's peer acknowledges when it does so on every lane
+// too: a request's stripes travel there.
 func (c *Conn) PeerAcking(d time.Duration) bool {
+	for i := range c.lanes {
+		if ln := c.lanes[i].Load(); ln != nil && !ln.PeerAcking(d) {
+			return false
+		}
+	}
 	if c.rc == nil {
 		return false
 	}
