@@ -14,10 +14,17 @@ import (
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
-// lanesArgs are the vrdmad flags of a host with lanes lanes, striping
-// every message of 8 KiB or more.
-func lanesArgs(lanes int) []string {
-	return []string{"--tcp-lanes", fmt.Sprint(lanes), "--tcp-stripe-min", "4096"}
+// lanesCluster starts two hosts whose agents offer lanesA and lanesB
+// lanes and stripe every message of 8 KiB or more.
+func lanesCluster(t *testing.T, lanesA, lanesB int) (ha, hb *testenv.Host) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, ExtraArgs: func(h *testenv.Host) []string {
+		n := lanesB
+		if h.Name == "hostA" {
+			n = lanesA
+		}
+		return []string{"--tcp-lanes", fmt.Sprint(n), "--tcp-stripe-min", "4096"}
+	}})
+	return c.Hosts[0], c.Hosts[1]
 }
 
 // TestTCPLanes: hostA offers 4 lanes, hostB 3; each carries its requests
@@ -27,13 +34,7 @@ func lanesArgs(lanes int) []string {
 // receive's SGEs; a READ behind them reads what they wrote. Both agents
 // report 3 lanes and striped batches.
 func TestTCPLanes(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, ExtraArgs: func(h *testenv.Host) []string {
-		if h.Name == "hostA" {
-			return lanesArgs(4)
-		}
-		return lanesArgs(3)
-	}})
-	ha, hb := c.Hosts[0], c.Hosts[1]
+	ha, hb := lanesCluster(t, 4, 3)
 	vma := ha.Open(t, "lanes1", testenv.VMOptions{MemMB: 48})
 	vmb := hb.Open(t, "lanes2", testenv.VMOptions{MemMB: 48})
 	p := newFaultPair(t, vma, vmb, defaultRC, defaultRC)
@@ -124,13 +125,7 @@ func laneTraffic(t *testing.T, p fpair) {
 // offer), hostB offers 4: neither stripes, and a MiB goes on one
 // connection each way.
 func TestTCPLanesOneSide(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, ExtraArgs: func(h *testenv.Host) []string {
-		if h.Name == "hostA" {
-			return lanesArgs(1)
-		}
-		return lanesArgs(4)
-	}})
-	ha, hb := c.Hosts[0], c.Hosts[1]
+	ha, hb := lanesCluster(t, 1, 4)
 	vma := ha.Open(t, "lanes3", testenv.VMOptions{MemMB: 16})
 	vmb := hb.Open(t, "lanes4", testenv.VMOptions{MemMB: 16})
 	p := newFaultPair(t, vma, vmb, defaultRC, defaultRC)

@@ -502,8 +502,12 @@ func (c *Conn) Discard(n uint64) error {
 }
 
 // readHeader reads and validates the next frame header into h.
-func (c *Conn) readHeader(h *tcpwire.Header) error {
-	if err := c.fill(tcpwire.HeaderLen, true); err != nil {
+func (c *Conn) readHeader(h *tcpwire.Header) error { return c.readHeaderIdle(h, true) }
+
+// readHeaderIdle is readHeader; idle false puts the wait for it under
+// the stall deadline of a frame already begun (fill).
+func (c *Conn) readHeaderIdle(h *tcpwire.Header, idle bool) error {
+	if err := c.fill(tcpwire.HeaderLen, idle); err != nil {
 		return err
 	}
 	b := c.rbuf[c.rr : c.rr+tcpwire.HeaderLen]

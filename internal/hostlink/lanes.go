@@ -198,13 +198,7 @@ func (ln *Conn) writeBatch(b *LaneBatch) error {
 // stall deadline of a frame already begun (its main connection announced
 // it): a STRIPE, else an error.
 func (c *Conn) ReadStripe(h *tcpwire.Header) error {
-	if err := c.fill(tcpwire.HeaderLen, false); err != nil {
-		return err
-	}
-	b := c.rbuf[c.rr : c.rr+tcpwire.HeaderLen]
-	c.rr += tcpwire.HeaderLen
-	c.l.framesIn.Add(1)
-	if err := tcpwire.Decode(b, c.ver, h); err != nil {
+	if err := c.readHeaderIdle(h, false); err != nil {
 		return err
 	}
 	if h.Type != tcpwire.Stripe {
