@@ -29,15 +29,18 @@ import (
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
-// Lane defaults: DefaultStripeMin is the least stripe of a striped
-// message, so that messages under twice that stay on one connection;
-// defaultLanes is the lanes a host offers and takes when Config.Lanes is 0.
+// DefaultStripeMin is the least stripe of a striped message, so that
+// messages under twice that stay on one connection.
 const DefaultStripeMin = 128 << 10
 
-// defaultLanes is one lane per core, at most 4: a lane's bytes are copied
-// by a thread of their own at each end, and more threads than cores only
-// queue.
-func defaultLanes() int { return min(runtime.NumCPU(), 4) }
+// defaultLanes is one lane per two cores, at most 4 (none on two cores):
+// a lane's bytes are copied by a thread of its own at each end, and one
+// connection already keeps a core busy at each end; more threads than
+// cores only queue, and pay a context switch and a wake-up per stripe.
+// On two vCPUs with both agents on them, 1 MiB write_bw over 2 lanes was
+// 0.5–0.75× one connection's (BenchmarkTCPLanesWriteBW,
+// docs/BENCHMARKS.md).
+func defaultLanes() int { return min(runtime.NumCPU()/2, 4) }
 
 // lanes is how many connections this host carries its requests to one
 // peer on, the main one included (Config.Lanes, 1..MaxLanes).

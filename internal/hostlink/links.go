@@ -136,7 +136,7 @@ type Config struct {
 	OnDatagram func(fromHost string, h *tcpwire.Header, payload []byte)
 	// Lanes is how many connections this host carries its requests to a
 	// peer on, and takes a peer's on, the first included (lanes.go):
-	// 1..tcpwire.MaxLanes; 0 means one per core, at most 4. A peer that
+	// 1..tcpwire.MaxLanes; 0 means one per two cores, at most 4 (defaultLanes). A peer that
 	// offers or takes fewer gets fewer; one of an older release, one.
 	// StripeMin is the least stripe a message is cut into (0:
 	// DefaultStripeMin): messages under twice that stay on one connection.
