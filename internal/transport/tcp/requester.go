@@ -251,7 +251,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	t.iov = append(t.iov, s.hdr[:])
 	t.bn += tcpwire.HeaderLen
 	if h.Striped() {
-		t.stripe(s, h, pay, c.Lanes())
+		t.stripe(s, h, pay)
 		return nil
 	}
 	for _, p := range pay {
@@ -265,8 +265,8 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 
 // stripe adds striped request h (slot s, payload pay) to the batch: its
 // first stripe after its header, stripe i on lane i of the batch's
-// connection, which has lanes connections in all.
-func (t *tcpPath) stripe(s *txSlot, h *tcpwire.Header, pay [][]byte, lanes int) {
+// connection (StripeSize cut it into no more stripes than it has lanes).
+func (t *tcpPath) stripe(s *txSlot, h *tcpwire.Header, pay [][]byte) {
 	if t.lanes[0] == nil {
 		for i := range t.lanes {
 			t.lanes[i] = hostlink.NewLaneBatch()
@@ -276,7 +276,7 @@ func (t *tcpPath) stripe(s *txSlot, h *tcpwire.Header, pay [][]byte, lanes int) 
 	_, n := h.StripeAt(0)
 	t.iov = appendRange(t.iov, pay, 0, n)
 	t.bn += n
-	for i := 1; i < h.StripeCount() && i < lanes; i++ {
+	for i := 1; i < h.StripeCount(); i++ {
 		off, n := h.StripeAt(i)
 		sh := tcpwire.Header{Version: h.Version, Type: tcpwire.Stripe, Tag: h.Tag, DstQPN: h.DstQPN, SrcQPN: h.SrcQPN, PSN: h.PSN,
 			RemoteAddr: off, PayloadLen: uint32(n)}
