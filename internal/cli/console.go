@@ -57,6 +57,9 @@ shows the local agent's VMs only.`,
   vrdmactl console --etcd-endpoints https://etcd1:2379 --etcd-ca ca.pem --etcd-cert me.pem --etcd-key me-key.pem`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if token == "" {
+				token = os.Getenv(consoleTokenEnv)
+			}
 			if (certFile == "") != (keyFile == "") || (clientCA != "" && certFile == "") {
 				return usageErrorf("console: --tls-cert and --tls-key go together, and --tls-client-ca needs them")
 			}
@@ -94,7 +97,9 @@ shows the local agent's VMs only.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultConsoleAddr, "address to serve on, HOST:PORT; not loopback only with --token")
-	f.StringVar(&token, "token", os.Getenv(consoleTokenEnv), "a secret every request must carry (off loopback, this or --tls-client-ca; env "+consoleTokenEnv+")")
+	// The environment's token is read when the command runs, not made the
+	// flag's default: a default is printed by --help and usage messages.
+	f.StringVar(&token, "token", "", "a secret every request must carry (off loopback, this or --tls-client-ca; env "+consoleTokenEnv+")")
 	f.StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	f.StringVar(&keyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require of every connection a client certificate signed by a CA of this file (PEM)")

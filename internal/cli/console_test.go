@@ -112,3 +112,24 @@ func TestVMEditDryRun(t *testing.T) {
 		t.Errorf("--dry-run -o json changed the VMX:\n%s", after)
 	}
 }
+
+// TestConsoleTokenNotShown checks that the token given in the
+// environment is used but never printed: not by --help, not by a usage
+// error.
+func TestConsoleTokenNotShown(t *testing.T) {
+	isolate(t)
+	const secret = "rv-secret-0123456789abcdef"
+	t.Setenv(consoleTokenEnv, secret)
+	out, errs, _ := run(t, "", "console", "--help")
+	if strings.Contains(out+errs, secret) {
+		t.Errorf("console --help prints the token of %s:\n%s%s", consoleTokenEnv, out, errs)
+	}
+	out, errs, code := run(t, "", "console", "--listen", "0.0.0.0:0", "--tls-cert", "c.pem")
+	if code != exitUsage || strings.Contains(out+errs, secret) {
+		t.Errorf("console with a usage error: exit %d, prints the token:\n%s%s", code, out, errs)
+	}
+	// The token still counts: off loopback is allowed with it.
+	if _, errs, code := run(t, "", "console", "--listen", "256.0.0.1:0"); code == exitUsage && strings.Contains(errs, "--token") {
+		t.Errorf("console with %s set still asks for --token: %s", consoleTokenEnv, errs)
+	}
+}
