@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package console
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestConsoleServeTimeouts checks that Serve drops a client that sends
+// a request's body too slowly and one that keeps an idle connection
+// open (slowloris), instead of holding their connections for ever.
+func TestConsoleServeTimeouts(t *testing.T) {
+	oldRead, oldIdle := readTimeout, idleTimeout
+	readTimeout, idleTimeout = 300*time.Millisecond, 300*time.Millisecond
+	t.Cleanup(func() { readTimeout, idleTimeout = oldRead, oldIdle })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ln, New(Config{Socket: "/nonexistent.sock"}), nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// closed says whether the server closes c within 5 s.
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := io.Copy(io.Discard, c)
+		return err == nil // EOF: the server closed it
+	}
+
+	// A body that never ends.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /api/switches HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Vrdma-Console: 1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"name\":")
+	if !closed(c) {
+		t.Error("a request whose body never ends still holds its connection after 5 s")
+	}
+
+	// A kept-alive connection left idle after a request.
+	c2, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET /app.css HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(c2)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /app.css: %s", resp.Status)
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Error("an idle kept-alive connection is still open after 5 s")
+	}
+}
