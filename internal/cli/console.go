@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -43,13 +44,14 @@ sockets of other hosts' agents, on this machine or forwarded from theirs
 (ssh -L /tmp/esx2.sock:/run/vrdma/agent.sock esx2).
 
 Every write goes to the agent or the control plane as vrdmactl's do, as you:
-whoever reaches the console acts with your rights. So it listens only on
-loopback unless given --token (or ` + consoleTokenEnv + `): then open the printed
-address, which carries the token once and leaves it in a cookie; or served
-over TLS (--tls-cert, --tls-key) with client certificates signed by
---tls-client-ca required of every connection. Without a control plane it
+whoever reaches the console acts with your rights. So every request needs a
+token: --token (or ` + consoleTokenEnv + `), or else a random one made at start.
+Open the printed address, which carries the token once and leaves it in a
+cookie. It listens only on loopback unless given --token, or served over
+TLS (--tls-cert, --tls-key) with client certificates signed by
+--tls-client-ca required of every connection (which then need no token). Without a control plane it
 shows the local agent's VMs only.`,
-		Example: `  vrdmactl console                       # http://127.0.0.1:8479/
+		Example: `  vrdmactl console                       # http://127.0.0.1:8479/?token=...
   vrdmactl console --listen 127.0.0.1:9000
   VRDMA_CONSOLE_TOKEN=$(openssl rand -hex 16) vrdmactl console --listen 0.0.0.0:8479
   vrdmactl console --listen 0.0.0.0:8479 --tls-cert console.pem --tls-key console-key.pem --tls-client-ca operators-ca.pem
@@ -65,6 +67,12 @@ shows the local agent's VMs only.`,
 			}
 			if err := console.CheckListen(listen, token, clientCA != ""); err != nil {
 				return &exitError{code: exitUsage, err: err}
+			}
+			if token == "" && clientCA == "" {
+				// Loopback is open to every user of this machine, and
+				// the console acts as you: a token of its own keeps them
+				// out (the printed address carries it).
+				token = rand.Text()
 			}
 			var tlsCfg *tls.Config
 			if certFile != "" {

@@ -17,7 +17,9 @@ import (
 
 // TestServeConsoleCommand runs vrdmactl console against a standalone
 // agent (no control plane: it says so and shows the agent's VMs), reads
-// the address it prints, asks the API, and stops it; and checks that it
+// the address it prints (with the token it made: loopback is open to
+// every user of the machine), asks the API without the token (refused)
+// and with it, and stops it; and checks that it
 // refuses to listen off loopback without a token, and TLS flags that are
 // incomplete or name no files.
 func TestServeConsoleCommand(t *testing.T) {
@@ -44,11 +46,23 @@ func TestServeConsoleCommand(t *testing.T) {
 	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
 	line, err := bufio.NewReader(pr).ReadString('\n')
 	go io.Copy(io.Discard, pr)
-	url, ok := strings.CutPrefix(strings.TrimSpace(line), "vrdma console: ")
-	if err != nil || !ok || !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Fatalf("console printed %q (%v)", line, err)
+	printed, ok := strings.CutPrefix(strings.TrimSpace(line), "vrdma console: ")
+	url, token, hasToken := strings.Cut(printed, "?token=")
+	if err != nil || !ok || !strings.HasPrefix(url, "http://127.0.0.1:") || !hasToken || len(token) < 16 {
+		t.Fatalf("console printed %q, not the address with a token of its own (%v)", line, err)
 	}
+	// Loopback is every local user's: without the token, nothing.
 	resp, err := http.Get(url + "api/inventory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /api/inventory without the token: %s, want 401", resp.Status)
+	}
+	req, _ := http.NewRequest("GET", url+"api/inventory", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
