@@ -20,8 +20,10 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,6 +111,11 @@ func isLoopback(host string) bool {
 type server struct {
 	cfg Config
 	mux *http.ServeMux
+	// tokenSum is the token's digest, which tokens given are compared
+	// with (a digest of each: the comparison takes the same time whatever
+	// their lengths); cookie is the token's cookie's value.
+	tokenSum [sha256.Size]byte
+	cookie   string
 }
 
 // New returns the console's HTTP handler.
@@ -116,7 +123,7 @@ func New(cfg Config) http.Handler {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 15 * time.Second
 	}
-	s := &server{cfg: cfg, mux: http.NewServeMux()}
+	s := &server{cfg: cfg, mux: http.NewServeMux(), tokenSum: sha256.Sum256([]byte(cfg.Token)), cookie: cookieValue(cfg.Token)}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
@@ -182,7 +189,7 @@ func (s *server) index(files http.Handler) http.HandlerFunc {
 				http.Error(w, "wrong token: open the address vrdmactl console printed", http.StatusUnauthorized)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -191,7 +198,17 @@ func (s *server) index(files http.Handler) http.HandlerFunc {
 }
 
 func (s *server) tokenOK(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.Token)) == 1
+	sum := sha256.Sum256([]byte(t))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// cookieValue is the token's cookie: a digest of it, in hex, so that a
+// token of any characters makes a cookie that comes back as it was set
+// (http.SetCookie drops the bytes a cookie cannot carry: ; " \ and
+// anything not ASCII).
+func cookieValue(token string) string {
+	sum := sha256.Sum256([]byte("vrdma console cookie\x00" + token))
+	return hex.EncodeToString(sum[:])
 }
 
 // authorized checks the token of an API request.
@@ -206,7 +223,7 @@ func (s *server) authorized(r *http.Request) bool {
 		return true
 	}
 	c, err := r.Cookie(cookieName)
-	return err == nil && s.tokenOK(c.Value)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.cookie)) == 1
 }
 
 // httpError is an error with the HTTP status it answers.

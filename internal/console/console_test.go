@@ -393,7 +393,7 @@ func TestGuards(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("GET /?token=: %d, cookie %+v", resp.StatusCode, cookie)
 	}
-	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookieName+"=s3cret"); code != 200 {
+	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookieName+"="+cookie.Value); code != 200 {
 		t.Errorf("with the cookie: %d", code)
 	}
 	if resp, err := noRedirect.Get(f.srv.URL + "/?token=nope"); err != nil || resp.StatusCode != 401 {

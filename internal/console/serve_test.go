@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 )
@@ -66,5 +68,47 @@ func TestConsoleServeTimeouts(t *testing.T) {
 	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.Copy(io.Discard, br); err != nil {
 		t.Error("an idle kept-alive connection is still open after 5 s")
+	}
+}
+
+// TestConsoleTokenCookie checks that a token of characters a cookie
+// cannot carry (; " \ space, not ASCII) still logs the browser in: the
+// cookie GET /?token= sets is let in, and the token itself is neither
+// the cookie nor accepted as one.
+func TestConsoleTokenCookie(t *testing.T) {
+	const token = `a b;c"d\e,é-0123456789`
+	srv := httptest.NewServer(New(Config{Socket: "/nonexistent.sock", Token: token}))
+	defer srv.Close()
+	noRedirect := *srv.Client()
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := noRedirect.Get(srv.URL + "/?token=" + url.QueryEscape(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == cookieName {
+			cookie = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || cookie == nil {
+		t.Fatalf("GET /?token=: %s, cookie %+v", resp.Status, cookie)
+	}
+	get := func(c *http.Cookie) int {
+		req, _ := http.NewRequest("GET", srv.URL+"/api/inventory", nil)
+		req.AddCookie(c)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(cookie); code != 200 {
+		t.Errorf("GET /api/inventory with the cookie GET /?token= set (%q): %d, want 200", cookie.Value, code)
+	}
+	if code := get(&http.Cookie{Name: cookieName, Value: "0123456789"}); code != 401 {
+		t.Errorf("GET /api/inventory with another cookie: %d, want 401", code)
 	}
 }
