@@ -20,12 +20,16 @@ import (
 // the address it prints (with the token it made: loopback is open to
 // every user of the machine), asks the API without the token (refused)
 // and with it, and stops it; and checks that it
-// refuses to listen off loopback without a token, and TLS flags that are
+// refuses to listen off loopback without a token, a token too short to
+// resist guessing, and TLS flags that are
 // incomplete or name no files.
 func TestServeConsoleCommand(t *testing.T) {
 	isolate(t)
 	if _, errs, code := run(t, "", "console", "--listen", "0.0.0.0:0"); code != exitUsage || !strings.Contains(errs, "--token") {
 		t.Errorf("console --listen 0.0.0.0:0 without a token: exit %d, %s", code, errs)
+	}
+	if _, errs, code := run(t, "", "console", "--listen", "127.0.0.1:0", "--token", "s3cret"); code != exitUsage || !strings.Contains(errs, "too short") {
+		t.Errorf("console --token s3cret (6 characters): exit %d, %s", code, errs)
 	}
 	for _, c := range [][]string{{"--tls-client-ca", "ca.pem"}, {"--tls-cert", "c.pem"}, {"--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.pem"}} {
 		if _, errs, code := run(t, "", append([]string{"console", "--listen", "127.0.0.1:0"}, c...)...); code != exitUsage || !strings.Contains(errs, "--tls-") {

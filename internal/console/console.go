@@ -84,13 +84,22 @@ const writeHeader = "X-Vrdma-Console"
 // maxBody bounds a request's body.
 const maxBody = 64 << 10
 
+// MinTokenLen is the shortest token the console takes: the console
+// answers as many wrong guesses as it is sent, so a token must be one
+// that cannot be guessed.
+const MinTokenLen = 16
+
 // CheckListen says whether the console may listen on addr: anywhere with
 // a token or with TLS client certificates required, only on a loopback
-// address without either.
+// address without either. A token must be MinTokenLen characters at
+// least.
 func CheckListen(addr, token string, clientCerts bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8470: %v", addr, err)
+	}
+	if token != "" && len(token) < MinTokenLen {
+		return fmt.Errorf("--token: %d characters is too short to resist guessing: give at least %d random ones, e.g. $(openssl rand -hex 16), or none to have a random one made", len(token), MinTokenLen)
 	}
 	if token != "" || clientCerts || isLoopback(host) {
 		return nil

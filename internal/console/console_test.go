@@ -451,7 +451,8 @@ func TestGuards(t *testing.T) {
 	}{
 		{"127.0.0.1:8479", "", false, true}, {"[::1]:0", "", false, true}, {"localhost:8479", "", false, true},
 		{"0.0.0.0:8479", "", false, false}, {":8479", "", false, false}, {"192.0.2.1:8479", "", false, false},
-		{"0.0.0.0:8479", "t", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
+		{"0.0.0.0:8479", "0123456789abcdef", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
+		{"0.0.0.0:8479", "t", false, false}, {"127.0.0.1:8479", "s3cret", false, false}, {"0.0.0.0:8479", "0123456789abcde", true, false},
 	} {
 		if err := CheckListen(c.addr, c.token, c.certs); (err == nil) != c.ok {
 			t.Errorf("CheckListen(%q, %q, %v) = %v, want ok %v", c.addr, c.token, c.certs, err, c.ok)
