@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestConsoleServeTimeouts checks that Serve drops a client that sends
@@ -110,5 +112,30 @@ func TestConsoleTokenCookie(t *testing.T) {
 	}
 	if code := get(&http.Cookie{Name: cookieName, Value: "0123456789"}); code != 401 {
 		t.Errorf("GET /api/inventory with another cookie: %d, want 401", code)
+	}
+}
+
+// TestConsoleHostileLinks opens pages of the console by links that name
+// a VM, a switch and a host with HTML in it, and a VM with a malformed
+// escape: the names show as text (no element is made of them, no
+// script runs), and the malformed one still draws its page.
+func TestConsoleHostileLinks(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Socket: "/nonexistent.sock"}))
+	defer srv.Close()
+	ctx := browser(t, 1000)
+	const evil = `<img src=x onerror="document.body.dataset.pwned=1">`
+	for _, c := range []struct{ hash, heading string }{
+		{"#/vm/" + url.PathEscape(evil), "VM " + evil},
+		{"#/switch/" + url.PathEscape(evil), "Switch " + evil},
+		{"#/host/" + url.PathEscape(evil), "Host"},
+		{"#/vm/%E0%A4%A", "VM %E0%A4%A"},
+	} {
+		do(t, ctx, "open "+c.hash, chromedp.Navigate(srv.URL+"/"+c.hash),
+			chromedp.Poll[chromedp.Void](`document.body.dataset.ready === `+jsString(c.hash), chromedp.WithPollingTimeout(15*time.Second)),
+			waitText("main h1", c.heading))
+		bad, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.querySelector('main img') || document.body.dataset.pwned === '1'`))
+		if err != nil || bad {
+			t.Errorf("%s: an element was made of the name, or its script ran (%v)", c.hash, err)
+		}
 	}
 }
