@@ -96,7 +96,7 @@ const MinTokenLen = 16
 func CheckListen(addr, token string, clientCerts bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8470: %v", addr, err)
+		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8479: %v", addr, err)
 	}
 	if token != "" && len(token) < MinTokenLen {
 		return fmt.Errorf("--token: %d characters is too short to resist guessing: give at least %d random ones, e.g. $(openssl rand -hex 16), or none to have a random one made", len(token), MinTokenLen)
@@ -286,7 +286,12 @@ func (s *server) write(h handler) http.HandlerFunc {
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+	err := dec.Decode(v)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the request's body is over %d bytes: the console's requests are far smaller", tooLarge.Limit)}
+	case err != nil && !errors.Is(err, io.EOF):
 		return &httpError{http.StatusBadRequest, "the request's JSON body: " + err.Error()}
 	}
 	return nil

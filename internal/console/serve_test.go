@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,5 +138,25 @@ func TestConsoleHostileLinks(t *testing.T) {
 		if err != nil || bad {
 			t.Errorf("%s: an element was made of the name, or its script ran (%v)", c.hash, err)
 		}
+	}
+}
+
+// TestConsoleBodyTooLarge checks that a write's body over the bound is
+// refused as too large (413), not read in full nor taken for bad JSON.
+func TestConsoleBodyTooLarge(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Socket: "/nonexistent.sock"}))
+	defer srv.Close()
+	body := `{"name":"` + strings.Repeat("x", 2*maxBody) + `"}`
+	req, _ := http.NewRequest("POST", srv.URL+"/api/switches", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(writeHeader, "1")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 65536 bytes") {
+		t.Errorf("a %d-byte body: %s %s", len(body), resp.Status, b)
 	}
 }
