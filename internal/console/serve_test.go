@@ -74,6 +74,25 @@ func TestConsoleServeTimeouts(t *testing.T) {
 	}
 }
 
+// login opens GET /?token=TOKEN of srv without following its redirect:
+// the answer's status and the token's cookie it sets (nil: none).
+func login(t *testing.T, srv *httptest.Server, token string) (int, *http.Cookie) {
+	t.Helper()
+	noRedirect := *srv.Client()
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := noRedirect.Get(srv.URL + "/?token=" + url.QueryEscape(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, c := range resp.Cookies() {
+		if c.Name == cookieName {
+			return resp.StatusCode, c
+		}
+	}
+	return resp.StatusCode, nil
+}
+
 // TestConsoleTokenCookie checks that a token of characters a cookie
 // cannot carry (; " \ space, not ASCII) still logs the browser in: the
 // cookie GET /?token= sets is let in, and the token itself is neither
@@ -82,21 +101,9 @@ func TestConsoleTokenCookie(t *testing.T) {
 	const token = `a b;c"d\e,é-0123456789`
 	srv := httptest.NewServer(New(Config{Socket: "/nonexistent.sock", Token: token}))
 	defer srv.Close()
-	noRedirect := *srv.Client()
-	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := noRedirect.Get(srv.URL + "/?token=" + url.QueryEscape(token))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	var cookie *http.Cookie
-	for _, c := range resp.Cookies() {
-		if c.Name == cookieName {
-			cookie = c
-		}
-	}
-	if resp.StatusCode != http.StatusSeeOther || cookie == nil {
-		t.Fatalf("GET /?token=: %s, cookie %+v", resp.Status, cookie)
+	code, cookie := login(t, srv, token)
+	if code != http.StatusSeeOther || cookie == nil {
+		t.Fatalf("GET /?token=: %d, cookie %+v", code, cookie)
 	}
 	get := func(c *http.Cookie) int {
 		req, _ := http.NewRequest("GET", srv.URL+"/api/inventory", nil)
