@@ -45,11 +45,12 @@ sockets of other hosts' agents, on this machine or forwarded from theirs
 
 Every write goes to the agent or the control plane as vrdmactl's do, as you:
 whoever reaches the console acts with your rights. So every request needs a
-token: --token (or ` + consoleTokenEnv + `), or else a random one made at start.
-Open the printed address, which carries the token once and leaves it in a
-cookie. It listens only on loopback unless given --token, or served over
-TLS (--tls-cert, --tls-key) with client certificates signed by
---tls-client-ca required of every connection (which then need no token). Without a control plane it
+token: --token (or ` + consoleTokenEnv + `), or else a random one made at start,
+which the printed address carries (a token you gave is not printed: open
+ADDRESS?token=TOKEN). That address moves the token into a cookie. It listens
+only on loopback unless given --token, or served over TLS (--tls-cert,
+--tls-key) with client certificates signed by --tls-client-ca required of
+every connection (which then need no token). Without a control plane it
 shows the local agent's VMs only.`,
 		Example: `  vrdmactl console                       # http://127.0.0.1:8479/?token=...
   vrdmactl console --listen 127.0.0.1:9000
@@ -68,7 +69,8 @@ shows the local agent's VMs only.`,
 			if err := console.CheckListen(listen, token, clientCA != ""); err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
-			if token == "" && clientCA == "" {
+			made := token == "" && clientCA == ""
+			if made {
 				// Loopback is open to every user of this machine, and
 				// the console acts as you: a token of its own keeps them
 				// out (the printed address carries it).
@@ -98,8 +100,17 @@ shows the local agent's VMs only.`,
 			if err != nil {
 				return fmt.Errorf("console: listen on %s: %w (another program may hold the port: --listen 127.0.0.1:PORT picks another)", listen, err)
 			}
-			u := console.URL(ln.Addr(), tlsCfg != nil, token)
-			fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
+			// A token given is not printed (stdout may go to a log):
+			// its user knows it.
+			if made {
+				fmt.Fprintf(a.stdout, "vrdma console: %s\n", console.URL(ln.Addr(), tlsCfg != nil, token))
+			} else {
+				u := console.URL(ln.Addr(), tlsCfg != nil, "")
+				if token != "" {
+					u += " (open " + u + "?token=TOKEN with your token once)"
+				}
+				fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
+			}
 			return console.Serve(ctx, ln, console.New(cfg), tlsCfg)
 		},
 	}
