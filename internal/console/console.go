@@ -73,8 +73,22 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-// cookieName is the cookie that carries the token.
+// cookieName is the start of the name of the cookie that carries the
+// token; cookieFor adds the port.
 const cookieName = "vrdma_console"
+
+// cookieFor is the name of the token's cookie for r: cookieName and the
+// port r is addressed to. Browsers keep a host's cookies for all its
+// ports alike, so two consoles on one host (two users', or two
+// control planes') each need a name of their own, or logging in to one
+// logs out of the other.
+func cookieFor(r *http.Request) string {
+	_, port, err := net.SplitHostPort(r.Host)
+	if err != nil || port == "" || strings.Trim(port, "0123456789") != "" {
+		return cookieName
+	}
+	return cookieName + "_" + port
+}
 
 // writeHeader must be on every write request: a page of another site
 // cannot set it without a CORS preflight, which the console never
@@ -198,7 +212,7 @@ func (s *server) index(files http.Handler) http.HandlerFunc {
 				http.Error(w, "wrong token: open the address vrdmactl console printed", http.StatusUnauthorized)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.SetCookie(w, &http.Cookie{Name: cookieFor(r), Value: s.cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -231,7 +245,7 @@ func (s *server) authorized(r *http.Request) bool {
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.tokenOK(b) {
 		return true
 	}
-	c, err := r.Cookie(cookieName)
+	c, err := r.Cookie(cookieFor(r))
 	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.cookie)) == 1
 }
 

@@ -381,7 +381,7 @@ func TestGuards(t *testing.T) {
 	if code != http.StatusSeeOther || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("GET /?token=: %d, cookie %+v", code, cookie)
 	}
-	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookieName+"="+cookie.Value); code != 200 {
+	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookie.Name+"="+cookie.Value); code != 200 {
 		t.Errorf("with the cookie: %d", code)
 	}
 	if code, _ := login(t, f.srv, "nope"); code != 401 {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -86,7 +87,7 @@ func login(t *testing.T, srv *httptest.Server, token string) (int, *http.Cookie)
 	}
 	resp.Body.Close()
 	for _, c := range resp.Cookies() {
-		if c.Name == cookieName {
+		if strings.HasPrefix(c.Name, cookieName) {
 			return resp.StatusCode, c
 		}
 	}
@@ -118,7 +119,7 @@ func TestConsoleTokenCookie(t *testing.T) {
 	if code := get(cookie); code != 200 {
 		t.Errorf("GET /api/inventory with the cookie GET /?token= set (%q): %d, want 200", cookie.Value, code)
 	}
-	if code := get(&http.Cookie{Name: cookieName, Value: "0123456789"}); code != 401 {
+	if code := get(&http.Cookie{Name: cookie.Name, Value: "0123456789"}); code != 401 {
 		t.Errorf("GET /api/inventory with another cookie: %d, want 401", code)
 	}
 }
@@ -165,5 +166,37 @@ func TestConsoleBodyTooLarge(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "over 65536 bytes") {
 		t.Errorf("a %d-byte body: %s %s", len(body), resp.Status, b)
+	}
+}
+
+// TestConsoleTwoConsoles logs one browser (one cookie jar) in to two
+// consoles on one host, on two ports with two tokens: each stays logged
+// in, since the host's cookies are the same for all its ports.
+func TestConsoleTwoConsoles(t *testing.T) {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Jar: jar}
+	var srvs []*httptest.Server
+	for _, token := range []string{"rv-first-0123456789abcdef", "rv-second-0123456789abcdef"} {
+		srv := httptest.NewServer(New(Config{Socket: "/nonexistent.sock", Token: token}))
+		defer srv.Close()
+		resp, err := client.Get(srv.URL + "/?token=" + token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srvs = append(srvs, srv)
+	}
+	for i, srv := range srvs {
+		resp, err := client.Get(srv.URL + "/api/inventory")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("console %d (%s) after logging in to both: %s, want 200", i+1, srv.URL, resp.Status)
+		}
 	}
 }
