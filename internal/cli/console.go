@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -43,13 +44,15 @@ sockets of other hosts' agents, on this machine or forwarded from theirs
 (ssh -L /tmp/esx2.sock:/run/vrdma/agent.sock esx2).
 
 Every write goes to the agent or the control plane as vrdmactl's do, as you:
-whoever reaches the console acts with your rights. So it listens only on
-loopback unless given --token (or ` + consoleTokenEnv + `): then open the printed
-address, which carries the token once and leaves it in a cookie; or served
-over TLS (--tls-cert, --tls-key) with client certificates signed by
---tls-client-ca required of every connection. Without a control plane it
+whoever reaches the console acts with your rights. So every request needs a
+token: --token (or ` + consoleTokenEnv + `), or else a random one made at start,
+which the printed address carries (a token you gave is not printed: open
+ADDRESS?token=TOKEN). That address moves the token into a cookie. It listens
+only on loopback unless given --token, or served over TLS (--tls-cert,
+--tls-key) with client certificates signed by --tls-client-ca required of
+every connection (which then need no token). Without a control plane it
 shows the local agent's VMs only.`,
-		Example: `  vrdmactl console                       # http://127.0.0.1:8479/
+		Example: `  vrdmactl console                       # http://127.0.0.1:8479/?token=...
   vrdmactl console --listen 127.0.0.1:9000
   VRDMA_CONSOLE_TOKEN=$(openssl rand -hex 16) vrdmactl console --listen 0.0.0.0:8479
   vrdmactl console --listen 0.0.0.0:8479 --tls-cert console.pem --tls-key console-key.pem --tls-client-ca operators-ca.pem
@@ -57,11 +60,21 @@ shows the local agent's VMs only.`,
   vrdmactl console --etcd-endpoints https://etcd1:2379 --etcd-ca ca.pem --etcd-cert me.pem --etcd-key me-key.pem`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if token == "" {
+				token = os.Getenv(consoleTokenEnv)
+			}
 			if (certFile == "") != (keyFile == "") || (clientCA != "" && certFile == "") {
 				return usageErrorf("console: --tls-cert and --tls-key go together, and --tls-client-ca needs them")
 			}
 			if err := console.CheckListen(listen, token, clientCA != ""); err != nil {
 				return &exitError{code: exitUsage, err: err}
+			}
+			made := token == "" && clientCA == ""
+			if made {
+				// Loopback is open to every user of this machine, and
+				// the console acts as you: a token of its own keeps them
+				// out (the printed address carries it).
+				token = rand.Text()
 			}
 			var tlsCfg *tls.Config
 			if certFile != "" {
@@ -87,14 +100,25 @@ shows the local agent's VMs only.`,
 			if err != nil {
 				return fmt.Errorf("console: listen on %s: %w (another program may hold the port: --listen 127.0.0.1:PORT picks another)", listen, err)
 			}
-			u := console.URL(ln.Addr(), tlsCfg != nil, token)
-			fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
+			// A token given is not printed (stdout may go to a log):
+			// its user knows it.
+			if made {
+				fmt.Fprintf(a.stdout, "vrdma console: %s\n", console.URL(ln.Addr(), tlsCfg != nil, token))
+			} else {
+				u := console.URL(ln.Addr(), tlsCfg != nil, "")
+				if token != "" {
+					u += " (open " + u + "?token=TOKEN with your token once)"
+				}
+				fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
+			}
 			return console.Serve(ctx, ln, console.New(cfg), tlsCfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultConsoleAddr, "address to serve on, HOST:PORT; not loopback only with --token")
-	f.StringVar(&token, "token", os.Getenv(consoleTokenEnv), "a secret every request must carry (off loopback, this or --tls-client-ca; env "+consoleTokenEnv+")")
+	// The environment's token is read when the command runs, not made the
+	// flag's default: a default is printed by --help and usage messages.
+	f.StringVar(&token, "token", "", "a secret every request must carry (off loopback, this or --tls-client-ca; env "+consoleTokenEnv+")")
 	f.StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
 	f.StringVar(&keyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require of every connection a client certificate signed by a CA of this file (PEM)")

@@ -20,8 +20,10 @@ package console
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,8 +73,22 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
-// cookieName is the cookie that carries the token.
+// cookieName is the start of the name of the cookie that carries the
+// token; cookieFor adds the port.
 const cookieName = "vrdma_console"
+
+// cookieFor is the name of the token's cookie for r: cookieName and the
+// port r is addressed to. Browsers keep a host's cookies for all its
+// ports alike, so two consoles on one host (two users', or two
+// control planes') each need a name of their own, or logging in to one
+// logs out of the other.
+func cookieFor(r *http.Request) string {
+	_, port, err := net.SplitHostPort(r.Host)
+	if err != nil || port == "" || strings.Trim(port, "0123456789") != "" {
+		return cookieName
+	}
+	return cookieName + "_" + port
+}
 
 // writeHeader must be on every write request: a page of another site
 // cannot set it without a CORS preflight, which the console never
@@ -82,13 +98,22 @@ const writeHeader = "X-Vrdma-Console"
 // maxBody bounds a request's body.
 const maxBody = 64 << 10
 
+// MinTokenLen is the shortest token the console takes: the console
+// answers as many wrong guesses as it is sent, so a token must be one
+// that cannot be guessed.
+const MinTokenLen = 16
+
 // CheckListen says whether the console may listen on addr: anywhere with
 // a token or with TLS client certificates required, only on a loopback
-// address without either.
+// address without either. A token must be MinTokenLen characters at
+// least.
 func CheckListen(addr, token string, clientCerts bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8470: %v", addr, err)
+		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8479: %v", addr, err)
+	}
+	if token != "" && len(token) < MinTokenLen {
+		return fmt.Errorf("--token: %d characters is too short to resist guessing: give at least %d random ones, e.g. $(openssl rand -hex 16), or none to have a random one made", len(token), MinTokenLen)
 	}
 	if token != "" || clientCerts || isLoopback(host) {
 		return nil
@@ -109,6 +134,11 @@ func isLoopback(host string) bool {
 type server struct {
 	cfg Config
 	mux *http.ServeMux
+	// tokenSum is the token's digest, which tokens given are compared
+	// with (a digest of each: the comparison takes the same time whatever
+	// their lengths); cookie is the token's cookie's value.
+	tokenSum [sha256.Size]byte
+	cookie   string
 }
 
 // New returns the console's HTTP handler.
@@ -116,7 +146,7 @@ func New(cfg Config) http.Handler {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 15 * time.Second
 	}
-	s := &server{cfg: cfg, mux: http.NewServeMux()}
+	s := &server{cfg: cfg, mux: http.NewServeMux(), tokenSum: sha256.Sum256([]byte(cfg.Token)), cookie: cookieValue(cfg.Token)}
 	static, err := fs.Sub(assets, "assets")
 	if err != nil {
 		panic(err) // the embedded directory is part of the binary
@@ -182,7 +212,7 @@ func (s *server) index(files http.Handler) http.HandlerFunc {
 				http.Error(w, "wrong token: open the address vrdmactl console printed", http.StatusUnauthorized)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			http.SetCookie(w, &http.Cookie{Name: cookieFor(r), Value: s.cookie, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
@@ -191,7 +221,17 @@ func (s *server) index(files http.Handler) http.HandlerFunc {
 }
 
 func (s *server) tokenOK(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), []byte(s.cfg.Token)) == 1
+	sum := sha256.Sum256([]byte(t))
+	return subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1
+}
+
+// cookieValue is the token's cookie: a digest of it, in hex, so that a
+// token of any characters makes a cookie that comes back as it was set
+// (http.SetCookie drops the bytes a cookie cannot carry: ; " \ and
+// anything not ASCII).
+func cookieValue(token string) string {
+	sum := sha256.Sum256([]byte("vrdma console cookie\x00" + token))
+	return hex.EncodeToString(sum[:])
 }
 
 // authorized checks the token of an API request.
@@ -205,8 +245,8 @@ func (s *server) authorized(r *http.Request) bool {
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.tokenOK(b) {
 		return true
 	}
-	c, err := r.Cookie(cookieName)
-	return err == nil && s.tokenOK(c.Value)
+	c, err := r.Cookie(cookieFor(r))
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.cookie)) == 1
 }
 
 // httpError is an error with the HTTP status it answers.
@@ -260,7 +300,12 @@ func (s *server) write(h handler) http.HandlerFunc {
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+	err := dec.Decode(v)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the request's body is over %d bytes: the console's requests are far smaller", tooLarge.Limit)}
+	case err != nil && !errors.Is(err, io.EOF):
 		return &httpError{http.StatusBadRequest, "the request's JSON body: " + err.Error()}
 	}
 	return nil

@@ -377,27 +377,15 @@ func TestGuards(t *testing.T) {
 		t.Errorf("the bearer token, from another host name: %d", code)
 	}
 	// GET /?token= sets the cookie and sends the browser to /.
-	noRedirect := *f.srv.Client()
-	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	resp, err := noRedirect.Get(f.srv.URL + "/?token=s3cret")
-	if err != nil {
-		t.Fatal(err)
+	code, cookie := login(t, f.srv, "s3cret")
+	if code != http.StatusSeeOther || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("GET /?token=: %d, cookie %+v", code, cookie)
 	}
-	resp.Body.Close()
-	var cookie *http.Cookie
-	for _, c := range resp.Cookies() {
-		if c.Name == cookieName {
-			cookie = c
-		}
-	}
-	if resp.StatusCode != http.StatusSeeOther || cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode {
-		t.Fatalf("GET /?token=: %d, cookie %+v", resp.StatusCode, cookie)
-	}
-	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookieName+"=s3cret"); code != 200 {
+	if code := call(t, f.srv, "GET", "/api/inventory", nil, nil, "Cookie", cookie.Name+"="+cookie.Value); code != 200 {
 		t.Errorf("with the cookie: %d", code)
 	}
-	if resp, err := noRedirect.Get(f.srv.URL + "/?token=nope"); err != nil || resp.StatusCode != 401 {
-		t.Errorf("GET /?token=nope: %v %v", resp, err)
+	if code, _ := login(t, f.srv, "nope"); code != 401 {
+		t.Errorf("GET /?token=nope: %d", code)
 	}
 
 	auth := []string{"Authorization", "Bearer s3cret"}
@@ -434,7 +422,7 @@ func TestGuards(t *testing.T) {
 			t.Errorf("Host %s: %d", host, code)
 		}
 	}
-	resp, err = open.Client().Get(open.URL + "/")
+	resp, err := open.Client().Get(open.URL + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +439,8 @@ func TestGuards(t *testing.T) {
 	}{
 		{"127.0.0.1:8479", "", false, true}, {"[::1]:0", "", false, true}, {"localhost:8479", "", false, true},
 		{"0.0.0.0:8479", "", false, false}, {":8479", "", false, false}, {"192.0.2.1:8479", "", false, false},
-		{"0.0.0.0:8479", "t", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
+		{"0.0.0.0:8479", "0123456789abcdef", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
+		{"0.0.0.0:8479", "t", false, false}, {"127.0.0.1:8479", "s3cret", false, false}, {"0.0.0.0:8479", "0123456789abcde", true, false},
 	} {
 		if err := CheckListen(c.addr, c.token, c.certs); (err == nil) != c.ok {
 			t.Errorf("CheckListen(%q, %q, %v) = %v, want ok %v", c.addr, c.token, c.certs, err, c.ok)

@@ -53,10 +53,30 @@ func URL(addr net.Addr, withTLS bool, token string) string {
 	return u
 }
 
+// The HTTP server's limits, so that a client that sends its request
+// slowly (a body that never ends) or keeps a connection open and idle
+// does not hold a connection and its goroutine for ever. Variables, for
+// the tests.
+var (
+	// readTimeout bounds reading a whole request, body included.
+	readTimeout = 30 * time.Second
+	// idleTimeout bounds a kept-alive connection between requests.
+	idleTimeout = 2 * time.Minute
+)
+
+const (
+	// readHeaderTimeout bounds reading a request's header.
+	readHeaderTimeout = 10 * time.Second
+	// maxHeaderBytes bounds a request's header (the pages send a few
+	// hundred bytes).
+	maxHeaderBytes = 64 << 10
+)
+
 // Serve serves h on ln, over TLS with tlsCfg if it is not nil, until
 // ctx ends; then it lets the requests under way finish (5 s at most).
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, tlsCfg *tls.Config) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsCfg}
+	srv := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		IdleTimeout: idleTimeout, MaxHeaderBytes: maxHeaderBytes}
 	if tlsCfg != nil {
 		ln = tls.NewListener(ln, tlsCfg)
 	}

@@ -614,7 +614,8 @@ function draw(cv, xs, scale, unit) {
 async function route() {
   if (timer) { clearInterval(timer); timer = null; }
   const [, page, arg] = (location.hash || '#/').match(/^#\/([^/]*)\/?(.*)$/) || [];
-  const a = decodeURIComponent(arg || '');
+  let a = arg || '';
+  try { a = decodeURIComponent(a); } catch (e) { /* a malformed escape (a link typed or cut short): the name as written */ }
   if (page === 'vm' && a) await vmPage(a);
   else if (page === 'host' && a) await hostPage(a);
   else if ((page === 'switch' || page === 'portgroup') && a) await settingsPage(page, a);
