@@ -33,15 +33,15 @@ func roceScapy(t *testing.T) string {
 }
 
 // nativePeerNetns makes a network namespace for a peer that is not a
-// vrdma host (prefix "ne"), joined to cluster c's bridge at address addr,
-// and removes it at the test's cleanup.
-func nativePeerNetns(t *testing.T, c *testenv.Cluster, addr netip.Addr) string {
+// vrdma host (named from prefix), joined to cluster c's bridge at address
+// addr, and removes it at the test's cleanup.
+func nativePeerNetns(t *testing.T, c *testenv.Cluster, addr netip.Addr, prefix string) string {
 	t.Helper()
 	sw := c.SwitchNetns()
 	if sw == "" {
 		t.Fatalf("the cluster has no network namespaces: %s", c.NoNetnsReason)
 	}
-	ns, port := fmt.Sprintf("ne%d-%s", os.Getpid(), c.ID), fmt.Sprintf("ne%d", os.Getpid()%1000000)
+	ns, port := fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), c.ID), fmt.Sprintf("%s%d", prefix, os.Getpid()%1000000)
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
@@ -113,7 +113,7 @@ func TestNativeIsolation(t *testing.T) {
 	copy(mr.Bytes(), bytes.Repeat([]byte{0x5a}, 4096))
 	postRecv(t, b.qp, vrdma.RecvWR{ID: 1, SGL: sgl(mr.SGE(0, 4096))})
 	peerAddr := netip.MustParseAddr("10.199.1.200") // on testenv.ClusterSubnet, no host's
-	ns := nativePeerNetns(t, c, peerAddr)
+	ns := nativePeerNetns(t, c, peerAddr, "ne")
 
 	before := rdmaStatus(t, hb.Socket)
 	out, err := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", script, "isolation", hb.Addr().String(),
@@ -305,7 +305,7 @@ func TestNativePeer(t *testing.T) {
 	ha.DefineVMX(t, "nat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	ha.DefineVMX(t, "plain", ha.VMX(testenv.VMOptions{MemMB: 16}))
 	peerAddr := netip.MustParseAddr("10.199.1.201")
-	ns := nativePeerNetns(t, c, peerAddr)
+	ns := nativePeerNetns(t, c, peerAddr, "ne")
 	ops := []string{"SEND", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
 	check := func(what, out string, err error, active bool) {
 		t.Helper()
@@ -376,7 +376,7 @@ func TestNativeScapyPeer(t *testing.T) {
 	}
 	vm := ha.OpenVMX(t, "scapynat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	peerAddr := netip.MustParseAddr("10.199.1.202")
-	ns := nativePeerNetns(t, c, peerAddr)
+	ns := nativePeerNetns(t, c, peerAddr, "ne")
 	e := newEnd(t, vm, qpConfig{})
 	mr := e.mr(t, 4096, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite|vrdma.AccessRemoteRead)
 	m := mr.Bytes()

@@ -32,8 +32,10 @@ func (a *app) nativePeerCommand() *cobra.Command {
 	var addr, vmName, adName, gid string
 	var port, size int
 	var timeout time.Duration
+	var useCM bool
+	var cmt nativepeer.CMTiming
 	cmd := &cobra.Command{
-		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [-p PORT] [-s SIZE] [PEER]",
+		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [--cm] [-p PORT] [-s SIZE] [PEER]",
 		Short: "A plain RoCEv2 peer (no agent, no control plane), or its counterpart in a VM with native endpoints",
 		Long: `native-peer runs RC operations between a plain RoCEv2 endpoint and a VM adapter
 with native endpoints (vrdmaX.nativeEndpointSupport = "TRUE"), to test the
@@ -51,11 +53,21 @@ of band over TCP port PORT, as ibv_rc_pingpong and perftest do, one JSON line
 each. Without PEER a side listens (passive); with PEER it connects (active) and
 runs SEND/RECV, RDMA WRITE with immediate, RDMA READ, compare and swap and fetch
 and add against the other side's region, checking each result, then asks the
-passive side to check its memory. Either side may be either role.`,
+passive side to check its memory. Either side may be either role.
+
+With --cm the sides connect with RDMA CM instead, as rping and ib_write_bw -R
+do: the passive side listens on PORT (rdma_listen), the active side connects to
+PEER's IP address and PORT (rdma_connect) — the CM MADs on QP1 (REQ, REP, RTU,
+and DREQ/DREP at the end) when the other side is a native endpoint — and each
+side's region (address, rkey, size) travels as the private data of the REQ and
+the REP. The check is asked and answered with SENDs.`,
 		Example: `  # the plain peer, listening, on a machine without vrdma:
   vrdmactl native-peer --address 10.0.1.50
   # the VM's side, connecting to it:
-  vrdmactl native-peer --vm vm1 10.0.1.50`,
+  vrdmactl native-peer --vm vm1 10.0.1.50
+  # the same with RDMA CM: the VM listens on port 7471, the peer connects
+  vrdmactl native-peer --vm vm1 --cm -p 7471
+  vrdmactl native-peer --address 10.0.1.50 --cm -p 7471 10.0.1.10`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (addr == "") == (vmName == "") {
@@ -79,7 +91,7 @@ passive side to check its memory. Either side may be either role.`,
 				}
 				defer os.RemoveAll(dir)
 				log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-				v, stop, err := nativepeer.Standalone(ctx, ip.Unmap(), dir, log)
+				v, stop, err := nativepeer.Standalone(ctx, ip.Unmap(), dir, cmt, log)
 				if err != nil {
 					return fmt.Errorf("native-peer: %w", err)
 				}
@@ -105,9 +117,16 @@ passive side to check its memory. Either side may be either role.`,
 				return fmt.Errorf("native-peer: %w", err)
 			}
 			rep := nativePeerReport{Role: "passive", Local: side.Local(), Result: []nativepeer.Result{}}
-			if len(args) == 0 {
+			switch {
+			case useCM && (port < 1 || port > 65535):
+				return usageErrorf("native-peer: -p %d is not a port", port)
+			case useCM:
+				if err := a.nativeCM(ctx, vm, ad, side, &rep, args, uint16(port)); err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
+			case len(args) == 0:
 				err = a.nativePassive(ctx, side, addr, port)
-			} else {
+			default:
 				rep.Role = "active"
 				rep.Result, err = a.nativeActive(ctx, side, args[0], port)
 			}
@@ -133,6 +152,9 @@ passive side to check its memory. Either side may be either role.`,
 	f.IntVarP(&port, "port", "p", 18515, "the TCP port of the out-of-band exchange")
 	f.IntVarP(&size, "size", "s", 4096, "the bytes each RDMA WRITE and READ moves")
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	f.BoolVar(&useCM, "cm", false, "connect with RDMA CM (by IP address and port) instead of the TCP exchange")
+	f.Uint8Var(&cmt.ResponseTimeout, "cm-response-timeout", 0, "the plain peer's CM response timeout, 4.096 µs × 2^N (0: rdma_cm's 20, about 4.3 s)")
+	f.Uint8Var(&cmt.MaxRetries, "cm-retries", 0, "the plain peer's Max CM Retries of its REQs (0: rdma_cm's 15)")
 	return cmd
 }
 
@@ -195,6 +217,23 @@ func (a *app) nativePassive(ctx context.Context, side *nativepeer.Side, addr str
 		c.SetDeadline(d)
 	}
 	return side.Serve(ctx, c)
+}
+
+// nativeCM runs side with RDMA CM on an event channel of vm: passive
+// without args, else active against args[0].
+func (a *app) nativeCM(ctx context.Context, vm *vrdma.VM, ad *vrdma.Adapter, side *nativepeer.Side, rep *nativePeerReport, args []string, port uint16) error {
+	ch, err := vm.OpenEventChannel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close(context.Background())
+	if len(args) == 0 {
+		fmt.Fprintf(a.stderr, "native-peer: listening with RDMA CM on %s port %d\n", ad.Name(), port)
+		return side.ServeCM(ctx, ch, ad.Name(), port)
+	}
+	rep.Role = "active"
+	rep.Result, err = side.DriveCM(ctx, ch, args[0], port)
+	return err
 }
 
 // nativeActive connects to the passive side at peer (HOST or HOST:PORT)
