@@ -218,3 +218,110 @@ print("REQs %d" % n)
 		t.Errorf("the plain peer gave up after %v, before its 4 response timeouts", took)
 	}
 }
+
+// nativeAgent runs vrdmad --native-peer addr in network namespace ns (a
+// plain RoCEv2 peer with RDMA CM on QP1, no control plane) with VM "peer",
+// and returns its socket.
+func nativeAgent(t *testing.T, ns string, addr netip.Addr) string {
+	t.Helper()
+	dir := t.TempDir()
+	sock := dir + "/s"
+	d := exec.Command("ip", "netns", "exec", ns, testenv.Binary(t, "vrdmad"), "--no-control-plane", "--native-peer", addr.String(),
+		"--socket", sock, "--state-dir", dir+"/state", "--host", "native")
+	var out testenv.SyncBuffer
+	d.Stdout, d.Stderr = &out, &out
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Process.Kill()
+		d.Wait()
+		if t.Failed() {
+			t.Logf("vrdmad --native-peer:\n%s", out.String())
+		}
+	})
+	vmx := testenv.VMX(testenv.VMOptions{MemMB: 64})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		def := exec.Command(testenv.Binary(t, "vrdmactl"), "--socket", sock, "vm", "define", "peer", "-")
+		def.Stdin = strings.NewReader(vmx)
+		o, err := def.CombinedOutput()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("define VM peer at the native peer's agent: %v\n%s\n%s", err, o, out.String())
+		}
+	}
+	return sock
+}
+
+// TestNativeCMDropIn: unmodified programs through the drop-in, in a VM
+// with native endpoints, reach a native endpoint's listener by its IP
+// address with rdma_cm: rping and perftest's ib_write_bw -R. The native
+// endpoint is vrdmad --native-peer, a plain RoCEv2 peer in a namespace of
+// its own with no control plane, which runs the same unmodified programs
+// as their servers; every connection's CM MADs cross the wire on QP1.
+func TestNativeCMDropIn(t *testing.T) {
+	peerAddr := netip.MustParseAddr("10.199.1.214")
+	_, ha, ns := nativeCMHost(t, peerAddr)
+	sock := nativeAgent(t, ns, peerAddr)
+	ctl := testenv.Binary(t, "vrdmactl")
+	before := rdmaStatus(t, ha.Socket)
+	run := func(name string, srvArgs, cliArgs []string) (string, string) {
+		t.Helper()
+		t0 := time.Now()
+		srv := exec.Command("ip", append([]string{"netns", "exec", ns, ctl, "--socket", sock, "exec", "--vm", "peer", "--"}, srvArgs...)...)
+		var sout testenv.SyncBuffer
+		srv.Stdout, srv.Stderr = &sout, &sout
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Wait() }()
+		defer func() {
+			select {
+			case <-done:
+			default:
+				srv.Process.Kill()
+				<-done
+			}
+		}()
+		var cout []byte
+		var err error
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+			cout, err = exec.Command("ip", append([]string{"netns", "exec", ha.Netns, ctl, "--socket", ha.Socket, "exec", "--vm", "nat", "--"}, cliArgs...)...).CombinedOutput()
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s, the VM's client: %v\n%s\nthe native peer's server:\n%s", name, err, cout, sout.String())
+		}
+		select {
+		case err := <-done:
+			done <- err
+			if err != nil {
+				t.Errorf("%s, the native peer's server: %v\n%s", name, err, sout.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s, the native peer's server still runs:\n%s", name, sout.String())
+		}
+		t.Logf("%s in %v", name, time.Since(t0))
+		return sout.String(), string(cout)
+	}
+	_, cout := run("rping", []string{"rping", "-s", "-a", "0.0.0.0", "-p", "7491", "-C", "10", "-v"},
+		[]string{"rping", "-c", "-a", peerAddr.String(), "-p", "7491", "-C", "10", "-v"})
+	if n := strings.Count(cout, "ping data: rdma-ping-"); n != 10 {
+		t.Errorf("rping client: %d pings, want 10:\n%s", n, cout)
+	}
+	_, cout = run("ib_write_bw -R", []string{"ib_write_bw", "-R", "-d", "vrdma0", "-p", "7492", "-s", "65536", "-n", "500"},
+		[]string{"ib_write_bw", "-R", "-d", "vrdma0", "-p", "7492", "-s", "65536", "-n", "500", peerAddr.String()})
+	if !strings.Contains(cout, "65536      500") {
+		t.Errorf("ib_write_bw client printed no result line for 65536 bytes × 500:\n%s", cout)
+	}
+	t.Logf("ib_write_bw -R, the VM to the native peer:\n%s", cout)
+	after := rdmaStatus(t, ha.Socket)
+	if after.CMOut-before.CMOut < 4 || after.CMIn-before.CMIn < 4 || after.CMDropped != before.CMDropped {
+		t.Errorf("host A's RDMA CM on QP1: before %+v, after %+v; want the connections' MADs both ways, none dropped", before, after)
+	}
+}
