@@ -256,8 +256,9 @@ func nativeAgent(t *testing.T, ns string, addr netip.Addr) string {
 }
 
 // TestNativeCMDropIn: unmodified programs through the drop-in, in a VM
-// with native endpoints, reach a native endpoint's listener by its IP
-// address with rdma_cm: rping and perftest's ib_write_bw -R. The native
+// with native endpoints, learn the address native endpoints reach it at
+// from its GID table (ibv_devinfo), and reach a native endpoint's listener
+// by its IP address with rdma_cm: rping and perftest's ib_write_bw -R. The native
 // endpoint is vrdmad --native-peer, a plain RoCEv2 peer in a namespace of
 // its own with no control plane, which runs the same unmodified programs
 // as their servers; every connection's CM MADs cross the wire on QP1.
@@ -266,6 +267,19 @@ func TestNativeCMDropIn(t *testing.T) {
 	_, ha, ns := nativeCMHost(t, peerAddr)
 	sock := nativeAgent(t, ns, peerAddr)
 	ctl := testenv.Binary(t, "vrdmactl")
+	// The adapter with native endpoints has its host's uplink address in
+	// its GID table (entry 1, RoCE v2), as ibv_devinfo reads it through
+	// the drop-in; the one without has no entry 1.
+	uplink := "::ffff:" + ha.Addr().String()
+	for vm, want := range map[string]bool{"nat": true, "plain": false} {
+		out, err := exec.Command("ip", "netns", "exec", ha.Netns, ctl, "--socket", ha.Socket, "exec", "--vm", vm, "--", "ibv_devinfo", "-v").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ibv_devinfo -v in VM %s: %v\n%s", vm, err, out)
+		}
+		if got := strings.Contains(string(out), "GID[  1]:\t\t"+uplink+", RoCE v2"); got != want || strings.Contains(string(out), "GID[  2]") {
+			t.Errorf("ibv_devinfo -v in VM %s: GID[1] %s is %v, want %v:\n%s", vm, uplink, got, want, out)
+		}
+	}
 	before := rdmaStatus(t, ha.Socket)
 	run := func(name string, srvArgs, cliArgs []string) (string, string) {
 		t.Helper()

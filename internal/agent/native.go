@@ -163,3 +163,14 @@ func (a *Agent) cmStatus(r *mgmt.RDMAStatus) {
 	r.CMIn, r.CMOut, r.CMDropped, r.CMDuplicates = c.In.Load(), c.Out.Load(), c.Dropped.Load(), c.Duplicates.Load()
 	r.CMResent, r.CMTimedOut, r.CMRejected, r.CMRefusedNotNative = c.Resent.Load(), c.TimedOut.Load(), c.Rejected.Load(), a.nativeRefused.Load()
 }
+
+// nativeGID is the GID of adapter ad's entry for native endpoints
+// (abi.PortAttr.NativeGID): its host's RoCEv2 engine's address, when ad
+// has native endpoints; nil otherwise.
+func (a *Agent) nativeGID(ad *device.Adapter) *abi.GID {
+	if a.rdma == nil || !a.nativeEnabled(ad) {
+		return nil
+	}
+	g := abi.GID(a.rdma.LocalAddr().Addr().As16())
+	return &g
+}

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -45,8 +46,8 @@ With --address ADDR it is the plain peer: vrdma's RoCEv2 engine used on its own,
 on UDP ADDR:4791, in this process, with no agent and no control plane; it knows
 nothing of vrdma. With --vm NAME it is the VM's side, through the agent at
 --socket: the adapter's QP is reached at its host's RDMA uplink address (the
-agent's RoCEv2 engine, shown by vrdmactl status), which it tells the other side as
-its GID unless --gid says otherwise.
+agent's RoCEv2 engine, shown by vrdmactl status, and the adapter's GID table
+entry 1), which it tells the other side as its GID unless --gid says otherwise.
 
 The sides exchange their GID, QPN, PSN, and the rkey and address of a region out
 of band over TCP port PORT, as ibv_rc_pingpong and perftest do, one JSON line
@@ -104,13 +105,15 @@ the REP. The check is asked and answered with SENDs.`,
 				}
 				defer v.Close()
 				vm = v
-				if local, err = a.uplinkGID(ctx, gid); err != nil {
-					return fmt.Errorf("native-peer: %w", err)
-				}
 			}
 			ad, err := vmAdapter(vm, adName)
 			if err != nil {
 				return fmt.Errorf("native-peer: %w", err)
+			}
+			if vmName != "" {
+				if local, err = a.uplinkGID(ctx, ad, gid); err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
 			}
 			side, err := nativepeer.NewSide(ctx, vm, ad, local, size)
 			if err != nil {
@@ -169,15 +172,23 @@ func vmAdapter(vm *vrdma.VM, name string) (*vrdma.Adapter, error) {
 	return vm.Adapters()[0], nil
 }
 
-// uplinkGID is the GID the VM's side tells: gid if given, else the
-// address of the agent's RoCEv2 engine.
-func (a *app) uplinkGID(ctx context.Context, gid string) (netip.Addr, error) {
+// uplinkGID is the GID the VM's side tells: gid if given, else adapter
+// ad's GID for native endpoints (its GID table's entry 1, as a program
+// learns it with ibv_query_gid), else the address of the agent's RoCEv2
+// engine (an adapter without native endpoints: the connect is refused).
+func (a *app) uplinkGID(ctx context.Context, ad *vrdma.Adapter, gid string) (netip.Addr, error) {
 	if gid != "" {
 		g, err := netip.ParseAddr(gid)
 		if err != nil {
 			return netip.Addr{}, usageErrorf("--gid %q is not a GID (an IPv6 address, ::ffff:a.b.c.d for IPv4)", gid)
 		}
 		return records.GIDOf(g), nil
+	}
+	switch g, err := ad.QueryGID(ctx, vrdma.NativeGIDIndex); {
+	case err == nil:
+		return netip.AddrFrom16(g), nil
+	case !errors.Is(err, vrdma.ErrNoGID):
+		return netip.Addr{}, err
 	}
 	ag, err := a.dialAgent(ctx)
 	if err != nil {
