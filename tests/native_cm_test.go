@@ -258,7 +258,8 @@ func nativeAgent(t *testing.T, ns string, addr netip.Addr) string {
 // TestNativeCMDropIn: unmodified programs through the drop-in, in a VM
 // with native endpoints, learn the address native endpoints reach it at
 // from its GID table (ibv_devinfo), and reach a native endpoint's listener
-// by its IP address with rdma_cm: rping and perftest's ib_write_bw -R. The native
+// by its IP address with rdma_cm: rping (and the native peer's rping
+// reaches the VM's listener) and perftest's ib_write_bw -R. The native
 // endpoint is vrdmad --native-peer, a plain RoCEv2 peer in a namespace of
 // its own with no control plane, which runs the same unmodified programs
 // as their servers; every connection's CM MADs cross the wire on QP1.
@@ -281,55 +282,68 @@ func TestNativeCMDropIn(t *testing.T) {
 		}
 	}
 	before := rdmaStatus(t, ha.Socket)
-	run := func(name string, srvArgs, cliArgs []string) (string, string) {
+	inPeer := func(args ...string) []string {
+		return append([]string{"netns", "exec", ns, ctl, "--socket", sock, "exec", "--vm", "peer", "--"}, args...)
+	}
+	inVM := func(args ...string) []string {
+		return append([]string{"netns", "exec", ha.Netns, ctl, "--socket", ha.Socket, "exec", "--vm", "nat", "--"}, args...)
+	}
+	// run runs server srv (ip's arguments) and, once it listens, client
+	// cli, and returns the client's output.
+	run := func(name string, srv, cli []string) string {
 		t.Helper()
 		t0 := time.Now()
-		srv := exec.Command("ip", append([]string{"netns", "exec", ns, ctl, "--socket", sock, "exec", "--vm", "peer", "--"}, srvArgs...)...)
+		s := exec.Command("ip", srv...)
 		var sout testenv.SyncBuffer
-		srv.Stdout, srv.Stderr = &sout, &sout
-		if err := srv.Start(); err != nil {
+		s.Stdout, s.Stderr = &sout, &sout
+		if err := s.Start(); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan error, 1)
-		go func() { done <- srv.Wait() }()
+		go func() { done <- s.Wait() }()
 		defer func() {
 			select {
 			case <-done:
 			default:
-				srv.Process.Kill()
+				s.Process.Kill()
 				<-done
 			}
 		}()
 		var cout []byte
 		var err error
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
-			cout, err = exec.Command("ip", append([]string{"netns", "exec", ha.Netns, ctl, "--socket", ha.Socket, "exec", "--vm", "nat", "--"}, cliArgs...)...).CombinedOutput()
+			cout, err = exec.Command("ip", cli...).CombinedOutput()
 			if err == nil || time.Now().After(deadline) {
 				break
 			}
 		}
 		if err != nil {
-			t.Fatalf("%s, the VM's client: %v\n%s\nthe native peer's server:\n%s", name, err, cout, sout.String())
+			t.Fatalf("%s, the client: %v\n%s\nthe server:\n%s", name, err, cout, sout.String())
 		}
 		select {
 		case err := <-done:
 			done <- err
 			if err != nil {
-				t.Errorf("%s, the native peer's server: %v\n%s", name, err, sout.String())
+				t.Errorf("%s, the server: %v\n%s", name, err, sout.String())
 			}
 		case <-time.After(30 * time.Second):
-			t.Errorf("%s, the native peer's server still runs:\n%s", name, sout.String())
+			t.Errorf("%s, the server still runs:\n%s", name, sout.String())
 		}
 		t.Logf("%s in %v", name, time.Since(t0))
-		return sout.String(), string(cout)
+		return string(cout)
 	}
-	_, cout := run("rping", []string{"rping", "-s", "-a", "0.0.0.0", "-p", "7491", "-C", "10", "-v"},
-		[]string{"rping", "-c", "-a", peerAddr.String(), "-p", "7491", "-C", "10", "-v"})
-	if n := strings.Count(cout, "ping data: rdma-ping-"); n != 10 {
-		t.Errorf("rping client: %d pings, want 10:\n%s", n, cout)
+	pings := func(what, out string) {
+		t.Helper()
+		if n := strings.Count(out, "ping data: rdma-ping-"); n != 10 {
+			t.Errorf("%s: %d pings, want 10:\n%s", what, n, out)
+		}
 	}
-	_, cout = run("ib_write_bw -R", []string{"ib_write_bw", "-R", "-d", "vrdma0", "-p", "7492", "-s", "65536", "-n", "500"},
-		[]string{"ib_write_bw", "-R", "-d", "vrdma0", "-p", "7492", "-s", "65536", "-n", "500", peerAddr.String()})
+	pings("rping, the VM to the native peer", run("rping, the VM to the native peer",
+		inPeer("rping", "-s", "-a", "0.0.0.0", "-p", "7491", "-C", "10", "-v"), inVM("rping", "-c", "-a", peerAddr.String(), "-p", "7491", "-C", "10", "-v")))
+	pings("rping, the native peer to the VM", run("rping, the native peer to the VM",
+		inVM("rping", "-s", "-a", "0.0.0.0", "-p", "7493", "-C", "10", "-v"), inPeer("rping", "-c", "-a", ha.Addr().String(), "-p", "7493", "-C", "10", "-v")))
+	bw := []string{"ib_write_bw", "-R", "-d", "vrdma0", "-p", "7492", "-s", "65536", "-n", "500"}
+	cout := run("ib_write_bw -R", inPeer(bw...), inVM(append(bw, peerAddr.String())...))
 	if !strings.Contains(cout, "65536      500") {
 		t.Errorf("ib_write_bw client printed no result line for 65536 bytes × 500:\n%s", cout)
 	}
