@@ -16,10 +16,13 @@ import (
 )
 
 // gsiPacket hands UD packet pkt to QP1 from src to Config.GSI, or drops
-// it and counts it: no receiver (NoQP), a Q_Key other than the GSI's, or
-// a payload that is not one MAD (Malformed).
+// it and counts it: no receiver (NoQP; NotVRDMA from a peer that is no
+// vrdma host), a Q_Key other than the GSI's, or a payload that is not one
+// MAD (Malformed).
 func (e *Engine) gsiPacket(pkt *rocewire.Packet, src netip.Addr) {
 	switch {
+	case e.cfg.GSI == nil && !e.member(src):
+		e.ctr.NotVRDMA.Add(1)
 	case e.cfg.GSI == nil:
 		e.ctr.NoQP.Add(1)
 	case pkt.DETH.QKey() != rocewire.QP1QKey || len(pkt.Payload) != rocewire.MADLen || pkt.ImmDt != nil:
