@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
@@ -40,6 +41,7 @@ func (a *Agent) newGSI(local netip.Addr, eng *atomic.Pointer[rdma.Engine]) func(
 		Serve:           a.serveNative,
 		Established:     func(qpn, peerQPN uint32, gid abi.GID) { a.cmreg.RTU(qpn, peerQPN, gid) },
 		Gone:            func(qpn, peerQPN uint32, gid abi.GID) { a.cmreg.PeerGone(qpn, peerQPN, gid) },
+		Failed:          a.nativeFailed,
 		ResponseTimeout: a.cfg.CMResponseTimeout,
 		MaxRetries:      a.cfg.CMMaxRetries,
 		Log:             a.log,
@@ -173,4 +175,18 @@ func (a *Agent) nativeGID(ad *device.Adapter) *abi.GID {
 	}
 	g := abi.GID(a.rdma.LocalAddr().Addr().As16())
 	return &g
+}
+
+// nativeFailed is an accepted connection to a native peer that failed
+// before its RTU (gsi.Config.Failed): the acceptor gets UNREACHABLE
+// (-ETIMEDOUT) when the RTU never came, REJECTED with the dialer's reason
+// otherwise, as rdma_cm gives them.
+func (a *Agent) nativeFailed(qpn, peerQPN uint32, gid abi.GID, reason uint16) {
+	ev := abi.CMEvent{Event: abi.CMEventRejected, Status: int(reason), Message: fmt.Sprintf("the native peer rejected the connection after the accept (IBTA reason %d)", reason)}
+	if reason == 0 {
+		ev = abi.CMEvent{Event: abi.CMEventUnreachable, Status: -int(syscall.ETIMEDOUT), Message: "the native peer never confirmed the accept (no RTU after the REP's retries)"}
+	}
+	if !a.cmreg.Failed(qpn, peerQPN, gid, ev) {
+		a.cmreg.PeerGone(qpn, peerQPN, gid)
+	}
 }

@@ -39,7 +39,7 @@ func FuzzReceive(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := New(Config{Send: func(netip.Addr, []byte) {}, Local: addrB, ResponseTimeout: 8, MaxRetries: 1,
 			Serve:       func(*Request) (Accepted, error) { return Accepted{QPN: 0x22, PSN: 1}, nil },
-			Established: func(uint32, uint32, abi.GID) {}, Gone: func(uint32, uint32, abi.GID) {}})
+			Established: func(uint32, uint32, abi.GID) {}, Gone: func(uint32, uint32, abi.GID) {}, Failed: func(uint32, uint32, abi.GID, uint16) {}})
 		a := New(Config{Send: func(to netip.Addr, mad []byte) { b.Receive(addrA, rocewire.GSIQPN, mad) }, Local: addrA, ResponseTimeout: 8, MaxRetries: 0})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()

@@ -76,9 +76,12 @@ type Config struct {
 	// qpn faces the peer's QP peerQPN at peerGID.
 	Established func(qpn, peerQPN uint32, peerGID abi.GID)
 	// Gone tells that the peer of this side's QP qpn ended the
-	// connection (a DREQ), or that an accepted one failed (the RTU never
-	// came, or the dialer's REJ).
+	// connection (a DREQ, or a REJ once established).
 	Gone func(qpn, peerQPN uint32, peerGID abi.GID)
+	// Failed tells that an accepted connection failed before its RTU:
+	// reason 0 when the RTU never came (the REP's retries ran out), else
+	// the reason of the dialer's REJ.
+	Failed func(qpn, peerQPN uint32, peerGID abi.GID, reason uint16)
 	// ResponseTimeout and MaxRetries are the REQs' CM response timeouts
 	// (both, 5-bit codes) and Max CM Retries (4 bits); zero: the
 	// defaults.
@@ -334,7 +337,7 @@ func (m *Manager) expire(c *conn, gen uint64) {
 		m.rejectLocked(c, rocewire.MsgREP, rocewire.RejTimeout)
 		m.toTimewaitLocked(c)
 		qpn, peerQPN, peer := c.qpn, c.peerQPN, c.peer
-		gone = func() { m.cfg.Gone(qpn, peerQPN, gidOf(peer)) }
+		gone = func() { m.cfg.Failed(qpn, peerQPN, gidOf(peer), 0) }
 	case c.st == dreqSent:
 		m.ctr.TimedOut.Add(1)
 		m.toTimewaitLocked(c)

@@ -53,6 +53,19 @@ type events struct {
 	mu          sync.Mutex
 	established []uint32
 	gone        []uint32
+	failed      []uint16 // the reasons
+}
+
+func (e *events) fail(_, _ uint32, _ abi.GID, reason uint16) {
+	e.mu.Lock()
+	e.failed = append(e.failed, reason)
+	e.mu.Unlock()
+}
+
+func (e *events) failures() []uint16 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]uint16(nil), e.failed...)
 }
 
 func (e *events) add(l *[]uint32) func(qpn, peerQPN uint32, gid abi.GID) {
@@ -75,9 +88,9 @@ func pair(t *testing.T, serve func(*Request) (Accepted, error), timeout, retries
 	f := &fabric{ends: map[netip.Addr]*Manager{}}
 	ev := &events{}
 	a := New(Config{Send: f.send(addrA), Local: addrA, Serve: func(*Request) (Accepted, error) { return Accepted{}, errors.New("A does not listen") },
-		Established: ev.add(&ev.established), Gone: ev.add(&ev.gone), ResponseTimeout: timeout, MaxRetries: retries})
+		Established: ev.add(&ev.established), Gone: ev.add(&ev.gone), Failed: ev.fail, ResponseTimeout: timeout, MaxRetries: retries})
 	b := New(Config{Send: f.send(addrB), Local: addrB, Serve: serve, Established: ev.add(&ev.established), Gone: ev.add(&ev.gone),
-		ResponseTimeout: timeout, MaxRetries: retries})
+		Failed: ev.fail, ResponseTimeout: timeout, MaxRetries: retries})
 	f.ends[addrA], f.ends[addrB] = a, b
 	return f, a, b, ev
 }
@@ -176,8 +189,8 @@ func TestREPRetriesThenReject(t *testing.T) {
 	if n := f.count(rocewire.AttrREP); n != 3 {
 		t.Errorf("%d REPs sent, want 3 (1 + 2 retries)", n)
 	}
-	if _, g := ev.get(); len(g) != 1 || g[0] != 0x22 {
-		t.Errorf("the listener's connection was not given up: %v", g)
+	if f := ev.failures(); len(f) != 1 || f[0] != 0 {
+		t.Errorf("the listener's connection did not fail for want of the RTU: %v", f)
 	}
 }
 
@@ -242,5 +255,19 @@ func TestHostileMADs(t *testing.T) {
 	b.Receive(addrA, 1, m[:]) // the RTU again, now from the peer: a duplicate
 	if b.Counters().Duplicates.Load() != 1 {
 		t.Errorf("duplicates %d, want 1", b.Counters().Duplicates.Load())
+	}
+}
+
+// TestDialerRejectsREP: a dialer that cannot take the REP (Fail) sends a
+// REJ of the REP; the listener's connection fails with its reason.
+func TestDialerRejectsREP(t *testing.T) {
+	_, a, _, ev := pair(t, func(*Request) (Accepted, error) { return Accepted{QPN: 0x22}, nil }, 14, 3)
+	if _, err := a.Dial(context.Background(), DialParams{Peer: addrB, Port: 1, QPN: 0x11, MTU: 4096}); err != nil {
+		t.Fatal(err)
+	}
+	a.Fail(0x11)
+	eventually(t, "the listener's failure", func() bool { f := ev.failures(); return len(f) == 1 && f[0] == rocewire.RejConsumer })
+	if e, g := ev.get(); len(e) != 0 || len(g) != 0 {
+		t.Errorf("established %v gone %v after a rejected REP", e, g)
 	}
 }

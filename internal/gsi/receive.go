@@ -112,7 +112,7 @@ func (m *Manager) serve(c *conn, req *Request, mraAfter, repWait time.Duration) 
 		// The dialer gave up (its REJ) while the listener answered.
 		m.mu.Unlock()
 		if err == nil {
-			m.cfg.Gone(acc.QPN, req.QPN, req.GID())
+			m.cfg.Failed(acc.QPN, req.QPN, req.GID(), rocewire.RejTimeout)
 		}
 		return
 	}
@@ -235,7 +235,11 @@ func (m *Manager) rej(src netip.Addr, mad rocewire.MAD) {
 	case c.st == reqRcvd || c.st == mraSent:
 		close(c.canceled)
 		m.toTimewaitLocked(c)
-	case c.st == repSent || c.st == established:
+	case c.st == repSent:
+		m.toTimewaitLocked(c)
+		qpn, peerQPN, reason := c.qpn, c.peerQPN, max(r.Reason, 1)
+		gone = func() { m.cfg.Failed(qpn, peerQPN, gidOf(src), reason) }
+	case c.st == established:
 		m.toTimewaitLocked(c)
 		qpn, peerQPN := c.qpn, c.peerQPN
 		gone = func() { m.cfg.Gone(qpn, peerQPN, gidOf(src)) }
