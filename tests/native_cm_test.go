@@ -128,7 +128,10 @@ func TestNativeCM(t *testing.T) {
 	t.Logf("CM MADs in the capture by attribute: %v", attrs)
 }
 
-// TestNativeCMRetries: the timeouts and retries of RDMA CM over QP1. A
+// TestNativeCMRetries: the timeouts and retries of RDMA CM over QP1, and
+// hostile packets to QP1 (testdata/roce_peer.py cmhostile: cut short,
+// another Q_Key, another class, a LAP, messages of comm IDs nobody has),
+// dropped, counted and unanswered. A
 // REQ, from a peer written by hand with scapy (testdata/roce_peer.py cm),
 // to a port nobody listens on gets one REJ (invalid service ID); to a VM
 // listener with native endpoints that accepts, a REP, resent after the
@@ -149,20 +152,32 @@ func TestNativeCMRetries(t *testing.T) {
 		t.Logf("scapy peer, port %d:\n%s", port, out)
 		return string(out)
 	}
+	// Hostile packets to QP1 first: dropped and counted, unanswered, and
+	// the CM goes on as before.
+	before := rdmaStatus(t, ha.Socket)
+	hout, err := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", script, "cmhostile", ha.Addr().String()).CombinedOutput()
+	if err != nil || !strings.Contains(string(hout), "sent 6\nanswers 0\n") {
+		t.Errorf("hostile packets to QP1: want 6 sent and no answer (%v):\n%s", err, hout)
+	}
+	after := rdmaStatus(t, ha.Socket)
+	if after.Malformed-before.Malformed != 2 || after.CMIn-before.CMIn != 4 || after.CMDropped-before.CMDropped != 4 || after.BadICRC != before.BadICRC || after.Panics != 0 {
+		t.Errorf("hostile packets to QP1: malformed +%d (want 2: short, wrong Q_Key), cm_in +%d and cm_dropped +%d (want 4: another class, a LAP, an RTU and a REP of nobody's), bad_icrc +%d, panics %d",
+			after.Malformed-before.Malformed, after.CMIn-before.CMIn, after.CMDropped-before.CMDropped, after.BadICRC-before.BadICRC, after.Panics)
+	}
 	if out := scapyCM(7481); !strings.HasPrefix(out, "REJ reason 8 msg 0\nicrc: ok 1 bad 0\n") {
 		t.Errorf("a REQ to a port nobody listens on: want one REJ (reason 8, of the REQ), got:\n%s", out)
 	}
 
 	vm := startNative(t, ha.Netns, "--socket", ha.Socket, "native-peer", "--vm", "nat", "--cm", "-p", "7482", "--timeout", "20s")
 	vm.waitOutput(t, "listening with RDMA CM")
-	before := rdmaStatus(t, ha.Socket)
+	before = rdmaStatus(t, ha.Socket)
 	out := scapyCM(7482)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 5 || !strings.HasPrefix(lines[0], "REP qpn ") || lines[1] != lines[0] || lines[2] != lines[0] ||
 		lines[3] != "REJ reason 4 msg 1" || lines[4] != "icrc: ok 4 bad 0" || strings.Contains(out, "bad comm ID") {
 		t.Errorf("a REQ whose REP is never answered: want 3 REPs (1 + 2 retries) then a REJ (timeout, of the REP), got:\n%s", out)
 	}
-	after := rdmaStatus(t, ha.Socket)
+	after = rdmaStatus(t, ha.Socket)
 	if after.CMResent-before.CMResent != 2 || after.CMTimedOut-before.CMTimedOut != 1 {
 		t.Errorf("host A resent %d MADs and timed out %d connections, want 2 and 1", after.CMResent-before.CMResent, after.CMTimedOut-before.CMTimedOut)
 	}

@@ -11,6 +11,7 @@
 #                              prints "icrc: ok N bad M"
 #   roce_peer.py cm DST SRC PORT WAIT
 #                              an RDMA CM REQ on QP1 (see cm below)
+#   roce_peer.py cmhostile DST hostile packets to QP1 (see cmhostile below)
 #
 # sends to DST:4791 (listening on eth0) an RC SEND_ONLY, an RC RDMA_WRITE_ONLY (RETH VA, RKEY),
 # an RC RDMA_READ_REQUEST and a UD SEND_ONLY (DETH), all to QPN from PSN
@@ -218,6 +219,37 @@ def cm(dst, src, port, wait):
     print("icrc: ok %d bad %d" % (ans.good, ans.bad))
 
 
+# cmhostile mode: packets to DST's QP1 that no CM may act on, each with a
+# right ICRC: a MAD cut short (200 bytes), a whole MAD with another Q_Key
+# than the GSI's, a MAD of another class (0x04), a LAP (an attribute RDMA
+# CM does not use), an RTU and a REP naming comm IDs nobody has. It prints
+# "sent N" and "answers M" (what DST sent back within a second).
+def cmhostile(dst):
+    def mad(cls, attr, data):
+        return struct.pack("!BBBBHHQHHI", 1, cls, 2, 0x03, 0, 0, 0x99, attr, 0, 0) + data.ljust(232, b"\0")
+
+    gsi = struct.pack("!II", 0x80010000, 1)
+    ids = struct.pack("!II", 0x11223344, 0x55667788)
+    pkts = [
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0014, ids)[:200], 0),
+        packet(dst, 0x64, 1, 0, struct.pack("!II", 0x11111111, 1), mad(0x07, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x04, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0019, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0013, ids + struct.pack("!I", 0x80010000) + struct.pack("!I", 0x123456 << 8)), 0),
+    ]
+    ans = Answers(dst)
+    sniffer = AsyncSniffer(iface="eth0", prn=ans.add, store=False)
+    sniffer.start()
+    time.sleep(0.5)
+    for p in pkts:
+        send(p)
+    time.sleep(1.0)
+    sniffer.stop()
+    print("sent %d" % len(pkts))
+    print("answers %d" % len(ans.got))
+
+
 def icrc(pcap):
     good = bad = 0
     for p in rdpcap(pcap):
@@ -239,9 +271,11 @@ if __name__ == "__main__":
         isolation(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), float(a[7]))
     elif len(a) == 3 and a[1] == "icrc":
         icrc(a[2])
+    elif len(a) == 3 and a[1] == "cmhostile":
+        cmhostile(a[2])
     elif len(a) == 6 and a[1] == "cm":
         cm(a[2], a[3], int(a[4]), float(a[5]))
     elif len(a) == 8 and a[1] == "rc":
         rc(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), int(a[7], 0))
     else:
-        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN | cm DST SRC PORT WAIT | icrc PCAP")
+        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN | cm DST SRC PORT WAIT | cmhostile DST | icrc PCAP")
