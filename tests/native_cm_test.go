@@ -3,6 +3,7 @@
 package vrdma_test
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -294,6 +296,24 @@ func TestNativeCMDropIn(t *testing.T) {
 		}
 		if got := strings.Contains(string(out), "GID[  1]:\t\t"+uplink+", RoCE v2"); got != want || strings.Contains(string(out), "GID[  2]") {
 			t.Errorf("ibv_devinfo -v in VM %s: GID[1] %s is %v, want %v:\n%s", vm, uplink, got, want, out)
+		}
+	}
+	// The Go library reads the same table (Adapter.QueryGID).
+	for name, native := range map[string]bool{"gidnat": true, "gidplain": false} {
+		vmx := ha.VMX(testenv.VMOptions{MemMB: 16})
+		if native {
+			vmx += "vrdma0.nativeEndpointSupport = \"TRUE\"\n"
+		}
+		ad := ha.OpenVMX(t, name, vmx).Adapters()[0]
+		g, err := ad.QueryGID(opCtx(t), vrdma.NativeGIDIndex)
+		if native && (err != nil || netip.AddrFrom16(g).String() != uplink) || !native && !errors.Is(err, vrdma.ErrNoGID) {
+			t.Errorf("VM %s: QueryGID(1) = %v, %v; want %s for native endpoints, else ErrNoGID", name, netip.AddrFrom16(g), err, uplink)
+		}
+		if _, err := ad.QueryGID(opCtx(t), 2); !errors.Is(err, vrdma.ErrNoGID) {
+			t.Errorf("VM %s: QueryGID(2): %v, want ErrNoGID", name, err)
+		}
+		if g, err := ad.QueryGID(opCtx(t), 0); err != nil || g != ad.GID() {
+			t.Errorf("VM %s: QueryGID(0) = %v, %v; want the adapter's GID", name, g, err)
 		}
 	}
 	before := rdmaStatus(t, ha.Socket)
