@@ -158,6 +158,9 @@ type conn struct {
 	timeout           time.Duration
 	left              int // resends left
 	maxRetries        int
+	// rejected: mad is the REJ this side sent, to send again to a resent
+	// REQ (the first may have been lost).
+	rejected bool
 	// The dialer's outcome (REP, REJ or timeout): buffered 1.
 	done chan dialResult
 	// canceled is closed when the dialer gives up on a REQ being served.
@@ -350,13 +353,15 @@ func (m *Manager) expire(c *conn, gen uint64) {
 
 // rejectLocked sends a REJ of message msg on c with reason.
 // +checklocks:m.mu
+// The REJ is kept in c.mad (c.rejected) to answer a resent REQ with; c
+// leaves its state for time wait or goes.
 func (m *Manager) rejectLocked(c *conn, msg uint8, reason uint16) {
-	var b [rocewire.MADLen]byte
-	mad := rocewire.MAD(b[:])
+	mad := rocewire.MAD(c.mad[:])
 	mad.EncodeCM(c.tid, rocewire.AttrREJ)
 	(&rocewire.REJ{CommIDs: rocewire.CommIDs{Local: c.localID, Remote: c.remoteID}, MessageRejected: msg, Reason: reason}).Put(mad)
+	c.rejected = true
 	m.ctr.Rejected.Add(1)
-	m.send(c.peer, b[:])
+	m.send(c.peer, c.mad[:])
 }
 
 // ErrClosed is the error of a connection whose CM state is gone.

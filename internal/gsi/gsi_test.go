@@ -271,3 +271,29 @@ func TestDialerRejectsREP(t *testing.T) {
 		t.Errorf("established %v gone %v after a rejected REP", e, g)
 	}
 }
+
+// TestResentREQGetsREJAgain: a REQ resent after its REJ (which the dialer
+// may have lost) gets the same REJ again, without a second Serve.
+func TestResentREQGetsREJAgain(t *testing.T) {
+	served := 0
+	f, a, b, _ := pair(t, func(*Request) (Accepted, error) {
+		served++
+		return Accepted{}, errors.New("refused")
+	}, 14, 3)
+	var req [rocewire.MADLen]byte
+	orig := a.cfg.Send
+	a.cfg.Send = func(to netip.Addr, mad []byte) {
+		if rocewire.MAD(mad).Attr() == rocewire.AttrREQ {
+			copy(req[:], mad)
+		}
+		orig(to, mad)
+	}
+	if _, err := a.Dial(context.Background(), DialParams{Peer: addrB, Port: 1, QPN: 0x11, MTU: 4096}); err == nil {
+		t.Fatal("a refused dial succeeded")
+	}
+	b.Receive(addrA, 1, req[:])
+	eventually(t, "the second REJ", func() bool { return f.count(rocewire.AttrREJ) == 2 })
+	if served != 1 || b.Counters().Duplicates.Load() != 1 {
+		t.Errorf("served %d times, %d duplicates; want 1 and 1", served, b.Counters().Duplicates.Load())
+	}
+}

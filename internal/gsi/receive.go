@@ -68,9 +68,8 @@ func (m *Manager) req(src netip.Addr, mad rocewire.MAD) {
 	defer m.mu.Unlock()
 	if c := m.byRemote[remoteKey{src, r.LocalCommID}]; c != nil {
 		m.ctr.Duplicates.Add(1)
-		switch c.st {
-		case mraSent, repSent:
-			m.send(c.peer, c.mad[:]) // its MRA or REP again
+		if c.st == mraSent || c.st == repSent || c.st == timewaitSt && c.rejected {
+			m.send(c.peer, c.mad[:]) // its MRA, REP or REJ again
 		}
 		return
 	}
