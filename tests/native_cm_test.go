@@ -37,7 +37,7 @@ func nativeCMHost(t *testing.T, peerAddr netip.Addr) (*testenv.Cluster, *testenv
 	}
 	ha.DefineVMX(t, "nat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	ha.DefineVMX(t, "plain", ha.VMX(testenv.VMOptions{MemMB: 16}))
-	return c, ha, nativePeerNetns(t, c, peerAddr, "cm")
+	return c, ha, c.PeerNetns(t, "cm", peerAddr)
 }
 
 // TestNativeCM: RDMA CM over QP1 in both directions between the plain
@@ -190,7 +190,7 @@ func TestNativeCMRetries(t *testing.T) {
 	// A plain peer's REQ into a namespace where nothing answers on QP1
 	// (its port 4791 swallows datagrams): 1 + 3 REQs, then UNREACHABLE.
 	deaf := netip.MustParseAddr("10.199.1.213")
-	dns := nativePeerNetns(t, c, deaf, "cn")
+	dns := c.PeerNetns(t, "cn", deaf)
 	sink := exec.Command("ip", "netns", "exec", dns, "/usr/bin/python3", "-c", `
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -33,41 +33,10 @@ func roceScapy(t *testing.T) string {
 }
 
 // nativePeerNetns makes a network namespace for a peer that is not a
-// vrdma host (named from prefix), joined to cluster c's bridge at address
-// addr, and removes it at the test's cleanup.
-func nativePeerNetns(t *testing.T, c *testenv.Cluster, addr netip.Addr, prefix string) string {
+// vrdma host (prefix "ne"), joined to cluster c's bridge at address addr.
+func nativePeerNetns(t *testing.T, c *testenv.Cluster, addr netip.Addr) string {
 	t.Helper()
-	sw := c.SwitchNetns()
-	if sw == "" {
-		t.Fatalf("the cluster has no network namespaces: %s", c.NoNetnsReason)
-	}
-	ns, port := fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), c.ID), fmt.Sprintf("%s%d", prefix, os.Getpid()%1000000)
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
-			t.Errorf("delete network namespace %s: %v: %s", ns, err, out)
-		}
-	})
-	ip("-n", ns, "link", "set", "lo", "up")
-	ip("-n", sw, "link", "add", port, "mtu", "9000", "type", "veth", "peer", "name", "eth0", "mtu", "9000", "netns", ns)
-	ip("-n", sw, "link", "set", port, "master", "br0", "up")
-	ip("-n", ns, "addr", "add", addr.String()+"/24", "dev", "eth0")
-	ip("-n", ns, "link", "set", "eth0", "up")
-	// Both ends of the peer's link cut UDP GSO batches into datagrams,
-	// as a NIC does on the wire: a capture on eth0 sees packets, not the
-	// batches a veth passes whole.
-	for _, dev := range [][2]string{{ns, "eth0"}, {sw, port}} {
-		if out, err := exec.Command("ip", "netns", "exec", dev[0], "ethtool", "-K", dev[1], "tx-udp-segmentation", "off").CombinedOutput(); err != nil {
-			t.Fatalf("ethtool -K %s tx-udp-segmentation off in %s: %v: %s (apt-get install -y ethtool)", dev[1], dev[0], err, out)
-		}
-	}
-	return ns
+	return c.PeerNetns(t, "ne", addr)
 }
 
 // rdmaStatus returns the RoCE v2 engine's status of the agent at socket.
@@ -113,7 +82,7 @@ func TestNativeIsolation(t *testing.T) {
 	copy(mr.Bytes(), bytes.Repeat([]byte{0x5a}, 4096))
 	postRecv(t, b.qp, vrdma.RecvWR{ID: 1, SGL: sgl(mr.SGE(0, 4096))})
 	peerAddr := netip.MustParseAddr("10.199.1.200") // on testenv.ClusterSubnet, no host's
-	ns := nativePeerNetns(t, c, peerAddr, "ne")
+	ns := nativePeerNetns(t, c, peerAddr)
 
 	before := rdmaStatus(t, hb.Socket)
 	out, err := exec.Command("ip", "netns", "exec", ns, "/usr/bin/python3", script, "isolation", hb.Addr().String(),
@@ -305,7 +274,7 @@ func TestNativePeer(t *testing.T) {
 	ha.DefineVMX(t, "nat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	ha.DefineVMX(t, "plain", ha.VMX(testenv.VMOptions{MemMB: 16}))
 	peerAddr := netip.MustParseAddr("10.199.1.201")
-	ns := nativePeerNetns(t, c, peerAddr, "ne")
+	ns := nativePeerNetns(t, c, peerAddr)
 	ops := []string{"SEND", "RDMA_WRITE_WITH_IMM", "RDMA_READ", "ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD"}
 	check := func(what, out string, err error, active bool) {
 		t.Helper()
@@ -376,7 +345,7 @@ func TestNativeScapyPeer(t *testing.T) {
 	}
 	vm := ha.OpenVMX(t, "scapynat", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	peerAddr := netip.MustParseAddr("10.199.1.202")
-	ns := nativePeerNetns(t, c, peerAddr, "ne")
+	ns := nativePeerNetns(t, c, peerAddr)
 	e := newEnd(t, vm, qpConfig{})
 	mr := e.mr(t, 4096, vrdma.AccessLocalWrite|vrdma.AccessRemoteWrite|vrdma.AccessRemoteRead)
 	m := mr.Bytes()

@@ -430,6 +430,12 @@ var hostRows = []hostRow{
 	{"`send_bw` 8 B, Mpps", "SendRate", "8B", "Mpps"},
 }
 
+// samples are row r's figures of the benchmarks of path (TCP, RDMA,
+// Native) in mode (loopback, veth, veth-v1).
+func (r hostRow) samples(d *Data, path, mode string) Samples {
+	return d.benchSamples("Benchmark"+path+r.Bench+"/"+r.Size+"/"+mode, r.Unit)
+}
+
 // hostsErr starts the lines bench/run writes to errors.txt about the paths
 // between two host agents (paths/bench.txt).
 const hostsErr = "paths between host agents"
@@ -448,12 +454,26 @@ func renderHosts(w *writer, d *Data) {
 	w.l("| figure | tcp loopback | rdma loopback | rdma / tcp | tcp veth | rdma veth | rdma / tcp | rdma veth-v1 |")
 	w.l("|---|---|---|---|---|---|---|---|")
 	for _, r := range hostRows {
-		get := func(path, mode string) Samples {
-			return d.benchSamples("Benchmark"+path+r.Bench+"/"+r.Size+"/"+mode, r.Unit)
-		}
+		get := func(path, mode string) Samples { return r.samples(d, path, mode) }
 		tl, rl, tv, rv := get("TCP", "loopback"), get("RDMA", "loopback"), get("TCP", "veth"), get("RDMA", "veth")
 		w.f("| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Label, tl, rl, medianRatio(rl, tl),
 			tv, rv, medianRatio(rv, tv), get("RDMA", "veth-v1"))
+	}
+	w.l()
+	w.l("### A native endpoint beside a vrdma VM, over the rdma path")
+	w.l()
+	w.l("`go test -bench 'BenchmarkNative…' ./internal/perf` (`internal/perf/native_bench_test.go`): the same figures between",
+		" a VM adapter with native endpoints (`vrdma0.nativeEndpointSupport`) on one `vrdmad` host and `vrdmactl native-peer",
+		" --address … --bench`, vrdma's RoCEv2 engine on its own as a plain RoCE peer (no agent, no control plane), the VM",
+		" measuring; beside the rdma path between two VMs of two hosts above. *loopback*: the host and the peer on loopback",
+		" addresses; *veth*: the peer in a network namespace of its own on the hosts' bridge.")
+	w.l()
+	w.l("| figure | native loopback | rdma loopback | native / rdma | native veth | rdma veth | native / rdma |")
+	w.l("|---|---|---|---|---|---|---|")
+	for _, r := range hostRows {
+		get := func(path, mode string) Samples { return r.samples(d, path, mode) }
+		nl, rl, nv, rv := get("Native", "loopback"), get("RDMA", "loopback"), get("Native", "veth"), get("RDMA", "veth")
+		w.f("| %s | %s | %s | %s | %s | %s | %s |\n", r.Label, nl, rl, medianRatio(nl, rl), nv, rv, medianRatio(nv, rv))
 	}
 	w.l()
 	var why []string

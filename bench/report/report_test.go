@@ -288,6 +288,11 @@ func TestRenderHosts(t *testing.T) {
 	if d.HostBench, d.HostNotes, err = parseGoBench(hostOutput); err != nil {
 		t.Fatal(err)
 	}
+	native, _, err := parseGoBench("BenchmarkNativeWriteBW/64KiB/loopback-2 \t 3000\t 50000 ns/op\t 1305.6 MiB/s\n")
+	if err != nil || len(native) != 1 {
+		t.Fatalf("the native benchmark's line: %+v, %v", native, err)
+	}
+	d.HostBench = append(d.HostBench, native...)
 	w := &writer{}
 	renderHosts(w, d)
 	doc := w.String()
@@ -297,6 +302,9 @@ func TestRenderHosts(t *testing.T) {
 		// medians 2,611 / 2,718 = 0.96
 		"| `write_bw` 64 KiB, MiB/s | 2,718 (2,590 – 2,803) | 2,611 (2,466 – 2,686) | 0.96 | not measured | not measured | — | not measured |\n",
 		"| `send_bw` 8 B, Mpps | not measured | not measured | — | not measured | not measured | — | not measured |\n",
+		"| figure | native loopback | rdma loopback | native / rdma | native veth | rdma veth | native / rdma |\n",
+		// medians 1,306 / 2,611 = 0.50
+		"| `write_bw` 64 KiB, MiB/s | 1,306 | 2,611 (2,466 – 2,686) | 0.50 | not measured | not measured | — |\n",
 		"| `write_lat` 8 B, typical, µs | not measured | not measured | — |",
 		"- `BenchmarkTCPWriteBW/64KiB/veth` skipped: StartCluster with NetnsOn: network namespaces need root (euid 1000)",
 		"- `BenchmarkRDMAWriteLat/8B/loopback` failed: connect bench1/vrdma0 → bench2/vrdma0: context deadline exceeded\n",
@@ -309,8 +317,8 @@ func TestRenderHosts(t *testing.T) {
 	if strings.Contains(doc, "vrdmactl perf write_bw") {
 		t.Error("the section lists a failure of another step")
 	}
-	if n := strings.Count(doc, "\n| `"); n != len(hostRows) {
-		t.Errorf("%d rows, want %d", n, len(hostRows))
+	if n := strings.Count(doc, "\n| `"); n != 2*len(hostRows) { // the table of the paths, the native one's
+		t.Errorf("%d rows, want %d", n, 2*len(hostRows))
 	}
 }
 

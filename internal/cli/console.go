@@ -4,18 +4,14 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	"net"
-	"net/http"
-	"net/url"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vrdma/vrdma/internal/console"
-	"github.com/vrdma/vrdma/internal/control/member"
 )
 
 // defaultConsoleAddr is where vrdmactl console listens by default.
@@ -26,9 +22,10 @@ const defaultConsoleAddr = "127.0.0.1:8479"
 const consoleTokenEnv = "VRDMA_CONSOLE_TOKEN"
 
 func (a *app) consoleCommand() *cobra.Command {
-	var listen, token string
+	var listen, token, certFile, keyFile, clientCA string
+	var agents []string
 	cmd := &cobra.Command{
-		Use:   "console [--listen ADDR] [--token TOKEN]",
+		Use:   "console [--listen ADDR] [--token TOKEN] [--tls-cert F --tls-key F [--tls-client-ca F]] [--agent SOCKET]...",
 		Short: "Serve the web console: the inventory, Edit Settings, power on and off, live paths and throughput",
 		Long: `console serves a web console on --listen (default ` + defaultConsoleAddr + `) and prints its
 address. It shows the control plane's inventory (switches, port groups, hosts,
@@ -38,66 +35,69 @@ with the rule checks shown before saving, and a live view of the agent's QPs,
 their paths and throughput. Its pages are embedded in vrdmactl and make no
 request elsewhere.
 
-Every write goes to the agent as vrdmactl's do, as you: whoever reaches the
-console acts with your rights. So it listens only on loopback unless given
---token (or ` + consoleTokenEnv + `): then open the printed address, which carries
-the token once and leaves it in a cookie. Without a control plane it shows
-the local agent's VMs only.`,
+It also configures hosts for PVRDMA (tagged address, pvrdma firewall rule,
+PVRDMA namespaces), creates and deletes switches, port groups and VMs, and
+draws a map of the hosts with the paths their QPs take and the traffic on
+them. The live view and the map read the local agent and every --agent: the
+sockets of other hosts' agents, on this machine or forwarded from theirs
+(ssh -L /tmp/esx2.sock:/run/vrdma/agent.sock esx2).
+
+Every write goes to the agent or the control plane as vrdmactl's do, as you:
+whoever reaches the console acts with your rights. So it listens only on
+loopback unless given --token (or ` + consoleTokenEnv + `): then open the printed
+address, which carries the token once and leaves it in a cookie; or served
+over TLS (--tls-cert, --tls-key) with client certificates signed by
+--tls-client-ca required of every connection. Without a control plane it
+shows the local agent's VMs only.`,
 		Example: `  vrdmactl console                       # http://127.0.0.1:8479/
   vrdmactl console --listen 127.0.0.1:9000
   VRDMA_CONSOLE_TOKEN=$(openssl rand -hex 16) vrdmactl console --listen 0.0.0.0:8479
+  vrdmactl console --listen 0.0.0.0:8479 --tls-cert console.pem --tls-key console-key.pem --tls-client-ca operators-ca.pem
+  vrdmactl console --agent /tmp/esx2.sock --agent /tmp/esx3.sock
   vrdmactl console --etcd-endpoints https://etcd1:2379 --etcd-ca ca.pem --etcd-cert me.pem --etcd-key me-key.pem`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := console.CheckListen(listen, token); err != nil {
+			if (certFile == "") != (keyFile == "") || (clientCA != "" && certFile == "") {
+				return usageErrorf("console: --tls-cert and --tls-key go together, and --tls-client-ca needs them")
+			}
+			if err := console.CheckListen(listen, token, clientCA != ""); err != nil {
 				return &exitError{code: exitUsage, err: err}
 			}
+			var tlsCfg *tls.Config
+			if certFile != "" {
+				var err error
+				if tlsCfg, err = console.TLSConfig(certFile, keyFile, clientCA); err != nil {
+					return &exitError{code: exitUsage, err: err}
+				}
+			}
 			ctx := cmd.Context()
-			cfg := console.Config{Socket: a.socket, Token: token, CallTimeout: callTimeout}
-			cache, closeCache, err := a.consoleCache(ctx)
+			cfg := console.Config{Socket: a.socket, Agents: agents, Token: token, ClientCerts: clientCA != "", CallTimeout: callTimeout}
+			octx, cancel := context.WithTimeout(ctx, callTimeout)
+			st, cache, err := a.openCache(octx)
+			cancel()
 			if err != nil {
 				cfg.ControlErr = err.Error()
 				fmt.Fprintf(a.stderr, "vrdmactl: console without a control plane (the local agent's VMs only): %v\n", err)
 			} else {
-				defer closeCache()
-				cfg.Cache = cache
+				defer st.Close()
+				defer cache.Close()
+				cfg.Store, cfg.Cache = st, cache
 			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("console: listen on %s: %w (another program may hold the port: --listen 127.0.0.1:PORT picks another)", listen, err)
 			}
-			srv := &http.Server{Handler: console.New(cfg), ReadHeaderTimeout: 10 * time.Second}
-			u := "http://" + ln.Addr().String() + "/"
-			if token != "" {
-				u += "?token=" + url.QueryEscape(token)
-			}
+			u := console.URL(ln.Addr(), tlsCfg != nil, token)
 			fmt.Fprintf(a.stdout, "vrdma console: %s\n", u)
-			go func() {
-				<-ctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				srv.Shutdown(sctx)
-			}()
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("console: %w", err)
-			}
-			return nil
+			return console.Serve(ctx, ln, console.New(cfg), tlsCfg)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", defaultConsoleAddr, "address to serve on, HOST:PORT; not loopback only with --token")
-	f.StringVar(&token, "token", os.Getenv(consoleTokenEnv), "a secret every request must carry (required off loopback; env "+consoleTokenEnv+")")
+	f.StringVar(&token, "token", os.Getenv(consoleTokenEnv), "a secret every request must carry (off loopback, this or --tls-client-ca; env "+consoleTokenEnv+")")
+	f.StringVar(&certFile, "tls-cert", "", "serve HTTPS with this certificate (PEM)")
+	f.StringVar(&keyFile, "tls-key", "", "the private key of --tls-cert (PEM)")
+	f.StringVar(&clientCA, "tls-client-ca", "", "require of every connection a client certificate signed by a CA of this file (PEM)")
+	f.StringArrayVar(&agents, "agent", nil, "the Unix socket of another host's agent the live view and map read too (repeatable)")
 	return cmd
-}
-
-// consoleCache opens the control plane and a cache of its inventory that
-// follows it for as long as the console runs; closeCache closes both.
-func (a *app) consoleCache(ctx context.Context) (*member.Cache, func(), error) {
-	octx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
-	st, c, err := a.openCache(octx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); st.Close() }, nil
 }

@@ -18,11 +18,17 @@ import (
 // TestServeConsoleCommand runs vrdmactl console against a standalone
 // agent (no control plane: it says so and shows the agent's VMs), reads
 // the address it prints, asks the API, and stops it; and checks that it
-// refuses to listen off loopback without a token.
+// refuses to listen off loopback without a token, and TLS flags that are
+// incomplete or name no files.
 func TestServeConsoleCommand(t *testing.T) {
 	isolate(t)
 	if _, errs, code := run(t, "", "console", "--listen", "0.0.0.0:0"); code != exitUsage || !strings.Contains(errs, "--token") {
 		t.Errorf("console --listen 0.0.0.0:0 without a token: exit %d, %s", code, errs)
+	}
+	for _, c := range [][]string{{"--tls-client-ca", "ca.pem"}, {"--tls-cert", "c.pem"}, {"--tls-cert", "/nonexistent.pem", "--tls-key", "/nonexistent.pem"}} {
+		if _, errs, code := run(t, "", append([]string{"console", "--listen", "127.0.0.1:0"}, c...)...); code != exitUsage || !strings.Contains(errs, "--tls-") {
+			t.Errorf("console %v: exit %d, %s", c, code, errs)
+		}
 	}
 	env := testenv.Start(t)
 	env.Define(t, "vm1", testenv.VMOptions{})

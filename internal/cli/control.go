@@ -23,13 +23,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -129,11 +130,8 @@ func (a *app) openCache(ctx context.Context) (*store.Store, *member.Cache, error
 	}
 }
 
-// updateRecord changes the record under key with a compare-and-swap
-// read-modify-write (store.Update): edit changes it in place; a record
-// that does not validate afterwards is a usage error. what names the
-// record in messages ("switch dvs1"), list the command that lists its
-// kind.
+// updateRecord changes the record under key (admin.Update) and makes
+// its errors the command's.
 func updateRecord[T records.Record](a *app, cmd *cobra.Command, key, what, list string, edit func(*T) error) (T, error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 	defer cancel()
@@ -143,19 +141,8 @@ func updateRecord[T records.Record](a *app, cmd *cobra.Command, key, what, list 
 		return zero, err
 	}
 	defer st.Close()
-	v, _, err := store.Update(ctx, st, key, func(old *T) (*T, error) {
-		if old == nil {
-			return nil, fmt.Errorf("%s: not found in the control plane (%s)", what, list)
-		}
-		if err := edit(old); err != nil {
-			return nil, err
-		}
-		if err := (*old).Validate(); err != nil {
-			return nil, &exitError{code: exitUsage, err: err}
-		}
-		return old, nil
-	})
-	return v, cmdErr(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), err)
+	v, err := admin.Update(ctx, st, key, what, list, edit)
+	return v, cmdErr(strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), adminErr(err))
 }
 
 // cmdErr returns err prefixed with what, or err itself when it is nil or
@@ -176,18 +163,23 @@ func notFound(err error, what string) error {
 	return err
 }
 
-// randomUUID returns a random RFC 4122 UUID, for switches created without
-// one.
-func randomUUID() string {
-	var b [16]byte
-	f, err := os.Open("/dev/urandom")
-	if err == nil {
-		f.Read(b[:])
-		f.Close()
+// ifChanged returns v when flag name was given, nil otherwise: a field of
+// an admin change, which changes only what is not nil.
+func ifChanged[T any](fl *pflag.FlagSet, name string, v *T) *T {
+	if fl.Changed(name) {
+		return v
 	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return nil
+}
+
+// adminErr gives a change the control plane's administration refused
+// as wrong as given the usage exit code.
+func adminErr(err error) error {
+	var ie *admin.InvalidError
+	if errors.As(err, &ie) {
+		return &exitError{code: exitUsage, err: err}
+	}
+	return err
 }
 
 // orDash returns s, or "-" if it is empty.

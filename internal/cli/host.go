@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -120,7 +121,7 @@ func (a *app) hostCommand() *cobra.Command {
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
-				id, err := hostIDOf(c, args[0])
+				id, err := admin.HostID(c, args[0])
 				if err != nil {
 					return err
 				}
@@ -148,9 +149,9 @@ func (a *app) hostCommand() *cobra.Command {
 					if u.MAC != "" {
 						fmt.Fprintf(a.stdout, "      RoCE v1:  MAC %s\n", u.MAC)
 					}
-					fmt.Fprintf(a.stdout, "      declared: %s\n", nicText(u.Declared))
+					fmt.Fprintf(a.stdout, "      declared: %s\n", admin.NICText(u.Declared))
 					if !u.Observed.IsZero() {
-						fmt.Fprintf(a.stdout, "      observed: %s\n", nicText(u.Observed))
+						fmt.Fprintf(a.stdout, "      observed: %s\n", admin.NICText(u.Observed))
 					}
 				}
 				fmt.Fprintf(a.stdout, "  inventory:      datacenter %s, cluster %s, folder %s\n", orDash(r.Datacenter), orDash(r.Cluster), orDash(r.Folder))
@@ -189,7 +190,7 @@ directory.`,
 			if !hexHostID(id) {
 				err := a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
 					var err error
-					id, err = hostIDOf(c, args[0])
+					id, err = admin.HostID(c, args[0])
 					return err
 				})
 				if err != nil {
@@ -256,7 +257,7 @@ with the same host ID registers the host anew.`,
 			var stale []string
 			err := a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
 				ctx := cmd.Context()
-				id, err := hostIDOf(c, args[0])
+				id, err := admin.HostID(c, args[0])
 				if err != nil {
 					return err
 				}

@@ -5,12 +5,12 @@ package cli
 import (
 	"cmp"
 	"fmt"
-	"net/netip"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -288,72 +288,18 @@ a restart of the host's agent, unless the agent is started with its own
 					return err
 				}
 			}
-			changed := false
-			for _, n := range []string{"pvrdma-address", "vmknic", "firewall-pvrdma", "pvrdma-namespaces", "datacenter", "cluster", "folder", "maintenance"} {
-				changed = changed || fl.Changed(n)
-			}
-			if !changed {
+			ch := admin.HostChange{PVRDMAAddress: ifChanged(fl, "pvrdma-address", &addr), Vmknic: ifChanged(fl, "vmknic", &vmknic),
+				FirewallPVRDMA: ifChanged(fl, "firewall-pvrdma", &fw), PVRDMANamespaces: ifChanged(fl, "pvrdma-namespaces", &ns), Maintenance: ifChanged(fl, "maintenance", &mt),
+				Datacenter: ifChanged(fl, "datacenter", &inv.Datacenter), Cluster: ifChanged(fl, "cluster", &inv.Cluster), Folder: ifChanged(fl, "folder", &inv.Folder)}
+			if ch.Empty() {
 				return usageErrorf("host configure: say what to change (--pvrdma-address, --firewall-pvrdma, --pvrdma-namespaces, --datacenter, --cluster, --folder, --vmknic, --maintenance)")
 			}
 			var out hostReport
 			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
-				id, err := hostIDOf(c, args[0])
+				hs, err := admin.ConfigureHost(cmd.Context(), st, c, args[0], ch)
 				if err != nil {
-					return err
+					return adminErr(err)
 				}
-				h, _, err := store.Update(cmd.Context(), st, records.HostKey(id), func(old *records.Host) (*records.Host, error) {
-					if old == nil {
-						return nil, fmt.Errorf("host %s: %w", id, store.ErrNotFound)
-					}
-					n := *old
-					if fl.Changed("pvrdma-address") {
-						if n.PVRDMAAddress, err = parsePVRDMAAddress(addr, old.PVRDMAAddress); err != nil {
-							return nil, err
-						}
-						if !n.PVRDMAAddress.IsValid() {
-							n.PVRDMAVmknic = ""
-						}
-						if err := addressFree(c, id, n.PVRDMAAddress); err != nil {
-							return nil, err
-						}
-					}
-					if fl.Changed("vmknic") {
-						n.PVRDMAVmknic = vmknic
-					}
-					if fl.Changed("firewall-pvrdma") {
-						n.FirewallPVRDMA = fw
-					}
-					if fl.Changed("pvrdma-namespaces") {
-						n.PVRDMANamespaces = ns
-					}
-					if fl.Changed("datacenter") {
-						n.Datacenter = inv.Datacenter
-					}
-					if fl.Changed("cluster") {
-						n.Cluster = inv.Cluster
-					}
-					if fl.Changed("folder") {
-						n.Folder = inv.Folder
-					}
-					if fl.Changed("maintenance") {
-						n.State = records.HostUp
-						if mt {
-							n.State = records.HostMaintenance
-						}
-					}
-					if err := n.Validate(); err != nil {
-						return nil, &exitError{code: exitUsage, err: err}
-					}
-					return &n, nil
-				})
-				if err != nil {
-					return err
-				}
-				hs, err := c.Host(cmd.Context(), h.ID)
-				if err != nil {
-					hs = member.HostStatus{Host: h, Declared: h.State}
-				}
-				hs.Host.Inventory, hs.Host.PVRDMAAddress, hs.Host.FirewallPVRDMA, hs.Host.PVRDMANamespaces = h.Inventory, h.PVRDMAAddress, h.FirewallPVRDMA, h.PVRDMANamespaces
 				out = hostReportOf(hs)
 				return nil
 			})
@@ -378,58 +324,4 @@ a restart of the host's agent, unless the agent is started with its own
 	f.StringVar(&inv.Folder, "folder", "", "the host's folder, a path such as rack1/row2")
 	f.StringVar(&maint, "maintenance", "", "maintenance mode: on or off")
 	return cmd
-}
-
-// hostIDOf finds a host by ID or name.
-func hostIDOf(c *member.Cache, ref string) (string, error) {
-	var found []string
-	for _, h := range c.Hosts() {
-		if h.Host.ID == ref {
-			return ref, nil
-		}
-		if h.Host.Name == ref {
-			found = append(found, h.Host.ID)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return "", fmt.Errorf("host %s: not found in the control plane (vrdmactl host list)", ref)
-	case 1:
-		return found[0], nil
-	}
-	return "", fmt.Errorf("host name %s is ambiguous: name one of the host IDs %s", ref, strings.Join(found, ", "))
-}
-
-// addressFree checks that no host but id has addr's IP address as its
-// PVRDMA address: hosts tell each other apart by it (rule pvrdma-address
-// checks where a connection comes from).
-func addressFree(c *member.Cache, id string, addr netip.AddrPort) error {
-	if !addr.IsValid() {
-		return nil
-	}
-	for _, h := range c.Hosts() {
-		if o := h.Host; o.ID != id && o.PVRDMAAddress.IsValid() && o.PVRDMAAddress.Addr().Unmap() == addr.Addr().Unmap() {
-			return fmt.Errorf("--pvrdma-address %s: %s is host %s's (%s) PVRDMA address already; each host needs its own", addr, o.PVRDMAAddress.Addr(), o.Name, o.ID)
-		}
-	}
-	return nil
-}
-
-// parsePVRDMAAddress parses --pvrdma-address: ADDR:PORT, ADDR (keeping
-// cur's port), or none.
-func parsePVRDMAAddress(s string, cur netip.AddrPort) (netip.AddrPort, error) {
-	if s == "none" || s == "" {
-		return netip.AddrPort{}, nil
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap, nil
-	}
-	ad, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.AddrPort{}, usageErrorf("--pvrdma-address %q: want ADDRESS:PORT (e.g. 192.0.2.10:4791, [2001:db8::1]:4791) or none", s)
-	}
-	if cur.Port() == 0 {
-		return netip.AddrPort{}, usageErrorf("--pvrdma-address %q: the host has no port yet: give ADDRESS:PORT (e.g. %s)", s, netip.AddrPortFrom(ad, 4791))
-	}
-	return netip.AddrPortFrom(ad, cur.Port()), nil
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/vrdma/vrdma/internal/nativepeer"
 	"io"
 	"net/netip"
 	"os"
@@ -22,7 +21,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
+	"github.com/vrdma/vrdma/internal/nativepeer"
 	"github.com/vrdma/vrdma/internal/perf"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
@@ -500,6 +501,12 @@ func TestJSONOutputs(t *testing.T) {
 	if err := np.printJSON(nativePeerReport{Role: "active", Local: nativepeer.Info{GID: netip.MustParseAddr("::ffff:10.0.0.1"), QPN: 17, PSN: 1, RKey: 2, Addr: 4096, Size: 64},
 		Result: []nativepeer.Result{{Op: "SEND", Latency: time.Millisecond}}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range []perf.Result{{Test: perf.WriteBW, MsgSize: 65536, Iters: 10, BWPeak: 2, BWAvg: 1, MsgRate: 0.01}, {Test: perf.ReadLat, MsgSize: 2, Iters: 10, TMin: 1, TTypical: 2, TAvg: 2, TMax: 3, P99: 3}} {
+		r.Path = vrdma.PathInfo{Path: vrdma.PathRDMA, Reason: "rdma: native endpoint"}
+		if err := np.printJSON(nativeBench("active", r)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

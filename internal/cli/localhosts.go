@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 )
@@ -132,9 +133,8 @@ func createLocalFabric(ctx context.Context, endpoint, sw, pg string) error {
 		return fmt.Errorf("the control plane at %s: %w", endpoint, err)
 	}
 	defer st.Close()
-	s := records.Switch{Name: sw, UUID: randomUUID(), MTU: 9000, UplinkPolicy: records.UplinkSingle}
-	if _, err := st.Create(ctx, records.SwitchKey(s.Name), s); err != nil {
-		return fmt.Errorf("create switch %s: %w", s.Name, err)
+	if _, err := admin.CreateSwitch(ctx, st, records.Switch{Name: sw, MTU: 9000, UplinkPolicy: records.UplinkSingle}); err != nil {
+		return err
 	}
 	name := strings.TrimPrefix(pg, "dvportgroup-")
 	p := records.PortGroup{Name: name, Key: pg, Switch: sw, VLAN: 100, PFCPriority: 3, DSCP: 26, RoCEVersion: records.RoCEv2, // RoCE in a VLAN with PFC on its priority (roce-vlan-pfc)

@@ -18,6 +18,7 @@ import (
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/nativepeer"
+	"github.com/vrdma/vrdma/internal/perf"
 )
 
 // nativePeerReport is "vrdmactl native-peer -o json".
@@ -27,16 +28,47 @@ type nativePeerReport struct {
 	Result []nativepeer.Result `json:"result"` // the operations run (active), each with its latency
 }
 
+// nativeBenchReport is "vrdmactl native-peer --bench TEST -o json": the
+// figures the active side measured, on both sides, in perftest's units
+// (MiB/s, Mpps, µs).
+type nativeBenchReport struct {
+	Role       string  `json:"role"`   // "active" (it measured) or "passive"
+	Test       string  `json:"test"`   // write_bw, read_lat, …
+	Path       string  `json:"path"`   // this side's QP's path: rdma
+	Reason     string  `json:"reason"` // why it took that path
+	MsgSize    int     `json:"msg_size"`
+	Iterations int     `json:"iterations"`
+	BWPeak     float64 `json:"bw_peak_mibps,omitempty"`    // BW tests
+	BWAverage  float64 `json:"bw_average_mibps,omitempty"` // BW tests
+	MsgRate    float64 `json:"msg_rate_mpps,omitempty"`    // BW tests
+	TMin       float64 `json:"t_min_us,omitempty"`         // latency tests (RTT/2 for write_lat and send_lat, the round trip for read_lat and atomic_lat)
+	TTypical   float64 `json:"t_typical_us,omitempty"`
+	TAvg       float64 `json:"t_avg_us,omitempty"`
+	TMax       float64 `json:"t_max_us,omitempty"`
+	P99        float64 `json:"percentile_99_us,omitempty"`
+}
+
+// nativeBench is the report of result r of this side (role).
+func nativeBench(role string, r perf.Result) nativeBenchReport {
+	rep := nativeBenchReport{Role: role, Test: string(r.Test), Path: string(r.Path.Path), Reason: r.Path.Reason, MsgSize: r.MsgSize, Iterations: r.Iters}
+	if r.Test.Latency() {
+		rep.TMin, rep.TTypical, rep.TAvg, rep.TMax, rep.P99 = round2(r.TMin), round2(r.TTypical), round2(r.TAvg), round2(r.TMax), round2(r.P99)
+	} else {
+		rep.BWPeak, rep.BWAverage, rep.MsgRate = round2(r.BWPeak), round2(r.BWAvg), float64(int64(r.MsgRate*1e6+0.5))/1e6
+	}
+	return rep
+}
+
 // nativePeerCommand is "vrdmactl native-peer": a plain RoCEv2 peer, or its
 // counterpart in a VM with native endpoints (package nativepeer).
 func (a *app) nativePeerCommand() *cobra.Command {
-	var addr, vmName, adName, gid string
-	var port, size int
+	var addr, vmName, adName, gid, bench string
+	var port, size, iters int
 	var timeout time.Duration
 	var useCM bool
 	var cmt nativepeer.CMTiming
 	cmd := &cobra.Command{
-		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [--cm] [-p PORT] [-s SIZE] [PEER]",
+		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [--cm | --bench TEST [-n ITERS]] [-p PORT] [-s SIZE] [PEER]",
 		Short: "A plain RoCEv2 peer (no agent, no control plane), or its counterpart in a VM with native endpoints",
 		Long: `native-peer runs RC operations between a plain RoCEv2 endpoint and a VM adapter
 with native endpoints (vrdmaX.nativeEndpointSupport = "TRUE"), to test the
@@ -56,6 +88,12 @@ runs SEND/RECV, RDMA WRITE with immediate, RDMA READ, compare and swap and fetch
 and add against the other side's region, checking each result, then asks the
 passive side to check its memory. Either side may be either role.
 
+With --bench TEST (on both sides, as perftest's programs) it measures instead:
+TEST is one of vrdmactl perf's tests (write_bw, read_bw, send_bw, atomic_bw,
+write_lat, read_lat, send_lat, atomic_lat), run by the same code as vrdmactl
+perf's, -s bytes per message (the test's default unless given) and -n
+iterations, with the active side measuring. Both sides print the figures.
+
 With --cm the sides connect with RDMA CM instead, as rping and ib_write_bw -R
 do: the passive side listens on PORT (rdma_listen), the active side connects to
 PEER's IP address and PORT (rdma_connect) — the CM MADs on QP1 (REQ, REP, RTU,
@@ -68,14 +106,38 @@ the REP. The check is asked and answered with SENDs.`,
   vrdmactl native-peer --vm vm1 10.0.1.50
   # the same with RDMA CM: the VM listens on port 7471, the peer connects
   vrdmactl native-peer --vm vm1 --cm -p 7471
-  vrdmactl native-peer --address 10.0.1.50 --cm -p 7471 10.0.1.10`,
+  vrdmactl native-peer --address 10.0.1.50 --cm -p 7471 10.0.1.10
+  # RDMA WRITE bandwidth at 1 MiB from the VM to the plain peer:
+  vrdmactl native-peer --address 10.0.1.50 --bench write_bw
+  vrdmactl native-peer --vm vm1 --bench write_bw -s 1048576 10.0.1.50`,
 		Args: rangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (addr == "") == (vmName == "") {
 				return usageErrorf("native-peer: give --address ADDR (the plain peer) or --vm NAME (the VM's side)")
 			}
-			if size < nativepeer.MinSize || size > nativepeer.MaxSize {
+			var test perf.Test
+			switch {
+			case useCM && bench != "":
+				return usageErrorf("native-peer: --cm and --bench: the benchmarks exchange out of band, give one of them")
+			case bench != "":
+				t, err := perf.ParseTest(bench)
+				if err != nil {
+					return usageErrorf("native-peer: --bench: %v", err)
+				}
+				test = t
+				if !cmd.Flags().Changed("size") {
+					size = test.DefaultSize()
+				}
+				if size < 1 || size > nativepeer.MaxBenchSize {
+					return usageErrorf("native-peer: -s %d is outside 1..%d", size, nativepeer.MaxBenchSize)
+				}
+				if iters < 0 || iters > nativepeer.MaxBenchIters {
+					return usageErrorf("native-peer: -n %d is outside 1..%d", iters, nativepeer.MaxBenchIters)
+				}
+			case size < nativepeer.MinSize || size > nativepeer.MaxSize:
 				return usageErrorf("native-peer: -s %d is outside %d..%d", size, nativepeer.MinSize, nativepeer.MaxSize)
+			case cmd.Flags().Changed("iters"):
+				return usageErrorf("native-peer: -n counts the iterations of a --bench run")
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -115,6 +177,9 @@ the REP. The check is asked and answered with SENDs.`,
 					return fmt.Errorf("native-peer: %w", err)
 				}
 			}
+			if bench != "" {
+				return a.nativeBenchRun(ctx, ad, local, perf.Config{Test: test, Size: size, Iters: iters}, addr, args, port)
+			}
 			side, err := nativepeer.NewSide(ctx, vm, ad, local, size)
 			if err != nil {
 				return fmt.Errorf("native-peer: %w", err)
@@ -153,7 +218,9 @@ the REP. The check is asked and answered with SENDs.`,
 	f.StringVarP(&adName, "device", "d", "", "the VM's adapter (default: its first)")
 	f.StringVar(&gid, "gid", "", "the GID the VM's side tells (default: its host's RDMA uplink address)")
 	f.IntVarP(&port, "port", "p", 18515, "the TCP port of the out-of-band exchange")
-	f.IntVarP(&size, "size", "s", 4096, "the bytes each RDMA WRITE and READ moves")
+	f.IntVarP(&size, "size", "s", 4096, "the bytes each RDMA WRITE and READ moves (--bench: the message size, default the test's)")
+	f.StringVar(&bench, "bench", "", "measure TEST instead (write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat), as vrdmactl perf")
+	f.IntVarP(&iters, "iters", "n", 0, "--bench: iterations (default the test's)")
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
 	f.BoolVar(&useCM, "cm", false, "connect with RDMA CM (by IP address and port) instead of the TCP exchange")
 	f.Uint8Var(&cmt.ResponseTimeout, "cm-response-timeout", 0, "the plain peer's CM response timeout, 4.096 µs × 2^N (0: rdma_cm's 20, about 4.3 s)")
@@ -207,13 +274,62 @@ func (a *app) uplinkGID(ctx context.Context, ad *vrdma.Adapter, gid string) (net
 	return netip.Addr{}, fmt.Errorf("the agent at %s has no RoCEv2 uplink (vrdmad --rdma-uplink rocev2-soft/ADDRESS), which native endpoints are reached through; or give --gid", a.socket)
 }
 
+// nativeBenchRun runs benchmark c on adapter ad, which the other side
+// reaches at gid: passive (listening on port, at addr or every address)
+// without a peer in args, else active toward it; it prints the figures.
+func (a *app) nativeBenchRun(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, c perf.Config, addr string, args []string, port int) error {
+	var r perf.Result
+	role := "passive"
+	err := func() error {
+		var cn net.Conn
+		var err error
+		if len(args) == 0 {
+			cn, err = a.nativeAccept(ctx, addr, port)
+		} else {
+			role = "active"
+			cn, err = nativeDial(ctx, args[0], port)
+		}
+		if err != nil {
+			return err
+		}
+		defer cn.Close()
+		if role == "active" {
+			r, err = nativepeer.BenchActive(ctx, ad, gid, c, cn)
+		} else {
+			r, err = nativepeer.BenchPassive(ctx, ad, gid, c.Test, cn)
+		}
+		return err
+	}()
+	if err != nil {
+		return fmt.Errorf("native-peer: %s: %w", c.Test, err)
+	}
+	if a.json() {
+		return a.printJSON(nativeBench(role, r))
+	}
+	fmt.Fprintf(a.stdout, "native-peer (%s): %s over %s (%s)\n", role, c.Test, r.Path.Path, r.Path.Reason)
+	printPerfResult(a.stdout, r)
+	fmt.Fprintln(a.stdout, perfRule)
+	return nil
+}
+
 // nativePassive listens on port (at addr, or every address) for the
 // active side, and serves it.
 func (a *app) nativePassive(ctx context.Context, side *nativepeer.Side, addr string, port int) error {
+	c, err := a.nativeAccept(ctx, addr, port)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return side.Serve(ctx, c)
+}
+
+// nativeAccept listens on port (at addr, or every address) and returns
+// the other side's connection, with ctx's deadline.
+func (a *app) nativeAccept(ctx context.Context, addr string, port int) (net.Conn, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("listen for the exchange: %w", err)
+		return nil, fmt.Errorf("listen for the exchange: %w", err)
 	}
 	defer ln.Close()
 	fmt.Fprintf(a.stderr, "native-peer: waiting for the other side on %s\n", ln.Addr())
@@ -221,13 +337,12 @@ func (a *app) nativePassive(ctx context.Context, side *nativepeer.Side, addr str
 	defer stop()
 	c, err := ln.Accept()
 	if err != nil {
-		return fmt.Errorf("accept the other side: %w", err)
+		return nil, fmt.Errorf("accept the other side: %w", err)
 	}
-	defer c.Close()
 	if d, ok := ctx.Deadline(); ok {
 		c.SetDeadline(d)
 	}
-	return side.Serve(ctx, c)
+	return c, nil
 }
 
 // nativeCM runs side with RDMA CM on an event channel of vm: passive
@@ -250,6 +365,18 @@ func (a *app) nativeCM(ctx context.Context, vm *vrdma.VM, ad *vrdma.Adapter, sid
 // nativeActive connects to the passive side at peer (HOST or HOST:PORT)
 // and runs the operations.
 func (a *app) nativeActive(ctx context.Context, side *nativepeer.Side, peer string, port int) ([]nativepeer.Result, error) {
+	c, err := nativeDial(ctx, peer, port)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return side.Drive(ctx, c)
+}
+
+// nativeDial connects to the passive side at peer (HOST or HOST:PORT),
+// waiting for it to listen, and returns the connection with ctx's
+// deadline.
+func nativeDial(ctx context.Context, peer string, port int) (net.Conn, error) {
 	if _, _, err := net.SplitHostPort(peer); err != nil {
 		peer = net.JoinHostPort(peer, strconv.Itoa(port))
 	}
@@ -265,9 +392,8 @@ func (a *app) nativeActive(ctx context.Context, side *nativepeer.Side, peer stri
 	if err != nil {
 		return nil, fmt.Errorf("connect to the other side at %s: %w", peer, err)
 	}
-	defer c.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
-	return side.Drive(ctx, c)
+	return c, nil
 }

@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -178,7 +178,7 @@ func (a *app) readLocalNICs(c *member.Cache, m *netcheck.Model, ref string) (*lo
 		}
 		ref = strings.TrimSpace(string(b))
 	}
-	id, err := hostIDOf(c, ref)
+	id, err := admin.HostID(c, ref)
 	if err != nil {
 		if explicit {
 			return nil, usageErrorf("network check --local-host: %v", err)
@@ -272,9 +272,6 @@ func parseOnOff(name, v string) (bool, error) {
 	return false, usageErrorf("--%s %q: want on or off (or yes, no, true, false)", name, v)
 }
 
-// unknownWord is the flag value that removes a declaration.
-const unknownWord = "unknown"
-
 // uplinkDeclareReport is "vrdmactl host uplink declare -o json".
 type uplinkDeclareReport struct {
 	Host   string         `json:"host"`   // the host's ID
@@ -312,44 +309,14 @@ when it registers again.`,
 		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			edit, err := nicEdit(fl.Changed, pfc, pause, trust, mtu, teamed, team, sole)
-			if err != nil {
-				return err
-			}
-			if edit == nil && !clear {
-				return usageErrorf("host uplink declare: say what to declare (--pfc, --pause, --trust, --mtu, --teamed, --team, --sole-uplink, --clear)")
-			}
+			d := admin.UplinkDeclaration{PFC: ifChanged(fl, "pfc", &pfc), Pause: ifChanged(fl, "pause", &pause), Trust: ifChanged(fl, "trust", &trust), MTU: ifChanged(fl, "mtu", &mtu),
+				Teamed: ifChanged(fl, "teamed", &teamed), Team: ifChanged(fl, "team", &team), SoleUplink: ifChanged(fl, "sole-uplink", &sole), Clear: clear}
 			var out records.Uplink
 			var host records.Host
-			err = a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
-				id, err := hostIDOf(c, args[0])
-				if err != nil {
-					return err
-				}
-				host, _, err = store.Update(cmd.Context(), st, records.HostKey(id), func(old *records.Host) (*records.Host, error) {
-					if old == nil {
-						return nil, fmt.Errorf("host %s: %w", id, store.ErrNotFound)
-					}
-					n := *old
-					n.Uplinks = append([]records.Uplink(nil), old.Uplinks...)
-					i, err := n.UplinkIndex(args[1])
-					if err != nil {
-						return nil, err
-					}
-					d := &n.Uplinks[i].Declared
-					if clear {
-						*d = records.NICState{}
-					}
-					if edit != nil {
-						edit(d)
-					}
-					if err := n.Validate(); err != nil {
-						return nil, &exitError{code: exitUsage, err: err}
-					}
-					out = n.Uplinks[i]
-					return &n, nil
-				})
-				return err
+			err := a.withCache(cmd.Context(), func(st *store.Store, c *member.Cache) error {
+				var err error
+				host, out, err = admin.DeclareUplink(cmd.Context(), st, c, args[0], args[1], d)
+				return adminErr(err)
 			})
 			if err != nil {
 				return cmdErr("host uplink declare "+args[0]+" "+args[1], err)
@@ -357,7 +324,7 @@ when it registers again.`,
 			if a.json() {
 				return a.printJSON(uplinkDeclareReport{Host: host.ID, Name: host.Name, Uplink: out})
 			}
-			fmt.Fprintf(a.stdout, "host %s uplink %s declares: %s\n", hostRef(host), out.Name(), nicText(out.Declared))
+			fmt.Fprintf(a.stdout, "host %s uplink %s declares: %s\n", hostRef(host), out.Name(), admin.NICText(out.Declared))
 			return nil
 		},
 	}
@@ -372,114 +339,4 @@ when it registers again.`,
 	f.BoolVar(&clear, "clear", false, "remove every declaration first")
 	cmd.AddCommand(declare)
 	return cmd
-}
-
-// nicEdit turns host uplink declare's flags into an edit of a
-// declaration; nil if no flag is given. A flag's value "unknown" removes
-// its declaration.
-func nicEdit(changed func(string) bool, pfc, pause, trust, mtu, teamed, team, sole string) (func(*records.NICState), error) {
-	var edits []func(*records.NICState)
-	set := func(flag, v string, parse func(string) (func(*records.NICState), error), unset func(*records.NICState)) error {
-		if !changed(flag) {
-			return nil
-		}
-		if v == unknownWord {
-			edits = append(edits, unset)
-			return nil
-		}
-		e, err := parse(v)
-		if err != nil {
-			return usageErrorf("host uplink declare --%s: %v", flag, err)
-		}
-		edits = append(edits, e)
-		return nil
-	}
-	yesNo := func(v string) (bool, error) {
-		b, err := parseOnOff("", v)
-		if err != nil {
-			return false, fmt.Errorf("%q: want yes, no or %s", v, unknownWord)
-		}
-		return b, nil
-	}
-	errs := []error{
-		set("pfc", pfc, func(v string) (func(*records.NICState), error) {
-			p, err := records.ParsePrioritySet(v)
-			return func(s *records.NICState) { s.PFC = &p }, err
-		}, func(s *records.NICState) { s.PFC = nil }),
-		set("pause", pause, func(v string) (func(*records.NICState), error) {
-			p, err := records.ParsePause(v)
-			return func(s *records.NICState) { s.Pause = &p }, err
-		}, func(s *records.NICState) { s.Pause = nil }),
-		set("trust", trust, func(v string) (func(*records.NICState), error) {
-			t, err := records.ParseTrust(v)
-			return func(s *records.NICState) { s.Trust = t }, err
-		}, func(s *records.NICState) { s.Trust = "" }),
-		set("mtu", mtu, func(v string) (func(*records.NICState), error) {
-			var n int
-			if _, err := fmt.Sscan(v, &n); err != nil || fmt.Sprint(n) != v || n < records.MinNICMTU || n > records.MaxNICMTU {
-				return nil, fmt.Errorf("%q is not an MTU %d–%d", v, records.MinNICMTU, records.MaxNICMTU)
-			}
-			return func(s *records.NICState) { s.MTU = n }, nil
-		}, func(s *records.NICState) { s.MTU = 0 }),
-		set("teamed", teamed, func(v string) (func(*records.NICState), error) {
-			b, err := yesNo(v)
-			return func(s *records.NICState) {
-				s.Teamed = &b
-				if !b {
-					s.Team = ""
-				}
-			}, err
-		}, func(s *records.NICState) { s.Teamed, s.Team = nil, "" }),
-		set("team", team, func(v string) (func(*records.NICState), error) {
-			return func(s *records.NICState) { s.Team = v }, records.CheckName(v)
-		}, func(s *records.NICState) { s.Team = "" }),
-		set("sole-uplink", sole, func(v string) (func(*records.NICState), error) {
-			b, err := yesNo(v)
-			return func(s *records.NICState) { s.SoleUplink = &b }, err
-		}, func(s *records.NICState) { s.SoleUplink = nil }),
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if len(edits) == 0 {
-		return nil, nil
-	}
-	return func(s *records.NICState) {
-		for _, e := range edits {
-			e(s)
-		}
-	}, nil
-}
-
-// nicText is a NIC state for people: "pfc 3, pause off, trust dscp, mtu
-// 9000, not teamed".
-func nicText(s records.NICState) string {
-	var p []string
-	if s.PFC != nil {
-		p = append(p, "pfc "+s.PFC.String())
-	}
-	if s.Pause != nil {
-		p = append(p, "pause "+s.Pause.String())
-	}
-	if s.Trust != "" {
-		p = append(p, "trust "+string(s.Trust))
-	}
-	if s.MTU != 0 {
-		p = append(p, fmt.Sprintf("mtu %d", s.MTU))
-	}
-	switch {
-	case s.Teamed != nil && *s.Teamed && s.Team != "":
-		p = append(p, "teamed in "+s.Team)
-	case s.Teamed != nil && *s.Teamed:
-		p = append(p, "teamed")
-	case s.Teamed != nil:
-		p = append(p, "not teamed")
-	}
-	if s.SoleUplink != nil {
-		p = append(p, "sole uplink "+onOff(*s.SoleUplink))
-	}
-	if len(p) == 0 {
-		return "nothing"
-	}
-	return strings.Join(p, ", ")
 }

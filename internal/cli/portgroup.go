@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -40,14 +41,8 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p := pg
 			p.Key, p.RoCEVersion = args[0], records.RoCEVersion(roce)
-			if p.Name == "" {
-				p.Name = p.Key
-			}
 			if p.Switch == "" {
 				return usageErrorf("portgroup create: --switch is required")
-			}
-			if err := p.Validate(); err != nil {
-				return usageErrorf("portgroup create: %v", err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 			defer cancel()
@@ -56,21 +51,8 @@ ethernetN.dvs.portgroupId = "KEY" in its VMX.`,
 				return err
 			}
 			defer st.Close()
-			_, err = store.Txn(ctx, st, func(tx *store.Tx) error {
-				if ok, err := tx.Exists(records.SwitchKey(p.Switch)); err != nil {
-					return err
-				} else if !ok {
-					return fmt.Errorf("switch %s does not exist: create it first (vrdmactl switch create %s)", p.Switch, p.Switch)
-				}
-				if ok, err := tx.Exists(records.PortGroupKey(p.Key)); err != nil {
-					return err
-				} else if ok {
-					return fmt.Errorf("port group %s already exists", p.Key)
-				}
-				return tx.Put(records.PortGroupKey(p.Key), p)
-			})
-			if err != nil {
-				return fmt.Errorf("portgroup create %s: %w", p.Key, err)
+			if p, err = admin.CreatePortGroup(ctx, st, p); err != nil {
+				return adminErr(err)
 			}
 			if a.json() {
 				return a.printJSON(p)
@@ -158,39 +140,22 @@ keep their path.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			changed := false
-			for _, n := range []string{"vlan", "pfc-priority", "dscp", "roce-version", "roce-mtu", "subnet", "name"} {
-				changed = changed || fl.Changed(n)
-			}
-			if !changed {
+			rv := records.RoCEVersion(roce)
+			ch := admin.PortGroupChange{VLAN: ifChanged(fl, "vlan", &p.VLAN), PFCPriority: ifChanged(fl, "pfc-priority", &p.PFCPriority), DSCP: ifChanged(fl, "dscp", &p.DSCP),
+				RoCEVersion: ifChanged(fl, "roce-version", &rv), RoCEMTU: ifChanged(fl, "roce-mtu", &p.RoCEMTU), Subnet: ifChanged(fl, "subnet", &p.Subnet), Name: ifChanged(fl, "name", &p.Name)}
+			if ch == (admin.PortGroupChange{}) {
 				return usageErrorf("portgroup set: say what to change (--vlan, --pfc-priority, --dscp, --roce-version, --roce-mtu, --subnet, --name)")
 			}
-			n, err := updateRecord(a, cmd, records.PortGroupKey(args[0]), "port group "+args[0], "vrdmactl portgroup list", func(old *records.PortGroup) error {
-				if fl.Changed("vlan") {
-					old.VLAN = p.VLAN
-				}
-				if fl.Changed("pfc-priority") {
-					old.PFCPriority = p.PFCPriority
-				}
-				if fl.Changed("dscp") {
-					old.DSCP = p.DSCP
-				}
-				if fl.Changed("roce-version") {
-					old.RoCEVersion = records.RoCEVersion(roce)
-				}
-				if fl.Changed("roce-mtu") {
-					old.RoCEMTU = p.RoCEMTU
-				}
-				if fl.Changed("subnet") {
-					old.Subnet = p.Subnet
-				}
-				if fl.Changed("name") {
-					old.Name = p.Name
-				}
-				return nil
-			})
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			st, err := a.openStore(ctx)
 			if err != nil {
 				return err
+			}
+			defer st.Close()
+			n, err := admin.SetPortGroup(ctx, st, args[0], ch)
+			if err != nil {
+				return cmdErr("portgroup set", adminErr(err))
 			}
 			if a.json() {
 				return a.printJSON(n)

@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -42,12 +42,6 @@ control plane is.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s := sw
 			s.Name, s.UplinkPolicy = args[0], records.UplinkPolicy(policy)
-			if s.UUID == "" {
-				s.UUID = randomUUID()
-			}
-			if err := s.Validate(); err != nil {
-				return usageErrorf("switch create: %v", err)
-			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
 			defer cancel()
 			st, err := a.openStore(ctx)
@@ -55,11 +49,8 @@ control plane is.`,
 				return err
 			}
 			defer st.Close()
-			if _, err := st.Create(ctx, records.SwitchKey(s.Name), s); err != nil {
-				if errors.Is(err, store.ErrExists) {
-					return fmt.Errorf("switch create: switch %s already exists", s.Name)
-				}
-				return fmt.Errorf("switch create %s: %w", s.Name, err)
+			if s, err = admin.CreateSwitch(ctx, st, s); err != nil {
+				return adminErr(err)
 			}
 			if a.json() {
 				return a.printJSON(s)
@@ -165,23 +156,21 @@ the change at once.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			if !fl.Changed("mtu") && !fl.Changed("uplink-policy") && !fl.Changed("network-policy") {
+			up, np := records.UplinkPolicy(uplinkPolicy), records.NetworkPolicy(networkPolicy)
+			ch := admin.SwitchChange{MTU: ifChanged(fl, "mtu", &mtu), UplinkPolicy: ifChanged(fl, "uplink-policy", &up), NetworkPolicy: ifChanged(fl, "network-policy", &np)}
+			if ch == (admin.SwitchChange{}) {
 				return usageErrorf("switch set: say what to change (--network-policy, --mtu, --uplink-policy)")
 			}
-			s, err := a.updateSwitch(cmd, args[0], func(s *records.Switch) error {
-				if fl.Changed("mtu") {
-					s.MTU = mtu
-				}
-				if fl.Changed("uplink-policy") {
-					s.UplinkPolicy = records.UplinkPolicy(uplinkPolicy)
-				}
-				if fl.Changed("network-policy") {
-					s.NetworkPolicy = records.NetworkPolicy(networkPolicy)
-				}
-				return nil
-			})
+			ctx, cancel := context.WithTimeout(cmd.Context(), callTimeout)
+			defer cancel()
+			st, err := a.openStore(ctx)
 			if err != nil {
 				return err
+			}
+			defer st.Close()
+			s, err := admin.SetSwitch(ctx, st, args[0], ch)
+			if err != nil {
+				return cmdErr("switch set", adminErr(err))
 			}
 			if a.json() {
 				return a.printJSON(s)

@@ -43,12 +43,6 @@ func parseOwner(s string) (*vrdma.Owner, error) {
 	return &vrdma.Owner{UID: uint32(uid), GID: uint32(gid)}, nil
 }
 
-// newVMX returns the VMX of a new VM with no adapter.
-func newVMX(name string, memMB, hw int, guestOS string) string {
-	return fmt.Sprintf(".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"%d\"\ndisplayName = %q\nguestOS = %q\nmemSize = \"%d\"\n",
-		hw, name, guestOS, memMB)
-}
-
 func (a *app) vmCreateCommand() *cobra.Command {
 	var spec vrdma.VMSpec
 	var mem, hw int
@@ -71,18 +65,12 @@ user): only processes of its owner, of its group, or of root may attach.`,
 			if err != nil {
 				return err
 			}
-			if mem < vmconfig.MinMemSizeMB || mem > vmconfig.MaxMemSizeMB {
-				return usageErrorf("--memory %d: want %d..%d MB", mem, vmconfig.MinMemSizeMB, vmconfig.MaxMemSizeMB)
-			}
-			if hw < 1 || hw > vmconfig.MaxHWVersion {
-				return usageErrorf("--hw-version %d: want 1..%d (13 or later for PVRDMA)", hw, vmconfig.MaxHWVersion)
-			}
-			if guest == "" || strings.ContainsAny(guest, "\"|\n") {
-				return usageErrorf("--guest-os %q: want a guestOS ID such as ubuntu-64", guest)
+			vmxText, err := vmconfig.NewVMX(args[0], mem, hw, guest)
+			if err != nil {
+				return usageErrorf("vm create: %v (--memory, --hw-version, --guest-os)", err)
 			}
 			s := spec
-			s.Name, s.Owner = args[0], o
-			s.VMX = newVMX(s.Name, mem, hw, guest)
+			s.Name, s.Owner, s.VMX = args[0], o, vmxText
 			ctx, ag, done, err := a.openAgent(cmd)
 			if err != nil {
 				return err

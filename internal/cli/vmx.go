@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
@@ -95,7 +96,7 @@ report goes to stdout whatever the exit status: a list with, per file,
 			// The host rules, and power-on's placement checks, against the
 			// control plane as it is now.
 			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
-				id, err := hostIDOf(c, host)
+				id, err := admin.HostID(c, host)
 				if err != nil {
 					fmt.Fprintf(a.stderr, "vrdmactl: vmx check: --host: %v\n", err)
 					return &exitError{code: exitUsage}

@@ -9,9 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/vrdma/vrdma"
@@ -24,7 +26,7 @@ import (
 
 // browser starts a headless Chromium with a fresh profile, w pixels
 // wide, and returns a tab's context, bounded to a minute.
-func browser(t *testing.T, w int) context.Context {
+func browser(t *testing.T, w int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
@@ -38,6 +40,7 @@ func browser(t *testing.T, w int) context.Context {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-gpu", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(w, 1000))
+	opts = append(opts, extra...)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
@@ -204,6 +207,18 @@ func TestConsoleRefusedPowerOn(t *testing.T) {
 	}
 }
 
+// vmOnPortGroup creates managed VM name, powered off, with an adapter
+// on dvportgroup-10 and no memory reserved.
+func (f *fabric) vmOnPortGroup(t *testing.T, name string) {
+	t.Helper()
+	f.createVM(t, name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.ag.EditVM(ctx, name, vrdmaEdit()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // vrdmaEdit adds a PVRDMA adapter on dvportgroup-10 and reserves no
 // memory.
 func vrdmaEdit() vrdma.VMEdit {
@@ -215,22 +230,67 @@ func vrdmaEdit() vrdma.VMEdit {
 func (f *fabric) runningVM(t *testing.T, name string) *vrdma.VM {
 	t.Helper()
 	f.createVM(t, name)
+	return f.powerOn(t, f.ag, f.env.Socket, name)
+}
+
+// powerOn gives VM name, created on the agent ag at socket, an adapter
+// on dvportgroup-10 and its memory reserved, powers it on and attaches
+// it.
+func (f *fabric) powerOn(t *testing.T, ag *vrdma.Agent, socket, name string) *vrdma.VM {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	e := vrdmaEdit()
 	e.ReserveAllMemory = true
-	if _, err := f.ag.EditVM(ctx, name, e); err != nil {
+	if _, err := ag.EditVM(ctx, name, e); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.ag.PowerOnVM(ctx, name, ""); err != nil {
+	if _, err := ag.PowerOnVM(ctx, name, ""); err != nil {
 		t.Fatal(err)
 	}
-	vm, err := vrdma.Open(ctx, name, vrdma.WithSocket(f.env.Socket))
+	vm, err := vrdma.Open(ctx, name, vrdma.WithSocket(socket))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { vm.Close() })
 	return vm
+}
+
+// writeBW runs write_bw from VM from's vrdma0 to VM to's for up to 20
+// seconds, on path want; stop ends it and checks that it ran.
+func writeBW(t *testing.T, from, to *vrdma.VM, want vrdma.PathKind) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	t.Cleanup(cancel)
+	ada, err := from.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adb, err := to.Adapter("vrdma0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := perf.Connect(ctx, ada, adb, perf.PairConfig{BufSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(ctx) })
+	if got := p.Path().Path; got != want {
+		t.Fatalf("path %q, want %s", got, want)
+	}
+	traffic, end := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() {
+		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
+		ran <- err
+	}()
+	return func() {
+		t.Helper()
+		end()
+		if err := <-ran; err != nil && traffic.Err() == nil {
+			t.Errorf("write_bw: %v", err)
+		}
+	}
 }
 
 // TestConsoleLive watches traffic in the live view: two VMs on one host
@@ -239,29 +299,7 @@ func (f *fabric) runningVM(t *testing.T, name string) *vrdma.VM {
 // updated without a reload.
 func TestConsoleLive(t *testing.T) {
 	f := startFabric(t, "")
-	a, b := f.runningVM(t, "left"), f.runningVM(t, "right")
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	ada, err := a.Adapter("vrdma0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	adb, err := b.Adapter("vrdma0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := perf.Connect(ctx, ada, adb, perf.PairConfig{BufSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	traffic, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	go func() {
-		_, err := p.Run(traffic, perf.Config{Test: perf.WriteBW, Size: 64 << 10, Duration: 20 * time.Second, UseEvent: true})
-		ran <- err
-	}()
-
+	stop := writeBW(t, f.runningVM(t, "left"), f.runningVM(t, "right"), vrdma.PathMemcpy)
 	bctx := browser(t, 1000)
 	do(t, bctx, "the live view with traffic",
 		chromedp.Navigate(f.srv.URL+"/#/live"),
@@ -282,9 +320,6 @@ func TestConsoleLive(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#explain-go")),
 		waitText("#path-result", "left/vrdma0 ↔ right/vrdma0: memcpy", "same host", "rejected rdma", "rejected tcp"))
 	stop()
-	if err := <-ran; err != nil && traffic.Err() == nil {
-		t.Errorf("write_bw: %v", err)
-	}
 }
 
 // TestConsoleToken checks the token in a browser: without it the pages
@@ -293,12 +328,9 @@ func TestConsoleLive(t *testing.T) {
 // removal of an adapter takes it off the VM.
 func TestConsoleToken(t *testing.T) {
 	f := startFabric(t, "s3cret")
-	f.createVM(t, "web")
+	f.vmOnPortGroup(t, "web")
 	ctxA, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.ag.EditVM(ctxA, "web", vrdmaEdit()); err != nil {
-		t.Fatal(err)
-	}
 	ctx := browser(t, 1000)
 	do(t, ctx, "no token",
 		chromedp.Navigate(f.srv.URL+"/"),
@@ -319,4 +351,216 @@ func TestConsoleToken(t *testing.T) {
 	if in, err := f.ag.VM(ctxA, "web"); err != nil || strings.Contains(in.VMX, "ethernet0") {
 		t.Errorf("after removing the adapter: %v\n%s", err, in.VMX)
 	}
+}
+
+// stayHome fails the test at its end if the tab of ctx asked for
+// anything but the console at base (or a data: URL): the pages make no
+// request elsewhere.
+func stayHome(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	var mu sync.Mutex
+	var away []string
+	err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && !strings.HasPrefix(e.Request.URL, base+"/") && !strings.HasPrefix(e.Request.URL, "data:") {
+			mu.Lock()
+			away = append(away, e.Request.URL)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(away) > 0 {
+			t.Errorf("the pages asked for %v: want nothing but the console at %s", away, base)
+		}
+	})
+}
+
+// pageFits checks that the page is no wider than the window.
+func pageFits(t *testing.T, ctx context.Context, what string) {
+	t.Helper()
+	widths, err := chromedp.Run(ctx, chromedp.Evaluate[[]int](`[window.innerWidth, document.documentElement.scrollWidth]`))
+	if err != nil || len(widths) != 2 || widths[1] > widths[0] {
+		t.Errorf("%s: window and page widths %v (%v): want the page no wider than the window", what, widths, err)
+	}
+}
+
+// TestConsoleHostConfigure walks "Configure an ESXi host for PVRDMA" in
+// the browser, on a 360-pixel screen, with the keyboard: a bad address
+// is refused with the reason; then tag another address, turn the pvrdma
+// firewall rule off and PVRDMA namespaces on, save, and the agent
+// applies it; then declare the uplink's PFC and pause.
+func TestConsoleHostConfigure(t *testing.T) {
+	f := startFabric(t, "")
+	id := f.env.Status(t).HostID
+	ctx := browser(t, 1000)
+	stayHome(t, ctx, f.srv.URL)
+	do(t, ctx, "the host page's form",
+		chromedp.EmulateViewport(360, 900),
+		chromedp.Navigate(f.srv.URL+"/#/host/"+id),
+		waitText("main", "Host esx1", "Configure for PVRDMA", "PVRDMA namespaces", "off"))
+	pageFits(t, ctx, "host page")
+	do(t, ctx, "a bad address is refused, with the reason",
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#cf-addr').value = ''`),
+		chromedp.SendKeys(chromedp.CSS("#cf-addr"), "nowhere\r"),
+		waitText("#configure-result", "Not configured", "ADDRESS:PORT"))
+	do(t, ctx, "tag another address, the rule off, namespaces on: by the keyboard",
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#cf-addr').value = ''`),
+		chromedp.SendKeys(chromedp.CSS("#cf-addr"), testAddr+":4794"),
+		chromedp.Focus(chromedp.CSS("#cf-fw")), chromedp.KeyEvent(" "),
+		chromedp.Focus(chromedp.CSS("#cf-ns")), chromedp.KeyEvent(" "),
+		chromedp.Focus(chromedp.CSS("#configure-save")), chromedp.KeyEvent("\r"),
+		waitText("#configure-result", "Host esx1 configured: pvrdma_address, firewall_pvrdma, pvrdma_namespaces"),
+		waitText("main", testAddr+":4794", "disabled"),
+		chromedp.Poll[chromedp.Void](`document.querySelector('#cf-ns').checked && !document.querySelector('#cf-fw').checked`, chromedp.WithPollingTimeout(5*time.Second)))
+	deadline := time.Now().Add(10 * time.Second)
+	for p := f.env.Status(t).PVRDMA; p == nil || p.Firewall || p.Address != testAddr+":4794"; p = f.env.Status(t).PVRDMA {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent 10 s after the host was configured: %+v", p)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	do(t, ctx, "declare the uplink's lossless state",
+		chromedp.SendKeys(chromedp.CSS("#dc-pfc"), "3"),
+		chromedp.SetValue(chromedp.CSS("#dc-pause"), "off"),
+		chromedp.Focus(chromedp.CSS("#declare-save")), chromedp.KeyEvent("\r"),
+		waitText("#declare-result", "Uplink "+testAddr+" declares: pfc 3, pause off."),
+		waitText("#declare", "pfc 3, pause off"))
+	pageFits(t, ctx, "host page after configure")
+	screenshot(t, ctx, "console-host-configure.png")
+}
+
+// TestConsoleCreateObjects creates a switch, a port group on it and a
+// VM from the browser, on a 360-pixel screen, changes the port group's
+// and the switch's settings (a bad subnet is refused with the reason),
+// is refused deleting the switch and a port group in use (the reason
+// shows), then deletes them all.
+func TestConsoleCreateObjects(t *testing.T) {
+	f := startFabric(t, "")
+	f.vmOnPortGroup(t, "web")
+	ctx := browser(t, 1000)
+	stayHome(t, ctx, f.srv.URL)
+	do(t, ctx, "create a switch",
+		chromedp.EmulateViewport(360, 900),
+		chromedp.Navigate(f.srv.URL+"/"),
+		waitText("main", "Switch dvs1", "Create"),
+		chromedp.Focus(chromedp.CSS("details:has(#new-switch) > summary")), chromedp.KeyEvent("\r"),
+		chromedp.WaitVisible(chromedp.CSS("#sw-name")),
+		chromedp.SendKeys(chromedp.CSS("#sw-name"), "dvs9"),
+		chromedp.SetValue(chromedp.CSS("#sw-mtu"), "1500"),
+		chromedp.SendKeys(chromedp.CSS("#sw-mtu"), "\r"),
+		waitText("#admin-result", "Switch dvs9 created."),
+		waitText("main", "Switch dvs9", "MTU 1500"))
+	do(t, ctx, "create a port group on it",
+		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`),
+		chromedp.SendKeys(chromedp.CSS("#pg-key"), "dvportgroup-90"),
+		chromedp.SetValue(chromedp.CSS("#pg-switch"), "dvs9"),
+		chromedp.SetValue(chromedp.CSS("#pg-vlan"), "90"),
+		chromedp.SetValue(chromedp.CSS("#pg-pfc"), "5"),
+		chromedp.SetValue(chromedp.CSS("#pg-dscp"), "40"),
+		chromedp.SetValue(chromedp.CSS("#pg-roce"), "v1"),
+		chromedp.Click(chromedp.CSS("#new-pg button[type=submit]")),
+		waitText("#admin-result", "Port group dvportgroup-90 created."),
+		waitText("main", "Port group dvportgroup-90", "VLAN 90 · PFC priority 5 · DSCP 40 · RoCE v1"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`))
+	pageFits(t, ctx, "the inventory with the create forms open")
+	screenshot(t, ctx, "console-create.png")
+	do(t, ctx, "change the port group's settings; a bad subnet is refused with the reason",
+		chromedp.Click(chromedp.CSS(`a[href="#/portgroup/dvportgroup-90"]`)),
+		waitText("main", "Port group dvportgroup-90", "On switch dvs9"),
+		chromedp.SendKeys(chromedp.CSS("#set-subnet"), "10.1.0.0/99\r"),
+		waitText("#set-result", "Not saved", "subnet"),
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('#set-subnet').value = ''`),
+		chromedp.SetValue(chromedp.CSS("#set-vlan"), "91"),
+		chromedp.SetValue(chromedp.CSS("#set-roce_version"), "v2"),
+		chromedp.Click(chromedp.CSS("#set-save")),
+		waitText("#set-result", "Port group dvportgroup-90 saved: vlan, roce_version."),
+		chromedp.Click(chromedp.CSS(`nav a[href="#/"]`)),
+		waitText("main", "VLAN 91 · PFC priority 5 · DSCP 40 · RoCE v2"))
+	do(t, ctx, "the switch's network policy",
+		chromedp.Click(chromedp.CSS(`a[href="#/switch/dvs9"]`)),
+		waitText("main", "Switch dvs9", "Network policy"),
+		chromedp.SetValue(chromedp.CSS("#set-network_policy"), "warn"),
+		chromedp.Click(chromedp.CSS("#set-save")),
+		waitText("#set-result", "Switch dvs9 saved: network_policy."),
+		chromedp.Click(chromedp.CSS(`nav a[href="#/"]`)),
+		waitText("main", "Switch dvs9 MTU 1500 · network policy warn"))
+	do(t, ctx, "a switch with a port group is not deleted: the reason shows",
+		chromedp.Click(chromedp.CSS(`button[data-delete="switch dvs9"]`)),
+		waitText("#admin-result", "Refused", "port groups dvportgroup-90 are on it"))
+	do(t, ctx, "a port group with an adapter on it is not deleted: the reason shows",
+		chromedp.Click(chromedp.CSS(`button[data-delete="port group dvportgroup-10"]`)),
+		waitText("#admin-result", "Refused", "adapters web/vrdma0 are on it"))
+	do(t, ctx, "create a VM",
+		chromedp.Evaluate[chromedp.Void](`document.querySelectorAll('#create-h ~ details').forEach(d => d.open = true)`),
+		chromedp.SendKeys(chromedp.CSS("#vm-name"), "app"),
+		chromedp.SetValue(chromedp.CSS("#vm-mem"), "4"),
+		chromedp.SetValue(chromedp.CSS("#vm-host"), f.env.Status(t).HostID),
+		chromedp.Click(chromedp.CSS("#new-vm button[type=submit]")),
+		waitText("#admin-result", "VM app created"),
+		waitText("main", "VMs on no port group"),
+		chromedp.WaitVisible(chromedp.CSS(`li[data-name="app"]`)))
+	// A deadline of its own: the steps above may take a while on a
+	// busy machine.
+	ctxA, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if in, err := f.ag.VM(ctxA, "app"); err != nil || !in.Managed || in.Power != "poweredOff" || !strings.Contains(in.VMX, `memSize = "4"`) {
+		t.Fatalf("VM app after Create: %+v %v", in, err)
+	}
+	do(t, ctx, "delete the port group, then the switch",
+		chromedp.Click(chromedp.CSS(`button[data-delete="port group dvportgroup-90"]`)),
+		waitText("#admin-result", "Port group dvportgroup-90 deleted."),
+		chromedp.Click(chromedp.CSS(`button[data-delete="switch dvs9"]`)),
+		waitText("#admin-result", "Switch dvs9 deleted."))
+	do(t, ctx, "delete the VM from its page",
+		chromedp.Click(chromedp.CSS(`a[href="#/vm/app"]`)),
+		waitText("main", "VM app", "Delete VM"),
+		chromedp.Click(chromedp.CSS("#delete-vm")),
+		waitText("#admin-result", "VM app deleted."))
+	if _, err := f.ag.VM(ctxA, "app"); err == nil {
+		t.Errorf("VM app is still there after Delete VM")
+	}
+	for _, k := range []string{"dvs9"} {
+		if _, err := f.cache.Switch(ctxA, k); err == nil {
+			t.Errorf("switch %s is still there after Delete", k)
+		}
+	}
+}
+
+// TestConsoleMap watches two hosts in the live view: a VM on each, the
+// second host's agent read as another agent of the console, write_bw
+// from the second host's VM to the first's on the tcp path. The map shows both hosts and the tcp
+// edge with traffic; the remote VM shows its QP and its charts.
+func TestConsoleMap(t *testing.T) {
+	f := startFabric(t, "")
+	env2, ag2 := f.addHost(t, "esx2", "127.0.38.2")
+	f.reconfigure(t, func(c *Config) { c.Agents = []string{env2.Socket} })
+	a := f.runningVM(t, "left")
+	f.createVMOn(t, ag2, "right")
+	b := f.powerOn(t, ag2, env2.Socket, "right")
+	stop := writeBW(t, b, a, vrdma.PathTCP)
+	bctx := browser(t, 1000)
+	stayHome(t, bctx, f.srv.URL)
+	do(t, bctx, "the map with the tcp edge and its traffic",
+		chromedp.Navigate(f.srv.URL+"/#/live"),
+		waitText("#map", "esx1", "esx2"),
+		chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('#edges li')].some(e => /^esx[12] ↔ esx[12]: tcp · 2 QPs · /.test(e.textContent) && !e.textContent.endsWith(' 0.00 MB/s'))`,
+			chromedp.WithPollingTimeout(15*time.Second)),
+		chromedp.WaitVisible(chromedp.CSS("svg.map line.edge.tcp")))
+	do(t, bctx, "the remote VM's QP and charts",
+		waitText("main", "VM right", "on host esx2", "VM left", "on host esx1"),
+		chromedp.Poll[chromedp.Void](`(() => { const s = [...document.querySelectorAll('section')].find(x => x.getAttribute('aria-label') === 'VM right'); return !!s && s.querySelector('canvas') && s.textContent.includes('tcp') && !s.querySelector('.rate').textContent.includes(' 0.00 MB/s'); })()`,
+			chromedp.WithPollingTimeout(15*time.Second)))
+	screenshot(t, bctx, "console-map.png")
+	do(t, bctx, "the remote host's page, by the keyboard from the map, shows its agent's uplink",
+		chromedp.Evaluate[chromedp.Void](`[...document.querySelectorAll('svg.map a')].find(a => a.textContent.startsWith('esx2')).focus()`),
+		// The map is drawn again every second: the focus stays on the host.
+		chromedp.Sleep(1500*time.Millisecond),
+		chromedp.Poll[chromedp.Void](`document.activeElement.closest('svg.map') !== null && document.activeElement.textContent.startsWith('esx2')`, chromedp.WithPollingTimeout(time.Second)),
+		chromedp.KeyEvent("\r"),
+		waitText("main", "Host esx2", "Its agent", "TCP uplinks to other hosts", "esx1", "up"))
+	stop()
 }

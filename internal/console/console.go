@@ -11,8 +11,11 @@
 // to the agent with the vrdma.Agent calls vrdmactl uses, so every write
 // is checked by the agent exactly as vrdmactl's: the caller is the user
 // running the console (the agent's SO_PEERCRED check), and the same
-// rules refuse the same changes. Whoever reaches the console acts as
-// that user: it listens on loopback unless given a token.
+// rules refuse the same changes. Changes to the control plane's hosts,
+// switches and port groups go through package admin, as vrdmactl's do.
+// Whoever reaches the console acts as that user: it listens on loopback
+// unless given a token or served over TLS with client certificates
+// required (TLSConfig).
 package console
 
 import (
@@ -31,7 +34,9 @@ import (
 
 	"github.com/vrdma/vrdma"
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/control/admin"
 	"github.com/vrdma/vrdma/internal/control/member"
+	"github.com/vrdma/vrdma/internal/control/store"
 )
 
 //go:embed assets
@@ -46,10 +51,22 @@ type Config struct {
 	// plane (ControlErr then says why).
 	Cache      *member.Cache
 	ControlErr string
+	// Store is the control plane's store, which host, switch and port
+	// group changes write to (with the console user's access, as
+	// vrdmactl's); nil without a control plane.
+	Store *store.Store
+	// Agents are the Unix sockets of other hosts' agents the live view
+	// reads too: agents of this machine, or of other machines forwarded
+	// here (ssh -L /tmp/h2.sock:/run/vrdma/agent.sock h2).
+	Agents []string
 	// Token, if not empty, is required of every API request: as the
 	// cookie that GET /?token=TOKEN sets, or an Authorization: Bearer
 	// header.
 	Token string
+	// ClientCerts says the console is served over TLS that requires a
+	// client certificate of its client CA (TLSConfig): a request with a
+	// verified certificate needs no token.
+	ClientCerts bool
 	// CallTimeout bounds each call to the agent.
 	CallTimeout time.Duration
 }
@@ -66,16 +83,17 @@ const writeHeader = "X-Vrdma-Console"
 const maxBody = 64 << 10
 
 // CheckListen says whether the console may listen on addr: anywhere with
-// a token, only on a loopback address without one.
-func CheckListen(addr, token string) error {
+// a token or with TLS client certificates required, only on a loopback
+// address without either.
+func CheckListen(addr, token string, clientCerts bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--listen %q: want HOST:PORT, e.g. 127.0.0.1:8470: %v", addr, err)
 	}
-	if token != "" || isLoopback(host) {
+	if token != "" || clientCerts || isLoopback(host) {
 		return nil
 	}
-	return fmt.Errorf("--listen %s is not a loopback address: whoever reaches the console acts as you on the agent, so give --token SECRET (and open http://%s/?token=SECRET), or listen on 127.0.0.1", addr, addr)
+	return fmt.Errorf("--listen %s is not a loopback address: whoever reaches the console acts as you on the agent and the control plane, so give --token SECRET (and open http://%s/?token=SECRET), or require client certificates (--tls-cert, --tls-key, --tls-client-ca), or listen on 127.0.0.1", addr, addr)
 }
 
 // isLoopback reports whether host (a name or an IP literal) is loopback.
@@ -113,7 +131,17 @@ func New(cfg Config) http.Handler {
 	s.mux.HandleFunc("POST /api/vms/{name}/power-on", s.write(s.powerOn))
 	s.mux.HandleFunc("POST /api/vms/{name}/power-off", s.write(s.powerOff))
 	s.mux.HandleFunc("POST /api/vms/{name}/connect", s.write(s.connect))
+	s.mux.HandleFunc("POST /api/vms", s.write(s.createVM))
+	s.mux.HandleFunc("POST /api/vms/{name}/delete", s.write(s.deleteVM))
 	s.mux.HandleFunc("GET /api/hosts/{id}", s.api(s.host))
+	s.mux.HandleFunc("POST /api/hosts/{id}/configure", s.write(s.configureHost))
+	s.mux.HandleFunc("POST /api/hosts/{id}/uplinks/{uplink}/declare", s.write(s.declareUplink))
+	s.mux.HandleFunc("POST /api/switches", s.write(s.createSwitch))
+	s.mux.HandleFunc("POST /api/switches/{name}/set", s.write(s.setSwitch))
+	s.mux.HandleFunc("POST /api/switches/{name}/delete", s.write(s.deleteSwitch))
+	s.mux.HandleFunc("POST /api/portgroups", s.write(s.createPortGroup))
+	s.mux.HandleFunc("POST /api/portgroups/{key}/set", s.write(s.setPortGroup))
+	s.mux.HandleFunc("POST /api/portgroups/{key}/delete", s.write(s.deletePortGroup))
 	s.mux.HandleFunc("GET /api/live", s.api(s.live))
 	s.mux.HandleFunc("GET /api/network", s.api(s.network))
 	s.mux.HandleFunc("GET /api/path", s.api(s.path))
@@ -129,7 +157,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Without a token the console trusts whoever reaches loopback; a
 	// page of another site that resolves its own name to 127.0.0.1 (DNS
 	// rebinding) must not pass for the console's own.
-	if s.cfg.Token == "" && !isLoopback(hostOnly(r.Host)) {
+	if s.cfg.Token == "" && !s.cfg.ClientCerts && !isLoopback(hostOnly(r.Host)) {
 		http.Error(w, "this console answers only requests for a loopback address (Host: 127.0.0.1, [::1] or localhost)", http.StatusMisdirectedRequest)
 		return
 	}
@@ -168,8 +196,11 @@ func (s *server) tokenOK(t string) bool {
 
 // authorized checks the token of an API request.
 func (s *server) authorized(r *http.Request) bool {
-	if s.cfg.Token == "" {
+	if s.cfg.ClientCerts && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		return true
+	}
+	if s.cfg.Token == "" {
+		return !s.cfg.ClientCerts
 	}
 	if b, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && s.tokenOK(b) {
 		return true
@@ -241,6 +272,16 @@ func statusOf(err error) int {
 	var he *httpError
 	if errors.As(err, &he) {
 		return he.status
+	}
+	var ie *admin.InvalidError
+	var ce *admin.ConflictError
+	switch {
+	case errors.As(err, &ie):
+		return http.StatusBadRequest
+	case errors.As(err, &ce):
+		return http.StatusConflict
+	case errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
 	}
 	var ae *vrdma.Error
 	if errors.As(err, &ae) {

@@ -22,6 +22,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/testenv"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // Tests of the console's API against a running agent with a control
@@ -34,7 +35,10 @@ import (
 type fabric struct {
 	env   *testenv.Env
 	ag    *vrdma.Agent
+	ep    string // the etcd's client URL
+	st    *store.Store
 	cache *member.Cache
+	cfg   Config
 	srv   *httptest.Server
 }
 
@@ -82,18 +86,55 @@ func startFabric(t *testing.T, token string) *fabric {
 	case <-ctx.Done():
 		t.Fatalf("the control plane's cache: %v", c.Err())
 	}
-	srv := httptest.NewServer(New(Config{Socket: env.Socket, Cache: c, Token: token}))
-	t.Cleanup(srv.Close)
-	return &fabric{env: env, ag: ag, cache: c, srv: srv}
+	f := &fabric{env: env, ag: ag, ep: ep, st: st, cache: c, cfg: Config{Socket: env.Socket, Cache: c, Store: st, Token: token}}
+	f.srv = httptest.NewServer(New(f.cfg))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+// reconfigure serves the console again with its configuration changed
+// by change.
+func (f *fabric) reconfigure(t *testing.T, change func(*Config)) {
+	t.Helper()
+	f.srv.Close()
+	change(&f.cfg)
+	f.srv = httptest.NewServer(New(f.cfg))
+	t.Cleanup(f.srv.Close)
+}
+
+// addHost starts host name's agent on switch dvs1, with its PVRDMA
+// listener on addr:4791 and no RDMA uplink, and returns it.
+func (f *fabric) addHost(t *testing.T, name, addr string) (*testenv.Env, *vrdma.Agent) {
+	t.Helper()
+	env := testenv.StartControl(t, name, agent.ControlConfig{Endpoints: []string{f.ep}, Switch: "dvs1", FirewallPVRDMA: true,
+		PVRDMAAddress: netip.MustParseAddrPort(addr + ":4791")})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ag, err := vrdma.DialAgent(ctx, vrdma.WithSocket(env.Socket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ag.Close() })
+	return env, ag
 }
 
 // createVM creates managed VM name, powered off, with no adapter.
 func (f *fabric) createVM(t *testing.T, name string) {
 	t.Helper()
+	f.createVMOn(t, f.ag, name)
+}
+
+// createVMOn creates managed VM name on agent ag's host, powered off,
+// with 4 MB of memory and no adapter.
+func (f *fabric) createVMOn(t *testing.T, ag *vrdma.Agent, name string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	vmx := ".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"20\"\ndisplayName = \"" + name + "\"\nguestOS = \"ubuntu-64\"\nmemSize = \"4\"\n"
-	if _, err := f.ag.CreateVM(ctx, vrdma.VMSpec{Name: name, VMX: vmx}); err != nil {
+	vmx, err := vmconfig.NewVMX(name, 4, 20, "ubuntu-64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ag.CreateVM(ctx, vrdma.VMSpec{Name: name, VMX: vmx}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitVM(t, name)
@@ -405,14 +446,15 @@ func TestGuards(t *testing.T) {
 
 	for _, c := range []struct {
 		addr, token string
+		certs       bool
 		ok          bool
 	}{
-		{"127.0.0.1:8479", "", true}, {"[::1]:0", "", true}, {"localhost:8479", "", true},
-		{"0.0.0.0:8479", "", false}, {":8479", "", false}, {"192.0.2.1:8479", "", false},
-		{"0.0.0.0:8479", "t", true}, {"nowhere", "", false},
+		{"127.0.0.1:8479", "", false, true}, {"[::1]:0", "", false, true}, {"localhost:8479", "", false, true},
+		{"0.0.0.0:8479", "", false, false}, {":8479", "", false, false}, {"192.0.2.1:8479", "", false, false},
+		{"0.0.0.0:8479", "t", false, true}, {"0.0.0.0:8479", "", true, true}, {"nowhere", "", true, false},
 	} {
-		if err := CheckListen(c.addr, c.token); (err == nil) != c.ok {
-			t.Errorf("CheckListen(%q, %q) = %v, want ok %v", c.addr, c.token, err, c.ok)
+		if err := CheckListen(c.addr, c.token, c.certs); (err == nil) != c.ok {
+			t.Errorf("CheckListen(%q, %q, %v) = %v, want ok %v", c.addr, c.token, c.certs, err, c.ok)
 		}
 	}
 }

@@ -27,6 +27,8 @@ type Inventory struct {
 	ControlError string       `json:"control_error,omitempty"`
 	Switches     []SwitchNode `json:"switches"`
 	Unplaced     []HostNode   `json:"unplaced"`
+	// Hosts are the control plane's hosts, for the new VM form's choice.
+	Hosts []HostChoice `json:"hosts"`
 	// Local are the local agent's VMs (without a control plane, all
 	// there is to show).
 	LocalHost  string    `json:"local_host,omitempty"`
@@ -37,10 +39,12 @@ type Inventory struct {
 
 // SwitchNode is a distributed switch and its port groups.
 type SwitchNode struct {
-	Name       string          `json:"name"`
-	UUID       string          `json:"uuid"`
-	MTU        int             `json:"mtu"`
-	PortGroups []PortGroupNode `json:"portgroups"`
+	Name          string          `json:"name"`
+	UUID          string          `json:"uuid"`
+	MTU           int             `json:"mtu"`
+	UplinkPolicy  string          `json:"uplink_policy"`
+	NetworkPolicy string          `json:"network_policy"` // the effective one: strict, warn or off
+	PortGroups    []PortGroupNode `json:"portgroups"`
 }
 
 // PortGroupNode is a port group with the hosts of its switch.
@@ -51,6 +55,7 @@ type PortGroupNode struct {
 	PFCPriority int        `json:"pfc_priority"`
 	DSCP        int        `json:"dscp"`
 	RoCEVersion string     `json:"roce_version"`
+	RoCEMTU     int        `json:"roce_mtu"` // 0: the largest the switch's MTU carries
 	Subnet      string     `json:"subnet,omitempty"`
 	Hosts       []HostNode `json:"hosts"`
 }
@@ -97,6 +102,7 @@ func adaptersOfVMX(text string) []AdapterNode {
 
 func (s *server) inventory(ctx context.Context, _ *http.Request) (any, error) {
 	inv := Inventory{Control: s.cfg.Cache != nil, ControlError: s.cfg.ControlErr, Switches: []SwitchNode{}, Unplaced: []HostNode{}, Local: []VMNode{}, Time: time.Now().UTC()}
+	inv.Hosts = hostChoices(s.cfg.Cache)
 	if s.cfg.Cache != nil {
 		inv.Switches, inv.Unplaced = tree(s.cfg.Cache, inv.Time)
 	}
@@ -158,12 +164,12 @@ func tree(c *member.Cache, now time.Time) ([]SwitchNode, []HostNode) {
 	}
 	switches := []SwitchNode{}
 	for _, sw := range c.Switches() {
-		sn := SwitchNode{Name: sw.Name, UUID: sw.UUID, MTU: sw.MTU, PortGroups: []PortGroupNode{}}
+		sn := SwitchNode{Name: sw.Name, UUID: sw.UUID, MTU: sw.MTU, UplinkPolicy: string(sw.UplinkPolicy), NetworkPolicy: string(sw.NetworkPolicy.Effective()), PortGroups: []PortGroupNode{}}
 		for _, pg := range c.PortGroups() {
 			if pg.Switch != sw.Name {
 				continue
 			}
-			pn := PortGroupNode{Key: pg.Key, Name: pg.Name, VLAN: pg.VLAN, PFCPriority: pg.PFCPriority, DSCP: pg.DSCP, RoCEVersion: string(pg.RoCEVersion), Subnet: pg.Subnet, Hosts: []HostNode{}}
+			pn := PortGroupNode{Key: pg.Key, Name: pg.Name, VLAN: pg.VLAN, PFCPriority: pg.PFCPriority, DSCP: pg.DSCP, RoCEVersion: string(pg.RoCEVersion), RoCEMTU: pg.RoCEMTU, Subnet: pg.Subnet, Hosts: []HostNode{}}
 			for _, h := range hosts {
 				if h.Host.Switch != sw.Name {
 					continue

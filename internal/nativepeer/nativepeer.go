@@ -91,19 +91,30 @@ func ParseInfo(line []byte) (Info, error) {
 	return in, nil
 }
 
-// check checks what the other side told.
+// check checks what the other side told: its QP (checkQP) and region.
 func (in Info) check() error {
+	if err := checkQP(in.GID, in.QPN, in.PSN); err != nil {
+		return err
+	}
 	switch {
-	case !in.GID.IsValid():
-		return errors.New("the peer's exchange line has no gid")
-	case in.QPN < 2 || in.QPN > 0xffffff:
-		return fmt.Errorf("the peer's QPN %#x is not a 24-bit QPN of an RC QP (2..0xffffff)", in.QPN)
-	case in.PSN > 0xffffff:
-		return fmt.Errorf("the peer's PSN %#x is wider than 24 bits", in.PSN)
 	case in.Size < MinSize || in.Size > MaxSize:
 		return fmt.Errorf("the peer's size %d is outside %d..%d", in.Size, MinSize, MaxSize)
 	case in.Addr > ^uint64(0)-uint64(Layout{uint64(in.Size)}.Len()):
 		return fmt.Errorf("the peer's region at %#x of %d bytes wraps around", in.Addr, Layout{uint64(in.Size)}.Len())
+	}
+	return nil
+}
+
+// checkQP checks the QP an exchange line names: its GID, QPN and first
+// PSN.
+func checkQP(gid netip.Addr, qpn, psn uint32) error {
+	switch {
+	case !gid.IsValid():
+		return errors.New("the peer's exchange line has no gid")
+	case qpn < 2 || qpn > 0xffffff:
+		return fmt.Errorf("the peer's QPN %#x is not a 24-bit QPN of an RC QP (2..0xffffff)", qpn)
+	case psn > 0xffffff:
+		return fmt.Errorf("the peer's PSN %#x is wider than 24 bits", psn)
 	}
 	return nil
 }
@@ -199,7 +210,7 @@ type Result struct {
 // active side does; it returns nil once everything checked out.
 func (s *Side) Serve(ctx context.Context, c net.Conn) error {
 	r := bufio.NewReaderSize(io.LimitReader(c, 4*maxLine), maxLine)
-	remote, err := readInfo(r)
+	remote, err := readLine(r, ParseInfo)
 	if err != nil {
 		return err
 	}
@@ -292,7 +303,7 @@ func (s *Side) Drive(ctx context.Context, c net.Conn) ([]Result, error) {
 		return nil, fmt.Errorf("send this side's exchange line: %w", err)
 	}
 	r := bufio.NewReaderSize(io.LimitReader(c, 4*maxLine), maxLine)
-	remote, err := readInfo(r)
+	remote, err := readLine(r, ParseInfo)
 	if err != nil {
 		return nil, err
 	}
@@ -386,13 +397,14 @@ func (s *Side) operations(ctx context.Context, remote Info) ([]Result, error) {
 	return out, nil
 }
 
-// readInfo reads and parses the other side's exchange line.
-func readInfo(r *bufio.Reader) (Info, error) {
+// readLine reads the other side's exchange line and parses it.
+func readLine[T any](r *bufio.Reader, parse func([]byte) (T, error)) (T, error) {
 	line, err := r.ReadSlice('\n')
 	if err != nil {
-		return Info{}, fmt.Errorf("read the peer's exchange line: %w", err)
+		var zero T
+		return zero, fmt.Errorf("read the peer's exchange line: %w", err)
 	}
-	return ParseInfo(line)
+	return parse(line)
 }
 
 // wait returns n completions of cq, or an error when ctx ends first.

@@ -23,7 +23,7 @@ const standaloneVMX = `.encoding = "UTF-8"
 config.version = "8"
 virtualHW.version = "20"
 guestOS = "ubuntu-64"
-memSize = "16"
+memSize = "64"
 ethernet0.present = "TRUE"
 ethernet0.virtualDev = "vrdma"
 `

@@ -249,6 +249,11 @@ func runBenchmark(b *testing.B, p *perf.Pair, c perf.Config) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	reportResult(b, c, r)
+}
+
+// reportResult reports run c's figures r as the benchmark's metrics.
+func reportResult(b *testing.B, c perf.Config, r perf.Result) {
 	b.SetBytes(int64(c.Size))
 	switch {
 	case c.Test.Latency():

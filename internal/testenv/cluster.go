@@ -452,6 +452,42 @@ func (c *Cluster) SwitchNetns() string {
 	return c.net.sw
 }
 
+// PeerNetns makes a network namespace for a machine that is not a vrdma
+// host (a native RDMA peer), named prefix, pid and cluster ID, joined to
+// the cluster's bridge at address addr/24 with MTU 9000, and removes it
+// at tb's cleanup. Both ends of its link cut UDP GSO batches into
+// datagrams, as a NIC does on the wire: a capture on its eth0 sees
+// packets, not the batches a veth passes whole.
+func (c *Cluster) PeerNetns(tb testing.TB, prefix string, addr netip.Addr) string {
+	tb.Helper()
+	sw := c.SwitchNetns()
+	if sw == "" {
+		tb.Fatalf("the cluster has no network namespaces: %s", c.NoNetnsReason)
+	}
+	ns, port := fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), c.ID), fmt.Sprintf("%s%d", prefix, os.Getpid()%1000000)
+	run := func(name string, args ...string) {
+		tb.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			tb.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	run("ip", "netns", "add", ns)
+	tb.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "delete", ns).CombinedOutput(); err != nil {
+			tb.Errorf("delete network namespace %s: %v: %s", ns, err, out)
+		}
+	})
+	run("ip", "-n", ns, "link", "set", "lo", "up")
+	run("ip", "-n", sw, "link", "add", port, "mtu", "9000", "type", "veth", "peer", "name", "eth0", "mtu", "9000", "netns", ns)
+	run("ip", "-n", sw, "link", "set", port, "master", "br0", "up")
+	run("ip", "-n", ns, "addr", "add", addr.String()+"/24", "dev", "eth0")
+	run("ip", "-n", ns, "link", "set", "eth0", "up")
+	for _, dev := range [][2]string{{ns, "eth0"}, {sw, port}} {
+		run("ip", "netns", "exec", dev[0], "ethtool", "-K", dev[1], "tx-udp-segmentation", "off")
+	}
+	return ns
+}
+
 // Decide returns the control plane's path between two adapters, each
 // "vm/vrdmaN" or a GID, as the agents decide it (member.Cache.Decide).
 func (c *Cluster) Decide(ctx context.Context, a, b string) (pathsel.Decision, error) {

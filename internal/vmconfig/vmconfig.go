@@ -421,3 +421,21 @@ func (r *reader) mac(keys ...string) net.HardwareAddr {
 	}
 	return nil
 }
+
+// NewVMX returns the VMX of a new VM with no adapter: memMB of guest
+// memory, virtual hardware hw, guest OS guestOS. Values out of range are
+// an error that names the VMX setting (memSize, virtualHW.version,
+// guestOS) and what it accepts.
+func NewVMX(name string, memMB, hw int, guestOS string) (string, error) {
+	if memMB < MinMemSizeMB || memMB > MaxMemSizeMB {
+		return "", fmt.Errorf("memory %d MB (memSize): want %d..%d MB", memMB, MinMemSizeMB, MaxMemSizeMB)
+	}
+	if hw < 1 || hw > MaxHWVersion {
+		return "", fmt.Errorf("virtual hardware %d (virtualHW.version): want 1..%d (13 or later for PVRDMA)", hw, MaxHWVersion)
+	}
+	if guestOS == "" || strings.ContainsAny(guestOS, "\"|\n\\") {
+		return "", fmt.Errorf("guest OS %q (guestOS): want a guestOS ID such as ubuntu-64", guestOS)
+	}
+	return fmt.Sprintf(".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"%d\"\ndisplayName = %q\nguestOS = %q\nmemSize = \"%d\"\n",
+		hw, name, guestOS, memMB), nil
+}

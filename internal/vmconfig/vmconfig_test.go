@@ -433,3 +433,30 @@ func TestAdapterAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestNewVMX checks that a new VM's VMX parses back to what was asked,
+// and that values out of range or a guest OS that would break the file
+// are refused, naming the setting.
+func TestNewVMX(t *testing.T) {
+	text, err := NewVMX("web", 2048, 20, "ubuntu-64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]byte(text))
+	if err != nil || c.MemSizeMB != 2048 || c.HWVersion != 20 || len(c.Adapters) != 0 {
+		t.Fatalf("NewVMX parses to %+v, %v:\n%s", c, err, text)
+	}
+	for _, bad := range []struct {
+		mem, hw int
+		guest   string
+		want    string
+	}{
+		{0, 20, "ubuntu-64", "memSize"}, {MaxMemSizeMB + 1, 20, "ubuntu-64", "memSize"},
+		{1024, 0, "ubuntu-64", "virtualHW.version"}, {1024, MaxHWVersion + 1, "ubuntu-64", "virtualHW.version"},
+		{1024, 20, "", "guestOS"}, {1024, 20, "x\"\nsched.mem.pin = \"TRUE", "guestOS"},
+	} {
+		if _, err := NewVMX("web", bad.mem, bad.hw, bad.guest); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("NewVMX(%d, %d, %q) = %v, want an error naming %s", bad.mem, bad.hw, bad.guest, err, bad.want)
+		}
+	}
+}
