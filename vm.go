@@ -246,3 +246,33 @@ func (a *Adapter) QueryPort(ctx context.Context) (PortAttr, error) {
 	_, err := a.vm.c.call(ctx, abi.OpQueryPort, &abi.AdapterRef{Adapter: a.name}, &r)
 	return r, err
 }
+
+// ErrNoGID is QueryGID's error for an empty entry of the GID table.
+var ErrNoGID = errorf(abi.CodeNotFound, "vrdma: the GID table has no GID at that index")
+
+// QueryGID returns entry index of the adapter's GID table
+// (ibv_query_gid_ex; all RoCE v2): index 0 is its GID; index 1 (NativeGIDIndex),
+// for an adapter with native endpoints, the address RoCE peers that are
+// not vrdma VMs reach it at; an empty entry is ErrNoGID.
+func (a *Adapter) QueryGID(ctx context.Context, index int) (GID, error) {
+	switch {
+	case index < 0 || index >= abi.GIDTableLen:
+		return GID{}, errorf(abi.CodeInvalid, "vrdma: GID index %d is outside the table (0..%d)", index, abi.GIDTableLen-1)
+	case index == 0:
+		return a.gid, nil
+	case index != abi.NativeGIDIndex:
+		return GID{}, ErrNoGID
+	}
+	pa, err := a.QueryPort(ctx)
+	if err != nil {
+		return GID{}, err
+	}
+	if pa.NativeGID == nil {
+		return GID{}, ErrNoGID
+	}
+	return *pa.NativeGID, nil
+}
+
+// NativeGIDIndex is the GID table index of an adapter's GID for native
+// endpoints (QueryGID).
+const NativeGIDIndex = abi.NativeGIDIndex

@@ -237,7 +237,10 @@ static int fetch_device_attr(struct vrdma_device *d, struct ibv_device_attr *a)
 	return 0;
 }
 
-static int fetch_port_attr(struct vrdma_device *d, struct ibv_port_attr *p, union ibv_gid *gid)
+/* fetch_port_attr reads the port's attributes, its GID (index 0) and, when
+ * native is not NULL, the GID of native endpoints (index NATIVE_GID_INDEX:
+ * all zero when the adapter has none). */
+static int fetch_port_attr(struct vrdma_device *d, struct ibv_port_attr *p, union ibv_gid *gid, union ibv_gid *native)
 {
 	struct vrdma_reply r;
 	const struct json_doc *j = &r.doc;
@@ -268,6 +271,11 @@ static int fetch_port_attr(struct vrdma_device *d, struct ibv_port_attr *p, unio
 	p->link_layer = !strcmp(s, "Ethernet") ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
 	if (json_get_str(j, 0, "gid", s, sizeof(s)) || vrdma_parse_gid(s, gid))
 		goto bad;
+	if (native) {
+		memset(native, 0, sizeof(*native));
+		if (json_get_str(j, 0, "native_gid", s, sizeof(s)) == 0 && vrdma_parse_gid(s, native))
+			goto bad;
+	}
 	flags = json_get(j, 0, "port_cap_flags");
 	for (i = 0; json_elem(j, flags, i) >= 0; i++) {
 		if (json_str(j, json_elem(j, flags, i), s, sizeof(s)))
@@ -589,7 +597,7 @@ static int query_port_op(struct ibv_context *context, uint8_t port_num, struct i
 		return EINVAL;
 	if (port_num != 1)
 		return EINVAL;
-	e = fetch_port_attr(to_vctx(context)->dev, &p, &gid);
+	e = fetch_port_attr(to_vctx(context)->dev, &p, &gid, NULL);
 	if (e)
 		return e;
 	memcpy(port_attr, &p, port_attr_len < sizeof(p) ? port_attr_len : sizeof(p));
@@ -786,24 +794,31 @@ int ibv_query_port(struct ibv_context *context, uint8_t port_num, struct _compat
 			     offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
+/* NATIVE_GID_INDEX is the GID table entry of an adapter with native
+ * endpoints that holds its host's RDMA uplink address (abi.NativeGIDIndex). */
+#define NATIVE_GID_INDEX 1
+
 /* query_gid fills entry for (port, index); an errno on failure. */
 static int query_gid(struct ibv_context *context, uint32_t port_num, uint32_t index, struct ibv_gid_entry *e)
 {
+	static const union ibv_gid zero;
 	struct ibv_port_attr p;
-	union ibv_gid gid;
+	union ibv_gid gid, native;
 	int rc;
 
 	if (!vrdma_ctx_ok(context) || !e)
 		return EINVAL;
 	if (port_num != 1)
 		return EINVAL;
-	rc = fetch_port_attr(to_vctx(context)->dev, &p, &gid);
+	rc = fetch_port_attr(to_vctx(context)->dev, &p, &gid, &native);
 	if (rc)
 		return rc;
 	if (index >= (uint32_t)p.gid_tbl_len)
 		return EINVAL;
-	if (index > 0)
-		return ENODATA; /* an empty entry: only index 0 holds a GID */
+	if (index == NATIVE_GID_INDEX && memcmp(&native, &zero, sizeof(zero)))
+		gid = native; /* the address native endpoints reach the adapter at */
+	else if (index > 0)
+		return ENODATA; /* an empty entry */
 	memset(e, 0, sizeof(*e));
 	e->gid = gid;
 	e->gid_index = index;
@@ -861,7 +876,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 
 	if (!vrdma_ctx_ok(context) || flags || (max_entries && !entries) || entry_size < sizeof(*entries))
 		return -EINVAL;
-	rc = fetch_port_attr(to_vctx(context)->dev, &p, &gid);
+	rc = fetch_port_attr(to_vctx(context)->dev, &p, &gid, NULL);
 	if (rc)
 		return -rc;
 	for (uint32_t i = 0; i < (uint32_t)p.gid_tbl_len; i++) {

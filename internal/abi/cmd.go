@@ -879,10 +879,15 @@ type DeviceAttr struct {
 }
 
 // GIDTableLen is the size of an adapter's GID table (gid_tbl_len). Index
-// 0 holds the adapter's GID, its address as RoCE v2 names it; the other
-// entries are empty, as the entries of a RoCE device's table that no
-// address of its netdev takes (ibv_query_gid_ex: ENODATA).
+// 0 holds the adapter's GID, its address as RoCE v2 names it; index 1,
+// of an adapter with native endpoints, the address RoCE peers that are
+// not vrdma VMs reach its QPs at (PortAttr.NativeGID); the other entries
+// are empty, as the entries of a RoCE device's table that no address of
+// its netdev takes (ibv_query_gid_ex: ENODATA).
 const GIDTableLen = 16
+
+// NativeGIDIndex is the GID table index of PortAttr.NativeGID.
+const NativeGIDIndex = 1
 
 // PortAttr are an adapter port's attributes (ibv_port_attr).
 type PortAttr struct {
@@ -895,4 +900,9 @@ type PortAttr struct {
 	MAC          string   `json:"mac"`
 	ActiveSpeed  string   `json:"active_speed"`
 	PortCapFlags []string `json:"port_cap_flags"`
+	// NativeGID, for an adapter with native endpoints, is its host's
+	// RDMA uplink address as a RoCE v2 GID (IPv4-mapped for IPv4): where
+	// native endpoints reach its QPs, and its GID table's entry
+	// NativeGIDIndex.
+	NativeGID *GID `json:"native_gid,omitempty"`
 }

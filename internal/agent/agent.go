@@ -48,6 +48,7 @@ import (
 	"github.com/vrdma/vrdma/internal/clock"
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/gsi"
 	"github.com/vrdma/vrdma/internal/hostkey"
 	"github.com/vrdma/vrdma/internal/hostlink"
 	"github.com/vrdma/vrdma/internal/locations"
@@ -98,6 +99,11 @@ type Config struct {
 	// address through the engine, as a QP of an adapter with native
 	// endpoints does (routeNative).
 	NativePeer netip.Addr
+	// CMResponseTimeout and CMMaxRetries are the CM response timeouts
+	// (a 5-bit code: 4.096 µs × 2^n) and Max CM Retries of the REQs
+	// the agent sends to native endpoints over QP1 (package gsi); zero
+	// takes rdma_cm's (20, about 4.3 s; 15).
+	CMResponseTimeout, CMMaxRetries uint8
 	// MetricsListen, if set, is the TCP address where the agent serves
 	// Prometheus metrics at /metrics, and /healthz and /readyz (package
 	// metrics).
@@ -150,6 +156,12 @@ type Agent struct {
 	// rdma is the RoCEv2 engine of the host's RDMA uplink (the first
 	// rocev2-soft uplink of ControlConfig.Uplinks); nil without one.
 	rdma *rdma.Engine
+	// gsi is RDMA CM over QP1 of rdma, with native endpoints (native.go);
+	// nil without a RoCEv2 engine.
+	gsi *gsi.Manager
+	// nativeRefused counts the native peers' REQs refused because only
+	// adapters without native endpoints listen on their port.
+	nativeRefused atomic.Uint64
 	// rdma1 is the RoCE v1 engine of the same uplink, on its interface
 	// (rdmaV1Conn, opened before the host registers, so that the record
 	// publishes the interface's MAC); nil where RoCE v1 is not offered.
@@ -255,7 +267,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log})
+		var eng atomic.Pointer[rdma.Engine]
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, GSI: a.newGSI(cfg.NativePeer, &eng)})
+		eng.Store(a.rdma)
 	}
 	if err := a.listen(); err != nil {
 		if a.rdma != nil {

@@ -27,6 +27,9 @@ type cmHosts struct{ a *Agent }
 // Route is resolveConnect from adapter from, the peer's end as cm.Peer
 // (Ref: its *member.End).
 func (h cmHosts) Route(from *device.Adapter, remote string) (*device.Adapter, *cm.Peer, error) {
+	if p, ok := h.a.nativePeer(from, remote); ok {
+		return nil, p, nil // a native endpoint: RDMA CM over QP1 (native.go)
+	}
 	ad, end, err := h.a.resolveConnect(from, remote)
 	if err != nil || end == nil {
 		return ad, nil, err
@@ -38,6 +41,9 @@ func (h cmHosts) Route(from *device.Adapter, remote string) (*device.Adapter, *c
 // DialRemote dials p over the links to other hosts (which Route's peer
 // implies).
 func (h cmHosts) DialRemote(ctx context.Context, q *device.QP, c *abi.Connect, p *cm.Peer, d cm.Dial) (abi.ConnectReply, error) {
+	if n, ok := p.Ref.(nativeRef); ok {
+		return h.a.dialNative(ctx, q, c, n.ip, d)
+	}
 	return h.a.dialRemote(ctx, q, c, p.Ref.(*member.End), d)
 }
 
@@ -51,9 +57,13 @@ func (a *Agent) dialRemote(ctx context.Context, q *device.QP, c *abi.Connect, en
 	})
 }
 
-// SendRTU sends a CM_RTU over the tcp path.
+// SendRTU sends a CM_RTU over the tcp path, or the RTU on QP1 of a
+// connection to a native endpoint.
 func (h cmHosts) SendRTU(host string, qpn, fromQPN uint32, fromGID abi.GID) error {
 	a := h.a
+	if host == "" && a.gsi != nil && a.gsi.Ready(fromQPN) == nil {
+		return nil // an RTU on QP1, to a native endpoint
+	}
 	if a.up == nil {
 		return abi.Errorf(abi.CodeUnavailable, "", "QP 0x%x's peer is on another host and this agent runs no tcp path", fromQPN)
 	}
@@ -64,9 +74,13 @@ func (h cmHosts) SendRTU(host string, qpn, fromQPN uint32, fromGID abi.GID) erro
 }
 
 // SendDisconnect sends a CM_DISC over the tcp path, to host or else the
-// host the control plane's cache finds gid on.
+// host the control plane's cache finds gid on; or the DREQ on QP1 of a
+// connection to a native endpoint.
 func (h cmHosts) SendDisconnect(host string, qpn uint32, gid abi.GID, fromQPN uint32, fromGID abi.GID) error {
 	a := h.a
+	if host == "" && a.gsi != nil && a.gsi.Disconnect(fromQPN) {
+		return nil // a DREQ on QP1, to a native endpoint
+	}
 	if a.up == nil || a.ctl == nil {
 		return nil
 	}

@@ -74,12 +74,14 @@ var handlers = map[abi.Op]opHandler{
 		}
 		return v.DeviceAttr(ad), nil, nil
 	}),
-	abi.OpQueryPort: on(func(_ *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
+	abi.OpQueryPort: on(func(s *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 		ad, err := v.Adapter(r.Adapter)
 		if err != nil {
 			return nil, nil, err
 		}
-		return ad.PortAttr(), nil, nil
+		pa := ad.PortAttr()
+		pa.NativeGID = s.a.nativeGID(ad) // native.go
+		return pa, nil, nil
 	}),
 	abi.OpAllocPD: on(func(_ *session, v *device.Context, r *abi.AdapterRef) (any, []int, error) {
 		h, err := v.AllocPD(r.Adapter)

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
@@ -73,7 +74,9 @@ func (a *Agent) startRDMA() error {
 			return err
 		}
 		members := (&uplinkMembers{c: a.ctl}).has
-		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, Members: members})
+		var eng atomic.Pointer[rdma.Engine]
+		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, Members: members, GSI: a.newGSI(u.Address, &eng)})
+		eng.Store(a.rdma)
 		a.log.Info("rdma uplink listening", "address", c.LocalAddr().String())
 		if fc := a.rdmaV1Conn; fc != nil {
 			a.rdmaV1Conn = nil
@@ -268,27 +271,19 @@ func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 // whose dgid no vrdma adapter holds, and to every QP of a native peer
 // (Config.NativePeer).
 func (a *Agent) routeNative(q *device.QP, dgid abi.GID) (device.Route, bool, error) {
-	ad := q.Adapter()
-	vc, _ := adapterConfig(ad)
-	if a.rdma == nil || a.ctl != nil && !vc.NativeEndpoint {
+	ip := netip.AddrFrom16(dgid).Unmap()
+	if !a.nativeAddr(q.Adapter(), ip) {
+		// Not a native endpoint (a vrdma adapter, or an address the
+		// engine does not reach): the other paths' rules and errors apply.
 		return device.Route{}, false, nil
 	}
 	var m rdma.Marks
 	if c := a.ctl; c != nil {
-		if _, ok := c.cache.HolderOf(netip.AddrFrom16(dgid)); ok {
-			return device.Route{}, false, nil // a vrdma adapter: the control plane's paths
-		}
+		vc, _ := adapterConfig(q.Adapter())
 		if pg, err := c.cache.PortGroup(context.Background(), vc.PortGroupID); err == nil {
 			so := netcheck.SocketOptionsOf(pg)
 			m = rdma.Marks{TOS: uint8(so.TOS), Priority: uint8(so.Priority)}
 		}
-	}
-	ip := netip.AddrFrom16(dgid).Unmap()
-	local := a.rdma.LocalAddr().Addr().Unmap()
-	if ip.IsUnspecified() || ip.IsMulticast() || ip.IsLinkLocalUnicast() || ip.Is4() != local.Is4() {
-		// No address the engine reaches (vrdma adapters' GIDs are link
-		// local): the other paths' rules and errors apply.
-		return device.Route{}, false, nil
 	}
 	info := abi.PathInfo{Path: abi.PathRDMA, Reason: fmt.Sprintf("rdma: native endpoint %s, a RoCE peer that is not a vrdma VM, through the RoCEv2 engine on %s",
 		ip, a.rdma.LocalAddr())}

@@ -385,6 +385,9 @@ func (a *Agent) status() mgmt.Status {
 			st.RDMA = append(st.RDMA, e.Status())
 		}
 	}
+	if a.gsi != nil && len(st.RDMA) > 0 {
+		a.cmStatus(&st.RDMA[0]) // a.rdma's (native.go)
+	}
 	if a.local != nil {
 		a.local.Status(&st)
 	}

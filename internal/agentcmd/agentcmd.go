@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -68,6 +69,14 @@ func newFlags(name string) *flags {
 	fs.IntVar(&cfg.Limits.MaxWRPerVM, "max-wr-per-vm", agent.DefaultLimits.MaxWRPerVM, "send and receive queue entries of all of one VM's QPs together")
 	fs.IntVar(&cfg.MaxBlocking, "max-blocking-per-session", agent.DefaultMaxBlocking, "blocking commands (CM event waits, connects) in flight on one connection to the socket")
 	fs.BoolVar(&cfg.VMNetns, "vm-netns", false, "as root: give every attached VM a network namespace (/run/netns/vrdmavm-HOST-VM) where interface vrdmaN carries adapter N's address, on its port group's bridge and VXLAN tunnel to the other hosts (vrdmactl exec --netns runs programs there)")
+	fs.Func("native-peer", "run as a plain RoCEv2 peer on this IP address (UDP 4791), with --no-control-plane: every adapter reaches RoCE endpoints by their addresses, and RDMA CM runs on QP1, as a kernel RoCE device's; a native endpoint for VMs with vrdmaX.nativeEndpointSupport", func(s string) error {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return fmt.Errorf("not an IP address: %v", err)
+		}
+		cfg.NativePeer = a.Unmap()
+		return nil
+	})
 	f.quota = addQuotaFlags(fs)
 	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.format, "log-format", "text", "log lines as text (key=value) or json, one object a line")
@@ -136,6 +145,10 @@ func Main(name string, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Control = ctl
+	if cfg.NativePeer.IsValid() && ctl != nil {
+		fmt.Fprintf(stderr, "%s: --native-peer runs without a control plane: give --no-control-plane\n", name)
+		return 2
+	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(f.level)); err != nil {
 		fmt.Fprintf(stderr, "%s: --log-level %q: %v\n", name, f.level, err)

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -64,8 +65,10 @@ func (a *app) nativePeerCommand() *cobra.Command {
 	var addr, vmName, adName, gid, bench string
 	var port, size, iters int
 	var timeout time.Duration
+	var useCM bool
+	var cmt nativepeer.CMTiming
 	cmd := &cobra.Command{
-		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [--bench TEST [-n ITERS]] [-p PORT] [-s SIZE] [PEER]",
+		Use:   "native-peer (--address ADDR | --vm NAME [-d vrdmaN] [--gid GID]) [--cm | --bench TEST [-n ITERS]] [-p PORT] [-s SIZE] [PEER]",
 		Short: "A plain RoCEv2 peer (no agent, no control plane), or its counterpart in a VM with native endpoints",
 		Long: `native-peer runs RC operations between a plain RoCEv2 endpoint and a VM adapter
 with native endpoints (vrdmaX.nativeEndpointSupport = "TRUE"), to test the
@@ -75,8 +78,8 @@ With --address ADDR it is the plain peer: vrdma's RoCEv2 engine used on its own,
 on UDP ADDR:4791, in this process, with no agent and no control plane; it knows
 nothing of vrdma. With --vm NAME it is the VM's side, through the agent at
 --socket: the adapter's QP is reached at its host's RDMA uplink address (the
-agent's RoCEv2 engine, shown by vrdmactl status), which it tells the other side as
-its GID unless --gid says otherwise.
+agent's RoCEv2 engine, shown by vrdmactl status, and the adapter's GID table
+entry 1), which it tells the other side as its GID unless --gid says otherwise.
 
 The sides exchange their GID, QPN, PSN, and the rkey and address of a region out
 of band over TCP port PORT, as ibv_rc_pingpong and perftest do, one JSON line
@@ -89,11 +92,21 @@ With --bench TEST (on both sides, as perftest's programs) it measures instead:
 TEST is one of vrdmactl perf's tests (write_bw, read_bw, send_bw, atomic_bw,
 write_lat, read_lat, send_lat, atomic_lat), run by the same code as vrdmactl
 perf's, -s bytes per message (the test's default unless given) and -n
-iterations, with the active side measuring. Both sides print the figures.`,
+iterations, with the active side measuring. Both sides print the figures.
+
+With --cm the sides connect with RDMA CM instead, as rping and ib_write_bw -R
+do: the passive side listens on PORT (rdma_listen), the active side connects to
+PEER's IP address and PORT (rdma_connect) — the CM MADs on QP1 (REQ, REP, RTU,
+and DREQ/DREP at the end) when the other side is a native endpoint — and each
+side's region (address, rkey, size) travels as the private data of the REQ and
+the REP. The check is asked and answered with SENDs.`,
 		Example: `  # the plain peer, listening, on a machine without vrdma:
   vrdmactl native-peer --address 10.0.1.50
   # the VM's side, connecting to it:
   vrdmactl native-peer --vm vm1 10.0.1.50
+  # the same with RDMA CM: the VM listens on port 7471, the peer connects
+  vrdmactl native-peer --vm vm1 --cm -p 7471
+  vrdmactl native-peer --address 10.0.1.50 --cm -p 7471 10.0.1.10
   # RDMA WRITE bandwidth at 1 MiB from the VM to the plain peer:
   vrdmactl native-peer --address 10.0.1.50 --bench write_bw
   vrdmactl native-peer --vm vm1 --bench write_bw -s 1048576 10.0.1.50`,
@@ -104,6 +117,8 @@ iterations, with the active side measuring. Both sides print the figures.`,
 			}
 			var test perf.Test
 			switch {
+			case useCM && bench != "":
+				return usageErrorf("native-peer: --cm and --bench: the benchmarks exchange out of band, give one of them")
 			case bench != "":
 				t, err := perf.ParseTest(bench)
 				if err != nil {
@@ -139,7 +154,7 @@ iterations, with the active side measuring. Both sides print the figures.`,
 				}
 				defer os.RemoveAll(dir)
 				log := slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-				v, stop, err := nativepeer.Standalone(ctx, ip.Unmap(), dir, log)
+				v, stop, err := nativepeer.Standalone(ctx, ip.Unmap(), dir, cmt, log)
 				if err != nil {
 					return fmt.Errorf("native-peer: %w", err)
 				}
@@ -152,13 +167,15 @@ iterations, with the active side measuring. Both sides print the figures.`,
 				}
 				defer v.Close()
 				vm = v
-				if local, err = a.uplinkGID(ctx, gid); err != nil {
-					return fmt.Errorf("native-peer: %w", err)
-				}
 			}
 			ad, err := vmAdapter(vm, adName)
 			if err != nil {
 				return fmt.Errorf("native-peer: %w", err)
+			}
+			if vmName != "" {
+				if local, err = a.uplinkGID(ctx, ad, gid); err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
 			}
 			if bench != "" {
 				return a.nativeBenchRun(ctx, ad, local, perf.Config{Test: test, Size: size, Iters: iters}, addr, args, port)
@@ -168,9 +185,16 @@ iterations, with the active side measuring. Both sides print the figures.`,
 				return fmt.Errorf("native-peer: %w", err)
 			}
 			rep := nativePeerReport{Role: "passive", Local: side.Local(), Result: []nativepeer.Result{}}
-			if len(args) == 0 {
+			switch {
+			case useCM && (port < 1 || port > 65535):
+				return usageErrorf("native-peer: -p %d is not a port", port)
+			case useCM:
+				if err := a.nativeCM(ctx, vm, ad, side, &rep, args, uint16(port)); err != nil {
+					return fmt.Errorf("native-peer: %w", err)
+				}
+			case len(args) == 0:
 				err = a.nativePassive(ctx, side, addr, port)
-			} else {
+			default:
 				rep.Role = "active"
 				rep.Result, err = a.nativeActive(ctx, side, args[0], port)
 			}
@@ -198,6 +222,9 @@ iterations, with the active side measuring. Both sides print the figures.`,
 	f.StringVar(&bench, "bench", "", "measure TEST instead (write_bw, read_bw, send_bw, atomic_bw, write_lat, read_lat, send_lat, atomic_lat), as vrdmactl perf")
 	f.IntVarP(&iters, "iters", "n", 0, "--bench: iterations (default the test's)")
 	f.DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	f.BoolVar(&useCM, "cm", false, "connect with RDMA CM (by IP address and port) instead of the TCP exchange")
+	f.Uint8Var(&cmt.ResponseTimeout, "cm-response-timeout", 0, "the plain peer's CM response timeout, 4.096 µs × 2^N (0: rdma_cm's 20, about 4.3 s)")
+	f.Uint8Var(&cmt.MaxRetries, "cm-retries", 0, "the plain peer's Max CM Retries of its REQs (0: rdma_cm's 15)")
 	return cmd
 }
 
@@ -212,15 +239,23 @@ func vmAdapter(vm *vrdma.VM, name string) (*vrdma.Adapter, error) {
 	return vm.Adapters()[0], nil
 }
 
-// uplinkGID is the GID the VM's side tells: gid if given, else the
-// address of the agent's RoCEv2 engine.
-func (a *app) uplinkGID(ctx context.Context, gid string) (netip.Addr, error) {
+// uplinkGID is the GID the VM's side tells: gid if given, else adapter
+// ad's GID for native endpoints (its GID table's entry 1, as a program
+// learns it with ibv_query_gid), else the address of the agent's RoCEv2
+// engine (an adapter without native endpoints: the connect is refused).
+func (a *app) uplinkGID(ctx context.Context, ad *vrdma.Adapter, gid string) (netip.Addr, error) {
 	if gid != "" {
 		g, err := netip.ParseAddr(gid)
 		if err != nil {
 			return netip.Addr{}, usageErrorf("--gid %q is not a GID (an IPv6 address, ::ffff:a.b.c.d for IPv4)", gid)
 		}
 		return records.GIDOf(g), nil
+	}
+	switch g, err := ad.QueryGID(ctx, vrdma.NativeGIDIndex); {
+	case err == nil:
+		return netip.AddrFrom16(g), nil
+	case !errors.Is(err, vrdma.ErrNoGID):
+		return netip.Addr{}, err
 	}
 	ag, err := a.dialAgent(ctx)
 	if err != nil {
@@ -308,6 +343,23 @@ func (a *app) nativeAccept(ctx context.Context, addr string, port int) (net.Conn
 		c.SetDeadline(d)
 	}
 	return c, nil
+}
+
+// nativeCM runs side with RDMA CM on an event channel of vm: passive
+// without args, else active against args[0].
+func (a *app) nativeCM(ctx context.Context, vm *vrdma.VM, ad *vrdma.Adapter, side *nativepeer.Side, rep *nativePeerReport, args []string, port uint16) error {
+	ch, err := vm.OpenEventChannel(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close(context.Background())
+	if len(args) == 0 {
+		fmt.Fprintf(a.stderr, "native-peer: listening with RDMA CM on %s port %d\n", ad.Name(), port)
+		return side.ServeCM(ctx, ch, ad.Name(), port)
+	}
+	rep.Role = "active"
+	rep.Result, err = side.DriveCM(ctx, ch, args[0], port)
+	return err
 }
 
 // nativeActive connects to the passive side at peer (HOST or HOST:PORT)

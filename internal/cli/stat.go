@@ -204,8 +204,10 @@ func printStat(w io.Writer, rep statReport) {
 			u.DialsEstablished, u.DialsRefused, u.DialsFailed, u.Accepted, u.AcceptsRefused)
 	}
 	for _, r := range rep.RDMA {
-		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d not_vrdma %d\n",
-			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP, r.NotVRDMA)
+		fmt.Fprintf(w, "uplink rdma %s %s packets_out %d packets_in %d bytes_out %d bytes_in %d batches_out %d batches_in %d retransmits %d seq_err_naks %d bad_icrc %d malformed %d no_qp %d not_vrdma %d"+
+			" cm_in %d cm_out %d cm_dropped %d cm_duplicates %d cm_resent %d cm_timed_out %d cm_rejected %d cm_refused_not_native %d\n",
+			orDash(r.RoCE), r.Address, r.PacketsOut, r.PacketsIn, r.BytesOut, r.BytesIn, r.BatchesOut, r.BatchesIn, r.Retransmits, r.SeqErrNaks, r.BadICRC, r.Malformed, r.NoQP, r.NotVRDMA,
+			r.CMIn, r.CMOut, r.CMDropped, r.CMDuplicates, r.CMResent, r.CMTimedOut, r.CMRejected, r.CMRefusedNotNative)
 	}
 	printCounts(w, "paths", rep.PathDecisions, func(d vrdma.PathDecisionCount) (string, string, uint64) {
 		if d.Path == "" {

@@ -83,6 +83,10 @@ func printStatus(w io.Writer, rep statusReport) {
 	for _, r := range rep.RDMA {
 		fmt.Fprintf(w, "RDMA uplink %s (RoCE %s): %d packets in, %d dropped from peers that are not vrdma hosts of the switch\n",
 			r.Address, orDash(r.RoCE), r.PacketsIn, r.NotVRDMA)
+		if r.CMIn+r.CMOut > 0 {
+			fmt.Fprintf(w, "  RDMA CM on QP1 (native endpoints): %d MADs in, %d out, %d dropped, %d resent, %d timed out, %d rejects sent, %d requests refused (listener without native endpoints)\n",
+				r.CMIn, r.CMOut, r.CMDropped, r.CMResent, r.CMTimedOut, r.CMRejected, r.CMRefusedNotNative)
+		}
 	}
 	fmt.Fprintln(w)
 	defer printUplinks(w, rep.Uplinks)

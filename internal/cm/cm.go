@@ -111,6 +111,14 @@ type RemoteDialer struct {
 	UD bool
 	// ToIP and FromIP, for a dial by a host's address: Dial's.
 	ToIP, FromIP netip.Addr
+	// PSN, with HasPSN, is the dialer's send PSN, when it chose it (a
+	// native peer's REQ names its starting PSN); else one is drawn.
+	PSN    uint32
+	HasPSN bool
+	// PathMTU: MTU is the connection's path MTU, as a native peer's REQ
+	// fixes it, which the acceptor takes as it is (as a kernel RoCE
+	// device does), not the smaller of it and its own.
+	PathMTU bool
 }
 
 // Dial is what a dialer's REQ carries besides its QP.
@@ -326,7 +334,7 @@ func (c *Client) GetRequest(id uint32) (abi.ConnRequest, error) {
 			if d := r.remote; d != nil {
 				return abi.ConnRequest{ID: r.id, RemoteVM: d.VM, RemoteAdapter: d.Adapter, RemoteGID: d.GID,
 					RemoteQPN: d.QPN, Port: l.key.port, PrivateData: d.PrivateData, Adapter: l.key.adapter,
-					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: PathMTU(l.ad, d.MTU),
+					SQPSN: r.acceptorPSN, RQPSN: r.dialerPSN, MTU: d.pathMTU(l.ad),
 					LocalIP: ipString(d.ToIP), PeerIP: ipString(d.FromIP)}, nil
 			}
 			from := r.from

@@ -291,6 +291,32 @@ func (r *Conns) PeerGone(qpn, peerQPN uint32, peerGID abi.GID) bool {
 	return ok
 }
 
+// Failed ends the connection of acceptor QP qpn whose ESTABLISHED still
+// waits for the RTU of dialer (peerQPN, peerGID), as rdma_cm ends one whose
+// REP timed out or was rejected: its QP moves to ERR, and it gets ev
+// (UNREACHABLE or REJECTED) in place of ESTABLISHED. It reports whether
+// such a connection was here (one established is PeerGone's).
+func (r *Conns) Failed(qpn, peerQPN uint32, peerGID abi.GID, ev abi.CMEvent) bool {
+	r.mu.Lock()
+	c := r.conns[qpn]
+	ok := c != nil && c.awaiting != nil && c.peerQPN == peerQPN && c.peerGID == peerGID
+	var held abi.CMEvent
+	if ok {
+		held, c.awaiting = *c.awaiting, nil
+		delete(r.conns, qpn)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if !c.external {
+		c.q.Shutdown("connection failed before it was established: " + ev.Message)
+	}
+	ev.Cookie, ev.Listener, ev.ID, ev.QP, ev.RemoteQPN, ev.RemoteGID = held.Cookie, held.Listener, held.ID, held.QP, held.RemoteQPN, held.RemoteGID
+	c.ch.Post(ev)
+	return true
+}
+
 // sessionEnded forgets owner's connections, and gives their peers
 // DISCONNECTED.
 func (r *Conns) sessionEnded(owner *Events) {

@@ -12,8 +12,10 @@ package cm
 // that adapter. Another host is asked over the agents' link (a CM_WHO).
 
 import (
+	"cmp"
 	"context"
 	"net/netip"
+	"slices"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
@@ -143,4 +145,27 @@ func ipString(ip netip.Addr) string {
 		return ""
 	}
 	return ip.String()
+}
+
+// Listening returns the adapters that listen on port of rdma_cm's TCP
+// port space, in the order of their VMs' and their own names: the
+// candidates of a native peer's REQ, which names a port of the host's
+// uplink address.
+func (m *Manager) Listening(port uint16) []*device.Adapter {
+	m.mu.Lock()
+	var keys []listenKey
+	for k := range m.listeners {
+		if k.port == port && !k.ud {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b listenKey) int {
+		return cmp.Or(cmp.Compare(a.vm, b.vm), cmp.Compare(a.adapter, b.adapter))
+	})
+	ads := make([]*device.Adapter, len(keys))
+	for i, k := range keys {
+		ads[i] = m.listeners[k].ad
+	}
+	m.mu.Unlock()
+	return ads
 }

@@ -37,6 +37,9 @@ type Remote struct{ req *connReq }
 func NewRemote(d RemoteDialer) *Remote {
 	r := &connReq{remote: &d, reply: make(chan connResult, 1), canceled: make(chan struct{})}
 	r.dialerPSN, r.acceptorPSN = randomPSNs()
+	if d.HasPSN {
+		r.dialerPSN = d.PSN & rc.PSNMask
+	}
 	return &Remote{r}
 }
 
@@ -132,7 +135,7 @@ func (m *Manager) ServeRemote(r *Remote, target string, port uint16, wait time.D
 // workload moves it itself), and answers d.
 func acceptRemote(ours end, req *connReq, d *RemoteDialer, priv []byte) (abi.ConnectReply, error) {
 	q := ours.q
-	mtu := PathMTU(q.Adapter(), d.MTU)
+	mtu := d.pathMTU(q.Adapter())
 	if !ours.external {
 		if err := Establish(q, d.GID, d.QPN, req.dialerPSN, ours.psn, mtu, ours.ackTimeout); err != nil {
 			req.reply <- connResult{err: err}
@@ -141,6 +144,14 @@ func acceptRemote(ours end, req *connReq, d *RemoteDialer, priv []byte) (abi.Con
 	}
 	req.reply <- connResult{reply: abi.ConnectReply{RemoteQPN: q.QPN(), RemoteGID: q.GID(), PrivateData: priv}, sqPSN: req.dialerPSN, rqPSN: ours.psn, mtu: mtu}
 	return abi.ConnectReply{RemoteQPN: d.QPN, RemoteGID: d.GID, Path: q.Query().Path}, nil
+}
+
+// pathMTU is the path MTU of d's connection to adapter ad.
+func (d *RemoteDialer) pathMTU(ad *device.Adapter) uint32 {
+	if d.PathMTU && abi.ValidMTU(d.MTU) {
+		return d.MTU
+	}
+	return PathMTU(ad, d.MTU)
 }
 
 // SendCM sends a CM_REQ to the target's host and returns its answer,
@@ -199,6 +210,12 @@ func Establish(q *device.QP, gid abi.GID, qpn, rqPSN, sqPSN, mtu uint32, ackTime
 		}
 	}
 	return nil
+}
+
+// RandomPSN returns a random 24-bit PSN.
+func RandomPSN() uint32 {
+	p, _ := randomPSNs()
+	return p
 }
 
 // randomPSNs returns two random 24-bit PSNs.

@@ -4,6 +4,7 @@ package nativepeer
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 )
 
@@ -49,4 +50,23 @@ func TestParseInfo(t *testing.T) {
 			t.Errorf("ParseInfo(%s) = %v, want an error saying %q", tt.line, err, tt.want)
 		}
 	}
+}
+
+// FuzzParseRegion: any private data from the other side's REQ or REP
+// parses into a region within the limits, or is refused, never a panic.
+func FuzzParseRegion(f *testing.F) {
+	gid := netip.MustParseAddr("::ffff:10.0.0.1")
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0, 0x10, 0}, uint32(0x1234))
+	f.Add(make([]byte, 56), uint32(2))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 64}, uint32(0xffffff))
+	f.Add([]byte{1, 2, 3}, uint32(1))
+	f.Fuzz(func(t *testing.T, priv []byte, qpn uint32) {
+		in, err := ParseRegion(priv, gid, qpn)
+		if err != nil {
+			return
+		}
+		if in.QPN != qpn || in.QPN < 2 || in.QPN > 0xffffff || in.Size < MinSize || in.Size > MaxSize || in.Addr > ^uint64(0)-uint64(Layout{uint64(in.Size)}.Len()) {
+			t.Fatalf("ParseRegion(%x, %#x) accepted %+v", priv, qpn, in)
+		}
+	})
 }

@@ -85,16 +85,24 @@ func ParseInfo(line []byte) (Info, error) {
 	if err := d.Decode(&in); err != nil {
 		return Info{}, fmt.Errorf("the peer's exchange line is not the JSON of {gid, qpn, psn, rkey, addr, size}: %v", err)
 	}
-	if err := checkQP(in.GID, in.QPN, in.PSN); err != nil {
+	if err := in.check(); err != nil {
 		return Info{}, err
+	}
+	return in, nil
+}
+
+// check checks what the other side told: its QP (checkQP) and region.
+func (in Info) check() error {
+	if err := checkQP(in.GID, in.QPN, in.PSN); err != nil {
+		return err
 	}
 	switch {
 	case in.Size < MinSize || in.Size > MaxSize:
-		return Info{}, fmt.Errorf("the peer's size %d is outside %d..%d", in.Size, MinSize, MaxSize)
+		return fmt.Errorf("the peer's size %d is outside %d..%d", in.Size, MinSize, MaxSize)
 	case in.Addr > ^uint64(0)-uint64(Layout{uint64(in.Size)}.Len()):
-		return Info{}, fmt.Errorf("the peer's region at %#x of %d bytes wraps around", in.Addr, Layout{uint64(in.Size)}.Len())
+		return fmt.Errorf("the peer's region at %#x of %d bytes wraps around", in.Addr, Layout{uint64(in.Size)}.Len())
 	}
-	return in, nil
+	return nil
 }
 
 // checkQP checks the QP an exchange line names: its GID, QPN and first
@@ -201,10 +209,6 @@ type Result struct {
 // side's Info, connects, answers with its own, and checks what the
 // active side does; it returns nil once everything checked out.
 func (s *Side) Serve(ctx context.Context, c net.Conn) error {
-	m := s.mr.Bytes()
-	l := s.layout
-	pattern(m[l.Read():l.Write()], passiveSeed)
-	binary.LittleEndian.PutUint64(m[l.Atomic():], atomicStart)
 	r := bufio.NewReaderSize(io.LimitReader(c, 4*maxLine), maxLine)
 	remote, err := readLine(r, ParseInfo)
 	if err != nil {
@@ -215,35 +219,20 @@ func (s *Side) Serve(ctx context.Context, c net.Conn) error {
 	}
 	// The receives are posted before the active side learns where to
 	// send: its SEND finds one.
-	sge := s.mr.SGE(int(l.Recv()), recvLen)
-	if err := s.qp.PostRecv([]vrdma.RecvWR{{ID: 1, SGL: []vrdma.SGE{sge}}, {ID: 2, SGL: []vrdma.SGE{sge}}}); err != nil {
+	if err := s.preparePassive(); err != nil {
 		return err
 	}
 	if _, err := c.Write(s.local.line()); err != nil {
 		return fmt.Errorf("send this side's exchange line: %w", err)
 	}
-	var problems []string
-	wcs, err := wait(ctx, s.rcq, 2)
+	problems, err := s.awaitActive(ctx)
 	if err != nil {
 		return err
-	}
-	if w := wcs[0]; w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecv || w.ByteLen != uint32(len(hello)) {
-		problems = append(problems, fmt.Sprintf("the SEND completed %+v, want a RECV of %d bytes", w, len(hello)))
-	}
-	if w := wcs[1]; w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecvRDMAWithImm || w.Imm != imm {
-		problems = append(problems, fmt.Sprintf("the RDMA WRITE with immediate completed %+v, want RECV_RDMA_WITH_IMM with imm %#x", w, imm))
 	}
 	if line, err := r.ReadString('\n'); err != nil || line != "check\n" {
 		return fmt.Errorf("the active side did not ask for the check (%q, %v)", line, err)
 	}
-	want := make([]byte, min(l.n, uint64(remote.Size)))
-	pattern(want, activeSeed)
-	if !bytes.Equal(m[l.Write():l.Write()+uint64(len(want))], want) {
-		problems = append(problems, "the RDMA WRITE's data is not the active side's pattern")
-	}
-	if got := binary.LittleEndian.Uint64(m[l.Atomic():]); got != 205 {
-		problems = append(problems, fmt.Sprintf("the atomic target holds %d after compare-and-swap 100->200 and fetch-and-add 5, want 205", got))
-	}
+	problems = append(problems, s.checkMemory(remote)...)
 	verdict := "ok\n"
 	if problems != nil {
 		verdict = fmt.Sprintf("failed: %q\n", problems)
@@ -255,6 +244,55 @@ func (s *Side) Serve(ctx context.Context, c net.Conn) error {
 		return fmt.Errorf("passive side: %q", problems)
 	}
 	return nil
+}
+
+// preparePassive lays out the passive side's region (its pattern, the
+// atomic target) and posts the receives of the active side's SEND and
+// RDMA WRITE with immediate; its QP is in INIT or later.
+func (s *Side) preparePassive() error {
+	m, l := s.mr.Bytes(), s.layout
+	pattern(m[l.Read():l.Write()], passiveSeed)
+	binary.LittleEndian.PutUint64(m[l.Atomic():], atomicStart)
+	sge := s.mr.SGE(int(l.Recv()), recvLen)
+	return s.qp.PostRecv([]vrdma.RecvWR{{ID: 1, SGL: []vrdma.SGE{sge}}, {ID: 2, SGL: []vrdma.SGE{sge}}})
+}
+
+// postRecv posts one receive into the receive buffer.
+func (s *Side) postRecv(id uint64) error {
+	return s.qp.PostRecv([]vrdma.RecvWR{{ID: id, SGL: []vrdma.SGE{s.mr.SGE(int(s.layout.Recv()), recvLen)}}})
+}
+
+// awaitActive waits for the completions of the active side's SEND and
+// RDMA WRITE with immediate, and says what is wrong with them.
+func (s *Side) awaitActive(ctx context.Context) ([]string, error) {
+	var problems []string
+	wcs, err := wait(ctx, s.rcq, 2)
+	if err != nil {
+		return nil, err
+	}
+	if w := wcs[0]; w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecv || w.ByteLen != uint32(len(hello)) {
+		problems = append(problems, fmt.Sprintf("the SEND completed %+v, want a RECV of %d bytes", w, len(hello)))
+	}
+	if w := wcs[1]; w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecvRDMAWithImm || w.Imm != imm {
+		problems = append(problems, fmt.Sprintf("the RDMA WRITE with immediate completed %+v, want RECV_RDMA_WITH_IMM with imm %#x", w, imm))
+	}
+	return problems, nil
+}
+
+// checkMemory says what is wrong with the passive side's region after
+// the active side (remote) ran every operation.
+func (s *Side) checkMemory(remote Info) []string {
+	m, l := s.mr.Bytes(), s.layout
+	var problems []string
+	want := make([]byte, min(l.n, uint64(remote.Size)))
+	pattern(want, activeSeed)
+	if !bytes.Equal(m[l.Write():l.Write()+uint64(len(want))], want) {
+		problems = append(problems, "the RDMA WRITE's data is not the active side's pattern")
+	}
+	if got := binary.LittleEndian.Uint64(m[l.Atomic():]); got != 205 {
+		problems = append(problems, fmt.Sprintf("the atomic target holds %d after compare-and-swap 100->200 and fetch-and-add 5, want 205", got))
+	}
+	return problems
 }
 
 // Drive is the active side over connection c: it sends its Info, reads
@@ -272,6 +310,26 @@ func (s *Side) Drive(ctx context.Context, c net.Conn) ([]Result, error) {
 	if err := s.connect(ctx, remote); err != nil {
 		return nil, err
 	}
+	out, err := s.operations(ctx, remote)
+	if err != nil {
+		return out, err
+	}
+	if _, err := c.Write([]byte("check\n")); err != nil {
+		return out, err
+	}
+	verdict, err := r.ReadString('\n')
+	if err != nil {
+		return out, fmt.Errorf("the passive side's verdict: %w", err)
+	}
+	if verdict != "ok\n" {
+		return out, fmt.Errorf("the passive side's check: %s", bytes.TrimSpace([]byte(verdict)))
+	}
+	return out, nil
+}
+
+// operations runs every operation against the passive side's region
+// (remote), checking each, and returns their outcomes.
+func (s *Side) operations(ctx context.Context, remote Info) ([]Result, error) {
 	m, l, rl := s.mr.Bytes(), s.layout, Layout{uint64(remote.Size)}
 	n := min(l.n, rl.n)
 	copy(m[l.Recv():], hello)
@@ -335,16 +393,6 @@ func (s *Side) Drive(ctx context.Context, c net.Conn) ([]Result, error) {
 				return out, err
 			}
 		}
-	}
-	if _, err := c.Write([]byte("check\n")); err != nil {
-		return out, err
-	}
-	verdict, err := r.ReadString('\n')
-	if err != nil {
-		return out, fmt.Errorf("the passive side's verdict: %w", err)
-	}
-	if verdict != "ok\n" {
-		return out, fmt.Errorf("the passive side's check: %s", bytes.TrimSpace([]byte(verdict)))
 	}
 	return out, nil
 }

@@ -28,13 +28,19 @@ ethernet0.present = "TRUE"
 ethernet0.virtualDev = "vrdma"
 `
 
+// CMTiming is the CM response timeout (a 5-bit code: 4.096 µs × 2^n) and
+// Max CM Retries of a standalone peer's REQs; zero takes rdma_cm's.
+type CMTiming struct{ ResponseTimeout, MaxRetries uint8 }
+
 // Standalone starts an agent of this process's own, in directory dir,
 // without a control plane: a plain RoCEv2 peer on UDP addr:4791
-// (agent.Config.NativePeer), which knows nothing of vrdma hosts; it
-// returns a VM of it with one adapter, and stop, which closes both.
-func Standalone(ctx context.Context, addr netip.Addr, dir string, log *slog.Logger) (vm *vrdma.VM, stop func(), err error) {
+// (agent.Config.NativePeer), which knows nothing of vrdma hosts, with
+// RDMA CM on its QP1 (its REQs timed as cmt says); it returns a VM of it
+// with one adapter, and stop, which closes both.
+func Standalone(ctx context.Context, addr netip.Addr, dir string, cmt CMTiming, log *slog.Logger) (vm *vrdma.VM, stop func(), err error) {
 	socket := filepath.Join(dir, "s")
-	a, err := agent.New(agent.Config{Socket: socket, StateDir: filepath.Join(dir, "state"), Host: "native-peer", Logger: log, NativePeer: addr})
+	a, err := agent.New(agent.Config{Socket: socket, StateDir: filepath.Join(dir, "state"), Host: "native-peer", Logger: log, NativePeer: addr,
+		CMResponseTimeout: cmt.ResponseTimeout, CMMaxRetries: cmt.MaxRetries})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the peer's RoCEv2 engine on %s: %w", addr, err)
 	}

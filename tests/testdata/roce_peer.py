@@ -9,6 +9,9 @@
 #   roce_peer.py rc DST QPN VA RKEY LQPN LPSN
 #   roce_peer.py icrc PCAP     checks the ICRC of every RoCEv2 packet of a capture:
 #                              prints "icrc: ok N bad M"
+#   roce_peer.py cm DST SRC PORT WAIT
+#                              an RDMA CM REQ on QP1 (see cm below)
+#   roce_peer.py cmhostile DST hostile packets to QP1 (see cmhostile below)
 #
 # sends to DST:4791 (listening on eth0) an RC SEND_ONLY, an RC RDMA_WRITE_ONLY (RETH VA, RKEY),
 # an RC RDMA_READ_REQUEST and a UD SEND_ONLY (DETH), all to QPN from PSN
@@ -148,6 +151,105 @@ def rc(dst, qpn, va, rkey, lqpn, lpsn):
     print("icrc: ok %d bad %d" % (ans.good, ans.bad))
 
 
+# cm mode: the peer at SRC sends DST's QP1 an RDMA CM REQ (a CM MAD built
+# here by hand from the InfiniBand specification's layout, chapter 12, and
+# RDMA CM's IP header, Annex A11) for TCP port PORT, from its QP 0x654321
+# with PSN 0x200, asking for answers within 4.096 us * 2^14 (67 ms), at most
+# 2 retries, with the private data of vrdmactl native-peer --cm (its
+# region); it never sends the RTU. For WAIT seconds it prints each CM
+# MAD DST sends back, in order: "REP qpn Q", "MRA", "REJ reason R msg M",
+# or "other ATTR", each checked to name its comm ID ("bad comm ID" if not),
+# then "icrc: ok N bad M".
+CM_COMM_ID = 0x0C0FFEE0
+
+
+def cm_req(dst, src, port):
+    hdr = struct.pack("!BBBBHHQHHI", 1, 0x07, 2, 0x03, 0, 0, 0x1234, 0x0010, 0, 0)
+    gid = lambda a: b"\0" * 10 + b"\xff\xff" + bytes(int(x) for x in a.split("."))
+    d = bytearray(232)
+    struct.pack_into("!I", d, 0, CM_COMM_ID)
+    struct.pack_into("!Q", d, 8, 0x01060000 | port)  # RDMA_PS_TCP, port
+    struct.pack_into("!Q", d, 16, 0x0200000000000042)
+    struct.pack_into("!I", d, 32, 0x654321 << 8 | 1)  # local QPN, responder resources
+    struct.pack_into("!I", d, 36, 1)  # initiator depth
+    d[43] = 20 << 3  # remote CM response timeout 20 (no MRA before 2 s), RC
+    struct.pack_into("!I", d, 44, 0x200 << 8 | 14 << 3 | 7)  # PSN, local CM response timeout 14, retry 7
+    struct.pack_into("!H", d, 48, 0xFFFF)
+    d[50] = 3 << 4 | 7  # path MTU 1024, RNR retry 7
+    d[51] = 2 << 4  # max CM retries 2
+    d[56:72], d[72:88] = gid(src), gid(dst)
+    d[93] = 64
+    d[95] = 14 << 3
+    pd = bytearray(36)
+    pd[1] = 0x40
+    struct.pack_into("!H", pd, 2, 40000)
+    pd[16:20] = bytes(int(x) for x in src.split("."))
+    pd[32:36] = bytes(int(x) for x in dst.split("."))
+    d[140:176] = pd
+    # vrdmactl native-peer --cm's region after the header: address, rkey, size
+    d[176:192] = struct.pack("!QII", 0, 0x1234, 4096)
+    deth = struct.pack("!II", 0x80010000, 1)
+    return packet(dst, 0x64, 1, 0, deth, hdr + bytes(d), 0)
+
+
+def cm(dst, src, port, wait):
+    ans = Answers(dst)
+    sniffer = AsyncSniffer(iface="eth0", prn=ans.add, store=False)
+    sniffer.start()
+    time.sleep(0.5)
+    send(cm_req(dst, src, port))
+    time.sleep(wait)
+    sniffer.stop()
+    for a in ans.got:
+        mad = a["rest"][8:]  # after the DETH
+        if a["op"] != 0x64 or len(mad) != 256:
+            print("not a MAD: %s" % describe(a))
+            continue
+        attr = struct.unpack("!H", mad[16:18])[0]
+        d = mad[24:]
+        ids = "" if struct.unpack("!I", d[4:8])[0] == CM_COMM_ID else " bad comm ID"
+        if attr == 0x0013:
+            print("REP qpn 0x%06x%s" % (int.from_bytes(d[12:15], "big"), ids))
+        elif attr == 0x0011:
+            print("MRA%s" % ids)
+        elif attr == 0x0012:
+            print("REJ reason %d msg %d%s" % (struct.unpack("!H", d[10:12])[0], d[8] >> 6, ids))
+        else:
+            print("other 0x%04x" % attr)
+    print("icrc: ok %d bad %d" % (ans.good, ans.bad))
+
+
+# cmhostile mode: packets to DST's QP1 that no CM may act on, each with a
+# right ICRC: a MAD cut short (200 bytes), a whole MAD with another Q_Key
+# than the GSI's, a MAD of another class (0x04), a LAP (an attribute RDMA
+# CM does not use), an RTU and a REP naming comm IDs nobody has. It prints
+# "sent N" and "answers M" (what DST sent back within a second).
+def cmhostile(dst):
+    def mad(cls, attr, data):
+        return struct.pack("!BBBBHHQHHI", 1, cls, 2, 0x03, 0, 0, 0x99, attr, 0, 0) + data.ljust(232, b"\0")
+
+    gsi = struct.pack("!II", 0x80010000, 1)
+    ids = struct.pack("!II", 0x11223344, 0x55667788)
+    pkts = [
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0014, ids)[:200], 0),
+        packet(dst, 0x64, 1, 0, struct.pack("!II", 0x11111111, 1), mad(0x07, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x04, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0019, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0014, ids), 0),
+        packet(dst, 0x64, 1, 0, gsi, mad(0x07, 0x0013, ids + struct.pack("!I", 0x80010000) + struct.pack("!I", 0x123456 << 8)), 0),
+    ]
+    ans = Answers(dst)
+    sniffer = AsyncSniffer(iface="eth0", prn=ans.add, store=False)
+    sniffer.start()
+    time.sleep(0.5)
+    for p in pkts:
+        send(p)
+    time.sleep(1.0)
+    sniffer.stop()
+    print("sent %d" % len(pkts))
+    print("answers %d" % len(ans.got))
+
+
 def icrc(pcap):
     good = bad = 0
     for p in rdpcap(pcap):
@@ -169,7 +271,11 @@ if __name__ == "__main__":
         isolation(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), float(a[7]))
     elif len(a) == 3 and a[1] == "icrc":
         icrc(a[2])
+    elif len(a) == 3 and a[1] == "cmhostile":
+        cmhostile(a[2])
+    elif len(a) == 6 and a[1] == "cm":
+        cm(a[2], a[3], int(a[4]), float(a[5]))
     elif len(a) == 8 and a[1] == "rc":
         rc(a[2], int(a[3], 0), int(a[4], 0), int(a[5], 0), int(a[6], 0), int(a[7], 0))
     else:
-        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN | icrc PCAP")
+        sys.exit("usage: roce_peer.py isolation DST QPN PSN VA RKEY WAIT | rc DST QPN VA RKEY LQPN LPSN | cm DST SRC PORT WAIT | cmhostile DST | icrc PCAP")

@@ -477,6 +477,20 @@ type RDMAStatus struct {
 	// a vrdma VM, which no adapter without native endpoints answers.
 	// They are not in NoQP.
 	NotVRDMA uint64 `json:"not_vrdma"`
+	// RDMA CM over QP1 with native endpoints (RoCE v2 only): the CM MADs
+	// received and sent; those dropped (malformed, for no connection,
+	// spoofed, out of state); resent ones the peer sent again; the
+	// engine's own resends; connections that timed out after the last;
+	// REJs sent; and REQs refused because only adapters without native
+	// endpoints listen on their port.
+	CMIn               uint64 `json:"cm_in"`
+	CMOut              uint64 `json:"cm_out"`
+	CMDropped          uint64 `json:"cm_dropped"`
+	CMDuplicates       uint64 `json:"cm_duplicates"`
+	CMResent           uint64 `json:"cm_resent"`
+	CMTimedOut         uint64 `json:"cm_timed_out"`
+	CMRejected         uint64 `json:"cm_rejected"`
+	CMRefusedNotNative uint64 `json:"cm_refused_not_native"`
 }
 
 // PVRDMAStatus describes the host's end of the tcp path, as its agent

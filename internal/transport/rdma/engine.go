@@ -70,6 +70,10 @@ type Config struct {
 	// (a test's engines, which have no control plane). It is called by
 	// the reader only for a packet no QP serves, and for every UD packet.
 	Members func(addr netip.Addr) bool
+	// GSI, if set, receives the MADs of the UD packets to QP1 (gsi.go):
+	// src is the sender's address (unmapped), srcQP its QP (DETH), mad
+	// the payload, valid only during the call. Nil: they count as NoQP.
+	GSI func(src netip.Addr, srcQP uint32, mad []byte)
 }
 
 // Counters are an engine's packet counters.
@@ -344,6 +348,10 @@ func (e *Engine) dispatch(b []byte, src netip.AddrPort, mac *[6]byte, pkt *rocew
 	}
 	if testHookPacket != nil {
 		testHookPacket(pkt)
+	}
+	if pkt.DETH != nil && pkt.BTH.DestQP() == rocewire.GSIQPN {
+		e.gsiPacket(pkt, src.Addr()) // RDMA CM's MADs, from any peer (gsi.go)
+		return nil
 	}
 	if pkt.DETH != nil {
 		if !e.member(src.Addr()) {
