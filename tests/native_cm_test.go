@@ -316,10 +316,16 @@ func TestNativeCMDropIn(t *testing.T) {
 			t.Errorf("VM %s: QueryGID(0) = %v, %v; want the adapter's GID", name, g, err)
 		}
 	}
-	before := rdmaStatus(t, ha.Socket)
 	inPeer := func(args ...string) []string {
 		return append([]string{"netns", "exec", ns, ctl, "--socket", sock, "exec", "--vm", "peer", "--"}, args...)
 	}
+	// The native peer's port MTU follows its interface's, as a RoCE NIC's
+	// follows its netdev's: 4096 on the peer's veth of MTU 9000 (its
+	// default, 1024, cut bandwidth to a third).
+	if out, err := exec.Command("ip", inPeer("ibv_devinfo")...).CombinedOutput(); err != nil || !strings.Contains(string(out), "active_mtu:\t\t4096 (5)") {
+		t.Errorf("ibv_devinfo on the native peer: %v, want active_mtu 4096:\n%s", err, out)
+	}
+	before := rdmaStatus(t, ha.Socket)
 	inVM := func(args ...string) []string {
 		return append([]string{"netns", "exec", ha.Netns, ctl, "--socket", ha.Socket, "exec", "--vm", "nat", "--"}, args...)
 	}

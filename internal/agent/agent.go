@@ -156,6 +156,10 @@ type Agent struct {
 	// rdma is the RoCEv2 engine of the host's RDMA uplink (the first
 	// rocev2-soft uplink of ControlConfig.Uplinks); nil without one.
 	rdma *rdma.Engine
+	// nativeMTU is a native peer's (Config.NativePeer) adapters' active
+	// MTU: the largest RoCE MTU its address's interface carries, as a
+	// RoCE NIC's port MTU follows its netdev's (0: the default).
+	nativeMTU uint32
 	// gsi is RDMA CM over QP1 of rdma, with native endpoints (native.go);
 	// nil without a RoCEv2 engine.
 	gsi *gsi.Manager
@@ -270,6 +274,7 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		var eng atomic.Pointer[rdma.Engine]
 		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, GSI: a.newGSI(cfg.NativePeer, &eng)})
 		eng.Store(a.rdma)
+		a.nativeMTU = nativeMTU(cfg.NativePeer)
 	}
 	if err := a.listen(); err != nil {
 		if a.rdma != nil {

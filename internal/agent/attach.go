@@ -58,6 +58,9 @@ func (a *Agent) attachVM(s *session, name string) (*device.Context, error) {
 	}
 	if !v.Joined() { // a process joining a VM shares the first's record
 		err = a.publishVM(v, s.uid) // control.go
+		for _, ad := range v.Adapters() {
+			ad.SetActiveMTU(a.nativeMTU) // a native peer's; 0 leaves the default
+		}
 	}
 	if err == nil {
 		err = v.SetReadyUnique() // no other VM of this host has one of its addresses

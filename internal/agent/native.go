@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/vrdma/vrdma/internal/cm"
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/gsi"
+	"github.com/vrdma/vrdma/internal/netcheck"
 	"github.com/vrdma/vrdma/internal/transport/rdma"
 )
 
@@ -189,4 +191,14 @@ func (a *Agent) nativeFailed(qpn, peerQPN uint32, gid abi.GID, reason uint16) {
 	if !a.cmreg.Failed(qpn, peerQPN, gid, ev) {
 		a.cmreg.PeerGone(qpn, peerQPN, gid)
 	}
+}
+
+// nativeMTU is the RoCE MTU of the interface that holds address addr
+// (netcheck.MaxRoCEMTU of its MTU), 0 when none does.
+func nativeMTU(addr netip.Addr) uint32 {
+	ifc, err := net.InterfaceByName(interfaceOf(addr))
+	if err != nil {
+		return 0
+	}
+	return uint32(netcheck.MaxRoCEMTU(ifc.MTU))
 }
