@@ -99,6 +99,10 @@ type Config struct {
 	// address through the engine, as a QP of an adapter with native
 	// endpoints does (routeNative).
 	NativePeer netip.Addr
+	// InProcess says the agent's workloads run in its own process (a
+	// native peer of vrdmactl native-peer): its RoCEv2 engine's polling
+	// yields the Go scheduler to them (rdma.YieldGoroutines).
+	InProcess bool
 	// CMResponseTimeout and CMMaxRetries are the CM response timeouts
 	// (a 5-bit code: 4.096 µs × 2^n) and Max CM Retries of the REQs
 	// the agent sends to native endpoints over QP1 (package gsi); zero
@@ -270,6 +274,9 @@ func New(cfg Config, opts ...Option) (*Agent, error) {
 		c, err := rdma.ListenUDP(netip.AddrPortFrom(cfg.NativePeer, rocewire.UDPPort))
 		if err != nil {
 			return nil, err
+		}
+		if cfg.InProcess {
+			rdma.YieldGoroutines(c)
 		}
 		var eng atomic.Pointer[rdma.Engine]
 		a.rdma = rdma.Start(rdma.Config{Device: a.dev, Conn: c, Log: a.log, GSI: a.newGSI(cfg.NativePeer, &eng)})

@@ -178,7 +178,8 @@ the REP. The check is asked and answered with SENDs.`,
 				}
 			}
 			if bench != "" {
-				return a.nativeBenchRun(ctx, ad, local, perf.Config{Test: test, Size: size, Iters: iters}, addr, args, port)
+				b := nativepeer.BenchSide{Adapter: ad, GID: local, AgentInProcess: addr != ""}
+				return a.nativeBenchRun(ctx, b, perf.Config{Test: test, Size: size, Iters: iters}, addr, args, port)
 			}
 			side, err := nativepeer.NewSide(ctx, vm, ad, local, size)
 			if err != nil {
@@ -274,10 +275,10 @@ func (a *app) uplinkGID(ctx context.Context, ad *vrdma.Adapter, gid string) (net
 	return netip.Addr{}, fmt.Errorf("the agent at %s has no RoCEv2 uplink (vrdmad --rdma-uplink rocev2-soft/ADDRESS), which native endpoints are reached through; or give --gid", a.socket)
 }
 
-// nativeBenchRun runs benchmark c on adapter ad, which the other side
-// reaches at gid: passive (listening on port, at addr or every address)
-// without a peer in args, else active toward it; it prints the figures.
-func (a *app) nativeBenchRun(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, c perf.Config, addr string, args []string, port int) error {
+// nativeBenchRun runs benchmark c on side b: passive (listening on port,
+// at addr or every address) without a peer in args, else active toward
+// it; it prints the figures.
+func (a *app) nativeBenchRun(ctx context.Context, b nativepeer.BenchSide, c perf.Config, addr string, args []string, port int) error {
 	var r perf.Result
 	role := "passive"
 	err := func() error {
@@ -294,9 +295,9 @@ func (a *app) nativeBenchRun(ctx context.Context, ad *vrdma.Adapter, gid netip.A
 		}
 		defer cn.Close()
 		if role == "active" {
-			r, err = nativepeer.BenchActive(ctx, ad, gid, c, cn)
+			r, err = b.Active(ctx, c, cn)
 		} else {
-			r, err = nativepeer.BenchPassive(ctx, ad, gid, c.Test, cn)
+			r, err = b.Passive(ctx, c.Test, cn)
 		}
 		return err
 	}()

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // TestQuickstartKeep runs "vrdmactl quickstart --keep" as a process, takes
@@ -105,25 +107,38 @@ func TestQuickstartKeep(t *testing.T) {
 		t.Errorf("%s && vrdmactl vm list: %v:\n%s", envLine, err, lout)
 	}
 	// run starts server, then client, and returns the client's output and
-	// both errors; each gets two minutes.
+	// both errors; together they get two minutes. A client that fails
+	// while the server still runs found no listener yet (on a busy machine
+	// the server may take more than a moment): it runs again.
 	run := func(server, client string) (string, string, error, error) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		srv := exec.CommandContext(ctx, "sh", "-c", "exec "+strings.TrimSuffix(server, " &"))
 		srv.Env = env
-		var sout strings.Builder
+		var sout testenv.SyncBuffer
 		srv.Stdout, srv.Stderr = &sout, &sout
 		srv.WaitDelay = 5 * time.Second
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the server listens
-		cl := exec.CommandContext(ctx, "sh", "-c", "exec "+client)
-		cl.Env = env
-		cl.WaitDelay = 5 * time.Second
-		cout, err := cl.CombinedOutput()
-		serr := srv.Wait()
-		return string(cout), sout.String(), err, serr
+		srvDone := make(chan error, 1)
+		go func() { srvDone <- srv.Wait() }()
+		for {
+			time.Sleep(time.Second) // the server listens
+			cl := exec.CommandContext(ctx, "sh", "-c", "exec "+client)
+			cl.Env = env
+			cl.WaitDelay = 5 * time.Second
+			cout, err := cl.CombinedOutput()
+			if err == nil || ctx.Err() != nil {
+				return string(cout), sout.String(), err, <-srvDone
+			}
+			select {
+			case serr := <-srvDone:
+				return string(cout), sout.String(), err, serr
+			default:
+				t.Logf("%s failed while its server runs (no listener yet?), again: %v\n%s", client, err, cout)
+			}
+		}
 	}
 	bw := regexp.MustCompile(`(?m)^\s*8388608\s+5\s+[0-9.]+\s+[0-9.]+`)
 	pings := regexp.MustCompile(`(?m)^ping data: rdma-ping-9: `)

@@ -89,16 +89,26 @@ func (l BenchLine) line() []byte {
 	return append(b, '\n')
 }
 
-// benchEndpoint makes a side's perf endpoint for run c on adapter ad and
-// the line that tells it, with GID gid and path MTU at most mtu.
-func benchEndpoint(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, c perf.Config, mtu uint32, active bool) (*perf.Endpoint, BenchLine, error) {
-	e, err := perf.NewEndpoint(ctx, ad, perf.PairConfig{BufSize: c.Test.BufSize(c.Size)}, active)
+// BenchSide is this side of a benchmark run.
+type BenchSide struct {
+	Adapter *vrdma.Adapter // the adapter it runs on
+	GID     netip.Addr     // the GID the other side reaches it at
+	// AgentInProcess says the adapter's agent runs in this process (the
+	// plain peer, Standalone): the measuring loops yield to its
+	// goroutines.
+	AgentInProcess bool
+}
+
+// endpoint makes b's perf endpoint for run c and the line that tells it,
+// with path MTU at most mtu.
+func (b BenchSide) endpoint(ctx context.Context, c perf.Config, mtu uint32, active bool) (*perf.Endpoint, BenchLine, error) {
+	e, err := perf.NewEndpoint(ctx, b.Adapter, perf.PairConfig{BufSize: c.Test.BufSize(c.Size), AgentInProcess: b.AgentInProcess}, active)
 	if err != nil {
 		return nil, BenchLine{}, err
 	}
 	e.Prepare(c)
 	ep := e.Side.QP.Endpoint()
-	l := BenchLine{GID: netip.AddrFrom16(gid.As16()), QPN: ep.QPN, PSN: ep.PSN, RKey: e.Side.MR.RKey(), Addr: e.Side.MR.Addr(),
+	l := BenchLine{GID: netip.AddrFrom16(b.GID.As16()), QPN: ep.QPN, PSN: ep.PSN, RKey: e.Side.MR.RKey(), Addr: e.Side.MR.Addr(),
 		Len: uint64(len(e.Side.MR.Bytes())), Test: c.Test, Size: c.Size, Iters: c.Iters, MTU: min(ep.MTU, mtu)}
 	return e, l, nil
 }
@@ -114,17 +124,16 @@ func benchConnect(ctx context.Context, e *perf.Endpoint, remote BenchLine, mtu u
 	return nil
 }
 
-// BenchActive is the active side of a benchmark run of c over connection
-// cn, on adapter ad, which the other side reaches at gid: it measures and
-// returns the figures.
-func BenchActive(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, c perf.Config, cn net.Conn) (perf.Result, error) {
+// Active is the active side of a benchmark run of c over connection cn:
+// it measures and returns the figures.
+func (b BenchSide) Active(ctx context.Context, c perf.Config, cn net.Conn) (perf.Result, error) {
 	if c.Iters <= 0 {
 		c.Iters = c.Test.DefaultIters()
 	}
 	if c.Size <= 0 {
 		c.Size = c.Test.DefaultSize()
 	}
-	e, local, err := benchEndpoint(ctx, ad, gid, c, 4096, true)
+	e, local, err := b.endpoint(ctx, c, 4096, true)
 	if err != nil {
 		return perf.Result{}, err
 	}
@@ -148,18 +157,17 @@ func BenchActive(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, c perf.
 	if err != nil {
 		return perf.Result{}, err
 	}
-	b, _ := json.Marshal(res)
-	if _, err := cn.Write(append(b, '\n')); err != nil {
+	out, _ := json.Marshal(res)
+	if _, err := cn.Write(append(out, '\n')); err != nil {
 		return res, fmt.Errorf("send the figures to the passive side: %w", err)
 	}
 	return res, nil
 }
 
-// BenchPassive is the passive side of a benchmark run of test over
-// connection cn, on adapter ad, which the other side reaches at gid: it
-// answers the active side's run and returns the figures the active side
-// measured.
-func BenchPassive(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, test perf.Test, cn net.Conn) (perf.Result, error) {
+// Passive is the passive side of a benchmark run of test over connection
+// cn: it answers the active side's run and returns the figures the active
+// side measured.
+func (b BenchSide) Passive(ctx context.Context, test perf.Test, cn net.Conn) (perf.Result, error) {
 	r := bufio.NewReaderSize(io.LimitReader(cn, 4*maxLine), maxLine)
 	remote, err := readLine(r, ParseBenchLine)
 	if err != nil {
@@ -169,7 +177,7 @@ func BenchPassive(ctx context.Context, ad *vrdma.Adapter, gid netip.Addr, test p
 		return perf.Result{}, fmt.Errorf("the active side asks for %s; this side runs %s (give both sides the same --bench)", remote.Test, test)
 	}
 	c := remote.config()
-	e, local, err := benchEndpoint(ctx, ad, gid, c, remote.MTU, false)
+	e, local, err := b.endpoint(ctx, c, remote.MTU, false)
 	if err != nil {
 		return perf.Result{}, err
 	}

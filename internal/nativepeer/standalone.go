@@ -39,7 +39,7 @@ type CMTiming struct{ ResponseTimeout, MaxRetries uint8 }
 // with one adapter, and stop, which closes both.
 func Standalone(ctx context.Context, addr netip.Addr, dir string, cmt CMTiming, log *slog.Logger) (vm *vrdma.VM, stop func(), err error) {
 	socket := filepath.Join(dir, "s")
-	a, err := agent.New(agent.Config{Socket: socket, StateDir: filepath.Join(dir, "state"), Host: "native-peer", Logger: log, NativePeer: addr,
+	a, err := agent.New(agent.Config{Socket: socket, StateDir: filepath.Join(dir, "state"), Host: "native-peer", Logger: log, NativePeer: addr, InProcess: true,
 		CMResponseTimeout: cmt.ResponseTimeout, CMMaxRetries: cmt.MaxRetries})
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the peer's RoCEv2 engine on %s: %w", addr, err)

@@ -84,7 +84,7 @@ func nativeBenchmark(b *testing.B, c perf.Config) {
 					b.Fatalf("connect to the native peer: %v\n%s", err, out.String())
 				}
 				defer cn.Close()
-				r, err := nativepeer.BenchActive(ctx, vm.Adapters()[0], records.GIDOf(h.Addr()), c, cn)
+				r, err := nativepeer.BenchSide{Adapter: vm.Adapters()[0], GID: records.GIDOf(h.Addr())}.Active(ctx, c, cn)
 				if err != nil {
 					peer.Process.Kill()
 					b.Fatalf("%v\nthe native peer:\n%s", err, out.String())

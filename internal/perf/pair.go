@@ -48,6 +48,11 @@ type PairConfig struct {
 	// adapters' active MTU, if smaller); zero connects them through the
 	// CM, which picks the path MTU.
 	MTU uint32
+	// AgentInProcess says an Endpoint's agent runs in its own process
+	// (vrdmactl native-peer's plain peer): its measuring loops yield the
+	// Go scheduler to the agent's goroutines, as a Pair's two sides yield
+	// to each other.
+	AgentInProcess bool
 }
 
 // MaxQPs bounds PairConfig.QPs.

@@ -216,7 +216,7 @@ func NewEndpoint(ctx context.Context, ad *vrdma.Adapter, cfg PairConfig, active 
 		e.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	s.alone = true
+	s.alone = !cfg.AgentInProcess
 	return e, nil
 }
 
