@@ -32,6 +32,7 @@ type Context struct {
 	name    string
 	cfg     *vmconfig.Config
 	async   bool
+	poller  *asyncPoller // async mode: watches idle QPs (asyncpoll.go); nil in doorbell mode
 	owner   Owner
 	managed bool     // a managed VM of the control plane (package manage)
 	procs   *vmProcs // the VM's workloads, v among them
@@ -388,6 +389,9 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 			v.adapters = append(v.adapters, ad)
 		}
 	}
+	if v.async {
+		v.poller = newAsyncPoller()
+	}
 	return v, nil
 }
 
@@ -711,6 +715,9 @@ func (v *Context) Teardown() {
 			q.endOpens() // its opens lose it with the process that made it
 		}
 		v.destroyQP(q)
+	}
+	if v.poller != nil {
+		v.poller.close()
 	}
 
 	v.lockMem()
