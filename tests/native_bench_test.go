@@ -5,11 +5,8 @@ package vrdma_test
 import (
 	"encoding/json"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
-
-	"github.com/vrdma/vrdma/internal/testenv"
 )
 
 // nativeBenchReport is the part of vrdmactl native-peer --bench -o json
@@ -31,17 +28,10 @@ type nativeBenchReport struct {
 // report the active side's figures, the moved bytes pass through host A's
 // RoCEv2 engine, and sides that name different tests refuse each other.
 func TestNativePeerBench(t *testing.T) {
-	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 1, RDMA: true, Netns: testenv.NetnsOn})
-	ha := c.Hosts[0]
-	ctl := testenv.Binary(t, "vrdmactl")
-	if out, err := exec.Command(ctl, "--etcd-endpoints", c.Endpoint(), "host", "configure", ha.Name, "--pvrdma-namespaces", "on").CombinedOutput(); err != nil {
-		t.Fatalf("host configure --pvrdma-namespaces on: %v\n%s", err, out)
-	}
-	ha.DefineVMX(t, "nb", ha.VMX(testenv.VMOptions{MemMB: 16})+"vrdma0.nativeEndpointSupport = \"TRUE\"\n")
 	peerAddr := netip.MustParseAddr("10.199.1.202")
-	ns := nativePeerNetns(t, c, peerAddr)
+	_, ha, ns := nativeCMHost(t, peerAddr)
 	vmSide := func(args ...string) *nativeSide {
-		return startNative(t, ha.Netns, append([]string{"--socket", ha.Socket, "-o", "json", "native-peer", "--vm", "nb", "--timeout", "45s"}, args...)...)
+		return startNative(t, ha.Netns, append([]string{"--socket", ha.Socket, "-o", "json", "native-peer", "--vm", "nat", "--timeout", "45s"}, args...)...)
 	}
 	peerSide := func(args ...string) *nativeSide {
 		return startNative(t, ns, append([]string{"-o", "json", "native-peer", "--address", peerAddr.String(), "--timeout", "45s"}, args...)...)
