@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -620,12 +621,15 @@ func TestFault(t *testing.T) {
 		name string
 		path vrdma.PathKind
 		o    testenv.ClusterOptions
+		args []string
 	}{
-		{"tcp", vrdma.PathTCP, testenv.ClusterOptions{}},
-		{"rdma", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true}},
-		{"rdma-v1", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true, RoCEVersion: records.RoCEv1}},
+		{"tcp", vrdma.PathTCP, testenv.ClusterOptions{}, nil},
+		// Every message of 1 KiB or more striped over up to 4 lanes.
+		{"tcp-lanes", vrdma.PathTCP, testenv.ClusterOptions{}, []string{"--tcp-lanes", "4", "--tcp-stripe-min", "512"}},
+		{"rdma", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true}, nil},
+		{"rdma-v1", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true, RoCEVersion: records.RoCEv1}, nil},
 	} {
-		t.Run(p.name, func(t *testing.T) { testFaultCluster(t, p.name, p.path, p.o) })
+		t.Run(p.name, func(t *testing.T) { testFaultCluster(t, p.name, p.path, p.o, p.args) })
 	}
 }
 
@@ -819,11 +823,13 @@ type injected interface {
 const faultMetricsPort = 9464
 
 // testFaultCluster runs the cases on two vrdmad processes in network
-// namespaces (hostA the survivor's, hostB the other's).
-func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.ClusterOptions) {
+// namespaces (hostA the survivor's, hostB the other's), with more vrdmad
+// flags args. With --tcp-lanes, the warm-up must have striped messages
+// over lanes each way.
+func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.ClusterOptions, args []string) {
 	o.Hosts, o.Netns = 2, testenv.NetnsOn
 	o.ExtraArgs = func(h *testenv.Host) []string {
-		return []string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}
+		return append([]string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}, args...)
 	}
 	c := testenv.StartCluster(t, o)
 	ha, hb := c.Hosts[0], c.Hosts[1]
@@ -836,6 +842,13 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 		return ss
 	}
 	e.warm(t)
+	if slices.Contains(args, "--tcp-lanes") {
+		for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
+			if u := uplinkTo(t, h[0], h[1]); u.Lanes < 2 || u.StripedBatches == 0 {
+				t.Fatalf("%s striped nothing over lanes to %s: %d lanes, %d striped batches", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)
+			}
+		}
+	}
 
 	ports := []string{ha.SwitchPort(), hb.SwitchPort()}
 	wire := func(w fault.Wire) func(ctx context.Context) (injected, error) {

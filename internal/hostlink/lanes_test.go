@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package hostlink
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/vrdma/vrdma/internal/tcpwire"
+)
+
+// laneGroup makes a main connection with lanes on pipes, as accepted
+// from one agent run of a peer: its group, its lanes attached as the
+// acceptor attaches them.
+func laneGroup(t *testing.T, lanes int) (*Peer, *Conn, []*Conn) {
+	t.Helper()
+	u := &Links{log: slog.New(slog.NewTextHandler(io.Discard, nil)), links: map[string]*Peer{}}
+	l := &Peer{u: u, peerID: "peer", in: map[*Conn]struct{}{}}
+	pipe := func() *Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		c := newConn(l, a, false, tcpwire.Version)
+		c.handshaking, c.peerBoot = false, "boot1"
+		return c
+	}
+	m := pipe()
+	m.group = newGroup()
+	m.nlanes.Store(int32(lanes))
+	l.in[m] = struct{}{}
+	var ls []*Conn
+	for i := 1; i < lanes; i++ {
+		ln := pipe()
+		if !l.attachLane(ln, m.group, i) {
+			t.Fatalf("lane %d not attached", i)
+		}
+		ls = append(ls, ln)
+	}
+	return l, m, ls
+}
+
+// closedWithin reports whether c closes within a second.
+func closedWithin(c *Conn) bool {
+	select {
+	case <-c.Closed():
+		return true
+	case <-time.After(time.Second):
+		return false
+	}
+}
+
+// TestLaneGroupCloses: a lane closing closes its main connection and
+// the other lanes, and a main connection closing closes its lanes —
+// once each, whoever closes first, with no deadlock.
+func TestLaneGroupCloses(t *testing.T) {
+	for _, first := range []int{0, 1, 2} {
+		_, m, ls := laneGroup(t, 3)
+		all := append([]*Conn{m}, ls...)
+		done := make(chan struct{})
+		go func() {
+			all[first].Close(errors.New("test"))
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("closing connection %d of a group did not return: a deadlock", first)
+		}
+		for i, c := range all {
+			if !closedWithin(c) {
+				t.Errorf("closing connection %d left connection %d of its group open", first, i)
+			}
+		}
+	}
+	// Closing every connection of a group at once.
+	_, m, ls := laneGroup(t, 4)
+	all := append([]*Conn{m}, ls...)
+	done := make(chan struct{}, len(all))
+	for _, c := range all {
+		go func() { c.Close(errors.New("test")); done <- struct{}{} }()
+	}
+	for range all {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("closing a group from every side at once deadlocked")
+		}
+	}
+}
+
+// TestAttachLane: a lane joins only a main connection of its group from
+// the same agent run, at an index the group agreed on and not taken.
+func TestAttachLane(t *testing.T) {
+	l, m, _ := laneGroup(t, 3)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	mk := func(boot string) *Conn {
+		c := newConn(l, a, false, tcpwire.Version)
+		c.peerBoot = boot
+		return c
+	}
+	for _, c := range []struct {
+		name  string
+		boot  string
+		group string
+		i     int
+	}{
+		{"other group", "boot1", newGroup(), 1},
+		{"other boot", "boot2", m.group, 1},
+		{"index taken", "boot1", m.group, 2},
+		{"index beyond the agreed", "boot1", m.group, 3},
+	} {
+		if l.attachLane(mk(c.boot), c.group, c.i) {
+			t.Errorf("%s: attached", c.name)
+		}
+	}
+}
+
+// TestStripedWrite: WriteStriped puts each lane's batch on its lane and
+// the main connection's frames on it; a lane gone fails it and closes the
+// group.
+func TestStripedWrite(t *testing.T) {
+	u := &Links{log: slog.New(slog.NewTextHandler(io.Discard, nil)), links: map[string]*Peer{}}
+	l := &Peer{u: u, peerID: "peer", in: map[*Conn]struct{}{}}
+	var far []net.Conn
+	pipe := func() *Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		far = append(far, b)
+		c := newConn(l, a, true, tcpwire.Version)
+		c.handshaking = false
+		return c
+	}
+	m := pipe()
+	m.nlanes.Store(3)
+	for i := 1; i < 3; i++ {
+		ln := pipe()
+		ln.main = m
+		m.lanes[i].Store(ln)
+		if err := u.goLaneWriter(ln); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]chan []byte, 3)
+	for i, f := range far {
+		got[i] = make(chan []byte, 1)
+		go func() {
+			b := make([]byte, 5)
+			_, err := io.ReadFull(f, b)
+			if err != nil {
+				b = nil
+			}
+			got[i] <- b
+		}()
+	}
+	b1, b2 := NewLaneBatch(), NewLaneBatch()
+	b1.Iov, b1.N, b1.Frames = net.Buffers{[]byte("lane1")}, 5, 1
+	b2.Iov, b2.N, b2.Frames = net.Buffers{[]byte("la"), []byte("ne2")}, 5, 1
+	iov := net.Buffers{[]byte("main0")}
+	if err := m.WriteStriped(&iov, 5, 1, []*LaneBatch{b1, b2}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"main0", "lane1", "lane2"} {
+		if b := <-got[i]; string(b) != want {
+			t.Errorf("connection %d carried %q, want %q", i, b, want)
+		}
+	}
+	if l.striped.Load() != 1 {
+		t.Errorf("%d striped batches counted, want 1", l.striped.Load())
+	}
+	// Lane 2's far end goes: the next striped write fails (its writer's
+	// write does) and the group closes.
+	far[2].Close()
+	go io.Copy(io.Discard, far[0])
+	go io.Copy(io.Discard, far[1])
+	iov = net.Buffers{[]byte("main1")}
+	b1.Iov, b2.Iov = net.Buffers{[]byte("lane1")}, net.Buffers{[]byte("lane2")}
+	if err := m.WriteStriped(&iov, 5, 1, []*LaneBatch{b1, b2}); err == nil {
+		t.Error("a striped write over a lane whose peer went succeeded")
+	}
+	if !closedWithin(m) {
+		t.Error("the group stayed open after its lane failed")
+	}
+	u.wg.Wait() // the lanes' writers stopped
+}
