@@ -4,13 +4,18 @@ package vrdma_test
 
 // Multi-lane tcp between two vrdmad processes: large messages striped over
 // several connections keep RC's order and land exactly (TestTCPLanes), and
-// a host that takes one lane gets none striped (TestTCPLanesOneSide).
+// a host that takes one lane gets none striped (TestTCPLanesOneSide), and
+// an agent's goroutines do not grow with striped traffic
+// (TestTCPLanesGoroutines).
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/fault"
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
@@ -141,4 +146,46 @@ func TestTCPLanesOneSide(t *testing.T) {
 			t.Errorf("%s → %s: %d lanes, %d striped batches; want 1 lane and none striped", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)
 		}
 	}
+}
+
+// TestTCPLanesGoroutines: a connection's goroutines live as long as it
+// and its lanes do, whatever crosses them: once two agents' connections
+// are open (lanes included), striped traffic each way leaves neither
+// agent with more goroutines than before it. (A lane reader made at the first
+// striped request left agents with more, for as long as the connection
+// lived; one blocked on a lane whose connection closed, for ever.)
+func TestTCPLanesGoroutines(t *testing.T) {
+	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOn, ExtraArgs: func(h *testenv.Host) []string {
+		return []string{"--tcp-lanes", "4", "--tcp-stripe-min", "4096",
+			"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}
+	}})
+	ha, hb := c.Hosts[0], c.Hosts[1]
+	vma := ha.Open(t, "lanesg1", testenv.VMOptions{MemMB: 48})
+	vmb := hb.Open(t, "lanesg2", testenv.VMOptions{MemMB: 48})
+	p := newFaultPair(t, vma, vmb, defaultRC, defaultRC)
+	faultTraffic(t, p, 1)           // A's connection to B open, its lanes too: nothing striped yet
+	faultTraffic(t, p.reverse(), 2) // and B's to A
+	for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
+		if u := uplinkTo(t, h[0], h[1]); u.Lanes != 4 || u.StripedBatches != 0 {
+			t.Fatalf("%s → %s before striped traffic: %d lanes, %d striped batches; want 4 lanes, none striped", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)
+		}
+	}
+	ss := []faultSurvivor{agentSurvivor(ha), agentSurvivor(hb)}
+	base := make([]fault.Resources, len(ss))
+	for i, s := range ss {
+		r, err := s.snap()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base[i] = r
+	}
+	for _, d := range []fpair{p, p.reverse()} {
+		laneTraffic(t, d)
+	}
+	for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
+		if u := uplinkTo(t, h[0], h[1]); u.StripedBatches == 0 {
+			t.Errorf("%s → %s: no batch striped", h[0].Name, h[1].Name)
+		}
+	}
+	checkLeaksWithin(t, ss, base, 5*time.Second)
 }

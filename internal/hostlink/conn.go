@@ -40,13 +40,15 @@ type Conn struct {
 	// is how many connections its requests may be striped over (itself
 	// included; 1 without lanes), lanes[i] is lane i (1..). A lane's main
 	// is its main connection; on the requester's side its writer takes
-	// batches from jobs and closes wdone when it stops.
+	// batches from jobs and closes wdone when it stops; on the
+	// responder's side its reader takes its responder's jobs from ljobs.
 	group  string
 	nlanes atomic.Int32
 	lanes  [tcpwire.MaxLanes]atomic.Pointer[Conn]
 	main   *Conn
 	jobs   chan *LaneBatch
 	wdone  chan struct{}
+	ljobs  chan LaneJob
 
 	wmu sync.Mutex // one frame at a time
 	// monotonic ns of the write deadline set

@@ -11,12 +11,22 @@ package hostlink
 // main connection with new lanes, as when a connection without lanes
 // closes.
 //
-// The requester's side writes a batch's stripes through each lane's
-// writer goroutine while it writes the main connection's frames itself
-// (WriteStriped), and returns once every lane wrote its part: guest
-// memory is read only while the QP's send-queue goroutine waits. The
-// responder's side reads a lane only while it executes the request whose
-// stripe comes next on it (package tcp): a lane has no reader of its own.
+// Goroutines, each living exactly as long as its lane, so that a host's
+// goroutines grow and shrink with its connections and nothing else:
+//
+//   - The requester's side (the host that dialed) writes a batch's
+//     stripes through each lane's writer goroutine (writeLane, started
+//     when the lane is opened, owned by the Links' wait group) while it
+//     writes the main connection's frames itself (WriteStriped), and
+//     returns once every lane wrote its part: guest memory is read only
+//     while the QP's send-queue goroutine waits.
+//   - The responder's side (the host that accepted) keeps the goroutine
+//     that ran an accepted lane's handshake as the lane's reader
+//     (serveLane, owned by the Links' wait group). It reads the lane only
+//     when the main connection's responder hands it a job (StartLane):
+//     while the responder executes the request whose stripe comes next on
+//     the lane (package tcp). It ends when the lane closes, which the
+//     main connection's close does.
 
 import (
 	"crypto/rand"
@@ -270,6 +280,7 @@ func (l *Peer) attachLane(c *Conn, group string, i int) bool {
 		}
 	}
 	l.mu.Unlock()
+	c.ljobs = make(chan LaneJob) // before m's responder can see c
 	if m == nil || i >= m.Lanes() || !m.lanes[i].CompareAndSwap(nil, c) {
 		return false
 	}
@@ -280,6 +291,42 @@ func (l *Peer) attachLane(c *Conn, group string, i int) bool {
 	default:
 	}
 	return true
+}
+
+// LaneJob is work a main connection's responder hands to one of its
+// lanes' readers (StartLane): reading the lane's next stripe.
+type LaneJob interface {
+	// RunLane runs in the lane's reader goroutine, which reads the lane
+	// only while it runs. It must not panic.
+	RunLane()
+}
+
+// StartLane hands job j to lane ln's reader, which runs it (j.RunLane);
+// false when the lane closed first: j does not run, and never will. Only
+// the main connection's responder calls it, for lanes of a connection
+// this host accepted.
+func (ln *Conn) StartLane(j LaneJob) bool {
+	select {
+	case ln.ljobs <- j: // unbuffered: the reader has it, and runs it
+		return true
+	case <-ln.closed:
+		return false
+	}
+}
+
+// serveLane is the reader of lane ln, which this host accepted: it runs
+// the jobs its main connection's responder hands it until the lane
+// closes. It is the goroutine that ran the lane's handshake.
+func (ln *Conn) serveLane() {
+	defer ln.guard("lane reader")
+	for {
+		select {
+		case j := <-ln.ljobs:
+			j.RunLane()
+		case <-ln.closed:
+			return
+		}
+	}
 }
 
 // Closed is closed when c closes.

@@ -187,3 +187,55 @@ func TestStripedWrite(t *testing.T) {
 	}
 	u.wg.Wait() // the lanes' writers stopped
 }
+
+// laneJob is a LaneJob that reports each run.
+type laneJob chan struct{}
+
+func (j laneJob) RunLane() { j <- struct{}{} }
+
+// TestLaneReader: an accepted lane's reader runs the jobs it is handed
+// and ends when the lane closes — whether the lane or its main
+// connection closes — and a job handed to a closed lane is refused at
+// once rather than left waiting for a reader that is gone.
+func TestLaneReader(t *testing.T) {
+	for _, closeMain := range []bool{false, true} {
+		_, m, ls := laneGroup(t, 3)
+		ln := ls[0]
+		ended := make(chan struct{})
+		go func() {
+			ln.serveLane()
+			close(ended)
+		}()
+		j := make(laneJob, 1)
+		for range 3 {
+			if !ln.StartLane(j) {
+				t.Fatal("an open lane refused a job")
+			}
+			select {
+			case <-j:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the lane's reader did not run its job")
+			}
+		}
+		if closeMain {
+			m.Close(errors.New("test"))
+		} else {
+			ln.Close(errors.New("test"))
+		}
+		select {
+		case <-ended:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the lane's reader outlived its lane (main connection closed: %v)", closeMain)
+		}
+		done := make(chan bool)
+		go func() { done <- ls[1].StartLane(j) }()
+		select {
+		case ok := <-done:
+			if ok {
+				t.Error("a closed lane took a job")
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("handing a job to a closed lane blocked")
+		}
+	}
+}

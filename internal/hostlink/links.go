@@ -457,7 +457,8 @@ func (u *Links) serve(ln *net.TCPListener) {
 				return
 			}
 			if c.main != nil {
-				return // a lane: its main connection's responder reads it
+				c.serveLane() // a lane: it reads what its main connection's responder asks
+				return
 			}
 			c.serveRequests() // its own guard
 		}()

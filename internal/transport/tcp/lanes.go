@@ -5,15 +5,19 @@ package tcp
 // Striped requests at the responder (docs/wire-tcp.md, "Lanes"). A striped
 // request's first stripe comes on the main connection with its frame;
 // stripe i (1..) comes on lane i. Each lane has a reader goroutine of its
-// own, made at the connection's first striped request, which reads a lane
-// only when the main connection's reader tells it to: while it executes
-// that request, in the order of the requests. The lanes' stripes then land
-// in parallel with the first, each reader under the target's memory one
-// step at a time as the main reader's (landing.go), on its own copy of the
-// request's resolved target; the main reader answers the request once
-// every stripe landed. A request that does not land (a duplicate, a NAK,
-// its target gone) has its stripes read and dropped, so that every lane
-// stays in step with the main connection.
+// own, owned by package hostlink (Conn.StartLane): the goroutine that
+// accepted the lane, which lives as long as the lane. It reads the lane
+// only when the main connection's reader hands it a job: while that
+// reader executes the request whose stripe comes next on the lane, in the
+// order of the requests. The lanes' stripes then land in parallel with
+// the first, each reader under the target's memory one step at a time as
+// the main reader's (landing.go), on its own copy of the request's
+// resolved target; the main reader answers the request once every stripe
+// landed. A request that does not land (a duplicate, a NAK, its target
+// gone) has its stripes read and dropped, so that every lane stays in
+// step with the main connection. A lane that closed before it took its
+// job closes the connection (its close closes the main connection too):
+// the main reader then waits only for the jobs the lanes took.
 
 import (
 	"errors"
@@ -24,21 +28,22 @@ import (
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
-// laneReader reads one lane of a connection for its responder.
+// laneReader is the state of one lane of a connection for its
+// responder: the job the main reader hands the lane's reader goroutine.
 type laneReader struct {
 	lander // the lane's
 	i      int
 	main   *hostlink.Conn
-	// The job, set by the main reader before it sends on start: the
-	// striped request, and the target its stripe lands in (p nil: read
-	// and drop it). done gets the outcome.
-	req    *tcpwire.Header
-	p      device.Target
-	m      device.Message
-	start  chan struct{}
-	done   chan error
-	landed bool
-	hdr    tcpwire.Header
+	// The job, set by the main reader before StartLane: the striped
+	// request, and the target its stripe lands in (p nil: read and drop
+	// it). done gets the outcome; started says the lane took the job.
+	req     *tcpwire.Header
+	p       device.Target
+	m       device.Message
+	done    chan error
+	started bool
+	landed  bool
+	hdr     tcpwire.Header
 }
 
 // checkLanes checks that striped request h fits the connection's lanes:
@@ -59,29 +64,22 @@ func (rp *responder) checkLanes(h *tcpwire.Header) error {
 	return nil
 }
 
-// newLaneReader makes the reader of lane i of main connection c and
-// starts its goroutine, which ends when c closes.
+// newLaneReader makes the state of lane i of main connection c.
 func newLaneReader(c *hostlink.Conn, i int) *laneReader {
-	r := &laneReader{lander: lander{c: c.Lane(i)}, i: i, main: c, start: make(chan struct{}), done: make(chan error, 1)}
+	r := &laneReader{lander: lander{c: c.Lane(i)}, i: i, main: c, done: make(chan error, 1)}
 	r.readFn = r.tryRead
-	go r.run()
 	return r
 }
 
-// run serves the main reader's jobs until the connection closes.
-func (r *laneReader) run() {
-	for {
-		select {
-		case <-r.start:
-			err := r.serve()
-			if err != nil {
-				r.main.Close(err) // the main reader may wait for its own payload meanwhile
-			}
-			r.done <- err
-		case <-r.main.Closed():
-			return
-		}
+// RunLane runs the job, in the lane's reader goroutine: it reads the
+// lane's next stripe and reports on done. An error closes the connection
+// at once: the main reader may be waiting for its own payload meanwhile.
+func (r *laneReader) RunLane() {
+	err := r.serve()
+	if err != nil {
+		r.main.Close(err)
 	}
+	r.done <- err
 }
 
 // serve reads the lane's next stripe, which must be stripe i of r.req,
@@ -119,12 +117,17 @@ func (r *laneReader) serve() (err error) {
 }
 
 // startStripes starts the lanes' readers on sp's stripes, landing them
-// in message m at p; waitStripes waits for them.
+// in message m at p; waitStripes waits for them. A lane that closed
+// before it took its job closes the connection (the main connection's
+// reads then fail); its job is not waited for.
 func (rp *responder) startStripes(p device.Target, m *device.Message, sp *sockPayload) {
 	for i := 1; i <= sp.stripes; i++ {
 		r := rp.lanes[i]
 		r.req, r.p, r.m = sp.req, p, *m
-		r.start <- struct{}{}
+		r.started = r.c.StartLane(r)
+		if !r.started {
+			rp.c.Close(fmt.Errorf("lane %d of the connection closed: %w", i, hostlink.ErrConnLost))
+		}
 	}
 }
 
@@ -135,9 +138,14 @@ func (rp *responder) waitStripes() (landed bool, err error) {
 	sp := &rp.sp
 	for i := 1; i <= sp.stripes; i++ {
 		r := rp.lanes[i]
-		err = errors.Join(err, <-r.done)
-		landed = landed && r.landed
-		r.req, r.p, r.m = nil, nil, device.Message{} // no reference to guest memory stays
+		if r.started {
+			err = errors.Join(err, <-r.done)
+			landed = landed && r.landed
+		} else {
+			err = errors.Join(err, fmt.Errorf("lane %d of the connection closed: %w", i, hostlink.ErrConnLost))
+			landed = false
+		}
+		r.req, r.p, r.m, r.started = nil, nil, device.Message{}, false // no reference to guest memory stays
 	}
 	sp.stripes = 0
 	return landed, err
