@@ -122,7 +122,18 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 		t.Fatalf("path %q (%s), want %s", got, p.Path().Reason, path)
 	}
 	round := allocRound(t, p, writeLen)
-	for range 50 { // connections opened, buffers and maps grown
+	round() // A's connection to B opened
+	if lanes {
+		// Lanes join a connection after it opened.
+		t0 := time.Now()
+		for uplinkMax(t, func(u mgmt.UplinkStatus) uint64 { return uint64(u.Lanes) }, envs...) < 4 {
+			if time.Since(t0) > waitTimeout {
+				t.Fatal("A's connection to B has not 4 lanes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for range 50 { // buffers and maps grown
 		round()
 	}
 	if striped := uplinkSum(t, func(u mgmt.UplinkStatus) uint64 { return u.StripedBatches }, envs...); lanes && striped < 50 {
@@ -169,6 +180,16 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 func uplinkDials(t *testing.T, envs ...*testenv.Env) uint64 {
 	t.Helper()
 	return uplinkSum(t, func(u mgmt.UplinkStatus) uint64 { return u.Dials }, envs...)
+}
+
+// uplinkMax is the largest f over the uplinks of envs' agents.
+func uplinkMax(t *testing.T, f func(u mgmt.UplinkStatus) uint64, envs ...*testenv.Env) uint64 {
+	t.Helper()
+	var m uint64
+	for _, e := range envs {
+		m = max(m, uplinkSum(t, f, e))
+	}
+	return m
 }
 
 // uplinkSum is the sum of f over the uplinks of envs' agents.

@@ -843,6 +843,11 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 	}
 	e.warm(t)
 	if slices.Contains(args, "--tcp-lanes") {
+		// Lanes join a connection after it opened: the warm-up again
+		// once they have.
+		waitLanes(t, ha, hb, 4)
+		waitLanes(t, hb, ha, 4)
+		e.warm(t)
 		for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
 			if u := uplinkTo(t, h[0], h[1]); u.Lanes < 2 || u.StripedBatches == 0 {
 				t.Fatalf("%s striped nothing over lanes to %s: %d lanes, %d striped batches", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)

@@ -44,6 +44,9 @@ func TestTCPLanes(t *testing.T) {
 	vmb := hb.Open(t, "lanes2", testenv.VMOptions{MemMB: 48})
 	p := newFaultPair(t, vma, vmb, defaultRC, defaultRC)
 	faultTraffic(t, p, 1) // connections open
+	faultTraffic(t, p.reverse(), 2)
+	waitLanes(t, ha, hb, 3)
+	waitLanes(t, hb, ha, 3)
 	for _, d := range []fpair{p, p.reverse()} {
 		laneTraffic(t, d)
 	}
@@ -163,11 +166,13 @@ func TestTCPLanesGoroutines(t *testing.T) {
 	vma := ha.Open(t, "lanesg1", testenv.VMOptions{MemMB: 48})
 	vmb := hb.Open(t, "lanesg2", testenv.VMOptions{MemMB: 48})
 	p := newFaultPair(t, vma, vmb, defaultRC, defaultRC)
-	faultTraffic(t, p, 1)           // A's connection to B open, its lanes too: nothing striped yet
+	faultTraffic(t, p, 1)           // A's connection to B open: nothing striped yet
 	faultTraffic(t, p.reverse(), 2) // and B's to A
+	waitLanes(t, ha, hb, 4)         // and their lanes
+	waitLanes(t, hb, ha, 4)
 	for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
-		if u := uplinkTo(t, h[0], h[1]); u.Lanes != 4 || u.StripedBatches != 0 {
-			t.Fatalf("%s → %s before striped traffic: %d lanes, %d striped batches; want 4 lanes, none striped", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)
+		if u := uplinkTo(t, h[0], h[1]); u.StripedBatches != 0 {
+			t.Fatalf("%s → %s before striped traffic: %d striped batches", h[0].Name, h[1].Name, u.StripedBatches)
 		}
 	}
 	ss := []faultSurvivor{agentSurvivor(ha), agentSurvivor(hb)}
@@ -188,4 +193,21 @@ func TestTCPLanesGoroutines(t *testing.T) {
 		}
 	}
 	checkLeaksWithin(t, ss, base, 5*time.Second)
+}
+
+// waitLanes waits until h's connection to peer carries its requests on
+// n connections: lanes join a connection after it opened.
+func waitLanes(t *testing.T, h, peer *testenv.Host, n int) {
+	t.Helper()
+	t0 := time.Now()
+	for {
+		u := uplinkTo(t, h, peer)
+		if u.Lanes == n {
+			return
+		}
+		if time.Since(t0) > waitTimeout {
+			t.Fatalf("%s → %s: %d lanes after %v, want %d", h.Name, peer.Name, u.Lanes, waitTimeout, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

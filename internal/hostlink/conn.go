@@ -49,6 +49,9 @@ type Conn struct {
 	jobs   chan *LaneBatch
 	wdone  chan struct{}
 	ljobs  chan LaneJob
+	// detached says a lane left its group (replaced, attachLane): its
+	// close no longer closes its main connection.
+	detached atomic.Bool
 
 	wmu sync.Mutex // one frame at a time
 	// monotonic ns of the write deadline set
@@ -168,7 +171,7 @@ func (c *Conn) Close(why error) {
 			ln.Close(why)
 		}
 	}
-	if c.main != nil {
+	if c.main != nil && !c.detached.Load() {
 		c.main.Close(why)
 	}
 }

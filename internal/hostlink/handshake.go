@@ -456,11 +456,15 @@ func (l *Peer) Conn(wait time.Duration) (*Conn, error) {
 		var c *Conn
 		c, err = l.dial(ctx, h, newGroup(), 0)
 		if err == nil {
-			l.dialLanes(func(lane int) (*Conn, error) { return l.dial(ctx, h, c.group, lane) }, c, c.Lanes())
+			want := c.Lanes()
+			c.nlanes.Store(1) // until its lanes join it (openLanes)
 			c.peerBoot = l.bootOf()
 			l.out.Store(c)
 			if err = u.stale(gen); err == nil {
 				err = u.goReader(c)
+			}
+			if err == nil && want > 1 {
+				err = u.goOpenLanes(func(ctx context.Context, lane int) (*Conn, error) { return l.dial(ctx, h, c.group, lane) }, c, want)
 			}
 			if err == nil {
 				return c, nil

@@ -29,12 +29,14 @@ package hostlink
 //     main connection's close does.
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"runtime"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/tcpwire"
 )
@@ -227,27 +229,95 @@ func newGroup() string {
 	return hex.EncodeToString(b[:])
 }
 
-// dialLanes opens the lanes of main connection c, which its handshake
-// agreed on, one after another, and starts their writers; the lanes that
-// could not be opened are left out (c carries its requests on fewer).
-// c is not yet in use.
-func (l *Peer) dialLanes(dial func(lane int) (*Conn, error), c *Conn, want int) {
-	n := 1
-	for i := 1; i < want; i++ {
-		ln, err := dial(i)
+// Lane opening. A main connection this host dials is used at once, on
+// its own; its lanes are opened after it, by a goroutine of their own
+// (openLanes, owned by the Links' wait group, which ends once every lane
+// is open, or the connection closes, or the agent stops), and join it one
+// by one: Lanes grows as they do. The QP that dialed does not wait for
+// them — a handshake lost on a lossy link would cost it a transport
+// retry — and a lane whose handshake fails is tried again until it
+// opens: a connection does not stay for its whole life with fewer lanes
+// than its handshake agreed on because one handshake met a lost segment.
+// Only a lane the peer refuses (its main connection gone there) is given
+// up, with the lanes after it.
+
+// laneRetry bounds the wait between two attempts to open a lane.
+const laneRetry = 2 * time.Second
+
+// goOpenLanes starts the goroutine that opens the lanes of main
+// connection c, want connections in all (c included), unless the agent
+// stops. dial opens lane i of c's group within ctx.
+func (u *Links) goOpenLanes(dial func(ctx context.Context, lane int) (*Conn, error), c *Conn, want int) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return errors.New("agent stopping")
+	}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		c.l.openLanes(dial, c, want)
+	}()
+	return nil
+}
+
+// openLanes opens lanes 1..want-1 of main connection c, one after
+// another, and starts their writers; each joins c (Lanes grows) once it
+// is open. It ends when they are, or c closes, or the agent stops.
+func (l *Peer) openLanes(dial func(ctx context.Context, lane int) (*Conn, error), c *Conn, want int) {
+	u := l.u
+	// ctx ends when c closes or the agent stops: a dial in progress
+	// then returns at once. The watcher ends with openLanes.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.closed:
+		case <-u.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	backoff := 50 * time.Millisecond
+	for i := 1; i < want; {
+		hctx, hcancel := context.WithTimeout(ctx, handshakeTimeout)
+		ln, err := dial(hctx, i)
+		hcancel()
+		if ctx.Err() != nil {
+			if ln != nil {
+				ln.Close(errors.New("its main connection closed"))
+			}
+			return
+		}
 		if err != nil {
-			l.u.log.Info("tcp path: a lane could not be opened; fewer lanes", "peer", l.peerID, "lane", i, "err", err)
-			break
+			if errors.As(err, new(dialRefusal)) {
+				u.log.Info("tcp path: the peer refused a lane; the connection goes on with fewer", "peer", l.peerID, "lane", i, "lanes", i, "err", err)
+				return
+			}
+			u.log.Debug("tcp path: a lane could not be opened; trying again", "peer", l.peerID, "lane", i, "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, laneRetry)
+			continue
 		}
 		ln.main = c
 		c.lanes[i].Store(ln)
-		if err := l.u.goLaneWriter(ln); err != nil {
-			ln.Close(err)
-			break
+		select {
+		case <-c.closed: // closed meanwhile: its close may have missed ln
+			ln.Close(errors.New("its main connection closed"))
+			return
+		default:
 		}
-		n++
+		if err := u.goLaneWriter(ln); err != nil {
+			ln.Close(err)
+			return
+		}
+		i++
+		c.nlanes.Store(int32(i)) // lane i-1 joins: batches from now on may stripe over it
 	}
-	c.nlanes.Store(int32(n))
 }
 
 // goLaneWriter starts lane ln's writer, unless the agent stops.
@@ -269,8 +339,8 @@ func (u *Links) goLaneWriter(ln *Conn) error {
 
 // attachLane makes accepted connection c, whose HELLO named group and
 // lane i, lane i of the main connection of that group the same agent run
-// of the peer opened. false: there is no such main connection, or it has
-// fewer lanes, or lane i is taken.
+// of the peer opened, in the place of an earlier lane i (closed). false:
+// there is no such main connection, or it has fewer lanes.
 func (l *Peer) attachLane(c *Conn, group string, i int) bool {
 	l.mu.Lock()
 	var m *Conn
@@ -281,10 +351,21 @@ func (l *Peer) attachLane(c *Conn, group string, i int) bool {
 	}
 	l.mu.Unlock()
 	c.ljobs = make(chan LaneJob) // before m's responder can see c
-	if m == nil || i >= m.Lanes() || !m.lanes[i].CompareAndSwap(nil, c) {
+	if m == nil || i >= m.Lanes() {
 		return false
 	}
+	old := m.lanes[i].Load()
+	if !m.lanes[i].CompareAndSwap(old, c) {
+		return false // another lane i joined meanwhile
+	}
 	c.main = m
+	if old != nil {
+		// The peer opens lane i again only when its last attempt did
+		// not end in READY there (openLanes): that attempt's lane is
+		// dead to it. It leaves the group without closing it.
+		old.detached.Store(true)
+		old.Close(errors.New("replaced by the peer's newer lane"))
+	}
 	select {
 	case <-m.closed: // closed meanwhile: its close may have missed c
 		c.Close(errors.New("its main connection closed"))

@@ -111,11 +111,38 @@ func TestAttachLane(t *testing.T) {
 	}{
 		{"other group", "boot1", newGroup(), 1},
 		{"other boot", "boot2", m.group, 1},
-		{"index taken", "boot1", m.group, 2},
 		{"index beyond the agreed", "boot1", m.group, 3},
 	} {
 		if l.attachLane(mk(c.boot), c.group, c.i) {
 			t.Errorf("%s: attached", c.name)
+		}
+	}
+}
+
+// TestAttachLaneAgain: a lane opened again (its first handshake ended
+// without READY at the peer) takes the place of the first, which closes
+// without closing its group.
+func TestAttachLaneAgain(t *testing.T) {
+	l, m, ls := laneGroup(t, 3)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	c := newConn(l, a, false, tcpwire.Version)
+	c.peerBoot = "boot1"
+	if !l.attachLane(c, m.group, 2) {
+		t.Fatal("lane 2 opened again: not attached")
+	}
+	if m.Lane(2) != c {
+		t.Error("lane 2 opened again is not the group's lane 2")
+	}
+	if !closedWithin(ls[1]) {
+		t.Error("the lane replaced is not closed")
+	}
+	for i, o := range []*Conn{m, ls[0], c} {
+		select {
+		case <-o.Closed():
+			t.Errorf("replacing lane 2 closed connection %d of the group", i)
+		default:
 		}
 	}
 }

@@ -107,8 +107,13 @@ type tcpPath struct {
 	bfail requester.Outcome
 	// The batch's stripes on each lane of bconn (lanes[i-1]: lane i),
 	// made at the first striped request; striped says the batch has some.
+	// blanes is how many of bconn's connections the batch may stripe
+	// over, read once per batch: lanes join a connection after it opened
+	// (hostlink's openLanes), and a batch's requests and its write must
+	// agree on them.
 	lanes   [tcpwire.MaxLanes - 1]*hostlink.LaneBatch
 	striped bool
+	blanes  int
 
 	// Responder: the expected PSN and the last responses, for duplicates
 	// (a request retried after its response was lost), used by the
@@ -200,7 +205,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 			}
 			return err
 		}
-		t.bconn, t.bn = c, 0
+		t.bconn, t.bn, t.blanes = c, 0, c.Lanes()
 		t.iov, t.bq = t.iov[:0], t.bq[:0]
 	}
 	c := t.bconn
@@ -232,7 +237,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 		k.ReadSegs = e.Segs[:e.NSeg]
 	}
 	striped, stripe := false, e.Total
-	if lanes := c.Lanes(); lanes > 1 && pay != nil {
+	if lanes := t.blanes; lanes > 1 && pay != nil {
 		stripe = tcpwire.StripeSize(e.Total, lanes, c.StripeMin())
 		striped = stripe < e.Total
 	}
@@ -316,7 +321,7 @@ func (w *txWire) Flush() requester.Outcome {
 	if o == requester.Sent && c != nil {
 		var err error
 		if t.striped {
-			err = c.WriteStriped(&t.iov, t.bn, len(t.bq), t.lanes[:c.Lanes()-1])
+			err = c.WriteStriped(&t.iov, t.bn, len(t.bq), t.lanes[:t.blanes-1])
 		} else {
 			err = c.WriteFrames(&t.iov, t.bn, len(t.bq))
 		}
