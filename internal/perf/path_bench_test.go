@@ -70,14 +70,17 @@ func BenchmarkTCPWriteBW(b *testing.B) {
 	}
 }
 
-// BenchmarkTCPLanesWriteBW is 1 MiB write_bw on the tcp path with the
-// agents' requests on 1, 2 and 4 connections (--tcp-lanes): what
-// striping a message over lanes gives on this machine.
+// BenchmarkTCPLanesWriteBW is 64 KiB and 1 MiB write_bw on the tcp path
+// with the agents' requests on 1, 2 and 4 connections (--tcp-lanes), every
+// message striped (--tcp-stripe-min 16384: 64 KiB in up to four 16 KiB
+// stripes): what striping a message over lanes gives on this machine.
 func BenchmarkTCPLanesWriteBW(b *testing.B) {
-	for _, lanes := range []int{1, 2, 4} {
-		b.Run(fmt.Sprintf("lanes-%d", lanes), func(b *testing.B) {
-			pathBenchmark(b, vrdma.PathTCP, perf.Config{Test: perf.WriteBW, Size: 1 << 20}, []string{"--tcp-lanes", fmt.Sprint(lanes)})
-		})
+	for _, sz := range []int{64 << 10, 1 << 20} {
+		for _, lanes := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%dKiB/lanes-%d", sz>>10, lanes), func(b *testing.B) {
+				pathBenchmark(b, vrdma.PathTCP, perf.Config{Test: perf.WriteBW, Size: sz}, []string{"--tcp-lanes", fmt.Sprint(lanes), "--tcp-stripe-min", "16384"})
+			})
+		}
 	}
 }
 
