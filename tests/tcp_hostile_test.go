@@ -533,7 +533,8 @@ func TestTCPHostile(t *testing.T) {
 		})
 
 		// A lane of a group no connection of this peer has: refused
-		// after AUTH (rule lane), as is a second lane 1 of a group.
+		// after AUTH (rule lane). (A second lane 1 of a group of its own
+		// replaces the first: TestAttachLaneAgain.)
 		t.Run("lane", func(t *testing.T) {
 			w := watchAgentLog(hb)
 			p := dialRaw(t, asA.from, hb.PVRDMAAddress)
