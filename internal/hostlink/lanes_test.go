@@ -3,10 +3,12 @@
 package hostlink
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -264,5 +266,66 @@ func TestLaneReader(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("handing a job to a closed lane blocked")
 		}
+	}
+}
+
+// TestOpenLanes: a main connection's lanes join it one by one as they
+// open; a lane whose dial fails is dialed again until it opens (the
+// connection does not stay with fewer lanes), and the opener stops, its
+// lanes closed, when the main connection closes.
+func TestOpenLanes(t *testing.T) {
+	u := &Links{log: slog.New(slog.NewTextHandler(io.Discard, nil)), links: map[string]*Peer{}, stop: make(chan struct{})}
+	l := &Peer{u: u, peerID: "peer", in: map[*Conn]struct{}{}}
+	pipe := func() *Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		c := newConn(l, a, true, tcpwire.Version)
+		c.handshaking = false
+		return c
+	}
+	m := pipe()
+	fails := map[int]int{2: 3} // lane 2's first three dials fail
+	var dialed []int
+	dial := func(ctx context.Context, lane int) (*Conn, error) {
+		dialed = append(dialed, lane)
+		if fails[lane] > 0 {
+			fails[lane]--
+			return nil, errors.New("a lost segment")
+		}
+		return pipe(), nil
+	}
+	l.openLanes(dial, m, 4)
+	if got := m.Lanes(); got != 4 {
+		t.Fatalf("%d connections after opening lanes, want 4 (dials %v)", got, dialed)
+	}
+	if want := []int{1, 2, 2, 2, 2, 3}; !slices.Equal(dialed, want) {
+		t.Errorf("dials %v, want %v", dialed, want)
+	}
+	lanes := []*Conn{m.Lane(1), m.Lane(2), m.Lane(3)}
+	m.Close(errors.New("test"))
+	for i, ln := range lanes {
+		if !closedWithin(ln) {
+			t.Errorf("lane %d open after its main connection closed", i+1)
+		}
+	}
+	u.wg.Wait() // the lanes' writers end with them
+
+	// A main connection that closes while a lane cannot be opened: the
+	// opener returns.
+	m = pipe()
+	done := make(chan struct{})
+	go func() {
+		l.openLanes(func(ctx context.Context, lane int) (*Conn, error) { return nil, errors.New("no route") }, m, 3)
+		close(done)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	m.Close(errors.New("test"))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lane opener outlived its main connection")
+	}
+	if m.Lanes() != 1 {
+		t.Errorf("%d connections, want 1: no lane opened", m.Lanes())
 	}
 }
