@@ -113,6 +113,9 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("vrdma: CreateQP: %w", err)
 	}
 	sys.CloseFD(fds[0])
+	v.objMu.Lock()
+	v.qps[q] = struct{}{}
+	v.objMu.Unlock()
 	return q, nil
 }
 
@@ -195,6 +198,10 @@ func (q *QP) Destroy(ctx context.Context) error {
 		return err
 	}
 	if q.ring != nil { // an XRC target QP has none
+		v := q.vm
+		v.objMu.Lock()
+		delete(v.qps, q)
+		v.objMu.Unlock()
 		q.ring.Unmap()
 		q.db.Close()
 	}

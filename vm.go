@@ -44,8 +44,10 @@ type VM struct {
 	allocOff uint64 // +checklocks:allocMu
 
 	objMu sync.Mutex
-	// woken when the agent dies
+	// woken when the agent dies; their descriptors closed by Close
 	cqs map[*CQ]struct{} // +checklocks:objMu
+	// the QPs with a doorbell, closed by Close
+	qps map[*QP]struct{} // +checklocks:objMu
 
 	closed atomic.Bool
 }
@@ -93,7 +95,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 		c.close()
 		return nil, fmt.Errorf("vrdma: attach VM %q: %w", name, err)
 	}
-	v := &VM{c: c, name: r.VM, host: r.Host, memLocked: r.MemLocked, async: r.AsyncMode, caps: hr.Caps.Effective(), mem: m, cqs: map[*CQ]struct{}{}}
+	v := &VM{c: c, name: r.VM, host: r.Host, memLocked: r.MemLocked, async: r.AsyncMode, caps: hr.Caps.Effective(), mem: m, cqs: map[*CQ]struct{}{}, qps: map[*QP]struct{}{}}
 	for _, ai := range r.Adapters {
 		mac, _ := net.ParseMAC(ai.MAC)
 		ip4, _ := netip.ParseAddr(ai.IPv4)
@@ -182,7 +184,27 @@ func (v *VM) Close() error {
 	}
 	err := v.c.close()
 	v.mem.Unmap()
+	v.closeObjects()
 	return err
+}
+
+// closeObjects closes the doorbells of the CQs and QPs not destroyed
+// before Close (two descriptors each): a process that closes VMs without
+// destroying every object, and goes on, must not keep their descriptors
+// (a test binary's 1,024 QPs ran it out of them). A CQ's waiters are
+// woken first; a QP's ring then fails with os.ErrClosed.
+func (v *VM) closeObjects() {
+	v.objMu.Lock()
+	cqs, qps := v.cqs, v.qps
+	v.cqs, v.qps = map[*CQ]struct{}{}, map[*QP]struct{}{}
+	v.objMu.Unlock()
+	for cq := range cqs {
+		cq.ev.Wake()
+		cq.ev.Close()
+	}
+	for q := range qps {
+		q.db.Close()
+	}
 }
 
 func (v *VM) wakeAll() {

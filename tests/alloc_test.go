@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma"
+	"github.com/vrdma/vrdma/internal/abi/mgmt"
 	"github.com/vrdma/vrdma/internal/agent"
 	"github.com/vrdma/vrdma/internal/control/etcdtest"
 	"github.com/vrdma/vrdma/internal/control/records"
@@ -37,7 +38,7 @@ func TestHotPathAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allocs := testing.AllocsPerRun(200, allocRound(t, p))
+	allocs := testing.AllocsPerRun(200, allocRound(t, p, 64))
 	if allocs != 0 {
 		t.Fatalf("PostRecv+PostSend+Poll allocate %.1f times per round; the data path must not allocate", allocs)
 	}
@@ -47,20 +48,27 @@ func TestHotPathAllocs(t *testing.T) {
 // request, on either agent: two agents in this process, on loopback
 // addresses, with a pair between them doing RDMA WRITEs and SENDs.
 func TestHotPathAllocsTCP(t *testing.T) {
-	hotPathAllocsBetweenHosts(t, vrdma.PathTCP, []string{"127.0.0.2", "127.0.0.3"})
+	hotPathAllocsBetweenHosts(t, vrdma.PathTCP, []string{"127.0.0.2", "127.0.0.3"}, false)
+}
+
+// TestHotPathAllocsTCPLanes is TestHotPathAllocsTCP with the agents'
+// requests on 4 lanes and the WRITE (4 KiB) striped over them.
+func TestHotPathAllocsTCPLanes(t *testing.T) {
+	hotPathAllocsBetweenHosts(t, vrdma.PathTCP, []string{"127.0.78.2", "127.0.78.3"}, true)
 }
 
 // TestHotPathAllocsRDMA is TestHotPathAllocsTCP over the rdma path: both
 // hosts with a software RoCEv2 uplink (UDP 4791 on their own loopback
 // addresses, which no other test uses), declared lossless.
 func TestHotPathAllocsRDMA(t *testing.T) {
-	hotPathAllocsBetweenHosts(t, vrdma.PathRDMA, []string{"127.0.77.2", "127.0.77.3"})
+	hotPathAllocsBetweenHosts(t, vrdma.PathRDMA, []string{"127.0.77.2", "127.0.77.3"}, false)
 }
 
 // hotPathAllocsBetweenHosts runs allocRound between VMs of two agents of
 // this process on addrs, over path (tcp or rdma), and fails if the
-// transport's or the device's code allocates per round.
-func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string) {
+// transport's or the device's code allocates per round. With lanes the
+// agents carry their requests on 4 lanes and the round's WRITE is striped.
+func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string, lanes bool) {
 	ep := etcdtest.Start(t).ClientURL()
 	st := etcdtest.Open(t, ep)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -76,6 +84,10 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 		t.Fatal(err)
 	}
 	var envs []*testenv.Env
+	writeLen := 64
+	if lanes {
+		writeLen = 4096
+	}
 	for _, ip := range addrs {
 		ln, err := net.Listen("tcp", ip+":0") // a free port on that address
 		if err != nil {
@@ -85,6 +97,9 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 		ln.Close()
 		cfg := agent.ControlConfig{Endpoints: []string{ep}, Switch: "dvs1",
 			FirewallPVRDMA: true, PVRDMAAddress: netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))}
+		if lanes {
+			cfg.Lanes, cfg.StripeMin = 4, 512
+		}
 		if path == vrdma.PathRDMA {
 			u, err := agent.ParseUplink("rocev2-soft/" + ip)
 			if err != nil {
@@ -106,9 +121,23 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 	if got := p.Path().Path; got != path {
 		t.Fatalf("path %q (%s), want %s", got, p.Path().Reason, path)
 	}
-	round := allocRound(t, p)
-	for range 50 { // connections opened, buffers and maps grown
+	round := allocRound(t, p, writeLen)
+	round() // A's connection to B opened
+	if lanes {
+		// Lanes join a connection after it opened.
+		t0 := time.Now()
+		for uplinkMax(t, func(u mgmt.UplinkStatus) uint64 { return uint64(u.Lanes) }, envs...) < 4 {
+			if time.Since(t0) > waitTimeout {
+				t.Fatal("A's connection to B has not 4 lanes")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for range 50 { // buffers and maps grown
 		round()
+	}
+	if striped := uplinkSum(t, func(u mgmt.UplinkStatus) uint64 { return u.StripedBatches }, envs...); lanes && striped < 50 {
+		t.Fatalf("%d batches striped over lanes in 50 rounds, want a WRITE striped each round", striped)
 	}
 	// The embedded etcd and its clients in this process allocate on their
 	// own (leases, heartbeats), so a process-wide count says nothing: count
@@ -150,6 +179,22 @@ func hotPathAllocsBetweenHosts(t *testing.T, path vrdma.PathKind, addrs []string
 // to other hosts.
 func uplinkDials(t *testing.T, envs ...*testenv.Env) uint64 {
 	t.Helper()
+	return uplinkSum(t, func(u mgmt.UplinkStatus) uint64 { return u.Dials }, envs...)
+}
+
+// uplinkMax is the largest f over the uplinks of envs' agents.
+func uplinkMax(t *testing.T, f func(u mgmt.UplinkStatus) uint64, envs ...*testenv.Env) uint64 {
+	t.Helper()
+	var m uint64
+	for _, e := range envs {
+		m = max(m, uplinkSum(t, f, e))
+	}
+	return m
+}
+
+// uplinkSum is the sum of f over the uplinks of envs' agents.
+func uplinkSum(t *testing.T, f func(u mgmt.UplinkStatus) uint64, envs ...*testenv.Env) uint64 {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var n uint64
@@ -164,19 +209,20 @@ func uplinkDials(t *testing.T, envs ...*testenv.Env) uint64 {
 			t.Fatal(err)
 		}
 		for _, u := range st.Uplinks {
-			n += u.Dials
+			n += f(u)
 		}
 	}
 	return n
 }
 
 // allocRound returns one round of the allocation tests on pair p: a
-// receive posted at B, an RDMA WRITE with an SGE list and a signaled
-// inline SEND posted at A, and both completions polled.
-func allocRound(t *testing.T, p *perf.Pair) func() {
+// receive posted at B, an RDMA WRITE of writeLen bytes (at most 4096)
+// with an SGE list and a signaled inline SEND posted at A, and both
+// completions polled.
+func allocRound(t *testing.T, p *perf.Pair, writeLen int) func() {
 	a, b := p.A, p.B
 	sends := []vrdma.SendWR{
-		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, 64)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
+		{ID: 1, Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{a.MR.SGE(0, writeLen)}, RemoteAddr: b.MR.Addr(), RKey: b.MR.RKey()},
 		{ID: 2, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled | vrdma.SendInline, SGL: []vrdma.SGE{a.MR.SGE(64, 32)}},
 	}
 	recvs := []vrdma.RecvWR{{ID: 3, SGL: []vrdma.SGE{b.MR.SGE(4096, 64)}}}
@@ -213,7 +259,8 @@ func allocRound(t *testing.T, p *perf.Pair) func() {
 // of them, while a pair moves data and no connection is being made, is a
 // data-path allocation. (Packages rather than functions: a list of
 // functions goes stale, unnoticed, when one is renamed or moved.)
-var dataPathPkgs = []string{"github.com/vrdma/vrdma/internal/transport/", "github.com/vrdma/vrdma/internal/device."}
+var dataPathPkgs = []string{"github.com/vrdma/vrdma/internal/transport/", "github.com/vrdma/vrdma/internal/device.",
+	"github.com/vrdma/vrdma/internal/hostlink."}
 
 // dataPathAllocs returns the allocation counts of the memory profile's
 // data-path stacks, by stack.

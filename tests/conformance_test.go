@@ -144,6 +144,24 @@ func TestConformance(t *testing.T) {
 			runConformance(t, &tcpEnv{c: c, prefix: "ta", async: true}, connOOB)
 		})
 	})
+	t.Run("tcp-lanes", func(t *testing.T) {
+		// The same with every message of 1 KiB or more striped over up
+		// to 4 lanes (docs/wire-tcp.md, "Lanes").
+		c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 3, ExtraArgs: func(*testenv.Host) []string {
+			return []string{"--tcp-lanes", "4", "--tcp-stripe-min", "512"}
+		}})
+		runConformance(t, &tcpEnv{c: c, prefix: "tl"}, connCM)
+		var striped uint64
+		for _, h := range c.Hosts {
+			for _, u := range agentStatus(t, h).Uplinks {
+				striped += u.StripedBatches
+			}
+		}
+		if striped == 0 {
+			t.Error("no host striped a batch of requests over lanes")
+		}
+		t.Logf("%d batches of requests striped over lanes", striped)
+	})
 }
 
 // pathEnv is what a path provides to the suite.

@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +95,9 @@ type faultEnv struct {
 	// cluster, for the cases that need hosts in namespaces.
 	c   *testenv.Cluster
 	seq atomic.Int32
+	// settled, if set, waits before a baseline until the agents' own
+	// work left from the case before has ended (lanes still opening).
+	settled func(t *testing.T)
 }
 
 // faultSurvivor is a process that lives through a fault.
@@ -155,6 +159,9 @@ func (e *faultEnv) open(t *testing.T, i int) *vrdma.VM {
 // baseline snapshots the survivors.
 func (e *faultEnv) baseline(t *testing.T, exceptB bool) ([]faultSurvivor, []fault.Resources) {
 	t.Helper()
+	if e.settled != nil {
+		e.settled(t)
+	}
 	ss := e.survivors(t, exceptB)
 	base := make([]fault.Resources, len(ss))
 	for i, s := range ss {
@@ -620,12 +627,15 @@ func TestFault(t *testing.T) {
 		name string
 		path vrdma.PathKind
 		o    testenv.ClusterOptions
+		args []string
 	}{
-		{"tcp", vrdma.PathTCP, testenv.ClusterOptions{}},
-		{"rdma", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true}},
-		{"rdma-v1", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true, RoCEVersion: records.RoCEv1}},
+		{"tcp", vrdma.PathTCP, testenv.ClusterOptions{}, nil},
+		// Every message of 1 KiB or more striped over up to 4 lanes.
+		{"tcp-lanes", vrdma.PathTCP, testenv.ClusterOptions{}, []string{"--tcp-lanes", "4", "--tcp-stripe-min", "512"}},
+		{"rdma", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true}, nil},
+		{"rdma-v1", vrdma.PathRDMA, testenv.ClusterOptions{RDMA: true, RoCEVersion: records.RoCEv1}, nil},
 	} {
-		t.Run(p.name, func(t *testing.T) { testFaultCluster(t, p.name, p.path, p.o) })
+		t.Run(p.name, func(t *testing.T) { testFaultCluster(t, p.name, p.path, p.o, p.args) })
 	}
 }
 
@@ -819,11 +829,13 @@ type injected interface {
 const faultMetricsPort = 9464
 
 // testFaultCluster runs the cases on two vrdmad processes in network
-// namespaces (hostA the survivor's, hostB the other's).
-func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.ClusterOptions) {
+// namespaces (hostA the survivor's, hostB the other's), with more vrdmad
+// flags args. With --tcp-lanes, the warm-up must have striped messages
+// over lanes each way.
+func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.ClusterOptions, args []string) {
 	o.Hosts, o.Netns = 2, testenv.NetnsOn
 	o.ExtraArgs = func(h *testenv.Host) []string {
-		return []string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}
+		return append([]string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}, args...)
 	}
 	c := testenv.StartCluster(t, o)
 	ha, hb := c.Hosts[0], c.Hosts[1]
@@ -836,6 +848,46 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 		return ss
 	}
 	e.warm(t)
+	if slices.Contains(args, "--tcp-lanes") {
+		// Lanes join a connection after it opened: the warm-up again
+		// once they have.
+		waitLanes(t, ha, hb, 4)
+		waitLanes(t, hb, ha, 4)
+		e.warm(t)
+		// A connection made during a case (a fault closed the one
+		// before) carries requests at once; its lanes join it in the
+		// background, after the case's traffic perhaps. Its resources
+		// are the same group's once they have: the baseline waits for
+		// that, and so checks that every connection gets its lanes.
+		e.settled = func(t *testing.T) {
+			for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
+				t0 := time.Now()
+				for {
+					n := 0 // no uplink yet (an agent restarted): no connection
+					for _, u := range agentStatus(t, h[0]).Uplinks {
+						if u.PeerHostID == h[1].ID() {
+							n = u.Lanes
+						}
+					}
+					if n == 0 || n == 4 { // no connection, or one with every lane
+						if d := time.Since(t0); d > 50*time.Millisecond {
+							t.Logf("%s → %s: the connection's lanes joined it %v into the baseline", h[0].Name, h[1].Name, d.Round(time.Millisecond))
+						}
+						break
+					}
+					if time.Since(t0) > waitTimeout {
+						t.Fatalf("%s → %s: a connection with %d lanes of 4 after %v: its lanes do not join it", h[0].Name, h[1].Name, n, waitTimeout)
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}
+		for _, h := range [][2]*testenv.Host{{ha, hb}, {hb, ha}} {
+			if u := uplinkTo(t, h[0], h[1]); u.Lanes < 2 || u.StripedBatches == 0 {
+				t.Fatalf("%s striped nothing over lanes to %s: %d lanes, %d striped batches", h[0].Name, h[1].Name, u.Lanes, u.StripedBatches)
+			}
+		}
+	}
 
 	ports := []string{ha.SwitchPort(), hb.SwitchPort()}
 	wire := func(w fault.Wire) func(ctx context.Context) (injected, error) {

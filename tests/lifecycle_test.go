@@ -2114,3 +2114,34 @@ func TestLifecycleHostileRing(t *testing.T) {
 	}
 	lcCheckNoLeaks(t, base)
 }
+
+// TestVMCloseReleasesDescriptors: a VM closed with QPs and CQs it never
+// destroyed leaves this process none of their descriptors (each holds a
+// doorbell: a socket and an eventfd). A test binary whose tests closed
+// VMs so ran out of descriptors (TestScaleQPs, 1,024 QPs a run: 2,048
+// descriptors left behind each time).
+func TestVMCloseReleasesDescriptors(t *testing.T) {
+	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	vm := env.Open(t, "fdclose0", testenv.VMOptions{MemMB: 16})
+	newEnd(t, vm, qpConfig{}) // the first: the agent's connection and the process's pollers settle
+	vm.Close()
+	before := count()
+	vm = env.Open(t, "fdclose1", testenv.VMOptions{MemMB: 16})
+	for range 16 {
+		newEnd(t, vm, qpConfig{}) // a QP and two CQs, never destroyed
+	}
+	if held := count() - before; held < 16*3*2 {
+		t.Fatalf("16 QPs and 32 CQs hold %d descriptors; want 2 each at least (the test counts the wrong thing)", held)
+	}
+	vm.Close()
+	if after := count(); after > before {
+		t.Errorf("closing a VM left %d descriptors of its QPs and CQs (%d before it opened, %d after it closed)", after-before, before, after)
+	}
+}

@@ -532,6 +532,24 @@ func TestTCPHostile(t *testing.T) {
 			rawProbe(t, p, 1) // the first connection is unharmed
 		})
 
+		// A lane of a group no connection of this peer has: refused
+		// after AUTH (rule lane). (A second lane 1 of a group of its own
+		// replaces the first: TestAttachLaneAgain.)
+		t.Run("lane", func(t *testing.T) {
+			w := watchAgentLog(hb)
+			p := dialRaw(t, asA.from, hb.PVRDMAAddress)
+			hello := tcpwire.HelloMsg{Versions: []uint8{tcpwire.Version}, HostID: asA.id, Host: asA.name, Switch: "dvs1", Boot: asA.boot,
+				Nonce: rawRandHex(tcpwire.NonceLen), Target: hb.ID(), Group: rawRandHex(16), Lane: 1}
+			p.sendJSON(tcpwire.Hello, 0, hello)
+			ch := p.challenge(asA, hello)
+			if ch.Lanes != 0 {
+				t.Errorf("CHALLENGE to a lane's HELLO takes %d lanes", ch.Lanes)
+			}
+			p.sendJSON(tcpwire.Auth, 0, rawAuth(asA, hello, ch))
+			p.expectRefused("lane")
+			w.expect(t, "rule lane:", "lane 1 of group "+hello.Group)
+		})
+
 		// Not a frame at all: closed without a REFUSE, logged.
 		t.Run("not-a-frame", func(t *testing.T) {
 			w := watchAgentLog(hb)
@@ -618,6 +636,17 @@ func TestTCPHostile(t *testing.T) {
 				[]string{`msg="tcp path connection closed"`, "HELLO frame on a connection that carries requests"}},
 			{"cm-req-bad-json", func() []byte { return rawFrame(tcpwire.Header{Type: tcpwire.CMReq, Tag: 5}, []byte(`{"target":`)) },
 				[]string{`msg="tcp path connection closed"`, "control payload"}},
+			// Lanes: a striped request on a connection that agreed on
+			// none, a stripe on the main connection, a bad stripe layout.
+			{"striped-without-lanes", func() []byte {
+				return rawFrame(tcpwire.Header{Type: tcpwire.Write, DstQPN: rawNoQPN, Flags: tcpwire.FlagStriped, Compare: 8192, PayloadLen: 4096}, make([]byte, 4096))
+			}, []string{`msg="tcp path connection closed"`, "striped a WRITE over 2 connections; the handshake agreed on 1"}},
+			{"stripe-on-main-connection", func() []byte {
+				return rawFrame(tcpwire.Header{Type: tcpwire.Stripe, DstQPN: rawNoQPN, PayloadLen: 8}, make([]byte, 8))
+			}, []string{`msg="tcp path connection closed"`, "STRIPE frame on a connection that carries requests"}},
+			{"striped-read", func() []byte {
+				return rawFrame(tcpwire.Header{Type: tcpwire.Read, DstQPN: rawNoQPN, Flags: tcpwire.FlagStriped, Compare: 8192, ImmOrLen: 8192}, nil)
+			}, []string{"bad frame from a peer", "READ carries the striped flag"}},
 		}
 		for _, tc := range closedCases {
 			t.Run(tc.name, func(t *testing.T) {

@@ -78,6 +78,10 @@ type ControlConfig struct {
 	// hosts in their handshake at once, in all and per source address
 	// (hostlink.Config); 0: hostlink's defaults, 64 and 4.
 	Handshakes, HandshakesPerSource int
+	// Lanes and StripeMin are the tcp path's lanes to each peer host and
+	// its least stripe (hostlink.Config); 0: hostlink's defaults.
+	Lanes     int
+	StripeMin uint64
 	// StartTimeout bounds opening the store and registering; default 60 s.
 	StartTimeout time.Duration
 	// UnsafeNoFsync turns fsync off in the embedded etcd (tests only).

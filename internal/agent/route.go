@@ -43,6 +43,7 @@ func (a *Agent) linksConfig() hostlink.Config {
 		cfg.PVRDMAAddress, cfg.Firewall = c.cfg.PVRDMAAddress, c.cfg.FirewallPVRDMA
 		cfg.HostKey, cfg.Pins = a.hostKey, hostkey.NewPins(a.cfg.StateDir)
 		cfg.Handshakes, cfg.HandshakesPerSource = c.cfg.Handshakes, c.cfg.HandshakesPerSource
+		cfg.Lanes, cfg.StripeMin = c.cfg.Lanes, c.cfg.StripeMin
 	}
 	return cfg
 }

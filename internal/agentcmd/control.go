@@ -15,6 +15,7 @@ import (
 	"github.com/vrdma/vrdma/internal/control/records"
 	"github.com/vrdma/vrdma/internal/control/store"
 	"github.com/vrdma/vrdma/internal/hostlink"
+	"github.com/vrdma/vrdma/internal/tcpwire"
 )
 
 // controlFlags are the agent's control-plane flags.
@@ -36,6 +37,9 @@ type controlFlags struct {
 	nicPoll  time.Duration
 	// --max-handshakes, --max-handshakes-per-source
 	handshakes, handshakesPerSource int
+	// --tcp-lanes, --tcp-stripe-min
+	lanes     int
+	stripeMin uint64
 }
 
 func addControlFlags(fs *pflag.FlagSet) *controlFlags {
@@ -61,6 +65,8 @@ func addControlFlags(fs *pflag.FlagSet) *controlFlags {
 	fs.DurationVar(&c.nicPoll, "nic-poll", 0, "how often to read the RDMA uplinks' NIC state (PFC, pause, DCB trust, MTU, teaming) from the kernel and publish it in the host record when it changed (default 30s; negative: only at start)")
 	fs.IntVar(&c.handshakes, "max-handshakes", hostlink.DefaultHandshakes, "connections from other hosts in their handshake at once; more are reset at accept")
 	fs.IntVar(&c.handshakesPerSource, "max-handshakes-per-source", hostlink.DefaultHandshakesPerSource, "connections from one source address in their handshake at once, so that no host (or non-member) keeps the others out")
+	fs.IntVar(&c.lanes, "tcp-lanes", 0, "connections this host carries its requests to another host on over the tcp path, the first included, large messages striped over them (1..8; 0: one per two cores, at most 4, so none on two cores; a peer that takes fewer gets fewer)")
+	fs.Uint64Var(&c.stripeMin, "tcp-stripe-min", hostlink.DefaultStripeMin, "the least stripe of a message striped over the tcp path's lanes, in bytes (512 or more): messages under twice that stay on one connection")
 	fs.IntVar(&c.lossless, "rdma-uplink-lossless", -1, "declare the RDMA uplinks lossless for this 802.1Q priority (PFC on it, no pause, not teamed), for NICs whose kernel reports no DCB state (loopback, veth): what vrdmactl host uplink declare would record")
 	return c
 }
@@ -87,6 +93,10 @@ func (c *controlFlags) config() (*agent.ControlConfig, error) {
 		return nil, fmt.Errorf("--max-handshakes %d, --max-handshakes-per-source %d: want at least 1 each, and no more per source than in all", c.handshakes, c.handshakesPerSource)
 	}
 	cfg.Handshakes, cfg.HandshakesPerSource = c.handshakes, c.handshakesPerSource
+	if c.lanes < 0 || c.lanes > tcpwire.MaxLanes || c.stripeMin < tcpwire.MinStripe {
+		return nil, fmt.Errorf("--tcp-lanes %d, --tcp-stripe-min %d: want 0..%d lanes and a stripe of %d bytes or more", c.lanes, c.stripeMin, tcpwire.MaxLanes, tcpwire.MinStripe)
+	}
+	cfg.Lanes, cfg.StripeMin = c.lanes, c.stripeMin
 	for _, e := range strings.Split(c.endpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			cfg.Endpoints = append(cfg.Endpoints, e)

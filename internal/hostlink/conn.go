@@ -36,6 +36,23 @@ type Conn struct {
 	ver      uint8
 	peerBoot string // the peer agent's boot ID at the handshake
 
+	// Lanes (lanes.go). A main connection's group names its lanes, nlanes
+	// is how many connections its requests may be striped over (itself
+	// included; 1 without lanes), lanes[i] is lane i (1..). A lane's main
+	// is its main connection; on the requester's side its writer takes
+	// batches from jobs and closes wdone when it stops; on the
+	// responder's side its reader takes its responder's jobs from ljobs.
+	group  string
+	nlanes atomic.Int32
+	lanes  [tcpwire.MaxLanes]atomic.Pointer[Conn]
+	main   *Conn
+	jobs   chan *LaneBatch
+	wdone  chan struct{}
+	ljobs  chan LaneJob
+	// detached says a lane left its group (replaced, attachLane): its
+	// close no longer closes its main connection.
+	detached atomic.Bool
+
 	wmu sync.Mutex // one frame at a time
 	// monotonic ns of the write deadline set
 	wdeadline int64                   // +checklocks:wmu
@@ -92,6 +109,7 @@ func newConn(l *Peer, nc net.Conn, outgoing bool, ver uint8) *Conn {
 		notes:       make(chan struct{}, cmMaxNotes),
 		wiov:        make(net.Buffers, 0, abi.MaxSGE+1)}
 	c.lastRead.Store(nanotime())
+	c.nlanes.Store(1)
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
@@ -109,10 +127,13 @@ func (c *Conn) PeerID() string { return c.l.peerID }
 func (c *Conn) Version() uint8 { return c.ver }
 
 // Close closes the connection and fails every waiting call (with
-// ErrConnLost); why is logged and shown in status. Any goroutine; the
+// ErrConnLost); why is logged and shown in status. A main connection's
+// lanes and a lane's main connection close with it. Any goroutine; the
 // first call wins.
 func (c *Conn) Close(why error) {
+	first := false
 	c.once.Do(func() {
+		first = true
 		c.err = why
 		close(c.closed)
 		// Abortive close (RST): the kernel must not deliver requests
@@ -140,6 +161,19 @@ func (c *Conn) Close(why error) {
 			l.u.log.Info("tcp path connection closed", "peer", l.peerID, "outgoing", c.outgoing, "why", why)
 		}
 	})
+	if !first {
+		return
+	}
+	// The group closes once c's own close is done: a lane closing its
+	// main connection, which closes its lanes, finds its own close done.
+	for i := range c.lanes {
+		if ln := c.lanes[i].Load(); ln != nil {
+			ln.Close(why)
+		}
+	}
+	if c.main != nil && !c.detached.Load() {
+		c.main.Close(why)
+	}
 }
 
 // ErrConnLost is the error of a call whose connection closed before its
@@ -168,7 +202,14 @@ func (c *Conn) ReadSince(t time.Time) bool {
 // segment for a new handshake, which may lose segments too (each failed
 // dial spends a transport retry of the QP). A segment lost twice, or a
 // link cut for longer than that timeout, is a peer not acknowledging.
+// A main connection's peer acknowledges when it does so on every lane
+// too: a request's stripes travel there.
 func (c *Conn) PeerAcking(d time.Duration) bool {
+	for i := range c.lanes {
+		if ln := c.lanes[i].Load(); ln != nil && !ln.PeerAcking(d) {
+			return false
+		}
+	}
 	if c.rc == nil {
 		return false
 	}
@@ -466,8 +507,12 @@ func (c *Conn) Discard(n uint64) error {
 }
 
 // readHeader reads and validates the next frame header into h.
-func (c *Conn) readHeader(h *tcpwire.Header) error {
-	if err := c.fill(tcpwire.HeaderLen, true); err != nil {
+func (c *Conn) readHeader(h *tcpwire.Header) error { return c.readHeaderIdle(h, true) }
+
+// readHeaderIdle is readHeader; idle false puts the wait for it under
+// the stall deadline of a frame already begun (fill).
+func (c *Conn) readHeaderIdle(h *tcpwire.Header, idle bool) error {
+	if err := c.fill(tcpwire.HeaderLen, idle); err != nil {
 		return err
 	}
 	b := c.rbuf[c.rr : c.rr+tcpwire.HeaderLen]

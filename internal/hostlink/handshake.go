@@ -101,8 +101,10 @@ func (c *Conn) refuse(err error) error {
 }
 
 // dial opens a connection to the link's peer, whose host record is h, at
-// its PVRDMA address and runs the initiator's side of the handshake.
-func (l *Peer) dial(ctx context.Context, h records.Host) (_ *Conn, err error) {
+// its PVRDMA address and runs the initiator's side of the handshake: a
+// main connection that offers lanes named group when lane is 0, else lane
+// lane of group's main connection.
+func (l *Peer) dial(ctx context.Context, h records.Host, group string, lane int) (_ *Conn, err error) {
 	l.dials.Add(1)
 	defer func() {
 		switch {
@@ -132,12 +134,13 @@ func (l *Peer) dial(ctx context.Context, h records.Host) (_ *Conn, err error) {
 		return nil, fmt.Errorf("connect to host %s's PVRDMA address %s: %w", l.peerID, addr, err)
 	}
 	c := newConn(l, nc, true, handshakeVersion)
+	c.group = group
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(handshakeTimeout)
 	}
 	nc.SetDeadline(deadline)
-	err = l.initiate(ctx, c, pk)
+	err = l.initiate(ctx, c, pk, lane)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -148,8 +151,9 @@ func (l *Peer) dial(ctx context.Context, h records.Host) (_ *Conn, err error) {
 }
 
 // initiate runs the initiator's side of the handshake on c; pk is the
-// peer's host key.
-func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) error {
+// peer's host key, lane c's index among its group's lanes (0: c is a main
+// connection, which offers lanes).
+func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey, lane int) error {
 	u := l.u
 	secret, err := u.switchSecret(ctx)
 	if err != nil {
@@ -158,6 +162,11 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 	a := &u.cfg
 	hello := tcpwire.HelloMsg{Versions: supportedVersions, HostID: a.HostID, Host: a.Host, Switch: a.Switch,
 		Boot: u.boot, Nonce: nonce(), Target: l.peerID}
+	if lane > 0 {
+		hello.Group, hello.Lane = c.group, uint8(lane)
+	} else if n := u.lanes(); n > 1 {
+		hello.Group, hello.Lanes = c.group, uint8(n)
+	}
 	if err := c.writeControl(tcpwire.Hello, 0, hello); err != nil {
 		return err
 	}
@@ -186,6 +195,9 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 	}
 	if !slices.Contains(supportedVersions, ch.Version) {
 		return dialRefusal{c.refuse(fmt.Errorf("rule version: host %s chose version %d, this agent speaks %v", l.peerID, ch.Version, supportedVersions))}
+	}
+	if ch.Lanes > hello.Lanes {
+		return c.refuse(fmt.Errorf("rule handshake: host %s took %d lanes, %d were offered", l.peerID, ch.Lanes, hello.Lanes))
 	}
 	if !tcpwire.ProofOK(ch.Proof, tcpwire.Proof(secret, "acceptor", ch.Version, a.HostID, ch.HostID, hello.Nonce, ch.Nonce)) {
 		err := fmt.Errorf("rule switch-secret: host %s (%s) does not hold switch %s's secret", ch.Host, ch.HostID, a.Switch)
@@ -220,6 +232,7 @@ func (l *Peer) initiate(ctx context.Context, c *Conn, pk ed25519.PublicKey) erro
 		return fmt.Errorf("handshake with host %s: READY carries a payload", l.peerID)
 	}
 	c.ver = ch.Version
+	c.nlanes.Store(int32(max(ch.Lanes, 1)))
 	l.notePeer(ch.Host, ch.Boot)
 	return nil
 }
@@ -336,6 +349,9 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 		return fail(err)
 	}
 	ch := tcpwire.ChallengeMsg{Version: ver, HostID: a.HostID, Host: a.Host, Boot: u.boot, Nonce: nonce()}
+	if hello.Lanes > 0 { // an initiator that offers none refuses the key
+		ch.Lanes = uint8(min(int(hello.Lanes), u.lanes()))
+	}
 	ch.Proof = tcpwire.Proof(secret, "acceptor", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)
 	ch.Sig = tcpwire.Sign(a.HostKey, "acceptor", ver, hello.HostID, a.HostID, hello.Nonce, ch.Nonce)
 	if err := c.writeControl(tcpwire.Challenge, 0, ch); err != nil {
@@ -370,18 +386,31 @@ func (u *Links) acceptHandshake(nc *net.TCPConn) (*Conn, error) {
 	l.bytesOut.Add(tmp.bytesOut.Load())
 	l.framesOut.Add(tmp.framesOut.Load())
 	c.l, c.ver, c.peerBoot = l, handshakeVersion, hello.Boot
-	// Registered, and the peer's boot noted, before READY: once the peer
-	// has READY it may connect again (a restarted agent, a new boot ID),
-	// and that connection's notePeer must find this one to drop it.
-	l.mu.Lock()
-	l.in[c] = struct{}{}
-	l.mu.Unlock()
+	if hello.Lane > 0 {
+		// A lane joins its main connection (before READY: the peer
+		// stripes over it once it has READY), and closes with it.
+		if !l.attachLane(c, hello.Group, int(hello.Lane)) {
+			return fail(fmt.Errorf("rule lane: host %s opened lane %d of group %s, but none of its connections has that group with that lane free", hello.Host, hello.Lane, hello.Group))
+		}
+	} else {
+		c.group = hello.Group
+		c.nlanes.Store(int32(max(ch.Lanes, 1)))
+		// Registered, and the peer's boot noted, before READY: once the
+		// peer has READY it may connect again (a restarted agent, a new
+		// boot ID), and that connection's notePeer must find this one to
+		// drop it.
+		l.mu.Lock()
+		l.in[c] = struct{}{}
+		l.mu.Unlock()
+	}
 	if err := u.stale(gen); err != nil {
 		c.Close(err)
 		return nil, err
 	}
 	l.notePeer(hello.Host, hello.Boot)
-	l.replaceIn(c)
+	if hello.Lane == 0 {
+		l.replaceIn(c)
+	}
 	h = tcpwire.Header{Type: tcpwire.Ready}
 	if err := c.WriteFrame(&h, nil); err != nil {
 		c.Close(err)
@@ -425,12 +454,17 @@ func (l *Peer) Conn(wait time.Duration) (*Conn, error) {
 		l.addr = h.PVRDMAAddress
 		l.mu.Unlock()
 		var c *Conn
-		c, err = l.dial(ctx, h)
+		c, err = l.dial(ctx, h, newGroup(), 0)
 		if err == nil {
+			want := c.Lanes()
+			c.nlanes.Store(1) // until its lanes join it (openLanes)
 			c.peerBoot = l.bootOf()
 			l.out.Store(c)
 			if err = u.stale(gen); err == nil {
 				err = u.goReader(c)
+			}
+			if err == nil && want > 1 {
+				err = u.goOpenLanes(func(ctx context.Context, lane int) (*Conn, error) { return l.dial(ctx, h, c.group, lane) }, c, want)
 			}
 			if err == nil {
 				return c, nil

@@ -134,6 +134,14 @@ type Config struct {
 	// and the message), valid during the call, from the connection's
 	// reader. Without it datagrams are dropped.
 	OnDatagram func(fromHost string, h *tcpwire.Header, payload []byte)
+	// Lanes is how many connections this host carries its requests to a
+	// peer on, and takes a peer's on, the first included (lanes.go):
+	// 1..tcpwire.MaxLanes; 0 means one per two cores, at most 4 (defaultLanes). A peer that
+	// offers or takes fewer gets fewer; one of an older release, one.
+	// StripeMin is the least stripe a message is cut into (0:
+	// DefaultStripeMin): messages under twice that stay on one connection.
+	Lanes     int
+	StripeMin uint64
 }
 
 // Links are the agent's links to the other hosts of its switch.
@@ -205,6 +213,8 @@ type Peer struct {
 	// refused (by either host) and those that failed; the peer's
 	// connections this host accepted and those it refused.
 	dialsOK, dialRefused, dialFailed, accepts, acceptRefused atomic.Uint64
+	// striped counts the batches of requests written striped over lanes.
+	striped atomic.Uint64
 	// panics counts the connections with the peer closed because a
 	// goroutine serving them panicked (guard.go).
 	panics atomic.Uint64
@@ -224,6 +234,9 @@ func Start(cfg Config) (*Links, error) {
 	}
 	if len(cfg.HostKey) != ed25519.PrivateKeySize || cfg.Pins == nil {
 		return nil, errors.New("host links: no host key (Config.HostKey, Config.Pins): the handshake signs with it")
+	}
+	if cfg.Lanes < 0 || cfg.Lanes > tcpwire.MaxLanes {
+		return nil, fmt.Errorf("host links: %d lanes: want 1..%d, or 0 for one per core", cfg.Lanes, tcpwire.MaxLanes)
 	}
 	if cfg.Handshakes < 0 || cfg.HandshakesPerSource < 0 {
 		return nil, fmt.Errorf("host links: handshake limits %d in all, %d per source: want 0 (the default) or more", cfg.Handshakes, cfg.HandshakesPerSource)
@@ -443,6 +456,10 @@ func (u *Links) serve(ln *net.TCPListener) {
 				nc.Close()
 				return
 			}
+			if c.main != nil {
+				c.serveLane() // a lane: it reads what its main connection's responder asks
+				return
+			}
 			c.serveRequests() // its own guard
 		}()
 	}
@@ -484,8 +501,9 @@ func (u *Links) Status() []mgmt.UplinkStatus {
 		}
 		down := l.down
 		l.mu.Unlock()
-		if l.out.Load() != nil {
+		if c := l.out.Load(); c != nil {
 			s.Conns++
+			s.Lanes = c.Lanes()
 		}
 		switch {
 		case s.Conns > 0:
@@ -500,6 +518,7 @@ func (u *Links) Status() []mgmt.UplinkStatus {
 		s.DialsEstablished, s.DialsRefused, s.DialsFailed = l.dialsOK.Load(), l.dialRefused.Load(), l.dialFailed.Load()
 		s.Accepted, s.AcceptsRefused = l.accepts.Load(), l.acceptRefused.Load()
 		s.Dials, s.Refused = l.dials.Load(), s.DialsRefused+s.AcceptsRefused
+		s.StripedBatches = l.striped.Load()
 		out = append(out, s)
 	}
 	return out

@@ -22,11 +22,13 @@ import (
 // benchmarks also run RoCE v1 across the veths ("veth-v1": Ethernet
 // frames through AF_PACKET, no segmentation offload) beside RoCE v2.
 
-func tcpBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathTCP, c) }
+func tcpBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathTCP, c, nil) }
 
-func rdmaBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathRDMA, c) }
+func rdmaBenchmark(b *testing.B, c perf.Config) { pathBenchmark(b, vrdma.PathRDMA, c, nil) }
 
-func pathBenchmark(b *testing.B, path vrdma.PathKind, c perf.Config) {
+// pathBenchmark runs c on path between two vrdmad processes, started
+// with the more flags args.
+func pathBenchmark(b *testing.B, path vrdma.PathKind, c perf.Config, args []string) {
 	type mode struct {
 		name  string
 		netns testenv.NetnsMode
@@ -42,7 +44,8 @@ func pathBenchmark(b *testing.B, path vrdma.PathKind, c perf.Config) {
 			if c.Test.Latency() {
 				need *= 2
 			}
-			cl := testenv.StartCluster(b, testenv.ClusterOptions{Hosts: 2, Netns: mode.netns, LogLevel: "warn", MTU: 9000, RDMA: path == vrdma.PathRDMA, RoCEVersion: mode.roce})
+			cl := testenv.StartCluster(b, testenv.ClusterOptions{Hosts: 2, Netns: mode.netns, LogLevel: "warn", MTU: 9000, RDMA: path == vrdma.PathRDMA, RoCEVersion: mode.roce,
+				ExtraArgs: func(*testenv.Host) []string { return args }})
 			o := testenv.VMOptions{MemMB: need>>20 + 2}
 			v1 := cl.Hosts[0].Open(b, "bench1", o)
 			v2 := cl.Hosts[1].Open(b, "bench2", o)
@@ -64,6 +67,20 @@ func pathBenchmark(b *testing.B, path vrdma.PathKind, c perf.Config) {
 func BenchmarkTCPWriteBW(b *testing.B) {
 	for _, sz := range []int{64 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("%dKiB", sz>>10), func(b *testing.B) { tcpBenchmark(b, perf.Config{Test: perf.WriteBW, Size: sz}) })
+	}
+}
+
+// BenchmarkTCPLanesWriteBW is 64 KiB and 1 MiB write_bw on the tcp path
+// with the agents' requests on 1, 2 and 4 connections (--tcp-lanes), every
+// message striped (--tcp-stripe-min 16384: 64 KiB in up to four 16 KiB
+// stripes): what striping a message over lanes gives on this machine.
+func BenchmarkTCPLanesWriteBW(b *testing.B) {
+	for _, sz := range []int{64 << 10, 1 << 20} {
+		for _, lanes := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%dKiB/lanes-%d", sz>>10, lanes), func(b *testing.B) {
+				pathBenchmark(b, vrdma.PathTCP, perf.Config{Test: perf.WriteBW, Size: sz}, []string{"--tcp-lanes", fmt.Sprint(lanes), "--tcp-stripe-min", "16384"})
+			})
+		}
 	}
 }
 

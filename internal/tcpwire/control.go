@@ -30,6 +30,13 @@ type HelloMsg struct {
 	Boot     string  `json:"boot"`  // the agent process's boot ID (hex), new at every start
 	Nonce    string  `json:"nonce"` // NonceLen random bytes, hex
 	Target   string  `json:"target"`
+	// Lanes is how many connections the initiator would carry its
+	// requests on (lanes.go), this one included, 2..MaxLanes; 0: one.
+	// Group names the main connection's lanes: 32 random hex digits.
+	// A lane's own HELLO carries Group and Lane, its index (1..), instead.
+	Lanes uint8  `json:"lanes,omitempty"`
+	Group string `json:"group,omitempty"`
+	Lane  uint8  `json:"lane,omitempty"`
 }
 
 // ChallengeMsg is the acceptor's answer: the version chosen, its identity
@@ -44,6 +51,10 @@ type ChallengeMsg struct {
 	// Sig is the acceptor's ed25519 signature of SignInput("acceptor", …)
 	// under its host key (protocol version 2), hex.
 	Sig string `json:"sig"`
+	// Lanes answers HELLO's: the lanes the acceptor takes, 1..HELLO's
+	// (omitted: one). Only sent when HELLO offered lanes: an initiator
+	// that offered none refuses unknown keys.
+	Lanes uint8 `json:"lanes,omitempty"`
 }
 
 // AuthMsg is the initiator's proof of the switch secret and its signature
@@ -200,6 +211,16 @@ func (m *HelloMsg) Validate() error {
 		return fmt.Errorf("HELLO: nonce is not %d hex-encoded bytes", NonceLen)
 	case !hexID.MatchString(m.Target):
 		return fmt.Errorf("HELLO: target %q is not a 32-digit hex host ID", m.Target)
+	case m.Lanes == 1 || m.Lanes > MaxLanes:
+		return fmt.Errorf("HELLO: lanes %d (want 2..%d, or omitted for one)", m.Lanes, MaxLanes)
+	case m.Lane >= MaxLanes:
+		return fmt.Errorf("HELLO: lane %d (want 1..%d)", m.Lane, MaxLanes-1)
+	case m.Lanes > 0 && m.Lane > 0:
+		return fmt.Errorf("HELLO: both lanes (a main connection's offer) and lane (a lane's index)")
+	case (m.Lanes > 0 || m.Lane > 0) != (m.Group != ""):
+		return fmt.Errorf("HELLO: group is given with lanes or lane, and only then")
+	case m.Group != "" && !hexID.MatchString(m.Group):
+		return fmt.Errorf("HELLO: group %q is not 32 lowercase hex digits", m.Group)
 	}
 	return nil
 }
@@ -221,6 +242,8 @@ func (m *ChallengeMsg) Validate() error {
 		return fmt.Errorf("CHALLENGE: proof is not a hex SHA-256 HMAC")
 	case !hexSig.MatchString(m.Sig):
 		return fmt.Errorf("CHALLENGE: sig is not a %d-byte ed25519 signature in lowercase hex", ed25519.SignatureSize)
+	case m.Lanes > MaxLanes:
+		return fmt.Errorf("CHALLENGE: lanes %d (want 1..%d)", m.Lanes, MaxLanes)
 	}
 	return nil
 }

@@ -34,6 +34,12 @@ func FuzzDecode(f *testing.F) {
 			f.Add(encode(&h))
 		}
 	}
+	for _, h := range []tcpwire.Header{
+		{Version: tcpwire.Version, Type: tcpwire.Write, Flags: tcpwire.FlagStriped, Tag: 9, DstQPN: 1, SrcQPN: 2, Compare: 1 << 20, PayloadLen: 512 << 10},
+		{Version: tcpwire.Version, Type: tcpwire.Stripe, Tag: 9, DstQPN: 1, SrcQPN: 2, RemoteAddr: 512 << 10, PayloadLen: 512 << 10},
+	} {
+		f.Add(encode(&h))
+	}
 	f.Add([]byte{})
 	f.Add([]byte("VT"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -106,7 +112,18 @@ func checkInvariants(t *testing.T, h *tcpwire.Header, ver uint8) {
 			t.Fatalf("%s %s with a %d-byte payload accepted", h.Type, h.Status, n)
 		}
 	}
-	if h.Type.IsRequest() == h.Type.IsControl() && h.Type != tcpwire.Ack && h.Type != tcpwire.ReadResp && !h.Type.IsDatagram() {
+	if h.Striped() {
+		if n < tcpwire.MinStripe || h.MessageLen() <= uint64(n) || h.MessageLen() > tcpwire.MaxData || h.StripeCount() > tcpwire.MaxLanes {
+			t.Fatalf("%s striped: %d-byte message in %d-byte stripes accepted", h.Type, h.MessageLen(), n)
+		}
+		if off, last := h.StripeAt(h.StripeCount() - 1); last == 0 || off+last != h.MessageLen() {
+			t.Fatalf("%s striped: stripes end at %d, not at the message's %d bytes", h.Type, off+last, h.MessageLen())
+		}
+	}
+	if h.Type == tcpwire.Stripe && (h.Flags != 0 || h.Status != tcpwire.OK) {
+		t.Fatalf("STRIPE with flags 0x%x, status %s accepted", h.Flags, h.Status)
+	}
+	if h.Type.IsRequest() == h.Type.IsControl() && h.Type != tcpwire.Ack && h.Type != tcpwire.ReadResp && !h.Type.IsDatagram() && h.Type != tcpwire.Stripe {
 		t.Fatalf("%s is neither request, response nor control", h.Type)
 	}
 }

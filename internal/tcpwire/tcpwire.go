@@ -85,7 +85,7 @@ const (
 var typeNames = map[Type]string{Hello: "HELLO", Challenge: "CHALLENGE", Auth: "AUTH", Ready: "READY", Refuse: "REFUSE",
 	Write: "WRITE", WriteImm: "WRITE_IMM", Send: "SEND", SendImm: "SEND_IMM", Read: "READ", CmpSwap: "CMP_SWAP",
 	FetchAdd: "FETCH_ADD", SendInv: "SEND_INV", AtomicWrite: "ATOMIC_WRITE", UDSend: "UD_SEND", UDSendImm: "UD_SEND_IMM", Ack: "ACK", ReadResp: "READ_RESP", CMReq: "CM_REQ", CMResp: "CM_RESP", CMCancel: "CM_CANCEL",
-	CMDisc: "CM_DISC", CMRTU: "CM_RTU", CMWho: "CM_WHO"}
+	CMDisc: "CM_DISC", CMRTU: "CM_RTU", CMWho: "CM_WHO", Stripe: "STRIPE"}
 
 func (t Type) String() string {
 	if s, ok := typeNames[t]; ok {
@@ -147,7 +147,7 @@ func (s Status) String() string {
 //	56  4    imm (WRITE_IMM, SEND_IMM) or length (READ)
 //	60  1    status (responses)
 //	61  1    RNR timer (RNR responses)
-//	62  1    flags: FlagSolicited (SEND, SEND_IMM, SEND_INV, WRITE_IMM, their UC frames, datagrams), FlagXRC (RC requests, xrc.go); other bits zero
+//	62  1    flags: FlagSolicited (SEND, SEND_IMM, SEND_INV, WRITE_IMM, their UC frames, datagrams), FlagXRC (RC requests, xrc.go), FlagStriped (payload requests, lanes.go: compare holds the message's length); other bits zero
 //	63  1    reserved, zero
 type Header struct {
 	Version    uint8
@@ -263,10 +263,13 @@ func Decode(b []byte, ver uint8, h *Header) error {
 	if !h.Type.Known() {
 		return errorf("unknown frame type %d", uint8(h.Type))
 	}
-	if sol := h.Flags & FlagSolicited; h.Flags&^(FlagSolicited|FlagXRC) != 0 || sol != 0 && !h.Type.carriesEvent() {
-		return errorf("%s: flags 0x%02x: only a SEND's, a WRITE with immediate's or a datagram's frame carries the solicited bit (1), and an RC request the XRC bit (2); no other bit is defined", h.Type, uint8(h.Flags))
+	if sol := h.Flags & FlagSolicited; h.Flags&^(FlagSolicited|FlagXRC|FlagStriped) != 0 || sol != 0 && !h.Type.carriesEvent() {
+		return errorf("%s: flags 0x%02x: only a SEND's, a WRITE with immediate's or a datagram's frame carries the solicited bit (1), an RC request the XRC bit (2), a payload request the striped bit (4); no other bit is defined", h.Type, uint8(h.Flags))
 	}
 	if err := h.checkXRC(); err != nil {
+		return err
+	}
+	if err := h.checkStriped(); err != nil {
 		return err
 	}
 	if h.PSN > 0xffffff {
@@ -284,7 +287,7 @@ func Decode(b []byte, ver uint8, h *Header) error {
 		if n > MaxControl {
 			return errorf("%s: %d-byte payload exceeds the %d-byte limit of control frames", h.Type, n, MaxControl)
 		}
-	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm || h.Type == SendInv || h.Type.IsUC():
+	case h.Type == Write || h.Type == WriteImm || h.Type == Send || h.Type == SendImm || h.Type == SendInv || h.Type.IsUC() || h.Type == Stripe:
 		if n > MaxData {
 			return errorf("%s: %d-byte payload exceeds the 2 GiB message limit", h.Type, n)
 		}
@@ -311,7 +314,7 @@ func Decode(b []byte, ver uint8, h *Header) error {
 			return errorf("%s carries a %d-byte payload; it must carry none", h.Type, n)
 		}
 	}
-	if (h.Type.IsRequest() || h.Type.IsDatagram()) && h.Status != OK {
+	if (h.Type.IsRequest() || h.Type.IsDatagram() || h.Type == Stripe) && h.Status != OK {
 		return errorf("request %s carries status %s", h.Type, h.Status)
 	}
 	return nil

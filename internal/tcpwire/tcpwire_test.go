@@ -43,7 +43,7 @@ var allTypes = []struct {
 	{tcpwire.SendImm, 19, "SEND_IMM"}, {tcpwire.Read, 20, "READ"}, {tcpwire.CmpSwap, 21, "CMP_SWAP"},
 	{tcpwire.FetchAdd, 22, "FETCH_ADD"}, {tcpwire.SendInv, 23, "SEND_INV"},
 	{tcpwire.UDSend, 24, "UD_SEND"},
-	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"},
+	{tcpwire.UDSendImm, 25, "UD_SEND_IMM"}, {tcpwire.Stripe, 28, "STRIPE"},
 	{tcpwire.UCWrite, 40, "UC_WRITE"}, {tcpwire.UCWriteImm, 41, "UC_WRITE_IMM"}, {tcpwire.UCSend, 42, "UC_SEND"}, {tcpwire.UCSendImm, 43, "UC_SEND_IMM"},
 	{tcpwire.Ack, 32, "ACK"}, {tcpwire.ReadResp, 33, "READ_RESP"}, {tcpwire.AtomicWrite, 34, "ATOMIC_WRITE"},
 	{tcpwire.CMReq, 48, "CM_REQ"}, {tcpwire.CMResp, 49, "CM_RESP"}, {tcpwire.CMCancel, 50, "CM_CANCEL"}, {tcpwire.CMDisc, 51, "CM_DISC"}, {tcpwire.CMRTU, 52, "CM_RTU"}, {tcpwire.CMWho, 53, "CM_WHO"},
@@ -109,7 +109,7 @@ func validHeader(ty tcpwire.Type) tcpwire.Header {
 	default: // requests
 		h.DstQPN, h.SrcQPN, h.PSN, h.RKey, h.RemoteAddr = 0x000012, 0x000034, 0xffffff, 0xcafef00d, 0x00007f0012345000
 		switch ty {
-		case tcpwire.Write, tcpwire.Send, tcpwire.SendInv, tcpwire.UCWrite, tcpwire.UCSend:
+		case tcpwire.Write, tcpwire.Send, tcpwire.SendInv, tcpwire.UCWrite, tcpwire.UCSend, tcpwire.Stripe:
 			h.PayloadLen = 1 << 20
 		case tcpwire.WriteImm, tcpwire.SendImm, tcpwire.UCWriteImm, tcpwire.UCSendImm:
 			h.PayloadLen, h.ImmOrLen = 1<<20, 0xdeadbeef
@@ -324,7 +324,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"solicited WRITE", tcpwire.Write, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "WRITE: flags 0x01: only a SEND's"},
 		{"solicited READ", tcpwire.Read, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "READ: flags 0x01"},
 		{"solicited ACK", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 1; return b }, "ACK: flags 0x01"},
-		{"unknown flag", tcpwire.Send, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 5; return b }, "SEND: flags 0x05"},
+		{"unknown flag", tcpwire.Send, 0, func(_ *tcpwire.Header, b []byte) []byte { b[62] = 9; return b }, "SEND: flags 0x09"},
 		{"reserved byte 63", tcpwire.Ack, 0, func(_ *tcpwire.Header, b []byte) []byte { b[63] = 0x80; return b }, "reserved byte 0x80 is not zero"},
 		{"type 0", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 0 }), "unknown frame type 0"},
 		{"type 6", tcpwire.Write, 0, hdr(func(h *tcpwire.Header) { h.Type = 6 }), "unknown frame type 6"},

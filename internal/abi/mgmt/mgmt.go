@@ -446,6 +446,12 @@ type UplinkStatus struct {
 	DialsFailed      uint64 `json:"dials_failed"`
 	Accepted         uint64 `json:"accepted"`
 	AcceptsRefused   uint64 `json:"accepts_refused"`
+	// Multi-lane tcp: Lanes is how many connections this host's requests
+	// to the peer may be striped over (its open connection's, the first
+	// included; 0 when none is open); StripedBatches counts the batches of
+	// requests written striped over them.
+	Lanes          int    `json:"lanes,omitempty"`
+	StripedBatches uint64 `json:"striped_batches,omitempty"`
 }
 
 // RDMAStatus describes one of the host's RDMA uplinks: its RoCEv2

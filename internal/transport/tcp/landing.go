@@ -30,8 +30,9 @@ const maxStep = 1 << 20
 
 // step is the state of one system call between the socket and a
 // message's target, for the poller's callbacks (tryRead, tryWrite); owned
-// by the connection's reader (serveRequests). The callbacks are bound
-// once per connection, so that a step allocates nothing.
+// by the connection's reader (serveRequests), or a lane's reader
+// (lanes.go). The callbacks are bound once per connection, so that a step
+// allocates nothing.
 type step struct {
 	p    device.Target
 	m    *device.Message
@@ -61,40 +62,86 @@ func (s *step) Fill(dst []byte) (int, error) {
 	}
 }
 
-// landPayload reads the request's payload, sp.remaining bytes, into
-// message m at p. When the target goes meanwhile (its region
-// deregistered, its receive flushed, the QP destroyed, the VM gone) it
-// stops, and landed is false: serveRC reads the rest and drops it. err is
-// the connection's: it broke.
+// lander moves payload bytes from one connection into guest memory: the
+// responder's (its main connection), or a lane reader's (lanes.go). held
+// is the target whose memory it holds (hold), nil between steps; a
+// panic while it is held lets go of it on its way out (responder.unwind),
+// so that the VM's teardown does not wait forever for a handler that is
+// gone.
+type lander struct {
+	c *hostlink.Conn
+	// step is a system call between the socket and a target's memory;
+	// readFn and writeFn are its callbacks, bound once.
+	step    step
+	readFn  func(uintptr) bool
+	writeFn func(uintptr) bool
+	held    device.Target
+}
+
+// hold is p.Hold(), noting p as held.
+func (l *lander) hold(p device.Target) bool {
+	if !p.Hold() {
+		return false
+	}
+	l.held = p
+	return true
+}
+
+// release is p.Release(), noting that nothing is held.
+func (l *lander) release(p device.Target) {
+	l.held = nil
+	p.Release()
+}
+
+// landPayload reads the request's payload into message m at p: the
+// payload on the connection, sp.remaining bytes, and a striped request's
+// stripes on the lanes, read meanwhile by the lanes' readers (lanes.go).
+// When the target goes meanwhile (its region deregistered, its receive
+// flushed, the QP destroyed, the VM gone) it stops, and landed is false:
+// Request reads the rest and drops it. err is the connection's: it broke.
 func (rp *responder) landPayload(p device.Target, m *device.Message, sp *sockPayload) (landed bool, err error) {
-	c := rp.c
-	var off uint64
-	for sp.remaining > 0 {
-		if c.BufferedLen() == 0 && c.Raw() && sp.remaining >= hostlink.DirectRead {
-			n, ok, err := rp.readDirect(p, m, off, min(sp.remaining, maxStep))
+	if sp.stripes == 0 {
+		return rp.land(p, m, 0, &sp.remaining)
+	}
+	rp.startStripes(p, m, sp)
+	landed, err = rp.land(p, m, 0, &sp.remaining)
+	if err != nil {
+		rp.c.Close(err) // and its lanes: their readers stop at once
+	}
+	lanesLanded, lerr := rp.waitStripes()
+	return landed && lanesLanded, errors.Join(err, lerr)
+}
+
+// land reads *remaining bytes of payload from the connection into
+// message m at p, from offset off on (see landPayload).
+func (l *lander) land(p device.Target, m *device.Message, off uint64, remaining *uint64) (landed bool, err error) {
+	c := l.c
+	for *remaining > 0 {
+		if c.BufferedLen() == 0 && c.Raw() && *remaining >= hostlink.DirectRead {
+			n, ok, err := l.readDirect(p, m, off, min(*remaining, maxStep))
 			if err != nil || !ok {
 				return false, err
 			}
 			off += n
-			sp.remaining -= n
+			*remaining -= n
 			continue
 		}
 		b, err := c.Unread()
 		if err != nil {
 			return false, err
 		}
-		k := min(uint64(len(b)), sp.remaining)
-		if !rp.hold(p) {
+		k := min(uint64(len(b)), *remaining)
+		if !l.hold(p) {
 			return false, nil
 		}
 		ok := p.Revalidate(m) && p.Write(m, off, b[:k])
-		rp.release(p)
+		l.release(p)
 		if !ok {
 			return false, nil
 		}
 		c.Consume(int(k))
 		off += k
-		sp.remaining -= k
+		*remaining -= k
 	}
 	return true, nil
 }
@@ -102,16 +149,16 @@ func (rp *responder) landPayload(p device.Target, m *device.Message, sp *sockPay
 // readDirect reads at most n bytes of the payload from the socket
 // straight into m's bytes at off: one read, under p's memory. ok false:
 // the target went.
-func (rp *responder) readDirect(p device.Target, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
-	s := &rp.step
+func (l *lander) readDirect(p device.Target, m *device.Message, off, n uint64) (got uint64, ok bool, err error) {
+	s := &l.step
 	*s = step{p: p, m: m, off: off, n: n}
-	err = rp.c.ReadRaw(int(n), rp.readFn)
+	err = l.c.ReadRaw(int(n), l.readFn)
 	got, ok = s.done, !s.gone
 	if err == nil {
 		err = s.err
 	}
-	rp.clearStep()
-	rp.c.Received(got)
+	l.clearStep()
+	l.c.Received(got)
 	if err != nil {
 		if errors.Is(err, unix.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("read a request's payload: %w", err)
@@ -123,20 +170,20 @@ func (rp *responder) readDirect(p device.Target, m *device.Message, off, n uint6
 
 // tryRead is readDirect's step, called by the poller with the socket's
 // descriptor: false asks it to wait until the socket is readable.
-func (rp *responder) tryRead(fd uintptr) bool {
-	s := &rp.step
-	if !rp.hold(s.p) {
+func (l *lander) tryRead(fd uintptr) bool {
+	s := &l.step
+	if !l.hold(s.p) {
 		s.gone = true
 		return true
 	}
 	if !s.p.Revalidate(s.m) {
-		rp.release(s.p)
+		l.release(s.p)
 		s.gone = true
 		return true
 	}
 	s.fd = int(fd)
 	n, ok, err := s.p.Fill(s.m, s.off, s.n, s)
-	rp.release(s.p)
+	l.release(s.p)
 	switch {
 	case !ok:
 		s.gone = true
@@ -208,7 +255,7 @@ func (rp *responder) writeRead(p device.Target, m *device.Message, total uint64,
 }
 
 // clearStep forgets the last step: no reference to guest memory stays.
-func (rp *responder) clearStep() { rp.step = step{} }
+func (l *lander) clearStep() { l.step = step{} }
 
 // tryWrite is sendRead's step: one non-blocking writev of what is left
 // of the header and of the target's next bytes, under p's memory.

@@ -59,6 +59,8 @@ type txSlot struct {
 	sent  time.Time               // when it was sent, or last found waiting on a live peer (the real clock)
 	first time.Time               // when it was sent
 	hdr   [tcpwire.HeaderLen]byte // its frame header, as last sent
+	// its STRIPE frames' headers, when it was striped (lanes i+1)
+	lhdr [tcpwire.MaxLanes - 1][tcpwire.HeaderLen]byte
 }
 
 // responsePoll is how long a requester with a request in flight polls for
@@ -103,6 +105,15 @@ type tcpPath struct {
 	bn    uint64         // the batch's bytes
 	bq    []int          // the batch's entries (slots)
 	bfail requester.Outcome
+	// The batch's stripes on each lane of bconn (lanes[i-1]: lane i),
+	// made at the first striped request; striped says the batch has some.
+	// blanes is how many of bconn's connections the batch may stripe
+	// over, read once per batch: lanes join a connection after it opened
+	// (hostlink's openLanes), and a batch's requests and its write must
+	// agree on them.
+	lanes   [tcpwire.MaxLanes - 1]*hostlink.LaneBatch
+	striped bool
+	blanes  int
 
 	// Responder: the expected PSN and the last responses, for duplicates
 	// (a request retried after its response was lost), used by the
@@ -194,7 +205,7 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 			}
 			return err
 		}
-		t.bconn, t.bn = c, 0
+		t.bconn, t.bn, t.blanes = c, 0, c.Lanes()
 		t.iov, t.bq = t.iov[:0], t.bq[:0]
 	}
 	c := t.bconn
@@ -225,6 +236,11 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 		h.ImmOrLen = uint32(e.Total)
 		k.ReadSegs = e.Segs[:e.NSeg]
 	}
+	striped, stripe := false, e.Total
+	if lanes := t.blanes; lanes > 1 && pay != nil {
+		stripe = tcpwire.StripeSize(e.Total, lanes, c.StripeMin())
+		striped = stripe < e.Total
+	}
 	if !c.Register(k) {
 		t.bfail = requester.Failed
 		return errNoConn
@@ -232,9 +248,17 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	s.conn = c
 	t.bq = append(t.bq, e.Index)
 	h.Tag = k.Tag()
+	if striped {
+		h.Flags |= tcpwire.FlagStriped
+		h.Compare, h.PayloadLen = e.Total, uint32(stripe)
+	}
 	h.Put(s.hdr[:])
 	t.iov = append(t.iov, s.hdr[:])
 	t.bn += tcpwire.HeaderLen
+	if h.Striped() {
+		t.stripe(s, h, pay)
+		return nil
+	}
 	for _, p := range pay {
 		if len(p) > 0 {
 			t.iov = append(t.iov, p)
@@ -244,6 +268,50 @@ func (w *txWire) Send(e *requester.Entry, _, _ uint32, at *device.RCAttrs) error
 	return nil
 }
 
+// stripe adds striped request h (slot s, payload pay) to the batch: its
+// first stripe after its header, stripe i on lane i of the batch's
+// connection (StripeSize cut it into no more stripes than it has lanes).
+func (t *tcpPath) stripe(s *txSlot, h *tcpwire.Header, pay [][]byte) {
+	if t.lanes[0] == nil {
+		for i := range t.lanes {
+			t.lanes[i] = hostlink.NewLaneBatch()
+		}
+	}
+	t.striped = true
+	_, n := h.StripeAt(0)
+	t.iov = appendRange(t.iov, pay, 0, n)
+	t.bn += n
+	for i := 1; i < h.StripeCount(); i++ {
+		off, n := h.StripeAt(i)
+		sh := tcpwire.Header{Version: h.Version, Type: tcpwire.Stripe, Tag: h.Tag, DstQPN: h.DstQPN, SrcQPN: h.SrcQPN, PSN: h.PSN,
+			RemoteAddr: off, PayloadLen: uint32(n)}
+		sh.Put(s.lhdr[i-1][:])
+		b := t.lanes[i-1]
+		b.Iov = append(b.Iov, s.lhdr[i-1][:])
+		b.Iov = appendRange(b.Iov, pay, off, n)
+		b.N += tcpwire.HeaderLen + n
+		b.Frames++
+	}
+}
+
+// appendRange appends the bytes [off, off+n) of the payload segments
+// segs to iov, as slices of them.
+func appendRange(iov net.Buffers, segs [][]byte, off, n uint64) net.Buffers {
+	for _, p := range segs {
+		if n == 0 {
+			break
+		}
+		if off >= uint64(len(p)) {
+			off -= uint64(len(p))
+			continue
+		}
+		k := min(uint64(len(p))-off, n)
+		iov = append(iov, p[off:off+k])
+		off, n = 0, n-k
+	}
+	return iov
+}
+
 // Flush writes the batch in one writev; when it cannot (no connection, a
 // write error) it withdraws the batch's calls: nothing of it is in flight.
 func (w *txWire) Flush() requester.Outcome {
@@ -251,14 +319,27 @@ func (w *txWire) Flush() requester.Outcome {
 	o, c := t.bfail, t.bconn
 	t.bfail, t.bconn = requester.Sent, nil
 	if o == requester.Sent && c != nil {
-		if err := c.WriteFrames(&t.iov, t.bn, len(t.bq)); err != nil {
+		var err error
+		if t.striped {
+			err = c.WriteStriped(&t.iov, t.bn, len(t.bq), t.lanes[:t.blanes-1])
+		} else {
+			err = c.WriteFrames(&t.iov, t.bn, len(t.bq))
+		}
+		if err != nil {
 			o = requester.Failed
 		}
 	}
 	if c != nil {
 		clear(t.iov[:cap(t.iov)]) // do not keep guest memory reachable
 		t.iov = t.iov[:0]
+		if t.striped {
+			for _, b := range t.lanes {
+				clear(b.Iov[:cap(b.Iov)])
+				b.Iov, b.N, b.Frames = b.Iov[:0], 0, 0
+			}
+		}
 	}
+	t.striped = false
 	if o != requester.Sent {
 		for _, i := range t.bq {
 			if s := &t.slots[i]; s.conn != nil {

@@ -74,6 +74,11 @@ type sockPayload struct {
 	resp      *tcpwire.Header
 	remaining uint64 // payload bytes of the request not read yet
 	responded bool   // sendRead wrote the response
+	// A striped request's (lanes.go): the request, and how many of its
+	// stripes are still on the lanes (read by landPayload, else read and
+	// dropped after execute).
+	req     *tcpwire.Header
+	stripes int
 }
 
 // responder is the tcp path's responder on one connection a peer host
@@ -82,8 +87,8 @@ type sockPayload struct {
 // the next request is already in the read buffer, and go out together
 // (at most maxAcks).
 type responder struct {
-	c   *hostlink.Conn
-	dev device.Targets
+	lander // the main connection's
+	dev    device.Targets
 
 	acks  [maxAcks * tcpwire.HeaderLen]byte
 	nacks int
@@ -93,18 +98,15 @@ type responder struct {
 	rx    device.Message
 	bind  tcpBinding              // the requester of the request being served
 	whdr  [tcpwire.HeaderLen]byte // a READ response's header (landing.go)
-	// step is a system call between the socket and a target's memory
-	// (landing.go); readFn and writeFn are its callbacks, bound once.
-	step    step
-	readFn  func(uintptr) bool
-	writeFn func(uintptr) bool
-	// held is the target whose memory the responder holds (admit, hold),
-	// nil between steps; writing says it holds the connection's write
-	// side (sendRead). A panic while either is held lets go of it on its
-	// way out (unwind), so that the VM's teardown and the connection's
-	// other writers do not wait forever for a handler that is gone.
-	held    device.Target
+	// writing says the responder holds the connection's write side
+	// (sendRead). A panic while it or the target's memory (lander.held)
+	// is held lets go of it on its way out (unwind), so that the VM's
+	// teardown and the connection's other writers do not wait forever for
+	// a handler that is gone.
 	writing bool
+	// lanes are the readers of the connection's lanes (lanes.go), made
+	// at the first striped request.
+	lanes [tcpwire.MaxLanes]*laneReader
 }
 
 // testHookHeld, if set, is called by execute with the request's header
@@ -119,21 +121,6 @@ func (rp *responder) admit(p device.Target, b device.Binding) bool {
 	}
 	rp.held = p
 	return true
-}
-
-// hold is p.Hold(), noting p as held.
-func (rp *responder) hold(p device.Target) bool {
-	if !p.Hold() {
-		return false
-	}
-	rp.held = p
-	return true
-}
-
-// release is p.Release(), noting that nothing is held.
-func (rp *responder) release(p device.Target) {
-	rp.held = nil
-	p.Release()
 }
 
 // unwind, deferred by Request, lets go of what a handler that panicked
@@ -163,7 +150,7 @@ const maxAcks = 16
 // RC requests for the QPs of dev.
 func Responder(dev device.Targets) func(c *hostlink.Conn) hostlink.Responder {
 	return func(c *hostlink.Conn) hostlink.Responder {
-		rp := &responder{c: c, dev: dev}
+		rp := &responder{lander: lander{c: c}, dev: dev}
 		rp.readFn, rp.writeFn = rp.tryRead, rp.tryWrite
 		return rp
 	}
@@ -194,12 +181,23 @@ func (rp *responder) Request(h *tcpwire.Header) error {
 	}
 	sp := &rp.sp
 	*sp = sockPayload{resp: resp, remaining: uint64(h.PayloadLen)}
+	if h.Striped() {
+		if err := rp.checkLanes(h); err != nil {
+			return err
+		}
+		sp.req, sp.stripes = h, h.StripeCount()-1
+	}
 	defer rp.unwind()
 	if err := rp.execute(h, sp); err != nil {
 		return err
 	}
 	if sp.remaining > 0 {
 		if err := rp.c.Discard(sp.remaining); err != nil {
+			return err
+		}
+	}
+	if sp.stripes > 0 {
+		if err := rp.dropStripes(sp); err != nil {
 			return err
 		}
 	}
@@ -391,9 +389,9 @@ func (rp *responder) sequence(h *tcpwire.Header, p device.Target, rs *responderP
 	case tcpwire.CmpSwap, tcpwire.FetchAdd:
 		r.Total, r.Imm = 8, 0
 	case tcpwire.Write, tcpwire.Send, tcpwire.SendInv:
-		r.Total, r.Imm = uint64(h.PayloadLen), 0
+		r.Total, r.Imm = h.MessageLen(), 0
 	default:
-		r.Total = uint64(h.PayloadLen)
+		r.Total = h.MessageLen()
 	}
 	return r, verdict, true
 }
