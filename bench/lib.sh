@@ -4,7 +4,8 @@
 # build_vrdma BIN         vrdmactl and vrdmad into BIN, the drop-in libibverbs into
 #                         guest/ibverbs/build
 # dropin_start BIN DIR    the VMs perftest runs between on each path: a standalone
-#                         agent with VMs vmA and vmB (memcpy), and vrdmactl quickstart
+#                         agent with VMs vmA and vmB (memcpy) and vmC and vmD, which
+#                         allow each other direct mapping (memcpy-direct), and vrdmactl quickstart
 #                         --keep (tcp: vm3 <- vm1, rdma: vm5 <- vm4); state and logs in DIR
 # dropin_pt PATH OUT PROGRAM ARGS...
 #                         unmodified perftest PROGRAM between the path's two VMs; the
@@ -37,11 +38,12 @@ DROPIN_PIDS=()
 DROPIN_MEM_MB=${DROPIN_MEM_MB:-64}
 DROPIN_BIN=""
 DROPIN_DIR=""
-declare -A DROPIN_SOCK=() # "PATH.srv" / "PATH.cli" -> agent socket (empty: memcpy's standalone agent)
+declare -A DROPIN_SOCK=() # "PATH.srv" / "PATH.cli" -> agent socket (empty: the standalone agent's, memcpy and memcpy-direct)
 declare -A DROPIN_VM=()   # "PATH.srv" / "PATH.cli" -> VM name
 
 # dropin_start BIN DIR: start a standalone agent (--no-control-plane) with VMs vmA
-# and vmB for the memcpy path, and `vrdmactl quickstart --keep` for tcp and rdma,
+# and vmB for the memcpy path, vmC and vmD (vrdma.directPeers naming each other) for
+# memcpy-direct, and `vrdmactl quickstart --keep` for tcp and rdma,
 # whose printed exec commands name each pair's agent sockets and VMs. Waits for
 # quickstart's "ready" (at most a minute). Returns 1, with the reason on stderr,
 # if either does not come up.
@@ -59,14 +61,20 @@ dropin_start() {
         'guestOS = "ubuntu-64"' "memSize = \"$DROPIN_MEM_MB\"" 'ethernet0.present = "TRUE"' \
         'ethernet0.virtualDev = "vrdma"' >"$vmx"
     for ((i = 0; i < 50; i++)); do [[ -S $DROPIN_DIR/s ]] && break; sleep 0.1; done
-    for vm in vmA vmB; do
-        if ! "$DROPIN_BIN/vrdmactl" --socket "$DROPIN_DIR/s" vm define "$vm" "$vmx" >/dev/null 2>&1; then
+    cp "$vmx" "$vmx.C" && echo 'vrdma.directPeers = "vmD"' >>"$vmx.C"
+    cp "$vmx" "$vmx.D" && echo 'vrdma.directPeers = "vmC"' >>"$vmx.D"
+    for vm in vmA vmB vmC vmD; do
+        local f=$vmx
+        [[ -f $vmx.${vm#vm} ]] && f=$vmx.${vm#vm}
+        if ! "$DROPIN_BIN/vrdmactl" --socket "$DROPIN_DIR/s" vm define "$vm" "$f" >/dev/null 2>&1; then
             echo "the standalone agent did not define $vm (log: $DROPIN_DIR/agent.log)" >&2
             return 1
         fi
     done
     DROPIN_SOCK[memcpy.srv]="" DROPIN_VM[memcpy.srv]=vmA
     DROPIN_SOCK[memcpy.cli]="" DROPIN_VM[memcpy.cli]=vmB
+    DROPIN_SOCK[memcpy-direct.srv]="" DROPIN_VM[memcpy-direct.srv]=vmC
+    DROPIN_SOCK[memcpy-direct.cli]="" DROPIN_VM[memcpy-direct.cli]=vmD
     for ((i = 0; i < 60; i++)); do grep -q '^ready$' "$DROPIN_DIR/qs.log" && break; sleep 1; done
     if ! grep -q '^ready$' "$DROPIN_DIR/qs.log"; then
         echo "quickstart --keep did not get ready in a minute:" >&2
@@ -93,7 +101,7 @@ dropin_start() {
 dropin_side() {
     local path=$1 side=$2
     shift 2
-    if [[ $path == memcpy ]]; then
+    if [[ $path == memcpy* ]]; then
         VRDMA_SOCKET=$DROPIN_DIR/s VRDMA_VM=${DROPIN_VM[$path.$side]} LD_LIBRARY_PATH=$DROPIN_LIB \
             timeout 60 "$@"
     else
@@ -107,7 +115,7 @@ dropin_side() {
 dropin_cmd() {
     local path=$1
     shift
-    if [[ $path == memcpy ]]; then
+    if [[ $path == memcpy* ]]; then
         echo "VRDMA_SOCKET=AGENT VRDMA_VM=${DROPIN_VM[$path.cli]} LD_LIBRARY_PATH=guest/ibverbs/build $* localhost" \
             "  # server: the same in ${DROPIN_VM[$path.srv]} without localhost"
     else
@@ -143,7 +151,7 @@ dropin_perf() {
     local path=$1 side=$2 sock
     shift 2
     sock=${DROPIN_SOCK[$path.$side]}
-    [[ $path == memcpy ]] && sock=$DROPIN_DIR/s
+    [[ $path == memcpy* ]] && sock=$DROPIN_DIR/s
     timeout 60 "$DROPIN_BIN/vrdmactl" --socket "$sock" perf "$@" --vm "${DROPIN_VM[$path.$side]}"
 }
 
@@ -180,7 +188,7 @@ dropin_go() {
 dropin_exec() {
     local path=$1 side=$2 sock=$DROPIN_DIR/s
     shift 2
-    [[ $path == memcpy ]] || sock=${DROPIN_SOCK[$path.$side]}
+    [[ $path == memcpy* ]] || sock=${DROPIN_SOCK[$path.$side]}
     timeout 60 "$DROPIN_BIN/vrdmactl" --socket "$sock" exec --vm "${DROPIN_VM[$path.$side]}" \
         --lib "$DROPIN_LIB" -- "$@"
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // Paths are vrdma's paths, in the report's order.
-var Paths = []string{"memcpy", "tcp", "rdma"}
+var Paths = []string{"memcpy", "memcpy-direct", "tcp", "rdma"}
 
 // row is one line of a path's table: a test at a size, and the perftest
 // program measured at the same size and figure on the drop-in.
@@ -48,7 +48,7 @@ var rows = []row{
 
 // peerFor is the peer of the same kind as a row on a path, or false.
 func peerFor(path string, r row) (peerRef, bool) {
-	shm := path == "memcpy"
+	shm := strings.HasPrefix(path, "memcpy")
 	switch {
 	case shm && r.Test == "write_bw":
 		return peerRef{"UCX shm `ucp_put_bw`", "ucx_shm_put_bw_" + sizeKey(r.Size) + "_MiBps", "ucx-shm", r.Size}, true
@@ -175,6 +175,11 @@ func renderPath(w *writer, d *Data, path string) {
 	case "memcpy":
 		w.l("Two VMs of one agent: `vrdmactl perf --local --path memcpy` (an agent process, the workloads in",
 			" `vrdmactl`), and unmodified perftest on the drop-in between two VMs of a standalone agent.")
+	case "memcpy-direct":
+		w.l("Two VMs of one agent that allow each other direct mapping (`vrdma.directPeers`): the initiator's library",
+			" does RDMA WRITE, READ and atomics itself on the target region's pages, and SEND and RECV stay relayed",
+			" (`vrdmactl perf --local --path memcpy-direct`; perftest on the drop-in between vmC and vmD of a",
+			" standalone agent). The memcpy rows above are the relayed path's price of isolation.")
 	case "tcp":
 		w.l("Two host agents on 127.0.0.2 and 127.0.0.3 (`vrdmactl perf --local --path tcp`), and perftest on the",
 			" drop-in between vm1 and vm3 of `vrdmactl quickstart --keep`. Peers: UCX over TCP on `lo`.")
@@ -190,7 +195,7 @@ func renderPath(w *writer, d *Data, path string) {
 	for _, r := range rows {
 		k := key(path, r.Test, r.Size)
 		g := d.goSamples(k, r.Metric)
-		if r.Size == 64*MiB && path != "memcpy" {
+		if r.Size == 64*MiB && !strings.HasPrefix(path, "memcpy") {
 			continue
 		}
 		c := "—"
@@ -210,7 +215,7 @@ func renderPath(w *writer, d *Data, path string) {
 	}
 	w.l()
 	switch path {
-	case "memcpy":
+	case "memcpy", "memcpy-direct":
 		w.l("Beside `copy()` on one core (`BenchmarkCopy`, two Go heap buffers; `BenchmarkCopyMemfd`, two shared",
 			" memfd mappings, the memory guest memory is made of), the same rounds, MiB/s:")
 		w.l()
@@ -280,7 +285,7 @@ func renderDropin(w *writer, d *Data) {
 		" vm5 of `vrdmactl quickstart --keep`. Both run in two processes, one per VM; the Go library's figures in",
 		" the tables above (`--local`) run both VMs' workloads in one. C / Go is the ratio of the medians, the",
 		" per-round ratios in brackets. The targets: bandwidth and message rate at least 0.9× the Go library's,",
-		" latency at most 1.1×, over memcpy and tcp.")
+		" latency at most 1.1×, over memcpy, memcpy-direct and tcp.")
 	w.l()
 	w.l("| path | figure | C drop-in (perftest) | Go library (`vrdmactl perf`) | C / Go | target | result |")
 	w.l("|---|---|---|---|---|---|---|")
