@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/libdiag"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -123,7 +124,7 @@ func (t *directTable) reader() {
 		if err != nil {
 			return
 		}
-		if n != abi.RevokeMsgSize {
+		if n != abi.RevokeMsgSize || libdiag.IgnoreRevocations.Load() {
 			continue
 		}
 		slot, word := binary.LittleEndian.Uint32(b[0:]), binary.LittleEndian.Uint32(b[4:])
