@@ -260,6 +260,23 @@ func (q *QP) setDirect(ctx context.Context, on bool) {
 	q.direct.Store(true)
 }
 
+// resync starts rule 2's count anew at a move to RESET, which discards
+// the WQEs posted before it without completions: the send CQ's pending
+// completions are taken (and counted) first, so that those of older WRs
+// cannot be counted against newer ones.
+func (q *QP) resync() {
+	if q.ring == nil {
+		return
+	}
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	cq := q.sendCQ
+	cq.mu.Lock()
+	cq.drainLocked()
+	cq.mu.Unlock()
+	q.sendDone.Store(q.relayedSignaled)
+}
+
 // lookupLocal returns the library's region with lkey, or nil.
 func (v *VM) lookupLocal(lkey uint32) *localMR {
 	m, _ := v.lmrs.Load(lkey)
