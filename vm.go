@@ -49,6 +49,12 @@ type VM struct {
 	// the QPs with a doorbell, closed by Close
 	qps map[*QP]struct{} // +checklocks:objMu
 
+	// memcpy-direct (direct.go): the grant table, opened by the first QP
+	// bound to the path; the library's regions by lkey (*localMR).
+	dirMu sync.Mutex
+	dir   *directTable // +checklocks:dirMu
+	lmrs  sync.Map
+
 	closed atomic.Bool
 }
 
@@ -183,6 +189,11 @@ func (v *VM) Close() error {
 		return nil
 	}
 	err := v.c.close()
+	v.dirMu.Lock()
+	if v.dir != nil {
+		v.dir.close()
+	}
+	v.dirMu.Unlock()
 	v.mem.Unmap()
 	v.closeObjects()
 	return err

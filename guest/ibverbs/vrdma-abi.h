@@ -71,6 +71,9 @@
 #define VRDMA_OP_OPEN_QP 56
 #define VRDMA_OP_OPEN_XRCD 58
 #define VRDMA_OP_CLOSE_XRCD 59
+#define VRDMA_OP_DIRECT_OPEN 60
+#define VRDMA_OP_DIRECT_MAP 61
+#define VRDMA_OP_CQ_NOTIFY 62
 #define VRDMA_OP_ATTACH_MCAST 64
 #define VRDMA_OP_DETACH_MCAST 65
 #define VRDMA_OP_CM_JOIN 66
@@ -98,7 +101,8 @@
 #define VRDMA_CAP_ATOMIC_WRITE 0x40000ull
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
 #define VRDMA_CAP_OPEN_QP 0x100000ull
-#define VRDMA_CAPS_KNOWN 0x1fffffull /* every bit above */
+#define VRDMA_CAP_MEMCPY_DIRECT 0x200000ull
+#define VRDMA_CAPS_KNOWN 0x3fffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -184,6 +188,15 @@
 /* Values of a CQ's armed word (§7). */
 #define VRDMA_CQ_ARM_ALL 1 /* an event at the next completion */
 #define VRDMA_CQ_ARM_SOLICITED 2 /* at the next solicited or error completion (capability core-verbs) */
+/* The memcpy-direct grant table and revocation socket (§4.21). */
+#define VRDMA_GRANT_SLOTS 1024
+#define VRDMA_GRANT_SLOT_SIZE 16
+#define VRDMA_GRANT_TABLE_SIZE 16384
+#define VRDMA_GRANT_FREE 0
+#define VRDMA_GRANT_VALID 1 /* low bits of a valid grant's state word */
+#define VRDMA_GRANT_REVOKING 2
+#define VRDMA_GRANT_GEN_MASK 0xfffffffcu
+#define VRDMA_REVOKE_MSG_SIZE 8 /* a notice and its acknowledgement: slot, state (u32 each) */
 /* UD (§4.15). */
 #define VRDMA_GRH_SIZE 40
 #define VRDMA_PRIVILEGED_QKEY 0x80000000u
@@ -375,6 +388,19 @@ _Static_assert(offsetof(struct vrdma_cqe, vendor_err) == 28, "vrdma_cqe.vendor_e
 _Static_assert(offsetof(struct vrdma_cqe, reserved32) == 32, "vrdma_cqe.reserved32");
 _Static_assert(sizeof(struct vrdma_cqe) == 64, "sizeof(struct vrdma_cqe)");
 
+/* A slot of the memcpy-direct grant table (§4.21). */
+struct vrdma_grant_slot {
+	uint32_t state;
+	uint32_t in_use;
+	uint32_t rd_atomics;
+	uint8_t reserved12[4];
+};
+_Static_assert(offsetof(struct vrdma_grant_slot, state) == 0, "vrdma_grant_slot.state");
+_Static_assert(offsetof(struct vrdma_grant_slot, in_use) == 4, "vrdma_grant_slot.in_use");
+_Static_assert(offsetof(struct vrdma_grant_slot, rd_atomics) == 8, "vrdma_grant_slot.rd_atomics");
+_Static_assert(offsetof(struct vrdma_grant_slot, reserved12) == 12, "vrdma_grant_slot.reserved12");
+_Static_assert(sizeof(struct vrdma_grant_slot) == 16, "sizeof(struct vrdma_grant_slot)");
+
 /* The named offsets and sizes above are the structs'. */
 _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_tail) == VRDMA_QP_SQ_TAIL, "vrdma_qp_ring_state.sq_tail");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_head) == VRDMA_QP_SQ_HEAD, "vrdma_qp_ring_state.sq_head");
@@ -390,5 +416,6 @@ _Static_assert(sizeof(struct vrdma_send_wqe) == VRDMA_SEND_HDR, "sizeof(struct v
 _Static_assert(sizeof(struct vrdma_recv_wqe) == VRDMA_RECV_HDR, "sizeof(struct vrdma_recv_wqe)");
 _Static_assert(sizeof(struct vrdma_sge) == VRDMA_SGE_SIZE, "sizeof(struct vrdma_sge)");
 _Static_assert(sizeof(struct vrdma_cqe) == VRDMA_CQE_SIZE, "sizeof(struct vrdma_cqe)");
+_Static_assert(sizeof(struct vrdma_grant_slot) == VRDMA_GRANT_SLOT_SIZE, "sizeof(struct vrdma_grant_slot)");
 
 #endif

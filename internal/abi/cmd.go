@@ -102,6 +102,10 @@ const (
 	OpOpenQP    Op = 56 // OpenQP → CreateQPReply (handle and QPN only)
 	OpOpenXRCD  Op = 58 // OpenXRCD → Handle; the request carries the domain's file (SCM_RIGHTS) when OpenXRCD.FD
 	OpCloseXRCD Op = 59 // Handle → Empty
+
+	OpDirectOpen Op = 60 // Empty → DirectOpenReply; fds: grant table memfd, revocation socket (socketpair end)
+	OpDirectMap  Op = 61 // DirectMap → DirectGrant; fds: the peer session's guest memory memfd
+	OpCQNotify   Op = 62 // Handle (CQ) → Empty
 	// 64..66: UD multicast (mcast.go).
 	OpAttachMcast Op = 64 // Mcast → Empty
 	OpDetachMcast Op = 65 // Mcast → Empty

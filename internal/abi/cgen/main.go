@@ -56,6 +56,7 @@ var layouts = []struct {
 	{"vrdma_recv_wqe", "A receive WQE's header, the first VRDMA_RECV_HDR bytes of an RQ slot; SGEs follow (§5.2).", abi.WireRecvWQE{}},
 	{"vrdma_sge", "An SGE in a WQE (§5.2).", abi.WireSGE{}},
 	{"vrdma_cqe", "A completion in a CQ ring (§5.3).", abi.WireCQE{}},
+	{"vrdma_grant_slot", "A slot of the memcpy-direct grant table (§4.21).", abi.GrantSlot{}},
 }
 
 // cName turns "query-device" or "RDMA_WRITE" into "QUERY_DEVICE",
@@ -167,6 +168,15 @@ func generate() ([]byte, error) {
 	w.p("/* Values of a CQ's armed word (§7). */")
 	w.define("VRDMA_CQ_ARM_ALL", abi.ArmAll, "an event at the next completion")
 	w.define("VRDMA_CQ_ARM_SOLICITED", abi.ArmSolicited, "at the next solicited or error completion (capability core-verbs)")
+	w.p("/* The memcpy-direct grant table and revocation socket (§4.21). */")
+	w.define("VRDMA_GRANT_SLOTS", abi.GrantSlots, "")
+	w.define("VRDMA_GRANT_SLOT_SIZE", abi.GrantSlotSize, "")
+	w.define("VRDMA_GRANT_TABLE_SIZE", abi.GrantTableSize, "")
+	w.define("VRDMA_GRANT_FREE", abi.GrantFree, "")
+	w.define("VRDMA_GRANT_VALID", abi.GrantValid, "low bits of a valid grant's state word")
+	w.define("VRDMA_GRANT_REVOKING", abi.GrantRevoking, "")
+	w.define("VRDMA_GRANT_GEN_MASK", fmt.Sprintf("0x%xu", abi.GrantGenMask), "")
+	w.define("VRDMA_REVOKE_MSG_SIZE", abi.RevokeMsgSize, "a notice and its acknowledgement: slot, state (u32 each)")
 	w.p("/* UD (§4.15). */")
 	w.define("VRDMA_GRH_SIZE", abi.GRHSize, "")
 	w.define("VRDMA_PRIVILEGED_QKEY", fmt.Sprintf("0x%xu", abi.PrivilegedQKey), "")
@@ -215,7 +225,7 @@ func generate() ([]byte, error) {
 	}
 	for _, a := range [][2]string{
 		{"msg_header", "MSG_HEADER_SIZE"}, {"send_wqe", "SEND_HDR"}, {"recv_wqe", "RECV_HDR"}, {"sge", "SGE_SIZE"},
-		{"cqe", "CQE_SIZE"},
+		{"cqe", "CQE_SIZE"}, {"grant_slot", "GRANT_SLOT_SIZE"},
 	} {
 		w.p("_Static_assert(sizeof(struct vrdma_%s) == VRDMA_%s, \"sizeof(struct vrdma_%s)\");", a[0], a[1], a[0])
 	}
