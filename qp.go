@@ -59,6 +59,21 @@ type QP struct {
 	path   PathInfo // +checklocks:pathMu
 
 	tgtState atomic.Uint32 // the state the last Modify set: State's of an XRC target QP (no ring)
+
+	// memcpy-direct (direct.go): bound to the path; the VM's grant table;
+	// the max_rd_atomic the last Modify set; the signaled WRs posted to
+	// the ring, and the send completions of this QP its send CQ took
+	// from its ring (rule 2); the grants by rkey, and the rkeys the
+	// agent refused, with the relays left before asking again.
+	direct          atomic.Bool
+	dtab            atomic.Pointer[directTable]
+	sqSigAll        bool
+	maxRdAtomic     atomic.Uint32
+	relayedSignaled uint64 // +checklocks:sqMu
+	sendDone        atomic.Uint64
+	gmu             sync.Mutex
+	grants          map[uint32]*grant // +checklocks:gmu
+	refused         map[uint32]uint32 // +checklocks:gmu
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp), RC unless
@@ -92,7 +107,8 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		closeFDs(fds)
 		return nil, fmt.Errorf("vrdma: CreateQP: the agent sent %d descriptors, want 2", len(fds))
 	}
-	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.Type}
+	q := &QP{pd: pd, vm: v, handle: r.Handle, qpn: r.QPN, caps: r.Caps, layout: r.Layout, sendCQ: attr.SendCQ, recvCQ: attr.RecvCQ, srq: attr.SRQ, typ: attr.Type,
+		sqSigAll: attr.SQSigAll, grants: map[uint32]*grant{}, refused: map[uint32]uint32{}}
 	q.psn = randomPSN()
 	size, err := sys.FileSize(fds[0])
 	if err == nil {
@@ -113,6 +129,9 @@ func (pd *PD) CreateQP(ctx context.Context, attr QPInitAttr) (*QP, error) {
 		return nil, fmt.Errorf("vrdma: CreateQP: %w", err)
 	}
 	sys.CloseFD(fds[0])
+	if q.typ == QPTypeRC && v.caps.Has(abi.CapDirect) {
+		q.sendCQ.trackQP(q, true) // direct.go: rule 2 counts its send completions
+	}
 	return q, nil
 }
 
@@ -151,6 +170,7 @@ func (q *QP) setPath(p PathInfo) {
 	q.pathMu.Lock()
 	q.path = p
 	q.pathMu.Unlock()
+	q.setDirect(context.Background(), p.Path == PathMemcpyDirect) // direct.go
 }
 
 // Modify changes the attributes mask selects (ibv_modify_qp), following
@@ -161,6 +181,9 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
 	}
 	if mask&MaskState != 0 {
 		q.tgtState.Store(uint32(attr.State))
+	}
+	if mask&MaskMaxRdAtomic != 0 {
+		q.maxRdAtomic.Store(uint32(attr.MaxRdAtomic))
 	}
 	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSReset) {
 		r, err := q.Query(ctx)
@@ -195,6 +218,8 @@ func (q *QP) Destroy(ctx context.Context) error {
 		return err
 	}
 	if q.ring != nil { // an XRC target QP has none
+		q.direct.Store(false)
+		q.sendCQ.trackQP(q, false)
 		q.ring.Unmap()
 		q.db.Close()
 	}
@@ -235,11 +260,20 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	}
 	size, stride := q.layout.SQEntries, q.layout.SQStride
 	q.sqMu.Lock()
+	first := 0
+	if q.direct.Load() {
+		// memcpy-direct (direct.go): the library executes what it can
+		// prove valid until the first WR it cannot; that one and every
+		// later one go to the ring.
+		for first < len(wrs) && q.directPost(&wrs[first]) {
+			first++
+		}
+	}
 	head := abi.Word(mem, abi.OffSQHead).Load()
 	tail := q.sqTail
 	var err error
 	posted := 0
-	for i := range wrs {
+	for i := first; i < len(wrs); i++ {
 		if n, _ := abi.Pending(tail, head, size); n >= size {
 			err = &PostError{Index: i, Err: ErrQueueFull}
 			break
@@ -251,6 +285,9 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		}
 		tail = abi.Next(tail, size)
 		posted++
+		if wrs[i].Flags&SendSignaled != 0 || q.sqSigAll {
+			q.relayedSignaled++
+		}
 	}
 	if posted > 0 {
 		q.sqTail = tail

@@ -46,6 +46,7 @@ type MR struct {
 	addr   uint64
 	lkey   uint32
 	rkey   uint32
+	access Access
 }
 
 // RegMR registers buf, which must lie in the VM's guest memory (see
@@ -60,7 +61,8 @@ func (pd *PD) RegMR(ctx context.Context, buf []byte, access Access) (*MR, error)
 	if _, err := v.c.call(ctx, abi.OpRegMR, &abi.RegMR{PD: pd.handle, Addr: addr, Length: uint64(len(buf)), Access: access}, &r); err != nil {
 		return nil, fmt.Errorf("vrdma: RegMR: %w", err)
 	}
-	return &MR{pd: pd, handle: r.Handle, buf: buf, addr: addr, lkey: r.LKey, rkey: r.RKey}, nil
+	v.lmrs.Store(r.LKey, &localMR{pd: pd, addr: addr, length: uint64(len(buf)), access: access})
+	return &MR{pd: pd, handle: r.Handle, buf: buf, addr: addr, lkey: r.LKey, rkey: r.RKey, access: access}, nil
 }
 
 // LKey returns the region's local key.
@@ -83,7 +85,12 @@ func (m *MR) SGE(off, n int) SGE {
 
 // Dereg deregisters the region (ibv_dereg_mr).
 func (m *MR) Dereg(ctx context.Context) error {
-	_, err := m.pd.ad.vm.c.call(ctx, abi.OpDeregMR, &abi.Handle{Handle: m.handle}, nil)
+	v := m.pd.ad.vm
+	v.lmrs.Delete(m.lkey) // memcpy-direct's local checks no longer find it (direct.go)
+	_, err := v.c.call(ctx, abi.OpDeregMR, &abi.Handle{Handle: m.handle}, nil)
+	if err != nil && !errors.Is(err, ErrAgentGone) {
+		v.lmrs.Store(m.lkey, &localMR{pd: m.pd, addr: m.addr, length: uint64(len(m.buf)), access: m.access})
+	}
 	return err
 }
 
@@ -100,6 +107,13 @@ type CQ struct {
 	ring   *sys.Mapping // +checklocks:mu
 	head   uint32       // +checklocks:mu
 	cqe    abi.CQE
+	// memcpy-direct (direct.go): the local queue, completions taken from
+	// the ring ahead of Poll and those the library made itself, older
+	// than any left in the ring; and the QPs whose send completions
+	// rule 2 counts, by QPN.
+	local []WorkCompletion // +checklocks:mu
+	lhead int              // +checklocks:mu
+	track map[uint32]*QP   // +checklocks:mu
 }
 
 // CQOption changes a CreateCQ.
@@ -190,16 +204,22 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 		return 0, ErrBrokenRing
 	}
 	n := 0
+	for n < len(wc) && cq.localLen() > 0 {
+		wc[n] = cq.popLocal() // older than the ring's (direct.go)
+		n++
+	}
+	ringFrom := n
 	for n < len(wc) && cq.head != tail {
 		off := cq.layout.Offset + abi.Slot(cq.head, size)*abi.CQESize
 		abi.DecodeCQE(mem[off:off+abi.CQESize], &cq.cqe)
 		e := &cq.cqe
+		cq.countLocked(e)
 		wc[n] = WorkCompletion{WRID: e.WRID, Status: e.Status, Opcode: e.Opcode, Flags: e.Flags, ByteLen: e.ByteLen,
 			Imm: e.Imm, QPNum: e.QPNum, SrcQP: e.SrcQP}
 		n++
 		cq.head = abi.Next(cq.head, size)
 	}
-	if n > 0 {
+	if n > ringFrom {
 		abi.Word(mem, abi.OffCQHead).Store(cq.head)
 	}
 	cq.mu.Unlock()
@@ -212,7 +232,24 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 func (cq *CQ) empty() bool {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
-	return abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load() == cq.head
+	return cq.localLen() == 0 && abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load() == cq.head
+}
+
+// trackQP adds q to (or removes it from) the QPs whose send completions
+// the CQ counts for the memcpy-direct path's rule 2 (direct.go).
+func (cq *CQ) trackQP(q *QP, on bool) {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if !on {
+		if cq.track[q.qpn] == q {
+			delete(cq.track, q.qpn)
+		}
+		return
+	}
+	if cq.track == nil {
+		cq.track = map[uint32]*QP{}
+	}
+	cq.track[q.qpn] = q
 }
 
 // Wait blocks until the CQ holds a completion, ctx ends, or the agent goes

@@ -47,6 +47,12 @@ type VM struct {
 	// woken when the agent dies
 	cqs map[*CQ]struct{} // +checklocks:objMu
 
+	// memcpy-direct (direct.go): the grant table, opened by the first QP
+	// bound to the path; the library's regions by lkey (*localMR).
+	dirMu sync.Mutex
+	dir   *directTable // +checklocks:dirMu
+	lmrs  sync.Map
+
 	closed atomic.Bool
 }
 
@@ -181,6 +187,11 @@ func (v *VM) Close() error {
 		return nil
 	}
 	err := v.c.close()
+	v.dirMu.Lock()
+	if v.dir != nil {
+		v.dir.close()
+	}
+	v.dirMu.Unlock()
 	v.mem.Unmap()
 	return err
 }

@@ -52,6 +52,16 @@ func TestConformance(t *testing.T) {
 			runConformance(t, &memcpyEnv{env: env, prefix: "ca", async: true}, connOOB)
 		})
 	})
+	t.Run("memcpy-direct", func(t *testing.T) {
+		// Every VM a case opens lists the others of the case in
+		// vrdma.directPeers: RC QPs between them go direct (the library
+		// does WRITE, READ and atomics itself), the rest relayed.
+		env := testenv.Start(t)
+		runConformance(t, &directEnv{memcpyEnv{env: env, prefix: "cx"}}, connCM)
+		t.Run("async", func(t *testing.T) {
+			runConformance(t, &directEnv{memcpyEnv{env: env, prefix: "cxa", async: true}}, connOOB)
+		})
+	})
 	t.Run("lossy", func(t *testing.T) {
 		faults := testlink.Faults{Drop: 0.02, Dup: 0.02, Reorder: 0.02, Delay: 0.02, DelayBy: 2 * time.Millisecond, Seed: 9}
 		env := testenv.StartWith(t, testenv.Options{TestLink: &faults})
@@ -178,6 +188,26 @@ func (e *memcpyEnv) OpenVMs(t *testing.T, n int) []*vrdma.VM {
 		if vms[i].AsyncMode() != e.async {
 			t.Fatalf("VM %s: AsyncMode() = %v, want %v", name, vms[i].AsyncMode(), e.async)
 		}
+	}
+	return vms
+}
+
+// directEnv is memcpyEnv with the VMs of each OpenVMs listing each other
+// in vrdma.directPeers: the memcpy-direct path.
+type directEnv struct{ memcpyEnv }
+
+func (e *directEnv) Path() vrdma.PathKind { return vrdma.PathMemcpyDirect }
+
+func (e *directEnv) OpenVMs(t *testing.T, n int) []*vrdma.VM {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s%d", e.prefix, e.seq.Add(1))
+	}
+	vms := make([]*vrdma.VM, n)
+	for i, name := range names {
+		peers := slices.Concat(names[:i], names[i+1:])
+		vms[i] = e.env.Open(t, name, testenv.VMOptions{MemMB: 64, Async: e.async, DirectPeers: peers})
 	}
 	return vms
 }

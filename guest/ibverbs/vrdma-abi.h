@@ -392,11 +392,13 @@ _Static_assert(sizeof(struct vrdma_cqe) == 64, "sizeof(struct vrdma_cqe)");
 struct vrdma_grant_slot {
 	uint32_t state;
 	uint32_t in_use;
-	uint8_t reserved8[8];
+	uint32_t rd_atomics;
+	uint8_t reserved12[4];
 };
 _Static_assert(offsetof(struct vrdma_grant_slot, state) == 0, "vrdma_grant_slot.state");
 _Static_assert(offsetof(struct vrdma_grant_slot, in_use) == 4, "vrdma_grant_slot.in_use");
-_Static_assert(offsetof(struct vrdma_grant_slot, reserved8) == 8, "vrdma_grant_slot.reserved8");
+_Static_assert(offsetof(struct vrdma_grant_slot, rd_atomics) == 8, "vrdma_grant_slot.rd_atomics");
+_Static_assert(offsetof(struct vrdma_grant_slot, reserved12) == 12, "vrdma_grant_slot.reserved12");
 _Static_assert(sizeof(struct vrdma_grant_slot) == 16, "sizeof(struct vrdma_grant_slot)");
 
 /* The named offsets and sizes above are the structs'. */

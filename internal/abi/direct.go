@@ -24,9 +24,11 @@ const (
 	GrantSlotSize = 16
 	// GrantTableSize is the bytes of the grant table file.
 	GrantTableSize = (GrantSlots*GrantSlotSize + 4095) &^ 4095
-	// OffGrantState and OffGrantInUse are the offsets of a slot's words.
-	OffGrantState = 0
-	OffGrantInUse = 4
+	// OffGrantState, OffGrantInUse and OffGrantRdAtomics are the
+	// offsets of a slot's words.
+	OffGrantState     = 0
+	OffGrantInUse     = 4
+	OffGrantRdAtomics = 8
 	// RevokeMsgSize is the size of a revocation notice and of its
 	// acknowledgement on the revocation socket: the slot and the grant's
 	// valid state word, two u32.
@@ -35,9 +37,10 @@ const (
 
 // GrantSlot is one slot of the grant table (wire-local.md §4.21).
 type GrantSlot struct {
-	State uint32 `c:"state"`  // agent: 0 free, gen<<2|GrantValid, gen<<2|GrantRevoking
-	InUse uint32 `c:"in_use"` // library: copies in progress in the grant's pages
-	_     [8]byte
+	State     uint32 `c:"state"`      // agent: 0 free, gen<<2|GrantValid, gen<<2|GrantRevoking
+	InUse     uint32 `c:"in_use"`     // library: copies in progress in the grant's pages
+	RdAtomics uint32 `c:"rd_atomics"` // library: direct READs and atomics done through the grant (counters)
+	_         [4]byte
 }
 
 // The low two bits of a grant slot's state word.

@@ -259,6 +259,15 @@ func (a *Agent) route(q *device.QP, dgid abi.GID, dqpn uint32) (device.Route, er
 	if decided && dec.Path == pathsel.Memcpy {
 		info = decisionInfo(dec)
 	}
+	if t := a.dev.QP(dqpn); t != nil && t.Adapter().GID() == dgid {
+		// memcpy-direct (direct.go): the relayed path underneath, the
+		// library's own copies beside it.
+		if ok, apply, why := directVerdict(q, t); ok {
+			info = abi.PathInfo{Path: abi.PathMemcpyDirect, Reason: why, Rejected: info.Rejected}
+		} else if apply {
+			info.Rejected = append(slices.Clone(info.Rejected), abi.PathRejection{Path: abi.PathMemcpyDirect, Why: why})
+		}
+	}
 	return device.Route{Info: info, New: memcpy.Bind(a.dev)}, nil
 }
 

@@ -77,7 +77,7 @@ func (a *Agent) routeAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 			return p, info, nil
 		}
 		if decided {
-			return memcpy.Datagrams(a.dev), decisionInfo(d), nil
+			return memcpy.Datagrams(a.dev), directAH(from, ad, decisionInfo(d)), nil
 		}
 	}
 	if p, info, ok := a.localAH(from, ad); ok {
@@ -89,7 +89,7 @@ func (a *Agent) routeAH(from *device.Adapter, dgid abi.GID) (device.DatagramPath
 			dgid, a.cfg.Host))
 	}
 	info := abi.PathInfo{Path: abi.PathMemcpy, Reason: fmt.Sprintf("memcpy: both VMs (%s, %s) on host %s", from.Context().Name(), ad.Context().Name(), a.cfg.Host)}
-	return memcpy.Datagrams(a.dev), info, nil
+	return memcpy.Datagrams(a.dev), directAH(from, ad, info), nil
 }
 
 // localAH is the local paths' route of datagrams from adapter from to

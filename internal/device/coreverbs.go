@@ -22,9 +22,17 @@ import (
 // against the old definition and one after it against the new. A failed
 // rereg changes nothing.
 func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
+	rep, old, err := v.reregMR(r)
+	if old != nil {
+		v.d.revoke(func(g *grant) bool { return g.mr == old }) // memcpy-direct grants of the old definition (direct.go)
+	}
+	return rep, err
+}
+
+func (v *Context) reregMR(r *abi.ReregMR) (abi.RegMRReply, *MR, error) {
 	if r.Flags&abi.ReregTranslation != 0 {
 		if err := v.inGuest(r.Addr, r.Length); err != nil {
-			return abi.RegMRReply{}, err
+			return abi.RegMRReply{}, nil, err
 		}
 	}
 	ps := v.procs
@@ -35,18 +43,18 @@ func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
 	m, ok := v.mrHandles[r.Handle]
 	if !ok {
 		v.objMu.Unlock()
-		return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", r.Handle)
+		return abi.RegMRReply{}, nil, abi.Errorf(abi.CodeNotFound, "handle", "no MR with handle %d", r.Handle)
 	}
 	if err := v.boundWindowsLocked(m); err != nil {
 		v.objMu.Unlock()
-		return abi.RegMRReply{}, err
+		return abi.RegMRReply{}, nil, err
 	}
 	nm := *m
 	if r.Flags&abi.ReregPD != 0 {
 		p, ok := v.pds[r.PD]
 		if !ok {
 			v.objMu.Unlock()
-			return abi.RegMRReply{}, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", r.PD)
+			return abi.RegMRReply{}, nil, abi.Errorf(abi.CodeNotFound, "pd", "no PD with handle %d", r.PD)
 		}
 		nm.pd = p
 	}
@@ -60,12 +68,12 @@ func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
 		v.mrHandles[m.handle] = m
 		if err != nil {
 			v.objMu.Unlock()
-			return abi.RegMRReply{}, err
+			return abi.RegMRReply{}, nil, err
 		}
 		if nm.length > m.length {
 			if err := v.chargeUser(quota.RegisteredMemory, nm.length-m.length); err != nil {
 				v.objMu.Unlock()
-				return abi.RegMRReply{}, err
+				return abi.RegMRReply{}, nil, err
 			}
 		} else {
 			v.refundUser(quota.RegisteredMemory, m.length-nm.length)
@@ -78,7 +86,7 @@ func (v *Context) ReregMR(r *abi.ReregMR) (abi.RegMRReply, error) {
 	v.objMu.Unlock()
 	v.lockMem() // the barrier: see DeregMR
 	v.unlockMem()
-	return abi.RegMRReply{Handle: nm.handle, LKey: nm.key, RKey: nm.key}, nil
+	return abi.RegMRReply{Handle: nm.handle, LKey: nm.key, RKey: nm.key}, m, nil
 }
 
 // ResizeCQ gives completion queue r.Handle a ring of at least r.CQE

@@ -118,11 +118,16 @@ type Device struct {
 
 	mcMu sync.Mutex
 	mc   mcastGroups // +checklocks:mcMu
+
+	// The memcpy-direct grants (direct.go), and every session's grant
+	// table (Context.direct).
+	directMu sync.Mutex
+	grants   map[*grant]struct{} // +checklocks:directMu
 }
 
 // New returns an empty device.
 func New(cfg Config) *Device {
-	d := &Device{cfg: cfg, log: cfg.Log, clk: cfg.Clock, vms: map[string]*vmProcs{}, qps: map[uint32]*QP{}}
+	d := &Device{cfg: cfg, log: cfg.Log, clk: cfg.Clock, vms: map[string]*vmProcs{}, qps: map[uint32]*QP{}, grants: map[*grant]struct{}{}}
 	if d.log == nil {
 		d.log = slog.Default()
 	}

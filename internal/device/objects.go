@@ -232,6 +232,8 @@ func (v *Context) DeregMR(h uint32) error {
 	v.freeKeyLocked(m.key)
 	m.pd.refs--
 	v.objMu.Unlock()
+	// memcpy-direct grants of it: unmapped by their libraries (direct.go).
+	v.d.revoke(func(g *grant) bool { return g.mr == m })
 	v.lockMem() // the barrier: see above
 	v.unlockMem()
 	v.refundVM(vmCharge{mrs: 1})

@@ -58,6 +58,9 @@ type QP struct {
 	doorbell *sys.Bell
 
 	state atomic.Uint32 // abi.QPState; written under mu, read anywhere
+	// directGen counts the changes of state and attributes that revoke
+	// the QP's memcpy-direct grants (direct.go).
+	directGen atomic.Uint64
 
 	mu sync.Mutex
 	// State mirrors state
@@ -361,6 +364,7 @@ func (v *Context) destroyQP(q *QP) {
 	if q.destroyed.Swap(true) {
 		return
 	}
+	q.vm.d.revoke(func(g *grant) bool { return g.init == q || g.target == q }) // direct.go
 	q.stop.Store(true)
 	q.poke()
 	<-q.done
@@ -473,8 +477,18 @@ func optionalAttrs(cur, next abi.QPState) abi.QPAttrMask {
 }
 
 // Modify applies a ModifyQP. Transitions follow the IBTA state machine;
-// attributes a transition requires must be present.
+// attributes a transition requires must be present. The QP's
+// memcpy-direct grants, as initiator or target, are revoked before it
+// returns (direct.go).
 func (q *QP) Modify(m *abi.ModifyQP) error {
+	err := q.modify(m)
+	if err == nil {
+		q.directChanged(true)
+	}
+	return err
+}
+
+func (q *QP) modify(m *abi.ModifyQP) error {
 	if q.IsUD() {
 		return q.modifyUD(m) // ud.go
 	}
@@ -611,6 +625,9 @@ func (q *QP) setStateLocked(s abi.QPState) {
 		q.remoteQPN, q.remoteGID, q.pathInfo, q.errReason = 0, abi.GID{}, abi.PathInfo{}, ""
 		q.bound.Store(nil)
 	}
+	if s != prev {
+		q.directChanged(false) // marked now; Modify waits for them, a path's or peer's change does not (direct.go)
+	}
 	if q.destroyed.Load() {
 		return // destroyQP unmaps the rings under q.mu once destroyed is set
 	}
@@ -732,6 +749,7 @@ func (q *QP) Query() abi.QueryQPReply {
 }
 
 func (q *QP) statusReport() mgmt.QPStatus {
+	q.vm.d.foldDirect(q) // direct.go
 	q.mu.Lock()
 	st := mgmt.QPStatus{QPN: q.qpn, Adapter: q.ad.name, State: q.State().String(), PeerQPN: q.remoteQPN, Path: q.pathInfo,
 		Counters: q.ctr.report()}

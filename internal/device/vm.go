@@ -81,6 +81,11 @@ type Context struct {
 	mwHandles map[uint32]*MW // +checklocks:objMu
 	mwKeys    keySlots       // +checklocks:objMu
 	mrWindows map[uint32]int // +checklocks:objMu
+
+	// memcpy-direct (direct.go): whether the session's hello set the
+	// capability, and its grant table (guarded by d.directMu).
+	directCapable atomic.Bool
+	direct        *directTable
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -663,6 +668,10 @@ func (v *Context) resourcesLocked() []mgmt.ProcessResources {
 func (v *Context) Teardown() {
 	d := v.d
 	v.dying.Store(true)
+	// memcpy-direct (direct.go): peers' grants of our memory revoked and
+	// unmapped before anything goes; ours dropped with our table.
+	d.revoke(func(g *grant) bool { return g.owner == v })
+	v.closeDirect()
 	v.objMu.Lock()
 	qps := make([]*QP, 0, len(v.qps)+len(v.orphans))
 	ours := make(map[uint32]bool, len(v.qps))
@@ -795,6 +804,12 @@ func (d *Device) SetConnected(name, adapter string, connected bool) (changed boo
 		}
 		if ad.link.down.Swap(!connected) == !connected {
 			return false, 0, nil
+		}
+		if !connected {
+			// memcpy-direct (direct.go): nothing reaches or leaves the
+			// port any more, so no library writes across it either.
+			link := ad.link
+			d.revoke(func(g *grant) bool { return g.init.ad.link == link || g.target.ad.link == link })
 		}
 		for _, v := range ps {
 			if !v.Running() {

@@ -442,3 +442,16 @@ func CloseFD(fd int) {
 // *os.File made from it afterwards is polled by the runtime and its read
 // deadlines work (a socket end received from the agent).
 func SetNonblock(fd int) error { return unix.SetNonblock(fd, true) }
+
+// MapAt maps size bytes of fd from offset off (a multiple of the page
+// size), shared and read-write.
+func MapAt(fd int, off int64, size int) (*Mapping, error) {
+	if size <= 0 || off < 0 || off%int64(PageSize) != 0 {
+		return nil, fmt.Errorf("map fd %d: offset %d and size %d must be page-aligned and positive", fd, off, size)
+	}
+	b, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mmap %d bytes of fd %d at %d: %w", size, fd, off, err)
+	}
+	return &Mapping{b: b}, nil
+}

@@ -81,6 +81,9 @@ type VMOptions struct {
 	// Disconnected attaches the adapters with their ports down
 	// (ethernetN.startConnected = "FALSE").
 	Disconnected bool
+	// DirectPeers is vrdma.directPeers: the VMs that may map this one's
+	// memory (the memcpy-direct path); nil leaves the key out.
+	DirectPeers []string
 }
 
 // VMX returns a VMX text for o.
@@ -97,6 +100,9 @@ func VMX(o VMOptions) string {
 	}
 	if o.Async {
 		s += "vrdma.asyncMode = \"TRUE\"\nsched.cpu.latencySensitivity = \"high\"\n"
+	}
+	if o.DirectPeers != nil {
+		s += fmt.Sprintf("vrdma.directPeers = %q\n", strings.Join(o.DirectPeers, " "))
 	}
 	for i := 0; i < o.Adapters; i++ {
 		s += fmt.Sprintf("ethernet%d.present = \"TRUE\"\nethernet%d.virtualDev = \"vrdma\"\n", i, i)

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/vmx"
 )
 
@@ -51,6 +52,8 @@ const (
 	// MaxHWVersion is the largest virtualHW.version accepted: a sanity
 	// bound well above today's versions (21 is ESXi 8.0 U2).
 	MaxHWVersion = 255
+	// MaxDirectPeers is the most VM names vrdma.directPeers takes.
+	MaxDirectPeers = 64
 	// MaxErrors is the most problems Parse reports at once.
 	MaxErrors = 20
 )
@@ -64,10 +67,15 @@ type Config struct {
 	// GroupAttach is vrdma.groupAttach == TRUE: the owner lets processes
 	// whose primary group is the VM's owner gid attach, not only its uid.
 	GroupAttach        bool
-	GuestOS            string    // guestOS
-	HWVersion          int       // virtualHW.version (0 if absent)
-	LatencySensitivity string    // sched.cpu.latencySensitivity
-	Adapters           []Adapter // in ascending Index order; nil if none
+	GuestOS            string // guestOS
+	HWVersion          int    // virtualHW.version (0 if absent)
+	LatencySensitivity string // sched.cpu.latencySensitivity
+	// DirectPeers is vrdma.directPeers: the names of the VMs of the same
+	// host that may map this VM's registered memory (the memcpy-direct
+	// path, docs/wire-local.md §4.21); nil if unset. Both VMs of a pair
+	// must name each other.
+	DirectPeers []string
+	Adapters    []Adapter // in ascending Index order; nil if none
 }
 
 // Adapter is one PVRDMA adapter of a VM.
@@ -160,6 +168,7 @@ func FromFile(f *vmx.File) (*Config, error) {
 		what: "the virtual hardware version", example: "20"})
 	c.LatencySensitivity, _ = f.Get("sched.cpu.latencySensitivity")
 	c.Adapters = r.adapters()
+	c.DirectPeers = r.names("vrdma.directPeers", MaxDirectPeers)
 
 	if len(r.errs) > 0 {
 		return nil, r.err()
@@ -439,3 +448,32 @@ func NewVMX(name string, memMB, hw int, guestOS string) (string, error) {
 	return fmt.Sprintf(".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"%d\"\ndisplayName = %q\nguestOS = %q\nmemSize = \"%d\"\n",
 		hw, name, guestOS, memMB), nil
 }
+
+// names reads key as VM names separated by spaces or commas, at most max
+// of them, each a valid VM name (1-64 letters, digits, '_', '-', '.', not
+// starting with '-' or '.'); duplicates count once. Unset or empty: nil.
+func (r *reader) names(key string, max int) []string {
+	v, ok := r.f.Get(key)
+	if !ok {
+		return nil
+	}
+	fields := strings.FieldsFunc(v, func(c rune) bool { return c == ' ' || c == ',' || c == '\t' })
+	if len(fields) > max {
+		r.fail(key, "names %d VMs, at most %d are allowed: list only the VMs that may map this VM's memory", len(fields), max)
+		return nil
+	}
+	var out []string
+	for _, n := range fields {
+		if err := abi.ValidName(key, n); err != nil {
+			r.fail(key, "%q is not a VM name (1 to 64 letters, digits, '_', '-', '.', not starting with '-' or '.'): separate the names with spaces or commas", n)
+			return nil
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// AllowsDirect reports whether the VM lists peer in vrdma.directPeers.
+func (c *Config) AllowsDirect(peer string) bool { return slices.Contains(c.DirectPeers, peer) }
