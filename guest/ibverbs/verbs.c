@@ -1792,6 +1792,8 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 			__atomic_fetch_sub(&gs->in_use, 1, __ATOMIC_SEQ_CST);
 		}
 	}
+	if (rdatomic)
+		__atomic_fetch_add(&gs->rd_atomics, 1, __ATOMIC_RELAXED); /* the QP's counters (rd_atomic_peak, §8) */
 	if (signaled) {
 		memset(&wc, 0, sizeof(wc));
 		wc.wr_id = w->wr_id;
