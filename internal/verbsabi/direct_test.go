@@ -34,7 +34,8 @@ func directVMX(peers string) string {
 //     ATOMIC_WRITE and the ibv_wr_* API give the right bytes and
 //     completions through ibv_poll_cq and ibv_start_poll; the client's
 //     /proc/PID/maps maps the server's guest memory on the direct pair,
-//     and never on the other;
+//     and never on the other, and a child it forks maps neither that
+//     memory nor a grant table;
 //   - revocation: while the client WRITEs in a loop into the server's
 //     region, the server deregisters it: no byte lands after
 //     ibv_dereg_mr returns, the client's WRs then complete with an error
@@ -131,6 +132,8 @@ func runDirectCheck(t *testing.T, lib, sock, bin, owner, peer string, direct boo
 	if n := o.untilDone(t); n != 5 {
 		t.Errorf("the owner ran %d checks, want 5", n)
 	}
+	p.send(t, "fork "+owner)
+	p.untilDone(t)
 	ownerMem := "/memfd:vrdma-guest-" + owner
 	if got := mapsHas(t, p.cmd.Process.Pid, ownerMem); got != direct {
 		t.Errorf("the peer maps %s: %v, want %v", ownerMem, got, direct)

@@ -19,7 +19,9 @@
  * values checked, ATOMIC_WRITE (ibv_wr_atomic_write) read back, a WRITE
  * with the ibv_wr_* API, an unsignaled WRITE then a signaled one (one
  * completion), the completions' opcodes, lengths and ids checked; the
- * owner's "check" then finds the bytes in its buffer. The peer's "loop"
+ * owner's "check" then finds the bytes in its buffer. The peer's "fork VM":
+ * a child's /proc/self/maps has neither VM's (the owner's) guest memory
+ * nor a grant table. The peer's "loop"
  * writes a counter into the owner's buffer in a loop of signaled WRITEs
  * ("ok writing" after 200); the owner's "dereg" deregisters MR1, takes a
  * copy of the buffer as the call returns, and checks after 300 ms that no
@@ -37,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -341,6 +344,28 @@ int main(int argc, char **argv)
 			CHECK("connect", rc == 0, "%d", rc);
 		} else if (!strcmp(line, "data\n")) {
 			data();
+		} else if (!strncmp(line, "fork ", 5) && sscanf(line + 5, "%63s", g) == 1) {
+			/* A child of a process holding a grant maps neither the
+			 * owner's memory nor the grant table (MADV_DONTFORK). */
+			char own[96], tab[96];
+			pid_t pid;
+			int st = -1;
+
+			snprintf(own, sizeof(own), "/memfd:vrdma-guest-%s", g);
+			snprintf(tab, sizeof(tab), "/memfd:vrdma-grants-");
+			pid = fork();
+			if (pid == 0) {
+				FILE *f = fopen("/proc/self/maps", "r");
+				char l[512];
+				int bad = f ? 0 : 2;
+
+				while (f && fgets(l, sizeof(l), f))
+					bad |= strstr(l, own) || strstr(l, tab);
+				_exit(bad);
+			}
+			if (pid > 0)
+				waitpid(pid, &st, 0);
+			CHECK("fork-child-maps-no-grant", pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 		} else if (!strcmp(line, "check\n")) {
 			check();
 		} else if (!strcmp(line, "loop\n")) {
