@@ -489,35 +489,27 @@ int vrdma_direct_grant(struct vrdma_vm *vm, struct vrdma_qpdirect *qd, uint32_t 
 		       struct vrdma_grant_view *v)
 {
 	struct vrdma_qd_entry *e = qd_find(qd, rkey);
-	int found = 0;
 
-	if (e && !e->state) {
+	if (e && !e->v.state) {
 		if (--e->refuse > 0)
 			return -1; /* refused lately: relay */
 		qd_del(qd, e);
 		e = NULL;
 	}
 	if (e) {
-		pthread_mutex_lock(&dmu);
-		if (e->slot < D.slots && D.g[e->slot].state == e->state && D.g[e->slot].qp == qp &&
-		    D.g[e->slot].rkey == rkey && D.g[e->slot].map) {
-			view_of(&D.g[e->slot], e->slot, v);
-			found = 1;
-		}
-		pthread_mutex_unlock(&dmu);
-		if (found)
-			return 0;
-		qd_del(qd, e); /* revoked: the reader took it */
+		/* No lock: a view revoked since (its pages perhaps unmapped)
+		 * fails the caller's state check before a byte is touched,
+		 * and the caller then drops it (vrdma_direct_drop). */
+		*v = e->v;
+		return 0;
 	}
 	if (vrdma_direct_ready(vm) || direct_map(vm, qp, rkey, v)) {
 		refuse(qd, rkey);
 		return -1;
 	}
 	e = qd_add(qd, rkey);
-	if (e) {
-		e->slot = v->slot;
-		e->state = v->state;
-	}
+	if (e)
+		e->v = *v;
 	return 0; /* without a cache entry the grant is used once, then asked for again (refused: in use) */
 }
 
@@ -534,7 +526,7 @@ void vrdma_direct_qp_reset(struct vrdma_qpdirect *qd)
 	/* The refusals go; the grants stay until their notices (the agent
 	 * revokes the QP's grants when it is modified). */
 	for (int i = 0; i < qd->n;)
-		if (!qd->e[i].state)
+		if (!qd->e[i].v.state)
 			qd_del(qd, &qd->e[i]);
 		else
 			i++;

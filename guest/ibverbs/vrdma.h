@@ -279,20 +279,22 @@ struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle);
  * vrdma_direct_slot is slot's words in the table. vrdma_direct_idle
  * stops the reader when the session holds no grant (the last context
  * closed). vrdma_forget_direct is the fork child's part. */
-struct vrdma_qd_entry {
-	uint32_t rkey;
-	uint32_t slot;
-	uint32_t state;	 /* the grant's valid state word; 0: a refusal */
-	uint32_t refuse; /* a refusal: WRs left to relay before asking again */
-};
-struct vrdma_qpdirect {
-	struct vrdma_qd_entry *e;
-	int n, cap;
-};
 struct vrdma_grant_view {
 	char *base; /* the mapping byte of remote address iova */
 	uint64_t iova, length;
 	uint32_t access, slot, state;
+};
+struct vrdma_qd_entry {
+	uint32_t rkey;
+	uint32_t refuse; /* a refusal: WRs left to relay before asking again */
+	/* A grant (v.state nonzero; 0: a refusal). Used without a lock: the
+	 * caller's check of the slot's state word against v.state, after
+	 * its increment of in-use, proves it still valid and mapped. */
+	struct vrdma_grant_view v;
+};
+struct vrdma_qpdirect {
+	struct vrdma_qd_entry *e;
+	int n, cap;
 };
 int vrdma_direct_ready(struct vrdma_vm *vm);
 int vrdma_direct_grant(struct vrdma_vm *vm, struct vrdma_qpdirect *qd, uint32_t qp, uint32_t rkey,
