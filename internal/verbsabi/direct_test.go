@@ -12,10 +12,10 @@ import (
 	"github.com/vrdma/vrdma/internal/testenv"
 )
 
-// directVMX is the VMX of a test VM that allows peers (vrdma.directPeers,
-// space separated; "" leaves the key out).
-func directVMX(peers string) string {
-	s := testenv.VMX(testenv.VMOptions{MemMB: 32})
+// directVMX is the VMX of a test VM with address ipv4 that allows peers
+// (vrdma.directPeers, space separated; "" leaves the key out).
+func directVMX(peers, ipv4 string) string {
+	s := testenv.VMX(testenv.VMOptions{MemMB: 32, IPv4: []string{ipv4}})
 	if peers != "" {
 		s += fmt.Sprintf("vrdma.directPeers = %q\n", peers)
 	}
@@ -27,7 +27,8 @@ func directVMX(peers string) string {
 // the same programs between vmC and vmD, where only vmC allows vmD (so
 // their QPs stay on memcpy and say why):
 //   - perftest ib_write_lat, ib_read_lat, ib_atomic_lat and ib_write_bw,
-//     unmodified, complete on both pairs;
+//     unmodified, complete on both pairs, and ib_read_lat and
+//     ib_atomic_lat with rdma_cm (-R: the agent moves the QPs);
 //   - guest/ibverbs/tests/direct_check.c: the client's QP reports path
 //     memcpy-direct (vmB) or memcpy with memcpy-direct rejected (vmD);
 //     WRITE (SGE list and inline), READ, FETCH_ADD, CMP_SWP,
@@ -45,10 +46,11 @@ func TestDropinDirect(t *testing.T) {
 	lib := Build(t)
 	NeedProgram(t, "/usr/bin/ib_write_lat", "perftest")
 	env := testenv.StartProcess(t, testenv.ProcessOptions{})
-	env.DefineVMX(t, "vmA", directVMX("vmB"))
-	env.DefineVMX(t, "vmB", directVMX("vmA"))
-	env.DefineVMX(t, "vmC", directVMX("vmD"))
-	env.DefineVMX(t, "vmD", directVMX(""))
+	addr := map[string]string{"vmA": "10.77.0.1", "vmB": "10.77.0.2", "vmC": "10.77.0.3", "vmD": "10.77.0.4"}
+	env.DefineVMX(t, "vmA", directVMX("vmB", addr["vmA"]))
+	env.DefineVMX(t, "vmB", directVMX("vmA", addr["vmB"]))
+	env.DefineVMX(t, "vmC", directVMX("vmD", addr["vmC"]))
+	env.DefineVMX(t, "vmD", directVMX("", addr["vmD"]))
 	bin := compileC(t, lib, filepath.Join(SourceDir(), "tests", "direct_check.c"), []string{"libibverbs.so.1"})
 	cases := []perftestCase{
 		{"ib_write_lat", 8, 2000, true},
@@ -75,6 +77,21 @@ func TestDropinDirect(t *testing.T) {
 					srv, cli := runPairIn(t, lib, env.Socket, pair[0], env.Socket, pair[1], prog, args, port)
 					t.Logf("client:\n%s", cli)
 					checkPerftest(t, c, srv, cli)
+				})
+			}
+			// rdma_cm: the agent moves the QPs; the library learns the
+			// path at the first post.
+			for _, c := range []perftestCase{{"ib_read_lat", 8, 1000, true}, {"ib_atomic_lat", 8, 1000, true}} {
+				t.Run(c.prog+"-R", func(t *testing.T) {
+					port := fmt.Sprint(cmPort())
+					args := []string{"-R", "-d", "vrdma0", "-p", port, "-n", fmt.Sprint(c.iters)}
+					if c.prog != "ib_atomic_lat" {
+						args = append(args, "-s", fmt.Sprint(c.size))
+					}
+					srv, cli := runCMPair(t, lib, cmSide{env.Socket, pair[0], "/usr/bin/" + c.prog, args},
+						cmSide{env.Socket, pair[1], "/usr/bin/" + c.prog, append(args, addr[pair[0]])})
+					t.Logf("client:\n%s", cli)
+					checkPerftest(t, c, srv.String(), cli.String())
 				})
 			}
 			t.Run("direct_check", func(t *testing.T) {
