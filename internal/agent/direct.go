@@ -8,6 +8,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/device"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // The memcpy-direct ops (wire-local.md §4.21): the device does the work
@@ -41,25 +42,21 @@ func directVerdict(q, t *device.QP) (ok, apply bool, why string) {
 	return directVerdictVMs(q.Context(), t.Context())
 }
 
-// directVerdictVMs is directVerdict for the sessions qv and tv.
+// directVerdictVMs is directVerdict for the sessions qv and tv: the two
+// VMs' vrdma.directPeers (vmconfig.DirectVerdict), then both sessions'
+// hello capability.
 func directVerdictVMs(qv, tv *device.Context) (ok, apply bool, why string) {
-	qc, tc := qv.Config(), tv.Config()
-	if len(qc.DirectPeers) == 0 && len(tc.DirectPeers) == 0 {
-		return false, false, ""
+	ok, apply, why = vmconfig.DirectVerdict(qv.Name(), tv.Name(), qv.Config(), tv.Config())
+	if !ok {
+		return ok, apply, why
 	}
 	switch {
-	case qv.Name() == tv.Name():
-		return false, true, fmt.Sprintf("both QPs are of VM %q: memcpy-direct is between two VMs", qv.Name())
-	case !qc.AllowsDirect(tv.Name()):
-		return false, true, fmt.Sprintf("VM %q does not list %q in vrdma.directPeers", qv.Name(), tv.Name())
-	case !tc.AllowsDirect(qv.Name()):
-		return false, true, fmt.Sprintf("VM %q does not list %q in vrdma.directPeers", tv.Name(), qv.Name())
 	case !qv.DirectCapable():
 		return false, true, fmt.Sprintf("the workload of VM %q (pid %d) did not set capability memcpy-direct in its hello", qv.Name(), qv.PID())
 	case !tv.DirectCapable():
 		return false, true, fmt.Sprintf("the workload of VM %q (pid %d) did not set capability memcpy-direct in its hello", tv.Name(), tv.PID())
 	}
-	return true, true, fmt.Sprintf("memcpy-direct: VMs %s and %s, both on this host, list each other in vrdma.directPeers", qv.Name(), tv.Name())
+	return true, true, why
 }
 
 // directAH reports an address handle from adapter from to ad, both of

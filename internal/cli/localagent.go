@@ -280,6 +280,8 @@ type localVM struct {
 	MemMB  int
 	Locked bool // reserve and lock all guest memory
 	Async  bool // vrdma.asyncMode
+	// DirectPeers is vrdma.directPeers (the memcpy-direct path); nil: unset.
+	DirectPeers []string
 	// Switch and PortGroup put ethernet0 on a distributed port group
 	// (ethernet0.dvs.switchId, ethernet0.dvs.portgroupId); "" for none.
 	Switch, PortGroup string
@@ -291,6 +293,9 @@ func (v localVM) vmx(by string) string {
 	fmt.Fprintf(&b, "# Defined by %s; removed with its temporary agent.\n", by)
 	fmt.Fprintf(&b, ".encoding = \"UTF-8\"\nconfig.version = \"8\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\n")
 	fmt.Fprintf(&b, "memSize = \"%d\"\n", v.MemMB)
+	if v.DirectPeers != nil {
+		fmt.Fprintf(&b, "vrdma.directPeers = %q\n", strings.Join(v.DirectPeers, " "))
+	}
 	if v.Locked {
 		fmt.Fprintf(&b, "sched.mem.min = \"%d\"\nsched.mem.minSize = \"%d\"\nsched.mem.pin = \"TRUE\"\n", v.MemMB, v.MemMB)
 	}

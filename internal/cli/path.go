@@ -3,14 +3,17 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/control/member"
 	"github.com/vrdma/vrdma/internal/control/pathsel"
 	"github.com/vrdma/vrdma/internal/control/store"
+	"github.com/vrdma/vrdma/internal/vmconfig"
 )
 
 // pathReport is what path explain prints (-o json).
@@ -48,6 +51,9 @@ cannot connect at all (different switches, VLAN isolation, a host down).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withCache(cmd.Context(), func(_ *store.Store, c *member.Cache) error {
 				d, err := c.Decide(cmd.Context(), args[0], args[1])
+				if err == nil && d.Path == pathsel.Memcpy {
+					d = explainDirect(cmd.Context(), c, args[0], args[1], d)
+				}
 				r := pathReport{A: args[0], B: args[1], OK: err == nil, Path: d.Path, Reason: d.Reason, Rejected: d.Rejected, Warnings: d.Warnings}
 				if r.Rejected == nil {
 					r.Rejected = []pathsel.Rejection{}
@@ -84,4 +90,40 @@ cannot connect at all (different switches, VLAN isolation, a host down).`,
 	}
 	cmd.AddCommand(explain)
 	return cmd
+}
+
+// explainDirect turns a memcpy decision between a and b into memcpy-direct
+// when both VMs list each other in vrdma.directPeers (their VMX records),
+// or adds the rule that refused it when either sets the key
+// (docs/wire-local.md §4.21). The sessions' capability, the agent's last
+// check, is said in the reason.
+func explainDirect(ctx context.Context, c *member.Cache, a, b string, d pathsel.Decision) pathsel.Decision {
+	cfg := func(target string) (string, *vmconfig.Config, bool) {
+		e, err := c.Resolve(ctx, target)
+		if err != nil {
+			return "", nil, false
+		}
+		vm, err := c.VM(ctx, e.VM)
+		if err != nil {
+			return "", nil, false
+		}
+		vc, err := vmconfig.Parse([]byte(vm.VMX))
+		if err != nil {
+			return "", nil, false
+		}
+		return e.VM, vc, true
+	}
+	na, ca, oka := cfg(a)
+	nb, cb, okb := cfg(b)
+	if !oka || !okb {
+		return d
+	}
+	ok, apply, why := vmconfig.DirectVerdict(na, nb, ca, cb)
+	switch {
+	case ok:
+		d.Path, d.Reason = abi.PathMemcpyDirect, why+" (RC QPs between workloads whose libraries set capability memcpy-direct; otherwise memcpy)"
+	case apply:
+		d.Rejected = append(d.Rejected, pathsel.Rejection{Path: abi.PathMemcpyDirect, Why: why})
+	}
+	return d
 }

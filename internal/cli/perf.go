@@ -496,6 +496,10 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		{Name: "vm1", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
 		{Name: "vm2", MemMB: memMB, Locked: os.Geteuid() == 0, Async: o.async},
 	}
+	if o.path == string(vrdma.PathMemcpyDirect) {
+		// Both VMs allow each other the memcpy-direct path.
+		specs[0].DirectPeers, specs[1].DirectPeers = []string{"vm2"}, []string{"vm1"}
+	}
 	var hosts []*localHost // with --path tcp: vm1's, vm2's
 	var sockets []string   // the agent sockets of vm1 and vm2
 	var agents []int       // the agent processes' IDs

@@ -7,6 +7,8 @@
 // here imports the library, which imports this package.
 package libdiag
 
+import "sync/atomic"
+
 // RingWords describes the shared words of q's queues and of cq, its
 // completion queue (a *vrdma.QP and a *vrdma.CQ), for a test's report of
 // a stall: they tell a doorbell the agent never heard (a send queue tail
@@ -14,3 +16,9 @@ package libdiag
 // workload never got (a completion queue tail past the workload's head,
 // not armed). Package vrdma sets it.
 var RingWords func(q, cq any) string
+
+// IgnoreRevocations, set, makes the library's memcpy-direct revocation
+// reader read the agent's notices and do nothing: no unmap, no
+// acknowledgement, as a hung or hostile peer would. Only the system
+// tests' workload processes set it, to see the agent fence such a peer.
+var IgnoreRevocations atomic.Bool

@@ -350,6 +350,47 @@ func BenchmarkWriteLat(b *testing.B) {
 	b.Run("8B/async", func(b *testing.B) { benchmark(b, perf.Config{Test: perf.WriteLat, Size: 8}, true) })
 }
 
+// directBenchmark runs c over the memcpy-direct path: two VMs of an
+// agent process that list each other in vrdma.directPeers, so that the
+// library executes the WRITEs itself.
+func directBenchmark(b *testing.B, c perf.Config) {
+	need := c.Size
+	if c.Test.Latency() {
+		need *= 2
+	}
+	env := testenv.StartProcess(b, testenv.ProcessOptions{})
+	o1 := testenv.VMOptions{MemMB: need>>20 + 2, DirectPeers: []string{"vm2"}}
+	o2 := o1
+	o2.DirectPeers = []string{"vm1"}
+	v1, v2 := env.Open(b, "vm1", o1), env.Open(b, "vm2", o2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: need, MaxInline: 220})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	if got := p.Path().Path; got != vrdma.PathMemcpyDirect {
+		b.Fatalf("path %q (%s), want memcpy-direct", got, p.Path().Reason)
+	}
+	runBenchmark(b, p, c)
+}
+
+// BenchmarkDirectWriteLat is write_lat with 8-byte messages over the
+// memcpy-direct path: compare with BenchmarkWriteLat/8B/doorbell, the
+// relayed path.
+func BenchmarkDirectWriteLat(b *testing.B) {
+	b.Run("8B", func(b *testing.B) { directBenchmark(b, perf.Config{Test: perf.WriteLat, Size: 8}) })
+}
+
+// BenchmarkDirectWriteBW is write_bw over the memcpy-direct path:
+// compare with BenchmarkWriteBW.
+func BenchmarkDirectWriteBW(b *testing.B) {
+	for _, sz := range bwSizes {
+		b.Run(sz.name, func(b *testing.B) { directBenchmark(b, perf.Config{Test: perf.WriteBW, Size: sz.size}) })
+	}
+}
+
 // BenchmarkSendRate is perftest's send_bw with 8-byte messages: the
 // message rate (Mpps).
 func BenchmarkSendRate(b *testing.B) {

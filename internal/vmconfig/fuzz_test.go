@@ -16,6 +16,7 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte("memSize = \"1\"\n" + adapterLines(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)))
 	f.Add([]byte("memSize = 4096\nethernet3.virtualDev = VRDMA\nethernet3.generatedAddress = 00:50:56:aa:bb:cc\n"))
 	f.Add([]byte("memSize = \"x\"\nsched.mem.pin = \"maybe\"\nethernet01.virtualDev = \"vrdma\"\n"))
+	f.Add([]byte("memSize = 4\nvrdma.directPeers = \"vmB,vmC  .bad\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse(data)
 		if err != nil {

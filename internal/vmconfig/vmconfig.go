@@ -477,3 +477,23 @@ func (r *reader) names(key string, max int) []string {
 
 // AllowsDirect reports whether the VM lists peer in vrdma.directPeers.
 func (c *Config) AllowsDirect(peer string) bool { return slices.Contains(c.DirectPeers, peer) }
+
+// DirectVerdict says whether two VMs of one host, a and b with configs ca
+// and cb, allow each other the memcpy-direct path (vrdma.directPeers on
+// both sides), and if not, why; apply is false when neither sets the key
+// (then there is nothing to report). The sessions' capability is the
+// agent's to check on top.
+func DirectVerdict(a, b string, ca, cb *Config) (ok, apply bool, why string) {
+	if len(ca.DirectPeers) == 0 && len(cb.DirectPeers) == 0 {
+		return false, false, ""
+	}
+	switch {
+	case a == b:
+		return false, true, fmt.Sprintf("both ends are VM %q: memcpy-direct is between two VMs", a)
+	case !ca.AllowsDirect(b):
+		return false, true, fmt.Sprintf("VM %q does not list %q in vrdma.directPeers", a, b)
+	case !cb.AllowsDirect(a):
+		return false, true, fmt.Sprintf("VM %q does not list %q in vrdma.directPeers", b, a)
+	}
+	return true, true, fmt.Sprintf("memcpy-direct: VMs %s and %s, both on this host, list each other in vrdma.directPeers", a, b)
+}

@@ -237,6 +237,8 @@ func TestValues(t *testing.T) {
 		{"memSize = 1\nVRDMA.ASYNCMODE = \"yes\"", Config{MemSizeMB: 1, AsyncMode: true}},
 		{"memSize = 1\nvrdma.asyncMode = \"1\"", Config{MemSizeMB: 1, AsyncMode: true}},
 		{"memSize = 1\nvrdma.asyncMode = \"fAlSe\"", Config{MemSizeMB: 1}},
+		{"memSize = 1\nvrdma.directPeers = \"vmB, vm_c  vmB\tvm-d.1\"", Config{MemSizeMB: 1, DirectPeers: []string{"vmB", "vm_c", "vm-d.1"}}},
+		{"memSize = 1\nvrdma.directPeers = \"\"", Config{MemSizeMB: 1}},
 		{"memSize = 1\nguestOS = \"rhel9-64\"\nsched.cpu.latencySensitivity = \"high\"",
 			Config{MemSizeMB: 1, GuestOS: "rhel9-64", LatencySensitivity: "high"}},
 	}
@@ -288,6 +290,9 @@ func TestErrors(t *testing.T) {
 			`sched.mem.pin = "maybe" (line 3): not a boolean; use sched.mem.pin = "TRUE" or sched.mem.pin = "FALSE" (1/0 and yes/no are accepted too, in any case)`},
 		{"bad pin on", mem + "sched.mem.pin = \"on\"\n", "sched.mem.pin", 2, "... not a boolean..."},
 		{"bad pin empty", mem + "sched.mem.pin = \"\"\n", "sched.mem.pin", 2, "... not a boolean..."},
+		{"bad directPeers name", mem + "vrdma.directPeers = \"vmB -x\"\n", "vrdma.directPeers", 2, `... "-x" is not a VM name...`},
+		{"bad directPeers char", mem + "vrdma.directPeers = \"vm/B\"\n", "vrdma.directPeers", 2, `... "vm/B" is not a VM name...`},
+		{"too many directPeers", mem + "vrdma.directPeers = \"" + strings.Repeat("v ", MaxDirectPeers+1) + "\"\n", "vrdma.directPeers", 2, "... at most 64 are allowed..."},
 		{"bad asyncMode", mem + "vrdma.asyncMode = \"TRUE \"\n", "vrdma.asyncMode", 2, `vrdma.asyncMode = "TRUE " (line 2): not a boolean...`},
 		{"bad present", mem + "ethernet3.virtualDev = \"vrdma\"\nethernet3.present = \"yes please\"\n", "ethernet3.present", 3, "... not a boolean..."},
 		{"bad nativeEndpointSupport", mem + "ethernet3.virtualDev = \"vrdma\"\nvrdma3.nativeEndpointSupport = \"2\"\n",
@@ -457,6 +462,29 @@ func TestNewVMX(t *testing.T) {
 	} {
 		if _, err := NewVMX("web", bad.mem, bad.hw, bad.guest); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("NewVMX(%d, %d, %q) = %v, want an error naming %s", bad.mem, bad.hw, bad.guest, err, bad.want)
+		}
+	}
+}
+
+func TestDirectVerdict(t *testing.T) {
+	a := &Config{DirectPeers: []string{"b"}}
+	b := &Config{DirectPeers: []string{"a"}}
+	none := &Config{}
+	for _, tc := range []struct {
+		na, nb    string
+		ca, cb    *Config
+		ok, apply bool
+		why       string
+	}{
+		{"a", "b", a, b, true, true, "list each other"},
+		{"a", "b", a, none, false, true, `VM "b" does not list "a"`},
+		{"a", "c", a, none, false, true, `VM "a" does not list "c"`},
+		{"a", "b", none, none, false, false, ""},
+		{"a", "a", a, a, false, true, "between two VMs"},
+	} {
+		ok, apply, why := DirectVerdict(tc.na, tc.nb, tc.ca, tc.cb)
+		if ok != tc.ok || apply != tc.apply || !strings.Contains(why, tc.why) {
+			t.Errorf("DirectVerdict(%s, %s) = %v, %v, %q; want %v, %v, containing %q", tc.na, tc.nb, ok, apply, why, tc.ok, tc.apply, tc.why)
 		}
 	}
 }
