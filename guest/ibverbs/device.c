@@ -477,6 +477,7 @@ static void forget_parent(void)
 	vrdma_forget_memory(vm ? vm->mem_fd : -1);
 	vrdma_forget_contexts();
 	vrdma_forget_objects();
+	vrdma_forget_direct();
 	if (vm) {
 		close(vm->s.fd);
 		if (vm->mem_fd >= 0)
@@ -754,6 +755,7 @@ struct ibv_context *ibv_import_device(int cmd_fd)
 int ibv_close_device(struct ibv_context *context)
 {
 	struct vrdma_context *c = NULL;
+	int last;
 
 	pthread_mutex_lock(&ctx_mu);
 	for (int i = 0; i < nctx; i++) {
@@ -763,11 +765,14 @@ int ibv_close_device(struct ibv_context *context)
 			break;
 		}
 	}
+	last = nctx == 0;
 	pthread_mutex_unlock(&ctx_mu);
 	if (!c) {
 		errno = EINVAL;
 		return -1;
 	}
+	if (last)
+		vrdma_direct_idle(); /* the memcpy-direct reader stops if no grant is held */
 	close(c->vctx.context.async_fd);
 	if (c->vctx.context.cmd_fd >= 0)
 		close(c->vctx.context.cmd_fd);

@@ -61,7 +61,10 @@ struct vrdma_mr {
 	uint32_t magic;
 	void *adopted;
 	int on_demand; /* IBV_ACCESS_ON_DEMAND: pages adopted sparse (mem.c) */
+	uint64_t iova; /* where SGEs and peers address its first byte */
 };
+
+struct vrdma_qp;
 
 struct vrdma_cq {
 	union {
@@ -78,6 +81,15 @@ struct vrdma_cq {
 	uint32_t head;	/* +guarded by lock */
 	uint32_t empty; /* consecutive polls that found nothing; +guarded by lock */
 	int event_fd;
+	/* The local completion queue (memcpy-direct, wire-local.md §4.21): the
+	 * completions the library made itself, and the ring's CQEs moved
+	 * ahead of them, a FIFO polled before the ring; +guarded by lock. */
+	struct ibv_wc *local;
+	uint32_t lhead, lcount, lcap;
+	/* The QPs bound to memcpy-direct whose send CQ this is: their send
+	 * completions taken from the ring are counted (rule 2); +guarded by lock. */
+	struct vrdma_qp **track;
+	int ntrack, trackcap;
 };
 
 struct vrdma_qp {
@@ -98,6 +110,15 @@ struct vrdma_qp {
 	void *wr_cur;          /* the slot of the last wr_* call, for wr_set_* */
 	int wr_op;	       /* its opcode */
 	int wr_err;	       /* the first error: wr_complete returns it */
+	/* memcpy-direct (wire-local.md §4.21), +guarded by sq_lock but where
+	 * said: */
+	int path_known;		 /* the path was asked for since the last RESET, INIT or RTR */
+	int direct;		 /* bound to memcpy-direct: post_send may execute WRs itself */
+	uint32_t max_rd_atomic;	 /* as the library (or rdma_cm's agent) set it */
+	uint64_t relay_signaled; /* signaled WRs posted to the ring (while direct) */
+	uint64_t relay_done;	 /* their completions taken from the ring; +guarded by the send CQ's lock */
+	struct vrdma_qpdirect qd; /* the grants by rkey */
+	struct vrdma_vm *vm;	  /* the session (set at create) */
 };
 
 struct vrdma_srq {
@@ -584,6 +605,17 @@ static int access_flags(struct vrdma_vm *vm, unsigned int access)
 	return (int)access;
 }
 
+/* lmr_record makes mr the region of its lkey for memcpy-direct's local
+ * checks (direct.c); without the entry (no memory) a WR over it relays. */
+static void lmr_record(struct vrdma_mr *mr, uint32_t access)
+{
+	struct vrdma_lmr m = { .pd = mr->ibmr.pd->handle, .access = access, .iova = mr->iova,
+			       .length = mr->ibmr.length, .addr = mr->ibmr.addr };
+
+	if (vrdma_lmr_set(mr->ibmr.lkey, &m))
+		vrdma_lmr_del(mr->ibmr.lkey);
+}
+
 static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova, unsigned int access)
 {
 	struct vrdma_pd *pd = to_pd(ibpd);
@@ -656,6 +688,8 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 	mr->magic = MAGIC_MR;
 	mr->adopted = adopted;
 	mr->on_demand = !!(acc & IBV_ACCESS_ON_DEMAND);
+	mr->iova = iova;
+	lmr_record(mr, (uint32_t)acc);
 	return &mr->ibmr;
 }
 
@@ -679,13 +713,23 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
 int ibv_dereg_mr(struct ibv_mr *ibmr)
 {
 	struct vrdma_mr *mr = (struct vrdma_mr *)ibmr;
-	int e;
+	struct vrdma_lmr lm;
+	int e, had = 0;
 
 	if (!reg_has(ibmr) || mr->magic != MAGIC_MR)
 		return EINVAL;
+	if (mr->adopted) {
+		/* From now on a WR over it relays: the agent refuses it. */
+		if (vrdma_lmr_get(mr->ibmr.lkey, &lm))
+			had = 1;
+		vrdma_lmr_del(mr->ibmr.lkey);
+	}
 	e = cmd_handle(vrdma_vm_get(), VRDMA_OP_DEREG_MR, mr->ibmr.handle);
-	if (e && e != EIO)
+	if (e && e != EIO) {
+		if (had)
+			vrdma_lmr_set(mr->ibmr.lkey, &lm);
 		return e;
+	}
 	reg_take(&objs, mr);
 	vrdma_unadopt(vrdma_vm_get(), mr->adopted);
 	mr->magic = 0;
@@ -821,6 +865,15 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *ibpd, void *addr
 		mr->adopted = adopted;
 		ibmr->addr = addr;
 		ibmr->length = length;
+		mr->iova = (uintptr_t)addr;
+	}
+	if (mr->adopted) {
+		struct vrdma_lmr lm;
+
+		if (flags & IBV_REREG_MR_CHANGE_ACCESS)
+			lmr_record(mr, (uint32_t)acc);
+		else if (vrdma_lmr_get(ibmr->lkey, &lm))
+			lmr_record(mr, lm.access);
 	}
 	return 0;
 }
@@ -937,26 +990,117 @@ static void decode_cqe(struct vrdma_cq *cq, struct ibv_wc *w)
 	cqe_to_wc(cq->ring + cq->offset + ring_slot(cq->head, cq->entries) * VRDMA_CQE_SIZE, w);
 }
 
+/* ---- the local completion queue (memcpy-direct, wire-local.md §4.21) ----
+ *
+ * A signaled WR the library executes itself completes into its send CQ's
+ * local queue, a FIFO beside the ring that poll_cq (and ibv_start_poll)
+ * empties first. Before a completion is added, the ring's pending CQEs
+ * move into the local queue, so that every local completion is older than
+ * every CQE left in the ring. Every send CQE of a QP bound to the path
+ * that the library takes from the ring (polled or moved) is counted
+ * against the QP (relay_done), so that post_send knows when nothing
+ * relayed is outstanding (rule 2). The agent does not see the local queue;
+ * it may fill the ring behind it. All of it under the CQ's lock. */
+
+/* cq_count counts w, just taken from cq's ring, against its QP if that
+ * QP is bound to memcpy-direct and w is a send completion. */
+static void cq_count(struct vrdma_cq *cq, const struct ibv_wc *w)
+{
+	if (cq->ntrack && w->opcode < IBV_WC_RECV)
+		for (int i = 0; i < cq->ntrack; i++)
+			if (cq->track[i]->qpx.qp_base.qp_num == w->qp_num) {
+				cq->track[i]->relay_done++;
+				break;
+			}
+}
+
+/* local_reserve makes room in the local queue for n more completions: 0,
+ * or ENOMEM. */
+static int local_reserve(struct vrdma_cq *cq, uint32_t n)
+{
+	uint32_t cap = cq->lcap ? cq->lcap : 64;
+	struct ibv_wc *l;
+
+	if (cq->lcount + n <= cq->lcap)
+		return 0;
+	while (cap < cq->lcount + n)
+		cap *= 2;
+	l = malloc((size_t)cap * sizeof(*l));
+	if (!l)
+		return ENOMEM;
+	for (uint32_t i = 0; i < cq->lcount; i++)
+		l[i] = cq->local[(cq->lhead + i) % cq->lcap];
+	free(cq->local);
+	cq->local = l;
+	cq->lcap = cap;
+	cq->lhead = 0;
+	return 0;
+}
+
+/* local_push appends w (room reserved). */
+static void local_push(struct vrdma_cq *cq, const struct ibv_wc *w)
+{
+	cq->local[(cq->lhead + cq->lcount) % cq->lcap] = *w;
+	cq->lcount++;
+}
+
+/* local_pop takes the oldest local completion into w. */
+static void local_pop(struct vrdma_cq *cq, struct ibv_wc *w)
+{
+	*w = cq->local[cq->lhead];
+	cq->lhead = (cq->lhead + 1) % cq->lcap;
+	cq->lcount--;
+}
+
+/* cq_drain moves the ring's pending CQEs into the local queue, counting
+ * them: 0, or -1 when the ring's tail is not an index the agent writes or
+ * there is no memory for them (then none moved). */
+static int cq_drain(struct vrdma_cq *cq)
+{
+	uint32_t tail = ring_cq_tail(cq->ring);
+
+	if (!ring_tail_ok(tail, cq->head, cq->entries) ||
+	    local_reserve(cq, ring_pending(tail, cq->head, cq->entries)))
+		return -1;
+	if (tail == cq->head)
+		return 0;
+	while (cq->head != tail) {
+		struct ibv_wc w;
+
+		decode_cqe(cq, &w);
+		cq->head = ring_next(cq->head, cq->entries);
+		cq_count(cq, &w);
+		local_push(cq, &w);
+	}
+	ring_cq_consumed(cq->ring, cq->head);
+	return 0;
+}
+
 static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
-	uint32_t tail;
+	uint32_t tail, head;
 	int n = 0;
 
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
+	while (n < num_entries && cq->lcount)
+		local_pop(cq, &wc[n++]);
 	tail = ring_cq_tail(cq->ring);
 	if (!ring_tail_ok(tail, cq->head, cq->entries)) {
 		pthread_mutex_unlock(&cq->lock);
-		return -EIO; /* not an index the agent writes */
+		return n ? n : -EIO; /* not an index the agent writes */
 	}
+	head = cq->head;
 	while (n < num_entries && cq->head != tail) {
-		decode_cqe(cq, &wc[n++]);
+		decode_cqe(cq, &wc[n]);
+		cq_count(cq, &wc[n++]);
 		cq->head = ring_next(cq->head, cq->entries);
 	}
-	if (n) {
+	if (cq->head != head)
 		ring_cq_consumed(cq->ring, cq->head);
+	if (n) {
 		cq->empty = 0;
 	} else if (++cq->empty % EMPTY_POLLS_PER_YIELD == 0) {
 		/* A program that spins on an empty CQ would take the CPU the
@@ -977,11 +1121,18 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
  * the head and the tail are touched, which the agent never writes. */
 static void cq_clean(struct vrdma_cq *cq, uint32_t qpn)
 {
-	uint32_t tail, from, to, mask;
+	uint32_t tail, from, to, mask, kept = 0;
 
 	if (!cq)
 		return;
 	pthread_mutex_lock(&cq->lock);
+	for (uint32_t i = 0; i < cq->lcount; i++) {
+		struct ibv_wc *w = &cq->local[(cq->lhead + i) % cq->lcap];
+
+		if (w->qp_num != qpn)
+			cq->local[(cq->lhead + kept++) % cq->lcap] = *w;
+	}
+	cq->lcount = kept;
 	tail = ring_cq_tail(cq->ring);
 	if (ring_tail_ok(tail, cq->head, cq->entries)) {
 		mask = ring_mask(cq->entries);
@@ -1172,13 +1323,21 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 /* cq_ex_load makes the CQE at the head current, or says there is none. */
 static int cq_ex_load(struct vrdma_cq *cq)
 {
-	uint32_t tail = ring_cq_tail(cq->ring);
+	uint32_t tail;
 
+	if (cq->lcount) {
+		local_pop(cq, &cq->cur); /* the local queue first, as poll_cq */
+		cq->cqx.status = cq->cur.status;
+		cq->cqx.wr_id = cq->cur.wr_id;
+		return 0;
+	}
+	tail = ring_cq_tail(cq->ring);
 	if (!ring_tail_ok(tail, cq->head, cq->entries))
 		return EIO;
 	if (tail == cq->head)
 		return ENOENT;
 	decode_cqe(cq, &cq->cur);
+	cq_count(cq, &cq->cur);
 	cq->head = ring_next(cq->head, cq->entries);
 	cq->cqx.status = cq->cur.status;
 	cq->cqx.wr_id = cq->cur.wr_id;
@@ -1296,6 +1455,8 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	cq->magic = 0;
 	munmap(cq->ring, cq->ring_size);
 	close(cq->event_fd);
+	free(cq->local);
+	free(cq->track);
 	free(cq);
 	return 0;
 }
@@ -1347,9 +1508,316 @@ static int uc_refuses(const struct vrdma_qp *qp, int opcode)
 	       opcode != IBV_WR_RDMA_WRITE && opcode != IBV_WR_RDMA_WRITE_WITH_IMM;
 }
 
+/* ---- memcpy-direct (wire-local.md §4.21) ----
+ *
+ * A QP the agent bound to memcpy-direct (query-qp's path after RTR)
+ * executes RDMA WRITE, READ, CMP_SWP, FETCH_ADD and ATOMIC_WRITE itself
+ * when it can prove them valid (direct_try, the rules 1-6), copying to and
+ * from a mapping of the target region's pages that the agent granted
+ * (direct.c); every other WR, and every WR it cannot prove valid, goes to
+ * the ring as on any QP, so that the agent gives it its right completion.
+ * The WQE is written into the next SQ slot either way (post_send and the
+ * ibv_wr_* API alike): a WR executed directly leaves its slot unpublished,
+ * for the next one. Locks: the QP's sq_lock, then its send CQ's lock. */
+
+/* DIRECT_CHUNK bounds the bytes one copy moves between its increment of
+ * the grant's in-use word and its decrement: a revocation waits for at
+ * most one chunk (the agent fences a library that keeps it waiting 200
+ * ms), and finds the rest relayed. */
+#define DIRECT_CHUNK (4u << 20)
+
+static void cq_track(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	for (int i = 0; i < cq->ntrack; i++)
+		if (cq->track[i] == qp)
+			return;
+	if (cq->ntrack == cq->trackcap) {
+		int cap = cq->trackcap ? cq->trackcap * 2 : 4;
+		struct vrdma_qp **n = realloc(cq->track, (size_t)cap * sizeof(*n));
+
+		if (!n)
+			return;
+		cq->track = n;
+		cq->trackcap = cap;
+	}
+	cq->track[cq->ntrack++] = qp;
+}
+
+static void cq_untrack(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	for (int i = 0; i < cq->ntrack; i++)
+		if (cq->track[i] == qp) {
+			cq->track[i] = cq->track[--cq->ntrack];
+			return;
+		}
+}
+
+/* direct_off unbinds qp (a move to RESET, INIT or RTR, or its end); the
+ * caller holds sq_lock. */
+static void direct_off(struct vrdma_qp *qp)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+
+	qp->path_known = 0;
+	if (!qp->direct)
+		return;
+	qp->direct = 0;
+	pthread_mutex_lock(&cq->lock);
+	cq_untrack(cq, qp);
+	pthread_mutex_unlock(&cq->lock);
+}
+
+/* direct_discover asks the agent for qp's path (after RTR, or at the first
+ * post of a QP rdma_cm's agent moved) and binds it to memcpy-direct if the
+ * agent did; the caller holds sq_lock, and nothing relayed is outstanding
+ * on the QP (none was posted since its last RESET). */
+static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp)
+{
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+	struct vrdma_reply r;
+	char body[48], path[32] = "";
+	uint64_t v;
+	int e;
+
+	qp->path_known = 1;
+	if (qp->direct || qp->qpx.qp_base.qp_type != IBV_QPT_RC || !qp->ring || !(vm->s.caps & VRDMA_CAP_MEMCPY_DIRECT))
+		return;
+	snprintf(body, sizeof(body), "{\"handle\":%u}", qp->qpx.qp_base.handle);
+	e = cmd(vm, VRDMA_OP_QUERY_QP, body, &r);
+	if (e)
+		return;
+	json_get_str(&r.doc, json_get(&r.doc, 0, "path"), "path", path, sizeof(path));
+	if (json_get_u64(&r.doc, json_get(&r.doc, 0, "attr"), "max_rd_atomic", &v) == 0 && v && v <= 255)
+		qp->max_rd_atomic = (uint32_t)v; /* a QP rdma_cm's agent moved: it set it */
+	vrdma_reply_free(&r);
+	if (strcmp(path, "memcpy-direct") || vrdma_direct_ready(vm))
+		return;
+	pthread_mutex_lock(&cq->lock);
+	cq_track(cq, qp);
+	qp->relay_signaled = qp->relay_done = 0;
+	qp->direct = 1;
+	for (int i = 0; i < cq->ntrack; i++)
+		if (cq->track[i] == qp)
+			goto tracked;
+	qp->direct = 0; /* no memory to track it: it relays */
+tracked:
+	pthread_mutex_unlock(&cq->lock);
+}
+
+/* direct_complete adds wc, a completion the library made, to cq's local
+ * queue (room reserved by direct_try), behind the ring's pending CQEs, and
+ * raises the CQ's event if it is armed for every completion (§6 pair 2,
+ * the producer's side: a direct completion is never solicited, so armed 2
+ * stays). */
+static void direct_complete(struct vrdma_vm *vm, struct vrdma_cq *cq, const struct ibv_wc *wc)
+{
+	uint32_t one = VRDMA_CQ_ARM_ALL;
+	int notify = 0;
+
+	pthread_mutex_lock(&cq->lock);
+	(void)cq_drain(cq); /* fails only for a broken ring, or without memory: then the CQEs stay there */
+	if (!local_reserve(cq, 1))
+		local_push(cq, wc);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (__atomic_load_n(ring_word(cq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST) == VRDMA_CQ_ARM_ALL)
+		notify = __atomic_compare_exchange_n(ring_word(cq->ring, VRDMA_CQ_ARMED), &one, 0, 0, __ATOMIC_SEQ_CST,
+						     __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&cq->lock);
+	if (notify)
+		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
+}
+
+/* direct_try executes the WQE in slot itself if every rule of §4.21 holds,
+ * and reports whether it did (1); 0: the caller posts it to the ring.
+ * tail is the library's SQ tail (the WQEs before it are the ring's). The
+ * caller holds sq_lock. */
+static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint32_t tail)
+{
+	const struct vrdma_send_wqe *w = wqe_send(slot);
+	const struct vrdma_sge *sge = wqe_send_sge(slot);
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+	struct {
+		char *p;
+		uint32_t len;
+	} loc[VRDMA_MAX_SGE];
+	struct vrdma_grant_view g;
+	struct vrdma_grant_slot *gs;
+	uint32_t need, wcop, nloc = 0, ctail;
+	uint64_t n = 0, off;
+	int opcode = w->opcode, rdatomic, atomic, signaled, ok = 1;
+	struct ibv_wc wc;
+
+	/* Rules 1 and 2 (the ring's part). */
+	if (ring_load(qp->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || ring_load(qp->ring, VRDMA_QP_SQ_HEAD) != tail)
+		return 0;
+	/* Rule 3. */
+	switch (opcode) {
+	case IBV_WR_RDMA_WRITE:
+		need = IBV_ACCESS_REMOTE_WRITE, wcop = IBV_WC_RDMA_WRITE;
+		break;
+	case IBV_WR_RDMA_READ:
+		need = IBV_ACCESS_REMOTE_READ, wcop = IBV_WC_RDMA_READ;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		need = IBV_ACCESS_REMOTE_ATOMIC, wcop = IBV_WC_COMP_SWAP;
+		break;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		need = IBV_ACCESS_REMOTE_ATOMIC, wcop = IBV_WC_FETCH_ADD;
+		break;
+	case IBV_WR_ATOMIC_WRITE:
+		need = IBV_ACCESS_REMOTE_WRITE, wcop = IBV_WC_ATOMIC_WRITE; /* as the agent: the target needs REMOTE_WRITE */
+		break;
+	default:
+		return 0;
+	}
+	rdatomic = opcode == IBV_WR_RDMA_READ || opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	atomic = opcode == IBV_WR_ATOMIC_CMP_AND_SWP || opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || opcode == IBV_WR_ATOMIC_WRITE;
+	if (rdatomic && !qp->max_rd_atomic)
+		return 0;
+	/* Rule 4: the local side, each SGE a region of this session. */
+	if (w->flags & VRDMA_WQE_INLINE) {
+		if (opcode != IBV_WR_RDMA_WRITE || w->inline_len > qp->caps.max_inline_data)
+			return 0;
+		if (w->inline_len) {
+			loc[nloc].p = (char *)slot + VRDMA_SEND_HDR; /* copied at post, as the ring carries it */
+			loc[nloc++].len = w->inline_len;
+		}
+		n = w->inline_len;
+	} else {
+		if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
+			return 0;
+		for (uint32_t i = 0; i < w->num_sge; i++) {
+			struct vrdma_lmr m;
+			uint64_t a = sge[i].addr;
+
+			if (!sge[i].length)
+				continue;
+			if (!vrdma_lmr_get(sge[i].lkey, &m) || m.pd != qp->qpx.qp_base.pd->handle || a < m.iova ||
+			    a - m.iova > m.length || sge[i].length > m.length - (a - m.iova) ||
+			    (opcode != IBV_WR_RDMA_WRITE && !(m.access & IBV_ACCESS_LOCAL_WRITE)))
+				return 0;
+			loc[nloc].p = m.addr + (a - m.iova);
+			loc[nloc++].len = sge[i].length;
+			n += sge[i].length;
+		}
+	}
+	switch (opcode) {
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		if ((w->flags & VRDMA_WQE_INLINE) || w->num_sge != 1 || sge[0].length != 8)
+			return 0;
+		break;
+	case IBV_WR_ATOMIC_WRITE:
+		if ((w->flags & VRDMA_WQE_INLINE) || w->num_sge != 0)
+			return 0;
+		n = 8;
+		break;
+	default:
+		if (n == 0 || n > 1ull << 31)
+			return 0; /* 0-byte WRs relay; above 2 GiB the agent says LOC_LEN_ERR */
+	}
+	/* Rules 2 (the CQ's part) and 6, with room for the completion. */
+	signaled = (w->flags & VRDMA_WQE_SIGNALED) || qp->sq_sig_all;
+	pthread_mutex_lock(&cq->lock);
+	if (qp->relay_done < qp->relay_signaled)
+		ok = !cq_drain(cq) && qp->relay_done >= qp->relay_signaled;
+	if (ok && signaled) {
+		ctail = ring_cq_tail(cq->ring);
+		ok = ring_tail_ok(ctail, cq->head, cq->entries) &&
+		     cq->lcount + ring_pending(ctail, cq->head, cq->entries) < cq->entries &&
+		     !local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + 1);
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (!ok)
+		return 0;
+	/* Rule 5: the grant, the range, the right, the alignment. */
+	if (vrdma_direct_grant(vm, &qp->qd, qp->qpx.qp_base.handle, w->rkey, &g))
+		return 0;
+	if (!(g.access & need) || w->remote_addr < g.iova || w->remote_addr - g.iova > g.length ||
+	    n > g.length - (w->remote_addr - g.iova))
+		return 0;
+	off = w->remote_addr - g.iova;
+	if (atomic && ((w->remote_addr & 7) || ((uintptr_t)(g.base + off) & 7)))
+		return 0;
+	gs = vrdma_direct_slot(g.slot);
+	if (atomic) {
+		uint64_t *word = (uint64_t *)(void *)(g.base + off), old = 0;
+
+		__atomic_fetch_add(&gs->in_use, 1, __ATOMIC_SEQ_CST); /* pair 4 */
+		if (__atomic_load_n(&gs->state, __ATOMIC_SEQ_CST) != g.state) {
+			__atomic_fetch_sub(&gs->in_use, 1, __ATOMIC_SEQ_CST);
+			vrdma_direct_drop(&qp->qd, w->rkey); /* revoked: the reader unmaps it */
+			return 0;
+		}
+		if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			old = w->compare_add;
+			__atomic_compare_exchange_n(word, &old, w->swap, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		} else if (opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			old = __atomic_fetch_add(word, w->compare_add, __ATOMIC_SEQ_CST);
+		} else {
+			__atomic_store_n(word, w->swap, __ATOMIC_SEQ_CST);
+		}
+		__atomic_fetch_sub(&gs->in_use, 1, __ATOMIC_SEQ_CST);
+		if (opcode != IBV_WR_ATOMIC_WRITE)
+			memcpy(loc[0].p, &old, 8); /* little endian, as the word */
+	} else {
+		char *remote = g.base + off;
+		uint32_t k = 0, koff = 0;
+		uint64_t done = 0;
+
+		while (done < n) {
+			uint64_t chunk = n - done < DIRECT_CHUNK ? n - done : DIRECT_CHUNK, left = chunk;
+
+			__atomic_fetch_add(&gs->in_use, 1, __ATOMIC_SEQ_CST); /* pair 4 */
+			if (__atomic_load_n(&gs->state, __ATOMIC_SEQ_CST) != g.state) {
+				/* Revoked: what was copied is copied; the ring
+				 * executes the whole WR again (or fails it). */
+				__atomic_fetch_sub(&gs->in_use, 1, __ATOMIC_SEQ_CST);
+				vrdma_direct_drop(&qp->qd, w->rkey);
+				return 0;
+			}
+			while (left) {
+				uint32_t c = loc[k].len - koff < left ? loc[k].len - koff : (uint32_t)left;
+
+				if (opcode == IBV_WR_RDMA_WRITE)
+					memcpy(remote + done, loc[k].p + koff, c);
+				else
+					memcpy(loc[k].p + koff, remote + done, c);
+				done += c;
+				left -= c;
+				koff += c;
+				if (koff == loc[k].len)
+					k++, koff = 0;
+			}
+			__atomic_fetch_sub(&gs->in_use, 1, __ATOMIC_SEQ_CST);
+		}
+	}
+	if (rdatomic)
+		__atomic_fetch_add(&gs->rd_atomics, 1, __ATOMIC_RELAXED); /* the QP's counters (rd_atomic_peak, §8) */
+	if (signaled) {
+		memset(&wc, 0, sizeof(wc));
+		wc.wr_id = w->wr_id;
+		wc.status = IBV_WC_SUCCESS;
+		wc.opcode = (enum ibv_wc_opcode)wcop;
+		wc.byte_len = (uint32_t)n;
+		wc.qp_num = qp->qpx.qp_base.qp_num;
+		direct_complete(vm, cq, &wc);
+	}
+	return 1;
+}
+
+/* direct_posted counts the relayed WQE in slot if it is signaled (rule 2). */
+static void direct_posted(struct vrdma_qp *qp, const void *slot)
+{
+	if (qp->direct && ((wqe_send((void *)slot)->flags & VRDMA_WQE_SIGNALED) || qp->sq_sig_all))
+		qp->relay_signaled++;
+}
+
 static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct vrdma_qp *qp = (struct vrdma_qp *)ibqp;
+	struct vrdma_vm *vm = NULL;
+	uint32_t state;
 	int rc = 0, posted = 0;
 
 	if (!ibqp || qp->magic != MAGIC_QP || !bad_wr || !qp->ring) {
@@ -1358,10 +1826,14 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 		return EINVAL;
 	}
 	pthread_mutex_lock(&qp->sq_lock);
-	if (!sq_postable(ring_load(qp->ring, VRDMA_QP_STATE))) {
+	state = ring_load(qp->ring, VRDMA_QP_STATE);
+	if (!sq_postable(state)) {
 		rc = EINVAL;
 		goto out;
 	}
+	vm = qp->vm;
+	if (!qp->path_known && state == IBV_QPS_RTS && vm)
+		direct_discover(vm, qp);
 	for (; wr; wr = wr->next) {
 		if (ring_full(qp->sq_tail, ring_load(qp->ring, VRDMA_QP_SQ_HEAD), qp->sq_entries)) {
 			rc = ENOMEM;
@@ -1376,6 +1848,9 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			wqe_send(sq_slot(qp, qp->sq_tail))->xrc_srqn = wr->qp_type.xrc.remote_srqn;
 		if (rc)
 			break;
+		if (qp->direct && vm && direct_try(vm, qp, sq_slot(qp, qp->sq_tail), qp->sq_tail))
+			continue; /* done: its slot takes the next WR */
+		direct_posted(qp, sq_slot(qp, qp->sq_tail));
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
 		posted++;
 	}
@@ -1603,6 +2078,7 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 	qp->caps = caps;
 	qp->sq_sig_all = attr->sq_sig_all;
 	qp->doorbell_fd = -1;
+	qp->vm = vm;
 	if (!tgt) {
 		qp->doorbell_fd = r.fds[1];
 		r.fds[1] = -1;
@@ -1745,6 +2221,24 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	vrdma_reply_free(&r);
 	if (mask & IBV_QP_STATE)
 		qp->qpx.qp_base.state = attr->qp_state;
+	if (qp->ring) {
+		/* memcpy-direct: the agent revoked the QP's grants; its
+		 * refusals are forgotten, and a move to RESET, INIT or RTR
+		 * unbinds it until RTR asks for its path again. */
+		pthread_mutex_lock(&qp->sq_lock);
+		vrdma_direct_qp_reset(&qp->qd);
+		if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+			qp->max_rd_atomic = attr->max_rd_atomic;
+		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RESET || attr->qp_state == IBV_QPS_INIT ||
+					      attr->qp_state == IBV_QPS_RTR)) {
+			direct_off(qp);
+			if (attr->qp_state == IBV_QPS_RESET)
+				qp->max_rd_atomic = 0;
+		}
+		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR)
+			direct_discover(vm, qp);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
 		cq_clean(to_cq(qp->qpx.qp_base.send_cq), qp->qpx.qp_base.qp_num);
 		if (qp->qpx.qp_base.recv_cq != qp->qpx.qp_base.send_cq)
@@ -1826,6 +2320,13 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 		return e;
 	reg_take(&qps, qp);
 	reg_take(&objs, qp);
+	if (qp->ring) {
+		/* The agent revoked its grants before it replied. */
+		pthread_mutex_lock(&qp->sq_lock);
+		direct_off(qp);
+		vrdma_direct_qp_free(&qp->qd);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
 	qp->magic = 0;
 	if (qp->ring) {
 		munmap(qp->ring, qp->ring_size);
@@ -2388,8 +2889,28 @@ static int wr_complete(struct ibv_qp_ex *x)
 	struct vrdma_qp *qp = (struct vrdma_qp *)x;
 	int err = qp->wr_err;
 
-	if (!err && !sq_postable(ring_load(qp->ring, VRDMA_QP_STATE)))
+	uint32_t state = ring_load(qp->ring, VRDMA_QP_STATE);
+	struct vrdma_vm *vm = NULL;
+
+	if (!err && !sq_postable(state))
 		err = EINVAL;
+	if (!err && !qp->path_known && state == IBV_QPS_RTS && (vm = qp->vm))
+		direct_discover(vm, qp);
+	if (!err && qp->direct && qp->wr_tail != qp->sq_tail && (vm = qp->vm)) {
+		/* memcpy-direct: each WQE executed directly leaves the ring;
+		 * the others move down over the gaps, in order. */
+		uint32_t out = qp->sq_tail;
+
+		for (uint32_t i = qp->sq_tail; i != qp->wr_tail; i = ring_next(i, qp->sq_entries)) {
+			if (direct_try(vm, qp, sq_slot(qp, i), out))
+				continue;
+			if (out != i)
+				memcpy(sq_slot(qp, out), sq_slot(qp, i), qp->sq_stride);
+			direct_posted(qp, sq_slot(qp, out));
+			out = ring_next(out, qp->sq_entries);
+		}
+		qp->wr_tail = out;
+	}
 	if (!err && qp->wr_tail != qp->sq_tail) {
 		/* Publish every WQE since wr_start at once. */
 		qp->sq_tail = qp->wr_tail;

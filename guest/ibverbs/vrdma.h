@@ -265,6 +265,61 @@ struct ibv_srq *vrdma_srq_of_handle(struct ibv_context *ctx, uint32_t handle);
  * NULL. */
 struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle);
 
+/* direct.c: the memcpy-direct path's grants (wire-local.md §4.21).
+ *
+ * vrdma_direct_ready opens the session's grant table (direct-open) the
+ * first time, and (re)starts the revocation reader: 0, or an errno (the
+ * QP then relays). vrdma_direct_grant finds the grant of rkey for the QP
+ * of handle qp in its cache qd, asking the agent (direct-map) on a miss,
+ * and fills v: 0, or -1 when the WR is to be relayed (refused, lately
+ * refused, or mapped badly). The caller holds the QP's send-queue lock,
+ * which guards qd. vrdma_direct_drop forgets the cached grant of rkey
+ * (found revoked: the reader unmaps it); vrdma_direct_qp_reset forgets the
+ * refusals (the QP was modified); vrdma_direct_qp_free releases qd.
+ * vrdma_direct_slot is slot's words in the table. vrdma_direct_idle
+ * stops the reader when the session holds no grant (the last context
+ * closed). vrdma_forget_direct is the fork child's part. */
+struct vrdma_grant_view {
+	char *base; /* the mapping byte of remote address iova */
+	uint64_t iova, length;
+	uint32_t access, slot, state;
+};
+struct vrdma_qd_entry {
+	uint32_t rkey;
+	uint32_t refuse; /* a refusal: WRs left to relay before asking again */
+	/* A grant (v.state nonzero; 0: a refusal). Used without a lock: the
+	 * caller's check of the slot's state word against v.state, after
+	 * its increment of in-use, proves it still valid and mapped. */
+	struct vrdma_grant_view v;
+};
+struct vrdma_qpdirect {
+	struct vrdma_qd_entry *e;
+	int n, cap;
+};
+int vrdma_direct_ready(struct vrdma_vm *vm);
+int vrdma_direct_grant(struct vrdma_vm *vm, struct vrdma_qpdirect *qd, uint32_t qp, uint32_t rkey,
+		       struct vrdma_grant_view *v);
+void vrdma_direct_drop(struct vrdma_qpdirect *qd, uint32_t rkey);
+void vrdma_direct_qp_reset(struct vrdma_qpdirect *qd);
+void vrdma_direct_qp_free(struct vrdma_qpdirect *qd);
+struct vrdma_grant_slot *vrdma_direct_slot(uint32_t slot);
+void vrdma_direct_idle(void);
+void vrdma_forget_direct(void);
+
+/* direct.c: the session's regions by lkey, for the local checks of a
+ * direct WR (rule 4): the PD's handle, the iova range, where its first
+ * byte is in this process, its access flags. vrdma_lmr_set adds or
+ * replaces (0 or ENOMEM), vrdma_lmr_get finds (1) or not (0). */
+struct vrdma_lmr {
+	uint32_t pd;
+	uint32_t access;
+	uint64_t iova, length;
+	char *addr;
+};
+int vrdma_lmr_set(uint32_t lkey, const struct vrdma_lmr *m);
+void vrdma_lmr_del(uint32_t lkey);
+int vrdma_lmr_get(uint32_t lkey, struct vrdma_lmr *m);
+
 /* layout.c: the ring layout of a create-cq, create-qp or create-srq reply (the object
  * root of d), read and checked against itself (not yet against the file's
  * size): 0, or -1 when a member is missing or the layout is not one the
