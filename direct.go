@@ -393,18 +393,40 @@ func (q *QP) directPost(wr *SendWR) bool {
 		q.dropGrant(g) // revoked or revoking: the reader unmaps it
 		return false
 	}
-	dst := g.mr[off : off+n]
 	switch wr.Opcode {
-	case OpRDMAWrite:
-		for _, s := range wr.SGL {
-			if s.Length != 0 {
-				dst = dst[copy(dst, gm[s.Addr:s.Addr+uint64(s.Length)]):]
+	case OpRDMAWrite, OpRDMARead:
+		// In chunks of directChunk, each inside an in-use hold of its own,
+		// so that no hold outlasts the agent's fence deadline; a grant
+		// revoked between two chunks sends the WR to the relay, which
+		// completes it with the status a revoked region gets.
+		var done, so uint64 // bytes of the message moved; offset in SGE si
+		si := 0
+		for done < n {
+			if done > 0 {
+				inUse.Add(1)
+				if state.Load() != g.word {
+					inUse.Add(^uint32(0))
+					q.dropGrant(g)
+					return false
+				}
 			}
-		}
-	case OpRDMARead:
-		for _, s := range wr.SGL {
-			if s.Length != 0 {
-				dst = dst[copy(gm[s.Addr:s.Addr+uint64(s.Length)], dst):]
+			end := min(done+directChunk, n)
+			for done < end {
+				s := wr.SGL[si]
+				k := min(uint64(s.Length)-so, end-done)
+				local, remote := gm[s.Addr+so:s.Addr+so+k], g.mr[off+done:off+done+k]
+				if wr.Opcode == OpRDMAWrite {
+					copy(remote, local)
+				} else {
+					copy(local, remote)
+				}
+				done, so = done+k, so+k
+				if so == uint64(s.Length) {
+					si, so = si+1, 0
+				}
+			}
+			if done < n {
+				inUse.Add(^uint32(0))
 			}
 		}
 	case OpAtomicCmpAndSwp, OpAtomicFetchAdd:
@@ -434,6 +456,11 @@ func (q *QP) directPost(wr *SendWR) bool {
 	}
 	return true
 }
+
+// directChunk is the most one in-use hold of a direct WRITE or READ copies
+// (§4.21): a library that holds a grant's in-use word past the agent's
+// 200 ms deadline is fenced, and 4 MiB takes about a millisecond.
+const directChunk = 4 << 20
 
 // localLen is how many completions the CQ's local queue holds.
 //
@@ -507,6 +534,10 @@ func (cq *CQ) countLocked(e *abi.CQE) {
 // never solicited).
 func (cq *CQ) complete(wc WorkCompletion) {
 	cq.mu.Lock()
+	// The ring's pending completions first (§4.21), so that every one in
+	// the local queue is older than every one left in the ring; a ring
+	// whose tail is not a valid index is left for Poll to report.
+	cq.drainLocked()
 	cq.pushLocal(wc)
 	notify := abi.Word(cq.ring.Bytes(), abi.OffCQArmed).CompareAndSwap(abi.ArmAll, 0) // a full barrier after the push
 	cq.mu.Unlock()

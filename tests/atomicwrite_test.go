@@ -33,7 +33,11 @@ func testAtomicWrite(t *testing.T, s *suite) {
 		fill(dst.Bytes(), 4)
 		want := append([]byte(nil), dst.Bytes()...)
 		for i, v := range []uint64{0x1122334455667788, 0, ^uint64(0)} {
-			expectWC(t, write(a, uint64(i+1), dst.Addr()+64, dst.RKey(), v), a.qp, uint64(i+1), vrdma.WCSuccess, vrdma.WCAtomicWrite)
+			w := write(a, uint64(i+1), dst.Addr()+64, dst.RKey(), v)
+			expectWC(t, w, a.qp, uint64(i+1), vrdma.WCSuccess, vrdma.WCAtomicWrite)
+			if w.ByteLen != 8 { // as an atomic's, on every path (memcpy-direct's included)
+				t.Fatalf("atomic write completion byte_len %d, want 8", w.ByteLen)
+			}
 			binary.LittleEndian.PutUint64(want[64:], v)
 			expectBytes(t, "after the atomic write", dst.Bytes(), want)
 		}

@@ -322,6 +322,9 @@ func (q *QP) completeSend(w *abi.SendWQE, st abi.WCStatus, n uint32) {
 	if st == abi.WCSuccess && w.Flags&abi.SendSignaled == 0 && !q.sqSigAll {
 		return
 	}
+	if w.Opcode == abi.OpAtomicWrite && st == abi.WCSuccess {
+		n = 8 // the 8 bytes it wrote, as an atomic's completion counts them (and the memcpy-direct path's, wire-local.md §4.21)
+	}
 	q.cqe = abi.CQE{WRID: w.WRID, QPNum: q.qpn, Opcode: abi.WCOpcodeOf(w.Opcode), Status: st, ByteLen: n}
 	q.sendCQ.push(&q.cqe, &q.stop, &q.destroyed)
 }
