@@ -110,7 +110,7 @@ func (q *QP) waitWork() bool {
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
 	q.PublishHead()
 	if q.vm.async {
-		q.spin.begin()
+		q.spin.begin(&q.vm.d.gov)
 	}
 	for {
 		if q.stop.Load() {
@@ -118,7 +118,7 @@ func (q *QP) waitWork() bool {
 		}
 		if q.poll(tailW) {
 			if q.vm.async {
-				q.spin.end()
+				q.spin.end(&q.vm.d.gov)
 			}
 			return !q.stop.Load()
 		}
@@ -140,19 +140,22 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 	if q.hasWork(tailW.Load()) {
 		return true
 	}
+	poll := DoorbellPoll
+	if q.cur != nil {
+		poll = q.cur.PollBudget()
+	}
 	if q.vm.async && q.spin.polling {
+		// The agent's governor has polling win (spin.go): poll for the
+		// window this QP learned, and at least what doorbell mode
+		// polls.
 		if !tryAsyncSpin() {
 			return false // enough goroutines poll already: sleep
 		}
 		defer asyncSpinners.Add(-1)
 		start := time.Now()
-		found := q.spinFor(tailW, q.spin.window)
+		found := q.spinFor(tailW, max(q.spin.window, poll))
 		q.spin.polledFor(start, time.Since(start), found)
 		return found
-	}
-	poll := DoorbellPoll
-	if q.cur != nil {
-		poll = q.cur.PollBudget()
 	}
 	if poll <= 0 {
 		return false // the path does not poll: sleep until rung
@@ -571,8 +574,9 @@ func (q *QP) dropRQ() {
 }
 
 // spinners counts the goroutines of this process that poll for work or
-// a response instead of sleeping (doorbell mode; async mode has its VM's
-// poller). Polling pays while a waiter is one of a few: what it waits
+// a response instead of sleeping (doorbell mode, and the rc engines'
+// polls for responses; async mode's own polls count in asyncSpinners,
+// spin.go). Polling pays while a waiter is one of a few: what it waits
 // for comes within microseconds, and a sleep and wake-up of a thread is
 // saved. With a thousand QPs on two cores it is all cost: measured on
 // the 1,024-QP tcp round (BenchmarkScale), 1.22 s with every QP polling

@@ -2,108 +2,235 @@
 
 package device
 
-// Adaptive polling in async mode (qp.waitWork, asyncSpin).
+// Adaptive polling in async mode (qp.waitWork, asyncGovernor, asyncSpin).
 //
-// An async-mode QP's goroutine waits for work in one of two ways, and
-// keeps to the one that brings work sooner on this machine:
+// An async-mode QP's goroutine waits for work in one of two ways:
 //
 //   - polling: after its work it polls its own queues with the doorbell
 //     flag clear (the workload does not ring), yielding the CPU between
 //     looks, for a window it learns — twice the wait that last ended
 //     within it, or twice the wait the doorbell ended soon after it
-//     passed (asyncSpinMin … asyncSpinMax) — and then sleeps on its
-//     doorbell;
-//   - doorbell: what doorbell mode does (the path's short poll, then the
-//     doorbell).
+//     passed, at least the path's doorbell-mode poll (asyncSpinMin …
+//     asyncSpinMax) — and then sleeps on its doorbell;
+//   - doorbell: exactly what doorbell mode does (the path's short poll,
+//     then the doorbell).
 //
-// It measures how long its waits take in each, in epochs of asyncEpoch
-// waits (each wait counted up to asyncWaitCap: a queue left idle says
-// nothing about either), and polls only while polling's mean wait is
-// shorter by a tenth. A poller that takes the core of the thread that
-// posts the next work (a workload, a peer's agent) on a machine with
-// fewer cores than threads makes the waits longer, and so loses. The
-// mode that lost is tried again for one epoch after asyncEpoch, then
-// twice as many, up to asyncProbeMax epochs while the other keeps
-// winning: so where polling cannot win, async mode is doorbell mode but
-// for one epoch in asyncProbeMax, and with a core to spare it saves the
-// workload's doorbell system call and the agent's wake-up. An idle queue
-// ties and so sleeps. The goroutine polls only in one of the process's
-// polling slots (TrySpin): a thousand idle async QPs cost no more than a
-// few.
+// Which one is not the QP's choice but the agent's (the Device's
+// asyncGovernor, one per agent process): whether polling wins depends on
+// what every spinner of the machine does — the workloads' threads, the
+// other QPs' goroutines, a peer agent's — and QPs that chose each for
+// itself polled where all of them sleeping was faster (each one's poll
+// won given that the others polled: on two cores, 2× slower than
+// doorbell mode on memcpy). The governor runs the whole agent in one mode
+// for an epoch of asyncEpoch, aligned to the wall clock so that two
+// agents of one machine (the two ends of a tcp or rdma pair) switch
+// together, and measures the async QPs' median wait for work (each wait
+// counted up to asyncWaitCap: a queue left idle says nothing about
+// either; the median, not the mean: a poll that keeps more threads
+// spinning than there are cores can shorten the tail of the waits and
+// still double the typical one, measured on the memcpy ping-pong). Doorbell mode is the incumbent at first; one epoch in gap
+// tries the other (gap from asyncProbeMin, doubling up to asyncProbeMax
+// while the incumbent keeps winning, back to asyncProbeMin on a switch),
+// and polling becomes or stays the incumbent only while its median wait is
+// shorter than the doorbell's by a tenth. A poll that takes the core of
+// the thread that posts the next work makes the waits longer, and so
+// loses: where polling cannot win (fewer cores than spinners, work that
+// comes later than the window), async mode is doorbell mode but for one
+// epoch in asyncProbeMax, and with a core to spare it saves the
+// workload's doorbell system call and the agent's wake-up.
+//
+// The cores: a poller yields the CPU (sched_yield) between looks, and
+// the Go scheduler too when the agent has one P (GOMAXPROCS 1), so that
+// the thread or goroutine it waits for can run; at most asyncSlotsPerCPU
+// goroutines per usable CPU (runtime.NumCPU: the agent's affinity mask,
+// sched_getaffinity) poll at once, the others sleep at once, so a
+// thousand idle async QPs cost no more than a few.
 
 import (
+	"math/bits"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// The bounds of async mode's polling window, the epoch of its choice
-// between polling and the doorbell, the longest wait it counts, and the
-// most epochs between two tries of the mode that lost.
+// The bounds of async mode's polling window; the epoch of the agent's
+// choice between polling and the doorbell, the waits an epoch needs to
+// count, the longest wait it counts, and the fewest and the most epochs
+// between two tries of the mode that lost (powers of two: two agents
+// with different gaps still try together at the larger one's).
 const (
 	asyncSpinMin  = 5 * time.Microsecond
 	asyncSpinMax  = 500 * time.Microsecond
-	asyncEpoch    = 32
+	asyncEpoch    = 10 * time.Millisecond
+	asyncMinWaits = 16
 	asyncWaitCap  = time.Millisecond
+	asyncProbeMin = 4
 	asyncProbeMax = 64
 )
 
-// asyncSpin is what an async-mode QP's goroutine learned about waiting;
-// the goroutine's own.
+// asyncGovernor is an agent's choice between polling and the doorbell
+// for its async-mode QPs (see the top of the file); a Device's. Every
+// async QP's goroutine reads the mode at the start of each wait (begin)
+// and reports the wait when work ends it (record); the first goroutine
+// to begin a wait in a new epoch closes the last one.
+type asyncGovernor struct {
+	// state is the epoch in progress and its mode, epoch<<1 | polling:
+	// what begin reads without the lock.
+	state atomic.Uint64
+
+	mu sync.Mutex
+	// The epoch in progress (wall-clock nanoseconds / asyncEpoch), and
+	// its waits so far and their lengths (waitBucket).
+	epoch int64               // +checklocks:mu
+	waits int                 // +checklocks:mu
+	hist  [waitBuckets]uint32 // +checklocks:mu
+	// The median wait of the last epoch of each mode that counted:
+	// [0] doorbell, [1] polling; 0: none yet; and that epoch.
+	med [2]time.Duration // +checklocks:mu
+	at  [2]int64         // +checklocks:mu
+	// Polling won the last try (the incumbent); gap is how many epochs
+	// between tries of the other; 0: nothing began yet.
+	incumbent bool  // +checklocks:mu
+	gap       int64 // +checklocks:mu
+	// switches counts the switches of the incumbent.
+	switches uint64 // +checklocks:mu
+}
+
+// begin returns the epoch a wait starting at now belongs to and whether
+// it polls, closing the epoch before if now is past it.
+func (g *asyncGovernor) begin(now time.Time) (int64, bool) {
+	e := now.UnixNano() / int64(asyncEpoch)
+	s := g.state.Load()
+	if int64(s>>1) != e {
+		g.mu.Lock()
+		if e > g.epoch || g.gap == 0 {
+			g.rollLocked(e)
+		}
+		s = g.state.Load()
+		g.mu.Unlock()
+		if int64(s>>1) != e {
+			return e, false // a clock that went back: sleep, count nothing
+		}
+	}
+	return e, s&1 == 1
+}
+
+// probe reports whether epoch e tries the mode that did not win, with
+// tries every gap epochs.
+func probe(e, gap int64) bool { return e%gap == 0 }
+
+// rollLocked closes the epoch in progress and begins e: it learns from
+// the closed epoch's median wait, and from a try of the other mode which
+// mode wins.
+//
+// +checklocks:g.mu
+func (g *asyncGovernor) rollLocked(e int64) {
+	if g.gap == 0 { // the first wait: doorbell mode first
+		g.gap = asyncProbeMin
+	} else if g.waits >= asyncMinWaits {
+		polled := g.incumbent != probe(g.epoch, g.gap)
+		i := 0
+		if polled {
+			i = 1
+		}
+		g.med[i], g.at[i] = g.medianLocked(), g.epoch
+		inc := 0
+		if g.incumbent {
+			inc = 1
+		}
+		if probe(g.epoch, g.gap) && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
+			// A try that counted, against the incumbent's last epoch
+			// (one since the last try).
+			if won := 10*g.med[1] < 9*g.med[0]; won != g.incumbent {
+				g.incumbent, g.gap = won, asyncProbeMin
+				g.switches++
+			} else {
+				g.gap = min(2*g.gap, asyncProbeMax)
+			}
+		}
+	}
+	g.epoch, g.waits, g.hist = e, 0, [waitBuckets]uint32{}
+	var polling uint64
+	if g.incumbent != probe(e, g.gap) {
+		polling = 1
+	}
+	g.state.Store(uint64(e)<<1 | polling)
+}
+
+// record counts a wait of epoch e that lasted d and ended with work.
+func (g *asyncGovernor) record(e int64, d time.Duration) {
+	g.mu.Lock()
+	if e == g.epoch {
+		g.waits++
+		g.hist[waitBucket(min(d, asyncWaitCap))]++
+	}
+	g.mu.Unlock()
+}
+
+// Wait lengths are counted in buckets of an eighth of an octave
+// (2^(1/8), 9 %): a length of n ≥ 4 bits whose three bits after the
+// leading one are k is in bucket 8(n-3)+k; lengths below 8 ns have a
+// bucket each. Up to 2^21 ns (asyncWaitCap is less).
+const waitBuckets = 8 * 19
+
+// waitBucket is the bucket of length d.
+func waitBucket(d time.Duration) int {
+	ns := uint64(max(d, 0))
+	n := bits.Len64(ns)
+	if n < 4 {
+		return int(ns)
+	}
+	return min(8*(n-3)+int(ns>>(n-4)&7), waitBuckets-1)
+}
+
+// bucketFloor is the shortest length of bucket b.
+func bucketFloor(b int) time.Duration {
+	if b < 8 {
+		return time.Duration(b)
+	}
+	n, k := b/8+3, b%8
+	return time.Duration((8 | uint64(k)) << (n - 4))
+}
+
+// medianLocked is the median wait of the epoch in progress, to a
+// bucket's precision; it has waits.
+//
+// +checklocks:g.mu
+func (g *asyncGovernor) medianLocked() time.Duration {
+	seen := 0
+	for b, c := range g.hist {
+		if seen += int(c); 2*seen >= g.waits {
+			return max(bucketFloor(b), 1)
+		}
+	}
+	return asyncWaitCap
+}
+
+// asyncSpin is what an async-mode QP's goroutine knows of its waits; the
+// goroutine's own.
 type asyncSpin struct {
-	window time.Duration // the next poll's window
+	window time.Duration // the next poll's window; 0: none learned yet
 	start  time.Time     // the start of the last poll that found nothing
 	polled bool          // the wait polled and found nothing (start is set)
 
-	begun     time.Time        // the start of the wait in progress
-	polling   bool             // the epoch in progress polls
-	incumbent bool             // the mode that won last: polling
-	probing   bool             // the epoch in progress tries the mode that lost
-	waits     int              // waits in the epoch in progress
-	sum       time.Duration    // their durations, each up to asyncWaitCap
-	mean      [2]time.Duration // the last epoch's mean wait: [0] doorbell, [1] polling; 0: none yet
-	left      int              // epochs until the mode that lost is tried
-	gap       int              // epochs between its tries
+	begun   time.Time // the start of the wait in progress
+	epoch   int64     // its epoch of the governor
+	polling bool      // it polls
 }
 
-// begin starts a wait; it polls when s.polling.
-func (s *asyncSpin) begin() {
-	if s.window == 0 { // the first wait: poll first, then try the doorbell
-		s.window, s.polling, s.incumbent, s.left, s.gap = asyncSpinMin, true, true, 1, 1
+// begin starts a wait under g.
+func (s *asyncSpin) begin(g *asyncGovernor) {
+	if s.window == 0 {
+		s.window = asyncSpinMin
 	}
 	s.begun = time.Now()
+	s.epoch, s.polling = g.begin(s.begun)
 }
 
 // end ends the wait begun last: work came.
-func (s *asyncSpin) end() {
-	s.sum += min(time.Since(s.begun), asyncWaitCap)
-	if s.waits++; s.waits < asyncEpoch {
-		return
-	}
-	i := 0
-	if s.polling {
-		i = 1
-	}
-	s.mean[i] = s.sum / time.Duration(s.waits)
-	s.waits, s.sum = 0, 0
-	if s.probing {
-		s.probing = false
-		if won := s.pollingWins(); won != s.incumbent {
-			s.incumbent, s.gap = won, 1
-		} else {
-			s.gap = min(2*s.gap, asyncProbeMax)
-		}
-		s.left = s.gap
-	} else if s.left--; s.left <= 0 {
-		s.probing = true
-	}
-	s.polling = s.incumbent != s.probing
-}
-
-// pollingWins reports whether polling's mean wait is shorter than the
-// doorbell's by a tenth.
-func (s *asyncSpin) pollingWins() bool {
-	return s.mean[1] > 0 && (s.mean[0] == 0 || 10*s.mean[1] < 9*s.mean[0])
+func (s *asyncSpin) end(g *asyncGovernor) {
+	g.record(s.epoch, time.Since(s.begun))
 }
 
 // polledFor learns from a poll that started at start: found, work came
@@ -156,10 +283,10 @@ func (q *QP) spinFor(tailW *atomic.Uint32, d time.Duration) bool {
 }
 
 // asyncSpinners counts the async-mode goroutines polling, at most
-// asyncSlotsPerCPU per CPU: more than the doorbell mode's one per CPU
-// (TrySpin), as polling has shown it wins where it is chosen, and on a
-// machine of one core the QPs of a ping-pong must all poll for any to
-// win; fewer than a thousand.
+// asyncSlotsPerCPU per usable CPU: more than the doorbell mode's one per
+// CPU (TrySpin), as the governor has measured that polling wins when it
+// polls, and on a machine of one core the QPs of a ping-pong must all
+// poll for any to win; fewer than a thousand.
 var asyncSpinners atomic.Int32
 
 const asyncSlotsPerCPU = 4
