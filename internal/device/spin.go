@@ -31,8 +31,9 @@ package device
 // still double the typical one, measured on the memcpy ping-pong). Doorbell mode is the incumbent at first; one epoch in gap
 // tries the other (gap from asyncProbeMin, doubling up to asyncProbeMax
 // while the incumbent keeps winning, back to asyncProbeMin on a switch),
-// and polling becomes or stays the incumbent only while its median wait is
-// shorter than the doorbell's by a tenth. A poll that takes the core of
+// and polling becomes the incumbent when its median wait was shorter than
+// the doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays
+// it only while every try of the doorbell confirms that. A poll that takes the core of
 // the thread that posts the next work makes the waits longer, and so
 // loses: where polling cannot win (fewer cores than spinners, work that
 // comes later than the window), async mode is doorbell mode but for one
@@ -56,17 +57,19 @@ import (
 
 // The bounds of async mode's polling window; the epoch of the agent's
 // choice between polling and the doorbell, the waits an epoch needs to
-// count, the longest wait it counts, and the fewest and the most epochs
+// count, the longest wait it counts, the fewest and the most epochs
 // between two tries of the mode that lost (powers of two: two agents
-// with different gaps still try together at the larger one's).
+// with different gaps still try together at the larger one's), and the
+// tries in a row polling must win to take over.
 const (
-	asyncSpinMin  = 5 * time.Microsecond
-	asyncSpinMax  = 500 * time.Microsecond
-	asyncEpoch    = 10 * time.Millisecond
-	asyncMinWaits = 16
-	asyncWaitCap  = time.Millisecond
-	asyncProbeMin = 4
-	asyncProbeMax = 64
+	asyncSpinMin    = 5 * time.Microsecond
+	asyncSpinMax    = 500 * time.Microsecond
+	asyncEpoch      = 10 * time.Millisecond
+	asyncMinWaits   = 16
+	asyncWaitCap    = time.Millisecond
+	asyncProbeMin   = 4
+	asyncProbeMax   = 64
+	asyncWinsToPoll = 2
 )
 
 // asyncGovernor is an agent's choice between polling and the doorbell
@@ -90,9 +93,12 @@ type asyncGovernor struct {
 	med [2]time.Duration // +checklocks:mu
 	at  [2]int64         // +checklocks:mu
 	// Polling won the last try (the incumbent); gap is how many epochs
-	// between tries of the other; 0: nothing began yet.
+	// between tries of the other; 0: nothing began yet. wins counts the
+	// tries in a row that polling won while the doorbell is the
+	// incumbent.
 	incumbent bool  // +checklocks:mu
 	gap       int64 // +checklocks:mu
+	wins      int   // +checklocks:mu
 	// switches counts the switches of the incumbent.
 	switches uint64 // +checklocks:mu
 }
@@ -142,10 +148,22 @@ func (g *asyncGovernor) rollLocked(e int64) {
 		if probe(g.epoch, g.gap) && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
 			// A try that counted, against the incumbent's last epoch
 			// (one since the last try).
-			if won := 10*g.med[1] < 9*g.med[0]; won != g.incumbent {
-				g.incumbent, g.gap = won, asyncProbeMin
-				g.switches++
+			// Polling takes over after asyncWinsToPoll tries in a
+			// row (one epoch's median is noisy, and a false win costs
+			// the epochs until the next try), and gives up at its
+			// first try that does not win.
+			won := 10*g.med[1] < 9*g.med[0]
+			if won && !g.incumbent {
+				if g.wins++; g.wins < asyncWinsToPoll {
+					won = false
+				}
 			} else {
+				g.wins = 0
+			}
+			if won != g.incumbent {
+				g.incumbent, g.gap, g.wins = won, asyncProbeMin, 0
+				g.switches++
+			} else if g.wins == 0 {
 				g.gap = min(2*g.gap, asyncProbeMax)
 			}
 		}

@@ -75,8 +75,9 @@ func TestAsyncGovernorFollowsTheWinner(t *testing.T) {
 	}
 }
 
-// A tie, idle queues (every wait at the cap), and epochs with too few
-// waits never make polling the incumbent.
+// A tie, idle queues (every wait at the cap), epochs with too few waits,
+// and a polling that wins one try but not the next never make polling
+// the incumbent.
 func TestAsyncGovernorTiesSleep(t *testing.T) {
 	for name, c := range map[string]struct {
 		waits int
@@ -89,7 +90,8 @@ func TestAsyncGovernorTiesSleep(t *testing.T) {
 			}
 			return 30 * time.Microsecond
 		}},
-		"idle": {32, func(p bool) time.Duration { return time.Second }},
+		"idle":               {32, func(p bool) time.Duration { return time.Second }},
+		"a win in two tries": {32, nil},
 		"few waits": {asyncMinWaits - 1, func(p bool) time.Duration {
 			if p {
 				return time.Microsecond
@@ -98,6 +100,20 @@ func TestAsyncGovernorTiesSleep(t *testing.T) {
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if name == "a win in two tries" {
+				// Polling wins one try in two: never two in a row.
+				tries := 0
+				c.wait = func(p bool) time.Duration {
+					if !p {
+						return 30 * time.Microsecond
+					}
+					tries++
+					if tries/c.waits%2 == 0 {
+						return 5 * time.Microsecond
+					}
+					return 30 * time.Microsecond
+				}
+			}
 			var g asyncGovernor
 			n := 8 * asyncProbeMax
 			p := runEpochs(&g, 5_000_000, n, c.waits, c.wait)
