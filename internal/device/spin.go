@@ -21,24 +21,30 @@ package device
 // other QPs' goroutines, a peer agent's — and QPs that chose each for
 // itself polled where all of them sleeping was faster (each one's poll
 // won given that the others polled: on two cores, 2× slower than
-// doorbell mode on memcpy). The governor runs the whole agent in one mode
-// for an epoch of asyncEpoch, aligned to the wall clock so that two
+// doorbell mode on memcpy). The governor runs the whole agent in one
+// mode for an epoch of asyncEpoch, aligned to the wall clock so that two
 // agents of one machine (the two ends of a tcp or rdma pair) switch
 // together, and measures the async QPs' median wait for work (each wait
 // counted up to asyncWaitCap: a queue left idle says nothing about
 // either; the median, not the mean: a poll that keeps more threads
 // spinning than there are cores can shorten the tail of the waits and
-// still double the typical one, measured on the memcpy ping-pong). Doorbell mode is the incumbent at first; one epoch in gap
-// tries the other (gap from asyncProbeMin, doubling up to asyncProbeMax
-// while the incumbent keeps winning, back to asyncProbeMin on a switch),
-// and polling becomes the incumbent when its median wait was shorter than
-// the doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays
-// it only while every try of the doorbell confirms that. A poll that takes the core of
-// the thread that posts the next work makes the waits longer, and so
-// loses: where polling cannot win (fewer cores than spinners, work that
-// comes later than the window), async mode is doorbell mode but for one
-// epoch in asyncProbeMax, and with a core to spare it saves the
-// workload's doorbell system call and the agent's wake-up.
+// still double the typical one, measured on the memcpy ping-pong).
+//
+// Doorbell mode is the incumbent at first. One epoch in gap tries the
+// other (gap from asyncProbeMin, doubling up to asyncProbeMax while the
+// incumbent keeps winning, back to asyncProbeMin on a switch); polling
+// is tried only if at least one wait in asyncSleepy of the last doorbell
+// epoch slept until its doorbell rang — otherwise doorbell mode's own
+// poll caught the work and a longer one cannot bring it sooner. Polling
+// becomes the incumbent when its median wait was shorter than the
+// doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays it
+// only while every try of the doorbell confirms that. A poll that takes
+// the core of the thread that posts the next work makes the waits
+// longer, and so loses: where polling cannot win (fewer cores than
+// spinners, work that comes later than the window), async mode is
+// doorbell mode but for one epoch in asyncProbeMax, and with a core to
+// spare it saves the workload's doorbell system call and the agent's
+// wake-up.
 //
 // The cores: a poller yields the CPU (sched_yield) between looks, and
 // the Go scheduler too when the agent has one P (GOMAXPROCS 1), so that
@@ -70,6 +76,7 @@ const (
 	asyncProbeMin   = 4
 	asyncProbeMax   = 64
 	asyncWinsToPoll = 2
+	asyncSleepy     = 8
 )
 
 // asyncGovernor is an agent's choice between polling and the doorbell
@@ -87,7 +94,13 @@ type asyncGovernor struct {
 	// its waits so far and their lengths (waitBucket).
 	epoch int64               // +checklocks:mu
 	waits int                 // +checklocks:mu
+	slept int                 // +checklocks:mu
 	hist  [waitBuckets]uint32 // +checklocks:mu
+	// sleepy: in the last doorbell epoch that counted, at least one wait
+	// in asyncSleepy ended by the doorbell (slept). Otherwise doorbell
+	// mode's own poll catches the work, polling longer cannot bring it
+	// sooner, and the tries of polling are skipped.
+	sleepy bool // +checklocks:mu
 	// The median wait of the last epoch of each mode that counted:
 	// [0] doorbell, [1] polling; 0: none yet; and that epoch.
 	med [2]time.Duration // +checklocks:mu
@@ -135,17 +148,20 @@ func (g *asyncGovernor) rollLocked(e int64) {
 	if g.gap == 0 { // the first wait: doorbell mode first
 		g.gap = asyncProbeMin
 	} else if g.waits >= asyncMinWaits {
-		polled := g.incumbent != probe(g.epoch, g.gap)
+		polled := g.state.Load()&1 == 1
 		i := 0
 		if polled {
 			i = 1
 		}
 		g.med[i], g.at[i] = g.medianLocked(), g.epoch
+		if !polled {
+			g.sleepy = g.slept*asyncSleepy >= g.waits
+		}
 		inc := 0
 		if g.incumbent {
 			inc = 1
 		}
-		if probe(g.epoch, g.gap) && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
+		if polled != g.incumbent && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
 			// A try that counted, against the incumbent's last epoch
 			// (one since the last try).
 			// Polling takes over after asyncWinsToPoll tries in a
@@ -168,19 +184,26 @@ func (g *asyncGovernor) rollLocked(e int64) {
 			}
 		}
 	}
-	g.epoch, g.waits, g.hist = e, 0, [waitBuckets]uint32{}
+	g.epoch, g.waits, g.slept, g.hist = e, 0, 0, [waitBuckets]uint32{}
 	var polling uint64
-	if g.incumbent != probe(e, g.gap) {
+	if g.incumbent || probe(e, g.gap) && g.sleepy {
 		polling = 1
+	}
+	if g.incumbent && probe(e, g.gap) {
+		polling = 0
 	}
 	g.state.Store(uint64(e)<<1 | polling)
 }
 
-// record counts a wait of epoch e that lasted d and ended with work.
-func (g *asyncGovernor) record(e int64, d time.Duration) {
+// record counts a wait of epoch e that lasted d and ended with work;
+// slept: it slept until the doorbell rang.
+func (g *asyncGovernor) record(e int64, d time.Duration, slept bool) {
 	g.mu.Lock()
 	if e == g.epoch {
 		g.waits++
+		if slept {
+			g.slept++
+		}
 		g.hist[waitBucket(min(d, asyncWaitCap))]++
 	}
 	g.mu.Unlock()
@@ -235,6 +258,7 @@ type asyncSpin struct {
 	begun   time.Time // the start of the wait in progress
 	epoch   int64     // its epoch of the governor
 	polling bool      // it polls
+	slept   bool      // it slept until the doorbell rang
 }
 
 // begin starts a wait under g.
@@ -248,7 +272,8 @@ func (s *asyncSpin) begin(g *asyncGovernor) {
 
 // end ends the wait begun last: work came.
 func (s *asyncSpin) end(g *asyncGovernor) {
-	g.record(s.epoch, time.Since(s.begun))
+	g.record(s.epoch, time.Since(s.begun), s.slept)
+	s.slept = false
 }
 
 // polledFor learns from a poll that started at start: found, work came
@@ -263,6 +288,7 @@ func (s *asyncSpin) polledFor(start time.Time, waited time.Duration, found bool)
 // rung learns from the doorbell that ended a wait whose poll found
 // nothing: work that came soon after the window is a window too short.
 func (s *asyncSpin) rung() {
+	s.slept = true
 	if !s.polled {
 		return
 	}

@@ -11,6 +11,12 @@ import (
 // waits whose length wait gives for the epoch's mode, and returns how
 // many of them polled.
 func runEpochs(g *asyncGovernor, first int64, n, waits int, wait func(polling bool) time.Duration) (polled int) {
+	return runEpochsSleeping(g, first, n, waits, true, wait)
+}
+
+// runEpochsSleeping is runEpochs whose doorbell-mode waits sleep (until
+// the doorbell rings) if sleep.
+func runEpochsSleeping(g *asyncGovernor, first int64, n, waits int, sleep bool, wait func(polling bool) time.Duration) (polled int) {
 	for e := first; e < first+int64(n); e++ {
 		at := time.Unix(0, e*int64(asyncEpoch)+int64(time.Microsecond))
 		ep, polling := g.begin(at)
@@ -21,7 +27,7 @@ func runEpochs(g *asyncGovernor, first int64, n, waits int, wait func(polling bo
 			polled++
 		}
 		for range waits {
-			g.record(ep, wait(polling))
+			g.record(ep, wait(polling), !polling && sleep)
 		}
 	}
 	return polled
@@ -147,14 +153,14 @@ func TestAsyncGovernorEpochs(t *testing.T) {
 			t.Fatalf("epoch %d: agent a polls %v, b %v", e, pa, pb)
 		}
 		for range 32 {
-			a.record(e, wait(pa))
-			b.record(e, wait(pb))
+			a.record(e, wait(pa), !pa)
+			b.record(e, wait(pb), !pb)
 		}
 	}
 	var g asyncGovernor
 	e, _ := g.begin(time.Unix(0, first*int64(asyncEpoch)))
 	g.begin(time.Unix(0, (first+1)*int64(asyncEpoch)))
-	g.record(e, time.Microsecond)
+	g.record(e, time.Microsecond, true)
 	if _, polling := g.begin(time.Unix(0, (first-5)*int64(asyncEpoch))); polling {
 		t.Error("a clock that went back polls")
 	}
@@ -177,11 +183,37 @@ func TestWaitBuckets(t *testing.T) {
 	var g asyncGovernor
 	e, _ := g.begin(time.Unix(0, 3*int64(asyncEpoch)))
 	for _, d := range []time.Duration{time.Millisecond, 3 * time.Microsecond, 40 * time.Microsecond, 5 * time.Microsecond, time.Second} {
-		g.record(e, d)
+		g.record(e, d, false)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m := g.medianLocked(); m > 40*time.Microsecond || 10*m < 9*40*time.Microsecond {
 		t.Errorf("median of 3, 5, 40 µs, 1 ms and 1 s (at the cap): %v, want 40 µs within a bucket", m)
+	}
+}
+
+// Where doorbell mode's own poll catches the work (no wait sleeps until
+// the doorbell), polling is never tried: it could bring nothing sooner.
+func TestAsyncGovernorNoTryWithoutSleeps(t *testing.T) {
+	var g asyncGovernor
+	n := 4 * asyncProbeMax
+	p := runEpochsSleeping(&g, 9_000_001, n, 32, false, func(polling bool) time.Duration {
+		if polling {
+			return time.Microsecond // would win, were it tried
+		}
+		return 5 * time.Microsecond
+	})
+	if p != 0 || g.incumbent {
+		t.Errorf("%d of %d epochs polled, incumbent polling %v; want none", p, n, g.incumbent)
+	}
+	// Once the doorbell's waits sleep, polling is tried, and wins.
+	p = runEpochs(&g, 9_000_001+int64(n), n, 32, func(polling bool) time.Duration {
+		if polling {
+			return time.Microsecond
+		}
+		return 50 * time.Microsecond
+	})
+	if p == 0 || !g.incumbent {
+		t.Errorf("doorbell waits that sleep: %d of %d epochs polled, incumbent polling %v; want polling", p, n, g.incumbent)
 	}
 }
