@@ -49,9 +49,10 @@ var wakeupBudgets = []struct {
 }{
 	{"memcpy", false, 3},
 	{"memcpy", true, 3}, // async polls only while it wins: never more than doorbell mode
-	// tcp in doorbell mode is bimodal on a loaded machine, 4.8 to 5 or
-	// 7.2 to 7.9 (2026-12-07, load 3-10: PERF-LOG); a wake-up more a hop
-	// gave 8.9-9.9. Async mode, polling where that wins, gave 4.4-5.0.
+	// tcp in doorbell mode varies with the machine's load, runs of 4.8
+	// to 9.8 (2026-12-07, load 3-10 and up: PERF-LOG), medians 7.2 to
+	// 8.2; a wake-up more a hop gave 8.9-9.9. Async mode, polling where
+	// that wins, gave 4.4-5.0.
 	{"tcp", false, 8.5},
 	{"tcp", true, 7.5},
 	{"rdma", false, 2},
