@@ -86,6 +86,8 @@ type Result struct {
 	MsgRate   float64 // Mpps
 	TTypical  float64 // µs
 	AgentCPU  float64 // the agents' CPU time per work request, µs
+	Wakeups   float64 // thread wake-ups per work request: the agents' (but their runtime monitors') and the workloads'
+	Monitor   float64 // the agents' Go runtime monitor threads' wake-ups per work request
 	RSSPerQP  float64 // the agents' resident memory per QP, KiB
 	ConnectUs float64 // the mean time to connect one QP pair, µs
 }
@@ -374,6 +376,9 @@ type perfFigures struct {
 	MsgRate   *float64 `json:"MsgRate"`
 	TTypical  *float64 `json:"t_typical"`
 	AgentCPU  *float64 `json:"agent_cpu_us_per_op"`
+	Agents    *float64 `json:"agent_wakeups_per_op"`
+	Monitor   *float64 `json:"agent_monitor_wakeups_per_op"`
+	Workloads *float64 `json:"workload_wakeups_per_op"`
 }
 
 // perfReport is vrdmactl perf's JSON report (--out_json_file): the figures at
@@ -415,7 +420,8 @@ func loadPerf(file string, round int) ([]Result, error) {
 			Key:   Key{Path: p.Path, Test: p.Test, Size: f.MsgSize, Async: p.TestInfo.Async, QPs: qps},
 			Round: round, File: file, Iters: f.Iters, TXDepth: p.TestInfo.TXDepth,
 			BWAverage: val(f.BWAverage), MsgRate: val(f.MsgRate), TTypical: val(f.TTypical),
-			AgentCPU: val(f.AgentCPU), RSSPerQP: val(p.TestInfo.RSSPerQP), ConnectUs: val(p.TestInfo.ConnectUs),
+			AgentCPU: val(f.AgentCPU), Wakeups: val(f.Agents) - val(f.Monitor) + val(f.Workloads), Monitor: val(f.Monitor),
+			RSSPerQP: val(p.TestInfo.RSSPerQP), ConnectUs: val(p.TestInfo.ConnectUs),
 		})
 	}
 	return out, nil

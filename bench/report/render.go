@@ -95,6 +95,7 @@ func Render(d *Data, outcomes []Outcome, chart Chart, analysisDir string) string
 	renderHosts(w, d)
 	renderChart(w, chart)
 	renderModes(w, d)
+	renderWakeups(w, d)
 	renderScale(w, d)
 	renderMisses(w, d, outcomes, analysisDir)
 	renderCommands(w, d)
@@ -566,6 +567,28 @@ func renderModes(w *writer, d *Data) {
 			w.f("| %s | `%s` %s, %s | %s | %s | %s | %s | %s |\n", p, f.test, sizeName(f.size), f.m.Unit(), db, as, r,
 				d.goSamples(k, CPU), d.goSamples(k.async(), CPU))
 		}
+	}
+	w.l()
+}
+
+func renderWakeups(w *writer, d *Data) {
+	w.l("## Wake-ups per work request")
+	w.l()
+	w.l("How many times a thread slept and was woken (its voluntary context switches, from `/proc`) per work request of",
+		" `vrdmactl perf write_lat --local -s 8` (a round trip is two): in the agents and in the workloads' process, but",
+		" the agents' Go runtime monitor threads (sysmon), which wake on their own clock and are counted apart. Each hop",
+		" costs at most one where a thread can do the work itself: memcpy, the doorbell that wakes the QP's goroutine, which",
+		" copies and completes (1); tcp, the doorbell (1), the peer's link reader, which places the payload and answers (1),",
+		" and this side's link reader, which hands the ACK to the QP's goroutine without another thread (1); rdma, whose",
+		" threads poll while a round trip is in flight, next to none. A poll that catches the next post saves its",
+		" doorbell. `TestWakeupsPerRoundTrip` (tests/) fails above 3 a round trip on memcpy, 7.5 on tcp, 2 on rdma.")
+	w.l()
+	w.l("| path | doorbell | async | runtime monitor, doorbell | async | `write_lat` 8 B, µs, doorbell | async |")
+	w.l("|---|---|---|---|---|---|---|")
+	for _, p := range Paths {
+		k := key(p, "write_lat", 8)
+		w.f("| %s | %s | %s | %s | %s | %s | %s |\n", p, d.goSamples(k, Wake), d.goSamples(k.async(), Wake),
+			d.goSamples(k, Monitor), d.goSamples(k.async(), Monitor), d.goSamples(k, Lat), d.goSamples(k.async(), Lat))
 	}
 	w.l()
 }

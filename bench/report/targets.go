@@ -15,23 +15,25 @@ type Metric int
 
 // The figures the report compares.
 const (
-	BW   Metric = iota // BW_average, MiB/s
-	Rate               // MsgRate, Mpps
-	Lat                // t_typical, µs
-	CPU                // agent_cpu_us_per_op, µs per work request
+	BW      Metric = iota // BW_average, MiB/s
+	Rate                  // MsgRate, Mpps
+	Lat                   // t_typical, µs
+	CPU                   // agent_cpu_us_per_op, µs per work request
+	Wake                  // thread wake-ups per work request: the agents' but their runtime monitors', and the workloads'
+	Monitor               // agent_monitor_wakeups_per_op: the agents' Go runtime monitor threads' wake-ups per work request
 )
 
 // Unit is the metric's unit as the tables write it.
 func (m Metric) Unit() string {
-	return [...]string{"MiB/s", "Mpps", "µs", "µs per op"}[m]
+	return [...]string{"MiB/s", "Mpps", "µs", "µs per op", "per op", "per op"}[m]
 }
 
 func (r Result) get(m Metric) float64 {
-	return [...]float64{r.BWAverage, r.MsgRate, r.TTypical, r.AgentCPU}[m]
+	return [...]float64{r.BWAverage, r.MsgRate, r.TTypical, r.AgentCPU, r.Wakeups, r.Monitor}[m]
 }
 
 func (r DropResult) get(m Metric) float64 {
-	return [...]float64{r.BWAverage, r.MsgRate, r.TTypical, math.NaN()}[m]
+	return [...]float64{r.BWAverage, r.MsgRate, r.TTypical, math.NaN(), math.NaN(), math.NaN()}[m]
 }
 
 // key is the Key of a doorbell-mode figure over one QP pair.

@@ -18,8 +18,8 @@
 //	                       get-request) run in their own goroutine, owned by
 //	                       the session and waited for when it ends.
 //
-// The device's goroutines (a send-queue goroutine per QP, a poller per
-// async-mode VM) are described in package device; the links' to other
+// The device's goroutines (a send-queue goroutine per QP) are described
+// in package device; the links' to other
 // hosts in package hostlink. docs/architecture.md has the whole picture.
 package agent
 

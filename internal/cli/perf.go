@@ -5,6 +5,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -136,8 +137,11 @@ its embedded control plane (etcd), the second joins it; both are on a
 distributed switch and port group the run creates, with no RDMA uplink, and
 each has one of the VMs, so the pair connects over the tcp path between them.
 --local also reports what the agents spent: their CPU time (all threads,
-from /proc) per work request the workloads posted, and the resident memory
-the QPs added, per QP.
+from /proc) per work request the workloads posted, the thread wake-ups
+(voluntary context switches) per work request in the agents (with the
+part of the Go runtime's monitor thread, which wakes on its own clock)
+and in the workloads' process, and the resident memory the QPs added, per
+QP.
 
 Without --local, perf runs as perftest does, in two processes, each the workload
 of a VM of a running agent (--socket, --vm, -d): with no SERVER argument it is
@@ -400,6 +404,7 @@ type perfBW struct {
 	BWAverage float64  `json:"BW_average"`
 	MsgRate   float64  `json:"MsgRate"`
 	AgentCPU  *float64 `json:"agent_cpu_us_per_op,omitempty"`
+	perfWakeups
 }
 
 type perfLat struct {
@@ -413,6 +418,17 @@ type perfLat struct {
 	P99      float64  `json:"percentile_99"`
 	P999     float64  `json:"percentile_99.9"`
 	AgentCPU *float64 `json:"agent_cpu_us_per_op,omitempty"`
+	perfWakeups
+}
+
+// perfWakeups is how many threads slept and were woken per work request
+// (voluntary context switches, procWakeups): in the agents, the part of
+// their Go runtime monitor threads among them, and in the process of the
+// workloads (this one). nil: not measured.
+type perfWakeups struct {
+	Agents        *float64 `json:"agent_wakeups_per_op,omitempty"`
+	AgentsMonitor *float64 `json:"agent_monitor_wakeups_per_op,omitempty"`
+	Workloads     *float64 `json:"workload_wakeups_per_op,omitempty"`
 }
 
 // perfResult is one size's figures and, with --local, the agents' CPU
@@ -420,6 +436,7 @@ type perfLat struct {
 type perfResult struct {
 	perf.Result
 	agentCPU *float64
+	wakeups  perfWakeups
 }
 
 func resultJSON(r perfResult) any {
@@ -430,9 +447,9 @@ func resultJSON(r perfResult) any {
 	}
 	if r.Test.Latency() {
 		return perfLat{MsgSize: r.MsgSize, Iters: r.Iters, TMin: round2(r.TMin), TMax: round2(r.TMax), TTypical: round2(r.TTypical),
-			TAvg: round2(r.TAvg), TStdev: round2(r.TStdev), P99: round2(r.P99), P999: round2(r.P999), AgentCPU: cpu}
+			TAvg: round2(r.TAvg), TStdev: round2(r.TStdev), P99: round2(r.P99), P999: round2(r.P999), AgentCPU: cpu, perfWakeups: r.wakeups}
 	}
-	return perfBW{MsgSize: r.MsgSize, Iters: r.Iters, BWPeak: round2(r.BWPeak), BWAverage: round2(r.BWAvg), MsgRate: float64(int64(r.MsgRate*1e6+0.5)) / 1e6, AgentCPU: cpu}
+	return perfBW{MsgSize: r.MsgSize, Iters: r.Iters, BWPeak: round2(r.BWPeak), BWAverage: round2(r.BWAvg), MsgRate: float64(int64(r.MsgRate*1e6+0.5)) / 1e6, AgentCPU: cpu, perfWakeups: r.wakeups}
 }
 
 // workRequests is the number of work requests the workloads posted in a
@@ -450,6 +467,8 @@ func workRequests(r perf.Result, qps int) int {
 }
 
 func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }
 
 // perfJSON is the JSON report: for one size, the result's keys sit at the
 // top level next to test, path and reason; with -a they are in Results.
@@ -650,6 +669,8 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 			stop = startProgress(a.stderr, fmt.Sprintf("%s %d", o.test, size), c.Progress, iters, c.Duration)
 		}
 		cpuBefore, cpuErr := procCPU(agents...)
+		wakeBefore, wakeErr := procWakeups(agents...)
+		ownBefore, ownErr := procWakeups(os.Getpid())
 		r, err := p.Run(rctx, c)
 		stop()
 		cancel()
@@ -666,6 +687,13 @@ func (a *app) perf(ctx context.Context, o perfOptions) (err error) {
 		if cpuAfter, err := procCPU(agents...); err == nil && cpuErr == nil && workRequests(r, o.qps) > 0 {
 			us := float64(cpuAfter-cpuBefore) / 1e3 / float64(workRequests(r, o.qps))
 			pr.agentCPU = &us
+		}
+		wakeAfter, err1 := procWakeups(agents...)
+		ownAfter, err2 := procWakeups(os.Getpid())
+		if n := float64(workRequests(r, o.qps)); n > 0 && errors.Join(wakeErr, ownErr, err1, err2) == nil {
+			ag, mon := round3(float64(wakeAfter.Total-wakeBefore.Total)/n), round3(float64(wakeAfter.Monitor-wakeBefore.Monitor)/n)
+			wl := round3(float64(ownAfter.Total-ownBefore.Total) / n)
+			pr.wakeups = perfWakeups{Agents: &ag, AgentsMonitor: &mon, Workloads: &wl}
 		}
 		pr.Result = o.shape(pr.Result)
 		if !o.forever { // a run without end keeps none
@@ -820,10 +848,13 @@ func printPerfHeader(w io.Writer, info perfInfo, o perfOptions) {
 // printAgentCost prints, below the table, what the agents spent: CPU time
 // per work request of each size, and memory per QP.
 func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
-	var cpu []string
+	var cpu, wake []string
 	for _, r := range results {
 		if r.agentCPU != nil {
 			cpu = append(cpu, fmt.Sprintf("%.3f", *r.agentCPU))
+		}
+		if w := r.wakeups; w.Agents != nil {
+			wake = append(wake, fmt.Sprintf("%.2f (runtime monitor %.2f) + %.2f", *w.Agents, *w.AgentsMonitor, *w.Workloads))
 		}
 	}
 	if len(cpu) == 0 && info.AgentRSSKiBPerQP == nil {
@@ -831,6 +862,9 @@ func printAgentCost(w io.Writer, info perfInfo, results []perfResult) {
 	}
 	if len(cpu) > 0 {
 		fmt.Fprintf(w, " Agent CPU       : %s µs per work request\n", strings.Join(cpu, ", "))
+	}
+	if len(wake) > 0 {
+		fmt.Fprintf(w, " Wake-ups        : %s per work request (agents + workloads)\n", strings.Join(wake, ", "))
 	}
 	if info.AgentRSSKiBPerQP != nil {
 		fmt.Fprintf(w, " Agent memory    : %.1f KiB per QP\n", *info.AgentRSSKiBPerQP)

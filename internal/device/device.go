@@ -116,6 +116,8 @@ type Device struct {
 
 	udDropped atomic.Uint64 // datagrams dropped at their destination (ud.go)
 
+	gov asyncGovernor // async mode's choice between polling and the doorbell (spin.go)
+
 	mcMu sync.Mutex
 	mc   mcastGroups // +checklocks:mcMu
 

@@ -6,9 +6,9 @@ package device
 //
 //	workload: writes WQE into SQ slot, bumps SQ tail, rings the doorbell
 //	          if the agent said it sleeps (OffSQDoorbell)
-//	runSQ:    waits (doorbell mode: polls for the path's pollBudget, then
-//	          sleeps on the doorbell; async mode: spins briefly, then
-//	          sleeps while the VM's poller watches its tails), then hands
+//	runSQ:    waits (polls for the path's pollBudget in doorbell mode,
+//	          for a window it learns in async mode, spin.go, then sleeps
+//	          on the doorbell), then hands
 //	          the queue to the QP's path (path.go) in RTS and SQD, which
 //	          copies each new slot into a private buffer before looking at
 //	          it (the workload may rewrite the slot at any time), decodes
@@ -34,22 +34,11 @@ import (
 	"github.com/vrdma/vrdma/internal/abi"
 )
 
-// Async-mode polling budget: a QP goroutine spins asyncSpins polls of its
-// own queues, then hands them to its VM's poller (asyncpoll.go), which
-// spins asyncSpins empty rounds over all of them, then yields the CPU
-// (sched_yield) between rounds up to asyncYields, then gives them back to
-// their doorbells. On a machine with fewer cores than spinners, yielding
-// is what lets the workloads run.
-//
 // In doorbell mode the goroutine polls for its path's pollBudget after its
 // last work before it sleeps: a burst of posts then costs one wake-up, not
 // one per post. DoorbellPoll is the budget of a path with short round
-// trips (memcpy).
-const (
-	asyncSpins   = 64
-	asyncYields  = 20000
-	DoorbellPoll = 20 * time.Microsecond
-)
+// trips (memcpy). Async mode's window adapts (spin.go).
+const DoorbellPoll = 20 * time.Microsecond
 
 // maxMessage is the largest message (max_msg_sz), 2 GiB as on RoCE HCAs.
 const maxMessage = 1 << 31
@@ -113,37 +102,25 @@ func (q *QP) hasWork(tail uint32) bool {
 
 // waitWork returns when there may be work, false when the QP is stopping.
 // It polls first — briefly in doorbell mode, to catch back-to-back posts
-// without a wake-up; long in async mode (spin, then yield) — then sets
-// the doorbell flag, looks once more, and sleeps until rung.
+// without a wake-up; in async mode for as long as polling wins (spin.go)
+// — then sets the doorbell flag, looks once more, and sleeps until rung.
 func (q *QP) waitWork() bool {
 	mem := q.ring.Bytes()
 	tailW := abi.Word(mem, abi.OffSQTail)
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
 	q.PublishHead()
+	if q.vm.async {
+		q.spin.begin(&q.vm.d.gov)
+	}
 	for {
 		if q.stop.Load() {
 			return false
 		}
 		if q.poll(tailW) {
+			if q.vm.async {
+				q.spin.end(&q.vm.d.gov)
+			}
 			return !q.stop.Load()
-		}
-		if q.vm.poller != nil && !q.idle.released.Swap(false) {
-			// Async mode: the VM's poller watches the tails published
-			// here; the doorbell flag stays clear (asyncpoll.go).
-			t := tailW.Load()
-			q.idle.sqTail.Store(t)
-			s := q.State()
-			q.idle.rq.Store(s == abi.QPSErr || s == abi.QPSReset)
-			q.idle.rqTail.Store(abi.Word(mem, abi.OffRQTail).Load())
-			if q.hasWork(t) {
-				continue
-			}
-			q.vm.poller.watch(q)
-			select {
-			case <-q.idle.ch:
-			case <-q.wakeCh:
-			}
-			continue
 		}
 		abi.StoreFenced(dbW, 1) // §6 pair 1: before the tail's load
 		if q.hasWork(tailW.Load()) {
@@ -153,26 +130,32 @@ func (q *QP) waitWork() bool {
 		q.doorbell.Wait()
 		q.ctr.Doorbells.Add(1)
 		dbW.Store(0)
+		q.spin.rung()
 	}
 }
 
 // poll looks for work without sleeping, for the QP's polling budget, and
 // reports whether it found some.
 func (q *QP) poll(tailW *atomic.Uint32) bool {
-	if q.vm.async {
-		for range asyncSpins {
-			if q.hasWork(tailW.Load()) {
-				return true
-			}
-		}
-		return false // the VM's poller takes over
-	}
 	if q.hasWork(tailW.Load()) {
 		return true
 	}
 	poll := DoorbellPoll
 	if q.cur != nil {
 		poll = q.cur.PollBudget()
+	}
+	if q.vm.async && q.spin.polling {
+		// The agent's governor has polling win (spin.go): poll for the
+		// window this QP learned, and at least what doorbell mode
+		// polls.
+		if !tryAsyncSpin() {
+			return false // enough goroutines poll already: sleep
+		}
+		defer asyncSpinners.Add(-1)
+		start := time.Now()
+		found := q.spinFor(tailW, max(q.spin.window, poll))
+		q.spin.polledFor(start, time.Since(start), found)
+		return found
 	}
 	if poll <= 0 {
 		return false // the path does not poll: sleep until rung
@@ -181,23 +164,7 @@ func (q *QP) poll(tailW *atomic.Uint32) bool {
 		return false // enough goroutines poll already: sleep
 	}
 	defer EndSpin()
-	// Yield between looks: on a small machine the thread that must run
-	// next (a workload, or another QP's goroutine waking) may need this
-	// core.
-	start := time.Now()
-	defer func() { q.ctr.PollNanos.Add(uint64(time.Since(start))) }()
-	deadline := start.Add(poll)
-	for i := 0; ; i++ {
-		if q.hasWork(tailW.Load()) {
-			return true
-		}
-		if i&7 == 7 {
-			YieldCPU()
-			if time.Now().After(deadline) {
-				return false
-			}
-		}
-	}
+	return q.spinFor(tailW, poll)
 }
 
 // drain processes what the queues hold, according to the QP's state.
@@ -610,8 +577,9 @@ func (q *QP) dropRQ() {
 }
 
 // spinners counts the goroutines of this process that poll for work or
-// a response instead of sleeping (doorbell mode; async mode has its VM's
-// poller). Polling pays while a waiter is one of a few: what it waits
+// a response instead of sleeping (doorbell mode, and the rc engines'
+// polls for responses; async mode's own polls count in asyncSpinners,
+// spin.go). Polling pays while a waiter is one of a few: what it waits
 // for comes within microseconds, and a sleep and wake-up of a thread is
 // saved. With a thousand QPs on two cores it is all cost: measured on
 // the 1,024-QP tcp round (BenchmarkScale), 1.22 s with every QP polling

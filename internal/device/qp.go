@@ -121,7 +121,7 @@ type QP struct {
 	// it are in the send CQ: what a resize waits for (coreverbs.go).
 	sqCompleted atomic.Uint32
 
-	idle      asyncIdle // async mode: the tails the VM's poller watches
+	spin      asyncSpin // async mode: the polling window it learned (spin.go); the goroutine's
 	stop      atomic.Bool
 	destroyed atomic.Bool
 	done      chan struct{}
@@ -156,9 +156,8 @@ type Counters struct {
 	RecvBytes   atomic.Uint64
 	Completions [abi.WCGeneralErr + 1]atomic.Uint64
 
-	// The send queue's goroutine in doorbell mode: how often it slept
-	// until the doorbell rang, and how long it polled for work before
-	// sleeping (async mode's polling is the VM poller's, not counted).
+	// The send queue's goroutine: how often it slept until the doorbell
+	// rang, and how long it polled for work before sleeping.
 	Doorbells atomic.Uint64
 	PollNanos atomic.Uint64
 }
@@ -275,7 +274,6 @@ func (v *Context) CreateQP(c *abi.CreateQP) (*QP, error) {
 		ringFD: fd, ring: ring, doorbell: db, done: make(chan struct{}),
 		sqSlot: make([]byte, layout.SQStride), rqSlot: make([]byte, layout.RQStride), timer: v.d.clk.NewTimer(time.Hour), wakeCh: make(chan struct{}, 1)}
 	q.timer.Stop()
-	q.idle.ch = make(chan struct{}, 1)
 	q.attr.Port = 1
 	q.attr.PathMTU = abi.DefaultPathMTU
 
@@ -368,9 +366,6 @@ func (v *Context) destroyQP(q *QP) {
 	q.stop.Store(true)
 	q.poke()
 	<-q.done
-	if v.poller != nil {
-		v.poller.forget(q) // before its rings are unmapped
-	}
 
 	v.d.detachAll(q) // mcast.go
 	v.d.mu.Lock()

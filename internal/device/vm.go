@@ -32,7 +32,6 @@ type Context struct {
 	name    string
 	cfg     *vmconfig.Config
 	async   bool
-	poller  *asyncPoller // async mode: watches idle QPs (asyncpoll.go); nil in doorbell mode
 	owner   Owner
 	managed bool     // a managed VM of the control plane (package manage)
 	procs   *vmProcs // the VM's workloads, v among them
@@ -394,9 +393,6 @@ func (d *Device) Attach(o Owner, name string, cfg *vmconfig.Config, managed bool
 			v.adapters = append(v.adapters, ad)
 		}
 	}
-	if v.async {
-		v.poller = newAsyncPoller()
-	}
 	return v, nil
 }
 
@@ -724,9 +720,6 @@ func (v *Context) Teardown() {
 			q.endOpens() // its opens lose it with the process that made it
 		}
 		v.destroyQP(q)
-	}
-	if v.poller != nil {
-		v.poller.close()
 	}
 
 	v.lockMem()

@@ -1,0 +1,346 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package device
+
+// Adaptive polling in async mode (qp.waitWork, asyncGovernor, asyncSpin).
+//
+// An async-mode QP's goroutine waits for work in one of two ways:
+//
+//   - polling: after its work it polls its own queues with the doorbell
+//     flag clear (the workload does not ring), yielding the CPU between
+//     looks, for a window it learns — twice the wait that last ended
+//     within it, or twice the wait the doorbell ended soon after it
+//     passed, at least the path's doorbell-mode poll (asyncSpinMin …
+//     asyncSpinMax) — and then sleeps on its doorbell;
+//   - doorbell: exactly what doorbell mode does (the path's short poll,
+//     then the doorbell).
+//
+// Which one is not the QP's choice but the agent's (the Device's
+// asyncGovernor, one per agent process): whether polling wins depends on
+// what every spinner of the machine does — the workloads' threads, the
+// other QPs' goroutines, a peer agent's — and QPs that chose each for
+// itself polled where all of them sleeping was faster (each one's poll
+// won given that the others polled: on two cores, 2× slower than
+// doorbell mode on memcpy). The governor runs the whole agent in one
+// mode for an epoch of asyncEpoch, aligned to the wall clock so that two
+// agents of one machine (the two ends of a tcp or rdma pair) switch
+// together, and measures the async QPs' median wait for work (each wait
+// counted up to asyncWaitCap: a queue left idle says nothing about
+// either; the median, not the mean: a poll that keeps more threads
+// spinning than there are cores can shorten the tail of the waits and
+// still double the typical one, measured on the memcpy ping-pong).
+//
+// Doorbell mode is the incumbent at first. One epoch in gap tries the
+// other (gap from asyncProbeMin, doubling up to asyncProbeMax while the
+// incumbent keeps winning, back to asyncProbeMin on a switch); polling
+// is tried only if at least one wait in asyncSleepy of the last doorbell
+// epoch slept until its doorbell rang — otherwise doorbell mode's own
+// poll caught the work and a longer one cannot bring it sooner. Polling
+// becomes the incumbent when its median wait was shorter than the
+// doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays it
+// only while every try of the doorbell confirms that. A poll that takes
+// the core of the thread that posts the next work makes the waits
+// longer, and so loses: where polling cannot win (fewer cores than
+// spinners, work that comes later than the window), async mode is
+// doorbell mode but for one epoch in asyncProbeMax, and with a core to
+// spare it saves the workload's doorbell system call and the agent's
+// wake-up.
+//
+// The cores: a poller yields the CPU (sched_yield) between looks, and
+// the Go scheduler too when the agent has one P (GOMAXPROCS 1), so that
+// the thread or goroutine it waits for can run; at most asyncSlotsPerCPU
+// goroutines per usable CPU (runtime.NumCPU: the agent's affinity mask,
+// sched_getaffinity) poll at once, the others sleep at once, so a
+// thousand idle async QPs cost no more than a few.
+
+import (
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The bounds of async mode's polling window; the epoch of the agent's
+// choice between polling and the doorbell, the waits an epoch needs to
+// count, the longest wait it counts, the fewest and the most epochs
+// between two tries of the mode that lost (powers of two: two agents
+// with different gaps still try together at the larger one's), and the
+// tries in a row polling must win to take over.
+const (
+	asyncSpinMin    = 5 * time.Microsecond
+	asyncSpinMax    = 500 * time.Microsecond
+	asyncEpoch      = 10 * time.Millisecond
+	asyncMinWaits   = 16
+	asyncWaitCap    = time.Millisecond
+	asyncProbeMin   = 4
+	asyncProbeMax   = 64
+	asyncWinsToPoll = 2
+	asyncSleepy     = 8
+)
+
+// asyncGovernor is an agent's choice between polling and the doorbell
+// for its async-mode QPs (see the top of the file); a Device's. Every
+// async QP's goroutine reads the mode at the start of each wait (begin)
+// and reports the wait when work ends it (record); the first goroutine
+// to begin a wait in a new epoch closes the last one.
+type asyncGovernor struct {
+	// state is the epoch in progress and its mode, epoch<<1 | polling:
+	// what begin reads without the lock.
+	state atomic.Uint64
+
+	mu sync.Mutex
+	// The epoch in progress (wall-clock nanoseconds / asyncEpoch), and
+	// its waits so far and their lengths (waitBucket).
+	epoch int64               // +checklocks:mu
+	waits int                 // +checklocks:mu
+	slept int                 // +checklocks:mu
+	hist  [waitBuckets]uint32 // +checklocks:mu
+	// sleepy: in the last doorbell epoch that counted, at least one wait
+	// in asyncSleepy ended by the doorbell (slept). Otherwise doorbell
+	// mode's own poll catches the work, polling longer cannot bring it
+	// sooner, and the tries of polling are skipped.
+	sleepy bool // +checklocks:mu
+	// The median wait of the last epoch of each mode that counted:
+	// [0] doorbell, [1] polling; 0: none yet; and that epoch.
+	med [2]time.Duration // +checklocks:mu
+	at  [2]int64         // +checklocks:mu
+	// Polling won the last try (the incumbent); gap is how many epochs
+	// between tries of the other; 0: nothing began yet. wins counts the
+	// tries in a row that polling won while the doorbell is the
+	// incumbent.
+	incumbent bool  // +checklocks:mu
+	gap       int64 // +checklocks:mu
+	wins      int   // +checklocks:mu
+	// switches counts the switches of the incumbent.
+	switches uint64 // +checklocks:mu
+}
+
+// begin returns the epoch a wait starting at now belongs to and whether
+// it polls, closing the epoch before if now is past it.
+func (g *asyncGovernor) begin(now time.Time) (int64, bool) {
+	e := now.UnixNano() / int64(asyncEpoch)
+	s := g.state.Load()
+	if int64(s>>1) != e {
+		g.mu.Lock()
+		if e > g.epoch || g.gap == 0 {
+			g.rollLocked(e)
+		}
+		s = g.state.Load()
+		g.mu.Unlock()
+		if int64(s>>1) != e {
+			return e, false // a clock that went back: sleep, count nothing
+		}
+	}
+	return e, s&1 == 1
+}
+
+// probe reports whether epoch e tries the mode that did not win, with
+// tries every gap epochs.
+func probe(e, gap int64) bool { return e%gap == 0 }
+
+// rollLocked closes the epoch in progress and begins e: it learns from
+// the closed epoch's median wait, and from a try of the other mode which
+// mode wins.
+//
+// +checklocks:g.mu
+func (g *asyncGovernor) rollLocked(e int64) {
+	if g.gap == 0 { // the first wait: doorbell mode first
+		g.gap = asyncProbeMin
+	} else if g.waits >= asyncMinWaits {
+		polled := g.state.Load()&1 == 1
+		i := 0
+		if polled {
+			i = 1
+		}
+		g.med[i], g.at[i] = g.medianLocked(), g.epoch
+		if !polled {
+			g.sleepy = g.slept*asyncSleepy >= g.waits
+		}
+		inc := 0
+		if g.incumbent {
+			inc = 1
+		}
+		if polled != g.incumbent && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
+			// A try that counted, against the incumbent's last epoch
+			// (one since the last try).
+			// Polling takes over after asyncWinsToPoll tries in a
+			// row (one epoch's median is noisy, and a false win costs
+			// the epochs until the next try), and gives up at its
+			// first try that does not win.
+			won := 10*g.med[1] < 9*g.med[0]
+			if won && !g.incumbent {
+				if g.wins++; g.wins < asyncWinsToPoll {
+					won = false
+				}
+			} else {
+				g.wins = 0
+			}
+			if won != g.incumbent {
+				g.incumbent, g.gap, g.wins = won, asyncProbeMin, 0
+				g.switches++
+			} else if g.wins == 0 {
+				g.gap = min(2*g.gap, asyncProbeMax)
+			}
+		}
+	}
+	g.epoch, g.waits, g.slept, g.hist = e, 0, 0, [waitBuckets]uint32{}
+	var polling uint64
+	if g.incumbent || probe(e, g.gap) && g.sleepy {
+		polling = 1
+	}
+	if g.incumbent && probe(e, g.gap) {
+		polling = 0
+	}
+	g.state.Store(uint64(e)<<1 | polling)
+}
+
+// record counts a wait of epoch e that lasted d and ended with work;
+// slept: it slept until the doorbell rang.
+func (g *asyncGovernor) record(e int64, d time.Duration, slept bool) {
+	g.mu.Lock()
+	if e == g.epoch {
+		g.waits++
+		if slept {
+			g.slept++
+		}
+		g.hist[waitBucket(min(d, asyncWaitCap))]++
+	}
+	g.mu.Unlock()
+}
+
+// Wait lengths are counted in buckets of an eighth of an octave
+// (2^(1/8), 9 %): a length of n ≥ 4 bits whose three bits after the
+// leading one are k is in bucket 8(n-3)+k; lengths below 8 ns have a
+// bucket each. Up to 2^21 ns (asyncWaitCap is less).
+const waitBuckets = 8 * 19
+
+// waitBucket is the bucket of length d.
+func waitBucket(d time.Duration) int {
+	ns := uint64(max(d, 0))
+	n := bits.Len64(ns)
+	if n < 4 {
+		return int(ns)
+	}
+	return min(8*(n-3)+int(ns>>(n-4)&7), waitBuckets-1)
+}
+
+// bucketFloor is the shortest length of bucket b.
+func bucketFloor(b int) time.Duration {
+	if b < 8 {
+		return time.Duration(b)
+	}
+	n, k := b/8+3, b%8
+	return time.Duration((8 | uint64(k)) << (n - 4))
+}
+
+// medianLocked is the median wait of the epoch in progress, to a
+// bucket's precision; it has waits.
+//
+// +checklocks:g.mu
+func (g *asyncGovernor) medianLocked() time.Duration {
+	seen := 0
+	for b, c := range g.hist {
+		if seen += int(c); 2*seen >= g.waits {
+			return max(bucketFloor(b), 1)
+		}
+	}
+	return asyncWaitCap
+}
+
+// asyncSpin is what an async-mode QP's goroutine knows of its waits; the
+// goroutine's own.
+type asyncSpin struct {
+	window time.Duration // the next poll's window; 0: none learned yet
+	start  time.Time     // the start of the last poll that found nothing
+	polled bool          // the wait polled and found nothing (start is set)
+
+	begun   time.Time // the start of the wait in progress
+	epoch   int64     // its epoch of the governor
+	polling bool      // it polls
+	slept   bool      // it slept until the doorbell rang
+}
+
+// begin starts a wait under g.
+func (s *asyncSpin) begin(g *asyncGovernor) {
+	if s.window == 0 {
+		s.window = asyncSpinMin
+	}
+	s.begun = time.Now()
+	s.epoch, s.polling = g.begin(s.begun)
+}
+
+// end ends the wait begun last: work came.
+func (s *asyncSpin) end(g *asyncGovernor) {
+	g.record(s.epoch, time.Since(s.begun), s.slept)
+	s.slept = false
+}
+
+// polledFor learns from a poll that started at start: found, work came
+// after waited.
+func (s *asyncSpin) polledFor(start time.Time, waited time.Duration, found bool) {
+	s.start, s.polled = start, !found
+	if found {
+		s.window = clampSpin(2 * waited)
+	}
+}
+
+// rung learns from the doorbell that ended a wait whose poll found
+// nothing: work that came soon after the window is a window too short.
+func (s *asyncSpin) rung() {
+	s.slept = true
+	if !s.polled {
+		return
+	}
+	s.polled = false
+	s.window = clampSpin(2 * time.Since(s.start))
+}
+
+func clampSpin(d time.Duration) time.Duration { return min(max(d, asyncSpinMin), asyncSpinMax) }
+
+// spinFor looks for work without sleeping for up to d, yielding the CPU
+// between looks, and reports whether it found some.
+func (q *QP) spinFor(tailW *atomic.Uint32, d time.Duration) bool {
+	// Yield between looks: on a small machine the thread that must run
+	// next (a workload, or another QP's goroutine waking) may need this
+	// core.
+	// With one P, the goroutines that wait for it (another QP's, a
+	// reader's) run only when this one yields it too.
+	one := runtime.GOMAXPROCS(0) == 1
+	start := time.Now()
+	defer func() { q.ctr.PollNanos.Add(uint64(time.Since(start))) }()
+	deadline := start.Add(d)
+	for i := 0; ; i++ {
+		if q.hasWork(tailW.Load()) {
+			return true
+		}
+		if i&7 == 7 {
+			YieldCPU()
+			if one {
+				runtime.Gosched()
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+}
+
+// asyncSpinners counts the async-mode goroutines polling, at most
+// asyncSlotsPerCPU per usable CPU: more than the doorbell mode's one per
+// CPU (TrySpin), as the governor has measured that polling wins when it
+// polls, and on a machine of one core the QPs of a ping-pong must all
+// poll for any to win; fewer than a thousand.
+var asyncSpinners atomic.Int32
+
+const asyncSlotsPerCPU = 4
+
+// tryAsyncSpin takes an async-mode polling slot; false when all are
+// taken. asyncSpinners.Add(-1) gives it back.
+func tryAsyncSpin() bool {
+	if asyncSpinners.Add(1) > int32(asyncSlotsPerCPU*runtime.NumCPU()) {
+		asyncSpinners.Add(-1)
+		return false
+	}
+	return true
+}
