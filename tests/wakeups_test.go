@@ -51,9 +51,12 @@ var wakeupBudgets = []struct {
 	{"memcpy", true, 3}, // async polls only while it wins: never more than doorbell mode
 	// tcp in doorbell mode varies with the machine's load, runs of 4.8
 	// to 9.8 (2026-12-07, load 3-10 and up: PERF-LOG), medians 7.2 to
-	// 8.2; a wake-up more a hop gave 8.9-9.9. Async mode, polling where
-	// that wins, gave 4.4-5.0.
-	{"tcp", false, 8.5},
+	// 8.2, and a wake-up more a hop gave 8.9-9.9: the two overlap, so
+	// this budget only catches more than that (two hand-offs a hop), and
+	// a single added hand-off on the tcp path is caught by tcp/async
+	// (4.4-5.0 measured, 7.9 with one more wake-up a hop), whose hops are
+	// the same code.
+	{"tcp", false, 10},
 	{"tcp", true, 7.5},
 	{"rdma", false, 2},
 }
