@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
-	"os"
 	"sync"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -98,16 +97,10 @@ func (v *VM) directTable(ctx context.Context) (*directTable, error) {
 		sys.CloseFD(fds[1])
 		return nil, errorf(abi.CodeInternal, "vrdma: direct-open: %v", err)
 	}
-	f := os.NewFile(uintptr(fds[1]), "vrdma-revoke")
-	c, err := net.FileConn(f)
-	f.Close()
-	uc, ok := c.(*net.UnixConn)
-	if err != nil || !ok {
-		if c != nil {
-			c.Close()
-		}
+	uc, err := sys.UnixConn(fds[1], "the revocation socket")
+	if err != nil {
 		m.Unmap()
-		return nil, errorf(abi.CodeInternal, "vrdma: direct-open: the revocation socket: %v", err)
+		return nil, errorf(abi.CodeInternal, "vrdma: direct-open: %v", err)
 	}
 	t := &directTable{v: v, table: m, slots: r.Slots, conn: uc, bySlot: map[uint32]*grant{}, early: map[uint32]uint32{}}
 	v.dir = t

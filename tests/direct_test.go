@@ -289,25 +289,8 @@ func directWriterWorkload() int {
 	if _, err := fmt.Sscanf(os.Getenv("VRDMA_TEST_TARGET"), "%d:%d:%d", &rkey, &addr, &n); err != nil || n < 8 {
 		return fail(fmt.Errorf("VRDMA_TEST_TARGET %q: %v", os.Getenv("VRDMA_TEST_TARGET"), err))
 	}
-	v, err := vrdma.Open(ctx, os.Getenv("VRDMA_TEST_VM"), vrdma.WithSocket(os.Getenv("VRDMA_TEST_SOCKET")))
+	v, pd, cq, qp, err := connectWorkload(ctx)
 	if err != nil {
-		return fail(err)
-	}
-	ad := v.Adapters()[0]
-	pd, err := ad.AllocPD(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	cq, err := ad.CreateCQ(ctx, 64)
-	if err != nil {
-		return fail(err)
-	}
-	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return fail(err)
-	}
-	port, _ := strconv.Atoi(os.Getenv("VRDMA_TEST_PORT"))
-	if err := qp.Connect(ctx, os.Getenv("VRDMA_TEST_REMOTE"), uint16(port)); err != nil {
 		return fail(err)
 	}
 	buf, err := v.Alloc(8)

@@ -82,30 +82,42 @@ func lcHelperWorkload() int {
 		fmt.Fprintln(os.Stderr, "workload:", err)
 		return 1
 	}
-	v, err := vrdma.Open(ctx, os.Getenv("VRDMA_TEST_VM"), vrdma.WithSocket(os.Getenv("VRDMA_TEST_SOCKET")))
+	_, _, _, qp, err := connectWorkload(ctx)
 	if err != nil {
-		return fail(err)
-	}
-	ad := v.Adapters()[0]
-	pd, err := ad.AllocPD(ctx)
-	if err != nil {
-		return fail(err)
-	}
-	cq, err := ad.CreateCQ(ctx, 64)
-	if err != nil {
-		return fail(err)
-	}
-	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return fail(err)
-	}
-	port, _ := strconv.Atoi(os.Getenv("VRDMA_TEST_PORT"))
-	if err := qp.Connect(ctx, os.Getenv("VRDMA_TEST_REMOTE"), uint16(port)); err != nil {
 		return fail(err)
 	}
 	fmt.Println("ready", qp.QPN())
 	io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// connectWorkload is the start of a helper workload: it attaches VM
+// $VRDMA_TEST_VM through $VRDMA_TEST_SOCKET and connects an RC QP (one CQ
+// of 64, 16 WRs each way) to $VRDMA_TEST_REMOTE port $VRDMA_TEST_PORT
+// through the CM.
+func connectWorkload(ctx context.Context) (*vrdma.VM, *vrdma.PD, *vrdma.CQ, *vrdma.QP, error) {
+	v, err := vrdma.Open(ctx, os.Getenv("VRDMA_TEST_VM"), vrdma.WithSocket(os.Getenv("VRDMA_TEST_SOCKET")))
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ad := v.Adapters()[0]
+	pd, err := ad.AllocPD(ctx)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cq, err := ad.CreateCQ(ctx, 64)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	qp, err := pd.CreateQP(ctx, vrdma.QPInitAttr{SendCQ: cq, RecvCQ: cq, Caps: vrdma.QPCaps{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	port, _ := strconv.Atoi(os.Getenv("VRDMA_TEST_PORT"))
+	if err := qp.Connect(ctx, os.Getenv("VRDMA_TEST_REMOTE"), uint16(port)); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return v, pd, cq, qp, nil
 }
 
 // lcHelperMemlockDrop drops CAP_IPC_LOCK (which lets root ignore

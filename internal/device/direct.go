@@ -119,18 +119,12 @@ func (v *Context) OpenDirect() (abi.DirectOpenReply, []int, error) {
 		fd.Close()
 		return abi.DirectOpenReply{}, nil, abi.Errorf(abi.CodeInternal, "", "direct-open: socketpair: %v", err)
 	}
-	f := os.NewFile(uintptr(pair[0]), "vrdma-revoke")
-	c, err := net.FileConn(f)
-	f.Close()
-	uc, ok := c.(*net.UnixConn)
-	if err != nil || !ok {
-		if c != nil {
-			c.Close()
-		}
+	uc, err := sys.UnixConn(pair[0], "revocation socket")
+	if err != nil {
 		unix.Close(pair[1])
 		m.Unmap()
 		fd.Close()
-		return abi.DirectOpenReply{}, nil, abi.Errorf(abi.CodeInternal, "", "direct-open: revocation socket: %v", err)
+		return abi.DirectOpenReply{}, nil, abi.Errorf(abi.CodeInternal, "", "direct-open: %v", err)
 	}
 	t := &directTable{v: v, mem: m, conn: uc, waiters: map[uint64]chan struct{}{}, closed: make(chan struct{})}
 	v.direct = t

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -454,4 +455,22 @@ func MapAt(fd int, off int64, size int) (*Mapping, error) {
 		return nil, fmt.Errorf("mmap %d bytes of fd %d at %d: %w", size, fd, off, err)
 	}
 	return &Mapping{b: b}, nil
+}
+
+// UnixConn makes a connection of the Unix socket descriptor fd, which it
+// takes: fd is closed on return, whatever the outcome (the connection
+// holds a duplicate). name names the socket in errors.
+func UnixConn(fd int, name string) (*net.UnixConn, error) {
+	f := os.NewFile(uintptr(fd), name)
+	c, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%s: not a Unix socket (%T)", name, c)
+	}
+	return uc, nil
 }
