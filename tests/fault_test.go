@@ -32,12 +32,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -104,12 +106,20 @@ type faultEnv struct {
 type faultSurvivor struct {
 	name string
 	snap func() (fault.Resources, error)
+	// stacks, if set, returns the process's goroutine profile (debug=1
+	// text): taken with the baseline and again when a leak is found, so
+	// that the failure names the goroutines gained (fault.StackDiff).
+	stacks func() (string, error)
 }
 
 // thisProcess is the test process as a survivor: it holds the workloads'
 // side of every VM (and, for an in-process agent, the agent).
 var thisProcess = faultSurvivor{name: "the test process", snap: func() (fault.Resources, error) {
 	return fault.Snapshot(0, func() (int, error) { return runtime.NumGoroutine(), nil })
+}, stacks: func() (string, error) {
+	var b strings.Builder
+	err := pprof.Lookup("goroutine").WriteTo(&b, 1)
+	return b.String(), err
 }}
 
 // vmName returns a fresh VM name of the env's.
@@ -169,6 +179,11 @@ func (e *faultEnv) baseline(t *testing.T, exceptB bool) ([]faultSurvivor, []faul
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
+		if s.stacks != nil {
+			if r.Stacks, err = s.stacks(); err != nil {
+				t.Fatalf("%s: goroutine profile: %v", s.name, err)
+			}
+		}
 		base[i] = r
 	}
 	return ss, base
@@ -194,6 +209,13 @@ func checkLeaksWithin(t *testing.T, ss []faultSurvivor, base []fault.Resources, 
 		}
 		if err := fault.Settle(ctx, s.name, base[i], s.snap); err != nil {
 			t.Error(err)
+			if s.stacks != nil && base[i].Stacks != "" {
+				if now, err := s.stacks(); err != nil {
+					t.Logf("%s: goroutine profile: %v", s.name, err)
+				} else {
+					t.Logf("%s: goroutines beyond its baseline:\n%s", s.name, fault.StackDiff(base[i].Stacks, now))
+				}
+			}
 		} else if d := time.Since(t0); d > time.Second {
 			t.Logf("%s settled after %v; it held at first: %s", s.name, d.Round(time.Millisecond), first)
 		}
@@ -835,7 +857,7 @@ const faultMetricsPort = 9464
 func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.ClusterOptions, args []string) {
 	o.Hosts, o.Netns = 2, testenv.NetnsOn
 	o.ExtraArgs = func(h *testenv.Host) []string {
-		return append([]string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}, args...)
+		return append([]string{"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String(), "--metrics-pprof"}, args...)
 	}
 	c := testenv.StartCluster(t, o)
 	ha, hb := c.Hosts[0], c.Hosts[1]
@@ -946,21 +968,39 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 }
 
 // agentSurvivor is h's agent as a survivor: its descriptors and mappings
-// from /proc, its goroutines from its metrics (go_goroutines).
+// from /proc, its goroutines from its metrics (go_goroutines) and their
+// stacks from its /debug/pprof/ (--metrics-pprof).
 func agentSurvivor(h *testenv.Host) faultSurvivor {
 	return faultSurvivor{name: h.Name + "'s agent", snap: func() (fault.Resources, error) {
 		return fault.Snapshot(h.Pid(), func() (int, error) { return scrapeGoroutines(h) })
+	}, stacks: func() (string, error) {
+		resp, err := getMetricsPort(h, "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
 	}}
 }
 
-// scrapeGoroutines reads go_goroutines from h's agent's metrics, over a
+// getMetricsPort GETs path from h's agent's metrics address, over a
 // connection made in h's namespace and closed after.
-func scrapeGoroutines(h *testenv.Host) (int, error) {
+func getMetricsPort(h *testenv.Host, path string) (*http.Response, error) {
 	tr := &http.Transport{DisableKeepAlives: true, DialContext: h.Dial}
 	defer tr.CloseIdleConnections()
 	c := &http.Client{Transport: tr, Timeout: waitTimeout}
-	url := "http://" + netip.AddrPortFrom(h.Addr(), faultMetricsPort).String() + "/metrics"
-	resp, err := c.Get(url)
+	resp, err := c.Get("http://" + netip.AddrPortFrom(h.Addr(), faultMetricsPort).String() + path)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s from %s's agent: %s", path, h.Name, resp.Status)
+	}
+	return resp, err
+}
+
+// scrapeGoroutines reads go_goroutines from h's agent's metrics.
+func scrapeGoroutines(h *testenv.Host) (int, error) {
+	resp, err := getMetricsPort(h, "/metrics")
 	if err != nil {
 		return 0, err
 	}
@@ -972,7 +1012,7 @@ func scrapeGoroutines(h *testenv.Host) (int, error) {
 			return int(n), err
 		}
 	}
-	return 0, fmt.Errorf("%s has no go_goroutines", url)
+	return 0, fmt.Errorf("%s's agent's /metrics has no go_goroutines", h.Name)
 }
 
 // caseCut cuts host B's link (ip link set eth0 down in its namespace) for

@@ -119,6 +119,10 @@ type Config struct {
 	// MetricsNoQPSeries leaves the per-QP series out of the metrics
 	// (metrics.Options.NoQPSeries).
 	MetricsNoQPSeries bool
+	// MetricsPprof adds Go's profiles (net/http/pprof: goroutines, heap,
+	// CPU) under /debug/pprof/ to the metrics endpoint, behind the same
+	// web configuration; off by default, as etcd's --enable-pprof.
+	MetricsPprof bool
 	// Clock is the time source of the QPs' RC timers (retry, RNR and
 	// response timeouts); nil is the real clock. Tests pass a fake.
 	Clock clock.Clock

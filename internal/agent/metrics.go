@@ -4,8 +4,8 @@ package agent
 
 // The agent's metrics endpoint (Config.MetricsListen): an HTTP server of
 // its own, serving /metrics, /healthz and /readyz (package metrics) from
-// the agent's status report and health; started by New, stopped by
-// shutdown. Config.MetricsWebConfig adds TLS and basic authentication
+// the agent's status report and health, and with Config.MetricsPprof Go's
+// profiles under /debug/pprof/; started by New, stopped by shutdown. Config.MetricsWebConfig adds TLS and basic authentication
 // through the Prometheus exporter toolkit's web configuration file, the
 // same file as node_exporter's --web.config.file.
 
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/exporter-toolkit/web"
@@ -42,6 +43,13 @@ func (a *Agent) startMetrics(addr string) error {
 	healthz, readyz := metrics.HealthHandlers(metricsSource{a})
 	mux.Handle("/healthz", healthz)
 	mux.Handle("/readyz", readyz)
+	if a.cfg.MetricsPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index) // the named profiles: goroutine, heap, …
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	a.metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	a.metricsAddr = ln.Addr()
 	go func() {

@@ -58,6 +58,7 @@ func newFlags(name string) *flags {
 	fs.StringVar(&cfg.Host, "host", "", "host name (default: the system's)")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz (e.g. 127.0.0.1:9464; default: none)")
 	fs.StringVar(&cfg.MetricsWebConfig, "web.config.file", "", "serve the metrics with TLS and basic authentication as this web configuration file says (the Prometheus exporter toolkit's, as node_exporter's --web.config.file: tls_server_config, basic_auth_users)")
+	fs.BoolVar(&cfg.MetricsPprof, "metrics-pprof", false, "also serve Go's profiles (goroutines, heap, CPU) at http://ADDR/debug/pprof/ on the metrics address, behind its web configuration: for debugging, as etcd's --enable-pprof")
 	fs.BoolVar(&cfg.MetricsNoQPSeries, "metrics-no-qp-series", false, "leave the per-QP series (vrdma_qp_*) out of the metrics: the adapters' counters, which include their QPs', stay")
 	fs.IntVar(&cfg.Limits.MaxQP, "max-qp", agent.DefaultLimits.MaxQP, "QPs per VM workload's context (max_qp)")
 	fs.IntVar(&cfg.Limits.MaxCQ, "max-cq", agent.DefaultLimits.MaxCQ, "CQs per VM workload's context (max_cq)")

@@ -5,6 +5,7 @@ package fault
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,12 @@ type Resources struct {
 	Mappings int
 	// Goroutines is the number of goroutines, -1 if unknown.
 	Goroutines int
+	// Stacks, if known, is the process's goroutine profile in pprof's
+	// debug=1 text (each distinct stack once, with its count), kept with a
+	// baseline so that a goroutine leak can be named by StackDiff. Snapshot
+	// leaves it empty: taking it stops the world, too dear for Settle's
+	// loop.
+	Stacks string
 }
 
 // Snapshot returns the resources of process pid (0: this process);
@@ -105,4 +112,68 @@ func Settle(ctx context.Context, who string, base Resources, snap func() (Resour
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// StackDiff names the goroutines that profile now (pprof's goroutine
+// profile, debug=1 text) holds beyond profile base: each stack whose count
+// grew, with how many more, most first; "" if none grew or a profile does
+// not parse. A stack is compared by its functions and lines, not by its
+// program counters' addresses (the "N @ 0x…" header), which are the same
+// for one binary anyway.
+func StackDiff(base, now string) string {
+	b, n := stackCounts(base), stackCounts(now)
+	type grown struct {
+		stack string
+		more  int
+	}
+	var out []grown
+	for _, k := range slices.Sorted(maps.Keys(n)) {
+		if d := n[k] - b[k]; d > 0 {
+			out = append(out, grown{k, d})
+		}
+	}
+	slices.SortStableFunc(out, func(x, y grown) int { return y.more - x.more })
+	var sb strings.Builder
+	for _, g := range out {
+		fmt.Fprintf(&sb, "%d more goroutines at:\n%s\n", g.more, g.stack)
+	}
+	return sb.String()
+}
+
+// stackCounts parses a goroutine profile in debug=1 text into its stacks
+// (the "#" lines of each record, addresses dropped) and their counts.
+func stackCounts(profile string) map[string]int {
+	counts := map[string]int{}
+	for _, rec := range strings.Split(profile, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(rec), "\n")
+		if strings.HasPrefix(lines[0], "goroutine profile:") {
+			lines = lines[1:] // the first record follows the header's line
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		nStr, _, ok := strings.Cut(lines[0], " @ ")
+		n, err := strconv.Atoi(nStr)
+		if !ok || err != nil {
+			continue // not a record
+		}
+		var frames []string
+		for _, l := range lines[1:] {
+			l = strings.TrimSpace(l)
+			if !strings.HasPrefix(l, "#") {
+				continue
+			}
+			// "#\t0x4a1b2c\tpkg.fn+0x2c\t/path/file.go:12": keep the
+			// function (without its offset) and the file:line.
+			f := strings.Fields(l)
+			if len(f) >= 4 {
+				fn, _, _ := strings.Cut(f[2], "+0x")
+				frames = append(frames, "\t"+fn+" "+f[3])
+			}
+		}
+		if len(frames) > 0 {
+			counts[strings.Join(frames, "\n")] += n
+		}
+	}
+	return counts
 }

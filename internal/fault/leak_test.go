@@ -6,7 +6,9 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,5 +65,44 @@ func TestFaultLeaksCaught(t *testing.T) {
 	defer cancel2()
 	if err := Settle(ctx2, "this process", base, snap); err != nil {
 		t.Fatalf("once released: %v", err)
+	}
+}
+
+// leakedParker is a function of its own so that its frame names the
+// goroutines TestStackDiffNamesLeak leaks.
+func leakedParker(stop <-chan struct{}) { <-stop }
+
+// TestStackDiffNamesLeak: three goroutines started after a baseline
+// profile show in StackDiff as "3 more" at the function they wait in, and
+// nothing shows once they are gone.
+func TestStackDiffNamesLeak(t *testing.T) {
+	profile := func() string {
+		var b strings.Builder
+		if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	base := profile()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { leakedParker(stop) })
+	}
+	for runtime.NumGoroutine() < 4 { // this one and the three, at least
+		runtime.Gosched()
+	}
+	time.Sleep(10 * time.Millisecond) // parked in leakedParker
+	d := StackDiff(base, profile())
+	if !strings.Contains(d, "3 more goroutines at:") || !strings.Contains(d, "fault.leakedParker") {
+		t.Errorf("StackDiff after 3 goroutines parked in leakedParker:\n%s", d)
+	}
+	close(stop)
+	wg.Wait()
+	if d := StackDiff(base, profile()); strings.Contains(d, "leakedParker") {
+		t.Errorf("StackDiff names leakedParker after its goroutines ended:\n%s", d)
+	}
+	if d := StackDiff("not a profile", "goroutine profile: total 1\n\nx @ y\n"); d != "" {
+		t.Errorf("StackDiff of unparsable profiles = %q, want empty", d)
 	}
 }
