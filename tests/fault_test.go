@@ -203,9 +203,14 @@ func checkLeaksWithin(t *testing.T, ss []faultSurvivor, base []fault.Resources, 
 	defer cancel()
 	for i, s := range ss {
 		t0 := time.Now()
-		first := ""
+		first, firstStacks := "", ""
 		if r, err := s.snap(); err == nil {
 			first = r.Leaks(base[i])
+			if r.Goroutines > base[i].Goroutines && s.stacks != nil && base[i].Stacks != "" {
+				if now, err := s.stacks(); err == nil {
+					firstStacks = fault.StackDiff(base[i].Stacks, now)
+				}
+			}
 		}
 		if err := fault.Settle(ctx, s.name, base[i], s.snap); err != nil {
 			t.Error(err)
@@ -217,7 +222,7 @@ func checkLeaksWithin(t *testing.T, ss []faultSurvivor, base []fault.Resources, 
 				}
 			}
 		} else if d := time.Since(t0); d > time.Second {
-			t.Logf("%s settled after %v; it held at first: %s", s.name, d.Round(time.Millisecond), first)
+			t.Logf("%s settled after %v; it held at first: %s\n%s", s.name, d.Round(time.Millisecond), first, firstStacks)
 		}
 	}
 }
