@@ -28,7 +28,6 @@ package vrdma_test
 // fault.WorkloadEnv set: TestMain hands it to fault.WorkloadMain.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +40,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -973,51 +971,32 @@ func testFaultCluster(t *testing.T, name string, path vrdma.PathKind, o testenv.
 }
 
 // agentSurvivor is h's agent as a survivor: its descriptors and mappings
-// from /proc, its goroutines from its metrics (go_goroutines) and their
-// stacks from its /debug/pprof/ (--metrics-pprof).
+// from /proc, its goroutines and their stacks from its /debug/pprof/
+// (--metrics-pprof), leaving out the goroutines of its HTTP server, which
+// come and go with the survivor's own scrapes.
 func agentSurvivor(h *testenv.Host) faultSurvivor {
-	return faultSurvivor{name: h.Name + "'s agent", snap: func() (fault.Resources, error) {
-		return fault.Snapshot(h.Pid(), func() (int, error) { return scrapeGoroutines(h) })
-	}, stacks: func() (string, error) {
-		resp, err := getMetricsPort(h, "/debug/pprof/goroutine?debug=1")
+	stacks := func() (string, error) {
+		tr := &http.Transport{DisableKeepAlives: true, DialContext: h.Dial}
+		defer tr.CloseIdleConnections()
+		c := &http.Client{Transport: tr, Timeout: waitTimeout}
+		url := "http://" + netip.AddrPortFrom(h.Addr(), faultMetricsPort).String() + "/debug/pprof/goroutine?debug=1"
+		resp, err := c.Get(url)
 		if err != nil {
 			return "", err
 		}
 		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
 		b, err := io.ReadAll(resp.Body)
 		return string(b), err
+	}
+	return faultSurvivor{name: h.Name + "'s agent", stacks: stacks, snap: func() (fault.Resources, error) {
+		return fault.Snapshot(h.Pid(), func() (int, error) {
+			p, err := stacks()
+			return fault.CountGoroutines(p, "net/http.(*conn).serve"), err
+		})
 	}}
-}
-
-// getMetricsPort GETs path from h's agent's metrics address, over a
-// connection made in h's namespace and closed after.
-func getMetricsPort(h *testenv.Host, path string) (*http.Response, error) {
-	tr := &http.Transport{DisableKeepAlives: true, DialContext: h.Dial}
-	defer tr.CloseIdleConnections()
-	c := &http.Client{Transport: tr, Timeout: waitTimeout}
-	resp, err := c.Get("http://" + netip.AddrPortFrom(h.Addr(), faultMetricsPort).String() + path)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s from %s's agent: %s", path, h.Name, resp.Status)
-	}
-	return resp, err
-}
-
-// scrapeGoroutines reads go_goroutines from h's agent's metrics.
-func scrapeGoroutines(h *testenv.Host) (int, error) {
-	resp, err := getMetricsPort(h, "/metrics")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			return int(n), err
-		}
-	}
-	return 0, fmt.Errorf("%s's agent's /metrics has no go_goroutines", h.Name)
 }
 
 // caseCut cuts host B's link (ip link set eth0 down in its namespace) for

@@ -140,6 +140,20 @@ func StackDiff(base, now string) string {
 	return sb.String()
 }
 
+// CountGoroutines returns how many goroutines profile (pprof's goroutine
+// profile, debug=1 text) holds, leaving out those whose stack passes
+// through one of the functions except (a monitor's own footprint, such as
+// the HTTP server's goroutine serving the scrape that took the profile).
+func CountGoroutines(profile string, except ...string) int {
+	n := 0
+	for stack, c := range stackCounts(profile) {
+		if !slices.ContainsFunc(except, func(fn string) bool { return strings.Contains(stack, "\t"+fn+" ") }) {
+			n += c
+		}
+	}
+	return n
+}
+
 // stackCounts parses a goroutine profile in debug=1 text into its stacks
 // (the "#" lines of each record, addresses dropped) and their counts.
 func stackCounts(profile string) map[string]int {

@@ -93,7 +93,11 @@ func TestStackDiffNamesLeak(t *testing.T) {
 		runtime.Gosched()
 	}
 	time.Sleep(10 * time.Millisecond) // parked in leakedParker
-	d := StackDiff(base, profile())
+	now := profile()
+	if n, all := CountGoroutines(now, "github.com/vrdma/vrdma/internal/fault.leakedParker"), CountGoroutines(now); n != all-3 {
+		t.Errorf("CountGoroutines leaving out leakedParker = %d, want %d (all %d, less the 3 parked)", n, all-3, all)
+	}
+	d := StackDiff(base, now)
 	if !strings.Contains(d, "3 more goroutines at:") || !strings.Contains(d, "fault.leakedParker") {
 		t.Errorf("StackDiff after 3 goroutines parked in leakedParker:\n%s", d)
 	}
