@@ -52,11 +52,16 @@ package device
 // doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays it
 // only while every try of the doorbell confirms that. A poll that takes
 // the core of the thread that posts the next work, or of the goroutine
-// that handles it, makes the cycles longer, and so loses: where polling cannot win (fewer cores than
-// spinners, work that comes later than the window), async mode is
-// doorbell mode but for one epoch in asyncProbeMax, and with a core to
-// spare it saves the workload's doorbell system call and the agent's
-// wake-up.
+// that handles it, makes the cycles longer, and so loses: where polling
+// cannot win (fewer cores than spinners, work that comes later than the
+// window), async mode is doorbell mode but for one epoch in
+// asyncProbeMax, and with a core to spare it saves the workload's
+// doorbell system call and the agent's wake-up. On two cores shared by
+// two spinning workloads, doorbell mode itself has two steady states:
+// its poll catches the next post (memcpy round trip ~11 µs) or every
+// post finds both goroutines asleep (~55 µs), and which one a run falls
+// into changes with the machine's load; polling for longer gives ~27 µs
+// in either. The cycles tell the three apart, the waits did not.
 //
 // The cores: a poller yields the CPU (sched_yield) between looks, and
 // the Go scheduler too when the agent has one P (GOMAXPROCS 1), so that
