@@ -110,7 +110,7 @@ func (q *QP) waitWork() bool {
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
 	q.PublishHead()
 	if q.vm.async {
-		q.spin.begin(&q.vm.d.gov)
+		q.spin.begin(&q.vm.d.gov, time.Now())
 	}
 	for {
 		if q.stop.Load() {
@@ -118,7 +118,7 @@ func (q *QP) waitWork() bool {
 		}
 		if q.poll(tailW) {
 			if q.vm.async {
-				q.spin.end(&q.vm.d.gov)
+				q.spin.end(&q.vm.d.gov, time.Now())
 			}
 			return !q.stop.Load()
 		}
@@ -130,7 +130,9 @@ func (q *QP) waitWork() bool {
 		q.doorbell.Wait()
 		q.ctr.Doorbells.Add(1)
 		dbW.Store(0)
-		q.spin.rung()
+		if q.vm.async {
+			q.spin.rung(time.Now())
+		}
 	}
 }
 

@@ -24,11 +24,23 @@ package device
 // doorbell mode on memcpy). The governor runs the whole agent in one
 // mode for an epoch of asyncEpoch, aligned to the wall clock so that two
 // agents of one machine (the two ends of a tcp or rdma pair) switch
-// together, and measures the async QPs' median wait for work (each wait
-// counted up to asyncWaitCap: a queue left idle says nothing about
-// either; the median, not the mean: a poll that keeps more threads
-// spinning than there are cores can shorten the tail of the waits and
-// still double the typical one, measured on the memcpy ping-pong).
+// together, and measures the async QPs' median cycle: the time from one
+// work the QP's goroutine picked up to its next — the handling of the
+// work, then the wait for more. For a workload that posts once its last
+// work completed (a ping-pong, any request-response loop) that is its
+// round trip as the library sees it, post to post, measured with nothing
+// the library reports; for one that posts on its own clock it is that
+// clock in either mode, a tie. A cycle counts up to asyncCycleCap (a
+// queue left idle says nothing about either mode), and only when it lay
+// in one epoch (one mode). It used to measure the wait alone, which
+// misjudged: polling shortens the wait (the goroutine is on a core when
+// the post lands) while it stretches the rest of the round trip (the
+// goroutine's own handling, the workload's reaction, each delayed by the
+// spinners that share its cores), so the wait said polling won where the
+// round trip was 2× doorbell mode's (memcpy, two cores, two spinning
+// workloads). The median, not the mean: a poll that keeps more threads
+// spinning than there are cores can shorten the tail and still double
+// the typical cycle.
 //
 // Doorbell mode is the incumbent at first. One epoch in gap tries the
 // other (gap from asyncProbeMin, doubling up to asyncProbeMax while the
@@ -36,15 +48,20 @@ package device
 // is tried only if at least one wait in asyncSleepy of the last doorbell
 // epoch slept until its doorbell rang — otherwise doorbell mode's own
 // poll caught the work and a longer one cannot bring it sooner. Polling
-// becomes the incumbent when its median wait was shorter than the
+// becomes the incumbent when its median cycle was shorter than the
 // doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays it
 // only while every try of the doorbell confirms that. A poll that takes
-// the core of the thread that posts the next work makes the waits
-// longer, and so loses: where polling cannot win (fewer cores than
-// spinners, work that comes later than the window), async mode is
-// doorbell mode but for one epoch in asyncProbeMax, and with a core to
-// spare it saves the workload's doorbell system call and the agent's
-// wake-up.
+// the core of the thread that posts the next work, or of the goroutine
+// that handles it, makes the cycles longer, and so loses: where polling
+// cannot win (fewer cores than spinners, work that comes later than the
+// window), async mode is doorbell mode but for one epoch in
+// asyncProbeMax, and with a core to spare it saves the workload's
+// doorbell system call and the agent's wake-up. On two cores shared by
+// two spinning workloads, doorbell mode itself has two steady states:
+// its poll catches the next post (memcpy round trip ~11 µs) or every
+// post finds both goroutines asleep (~55 µs), and which one a run falls
+// into changes with the machine's load; polling for longer gives ~27 µs
+// in either. The cycles tell the three apart, the waits did not.
 //
 // The cores: a poller yields the CPU (sched_yield) between looks, and
 // the Go scheduler too when the agent has one P (GOMAXPROCS 1), so that
@@ -62,8 +79,12 @@ import (
 )
 
 // The bounds of async mode's polling window; the epoch of the agent's
-// choice between polling and the doorbell, the waits an epoch needs to
-// count, the longest wait it counts, the fewest and the most epochs
+// choice between polling and the doorbell, and the start of each epoch
+// whose cycles do not count (the machine settling into the epoch's mode:
+// cycles that follow a polling epoch are polling's length, too long for
+// doorbell mode's short poll, until every QP of the round trip has slept
+// once or caught its work); the cycles an epoch needs to count, the
+// longest cycle it counts, the fewest and the most epochs
 // between two tries of the mode that lost (powers of two: two agents
 // with different gaps still try together at the larger one's), and the
 // tries in a row polling must win to take over.
@@ -71,8 +92,9 @@ const (
 	asyncSpinMin    = 5 * time.Microsecond
 	asyncSpinMax    = 500 * time.Microsecond
 	asyncEpoch      = 10 * time.Millisecond
-	asyncMinWaits   = 16
-	asyncWaitCap    = time.Millisecond
+	asyncSettle     = 2 * time.Millisecond
+	asyncMinCycles  = 16
+	asyncCycleCap   = time.Millisecond
 	asyncProbeMin   = 4
 	asyncProbeMax   = 64
 	asyncWinsToPoll = 2
@@ -82,26 +104,29 @@ const (
 // asyncGovernor is an agent's choice between polling and the doorbell
 // for its async-mode QPs (see the top of the file); a Device's. Every
 // async QP's goroutine reads the mode at the start of each wait (begin)
-// and reports the wait when work ends it (record); the first goroutine
-// to begin a wait in a new epoch closes the last one.
+// and reports the wait and the cycle it closes when work ends it
+// (record); the first goroutine to begin a wait in a new epoch closes
+// the last one.
 type asyncGovernor struct {
 	// state is the epoch in progress and its mode, epoch<<1 | polling:
 	// what begin reads without the lock.
 	state atomic.Uint64
 
 	mu sync.Mutex
-	// The epoch in progress (wall-clock nanoseconds / asyncEpoch), and
-	// its waits so far and their lengths (waitBucket).
-	epoch int64               // +checklocks:mu
-	waits int                 // +checklocks:mu
-	slept int                 // +checklocks:mu
-	hist  [waitBuckets]uint32 // +checklocks:mu
+	// The epoch in progress (wall-clock nanoseconds / asyncEpoch): its
+	// waits so far, those that slept until the doorbell, and its cycles
+	// and their lengths (waitBucket).
+	epoch  int64               // +checklocks:mu
+	waits  int                 // +checklocks:mu
+	slept  int                 // +checklocks:mu
+	cycles int                 // +checklocks:mu
+	hist   [waitBuckets]uint32 // +checklocks:mu
 	// sleepy: in the last doorbell epoch that counted, at least one wait
 	// in asyncSleepy ended by the doorbell (slept). Otherwise doorbell
 	// mode's own poll catches the work, polling longer cannot bring it
 	// sooner, and the tries of polling are skipped.
 	sleepy bool // +checklocks:mu
-	// The median wait of the last epoch of each mode that counted:
+	// The median cycle of the last epoch of each mode that counted:
 	// [0] doorbell, [1] polling; 0: none yet; and that epoch.
 	med [2]time.Duration // +checklocks:mu
 	at  [2]int64         // +checklocks:mu
@@ -140,14 +165,14 @@ func (g *asyncGovernor) begin(now time.Time) (int64, bool) {
 func probe(e, gap int64) bool { return e%gap == 0 }
 
 // rollLocked closes the epoch in progress and begins e: it learns from
-// the closed epoch's median wait, and from a try of the other mode which
+// the closed epoch's median cycle, and from a try of the other mode which
 // mode wins.
 //
 // +checklocks:g.mu
 func (g *asyncGovernor) rollLocked(e int64) {
 	if g.gap == 0 { // the first wait: doorbell mode first
 		g.gap = asyncProbeMin
-	} else if g.waits >= asyncMinWaits {
+	} else if g.cycles >= asyncMinCycles {
 		polled := g.state.Load()&1 == 1
 		i := 0
 		if polled {
@@ -184,7 +209,7 @@ func (g *asyncGovernor) rollLocked(e int64) {
 			}
 		}
 	}
-	g.epoch, g.waits, g.slept, g.hist = e, 0, 0, [waitBuckets]uint32{}
+	g.epoch, g.waits, g.slept, g.cycles, g.hist = e, 0, 0, 0, [waitBuckets]uint32{}
 	var polling uint64
 	if g.incumbent || probe(e, g.gap) && g.sleepy {
 		polling = 1
@@ -195,24 +220,28 @@ func (g *asyncGovernor) rollLocked(e int64) {
 	g.state.Store(uint64(e)<<1 | polling)
 }
 
-// record counts a wait of epoch e that lasted d and ended with work;
-// slept: it slept until the doorbell rang.
-func (g *asyncGovernor) record(e int64, d time.Duration, slept bool) {
+// record counts a wait of epoch e that ended with work (slept: it slept
+// until the doorbell rang) and, if cycled, the cycle it closed, of
+// length d.
+func (g *asyncGovernor) record(e int64, slept bool, d time.Duration, cycled bool) {
 	g.mu.Lock()
 	if e == g.epoch {
 		g.waits++
 		if slept {
 			g.slept++
 		}
-		g.hist[waitBucket(min(d, asyncWaitCap))]++
+		if cycled {
+			g.cycles++
+			g.hist[waitBucket(min(d, asyncCycleCap))]++
+		}
 	}
 	g.mu.Unlock()
 }
 
-// Wait lengths are counted in buckets of an eighth of an octave
+// Cycle lengths are counted in buckets of an eighth of an octave
 // (2^(1/8), 9 %): a length of n ≥ 4 bits whose three bits after the
 // leading one are k is in bucket 8(n-3)+k; lengths below 8 ns have a
-// bucket each. Up to 2^21 ns (asyncWaitCap is less).
+// bucket each. Up to 2^21 ns (asyncCycleCap is less).
 const waitBuckets = 8 * 19
 
 // waitBucket is the bucket of length d.
@@ -234,18 +263,18 @@ func bucketFloor(b int) time.Duration {
 	return time.Duration((8 | uint64(k)) << (n - 4))
 }
 
-// medianLocked is the median wait of the epoch in progress, to a
-// bucket's precision; it has waits.
+// medianLocked is the median cycle of the epoch in progress, to a
+// bucket's precision; it has cycles.
 //
 // +checklocks:g.mu
 func (g *asyncGovernor) medianLocked() time.Duration {
 	seen := 0
 	for b, c := range g.hist {
-		if seen += int(c); 2*seen >= g.waits {
+		if seen += int(c); 2*seen >= g.cycles {
 			return max(bucketFloor(b), 1)
 		}
 	}
-	return asyncWaitCap
+	return asyncCycleCap
 }
 
 // asyncSpin is what an async-mode QP's goroutine knows of its waits; the
@@ -255,25 +284,30 @@ type asyncSpin struct {
 	start  time.Time     // the start of the last poll that found nothing
 	polled bool          // the wait polled and found nothing (start is set)
 
-	begun   time.Time // the start of the wait in progress
-	epoch   int64     // its epoch of the governor
+	last    time.Time // when the last wait ended with work: the cycle in progress began
+	epoch   int64     // the governor's epoch of the wait in progress
 	polling bool      // it polls
 	slept   bool      // it slept until the doorbell rang
 }
 
-// begin starts a wait under g.
-func (s *asyncSpin) begin(g *asyncGovernor) {
+// begin starts a wait under g at now.
+func (s *asyncSpin) begin(g *asyncGovernor, now time.Time) {
 	if s.window == 0 {
 		s.window = asyncSpinMin
 	}
-	s.begun = time.Now()
-	s.epoch, s.polling = g.begin(s.begun)
+	s.epoch, s.polling = g.begin(now)
 }
 
-// end ends the wait begun last: work came.
-func (s *asyncSpin) end(g *asyncGovernor) {
-	g.record(s.epoch, time.Since(s.begun), s.slept)
-	s.slept = false
+// end ends the wait begun last, at now: work came. The cycle it closes
+// (from the last work, through that work's handling and this wait)
+// counts if it began in the wait's epoch, asyncSettle or more after its
+// start: all of it in one mode, settled. The QP's first cycle, and those
+// of each epoch's first asyncSettle, do not count.
+func (s *asyncSpin) end(g *asyncGovernor, now time.Time) {
+	from := s.last.UnixNano()
+	cycled := !s.last.IsZero() && from/int64(asyncEpoch) == s.epoch && from%int64(asyncEpoch) >= int64(asyncSettle)
+	g.record(s.epoch, s.slept, now.Sub(s.last), cycled)
+	s.slept, s.last = false, now
 }
 
 // polledFor learns from a poll that started at start: found, work came
@@ -285,15 +319,16 @@ func (s *asyncSpin) polledFor(start time.Time, waited time.Duration, found bool)
 	}
 }
 
-// rung learns from the doorbell that ended a wait whose poll found
-// nothing: work that came soon after the window is a window too short.
-func (s *asyncSpin) rung() {
+// rung learns from the doorbell that rang at now and ended a wait whose
+// poll found nothing: work that came soon after the window is a window
+// too short.
+func (s *asyncSpin) rung(now time.Time) {
 	s.slept = true
 	if !s.polled {
 		return
 	}
 	s.polled = false
-	s.window = clampSpin(2 * time.Since(s.start))
+	s.window = clampSpin(2 * now.Sub(s.start))
 }
 
 func clampSpin(d time.Duration) time.Duration { return min(max(d, asyncSpinMin), asyncSpinMax) }

@@ -8,8 +8,8 @@ import (
 )
 
 // runEpochs drives g through n epochs from epoch first, each with waits
-// waits whose length wait gives for the epoch's mode, and returns how
-// many of them polled.
+// waits, each closing a cycle whose length wait gives for the epoch's
+// mode, and returns how many of them polled.
 func runEpochs(g *asyncGovernor, first int64, n, waits int, wait func(polling bool) time.Duration) (polled int) {
 	return runEpochsSleeping(g, first, n, waits, true, wait)
 }
@@ -27,7 +27,7 @@ func runEpochsSleeping(g *asyncGovernor, first int64, n, waits int, sleep bool, 
 			polled++
 		}
 		for range waits {
-			g.record(ep, wait(polling), !polling && sleep)
+			g.record(ep, !polling && sleep, wait(polling), true)
 		}
 	}
 	return polled
@@ -98,7 +98,7 @@ func TestAsyncGovernorTiesSleep(t *testing.T) {
 		}},
 		"idle":               {32, func(p bool) time.Duration { return time.Second }},
 		"a win in two tries": {32, nil},
-		"few waits": {asyncMinWaits - 1, func(p bool) time.Duration {
+		"few waits": {asyncMinCycles - 1, func(p bool) time.Duration {
 			if p {
 				return time.Microsecond
 			}
@@ -153,14 +153,14 @@ func TestAsyncGovernorEpochs(t *testing.T) {
 			t.Fatalf("epoch %d: agent a polls %v, b %v", e, pa, pb)
 		}
 		for range 32 {
-			a.record(e, wait(pa), !pa)
-			b.record(e, wait(pb), !pb)
+			a.record(e, !pa, wait(pa), true)
+			b.record(e, !pb, wait(pb), true)
 		}
 	}
 	var g asyncGovernor
 	e, _ := g.begin(time.Unix(0, first*int64(asyncEpoch)))
 	g.begin(time.Unix(0, (first+1)*int64(asyncEpoch)))
-	g.record(e, time.Microsecond, true)
+	g.record(e, true, time.Microsecond, true)
 	if _, polling := g.begin(time.Unix(0, (first-5)*int64(asyncEpoch))); polling {
 		t.Error("a clock that went back polls")
 	}
@@ -171,10 +171,10 @@ func TestAsyncGovernorEpochs(t *testing.T) {
 	}
 }
 
-// Each wait length falls in the bucket whose floor is the greatest not
-// above it, and the median of an epoch is its middle wait's floor.
+// Each cycle length falls in the bucket whose floor is the greatest not
+// above it, and the median of an epoch is its middle cycle's floor.
 func TestWaitBuckets(t *testing.T) {
-	for d := time.Duration(0); d <= asyncWaitCap; d = d + 1 + d/97 {
+	for d := time.Duration(0); d <= asyncCycleCap; d = d + 1 + d/97 {
 		b := waitBucket(d)
 		if f := bucketFloor(b); f > d || b+1 < waitBuckets && bucketFloor(b+1) <= d {
 			t.Fatalf("%v in bucket %d of floor %v, next floor %v", d, b, f, bucketFloor(b+1))
@@ -183,7 +183,7 @@ func TestWaitBuckets(t *testing.T) {
 	var g asyncGovernor
 	e, _ := g.begin(time.Unix(0, 3*int64(asyncEpoch)))
 	for _, d := range []time.Duration{time.Millisecond, 3 * time.Microsecond, 40 * time.Microsecond, 5 * time.Microsecond, time.Second} {
-		g.record(e, d, false)
+		g.record(e, false, d, true)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -215,5 +215,139 @@ func TestAsyncGovernorNoTryWithoutSleeps(t *testing.T) {
 	})
 	if p == 0 || !g.incumbent {
 		t.Errorf("doorbell waits that sleep: %d of %d epochs polled, incumbent polling %v; want polling", p, n, g.incumbent)
+	}
+}
+
+// pingPong drives g with nqp QPs' goroutines (asyncSpin, as waitWork
+// drives it) on a clock of its own from epoch first for n epochs: each
+// QP in turn waits for work (a doorbell-mode wait sleeps until its
+// doorbell rings) and handles it, for the lengths its mode gives. It
+// returns the epochs that polled.
+func pingPong(g *asyncGovernor, first int64, n, nqp int, wait, handle func(polling bool) time.Duration) (polled int) {
+	qps := make([]asyncSpin, nqp)
+	now := time.Unix(0, first*int64(asyncEpoch))
+	end := now.Add(time.Duration(n) * asyncEpoch)
+	last := int64(-1)
+	for now.Before(end) {
+		for i := range qps {
+			s := &qps[i]
+			s.begin(g, now)
+			if e := now.UnixNano() / int64(asyncEpoch); e != last {
+				last = e
+				if s.polling {
+					polled++
+				}
+			}
+			now = now.Add(wait(s.polling))
+			if !s.polling {
+				s.rung(now)
+			}
+			s.end(g, now)
+			now = now.Add(handle(s.polling))
+		}
+	}
+	return polled
+}
+
+// The governor judges each mode by the round trip, not by the wait: a
+// poll that brings the work to the goroutine sooner but slows the rest of
+// the round trip more (the goroutine's own handling and the workload's
+// reaction, on cores its spinning shares) loses, and one that shortens
+// the round trip wins. Judged by the wait, as it was, the first case
+// chose polling: the polling waits are 8× shorter.
+func TestAsyncGovernorJudgesTheRoundTrip(t *testing.T) {
+	n := 8 * asyncProbeMax
+	t.Run("shorter waits, longer round trips", func(t *testing.T) {
+		var g asyncGovernor
+		// Polling: 1 µs waits, 15 µs of handling (16 a cycle);
+		// doorbell: 8 µs waits, 3 µs of handling (11).
+		p := pingPong(&g, 11_000_001, n, 2, func(polling bool) time.Duration {
+			if polling {
+				return time.Microsecond
+			}
+			return 8 * time.Microsecond
+		}, func(polling bool) time.Duration {
+			if polling {
+				return 15 * time.Microsecond
+			}
+			return 3 * time.Microsecond
+		})
+		if g.incumbent || g.switches != 0 {
+			t.Errorf("polling became the incumbent (%d switches) though its round trips are 16 µs against 11", g.switches)
+		}
+		if p > n/asyncProbeMin+1 {
+			t.Errorf("%d of %d epochs polled, want at most one in %d", p, n, asyncProbeMin)
+		}
+		if p == 0 {
+			t.Error("polling was never tried")
+		}
+	})
+	t.Run("shorter round trips", func(t *testing.T) {
+		var g asyncGovernor
+		// Polling: 1 µs waits, 3 µs of handling (4);
+		// doorbell: 20 µs waits, 3 µs of handling (23).
+		p := pingPong(&g, 12_000_001, n, 2, func(polling bool) time.Duration {
+			if polling {
+				return time.Microsecond
+			}
+			return 20 * time.Microsecond
+		}, func(bool) time.Duration { return 3 * time.Microsecond })
+		if !g.incumbent {
+			t.Errorf("polling is not the incumbent though its round trips are 4 µs against 23 (%d switches)", g.switches)
+		}
+		if p < n*3/4 {
+			t.Errorf("%d of %d epochs polled, want most", p, n)
+		}
+	})
+}
+
+// A QP's first cycle, a cycle that began in an earlier epoch (in another
+// mode, perhaps) and one that began in its epoch's first asyncSettle
+// count no cycle, though their waits count.
+func TestAsyncSpinCycles(t *testing.T) {
+	var g asyncGovernor
+	var s asyncSpin
+	// at is us µs after epoch e's settling.
+	at := func(e int64, us int) time.Time {
+		return time.Unix(0, e*int64(asyncEpoch)+int64(asyncSettle)+int64(us)*int64(time.Microsecond))
+	}
+	cycles := func() (int, int) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.waits, g.cycles
+	}
+	const e = 20_000_001
+	// Work in the settling: the cycles that start there do not count.
+	s.begin(&g, at(e, -20))
+	s.end(&g, at(e, -10))
+	s.begin(&g, at(e, -5))
+	s.end(&g, at(e, -1))
+	if w, c := cycles(); w != 2 || c != 0 {
+		t.Fatalf("the first wait and a cycle begun settling: %d waits, %d cycles; want 2, 0", w, c)
+	}
+	s.begin(&g, at(e, 1))
+	s.end(&g, at(e, 2))
+	if w, c := cycles(); w != 3 || c != 0 {
+		t.Fatalf("a cycle begun 1 µs before the settling's end: %d waits, %d cycles; want 3, 0", w, c)
+	}
+	for i := range 3 {
+		s.begin(&g, at(e, 10+10*i))
+		s.end(&g, at(e, 15+10*i))
+	}
+	if w, c := cycles(); w != 6 || c != 3 {
+		t.Fatalf("three more: %d waits, %d cycles; want 6, 3", w, c)
+	}
+	// The last work was in epoch e; this wait is the next epoch's.
+	s.begin(&g, at(e+1, 1))
+	s.end(&g, at(e+1, 2))
+	if w, c := cycles(); w != 1 || c != 0 {
+		t.Fatalf("the first wait of the next epoch: %d waits, %d cycles; want 1, 0", w, c)
+	}
+	// A wait begun in e+1 that ends in e+2 counts in neither.
+	s.begin(&g, at(e+1, 5))
+	s.end(&g, at(e+2, 5))
+	s.begin(&g, at(e+2, 7))
+	if w, c := cycles(); w != 0 || c != 0 {
+		t.Fatalf("epoch e+2 after a wait across its start: %d waits, %d cycles; want 0, 0", w, c)
 	}
 }
