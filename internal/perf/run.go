@@ -305,25 +305,56 @@ func (t Test) BufSize(size int) int {
 // with idle Ps each call wakes another thread to run the goroutine, and
 // write_lat between two such processes took 22 µs instead of 7–10 (with
 // 19 context switches per round trip instead of 5–9).
+//
+// On the memcpy-direct path the agent does none of the work a loop
+// waits for (the peer's library writes, this library completes), and
+// sched_yield costs 1.35 µs in this VM: a write arriving while the waiter
+// was inside one waited for it (docs/PERF-LOG.md, "memcpy-direct latency:
+// the library's per-WR work and the spinner"). So a spinner of a direct
+// QP with a thread of its own (GOMAXPROCS 2 or more) spins without
+// yielding for its first directSpinTurns turns after each reset, as
+// perftest and ucx_perftest spin; one whose pair's other side shares its
+// only thread (vrdmactl perf --local on two cores, shareOneCore) hands
+// that thread over at every turn (Gosched), since only the other side can
+// end the wait. A wait that lasts longer (a WR relayed after all, a
+// descheduled peer) yields as on any path.
 type spinner struct {
 	ctx     context.Context
 	qp      *vrdma.QP
 	n       uint32
 	gosched bool
+	pure    uint32 // turns after a reset that never yield
+	handoff bool   // Gosched at every turn
 }
+
+// directSpinTurns is how long a spinner of a memcpy-direct QP with a
+// thread of its own spins before it starts yielding: 2^12 turns, some
+// 5–10 µs here, ten times the path's round trip.
+const directSpinTurns = 1 << 12
 
 // spinner returns s's busy-wait policy for ctx.
 func (s *Side) spinner(ctx context.Context) spinner {
-	return spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
+	sp := spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
+	if s.QP.Path().Path == vrdma.PathMemcpyDirect {
+		if runtime.GOMAXPROCS(0) > 1 {
+			sp.pure = directSpinTurns
+		} else {
+			sp.handoff = sp.gosched
+		}
+	}
+	return sp
 }
 
 func (s *spinner) spin() error {
 	s.n++
-	if s.n&63 != 0 {
+	if s.handoff {
+		runtime.Gosched()
+	}
+	if s.n&63 != 0 || s.n <= s.pure {
 		return nil
 	}
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	if s.gosched {
+	if s.gosched && !s.handoff {
 		runtime.Gosched()
 	}
 	if s.n&4095 != 0 {
