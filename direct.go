@@ -556,7 +556,7 @@ const directChunk = 4 << 20
 
 // directHoldMax is the largest signaled direct WR whose copy runs under
 // the send CQ's lock, between its rules 2 and 6 and its completion (one
-// hold instead of two): 64 KiB copy in a few microseconds, the longest a
+// hold instead of two): 64 KiB copies in a few microseconds, the longest a
 // Poll of the CQ on another thread may wait for it.
 const directHoldMax = 64 << 10
 
