@@ -306,18 +306,19 @@ func (t Test) BufSize(size int) int {
 // write_lat between two such processes took 22 µs instead of 7–10 (with
 // 19 context switches per round trip instead of 5–9).
 //
-// On the memcpy-direct path the agent does none of the work a loop
-// waits for (the peer's library writes, this library completes), and
-// sched_yield costs 1.35 µs in this VM: a write arriving while the waiter
-// was inside one waited for it (docs/PERF-LOG.md, "memcpy-direct latency:
-// the library's per-WR work and the spinner"). So a spinner of a direct
-// QP with a thread of its own (GOMAXPROCS 2 or more) spins without
-// yielding for its first directSpinTurns turns after each reset, as
-// perftest and ucx_perftest spin; one whose pair's other side shares its
-// only thread (vrdmactl perf --local on two cores, shareOneCore) hands
-// that thread over at every turn (Gosched), since only the other side can
-// end the wait. A wait that lasts longer (a WR relayed after all, a
-// descheduled peer) yields as on any path.
+// A wait that only the peer's library can end needs no agent: write_lat's
+// on the memcpy-direct path (the peer's library writes, this library
+// completes; SEND and RECV are still relayed there). sched_yield costs
+// 1.35 µs in this VM, and a write arriving while the waiter was inside one
+// waited for it (docs/PERF-LOG.md, "memcpy-direct latency: the library's
+// per-WR work and the spinner"). So the spinner of such a wait
+// (Side.peerSpinner) with a thread of its own (GOMAXPROCS 2 or more)
+// spins without yielding for its first directSpinTurns turns after each
+// reset, as perftest and ucx_perftest spin; one whose pair's other side
+// shares its only thread (vrdmactl perf --local on two cores,
+// shareOneCore) hands that thread over at every turn (Gosched), since
+// only the other side can end the wait. A wait that lasts longer (a WR
+// relayed after all, a descheduled peer) yields as on any path.
 type spinner struct {
 	ctx     context.Context
 	qp      *vrdma.QP
@@ -334,7 +335,14 @@ const directSpinTurns = 1 << 12
 
 // spinner returns s's busy-wait policy for ctx.
 func (s *Side) spinner(ctx context.Context) spinner {
-	sp := spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
+	return spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
+}
+
+// peerSpinner returns s's busy-wait policy for ctx for waits that only the
+// peer's library ends when the QP is on memcpy-direct (write_lat's): no
+// agent needs the CPU there.
+func (s *Side) peerSpinner(ctx context.Context) spinner {
+	sp := s.spinner(ctx)
 	if s.QP.Path().Path == vrdma.PathMemcpyDirect {
 		if runtime.GOMAXPROCS(0) > 1 {
 			sp.pure = directSpinTurns
@@ -822,7 +830,7 @@ func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamp
 	recvLast := 2*size - 1 // last byte of our receive half, written by the peer
 	word := abi.Word(buf, recvLast&^3)
 	shift := uint(recvLast&3) * 8
-	sp := s.spinner(ctx)
+	sp := s.peerSpinner(ctx)
 	wait := func(k int) error {
 		want := byte(k)
 		for byte(word.Load()>>shift) != want {
