@@ -61,7 +61,7 @@ func (m *MR) Rereg(ctx context.Context, flags ReregFlags, pd *PD, buf []byte, ac
 	if flags&ReregAccess != 0 {
 		m.access = access
 	}
-	v.lmrs.Store(m.lkey, &localMR{pd: m.pd, addr: m.addr, length: uint64(len(m.buf)), access: m.access}) // direct.go
+	v.setLocal(m.lkey, &localMR{lkey: m.lkey, pd: m.pd, addr: m.addr, length: uint64(len(m.buf)), access: m.access}) // direct.go
 	return nil
 }
 

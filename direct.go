@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/libdiag"
@@ -53,15 +54,38 @@ type grant struct {
 	access abi.Access
 	m      *sys.Mapping
 	mr     []byte // the region's bytes in m
+	// dropped: the grant is revoked or being unmapped (dropGrant); the
+	// QP's one-grant cache (QP.lastGrant) no longer serves it.
+	dropped atomic.Bool
 }
 
 // localMR is what the library knows of one of its regions, by lkey, for
 // the local checks of a direct WR.
 type localMR struct {
+	lkey   uint32
 	pd     *PD
 	addr   uint64 // guest address of the first byte (the Go library's iova)
 	length uint64
 	access abi.Access
+	// stale: the region was deregistered or reregistered (its entry in
+	// VM.lmrs replaced); the QPs' one-region caches (QP.lastLocal) no
+	// longer serve it.
+	stale atomic.Bool
+}
+
+// setLocal records m as the library's region with m.lkey, or forgets
+// the region with lkey when m is nil, and marks the entry it replaces
+// stale.
+func (v *VM) setLocal(lkey uint32, m *localMR) {
+	var old any
+	if m != nil {
+		old, _ = v.lmrs.Swap(lkey, m)
+	} else {
+		old, _ = v.lmrs.LoadAndDelete(lkey)
+	}
+	if lm, _ := old.(*localMR); lm != nil {
+		lm.stale.Store(true)
+	}
 }
 
 // refuseFor is how many WRs with an rkey the agent refused a grant for
@@ -222,8 +246,10 @@ func (q *QP) grantFor(rkey uint32) *grant {
 }
 
 // dropGrant forgets g, if it is still q's grant for its rkey; unmapping
-// is the caller's (the revocation reader's).
+// is the caller's (the revocation reader's). g is dead for the one-grant
+// cache whatever the map held.
 func (q *QP) dropGrant(g *grant) {
+	g.dropped.Store(true)
 	q.gmu.Lock()
 	if q.grants[g.rkey] == g {
 		delete(q.grants, g.rkey)
@@ -277,9 +303,32 @@ func (v *VM) lookupLocal(lkey uint32) *localMR {
 	return lm
 }
 
+// localFor returns the library's region with lkey for a direct WR of q:
+// the QP's last one when it has that lkey and is still registered as it
+// was, else VM.lmrs's (a sync.Map: an interface hash and a trie walk,
+// a fifth of a 4 KiB WRITE's own cost).
+//
+// +checklocks:q.sqMu
+func (q *QP) localFor(lkey uint32) *localMR {
+	if lm := q.lastLocal; lm != nil && lm.lkey == lkey && !lm.stale.Load() {
+		return lm
+	}
+	lm := q.vm.lookupLocal(lkey)
+	if lm != nil {
+		q.lastLocal = lm
+	}
+	return lm
+}
+
 // directPost executes wr on the memcpy-direct path if it can prove it
 // valid (wire-local.md §4.21, rules 1-6), and reports whether it did;
 // false: post it to the ring. The caller holds q.sqMu.
+//
+// Per WR it takes the CQ's lock once for a signaled WR (rules 2 and 6,
+// the copy and the completion under one hold when the message is at most
+// directHoldMax bytes; two holds, before and after the copy, above) and
+// not at all for an unsignaled one while rule 2 holds on the QP's own
+// counts; the grant and the local region come from one-entry caches.
 //
 // +checklocks:q.sqMu
 func (q *QP) directPost(wr *SendWR) bool {
@@ -307,8 +356,7 @@ func (q *QP) directPost(wr *SendWR) bool {
 		return false
 	}
 	// Rule 4: the local side.
-	v := q.vm
-	gm := v.mem.Bytes()
+	gm := q.vm.mem.Bytes()
 	inline := wr.Flags&SendInline != 0
 	if inline && wr.Opcode != OpRDMAWrite || len(wr.SGL) > int(q.caps.MaxSendSGE) {
 		return false
@@ -323,7 +371,7 @@ func (q *QP) directPost(wr *SendWR) bool {
 				return false
 			}
 		} else {
-			lm := v.lookupLocal(s.LKey)
+			lm := q.localFor(s.LKey)
 			if lm == nil || lm.pd != q.pd || s.Addr < lm.addr || !sys.InBounds(s.Addr-lm.addr, uint64(s.Length), lm.length) ||
 				wr.Opcode != OpRDMAWrite && lm.access&abi.AccessLocalWrite == 0 {
 				return false
@@ -351,32 +399,79 @@ func (q *QP) directPost(wr *SendWR) bool {
 	if atomicOp && wr.RemoteAddr&7 != 0 {
 		return false
 	}
-	// Rules 2 (the CQ's part) and 6.
-	signaled := wr.Flags&SendSignaled != 0 || q.sqSigAll
-	cq := q.sendCQ
-	cq.mu.Lock()
-	ok := true
-	if q.sendDone.Load() < q.relayedSignaled {
-		ok = cq.drainLocked() && q.sendDone.Load() >= q.relayedSignaled
+	// Rule 5: the grant, the QP's last one if it has the rkey and was not
+	// dropped (a revoked grant the cache still held would fail the state
+	// word's check below all the same).
+	g := q.lastGrant
+	if g == nil || g.rkey != wr.RKey || g.dropped.Load() {
+		if g = q.grantFor(wr.RKey); g == nil {
+			return false
+		}
+		q.lastGrant = g
 	}
-	if ok && signaled {
-		ring := cq.ring.Bytes()
-		pending, _ := abi.Pending(abi.Word(ring, abi.OffCQTail).Load(), cq.head, cq.layout.Entries)
-		ok = uint64(cq.localLen())+uint64(pending) < uint64(cq.layout.Entries)
-	}
-	cq.mu.Unlock()
-	if !ok {
-		return false
-	}
-	// Rule 5: the grant.
-	g := q.grantFor(wr.RKey)
-	if g == nil || g.access&need == 0 || wr.RemoteAddr < g.iova || !sys.InBounds(wr.RemoteAddr-g.iova, n, g.length) {
+	if g.access&need == 0 || wr.RemoteAddr < g.iova || !sys.InBounds(wr.RemoteAddr-g.iova, n, g.length) {
 		return false
 	}
 	off := wr.RemoteAddr - g.iova
 	if atomicOp && !abi.Aligned8(g.mr, off) {
 		return false
 	}
+	// Rules 2 (the CQ's part) and 6, then the operation and, for a
+	// signaled WR, its completion.
+	signaled := wr.Flags&SendSignaled != 0 || q.sqSigAll
+	cq := q.sendCQ
+	wc := WorkCompletion{WRID: wr.ID, Status: WCSuccess, Opcode: op, ByteLen: uint32(n), QPNum: q.qpn}
+	if signaled && n <= directHoldMax {
+		cq.mu.Lock()
+		ok := q.directRoomLocked(true) && q.directExec(wr, g, n, off)
+		notify := ok && cq.completeLocked(wc)
+		cq.mu.Unlock()
+		if notify {
+			cq.notify()
+		}
+		return ok
+	}
+	if signaled || q.sendDone.Load() < q.relayedSignaled {
+		cq.mu.Lock()
+		ok := q.directRoomLocked(signaled)
+		cq.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	if !q.directExec(wr, g, n, off) {
+		return false
+	}
+	if signaled {
+		cq.complete(wc)
+	}
+	return true
+}
+
+// directRoomLocked checks rules 2 (the CQ's part: every signaled WR
+// relayed before has its completion taken from the ring) and, for a
+// signaled WR, 6 (the send CQ has room for one more completion).
+//
+// +checklocks:q.sqMu
+// +checklocks:q.sendCQ.mu
+func (q *QP) directRoomLocked(signaled bool) bool {
+	cq := q.sendCQ
+	if q.sendDone.Load() < q.relayedSignaled && (!cq.drainLocked() || q.sendDone.Load() < q.relayedSignaled) {
+		return false
+	}
+	if !signaled {
+		return true
+	}
+	pending, _ := abi.Pending(abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load(), cq.head, cq.layout.Entries)
+	return uint64(cq.localLen())+uint64(pending) < uint64(cq.layout.Entries)
+}
+
+// directExec does wr's n bytes (or its atomic) at offset off of grant g,
+// each copy inside an in-use hold that saw the grant's state word still
+// valid (§4.21 pair 4); false if the grant was revoked first (the WR is
+// then relayed, and the relay gives it the status a revoked region gets).
+func (q *QP) directExec(wr *SendWR, g *grant, n, off uint64) bool {
+	gm := q.vm.mem.Bytes()
 	tab := q.dtab.Load().table.Bytes()
 	inUse := abi.Word(tab, int(g.slot)*abi.GrantSlotSize+abi.OffGrantInUse)
 	state := abi.Word(tab, int(g.slot)*abi.GrantSlotSize+abi.OffGrantState)
@@ -391,7 +486,14 @@ func (q *QP) directPost(wr *SendWR) bool {
 		// In chunks of directChunk, each inside an in-use hold of its own,
 		// so that no hold outlasts the agent's fence deadline; a grant
 		// revoked between two chunks sends the WR to the relay, which
-		// completes it with the status a revoked region gets.
+		// completes it with the status a revoked region gets. A message
+		// of at most directTemporalMax bytes is copied in pieces of
+		// directPiece, below the size from which Go's copy() bypasses
+		// the cache.
+		piece := uint64(directChunk)
+		if n <= directTemporalMax {
+			piece = directPiece
+		}
 		var done, so uint64 // bytes of the message moved; offset in SGE si
 		si := 0
 		for done < n {
@@ -406,7 +508,7 @@ func (q *QP) directPost(wr *SendWR) bool {
 			end := min(done+directChunk, n)
 			for done < end {
 				s := wr.SGL[si]
-				k := min(uint64(s.Length)-so, end-done)
+				k := min(uint64(s.Length)-so, end-done, piece)
 				local, remote := gm[s.Addr+so:s.Addr+so+k], g.mr[off+done:off+done+k]
 				if wr.Opcode == OpRDMAWrite {
 					copy(remote, local)
@@ -444,9 +546,6 @@ func (q *QP) directPost(wr *SendWR) bool {
 	if wr.Opcode.IsRdAtomic() {
 		abi.Word(tab, int(g.slot)*abi.GrantSlotSize+abi.OffGrantRdAtomics).Add(1) // the QP's counters (rd_atomic_peak)
 	}
-	if signaled {
-		cq.complete(WorkCompletion{WRID: wr.ID, Status: WCSuccess, Opcode: op, ByteLen: uint32(n), QPNum: q.qpn})
-	}
 	return true
 }
 
@@ -455,17 +554,40 @@ func (q *QP) directPost(wr *SendWR) bool {
 // 200 ms deadline is fenced, and 4 MiB takes about a millisecond.
 const directChunk = 4 << 20
 
+// directHoldMax is the largest signaled direct WR whose copy runs under
+// the send CQ's lock, between its rules 2 and 6 and its completion (one
+// hold instead of two): 64 KiB copies in a few microseconds, the longest a
+// Poll of the CQ on another thread may wait for it.
+const directHoldMax = 64 << 10
+
+// directPiece and directTemporalMax: Go's copy() stores around the cache
+// from 1 MiB up (non-temporal stores, amd64), which costs a third of the
+// bandwidth of a 1 MiB message that is written again and again (and
+// leaves none of it in the cache for the peer that reads it); glibc's
+// memcpy, the C drop-in's and UCX's, stays in the cache up to its
+// non-temporal threshold (127 MiB on this machine). A message of at most
+// directTemporalMax bytes is copied in pieces of directPiece; a larger one
+// cannot stay in the cache and is copied a chunk at a time.
+const (
+	directPiece       = 512 << 10
+	directTemporalMax = 8 << 20
+)
+
 // localLen is how many completions the CQ's local queue holds.
 //
 // +checklocks:cq.mu
 func (cq *CQ) localLen() int { return len(cq.local) - cq.lhead }
 
-// pushLocal appends wc to the CQ's local queue.
+// pushLocal appends wc to the CQ's local queue. The room of the
+// completions already taken is reused before the slice grows: a queue
+// that Poll never empties (write_bw signaling every WRITE, 128 posted
+// for each Poll of 64) grew by one completion a WR, without bound.
 //
 // +checklocks:cq.mu
 func (cq *CQ) pushLocal(wc WorkCompletion) {
-	if cq.lhead > 0 && cq.lhead == len(cq.local) {
-		cq.local, cq.lhead = cq.local[:0], 0
+	if cq.lhead > 0 && (cq.lhead == len(cq.local) || len(cq.local) == cap(cq.local)) {
+		n := copy(cq.local, cq.local[cq.lhead:])
+		cq.local, cq.lhead = cq.local[:n], 0
 	}
 	cq.local = append(cq.local, wc)
 }
@@ -527,14 +649,33 @@ func (cq *CQ) countLocked(e *abi.CQE) {
 // never solicited).
 func (cq *CQ) complete(wc WorkCompletion) {
 	cq.mu.Lock()
+	notify := cq.completeLocked(wc)
+	cq.mu.Unlock()
+	if notify {
+		cq.notify()
+	}
+}
+
+// completeLocked adds wc to the local queue and reports whether the CQ
+// was armed for every completion (the caller then calls notify, without
+// the lock). The armed word is read under the CQ's lock, which arm holds
+// while it stores it: an arm before this hold is seen here, one after it
+// is followed by a Poll (or Wait's check) that sees wc. Only when it
+// reads armed does it take the word with a compare-and-swap, against the
+// agent's clearing it for a completion of its own.
+//
+// +checklocks:cq.mu
+func (cq *CQ) completeLocked(wc WorkCompletion) bool {
 	// The ring's pending completions first (§4.21), so that every one in
 	// the local queue is older than every one left in the ring; a ring
 	// whose tail is not a valid index is left for Poll to report.
 	cq.drainLocked()
 	cq.pushLocal(wc)
-	notify := abi.Word(cq.ring.Bytes(), abi.OffCQArmed).CompareAndSwap(abi.ArmAll, 0) // a full barrier after the push
-	cq.mu.Unlock()
-	if notify {
-		cq.vm.c.call(context.Background(), abi.OpCQNotify, &abi.Handle{Handle: cq.handle}, nil)
-	}
+	armed := abi.Word(cq.ring.Bytes(), abi.OffCQArmed)
+	return armed.Load() == abi.ArmAll && armed.CompareAndSwap(abi.ArmAll, 0)
+}
+
+// notify asks the agent to raise the CQ's completion event.
+func (cq *CQ) notify() {
+	cq.vm.c.call(context.Background(), abi.OpCQNotify, &abi.Handle{Handle: cq.handle}, nil)
 }

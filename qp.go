@@ -74,6 +74,11 @@ type QP struct {
 	gmu             sync.Mutex
 	grants          map[uint32]*grant // +checklocks:gmu
 	refused         map[uint32]uint32 // +checklocks:gmu
+	// One-entry caches of directPost's lookups: the grant and the local
+	// region of the QP's last direct WR (a WR stream reuses them), each
+	// valid while not dropped (grant.dropped) or stale (localMR.stale).
+	lastGrant *grant   // +checklocks:sqMu
+	lastLocal *localMR // +checklocks:sqMu
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp), RC unless

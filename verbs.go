@@ -61,7 +61,7 @@ func (pd *PD) RegMR(ctx context.Context, buf []byte, access Access) (*MR, error)
 	if _, err := v.c.call(ctx, abi.OpRegMR, &abi.RegMR{PD: pd.handle, Addr: addr, Length: uint64(len(buf)), Access: access}, &r); err != nil {
 		return nil, fmt.Errorf("vrdma: RegMR: %w", err)
 	}
-	v.lmrs.Store(r.LKey, &localMR{pd: pd, addr: addr, length: uint64(len(buf)), access: access})
+	v.setLocal(r.LKey, &localMR{lkey: r.LKey, pd: pd, addr: addr, length: uint64(len(buf)), access: access})
 	return &MR{pd: pd, handle: r.Handle, buf: buf, addr: addr, lkey: r.LKey, rkey: r.RKey, access: access}, nil
 }
 
@@ -86,10 +86,10 @@ func (m *MR) SGE(off, n int) SGE {
 // Dereg deregisters the region (ibv_dereg_mr).
 func (m *MR) Dereg(ctx context.Context) error {
 	v := m.pd.ad.vm
-	v.lmrs.Delete(m.lkey) // memcpy-direct's local checks no longer find it (direct.go)
+	v.setLocal(m.lkey, nil) // memcpy-direct's local checks no longer find it (direct.go)
 	_, err := v.c.call(ctx, abi.OpDeregMR, &abi.Handle{Handle: m.handle}, nil)
 	if err != nil && !errors.Is(err, ErrAgentGone) {
-		v.lmrs.Store(m.lkey, &localMR{pd: m.pd, addr: m.addr, length: uint64(len(m.buf)), access: m.access})
+		v.setLocal(m.lkey, &localMR{lkey: m.lkey, pd: m.pd, addr: m.addr, length: uint64(len(m.buf)), access: m.access})
 	}
 	return err
 }

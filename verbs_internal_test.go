@@ -71,3 +71,44 @@ func TestIncRKey(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalQueueReusesRoom pushes completions into a CQ's local queue (the
+// memcpy-direct path's) and takes fewer than it pushed each round, as
+// write_bw does when it signals every WRITE (128 posted for each Poll of
+// 64): every completion comes out once and in order, and the queue's
+// slice stays a few times the completions waiting instead of growing by
+// one a push (it did: the room of those taken was reused only once the
+// queue was empty).
+func TestLocalQueueReusesRoom(t *testing.T) {
+	cq := &CQ{}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	var pushed, taken uint64
+	for round := range 10000 {
+		for range 64 + round%3 {
+			cq.pushLocal(WorkCompletion{WRID: pushed})
+			pushed++
+		}
+		for range 64 {
+			if wc := cq.popLocal(); wc.WRID != taken {
+				t.Fatalf("round %d: took completion %d, want %d", round, wc.WRID, taken)
+			}
+			taken++
+		}
+		if waiting := cq.localLen(); uint64(waiting) != pushed-taken {
+			t.Fatalf("round %d: %d completions waiting, want %d", round, waiting, pushed-taken)
+		}
+		if c := cap(cq.local); c > 4*(cq.localLen()+64) {
+			t.Fatalf("round %d: the queue's slice has room for %d completions with %d waiting: it grows with every push", round, c, cq.localLen())
+		}
+	}
+	for cq.localLen() > 0 {
+		if wc := cq.popLocal(); wc.WRID != taken {
+			t.Fatalf("took completion %d, want %d", wc.WRID, taken)
+		}
+		taken++
+	}
+	if taken != pushed {
+		t.Fatalf("took %d completions of %d", taken, pushed)
+	}
+}

@@ -368,3 +368,89 @@ func TestDirectChunks(t *testing.T) {
 		t.Fatalf("the agent executed the long WRs itself: counters %v", c.Ops)
 	}
 }
+
+// TestDirectPieces writes and reads back a message of under 8 MiB, which
+// the library copies in 512 KiB pieces (direct.go, directPiece) inside one
+// in-use hold, with SGE edges off the pieces' edges: every byte lands once
+// and in order, and the agent executes neither WR.
+func TestDirectPieces(t *testing.T) {
+	env := testenv.Start(t)
+	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dpc"}}, how: connOOB}
+	a, b := s.pair(t, pairConfig{})
+	const n = 1<<20 + 4096 + 3
+	src, dst, back := a.mr(t, n, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll), a.mr(t, n, vrdma.AccessAll)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*13 + i>>11)
+	}
+	const cut1, cut2 = 300<<10 + 17, 700<<10 + 1
+	postSend(t, a.qp,
+		vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
+			SGL: sgl(src.SGE(0, cut1), src.SGE(cut1, cut2-cut1), src.SGE(cut2, n-cut2))},
+		vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
+			SGL: sgl(back.SGE(0, cut2), back.SGE(cut2, n-cut2))})
+	for i, w := range waitWC(t, a.scq, 2) {
+		if w.WRID != uint64(i+1) || w.Status != vrdma.WCSuccess || w.ByteLen != n {
+			t.Fatalf("completion %d: %+v, want success of %d bytes", i, w, n)
+		}
+	}
+	expectBytes(t, "written in pieces", dst.Bytes(), src.Bytes())
+	expectBytes(t, "read back in pieces", back.Bytes(), src.Bytes())
+	if c := s.qpCounters(t, a); c.Ops["RDMA_WRITE"] != 0 || c.Ops["RDMA_READ"] != 0 {
+		t.Fatalf("the agent executed the WRs itself: counters %v", c.Ops)
+	}
+}
+
+// TestDirectCachesFollowChanges: the library keeps a QP's last local
+// region and last grant at hand (direct.go, QP.lastLocal and
+// QP.lastGrant); neither outlives a change. A READ into a region that was
+// reregistered without LOCAL_WRITE after a direct READ into it is not
+// done directly (the agent completes it with LOC_PROT_ERR, the region keeps
+// its bytes); a WRITE to a target region deregistered after a direct WRITE
+// into it is not either (REM_ACCESS_ERR, the bytes unchanged).
+func TestDirectCachesFollowChanges(t *testing.T) {
+	env := testenv.Start(t)
+	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dcc"}}, how: connOOB}
+	ctx := opCtx(t)
+
+	a, b := s.pair(t, pairConfig{})
+	local, remote := a.mr(t, 4096, vrdma.AccessAll), b.mr(t, 4096, vrdma.AccessAll)
+	fill(remote.Bytes(), 1)
+	read := vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 64)), RemoteAddr: remote.Addr(), RKey: remote.RKey()}
+	postSend(t, a.qp, read)
+	if w := waitWC(t, a.scq, 1)[0]; w.Status != vrdma.WCSuccess {
+		t.Fatalf("READ before the rereg: %+v", w)
+	}
+	expectBytes(t, "read before the rereg", local.Bytes()[:64], remote.Bytes()[:64])
+	if err := local.Rereg(ctx, vrdma.ReregAccess, nil, nil, vrdma.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	kept := append([]byte(nil), local.Bytes()[:64]...)
+	fill(remote.Bytes(), 2)
+	read.ID = 2
+	postSend(t, a.qp, read)
+	if w := waitWC(t, a.scq, 1)[0]; w.WRID != 2 || w.Status != vrdma.WCLocProtErr {
+		t.Fatalf("READ into the region without LOCAL_WRITE: %+v, want LOC_PROT_ERR", w)
+	}
+	expectBytes(t, "the region without LOCAL_WRITE", local.Bytes()[:64], kept)
+
+	a, b = s.pair(t, pairConfig{})
+	local, remote = a.mr(t, 4096, vrdma.AccessAll), b.mr(t, 4096, vrdma.AccessAll)
+	fill(local.Bytes(), 3)
+	write := vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 64)), RemoteAddr: remote.Addr(), RKey: remote.RKey()}
+	postSend(t, a.qp, write)
+	if w := waitWC(t, a.scq, 1)[0]; w.Status != vrdma.WCSuccess {
+		t.Fatalf("WRITE before the dereg: %+v", w)
+	}
+	expectBytes(t, "written before the dereg", remote.Bytes()[:64], local.Bytes()[:64])
+	if err := remote.Dereg(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept[:0], remote.Bytes()[:64]...)
+	fill(local.Bytes(), 4)
+	write.ID = 2
+	postSend(t, a.qp, write)
+	if w := waitWC(t, a.scq, 1)[0]; w.WRID != 2 || w.Status != vrdma.WCRemAccessErr {
+		t.Fatalf("WRITE to the deregistered region: %+v, want REM_ACCESS_ERR", w)
+	}
+	expectBytes(t, "the deregistered region", remote.Bytes()[:64], kept)
+}

@@ -458,3 +458,60 @@ func TestRunBidirectional(t *testing.T) {
 		t.Errorf("send_bw -b: %v, want a refusal", err)
 	}
 }
+
+// BenchmarkDirectPost is the library's own cost of one memcpy-direct
+// RDMA WRITE, without a peer's loop or the perf loop around it: one
+// goroutine posts a WR of the size (inline when it fits, signaled or not)
+// and, for a signaled one, polls its completion. It must not allocate.
+func BenchmarkDirectPost(b *testing.B) {
+	for _, c := range []struct {
+		name     string
+		size     int
+		signaled bool
+	}{{"8B/signaled", 8, true}, {"8B/unsignaled", 8, false}, {"4KiB/signaled", 4 << 10, true}, {"4KiB/unsignaled", 4 << 10, false}} {
+		b.Run(c.name, func(b *testing.B) {
+			env := testenv.StartProcess(b, testenv.ProcessOptions{})
+			o1 := testenv.VMOptions{MemMB: 4, DirectPeers: []string{"vm2"}}
+			o2 := o1
+			o2.DirectPeers = []string{"vm1"}
+			v1, v2 := env.Open(b, "vm1", o1), env.Open(b, "vm2", o2)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			p, err := perf.Connect(ctx, v1.Adapters()[0], v2.Adapters()[0], perf.PairConfig{BufSize: 2 * c.size, MaxInline: 220})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			if got := p.Path().Path; got != vrdma.PathMemcpyDirect {
+				b.Fatalf("path %q (%s), want memcpy-direct", got, p.Path().Reason)
+			}
+			peer := p.B.Peer()
+			wrs := []vrdma.SendWR{{Opcode: vrdma.OpRDMAWrite, SGL: []vrdma.SGE{p.A.MR.SGE(0, c.size)}, RemoteAddr: peer.Addr, RKey: peer.RKey}}
+			if c.size <= int(p.A.QP.Caps().MaxInlineData) {
+				wrs[0].Flags |= vrdma.SendInline
+			}
+			if c.signaled {
+				wrs[0].Flags |= vrdma.SendSignaled
+			}
+			wc := make([]vrdma.WorkCompletion, 4)
+			post := func() {
+				if err := p.A.QP.PostSend(wrs); err != nil {
+					b.Fatal(err)
+				}
+				if !c.signaled {
+					return
+				}
+				if n, err := p.A.CQ.Poll(wc); err != nil || n != 1 || wc[0].Status != vrdma.WCSuccess {
+					b.Fatalf("poll: %d completions, %v (%+v); want one, successful: the WR was not executed directly", n, err, wc[0])
+				}
+			}
+			post() // the grant
+			b.SetBytes(int64(c.size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				post()
+			}
+		})
+	}
+}

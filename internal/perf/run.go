@@ -305,25 +305,64 @@ func (t Test) BufSize(size int) int {
 // with idle Ps each call wakes another thread to run the goroutine, and
 // write_lat between two such processes took 22 µs instead of 7–10 (with
 // 19 context switches per round trip instead of 5–9).
+//
+// A wait that only the peer's library can end needs no agent: write_lat's
+// on the memcpy-direct path (the peer's library writes, this library
+// completes; SEND and RECV are still relayed there). sched_yield costs
+// 1.35 µs in this VM, and a write arriving while the waiter was inside one
+// waited for it (docs/PERF-LOG.md, "memcpy-direct latency: the library's
+// per-WR work and the spinner"). So the spinner of such a wait
+// (Side.peerSpinner) with a thread of its own (GOMAXPROCS 2 or more)
+// spins without yielding for its first directSpinTurns turns after each
+// reset, as perftest and ucx_perftest spin; one whose pair's other side
+// shares its only thread (vrdmactl perf --local on two cores,
+// shareOneCore) hands that thread over at every turn (Gosched), since
+// only the other side can end the wait. A wait that lasts longer (a WR
+// relayed after all, a descheduled peer) yields as on any path.
 type spinner struct {
 	ctx     context.Context
 	qp      *vrdma.QP
 	n       uint32
 	gosched bool
+	pure    uint32 // turns after a reset that never yield
+	handoff bool   // Gosched at every turn
 }
+
+// directSpinTurns is how long a spinner of a memcpy-direct QP with a
+// thread of its own spins before it starts yielding: 2^12 turns, some
+// 5–10 µs here, ten times the path's round trip.
+const directSpinTurns = 1 << 12
 
 // spinner returns s's busy-wait policy for ctx.
 func (s *Side) spinner(ctx context.Context) spinner {
 	return spinner{ctx: ctx, qp: s.QP, gosched: !s.alone}
 }
 
+// peerSpinner returns s's busy-wait policy for ctx for waits that only the
+// peer's library ends when the QP is on memcpy-direct (write_lat's): no
+// agent needs the CPU there.
+func (s *Side) peerSpinner(ctx context.Context) spinner {
+	sp := s.spinner(ctx)
+	if s.QP.Path().Path == vrdma.PathMemcpyDirect {
+		if runtime.GOMAXPROCS(0) > 1 {
+			sp.pure = directSpinTurns
+		} else {
+			sp.handoff = sp.gosched
+		}
+	}
+	return sp
+}
+
 func (s *spinner) spin() error {
 	s.n++
-	if s.n&63 != 0 {
+	if s.handoff {
+		runtime.Gosched()
+	}
+	if s.n&63 != 0 || s.n <= s.pure {
 		return nil
 	}
 	unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-	if s.gosched {
+	if s.gosched && !s.handoff {
 		runtime.Gosched()
 	}
 	if s.n&4095 != 0 {
@@ -445,7 +484,7 @@ func runBW(ctx context.Context, c Config, a *Side, peer Peer, op vrdma.Opcode) (
 				if (q.posted+1)%c.CQMod == 0 || q.posted+1 == q.iters {
 					wr.Flags |= vrdma.SendSignaled
 				}
-				if peak {
+				if peak && posted%postStamp == 0 {
 					tposted[posted] = int64(time.Since(start))
 				}
 				if err := a.QPs[qi].PostSend(wrs); err != nil {
@@ -677,11 +716,17 @@ func receiveAll(ctx context.Context, b *Side, c Config, ready chan<- error, sent
 	return nil
 }
 
+// postStamp: runBW reads the clock at one post in postStamp (tposted),
+// not at each: a clock read costs 40–90 ns in this VM, as much as the
+// memcpy-direct path's own work for a 4 KiB WRITE, and perftest's
+// get_cycles() is a single instruction.
+const postStamp = 8
+
 // peakBW is perftest's peak: the best rate over any run of requests from
 // one posted (i) to one whose completion was seen (j), (j-i+1)×size over
 // tcompleted[j]-tposted[i]. Completions are seen at signaled requests
-// only, so j steps by cqMod; i steps too when the run is long, to bound
-// the work.
+// only, so j steps by cqMod; i steps by postStamp, the posts that carry a
+// time, and further when the run is long, to bound the work.
 func peakBW(tposted, tcompleted []int64, size, cqMod int) float64 {
 	n := len(tposted)
 	var signaled []int
@@ -690,7 +735,7 @@ func peakBW(tposted, tcompleted []int64, size, cqMod int) float64 {
 			signaled = append(signaled, j)
 		}
 	}
-	step := 1
+	step := postStamp
 	for n/step*len(signaled) > 50_000_000 {
 		step *= 2
 	}
@@ -785,7 +830,7 @@ func latSide(ctx context.Context, s *Side, peer Peer, c Config, iters int, stamp
 	recvLast := 2*size - 1 // last byte of our receive half, written by the peer
 	word := abi.Word(buf, recvLast&^3)
 	shift := uint(recvLast&3) * 8
-	sp := s.spinner(ctx)
+	sp := s.peerSpinner(ctx)
 	wait := func(k int) error {
 		want := byte(k)
 		for byte(word.Load()>>shift) != want {
