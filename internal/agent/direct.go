@@ -32,6 +32,14 @@ func init() {
 	handlers[abi.OpCQNotify] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.NotifyCQ(r.Handle)
 	})
+	// The send channel (wire-local.md §4.22) is not served yet: the agent
+	// does not set capability direct-send.
+	handlers[abi.OpDirectChannel] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		return nil, nil, abi.Errorf(abi.CodeUnavailable, "", "direct-channel: this agent does not serve capability direct-send yet")
+	})
+	handlers[abi.OpDirectNotify] = on(func(s *session, v *device.Context, r *abi.DirectNotify) (any, []int, error) {
+		return nil, nil, abi.Errorf(abi.CodeUnavailable, "", "direct-notify: this agent does not serve capability direct-send yet")
+	})
 }
 
 // directVerdict says whether QP q's connection to peer QP t, both of this
