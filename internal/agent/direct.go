@@ -32,13 +32,16 @@ func init() {
 	handlers[abi.OpCQNotify] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.NotifyCQ(r.Handle)
 	})
-	// The send channel (wire-local.md §4.22) is not served yet: the agent
-	// does not set capability direct-send.
+	// The send channel (wire-local.md §4.22, device/direct_send.go).
 	handlers[abi.OpDirectChannel] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
-		return nil, nil, abi.Errorf(abi.CodeUnavailable, "", "direct-channel: this agent does not serve capability direct-send yet")
+		rep, fds, err := v.Channel(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return givenAway{body: rep, fds: fds}, nil, nil
 	})
 	handlers[abi.OpDirectNotify] = on(func(s *session, v *device.Context, r *abi.DirectNotify) (any, []int, error) {
-		return nil, nil, abi.Errorf(abi.CodeUnavailable, "", "direct-notify: this agent does not serve capability direct-send yet")
+		return abi.Empty{}, nil, v.NotifyPeer(r.QP, r.CQ, r.Solicited)
 	})
 }
 
