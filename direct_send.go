@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/libdiag"
 	"github.com/vrdma/vrdma/internal/sys"
 )
 
@@ -194,6 +195,9 @@ func (t *directTable) mapChannel(q *QP, r *abi.DirectChannel, fds []int) (*sendC
 		return nil, errorf(abi.CodeInternal, "vrdma: direct-channel: %v", err)
 	}
 	ring := abi.ChanRingBytes(r.Entries, r.Stride)
+	if d := libdiag.RelayAfter.Load(); d > 0 {
+		r.RelayNS = uint64(d) // a test's
+	}
 	ch := &sendChan{q: q, tab: t, slot: r.Slot, word: r.State, entries: r.Entries, stride: r.Stride, peerQPN: r.PeerQPN, relay: int64(r.RelayNS),
 		m: m, tx: m.Bytes()[r.TxOffset : r.TxOffset+ring], rx: m.Bytes()[r.RxOffset : r.RxOffset+ring], recs: make([]txRec, r.Entries)}
 	t.mu.Lock()
