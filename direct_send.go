@@ -623,6 +623,9 @@ func (ch *sendChan) takeLocked(cq *CQ) (event bool) {
 		return false
 	}
 	rx := ch.rx
+	if abi.Word(rx, abi.OffChanTail).Load() == ch.rxHead {
+		return false // nothing came: a read of a header word needs no in-use hold (§4.22)
+	}
 	if !ch.enter() {
 		return false
 	}
@@ -643,7 +646,7 @@ func (ch *sendChan) takeLocked(cq *CQ) (event bool) {
 		slot := ch.slotOf(rx, ch.rxHead)
 		state := abi.Word(slot, abi.OffSlotState)
 		switch state.Load() {
-		case abi.SlotRetracted:
+		case abi.SlotRetracted, abi.SlotFree: // retracted, and maybe reaped by its sender already
 			ch.rxHead = abi.Next(ch.rxHead, ch.entries)
 			abi.Word(rx, abi.OffChanHead).Store(ch.rxHead)
 			continue
