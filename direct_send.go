@@ -143,7 +143,7 @@ func (ch *sendChan) unreaped() uint32 { n, _ := abi.Pending(ch.tail, ch.reap, ch
 // time to ask (§4.22 "When a library asks"); it never waits for another
 // ask in progress.
 func (q *QP) askChannel(ctx context.Context) {
-	if !q.direct.Load() || q.sch.Load() != nil || mono() < q.chanNext.Load() || !q.chanAsking.CompareAndSwap(false, true) {
+	if next := q.chanNext.Load(); !q.direct.Load() || q.sch.Load() != nil || next == chanNever || mono() < next || !q.chanAsking.CompareAndSwap(false, true) {
 		return
 	}
 	defer q.chanAsking.Store(false)

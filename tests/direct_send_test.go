@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,6 +236,123 @@ func TestDirectSendOrdering(t *testing.T) {
 	for i, w := range waitWC(t, a.scq, int(id)) {
 		if w.WRID != uint64(i) || w.Status != vrdma.WCSuccess {
 			t.Fatalf("send completion %d: %s", i, fmtWC(w))
+		}
+	}
+}
+
+// TestDirectSendRetractions ping-pongs thousands of SENDs of varying
+// sizes, some over a slot's payload, with a relay delay of a few
+// microseconds (libdiag.RelayAfter), so that many messages are retracted
+// and relayed while the receiver is taking others: every message
+// arrives once, in order, with its bytes, the receive queues' heads stay
+// in step between the libraries and the agent (no QP leaves RTS), and both
+// ways went through both the channel and the relay.
+func TestDirectSendRetractions(t *testing.T) {
+	libdiag.RelayAfter.Store(int64(3 * time.Microsecond))
+	t.Cleanup(func() { libdiag.RelayAfter.Store(0) })
+	s, a, b := directPair(t, "dsr", pairConfig{})
+	const n = 3000
+	ends := [2]*end{a, b}
+	var mrs [2]*vrdma.MR
+	for i, e := range ends {
+		mrs[i] = e.mr(t, 2*8192, vrdma.AccessAll)
+		var recvs []vrdma.RecvWR
+		for k := range 64 {
+			recvs = append(recvs, vrdma.RecvWR{ID: uint64(k), SGL: sgl(mrs[i].SGE(8192, 8192))})
+		}
+		postRecv(t, e.qp, recvs...)
+	}
+	// Message k (0, 1, 2 … 2n-1) goes from side k%2 to the other, size(k)
+	// bytes, its first 8 bytes k when it has 8; each side answers the
+	// message it receives with the next.
+	size := func(k int) int { return []int{8, 0, 100, 4096, 5000, 64, 4160, 9}[k%8] }
+	errc := make(chan error, 2)
+	for i := range ends {
+		go func() {
+			me, buf := ends[i], mrs[i]
+			wc := make([]vrdma.WorkCompletion, 8)
+			send := func(k int) error {
+				if size(k) >= 8 {
+					binary.LittleEndian.PutUint64(buf.Bytes(), uint64(k))
+				}
+				flags := vrdma.SendFlags(0)
+				if k%8 >= 6 {
+					flags = vrdma.SendSignaled
+				}
+				return me.qp.PostSend([]vrdma.SendWR{{ID: uint64(k), Opcode: vrdma.OpSend, Flags: flags, SGL: sgl(buf.SGE(0, size(k)))}})
+			}
+			if i == 0 {
+				if err := send(0); err != nil {
+					errc <- err
+					return
+				}
+			}
+			for g, deadline := 0, time.Now().Add(waitTimeout); g < n; {
+				if time.Now().After(deadline) {
+					errc <- fmt.Errorf("side %d: %d messages of %d after %v; %s; %s", i, g, n, waitTimeout,
+						libdiag.RingWords(me.qp, me.rcq), libdiag.RingWords(ends[1-i].qp, ends[1-i].rcq))
+					return
+				}
+				m, err := me.rcq.Poll(wc)
+				if err != nil {
+					errc <- err
+					return
+				}
+				for _, w := range wc[:m] {
+					k := 2*g + 1 - i
+					if w.Status != vrdma.WCSuccess || int(w.ByteLen) != size(k) {
+						errc <- fmt.Errorf("side %d: message %d: %s, want %d bytes", i, k, fmtWC(w), size(k))
+						return
+					}
+					if v := binary.LittleEndian.Uint64(buf.Bytes()[8192:]); size(k) >= 8 && v != uint64(k) {
+						errc <- fmt.Errorf("side %d: message %d carries %d", i, k, v)
+						return
+					}
+					g++
+					if err := me.qp.PostRecv([]vrdma.RecvWR{{ID: uint64(g), SGL: sgl(buf.SGE(8192, 8192))}}); err != nil {
+						errc <- err
+						return
+					}
+					if k+1 < 2*n {
+						if err := send(k + 1); err != nil {
+							errc <- err
+							return
+						}
+					}
+				}
+				if m == 0 {
+					runtime.Gosched() // the agent runs in this process: let its goroutines have the CPU
+				}
+				m, err = me.scq.Poll(wc)
+				for _, w := range wc[:m] {
+					if w.Status != vrdma.WCSuccess {
+						errc <- fmt.Errorf("side %d: send completion %s", i, fmtWC(w))
+						return
+					}
+				}
+				if err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	var errs []error
+	for range 2 {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	for _, e := range ends {
+		if st := e.qp.State(); st != vrdma.QPSRTS {
+			t.Fatalf("QP 0x%x in %s after the stream", e.qp.QPN(), st)
+		}
+		if c := s.qpCounters(t, e); c.Ops["SEND"] == 0 || c.Ops["SEND"] >= n {
+			t.Fatalf("QP 0x%x: the agent relayed %d SENDs of %d: want both the channel and the relay used", e.qp.QPN(), c.Ops["SEND"], n)
 		}
 	}
 }
