@@ -307,8 +307,9 @@ func (t Test) BufSize(size int) int {
 // 19 context switches per round trip instead of 5–9).
 //
 // A wait that only the peer's library can end needs no agent: write_lat's
-// on the memcpy-direct path (the peer's library writes, this library
-// completes; SEND and RECV are still relayed there). sched_yield costs
+// and send_lat's on the memcpy-direct path (the peer's library writes, or
+// puts its SEND in the send channel, wire-local.md §4.22; this library
+// completes). sched_yield costs
 // 1.35 µs in this VM, and a write arriving while the waiter was inside one
 // waited for it (docs/PERF-LOG.md, "memcpy-direct latency: the library's
 // per-WR work and the spinner"). So the spinner of such a wait
@@ -339,8 +340,8 @@ func (s *Side) spinner(ctx context.Context) spinner {
 }
 
 // peerSpinner returns s's busy-wait policy for ctx for waits that only the
-// peer's library ends when the QP is on memcpy-direct (write_lat's): no
-// agent needs the CPU there.
+// peer's library ends when the QP is on memcpy-direct (write_lat's and
+// send_lat's): no agent needs the CPU there.
 func (s *Side) peerSpinner(ctx context.Context) spinner {
 	sp := s.spinner(ctx)
 	if s.QP.Path().Path == vrdma.PathMemcpyDirect {
