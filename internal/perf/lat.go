@@ -129,7 +129,7 @@ func sendLatSide(ctx context.Context, s *Side, c Config, stamps []int64) error {
 	wrs := []vrdma.SendWR{{Opcode: vrdma.OpSend, SGL: []vrdma.SGE{s.MR.SGE(0, c.Size)}}}
 	wc := make([]vrdma.WorkCompletion, 16)
 	sp := s.peerSpinner(ctx) // on memcpy-direct the send channel's: no agent in the round trip
-	signaled := 0 // signaled sends whose completion is still to be polled
+	signaled := 0            // signaled sends whose completion is still to be polled
 	received := 0
 	// poll waits until received reaches k and signaled drops to
 	// sendsLeft, reposting a receive for each one consumed while more are
