@@ -90,6 +90,10 @@ struct vrdma_cq {
 	 * completions taken from the ring are counted (rule 2); +guarded by lock. */
 	struct vrdma_qp **track;
 	int ntrack, trackcap;
+	/* The QPs whose recv CQ this is that may take messages from a send
+	 * channel (wire-local.md §4.22, direct_send.c); +guarded by lock. */
+	struct vrdma_qp **rxq;
+	int nrxq, rxqcap;
 };
 
 struct vrdma_qp {
@@ -119,6 +123,7 @@ struct vrdma_qp {
 	uint64_t relay_done;	 /* their completions taken from the ring; +guarded by the send CQ's lock */
 	struct vrdma_qpdirect qd; /* the grants by rkey */
 	struct vrdma_vm *vm;	  /* the session (set at create) */
+	struct vrdma_qpchan qc;	  /* its send channel (wire-local.md §4.22; locks: vrdma.h) */
 };
 
 struct vrdma_srq {
@@ -1076,20 +1081,221 @@ static int cq_drain(struct vrdma_cq *cq)
 	return 0;
 }
 
+/* ---- the send channel's part of a CQ (wire-local.md §4.22) ----
+ *
+ * At every poll (poll_cq, ibv_start_poll), under the CQ's lock, before the
+ * ring's CQEs: the channel sends of the QPs whose send CQ this is are
+ * reaped into the local queue, in order (chan_reap: a channel send is
+ * older than every ring CQE of its QP, since a relayed WR posted behind it
+ * runs only after the channel drained), and the messages waiting in the
+ * channels of the QPs whose recv CQ this is are taken into their posted
+ * receives (chan_take: the ring's pending CQEs move into the local queue
+ * first, as for §4.21's completions). What needs a command (direct-notify,
+ * a QP moving to ERR, asking for a channel) is noted in struct chan_acts
+ * and done by chan_after once the CQ's lock is released: the agent may be
+ * serving a command of this session that waits for the revocation reader,
+ * and a modify-qp to ERR revokes the channel. */
+
+#define CHAN_ACTS 16
+
+static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp);
+
+struct chan_acts {
+	struct vrdma_qp *err[CHAN_ACTS]; /* to move to ERR */
+	int nerr;
+	struct vrdma_qp *attach[CHAN_ACTS]; /* to ask for their channel */
+	int nattach;
+	uint32_t notify_send[CHAN_ACTS]; /* QP handles: direct-notify {cq: send} */
+	int nnotify;
+};
+
+static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
+{
+	for (int i = 0; i < *n; i++)
+		if (v[i] == qp)
+			return;
+	if (*n < CHAN_ACTS)
+		v[(*n)++] = qp;
+}
+
+/* chan_want_err notes that qp is to move to ERR (once). */
+static void chan_want_err(struct chan_acts *a, struct vrdma_qp *qp)
+{
+	int zero = 0;
+
+	if (__atomic_compare_exchange_n(&qp->qc.want_err, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&qp->qc.want_err, __ATOMIC_SEQ_CST) == 1)
+		chan_note(a->err, &a->nerr, qp);
+}
+
+/* chan_err moves qp to ERR if it is to (want_err 1), with no lock held. */
+static void chan_err(struct vrdma_qp *qp)
+{
+	int one = 1;
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+
+	if (__atomic_compare_exchange_n(&qp->qc.want_err, &one, 2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		(void)ibv_modify_qp(&qp->qpx.qp_base, &at, IBV_QP_STATE);
+}
+
+/* chan_notify tells the agent that the peer of QP handle qp is to have
+ * the event of its cq ("send" or "recv") if armed (direct-notify). */
+static void chan_notify(struct vrdma_vm *vm, uint32_t qp, const char *which, int solicited)
+{
+	struct vrdma_reply r;
+	char body[80];
+
+	snprintf(body, sizeof(body), "{\"qp\":%u,\"cq\":\"%s\",\"solicited\":%s}", qp, which, solicited ? "true" : "false");
+	if (!cmd(vm, VRDMA_OP_DIRECT_NOTIFY, body, &r))
+		vrdma_reply_free(&r);
+}
+
+/* chan_reap_qp reaps qp's channel sends into cq's local queue; caller
+ * holds cq's lock. */
+static void chan_reap_qp(struct vrdma_cq *cq, struct vrdma_qp *qp, struct chan_acts *a)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct ibv_wc w[32];
+	int n, err = 0;
+
+	if (!ch || !vrdma_chan_outstanding(ch, 0))
+		return;
+	do {
+		if (local_reserve(cq, 32))
+			return; /* no memory: later */
+		n = vrdma_chan_reap(ch, ring_load(qp->ring, VRDMA_QP_STATE), qp->qc.rnr_retry, qp->qpx.qp_base.qp_num, w, 32,
+				    &err);
+		for (int i = 0; i < n; i++)
+			local_push(cq, &w[i]);
+	} while (n == 32);
+	if (err && a)
+		chan_want_err(a, qp);
+	else if (err)
+		__atomic_store_n(&qp->qc.want_err, 1, __ATOMIC_SEQ_CST); /* post_send's caller moves it */
+}
+
+/* chan_work is a poll's channel part; caller holds cq's lock. */
+static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
+{
+	for (int i = 0; i < cq->ntrack; i++)
+		chan_reap_qp(cq, cq->track[i], a);
+	for (int i = 0; i < cq->nrxq; i++) {
+		struct vrdma_qp *qp = cq->rxq[i];
+		struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+		struct vrdma_chan_rq rq;
+		struct ibv_wc w[32];
+		uint32_t ctail, room;
+		int n, err = 0, notify = 0;
+
+		if (!ch) {
+			if (__atomic_load_n(&qp->qc.need, __ATOMIC_RELAXED) &&
+			    ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RTS)
+				chan_note(a->attach, &a->nattach, qp);
+			continue;
+		}
+		ctail = ring_cq_tail(cq->ring);
+		if (!ring_tail_ok(ctail, cq->head, cq->entries))
+			continue;
+		room = cq->lcount + ring_pending(ctail, cq->head, cq->entries);
+		room = room < cq->entries ? cq->entries - room : 0;
+		if (!room)
+			continue; /* the CQ is full: the messages wait (the sender's RNR clock runs) */
+		rq = (struct vrdma_chan_rq){ .ring = qp->ring,
+					     .rq_offset = qp->rq_offset,
+					     .rq_stride = qp->rq_stride,
+					     .rq_entries = qp->rq_entries,
+					     .max_recv_sge = qp->caps.max_recv_sge,
+					     .pd = qp->qpx.qp_base.pd->handle,
+					     .qpn = qp->qpx.qp_base.qp_num };
+		if (local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + 32))
+			continue;
+		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &err, &notify);
+		if (n) {
+			(void)cq_drain(cq); /* reserved above: moves them all */
+			for (int k = 0; k < n; k++)
+				local_push(cq, &w[k]);
+		}
+		if (notify && a->nnotify < CHAN_ACTS)
+			a->notify_send[a->nnotify++] = qp->qpx.qp_base.handle;
+		if (err)
+			chan_want_err(a, qp);
+	}
+}
+
+/* chan_after does what chan_work noted, with no lock held. */
+static void chan_after(struct chan_acts *a)
+{
+	struct vrdma_vm *vm;
+
+	if (!a->nerr && !a->nattach && !a->nnotify)
+		return;
+	vm = vrdma_vm_get();
+	for (int i = 0; vm && i < a->nnotify; i++)
+		chan_notify(vm, a->notify_send[i], "send", 0);
+	for (int i = 0; i < a->nerr; i++)
+		chan_err(a->err[i]);
+	for (int i = 0; vm && i < a->nattach; i++) {
+		struct vrdma_qp *qp = a->attach[i];
+
+		pthread_mutex_lock(&qp->sq_lock);
+		if (!qp->path_known && ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RTS)
+			direct_discover(vm, qp);
+		if (qp->direct)
+			(void)vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring);
+		else if (qp->path_known)
+			__atomic_store_n(&qp->qc.need, 0, __ATOMIC_RELAXED); /* relayed: no channel until it is modified */
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
+}
+
+static void cq_rxq_add(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	pthread_mutex_lock(&cq->lock);
+	if (cq->nrxq == cq->rxqcap) {
+		int cap = cq->rxqcap ? cq->rxqcap * 2 : 4;
+		struct vrdma_qp **n = realloc(cq->rxq, (size_t)cap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&cq->lock);
+			return; /* then its messages wait for the agent's RNR handling: its sender's channel is never drained */
+		}
+		cq->rxq = n;
+		cq->rxqcap = cap;
+	}
+	cq->rxq[cq->nrxq++] = qp;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+static void cq_rxq_del(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	pthread_mutex_lock(&cq->lock);
+	for (int i = 0; i < cq->nrxq; i++)
+		if (cq->rxq[i] == qp) {
+			cq->rxq[i] = cq->rxq[--cq->nrxq];
+			break;
+		}
+	pthread_mutex_unlock(&cq->lock);
+}
+
 static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+	struct chan_acts acts;
 	uint32_t tail, head;
 	int n = 0;
 
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
+	acts.nerr = acts.nattach = acts.nnotify = 0;
+	if (cq->ntrack || cq->nrxq)
+		chan_work(cq, &acts);
 	while (n < num_entries && cq->lcount)
 		local_pop(cq, &wc[n++]);
 	tail = ring_cq_tail(cq->ring);
 	if (!ring_tail_ok(tail, cq->head, cq->entries)) {
 		pthread_mutex_unlock(&cq->lock);
+		chan_after(&acts);
 		return n ? n : -EIO; /* not an index the agent writes */
 	}
 	head = cq->head;
@@ -1110,6 +1316,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		sched_yield();
 	}
 	pthread_mutex_unlock(&cq->lock);
+	chan_after(&acts);
 	return n;
 }
 
@@ -1164,10 +1371,39 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		return EINVAL;
 	/* An agent without core-verbs knows only 1: every completion then
 	 * raises the event (§7). */
+	uint32_t how = solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED : VRDMA_CQ_ARM_ALL;
+	int ready = 0;
+
 	pthread_mutex_lock(&cq->arm_lock);
-	ring_arm_cq(cq->ring, solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED
-											: VRDMA_CQ_ARM_ALL);
+	ring_arm_cq(cq->ring, how);
 	pthread_mutex_unlock(&cq->arm_lock);
+	if (!cq->ntrack && !cq->nrxq)
+		return 0; /* read without the lock: a QP added later arms its channel at its attach */
+	/* The send channels (wire-local.md §4.22): the peers' libraries
+	 * raise this CQ's event (direct-notify) when their armed words say
+	 * so; a completion already waiting in a channel raises it here. */
+	pthread_mutex_lock(&cq->lock);
+	for (int i = 0; i < cq->nrxq; i++) {
+		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
+
+		if (ch)
+			ready |= vrdma_chan_arm_rx(ch, how);
+	}
+	for (int i = 0; i < cq->ntrack; i++) {
+		struct vrdma_chan *ch = __atomic_load_n(&cq->track[i]->qc.cur, __ATOMIC_ACQUIRE);
+
+		if (ch)
+			ready |= vrdma_chan_arm_tx(ch);
+	}
+	if (ready) {
+		uint32_t a = how;
+
+		ready = __atomic_compare_exchange_n(ring_word(cq->ring, VRDMA_CQ_ARMED), &a, 0, 0, __ATOMIC_SEQ_CST,
+						    __ATOMIC_SEQ_CST);
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (ready && vm)
+		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 	return 0;
 }
 
@@ -1347,11 +1583,21 @@ static int cq_ex_load(struct vrdma_cq *cq)
 static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+	struct chan_acts acts;
 	int rc;
 
 	if (!attr || attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&cq->lock);
+	acts.nerr = acts.nattach = acts.nnotify = 0;
+	if (cq->ntrack || cq->nrxq)
+		chan_work(cq, &acts);
+	if (acts.nerr || acts.nattach || acts.nnotify) {
+		/* What the channel needs done is done without the lock. */
+		pthread_mutex_unlock(&cq->lock);
+		chan_after(&acts);
+		pthread_mutex_lock(&cq->lock);
+	}
 	rc = cq_ex_load(cq);
 	if (rc) {
 		/* The lock is held only from a successful start to end_poll. */
@@ -1457,6 +1703,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	close(cq->event_fd);
 	free(cq->local);
 	free(cq->track);
+	free(cq->rxq);
 	free(cq);
 	return 0;
 }
@@ -1589,6 +1836,8 @@ static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp)
 	json_get_str(&r.doc, json_get(&r.doc, 0, "path"), "path", path, sizeof(path));
 	if (json_get_u64(&r.doc, json_get(&r.doc, 0, "attr"), "max_rd_atomic", &v) == 0 && v && v <= 255)
 		qp->max_rd_atomic = (uint32_t)v; /* a QP rdma_cm's agent moved: it set it */
+	if (json_get_u64(&r.doc, json_get(&r.doc, 0, "attr"), "rnr_retry", &v) == 0 && v <= 7)
+		qp->qc.rnr_retry = (uint8_t)v;
 	vrdma_reply_free(&r);
 	if (strcmp(path, "memcpy-direct") || vrdma_direct_ready(vm))
 		return;
@@ -1627,6 +1876,102 @@ static void direct_complete(struct vrdma_vm *vm, struct vrdma_cq *cq, const stru
 		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 }
 
+/* chan_try puts the SEND or SEND_WITH_IMM in slot into qp's send channel
+ * (wire-local.md §4.22) if every rule holds, asking for the channel first
+ * if the QP has none; 1 if it did, 0: the caller posts it to the ring.
+ * The caller holds sq_lock and checked rules 1 and 2's ring part. */
+static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
+{
+	const struct vrdma_send_wqe *w = wqe_send(slot);
+	const struct vrdma_sge *sge = wqe_send_sge(slot);
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct vrdma_chan_sge loc[VRDMA_MAX_SGE];
+	struct vrdma_chan_msg m;
+	uint32_t nloc = 0, ctail;
+	uint64_t n = 0;
+	int ok = 1, notify = 0;
+
+	if (!ch) {
+		if (!vrdma_chan_enabled(vm) || qp->qpx.qp_base.srq || vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring))
+			return 0;
+		ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	}
+	if (vrdma_chan_live(ch) != 1)
+		return 0;
+	/* Rule 4: the local side, each SGE a region of this session (or
+	 * inline bytes, copied at post). */
+	if (w->flags & VRDMA_WQE_INLINE) {
+		if (w->inline_len > qp->caps.max_inline_data)
+			return 0;
+		if (w->inline_len) {
+			loc[nloc].p = (char *)slot + VRDMA_SEND_HDR;
+			loc[nloc++].len = w->inline_len;
+		}
+		n = w->inline_len;
+	} else {
+		if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
+			return 0;
+		for (uint32_t i = 0; i < w->num_sge; i++) {
+			struct vrdma_lmr lm;
+			uint64_t a = sge[i].addr;
+
+			if (!sge[i].length)
+				continue;
+			if (!vrdma_lmr_get(sge[i].lkey, &lm) || lm.pd != qp->qpx.qp_base.pd->handle || a < lm.iova ||
+			    a - lm.iova > lm.length || sge[i].length > lm.length - (a - lm.iova))
+				return 0;
+			loc[nloc].p = lm.addr + (a - lm.iova);
+			loc[nloc++].len = sge[i].length;
+			n += sge[i].length;
+		}
+	}
+	if (n > vrdma_chan_payload(ch))
+		return 0;
+	m = (struct vrdma_chan_msg){ .wr_id = w->wr_id,
+				     .opcode = w->opcode,
+				     .solicited = !!(w->flags & VRDMA_WQE_SOLICITED),
+				     .signaled = (w->flags & VRDMA_WQE_SIGNALED) || qp->sq_sig_all,
+				     .imm = w->imm_data,
+				     .sge = loc,
+				     .nsge = nloc,
+				     .length = (uint32_t)n };
+	/* Rules 2 (the CQ's part) and 6: room for the completion beside
+	 * the channel sends still to complete. */
+	pthread_mutex_lock(&cq->lock);
+	if (qp->relay_done < qp->relay_signaled)
+		ok = !cq_drain(cq) && qp->relay_done >= qp->relay_signaled;
+	if (ok && m.signaled) {
+		uint32_t out = vrdma_chan_outstanding(ch, 1);
+
+		ctail = ring_cq_tail(cq->ring);
+		ok = ring_tail_ok(ctail, cq->head, cq->entries) &&
+		     (uint64_t)cq->lcount + ring_pending(ctail, cq->head, cq->entries) + out < cq->entries &&
+		     !local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + out + 1);
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (!ok || vrdma_chan_send(ch, &m, qp->qc.rnr_retry, &notify))
+		return 0;
+	if (notify)
+		chan_notify(vm, qp->qpx.qp_base.handle, "recv", m.solicited);
+	return 1;
+}
+
+/* chan_quiet reports whether qp has no channel send outstanding (rule 2 for
+ * a direct WR), reaping what finished; the caller holds sq_lock. */
+static int chan_quiet(struct vrdma_qp *qp)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+
+	if (!ch || !vrdma_chan_outstanding(ch, 0))
+		return 1;
+	pthread_mutex_lock(&cq->lock);
+	chan_reap_qp(cq, qp, NULL);
+	pthread_mutex_unlock(&cq->lock);
+	return !vrdma_chan_outstanding(ch, 0);
+}
+
 /* direct_try executes the WQE in slot itself if every rule of §4.21 holds,
  * and reports whether it did (1); 0: the caller posts it to the ring.
  * tail is the library's SQ tail (the WQEs before it are the ring's). The
@@ -1650,6 +1995,10 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 	/* Rules 1 and 2 (the ring's part). */
 	if (ring_load(qp->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || ring_load(qp->ring, VRDMA_QP_SQ_HEAD) != tail)
 		return 0;
+	if (opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM)
+		return chan_try(vm, qp, slot); /* §4.22 */
+	if (!chan_quiet(qp))
+		return 0; /* behind a channel send: the agent drains the channel first */
 	/* Rule 3. */
 	switch (opcode) {
 	case IBV_WR_RDMA_WRITE:
@@ -1860,6 +2209,8 @@ out:
 	if (rc)
 		*bad_wr = wr;
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (__atomic_load_n(&qp->qc.want_err, __ATOMIC_RELAXED) == 1)
+		chan_err(qp); /* a channel send failed while reaped here */
 	return rc;
 }
 
@@ -2089,8 +2440,13 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 	qp->qpx.qp_base.send_cq = tgt ? NULL : attr->send_cq;
 	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
+	qp->qc.need = 1;
 	if (qp_register(vm, qp, context, h, qpn, attr->qp_type, attr->qp_context))
 		return NULL;
+	/* The send channel (§4.22): an RC QP with its own receive queue may
+	 * take the peer's SENDs at its recv CQ's polls. */
+	if (!tgt && attr->qp_type == IBV_QPT_RC && !attr->srq && vrdma_chan_enabled(vm))
+		cq_rxq_add((struct vrdma_cq *)attr->recv_cq, qp);
 	attr->cap = caps; /* the real sizes, as providers report them */
 	return &qp->qpx.qp_base;
 }
@@ -2237,6 +2593,15 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		}
 		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR)
 			direct_discover(vm, qp);
+		/* The send channel (§4.22): revoked by a move out of RTS;
+		 * gone for good at RESET, INIT or RTR; asked for in RTS. */
+		if (mask & IBV_QP_RNR_RETRY)
+			qp->qc.rnr_retry = attr->rnr_retry;
+		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RESET || attr->qp_state == IBV_QPS_INIT ||
+					      attr->qp_state == IBV_QPS_RTR))
+			vrdma_chan_off(&qp->qc);
+		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS && !qp->qc.cur)
+			__atomic_store_n(&qp->qc.need, 1, __ATOMIC_RELAXED);
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
@@ -2322,9 +2687,12 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	reg_take(&objs, qp);
 	if (qp->ring) {
 		/* The agent revoked its grants before it replied. */
+		if (qp->qpx.qp_base.recv_cq)
+			cq_rxq_del((struct vrdma_cq *)qp->qpx.qp_base.recv_cq, qp);
 		pthread_mutex_lock(&qp->sq_lock);
 		direct_off(qp);
 		vrdma_direct_qp_free(&qp->qd);
+		vrdma_chan_free(&qp->qc);
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
 	qp->magic = 0;
@@ -2918,6 +3286,8 @@ static int wr_complete(struct ibv_qp_ex *x)
 	}
 	qp->wr_cur = NULL;
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (__atomic_load_n(&qp->qc.want_err, __ATOMIC_RELAXED) == 1)
+		chan_err(qp); /* a channel send failed while reaped here */
 	return err; /* on an error nothing since wr_start is posted */
 }
 

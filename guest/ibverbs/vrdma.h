@@ -21,6 +21,18 @@
  * docs/wire-local.md, generated from internal/abi. */
 #include "vrdma-abi.h"
 
+/* The send channel's numbers (wire-local.md §4.22), until vrdma-abi.h
+ * has them. */
+#ifndef VRDMA_OP_DIRECT_CHANNEL
+#define VRDMA_OP_DIRECT_CHANNEL 63
+#endif
+#ifndef VRDMA_OP_DIRECT_NOTIFY
+#define VRDMA_OP_DIRECT_NOTIFY 67
+#endif
+#ifndef VRDMA_CAP_DIRECT_SEND
+#define VRDMA_CAP_DIRECT_SEND 0x400000ull
+#endif
+
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
 enum json_type { JSON_NONE, JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_PRIMITIVE };
@@ -305,6 +317,99 @@ void vrdma_direct_qp_free(struct vrdma_qpdirect *qd);
 struct vrdma_grant_slot *vrdma_direct_slot(uint32_t slot);
 void vrdma_direct_idle(void);
 void vrdma_forget_direct(void);
+
+/* direct_send.c: the send channel of memcpy-direct (wire-local.md §4.22):
+ * small SEND and SEND_WITH_IMM of an RC QP pair bound to memcpy-direct go
+ * from the sender's library to the receiver's through a shared ring that
+ * the agent made and granted to both (direct-channel), without the agent.
+ *
+ * struct vrdma_chan is one grant of a channel to a QP (opaque here); a QP
+ * keeps the ones it had in struct vrdma_qpchan (freed with the QP). The
+ * grant's pages are touched only between an increment of its in-use word
+ * and the decrement, after its state word read valid (§4.21 pair 4), so
+ * the revocation reader may unmap it on the notice. Its send records are
+ * the sender's (post: the QP's sq_lock; reaping: the send CQ's lock), its
+ * receive index the receiver's (the recv CQ's lock).
+ *
+ * vrdma_chan_enabled reports whether this library asks for the channel
+ * (hello bit 22). vrdma_chan_attach asks the agent for the QP's channel
+ * when it has none (the caller holds sq_lock; a command): 0 with qc->cur
+ * set, or an errno (then it waits before asking again). vrdma_chan_off
+ * forgets the current one (the QP moved to RESET, INIT or RTR: the agent
+ * revoked it); vrdma_chan_free releases them all (the QP's end).
+ * vrdma_chan_send puts a SEND into the channel: 0, or -1 (relay it).
+ * vrdma_chan_reap makes the send completions of the channel's finished
+ * sends, in order (the send CQ's lock held); vrdma_chan_take takes the
+ * peer's messages into the QP's posted receives (the recv CQ's lock held).
+ * Both set *err when the QP is to move to ERR (the caller does that with
+ * no CQ lock held) and *notify when the peer's CQ is to be told
+ * (direct-notify, with no lock held). vrdma_chan_arm_rx / _tx store the
+ * armed words of an arming CQ and report whether a completion is already
+ * waiting (the caller raises its own event). vrdma_chan_notice is the
+ * revocation reader's, under direct.c's lock: 1 if (slot, state) was a
+ * channel's grant, now snapshotted and unmapped. */
+struct vrdma_chan;
+struct vrdma_qpchan {
+	struct vrdma_chan *cur; /* the current grant (atomic pointer), NULL: none */
+	struct vrdma_chan *all; /* every grant this QP had; +guarded by sq_lock */
+	uint64_t next_try;	/* monotonic ns before which attach does not ask again (atomic) */
+	uint32_t backoff_ms;	/* +guarded by sq_lock */
+	int need;		/* the QP may get a channel: the recv CQ's poll asks (atomic) */
+	int want_err;		/* 1: the QP is to move to ERR (atomic) */
+	uint8_t rnr_retry;	/* as set (7: wait for ever) */
+};
+struct vrdma_chan_sge {
+	char *p;
+	uint32_t len;
+};
+struct vrdma_chan_msg {
+	uint64_t wr_id;
+	int opcode;	 /* IBV_WR_SEND or IBV_WR_SEND_WITH_IMM */
+	int solicited;
+	int signaled;
+	uint32_t imm;	 /* a number */
+	const struct vrdma_chan_sge *sge;
+	uint32_t nsge, length;
+};
+/* A QP's receive queue, as the taker needs it. */
+struct vrdma_chan_rq {
+	char *ring;
+	uint32_t rq_offset, rq_stride, rq_entries, max_recv_sge;
+	uint32_t pd, qpn;
+};
+int vrdma_chan_enabled(const struct vrdma_vm *vm);
+/* vrdma_hello_caps is the capability bits this library's hello sets. */
+uint64_t vrdma_hello_caps(void);
+int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_handle, char *qp_ring);
+void vrdma_chan_off(struct vrdma_qpchan *qc);
+void vrdma_chan_free(struct vrdma_qpchan *qc);
+uint32_t vrdma_chan_payload(const struct vrdma_chan *ch);
+uint32_t vrdma_chan_outstanding(const struct vrdma_chan *ch, int signaled_only);
+int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, uint8_t rnr_retry, int *notify);
+int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qp_state, uint8_t rnr_retry, uint32_t qpn, struct ibv_wc *wc,
+		    int max, int *err);
+int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *err,
+		    int *notify);
+int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how);
+int vrdma_chan_arm_tx(struct vrdma_chan *ch);
+int vrdma_chan_live(const struct vrdma_chan *ch);
+uint32_t vrdma_chan_qp(const struct vrdma_chan *ch);
+int vrdma_chan_notice(uint32_t slot, uint32_t state);
+void vrdma_chan_forget(void);
+/* vrdma_chan_check checks a direct-channel reply's members against the
+ * file's size (the fuzzed part): 0, or -1. */
+struct vrdma_chan_reply {
+	uint32_t slot, state, entries, stride, peer_qpn;
+	uint64_t size, tx_offset, rx_offset, rnr_ns;
+};
+int vrdma_chan_check(const struct vrdma_chan_reply *r, uint32_t slots, uint64_t file_size);
+/* direct.c's lock and counts, for the channel's grants: the grant slots'
+ * notices are read under it. */
+void vrdma_direct_lock(void);
+void vrdma_direct_unlock(void);
+int vrdma_direct_early_take(uint32_t slot, uint32_t state); /* caller holds the lock */
+void vrdma_direct_count(int delta, int inflight);	     /* caller holds the lock */
+uint32_t vrdma_direct_nslots(void);
 
 /* direct.c: the session's regions by lkey, for the local checks of a
  * direct WR (rule 4): the PD's handle, the iova range, where its first
