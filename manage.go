@@ -97,7 +97,7 @@ func DialAgent(ctx context.Context, opts ...Option) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{c: c}
-	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: abi.CapsKnown}, &a.Info); err != nil {
+	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: helloCaps}, &a.Info); err != nil {
 		c.close()
 		return nil, fmt.Errorf("vrdma: hello to the agent: %w", err)
 	}

@@ -58,6 +58,11 @@ type VM struct {
 	closed atomic.Bool
 }
 
+// helloCaps are the capability bits the library sends in its hello:
+// every bit it knows but direct-send, whose send channel (wire-local.md
+// §4.22) it does not use yet.
+const helloCaps = abi.CapsKnown &^ abi.CapDirectSend
+
 // Open attaches to the VM called name on this host's agent. The agent maps
 // the VM's guest memory (locked if the VM reserves all of it) and shares it
 // with this process; memory regions, buffers and work requests live there.
@@ -73,7 +78,7 @@ func Open(ctx context.Context, name string, opts ...Option) (*VM, error) {
 	// Hello first: the agent's features, and ours, which some of its
 	// behaviours wait for (the QP events of capability qp-events).
 	var hr abi.HelloReply
-	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: abi.CapsKnown}, &hr); err != nil {
+	if _, err := c.call(ctx, abi.OpHello, &abi.Hello{Client: "vrdma", Caps: helloCaps}, &hr); err != nil {
 		c.close()
 		return nil, fmt.Errorf("vrdma: hello to the agent for VM %q: %w", name, err)
 	}

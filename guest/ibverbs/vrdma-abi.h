@@ -74,9 +74,11 @@
 #define VRDMA_OP_DIRECT_OPEN 60
 #define VRDMA_OP_DIRECT_MAP 61
 #define VRDMA_OP_CQ_NOTIFY 62
+#define VRDMA_OP_DIRECT_CHANNEL 63
 #define VRDMA_OP_ATTACH_MCAST 64
 #define VRDMA_OP_DETACH_MCAST 65
 #define VRDMA_OP_CM_JOIN 66
+#define VRDMA_OP_DIRECT_NOTIFY 67
 #define VRDMA_OP_ADVISE_MR 68
 
 /* Capability bits (§2). */
@@ -102,7 +104,8 @@
 #define VRDMA_CAP_CQ_OVERRUN 0x80000ull
 #define VRDMA_CAP_OPEN_QP 0x100000ull
 #define VRDMA_CAP_MEMCPY_DIRECT 0x200000ull
-#define VRDMA_CAPS_KNOWN 0x3fffffull /* every bit above */
+#define VRDMA_CAP_DIRECT_SEND 0x400000ull
+#define VRDMA_CAPS_KNOWN 0x7fffffull /* every bit above */
 #define VRDMA_CAPS_BASELINE 0x15ull /* an agent that sends no caps serves these */
 
 /* Error codes (§3), the code member of an error reply. */
@@ -197,6 +200,27 @@
 #define VRDMA_GRANT_REVOKING 2
 #define VRDMA_GRANT_GEN_MASK 0xfffffffcu
 #define VRDMA_REVOKE_MSG_SIZE 8 /* a notice and its acknowledgement: slot, state (u32 each) */
+/* The memcpy-direct send channel (§4.22). */
+#define VRDMA_CHAN_HEADER_SIZE 512
+#define VRDMA_CHAN_TAIL 0 /* ring header word offsets */
+#define VRDMA_CHAN_HEAD 64
+#define VRDMA_CHAN_RX_ARMED 128
+#define VRDMA_CHAN_TX_ARMED 192
+#define VRDMA_CHAN_READY 256
+#define VRDMA_CHAN_SLOT_HEADER 64 /* message bytes follow */
+#define VRDMA_CHAN_MAX_ENTRIES 4096
+#define VRDMA_CHAN_MIN_STRIDE 128
+#define VRDMA_CHAN_MAX_STRIDE 65536
+#define VRDMA_SLOT_FREE 0 /* slot states */
+#define VRDMA_SLOT_POSTED 1
+#define VRDMA_SLOT_TAKEN 2
+#define VRDMA_SLOT_DONE 3
+#define VRDMA_SLOT_RETRACTED 4
+#define VRDMA_SLOT_REFUSED 5
+#define VRDMA_CHAN_FLAG_SIGNALED 1 /* slot flags */
+#define VRDMA_CHAN_FLAG_SOLICITED 2
+#define VRDMA_NOTIFY_SEND "send" /* direct-notify's cq */
+#define VRDMA_NOTIFY_RECV "recv"
 /* UD (§4.15). */
 #define VRDMA_GRH_SIZE 40
 #define VRDMA_PRIVILEGED_QKEY 0x80000000u
@@ -401,6 +425,52 @@ _Static_assert(offsetof(struct vrdma_grant_slot, rd_atomics) == 8, "vrdma_grant_
 _Static_assert(offsetof(struct vrdma_grant_slot, reserved12) == 12, "vrdma_grant_slot.reserved12");
 _Static_assert(sizeof(struct vrdma_grant_slot) == 16, "sizeof(struct vrdma_grant_slot)");
 
+/* The header of a ring of a memcpy-direct send channel (§4.22); slots follow. */
+struct vrdma_chan_ring_header {
+	uint32_t tail;
+	uint8_t reserved4[60];
+	uint32_t head;
+	uint8_t reserved68[60];
+	uint32_t rx_armed;
+	uint8_t reserved132[60];
+	uint32_t tx_armed;
+	uint8_t reserved196[60];
+	uint32_t ready;
+	uint8_t reserved260[252];
+};
+_Static_assert(offsetof(struct vrdma_chan_ring_header, tail) == 0, "vrdma_chan_ring_header.tail");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, reserved4) == 4, "vrdma_chan_ring_header.reserved4");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, head) == 64, "vrdma_chan_ring_header.head");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, reserved68) == 68, "vrdma_chan_ring_header.reserved68");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, rx_armed) == 128, "vrdma_chan_ring_header.rx_armed");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, reserved132) == 132, "vrdma_chan_ring_header.reserved132");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, tx_armed) == 192, "vrdma_chan_ring_header.tx_armed");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, reserved196) == 196, "vrdma_chan_ring_header.reserved196");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, ready) == 256, "vrdma_chan_ring_header.ready");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, reserved260) == 260, "vrdma_chan_ring_header.reserved260");
+_Static_assert(sizeof(struct vrdma_chan_ring_header) == 512, "sizeof(struct vrdma_chan_ring_header)");
+
+/* The header of a send channel slot (§4.22); the message's bytes follow. */
+struct vrdma_chan_slot {
+	uint32_t state;
+	uint8_t opcode;
+	uint8_t flags;
+	uint8_t status;
+	uint8_t reserved7;
+	uint32_t length;
+	uint32_t imm_data;
+	uint8_t reserved16[48];
+};
+_Static_assert(offsetof(struct vrdma_chan_slot, state) == 0, "vrdma_chan_slot.state");
+_Static_assert(offsetof(struct vrdma_chan_slot, opcode) == 4, "vrdma_chan_slot.opcode");
+_Static_assert(offsetof(struct vrdma_chan_slot, flags) == 5, "vrdma_chan_slot.flags");
+_Static_assert(offsetof(struct vrdma_chan_slot, status) == 6, "vrdma_chan_slot.status");
+_Static_assert(offsetof(struct vrdma_chan_slot, reserved7) == 7, "vrdma_chan_slot.reserved7");
+_Static_assert(offsetof(struct vrdma_chan_slot, length) == 8, "vrdma_chan_slot.length");
+_Static_assert(offsetof(struct vrdma_chan_slot, imm_data) == 12, "vrdma_chan_slot.imm_data");
+_Static_assert(offsetof(struct vrdma_chan_slot, reserved16) == 16, "vrdma_chan_slot.reserved16");
+_Static_assert(sizeof(struct vrdma_chan_slot) == 64, "sizeof(struct vrdma_chan_slot)");
+
 /* The named offsets and sizes above are the structs'. */
 _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_tail) == VRDMA_QP_SQ_TAIL, "vrdma_qp_ring_state.sq_tail");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_head) == VRDMA_QP_SQ_HEAD, "vrdma_qp_ring_state.sq_head");
@@ -411,11 +481,18 @@ _Static_assert(offsetof(struct vrdma_qp_ring_state, qp_state) == VRDMA_QP_STATE,
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_tail) == VRDMA_CQ_TAIL, "vrdma_cq_ring_state.cq_tail");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_head) == VRDMA_CQ_HEAD, "vrdma_cq_ring_state.cq_head");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_armed) == VRDMA_CQ_ARMED, "vrdma_cq_ring_state.cq_armed");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, tail) == VRDMA_CHAN_TAIL, "vrdma_chan_ring_header.tail");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, head) == VRDMA_CHAN_HEAD, "vrdma_chan_ring_header.head");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, rx_armed) == VRDMA_CHAN_RX_ARMED, "vrdma_chan_ring_header.rx_armed");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, tx_armed) == VRDMA_CHAN_TX_ARMED, "vrdma_chan_ring_header.tx_armed");
+_Static_assert(offsetof(struct vrdma_chan_ring_header, ready) == VRDMA_CHAN_READY, "vrdma_chan_ring_header.ready");
 _Static_assert(sizeof(struct vrdma_msg_header) == VRDMA_MSG_HEADER_SIZE, "sizeof(struct vrdma_msg_header)");
 _Static_assert(sizeof(struct vrdma_send_wqe) == VRDMA_SEND_HDR, "sizeof(struct vrdma_send_wqe)");
 _Static_assert(sizeof(struct vrdma_recv_wqe) == VRDMA_RECV_HDR, "sizeof(struct vrdma_recv_wqe)");
 _Static_assert(sizeof(struct vrdma_sge) == VRDMA_SGE_SIZE, "sizeof(struct vrdma_sge)");
 _Static_assert(sizeof(struct vrdma_cqe) == VRDMA_CQE_SIZE, "sizeof(struct vrdma_cqe)");
 _Static_assert(sizeof(struct vrdma_grant_slot) == VRDMA_GRANT_SLOT_SIZE, "sizeof(struct vrdma_grant_slot)");
+_Static_assert(sizeof(struct vrdma_chan_ring_header) == VRDMA_CHAN_HEADER_SIZE, "sizeof(struct vrdma_chan_ring_header)");
+_Static_assert(sizeof(struct vrdma_chan_slot) == VRDMA_CHAN_SLOT_HEADER, "sizeof(struct vrdma_chan_slot)");
 
 #endif

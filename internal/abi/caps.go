@@ -119,11 +119,17 @@ const (
 	// RDMA WRITE, READ and atomics itself on granted mappings of the
 	// target's regions. The agent binds it only for sessions that set it.
 	CapDirect Caps = 1 << 21
+	// CapDirectSend: the memcpy-direct path's send channel (ops 63 and
+	// 67, direct_send.go): between two sessions that set CapDirect and
+	// this bit, the libraries of an RC QP pair bound to memcpy-direct
+	// pass small SENDs through a shared ring the agent grants them. The
+	// agent grants a channel only to a session that set it.
+	CapDirectSend Caps = 1 << 22
 )
 
 // CapsKnown is every bit this package defines: what a client built on it
 // knows, and sends in its hello.
-const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapMcast | CapODP | CapAtomicWrite | CapCQOverrun | CapOpenQP | CapDirect
+const CapsKnown = CapAsyncMode | CapFence | CapPathMemcpy | CapPathTCP | CapCM | CapQPCounters | CapVMManage | CapMRIOVA | CapAsyncEvents | CapSRQ | CapUD | CapUC | CapCoreVerbs | CapQPEvents | CapMW | CapXRC | CapMcast | CapODP | CapAtomicWrite | CapCQOverrun | CapOpenQP | CapDirect | CapDirectSend
 
 // CapsBaseline is what every ABI 1 agent serves, including those older than
 // capability bits, which send none: a client may assume these of an agent
@@ -134,7 +140,7 @@ const CapsBaseline = CapAsyncMode | CapPathMemcpy | CapCM
 // capNames names the bits by their index; an index without a name is a
 // bit this build does not define.
 var capNames = [...]string{0: "async-mode", 1: "fence", 2: "path-memcpy", 3: "path-tcp", 4: "cm", 5: "qp-counters", 6: "vm-manage",
-	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 16: "mcast", 17: "odp", 18: "atomic-write", 19: "cq-overrun", 20: "open-qp", 21: "memcpy-direct"}
+	7: "mr-iova", 8: "async-events", 9: "srq", 10: "ud", 11: "uc", 12: "core-verbs", 13: "qp-events", 14: "mw", 15: "xrc", 16: "mcast", 17: "odp", 18: "atomic-write", 19: "cq-overrun", 20: "open-qp", 21: "memcpy-direct", 22: "direct-send"}
 
 // Has reports whether c holds every bit of x.
 func (c Caps) Has(x Caps) bool { return c&x == x }

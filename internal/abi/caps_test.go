@@ -16,7 +16,7 @@ func TestCaps(t *testing.T) {
 	}{
 		{0, "none"},
 		{CapFence | CapCM, "fence|cm"},
-		{CapsKnown, "async-mode|fence|path-memcpy|path-tcp|cm|qp-counters|vm-manage|mr-iova|async-events|srq|ud|uc|core-verbs|qp-events|mw|xrc|mcast|odp|atomic-write|cq-overrun|open-qp|memcpy-direct"},
+		{CapsKnown, "async-mode|fence|path-memcpy|path-tcp|cm|qp-counters|vm-manage|mr-iova|async-events|srq|ud|uc|core-verbs|qp-events|mw|xrc|mcast|odp|atomic-write|cq-overrun|open-qp|memcpy-direct|direct-send"},
 		{CapPathTCP | 1<<40, "path-tcp|0x10000000000"},
 	} {
 		if got := c.caps.String(); got != c.want {

@@ -106,6 +106,9 @@ const (
 	OpDirectOpen Op = 60 // Empty → DirectOpenReply; fds: grant table memfd, revocation socket (socketpair end)
 	OpDirectMap  Op = 61 // DirectMap → DirectGrant; fds: the peer session's guest memory memfd
 	OpCQNotify   Op = 62 // Handle (CQ) → Empty
+	// 63, 67: the memcpy-direct send channel (direct_send.go).
+	OpDirectChannel Op = 63 // Handle (QP) → DirectChannel; fds: the channel file
+	OpDirectNotify  Op = 67 // DirectNotify → Empty
 	// 64..66: UD multicast (mcast.go).
 	OpAttachMcast Op = 64 // Mcast → Empty
 	OpDetachMcast Op = 65 // Mcast → Empty

@@ -44,6 +44,8 @@ func requestSeeds() map[Op]any {
 		OpAllocMW:       &AllocMW{PD: 1, Type: MWType2},
 		OpDeallocMW:     &Handle{Handle: 4},
 		OpOpenQP:        &OpenQP{XRCD: 6, QPN: 0xabcdef},
+		OpDirectChannel: &Handle{Handle: 4},
+		OpDirectNotify:  &DirectNotify{QP: 4, CQ: NotifyRecv, Solicited: true},
 		OpAdviseMR:      &AdviseMR{PD: 1, Advice: AdvicePrefetchWrite, Flags: AdviseFlush, SGEs: []AdviseSGE{{Addr: 0x7f0000001000, Length: 4096, LKey: 0x101}}},
 		// The management commands' bodies are package mgmt's (its
 		// tests); here their ops have none.
@@ -340,6 +342,32 @@ func FuzzParseGRH(f *testing.F) {
 		}
 		if !mapped4(g.SGID) && again.FlowLabel != g.FlowLabel {
 			t.Fatalf("flow label %x → %x", g.FlowLabel, again.FlowLabel)
+		}
+	})
+}
+
+// FuzzDirectChannel: a direct-channel reply decodes without a panic, and
+// the check a library makes before it maps the channel
+// (DirectChannel.Check) accepts only geometry that keeps both rings
+// inside the mapping, apart, and the mapping inside the file.
+func FuzzDirectChannel(f *testing.F) {
+	f.Add([]byte(`{"slot":2,"state":5,"size":540672,"tx_offset":0,"rx_offset":270336,"entries":64,"stride":4160,"peer_qpn":4660,"relay_ns":1000000}`), uint32(1024), int64(540672))
+	f.Add([]byte(`{"slot":0,"state":9,"size":4096,"tx_offset":0,"rx_offset":64,"entries":4,"stride":128,"peer_qpn":1,"relay_ns":1000}`), uint32(1), int64(4096))
+	f.Add([]byte(`{"slot":0,"state":5,"size":18446744073709551615,"tx_offset":18446744073709551552,"rx_offset":0,"entries":4096,"stride":65536,"relay_ns":5000}`), uint32(8), int64(1<<40))
+	f.Fuzz(func(t *testing.T, body []byte, slots uint32, file int64) {
+		var c DirectChannel
+		if json.Unmarshal(body, &c) != nil || c.Check(slots, file) != nil {
+			return
+		}
+		ring := ChanRingBytes(c.Entries, c.Stride)
+		lo, hi := min(c.TxOffset, c.RxOffset), max(c.TxOffset, c.RxOffset)
+		switch {
+		case c.Slot >= slots || c.State&3 != GrantValid || c.State>>2 == 0:
+			t.Fatalf("accepted slot %d state 0x%x (%d slots)", c.Slot, c.State, slots)
+		case c.Entries == 0 || c.Entries&(c.Entries-1) != 0 || c.Stride < ChanSlotHeader || c.Stride%64 != 0:
+			t.Fatalf("accepted %d entries of %d bytes", c.Entries, c.Stride)
+		case c.Size > uint64(file) || hi+ring > c.Size || hi+ring < hi || lo+ring > hi || lo%64 != 0 || hi%64 != 0:
+			t.Fatalf("accepted rings at 0x%x and 0x%x of %d bytes in %d of a %d-byte file", c.TxOffset, c.RxOffset, ring, c.Size, file)
 		}
 	})
 }

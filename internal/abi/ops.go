@@ -92,9 +92,11 @@ var opTable = [...]OpInfo{
 	{Op: OpDirectOpen, Name: "direct-open", Request: body[Empty](), Attach: true},
 	{Op: OpDirectMap, Name: "direct-map", Request: body[DirectMap](), Attach: true},
 	{Op: OpCQNotify, Name: "cq-notify", Request: body[Handle](), Attach: true},
+	{Op: OpDirectChannel, Name: "direct-channel", Request: body[Handle](), Attach: true},
 	{Op: OpAttachMcast, Name: "attach-mcast", Request: body[Mcast](), Attach: true},
 	{Op: OpDetachMcast, Name: "detach-mcast", Request: body[Mcast](), Attach: true},
 	{Op: OpCMJoin, Name: "cm-join", Request: body[CMJoin](), Attach: true},
+	{Op: OpDirectNotify, Name: "direct-notify", Request: body[DirectNotify](), Attach: true},
 	{Op: OpAdviseMR, Name: "advise-mr", Request: body[AdviseMR](), Attach: true},
 }
 

@@ -32,6 +32,17 @@ func init() {
 	handlers[abi.OpCQNotify] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
 		return abi.Empty{}, nil, v.NotifyCQ(r.Handle)
 	})
+	// The send channel (wire-local.md §4.22, device/direct_send.go).
+	handlers[abi.OpDirectChannel] = on(func(s *session, v *device.Context, r *abi.Handle) (any, []int, error) {
+		rep, fds, err := v.Channel(r.Handle)
+		if err != nil {
+			return nil, nil, err
+		}
+		return givenAway{body: rep, fds: fds}, nil, nil
+	})
+	handlers[abi.OpDirectNotify] = on(func(s *session, v *device.Context, r *abi.DirectNotify) (any, []int, error) {
+		return abi.Empty{}, nil, v.NotifyPeer(r.QP, r.CQ, r.Solicited)
+	})
 }
 
 // directVerdict says whether QP q's connection to peer QP t, both of this

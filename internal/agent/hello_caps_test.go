@@ -32,7 +32,7 @@ func TestHelloCaps(t *testing.T) {
 	})
 
 	const want = abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
-		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun | abi.CapOpenQP | abi.CapDirect
+		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun | abi.CapOpenQP | abi.CapDirect | abi.CapDirectSend
 	header := func(seq uint32, n int) []byte {
 		h := make([]byte, abi.CmdHeaderSize)
 		h[0], h[1], h[2] = 'V', 'R', abi.Version

@@ -316,6 +316,7 @@ func (s *session) attach(_ *device.Context, r *abi.Attach) (any, []int, error) {
 	}
 	s.vm = v
 	v.SetDirectCapable(s.clientCaps.Has(abi.CapDirect)) // memcpy-direct only between sessions that know it (direct.go)
+	v.SetDirectSendCapable(s.clientCaps.Has(abi.CapDirect | abi.CapDirectSend))
 	rep, memFD := v.AttachReply(a.cfg.Host)
 	s.log.Info("VM attached", "vm", v.Name(), "mem_mib", v.Config().MemSizeMB, "locked", rep.MemLocked, "async", rep.AsyncMode, "adapters", len(rep.Adapters))
 	return rep, []int{memFD}, nil
@@ -343,7 +344,7 @@ var blockingOps = func() string {
 // and a PVRDMA address).
 func (a *Agent) caps() abi.Caps {
 	c := abi.CapAsyncMode | abi.CapFence | abi.CapPathMemcpy | abi.CapCM | abi.CapQPCounters | abi.CapVMManage | abi.CapMRIOVA | abi.CapAsyncEvents | abi.CapSRQ | abi.CapUD |
-		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun | abi.CapOpenQP | abi.CapDirect
+		abi.CapUC | abi.CapCoreVerbs | abi.CapQPEvents | abi.CapMW | abi.CapXRC | abi.CapMcast | abi.CapODP | abi.CapAtomicWrite | abi.CapCQOverrun | abi.CapOpenQP | abi.CapDirect | abi.CapDirectSend
 	if a.up != nil {
 		c |= abi.CapPathTCP
 	}

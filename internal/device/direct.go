@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +65,7 @@ type grant struct {
 	target *QP    // its peer, of owner
 	mr     *MR
 	owner  *Context
+	ch     *channel // a send channel's grant (direct_send.go): mr is nil
 	// revoking is set under directMu when the grant is marked; done is
 	// closed once its slot is free again.
 	revoking bool
@@ -208,13 +210,7 @@ func (v *Context) Grant(qh, rkey uint32) (abi.DirectGrant, []int, error) {
 	if access == 0 {
 		return abi.DirectGrant{}, nil, abi.Errorf(abi.CodeNotFound, "rkey", "direct-map: rkey 0x%x grants no remote access through peer QP 0x%x", rkey, t.qpn)
 	}
-	slot := -1
-	for i, g := range tab.slots {
-		if g == nil && tab.stateWord(uint32(i)).Load() == abi.GrantFree {
-			slot = i
-			break
-		}
-	}
+	slot := d.freeSlotLocked(tab)
 	if slot < 0 {
 		return abi.DirectGrant{}, nil, abi.Errorf(abi.CodeLimit, "", "direct-map: the session holds %d grants, the most a grant table has", abi.GrantSlots)
 	}
@@ -222,22 +218,45 @@ func (v *Context) Grant(qh, rkey uint32) (abi.DirectGrant, []int, error) {
 	if err != nil {
 		return abi.DirectGrant{}, nil, abi.Errorf(abi.CodeInternal, "", "direct-map: dup the peer's guest memory: %v", err)
 	}
-	gen := (tab.gens[slot] + 1) & (abi.GrantGenMask >> 2)
-	if gen == 0 {
-		gen = 1
-	}
-	tab.gens[slot] = gen
-	word := abi.GrantWord(gen, abi.GrantValid)
-	g := &grant{tab: tab, slot: uint32(slot), word: word, init: q, target: t, mr: m, owner: t.vm, done: make(chan struct{})}
-	tab.slots[slot] = g
-	d.grants[g] = struct{}{}
-	tab.inUseWord(uint32(slot)).Store(0)
-	abi.StoreFenced(tab.stateWord(uint32(slot)), word)
+	g := d.grantLocked(tab, uint32(slot), q, t, t.vm)
+	g.mr = m
+	word := g.word
 	page := uint64(sys.PageSize)
 	start := m.addr &^ (page - 1)
 	end := (m.addr + m.length + page - 1) &^ (page - 1)
 	return abi.DirectGrant{Slot: uint32(slot), State: word, IOVA: m.iova, Length: m.length, Access: access,
 		MapOffset: start, MapLength: end - start, MROffset: m.addr - start}, []int{dup}, nil
+}
+
+// freeSlotLocked returns a free slot of the table, or -1.
+//
+// +checklocks:d.directMu
+func (d *Device) freeSlotLocked(t *directTable) int {
+	for i, g := range t.slots {
+		if g == nil && t.stateWord(uint32(i)).Load() == abi.GrantFree {
+			return i
+		}
+	}
+	return -1
+}
+
+// grantLocked makes a grant in free slot slot for initiator q of target
+// t's owner: a new generation, in-use 0, the valid state word stored.
+//
+// +checklocks:d.directMu
+func (d *Device) grantLocked(t *directTable, slot uint32, q, tq *QP, owner *Context) *grant {
+	gen := (t.gens[slot] + 1) & (abi.GrantGenMask >> 2)
+	if gen == 0 {
+		gen = 1
+	}
+	t.gens[slot] = gen
+	word := abi.GrantWord(gen, abi.GrantValid)
+	g := &grant{tab: t, slot: slot, word: word, init: q, target: tq, owner: owner, done: make(chan struct{})}
+	t.slots[slot] = g
+	d.grants[g] = struct{}{}
+	t.inUseWord(slot).Store(0)
+	abi.StoreFenced(t.stateWord(slot), word)
+	return g
 }
 
 // markLocked marks the grants pred matches revoking and returns the
@@ -246,19 +265,57 @@ func (v *Context) Grant(qh, rkey uint32) (abi.DirectGrant, []int, error) {
 //
 // +checklocks:d.directMu
 func (d *Device) markLocked(pred func(*grant) bool) (fresh, all []*grant) {
+	var chans []*channel
 	for g := range d.grants {
 		if !pred(g) {
 			continue
 		}
-		all = append(all, g)
-		if !g.revoking {
-			g.revoking = true
-			abi.StoreFenced(g.tab.stateWord(g.slot), g.word&abi.GrantGenMask|abi.GrantRevoking) // pair 4: before in-use's load
-			g.tab.users.Add(1)
-			fresh = append(fresh, g)
+		if g.ch == nil {
+			all = append(all, g)
+			if d.markGrantLocked(g) {
+				fresh = append(fresh, g)
+			}
+			continue
+		}
+		// A send channel's two grants go together (direct_send.go):
+		// one entry in fresh, its first grant, finishes both.
+		if !slices.Contains(chans, g.ch) {
+			chans = append(chans, g.ch)
+		}
+	}
+	for _, ch := range chans {
+		newly := !ch.revoking
+		ch.revoking = true
+		var first *grant
+		for _, g := range ch.grants {
+			if g == nil {
+				continue
+			}
+			all = append(all, g)
+			d.markGrantLocked(g)
+			if first == nil {
+				first = g
+			}
+		}
+		if newly && first != nil {
+			fresh = append(fresh, first)
 		}
 	}
 	return fresh, all
+}
+
+// markGrantLocked marks g revoking, if it is not yet, and reports
+// whether it did.
+//
+// +checklocks:d.directMu
+func (d *Device) markGrantLocked(g *grant) bool {
+	if g.revoking {
+		return false
+	}
+	g.revoking = true
+	abi.StoreFenced(g.tab.stateWord(g.slot), g.word&abi.GrantGenMask|abi.GrantRevoking) // pair 4: before in-use's load
+	g.tab.users.Add(1)
+	return true
 }
 
 // revoke revokes the grants pred matches and waits until every one of
@@ -304,37 +361,15 @@ func (d *Device) revokeAsync(pred func(*grant) bool) {
 // acknowledgement, and frees the slot; a library that has not done its
 // part within RevokeWait is fenced.
 func (d *Device) finish(g *grant) {
+	if g.ch != nil {
+		d.finishChannel(g.ch) // both of the channel's grants (direct_send.go)
+		return
+	}
 	t := g.tab
 	defer t.users.Done()
 	deadline := time.Now().Add(RevokeWait)
 	fenced := false
-	ok := t.waitInUse(g.slot, deadline)
-	if ok {
-		ch := make(chan struct{})
-		t.mu.Lock()
-		t.waiters[slotKey(g.slot, g.word)] = ch
-		t.mu.Unlock()
-		var b [abi.RevokeMsgSize]byte
-		binary.LittleEndian.PutUint32(b[0:], g.slot)
-		binary.LittleEndian.PutUint32(b[4:], g.word)
-		t.conn.SetWriteDeadline(deadline)
-		if _, err := t.conn.Write(b[:]); err != nil && !t.isClosed() {
-			ok = false
-		}
-		if ok {
-			timer := time.NewTimer(time.Until(deadline))
-			select {
-			case <-ch:
-			case <-t.closed:
-			case <-timer.C:
-				ok = false
-			}
-			timer.Stop()
-		}
-		t.mu.Lock()
-		delete(t.waiters, slotKey(g.slot, g.word))
-		t.mu.Unlock()
-	}
+	ok := t.waitInUse(g.slot, deadline) && t.tell(g, deadline)
 	if !ok && !t.isClosed() {
 		fenced = true
 		d.fence(t.v, fmt.Sprintf("its library did not give up grant %d (slot %d) of VM %q within %v of its revocation", g.word>>2, g.slot, g.owner.name, RevokeWait))
@@ -350,6 +385,37 @@ func (d *Device) finish(g *grant) {
 	}
 	d.directMu.Unlock()
 	close(g.done)
+}
+
+// tell sends the notice of marked grant g on the revocation socket and
+// waits for the library's acknowledgement, until deadline; false if it
+// did not come (a table closed meanwhile counts as acknowledged).
+func (t *directTable) tell(g *grant, deadline time.Time) bool {
+	ch := make(chan struct{})
+	t.mu.Lock()
+	t.waiters[slotKey(g.slot, g.word)] = ch
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.waiters, slotKey(g.slot, g.word))
+		t.mu.Unlock()
+	}()
+	var b [abi.RevokeMsgSize]byte
+	binary.LittleEndian.PutUint32(b[0:], g.slot)
+	binary.LittleEndian.PutUint32(b[4:], g.word)
+	t.conn.SetWriteDeadline(deadline)
+	if _, err := t.conn.Write(b[:]); err != nil {
+		return t.isClosed()
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-ch:
+	case <-t.closed:
+	case <-timer.C:
+		return false
+	}
+	return true
 }
 
 // waitInUse waits until slot's in-use word reads 0 (pair 4), the table
@@ -462,7 +528,11 @@ func (v *Context) closeDirect() {
 // q.mu); wait also waits for them to be free.
 func (q *QP) directChanged(wait bool) {
 	q.directGen.Add(1)
-	pred := func(g *grant) bool { return g.init == q || g.target == q }
+	// A send channel stays while q is in RTR or RTS (an RTR → RTS or
+	// RTS → RTS modify): it is revoked when q leaves them (§4.22).
+	s := q.State()
+	keepCh := s == abi.QPSRTR || s == abi.QPSRTS
+	pred := func(g *grant) bool { return (g.init == q || g.target == q) && (g.ch == nil || !keepCh) }
 	if wait {
 		q.vm.d.revoke(pred)
 	} else {

@@ -261,6 +261,9 @@ func (q *QP) flushPath() {
 
 // ExecOne executes the WQE at the SQ head with ex, or fails it (ex nil).
 func (q *QP) ExecOne(ex SyncExecutor) {
+	if ch := q.chanP.Load(); ch != nil && ex != nil && !q.drainChannel(ch) {
+		return // the QP left RTS while its send channel drained: drain flushes or drops the WQE (direct_send.go)
+	}
 	w := &q.wqe
 	st := q.ReadWQE(q.sqHead, q.sqSlot, w)
 	var n uint32
@@ -402,7 +405,7 @@ func (p *QP) peekRecvLocked(srcQPN uint32) recvState {
 		return p.peekSRQLocked(srcQPN)
 	}
 	p.rqCatchUpLocked()
-	if p.rqBroken {
+	if p.rqBroken || !p.resyncRQLocked() { // a channel's library consumes receives too (direct_send.go)
 		return recvBroken
 	}
 	mem := p.ring.Bytes()
@@ -503,9 +506,13 @@ func (q *QP) flushRQ() {
 		}
 		return
 	}
+	q.waitChannelGone() // no library takes receives while they are flushed (direct_send.go)
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
 	q.rqCatchUpLocked()
+	if !q.rqBroken {
+		q.resyncRQLocked() // a bad word moves nothing: the flush starts at the agent's own head
+	}
 	mem := q.ring.Bytes()
 	size := q.layout.RQEntries
 	tail := abi.Word(mem, abi.OffRQTail).Load()
@@ -558,8 +565,12 @@ func (q *QP) rqCatchUpLocked() {
 
 // dropRQ discards the receive queue (transition to RESET).
 func (q *QP) dropRQ() {
+	q.waitChannelGone() // direct_send.go
 	q.rqMu.Lock()
 	defer q.rqMu.Unlock()
+	if q.chanP.Load() == nil {
+		q.chanRQ.Store(false) // a new incarnation: the RQ head is the agent's alone until its next channel
+	}
 	q.rqCatchUpLocked() // acknowledge the reset: it must not move the head later
 	if q.sharedRQ() {
 		q.dropSRQHeldLocked()

@@ -61,6 +61,15 @@ type QP struct {
 	// directGen counts the changes of state and attributes that revoke
 	// the QP's memcpy-direct grants (direct.go).
 	directGen atomic.Uint64
+	// ch is the QP's send channel (direct_send.go), guarded by
+	// d.directMu; chanP is the same for the QP's goroutine, which reads
+	// it without the lock (the drain before a relayed WQE, the flush).
+	// chanRQ: a library consumed this incarnation's receives too (a
+	// channel was made since the last RESET): the RQ head is resynced
+	// from the RQ-head word, under rqMu.
+	ch     *channel // guarded by d.directMu
+	chanP  atomic.Pointer[channel]
+	chanRQ atomic.Bool
 
 	mu sync.Mutex
 	// State mirrors state

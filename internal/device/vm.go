@@ -85,6 +85,8 @@ type Context struct {
 	// capability, and its grant table (guarded by d.directMu).
 	directCapable atomic.Bool
 	direct        *directTable
+	// direct-send (direct_send.go): whether the hello set that bit too.
+	directSendCapable atomic.Bool
 }
 
 // Name, Managed, Running, PID, Kick and Detach make v a manage.VM.
@@ -666,7 +668,7 @@ func (v *Context) Teardown() {
 	v.dying.Store(true)
 	// memcpy-direct (direct.go): peers' grants of our memory revoked and
 	// unmapped before anything goes; ours dropped with our table.
-	d.revoke(func(g *grant) bool { return g.owner == v })
+	d.revoke(func(g *grant) bool { return g.owner == v || g.ch != nil && g.tab.v == v })
 	v.closeDirect()
 	v.objMu.Lock()
 	qps := make([]*QP, 0, len(v.qps)+len(v.orphans))

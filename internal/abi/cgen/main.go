@@ -57,6 +57,8 @@ var layouts = []struct {
 	{"vrdma_sge", "An SGE in a WQE (§5.2).", abi.WireSGE{}},
 	{"vrdma_cqe", "A completion in a CQ ring (§5.3).", abi.WireCQE{}},
 	{"vrdma_grant_slot", "A slot of the memcpy-direct grant table (§4.21).", abi.GrantSlot{}},
+	{"vrdma_chan_ring_header", "The header of a ring of a memcpy-direct send channel (§4.22); slots follow.", abi.ChanRingHeader{}},
+	{"vrdma_chan_slot", "The header of a send channel slot (§4.22); the message's bytes follow.", abi.ChanSlot{}},
 }
 
 // cName turns "query-device" or "RDMA_WRITE" into "QUERY_DEVICE",
@@ -177,6 +179,24 @@ func generate() ([]byte, error) {
 	w.define("VRDMA_GRANT_REVOKING", abi.GrantRevoking, "")
 	w.define("VRDMA_GRANT_GEN_MASK", fmt.Sprintf("0x%xu", abi.GrantGenMask), "")
 	w.define("VRDMA_REVOKE_MSG_SIZE", abi.RevokeMsgSize, "a notice and its acknowledgement: slot, state (u32 each)")
+	w.p("/* The memcpy-direct send channel (§4.22). */")
+	for _, d := range []struct {
+		name string
+		v    any
+		doc  string
+	}{
+		{"CHAN_HEADER_SIZE", abi.ChanHeaderSize, ""}, {"CHAN_TAIL", abi.OffChanTail, "ring header word offsets"},
+		{"CHAN_HEAD", abi.OffChanHead, ""}, {"CHAN_RX_ARMED", abi.OffChanRxArmed, ""}, {"CHAN_TX_ARMED", abi.OffChanTxArmed, ""},
+		{"CHAN_READY", abi.OffChanReady, ""}, {"CHAN_SLOT_HEADER", abi.ChanSlotHeader, "message bytes follow"},
+		{"CHAN_MAX_ENTRIES", abi.ChanMaxEntries, ""}, {"CHAN_MIN_STRIDE", abi.ChanMinStride, ""}, {"CHAN_MAX_STRIDE", abi.ChanMaxStride, ""},
+		{"SLOT_FREE", abi.SlotFree, "slot states"}, {"SLOT_POSTED", abi.SlotPosted, ""}, {"SLOT_TAKEN", abi.SlotTaken, ""},
+		{"SLOT_DONE", abi.SlotDone, ""}, {"SLOT_RETRACTED", abi.SlotRetracted, ""}, {"SLOT_REFUSED", abi.SlotRefused, ""},
+		{"CHAN_FLAG_SIGNALED", abi.ChanFlagSignaled, "slot flags"}, {"CHAN_FLAG_SOLICITED", abi.ChanFlagSolicited, ""},
+	} {
+		w.define("VRDMA_"+d.name, d.v, d.doc)
+	}
+	w.define("VRDMA_NOTIFY_SEND", fmt.Sprintf("%q", abi.NotifySend), "direct-notify's cq")
+	w.define("VRDMA_NOTIFY_RECV", fmt.Sprintf("%q", abi.NotifyRecv), "")
 	w.p("/* UD (§4.15). */")
 	w.define("VRDMA_GRH_SIZE", abi.GRHSize, "")
 	w.define("VRDMA_PRIVILEGED_QKEY", fmt.Sprintf("0x%xu", abi.PrivilegedQKey), "")
@@ -220,12 +240,15 @@ func generate() ([]byte, error) {
 		{"qp_ring_state", "rq_head", "QP_RQ_HEAD"}, {"qp_ring_state", "qp_state", "QP_STATE"},
 		{"cq_ring_state", "cq_tail", "CQ_TAIL"}, {"cq_ring_state", "cq_head", "CQ_HEAD"},
 		{"cq_ring_state", "cq_armed", "CQ_ARMED"},
+		{"chan_ring_header", "tail", "CHAN_TAIL"}, {"chan_ring_header", "head", "CHAN_HEAD"},
+		{"chan_ring_header", "rx_armed", "CHAN_RX_ARMED"}, {"chan_ring_header", "tx_armed", "CHAN_TX_ARMED"},
+		{"chan_ring_header", "ready", "CHAN_READY"},
 	} {
 		w.p("_Static_assert(offsetof(struct vrdma_%s, %s) == VRDMA_%s, \"vrdma_%s.%s\");", a[0], a[1], a[2], a[0], a[1])
 	}
 	for _, a := range [][2]string{
 		{"msg_header", "MSG_HEADER_SIZE"}, {"send_wqe", "SEND_HDR"}, {"recv_wqe", "RECV_HDR"}, {"sge", "SGE_SIZE"},
-		{"cqe", "CQE_SIZE"}, {"grant_slot", "GRANT_SLOT_SIZE"},
+		{"cqe", "CQE_SIZE"}, {"grant_slot", "GRANT_SLOT_SIZE"}, {"chan_ring_header", "CHAN_HEADER_SIZE"}, {"chan_slot", "CHAN_SLOT_HEADER"},
 	} {
 		w.p("_Static_assert(sizeof(struct vrdma_%s) == VRDMA_%s, \"sizeof(struct vrdma_%s)\");", a[0], a[1], a[0])
 	}
