@@ -66,45 +66,24 @@
 #include "vrdma.h"
 #include "wqe.h"
 
-/* The ring layout (§4.22). */
-#define CH_TAIL 0
-#define CH_HEAD 64
-#define CH_RX_ARMED 128
-#define CH_TX_ARMED 192
-#define CH_HDR 256
-#define CH_SLOT_HDR 64
-#define CH_MAX_ENTRIES 4096
-#define CH_MIN_STRIDE 128
-#define CH_MAX_STRIDE 65536
+#define CH_HDR VRDMA_CHAN_HEADER_SIZE
+#define CH_SLOT_HDR VRDMA_CHAN_SLOT_HEADER
 
-enum { CS_FREE = 0, CS_POSTED = 1, CS_TAKEN = 2, CS_DONE = 3, CS_RETRACTED = 4 };
+_Static_assert(sizeof(struct vrdma_chan_slot) == CH_SLOT_HDR, "a slot's header");
 
-/* A slot's header. */
-struct ch_slot {
-	uint32_t state;
-	uint8_t opcode;
-	uint8_t flags;
-	uint8_t status;
-	uint8_t reserved7;
-	uint32_t length;
-	uint32_t imm;
-	uint8_t reserved16[48];
-};
-_Static_assert(sizeof(struct ch_slot) == CH_SLOT_HDR, "a slot's header is 64 bytes");
-
-#define CH_FLAG_SOLICITED 2 /* as VRDMA_WQE_SOLICITED */
-
-/* Why a channel may not be asked for again for a while (ms), at most. */
+/* How long an unavailable channel is not asked for again: 1 ms, doubling
+ * to 1 s (§4.22 "When a library asks"). */
 #define BACKOFF_MIN_MS 1
-#define BACKOFF_MAX_MS 50
+#define BACKOFF_MAX_MS 1000
 
-/* What the sender keeps of a send it put in slot i. */
+/* What the sender keeps of a send it put in slot i: its WQE (to relay it
+ * when retracted) and when it posted it. */
 struct ch_rec {
-	uint64_t wr_id;
-	uint64_t posted_ns; /* for the RNR time; 0 when rnr_retry is 7 */
+	uint64_t posted_ns;
 	uint32_t length;
 	uint8_t signaled;
-	uint8_t snap_state, snap_status; /* the slot's, copied at the revocation */
+	uint8_t snap;	     /* the slot's state, copied at the revocation; then the settling's (atomic) */
+	uint8_t snap_status; /* its status then */
 };
 
 struct vrdma_chan {
@@ -113,29 +92,50 @@ struct vrdma_chan {
 	char *map;
 	size_t size;
 	char *tx, *rx;
-	uint32_t entries, stride, peer_qpn, slot, state, qp_handle;
-	uint64_t rnr_ns;
+	uint32_t entries, stride, peer_qpn, slot, state, qp_handle, wqe_size;
+	uint64_t relay_ns;
 	struct vrdma_grant_slot *gs;
-	/* 1 live, 2 revoked (records hold the snapshot, unmapped), 0 done
-	 * (every send completed); atomic. */
+	/* 1 live, 2 revoked (the records hold the snapshot; unmapped); atomic. */
 	int live;
 	int registered; /* in the reader's registry; +guarded by direct.c's lock */
 	/* The sender: tx_tail under the QP's sq_lock; tx_reap under the send
-	 * CQ's lock; out and sig (sends posted, not reaped; the signaled ones
-	 * of them) atomic. */
+	 * CQ's lock; out and sig (sends in the channel not reaped; the
+	 * signaled ones of them) atomic; halt (a nonzero verdict: no more
+	 * posting) atomic. */
 	uint32_t tx_tail, tx_reap;
 	uint32_t out, sig;
+	int halt;
 	struct ch_rec *rec; /* entries of them, by slot */
+	char *wqe;	    /* entries WQEs of wqe_size bytes, by slot (sq_lock) */
 	/* The receiver, under the recv CQ's lock: */
 	uint32_t rx_head;
-	int rx_stop; /* an error verdict was given: no more taking */
-	int told;    /* the sender told the peer's recv CQ once (sq_lock) */
+	int rx_stop; /* it refused a message: no more taking from this grant */
 };
 
 /* The registry of live grants, for the revocation reader; +guarded by
  * direct.c's lock. */
 static struct vrdma_chan **reg;
 static int nreg, capreg;
+
+/* What the channels did, for VRDMA_DEBUG (atomic). */
+static struct {
+	uint64_t sent, notready, full, taken, refused, retracted, skipped;
+} dstat;
+#define STAT(f) __atomic_fetch_add(&dstat.f, 1, __ATOMIC_RELAXED)
+
+/* DIRECT_SEND_ON: whether this library sets hello bit 22 (direct-send)
+ * unless the environment says otherwise (VRDMA_DIRECT_SEND=0 or 1). */
+#ifndef DIRECT_SEND_ON
+#define DIRECT_SEND_ON 0
+#endif
+
+uint64_t vrdma_hello_caps(void)
+{
+	const char *e = getenv("VRDMA_DIRECT_SEND");
+	int on = e && *e ? strcmp(e, "0") != 0 : DIRECT_SEND_ON;
+
+	return (VRDMA_CAPS_KNOWN & ~VRDMA_CAP_DIRECT_SEND) | (on ? VRDMA_CAP_DIRECT_SEND : 0);
+}
 
 static uint64_t now_ns(void)
 {
@@ -150,23 +150,9 @@ static uint32_t *word(char *ring, size_t off)
 	return (uint32_t *)(void *)(ring + off);
 }
 
-static struct ch_slot *slot_at(const struct vrdma_chan *ch, char *ring, uint32_t idx)
+static struct vrdma_chan_slot *slot_at(const struct vrdma_chan *ch, char *ring, uint32_t idx)
 {
-	return (struct ch_slot *)(void *)(ring + CH_HDR + ring_slot(idx, ch->entries) * (size_t)ch->stride);
-}
-
-/* DIRECT_SEND_ON: whether this library sets hello bit 22 (direct-send)
- * unless the environment says otherwise (VRDMA_DIRECT_SEND=0 or 1). */
-#ifndef DIRECT_SEND_ON
-#define DIRECT_SEND_ON 0
-#endif
-
-uint64_t vrdma_hello_caps(void)
-{
-	const char *e = getenv("VRDMA_DIRECT_SEND");
-	int on = e && *e ? strcmp(e, "0") != 0 : DIRECT_SEND_ON;
-
-	return (VRDMA_CAPS_KNOWN & ~VRDMA_CAP_DIRECT_SEND) | (on ? VRDMA_CAP_DIRECT_SEND : 0);
+	return (struct vrdma_chan_slot *)(void *)(ring + CH_HDR + ring_slot(idx, ch->entries) * (size_t)ch->stride);
 }
 
 int vrdma_chan_enabled(const struct vrdma_vm *vm)
@@ -189,13 +175,13 @@ int vrdma_chan_live(const struct vrdma_chan *ch)
 	return __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE);
 }
 
-uint32_t vrdma_chan_qp(const struct vrdma_chan *ch)
+const void *vrdma_chan_wqe(const struct vrdma_chan *ch, uint32_t idx)
 {
-	return ch->qp_handle;
+	return ch->wqe + ring_slot(idx, ch->entries) * (size_t)ch->wqe_size;
 }
 
 /* enter marks the grant in use and reports whether it is still valid
- * (pair 4); 0: revoked or revoking, in-use given back. */
+ * (§4.21 pair 4); 0: revoked or revoking, in-use given back. */
 static int enter(struct vrdma_chan *ch)
 {
 	__atomic_fetch_add(&ch->gs->in_use, 1, __ATOMIC_SEQ_CST);
@@ -218,20 +204,22 @@ int vrdma_chan_check(const struct vrdma_chan_reply *r, uint32_t slots, uint64_t 
 
 	if (r->slot >= slots || (r->state & 3) != VRDMA_GRANT_VALID || (r->state >> 2) == 0)
 		return -1;
-	if (r->entries == 0 || r->entries > CH_MAX_ENTRIES || (r->entries & (r->entries - 1)))
+	if (r->entries == 0 || r->entries > VRDMA_CHAN_MAX_ENTRIES || (r->entries & (r->entries - 1)))
 		return -1;
-	if (r->stride < CH_MIN_STRIDE || r->stride > CH_MAX_STRIDE || r->stride % 64)
+	if (r->stride < VRDMA_CHAN_MIN_STRIDE || r->stride > VRDMA_CHAN_MAX_STRIDE || r->stride % 64)
 		return -1;
 	if (r->peer_qpn > 0xffffff || r->size == 0 || r->size > file_size || r->size > SIZE_MAX)
 		return -1;
-	ring = CH_HDR + (uint64_t)r->entries * r->stride; /* at most 256 + 4096 * 65536: no overflow */
+	if (r->relay_ns < 1000 || r->relay_ns > 60000000000ull)
+		return -1;
+	ring = CH_HDR + (uint64_t)r->entries * r->stride; /* at most 512 + 4096 * 65536: no overflow */
 	if (r->tx_offset % 64 || r->rx_offset % 64)
 		return -1;
 	if (r->tx_offset > r->size || ring > r->size - r->tx_offset || r->rx_offset > r->size ||
 	    ring > r->size - r->rx_offset)
 		return -1;
 	/* The rings must not overlap. */
-	if (r->tx_offset < r->rx_offset ? r->tx_offset + ring > r->rx_offset : r->rx_offset + ring > r->tx_offset)
+	if ((r->tx_offset > r->rx_offset ? r->tx_offset - r->rx_offset : r->rx_offset - r->tx_offset) < ring)
 		return -1;
 	return 0;
 }
@@ -259,12 +247,12 @@ int vrdma_chan_notice(uint32_t slot, uint32_t state)
 	if (!ch)
 		return 0;
 	/* Quiescent: both libraries' in-use read 0 after the agent marked
-	 * the grants revoking, and no copy starts on a revoking grant. */
+	 * the grants revoking, and nothing starts on a revoking grant. */
 	for (uint32_t i = 0; i < ch->entries; i++) {
-		struct ch_slot *s = slot_at(ch, ch->tx, i);
+		struct vrdma_chan_slot *s = slot_at(ch, ch->tx, i);
 
-		ch->rec[i].snap_state = (uint8_t)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE);
 		ch->rec[i].snap_status = s->status;
+		__atomic_store_n(&ch->rec[i].snap, (uint8_t)__atomic_load_n(&s->state, __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
 	}
 	munmap(ch->map, ch->size);
 	reg_del(ch);
@@ -281,6 +269,15 @@ void vrdma_chan_forget(void)
 	nreg = capreg = 0;
 }
 
+static void chan_release(struct vrdma_chan *ch)
+{
+	if (ch) {
+		free(ch->rec);
+		free(ch->wqe);
+		free(ch);
+	}
+}
+
 int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_handle, char *qp_ring)
 {
 	struct vrdma_chan_reply cr = { 0 };
@@ -289,14 +286,14 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	struct stat st;
 	char body[48];
 	char *map = MAP_FAILED;
-	uint64_t now = now_ns();
+	uint64_t now;
 	int e, ok;
 
-	if (__atomic_load_n(&qc->cur, __ATOMIC_ACQUIRE))
-		return 0;
-	if (now < __atomic_load_n(&qc->next_try, __ATOMIC_RELAXED))
+	if (__atomic_load_n(&qc->cur, __ATOMIC_ACQUIRE) || qc->stopped || !vrdma_chan_enabled(vm) ||
+	    ring_load(qp_ring, VRDMA_QP_STATE) != IBV_QPS_RTS)
 		return EAGAIN;
-	if (!vrdma_chan_enabled(vm) || ring_load(qp_ring, VRDMA_QP_STATE) != IBV_QPS_RTS)
+	now = now_ns();
+	if (now < qc->next_try)
 		return EAGAIN;
 	snprintf(body, sizeof(body), "{\"handle\":%u}", qp_handle);
 	vrdma_direct_lock();
@@ -307,26 +304,34 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 		vrdma_direct_lock();
 		vrdma_direct_count(0, -1);
 		vrdma_direct_unlock();
-		/* bad-state: the peer is not in RTS yet, or its session does
-		 * not take the channel; not-found: no such pair. Ask again
-		 * later, less and less often. */
-		qc->backoff_ms = qc->backoff_ms ? qc->backoff_ms * 2 : BACKOFF_MIN_MS;
-		if (qc->backoff_ms > BACKOFF_MAX_MS)
-			qc->backoff_ms = BACKOFF_MAX_MS;
-		__atomic_store_n(&qc->next_try, now + (uint64_t)qc->backoff_ms * 1000000u, __ATOMIC_RELAXED);
+		if (getenv("VRDMA_DEBUG"))
+			vrdma_warn("direct-channel for QP %u: %s", qp_handle, strerror(e));
+		if (e == EAGAIN) {
+			/* unavailable: the peer is not connected or in RTR/RTS
+			 * yet. Ask again later, less and less often. */
+			qc->backoff_ms = qc->backoff_ms ? qc->backoff_ms * 2 : BACKOFF_MIN_MS;
+			if (qc->backoff_ms > BACKOFF_MAX_MS)
+				qc->backoff_ms = BACKOFF_MAX_MS;
+			qc->next_try = now + (uint64_t)qc->backoff_ms * 1000000u;
+		} else {
+			qc->stopped = 1; /* bad-state, not-found, limit-exceeded: not until the next RTS */
+		}
 		return e;
 	}
 	ok = !json_get_u32(&r.doc, 0, "slot", &cr.slot) && !json_get_u32(&r.doc, 0, "state", &cr.state) &&
 	     !json_get_u64(&r.doc, 0, "size", &cr.size) && !json_get_u64(&r.doc, 0, "tx_offset", &cr.tx_offset) &&
 	     !json_get_u64(&r.doc, 0, "rx_offset", &cr.rx_offset) && !json_get_u32(&r.doc, 0, "entries", &cr.entries) &&
 	     !json_get_u32(&r.doc, 0, "stride", &cr.stride) && !json_get_u32(&r.doc, 0, "peer_qpn", &cr.peer_qpn) &&
-	     !json_get_u64(&r.doc, 0, "rnr_ns", &cr.rnr_ns) && r.nfds == 1 && !fstat(r.fds[0], &st) && st.st_size > 0;
-	ok = ok && !vrdma_chan_check(&cr, vrdma_direct_nslots(), (uint64_t)st.st_size);
+	     !json_get_u64(&r.doc, 0, "relay_ns", &cr.relay_ns) && r.nfds == 1 && !fstat(r.fds[0], &st) &&
+	     st.st_size > 0;
+	ok = ok && !vrdma_chan_check(&cr, vrdma_direct_nslots(), (uint64_t)st.st_size) && qc->wqe_size;
 	ch = ok ? calloc(1, sizeof(*ch)) : NULL;
-	if (ch)
+	if (ch) {
 		ch->rec = calloc(cr.entries, sizeof(*ch->rec));
+		ch->wqe = calloc(cr.entries, qc->wqe_size);
+	}
 	vrdma_direct_lock(); /* no fork between the mapping and its advice */
-	if (ch && ch->rec) {
+	if (ch && ch->rec && ch->wqe) {
 		map = mmap(NULL, (size_t)cr.size, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], 0);
 		if (map != MAP_FAILED)
 			(void)madvise(map, (size_t)cr.size, MADV_DONTFORK);
@@ -342,30 +347,21 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 			capreg = cap;
 		}
 	}
-	if (ok && (vrdma_direct_early_take(cr.slot, cr.state) || map == MAP_FAILED || nreg == capreg)) {
-		/* Revoked before this reply was read (acknowledged then), or
-		 * no memory for it: the grant stays unused. A grant this
-		 * library holds unmapped would keep the agent's notice
-		 * unanswered; it is answered (the reader finds no channel
-		 * and acknowledges). */
+	if (!ok || vrdma_direct_early_take(cr.slot, cr.state) || map == MAP_FAILED || nreg == capreg) {
+		/* A bad reply, revoked before this reply was read (and
+		 * acknowledged then), or no memory: the grant stays unused
+		 * (its notice, when it comes, finds no channel and is
+		 * acknowledged). Not asked for again until the next RTS. */
 		vrdma_direct_unlock();
+		if (!ok)
+			vrdma_warn("direct-channel: the agent's reply is not usable (slot %u, %u entries of %u bytes, size "
+				   "%llu, rings at %llu and %llu): this QP's SENDs are relayed",
+				   cr.slot, cr.entries, cr.stride, (unsigned long long)cr.size,
+				   (unsigned long long)cr.tx_offset, (unsigned long long)cr.rx_offset);
 		if (map != MAP_FAILED)
 			munmap(map, (size_t)cr.size);
-		if (ch)
-			free(ch->rec);
-		free(ch);
-		return EIO;
-	}
-	if (!ok) {
-		vrdma_direct_unlock();
-		vrdma_warn("direct-channel: the agent's reply is not usable (slot %u, %u entries of %u bytes, size %llu, "
-			   "rings at %llu and %llu): this QP's SENDs are relayed",
-			   cr.slot, cr.entries, cr.stride, (unsigned long long)cr.size, (unsigned long long)cr.tx_offset,
-			   (unsigned long long)cr.rx_offset);
-		if (ch)
-			free(ch->rec);
-		free(ch);
-		__atomic_store_n(&qc->next_try, UINT64_MAX, __ATOMIC_RELAXED); /* not again: the agent's bug */
+		chan_release(ch);
+		qc->stopped = 1;
 		return EIO;
 	}
 	ch->map = map;
@@ -378,13 +374,16 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	ch->slot = cr.slot;
 	ch->state = cr.state;
 	ch->qp_handle = qp_handle;
-	ch->rnr_ns = cr.rnr_ns;
+	ch->relay_ns = cr.relay_ns;
+	ch->wqe_size = qc->wqe_size;
 	ch->gs = vrdma_direct_slot(cr.slot);
-	/* This QP's own indices: where the channel is now (a fresh one: 0).
-	 * Read inside the grant: the agent may have revoked it already. */
+	/* This QP's own indices where the channel is now (a fresh one: 0),
+	 * and the rx ring ready: read and stored inside the grant, which the
+	 * agent may have revoked already. */
 	if (enter(ch)) {
-		ch->tx_tail = ch->tx_reap = __atomic_load_n(word(ch->tx, CH_TAIL), __ATOMIC_ACQUIRE) & ring_mask(ch->entries);
-		ch->rx_head = __atomic_load_n(word(ch->rx, CH_HEAD), __ATOMIC_ACQUIRE) & ring_mask(ch->entries);
+		ch->tx_tail = ch->tx_reap = __atomic_load_n(word(ch->tx, VRDMA_CHAN_TAIL), __ATOMIC_ACQUIRE) & ring_mask(ch->entries);
+		ch->rx_head = __atomic_load_n(word(ch->rx, VRDMA_CHAN_HEAD), __ATOMIC_ACQUIRE) & ring_mask(ch->entries);
+		__atomic_store_n(word(ch->rx, VRDMA_CHAN_READY), 1, __ATOMIC_SEQ_CST);
 		leave(ch);
 	}
 	ch->live = 1;
@@ -395,23 +394,32 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	qc->all = ch;
 	qc->backoff_ms = 0;
 	__atomic_store_n(&qc->cur, ch, __ATOMIC_RELEASE);
-	__atomic_store_n(&qc->need, 0, __ATOMIC_RELAXED);
 	vrdma_direct_unlock();
+	if (getenv("VRDMA_DEBUG"))
+		vrdma_warn("direct-channel for QP %u: slot %u, %u entries of %u bytes", qp_handle, ch->slot, ch->entries,
+			   ch->stride);
 	return 0;
 }
 
 void vrdma_chan_off(struct vrdma_qpchan *qc)
 {
 	__atomic_store_n(&qc->cur, NULL, __ATOMIC_RELEASE);
-	__atomic_store_n(&qc->next_try, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&qc->need, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&qc->want_err, 0, __ATOMIC_RELAXED);
+	qc->next_try = 0;
 	qc->backoff_ms = 0;
+	qc->stopped = 0;
 }
 
 void vrdma_chan_free(struct vrdma_qpchan *qc)
 {
 	struct vrdma_chan *ch = qc->all, *next;
+
+	if (ch && getenv("VRDMA_DEBUG"))
+		vrdma_warn("send channel: %llu sent, %llu not ready, %llu full, %llu taken, %llu refused, %llu retracted, "
+			   "%llu skipped",
+			   (unsigned long long)dstat.sent, (unsigned long long)dstat.notready, (unsigned long long)dstat.full,
+			   (unsigned long long)dstat.taken, (unsigned long long)dstat.refused, (unsigned long long)dstat.retracted,
+			   (unsigned long long)dstat.skipped);
 
 	vrdma_direct_lock();
 	for (; ch; ch = next) {
@@ -423,8 +431,7 @@ void vrdma_chan_free(struct vrdma_qpchan *qc)
 			reg_del(ch);
 			vrdma_direct_count(-1, 0);
 		}
-		free(ch->rec);
-		free(ch);
+		chan_release(ch);
 	}
 	vrdma_direct_unlock();
 	memset(qc, 0, sizeof(*qc));
@@ -432,161 +439,167 @@ void vrdma_chan_free(struct vrdma_qpchan *qc)
 
 /* ---- the sender ---- */
 
-int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, uint8_t rnr_retry, int *notify)
+int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const void *wqe, uint32_t max_send_wr,
+		    int *notify)
 {
-	struct ch_slot *s;
+	struct vrdma_chan_slot *s;
 	uint32_t head, armed, idx = ch->tx_tail, k;
 	char *data;
-	uint64_t t = 0;
 
 	*notify = 0;
-	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || m->length > vrdma_chan_payload(ch))
+	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || __atomic_load_n(&ch->halt, __ATOMIC_ACQUIRE) ||
+	    m->length > vrdma_chan_payload(ch) || __atomic_load_n(&ch->out, __ATOMIC_ACQUIRE) + 1 > max_send_wr)
 		return -1;
-	if (rnr_retry < 7)
-		t = now_ns();
 	if (!enter(ch))
 		return -1;
-	head = __atomic_load_n(word(ch->tx, CH_HEAD), __ATOMIC_ACQUIRE);
+	head = __atomic_load_n(word(ch->tx, VRDMA_CHAN_HEAD), __ATOMIC_ACQUIRE);
 	s = slot_at(ch, ch->tx, idx);
-	if (!ring_tail_ok(idx, head, ch->entries) || ring_full(idx, head, ch->entries) ||
-	    __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != CS_FREE) {
+	if (__atomic_load_n(word(ch->tx, VRDMA_CHAN_READY), __ATOMIC_ACQUIRE) != 1 || !ring_tail_ok(idx, head, ch->entries) ||
+	    ring_full(idx, head, ch->entries) || __atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != VRDMA_SLOT_FREE) {
+		if (__atomic_load_n(word(ch->tx, VRDMA_CHAN_READY), __ATOMIC_ACQUIRE) != 1)
+			STAT(notready);
+		else
+			STAT(full);
 		leave(ch);
-		return -1; /* full, or the peer's head is not one: relay (the agent drains, or fails it) */
+		return -1; /* not ready, full, or the peer's head is not one: relay */
 	}
+	/* No refused slot among ours (rule 4): the caller retracts first. */
+	for (uint32_t i = ch->tx_reap; i != idx; i = ring_next(i, ch->entries))
+		if (__atomic_load_n(&slot_at(ch, ch->tx, i)->state, __ATOMIC_ACQUIRE) == VRDMA_SLOT_REFUSED) {
+			leave(ch);
+			return -1;
+		}
 	s->opcode = (uint8_t)m->opcode;
-	s->flags = m->solicited ? CH_FLAG_SOLICITED : 0;
+	s->flags = (uint8_t)((m->solicited ? VRDMA_CHAN_FLAG_SOLICITED : 0) | (m->signaled ? VRDMA_CHAN_FLAG_SIGNALED : 0));
 	s->status = 0;
 	s->reserved7 = 0;
 	s->length = m->length;
-	s->imm = m->opcode == IBV_WR_SEND_WITH_IMM ? m->imm : 0;
+	s->imm_data = m->opcode == IBV_WR_SEND_WITH_IMM ? m->imm : 0;
 	data = (char *)s + CH_SLOT_HDR;
 	for (k = 0; k < m->nsge; k++) {
 		memcpy(data, m->sge[k].p, m->sge[k].len);
 		data += m->sge[k].len;
 	}
-	ch->rec[ring_slot(idx, ch->entries)] =
-		(struct ch_rec){ .wr_id = m->wr_id, .posted_ns = t, .length = m->length, .signaled = (uint8_t)!!m->signaled };
+	memcpy(ch->wqe + ring_slot(idx, ch->entries) * (size_t)ch->wqe_size, wqe, ch->wqe_size);
+	ch->rec[ring_slot(idx, ch->entries)] = (struct ch_rec){ .posted_ns = now_ns(), .length = m->length, .signaled = (uint8_t)!!m->signaled };
 	__atomic_fetch_add(&ch->out, 1, __ATOMIC_RELEASE);
 	if (m->signaled)
 		__atomic_fetch_add(&ch->sig, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&s->state, CS_POSTED, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->state, VRDMA_SLOT_POSTED, __ATOMIC_RELEASE);
+	STAT(sent);
 	ch->tx_tail = ring_next(idx, ch->entries);
-	__atomic_store_n(word(ch->tx, CH_TAIL), ch->tx_tail, __ATOMIC_SEQ_CST);
-	/* The receiver's arming (its recv CQ's rx_armed) against this tail:
-	 * a Dekker pair, the receiver's side in vrdma_chan_arm_rx. */
+	__atomic_store_n(word(ch->tx, VRDMA_CHAN_TAIL), ch->tx_tail, __ATOMIC_SEQ_CST);
+	/* The receiver's arming (rx_armed) against this tail: a Dekker pair,
+	 * the receiver's side in vrdma_chan_arm_rx. */
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	armed = __atomic_load_n(word(ch->tx, CH_RX_ARMED), __ATOMIC_SEQ_CST);
+	armed = __atomic_load_n(word(ch->tx, VRDMA_CHAN_RX_ARMED), __ATOMIC_SEQ_CST);
 	if (armed == VRDMA_CQ_ARM_ALL || (armed == VRDMA_CQ_ARM_SOLICITED && m->solicited))
-		*notify = __atomic_compare_exchange_n(word(ch->tx, CH_RX_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
+		*notify = __atomic_compare_exchange_n(word(ch->tx, VRDMA_CHAN_RX_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
 						      __ATOMIC_SEQ_CST);
-	if (!ch->told) {
-		/* The receiver may have armed its recv CQ before it had the
-		 * channel (and so stored no rx_armed here): the first message
-		 * tells its CQ anyway; the agent raises the event only if the
-		 * CQ is armed. */
-		ch->told = 1;
-		*notify = 1;
-	}
 	leave(ch);
 	return 0;
 }
 
-/* complete makes the send completion of the send in slot i with status
- * (an IBV_WC_* number) into wc if it is to have one; 1 if it made one. */
-static int complete(struct vrdma_chan *ch, uint32_t i, uint32_t qpn, int status, struct ibv_wc *wc)
+/* settle_state is slot i's state for the reaper and the retraction: the
+ * ring's while live, the snapshot's once revoked. */
+static uint32_t settle_state(struct vrdma_chan *ch, int live, uint32_t idx)
 {
-	struct ch_rec *r = &ch->rec[i];
-	int made = r->signaled || status != IBV_WC_SUCCESS;
-
-	if (made) {
-		memset(wc, 0, sizeof(*wc));
-		wc->wr_id = r->wr_id;
-		wc->status = (enum ibv_wc_status)status;
-		wc->opcode = IBV_WC_SEND;
-		wc->byte_len = status == IBV_WC_SUCCESS ? r->length : 0;
-		wc->qp_num = qpn;
-	}
-	if (r->signaled)
-		__atomic_fetch_sub(&ch->sig, 1, __ATOMIC_RELEASE);
-	__atomic_fetch_sub(&ch->out, 1, __ATOMIC_RELEASE);
-	return made;
+	if (live == 2)
+		return __atomic_load_n(&ch->rec[ring_slot(idx, ch->entries)].snap, __ATOMIC_ACQUIRE);
+	return __atomic_load_n(&slot_at(ch, ch->tx, idx)->state, __ATOMIC_ACQUIRE);
 }
 
-/* verdict turns a receiver's status byte into a send completion's: the
- * ones §4.22 names, anything else REM_OP_ERR (a peer's bug). */
-static int verdict(uint8_t st)
-{
-	switch (st) {
-	case IBV_WC_SUCCESS:
-	case IBV_WC_REM_INV_REQ_ERR:
-	case IBV_WC_REM_OP_ERR:
-	case IBV_WC_REM_ACCESS_ERR:
-		return st;
-	default:
-		return IBV_WC_REM_OP_ERR;
-	}
-}
-
-int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qp_state, uint8_t rnr_retry, uint32_t qpn, struct ibv_wc *wc,
-		    int max, int *err)
+int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qpn, struct ibv_wc *wc, int max, int *err, int *retract)
 {
 	int live = __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE), n = 0;
 
-	if (live == 0 || !__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
+	if (!__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
 		return 0;
-	if (live == 2) {
-		/* Revoked: the records hold the slots' last states. */
-		while (n < max && __atomic_load_n(&ch->out, __ATOMIC_ACQUIRE)) {
-			uint32_t i = (uint32_t)ring_slot(ch->tx_reap, ch->entries);
-			int st;
-
-			if (ch->rec[i].snap_state == CS_DONE) {
-				st = verdict(ch->rec[i].snap_status);
-			} else if (qp_state == IBV_QPS_ERR || qp_state == IBV_QPS_RESET) {
-				st = IBV_WC_WR_FLUSH_ERR;
-			} else {
-				st = IBV_WC_RETRY_EXC_ERR; /* the channel went while the QP is up: the peer went */
-				*err = 1;
-			}
-			if (st != IBV_WC_SUCCESS && st != IBV_WC_WR_FLUSH_ERR)
-				*err = 1;
-			n += complete(ch, i, qpn, st, &wc[n]);
-			ch->tx_reap = ring_next(ch->tx_reap, ch->entries);
-		}
-		if (!__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
-			__atomic_store_n(&ch->live, 0, __ATOMIC_RELEASE);
-		return n;
-	}
-	if (!enter(ch))
+	if (live == 1 && !enter(ch))
 		return 0; /* revoking: the notice comes, then the snapshot */
 	while (n < max && __atomic_load_n(&ch->out, __ATOMIC_ACQUIRE)) {
 		uint32_t i = (uint32_t)ring_slot(ch->tx_reap, ch->entries);
-		struct ch_slot *s = slot_at(ch, ch->tx, ch->tx_reap);
-		uint32_t st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE), one = CS_POSTED;
+		uint32_t st = settle_state(ch, live, ch->tx_reap);
+		struct ch_rec *r = &ch->rec[i];
 
-		if (st == CS_DONE) {
-			int v = verdict(s->status);
+		if (st == VRDMA_SLOT_DONE) {
+			uint8_t status = live == 2 ? r->snap_status : slot_at(ch, ch->tx, ch->tx_reap)->status;
+			const struct vrdma_send_wqe *w = (const void *)vrdma_chan_wqe(ch, ch->tx_reap);
 
-			if (v != IBV_WC_SUCCESS)
+			if (r->signaled || status) {
+				memset(&wc[n], 0, sizeof(wc[n]));
+				wc[n].wr_id = w->wr_id;
+				wc[n].status = (enum ibv_wc_status)status;
+				wc[n].opcode = IBV_WC_SEND;
+				wc[n].byte_len = r->length;
+				wc[n].qp_num = qpn;
+				n++;
+			}
+			if (status) {
+				__atomic_store_n(&ch->halt, 1, __ATOMIC_RELEASE);
 				*err = 1;
-			n += complete(ch, i, qpn, v, &wc[n]);
-			__atomic_store_n(&s->state, CS_FREE, __ATOMIC_RELEASE);
-		} else if (st == CS_POSTED && rnr_retry < 7 && ch->rec[i].posted_ns &&
-			   now_ns() - ch->rec[i].posted_ns > (uint64_t)(rnr_retry + 1) * ch->rnr_ns &&
-			   __atomic_compare_exchange_n(&s->state, &one, CS_RETRACTED, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-			/* No receive for it in time: the slot stays retracted
-			 * (the receiver skips it); the QP goes to ERR. */
-			*err = 1;
-			n += complete(ch, i, qpn, IBV_WC_RNR_RETRY_EXC_ERR, &wc[n]);
-		} else if (st == CS_RETRACTED) {
-			n += complete(ch, i, qpn, IBV_WC_WR_FLUSH_ERR, &wc[n]); /* not ours to retract: a peer's bug */
-		} else {
-			break; /* posted or taken: not yet */
+			}
+		} else if (st != VRDMA_SLOT_RETRACTED) {
+			/* Posted, taken or refused: not yet (or to retract). */
+			if (st == VRDMA_SLOT_REFUSED || live == 2 || now_ns() - r->posted_ns > ch->relay_ns)
+				*retract = 1;
+			break;
 		}
+		if (live == 1)
+			__atomic_store_n(&slot_at(ch, ch->tx, ch->tx_reap)->state, VRDMA_SLOT_FREE, __ATOMIC_RELEASE);
+		if (r->signaled)
+			__atomic_fetch_sub(&ch->sig, 1, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&ch->out, 1, __ATOMIC_RELEASE);
 		ch->tx_reap = ring_next(ch->tx_reap, ch->entries);
 	}
-	leave(ch);
+	if (live == 1)
+		leave(ch);
 	return n;
+}
+
+int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max)
+{
+	int live = __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE);
+	uint32_t n = 0, i = ch->tx_tail, first;
+
+	if (!__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
+		return 0;
+	if (live == 1 && !enter(ch))
+		return 0; /* revoking: settled after the notice */
+	/* From the newest unreaped slot backwards; the reaper moves only
+	 * done and retracted slots, never past a posted one. */
+	first = ch->tx_tail;
+	while (i != ch->tx_reap && n < max) {
+		uint32_t p = (i - 1) & ring_mask(ch->entries), st = settle_state(ch, live, p);
+
+		if (live == 2) {
+			uint8_t want = (uint8_t)st;
+
+			if (st != VRDMA_SLOT_POSTED && st != VRDMA_SLOT_TAKEN && st != VRDMA_SLOT_REFUSED)
+				break;
+			if (!__atomic_compare_exchange_n(&ch->rec[ring_slot(p, ch->entries)].snap, &want, VRDMA_SLOT_RETRACTED,
+							 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+				break;
+		} else {
+			if (st != VRDMA_SLOT_POSTED && st != VRDMA_SLOT_REFUSED)
+				break;
+			if (!__atomic_compare_exchange_n(&slot_at(ch, ch->tx, p)->state, &st, VRDMA_SLOT_RETRACTED, 0,
+							 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+				break; /* the receiver took it */
+		}
+		first = p;
+		n++;
+		i = p;
+		STAT(retracted);
+	}
+	if (live == 1)
+		leave(ch);
+	/* Their indices in posting order. */
+	for (uint32_t k = 0; k < n; k++) {
+		idx[k] = first;
+		first = ring_next(first, ch->entries);
+	}
+	return (int)n;
 }
 
 int vrdma_chan_arm_tx(struct vrdma_chan *ch)
@@ -594,20 +607,31 @@ int vrdma_chan_arm_tx(struct vrdma_chan *ch)
 	uint32_t one = 1, st;
 	int ready = 0;
 
-	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) == 2 && __atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
-		return 1; /* revoked with sends to complete: they complete at the next poll */
 	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || !__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE) ||
 	    !enter(ch))
 		return 0;
-	__atomic_store_n(word(ch->tx, CH_TX_ARMED), 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), 1, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	/* The oldest outstanding send's verdict may already be there. */
+	/* The oldest unreaped send's verdict may already be there. */
 	st = __atomic_load_n(&slot_at(ch, ch->tx, ch->tx_reap)->state, __ATOMIC_SEQ_CST);
-	if (st == CS_DONE || st == CS_RETRACTED)
-		ready = __atomic_compare_exchange_n(word(ch->tx, CH_TX_ARMED), &one, 0, 0, __ATOMIC_SEQ_CST,
+	if (st == VRDMA_SLOT_DONE || st == VRDMA_SLOT_REFUSED)
+		ready = __atomic_compare_exchange_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), &one, 0, 0, __ATOMIC_SEQ_CST,
 						    __ATOMIC_SEQ_CST);
 	leave(ch);
 	return ready;
+}
+
+int vrdma_chan_posted(struct vrdma_chan *ch)
+{
+	uint32_t st;
+
+	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
+		return __atomic_load_n(&ch->out, __ATOMIC_ACQUIRE) != 0;
+	if (!__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE) || !enter(ch))
+		return 0;
+	st = __atomic_load_n(&slot_at(ch, ch->tx, (ch->tx_tail - 1) & ring_mask(ch->entries))->state, __ATOMIC_ACQUIRE);
+	leave(ch);
+	return st == VRDMA_SLOT_POSTED || st == VRDMA_SLOT_REFUSED || st == VRDMA_SLOT_TAKEN;
 }
 
 /* ---- the receiver ---- */
@@ -619,22 +643,21 @@ int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how)
 
 	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || ch->rx_stop || !enter(ch))
 		return 0;
-	__atomic_store_n(word(ch->rx, CH_RX_ARMED), how, __ATOMIC_SEQ_CST);
+	__atomic_store_n(word(ch->rx, VRDMA_CHAN_RX_ARMED), how, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	tail = __atomic_load_n(word(ch->rx, CH_TAIL), __ATOMIC_SEQ_CST);
+	tail = __atomic_load_n(word(ch->rx, VRDMA_CHAN_TAIL), __ATOMIC_SEQ_CST);
 	if (tail != ch->rx_head)
-		ready = __atomic_compare_exchange_n(word(ch->rx, CH_RX_ARMED), &exp, 0, 0, __ATOMIC_SEQ_CST,
+		ready = __atomic_compare_exchange_n(word(ch->rx, VRDMA_CHAN_RX_ARMED), &exp, 0, 0, __ATOMIC_SEQ_CST,
 						    __ATOMIC_SEQ_CST);
 	leave(ch);
 	return ready;
 }
 
-/* recv_check checks the receive WQE at slot against a message of length
- * bytes as the agent does (§5.2): IBV_WC_SUCCESS with the destinations in
- * d (*nd of them), or the receiver's error status with the sender's in
- * *peer. */
-static int recv_check(const struct vrdma_chan_rq *rq, const void *slot, uint32_t length, struct vrdma_chan_sge *d,
-		      uint32_t *nd, uint8_t *peer)
+/* recv_ok checks the receive WQE at slot against a message of length
+ * bytes as §4.22 says (what the agent would complete with an error is
+ * refused): 1 with the destinations in d (*nd of them), or 0. */
+static int recv_ok(const struct vrdma_chan_rq *rq, const void *slot, uint32_t length, struct vrdma_chan_sge *d,
+		   uint32_t *nd)
 {
 	const struct vrdma_recv_wqe *w = slot;
 	const struct vrdma_sge *sge = (const struct vrdma_sge *)(const void *)((const char *)slot + VRDMA_RECV_HDR);
@@ -643,10 +666,8 @@ static int recv_check(const struct vrdma_chan_rq *rq, const void *slot, uint32_t
 
 	*nd = 0;
 	if (nsge > rq->max_recv_sge || nsge > VRDMA_MAX_SGE ||
-	    VRDMA_RECV_HDR + (size_t)nsge * sizeof(struct vrdma_sge) > rq->rq_stride) {
-		*peer = IBV_WC_REM_OP_ERR;
-		return IBV_WC_LOC_LEN_ERR;
-	}
+	    VRDMA_RECV_HDR + (size_t)nsge * sizeof(struct vrdma_sge) > rq->rq_stride)
+		return 0;
 	for (uint32_t i = 0; i < nsge; i++) {
 		struct vrdma_sge g = sge[i];
 		struct vrdma_lmr m;
@@ -654,83 +675,87 @@ static int recv_check(const struct vrdma_chan_rq *rq, const void *slot, uint32_t
 		if (!g.length)
 			continue;
 		if (!vrdma_lmr_get(g.lkey, &m) || m.pd != rq->pd || !(m.access & IBV_ACCESS_LOCAL_WRITE) || g.addr < m.iova ||
-		    g.addr - m.iova > m.length || g.length > m.length - (g.addr - m.iova)) {
-			*peer = IBV_WC_REM_OP_ERR;
-			return IBV_WC_LOC_PROT_ERR;
-		}
+		    g.addr - m.iova > m.length || g.length > m.length - (g.addr - m.iova))
+			return 0;
 		d[*nd].p = m.addr + (g.addr - m.iova);
 		d[(*nd)++].len = g.length;
 		total += g.length;
 	}
-	if (total < length) {
-		*peer = IBV_WC_REM_INV_REQ_ERR;
-		return IBV_WC_LOC_LEN_ERR;
-	}
-	*peer = IBV_WC_SUCCESS;
-	return IBV_WC_SUCCESS;
+	return total >= length;
 }
 
-int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *err,
+int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *solicited,
 		    int *notify)
 {
 	uint32_t tail;
-	int n = 0;
+	int n = 0, tell = 0, refused = 0;
 
+	*solicited = 0;
 	if (max <= 0 || ch->rx_stop || __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
 		return 0;
-	/* Nothing there: no atomic read-modify-write on the way. */
-	tail = __atomic_load_n(word(ch->rx, CH_TAIL), __ATOMIC_ACQUIRE);
-	if (tail == ch->rx_head || !enter(ch))
+	if (ring_load(rq->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || !enter(ch))
 		return 0;
-	if (!ring_tail_ok(tail, ch->rx_head, ch->entries)) {
-		/* Not an index the peer's library writes: the peer is broken;
-		 * this QP takes no more, and goes to ERR. */
-		ch->rx_stop = 1;
-		*err = 1;
-		leave(ch);
-		return 0;
-	}
-	while (n < max && ch->rx_head != tail) {
-		struct ch_slot *s = slot_at(ch, ch->rx, ch->rx_head);
-		uint32_t one = CS_POSTED, rqh, rqt, nd = 0, len, imm;
+	tail = __atomic_load_n(word(ch->rx, VRDMA_CHAN_TAIL), __ATOMIC_ACQUIRE);
+	while (n < max && ch->rx_head != tail && ring_tail_ok(tail, ch->rx_head, ch->entries)) {
+		struct vrdma_chan_slot *s = slot_at(ch, ch->rx, ch->rx_head);
+		uint32_t st = __atomic_load_n(&s->state, __ATOMIC_ACQUIRE), rqh, rqt, nd = 0, len, imm;
 		struct vrdma_chan_sge d[VRDMA_MAX_SGE];
-		uint8_t opcode, peer = IBV_WC_SUCCESS;
-		int st;
+		const char *wqe;
+		uint8_t opcode, flags;
 
-		if (!__atomic_compare_exchange_n(&s->state, &one, CS_TAKEN, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE)) {
-			/* Retracted by the sender (RNR): no receive taken. */
+		if (st == VRDMA_SLOT_RETRACTED || st == VRDMA_SLOT_FREE) {
+			/* Retracted (its sender relays it): skipped, no receive
+			 * consumed. Free between head and tail is a retracted
+			 * slot its sender reaped already (4 -> 0) before this
+			 * receiver skipped it: the sender publishes a slot (1)
+			 * before its tail, and cannot refill this one while the
+			 * head is on it (the ring would be full). */
 			ch->rx_head = ring_next(ch->rx_head, ch->entries);
-			__atomic_store_n(word(ch->rx, CH_HEAD), ch->rx_head, __ATOMIC_RELEASE);
+			__atomic_store_n(word(ch->rx, VRDMA_CHAN_HEAD), ch->rx_head, __ATOMIC_RELEASE);
+			STAT(skipped);
 			continue;
 		}
+		if (st != VRDMA_SLOT_POSTED)
+			break;
+		/* Checked while posted (the sender changes nothing of a posted
+		 * slot but its state), then taken: a taken slot always ends
+		 * done. */
 		opcode = s->opcode;
+		flags = s->flags;
 		len = s->length;
-		imm = s->imm;
+		imm = s->imm_data;
 		rqh = ring_load(rq->ring, VRDMA_QP_RQ_HEAD);
 		rqt = ring_load(rq->ring, VRDMA_QP_RQ_TAIL);
-		if (!ring_tail_ok(rqt, rqh, rq->rq_entries) || rqh == rqt) {
-			/* No receive posted (or a ring this library cannot
-			 * read): the sender waits (RNR). */
-			__atomic_store_n(&s->state, CS_POSTED, __ATOMIC_RELEASE);
+		wqe = rq->ring + rq->rq_offset + ring_slot(rqh, rq->rq_entries) * (size_t)rq->rq_stride;
+		if ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) || len > vrdma_chan_payload(ch) ||
+		    !ring_tail_ok(rqt, rqh, rq->rq_entries) || rqh == rqt || !recv_ok(rq, wqe, len, d, &nd)) {
+			/* Not for certain: refused; the sender retracts it and
+			 * relays it, and the agent completes it as it always
+			 * did. Lost: it was retracted, look again. */
+			if (!__atomic_compare_exchange_n(&s->state, &st, VRDMA_SLOT_REFUSED, 0, __ATOMIC_SEQ_CST,
+							 __ATOMIC_SEQ_CST))
+				continue;
+			refused = tell = 1;
+			STAT(refused);
+			if (getenv("VRDMA_DEBUG"))
+				vrdma_warn("QP %u: refused a message: opcode %u length %u, RQ head %u tail %u", rq->qpn, opcode,
+					   len, rqh, rqt);
 			break;
 		}
-		if ((opcode != IBV_WR_SEND && opcode != IBV_WR_SEND_WITH_IMM) || len > vrdma_chan_payload(ch)) {
-			st = IBV_WC_REM_INV_REQ_ERR; /* not a message the sender's library makes */
-			peer = IBV_WC_REM_INV_REQ_ERR;
-		} else {
-			st = recv_check(rq, rq->ring + rq->rq_offset + ring_slot(rqh, rq->rq_entries) * (size_t)rq->rq_stride,
-					len, d, &nd, &peer);
-		}
+		if (!__atomic_compare_exchange_n(&s->state, &st, VRDMA_SLOT_TAKEN, 0, __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE))
+			continue; /* retracted meanwhile: look again */
 		memset(&wc[n], 0, sizeof(wc[n]));
-		wc[n].wr_id = ((const struct vrdma_recv_wqe *)(const void *)(rq->ring + rq->rq_offset +
-									      ring_slot(rqh, rq->rq_entries) *
-										      (size_t)rq->rq_stride))
-				      ->wr_id;
-		wc[n].status = (enum ibv_wc_status)st;
+		wc[n].wr_id = ((const struct vrdma_recv_wqe *)(const void *)wqe)->wr_id;
+		wc[n].status = IBV_WC_SUCCESS;
 		wc[n].opcode = IBV_WC_RECV;
 		wc[n].qp_num = rq->qpn;
 		wc[n].src_qp = ch->peer_qpn;
-		if (st == IBV_WC_SUCCESS) {
+		wc[n].byte_len = len;
+		if (opcode == IBV_WR_SEND_WITH_IMM) {
+			wc[n].wc_flags = IBV_WC_WITH_IMM;
+			wc[n].imm_data = htobe32(imm);
+		}
+		{
 			const char *src = (const char *)s + CH_SLOT_HDR;
 			uint32_t left = len;
 
@@ -741,34 +766,30 @@ int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struc
 				src += c;
 				left -= c;
 			}
-			wc[n].byte_len = len;
-			if (opcode == IBV_WR_SEND_WITH_IMM) {
-				wc[n].wc_flags = IBV_WC_WITH_IMM;
-				wc[n].imm_data = htobe32(imm);
-			}
 		}
+		if (flags & VRDMA_CHAN_FLAG_SOLICITED)
+			*solicited = 1;
 		n++;
-		/* The receive is consumed (as the agent's RQ head would say),
-		 * then the verdict goes out. */
+		STAT(taken);
+		/* The receive is consumed (the RQ-head word, as the agent
+		 * stores it), then the verdict goes out. */
 		__atomic_store_n(ring_word(rq->ring, VRDMA_QP_RQ_HEAD), ring_next(rqh, rq->rq_entries), __ATOMIC_RELEASE);
-		s->status = peer;
-		__atomic_store_n(&s->state, CS_DONE, __ATOMIC_RELEASE);
+		s->status = 0;
+		__atomic_store_n(&s->state, VRDMA_SLOT_DONE, __ATOMIC_RELEASE);
 		ch->rx_head = ring_next(ch->rx_head, ch->entries);
-		__atomic_store_n(word(ch->rx, CH_HEAD), ch->rx_head, __ATOMIC_RELEASE);
+		__atomic_store_n(word(ch->rx, VRDMA_CHAN_HEAD), ch->rx_head, __ATOMIC_RELEASE);
+		if (flags & VRDMA_CHAN_FLAG_SIGNALED)
+			tell = 1;
+	}
+	if (tell) {
 		/* The sender's arming of its send CQ against this verdict
 		 * (vrdma_chan_arm_tx's pair). */
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (__atomic_load_n(word(ch->rx, CH_TX_ARMED), __ATOMIC_SEQ_CST) == 1) {
-			uint32_t a = 1;
+		uint32_t a = 1;
 
-			if (__atomic_compare_exchange_n(word(ch->rx, CH_TX_ARMED), &a, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-				*notify = 1;
-		}
-		if (st != IBV_WC_SUCCESS) {
-			ch->rx_stop = 1;
-			*err = 1;
-			break;
-		}
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(word(ch->rx, VRDMA_CHAN_TX_ARMED), __ATOMIC_SEQ_CST) == 1 &&
+		    __atomic_compare_exchange_n(word(ch->rx, VRDMA_CHAN_TX_ARMED), &a, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+			*notify = refused ? 2 : 1;
 	}
 	leave(ch);
 	return n;

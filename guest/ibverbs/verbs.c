@@ -1085,28 +1085,33 @@ static int cq_drain(struct vrdma_cq *cq)
  *
  * At every poll (poll_cq, ibv_start_poll), under the CQ's lock, before the
  * ring's CQEs: the channel sends of the QPs whose send CQ this is are
- * reaped into the local queue, in order (chan_reap: a channel send is
- * older than every ring CQE of its QP, since a relayed WR posted behind it
- * runs only after the channel drained), and the messages waiting in the
- * channels of the QPs whose recv CQ this is are taken into their posted
- * receives (chan_take: the ring's pending CQEs move into the local queue
- * first, as for §4.21's completions). What needs a command (direct-notify,
- * a QP moving to ERR, asking for a channel) is noted in struct chan_acts
- * and done by chan_after once the CQ's lock is released: the agent may be
- * serving a command of this session that waits for the revocation reader,
- * and a modify-qp to ERR revokes the channel. */
+ * reaped into the local queue, in order and without moving the ring's
+ * CQEs first (a channel send is older than every ring CQE of its QP: rule
+ * 2), and the messages waiting in the channels of the QPs whose recv CQ
+ * this is are taken into their posted receives (the ring's pending CQEs
+ * move into the local queue first, as for §4.21's completions). What
+ * needs a command or the QP's send lock (direct-notify, cq-notify, a QP
+ * moving to ERR, a retraction) is noted in struct chan_acts and done by
+ * chan_after once the CQ's lock is released: sq_lock comes before a CQ's
+ * lock, the agent may be serving a command of this session that waits for
+ * the revocation reader, and a modify-qp to ERR revokes the channel. */
 
 #define CHAN_ACTS 16
 
 static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp);
+static void direct_posted(struct vrdma_qp *qp, const void *slot);
+static void *sq_slot(struct vrdma_qp *qp, uint32_t idx);
+static void publish_sq(struct vrdma_qp *qp);
 
 struct chan_acts {
 	struct vrdma_qp *err[CHAN_ACTS]; /* to move to ERR */
 	int nerr;
-	struct vrdma_qp *attach[CHAN_ACTS]; /* to ask for their channel */
-	int nattach;
+	struct vrdma_qp *retract[CHAN_ACTS]; /* to retract (and relay) */
+	int nretract;
 	uint32_t notify_send[CHAN_ACTS]; /* QP handles: direct-notify {cq: send} */
+	uint8_t notify_sol[CHAN_ACTS];
 	int nnotify;
+	int notify_own; /* cq-notify for this CQ */
 };
 
 static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
@@ -1118,14 +1123,9 @@ static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
 		v[(*n)++] = qp;
 }
 
-/* chan_want_err notes that qp is to move to ERR (once). */
-static void chan_want_err(struct chan_acts *a, struct vrdma_qp *qp)
+static int chan_acts_any(const struct chan_acts *a)
 {
-	int zero = 0;
-
-	if (__atomic_compare_exchange_n(&qp->qc.want_err, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ||
-	    __atomic_load_n(&qp->qc.want_err, __ATOMIC_SEQ_CST) == 1)
-		chan_note(a->err, &a->nerr, qp);
+	return a->nerr || a->nretract || a->nnotify || a->notify_own;
 }
 
 /* chan_err moves qp to ERR if it is to (want_err 1), with no lock held. */
@@ -1150,28 +1150,79 @@ static void chan_notify(struct vrdma_vm *vm, uint32_t qp, const char *which, int
 		vrdma_reply_free(&r);
 }
 
+/* chan_retract retracts what it may of qp's channel sends and posts them
+ * to the SQ ring, in posting order, ahead of the keep WQEs the caller
+ * wrote at the SQ tail (not yet counted in it): 0, or ENOMEM when the
+ * send queue has no room for them all (nothing retracted). In RESET the
+ * sends a revocation left are dropped, as RESET drops WRs. The caller
+ * holds sq_lock. */
+static int chan_retract(struct vrdma_qp *qp, uint32_t keep)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	uint32_t idx[VRDMA_CHAN_MAX_ENTRIES], out, room, n;
+	char *save = NULL;
+
+	if (!ch || !(out = vrdma_chan_outstanding(ch, 0)))
+		return 0;
+	room = qp->sq_entries - ring_pending(qp->sq_tail, ring_load(qp->ring, VRDMA_QP_SQ_HEAD), qp->sq_entries);
+	if ((uint64_t)out + keep > room || out > VRDMA_CHAN_MAX_ENTRIES)
+		return ENOMEM;
+	if (keep && !(save = malloc((size_t)keep * qp->sq_stride)))
+		return ENOMEM;
+	n = (uint32_t)vrdma_chan_retract(ch, idx, out);
+	if (!n) {
+		free(save);
+		return 0;
+	}
+	if (ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RESET) {
+		free(save);
+		return 0; /* retracted: reaped without completions */
+	}
+	if (getenv("VRDMA_DEBUG"))
+		vrdma_warn("QP %u: %u channel sends retracted, relayed before %u more", qp->qpx.qp_base.qp_num, n, keep);
+	for (uint32_t k = 0; k < keep; k++)
+		memcpy(save + (size_t)k * qp->sq_stride, sq_slot(qp, (qp->sq_tail + k) & ring_mask(qp->sq_entries)),
+		       qp->sq_stride);
+	for (uint32_t k = 0; k < n; k++) {
+		memcpy(sq_slot(qp, qp->sq_tail), vrdma_chan_wqe(ch, idx[k]), qp->sq_stride);
+		direct_posted(qp, sq_slot(qp, qp->sq_tail));
+		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
+	}
+	for (uint32_t k = 0; k < keep; k++)
+		memcpy(sq_slot(qp, (qp->sq_tail + k) & ring_mask(qp->sq_entries)), save + (size_t)k * qp->sq_stride,
+		       qp->sq_stride);
+	free(save);
+	publish_sq(qp);
+	return 0;
+}
+
 /* chan_reap_qp reaps qp's channel sends into cq's local queue; caller
- * holds cq's lock. */
+ * holds cq's lock. Without a (a post's reap), what is to be done is left
+ * in want_err or for the next poll. */
 static void chan_reap_qp(struct vrdma_cq *cq, struct vrdma_qp *qp, struct chan_acts *a)
 {
 	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
 	struct ibv_wc w[32];
-	int n, err = 0;
+	int n, err = 0, retract = 0;
 
 	if (!ch || !vrdma_chan_outstanding(ch, 0))
 		return;
 	do {
 		if (local_reserve(cq, 32))
 			return; /* no memory: later */
-		n = vrdma_chan_reap(ch, ring_load(qp->ring, VRDMA_QP_STATE), qp->qc.rnr_retry, qp->qpx.qp_base.qp_num, w, 32,
-				    &err);
+		n = vrdma_chan_reap(ch, qp->qpx.qp_base.qp_num, w, 32, &err, &retract);
 		for (int i = 0; i < n; i++)
 			local_push(cq, &w[i]);
 	} while (n == 32);
-	if (err && a)
-		chan_want_err(a, qp);
-	else if (err)
-		__atomic_store_n(&qp->qc.want_err, 1, __ATOMIC_SEQ_CST); /* post_send's caller moves it */
+	if (err) {
+		int zero = 0;
+
+		(void)__atomic_compare_exchange_n(&qp->qc.want_err, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		if (a && __atomic_load_n(&qp->qc.want_err, __ATOMIC_SEQ_CST) == 1)
+			chan_note(a->err, &a->nerr, qp);
+	}
+	if (retract && a)
+		chan_note(a->retract, &a->nretract, qp);
 }
 
 /* chan_work is a poll's channel part; caller holds cq's lock. */
@@ -1185,21 +1236,17 @@ static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
 		struct vrdma_chan_rq rq;
 		struct ibv_wc w[32];
 		uint32_t ctail, room;
-		int n, err = 0, notify = 0;
+		int n, sol = 0, notify = 0;
 
-		if (!ch) {
-			if (__atomic_load_n(&qp->qc.need, __ATOMIC_RELAXED) &&
-			    ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RTS)
-				chan_note(a->attach, &a->nattach, qp);
+		if (!ch)
 			continue;
-		}
 		ctail = ring_cq_tail(cq->ring);
 		if (!ring_tail_ok(ctail, cq->head, cq->entries))
 			continue;
 		room = cq->lcount + ring_pending(ctail, cq->head, cq->entries);
 		room = room < cq->entries ? cq->entries - room : 0;
 		if (!room)
-			continue; /* the CQ is full: the messages wait (the sender's RNR clock runs) */
+			continue; /* the CQ is full: the messages wait (then are retracted and relayed) */
 		rq = (struct vrdma_chan_rq){ .ring = qp->ring,
 					     .rq_offset = qp->rq_offset,
 					     .rq_stride = qp->rq_stride,
@@ -1209,43 +1256,68 @@ static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
 					     .qpn = qp->qpx.qp_base.qp_num };
 		if (local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + 32))
 			continue;
-		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &err, &notify);
+		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &sol, &notify);
 		if (n) {
+			uint32_t armed;
+
 			(void)cq_drain(cq); /* reserved above: moves them all */
 			for (int k = 0; k < n; k++)
 				local_push(cq, &w[k]);
+			/* This CQ's own event, as the agent raises it (§7). */
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			armed = __atomic_load_n(ring_word(cq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST);
+			if ((armed == VRDMA_CQ_ARM_ALL || (armed == VRDMA_CQ_ARM_SOLICITED && sol)) &&
+			    __atomic_compare_exchange_n(ring_word(cq->ring, VRDMA_CQ_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
+							__ATOMIC_SEQ_CST))
+				a->notify_own = 1;
 		}
-		if (notify && a->nnotify < CHAN_ACTS)
+		if (notify && a->nnotify < CHAN_ACTS) {
+			a->notify_sol[a->nnotify] = notify == 2;
 			a->notify_send[a->nnotify++] = qp->qpx.qp_base.handle;
-		if (err)
-			chan_want_err(a, qp);
+		}
 	}
 }
 
 /* chan_after does what chan_work noted, with no lock held. */
-static void chan_after(struct chan_acts *a)
+static void chan_after(struct vrdma_cq *cq, struct chan_acts *a)
 {
 	struct vrdma_vm *vm;
 
-	if (!a->nerr && !a->nattach && !a->nnotify)
+	if (!chan_acts_any(a))
 		return;
 	vm = vrdma_vm_get();
 	for (int i = 0; vm && i < a->nnotify; i++)
-		chan_notify(vm, a->notify_send[i], "send", 0);
-	for (int i = 0; i < a->nerr; i++)
-		chan_err(a->err[i]);
-	for (int i = 0; vm && i < a->nattach; i++) {
-		struct vrdma_qp *qp = a->attach[i];
+		chan_notify(vm, a->notify_send[i], "send", a->notify_sol[i]);
+	if (vm && a->notify_own)
+		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
+	for (int i = 0; i < a->nretract; i++) {
+		struct vrdma_qp *qp = a->retract[i];
 
 		pthread_mutex_lock(&qp->sq_lock);
-		if (!qp->path_known && ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RTS)
-			direct_discover(vm, qp);
-		if (qp->direct)
-			(void)vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring);
-		else if (qp->path_known)
-			__atomic_store_n(&qp->qc.need, 0, __ATOMIC_RELAXED); /* relayed: no channel until it is modified */
+		(void)chan_retract(qp, 0); /* no room: the next post or poll */
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
+	for (int i = 0; i < a->nerr; i++)
+		chan_err(a->err[i]);
+}
+
+/* chan_ask asks for qp's channel if it has none (at a post, and after a
+ * move to RTS); the caller holds sq_lock. */
+static void chan_ask(struct vrdma_vm *vm, struct vrdma_qp *qp)
+{
+	struct vrdma_cq *rcq = (struct vrdma_cq *)qp->qpx.qp_base.recv_cq;
+	struct vrdma_chan *ch;
+	uint32_t how;
+
+	if (!qp->direct || __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE) || qp->qc.stopped || qp->qpx.qp_base.srq ||
+	    vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring))
+		return;
+	/* Its recv CQ armed before: the new channel is armed too. */
+	ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	how = __atomic_load_n(ring_word(rcq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST);
+	if ((how == VRDMA_CQ_ARM_ALL || how == VRDMA_CQ_ARM_SOLICITED) && vrdma_chan_arm_rx(ch, how) &&
+	    __atomic_compare_exchange_n(ring_word(rcq->ring, VRDMA_CQ_ARMED), &how, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, rcq->ibcq.handle);
 }
 
 static void cq_rxq_add(struct vrdma_cq *cq, struct vrdma_qp *qp)
@@ -1287,7 +1359,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nattach = acts.nnotify = 0;
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
 	while (n < num_entries && cq->lcount)
@@ -1295,7 +1367,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	tail = ring_cq_tail(cq->ring);
 	if (!ring_tail_ok(tail, cq->head, cq->entries)) {
 		pthread_mutex_unlock(&cq->lock);
-		chan_after(&acts);
+		chan_after(cq, &acts);
 		return n ? n : -EIO; /* not an index the agent writes */
 	}
 	head = cq->head;
@@ -1316,7 +1388,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		sched_yield();
 	}
 	pthread_mutex_unlock(&cq->lock);
-	chan_after(&acts);
+	chan_after(cq, &acts);
 	return n;
 }
 
@@ -1378,10 +1450,17 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	ring_arm_cq(cq->ring, how);
 	pthread_mutex_unlock(&cq->arm_lock);
 	if (!cq->ntrack && !cq->nrxq)
-		return 0; /* read without the lock: a QP added later arms its channel at its attach */
+		return 0; /* read without the lock: a QP that gets a channel later arms it then (chan_ask) */
 	/* The send channels (wire-local.md §4.22): the peers' libraries
 	 * raise this CQ's event (direct-notify) when their armed words say
-	 * so; a completion already waiting in a channel raises it here. */
+	 * so; a completion already waiting in a channel raises it here. A
+	 * sender about to sleep retracts what is still posted, so that a
+	 * receiver that does not poll does not keep its sends from
+	 * completing: the agent's relay completes them, and raises the
+	 * event. */
+	struct vrdma_qp *retract[CHAN_ACTS];
+	int nretract = 0;
+
 	pthread_mutex_lock(&cq->lock);
 	for (int i = 0; i < cq->nrxq; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
@@ -1392,8 +1471,11 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	for (int i = 0; i < cq->ntrack; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->track[i]->qc.cur, __ATOMIC_ACQUIRE);
 
-		if (ch)
-			ready |= vrdma_chan_arm_tx(ch);
+		if (!ch)
+			continue;
+		ready |= vrdma_chan_arm_tx(ch);
+		if (vrdma_chan_posted(ch))
+			chan_note(retract, &nretract, cq->track[i]);
 	}
 	if (ready) {
 		uint32_t a = how;
@@ -1402,6 +1484,11 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 						    __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&cq->lock);
+	for (int i = 0; i < nretract; i++) {
+		pthread_mutex_lock(&retract[i]->sq_lock);
+		(void)chan_retract(retract[i], 0);
+		pthread_mutex_unlock(&retract[i]->sq_lock);
+	}
 	if (ready && vm)
 		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 	return 0;
@@ -1592,13 +1679,13 @@ static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 	if (!attr || attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nattach = acts.nnotify = 0;
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
-	if (acts.nerr || acts.nattach || acts.nnotify) {
+	if (chan_acts_any(&acts)) {
 		/* What the channel needs done is done without the lock. */
 		pthread_mutex_unlock(&cq->lock);
-		chan_after(&acts);
+		chan_after(cq, &acts);
 		pthread_mutex_lock(&cq->lock);
 	}
 	rc = cq_ex_load(cq);
@@ -1839,8 +1926,6 @@ static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp)
 	json_get_str(&r.doc, json_get(&r.doc, 0, "path"), "path", path, sizeof(path));
 	if (json_get_u64(&r.doc, json_get(&r.doc, 0, "attr"), "max_rd_atomic", &v) == 0 && v && v <= 255)
 		qp->max_rd_atomic = (uint32_t)v; /* a QP rdma_cm's agent moved: it set it */
-	if (json_get_u64(&r.doc, json_get(&r.doc, 0, "attr"), "rnr_retry", &v) == 0 && v <= 7)
-		qp->qc.rnr_retry = (uint8_t)v;
 	vrdma_reply_free(&r);
 	if (strcmp(path, "memcpy-direct") || vrdma_direct_ready(vm))
 		return;
@@ -1896,9 +1981,9 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 	int ok = 1, notify = 0;
 
 	if (!ch) {
-		if (!vrdma_chan_enabled(vm) || qp->qpx.qp_base.srq || vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring))
+		chan_ask(vm, qp);
+		if (!(ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE)))
 			return 0;
-		ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
 	}
 	if (vrdma_chan_live(ch) != 1)
 		return 0;
@@ -1931,8 +2016,7 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 	}
 	if (n > vrdma_chan_payload(ch))
 		return 0;
-	m = (struct vrdma_chan_msg){ .wr_id = w->wr_id,
-				     .opcode = w->opcode,
+	m = (struct vrdma_chan_msg){ .opcode = w->opcode,
 				     .solicited = !!(w->flags & VRDMA_WQE_SOLICITED),
 				     .signaled = (w->flags & VRDMA_WQE_SIGNALED) || qp->sq_sig_all,
 				     .imm = w->imm_data,
@@ -1942,6 +2026,7 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 	/* Rules 2 (the CQ's part) and 6: room for the completion beside
 	 * the channel sends still to complete. */
 	pthread_mutex_lock(&cq->lock);
+	chan_reap_qp(cq, qp, NULL); /* frees the slots done */
 	if (qp->relay_done < qp->relay_signaled)
 		ok = !cq_drain(cq) && qp->relay_done >= qp->relay_signaled;
 	if (ok && m.signaled) {
@@ -1953,7 +2038,7 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 		     !local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + out + 1);
 	}
 	pthread_mutex_unlock(&cq->lock);
-	if (!ok || vrdma_chan_send(ch, &m, qp->qc.rnr_retry, &notify))
+	if (!ok || vrdma_chan_send(ch, &m, slot, qp->caps.max_send_wr, &notify))
 		return 0;
 	if (notify)
 		chan_notify(vm, qp->qpx.qp_base.handle, "recv", m.solicited);
@@ -2202,6 +2287,9 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		if (qp->direct && vm && direct_try(vm, qp, sq_slot(qp, qp->sq_tail), qp->sq_tail))
 			continue; /* done: its slot takes the next WR */
+		/* Relayed: the channel's sends still posted go first (§4.22). */
+		if (qp->direct && (rc = chan_retract(qp, 1)))
+			break;
 		direct_posted(qp, sq_slot(qp, qp->sq_tail));
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
 		posted++;
@@ -2259,6 +2347,13 @@ out:
 	if (rc)
 		*bad_wr = wr;
 	pthread_mutex_unlock(&qp->rq_lock);
+	if (posted && qp->vm && !__atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE) && vrdma_chan_enabled(qp->vm)) {
+		/* The send channel (§4.22): a receiver without one asks again
+		 * (vrdma_chan_attach paces it). */
+		pthread_mutex_lock(&qp->sq_lock);
+		chan_ask(qp->vm, qp);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
 	return rc;
 }
 
@@ -2443,7 +2538,7 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 	qp->qpx.qp_base.send_cq = tgt ? NULL : attr->send_cq;
 	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
-	qp->qc.need = 1;
+	qp->qc.wqe_size = qp->sq_stride;
 	if (qp_register(vm, qp, context, h, qpn, attr->qp_type, attr->qp_context))
 		return NULL;
 	/* The send channel (§4.22): an RC QP with its own receive queue may
@@ -2596,15 +2691,18 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		}
 		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR)
 			direct_discover(vm, qp);
-		/* The send channel (§4.22): revoked by a move out of RTS;
-		 * gone for good at RESET, INIT or RTR; asked for in RTS. */
-		if (mask & IBV_QP_RNR_RETRY)
-			qp->qc.rnr_retry = attr->rnr_retry;
+		/* The send channel (§4.22): revoked by a move out of RTR/RTS
+		 * (its sends settled at the next post or poll); forgotten at
+		 * RESET, INIT or RTR; asked for after a move to RTS (an RTS ->
+		 * RTS modify keeps it). */
 		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RESET || attr->qp_state == IBV_QPS_INIT ||
 					      attr->qp_state == IBV_QPS_RTR))
 			vrdma_chan_off(&qp->qc);
-		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS && !qp->qc.cur)
-			__atomic_store_n(&qp->qc.need, 1, __ATOMIC_RELAXED);
+		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS && !qp->qc.cur) {
+			qp->qc.stopped = 0;
+			qp->qc.next_try = 0;
+			chan_ask(vm, qp);
+		}
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
@@ -3269,11 +3367,24 @@ static int wr_complete(struct ibv_qp_ex *x)
 		direct_discover(vm, qp);
 	if (!err && qp->direct && qp->wr_tail != qp->sq_tail && (vm = qp->vm)) {
 		/* memcpy-direct: each WQE executed directly leaves the ring;
-		 * the others move down over the gaps, in order. */
+		 * the others move down over the gaps, in order. The channel's
+		 * sends still posted go before them all (§4.22). */
+		uint32_t pending = ring_pending(qp->wr_tail, qp->sq_tail, qp->sq_entries);
+
+		if (chan_retract(qp, pending))
+			err = ENOMEM;
+		qp->wr_tail = (qp->sq_tail + pending) & ring_mask(qp->sq_entries);
+	}
+	if (!err && qp->direct && qp->wr_tail != qp->sq_tail && (vm = qp->vm)) {
 		uint32_t out = qp->sq_tail;
 
 		for (uint32_t i = qp->sq_tail; i != qp->wr_tail; i = ring_next(i, qp->sq_entries)) {
-			if (direct_try(vm, qp, sq_slot(qp, i), out))
+			int op = wqe_send(sq_slot(qp, i))->opcode;
+
+			/* A SEND of a batch is relayed: a later WR of the batch
+			 * relayed would need the channel's sends retracted
+			 * before it, in the middle of the compaction. */
+			if (op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM && direct_try(vm, qp, sq_slot(qp, i), out))
 				continue;
 			if (out != i)
 				memcpy(sq_slot(qp, out), sq_slot(qp, i), qp->sq_stride);

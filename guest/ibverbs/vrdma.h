@@ -21,17 +21,6 @@
  * docs/wire-local.md, generated from internal/abi. */
 #include "vrdma-abi.h"
 
-/* The send channel's numbers (wire-local.md §4.22), until vrdma-abi.h
- * has them. */
-#ifndef VRDMA_OP_DIRECT_CHANNEL
-#define VRDMA_OP_DIRECT_CHANNEL 63
-#endif
-#ifndef VRDMA_OP_DIRECT_NOTIFY
-#define VRDMA_OP_DIRECT_NOTIFY 67
-#endif
-#ifndef VRDMA_CAP_DIRECT_SEND
-#define VRDMA_CAP_DIRECT_SEND 0x400000ull
-#endif
 
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
@@ -322,52 +311,62 @@ void vrdma_forget_direct(void);
  * small SEND and SEND_WITH_IMM of an RC QP pair bound to memcpy-direct go
  * from the sender's library to the receiver's through a shared ring that
  * the agent made and granted to both (direct-channel), without the agent.
+ * Whatever the receiver cannot take for certain it refuses, and the
+ * sender retracts it and every later one and relays them (posts them to
+ * the SQ ring): the agent then completes them as it always did.
  *
  * struct vrdma_chan is one grant of a channel to a QP (opaque here); a QP
  * keeps the ones it had in struct vrdma_qpchan (freed with the QP). The
  * grant's pages are touched only between an increment of its in-use word
  * and the decrement, after its state word read valid (§4.21 pair 4), so
  * the revocation reader may unmap it on the notice. Its send records are
- * the sender's (post: the QP's sq_lock; reaping: the send CQ's lock), its
- * receive index the receiver's (the recv CQ's lock).
+ * the sender's (post and retraction: the QP's sq_lock; reaping: the send
+ * CQ's lock), its receive index the receiver's (the recv CQ's lock).
  *
- * vrdma_chan_enabled reports whether this library asks for the channel
- * (hello bit 22). vrdma_chan_attach asks the agent for the QP's channel
- * when it has none (the caller holds sq_lock; a command): 0 with qc->cur
- * set, or an errno (then it waits before asking again). vrdma_chan_off
- * forgets the current one (the QP moved to RESET, INIT or RTR: the agent
- * revoked it); vrdma_chan_free releases them all (the QP's end).
- * vrdma_chan_send puts a SEND into the channel: 0, or -1 (relay it).
- * vrdma_chan_reap makes the send completions of the channel's finished
- * sends, in order (the send CQ's lock held); vrdma_chan_take takes the
- * peer's messages into the QP's posted receives (the recv CQ's lock held).
- * Both set *err when the QP is to move to ERR (the caller does that with
- * no CQ lock held) and *notify when the peer's CQ is to be told
- * (direct-notify, with no lock held). vrdma_chan_arm_rx / _tx store the
- * armed words of an arming CQ and report whether a completion is already
- * waiting (the caller raises its own event). vrdma_chan_notice is the
- * revocation reader's, under direct.c's lock: 1 if (slot, state) was a
- * channel's grant, now snapshotted and unmapped. */
+ * vrdma_hello_caps is the hello's capability bits (bit 22 as built, or
+ * VRDMA_DIRECT_SEND=0/1); vrdma_chan_enabled whether the session has the
+ * channel. vrdma_chan_attach asks the agent for the QP's channel when it
+ * has none (sq_lock held; a command): 0 with qc->cur set, or an errno
+ * (unavailable: asked again after a backoff; anything else: not until the
+ * next RTS). vrdma_chan_off forgets the current one (the QP left RTS for
+ * RESET, INIT or RTR, or moved to RTS again); vrdma_chan_free releases
+ * them all (the QP's end). vrdma_chan_send puts a SEND into the channel
+ * (sq_lock): 0, or -1 (relay it, after vrdma_chan_retract). vrdma_chan_reap
+ * makes the send completions of the channel's finished sends in order
+ * (the send CQ's lock), setting *err when the QP is to move to ERR and
+ * *retract when slots are to be retracted (a refusal, the relay_ns
+ * deadline, or a revocation left sends to relay). vrdma_chan_retract
+ * retracts what it may from the newest backwards (sq_lock) and gives the
+ * indices of the retracted sends in posting order (their WQEs:
+ * vrdma_chan_wqe), which the caller posts to the SQ ring.
+ * vrdma_chan_posted reports whether sends are posted, taken or refused
+ * (not done). vrdma_chan_take takes the peer's messages into the QP's
+ * posted receives (the recv CQ's lock): *solicited when one was
+ * SOLICITED, *notify 1 (or 2 for a refusal) when the peer's send CQ is to
+ * be told (direct-notify). vrdma_chan_arm_rx / _tx store the armed words
+ * of an arming CQ and report whether a completion is already waiting (the
+ * caller raises its own event). vrdma_chan_notice is the revocation
+ * reader's, under direct.c's lock: 1 if (slot, state) was a channel's
+ * grant, now recorded and unmapped. */
 struct vrdma_chan;
 struct vrdma_qpchan {
 	struct vrdma_chan *cur; /* the current grant (atomic pointer), NULL: none */
 	struct vrdma_chan *all; /* every grant this QP had; +guarded by sq_lock */
-	uint64_t next_try;	/* monotonic ns before which attach does not ask again (atomic) */
+	uint64_t next_try;	/* monotonic ns before which attach does not ask again; +guarded by sq_lock */
 	uint32_t backoff_ms;	/* +guarded by sq_lock */
-	int need;		/* the QP may get a channel: the recv CQ's poll asks (atomic) */
-	int want_err;		/* 1: the QP is to move to ERR (atomic) */
-	uint8_t rnr_retry;	/* as set (7: wait for ever) */
+	int stopped;		/* not asked for again until the next RTS; +guarded by sq_lock */
+	uint32_t wqe_size;	/* the SQ's stride: a retracted send's WQE (set at create) */
+	int want_err;		/* 1: the QP is to move to ERR; 2: moved (atomic) */
 };
 struct vrdma_chan_sge {
 	char *p;
 	uint32_t len;
 };
 struct vrdma_chan_msg {
-	uint64_t wr_id;
-	int opcode;	 /* IBV_WR_SEND or IBV_WR_SEND_WITH_IMM */
+	int opcode; /* IBV_WR_SEND or IBV_WR_SEND_WITH_IMM */
 	int solicited;
 	int signaled;
-	uint32_t imm;	 /* a number */
+	uint32_t imm; /* a number */
 	const struct vrdma_chan_sge *sge;
 	uint32_t nsge, length;
 };
@@ -377,30 +376,32 @@ struct vrdma_chan_rq {
 	uint32_t rq_offset, rq_stride, rq_entries, max_recv_sge;
 	uint32_t pd, qpn;
 };
-int vrdma_chan_enabled(const struct vrdma_vm *vm);
-/* vrdma_hello_caps is the capability bits this library's hello sets. */
 uint64_t vrdma_hello_caps(void);
+int vrdma_chan_enabled(const struct vrdma_vm *vm);
 int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_handle, char *qp_ring);
 void vrdma_chan_off(struct vrdma_qpchan *qc);
 void vrdma_chan_free(struct vrdma_qpchan *qc);
 uint32_t vrdma_chan_payload(const struct vrdma_chan *ch);
 uint32_t vrdma_chan_outstanding(const struct vrdma_chan *ch, int signaled_only);
-int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, uint8_t rnr_retry, int *notify);
-int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qp_state, uint8_t rnr_retry, uint32_t qpn, struct ibv_wc *wc,
-		    int max, int *err);
-int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *err,
+int vrdma_chan_live(const struct vrdma_chan *ch);
+int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const void *wqe, uint32_t max_send_wr,
+		    int *notify);
+int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qpn, struct ibv_wc *wc, int max, int *err, int *retract);
+int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max);
+const void *vrdma_chan_wqe(const struct vrdma_chan *ch, uint32_t idx);
+int vrdma_chan_posted(struct vrdma_chan *ch);
+int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *solicited,
 		    int *notify);
 int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how);
 int vrdma_chan_arm_tx(struct vrdma_chan *ch);
-int vrdma_chan_live(const struct vrdma_chan *ch);
-uint32_t vrdma_chan_qp(const struct vrdma_chan *ch);
 int vrdma_chan_notice(uint32_t slot, uint32_t state);
 void vrdma_chan_forget(void);
 /* vrdma_chan_check checks a direct-channel reply's members against the
- * file's size (the fuzzed part): 0, or -1. */
+ * grant table's slots and the file's size (as DirectChannel.Check):
+ * 0, or -1. */
 struct vrdma_chan_reply {
 	uint32_t slot, state, entries, stride, peer_qpn;
-	uint64_t size, tx_offset, rx_offset, rnr_ns;
+	uint64_t size, tx_offset, rx_offset, relay_ns;
 };
 int vrdma_chan_check(const struct vrdma_chan_reply *r, uint32_t slots, uint64_t file_size);
 /* direct.c's lock and counts, for the channel's grants: the grant slots'

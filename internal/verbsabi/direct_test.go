@@ -118,7 +118,7 @@ func TestDropinDirect(t *testing.T) {
 					args := append([]string{"-d", "vrdma0", "-x", "0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(c.c.iters),
 						"-s", fmt.Sprint(c.c.size)}, c.extra...)
 					srv, cli := runPairIn(t, lib, env.Socket, pair[0], env.Socket, pair[1], prog, args, port)
-					t.Logf("client:\n%s", cli)
+					t.Logf("server:\n%s\nclient:\n%s", srv, cli)
 					checkPerftest(t, c.c, srv, cli)
 				})
 			}
