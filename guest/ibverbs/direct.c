@@ -189,11 +189,23 @@ static void *reader(void *arg)
 		size_t len = 0;
 		ssize_t n;
 
-		if (poll(p, 2, -1) < 0) {
+		int timeout, rc;
+
+		/* The send channels' timer (direct_send.c): while a channel
+		 * has sends out, their refusals and relay deadlines are
+		 * looked at every millisecond, for a sender that does not
+		 * poll. */
+		pthread_mutex_lock(&dmu);
+		timeout = vrdma_chan_timer();
+		pthread_mutex_unlock(&dmu);
+		rc = poll(p, 2, timeout);
+		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (rc == 0)
+			continue;
 		if (p[1].revents)
 			return NULL; /* stopped: vrdma_direct_idle */
 		if (!p[0].revents)

@@ -93,6 +93,7 @@ struct vrdma_chan {
 	size_t size;
 	char *tx, *rx;
 	uint32_t entries, stride, peer_qpn, slot, state, qp_handle, wqe_size;
+	void *owner; /* the QP (vrdma_chan_kick) */
 	uint64_t relay_ns;
 	struct vrdma_grant_slot *gs;
 	/* 1 live, 2 revoked (the records hold the snapshot; unmapped); atomic. */
@@ -260,6 +261,52 @@ int vrdma_chan_notice(uint32_t slot, uint32_t state)
 	return 1;
 }
 
+/* due reports whether ch has a send to retract now: refused, or posted
+ * longer than relay_ns. Its indices are the sender's: read atomically,
+ * and a stale one only makes this look at a slot more or less. */
+static int due(struct vrdma_chan *ch, uint64_t now)
+{
+	uint32_t i = __atomic_load_n(&ch->tx_reap, __ATOMIC_RELAXED), tail = __atomic_load_n(&ch->tx_tail, __ATOMIC_RELAXED);
+	int d = 0;
+
+	if (!enter(ch))
+		return 0;
+	for (uint32_t k = 0; i != tail && k < ch->entries; i = ring_next(i, ch->entries), k++) {
+		uint32_t st = __atomic_load_n(&slot_at(ch, ch->tx, i)->state, __ATOMIC_ACQUIRE);
+
+		if (st == VRDMA_SLOT_REFUSED ||
+		    (st == VRDMA_SLOT_POSTED && now - ch->rec[ring_slot(i, ch->entries)].posted_ns > ch->relay_ns)) {
+			d = 1;
+			break;
+		}
+		if (st != VRDMA_SLOT_DONE && st != VRDMA_SLOT_RETRACTED && st != VRDMA_SLOT_TAKEN)
+			break;
+	}
+	leave(ch);
+	return d;
+}
+
+int vrdma_chan_timer(void)
+{
+	int out = 0;
+	uint64_t now = 0;
+
+	for (int i = 0; i < nreg; i++) {
+		struct vrdma_chan *ch = reg[i];
+
+		if (!__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE))
+			continue;
+		out = 1;
+		if (!now)
+			now = now_ns();
+		if (ch->owner && due(ch, now))
+			vrdma_chan_kick(ch->owner);
+	}
+	/* A send posted while the reader sleeps is seen at its next
+	 * wake-up: every 10 ms while a channel is held. */
+	return out ? 1 : nreg ? 10 : -1;
+}
+
 void vrdma_chan_forget(void)
 {
 	/* The child has none of the mappings (MADV_DONTFORK); the grants
@@ -376,6 +423,7 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	ch->qp_handle = qp_handle;
 	ch->relay_ns = cr.relay_ns;
 	ch->wqe_size = qc->wqe_size;
+	ch->owner = qc->owner;
 	ch->gs = vrdma_direct_slot(cr.slot);
 	/* This QP's own indices where the channel is now (a fresh one: 0),
 	 * and the rx ring ready: read and stored inside the grant, which the
@@ -440,7 +488,7 @@ void vrdma_chan_free(struct vrdma_qpchan *qc)
 /* ---- the sender ---- */
 
 int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const void *wqe, uint32_t max_send_wr,
-		    int *notify)
+		    int send_cq_armed, int *notify)
 {
 	struct vrdma_chan_slot *s;
 	uint32_t head, armed, idx = ch->tx_tail, k;
@@ -496,6 +544,10 @@ int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const
 	if (armed == VRDMA_CQ_ARM_ALL || (armed == VRDMA_CQ_ARM_SOLICITED && m->solicited))
 		*notify = __atomic_compare_exchange_n(word(ch->tx, VRDMA_CHAN_RX_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
 						      __ATOMIC_SEQ_CST);
+	/* A send CQ armed before this send: the verdict is to raise its
+	 * event (vrdma_chan_arm_tx's word, stored now that a send is out). */
+	if (send_cq_armed && m->signaled)
+		__atomic_store_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), 1, __ATOMIC_SEQ_CST);
 	leave(ch);
 	return 0;
 }

@@ -1258,18 +1258,14 @@ static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
 			continue;
 		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &sol, &notify);
 		if (n) {
-			uint32_t armed;
-
+			/* No event of this CQ for these: each message raised it
+			 * when it came (its sender's direct-notify) if the CQ was
+			 * armed then, or was taken at the arming (req_notify_cq)
+			 * and so came before it, as a device's CQE that is there
+			 * when the CQ is armed raises none. */
 			(void)cq_drain(cq); /* reserved above: moves them all */
 			for (int k = 0; k < n; k++)
 				local_push(cq, &w[k]);
-			/* This CQ's own event, as the agent raises it (§7). */
-			__atomic_thread_fence(__ATOMIC_SEQ_CST);
-			armed = __atomic_load_n(ring_word(cq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST);
-			if ((armed == VRDMA_CQ_ARM_ALL || (armed == VRDMA_CQ_ARM_SOLICITED && sol)) &&
-			    __atomic_compare_exchange_n(ring_word(cq->ring, VRDMA_CQ_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
-							__ATOMIC_SEQ_CST))
-				a->notify_own = 1;
 		}
 		if (notify && a->nnotify < CHAN_ACTS) {
 			a->notify_sol[a->nnotify] = notify == 2;
@@ -1299,6 +1295,18 @@ static void chan_after(struct vrdma_cq *cq, struct chan_acts *a)
 	}
 	for (int i = 0; i < a->nerr; i++)
 		chan_err(a->err[i]);
+}
+
+void vrdma_chan_kick(void *owner)
+{
+	struct vrdma_qp *qp = owner;
+
+	/* The revocation reader's: never waits for sq_lock, which may be
+	 * held across a command (its holder retracts itself). */
+	if (pthread_mutex_trylock(&qp->sq_lock))
+		return;
+	(void)chan_retract(qp, 0);
+	pthread_mutex_unlock(&qp->sq_lock);
 }
 
 /* chan_ask asks for qp's channel if it has none (at a post, and after a
@@ -1444,7 +1452,6 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	/* An agent without core-verbs knows only 1: every completion then
 	 * raises the event (§7). */
 	uint32_t how = solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED : VRDMA_CQ_ARM_ALL;
-	int ready = 0;
 
 	pthread_mutex_lock(&cq->arm_lock);
 	ring_arm_cq(cq->ring, how);
@@ -1452,45 +1459,44 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	if (!cq->ntrack && !cq->nrxq)
 		return 0; /* read without the lock: a QP that gets a channel later arms it then (chan_ask) */
 	/* The send channels (wire-local.md §4.22): the peers' libraries
-	 * raise this CQ's event (direct-notify) when their armed words say
-	 * so; a completion already waiting in a channel raises it here. A
-	 * sender about to sleep retracts what is still posted, so that a
-	 * receiver that does not poll does not keep its sends from
-	 * completing: the agent's relay completes them, and raises the
-	 * event. */
+	 * raise this CQ's event (direct-notify) when its armed words in
+	 * their channels say so. A sender about to sleep retracts what is
+	 * still posted, so that a receiver that does not poll does not keep
+	 * its sends from completing: the agent's relay completes them, and
+	 * raises the event. */
 	struct vrdma_qp *retract[CHAN_ACTS];
 	int nretract = 0;
+	struct chan_acts acts;
 
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
 	pthread_mutex_lock(&cq->lock);
 	for (int i = 0; i < cq->nrxq; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
 
 		if (ch)
-			ready |= vrdma_chan_arm_rx(ch, how);
+			vrdma_chan_arm_rx(ch, how);
 	}
 	for (int i = 0; i < cq->ntrack; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->track[i]->qc.cur, __ATOMIC_ACQUIRE);
 
 		if (!ch)
 			continue;
-		ready |= vrdma_chan_arm_tx(ch);
+		vrdma_chan_arm_tx(ch);
 		if (vrdma_chan_posted(ch))
 			chan_note(retract, &nretract, cq->track[i]);
 	}
-	if (ready) {
-		uint32_t a = how;
-
-		ready = __atomic_compare_exchange_n(ring_word(cq->ring, VRDMA_CQ_ARMED), &a, 0, 0, __ATOMIC_SEQ_CST,
-						    __ATOMIC_SEQ_CST);
-	}
+	/* After the armed words (each a Dekker pair with the peer's check
+	 * of it): what is already in the channels becomes this CQ's
+	 * completions now, before the arming, as a device's CQEs that came
+	 * before it (they raise no event; the program polls after arming). */
+	chan_work(cq, &acts);
 	pthread_mutex_unlock(&cq->lock);
+	chan_after(cq, &acts);
 	for (int i = 0; i < nretract; i++) {
 		pthread_mutex_lock(&retract[i]->sq_lock);
 		(void)chan_retract(retract[i], 0);
 		pthread_mutex_unlock(&retract[i]->sq_lock);
 	}
-	if (ready && vm)
-		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 	return 0;
 }
 
@@ -2038,7 +2044,9 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 		     !local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + out + 1);
 	}
 	pthread_mutex_unlock(&cq->lock);
-	if (!ok || vrdma_chan_send(ch, &m, slot, qp->caps.max_send_wr, &notify))
+	if (!ok || vrdma_chan_send(ch, &m, slot, qp->caps.max_send_wr,
+				   __atomic_load_n(ring_word(cq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST) == VRDMA_CQ_ARM_ALL,
+				   &notify))
 		return 0;
 	if (notify)
 		chan_notify(vm, qp->qpx.qp_base.handle, "recv", m.solicited);
@@ -2539,6 +2547,7 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
 	qp->qc.wqe_size = qp->sq_stride;
+	qp->qc.owner = qp;
 	if (qp_register(vm, qp, context, h, qpn, attr->qp_type, attr->qp_context))
 		return NULL;
 	/* The send channel (§4.22): an RC QP with its own receive queue may

@@ -356,6 +356,7 @@ struct vrdma_qpchan {
 	uint32_t backoff_ms;	/* +guarded by sq_lock */
 	int stopped;		/* not asked for again until the next RTS; +guarded by sq_lock */
 	uint32_t wqe_size;	/* the SQ's stride: a retracted send's WQE (set at create) */
+	void *owner;		/* the QP, for vrdma_chan_kick (set at create) */
 	int want_err;		/* 1: the QP is to move to ERR; 2: moved (atomic) */
 };
 struct vrdma_chan_sge {
@@ -385,7 +386,7 @@ uint32_t vrdma_chan_payload(const struct vrdma_chan *ch);
 uint32_t vrdma_chan_outstanding(const struct vrdma_chan *ch, int signaled_only);
 int vrdma_chan_live(const struct vrdma_chan *ch);
 int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const void *wqe, uint32_t max_send_wr,
-		    int *notify);
+		    int send_cq_armed, int *notify);
 int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qpn, struct ibv_wc *wc, int max, int *err, int *retract);
 int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max);
 const void *vrdma_chan_wqe(const struct vrdma_chan *ch, uint32_t idx);
@@ -395,6 +396,14 @@ int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struc
 int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how);
 int vrdma_chan_arm_tx(struct vrdma_chan *ch);
 int vrdma_chan_notice(uint32_t slot, uint32_t state);
+/* vrdma_chan_timer is the revocation reader's timer (direct.c's lock
+ * held): it has each live channel with a refused send, or one posted
+ * longer than relay_ns, retracted through vrdma_chan_kick (verbs.c: only
+ * if the QP's send lock is free: its holder retracts itself), and returns
+ * the reader's next poll timeout (ms: 1 while sends are out, 10 while a
+ * channel is held, -1 without one). */
+int vrdma_chan_timer(void);
+void vrdma_chan_kick(void *qp);
 void vrdma_chan_forget(void);
 /* vrdma_chan_check checks a direct-channel reply's members against the
  * grant table's slots and the file's size (as DirectChannel.Check):
