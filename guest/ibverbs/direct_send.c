@@ -5,47 +5,43 @@
  * into a ring the agent made and granted to both libraries of an RC QP
  * pair; the receiver's library takes it into its own posted receive and
  * makes the receive completion, and writes its verdict into the slot, from
- * which the sender's library makes the send completion. The agent keeps
- * the control path: it makes and revokes the channel, flushes, and relays
- * everything the libraries do not do themselves (after the channel of
- * that direction drained, so that RC order holds).
+ * which the sender's library makes the send completion. Whatever the
+ * receiver cannot take for certain it refuses, and the sender retracts
+ * that message and every later one and relays them (verbs.c posts their
+ * kept WQEs to the SQ ring): the agent's relay then completes them as it
+ * always did. The agent makes and revokes the channel, drains it before
+ * it executes a relayed WR of the QP, and flushes.
  *
- * Each direction has its ring (the QP produces into tx, consumes rx):
- *
- *	header  0 tail (sender), 64 head (receiver), 128 rx_armed (receiver
- *	        sets, sender clears), 192 tx_armed (sender sets, receiver
- *	        clears); then entries slots of stride bytes at 256:
- *	slot    0 state: 0 free, 1 posted, 2 taken, 3 done, 4 retracted;
- *	        4 opcode, 5 flags, 6 status (the verdict), 8 length, 12 imm;
- *	        the message at 64.
- *
- * Who touches what (verbs.c calls these under the locks said in vrdma.h):
- * the sender fills the slot at its tail (only when its state is 0), stores
- * the state 1 (release), then the tail; the receiver takes the slot at its
- * head by a compare-and-swap 1 -> 2, consumes the receive at the QP ring's
- * RQ-head word (which it then stores, as the agent does), copies, stores
- * the verdict and the state 3 (release), then its head; the sender reaps
- * done slots in order into send completions and stores their state 0. A
- * slot left posted past the RNR time (rnr_retry < 7) is retracted by the
- * sender (CAS 1 -> 4) and completes RNR_RETRY_EXC_ERR. Every access to the
- * mapping lies between an increment of the grant's in-use word and its
- * decrement, after the grant's state word read valid (§4.21 pair 4).
+ * Each direction has its ring (this QP produces into tx, consumes rx): a
+ * 512-byte header (tail, head, rx_armed, tx_armed, ready, each on its own
+ * line), then entries slots of stride bytes (state, opcode, flags,
+ * status, length, imm_data; the message at 64). Slot states: the sender
+ * 0 -> 1 (publish: the bytes, state 1 release, then the tail), 1 -> 4 and
+ * 5 -> 4 (retract, compare-and-swap, newest first), 3 -> 0 and 4 -> 0
+ * (reap); the receiver checks a posted slot and then 1 -> 2 (take) or
+ * 1 -> 5 (refuse), and 2 -> 3 (done) after it consumed the receive at the
+ * QP ring's RQ-head word (which it stores, as the agent does). Every
+ * access to the mapping lies between an increment of the grant's in-use
+ * word and its decrement, after the grant's state word read valid (§4.21
+ * pair 4).
  *
  * Revocation: the revocation reader (direct.c) calls vrdma_chan_notice
  * under direct.c's lock: the channel is quiescent then (the agent waited
  * for both in-use words to read 0 after marking the grants revoking), so
- * the reader copies the states and verdicts of the send slots into the
- * records, unmaps, and marks the grant revoked; the send CQ's next poll
- * completes what was outstanding from the records (done: the verdict;
- * posted: WR_FLUSH_ERR once the QP is in ERR or RESET, else
- * RETRY_EXC_ERR and the QP to ERR). The reader never waits for a command
- * or for a lock held across one: it takes only direct.c's lock.
+ * the reader records the states and verdicts of the send slots, unmaps,
+ * and marks the grant revoked; the next post or poll settles the records
+ * (done: the verdict; posted, taken or refused: relayed in order, as a
+ * retraction; in RESET dropped). The same reader runs the channels'
+ * timer (vrdma_chan_timer): a refused or overdue send of a sender that
+ * does not poll is retracted through vrdma_chan_kick, which takes the
+ * QP's send lock only if it is free. The reader never waits for a
+ * command or for a lock held across one.
  *
  * A grant (struct vrdma_chan) is never freed while its QP lives: a poller
  * that loaded the QP's current pointer may still read it (its fields are
- * set before the pointer is published and never change after, but live
- * and the indices); a QP that gets a new channel (after RESET, RTR, RTS)
- * keeps the old one in its list, freed with the QP.
+ * set before the pointer is published and never change after, but live,
+ * the indices and the counts); a QP that gets a new channel (after RESET,
+ * RTR, RTS) keeps the old one in its list, freed with the QP.
  *
  * fork: the mappings are MADV_DONTFORK, mapped and advised under direct.c's
  * lock, which its fork handler holds: a child maps no channel, and forgets
@@ -110,7 +106,6 @@ struct vrdma_chan {
 	char *wqe;	    /* entries WQEs of wqe_size bytes, by slot (sq_lock) */
 	/* The receiver, under the recv CQ's lock: */
 	uint32_t rx_head;
-	int rx_stop; /* it refused a message: no more taking from this grant */
 };
 
 /* The registry of live grants, for the revocation reader; +guarded by
@@ -693,7 +688,7 @@ int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how)
 	uint32_t tail, exp = how;
 	int ready = 0;
 
-	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || ch->rx_stop || !enter(ch))
+	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || !enter(ch))
 		return 0;
 	__atomic_store_n(word(ch->rx, VRDMA_CHAN_RX_ARMED), how, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -743,7 +738,7 @@ int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struc
 	int n = 0, tell = 0, refused = 0;
 
 	*solicited = 0;
-	if (max <= 0 || ch->rx_stop || __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
+	if (max <= 0 || __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
 		return 0;
 	if (ring_load(rq->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || !enter(ch))
 		return 0;
