@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -109,11 +110,13 @@ func (cq *CQ) Resize(ctx context.Context, cqe int) error {
 // completion, as the C library does. Wait arms for every completion itself: do not mix the
 // two on one CQ at the same time.
 func (cq *CQ) ReqNotify(solicitedOnly bool) {
+	how := abi.ArmAll
 	if solicitedOnly && cq.vm.caps.Has(abi.CapCoreVerbs) {
-		cq.arm(abi.ArmSolicited)
-		return
+		how = abi.ArmSolicited
 	}
-	cq.arm(abi.ArmAll)
+	if cq.arm(how) {
+		cq.raise() // a send channel's message came before the arming was seen (direct_send.go)
+	}
 }
 
 // WaitEvent blocks until the event ReqNotify armed has come
@@ -132,9 +135,20 @@ func (cq *CQ) WaitEvent(ctx context.Context) error {
 		if cq.vm.c.dead.Load() {
 			return ErrAgentGone
 		}
+		cq.serveChans() // direct_send.go: take and reap, which may raise the event
+		if cq.armedWord() == 0 {
+			return nil
+		}
 		stop := context.AfterFunc(ctx, func() { cq.ev.Wake() })
+		var bound *time.Timer
+		if d := cq.waitBound(); d > 0 {
+			bound = time.AfterFunc(d, cq.ev.Wake)
+		}
 		err := cq.ev.Wait() // also the hint of a full CQ, or the byte of an earlier arming
 		stop()
+		if bound != nil {
+			bound.Stop()
+		}
 		if errors.Is(err, io.EOF) {
 			return ErrAgentGone
 		}

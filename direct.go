@@ -5,8 +5,11 @@ package vrdma
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/libdiag"
@@ -40,6 +43,12 @@ type directTable struct {
 	// flight), by slot: the grant's state word.
 	early  map[uint32]uint32 // +checklocks:mu
 	closed bool              // +checklocks:mu
+	// chans: the send channels' grants, by slot (direct_send.go).
+	chans map[uint32]*sendChan // +checklocks:mu
+	// timerOn: the reader's read deadline is set, to retract messages
+	// that wait too long (sweep); sweepList is the reader's scratch.
+	timerOn   atomic.Bool
+	sweepList []*sendChan
 }
 
 // grant is a mapping of a peer's region, granted to one QP for one rkey.
@@ -102,7 +111,7 @@ func (v *VM) directTable(ctx context.Context) (*directTable, error) {
 		m.Unmap()
 		return nil, errorf(abi.CodeInternal, "vrdma: direct-open: %v", err)
 	}
-	t := &directTable{v: v, table: m, slots: r.Slots, conn: uc, bySlot: map[uint32]*grant{}, early: map[uint32]uint32{}}
+	t := &directTable{v: v, table: m, slots: r.Slots, conn: uc, bySlot: map[uint32]*grant{}, early: map[uint32]uint32{}, chans: map[uint32]*sendChan{}}
 	v.dir = t
 	go t.reader()
 	return t, nil
@@ -114,6 +123,10 @@ func (t *directTable) reader() {
 	var b [64]byte
 	for {
 		n, err := t.conn.Read(b[:])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.sweep() // direct_send.go
+			continue
+		}
 		if err != nil {
 			return
 		}
@@ -126,6 +139,9 @@ func (t *directTable) reader() {
 			delete(t.bySlot, slot)
 			g.q.dropGrant(g)
 			g.m.Unmap() // no copy is inside: the agent saw in-use 0 after marking the slot
+		} else if ch := t.chans[slot]; ch != nil && ch.word == word {
+			delete(t.chans, slot)
+			ch.revoked() // direct_send.go
 		} else {
 			t.early[slot] = word
 		}
@@ -147,6 +163,10 @@ func (t *directTable) close() {
 		delete(t.bySlot, s)
 		g.q.dropGrant(g)
 		g.m.Unmap()
+	}
+	for s, ch := range t.chans {
+		delete(t.chans, s)
+		ch.revoked()
 	}
 }
 
@@ -251,6 +271,7 @@ func (q *QP) setDirect(ctx context.Context, on bool) {
 	}
 	q.dtab.Store(t)
 	q.direct.Store(true)
+	q.chanNext.Store(0) // direct_send.go: may ask for the send channel at RTS
 }
 
 // resync starts rule 2's count anew at a move to RESET, which discards
@@ -359,6 +380,7 @@ func (q *QP) directPost(wr *SendWR) bool {
 	if q.sendDone.Load() < q.relayedSignaled {
 		ok = cq.drainLocked() && q.sendDone.Load() >= q.relayedSignaled
 	}
+	ok = ok && q.chanQuiet(cq) // nothing of the QP's in its send channel (direct_send.go)
 	if ok && signaled {
 		ring := cq.ring.Bytes()
 		pending, _ := abi.Pending(abi.Word(ring, abi.OffCQTail).Load(), cq.head, cq.layout.Entries)

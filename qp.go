@@ -74,6 +74,15 @@ type QP struct {
 	gmu             sync.Mutex
 	grants          map[uint32]*grant // +checklocks:gmu
 	refused         map[uint32]uint32 // +checklocks:gmu
+
+	// The send channel (direct_send.go): the grant; when it may be
+	// asked for next (mono, chanNever) and the back-off; the
+	// direct-notify a post owes the receiver (1, 2: solicited).
+	sch        atomic.Pointer[sendChan]
+	chanNext   atomic.Int64
+	chanAsking atomic.Bool
+	chanWait   atomic.Int64
+	chanNotify uint8 // +checklocks:sqMu
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp), RC unless
@@ -189,13 +198,18 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
 		q.maxRdAtomic.Store(uint32(attr.MaxRdAtomic))
 	}
 	if mask&MaskState != 0 && attr.State == QPSReset && q.typ == QPTypeRC {
-		q.resync() // direct.go
+		q.dropChanAtReset() // direct_send.go
+		q.resync()          // direct.go
 	}
 	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSReset) {
 		r, err := q.Query(ctx)
 		if err == nil {
 			q.setPath(r.Path)
 		}
+	}
+	if mask&MaskState != 0 && attr.State == QPSRTS {
+		q.chanNext.Store(0)
+		q.askChannel(ctx) // direct_send.go
 	}
 	return nil
 }
@@ -229,6 +243,9 @@ func (q *QP) Destroy(ctx context.Context) error {
 		delete(v.qps, q)
 		v.objMu.Unlock()
 		q.direct.Store(false)
+		if ch := q.sch.Load(); ch != nil {
+			q.dropChan(ch) // direct_send.go: the agent revoked it before it answered
+		}
 		q.sendCQ.trackQP(q, false)
 		q.ring.Unmap()
 		q.db.Close()
@@ -269,13 +286,18 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		return errorf(abi.CodeState, "vrdma: PostSend on QP 0x%x in %s: a QP sends in RTS", q.qpn, s)
 	}
 	size, stride := q.layout.SQEntries, q.layout.SQStride
+	if q.direct.Load() && q.sch.Load() == nil {
+		q.askChannel(context.Background()) // direct_send.go: after an agent's "not yet"
+	}
 	q.sqMu.Lock()
 	first := 0
+	ch := q.sch.Load()
 	if q.direct.Load() {
 		// memcpy-direct (direct.go): the library executes what it can
 		// prove valid until the first WR it cannot; that one and every
-		// later one go to the ring.
-		for first < len(wrs) && q.directPost(&wrs[first]) {
+		// later one go to the ring. Small SENDs go into the send
+		// channel (direct_send.go).
+		for first < len(wrs) && (ch != nil && q.chanPost(ch, &wrs[first]) || q.directPost(&wrs[first])) {
 			first++
 		}
 	}
@@ -283,6 +305,15 @@ func (q *QP) PostSend(wrs []SendWR) error {
 	tail := q.sqTail
 	var err error
 	posted := 0
+	if ch != nil && first < len(wrs) {
+		// The channel's messages not taken yet go to the ring first
+		// (§4.22 "Retraction").
+		var ok bool
+		if tail, posted, ok = q.relayLocked(ch, tail); !ok {
+			err = &PostError{Index: first, Err: ErrQueueFull}
+			first = len(wrs)
+		}
+	}
 	for i := first; i < len(wrs); i++ {
 		if n, _ := abi.Pending(tail, head, size); n >= size {
 			err = &PostError{Index: i, Err: ErrQueueFull}
@@ -303,9 +334,14 @@ func (q *QP) PostSend(wrs []SendWR) error {
 		q.sqTail = tail
 		abi.StoreFenced(abi.Word(mem, abi.OffSQTail), tail) // §6 pair 1: before the flag's load
 	}
+	notify := q.chanNotify
+	q.chanNotify = 0
 	q.sqMu.Unlock()
 	if posted > 0 && abi.Word(mem, abi.OffSQDoorbell).Load() != 0 {
 		q.db.Ring()
+	}
+	if notify != 0 { // the receiver's CQ was armed (direct_send.go)
+		q.vm.c.call(context.Background(), abi.OpDirectNotify, &abi.DirectNotify{QP: q.handle, CQ: abi.NotifyRecv, Solicited: notify&2 != 0}, nil)
 	}
 	return err
 }
@@ -379,6 +415,9 @@ func (q *QP) PostRecv(wrs []RecvWR) error {
 	mem := q.ring.Bytes()
 	if s := QPState(abi.Word(mem, abi.OffQPState).Load()); s == QPSReset {
 		return errorf(abi.CodeState, "vrdma: PostRecv on QP 0x%x in RESET: move it to INIT first", q.qpn)
+	}
+	if q.direct.Load() && q.sch.Load() == nil {
+		q.askChannel(context.Background()) // direct_send.go: after an agent's "not yet"
 	}
 	q.rqMu.Lock()
 	tail, posted, err := fillRecvRing(mem[q.layout.RQOffset:], q.layout.RQEntries, q.layout.RQStride, abi.Word(mem, abi.OffRQHead).Load(), q.rqTail,

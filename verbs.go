@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/sys"
@@ -114,6 +115,9 @@ type CQ struct {
 	local []WorkCompletion // +checklocks:mu
 	lhead int              // +checklocks:mu
 	track map[uint32]*QP   // +checklocks:mu
+	// chans: the send channels the CQ serves at its polls, as a send
+	// or receive CQ (direct_send.go).
+	chans []*sendChan // +checklocks:mu
 }
 
 // CQOption changes a CreateCQ.
@@ -203,6 +207,13 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 		cq.mu.Unlock()
 		return 0, ErrBrokenRing
 	}
+	after := len(cq.chans) != 0 && cq.chanPollLocked() // the send channels' completions (direct_send.go)
+	if after || len(cq.chans) != 0 {
+		// A taken message moved the ring's completions ahead of it.
+		if tail = abi.Word(mem, abi.OffCQTail).Load(); !validPending(tail, cq.head, size) {
+			tail = cq.head
+		}
+	}
 	n := 0
 	for n < len(wc) && cq.localLen() > 0 {
 		wc[n] = cq.popLocal() // older than the ring's (direct.go)
@@ -223,16 +234,31 @@ func (cq *CQ) Poll(wc []WorkCompletion) (int, error) {
 		abi.Word(mem, abi.OffCQHead).Store(cq.head)
 	}
 	cq.mu.Unlock()
+	if after {
+		cq.chanAfter()
+	}
 	if n == 0 && cq.vm.c.dead.Load() {
 		return 0, ErrAgentGone
 	}
 	return n, nil
 }
 
+// validPending reports whether tail is a valid index at most size ahead
+// of head.
+func validPending(tail, head, size uint32) bool {
+	_, ok := abi.Pending(tail, head, size)
+	return ok
+}
+
 func (cq *CQ) empty() bool {
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
-	return cq.localLen() == 0 && abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load() == cq.head
+	after := len(cq.chans) != 0 && cq.chanPollLocked() // direct_send.go
+	e := cq.localLen() == 0 && abi.Word(cq.ring.Bytes(), abi.OffCQTail).Load() == cq.head
+	cq.mu.Unlock()
+	if after {
+		cq.chanAfter()
+	}
+	return e
 }
 
 // trackQP adds q to (or removes it from) the QPs whose send completions
@@ -266,13 +292,22 @@ func (cq *CQ) Wait(ctx context.Context) error {
 		if cq.vm.c.dead.Load() {
 			return ErrAgentGone
 		}
-		cq.arm(abi.ArmAll)
+		if cq.arm(abi.ArmAll) {
+			continue // a send channel's message came meanwhile: take it (direct_send.go)
+		}
 		if !cq.empty() {
 			return nil
 		}
 		stop := context.AfterFunc(ctx, func() { cq.ev.Wake() })
+		var bound *time.Timer
+		if d := cq.waitBound(); d > 0 {
+			bound = time.AfterFunc(d, cq.ev.Wake) // a channel's message may have to be relayed (direct_send.go)
+		}
 		err := cq.ev.Wait()
 		stop()
+		if bound != nil {
+			bound.Stop()
+		}
 		if errors.Is(err, io.EOF) {
 			return ErrAgentGone // the agent closed its end of the CQ's event socket
 		}
@@ -300,9 +335,12 @@ func (cq *CQ) Destroy(ctx context.Context) error {
 }
 
 // arm stores how (abi.ArmAll, abi.ArmSolicited) in the CQ's armed word,
-// fenced: §6 pair 2, before the caller's next load of the tail.
-func (cq *CQ) arm(how uint32) {
+// fenced: §6 pair 2, before the caller's next load of the tail; and the
+// send channels' armed words (direct_send.go). It reports whether a
+// channel's message came before they could be seen.
+func (cq *CQ) arm(how uint32) bool {
 	cq.mu.Lock()
 	defer cq.mu.Unlock()
 	abi.StoreFenced(abi.Word(cq.ring.Bytes(), abi.OffCQArmed), how)
+	return len(cq.chans) != 0 && cq.armChans(how)
 }

@@ -59,9 +59,8 @@ type VM struct {
 }
 
 // helloCaps are the capability bits the library sends in its hello:
-// every bit it knows but direct-send, whose send channel (wire-local.md
-// §4.22) it does not use yet.
-const helloCaps = abi.CapsKnown &^ abi.CapDirectSend
+// every bit it knows.
+const helloCaps = abi.CapsKnown
 
 // Open attaches to the VM called name on this host's agent. The agent maps
 // the VM's guest memory (locked if the VM reserves all of it) and shares it

@@ -27,7 +27,9 @@ import (
 
 // TestDirectInProcess checks that a pair that allows each other gets
 // memcpy-direct and that its WRITEs, READs and atomics never reach the
-// agent's QP (its counters stay at zero for them) while SENDs do; and that
+// agent's QP (its counters stay at zero for them), while a SEND whose
+// receiver never polls does (its send channel retracts it after relay_ns
+// and relays it, wire-local.md §4.22); and that
 // a pair where one side does not list the other gets memcpy, the rule
 // named.
 func TestDirectInProcess(t *testing.T) {
@@ -64,7 +66,7 @@ func TestDirectInProcess(t *testing.T) {
 	postRecv(t, b.qp, vrdma.RecvWR{ID: 9, SGL: sgl(dst.SGE(0, 64))})
 	postSend(t, a.qp, vrdma.SendWR{ID: 4, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 64))})
 	if w := waitWC(t, a.scq, 1)[0]; w.Status != vrdma.WCSuccess {
-		t.Fatalf("relayed SEND: %+v", w)
+		t.Fatalf("a SEND its receiver does not take: %+v", w)
 	}
 	if c := s.qpCounters(t, a); c.Ops["SEND"] != 1 {
 		t.Fatalf("the relayed SEND is not in the agent's counters: %v", c.Ops)

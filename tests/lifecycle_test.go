@@ -65,6 +65,8 @@ func TestLifecycleHelperProcess(t *testing.T) {
 		os.Exit(lcHelperMemlockAgent())
 	case "direct-writer":
 		os.Exit(directWriterWorkload()) // direct_test.go
+	case "direct-sender":
+		os.Exit(directSenderWorkload()) // direct_send_test.go
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s %q\n", lcHelperEnv, h)
 		os.Exit(3)

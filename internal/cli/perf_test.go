@@ -168,6 +168,24 @@ func TestPerfDirectPath(t *testing.T) {
 	if rep.Path != "memcpy-direct" || rep.TTypical <= 0 {
 		t.Fatalf("report %s", out)
 	}
+	// send_lat: the SENDs go through the send channel (wire-local.md
+	// §4.22), so the agent's goroutines are not woken for them, as they
+	// are about once a message on the relayed path.
+	out, errs, code = run(t, "", "perf", "send_lat", "--local", "--path", "memcpy-direct", "-s", "8", "-n", "2000", "--out_json")
+	if code != 0 {
+		t.Fatalf("send_lat --path memcpy-direct: exit %d; stderr %q", code, errs)
+	}
+	var send struct {
+		Path     string  `json:"path"`
+		TTypical float64 `json:"t_typical"`
+		Wakeups  float64 `json:"agent_wakeups_per_op"`
+	}
+	if err := json.Unmarshal([]byte(out), &send); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if send.Path != "memcpy-direct" || send.TTypical <= 0 || send.Wakeups >= 0.5 {
+		t.Fatalf("send_lat report %s: want memcpy-direct with the agent woken for less than one message in two", out)
+	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("perf left %v in TMPDIR", left)
 	}

@@ -367,11 +367,10 @@ func (q *QP) waitChannelGone() {
 
 // resyncRQLocked takes, for a QP whose receiving library consumes
 // receives too (chanRQ), the RQ-head word as the private head: it must be
-// a valid index at most the ring's entries behind the RQ tail. (Whether it
-// is at or after the private head cannot be told: the library may have
-// consumed more than twice the ring's entries since the agent last read
-// it, and indices count modulo that.) Otherwise the QP moves to ERR as for
-// an invalid tail, and false.
+// a valid index at most the ring's size behind the RQ tail (the library
+// may have consumed any number since the agent last did, so the private
+// head bounds nothing). Otherwise the QP moves to ERR as for an invalid
+// tail, and false.
 //
 // +checklocks:q.rqMu
 func (q *QP) resyncRQLocked() bool {
@@ -387,9 +386,9 @@ func (q *QP) resyncRQLocked() bool {
 	tail := abi.Word(mem, abi.OffRQTail).Load()
 	if _, ok := abi.Pending(tail, w, size); !ok {
 		q.rqBroken = true
-		q.vm.d.log.Warn("receive queue head word is not a valid index behind the tail: the library wrote garbage; QP moved to ERR",
+		q.vm.d.log.Warn("receive queue head word is not a valid index at most the ring's size behind the tail: the library wrote garbage; QP moved to ERR",
 			"vm", q.vm.name, "qpn", q.qpn, "word", w, "head", q.rqHead, "tail", tail)
-		q.MoveToErr(fmt.Sprintf("receive queue head word %d is not a valid index at most %d behind tail %d", w, size, tail))
+		q.MoveToErr(fmt.Sprintf("receive queue head word %d is not within %d entries behind tail %d", w, size, tail))
 		return false
 	}
 	q.rqHead = w

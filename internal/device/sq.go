@@ -100,6 +100,12 @@ func (q *QP) TakePSNs(n uint32) uint32 {
 // ERR), then the slot is freed (a workload that sees the completion may
 // post into it at once), then the completion is written.
 //
+// The head moves only here, after the path executed the WQE to its end
+// (memcpy: after the target side consumed its receive and wrote its
+// completion), or at a flush or reset: the memcpy-direct libraries' rule 2
+// (wire-local.md §4.21, and §4.22's send channel) takes an SQ-head word
+// equal to their tail to mean that nothing relayed is still to land.
+//
 // The head word is published before every completion that is written,
 // and otherwise every headBatch WQEs and whenever the goroutine stops
 // executing (PublishHead): a workload that posts one unsignaled WQE per

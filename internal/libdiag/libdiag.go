@@ -22,3 +22,11 @@ var RingWords func(q, cq any) string
 // acknowledgement, as a hung or hostile peer would. Only the system
 // tests' workload processes set it, to see the agent fence such a peer.
 var IgnoreRevocations atomic.Bool
+
+// RelayAfter, nonzero, replaces the relay_ns of every send channel the
+// library maps from then on (wire-local.md §4.22): how long a message may
+// wait untaken before its sender retracts and relays it. The system tests
+// that count what the agent relayed set it long, so that a receiver the
+// machine's load keeps from polling for a millisecond does not make them
+// fail; the tests of the retraction itself leave it 0.
+var RelayAfter atomic.Int64

@@ -383,6 +383,13 @@ func BenchmarkDirectWriteLat(b *testing.B) {
 	b.Run("8B", func(b *testing.B) { directBenchmark(b, perf.Config{Test: perf.WriteLat, Size: 8}) })
 }
 
+// BenchmarkDirectSendLat is send_lat with 8-byte messages over the
+// memcpy-direct path, whose SENDs go through the send channel
+// (wire-local.md §4.22): compare with BenchmarkSendLat's relayed figure.
+func BenchmarkDirectSendLat(b *testing.B) {
+	b.Run("8B", func(b *testing.B) { directBenchmark(b, perf.Config{Test: perf.SendLat, Size: 8}) })
+}
+
 // BenchmarkDirectWriteBW is write_bw over the memcpy-direct path:
 // compare with BenchmarkWriteBW.
 func BenchmarkDirectWriteBW(b *testing.B) {
