@@ -122,7 +122,7 @@ static struct {
 /* DIRECT_SEND_ON: whether this library sets hello bit 22 (direct-send)
  * unless the environment says otherwise (VRDMA_DIRECT_SEND=0 or 1). */
 #ifndef DIRECT_SEND_ON
-#define DIRECT_SEND_ON 0
+#define DIRECT_SEND_ON 1
 #endif
 
 uint64_t vrdma_hello_caps(void)
@@ -651,21 +651,16 @@ int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max)
 
 int vrdma_chan_arm_tx(struct vrdma_chan *ch)
 {
-	uint32_t one = 1, st;
-	int ready = 0;
-
+	/* Stored (and fenced) only: the caller reaps after it, so a verdict
+	 * already there becomes a completion before the arming, and one
+	 * that comes later finds the word set. */
 	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || !__atomic_load_n(&ch->out, __ATOMIC_ACQUIRE) ||
 	    !enter(ch))
 		return 0;
 	__atomic_store_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), 1, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	/* The oldest unreaped send's verdict may already be there. */
-	st = __atomic_load_n(&slot_at(ch, ch->tx, ch->tx_reap)->state, __ATOMIC_SEQ_CST);
-	if (st == VRDMA_SLOT_DONE || st == VRDMA_SLOT_REFUSED)
-		ready = __atomic_compare_exchange_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), &one, 0, 0, __ATOMIC_SEQ_CST,
-						    __ATOMIC_SEQ_CST);
 	leave(ch);
-	return ready;
+	return 0;
 }
 
 int vrdma_chan_posted(struct vrdma_chan *ch)
@@ -685,19 +680,16 @@ int vrdma_chan_posted(struct vrdma_chan *ch)
 
 int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how)
 {
-	uint32_t tail, exp = how;
-	int ready = 0;
-
+	/* Stored (and fenced) only, never cleared here: the caller takes
+	 * what the ring holds after it (the other side of the sender's
+	 * Dekker pair), so a message already there becomes a completion
+	 * before the arming, and one that comes later finds the word set. */
 	if (__atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1 || !enter(ch))
 		return 0;
 	__atomic_store_n(word(ch->rx, VRDMA_CHAN_RX_ARMED), how, __ATOMIC_SEQ_CST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	tail = __atomic_load_n(word(ch->rx, VRDMA_CHAN_TAIL), __ATOMIC_SEQ_CST);
-	if (tail != ch->rx_head)
-		ready = __atomic_compare_exchange_n(word(ch->rx, VRDMA_CHAN_RX_ARMED), &exp, 0, 0, __ATOMIC_SEQ_CST,
-						    __ATOMIC_SEQ_CST);
 	leave(ch);
-	return ready;
+	return 0;
 }
 
 /* recv_ok checks the receive WQE at slot against a message of length

@@ -1320,12 +1320,12 @@ static void chan_ask(struct vrdma_vm *vm, struct vrdma_qp *qp)
 	if (!qp->direct || __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE) || qp->qc.stopped || qp->qpx.qp_base.srq ||
 	    vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring))
 		return;
-	/* Its recv CQ armed before: the new channel is armed too. */
+	/* Its recv CQ armed before: the new channel is armed too (the
+	 * sender posts into it only after this library set ready). */
 	ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
 	how = __atomic_load_n(ring_word(rcq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST);
-	if ((how == VRDMA_CQ_ARM_ALL || how == VRDMA_CQ_ARM_SOLICITED) && vrdma_chan_arm_rx(ch, how) &&
-	    __atomic_compare_exchange_n(ring_word(rcq->ring, VRDMA_CQ_ARMED), &how, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, rcq->ibcq.handle);
+	if (how == VRDMA_CQ_ARM_ALL || how == VRDMA_CQ_ARM_SOLICITED)
+		(void)vrdma_chan_arm_rx(ch, how);
 }
 
 static void cq_rxq_add(struct vrdma_cq *cq, struct vrdma_qp *qp)

@@ -344,8 +344,9 @@ void vrdma_forget_direct(void);
  * posted receives (the recv CQ's lock): *solicited when one was
  * SOLICITED, *notify 1 (or 2 for a refusal) when the peer's send CQ is to
  * be told (direct-notify). vrdma_chan_arm_rx / _tx store the armed words
- * of an arming CQ and report whether a completion is already waiting (the
- * caller raises its own event). vrdma_chan_notice is the revocation
+ * of an arming CQ and fence (they return 0); the caller then takes and
+ * reaps what the channels hold, as completions that came before the
+ * arming. vrdma_chan_notice is the revocation
  * reader's, under direct.c's lock: 1 if (slot, state) was a channel's
  * grant, now recorded and unmapped. */
 struct vrdma_chan;

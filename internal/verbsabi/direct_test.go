@@ -42,11 +42,10 @@ func directVMX(peers, ipv4 string) string {
 //     ibv_dereg_mr returns, the client's WRs then complete with an error
 //     (no crash), and its /proc/PID/maps no longer maps the server's
 //     memory;
-//   - SEND and RECV with VRDMA_DIRECT_SEND=1 (the send channel of
-//     wire-local.md §4.22 on the direct pair, relayed on the other):
-//     perftest ib_send_lat and ib_send_bw at 2, 64, 4096 bytes (the
-//     channel) and 8192 (above its payload: relayed), ib_send_lat -e
-//     (without the channel: through it, it still hangs); direct_check.c's
+//   - SEND and RECV (the send channel of wire-local.md §4.22 on the
+//     direct pair, relayed on the other): perftest ib_send_lat and
+//     ib_send_bw at 2, 64, 4096 bytes (the channel) and 8192 (above its
+//     payload: relayed), ib_send_lat -e (events); direct_check.c's
 //     SEND with immediate, 0-byte and inline SENDs, a relayed big SEND and
 //     a WRITE in posting order, events of both CQs across the channel,
 //     RNR with rnr_retry 1, a receive too small (both statuses) and the
@@ -122,13 +121,6 @@ func TestDropinDirect(t *testing.T) {
 				{perftestCase{"ib_send_bw", 8192, 500, false}, nil},
 			} {
 				t.Run(fmt.Sprintf("%s-%d%s", c.c.prog, c.c.size, strings.Join(c.extra, "")), func(t *testing.T) {
-					// The drop-in asks for the send channel only with
-					// VRDMA_DIRECT_SEND=1 until it sets hello bit 22
-					// by default: perftest's -e through the channel
-					// still hangs (see CHANGELOG), so -e runs relayed.
-					if len(c.extra) == 0 {
-						t.Setenv("VRDMA_DIRECT_SEND", "1")
-					}
 					prog := "/usr/bin/" + c.c.prog
 					NeedProgram(t, prog, "perftest")
 					port := freePort(t)
@@ -140,7 +132,6 @@ func TestDropinDirect(t *testing.T) {
 				})
 			}
 			t.Run("direct_check", func(t *testing.T) {
-				t.Setenv("VRDMA_DIRECT_SEND", "1") // the send channel on the direct pair
 				runDirectCheck(t, lib, env.Socket, bin, pair[0], pair[1], direct)
 			})
 		})
