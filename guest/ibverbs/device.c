@@ -336,7 +336,7 @@ static struct vrdma_vm *attach(int *err)
 	jb_init(&b, body, sizeof(body));
 	jb_raw(&b, "{");
 	jb_str(&b, "client", VRDMA_CLIENT);
-	jb_u64(&b, "caps", VRDMA_CAPS_KNOWN);
+	jb_u64(&b, "caps", vrdma_hello_caps());
 	jb_raw(&b, "}");
 	if (vrdma_call(&vm->s, VRDMA_OP_HELLO, body, &r))
 		goto fail_errno;

@@ -128,6 +128,7 @@ void vrdma_forget_direct(void)
 	memset(&D, 0, sizeof(D));
 	D.rev_fd = D.stop_fd = -1;
 	lmr_forget();
+	vrdma_chan_forget(); /* the send channels' grants (direct_send.c) */
 }
 
 /* ---- the revocation reader ---- */
@@ -188,11 +189,23 @@ static void *reader(void *arg)
 		size_t len = 0;
 		ssize_t n;
 
-		if (poll(p, 2, -1) < 0) {
+		int timeout, rc;
+
+		/* The send channels' timer (direct_send.c): while a channel
+		 * has sends out, their refusals and relay deadlines are
+		 * looked at every millisecond, for a sender that does not
+		 * poll. */
+		pthread_mutex_lock(&dmu);
+		timeout = vrdma_chan_timer();
+		pthread_mutex_unlock(&dmu);
+		rc = poll(p, 2, timeout);
+		if (rc < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
+		if (rc == 0)
+			continue;
 		if (p[1].revents)
 			return NULL; /* stopped: vrdma_direct_idle */
 		if (!p[0].revents)
@@ -214,6 +227,8 @@ static void *reader(void *arg)
 			len = D.g[slot].map_len;
 			memset(&D.g[slot], 0, sizeof(D.g[slot]));
 			D.ngrants--;
+		} else if (vrdma_chan_notice(slot, state)) {
+			D.ngrants--; /* a send channel's grant: snapshotted and unmapped (direct_send.c) */
 		} else {
 			/* No such grant (yet): its direct-map reply may be on
 			 * its way; the installer unmaps it then. */
@@ -353,6 +368,34 @@ void vrdma_direct_idle(void)
 struct vrdma_grant_slot *vrdma_direct_slot(uint32_t slot)
 {
 	return &D.table[slot];
+}
+
+/* For the send channel's grants (direct_send.c), which live in the same
+ * table and are revoked through the same reader. */
+void vrdma_direct_lock(void)
+{
+	pthread_mutex_lock(&dmu);
+}
+
+void vrdma_direct_unlock(void)
+{
+	pthread_mutex_unlock(&dmu);
+}
+
+int vrdma_direct_early_take(uint32_t slot, uint32_t state)
+{
+	return early_take(slot, state);
+}
+
+void vrdma_direct_count(int delta, int inflight)
+{
+	D.ngrants += (uint32_t)delta;
+	D.inflight += (uint32_t)inflight;
+}
+
+uint32_t vrdma_direct_nslots(void)
+{
+	return D.slots;
 }
 
 /* ---- grants ---- */

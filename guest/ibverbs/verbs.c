@@ -90,6 +90,10 @@ struct vrdma_cq {
 	 * completions taken from the ring are counted (rule 2); +guarded by lock. */
 	struct vrdma_qp **track;
 	int ntrack, trackcap;
+	/* The QPs whose recv CQ this is that may take messages from a send
+	 * channel (wire-local.md §4.22, direct_send.c); +guarded by lock. */
+	struct vrdma_qp **rxq;
+	int nrxq, rxqcap;
 };
 
 struct vrdma_qp {
@@ -119,6 +123,7 @@ struct vrdma_qp {
 	uint64_t relay_done;	 /* their completions taken from the ring; +guarded by the send CQ's lock */
 	struct vrdma_qpdirect qd; /* the grants by rkey */
 	struct vrdma_vm *vm;	  /* the session (set at create) */
+	struct vrdma_qpchan qc;	  /* its send channel (wire-local.md §4.22; locks: vrdma.h) */
 };
 
 struct vrdma_srq {
@@ -1076,20 +1081,301 @@ static int cq_drain(struct vrdma_cq *cq)
 	return 0;
 }
 
+/* ---- the send channel's part of a CQ (wire-local.md §4.22) ----
+ *
+ * At every poll (poll_cq, ibv_start_poll), under the CQ's lock, before the
+ * ring's CQEs: the channel sends of the QPs whose send CQ this is are
+ * reaped into the local queue, in order and without moving the ring's
+ * CQEs first (a channel send is older than every ring CQE of its QP: rule
+ * 2), and the messages waiting in the channels of the QPs whose recv CQ
+ * this is are taken into their posted receives (the ring's pending CQEs
+ * move into the local queue first, as for §4.21's completions). What
+ * needs a command or the QP's send lock (direct-notify, cq-notify, a QP
+ * moving to ERR, a retraction) is noted in struct chan_acts and done by
+ * chan_after once the CQ's lock is released: sq_lock comes before a CQ's
+ * lock, the agent may be serving a command of this session that waits for
+ * the revocation reader, and a modify-qp to ERR revokes the channel. */
+
+#define CHAN_ACTS 16
+
+static void direct_discover(struct vrdma_vm *vm, struct vrdma_qp *qp);
+static void direct_posted(struct vrdma_qp *qp, const void *slot);
+static void *sq_slot(struct vrdma_qp *qp, uint32_t idx);
+static void publish_sq(struct vrdma_qp *qp);
+
+struct chan_acts {
+	struct vrdma_qp *err[CHAN_ACTS]; /* to move to ERR */
+	int nerr;
+	struct vrdma_qp *retract[CHAN_ACTS]; /* to retract (and relay) */
+	int nretract;
+	uint32_t notify_send[CHAN_ACTS]; /* QP handles: direct-notify {cq: send} */
+	uint8_t notify_sol[CHAN_ACTS];
+	int nnotify;
+	int notify_own; /* cq-notify for this CQ */
+};
+
+static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
+{
+	for (int i = 0; i < *n; i++)
+		if (v[i] == qp)
+			return;
+	if (*n < CHAN_ACTS)
+		v[(*n)++] = qp;
+}
+
+static int chan_acts_any(const struct chan_acts *a)
+{
+	return a->nerr || a->nretract || a->nnotify || a->notify_own;
+}
+
+/* chan_err moves qp to ERR if it is to (want_err 1), with no lock held. */
+static void chan_err(struct vrdma_qp *qp)
+{
+	int one = 1;
+	struct ibv_qp_attr at = { .qp_state = IBV_QPS_ERR };
+
+	if (__atomic_compare_exchange_n(&qp->qc.want_err, &one, 2, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		(void)ibv_modify_qp(&qp->qpx.qp_base, &at, IBV_QP_STATE);
+}
+
+/* chan_notify tells the agent that the peer of QP handle qp is to have
+ * the event of its cq ("send" or "recv") if armed (direct-notify). */
+static void chan_notify(struct vrdma_vm *vm, uint32_t qp, const char *which, int solicited)
+{
+	struct vrdma_reply r;
+	char body[80];
+
+	snprintf(body, sizeof(body), "{\"qp\":%u,\"cq\":\"%s\",\"solicited\":%s}", qp, which, solicited ? "true" : "false");
+	if (!cmd(vm, VRDMA_OP_DIRECT_NOTIFY, body, &r))
+		vrdma_reply_free(&r);
+}
+
+/* chan_retract retracts what it may of qp's channel sends and posts them
+ * to the SQ ring, in posting order, ahead of the keep WQEs the caller
+ * wrote at the SQ tail (not yet counted in it): 0, or ENOMEM when the
+ * send queue has no room for them all (nothing retracted). In RESET the
+ * sends a revocation left are dropped, as RESET drops WRs. The caller
+ * holds sq_lock. */
+static int chan_retract(struct vrdma_qp *qp, uint32_t keep)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	uint32_t idx[VRDMA_CHAN_MAX_ENTRIES], out, room, n;
+	char *save = NULL;
+
+	if (!ch || !(out = vrdma_chan_outstanding(ch, 0)))
+		return 0;
+	room = qp->sq_entries - ring_pending(qp->sq_tail, ring_load(qp->ring, VRDMA_QP_SQ_HEAD), qp->sq_entries);
+	if ((uint64_t)out + keep > room || out > VRDMA_CHAN_MAX_ENTRIES)
+		return ENOMEM;
+	if (keep && !(save = malloc((size_t)keep * qp->sq_stride)))
+		return ENOMEM;
+	n = (uint32_t)vrdma_chan_retract(ch, idx, out);
+	if (!n) {
+		free(save);
+		return 0;
+	}
+	if (ring_load(qp->ring, VRDMA_QP_STATE) == IBV_QPS_RESET) {
+		free(save);
+		return 0; /* retracted: reaped without completions */
+	}
+	if (getenv("VRDMA_DEBUG"))
+		vrdma_warn("QP %u: %u channel sends retracted, relayed before %u more", qp->qpx.qp_base.qp_num, n, keep);
+	for (uint32_t k = 0; k < keep; k++)
+		memcpy(save + (size_t)k * qp->sq_stride, sq_slot(qp, (qp->sq_tail + k) & ring_mask(qp->sq_entries)),
+		       qp->sq_stride);
+	for (uint32_t k = 0; k < n; k++) {
+		memcpy(sq_slot(qp, qp->sq_tail), vrdma_chan_wqe(ch, idx[k]), qp->sq_stride);
+		direct_posted(qp, sq_slot(qp, qp->sq_tail));
+		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
+	}
+	for (uint32_t k = 0; k < keep; k++)
+		memcpy(sq_slot(qp, (qp->sq_tail + k) & ring_mask(qp->sq_entries)), save + (size_t)k * qp->sq_stride,
+		       qp->sq_stride);
+	free(save);
+	publish_sq(qp);
+	return 0;
+}
+
+/* chan_reap_qp reaps qp's channel sends into cq's local queue; caller
+ * holds cq's lock. Without a (a post's reap), what is to be done is left
+ * in want_err or for the next poll. */
+static void chan_reap_qp(struct vrdma_cq *cq, struct vrdma_qp *qp, struct chan_acts *a)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct ibv_wc w[32];
+	int n, err = 0, retract = 0;
+
+	if (!ch || !vrdma_chan_outstanding(ch, 0))
+		return;
+	do {
+		if (local_reserve(cq, 32))
+			return; /* no memory: later */
+		n = vrdma_chan_reap(ch, qp->qpx.qp_base.qp_num, w, 32, &err, &retract);
+		for (int i = 0; i < n; i++)
+			local_push(cq, &w[i]);
+	} while (n == 32);
+	if (err) {
+		int zero = 0;
+
+		(void)__atomic_compare_exchange_n(&qp->qc.want_err, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		if (a && __atomic_load_n(&qp->qc.want_err, __ATOMIC_SEQ_CST) == 1)
+			chan_note(a->err, &a->nerr, qp);
+	}
+	if (retract && a)
+		chan_note(a->retract, &a->nretract, qp);
+}
+
+/* chan_work is a poll's channel part; caller holds cq's lock. */
+static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
+{
+	for (int i = 0; i < cq->ntrack; i++)
+		chan_reap_qp(cq, cq->track[i], a);
+	for (int i = 0; i < cq->nrxq; i++) {
+		struct vrdma_qp *qp = cq->rxq[i];
+		struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+		struct vrdma_chan_rq rq;
+		struct ibv_wc w[32];
+		uint32_t ctail, room;
+		int n, sol = 0, notify = 0;
+
+		if (!ch)
+			continue;
+		ctail = ring_cq_tail(cq->ring);
+		if (!ring_tail_ok(ctail, cq->head, cq->entries))
+			continue;
+		room = cq->lcount + ring_pending(ctail, cq->head, cq->entries);
+		room = room < cq->entries ? cq->entries - room : 0;
+		if (!room)
+			continue; /* the CQ is full: the messages wait (then are retracted and relayed) */
+		rq = (struct vrdma_chan_rq){ .ring = qp->ring,
+					     .rq_offset = qp->rq_offset,
+					     .rq_stride = qp->rq_stride,
+					     .rq_entries = qp->rq_entries,
+					     .max_recv_sge = qp->caps.max_recv_sge,
+					     .pd = qp->qpx.qp_base.pd->handle,
+					     .qpn = qp->qpx.qp_base.qp_num };
+		if (local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + 32))
+			continue;
+		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &sol, &notify);
+		if (n) {
+			/* No event of this CQ for these: each message raised it
+			 * when it came (its sender's direct-notify) if the CQ was
+			 * armed then, or was taken at the arming (req_notify_cq)
+			 * and so came before it, as a device's CQE that is there
+			 * when the CQ is armed raises none. */
+			(void)cq_drain(cq); /* reserved above: moves them all */
+			for (int k = 0; k < n; k++)
+				local_push(cq, &w[k]);
+		}
+		if (notify && a->nnotify < CHAN_ACTS) {
+			a->notify_sol[a->nnotify] = notify == 2;
+			a->notify_send[a->nnotify++] = qp->qpx.qp_base.handle;
+		}
+	}
+}
+
+/* chan_after does what chan_work noted, with no lock held. */
+static void chan_after(struct vrdma_cq *cq, struct chan_acts *a)
+{
+	struct vrdma_vm *vm;
+
+	if (!chan_acts_any(a))
+		return;
+	vm = vrdma_vm_get();
+	for (int i = 0; vm && i < a->nnotify; i++)
+		chan_notify(vm, a->notify_send[i], "send", a->notify_sol[i]);
+	if (vm && a->notify_own)
+		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
+	for (int i = 0; i < a->nretract; i++) {
+		struct vrdma_qp *qp = a->retract[i];
+
+		pthread_mutex_lock(&qp->sq_lock);
+		(void)chan_retract(qp, 0); /* no room: the next post or poll */
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
+	for (int i = 0; i < a->nerr; i++)
+		chan_err(a->err[i]);
+}
+
+void vrdma_chan_kick(void *owner)
+{
+	struct vrdma_qp *qp = owner;
+
+	/* The revocation reader's: never waits for sq_lock, which may be
+	 * held across a command (its holder retracts itself). */
+	if (pthread_mutex_trylock(&qp->sq_lock))
+		return;
+	(void)chan_retract(qp, 0);
+	pthread_mutex_unlock(&qp->sq_lock);
+}
+
+/* chan_ask asks for qp's channel if it has none (at a post, and after a
+ * move to RTS); the caller holds sq_lock. */
+static void chan_ask(struct vrdma_vm *vm, struct vrdma_qp *qp)
+{
+	struct vrdma_cq *rcq = (struct vrdma_cq *)qp->qpx.qp_base.recv_cq;
+	struct vrdma_chan *ch;
+	uint32_t how;
+
+	if (!qp->direct || __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE) || qp->qc.stopped || qp->qpx.qp_base.srq ||
+	    vrdma_chan_attach(vm, &qp->qc, qp->qpx.qp_base.handle, qp->ring))
+		return;
+	/* Its recv CQ armed before: the new channel is armed too (the
+	 * sender posts into it only after this library set ready). */
+	ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	how = __atomic_load_n(ring_word(rcq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST);
+	if (how == VRDMA_CQ_ARM_ALL || how == VRDMA_CQ_ARM_SOLICITED)
+		(void)vrdma_chan_arm_rx(ch, how);
+}
+
+static void cq_rxq_add(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	pthread_mutex_lock(&cq->lock);
+	if (cq->nrxq == cq->rxqcap) {
+		int cap = cq->rxqcap ? cq->rxqcap * 2 : 4;
+		struct vrdma_qp **n = realloc(cq->rxq, (size_t)cap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&cq->lock);
+			return; /* then its messages wait for the agent's RNR handling: its sender's channel is never drained */
+		}
+		cq->rxq = n;
+		cq->rxqcap = cap;
+	}
+	cq->rxq[cq->nrxq++] = qp;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+static void cq_rxq_del(struct vrdma_cq *cq, struct vrdma_qp *qp)
+{
+	pthread_mutex_lock(&cq->lock);
+	for (int i = 0; i < cq->nrxq; i++)
+		if (cq->rxq[i] == qp) {
+			cq->rxq[i] = cq->rxq[--cq->nrxq];
+			break;
+		}
+	pthread_mutex_unlock(&cq->lock);
+}
+
 static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
+	struct chan_acts acts;
 	uint32_t tail, head;
 	int n = 0;
 
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	if (cq->ntrack || cq->nrxq)
+		chan_work(cq, &acts);
 	while (n < num_entries && cq->lcount)
 		local_pop(cq, &wc[n++]);
 	tail = ring_cq_tail(cq->ring);
 	if (!ring_tail_ok(tail, cq->head, cq->entries)) {
 		pthread_mutex_unlock(&cq->lock);
+		chan_after(cq, &acts);
 		return n ? n : -EIO; /* not an index the agent writes */
 	}
 	head = cq->head;
@@ -1110,6 +1396,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 		sched_yield();
 	}
 	pthread_mutex_unlock(&cq->lock);
+	chan_after(cq, &acts);
 	return n;
 }
 
@@ -1164,10 +1451,52 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		return EINVAL;
 	/* An agent without core-verbs knows only 1: every completion then
 	 * raises the event (§7). */
+	uint32_t how = solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED : VRDMA_CQ_ARM_ALL;
+
 	pthread_mutex_lock(&cq->arm_lock);
-	ring_arm_cq(cq->ring, solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED
-											: VRDMA_CQ_ARM_ALL);
+	ring_arm_cq(cq->ring, how);
 	pthread_mutex_unlock(&cq->arm_lock);
+	if (!cq->ntrack && !cq->nrxq)
+		return 0; /* read without the lock: a QP that gets a channel later arms it then (chan_ask) */
+	/* The send channels (wire-local.md §4.22): the peers' libraries
+	 * raise this CQ's event (direct-notify) when its armed words in
+	 * their channels say so. A sender about to sleep retracts what is
+	 * still posted, so that a receiver that does not poll does not keep
+	 * its sends from completing: the agent's relay completes them, and
+	 * raises the event. */
+	struct vrdma_qp *retract[CHAN_ACTS];
+	int nretract = 0;
+	struct chan_acts acts;
+
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	pthread_mutex_lock(&cq->lock);
+	for (int i = 0; i < cq->nrxq; i++) {
+		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
+
+		if (ch)
+			vrdma_chan_arm_rx(ch, how);
+	}
+	for (int i = 0; i < cq->ntrack; i++) {
+		struct vrdma_chan *ch = __atomic_load_n(&cq->track[i]->qc.cur, __ATOMIC_ACQUIRE);
+
+		if (!ch)
+			continue;
+		vrdma_chan_arm_tx(ch);
+		if (vrdma_chan_posted(ch))
+			chan_note(retract, &nretract, cq->track[i]);
+	}
+	/* After the armed words (each a Dekker pair with the peer's check
+	 * of it): what is already in the channels becomes this CQ's
+	 * completions now, before the arming, as a device's CQEs that came
+	 * before it (they raise no event; the program polls after arming). */
+	chan_work(cq, &acts);
+	pthread_mutex_unlock(&cq->lock);
+	chan_after(cq, &acts);
+	for (int i = 0; i < nretract; i++) {
+		pthread_mutex_lock(&retract[i]->sq_lock);
+		(void)chan_retract(retract[i], 0);
+		pthread_mutex_unlock(&retract[i]->sq_lock);
+	}
 	return 0;
 }
 
@@ -1236,7 +1565,10 @@ static struct ibv_cq *create_cq(struct ibv_context *context, int cqe, void *cq_c
 		errno = EINVAL;
 		return NULL;
 	}
-	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d%s}", to_vctx(context)->dev->adapter, cqe,
+	/* A CQ of one entry gets two, as mlx5 makes it (at least cqe + 1):
+	 * perftest's ib_send_lat -e (TX depth 1) polls its send CQ once per
+	 * iteration and would overrun one entry when a completion is late. */
+	snprintf(body, sizeof(body), "{\"adapter\":\"%s\",\"cqe\":%d%s}", to_vctx(context)->dev->adapter, cqe == 1 ? 2 : cqe,
 		 overrun && (vm->s.caps & VRDMA_CAP_CQ_OVERRUN) ? ",\"overrun\":true" : "");
 	e = cmd(vm, VRDMA_OP_CREATE_CQ, body, &r);
 	if (e) {
@@ -1347,11 +1679,21 @@ static int cq_ex_load(struct vrdma_cq *cq)
 static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)x;
+	struct chan_acts acts;
 	int rc;
 
 	if (!attr || attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&cq->lock);
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	if (cq->ntrack || cq->nrxq)
+		chan_work(cq, &acts);
+	if (chan_acts_any(&acts)) {
+		/* What the channel needs done is done without the lock. */
+		pthread_mutex_unlock(&cq->lock);
+		chan_after(cq, &acts);
+		pthread_mutex_lock(&cq->lock);
+	}
 	rc = cq_ex_load(cq);
 	if (rc) {
 		/* The lock is held only from a successful start to end_poll. */
@@ -1457,6 +1799,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	close(cq->event_fd);
 	free(cq->local);
 	free(cq->track);
+	free(cq->rxq);
 	free(cq);
 	return 0;
 }
@@ -1627,6 +1970,104 @@ static void direct_complete(struct vrdma_vm *vm, struct vrdma_cq *cq, const stru
 		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 }
 
+/* chan_try puts the SEND or SEND_WITH_IMM in slot into qp's send channel
+ * (wire-local.md §4.22) if every rule holds, asking for the channel first
+ * if the QP has none; 1 if it did, 0: the caller posts it to the ring.
+ * The caller holds sq_lock and checked rules 1 and 2's ring part. */
+static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
+{
+	const struct vrdma_send_wqe *w = wqe_send(slot);
+	const struct vrdma_sge *sge = wqe_send_sge(slot);
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct vrdma_chan_sge loc[VRDMA_MAX_SGE];
+	struct vrdma_chan_msg m;
+	uint32_t nloc = 0, ctail;
+	uint64_t n = 0;
+	int ok = 1, notify = 0;
+
+	if (!ch) {
+		chan_ask(vm, qp);
+		if (!(ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE)))
+			return 0;
+	}
+	if (vrdma_chan_live(ch) != 1)
+		return 0;
+	/* Rule 4: the local side, each SGE a region of this session (or
+	 * inline bytes, copied at post). */
+	if (w->flags & VRDMA_WQE_INLINE) {
+		if (w->inline_len > qp->caps.max_inline_data)
+			return 0;
+		if (w->inline_len) {
+			loc[nloc].p = (char *)slot + VRDMA_SEND_HDR;
+			loc[nloc++].len = w->inline_len;
+		}
+		n = w->inline_len;
+	} else {
+		if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
+			return 0;
+		for (uint32_t i = 0; i < w->num_sge; i++) {
+			struct vrdma_lmr lm;
+			uint64_t a = sge[i].addr;
+
+			if (!sge[i].length)
+				continue;
+			if (!vrdma_lmr_get(sge[i].lkey, &lm) || lm.pd != qp->qpx.qp_base.pd->handle || a < lm.iova ||
+			    a - lm.iova > lm.length || sge[i].length > lm.length - (a - lm.iova))
+				return 0;
+			loc[nloc].p = lm.addr + (a - lm.iova);
+			loc[nloc++].len = sge[i].length;
+			n += sge[i].length;
+		}
+	}
+	if (n > vrdma_chan_payload(ch))
+		return 0;
+	m = (struct vrdma_chan_msg){ .opcode = w->opcode,
+				     .solicited = !!(w->flags & VRDMA_WQE_SOLICITED),
+				     .signaled = (w->flags & VRDMA_WQE_SIGNALED) || qp->sq_sig_all,
+				     .imm = w->imm_data,
+				     .sge = loc,
+				     .nsge = nloc,
+				     .length = (uint32_t)n };
+	/* Rules 2 (the CQ's part) and 6: room for the completion beside
+	 * the channel sends still to complete. */
+	pthread_mutex_lock(&cq->lock);
+	chan_reap_qp(cq, qp, NULL); /* frees the slots done */
+	if (qp->relay_done < qp->relay_signaled)
+		ok = !cq_drain(cq) && qp->relay_done >= qp->relay_signaled;
+	if (ok && m.signaled) {
+		uint32_t out = vrdma_chan_outstanding(ch, 1);
+
+		ctail = ring_cq_tail(cq->ring);
+		ok = ring_tail_ok(ctail, cq->head, cq->entries) &&
+		     (uint64_t)cq->lcount + ring_pending(ctail, cq->head, cq->entries) + out < cq->entries &&
+		     !local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + out + 1);
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (!ok || vrdma_chan_send(ch, &m, slot, qp->caps.max_send_wr,
+				   __atomic_load_n(ring_word(cq->ring, VRDMA_CQ_ARMED), __ATOMIC_SEQ_CST) == VRDMA_CQ_ARM_ALL,
+				   &notify))
+		return 0;
+	if (notify)
+		chan_notify(vm, qp->qpx.qp_base.handle, "recv", m.solicited);
+	return 1;
+}
+
+/* chan_quiet reports whether qp has no channel send outstanding (rule 2 for
+ * a direct WR), reaping what finished; the caller holds sq_lock. */
+static int chan_quiet(struct vrdma_qp *qp)
+{
+	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
+	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
+
+	if (!ch || !vrdma_chan_outstanding(ch, 0))
+		return 1;
+	pthread_mutex_lock(&cq->lock);
+	chan_reap_qp(cq, qp, NULL);
+	pthread_mutex_unlock(&cq->lock);
+	return !vrdma_chan_outstanding(ch, 0);
+}
+
 /* direct_try executes the WQE in slot itself if every rule of §4.21 holds,
  * and reports whether it did (1); 0: the caller posts it to the ring.
  * tail is the library's SQ tail (the WQEs before it are the ring's). The
@@ -1650,6 +2091,10 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 	/* Rules 1 and 2 (the ring's part). */
 	if (ring_load(qp->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || ring_load(qp->ring, VRDMA_QP_SQ_HEAD) != tail)
 		return 0;
+	if (opcode == IBV_WR_SEND || opcode == IBV_WR_SEND_WITH_IMM)
+		return chan_try(vm, qp, slot); /* §4.22 */
+	if (!chan_quiet(qp))
+		return 0; /* behind a channel send: the agent drains the channel first */
 	/* Rule 3. */
 	switch (opcode) {
 	case IBV_WR_RDMA_WRITE:
@@ -1850,6 +2295,9 @@ static int post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
 			break;
 		if (qp->direct && vm && direct_try(vm, qp, sq_slot(qp, qp->sq_tail), qp->sq_tail))
 			continue; /* done: its slot takes the next WR */
+		/* Relayed: the channel's sends still posted go first (§4.22). */
+		if (qp->direct && (rc = chan_retract(qp, 1)))
+			break;
 		direct_posted(qp, sq_slot(qp, qp->sq_tail));
 		qp->sq_tail = ring_next(qp->sq_tail, qp->sq_entries);
 		posted++;
@@ -1860,6 +2308,8 @@ out:
 	if (rc)
 		*bad_wr = wr;
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (__atomic_load_n(&qp->qc.want_err, __ATOMIC_RELAXED) == 1)
+		chan_err(qp); /* a channel send failed while reaped here */
 	return rc;
 }
 
@@ -1905,6 +2355,13 @@ out:
 	if (rc)
 		*bad_wr = wr;
 	pthread_mutex_unlock(&qp->rq_lock);
+	if (posted && qp->vm && !__atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE) && vrdma_chan_enabled(qp->vm)) {
+		/* The send channel (§4.22): a receiver without one asks again
+		 * (vrdma_chan_attach paces it). */
+		pthread_mutex_lock(&qp->sq_lock);
+		chan_ask(qp->vm, qp);
+		pthread_mutex_unlock(&qp->sq_lock);
+	}
 	return rc;
 }
 
@@ -2089,8 +2546,14 @@ static struct ibv_qp *create_qp(struct ibv_context *context, struct ibv_pd *ibpd
 	qp->qpx.qp_base.send_cq = tgt ? NULL : attr->send_cq;
 	qp->qpx.qp_base.recv_cq = tgt ? NULL : attr->recv_cq;
 	qp->qpx.qp_base.srq = attr->srq;
+	qp->qc.wqe_size = qp->sq_stride;
+	qp->qc.owner = qp;
 	if (qp_register(vm, qp, context, h, qpn, attr->qp_type, attr->qp_context))
 		return NULL;
+	/* The send channel (§4.22): an RC QP with its own receive queue may
+	 * take the peer's SENDs at its recv CQ's polls. */
+	if (!tgt && attr->qp_type == IBV_QPT_RC && !attr->srq && vrdma_chan_enabled(vm))
+		cq_rxq_add((struct vrdma_cq *)attr->recv_cq, qp);
 	attr->cap = caps; /* the real sizes, as providers report them */
 	return &qp->qpx.qp_base;
 }
@@ -2237,6 +2700,18 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		}
 		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTR)
 			direct_discover(vm, qp);
+		/* The send channel (§4.22): revoked by a move out of RTR/RTS
+		 * (its sends settled at the next post or poll); forgotten at
+		 * RESET, INIT or RTR; asked for after a move to RTS (an RTS ->
+		 * RTS modify keeps it). */
+		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RESET || attr->qp_state == IBV_QPS_INIT ||
+					      attr->qp_state == IBV_QPS_RTR))
+			vrdma_chan_off(&qp->qc);
+		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS && !qp->qc.cur) {
+			qp->qc.stopped = 0;
+			qp->qc.next_try = 0;
+			chan_ask(vm, qp);
+		}
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
@@ -2322,9 +2797,12 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	reg_take(&objs, qp);
 	if (qp->ring) {
 		/* The agent revoked its grants before it replied. */
+		if (qp->qpx.qp_base.recv_cq)
+			cq_rxq_del((struct vrdma_cq *)qp->qpx.qp_base.recv_cq, qp);
 		pthread_mutex_lock(&qp->sq_lock);
 		direct_off(qp);
 		vrdma_direct_qp_free(&qp->qd);
+		vrdma_chan_free(&qp->qc);
 		pthread_mutex_unlock(&qp->sq_lock);
 	}
 	qp->magic = 0;
@@ -2898,11 +3376,24 @@ static int wr_complete(struct ibv_qp_ex *x)
 		direct_discover(vm, qp);
 	if (!err && qp->direct && qp->wr_tail != qp->sq_tail && (vm = qp->vm)) {
 		/* memcpy-direct: each WQE executed directly leaves the ring;
-		 * the others move down over the gaps, in order. */
+		 * the others move down over the gaps, in order. The channel's
+		 * sends still posted go before them all (§4.22). */
+		uint32_t pending = ring_pending(qp->wr_tail, qp->sq_tail, qp->sq_entries);
+
+		if (chan_retract(qp, pending))
+			err = ENOMEM;
+		qp->wr_tail = (qp->sq_tail + pending) & ring_mask(qp->sq_entries);
+	}
+	if (!err && qp->direct && qp->wr_tail != qp->sq_tail && (vm = qp->vm)) {
 		uint32_t out = qp->sq_tail;
 
 		for (uint32_t i = qp->sq_tail; i != qp->wr_tail; i = ring_next(i, qp->sq_entries)) {
-			if (direct_try(vm, qp, sq_slot(qp, i), out))
+			int op = wqe_send(sq_slot(qp, i))->opcode;
+
+			/* A SEND of a batch is relayed: a later WR of the batch
+			 * relayed would need the channel's sends retracted
+			 * before it, in the middle of the compaction. */
+			if (op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM && direct_try(vm, qp, sq_slot(qp, i), out))
 				continue;
 			if (out != i)
 				memcpy(sq_slot(qp, out), sq_slot(qp, i), qp->sq_stride);
@@ -2918,6 +3409,8 @@ static int wr_complete(struct ibv_qp_ex *x)
 	}
 	qp->wr_cur = NULL;
 	pthread_mutex_unlock(&qp->sq_lock);
+	if (__atomic_load_n(&qp->qc.want_err, __ATOMIC_RELAXED) == 1)
+		chan_err(qp); /* a channel send failed while reaped here */
 	return err; /* on an error nothing since wr_start is posted */
 }
 

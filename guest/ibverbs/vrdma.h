@@ -21,6 +21,7 @@
  * docs/wire-local.md, generated from internal/abi. */
 #include "vrdma-abi.h"
 
+
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
 enum json_type { JSON_NONE, JSON_OBJECT, JSON_ARRAY, JSON_STRING, JSON_PRIMITIVE };
@@ -305,6 +306,121 @@ void vrdma_direct_qp_free(struct vrdma_qpdirect *qd);
 struct vrdma_grant_slot *vrdma_direct_slot(uint32_t slot);
 void vrdma_direct_idle(void);
 void vrdma_forget_direct(void);
+
+/* direct_send.c: the send channel of memcpy-direct (wire-local.md §4.22):
+ * small SEND and SEND_WITH_IMM of an RC QP pair bound to memcpy-direct go
+ * from the sender's library to the receiver's through a shared ring that
+ * the agent made and granted to both (direct-channel), without the agent.
+ * Whatever the receiver cannot take for certain it refuses, and the
+ * sender retracts it and every later one and relays them (posts them to
+ * the SQ ring): the agent then completes them as it always did.
+ *
+ * struct vrdma_chan is one grant of a channel to a QP (opaque here); a QP
+ * keeps the ones it had in struct vrdma_qpchan (freed with the QP). The
+ * grant's pages are touched only between an increment of its in-use word
+ * and the decrement, after its state word read valid (§4.21 pair 4), so
+ * the revocation reader may unmap it on the notice. Its send records are
+ * the sender's (post and retraction: the QP's sq_lock; reaping: the send
+ * CQ's lock), its receive index the receiver's (the recv CQ's lock).
+ *
+ * vrdma_hello_caps is the hello's capability bits (bit 22 as built, or
+ * VRDMA_DIRECT_SEND=0/1); vrdma_chan_enabled whether the session has the
+ * channel. vrdma_chan_attach asks the agent for the QP's channel when it
+ * has none (sq_lock held; a command): 0 with qc->cur set, or an errno
+ * (unavailable: asked again after a backoff; anything else: not until the
+ * next RTS). vrdma_chan_off forgets the current one (the QP left RTS for
+ * RESET, INIT or RTR, or moved to RTS again); vrdma_chan_free releases
+ * them all (the QP's end). vrdma_chan_send puts a SEND into the channel
+ * (sq_lock): 0, or -1 (relay it, after vrdma_chan_retract). vrdma_chan_reap
+ * makes the send completions of the channel's finished sends in order
+ * (the send CQ's lock), setting *err when the QP is to move to ERR and
+ * *retract when slots are to be retracted (a refusal, the relay_ns
+ * deadline, or a revocation left sends to relay). vrdma_chan_retract
+ * retracts what it may from the newest backwards (sq_lock) and gives the
+ * indices of the retracted sends in posting order (their WQEs:
+ * vrdma_chan_wqe), which the caller posts to the SQ ring.
+ * vrdma_chan_posted reports whether sends are posted, taken or refused
+ * (not done). vrdma_chan_take takes the peer's messages into the QP's
+ * posted receives (the recv CQ's lock): *solicited when one was
+ * SOLICITED, *notify 1 (or 2 for a refusal) when the peer's send CQ is to
+ * be told (direct-notify). vrdma_chan_arm_rx / _tx store the armed words
+ * of an arming CQ and fence (they return 0); the caller then takes and
+ * reaps what the channels hold, as completions that came before the
+ * arming. vrdma_chan_notice is the revocation
+ * reader's, under direct.c's lock: 1 if (slot, state) was a channel's
+ * grant, now recorded and unmapped. */
+struct vrdma_chan;
+struct vrdma_qpchan {
+	struct vrdma_chan *cur; /* the current grant (atomic pointer), NULL: none */
+	struct vrdma_chan *all; /* every grant this QP had; +guarded by sq_lock */
+	uint64_t next_try;	/* monotonic ns before which attach does not ask again; +guarded by sq_lock */
+	uint32_t backoff_ms;	/* +guarded by sq_lock */
+	int stopped;		/* not asked for again until the next RTS; +guarded by sq_lock */
+	uint32_t wqe_size;	/* the SQ's stride: a retracted send's WQE (set at create) */
+	void *owner;		/* the QP, for vrdma_chan_kick (set at create) */
+	int want_err;		/* 1: the QP is to move to ERR; 2: moved (atomic) */
+};
+struct vrdma_chan_sge {
+	char *p;
+	uint32_t len;
+};
+struct vrdma_chan_msg {
+	int opcode; /* IBV_WR_SEND or IBV_WR_SEND_WITH_IMM */
+	int solicited;
+	int signaled;
+	uint32_t imm; /* a number */
+	const struct vrdma_chan_sge *sge;
+	uint32_t nsge, length;
+};
+/* A QP's receive queue, as the taker needs it. */
+struct vrdma_chan_rq {
+	char *ring;
+	uint32_t rq_offset, rq_stride, rq_entries, max_recv_sge;
+	uint32_t pd, qpn;
+};
+uint64_t vrdma_hello_caps(void);
+int vrdma_chan_enabled(const struct vrdma_vm *vm);
+int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_handle, char *qp_ring);
+void vrdma_chan_off(struct vrdma_qpchan *qc);
+void vrdma_chan_free(struct vrdma_qpchan *qc);
+uint32_t vrdma_chan_payload(const struct vrdma_chan *ch);
+uint32_t vrdma_chan_outstanding(const struct vrdma_chan *ch, int signaled_only);
+int vrdma_chan_live(const struct vrdma_chan *ch);
+int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const void *wqe, uint32_t max_send_wr,
+		    int send_cq_armed, int *notify);
+int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qpn, struct ibv_wc *wc, int max, int *err, int *retract);
+int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max);
+const void *vrdma_chan_wqe(const struct vrdma_chan *ch, uint32_t idx);
+int vrdma_chan_posted(struct vrdma_chan *ch);
+int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *solicited,
+		    int *notify);
+int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how);
+int vrdma_chan_arm_tx(struct vrdma_chan *ch);
+int vrdma_chan_notice(uint32_t slot, uint32_t state);
+/* vrdma_chan_timer is the revocation reader's timer (direct.c's lock
+ * held): it has each live channel with a refused send, or one posted
+ * longer than relay_ns, retracted through vrdma_chan_kick (verbs.c: only
+ * if the QP's send lock is free: its holder retracts itself), and returns
+ * the reader's next poll timeout (ms: 1 while sends are out, 10 while a
+ * channel is held, -1 without one). */
+int vrdma_chan_timer(void);
+void vrdma_chan_kick(void *qp);
+void vrdma_chan_forget(void);
+/* vrdma_chan_check checks a direct-channel reply's members against the
+ * grant table's slots and the file's size (as DirectChannel.Check):
+ * 0, or -1. */
+struct vrdma_chan_reply {
+	uint32_t slot, state, entries, stride, peer_qpn;
+	uint64_t size, tx_offset, rx_offset, relay_ns;
+};
+int vrdma_chan_check(const struct vrdma_chan_reply *r, uint32_t slots, uint64_t file_size);
+/* direct.c's lock and counts, for the channel's grants: the grant slots'
+ * notices are read under it. */
+void vrdma_direct_lock(void);
+void vrdma_direct_unlock(void);
+int vrdma_direct_early_take(uint32_t slot, uint32_t state); /* caller holds the lock */
+void vrdma_direct_count(int delta, int inflight);	     /* caller holds the lock */
+uint32_t vrdma_direct_nslots(void);
 
 /* direct.c: the session's regions by lkey, for the local checks of a
  * direct WR (rule 4): the PD's handle, the iova range, where its first

@@ -41,7 +41,16 @@ func directVMX(peers, ipv4 string) string {
 //     region, the server deregisters it: no byte lands after
 //     ibv_dereg_mr returns, the client's WRs then complete with an error
 //     (no crash), and its /proc/PID/maps no longer maps the server's
-//     memory.
+//     memory;
+//   - SEND and RECV (the send channel of wire-local.md §4.22 on the
+//     direct pair, relayed on the other): perftest ib_send_lat and
+//     ib_send_bw at 2, 64, 4096 bytes (the channel) and 8192 (above its
+//     payload: relayed), ib_send_lat -e (events); direct_check.c's
+//     SEND with immediate, 0-byte and inline SENDs, a relayed big SEND and
+//     a WRITE in posting order, events of both CQs across the channel,
+//     RNR with rnr_retry 1, a receive too small (both statuses) and the
+//     ERR flush, each completion once, through ibv_poll_cq and
+//     ibv_start_poll.
 func TestDropinDirect(t *testing.T) {
 	lib := Build(t)
 	NeedProgram(t, "/usr/bin/ib_write_lat", "perftest")
@@ -94,6 +103,34 @@ func TestDropinDirect(t *testing.T) {
 					checkPerftest(t, c, srv.String(), cli.String())
 				})
 			}
+			// SEND and RECV: through the send channel on the direct
+			// pair (sizes up to its payload), relayed above it and on
+			// the other pair; -e waits for completion events.
+			for _, c := range []struct {
+				c     perftestCase
+				extra []string
+			}{
+				{perftestCase{"ib_send_lat", 2, 2000, true}, nil},
+				{perftestCase{"ib_send_lat", 64, 2000, true}, nil},
+				{perftestCase{"ib_send_lat", 4096, 1000, true}, nil},
+				{perftestCase{"ib_send_lat", 8192, 500, true}, nil},
+				{perftestCase{"ib_send_lat", 2, 1000, true}, []string{"-e"}},
+				{perftestCase{"ib_send_bw", 2, 2000, false}, nil},
+				{perftestCase{"ib_send_bw", 64, 2000, false}, nil},
+				{perftestCase{"ib_send_bw", 4096, 1000, false}, nil},
+				{perftestCase{"ib_send_bw", 8192, 500, false}, nil},
+			} {
+				t.Run(fmt.Sprintf("%s-%d%s", c.c.prog, c.c.size, strings.Join(c.extra, "")), func(t *testing.T) {
+					prog := "/usr/bin/" + c.c.prog
+					NeedProgram(t, prog, "perftest")
+					port := freePort(t)
+					args := append([]string{"-d", "vrdma0", "-x", "0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(c.c.iters),
+						"-s", fmt.Sprint(c.c.size)}, c.extra...)
+					srv, cli := runPairIn(t, lib, env.Socket, pair[0], env.Socket, pair[1], prog, args, port)
+					t.Logf("server:\n%s\nclient:\n%s", srv, cli)
+					checkPerftest(t, c.c, srv, cli)
+				})
+			}
 			t.Run("direct_check", func(t *testing.T) {
 				runDirectCheck(t, lib, env.Socket, bin, pair[0], pair[1], direct)
 			})
@@ -106,12 +143,12 @@ func TestDropinDirect(t *testing.T) {
 // memcpy-direct path.
 func runDirectCheck(t *testing.T, lib, sock, bin, owner, peer string, direct bool) {
 	o := startRole(t, lib, sock, owner, bin, "owner")
-	oi := o.info(t, 4) // QPN GID ADDR RKEY
+	oi := o.info(t, 7) // QPN GID ADDR RKEY, and the send tests' QPNs S N E
 	p := startRole(t, lib, sock, peer, bin, "peer")
-	pi := p.info(t, 2) // QPN GID
-	o.send(t, "peer "+pi[0]+" "+pi[1])
+	pi := p.info(t, 5) // QPN GID, S N E
+	o.send(t, "peer "+strings.Join(pi, " "))
 	o.untilDone(t)
-	p.send(t, "peer "+oi[0]+" "+oi[1]+" "+oi[2]+" "+oi[3])
+	p.send(t, "peer "+strings.Join(oi, " "))
 	p.untilDone(t)
 
 	// The peer's QP: its path, and why.
@@ -148,6 +185,24 @@ func runDirectCheck(t *testing.T, lib, sock, bin, owner, peer string, direct boo
 	o.send(t, "check")
 	if n := o.untilDone(t); n != 5 {
 		t.Errorf("the owner ran %d checks, want 5", n)
+	}
+
+	// SEND and RECV (the send channel on the direct pair, §4.22): the
+	// owner receives, the peer sends; each line one step (direct_check.c).
+	for _, step := range []struct {
+		r    *role
+		line string
+		min  int
+	}{
+		{o, "rpost", 1}, {p, "sends", 1}, {o, "rcheck", 9}, {p, "scheck", 9},
+		{o, "evarm", 1}, {p, "evsend", 1}, {o, "evcheck", 1},
+		{p, "rnr", 1},
+		{o, "epost", 1}, {p, "esend", 1}, {o, "echeck", 4}, {p, "echeck2", 4},
+	} {
+		step.r.send(t, step.line)
+		if n := step.r.untilDone(t); n < step.min {
+			t.Errorf("%s: %q ran %d checks, want %d", step.r.name, step.line, n, step.min)
+		}
 	}
 	p.send(t, "fork "+owner)
 	p.untilDone(t)

@@ -28,10 +28,32 @@
  * byte changed; the peer's "stop" ends its loop, which must have ended on
  * an error completion, and posts one more WRITE, which must complete with
  * an error too. After each line's work: "done".
+ *
+ * SEND and RECV (the send channel, wire-local.md §4.22): each role has
+ * three more QPs, S (the send tests), N (rnr_retry 1) and E (the errors),
+ * connected to the other's; the owner receives, the peer sends, each line
+ * one step: "rpost" posts seven receives on S; "sends" posts, in order, a
+ * 2-byte SEND, a 64-byte SEND_WITH_IMM, a 0-byte SEND, an inline SEND, a
+ * SEND too big for the channel (relayed), a 4-byte SEND, an RDMA WRITE
+ * and an 8-byte SEND; "rcheck" polls the seven receives (ibv_poll_cq and
+ * ibv_start_poll alternately) in posting order with their lengths, bytes,
+ * immediates and source QP, and finds the WRITE's bytes when the SEND
+ * behind it arrived; "scheck" polls the sends' completions (ibv_start_poll).
+ * Events: "evarm" posts a receive and arms S's recv CQ (a completion
+ * channel), and a thread waits for its event, then polls; "evsend" arms
+ * the peer's send CQ (a completion channel), sends and waits for that
+ * event; "evcheck" joins the thread. "rnr": the peer SENDs on N, whose
+ * peer has no receive: RNR_RETRY_EXC_ERR. Errors on E: "epost" posts a
+ * 16-byte receive and two more; "esend" posts a 64-byte SEND and two
+ * more; "echeck" (owner) expects LOC_LEN_ERR then two WR_FLUSH_ERR, and
+ * no more within 300 ms; "echeck2" (peer) REM_INV_REQ_ERR then two
+ * WR_FLUSH_ERR, and no more.
  * Prints "ok NAME" or "FAIL NAME: why" (check.h).
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
+#include <sys/poll.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -60,6 +82,16 @@ static unsigned char *buf;
 static union ibv_gid gid;
 static uint64_t raddr;
 static uint32_t rkey;
+
+/* The send tests' QPs (S, N, E), CQs and buffers. */
+enum { QS, QN, QE, NQ };
+static struct ibv_qp *sq[NQ];
+static struct ibv_cq_ex *scqx;			/* S's recv CQ (owner) or send CQ (peer): a channel's, ex */
+static struct ibv_cq *scq, *ocq[NQ];		/* scq: scqx as a CQ; ocq: each QP's other CQ */
+static struct ibv_comp_channel *sch;
+static struct ibv_mr *smr;
+static unsigned char *sbuf;
+static uint32_t dqpn[NQ];
 
 static int setup(int peer)
 {
@@ -97,6 +129,36 @@ static int setup(int peer)
 		buf = NULL;
 	if (buf)
 		memset(buf, 0, SIZE);
+	/* The send tests' QPs: S's recv CQ (owner) or send CQ (peer) is an
+	 * extended CQ on a completion channel; the rest plain CQs. */
+	sch = pd ? ibv_create_comp_channel(ctx) : NULL;
+	if (sch) {
+		struct ibv_cq_init_attr_ex ca = { .cqe = 64, .channel = sch,
+						  .wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM |
+							      IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_SRC_QP };
+
+		scqx = ibv_create_cq_ex(ctx, &ca);
+		scq = scqx ? ibv_cq_ex_to_cq(scqx) : NULL;
+	}
+	for (int i = 0; scq && i < NQ; i++) {
+		struct ibv_qp_init_attr qa = { .qp_type = IBV_QPT_RC,
+					       .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+							.max_recv_sge = 2, .max_inline_data = 64 } };
+
+		ocq[i] = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+		qa.send_cq = i == QS && peer ? scq : ocq[i];
+		qa.recv_cq = i == QS && !peer ? scq : ocq[i];
+		sq[i] = ocq[i] ? ibv_create_qp(pd, &qa) : NULL;
+		if (!sq[i])
+			scq = NULL;
+	}
+	if (posix_memalign((void **)&sbuf, 4096, SIZE))
+		sbuf = NULL;
+	if (sbuf)
+		memset(sbuf, 0, SIZE);
+	smr = scq && sbuf ? ibv_reg_mr(pd, sbuf, SIZE, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	if (!smr)
+		buf = NULL; /* setup fails */
 	mr = qp && buf ? ibv_reg_mr(pd, buf, SIZE, REMOTE) : NULL;
 	if (mr && !peer)
 		mr2 = ibv_reg_mr(pd, buf, SIZE, IBV_ACCESS_LOCAL_WRITE);
@@ -317,6 +379,266 @@ static void *loop(void *arg)
 	return NULL;
 }
 
+/* ---- SEND and RECV ---- */
+
+/* ctake waits (10 s at most) for one completion of c: with ex, through
+ * ibv_start_poll (c is scq). */
+static int ctake(struct ibv_cq *c, struct ibv_wc *wc, int ex)
+{
+	time_t end = time(NULL) + 10;
+
+	while (time(NULL) <= end) {
+		if (ex) {
+			struct ibv_poll_cq_attr pa = { 0 };
+			int rc = ibv_start_poll(scqx, &pa);
+
+			if (rc == ENOENT)
+				continue;
+			if (rc)
+				return -1;
+			memset(wc, 0, sizeof(*wc));
+			wc->wr_id = scqx->wr_id;
+			wc->status = scqx->status;
+			wc->opcode = ibv_wc_read_opcode(scqx);
+			wc->byte_len = ibv_wc_read_byte_len(scqx);
+			wc->qp_num = ibv_wc_read_qp_num(scqx);
+			wc->src_qp = ibv_wc_read_src_qp(scqx);
+			wc->wc_flags = ibv_wc_read_wc_flags(scqx);
+			wc->imm_data = ibv_wc_read_imm_data(scqx);
+			ibv_end_poll(scqx);
+			return 0;
+		}
+		int n = ibv_poll_cq(c, 1, wc);
+
+		if (n < 0)
+			return -1;
+		if (n == 1)
+			return 0;
+	}
+	return -1;
+}
+
+/* none reports whether c gives no completion within ms milliseconds. */
+static int none(struct ibv_cq *c, int ms)
+{
+	struct ibv_wc wc;
+
+	for (int i = 0; i < ms; i++) {
+		if (ibv_poll_cq(c, 1, &wc) != 0)
+			return 0;
+		usleep(1000);
+	}
+	return 1;
+}
+
+static int psend(struct ibv_qp *q, enum ibv_wr_opcode op, uint64_t id, void *p, uint32_t len, unsigned flags,
+		 uint32_t imm)
+{
+	struct ibv_sge sg = { (uintptr_t)p, len, smr->lkey };
+	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sg, .num_sge = len ? 1 : 0, .opcode = op,
+				  .send_flags = flags | IBV_SEND_SIGNALED, .imm_data = htobe32(imm) },
+			   *bad;
+
+	if (op == IBV_WR_RDMA_WRITE) {
+		sg.lkey = mr->lkey; /* the peer's buf */
+		wr.wr.rdma.remote_addr = raddr + 49152;
+		wr.wr.rdma.rkey = rkey;
+	}
+	return ibv_post_send(q, &wr, &bad);
+}
+
+static int precv(struct ibv_qp *q, uint64_t id, void *p, uint32_t len)
+{
+	struct ibv_sge sg = { (uintptr_t)p, len, smr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sg, .num_sge = 1 }, *bad;
+
+	return ibv_post_recv(q, &wr, &bad);
+}
+
+/* The messages of "sends", in posting order: their lengths (the fifth is
+ * above the channel's payload: relayed). */
+static const uint32_t slen[] = { 2, 64, 0, 32, 8000, 4, 0 /* the WRITE */, 8 };
+#define NSEND 8
+#define RSIZE 8192
+
+static void fill(unsigned char *p, uint32_t len, int k)
+{
+	for (uint32_t i = 0; i < len; i++)
+		p[i] = (unsigned char)(k * 31 + i * 3 + 1);
+}
+
+static void sends(void)
+{
+	int rc = 0;
+
+	for (int k = 0; k < NSEND && !rc; k++) {
+		unsigned char *p = sbuf + (size_t)k * RSIZE;
+
+		fill(p, slen[k], k);
+		switch (k) {
+		case 1:
+			rc = psend(sq[QS], IBV_WR_SEND_WITH_IMM, 100 + k, p, slen[k], 0, 0x12345678);
+			break;
+		case 3:
+			rc = psend(sq[QS], IBV_WR_SEND, 100 + k, p, slen[k], IBV_SEND_INLINE, 0);
+			break;
+		case 6:
+			memset(buf + 49152, 0x77, 100);
+			rc = psend(sq[QS], IBV_WR_RDMA_WRITE, 100 + k, buf + 49152, 100, 0, 0);
+			break;
+		default:
+			rc = psend(sq[QS], IBV_WR_SEND, 100 + k, p, slen[k], 0, 0);
+		}
+	}
+	CHECK("post-sends", !rc, "%s", strerror(rc));
+}
+
+static void rcheck(void)
+{
+	int r = 0;
+
+	for (int k = 0; k < NSEND; k++) {
+		struct ibv_wc wc;
+		unsigned char want[RSIZE];
+		char name[32];
+		int rc, ok;
+
+		if (k == 6)
+			continue; /* the WRITE: no receive */
+		rc = ctake(scq, &wc, r % 2);
+		fill(want, slen[k], k);
+		snprintf(name, sizeof(name), "recv-%d", k);
+		ok = !rc && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV && wc.wr_id == (uint64_t)(200 + r) &&
+		     wc.byte_len == slen[k] && wc.qp_num == sq[QS]->qp_num && wc.src_qp == dqpn[QS] &&
+		     !memcmp(sbuf + (size_t)r * RSIZE, want, slen[k]) &&
+		     (k == 1 ? (wc.wc_flags & IBV_WC_WITH_IMM) && be32toh(wc.imm_data) == 0x12345678
+			     : !(wc.wc_flags & IBV_WC_WITH_IMM));
+		CHECK(name, ok,
+		      "rc %d status %s opcode %d id %" PRIu64 " (want %d) len %u (want %u) qpn %u src %u (want %u) flags %x imm %x",
+		      rc, ibv_wc_status_str(wc.status), wc.opcode, wc.wr_id, 200 + r, wc.byte_len, slen[k], wc.qp_num,
+		      wc.src_qp, dqpn[QS], wc.wc_flags, be32toh(wc.imm_data));
+		if (k == 7) {
+			int w = 1;
+
+			for (int i = 0; i < 100; i++)
+				w &= buf[49152 + i] == 0x77;
+			CHECK("write-before-send", w, "the WRITE posted before the last SEND is not in the buffer when it arrived");
+		}
+		r++;
+	}
+	CHECK("recv-no-more", none(scq, 100), "a completion more");
+}
+
+static void scheck(void)
+{
+	for (int k = 0; k < NSEND; k++) {
+		struct ibv_wc wc;
+		char name[32];
+		int rc = ctake(scq, &wc, 1);
+		enum ibv_wc_opcode op = k == 6 ? IBV_WC_RDMA_WRITE : IBV_WC_SEND;
+
+		snprintf(name, sizeof(name), "send-%d", k);
+		CHECK(name, !rc && wc.status == IBV_WC_SUCCESS && wc.opcode == op && wc.wr_id == (uint64_t)(100 + k),
+		      "rc %d status %s opcode %d id %" PRIu64, rc, ibv_wc_status_str(wc.status), wc.opcode, wc.wr_id);
+	}
+	CHECK("send-no-more", none(scq, 100), "a completion more");
+}
+
+/* event waits (10 s at most) for an event of sch, which must be want's. */
+static int event(struct ibv_cq *want)
+{
+	struct pollfd p = { .fd = sch->fd, .events = POLLIN };
+	struct ibv_cq *got;
+	void *ctx_;
+
+	if (poll(&p, 1, 10000) != 1 || ibv_get_cq_event(sch, &got, &ctx_) || got != want)
+		return -1;
+	ibv_ack_cq_events(got, 1);
+	return 0;
+}
+
+static pthread_t evth;
+static int ev_rc = -1;
+static struct ibv_wc ev_wc;
+
+static void *evwait(void *arg)
+{
+	(void)arg;
+	ev_rc = event(scq);
+	if (!ev_rc)
+		ev_rc = ctake(scq, &ev_wc, 0);
+	return NULL;
+}
+
+/* send_line runs a send test's line: 0, or -1 if line is not one. */
+static int send_line(const char *line)
+{
+	struct ibv_wc wc;
+	int rc = 0;
+
+	if (!strcmp(line, "rpost\n")) {
+		for (int k = 0; k < NSEND - 1 && !rc; k++) /* the WRITE takes none */
+			rc = precv(sq[QS], 200 + k, sbuf + (size_t)k * RSIZE, RSIZE);
+		CHECK("post-recvs", !rc, "%s", strerror(rc));
+	} else if (!strcmp(line, "sends\n")) {
+		sends();
+	} else if (!strcmp(line, "rcheck\n")) {
+		rcheck();
+	} else if (!strcmp(line, "scheck\n")) {
+		scheck();
+	} else if (!strcmp(line, "evarm\n")) {
+		rc = precv(sq[QS], 300, sbuf, RSIZE);
+		rc = rc ? rc : ibv_req_notify_cq(scq, 0);
+		rc = rc ? rc : pthread_create(&evth, NULL, evwait, NULL);
+		CHECK("event-arm", !rc, "%s", strerror(rc));
+	} else if (!strcmp(line, "evsend\n")) {
+		rc = ibv_req_notify_cq(scq, 0);
+		rc = rc ? rc : psend(sq[QS], IBV_WR_SEND, 301, sbuf, 16, 0, 0);
+		rc = rc ? rc : event(scq);
+		rc = rc ? rc : ctake(scq, &wc, 0);
+		CHECK("event-send", !rc && wc.status == IBV_WC_SUCCESS && wc.wr_id == 301, "rc %d status %s id %" PRIu64, rc,
+		      ibv_wc_status_str(wc.status), wc.wr_id);
+	} else if (!strcmp(line, "evcheck\n")) {
+		pthread_join(evth, NULL);
+		CHECK("event-recv", !ev_rc && ev_wc.status == IBV_WC_SUCCESS && ev_wc.wr_id == 300 && ev_wc.byte_len == 16,
+		      "rc %d status %s id %" PRIu64 " len %u", ev_rc, ibv_wc_status_str(ev_wc.status), ev_wc.wr_id,
+		      ev_wc.byte_len);
+	} else if (!strcmp(line, "rnr\n")) {
+		rc = psend(sq[QN], IBV_WR_SEND, 400, sbuf, 8, 0, 0);
+		rc = rc ? rc : ctake(ocq[QN], &wc, 0);
+		CHECK("rnr", !rc && wc.status == IBV_WC_RNR_RETRY_EXC_ERR && wc.wr_id == 400, "rc %d status %s", rc,
+		      ibv_wc_status_str(wc.status));
+	} else if (!strcmp(line, "epost\n")) {
+		rc = precv(sq[QE], 500, sbuf, 16);
+		rc = rc ? rc : precv(sq[QE], 501, sbuf + RSIZE, RSIZE);
+		rc = rc ? rc : precv(sq[QE], 502, sbuf + 2 * RSIZE, RSIZE);
+		CHECK("post-small-recv", !rc, "%s", strerror(rc));
+	} else if (!strcmp(line, "esend\n")) {
+		rc = psend(sq[QE], IBV_WR_SEND, 600, sbuf, 64, 0, 0);
+		rc = rc ? rc : psend(sq[QE], IBV_WR_SEND, 601, sbuf, 8, 0, 0);
+		rc = rc ? rc : psend(sq[QE], IBV_WR_SEND, 602, sbuf, 8, 0, 0);
+		CHECK("post-big-send", !rc, "%s", strerror(rc));
+	} else if (!strcmp(line, "echeck\n") || !strcmp(line, "echeck2\n")) {
+		int owner = !strcmp(line, "echeck\n");
+		uint64_t base = owner ? 500 : 600;
+		enum ibv_wc_status first = owner ? IBV_WC_LOC_LEN_ERR : IBV_WC_REM_INV_REQ_ERR;
+
+		for (int k = 0; k < 3; k++) {
+			char name[32];
+
+			rc = ctake(ocq[QE], &wc, 0);
+			snprintf(name, sizeof(name), "%s-%d", owner ? "small-recv" : "big-send", k);
+			CHECK(name, !rc && wc.wr_id == base + (uint64_t)k && wc.status == (k ? IBV_WC_WR_FLUSH_ERR : first),
+			      "rc %d id %" PRIu64 " status %s (want %s)", rc, wc.wr_id, ibv_wc_status_str(wc.status),
+			      ibv_wc_status_str(k ? IBV_WC_WR_FLUSH_ERR : first));
+		}
+		CHECK(owner ? "small-recv-once" : "big-send-once", none(ocq[QE], 300), "a completion more");
+	} else {
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int peer = argc > 1 && !strcmp(argv[1], "peer");
@@ -328,6 +650,8 @@ int main(int argc, char **argv)
 	print_gid(&gid);
 	if (!peer)
 		printf(" %" PRIu64 " %u", (uint64_t)(uintptr_t)buf, mr->rkey);
+	for (int i = 0; i < NQ; i++)
+		printf(" %u", sq[i]->qp_num);
 	printf("\n");
 	fflush(stdout);
 	while (fgets(line, sizeof(line), stdin)) {
@@ -338,9 +662,12 @@ int main(int argc, char **argv)
 			union ibv_gid pg;
 			int rc = -1;
 
-			if (peer ? sscanf(line + 5, "%u %63s %" SCNu64 " %u", &dest, g, &raddr, &rkey) == 4
-				 : sscanf(line + 5, "%u %63s", &dest, g) == 2)
+			if (peer ? sscanf(line + 5, "%u %63s %" SCNu64 " %u %u %u %u", &dest, g, &raddr, &rkey, &dqpn[QS],
+					  &dqpn[QN], &dqpn[QE]) == 7
+				 : sscanf(line + 5, "%u %63s %u %u %u", &dest, g, &dqpn[QS], &dqpn[QN], &dqpn[QE]) == 5)
 				rc = parse_gid(g, &pg) ? -1 : connect_rc(qp, dest, &pg, REMOTE, 0, 0);
+			for (int i = 0; !rc && i < NQ; i++)
+				rc = connect_rc_rnr(sq[i], dqpn[i], &pg, REMOTE, 0, 0, i == QN ? 1 : 7);
 			CHECK("connect", rc == 0, "%d", rc);
 		} else if (!strcmp(line, "data\n")) {
 			data();
@@ -368,6 +695,8 @@ int main(int argc, char **argv)
 			CHECK("fork-child-maps-no-grant", pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 		} else if (!strcmp(line, "check\n")) {
 			check();
+		} else if (!send_line(line)) {
+			/* a send test's line */
 		} else if (!strcmp(line, "loop\n")) {
 			if (pthread_create(&looper, NULL, loop, NULL))
 				CHECK("loop", 0, "pthread_create");

@@ -7,10 +7,11 @@
 #include <string.h>
 #include <infiniband/verbs.h>
 
-/* connect_rc moves q through INIT (with access) and RTR (receiving from
- * rq_psn) to RTS (sending from sq_psn); 0 or ibv_modify_qp's error. */
-static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid, int access, uint32_t rq_psn,
-			     uint32_t sq_psn)
+/* connect_rc_rnr moves q through INIT (with access) and RTR (receiving
+ * from rq_psn) to RTS (sending from sq_psn, rnr_retry as given); 0 or
+ * ibv_modify_qp's error. connect_rc is it with rnr_retry 7 (for ever). */
+static inline int connect_rc_rnr(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid, int access, uint32_t rq_psn,
+				 uint32_t sq_psn, int rnr_retry)
 {
 	struct ibv_qp_attr a;
 	int rc;
@@ -42,12 +43,18 @@ static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = 14;
 	a.retry_cnt = 7;
-	a.rnr_retry = 7;
+	a.rnr_retry = (uint8_t)rnr_retry;
 	a.sq_psn = sq_psn;
 	a.max_rd_atomic = 1;
 	return ibv_modify_qp(q, &a,
 			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static inline int connect_rc(struct ibv_qp *q, uint32_t dest, union ibv_gid *gid, int access, uint32_t rq_psn,
+			     uint32_t sq_psn)
+{
+	return connect_rc_rnr(q, dest, gid, access, rq_psn, sq_psn, 7);
 }
 
 #endif
