@@ -376,28 +376,13 @@ func (q *QP) directPost(wr *SendWR) bool {
 		return false
 	}
 	// Rule 4: the local side.
-	gm := q.vm.mem.Bytes()
 	inline := wr.Flags&SendInline != 0
-	if inline && wr.Opcode != OpRDMAWrite || len(wr.SGL) > int(q.caps.MaxSendSGE) {
+	if inline && wr.Opcode != OpRDMAWrite {
 		return false
 	}
-	var total uint64
-	for _, s := range wr.SGL {
-		if s.Length == 0 {
-			continue
-		}
-		if inline {
-			if !sys.InBounds(s.Addr, uint64(s.Length), uint64(len(gm))) {
-				return false
-			}
-		} else {
-			lm := q.localFor(s.LKey)
-			if lm == nil || lm.pd != q.pd || s.Addr < lm.addr || !sys.InBounds(s.Addr-lm.addr, uint64(s.Length), lm.length) ||
-				wr.Opcode != OpRDMAWrite && lm.access&abi.AccessLocalWrite == 0 {
-				return false
-			}
-		}
-		total += uint64(s.Length)
+	total, ok := q.directLocal(wr, wr.Opcode != OpRDMAWrite)
+	if !ok {
+		return false
 	}
 	n := total
 	switch wr.Opcode {
@@ -466,6 +451,40 @@ func (q *QP) directPost(wr *SendWR) bool {
 		cq.complete(wc)
 	}
 	return true
+}
+
+// directLocal checks the local side of wr for the library's own
+// execution (§4.21 rule 4, §4.22): at most max_send_sge SGEs, each of
+// nonzero length in a region of this session the library registered, of
+// q's PD, with LOCAL_WRITE if the library writes there (READ, atomics);
+// an INLINE WR's only in guest memory. It returns the SGEs' total.
+//
+// +checklocks:q.sqMu
+func (q *QP) directLocal(wr *SendWR, writes bool) (uint64, bool) {
+	if len(wr.SGL) > int(q.caps.MaxSendSGE) {
+		return 0, false
+	}
+	inline := wr.Flags&SendInline != 0
+	gm := q.vm.mem.Bytes()
+	var total uint64
+	for _, s := range wr.SGL {
+		if s.Length == 0 {
+			continue
+		}
+		if inline {
+			if !sys.InBounds(s.Addr, uint64(s.Length), uint64(len(gm))) {
+				return 0, false
+			}
+		} else {
+			lm := q.localFor(s.LKey)
+			if lm == nil || lm.pd != q.pd || s.Addr < lm.addr || !sys.InBounds(s.Addr-lm.addr, uint64(s.Length), lm.length) ||
+				writes && lm.access&abi.AccessLocalWrite == 0 {
+				return 0, false
+			}
+		}
+		total += uint64(s.Length)
+	}
+	return total, true
 }
 
 // directRoomLocked checks rules 2 (the CQ's part: every signaled WR

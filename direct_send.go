@@ -297,25 +297,10 @@ func (q *QP) chanPost(ch *sendChan, wr *SendWR) bool {
 		return false // rules 1 and 2 (the ring's part)
 	}
 	// Rule 3: the local side.
-	v := q.vm
-	gm := v.mem.Bytes()
 	inline := wr.Flags&SendInline != 0
-	if len(wr.SGL) > int(q.caps.MaxSendSGE) {
+	total, valid := q.directLocal(wr, false)
+	if !valid {
 		return false
-	}
-	var total uint64
-	for _, s := range wr.SGL {
-		if s.Length == 0 {
-			continue
-		}
-		if inline {
-			if !sys.InBounds(s.Addr, uint64(s.Length), uint64(len(gm))) {
-				return false
-			}
-		} else if lm := v.lookupLocal(s.LKey); lm == nil || lm.pd != q.pd || s.Addr < lm.addr || !sys.InBounds(s.Addr-lm.addr, uint64(s.Length), lm.length) {
-			return false
-		}
-		total += uint64(s.Length)
 	}
 	if total > uint64(ch.stride-abi.ChanSlotHeader) || inline && total > uint64(q.caps.MaxInlineData) {
 		return false
@@ -358,7 +343,7 @@ func (q *QP) chanPost(ch *sendChan, wr *SendWR) bool {
 	r := ch.rec(ch.tail)
 	*r = txRec{id: wr.ID, op: wr.Opcode, flags: wr.Flags, signaled: signaled, imm: wr.Imm, length: uint32(total), nsge: uint8(len(wr.SGL)), posted: mono()}
 	copy(r.sge[:], wr.SGL)
-	data := slot[abi.ChanSlotHeader:]
+	gm, data := q.vm.mem.Bytes(), slot[abi.ChanSlotHeader:]
 	n := 0
 	for _, s := range wr.SGL {
 		n += copy(data[n:], gm[s.Addr:s.Addr+uint64(s.Length)])

@@ -1970,6 +1970,50 @@ static void direct_complete(struct vrdma_vm *vm, struct vrdma_cq *cq, const stru
 		cmd_handle(vm, VRDMA_OP_CQ_NOTIFY, cq->ibcq.handle);
 }
 
+/* direct_local checks the local side of the send WQE in slot for the
+ * library's own execution (wire-local.md §4.21 rule 4, §4.22): an INLINE
+ * one's bytes (copied at post, as the ring carries them) at most
+ * max_inline_data; else at most max_send_sge SGEs, each of nonzero length
+ * in a region of this session of the QP's PD, with LOCAL_WRITE if writes
+ * (the library writes there: READ, atomics). It fills loc (*nloc pieces)
+ * and *n, the bytes; 1 if the WQE passes, 0: relay it. */
+static int direct_local(struct vrdma_qp *qp, void *slot, int writes, struct vrdma_chan_sge *loc, uint32_t *nloc,
+			uint64_t *n)
+{
+	const struct vrdma_send_wqe *w = wqe_send(slot);
+	const struct vrdma_sge *sge = wqe_send_sge(slot);
+
+	*nloc = 0;
+	*n = 0;
+	if (w->flags & VRDMA_WQE_INLINE) {
+		if (w->inline_len > qp->caps.max_inline_data)
+			return 0;
+		if (w->inline_len) {
+			loc[*nloc].p = (char *)slot + VRDMA_SEND_HDR;
+			loc[(*nloc)++].len = w->inline_len;
+		}
+		*n = w->inline_len;
+		return 1;
+	}
+	if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
+		return 0;
+	for (uint32_t i = 0; i < w->num_sge; i++) {
+		struct vrdma_lmr m;
+		uint64_t a = sge[i].addr;
+
+		if (!sge[i].length)
+			continue;
+		if (!vrdma_lmr_get(sge[i].lkey, &m) || m.pd != qp->qpx.qp_base.pd->handle || a < m.iova ||
+		    a - m.iova > m.length || sge[i].length > m.length - (a - m.iova) ||
+		    (writes && !(m.access & IBV_ACCESS_LOCAL_WRITE)))
+			return 0;
+		loc[*nloc].p = m.addr + (a - m.iova);
+		loc[(*nloc)++].len = sge[i].length;
+		*n += sge[i].length;
+	}
+	return 1;
+}
+
 /* chan_try puts the SEND or SEND_WITH_IMM in slot into qp's send channel
  * (wire-local.md §4.22) if every rule holds, asking for the channel first
  * if the QP has none; 1 if it did, 0: the caller posts it to the ring.
@@ -1977,7 +2021,6 @@ static void direct_complete(struct vrdma_vm *vm, struct vrdma_cq *cq, const stru
 static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 {
 	const struct vrdma_send_wqe *w = wqe_send(slot);
-	const struct vrdma_sge *sge = wqe_send_sge(slot);
 	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
 	struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
 	struct vrdma_chan_sge loc[VRDMA_MAX_SGE];
@@ -1995,31 +2038,8 @@ static int chan_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot)
 		return 0;
 	/* Rule 4: the local side, each SGE a region of this session (or
 	 * inline bytes, copied at post). */
-	if (w->flags & VRDMA_WQE_INLINE) {
-		if (w->inline_len > qp->caps.max_inline_data)
-			return 0;
-		if (w->inline_len) {
-			loc[nloc].p = (char *)slot + VRDMA_SEND_HDR;
-			loc[nloc++].len = w->inline_len;
-		}
-		n = w->inline_len;
-	} else {
-		if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
-			return 0;
-		for (uint32_t i = 0; i < w->num_sge; i++) {
-			struct vrdma_lmr lm;
-			uint64_t a = sge[i].addr;
-
-			if (!sge[i].length)
-				continue;
-			if (!vrdma_lmr_get(sge[i].lkey, &lm) || lm.pd != qp->qpx.qp_base.pd->handle || a < lm.iova ||
-			    a - lm.iova > lm.length || sge[i].length > lm.length - (a - lm.iova))
-				return 0;
-			loc[nloc].p = lm.addr + (a - lm.iova);
-			loc[nloc++].len = sge[i].length;
-			n += sge[i].length;
-		}
-	}
+	if (!direct_local(qp, slot, 0, loc, &nloc, &n))
+		return 0;
 	if (n > vrdma_chan_payload(ch))
 		return 0;
 	m = (struct vrdma_chan_msg){ .opcode = w->opcode,
@@ -2077,10 +2097,7 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 	const struct vrdma_send_wqe *w = wqe_send(slot);
 	const struct vrdma_sge *sge = wqe_send_sge(slot);
 	struct vrdma_cq *cq = (struct vrdma_cq *)qp->qpx.qp_base.send_cq;
-	struct {
-		char *p;
-		uint32_t len;
-	} loc[VRDMA_MAX_SGE];
+	struct vrdma_chan_sge loc[VRDMA_MAX_SGE];
 	struct vrdma_grant_view g;
 	struct vrdma_grant_slot *gs;
 	uint32_t need, wcop, nloc = 0, ctail;
@@ -2120,32 +2137,10 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 	if (rdatomic && !qp->max_rd_atomic)
 		return 0;
 	/* Rule 4: the local side, each SGE a region of this session. */
-	if (w->flags & VRDMA_WQE_INLINE) {
-		if (opcode != IBV_WR_RDMA_WRITE || w->inline_len > qp->caps.max_inline_data)
-			return 0;
-		if (w->inline_len) {
-			loc[nloc].p = (char *)slot + VRDMA_SEND_HDR; /* copied at post, as the ring carries it */
-			loc[nloc++].len = w->inline_len;
-		}
-		n = w->inline_len;
-	} else {
-		if (w->num_sge > qp->caps.max_send_sge || w->num_sge > VRDMA_MAX_SGE)
-			return 0;
-		for (uint32_t i = 0; i < w->num_sge; i++) {
-			struct vrdma_lmr m;
-			uint64_t a = sge[i].addr;
-
-			if (!sge[i].length)
-				continue;
-			if (!vrdma_lmr_get(sge[i].lkey, &m) || m.pd != qp->qpx.qp_base.pd->handle || a < m.iova ||
-			    a - m.iova > m.length || sge[i].length > m.length - (a - m.iova) ||
-			    (opcode != IBV_WR_RDMA_WRITE && !(m.access & IBV_ACCESS_LOCAL_WRITE)))
-				return 0;
-			loc[nloc].p = m.addr + (a - m.iova);
-			loc[nloc++].len = sge[i].length;
-			n += sge[i].length;
-		}
-	}
+	if ((w->flags & VRDMA_WQE_INLINE) && opcode != IBV_WR_RDMA_WRITE)
+		return 0;
+	if (!direct_local(qp, slot, opcode != IBV_WR_RDMA_WRITE, loc, &nloc, &n))
+		return 0;
 	switch (opcode) {
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
