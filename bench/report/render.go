@@ -178,9 +178,9 @@ func renderPath(w *writer, d *Data, path string) {
 			" `vrdmactl`), and unmodified perftest on the drop-in between two VMs of a standalone agent.")
 	case "memcpy-direct":
 		w.l("Two VMs of one agent that allow each other direct mapping (`vrdma.directPeers`): the initiator's library",
-			" does RDMA WRITE, READ and atomics itself on the target region's pages, and SEND and RECV stay relayed",
-			" (`vrdmactl perf --local --path memcpy-direct`; perftest on the drop-in between vmC and vmD of a",
-			" standalone agent). The memcpy rows above are the relayed path's price of isolation.")
+			" does RDMA WRITE, READ and atomics itself on the target region's pages, and small SENDs go from library to",
+			" library through the send channel (`vrdmactl perf --local --path memcpy-direct`; perftest on the drop-in",
+			" between vmC and vmD of a standalone agent). The memcpy rows above are the relayed path's price of isolation.")
 	case "tcp":
 		w.l("Two host agents on 127.0.0.2 and 127.0.0.3 (`vrdmactl perf --local --path tcp`), and perftest on the",
 			" drop-in between vm1 and vm3 of `vrdmactl quickstart --keep`. Peers: UCX over TCP on `lo`.")
