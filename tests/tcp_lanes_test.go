@@ -160,7 +160,7 @@ func TestTCPLanesOneSide(t *testing.T) {
 func TestTCPLanesGoroutines(t *testing.T) {
 	c := testenv.StartCluster(t, testenv.ClusterOptions{Hosts: 2, Netns: testenv.NetnsOn, ExtraArgs: func(h *testenv.Host) []string {
 		return []string{"--tcp-lanes", "4", "--tcp-stripe-min", "4096",
-			"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String()}
+			"--metrics-listen", netip.AddrPortFrom(h.Addr(), faultMetricsPort).String(), "--metrics-pprof"}
 	}})
 	ha, hb := c.Hosts[0], c.Hosts[1]
 	vma := ha.Open(t, "lanesg1", testenv.VMOptions{MemMB: 48})
