@@ -345,30 +345,8 @@ func directWriterWorkload() int {
 // chunks land every byte in order, without the agent (its counters stay
 // at zero for them).
 func TestDirectChunks(t *testing.T) {
-	env := testenv.Start(t)
-	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dch"}}, how: connOOB}
-	a, b := s.pair(t, pairConfig{})
-	const n = 9<<20 + 4096 + 3 // three chunks, the last a short one
-	src, dst, back := a.mr(t, n, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll), a.mr(t, n, vrdma.AccessAll)
-	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*7 + i>>13)
-	}
-	const cut1, cut2 = 3<<20 + 17, 4<<20 + 1 // SGE edges off the chunk edges
-	postSend(t, a.qp,
-		vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
-			SGL: sgl(src.SGE(0, cut1), src.SGE(cut1, cut2-cut1), src.SGE(cut2, n-cut2))},
-		vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
-			SGL: sgl(back.SGE(0, cut2), back.SGE(cut2, n-cut2))})
-	for i, w := range waitWC(t, a.scq, 2) {
-		if w.WRID != uint64(i+1) || w.Status != vrdma.WCSuccess || w.ByteLen != n {
-			t.Fatalf("completion %d: %+v, want success of %d bytes", i, w, n)
-		}
-	}
-	expectBytes(t, "written in chunks", dst.Bytes(), src.Bytes())
-	expectBytes(t, "read back in chunks", back.Bytes(), src.Bytes())
-	if c := s.qpCounters(t, a); c.Ops["RDMA_WRITE"] != 0 || c.Ops["RDMA_READ"] != 0 {
-		t.Fatalf("the agent executed the long WRs itself: counters %v", c.Ops)
-	}
+	// three chunks, the last a short one; SGE edges off the chunk edges
+	directLongCopy(t, "dch", 9<<20+4096+3, 3<<20+17, 4<<20+1, "in chunks")
 }
 
 // TestDirectPieces writes and reads back a message of under 8 MiB, which
@@ -376,29 +354,35 @@ func TestDirectChunks(t *testing.T) {
 // in-use hold, with SGE edges off the pieces' edges: every byte lands once
 // and in order, and the agent executes neither WR.
 func TestDirectPieces(t *testing.T) {
+	directLongCopy(t, "dpc", 1<<20+4096+3, 300<<10+17, 700<<10+1, "in pieces")
+}
+
+// directLongCopy writes n bytes from three SGEs cut at cut1 and cut2 into
+// a peer's region on a memcpy-direct pair, and reads them back over two
+// SGEs cut at cut2: both complete with n bytes, every byte lands in
+// order, and the agent's counters show it executed neither WR.
+func directLongCopy(t *testing.T, prefix string, n, cut1, cut2 int, how string) {
 	env := testenv.Start(t)
-	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dpc"}}, how: connOOB}
+	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: prefix}}, how: connOOB}
 	a, b := s.pair(t, pairConfig{})
-	const n = 1<<20 + 4096 + 3
 	src, dst, back := a.mr(t, n, vrdma.AccessAll), b.mr(t, n, vrdma.AccessAll), a.mr(t, n, vrdma.AccessAll)
 	for i := range src.Bytes() {
-		src.Bytes()[i] = byte(i*13 + i>>11)
+		src.Bytes()[i] = byte(i*7 + i>>13)
 	}
-	const cut1, cut2 = 300<<10 + 17, 700<<10 + 1
 	postSend(t, a.qp,
 		vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
 			SGL: sgl(src.SGE(0, cut1), src.SGE(cut1, cut2-cut1), src.SGE(cut2, n-cut2))},
 		vrdma.SendWR{ID: 2, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, RemoteAddr: dst.Addr(), RKey: dst.RKey(),
 			SGL: sgl(back.SGE(0, cut2), back.SGE(cut2, n-cut2))})
 	for i, w := range waitWC(t, a.scq, 2) {
-		if w.WRID != uint64(i+1) || w.Status != vrdma.WCSuccess || w.ByteLen != n {
+		if w.WRID != uint64(i+1) || w.Status != vrdma.WCSuccess || w.ByteLen != uint32(n) {
 			t.Fatalf("completion %d: %+v, want success of %d bytes", i, w, n)
 		}
 	}
-	expectBytes(t, "written in pieces", dst.Bytes(), src.Bytes())
-	expectBytes(t, "read back in pieces", back.Bytes(), src.Bytes())
+	expectBytes(t, "written "+how, dst.Bytes(), src.Bytes())
+	expectBytes(t, "read back "+how, back.Bytes(), src.Bytes())
 	if c := s.qpCounters(t, a); c.Ops["RDMA_WRITE"] != 0 || c.Ops["RDMA_READ"] != 0 {
-		t.Fatalf("the agent executed the WRs itself: counters %v", c.Ops)
+		t.Fatalf("the agent executed the long WRs itself: counters %v", c.Ops)
 	}
 }
 
