@@ -1252,6 +1252,9 @@ func (mg *Procedures) placementChecks(ctx context.Context, e *vmEntry, f *vmx.Fi
 
 func (mg *Procedures) powerOff(ctx context.Context, s *Caller, name string) (mgmt.PowerReply, error) {
 	changed := false
+	// The workload attached now: the agent's reconcile, which sees the
+	// record change too, may detach it before this call looks again.
+	before := mg.attached(name)
 	e, err := mg.update(ctx, s, name, func(e *vmEntry) error {
 		if err := s.checkChange(e); err != nil {
 			return err
@@ -1264,7 +1267,11 @@ func (mg *Procedures) powerOff(ctx context.Context, s *Caller, name string) (mgm
 		return mgmt.PowerReply{}, err
 	}
 	rep := mgmt.PowerReply{Changed: changed, Findings: []mgmt.Finding{}}
-	if v := mg.attached(name); v != nil {
+	v := mg.attached(name)
+	if v == nil {
+		v = before
+	}
+	if v != nil {
 		if !v.Detach("powered off") {
 			return mgmt.PowerReply{}, abi.Errorf(abi.CodeState, "", "VM %q is powered off, but its workload (pid %d) is still detaching after %v", name, v.PID(), DetachWait)
 		}

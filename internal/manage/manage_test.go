@@ -64,6 +64,49 @@ func (f fakeAttached) AttachedVMs() []VM {
 	return out
 }
 
+// reconciled is fakeAttached whose VMs vanish once off says so, as when
+// the agent's reconcile, which sees a power-off's record change, detaches
+// a workload on its own.
+type reconciled struct {
+	fakeAttached
+	off func() bool
+}
+
+func (r reconciled) Attached(name string) (VM, bool) {
+	if r.off() {
+		return nil, false
+	}
+	return r.fakeAttached.Attached(name)
+}
+
+// TestPowerOffReportsARacingDetach: a workload the reconcile detached
+// once the record said powered off, before the power-off looked for it
+// again, is still reported detached, and waited for.
+func TestPowerOffReportsARacingDetach(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "vms"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var p *Procedures
+	attached := false
+	web := &fakeVM{name: "web"}
+	off := func() bool { // the state file, read as the reconcile would, without the procedures' lock
+		_, st, ok, _ := p.readLocal("web")
+		return !attached || ok && string(st.Power) == "poweredOff"
+	}
+	p = New(Config{StateDir: dir, Host: "hostA", HostID: "00112233445566778899aabbccddeeff",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), VMs: reconciled{fakeAttached{"web": web}, off}})
+	root := &Caller{Cred: true, Ctx: context.Background()}
+	if err := p.Define(root, &mgmt.DefineVM{Name: "web", VMX: testVMX}); err != nil {
+		t.Fatal(err)
+	}
+	attached = true
+	rep, err := p.Serve(root, abi.OpPowerOffVM, &mgmt.VMRef{Name: "web"})
+	if r, _ := rep.(mgmt.PowerReply); err != nil || !r.Changed || !r.Detached || len(web.kicked) != 1 {
+		t.Fatalf("power off: %+v %v; detaches %v, want it reported detached", rep, err, web.kicked)
+	}
+}
+
 const testVMX = "memSize = \"4\"\nvirtualHW.version = \"20\"\nguestOS = \"ubuntu-64\"\nethernet0.present = \"TRUE\"\nethernet0.virtualDev = \"vrdma\"\n"
 
 func standalone(t *testing.T, att fakeAttached) *Procedures {
