@@ -114,6 +114,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) {
 	if solicitedOnly && cq.vm.caps.Has(abi.CapCoreVerbs) {
 		how = abi.ArmSolicited
 	}
+	cq.relayWait() // direct_send.go: retracted messages complete before the arming
 	if cq.arm(how) {
 		cq.raise() // a send channel's message came before the arming was seen (direct_send.go)
 	}

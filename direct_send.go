@@ -65,8 +65,10 @@ type sendChan struct {
 	// the clock (40-90 ns a read here, a third of an empty poll) is read
 	// for relay_ns at one such reap in 32 only.
 	waits uint32 // +checklocks:mu
-	// The receiver's side: the next index it takes.
-	rxHead uint32 // +checklocks:mu
+	// The receiver's side: the next index it takes, and how many
+	// retracted messages it skipped since relayWait cleared the count.
+	rxHead  uint32 // +checklocks:mu
+	skipped uint32 // +checklocks:mu
 	// Work for after the locks: a retraction due, direct-notify the
 	// peer's send CQ (refused: solicited), the QP to ERR.
 	needRelay  bool // +checklocks:mu
@@ -144,13 +146,20 @@ func (ch *sendChan) rec(i uint32) *txRec { return &ch.recs[abi.Slot(i, ch.entrie
 func (ch *sendChan) unreaped() uint32 { n, _ := abi.Pending(ch.tail, ch.reap, ch.entries); return n }
 
 // askChannel asks the agent for q's channel, if q may have one and it is
-// time to ask (§4.22 "When a library asks"); it never waits for another
-// ask in progress.
+// time to ask (§4.22 "When a library asks": after the backoff of an
+// "unavailable", or at once when the channel-offer word says the peer got
+// the channel since); it never waits for another ask in progress.
 func (q *QP) askChannel(ctx context.Context) {
-	if next := q.chanNext.Load(); !q.direct.Load() || q.sch.Load() != nil || next == chanNever || mono() < next || !q.chanAsking.CompareAndSwap(false, true) {
+	next := q.chanNext.Load()
+	if !q.direct.Load() || q.sch.Load() != nil || next == chanNever {
+		return
+	}
+	offer := abi.Word(q.ring.Bytes(), abi.OffChanOffer).Load()
+	if mono() < next && offer == q.chanOffer.Load() || !q.chanAsking.CompareAndSwap(false, true) {
 		return
 	}
 	defer q.chanAsking.Store(false)
+	q.chanOffer.Store(offer)
 	if q.sch.Load() != nil || QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load()) != QPSRTS {
 		return
 	}
@@ -358,6 +367,12 @@ func (q *QP) chanPost(ch *sendChan, wr *SendWR) bool {
 	slot[abi.OffSlotOpcode], slot[abi.OffSlotFlags], slot[abi.OffSlotStatus] = uint8(wr.Opcode), flags, 0
 	binary.LittleEndian.PutUint32(slot[abi.OffSlotLength:], uint32(total))
 	binary.LittleEndian.PutUint32(slot[abi.OffSlotImm:], wr.Imm)
+	if signaled && abi.Word(cq.ring.Bytes(), abi.OffCQArmed).Load() == abi.ArmAll {
+		// The send CQ armed before this send (ReqNotify): its verdict
+		// is to raise the event. Stored before the slot is published: a
+		// receiver that takes it at once finds the word set (§4.22).
+		abi.StoreFenced(abi.Word(tx, abi.OffChanTxArmed), 1)
+	}
 	state.Store(abi.SlotPosted)
 	ch.tail = abi.Next(ch.tail, ch.entries)
 	abi.StoreFenced(abi.Word(tx, abi.OffChanTail), ch.tail) // seq_cst: before rx_armed's load
@@ -642,6 +657,7 @@ func (ch *sendChan) takeLocked(cq *CQ) (event bool) {
 		case abi.SlotRetracted, abi.SlotFree: // retracted, and maybe reaped by its sender already
 			ch.rxHead = abi.Next(ch.rxHead, ch.entries)
 			abi.Word(rx, abi.OffChanHead).Store(ch.rxHead)
+			ch.skipped++
 			continue
 		case abi.SlotPosted:
 		default:
@@ -875,6 +891,86 @@ func (cq *CQ) raise() {
 	if won {
 		cq.ev.Wake()
 	}
+}
+
+// relayWaitMax bounds relayWait.
+const relayWaitMax = 100 * time.Millisecond
+
+// relayWait is ReqNotify's first step on a CQ that serves send channels
+// (§4.22 "Events"): it serves them as a poll does and, when it skipped
+// messages their senders retracted, waits (at most relayWaitMax) until the
+// agent completed them in the ring. Such a message may have raised the
+// CQ's event already (its sender's direct-notify, when it was posted);
+// its completion comes from the relay, later. Completed after a new
+// arming, it would raise a second event, and a program that polls once
+// per event would find nothing behind one of the two. Completed before
+// the arming, it raises none, as a device's CQE that is there when the
+// CQ is armed raises none.
+func (cq *CQ) relayWait() {
+	type due struct{ qpn, n uint32 }
+	var want [8]due
+	nwant := 0
+	cq.mu.Lock()
+	if len(cq.chans) == 0 {
+		cq.mu.Unlock()
+		return
+	}
+	for _, ch := range cq.chans {
+		ch.mu.Lock()
+		ch.skipped = 0
+		ch.mu.Unlock()
+	}
+	after := cq.chanPollLocked()
+	for _, ch := range cq.chans {
+		ch.mu.Lock()
+		if ch.skipped > 0 && nwant < len(want) {
+			want[nwant] = due{ch.q.qpn, ch.skipped}
+			nwant++
+		}
+		ch.mu.Unlock()
+	}
+	cq.mu.Unlock()
+	if after {
+		cq.chanAfter()
+	}
+	for deadline := time.Now().Add(relayWaitMax); nwant > 0 && time.Now().Before(deadline); time.Sleep(20 * time.Microsecond) {
+		waiting := false
+		cq.mu.Lock()
+		for _, w := range want[:nwant] {
+			waiting = waiting || cq.recvPendingLocked(w.qpn) < w.n
+		}
+		cq.mu.Unlock()
+		if !waiting {
+			return
+		}
+	}
+}
+
+// recvPendingLocked counts the receive completions of QP qpn that the CQ
+// holds unpolled, in its local queue and its ring.
+//
+// +checklocks:cq.mu
+func (cq *CQ) recvPendingLocked(qpn uint32) uint32 {
+	var n uint32
+	for _, wc := range cq.local[cq.lhead:] {
+		if wc.QPNum == qpn && wc.Opcode&WCRecv != 0 {
+			n++
+		}
+	}
+	mem, size := cq.ring.Bytes(), cq.layout.Entries
+	tail := abi.Word(mem, abi.OffCQTail).Load()
+	if _, ok := abi.Pending(tail, cq.head, size); !ok {
+		return n
+	}
+	var e abi.CQE
+	for i := cq.head; i != tail; i = abi.Next(i, size) {
+		off := cq.layout.Offset + abi.Slot(i, size)*abi.CQESize
+		abi.DecodeCQE(mem[off:off+abi.CQESize], &e)
+		if e.QPNum == qpn && e.Opcode&WCRecv != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // serveChans serves the CQ's send channels as a poll does, for a waiter

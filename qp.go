@@ -87,7 +87,8 @@ type QP struct {
 	chanNext   atomic.Int64
 	chanAsking atomic.Bool
 	chanWait   atomic.Int64
-	chanNotify uint8 // +checklocks:sqMu
+	chanOffer  atomic.Uint32 // the channel-offer word at the last ask
+	chanNotify uint8         // +checklocks:sqMu
 }
 
 // CreateQP creates a queue pair in pd (ibv_create_qp), RC unless

@@ -537,6 +537,74 @@ func TestDirectSendEvents(t *testing.T) {
 	}
 }
 
+// TestDirectSendEventAfterRetraction: a message that raised the receive
+// CQ's event when it was posted (its sender's direct-notify), then was
+// retracted and relayed because the receiver did not take it in time,
+// leaves one event with one completion behind it, as a program that polls
+// once per event (ibv_get_cq_event, ibv_req_notify_cq, ibv_poll_cq:
+// perftest's -e) needs: the poll after the arming finds it, and no second
+// event follows.
+func TestDirectSendEventAfterRetraction(t *testing.T) {
+	libdiag.RelayAfter.Store(int64(time.Millisecond))
+	t.Cleanup(func() { libdiag.RelayAfter.Store(0) })
+	s, a, b := directPair(t, "der", pairConfig{})
+	src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+	ctx := opCtx(t)
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 7, SGL: sgl(dst.SGE(0, 64))})
+	b.rcq.ReqNotify(false)
+	postSend(t, a.qp, vrdma.SendWR{ID: 1, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))})
+	waitWC(t, a.scq, 1) // the receiver takes nothing meanwhile: retracted after 1 ms and relayed
+	if c := s.qpCounters(t, a); c.Ops["SEND"] != 1 {
+		t.Fatalf("the agent relayed %d SENDs, want the retracted one", c.Ops["SEND"])
+	}
+	if err := b.rcq.WaitEvent(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.rcq.ReqNotify(false)
+	wc := make([]vrdma.WorkCompletion, 2)
+	n, err := b.rcq.Poll(wc)
+	if err != nil || n != 1 {
+		t.Fatalf("the poll after the event and the arming: %d completions (%v), want the relayed message", n, err)
+	}
+	expectRecv(t, wc[0], b.qp, 7, vrdma.WCRecv, 8, 0, false)
+	quietCtx, cancel := context.WithTimeout(ctx, 5*quiet)
+	defer cancel()
+	if err := b.rcq.WaitEvent(quietCtx); err == nil {
+		n, _ := b.rcq.Poll(wc)
+		t.Fatalf("a second event after the relayed message, with %d completions behind it", n)
+	}
+}
+
+// TestDirectSendArmedBeforePost: a send CQ armed before a signaled SEND
+// goes into the channel gets its event when the receiver takes the
+// message, with the completion behind it (ibv_req_notify_cq, post,
+// ibv_get_cq_event, ibv_poll_cq: perftest's -e on the sending side).
+func TestDirectSendArmedBeforePost(t *testing.T) {
+	patientRelay(t)
+	s, a, b := directPair(t, "dap", pairConfig{})
+	src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64, vrdma.AccessAll)
+	ctx := opCtx(t)
+	wc := make([]vrdma.WorkCompletion, 2)
+	for i := range 3 {
+		postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(i), SGL: sgl(dst.SGE(0, 64))})
+		a.scq.ReqNotify(false)
+		postSend(t, a.qp, vrdma.SendWR{ID: uint64(10 + i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))})
+		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, uint64(i), vrdma.WCRecv, 8, 0, false)
+		evCtx, cancel := context.WithTimeout(ctx, waitTimeout)
+		err := a.scq.WaitEvent(evCtx)
+		cancel()
+		if err != nil {
+			t.Fatalf("send %d: no event of the armed send CQ after the receiver took the message: %v", i, err)
+		}
+		if n, err := a.scq.Poll(wc); err != nil || n != 1 || wc[0].WRID != uint64(10+i) || wc[0].Status != vrdma.WCSuccess {
+			t.Fatalf("send %d: the poll after the event: %d %+v %v, want its completion", i, n, wc[:n], err)
+		}
+	}
+	if c := s.qpCounters(t, a); c.Ops["SEND"] != 0 {
+		t.Fatalf("the agent relayed %d of the SENDs: the events did not come through the channel", c.Ops["SEND"])
+	}
+}
+
 // directSenderWorkload is the peer of TestDirectSendPeerKilled: it
 // attaches $VRDMA_TEST_VM, connects through the CM to $VRDMA_TEST_REMOTE
 // port $VRDMA_TEST_PORT, prints "ready", then sends 8-byte signaled SENDs

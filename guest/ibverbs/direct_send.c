@@ -133,13 +133,6 @@ uint64_t vrdma_hello_caps(void)
 	return (VRDMA_CAPS_KNOWN & ~VRDMA_CAP_DIRECT_SEND) | (on ? VRDMA_CAP_DIRECT_SEND : 0);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
 
 static uint32_t *word(char *ring, size_t off)
 {
@@ -293,7 +286,7 @@ int vrdma_chan_timer(void)
 			continue;
 		out = 1;
 		if (!now)
-			now = now_ns();
+			now = vrdma_now_ns();
 		if (ch->owner && due(ch, now))
 			vrdma_chan_kick(ch->owner);
 	}
@@ -329,14 +322,19 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	char body[48];
 	char *map = MAP_FAILED;
 	uint64_t now;
+	uint32_t offer;
 	int e, ok;
 
 	if (__atomic_load_n(&qc->cur, __ATOMIC_ACQUIRE) || qc->stopped || !vrdma_chan_enabled(vm) ||
 	    ring_load(qp_ring, VRDMA_QP_STATE) != IBV_QPS_RTS)
 		return EAGAIN;
-	now = now_ns();
-	if (now < qc->next_try)
+	/* After an unavailable, not before the backoff ends, unless the
+	 * channel-offer word says the peer got the channel since. */
+	offer = ring_load(qp_ring, VRDMA_QP_CHAN_OFFER);
+	now = vrdma_now_ns();
+	if (now < qc->next_try && offer == qc->offer_seen)
 		return EAGAIN;
+	qc->offer_seen = offer;
 	snprintf(body, sizeof(body), "{\"handle\":%u}", qp_handle);
 	vrdma_direct_lock();
 	vrdma_direct_count(0, 1); /* the reader keeps running: a notice may come */
@@ -524,10 +522,16 @@ int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const
 		data += m->sge[k].len;
 	}
 	memcpy(ch->wqe + ring_slot(idx, ch->entries) * (size_t)ch->wqe_size, wqe, ch->wqe_size);
-	ch->rec[ring_slot(idx, ch->entries)] = (struct ch_rec){ .posted_ns = now_ns(), .length = m->length, .signaled = (uint8_t)!!m->signaled };
+	ch->rec[ring_slot(idx, ch->entries)] = (struct ch_rec){ .posted_ns = vrdma_now_ns(), .length = m->length, .signaled = (uint8_t)!!m->signaled };
 	__atomic_fetch_add(&ch->out, 1, __ATOMIC_RELEASE);
 	if (m->signaled)
 		__atomic_fetch_add(&ch->sig, 1, __ATOMIC_RELEASE);
+	/* A send CQ armed before this send: its verdict is to raise the
+	 * event (vrdma_chan_arm_tx's word, stored now that a send is out).
+	 * Stored before the slot is published: a receiver that takes it at
+	 * once must find the word set when it looks after its verdict. */
+	if (send_cq_armed && m->signaled)
+		__atomic_store_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), 1, __ATOMIC_SEQ_CST);
 	__atomic_store_n(&s->state, VRDMA_SLOT_POSTED, __ATOMIC_RELEASE);
 	STAT(sent);
 	ch->tx_tail = ring_next(idx, ch->entries);
@@ -539,10 +543,6 @@ int vrdma_chan_send(struct vrdma_chan *ch, const struct vrdma_chan_msg *m, const
 	if (armed == VRDMA_CQ_ARM_ALL || (armed == VRDMA_CQ_ARM_SOLICITED && m->solicited))
 		*notify = __atomic_compare_exchange_n(word(ch->tx, VRDMA_CHAN_RX_ARMED), &armed, 0, 0, __ATOMIC_SEQ_CST,
 						      __ATOMIC_SEQ_CST);
-	/* A send CQ armed before this send: the verdict is to raise its
-	 * event (vrdma_chan_arm_tx's word, stored now that a send is out). */
-	if (send_cq_armed && m->signaled)
-		__atomic_store_n(word(ch->tx, VRDMA_CHAN_TX_ARMED), 1, __ATOMIC_SEQ_CST);
 	leave(ch);
 	return 0;
 }
@@ -588,7 +588,7 @@ int vrdma_chan_reap(struct vrdma_chan *ch, uint32_t qpn, struct ibv_wc *wc, int 
 			}
 		} else if (st != VRDMA_SLOT_RETRACTED) {
 			/* Posted, taken or refused: not yet (or to retract). */
-			if (st == VRDMA_SLOT_REFUSED || live == 2 || now_ns() - r->posted_ns > ch->relay_ns)
+			if (st == VRDMA_SLOT_REFUSED || live == 2 || vrdma_now_ns() - r->posted_ns > ch->relay_ns)
 				*retract = 1;
 			break;
 		}
@@ -724,12 +724,13 @@ static int recv_ok(const struct vrdma_chan_rq *rq, const void *slot, uint32_t le
 }
 
 int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *solicited,
-		    int *notify)
+		    int *notify, uint32_t *skipped)
 {
 	uint32_t tail;
 	int n = 0, tell = 0, refused = 0;
 
 	*solicited = 0;
+	*skipped = 0;
 	if (max <= 0 || __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
 		return 0;
 	if (ring_load(rq->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || !enter(ch))
@@ -752,6 +753,7 @@ int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struc
 			ch->rx_head = ring_next(ch->rx_head, ch->entries);
 			__atomic_store_n(word(ch->rx, VRDMA_CHAN_HEAD), ch->rx_head, __ATOMIC_RELEASE);
 			STAT(skipped);
+			(*skipped)++;
 			continue;
 		}
 		if (st != VRDMA_SLOT_POSTED)

@@ -311,13 +311,6 @@ static int populate_write;	    /* MADV_POPULATE_WRITE works (1) or not (-1); 0: 
 static struct ksigaction prev_segv; /* the handler segv_wait chains to */
 static void *chaining[8];	    /* siginfos being passed on, against loops */
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static long ksigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
 {
@@ -385,7 +378,7 @@ static void segv_wait(int sig, siginfo_t *si, void *uc)
 				continue;
 			if (__atomic_load_n(&populate_write, __ATOMIC_RELAXED) > 0
 				    ? syscall(SYS_madvise, a & ~(pg - 1), pg, MADV_POPULATE_WRITE) == 0
-				    : mono_ns() < until) {
+				    : (int64_t)vrdma_now_ns() < until) {
 				errno = saved;
 				return; /* writable now: the fault was a move's */
 			}
@@ -452,7 +445,7 @@ static void move_end(uintptr_t s, uintptr_t e, const sigset_t *old)
 	__atomic_store_n(&recent[i].until, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&recent[i].s, s, __ATOMIC_RELEASE);
 	__atomic_store_n(&recent[i].e, e, __ATOMIC_RELEASE);
-	__atomic_store_n(&recent[i].until, mono_ns() + RECENT_NS, __ATOMIC_RELEASE);
+	__atomic_store_n(&recent[i].until, (int64_t)vrdma_now_ns() + RECENT_NS, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&moving, 1, __ATOMIC_ACQ_REL);
 	syscall(SYS_futex, &moving, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 	pthread_sigmask(SIG_SETMASK, old, NULL);

@@ -160,13 +160,6 @@ static void kill_session(struct vrdma_session *s)
 	s->dead = 1;
 }
 
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static int call_locked(struct vrdma_session *s, int op, const char *body, int sendfd, struct vrdma_reply *r)
 {
@@ -214,7 +207,7 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, int se
 		errno = EIO;
 		return -1;
 	}
-	deadline = now_ms() + CALL_TIMEOUT_MS;
+	deadline = (long)(vrdma_now_ns() / 1000000u) + CALL_TIMEOUT_MS;
 	for (;;) {
 		union {
 			char buf[CMSG_SPACE(4 * sizeof(int))];
@@ -226,7 +219,7 @@ static int call_locked(struct vrdma_session *s, int op, const char *body, int se
 		struct pollfd pfd = { .fd = s->fd, .events = POLLIN };
 		struct vrdma_msg_header rhdr;
 		int fds[4], nfds = 0, pr;
-		long left = deadline - now_ms();
+		long left = deadline - (long)(vrdma_now_ns() / 1000000u);
 		struct cmsghdr *c;
 
 		if (left <= 0) {

@@ -1112,6 +1112,9 @@ struct chan_acts {
 	uint8_t notify_sol[CHAN_ACTS];
 	int nnotify;
 	int notify_own; /* cq-notify for this CQ */
+	struct vrdma_qp *skip_qp[CHAN_ACTS]; /* receivers that skipped retracted messages */
+	uint32_t skip_n[CHAN_ACTS];	     /* how many each */
+	int nskip;
 };
 
 static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
@@ -1235,7 +1238,7 @@ static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
 		struct vrdma_chan *ch = __atomic_load_n(&qp->qc.cur, __ATOMIC_ACQUIRE);
 		struct vrdma_chan_rq rq;
 		struct ibv_wc w[32];
-		uint32_t ctail, room;
+		uint32_t ctail, room, skipped = 0;
 		int n, sol = 0, notify = 0;
 
 		if (!ch)
@@ -1256,7 +1259,11 @@ static void chan_work(struct vrdma_cq *cq, struct chan_acts *a)
 					     .qpn = qp->qpx.qp_base.qp_num };
 		if (local_reserve(cq, ring_pending(ctail, cq->head, cq->entries) + 32))
 			continue;
-		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &sol, &notify);
+		n = vrdma_chan_take(ch, &rq, w, room < 32 ? (int)room : 32, &sol, &notify, &skipped);
+		if (skipped && a->nskip < CHAN_ACTS) {
+			a->skip_qp[a->nskip] = qp;
+			a->skip_n[a->nskip++] = skipped;
+		}
 		if (n) {
 			/* No event of this CQ for these: each message raised it
 			 * when it came (its sender's direct-notify) if the CQ was
@@ -1367,7 +1374,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
 	while (n < num_entries && cq->lcount)
@@ -1442,6 +1449,71 @@ static void cq_clean(struct vrdma_cq *cq, uint32_t qpn)
 	pthread_mutex_unlock(&cq->lock);
 }
 
+/* recv_pending counts the receive completions of QP qpn that cq holds
+ * unpolled, in its local queue and its ring; caller holds cq's lock. */
+static uint32_t recv_pending(struct vrdma_cq *cq, uint32_t qpn)
+{
+	uint32_t n = 0, tail = ring_cq_tail(cq->ring);
+
+	for (uint32_t i = 0; i < cq->lcount; i++) {
+		const struct ibv_wc *w = &cq->local[(cq->lhead + i) % cq->lcap];
+
+		n += w->qp_num == qpn && (w->opcode & IBV_WC_RECV);
+	}
+	if (!ring_tail_ok(tail, cq->head, cq->entries))
+		return n;
+	for (uint32_t i = cq->head; i != tail; i = ring_next(i, cq->entries)) {
+		const struct vrdma_cqe *e = (const void *)(cq->ring + cq->offset + ring_slot(i, cq->entries) * VRDMA_CQE_SIZE);
+
+		n += e->qp_num == qpn && (e->opcode & IBV_WC_RECV);
+	}
+	return n;
+}
+
+/* RELAY_WAIT_NS bounds relay_wait. */
+#define RELAY_WAIT_NS (100 * 1000000ull)
+
+/* relay_wait is an arming's first step on a CQ that receives through send
+ * channels (wire-local.md §4.22, "Events"): it takes what the channels
+ * hold and, when it skipped messages their senders retracted, waits (at
+ * most RELAY_WAIT_NS) until the agent completed them in the ring. A
+ * retracted message may already have raised this CQ's event (its
+ * sender's direct-notify, when it was posted); its completion comes from
+ * the agent's relay, later. Had the CQ been armed again before that
+ * completion came, the completion would raise a second event, and a
+ * program that polls once per event (perftest's -e) would find nothing
+ * behind one of the two: it loses count of its messages and, at the end,
+ * waits forever for an event that does not come. Completed before the
+ * arming, the relayed message raises no event, as a device's CQE that is
+ * there when the CQ is armed raises none, and the program's poll after
+ * arming finds it. */
+static void relay_wait(struct vrdma_cq *cq)
+{
+	struct chan_acts acts;
+	struct timespec pause = { 0, 20000 };
+	uint32_t want[CHAN_ACTS];
+	uint64_t deadline;
+	int waiting;
+
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
+	pthread_mutex_lock(&cq->lock);
+	chan_work(cq, &acts);
+	for (int i = 0; i < acts.nskip; i++)
+		want[i] = acts.skip_n[i];
+	pthread_mutex_unlock(&cq->lock);
+	chan_after(cq, &acts);
+	if (!acts.nskip)
+		return;
+	deadline = vrdma_now_ns() + RELAY_WAIT_NS;
+	do {
+		waiting = 0;
+		pthread_mutex_lock(&cq->lock);
+		for (int i = 0; i < acts.nskip; i++)
+			waiting += recv_pending(cq, acts.skip_qp[i]->qpx.qp_base.qp_num) < want[i];
+		pthread_mutex_unlock(&cq->lock);
+	} while (waiting && vrdma_now_ns() < deadline && !nanosleep(&pause, NULL));
+}
+
 static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct vrdma_cq *cq = (struct vrdma_cq *)ibcq;
@@ -1453,6 +1525,8 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	 * raises the event (§7). */
 	uint32_t how = solicited_only && vm && (vm->s.caps & VRDMA_CAP_CORE_VERBS) ? VRDMA_CQ_ARM_SOLICITED : VRDMA_CQ_ARM_ALL;
 
+	if (cq->nrxq)
+		relay_wait(cq); /* read without the lock, as below */
 	pthread_mutex_lock(&cq->arm_lock);
 	ring_arm_cq(cq->ring, how);
 	pthread_mutex_unlock(&cq->arm_lock);
@@ -1468,7 +1542,7 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	int nretract = 0;
 	struct chan_acts acts;
 
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
 	pthread_mutex_lock(&cq->lock);
 	for (int i = 0; i < cq->nrxq; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
@@ -1685,7 +1759,7 @@ static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 	if (!attr || attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = 0;
+	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
 	if (chan_acts_any(&acts)) {

@@ -246,6 +246,7 @@
 #define VRDMA_QP_RQ_TAIL 192
 #define VRDMA_QP_RQ_HEAD 256
 #define VRDMA_QP_STATE 320
+#define VRDMA_QP_CHAN_OFFER 384
 #define VRDMA_CQ_TAIL 0
 #define VRDMA_CQ_HEAD 64
 #define VRDMA_CQ_ARMED 128
@@ -287,6 +288,8 @@ struct vrdma_qp_ring_state {
 	uint8_t reserved260[60];
 	uint32_t qp_state;
 	uint8_t reserved324[60];
+	uint32_t chan_offer;
+	uint8_t reserved388[60];
 };
 _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_tail) == 0, "vrdma_qp_ring_state.sq_tail");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, reserved4) == 4, "vrdma_qp_ring_state.reserved4");
@@ -300,7 +303,9 @@ _Static_assert(offsetof(struct vrdma_qp_ring_state, rq_head) == 256, "vrdma_qp_r
 _Static_assert(offsetof(struct vrdma_qp_ring_state, reserved260) == 260, "vrdma_qp_ring_state.reserved260");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, qp_state) == 320, "vrdma_qp_ring_state.qp_state");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, reserved324) == 324, "vrdma_qp_ring_state.reserved324");
-_Static_assert(sizeof(struct vrdma_qp_ring_state) == 384, "sizeof(struct vrdma_qp_ring_state)");
+_Static_assert(offsetof(struct vrdma_qp_ring_state, chan_offer) == 384, "vrdma_qp_ring_state.chan_offer");
+_Static_assert(offsetof(struct vrdma_qp_ring_state, reserved388) == 388, "vrdma_qp_ring_state.reserved388");
+_Static_assert(sizeof(struct vrdma_qp_ring_state) == 448, "sizeof(struct vrdma_qp_ring_state)");
 
 /* Page 0 of a CQ ring file (wire-local.md §5.3). */
 struct vrdma_cq_ring_state {
@@ -478,6 +483,7 @@ _Static_assert(offsetof(struct vrdma_qp_ring_state, sq_doorbell) == VRDMA_QP_SQ_
 _Static_assert(offsetof(struct vrdma_qp_ring_state, rq_tail) == VRDMA_QP_RQ_TAIL, "vrdma_qp_ring_state.rq_tail");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, rq_head) == VRDMA_QP_RQ_HEAD, "vrdma_qp_ring_state.rq_head");
 _Static_assert(offsetof(struct vrdma_qp_ring_state, qp_state) == VRDMA_QP_STATE, "vrdma_qp_ring_state.qp_state");
+_Static_assert(offsetof(struct vrdma_qp_ring_state, chan_offer) == VRDMA_QP_CHAN_OFFER, "vrdma_qp_ring_state.chan_offer");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_tail) == VRDMA_CQ_TAIL, "vrdma_cq_ring_state.cq_tail");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_head) == VRDMA_CQ_HEAD, "vrdma_cq_ring_state.cq_head");
 _Static_assert(offsetof(struct vrdma_cq_ring_state, cq_armed) == VRDMA_CQ_ARMED, "vrdma_cq_ring_state.cq_armed");

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 #include <infiniband/verbs.h>
 
 #define VRDMA_CLIENT "libibverbs-vrdma/0.1"
@@ -21,6 +22,14 @@
  * docs/wire-local.md, generated from internal/abi. */
 #include "vrdma-abi.h"
 
+/* vrdma_now_ns is the monotonic clock, in nanoseconds. */
+static inline uint64_t vrdma_now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 /* ---- json.c: a small JSON reader (jsmn style) and writer ---- */
 
@@ -327,8 +336,9 @@ void vrdma_forget_direct(void);
  * VRDMA_DIRECT_SEND=0/1); vrdma_chan_enabled whether the session has the
  * channel. vrdma_chan_attach asks the agent for the QP's channel when it
  * has none (sq_lock held; a command): 0 with qc->cur set, or an errno
- * (unavailable: asked again after a backoff; anything else: not until the
- * next RTS). vrdma_chan_off forgets the current one (the QP left RTS for
+ * (unavailable: asked again after a backoff, or at once when the QP
+ * ring's channel-offer word changed; anything else: not until the next
+ * RTS). vrdma_chan_off forgets the current one (the QP left RTS for
  * RESET, INIT or RTR, or moved to RTS again); vrdma_chan_free releases
  * them all (the QP's end). vrdma_chan_send puts a SEND into the channel
  * (sq_lock): 0, or -1 (relay it, after vrdma_chan_retract). vrdma_chan_reap
@@ -343,7 +353,8 @@ void vrdma_forget_direct(void);
  * (not done). vrdma_chan_take takes the peer's messages into the QP's
  * posted receives (the recv CQ's lock): *solicited when one was
  * SOLICITED, *notify 1 (or 2 for a refusal) when the peer's send CQ is to
- * be told (direct-notify). vrdma_chan_arm_rx / _tx store the armed words
+ * be told (direct-notify), *skipped the retracted messages it skipped
+ * (their sender relays them: the agent completes them in the CQ ring). vrdma_chan_arm_rx / _tx store the armed words
  * of an arming CQ and fence (they return 0); the caller then takes and
  * reaps what the channels hold, as completions that came before the
  * arming. vrdma_chan_notice is the revocation
@@ -355,6 +366,7 @@ struct vrdma_qpchan {
 	struct vrdma_chan *all; /* every grant this QP had; +guarded by sq_lock */
 	uint64_t next_try;	/* monotonic ns before which attach does not ask again; +guarded by sq_lock */
 	uint32_t backoff_ms;	/* +guarded by sq_lock */
+	uint32_t offer_seen;	/* the QP ring's channel-offer word at the last ask; +guarded by sq_lock */
 	int stopped;		/* not asked for again until the next RTS; +guarded by sq_lock */
 	uint32_t wqe_size;	/* the SQ's stride: a retracted send's WQE (set at create) */
 	void *owner;		/* the QP, for vrdma_chan_kick (set at create) */
@@ -393,7 +405,7 @@ int vrdma_chan_retract(struct vrdma_chan *ch, uint32_t *idx, uint32_t max);
 const void *vrdma_chan_wqe(const struct vrdma_chan *ch, uint32_t idx);
 int vrdma_chan_posted(struct vrdma_chan *ch);
 int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struct ibv_wc *wc, int max, int *solicited,
-		    int *notify);
+		    int *notify, uint32_t *skipped);
 int vrdma_chan_arm_rx(struct vrdma_chan *ch, uint32_t how);
 int vrdma_chan_arm_tx(struct vrdma_chan *ch);
 int vrdma_chan_notice(uint32_t slot, uint32_t state);

@@ -43,6 +43,8 @@ type QPRingState struct {
 	_          [60]byte
 	QPState    uint32 `c:"qp_state"` // agent: the QP's state, for the library's fast checks
 	_          [60]byte
+	ChanOffer  uint32 `c:"chan_offer"` // agent: bumped when the peer QP got the send channel (§4.22)
+	_          [60]byte
 }
 
 // CQRingState is page 0 of a CQ ring file (wire-local.md §5.3).

@@ -60,6 +60,7 @@ const (
 	OffRQTail     = int(unsafe.Offsetof(QPRingState{}.RQTail))     // u32, library
 	OffRQHead     = int(unsafe.Offsetof(QPRingState{}.RQHead))     // u32, agent
 	OffQPState    = int(unsafe.Offsetof(QPRingState{}.QPState))    // u32, agent: the QP's state, for the library's fast checks
+	OffChanOffer  = int(unsafe.Offsetof(QPRingState{}.ChanOffer))  // u32, agent: bumped when the peer QP got the send channel
 
 	// CQ ring file.
 	OffCQTail  = int(unsafe.Offsetof(CQRingState{}.CQTail))  // u32, agent: next CQE slot it will fill

@@ -131,24 +131,37 @@ func (v *Context) Channel(qh uint32) (abi.DirectChannel, []int, error) {
 	}
 
 	d.directMu.Lock()
-	defer d.directMu.Unlock()
+	r, fds, offer, err := d.grantChannelLocked(v, q, t, gi, gt)
+	d.directMu.Unlock()
+	if offer {
+		t.offerChannel()
+	}
+	return r, fds, err
+}
+
+// grantChannelLocked is Channel's part under directMu: the checks that
+// need it, the channel (made if new) and q's grant of it. offer reports
+// that t has no grant of it yet: its library may have asked too early.
+//
+// +checklocks:d.directMu
+func (d *Device) grantChannelLocked(v *Context, q, t *QP, gi, gt uint64) (_ abi.DirectChannel, _ []int, offer bool, err error) {
 	tab := v.direct
 	switch {
 	case tab == nil:
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeState, "", "direct-channel: open the session's grant table first (direct-open)")
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeState, "", "direct-channel: open the session's grant table first (direct-open)")
 	case q.directGen.Load() != gi || t.directGen.Load() != gt || q.State() != abi.QPSRTS:
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: QP 0x%x or its peer changed while asked: ask again", q.qpn)
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: QP 0x%x or its peer changed while asked: ask again", q.qpn)
 	case t.vm.dying.Load() || v.dying.Load():
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeState, "qp", "direct-channel: a VM of the pair is detaching")
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeState, "qp", "direct-channel: a VM of the pair is detaching")
 	case !q.ad.Connected() || !t.ad.Connected():
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: an adapter of the pair is disconnected (its port is down): ask again once it is up")
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: an adapter of the pair is disconnected (its port is down): ask again once it is up")
 	case q.ch != nil && (q.ch.revoking || q.ch.side(t) < 0), t.ch != nil && (t.ch.revoking || t.ch != q.ch):
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: the last channel of QP 0x%x or its peer is being revoked: ask again", q.qpn)
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: the last channel of QP 0x%x or its peer is being revoked: ask again", q.qpn)
 	}
 	ch := q.ch
 	if ch == nil {
 		if ch, err = d.newChannelLocked(v, q, t); err != nil {
-			return abi.DirectChannel{}, nil, err
+			return abi.DirectChannel{}, nil, false, err
 		}
 	}
 	side := ch.side(q)
@@ -159,7 +172,7 @@ func (v *Context) Channel(qh uint32) (abi.DirectChannel, []int, error) {
 			if ch.grants[1-side] == nil {
 				d.dropChannelLocked(ch)
 			}
-			return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeLimit, "", "direct-channel: the session holds %d grants, the most a grant table has", abi.GrantSlots)
+			return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeLimit, "", "direct-channel: the session holds %d grants, the most a grant table has", abi.GrantSlots)
 		}
 		g = d.grantLocked(tab, uint32(slot), q, t, t.vm)
 		g.ch = ch
@@ -167,10 +180,21 @@ func (v *Context) Channel(qh uint32) (abi.DirectChannel, []int, error) {
 	}
 	dup, err := unix.FcntlInt(uintptr(ch.fd.Int()), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeInternal, "", "direct-channel: dup the channel file: %v", err)
+		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeInternal, "", "direct-channel: dup the channel file: %v", err)
 	}
 	return abi.DirectChannel{Slot: g.slot, State: g.word, Size: ch.size, TxOffset: uint64(ch.ring[side]), RxOffset: uint64(ch.ring[1-side]),
-		Entries: ch.entries, Stride: abi.ChanStride, PeerQPN: t.qpn, RelayNS: abi.ChanRelayNS}, []int{dup}, nil
+		Entries: ch.entries, Stride: abi.ChanStride, PeerQPN: t.qpn, RelayNS: abi.ChanRelayNS}, []int{dup}, ch.grants[1-side] == nil, nil
+}
+
+// offerChannel bumps q's channel-offer word (§4.22 "When a library
+// asks"): its peer got the pair's channel, and q's library, which may have
+// asked before its peer could be granted, asks again at its next post.
+func (q *QP) offerChannel() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.destroyed.Load() { // destroyQP unmaps the rings under q.mu once destroyed is set
+		abi.Word(q.ring.Bytes(), abi.OffChanOffer).Add(1)
+	}
 }
 
 // newChannelLocked makes the channel file of v's QP q and its peer t,

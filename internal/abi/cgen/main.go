@@ -218,7 +218,7 @@ func generate() ([]byte, error) {
 		off  int
 	}{
 		{"QP_SQ_TAIL", abi.OffSQTail}, {"QP_SQ_HEAD", abi.OffSQHead}, {"QP_SQ_DOORBELL", abi.OffSQDoorbell},
-		{"QP_RQ_TAIL", abi.OffRQTail}, {"QP_RQ_HEAD", abi.OffRQHead}, {"QP_STATE", abi.OffQPState},
+		{"QP_RQ_TAIL", abi.OffRQTail}, {"QP_RQ_HEAD", abi.OffRQHead}, {"QP_STATE", abi.OffQPState}, {"QP_CHAN_OFFER", abi.OffChanOffer},
 		{"CQ_TAIL", abi.OffCQTail}, {"CQ_HEAD", abi.OffCQHead}, {"CQ_ARMED", abi.OffCQArmed},
 		{"SRQ_TAIL", abi.OffSRQTail}, {"SRQ_HEAD", abi.OffSRQHead},
 	} {
@@ -237,7 +237,7 @@ func generate() ([]byte, error) {
 	for _, a := range [][3]string{
 		{"qp_ring_state", "sq_tail", "QP_SQ_TAIL"}, {"qp_ring_state", "sq_head", "QP_SQ_HEAD"},
 		{"qp_ring_state", "sq_doorbell", "QP_SQ_DOORBELL"}, {"qp_ring_state", "rq_tail", "QP_RQ_TAIL"},
-		{"qp_ring_state", "rq_head", "QP_RQ_HEAD"}, {"qp_ring_state", "qp_state", "QP_STATE"},
+		{"qp_ring_state", "rq_head", "QP_RQ_HEAD"}, {"qp_ring_state", "qp_state", "QP_STATE"}, {"qp_ring_state", "chan_offer", "QP_CHAN_OFFER"},
 		{"cq_ring_state", "cq_tail", "CQ_TAIL"}, {"cq_ring_state", "cq_head", "CQ_HEAD"},
 		{"cq_ring_state", "cq_armed", "CQ_ARMED"},
 		{"chan_ring_header", "tail", "CHAN_TAIL"}, {"chan_ring_header", "head", "CHAN_HEAD"},
