@@ -292,9 +292,13 @@ type ProcessOptions struct {
 	Wrap []string
 }
 
+// logTail is how much of an agent process's log a failed test prints.
+const logTail = 32 << 10
+
 // StartProcess runs a real vrdmad process, built from this module (once
 // per test binary), with fresh state. It is killed at the end of the test
-// if it still runs; Kill kills it before.
+// if it still runs; Kill kills it before. A test that failed logs the end
+// of the agent's log (logTail bytes).
 func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 	tb.Helper()
 	bin := AgentBinary(tb)
@@ -315,7 +319,16 @@ func StartProcess(tb testing.TB, o ProcessOptions) *Env {
 		bin = o.Wrap[0]
 	}
 	e.bin, e.args = bin, args
-	tb.Cleanup(func() { e.Kill() })
+	tb.Cleanup(func() {
+		e.Kill()
+		if tb.Failed() { // what the agent said helps explain a failure that does not recur
+			log := e.stderr.String()
+			if n := len(log); n > logTail {
+				log = "…" + log[n-logTail:]
+			}
+			tb.Logf("vrdmad's log (%s):\n%s", e.Socket, log)
+		}
+	})
 	if err := e.startProcess(); err != nil {
 		tb.Fatal(err)
 	}
