@@ -651,6 +651,7 @@ func (q *QP) setStateLocked(s abi.QPState) {
 // an error the agent detected, which the QP's onFatal hears of.
 func (q *QP) MoveToErr(why string) {
 	if q.toErr(why) {
+		q.vm.d.log.Info("QP moved to ERR", "vm", q.vm.name, "qpn", q.qpn, "why", why)
 		if f := q.onFatal.Load(); f != nil {
 			(*f)(why)
 		}

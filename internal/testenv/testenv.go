@@ -293,7 +293,7 @@ type ProcessOptions struct {
 }
 
 // logTail is how much of an agent process's log a failed test prints.
-const logTail = 32 << 10
+const logTail = 256 << 10
 
 // StartProcess runs a real vrdmad process, built from this module (once
 // per test binary), with fresh state. It is killed at the end of the test

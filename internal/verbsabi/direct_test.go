@@ -54,7 +54,7 @@ func directVMX(peers, ipv4 string) string {
 func TestDropinDirect(t *testing.T) {
 	lib := Build(t)
 	NeedProgram(t, "/usr/bin/ib_write_lat", "perftest")
-	env := testenv.StartProcess(t, testenv.ProcessOptions{})
+	env := testenv.StartProcess(t, testenv.ProcessOptions{Args: []string{"--log-level", "info"}}) // why a QP went to ERR, if one fails
 	addr := map[string]string{"vmA": "10.77.0.1", "vmB": "10.77.0.2", "vmC": "10.77.0.3", "vmD": "10.77.0.4"}
 	env.DefineVMX(t, "vmA", directVMX("vmB", addr["vmA"]))
 	env.DefineVMX(t, "vmB", directVMX("vmA", addr["vmB"]))
