@@ -1126,6 +1126,11 @@ static void chan_note(struct vrdma_qp **v, int *n, struct vrdma_qp *qp)
 		v[(*n)++] = qp;
 }
 
+static void chan_acts_init(struct chan_acts *a)
+{
+	a->nerr = a->nretract = a->nnotify = a->notify_own = a->nskip = 0;
+}
+
 static int chan_acts_any(const struct chan_acts *a)
 {
 	return a->nerr || a->nretract || a->nnotify || a->notify_own;
@@ -1374,7 +1379,7 @@ static int poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (!ibcq || cq->magic != MAGIC_CQ || num_entries < 0 || (num_entries > 0 && !wc))
 		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
+	chan_acts_init(&acts);
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
 	while (n < num_entries && cq->lcount)
@@ -1491,15 +1496,12 @@ static void relay_wait(struct vrdma_cq *cq)
 {
 	struct chan_acts acts;
 	struct timespec pause = { 0, 20000 };
-	uint32_t want[CHAN_ACTS];
 	uint64_t deadline;
 	int waiting;
 
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
+	chan_acts_init(&acts);
 	pthread_mutex_lock(&cq->lock);
 	chan_work(cq, &acts);
-	for (int i = 0; i < acts.nskip; i++)
-		want[i] = acts.skip_n[i];
 	pthread_mutex_unlock(&cq->lock);
 	chan_after(cq, &acts);
 	if (!acts.nskip)
@@ -1509,7 +1511,7 @@ static void relay_wait(struct vrdma_cq *cq)
 		waiting = 0;
 		pthread_mutex_lock(&cq->lock);
 		for (int i = 0; i < acts.nskip; i++)
-			waiting += recv_pending(cq, acts.skip_qp[i]->qpx.qp_base.qp_num) < want[i];
+			waiting += recv_pending(cq, acts.skip_qp[i]->qpx.qp_base.qp_num) < acts.skip_n[i];
 		pthread_mutex_unlock(&cq->lock);
 	} while (waiting && vrdma_now_ns() < deadline && !nanosleep(&pause, NULL));
 }
@@ -1542,7 +1544,7 @@ static int req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	int nretract = 0;
 	struct chan_acts acts;
 
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
+	chan_acts_init(&acts);
 	pthread_mutex_lock(&cq->lock);
 	for (int i = 0; i < cq->nrxq; i++) {
 		struct vrdma_chan *ch = __atomic_load_n(&cq->rxq[i]->qc.cur, __ATOMIC_ACQUIRE);
@@ -1759,7 +1761,7 @@ static int cq_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 	if (!attr || attr->comp_mask)
 		return EINVAL;
 	pthread_mutex_lock(&cq->lock);
-	acts.nerr = acts.nretract = acts.nnotify = acts.notify_own = acts.nskip = 0;
+	chan_acts_init(&acts);
 	if (cq->ntrack || cq->nrxq)
 		chan_work(cq, &acts);
 	if (chan_acts_any(&acts)) {
