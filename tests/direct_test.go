@@ -397,15 +397,20 @@ func TestDirectCachesFollowChanges(t *testing.T) {
 	env := testenv.Start(t)
 	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dcc"}}, how: connOOB}
 	ctx := opCtx(t)
+	// run posts wr on a's QP and checks its completion's status.
+	run := func(a *end, wr vrdma.SendWR, want vrdma.WCStatus, what string) {
+		t.Helper()
+		postSend(t, a.qp, wr)
+		if w := waitWC(t, a.scq, 1)[0]; w.WRID != wr.ID || w.Status != want {
+			t.Fatalf("%s: %+v, want %v", what, w, want)
+		}
+	}
 
 	a, b := s.pair(t, pairConfig{})
 	local, remote := a.mr(t, 4096, vrdma.AccessAll), b.mr(t, 4096, vrdma.AccessAll)
 	fill(remote.Bytes(), 1)
 	read := vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMARead, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 64)), RemoteAddr: remote.Addr(), RKey: remote.RKey()}
-	postSend(t, a.qp, read)
-	if w := waitWC(t, a.scq, 1)[0]; w.Status != vrdma.WCSuccess {
-		t.Fatalf("READ before the rereg: %+v", w)
-	}
+	run(a, read, vrdma.WCSuccess, "READ before the rereg")
 	expectBytes(t, "read before the rereg", local.Bytes()[:64], remote.Bytes()[:64])
 	if err := local.Rereg(ctx, vrdma.ReregAccess, nil, nil, vrdma.AccessRemoteRead); err != nil {
 		t.Fatal(err)
@@ -413,20 +418,14 @@ func TestDirectCachesFollowChanges(t *testing.T) {
 	kept := append([]byte(nil), local.Bytes()[:64]...)
 	fill(remote.Bytes(), 2)
 	read.ID = 2
-	postSend(t, a.qp, read)
-	if w := waitWC(t, a.scq, 1)[0]; w.WRID != 2 || w.Status != vrdma.WCLocProtErr {
-		t.Fatalf("READ into the region without LOCAL_WRITE: %+v, want LOC_PROT_ERR", w)
-	}
+	run(a, read, vrdma.WCLocProtErr, "READ into the region without LOCAL_WRITE")
 	expectBytes(t, "the region without LOCAL_WRITE", local.Bytes()[:64], kept)
 
 	a, b = s.pair(t, pairConfig{})
 	local, remote = a.mr(t, 4096, vrdma.AccessAll), b.mr(t, 4096, vrdma.AccessAll)
 	fill(local.Bytes(), 3)
 	write := vrdma.SendWR{ID: 1, Opcode: vrdma.OpRDMAWrite, Flags: vrdma.SendSignaled, SGL: sgl(local.SGE(0, 64)), RemoteAddr: remote.Addr(), RKey: remote.RKey()}
-	postSend(t, a.qp, write)
-	if w := waitWC(t, a.scq, 1)[0]; w.Status != vrdma.WCSuccess {
-		t.Fatalf("WRITE before the dereg: %+v", w)
-	}
+	run(a, write, vrdma.WCSuccess, "WRITE before the dereg")
 	expectBytes(t, "written before the dereg", remote.Bytes()[:64], local.Bytes()[:64])
 	if err := remote.Dereg(ctx); err != nil {
 		t.Fatal(err)
@@ -434,9 +433,6 @@ func TestDirectCachesFollowChanges(t *testing.T) {
 	kept = append(kept[:0], remote.Bytes()[:64]...)
 	fill(local.Bytes(), 4)
 	write.ID = 2
-	postSend(t, a.qp, write)
-	if w := waitWC(t, a.scq, 1)[0]; w.WRID != 2 || w.Status != vrdma.WCRemAccessErr {
-		t.Fatalf("WRITE to the deregistered region: %+v, want REM_ACCESS_ERR", w)
-	}
+	run(a, write, vrdma.WCRemAccessErr, "WRITE to the deregistered region")
 	expectBytes(t, "the deregistered region", remote.Bytes()[:64], kept)
 }

@@ -10,6 +10,16 @@ import (
 // runEpochs drives g through n epochs from epoch first, each with waits
 // waits, each closing a cycle whose length wait gives for the epoch's
 // mode, and returns how many of them polled.
+// byMode is a duration per mode: p when polling, d in doorbell mode.
+func byMode(p, d time.Duration) func(polling bool) time.Duration {
+	return func(polling bool) time.Duration {
+		if polling {
+			return p
+		}
+		return d
+	}
+}
+
 func runEpochs(g *asyncGovernor, first int64, n, waits int, wait func(polling bool) time.Duration) (polled int) {
 	return runEpochsSleeping(g, first, n, waits, true, wait)
 }
@@ -43,12 +53,7 @@ func TestAsyncGovernorFollowsTheWinner(t *testing.T) {
 		t.Fatal("the first epoch, not a try, polls; want doorbell mode first")
 	}
 	// Polling wins: 5 µs waits against 20.
-	wins := func(polling bool) time.Duration {
-		if polling {
-			return 5 * time.Microsecond
-		}
-		return 20 * time.Microsecond
-	}
+	wins := byMode(5*time.Microsecond, 20*time.Microsecond)
 	n := 4 * asyncProbeMax
 	polled := runEpochs(&g, first+1, n, 32, wins)
 	if !g.incumbent {
@@ -58,12 +63,7 @@ func TestAsyncGovernorFollowsTheWinner(t *testing.T) {
 		t.Errorf("polling 4× faster: %d of %d epochs polled, want most", polled, n)
 	}
 	// Polling now loses: 40 µs against 20.
-	loses := func(polling bool) time.Duration {
-		if polling {
-			return 40 * time.Microsecond
-		}
-		return 20 * time.Microsecond
-	}
+	loses := byMode(40*time.Microsecond, 20*time.Microsecond)
 	runEpochs(&g, first+1+int64(n), asyncProbeMax, 32, loses)
 	if g.incumbent {
 		t.Fatal("polling 2× slower is still the incumbent")
@@ -89,7 +89,7 @@ func TestAsyncGovernorTiesSleep(t *testing.T) {
 		waits int
 		wait  func(bool) time.Duration
 	}{
-		"tie": {32, func(bool) time.Duration { return 30 * time.Microsecond }},
+		"tie": {32, byMode(30*time.Microsecond, 30*time.Microsecond)},
 		"within 10%": {32, func(p bool) time.Duration {
 			if p {
 				return 28 * time.Microsecond
@@ -139,12 +139,7 @@ func TestAsyncGovernorTiesSleep(t *testing.T) {
 func TestAsyncGovernorEpochs(t *testing.T) {
 	var a, b asyncGovernor
 	const first = 7_000_000
-	wait := func(polling bool) time.Duration {
-		if polling {
-			return 5 * time.Microsecond
-		}
-		return 20 * time.Microsecond
-	}
+	wait := byMode(5*time.Microsecond, 20*time.Microsecond)
 	for e := int64(first); e < first+2*asyncProbeMax; e++ {
 		at := time.Unix(0, e*int64(asyncEpoch))
 		_, pa := a.begin(at)
@@ -197,22 +192,12 @@ func TestWaitBuckets(t *testing.T) {
 func TestAsyncGovernorNoTryWithoutSleeps(t *testing.T) {
 	var g asyncGovernor
 	n := 4 * asyncProbeMax
-	p := runEpochsSleeping(&g, 9_000_001, n, 32, false, func(polling bool) time.Duration {
-		if polling {
-			return time.Microsecond // would win, were it tried
-		}
-		return 5 * time.Microsecond
-	})
+	p := runEpochsSleeping(&g, 9_000_001, n, 32, false, byMode(time.Microsecond, 5*time.Microsecond)) // polling would win, were it tried
 	if p != 0 || g.incumbent {
 		t.Errorf("%d of %d epochs polled, incumbent polling %v; want none", p, n, g.incumbent)
 	}
 	// Once the doorbell's waits sleep, polling is tried, and wins.
-	p = runEpochs(&g, 9_000_001+int64(n), n, 32, func(polling bool) time.Duration {
-		if polling {
-			return time.Microsecond
-		}
-		return 50 * time.Microsecond
-	})
+	p = runEpochs(&g, 9_000_001+int64(n), n, 32, byMode(time.Microsecond, 50*time.Microsecond))
 	if p == 0 || !g.incumbent {
 		t.Errorf("doorbell waits that sleep: %d of %d epochs polled, incumbent polling %v; want polling", p, n, g.incumbent)
 	}
@@ -261,17 +246,7 @@ func TestAsyncGovernorJudgesTheRoundTrip(t *testing.T) {
 		var g asyncGovernor
 		// Polling: 1 µs waits, 15 µs of handling (16 a cycle);
 		// doorbell: 8 µs waits, 3 µs of handling (11).
-		p := pingPong(&g, 11_000_001, n, 2, func(polling bool) time.Duration {
-			if polling {
-				return time.Microsecond
-			}
-			return 8 * time.Microsecond
-		}, func(polling bool) time.Duration {
-			if polling {
-				return 15 * time.Microsecond
-			}
-			return 3 * time.Microsecond
-		})
+		p := pingPong(&g, 11_000_001, n, 2, byMode(time.Microsecond, 8*time.Microsecond), byMode(15*time.Microsecond, 3*time.Microsecond))
 		if g.incumbent || g.switches != 0 {
 			t.Errorf("polling became the incumbent (%d switches) though its round trips are 16 µs against 11", g.switches)
 		}
@@ -286,12 +261,7 @@ func TestAsyncGovernorJudgesTheRoundTrip(t *testing.T) {
 		var g asyncGovernor
 		// Polling: 1 µs waits, 3 µs of handling (4);
 		// doorbell: 20 µs waits, 3 µs of handling (23).
-		p := pingPong(&g, 12_000_001, n, 2, func(polling bool) time.Duration {
-			if polling {
-				return time.Microsecond
-			}
-			return 20 * time.Microsecond
-		}, func(bool) time.Duration { return 3 * time.Microsecond })
+		p := pingPong(&g, 12_000_001, n, 2, byMode(time.Microsecond, 20*time.Microsecond), byMode(3*time.Microsecond, 3*time.Microsecond))
 		if !g.incumbent {
 			t.Errorf("polling is not the incumbent though its round trips are 4 µs against 23 (%d switches)", g.switches)
 		}
