@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/bulkcopy"
 	"github.com/vrdma/vrdma/internal/libdiag"
 	"github.com/vrdma/vrdma/internal/sys"
 )
@@ -436,7 +437,7 @@ func (q *QP) directPost(wr *SendWR) bool {
 		}
 		return ok
 	}
-	if signaled || q.sendDone.Load() < q.relayedSignaled || q.sch.Load() != nil {
+	if signaled || q.sendDone.Load() < q.relayedSignaled || !q.chanIdle() {
 		cq.mu.Lock()
 		ok := q.directRoomLocked(signaled)
 		cq.mu.Unlock()
@@ -529,14 +530,9 @@ func (q *QP) directExec(wr *SendWR, g *grant, n, off uint64) bool {
 		// In chunks of directChunk, each inside an in-use hold of its own,
 		// so that no hold outlasts the agent's fence deadline; a grant
 		// revoked between two chunks sends the WR to the relay, which
-		// completes it with the status a revoked region gets. A message
-		// of at most directTemporalMax bytes is copied in pieces of
-		// directPiece, below the size from which Go's copy() bypasses
-		// the cache.
-		piece := uint64(directChunk)
-		if n <= directTemporalMax {
-			piece = directPiece
-		}
+		// completes it with the status a revoked region gets. Each
+		// piece is one bulkcopy.Copy: a string move from 64 KiB, which
+		// stays in the cache as glibc's memcpy does.
 		var done, so uint64 // bytes of the message moved; offset in SGE si
 		si := 0
 		for done < n {
@@ -551,12 +547,12 @@ func (q *QP) directExec(wr *SendWR, g *grant, n, off uint64) bool {
 			end := min(done+directChunk, n)
 			for done < end {
 				s := wr.SGL[si]
-				k := min(uint64(s.Length)-so, end-done, piece)
+				k := min(uint64(s.Length)-so, end-done)
 				local, remote := gm[s.Addr+so:s.Addr+so+k], g.mr[off+done:off+done+k]
 				if wr.Opcode == OpRDMAWrite {
-					copy(remote, local)
+					bulkcopy.Copy(remote, local)
 				} else {
-					copy(local, remote)
+					bulkcopy.Copy(local, remote)
 				}
 				done, so = done+k, so+k
 				if so == uint64(s.Length) {
@@ -602,19 +598,6 @@ const directChunk = 4 << 20
 // hold instead of two): 64 KiB copies in a few microseconds, the longest a
 // Poll of the CQ on another thread may wait for it.
 const directHoldMax = 64 << 10
-
-// directPiece and directTemporalMax: Go's copy() stores around the cache
-// from 1 MiB up (non-temporal stores, amd64), which costs a third of the
-// bandwidth of a 1 MiB message that is written again and again (and
-// leaves none of it in the cache for the peer that reads it); glibc's
-// memcpy, the C drop-in's and UCX's, stays in the cache up to its
-// non-temporal threshold (127 MiB on this machine). A message of at most
-// directTemporalMax bytes is copied in pieces of directPiece; a larger one
-// cannot stay in the cache and is copied a chunk at a time.
-const (
-	directPiece       = 512 << 10
-	directTemporalMax = 8 << 20
-)
 
 // localLen is how many completions the CQ's local queue holds.
 //

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vrdma/vrdma/internal/abi"
@@ -59,6 +60,11 @@ type sendChan struct {
 	reap   uint32  // +checklocks:mu
 	recs   []txRec // +checklocks:mu
 	sigOut int     // +checklocks:mu
+	// unreapedN mirrors unreaped() for the direct path's check without
+	// the locks (chanIdle): only the poster, under q.sqMu, adds to it,
+	// so a poster that reads 0 has nothing in the channel until it
+	// posts again.
+	unreapedN atomic.Uint32
 	// broken: an error verdict or a bad index: nothing more is posted.
 	broken bool // +checklocks:mu
 	// waits counts the reaps that found the oldest message still posted;
@@ -375,6 +381,7 @@ func (q *QP) chanPost(ch *sendChan, wr *SendWR) bool {
 	}
 	state.Store(abi.SlotPosted)
 	ch.tail = abi.Next(ch.tail, ch.entries)
+	ch.unreapedN.Add(1)
 	abi.StoreFenced(abi.Word(tx, abi.OffChanTail), ch.tail) // seq_cst: before rx_armed's load
 	if signaled {
 		ch.sigOut++
@@ -394,16 +401,28 @@ func (q *QP) chanPost(ch *sendChan, wr *SendWR) bool {
 	return true
 }
 
+// chanIdle reports, without a lock, whether q's channel holds no message
+// its library has not reaped: then chanQuiet holds too, and a direct WR
+// that adds no completion needs neither the send CQ's lock nor the
+// channel's. The caller holds q.sqMu, so no message is added meanwhile.
+//
+// +checklocks:q.sqMu
+func (q *QP) chanIdle() bool {
+	ch := q.sch.Load()
+	return ch == nil || ch.unreapedN.Load() == 0
+}
+
 // chanQuiet reports whether q has nothing in its channel that a direct
 // WRITE, READ or atomic must not overtake: every message reaped (rule 2
-// extended, §4.22). The caller holds the send CQ's lock.
+// extended, §4.22). The caller holds q's SQ lock and the send CQ's.
 //
+// +checklocks:q.sqMu
 // +checklocks:cq.mu
 func (q *QP) chanQuiet(cq *CQ) bool {
-	ch := q.sch.Load()
-	if ch == nil {
+	if q.chanIdle() {
 		return true
 	}
+	ch := q.sch.Load()
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.reapLocked(cq)
@@ -471,6 +490,7 @@ func (ch *sendChan) reapLocked(cq *CQ) {
 			abi.Word(slot, abi.OffSlotState).Store(abi.SlotFree)
 		}
 		ch.reap = abi.Next(ch.reap, ch.entries)
+		ch.unreapedN.Add(^uint32(0))
 	}
 	if in {
 		ch.leave()
@@ -998,6 +1018,7 @@ func (q *QP) dropChanAtReset() {
 		for ch.reap != ch.tail {
 			ch.rec(ch.reap).data = nil
 			ch.reap = abi.Next(ch.reap, ch.entries)
+			ch.unreapedN.Add(^uint32(0))
 		}
 		ch.sigOut, ch.needRelay = 0, false
 	}

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vrdma/vrdma/internal/abi"
+	"github.com/vrdma/vrdma/internal/bulkcopy"
 )
 
 // In doorbell mode the goroutine polls for its path's pollBudget after its
@@ -383,7 +384,7 @@ func ScatterBytes(dst [][]byte, src []byte) [][]byte {
 		for len(dst[0]) == 0 {
 			dst = dst[1:]
 		}
-		n := copy(dst[0], src)
+		n := bulkcopy.Copy(dst[0], src)
 		src = src[n:]
 		dst[0] = dst[0][n:]
 	}

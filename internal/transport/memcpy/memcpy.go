@@ -15,6 +15,7 @@ import (
 
 	"github.com/vrdma/vrdma/internal/abi"
 	"github.com/vrdma/vrdma/internal/abi/mgmt"
+	"github.com/vrdma/vrdma/internal/bulkcopy"
 	"github.com/vrdma/vrdma/internal/device"
 	"github.com/vrdma/vrdma/internal/rc"
 )
@@ -189,7 +190,7 @@ func (m *memPayload) In(dst []byte) error {
 		for len(m.segs[0]) == 0 {
 			m.segs = m.segs[1:]
 		}
-		n := copy(dst, m.segs[0])
+		n := bulkcopy.Copy(dst, m.segs[0])
 		m.segs[0] = m.segs[0][n:]
 		dst = dst[n:]
 	}
