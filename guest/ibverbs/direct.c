@@ -61,6 +61,12 @@
  * flight while the agent revoked its grant). */
 #define EARLY_MAX 64
 
+/* POPULATE_MAX: a grant of at most this many bytes is mapped with its page
+ * tables filled at once (MAP_POPULATE; the owner's pages are locked), so
+ * that the copies do not fault a 4 KiB page at a time; larger ones fault
+ * in as they are touched. The Go library's directPopulateMax. */
+#define POPULATE_MAX (256ull << 20)
+
 /* A grant the session holds, in the slot the agent gave it. */
 struct dgrant {
 	uint32_t state; /* the slot's state word while valid; 0: no grant here */
@@ -489,7 +495,8 @@ static int direct_map(struct vrdma_vm *vm, uint32_t qp, uint32_t rkey, struct vr
 	     !fstat(r.fds[0], &st) && (uint64_t)st.st_size >= map_offset + map_length;
 	pthread_mutex_lock(&dmu); /* no fork between the mapping and its advice */
 	if (ok) {
-		map = mmap(NULL, (size_t)map_length, PROT_READ | PROT_WRITE, MAP_SHARED, r.fds[0], (off_t)map_offset);
+		map = mmap(NULL, (size_t)map_length, PROT_READ | PROT_WRITE,
+			   MAP_SHARED | (map_length <= POPULATE_MAX ? MAP_POPULATE : 0), r.fds[0], (off_t)map_offset);
 		if (map != MAP_FAILED)
 			(void)madvise(map, (size_t)map_length, MADV_DONTFORK);
 	}

@@ -445,12 +445,17 @@ func CloseFD(fd int) {
 func SetNonblock(fd int) error { return unix.SetNonblock(fd, true) }
 
 // MapAt maps size bytes of fd from offset off (a multiple of the page
-// size), shared and read-write.
-func MapAt(fd int, off int64, size int) (*Mapping, error) {
+// size), shared and read-write; with populate the pages are faulted in at
+// once, as Map's.
+func MapAt(fd int, off int64, size int, populate bool) (*Mapping, error) {
 	if size <= 0 || off < 0 || off%int64(PageSize) != 0 {
 		return nil, fmt.Errorf("map fd %d: offset %d and size %d must be page-aligned and positive", fd, off, size)
 	}
-	b, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	flags := unix.MAP_SHARED
+	if populate {
+		flags |= unix.MAP_POPULATE
+	}
+	b, err := unix.Mmap(fd, off, size, unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		return nil, fmt.Errorf("mmap %d bytes of fd %d at %d: %w", size, fd, off, err)
 	}
