@@ -745,3 +745,35 @@ func mapsChannel(t *testing.T, pid int, qpn uint32) bool {
 	}
 	return false
 }
+
+// TestDirectSendFlushAfterPeerGone is rping's end on memcpy-direct: the
+// receiver, with rping's one-receive queue (a ring of 2 slots, indices
+// modulo 4), takes channel messages and reposts a receive after each;
+// the sender's VM goes (its process exits), then the receiver's QP moves
+// to ERR: its posted receive completes with WR_FLUSH_ERR. With 4 taken
+// by its library, the agent's own head (0) equals the RQ tail (4 ≡ 0)
+// while one receive is posted: the agent must judge the queue by the
+// RQ-head word its library stores, or it never flushes (rping's server
+// then waits forever for its CQ's event).
+func TestDirectSendFlushAfterPeerGone(t *testing.T) {
+	small := qpConfig{caps: defaultCaps}
+	small.caps.MaxRecvWR = 1
+	_, a, b := directPairWith(t, "dpg", pairConfig{a: qpConfig{caps: defaultCaps}, b: small}, defaultRC, defaultRC)
+	src, dst := a.mr(t, 64, vrdma.AccessAll), b.mr(t, 64*10, vrdma.AccessAll)
+	for i := range 3 {
+		postRecv(t, b.qp, vrdma.RecvWR{ID: uint64(100 + i), SGL: sgl(dst.SGE(64*i, 64))})
+		postSend(t, a.qp, vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(src.SGE(0, 8))})
+		expectRecv(t, waitWC(t, b.rcq, 1)[0], b.qp, uint64(100+i), vrdma.WCRecv, 8, 0, false)
+		waitWC(t, a.scq, 1)
+	}
+	postRecv(t, b.qp, vrdma.RecvWR{ID: 103, SGL: sgl(dst.SGE(64*3, 64))})
+	a.vm.Close()
+	if err := b.qp.Modify(opCtx(t), &vrdma.QPAttr{State: vrdma.QPSErr}, vrdma.MaskState); err != nil {
+		t.Fatal(err)
+	}
+	w := waitWC(t, b.rcq, 1)[0]
+	if w.WRID != 103 || w.Status != vrdma.WCWRFlushErr {
+		t.Fatalf("flushed receive: %s, want wr_id 103 WR_FLUSH_ERR", fmtWC(w))
+	}
+	expectNoWC(t, b.rcq, quiet, "after the flush")
+}

@@ -88,9 +88,19 @@ func (q *QP) hasWork(tail uint32) bool {
 		return true // drain raises SQ_DRAINED once nothing is in flight
 	}
 	if s == abi.QPSErr || s == abi.QPSReset {
-		rt := abi.Word(q.ring.Bytes(), abi.OffRQTail).Load()
+		mem := q.ring.Bytes()
+		rt := abi.Word(mem, abi.OffRQTail).Load()
 		q.rqMu.Lock()
-		idle := rt == q.rqHead || q.rqBad && rt == q.rqBadTail
+		head := q.rqHead
+		if q.chanRQ.Load() && !q.rqBroken {
+			// Its library consumes receives too (§4.22): the head is
+			// the RQ-head word it stores. The agent's own lags by what
+			// the library took, and may equal the tail modulo the
+			// ring's indices with a receive still posted (rping's
+			// one-receive queue after four SENDs).
+			head = abi.Word(mem, abi.OffRQHead).Load()
+		}
+		idle := rt == head || q.rqBad && rt == q.rqBadTail
 		if q.sharedRQ() {
 			// Its own RQ is never read; what it holds of the SRQ is.
 			idle = !q.srqHeld && (s != abi.QPSErr || q.lastWQESent)

@@ -103,6 +103,18 @@ func TestDropinDirect(t *testing.T) {
 					checkPerftest(t, c, srv.String(), cli.String())
 				})
 			}
+			// rping: rdma_cm, SENDs through the channel, RDMA READ and
+			// WRITE, and at the end the client's disconnect, which must
+			// flush the server's posted receive and wake its CQ thread.
+			t.Run("rping", func(t *testing.T) {
+				NeedProgram(t, "/usr/bin/rping", "rdmacm-utils")
+				port := fmt.Sprint(cmPort())
+				srv, cli := runCMPair(t, lib, cmSide{env.Socket, pair[0], "/usr/bin/rping", []string{"-s", "-a", addr[pair[0]], "-p", port, "-C", "10", "-v"}},
+					cmSide{env.Socket, pair[1], "/usr/bin/rping", []string{"-c", "-a", addr[pair[0]], "-p", port, "-C", "10", "-v"}})
+				if n := strings.Count(cli.String(), "ping data: rdma-ping-"); n != 10 {
+					t.Errorf("the client saw %d pings, want 10\nserver:\n%s\nclient:\n%s", n, srv, cli)
+				}
+			})
 			// SEND and RECV: through the send channel on the direct
 			// pair (sizes up to its payload), relayed above it and on
 			// the other pair; -e waits for completion events.
