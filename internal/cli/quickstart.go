@@ -29,17 +29,19 @@ type pairSpec struct {
 }
 
 var quickstartPairs = []pairSpec{
-	{A: "vm1/vrdma0", B: "vm2/vrdma0", Path: vrdma.PathMemcpy}, // both on host1
-	{A: "vm1/vrdma0", B: "vm3/vrdma0", Path: vrdma.PathTCP},    // host1 → host2
-	{A: "vm4/vrdma0", B: "vm5/vrdma0", Path: vrdma.PathRDMA},   // host3 → host4, both with an RDMA uplink
+	{A: "vm1/vrdma0", B: "vm2/vrdma0", Path: vrdma.PathMemcpy},       // both on host1
+	{A: "vm1/vrdma0", B: "vm3/vrdma0", Path: vrdma.PathTCP},          // host1 → host2
+	{A: "vm4/vrdma0", B: "vm5/vrdma0", Path: vrdma.PathRDMA},         // host3 → host4, both with an RDMA uplink
+	{A: "vm6/vrdma0", B: "vm7/vrdma0", Path: vrdma.PathMemcpyDirect}, // both on host1, listing each other in vrdma.directPeers
 }
 
-// quickstartVMs are the VMs quickstart defines, and the index in
-// quickstartHosts of the host of each.
+// quickstartVMs are the VMs quickstart defines, the index in
+// quickstartHosts of the host of each, and its vrdma.directPeers.
 var quickstartVMs = []struct {
-	Name string
-	Host int
-}{{"vm1", 0}, {"vm2", 0}, {"vm3", 1}, {"vm4", 2}, {"vm5", 3}}
+	Name        string
+	Host        int
+	DirectPeers []string
+}{{"vm1", 0, nil}, {"vm2", 0, nil}, {"vm3", 1, nil}, {"vm4", 2, nil}, {"vm5", 3, nil}, {"vm6", 0, []string{"vm7"}}, {"vm7", 0, []string{"vm6"}}}
 
 // quickstartVMMB is each quickstart VM's guest memory by default
 // (--memory): enough for perftest's -a (ib_write_bw registers two 8 MiB
@@ -49,7 +51,7 @@ var quickstartVMs = []struct {
 // the VMs run unlocked (a note says so).
 const quickstartVMMB = 256
 
-// quickstartMaxMB bounds --memory: five VMs of it are mapped at once.
+// quickstartMaxMB bounds --memory: seven VMs of it are mapped at once.
 const quickstartMaxMB = 4096
 
 // Samples quickstart measures on each pair.
@@ -109,7 +111,7 @@ func (a *app) quickstartCommand() *cobra.Command {
 	memMB := quickstartVMMB
 	cmd := &cobra.Command{
 		Use:   "quickstart",
-		Short: "Start four throw-away host agents with five VMs and show RDMA between them",
+		Short: "Start four throw-away host agents with seven VMs and show RDMA between them",
 		Long: `quickstart shows vrdma working on this machine, with no root, no installed
 agent and nothing left behind. It starts four host agent processes with
 temporary state (vrdmad next to vrdmactl or on PATH, else vrdmactl itself),
@@ -118,14 +120,17 @@ control plane (etcd), and host2, host3 and host4 on 127.0.0.3, .4 and .5
 joined to it; host3 and host4 have a software RoCEv2 uplink on their address
 (UDP 4791), declared lossless, the others none. It creates a distributed
 switch and a port group (quickstart-dvs, dvportgroup-quickstart, VLAN 100),
-defines VMs on them, vm1 and vm2 on host1, vm3 on host2, vm4 on host3 and vm5
-on host4, with 256 MiB of guest memory each (--memory; reserved and locked
-when the memlock limit allows), each adapter with an address of the port
-group's subnet (10.77.0.0/24, only inside vrdma), attaches a workload to each, and connects three pairs
-through the connection manager: vm1/vrdma0 to vm2/vrdma0 (same host: the
-memcpy path), vm1/vrdma0 to vm3/vrdma0 (different hosts: the tcp path) and
-vm4/vrdma0 to vm5/vrdma0 (different hosts with RDMA uplinks: the rdma path,
-the agents' RoCEv2 engines). On each pair it
+defines VMs on them, vm1, vm2, vm6 and vm7 on host1, vm3 on host2, vm4 on
+host3 and vm5 on host4, with 256 MiB of guest memory each (--memory; reserved
+and locked when the memlock limit allows), vm6 and vm7 listing each other in
+vrdma.directPeers, each adapter with an address of the port group's subnet
+(10.77.0.0/24, only inside vrdma), attaches a workload to each, and connects
+four pairs through the connection manager: vm1/vrdma0 to vm2/vrdma0 (same
+host: the memcpy path, the agent copies), vm1/vrdma0 to vm3/vrdma0 (different
+hosts: the tcp path), vm4/vrdma0 to vm5/vrdma0 (different hosts with RDMA
+uplinks: the rdma path, the agents' RoCEv2 engines) and vm6/vrdma0 to
+vm7/vrdma0 (same host, direct peers: the memcpy-direct path, the libraries
+copy). On each pair it
 runs every opcode (SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
 RDMA_READ, ATOMIC_CMP_AND_SWP, ATOMIC_FETCH_AND_ADD) checking the data,
 measures a short bandwidth (64 KiB RDMA WRITEs) and latency (8-byte RDMA
@@ -307,7 +312,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, memMB int, hol
 	var where []string
 	for i, hr := range rep.Hosts {
 		if hosts[i] != nil && len(hr.VMs) > 0 {
-			where = append(where, strings.Join(hr.VMs, " and ")+" on "+hr.Name)
+			where = append(where, andList(hr.VMs)+" on "+hr.Name)
 		}
 	}
 	fmt.Fprintf(progress, "defining and attaching VMs %s (%d MiB of guest memory each)… ", strings.Join(where, ", "), memMB)
@@ -325,7 +330,7 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, memMB int, hol
 		var hspecs []*localVM
 		for _, v := range quickstartVMs {
 			if v.Host == i {
-				s := &localVM{Name: v.Name, MemMB: memMB, Locked: true, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}
+				s := &localVM{Name: v.Name, MemMB: memMB, Locked: true, DirectPeers: v.DirectPeers, Switch: quickstartSwitch, PortGroup: quickstartPortGroup}
 				hspecs = append(hspecs, s)
 			}
 		}
@@ -387,6 +392,14 @@ func (a *app) quickstart(ctx context.Context, progress io.Writer, memMB int, hol
 		hold(hosts, rep.Pairs)
 	}
 	return rep
+}
+
+// andList joins names as a sentence does: "a", "a and b", "a, b and c".
+func andList(names []string) string {
+	if len(names) <= 1 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // adapterAddr returns the IPv4 address of adapter "vm/vrdmaN" among the

@@ -23,7 +23,7 @@ import (
 // TestQuickstartKeep runs "vrdmactl quickstart --keep" as a process, takes
 // the lines it prints once ready, and runs them as a user would: the
 // environment line, with which "vrdmactl vm list" reaches the lab; on each
-// pair — memcpy, tcp and rdma — unmodified ib_write_bw -a (perftest) on
+// pair — memcpy, tcp, rdma and memcpy-direct — unmodified ib_write_bw -a (perftest) on
 // the drop-in libibverbs, up to its 8 MiB messages (the VMs' guest memory
 // holds its buffers), and rping on the drop-in librdmacm to the server
 // adapter's address (the port group's subnet gave it one); then interrupts
@@ -79,7 +79,7 @@ func TestQuickstartKeep(t *testing.T) {
 	var cmds []string
 	var envLine string
 	ready := false
-	for deadline := time.After(3 * time.Minute); !ready || len(cmds) < 12; {
+	for deadline := time.After(3 * time.Minute); !ready || len(cmds) < 4*len(quickstartPairs); {
 		select {
 		case l, ok := <-lines:
 			if !ok {

@@ -20,7 +20,7 @@ func TestQuickstart(t *testing.T) {
 	var rep quickstartReport
 	runJSON(t, &rep, "quickstart", "-o", "json")
 	t.Logf("%+v", rep)
-	if !rep.OK || len(rep.Pairs) != 3 {
+	if !rep.OK || len(rep.Pairs) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
 	// The same-host pair: memcpy, as path selection decided it on the
@@ -47,6 +47,13 @@ func TestQuickstart(t *testing.T) {
 		r.Path != "rdma" || r.Want != "rdma" || !strings.HasPrefix(r.Reason, "rdma: ") || !strings.Contains(r.Reason, "RDMA uplink") {
 		t.Errorf("pair %+v", r)
 	}
+	// The same-host pair whose VMs list each other in vrdma.directPeers:
+	// memcpy-direct, every opcode done by the libraries.
+	d := rep.Pairs[3]
+	if !d.OK || d.A != "vm6/vrdma0" || d.B != "vm7/vrdma0" || d.HostA != "host1" || d.HostB != "host1" ||
+		d.Path != "memcpy-direct" || d.Want != "memcpy-direct" || !strings.HasPrefix(d.Reason, "memcpy-direct: ") || !strings.Contains(d.Reason, "vrdma.directPeers") {
+		t.Errorf("pair %+v", d)
+	}
 	if len(rep.Hosts) != 4 {
 		t.Fatalf("hosts %+v", rep.Hosts)
 	}
@@ -65,7 +72,7 @@ func TestQuickstart(t *testing.T) {
 		}
 	}
 	if h := rep.Hosts; h[0].ControlPlane != "embedded etcd" || !strings.HasPrefix(h[1].ControlPlane, "joined unix://") ||
-		!slices.Equal(h[0].VMs, []string{"vm1", "vm2"}) || !slices.Equal(h[1].VMs, []string{"vm3"}) {
+		!slices.Equal(h[0].VMs, []string{"vm1", "vm2", "vm6", "vm7"}) || !slices.Equal(h[1].VMs, []string{"vm3"}) {
 		t.Errorf("hosts %+v", h)
 	}
 	if rep.AgentPID != rep.Hosts[0].PID || rep.Host != "host1" {
@@ -102,9 +109,10 @@ func TestQuickstart(t *testing.T) {
 func TestQuickstartText(t *testing.T) {
 	isolate(t)
 	out := runOK(t, "quickstart")
-	for _, want := range []string{"PAIR", "HOSTS", "PATH", "vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy  7/7 opcodes ok, ",
-		"vm1/vrdma0 → vm3/vrdma0  host1 → host2  tcp     7/7 opcodes ok, ", "MiB/s", "µs",
-		"starting host agent host2 on 127.0.0.3, joined to host1's control plane", "vm1 and vm2 on host1, vm3 on host2", "ok: every pair works"} {
+	for _, want := range []string{"PAIR", "HOSTS", "PATH", "vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy         7/7 opcodes ok, ",
+		"vm1/vrdma0 → vm3/vrdma0  host1 → host2  tcp            7/7 opcodes ok, ",
+		"vm6/vrdma0 → vm7/vrdma0  host1 → host1  memcpy-direct  7/7 opcodes ok, ", "MiB/s", "µs",
+		"starting host agent host2 on 127.0.0.3, joined to host1's control plane", "vm1, vm2, vm6 and vm7 on host1, vm3 on host2", "ok: every pair works"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -132,7 +140,7 @@ func TestQuickstartSecondHostFails(t *testing.T) {
 	if code != exitFailure {
 		t.Fatalf("exit %d, want 1:\n%s", code, out)
 	}
-	for _, want := range []string{"vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy  7/7 opcodes ok",
+	for _, want := range []string{"vm1/vrdma0 → vm2/vrdma0  host1 → host1  memcpy         7/7 opcodes ok",
 		"\nFAIL host host2: cannot listen on 192.0.2.1", "FAIL vm1/vrdma0 → vm3/vrdma0: vm3's host did not start: host host2: cannot listen", "FAILED ("} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -140,5 +148,16 @@ func TestQuickstartSecondHostFails(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Errorf("quickstart left %v in TMPDIR", left)
+	}
+}
+
+func TestAndList(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{{nil, ""}, {[]string{"vm1"}, "vm1"}, {[]string{"vm1", "vm2"}, "vm1 and vm2"}, {[]string{"vm1", "vm2", "vm6"}, "vm1, vm2 and vm6"}} {
+		if got := andList(c.in); got != c.want {
+			t.Errorf("andList(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }
