@@ -2296,9 +2296,9 @@ static int direct_try(struct vrdma_vm *vm, struct vrdma_qp *qp, void *slot, uint
 				uint32_t c = loc[k].len - koff < left ? loc[k].len - koff : (uint32_t)left;
 
 				if (opcode == IBV_WR_RDMA_WRITE)
-					memcpy(remote + done, loc[k].p + koff, c);
+					vrdma_bulk_copy(remote + done, loc[k].p + koff, c);
 				else
-					memcpy(loc[k].p + koff, remote + done, c);
+					vrdma_bulk_copy(loc[k].p + koff, remote + done, c);
 				done += c;
 				left -= c;
 				koff += c;

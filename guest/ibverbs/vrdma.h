@@ -288,7 +288,8 @@ struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle);
  * refusals (the QP was modified); vrdma_direct_qp_free releases qd.
  * vrdma_direct_slot is slot's words in the table. vrdma_direct_idle
  * stops the reader when the session holds no grant (the last context
- * closed). vrdma_forget_direct is the fork child's part. */
+ * closed). vrdma_forget_direct is the fork child's part.
+ * vrdma_bulk_copy is memcpy for a direct WRITE's or READ's bytes. */
 struct vrdma_grant_view {
 	char *base; /* the mapping byte of remote address iova */
 	uint64_t iova, length;
@@ -315,6 +316,7 @@ void vrdma_direct_qp_free(struct vrdma_qpdirect *qd);
 struct vrdma_grant_slot *vrdma_direct_slot(uint32_t slot);
 void vrdma_direct_idle(void);
 void vrdma_forget_direct(void);
+void vrdma_bulk_copy(void *dst, const void *src, size_t n);
 
 /* direct_send.c: the send channel of memcpy-direct (wire-local.md §4.22):
  * small SEND and SEND_WITH_IMM of an RC QP pair bound to memcpy-direct go
