@@ -407,6 +407,27 @@ uint32_t vrdma_direct_nslots(void)
 	return D.slots;
 }
 
+int vrdma_direct_begin(struct vrdma_vm *vm)
+{
+	int e = vrdma_direct_ready(vm);
+
+	if (e)
+		return e;
+	/* Again under open_mu, and the request counted before it is let go:
+	 * a context closed since may have stopped the reader
+	 * (vrdma_direct_idle), and a grant got without it would never see
+	 * its notice (the agent fences a library that does not answer). */
+	pthread_mutex_lock(&open_mu);
+	e = start_reader();
+	if (!e) {
+		pthread_mutex_lock(&dmu);
+		D.inflight++;
+		pthread_mutex_unlock(&dmu);
+	}
+	pthread_mutex_unlock(&open_mu);
+	return e;
+}
+
 /* ---- grants ---- */
 
 static struct vrdma_qd_entry *qd_find(struct vrdma_qpdirect *qd, uint32_t rkey)
@@ -470,10 +491,7 @@ static int direct_map(struct vrdma_vm *vm, uint32_t qp, uint32_t rkey, struct vr
 	int e, ok;
 
 	snprintf(body, sizeof(body), "{\"qp\":%u,\"rkey\":%u}", qp, rkey);
-	pthread_mutex_lock(&dmu);
-	D.inflight++;
-	pthread_mutex_unlock(&dmu);
-	e = vrdma_cmd(vm, VRDMA_OP_DIRECT_MAP, body, &r);
+	e = vrdma_cmd(vm, VRDMA_OP_DIRECT_MAP, body, &r); /* the caller's vrdma_direct_begin counted it in flight */
 	if (e) {
 		pthread_mutex_lock(&dmu);
 		D.inflight--;
@@ -556,7 +574,7 @@ int vrdma_direct_grant(struct vrdma_vm *vm, struct vrdma_qpdirect *qd, uint32_t 
 		*v = e->v;
 		return 0;
 	}
-	if (vrdma_direct_ready(vm) || direct_map(vm, qp, rkey, v)) {
+	if (vrdma_direct_begin(vm) || direct_map(vm, qp, rkey, v)) {
 		refuse(qd, rkey);
 		return -1;
 	}

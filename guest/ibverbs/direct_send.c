@@ -336,9 +336,8 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 		return EAGAIN;
 	qc->offer_seen = offer;
 	snprintf(body, sizeof(body), "{\"handle\":%u}", qp_handle);
-	vrdma_direct_lock();
-	vrdma_direct_count(0, 1); /* the reader keeps running: a notice may come */
-	vrdma_direct_unlock();
+	if (vrdma_direct_begin(vm))
+		return EAGAIN; /* no revocation reader: not now (counted in flight otherwise) */
 	e = vrdma_cmd(vm, VRDMA_OP_DIRECT_CHANNEL, body, &r);
 	if (e) {
 		vrdma_direct_lock();

@@ -279,7 +279,10 @@ struct ibv_cq *vrdma_cq_of_handle(struct ibv_context *ctx, uint32_t handle);
  *
  * vrdma_direct_ready opens the session's grant table (direct-open) the
  * first time, and (re)starts the revocation reader: 0, or an errno (the
- * QP then relays). vrdma_direct_grant finds the grant of rkey for the QP
+ * QP then relays). vrdma_direct_begin is vrdma_direct_ready for a request
+ * that may get a grant (direct-map, direct-channel): it also counts the
+ * request in flight, with the reader running, so that the reader keeps
+ * running until the caller's vrdma_direct_count(0, -1). vrdma_direct_grant finds the grant of rkey for the QP
  * of handle qp in its cache qd, asking the agent (direct-map) on a miss,
  * and fills v: 0, or -1 when the WR is to be relayed (refused, lately
  * refused, or mapped badly). The caller holds the QP's send-queue lock,
@@ -308,6 +311,7 @@ struct vrdma_qpdirect {
 	int n, cap;
 };
 int vrdma_direct_ready(struct vrdma_vm *vm);
+int vrdma_direct_begin(struct vrdma_vm *vm);
 int vrdma_direct_grant(struct vrdma_vm *vm, struct vrdma_qpdirect *qd, uint32_t qp, uint32_t rkey,
 		       struct vrdma_grant_view *v);
 void vrdma_direct_drop(struct vrdma_qpdirect *qd, uint32_t rkey);
