@@ -213,7 +213,9 @@ func (q *QP) Modify(ctx context.Context, attr *QPAttr, mask QPAttrMask) error {
 			q.setPath(r.Path)
 		}
 	}
-	if mask&MaskState != 0 && attr.State == QPSRTS {
+	if mask&MaskState != 0 && (attr.State == QPSRTR || attr.State == QPSRTS) {
+		// RTR too: a receive-only QP may never reach RTS, and its
+		// sender's SENDs would all be relayed.
 		q.chanNext.Store(0)
 		q.askChannel(ctx) // direct_send.go
 	}

@@ -100,6 +100,87 @@ func TestDirectSendNotRelayed(t *testing.T) {
 	}
 }
 
+// TestDirectSendReceiverInRTR leaves the receiving QP in RTR, as a
+// receive-only QP may stay (perftest's ib_send_bw server does): its
+// library takes the channel in RTR, so the sender's SENDs go through it —
+// the agent relays none — and arrive whole and in order; the channel then
+// stays across the receiver's move to RTS, and carries SENDs both ways.
+func TestDirectSendReceiverInRTR(t *testing.T) {
+	patientRelay(t)
+	env := testenv.Start(t)
+	s := &suite{env: &directEnv{memcpyEnv{env: env, prefix: "dsr"}}, how: connOOB}
+	vms := s.env.OpenVMs(t, 2)
+	a, b := newEnd(t, vms[0], qpConfig{}), newEnd(t, vms[1], qpConfig{})
+	ctx := opCtx(t)
+	// The receiver first: it asks in RTR before its peer is connected
+	// ("unavailable"), and gets the channel at its next post once the
+	// sender did (the channel-offer word).
+	remote := a.qp.Endpoint()
+	if err := b.qp.Modify(ctx, &vrdma.QPAttr{State: vrdma.QPSInit, Port: 1, AccessFlags: vrdma.AccessAll}, initMask); err != nil {
+		t.Fatal(err)
+	}
+	rtr := vrdma.QPAttr{State: vrdma.QPSRTR, DGID: remote.GID, PathMTU: 1024, DestQPN: remote.QPN, RQPSN: remote.PSN,
+		MaxDestRdAtomic: 1, MinRNRTimer: 12}
+	if err := b.qp.Modify(ctx, &rtr, rtrMask); err != nil {
+		t.Fatal(err)
+	}
+	if err := modifyToRTS(ctx, a.qp, a.ad, b.qp.Endpoint(), defaultRC); err != nil {
+		t.Fatal(err)
+	}
+	if st := b.qp.State(); st != vrdma.QPSRTR {
+		t.Fatalf("the receiver is in %s, want RTR", st)
+	}
+	if p := a.qp.Path(); p.Path != vrdma.PathMemcpyDirect {
+		t.Fatalf("path %+v, want memcpy-direct", p)
+	}
+	const n, size = 200, 64
+	sm, rm := a.mr(t, n*size, vrdma.AccessAll), b.mr(t, n*size, vrdma.AccessAll)
+	for i := range sm.Bytes() {
+		sm.Bytes()[i] = byte(i*7 + 1)
+	}
+	var recvs []vrdma.RecvWR
+	for i := range n {
+		recvs = append(recvs, vrdma.RecvWR{ID: uint64(i), SGL: sgl(rm.SGE(size*i, size))})
+	}
+	postRecv(t, b.qp, recvs...)
+	p := startPoller(b.rcq)
+	for i := range n {
+		postSend(t, a.qp, vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(sm.SGE(size*i, size))})
+		if i%32 == 31 {
+			waitWC(t, a.scq, 32)
+		}
+	}
+	for i, w := range p.wait(t, n) {
+		if w.WRID != uint64(i) || w.Status != vrdma.WCSuccess || w.Opcode != vrdma.WCRecv || w.ByteLen != size {
+			t.Fatalf("receive %d: %+v", i, w)
+		}
+	}
+	p.end()
+	expectBytes(t, "received", rm.Bytes(), sm.Bytes())
+	if c := s.qpCounters(t, a); c.Ops["SEND"] != 0 {
+		t.Fatalf("the agent relayed %d SENDs to a receiver in RTR: the channel should have carried them", c.Ops["SEND"])
+	}
+
+	// RTR -> RTS keeps the channel; the receiver now sends too.
+	rts := vrdma.QPAttr{State: vrdma.QPSRTS, SQPSN: b.qp.Endpoint().PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
+	if err := b.qp.Modify(ctx, &rts, rtsMask); err != nil {
+		t.Fatal(err)
+	}
+	postRecv(t, a.qp, vrdma.RecvWR{ID: 7, SGL: sgl(sm.SGE(0, size))})
+	postSend(t, b.qp, vrdma.SendWR{ID: 8, Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(rm.SGE(size, size))})
+	if w := waitWC(t, a.rcq, 1)[0]; w.WRID != 7 || w.Status != vrdma.WCSuccess || w.ByteLen != size {
+		t.Fatalf("receive in the other direction: %+v", w)
+	}
+	if w := waitWC(t, b.scq, 1)[0]; w.WRID != 8 || w.Status != vrdma.WCSuccess {
+		t.Fatalf("send completion in the other direction: %+v", w)
+	}
+	for _, e := range []*end{a, b} {
+		if c := s.qpCounters(t, e); c.Ops["SEND"] != 0 {
+			t.Fatalf("QP 0x%x: the agent relayed %d SENDs after the receiver's move to RTS", e.qp.QPN(), c.Ops["SEND"])
+		}
+	}
+}
+
 // directPairWith is directPair with explicit RC attributes.
 func directPairWith(t *testing.T, prefix string, c pairConfig, pa, pb rcParams) (*suite, *end, *end) {
 	t.Helper()

@@ -119,6 +119,15 @@ static struct {
 } dstat;
 #define STAT(f) __atomic_fetch_add(&dstat.f, 1, __ATOMIC_RELAXED)
 
+/* chan_state reports whether a QP in state s holds and takes from a send
+ * channel: RTR or RTS (§4.22). In RTR it receives through it (a
+ * receive-only QP, as perftest's ib_send_bw server leaves it); it sends
+ * through it once in RTS. */
+static int chan_state(uint32_t s)
+{
+	return s == IBV_QPS_RTR || s == IBV_QPS_RTS;
+}
+
 /* DIRECT_SEND_ON: whether this library sets hello bit 22 (direct-send)
  * unless the environment says otherwise (VRDMA_DIRECT_SEND=0 or 1). */
 #ifndef DIRECT_SEND_ON
@@ -326,7 +335,7 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 	int e, ok;
 
 	if (__atomic_load_n(&qc->cur, __ATOMIC_ACQUIRE) || qc->stopped || !vrdma_chan_enabled(vm) ||
-	    ring_load(qp_ring, VRDMA_QP_STATE) != IBV_QPS_RTS)
+	    !chan_state(ring_load(qp_ring, VRDMA_QP_STATE)))
 		return EAGAIN;
 	/* After an unavailable, not before the backoff ends, unless the
 	 * channel-offer word says the peer got the channel since. */
@@ -353,7 +362,7 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 				qc->backoff_ms = BACKOFF_MAX_MS;
 			qc->next_try = now + (uint64_t)qc->backoff_ms * 1000000u;
 		} else {
-			qc->stopped = 1; /* bad-state, not-found, limit-exceeded: not until the next RTS */
+			qc->stopped = 1; /* bad-state, not-found, limit-exceeded: not until the next move to RTR or RTS */
 		}
 		return e;
 	}
@@ -390,7 +399,8 @@ int vrdma_chan_attach(struct vrdma_vm *vm, struct vrdma_qpchan *qc, uint32_t qp_
 		/* A bad reply, revoked before this reply was read (and
 		 * acknowledged then), or no memory: the grant stays unused
 		 * (its notice, when it comes, finds no channel and is
-		 * acknowledged). Not asked for again until the next RTS. */
+		 * acknowledged). Not asked for again until the next move to
+		 * RTR or RTS. */
 		vrdma_direct_unlock();
 		if (!ok)
 			vrdma_warn("direct-channel: the agent's reply is not usable (slot %u, %u entries of %u bytes, size "
@@ -732,7 +742,7 @@ int vrdma_chan_take(struct vrdma_chan *ch, const struct vrdma_chan_rq *rq, struc
 	*skipped = 0;
 	if (max <= 0 || __atomic_load_n(&ch->live, __ATOMIC_ACQUIRE) != 1)
 		return 0;
-	if (ring_load(rq->ring, VRDMA_QP_STATE) != IBV_QPS_RTS || !enter(ch))
+	if (!chan_state(ring_load(rq->ring, VRDMA_QP_STATE)) || !enter(ch))
 		return 0;
 	tail = __atomic_load_n(word(ch->rx, VRDMA_CHAN_TAIL), __ATOMIC_ACQUIRE);
 	while (n < max && ch->rx_head != tail && ring_tail_ok(tail, ch->rx_head, ch->entries)) {

@@ -2773,12 +2773,14 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 			direct_discover(vm, qp);
 		/* The send channel (§4.22): revoked by a move out of RTR/RTS
 		 * (its sends settled at the next post or poll); forgotten at
-		 * RESET, INIT or RTR; asked for after a move to RTS (an RTS ->
-		 * RTS modify keeps it). */
+		 * RESET, INIT or RTR; asked for after a move to RTR (a
+		 * receive-only QP, as perftest's ib_send_bw server, never
+		 * reaches RTS) and, if it has none, to RTS (an RTR -> RTS or
+		 * RTS -> RTS modify keeps it). */
 		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RESET || attr->qp_state == IBV_QPS_INIT ||
 					      attr->qp_state == IBV_QPS_RTR))
 			vrdma_chan_off(&qp->qc);
-		if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS && !qp->qc.cur) {
+		if ((mask & IBV_QP_STATE) && (attr->qp_state == IBV_QPS_RTR || attr->qp_state == IBV_QPS_RTS) && !qp->qc.cur) {
 			qp->qc.stopped = 0;
 			qp->qc.next_try = 0;
 			chan_ask(vm, qp);

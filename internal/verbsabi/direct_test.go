@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -138,9 +140,33 @@ func TestDropinDirect(t *testing.T) {
 					port := freePort(t)
 					args := append([]string{"-d", "vrdma0", "-x", "0", "-p", fmt.Sprint(port), "-n", fmt.Sprint(c.c.iters),
 						"-s", fmt.Sprint(c.c.size)}, c.extra...)
+					// ib_send_bw's server leaves its QP in RTR: its
+					// library takes the channel there (§4.22), and the
+					// client's library counts what went through it
+					// (VRDMA_DEBUG's line at destroy). Before, not one
+					// SEND did: all were relayed.
+					counted := direct && c.c.prog == "ib_send_bw" && c.c.size <= 4096
+					if counted {
+						t.Setenv("VRDMA_DEBUG", "1")
+					}
 					srv, cli := runPairIn(t, lib, env.Socket, pair[0], env.Socket, pair[1], prog, args, port)
 					t.Logf("server:\n%s\nclient:\n%s", srv, cli)
 					checkPerftest(t, c.c, srv, cli)
+					if counted {
+						// Relayed: the SENDs before the server's library
+						// mapped the channel (at most a queue's worth),
+						// and those it left untaken for relay_ns (a
+						// stall of this busy machine): at most a half.
+						m := regexp.MustCompile(`send channel: (\d+) sent, .* (\d+) retracted`).FindStringSubmatch(cli)
+						if m == nil {
+							t.Fatalf("the client's library printed no send channel line")
+						}
+						sent, _ := strconv.Atoi(m[1])
+						retracted, _ := strconv.Atoi(m[2])
+						if carried := sent - retracted; 2*carried < c.c.iters {
+							t.Errorf("%d of %d SENDs went through the send channel (%d posted to it, %d retracted), want at least half: the rest were relayed", carried, c.c.iters, sent, retracted)
+						}
+					}
 				})
 			}
 			t.Run("direct_check", func(t *testing.T) {
