@@ -15,11 +15,12 @@ import (
 )
 
 // fabric joins Managers by address; drop, when set, loses the MADs it
-// says true of.
+// says true of. Each MAD is delivered by a goroutine of its own.
 type fabric struct {
 	mu   sync.Mutex
 	ends map[netip.Addr]*Manager
 	sent []rocewire.CMAttr // every MAD sent, in order
+	done []rocewire.CMAttr // every MAD its receiver has served, in that order
 	drop func(from netip.Addr, attr rocewire.CMAttr) bool
 }
 
@@ -32,16 +33,33 @@ func (f *fabric) send(from netip.Addr) func(netip.Addr, []byte) {
 		m, drop := f.ends[to], f.drop != nil && f.drop(from, attr)
 		f.mu.Unlock()
 		if m != nil && !drop {
-			go m.Receive(from, rocewire.GSIQPN, b)
+			go func() {
+				m.Receive(from, rocewire.GSIQPN, b)
+				f.mu.Lock()
+				f.done = append(f.done, attr)
+				f.mu.Unlock()
+			}()
 		}
 	}
 }
 
+// count is how many MADs of attribute a were sent.
 func (f *fabric) count(a rocewire.CMAttr) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return countOf(f.sent, a)
+}
+
+// served is how many MADs of attribute a their receivers have served.
+func (f *fabric) served(a rocewire.CMAttr) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return countOf(f.done, a)
+}
+
+func countOf(l []rocewire.CMAttr, a rocewire.CMAttr) int {
 	n := 0
-	for _, s := range f.sent {
+	for _, s := range l {
 		if s == a {
 			n++
 		}
@@ -131,7 +149,9 @@ func TestConnectDisconnect(t *testing.T) {
 		t.Fatal("Disconnect: no connection")
 	}
 	eventually(t, "the DREQ", func() bool { _, g := ev.get(); return len(g) == 1 && g[0] == 0x22 })
-	eventually(t, "the DREP", func() bool { return f.count(rocewire.AttrDREP) == 1 })
+	// Served, not only sent: the dialer closes its side when it has
+	// read the DREP.
+	eventually(t, "the DREP", func() bool { return f.served(rocewire.AttrDREP) == 1 })
 	if a.Disconnect(0x11) || b.Disconnect(0x22) {
 		t.Error("a closed connection disconnects again")
 	}
