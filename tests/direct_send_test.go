@@ -503,6 +503,10 @@ func TestDirectSendRecvTooSmall(t *testing.T) {
 // flush starting after the ones its library took), every send exactly
 // once, the ones taken successfully, and the sender's QP ends in ERR.
 func TestDirectSendFlush(t *testing.T) {
+	// SENDs 3 and 4 wait in the channel for b's move to ERR, not for
+	// relay_ns: relayed before it, they would complete at b (seen on a
+	// loaded machine, where the modify took longer than 1 ms).
+	patientRelay(t)
 	pa := defaultRC
 	pa.timeout, pa.retryCnt = 8, 1 // ~1 ms: the relay of the untaken ones gives up soon
 	_, a, b := directPairWith(t, "dfl", pairConfig{}, pa, defaultRC)
