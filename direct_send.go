@@ -151,12 +151,6 @@ func (ch *sendChan) rec(i uint32) *txRec { return &ch.recs[abi.Slot(i, ch.entrie
 // +checklocks:ch.mu
 func (ch *sendChan) unreaped() uint32 { n, _ := abi.Pending(ch.tail, ch.reap, ch.entries); return n }
 
-// chanState reports whether a QP in state s holds and takes from a send
-// channel: RTR or RTS (§4.22). A QP in RTR receives through it (a
-// receive-only QP, as perftest's ib_send_bw server leaves it); it sends
-// through it once in RTS.
-func chanState(s QPState) bool { return s == QPSRTR || s == QPSRTS }
-
 // askChannel asks the agent for q's channel, if q may have one and it is
 // time to ask (§4.22 "When a library asks": after the backoff of an
 // "unavailable", or at once when the channel-offer word says the peer got
@@ -172,7 +166,7 @@ func (q *QP) askChannel(ctx context.Context) {
 	}
 	defer q.chanAsking.Store(false)
 	q.chanOffer.Store(offer)
-	if q.sch.Load() != nil || !chanState(QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load())) {
+	if q.sch.Load() != nil || !QPState(abi.Word(q.ring.Bytes(), abi.OffQPState).Load()).HoldsChannel() {
 		return
 	}
 	t := q.dtab.Load()
@@ -653,7 +647,7 @@ func (q *QP) relayNow(ch *sendChan) {
 func (ch *sendChan) takeLocked(cq *CQ) (event bool) {
 	q := ch.q
 	qmem := q.ring.Bytes()
-	if ch.gone || !chanState(QPState(abi.Word(qmem, abi.OffQPState).Load())) {
+	if ch.gone || !QPState(abi.Word(qmem, abi.OffQPState).Load()).HoldsChannel() {
 		return false
 	}
 	rx := ch.rx

@@ -144,6 +144,11 @@ func TestDirectSendReceiverInRTR(t *testing.T) {
 	}
 	postRecv(t, b.qp, recvs...)
 	p := startPoller(b.rcq)
+	defer func() {
+		if p != nil {
+			p.end() // the test failed before the poll ended
+		}
+	}()
 	for i := range n {
 		postSend(t, a.qp, vrdma.SendWR{ID: uint64(i), Opcode: vrdma.OpSend, Flags: vrdma.SendSignaled, SGL: sgl(sm.SGE(size*i, size))})
 		if i%32 == 31 {
@@ -156,6 +161,7 @@ func TestDirectSendReceiverInRTR(t *testing.T) {
 		}
 	}
 	p.end()
+	p = nil
 	expectBytes(t, "received", rm.Bytes(), sm.Bytes())
 	if c := s.qpCounters(t, a); c.Ops["SEND"] != 0 {
 		t.Fatalf("the agent relayed %d SENDs to a receiver in RTR: the channel should have carried them", c.Ops["SEND"])

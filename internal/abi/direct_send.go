@@ -57,6 +57,12 @@ const (
 	ChanRelayNS = 1_000_000
 )
 
+// HoldsChannel reports whether a QP in state s may hold and take from a
+// send channel: RTR or RTS. A QP in RTR receives through it (a
+// receive-only QP may stay there, as perftest's ib_send_bw server does);
+// it sends through it once in RTS; the channel stays across the move.
+func (s QPState) HoldsChannel() bool { return s == QPSRTR || s == QPSRTS }
+
 // The states of a channel slot (its state word).
 const (
 	SlotFree      uint32 = 0 // the sender's to fill (it reaped the slot)

@@ -531,7 +531,7 @@ func (q *QP) directChanged(wait bool) {
 	// A send channel stays while q is in RTR or RTS (an RTR → RTS or
 	// RTS → RTS modify): it is revoked when q leaves them (§4.22).
 	s := q.State()
-	keepCh := chanState(s)
+	keepCh := s.HoldsChannel()
 	pred := func(g *grant) bool { return (g.init == q || g.target == q) && (g.ch == nil || !keepCh) }
 	if wait {
 		q.vm.d.revoke(pred)

@@ -93,12 +93,6 @@ func channelEntries(a, b uint32) uint32 {
 	return n
 }
 
-// chanState reports whether a QP in state s may hold a send channel: RTR
-// or RTS (§4.22). A QP in RTR receives through it (a receive-only QP, as
-// perftest's ib_send_bw server leaves it) and sends through it once in
-// RTS; its channel stays across the move.
-func chanState(s abi.QPState) bool { return s == abi.QPSRTR || s == abi.QPSRTS }
-
 // Channel grants v's QP handle qh the send channel of its connection
 // (direct-channel), making the channel on the first ask of either side:
 // the reply and one descriptor, a duplicate of the channel file, which the
@@ -116,7 +110,7 @@ func (v *Context) Channel(qh uint32) (abi.DirectChannel, []int, error) {
 	q.mu.Lock()
 	path, rqpn, rgid := q.pathInfo.Path, q.remoteQPN, q.remoteGID
 	q.mu.Unlock()
-	if s := q.State(); q.typ != abi.QPTypeRC || q.srq != nil || path != abi.PathMemcpyDirect || !chanState(s) {
+	if s := q.State(); q.typ != abi.QPTypeRC || q.srq != nil || path != abi.PathMemcpyDirect || !s.HoldsChannel() {
 		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeState, "qp", "direct-channel: QP 0x%x is not an RC QP without an SRQ, bound to memcpy-direct, in RTR or RTS (%s, %s, path %q)", q.qpn, q.typ, s, path)
 	}
 	d.mu.Lock()
@@ -129,7 +123,7 @@ func (v *Context) Channel(qh uint32) (abi.DirectChannel, []int, error) {
 	t.mu.Lock()
 	tPath, tRemote := t.pathInfo.Path, t.remoteQPN
 	t.mu.Unlock()
-	if s := t.State(); !chanState(s) || tRemote != q.qpn {
+	if s := t.State(); !s.HoldsChannel() || tRemote != q.qpn {
 		return abi.DirectChannel{}, nil, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: peer QP 0x%x is in %s, or not connected to QP 0x%x yet: ask again later", t.qpn, s, q.qpn)
 	}
 	if t.typ != abi.QPTypeRC || t.srq != nil || tPath != abi.PathMemcpyDirect || !t.vm.DirectCapable() || !t.vm.DirectSendCapable() {
@@ -155,7 +149,7 @@ func (d *Device) grantChannelLocked(v *Context, q, t *QP, gi, gt uint64) (_ abi.
 	switch {
 	case tab == nil:
 		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeState, "", "direct-channel: open the session's grant table first (direct-open)")
-	case q.directGen.Load() != gi || t.directGen.Load() != gt || !chanState(q.State()):
+	case q.directGen.Load() != gi || t.directGen.Load() != gt || !q.State().HoldsChannel():
 		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeUnavailable, "qp", "direct-channel: QP 0x%x or its peer changed while asked: ask again", q.qpn)
 	case t.vm.dying.Load() || v.dying.Load():
 		return abi.DirectChannel{}, nil, false, abi.Errorf(abi.CodeState, "qp", "direct-channel: a VM of the pair is detaching")
