@@ -251,8 +251,9 @@ func runDirectCheck(t *testing.T, lib, sock, bin, owner, peer string, direct boo
 
 	// Revocation: dereg while the peer writes in a loop.
 	p.send(t, "loop")
-	p.untilDone(t)
-	p.expect(t, "writing")
+	if n := p.untilDone(t); n != 1 {
+		t.Fatalf("peer: %q ran %d checks, want 1 (ok writing)", "loop", n)
+	}
 	o.send(t, "dereg")
 	o.untilDone(t)
 	p.send(t, "stop")

@@ -23,7 +23,7 @@
  * a child's /proc/self/maps has neither VM's (the owner's) guest memory
  * nor a grant table. The peer's "loop"
  * writes a counter into the owner's buffer in a loop of signaled WRITEs
- * ("ok writing" after 200); the owner's "dereg" deregisters MR1, takes a
+ * (its line's "ok writing" after 200 completed, before its "done"); the owner's "dereg" deregisters MR1, takes a
  * copy of the buffer as the call returns, and checks after 300 ms that no
  * byte changed; the peer's "stop" ends its loop, which must have ended on
  * an error completion, and posts one more WRITE, which must complete with
@@ -370,10 +370,7 @@ static void *loop(void *arg)
 			loop_status = wc.status;
 			return NULL;
 		}
-		if (++loop_ok == 200) {
-			printf("ok writing\n");
-			fflush(stdout);
-		}
+		__atomic_fetch_add(&loop_ok, 1, __ATOMIC_RELEASE);
 	}
 	loop_status = IBV_WC_SUCCESS;
 	return NULL;
@@ -698,8 +695,20 @@ int main(int argc, char **argv)
 		} else if (!send_line(line)) {
 			/* a send test's line */
 		} else if (!strcmp(line, "loop\n")) {
-			if (pthread_create(&looper, NULL, loop, NULL))
+			/* "ok writing" once 200 WRITEs completed, then "done":
+			 * printed here, in that order, so that the test reads
+			 * them in that order (10 s at most). */
+			time_t end = time(NULL) + 10;
+
+			if (pthread_create(&looper, NULL, loop, NULL)) {
 				CHECK("loop", 0, "pthread_create");
+			} else {
+				while (__atomic_load_n(&loop_ok, __ATOMIC_ACQUIRE) < 200 && loop_status == -1 &&
+				       time(NULL) <= end)
+					usleep(1000);
+				CHECK("writing", __atomic_load_n(&loop_ok, __ATOMIC_ACQUIRE) >= 200,
+				      "%d WRITEs completed (status %d), want 200", loop_ok, loop_status);
+			}
 		} else if (!strcmp(line, "dereg\n")) {
 			static unsigned char snap[SIZE];
 			int rc = ibv_dereg_mr(mr), diff = 0;
