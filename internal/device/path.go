@@ -17,7 +17,7 @@ package device
 // that implements Path (Pump, Busy, Drop, Flush, PollBudget, Kind), made
 // by a func(Source) Path from the QP as a Source (sq.go: its SendQueue,
 // which a windowed path hands to the RC requester engine, and QPN, GID,
-// Remote, PortUp, ExecOne) and, for its responder side, a Targets
+// Remote, PortUp, ExecPending) and, for its responder side, a Targets
 // (target.go) in which it finds each request's Target by QPN: Admit with
 // the path's Binding, then Respond, or Begin, Write or Fill (under Hold,
 // with Revalidate), End, then Release. A path uses nothing else of the

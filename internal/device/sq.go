@@ -224,7 +224,7 @@ var _ SendQueue = (*QP)(nil)
 // queue (SendQueue, which a windowed path hands to the RC requester
 // engine) and what the path's own requester asks of the QP besides: the
 // QP's number and address, the remote end it was connected to, its port,
-// and ExecOne for a path that executes one WR at a time. *QP implements
+// and ExecPending for a path that executes one WR at a time. *QP implements
 // it. A path gets it when it is made (Route.New, under the QP's lock at
 // RTR) and may keep it as long as it lives (until RESET or the QP's end);
 // like SendQueue's, its methods are called from the QP's send-queue
@@ -244,10 +244,10 @@ type Source interface {
 	// request sent while it is down is lost (the requester's timeout
 	// retries it); any goroutine.
 	PortUp() bool
-	// ExecOne executes the WQE at the SQ head with ex to its end and
-	// completes it (the path implements SyncExecutor: memcpy). Called
-	// from Path.Pump, one WQE a call.
-	ExecOne(ex SyncExecutor)
+	// ExecPending executes the WQEs from the SQ head with ex, each to
+	// its end, and completes them, while the QP is in RTS (the path
+	// implements SyncExecutor: memcpy, UD). Called from Path.Pump.
+	ExecPending(ex SyncExecutor)
 }
 
 var _ Source = (*QP)(nil)

@@ -328,16 +328,7 @@ func (u *udSender) PollBudget() time.Duration { return DoorbellPoll }
 
 // Pump executes the send queue in RTS, one WQE after the other; in SQD it
 // holds the queue.
-func (u *udSender) Pump() {
-	q := u.q
-	for q.Sending() && q.State() == abi.QPSRTS {
-		n, ok := q.SQPending()
-		if !ok || n == 0 {
-			return
-		}
-		q.ExecOne(u)
-	}
-}
+func (u *udSender) Pump() { u.q.ExecPending(u) }
 
 // Execute sends w's datagram: SEND or SEND with immediate, at most the
 // adapter's active MTU, to the address handle, QPN and Q_Key it names.

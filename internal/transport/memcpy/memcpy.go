@@ -59,16 +59,7 @@ func (m *path) Status(st *mgmt.QPStatus) {
 
 // Pump executes the send queue in RTS, one WQE after the other; in SQD it
 // holds the queue.
-func (m *path) Pump() {
-	q := m.q
-	for q.Sending() && q.State() == abi.QPSRTS {
-		n, ok := q.SQPending()
-		if !ok || n == 0 {
-			return // an invalid tail: the device handles it
-		}
-		q.ExecOne(m)
-	}
-}
+func (m *path) Pump() { m.q.ExecPending(m) }
 
 // Execute gathers the local side of w and delivers it under the RC retry
 // rules: transport retries (timeout × retry_cnt) when the responder does
