@@ -284,7 +284,11 @@ func openPacket(netns, ifname string, filter []bpf.RawInstruction) (*os.File, er
 		if err != nil {
 			return err
 		}
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
+		// Protocol 0: the socket takes no frame until it is bound to
+		// ifname, after its filter. Opened for ETH_P_ALL, it took every
+		// interface's frames from the start, and forwarded those that
+		// came before the filter: other programs' packets, sent twice.
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fmt.Errorf("AF_PACKET socket: %w (needs root: CAP_NET_RAW)", err)
 		}
