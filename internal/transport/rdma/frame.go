@@ -137,7 +137,10 @@ func ListenFrames(ifname string) (FrameConn, error) {
 		return nil, fmt.Errorf("rdma uplink RoCE v1 on %s: not an Ethernet interface with a MAC (RoCE v1 frames are addressed by MAC)", ifname)
 	}
 	mac = [6]byte(ifc.HardwareAddr)
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_IBOE)))
+	// Protocol 0 until the bind: opened for ETH_P_IBOE, the socket would
+	// take the RoCE v1 frames of every interface until it is bound to
+	// this one.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("rdma uplink RoCE v1 on %s: AF_PACKET socket: %w (needs root: CAP_NET_RAW)", ifname, err)
 	}
