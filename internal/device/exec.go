@@ -276,8 +276,8 @@ func (q *QP) flushPath() {
 // other, while the QP stays in RTS, and again while more were posted. It
 // reads the workload's SQ tail once per batch, not once per WQE: the
 // tail's cache line is the one the workload writes at each post, and a
-// read per WQE moved that line between the two cores at each (a fifth of
-// the 4 KiB write rate on the memcpy path).
+// read per WQE moved that line between the two cores at each (about a
+// quarter of the 4 KiB write rate on the memcpy path).
 func (q *QP) ExecPending(ex SyncExecutor) {
 	for q.Sending() && q.State() == abi.QPSRTS {
 		n, ok := q.SQPending()

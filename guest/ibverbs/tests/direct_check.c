@@ -23,9 +23,9 @@
  * a child's /proc/self/maps has neither VM's (the owner's) guest memory
  * nor a grant table. The peer's "loop"
  * writes a counter into the owner's buffer in a loop of signaled WRITEs
- * (its line's "ok writing" after 200 completed, before its "done"); the owner's "dereg" deregisters MR1, takes a
- * copy of the buffer as the call returns, and checks after 300 ms that no
- * byte changed; the peer's "stop" ends its loop, which must have ended on
+ * (its line's "ok writing" once 200 completed, before its "done"); the
+ * owner's "dereg" deregisters MR1, takes a copy of the buffer as the call
+ * returns, and checks after 300 ms that no byte changed; the peer's "stop" ends its loop, which must have ended on
  * an error completion, and posts one more WRITE, which must complete with
  * an error too. After each line's work: "done".
  *
