@@ -25,9 +25,9 @@
  * writes a counter into the owner's buffer in a loop of signaled WRITEs
  * (its line's "ok writing" once 200 completed, before its "done"); the
  * owner's "dereg" deregisters MR1, takes a copy of the buffer as the call
- * returns, and checks after 300 ms that no byte changed; the peer's "stop" ends its loop, which must have ended on
- * an error completion, and posts one more WRITE, which must complete with
- * an error too. After each line's work: "done".
+ * returns, and checks after 300 ms that no byte changed; the peer's
+ * "stop" ends its loop, which must have ended on an error completion, and
+ * posts one more WRITE, which must complete with an error too. After each line's work: "done".
  *
  * SEND and RECV (the send channel, wire-local.md §4.22): each role has
  * three more QPs, S (the send tests), N (rnr_retry 1) and E (the errors),
