@@ -141,6 +141,39 @@ func stream(t *testing.T, a, b *net.UDPConn, first, n int) (got, twice, late int
 	return len(seen), twice, late
 }
 
+// waitLink sends single datagrams from a to b until one arrives, then
+// drains b. A veth that was just set up drops what it is given until
+// the kernel's link watcher activates it, up to a second later, and an
+// ARP request lost then is sent again only after another second: the
+// relay test's own streams, which give up after 300 ms of silence, must
+// start on a link that already works.
+func waitLink(t *testing.T, a, b *net.UDPConn) {
+	t.Helper()
+	to := b.LocalAddr().(*net.UDPAddr)
+	msg := make([]byte, 8)
+	buf := make([]byte, 64)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := uint64(1 << 40); ; i++ {
+		binary.BigEndian.PutUint64(msg, i)
+		if _, err := a.WriteToUDP(msg, to); err != nil {
+			t.Fatal(err)
+		}
+		b.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, _, err := b.ReadFromUDP(buf); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no datagram from %s reached %s in 10 s: the link never came up", a.LocalAddr(), to)
+		}
+	}
+	for {
+		b.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		if _, _, err := b.ReadFromUDP(buf); err != nil {
+			return
+		}
+	}
+}
+
 // TestRelay checks what the relay promises, between namespaces and on
 // lo: every frame goes through once, a share of them out of order by
 // reordering or by delay, the counters count them, and after Remove the
@@ -183,6 +216,7 @@ func TestRelay(t *testing.T) {
 // testRelay streams datagrams from a to b under relays start starts, one
 // reordering and one delaying.
 func testRelay(t *testing.T, a, b *net.UDPConn, start func(Queueing) (*Relay, error)) {
+	waitLink(t, a, b)
 	// Neighbours resolved first, before any relay.
 	if got, _, _ := stream(t, a, b, 0, 10); got != 10 {
 		t.Fatalf("the link alone delivered %d of 10 datagrams", got)
