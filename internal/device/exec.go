@@ -129,7 +129,7 @@ func (q *QP) waitWork() bool {
 		}
 		if q.poll(tailW) {
 			if q.vm.async {
-				q.spin.end(&q.vm.d.gov, time.Now())
+				q.spin.end()
 			}
 			return !q.stop.Load()
 		}
@@ -142,7 +142,7 @@ func (q *QP) waitWork() bool {
 		q.ctr.Doorbells.Add(1)
 		dbW.Store(0)
 		if q.vm.async {
-			q.spin.rung(time.Now())
+			q.spin.rung(time.Now)
 		}
 	}
 }

@@ -49,14 +49,17 @@ package device
 // epoch slept until its doorbell rang — otherwise doorbell mode's own
 // poll caught the work and a longer one cannot bring it sooner. Polling
 // becomes the incumbent when its median cycle was shorter than the
-// doorbell's by a tenth in asyncWinsToPoll tries in a row, and stays it
-// only while every try of the doorbell confirms that. A poll that takes
-// the core of the thread that posts the next work, or of the goroutine
-// that handles it, makes the cycles longer, and so loses: where polling
-// cannot win (fewer cores than spinners, work that comes later than the
-// window), async mode is doorbell mode but for one epoch in
-// asyncProbeMax, and with a core to spare it saves the workload's
-// doorbell system call and the agent's wake-up. On two cores shared by
+// doorbell's by a quarter in asyncWinsToPoll tries in a row, and stays
+// it only while every try of the doorbell confirms that. A quarter, not
+// a tenth: medians are known to a bucket (9 %), a tenth was one or two,
+// and on memcpy a try at 8.2 µs against the doorbell's 10.2 won polling
+// its second try in a row, and the epochs it then polled gave 22 µs. A
+// poll that takes the core of the thread that posts the next work, or
+// of the goroutine that handles it, makes the cycles longer, and so
+// loses: where polling cannot win (fewer cores than spinners, work that
+// comes later than the window), async mode is doorbell mode but for one
+// epoch in asyncProbeMax, and with a core to spare it saves the
+// workload's doorbell system call and the agent's wake-up. On two cores shared by
 // two spinning workloads, doorbell mode itself has two steady states:
 // its poll catches the next post (memcpy round trip ~11 µs) or every
 // post finds both goroutines asleep (~55 µs), and which one a run falls
@@ -99,6 +102,7 @@ const (
 	asyncProbeMax   = 64
 	asyncWinsToPoll = 2
 	asyncSleepy     = 8
+	asyncRefEpochs  = 8
 )
 
 // asyncGovernor is an agent's choice between polling and the doorbell
@@ -126,10 +130,19 @@ type asyncGovernor struct {
 	// mode's own poll catches the work, polling longer cannot bring it
 	// sooner, and the tries of polling are skipped.
 	sleepy bool // +checklocks:mu
-	// The median cycle of the last epoch of each mode that counted:
-	// [0] doorbell, [1] polling; 0: none yet; and that epoch.
+	// The median cycle of each mode as the governor judges it: [0]
+	// doorbell, [1] polling; 0: none yet; and the last epoch of that
+	// mode that counted. Polling's is its last epoch's; the doorbell's
+	// is that of the cycles of its last asyncRefEpochs epochs pooled
+	// (ref), those of the last asyncProbeMax epochs.
 	med [2]time.Duration // +checklocks:mu
 	at  [2]int64         // +checklocks:mu
+	// ref holds the cycle lengths of the doorbell epochs that counted
+	// last (waitBucket), a ring from refNext, and refAt their epochs
+	// (0: none).
+	ref     [asyncRefEpochs][waitBuckets]uint32 // +checklocks:mu
+	refAt   [asyncRefEpochs]int64               // +checklocks:mu
+	refNext int                                 // +checklocks:mu
 	// Polling won the last try (the incumbent); gap is how many epochs
 	// between tries of the other; 0: nothing began yet. wins counts the
 	// tries in a row that polling won while the doorbell is the
@@ -178,9 +191,10 @@ func (g *asyncGovernor) rollLocked(e int64) {
 		if polled {
 			i = 1
 		}
-		g.med[i], g.at[i] = g.medianLocked(), g.epoch
+		g.med[i], g.at[i] = medianOf(g.cycles, &g.hist), g.epoch
 		if !polled {
 			g.sleepy = g.slept*asyncSleepy >= g.waits
+			g.med[0] = g.doorbellMedianLocked()
 		}
 		inc := 0
 		if g.incumbent {
@@ -193,7 +207,7 @@ func (g *asyncGovernor) rollLocked(e int64) {
 			// row (one epoch's median is noisy, and a false win costs
 			// the epochs until the next try), and gives up at its
 			// first try that does not win.
-			won := 10*g.med[1] < 9*g.med[0]
+			won := 4*g.med[1] < 3*g.med[0]
 			if won && !g.incumbent {
 				if g.wins++; g.wins < asyncWinsToPoll {
 					won = false
@@ -263,14 +277,46 @@ func bucketFloor(b int) time.Duration {
 	return time.Duration((8 | uint64(k)) << (n - 4))
 }
 
-// medianLocked is the median cycle of the epoch in progress, to a
-// bucket's precision; it has cycles.
+// doorbellMedianLocked adds the doorbell epoch in progress to ref and
+// returns the median of the cycles ref holds from the last
+// asyncProbeMax epochs: doorbell mode's typical cycle.
+//
+// Not the epoch's own median: on two cores shared by two spinning
+// workloads doorbell mode flips between two states that last a few
+// epochs each (its poll catches the next post, ~10 µs memcpy cycles, or
+// every post finds the QPs' goroutines asleep, ~55 µs), while polling
+// gives ~22 µs in most tries. A try of polling judged against the doorbell
+// epoch before it won whenever that epoch was a slow one — the slow
+// epochs are also the ones after which polling is tried (sleepy) — and
+// polling then held the agent at twice the fast state's cycle. Pooled
+// by cycle, as a workload's median round trip is, a few slow epochs
+// among fast ones leave the median fast: polling must beat what
+// doorbell mode typically gives, not its worst moments.
 //
 // +checklocks:g.mu
-func (g *asyncGovernor) medianLocked() time.Duration {
+func (g *asyncGovernor) doorbellMedianLocked() time.Duration {
+	g.ref[g.refNext], g.refAt[g.refNext] = g.hist, g.epoch
+	g.refNext = (g.refNext + 1) % asyncRefEpochs
+	var pooled [waitBuckets]uint32
+	n := 0
+	for i, at := range g.refAt {
+		if at == 0 || g.epoch-at >= asyncProbeMax {
+			continue
+		}
+		for b, c := range g.ref[i] {
+			pooled[b] += c
+			n += int(c)
+		}
+	}
+	return medianOf(n, &pooled)
+}
+
+// medianOf is the median length of the n > 0 cycles counted by bucket in
+// hist, to a bucket's precision.
+func medianOf(n int, hist *[waitBuckets]uint32) time.Duration {
 	seen := 0
-	for b, c := range g.hist {
-		if seen += int(c); 2*seen >= g.cycles {
+	for b, c := range hist {
+		if seen += int(c); 2*seen >= n {
 			return max(bucketFloor(b), 1)
 		}
 	}
@@ -284,31 +330,45 @@ type asyncSpin struct {
 	start  time.Time     // the start of the last poll that found nothing
 	polled bool          // the wait polled and found nothing (start is set)
 
-	last    time.Time // when the last wait ended with work: the cycle in progress began
+	last    time.Time // when the wait in progress began: its cycle's start
 	epoch   int64     // the governor's epoch of the wait in progress
 	polling bool      // it polls
 	slept   bool      // it slept until the doorbell rang
+	worked  bool      // work ended it (end): the next begin closes its cycle
 }
 
-// begin starts a wait under g at now.
+// begin starts a wait under g at now, and first closes the wait before
+// if work ended it. The cycle it closes (that wait, then the handling of
+// the work that ended it: from its start to now) counts if all of it lay
+// in the wait's epoch, asyncSettle or more after the epoch's start: one
+// mode, settled. The cycles of each epoch's first asyncSettle do not
+// count, nor does one across two epochs, though their waits do.
+//
+// A cycle is closed here, after the work's handling, rather than when
+// the work is found: what is between the two is the response the
+// workload waits for, and on memcpy the governor's clock read and lock
+// there (a lock the agent's QPs share) made async mode's round trip
+// 1.3× doorbell mode's with the governor never polling (20 rounds
+// alternated; 1.03 once moved here, 16 rounds): the two spinning
+// workloads and the agent's two QP threads on two cores settle into a
+// fast or a slow schedule run by run, and the work on the path tipped
+// most runs into the slow one.
 func (s *asyncSpin) begin(g *asyncGovernor, now time.Time) {
 	if s.window == 0 {
 		s.window = asyncSpinMin
 	}
+	if s.worked {
+		from, to := s.last.UnixNano(), now.UnixNano()
+		cycled := from/int64(asyncEpoch) == s.epoch && to/int64(asyncEpoch) == s.epoch && from%int64(asyncEpoch) >= int64(asyncSettle)
+		g.record(s.epoch, s.slept, now.Sub(s.last), cycled)
+	}
+	s.worked, s.slept, s.last = false, false, now
 	s.epoch, s.polling = g.begin(now)
 }
 
-// end ends the wait begun last, at now: work came. The cycle it closes
-// (from the last work, through that work's handling and this wait)
-// counts if it began in the wait's epoch, asyncSettle or more after its
-// start: all of it in one mode, settled. The QP's first cycle, and those
-// of each epoch's first asyncSettle, do not count.
-func (s *asyncSpin) end(g *asyncGovernor, now time.Time) {
-	from := s.last.UnixNano()
-	cycled := !s.last.IsZero() && from/int64(asyncEpoch) == s.epoch && from%int64(asyncEpoch) >= int64(asyncSettle)
-	g.record(s.epoch, s.slept, now.Sub(s.last), cycled)
-	s.slept, s.last = false, now
-}
+// end ends the wait begun last: work came. It reads no clock and takes no
+// lock; the next begin closes the cycle.
+func (s *asyncSpin) end() { s.worked = true }
 
 // polledFor learns from a poll that started at start: found, work came
 // after waited.
@@ -319,16 +379,16 @@ func (s *asyncSpin) polledFor(start time.Time, waited time.Duration, found bool)
 	}
 }
 
-// rung learns from the doorbell that rang at now and ended a wait whose
-// poll found nothing: work that came soon after the window is a window
-// too short.
-func (s *asyncSpin) rung(now time.Time) {
+// rung learns from the doorbell that rang (at now()) and ended a wait
+// whose poll found nothing: work that came soon after the window is a
+// window too short. It reads the clock only then.
+func (s *asyncSpin) rung(now func() time.Time) {
 	s.slept = true
 	if !s.polled {
 		return
 	}
 	s.polled = false
-	s.window = clampSpin(2 * now.Sub(s.start))
+	s.window = clampSpin(2 * now().Sub(s.start))
 }
 
 func clampSpin(d time.Duration) time.Duration { return min(max(d, asyncSpinMin), asyncSpinMax) }

@@ -182,8 +182,56 @@ func TestWaitBuckets(t *testing.T) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if m := g.medianLocked(); m > 40*time.Microsecond || 10*m < 9*40*time.Microsecond {
+	if m := medianOf(g.cycles, &g.hist); m > 40*time.Microsecond || 10*m < 9*40*time.Microsecond {
 		t.Errorf("median of 3, 5, 40 µs, 1 ms and 1 s (at the cap): %v, want 40 µs within a bucket", m)
+	}
+}
+
+// Doorbell mode that flips between a fast state (its poll catches the
+// next post: 10 µs cycles, no wait sleeps) and a slow one (every wait
+// sleeps: 55 µs), as memcpy's ping-pong does on two cores, against
+// polling at 22 µs in either: polling is tried in the slow epochs and
+// wins against each of them, but loses against what doorbell mode
+// typically gives, and must never take over. Where the slow state
+// lasts, polling takes over.
+func TestAsyncGovernorDoorbellTwoStates(t *testing.T) {
+	const fast, slow, polled = 10 * time.Microsecond, 55 * time.Microsecond, 22 * time.Microsecond
+	// run drives g through n epochs from first, the doorbell's in the
+	// slow state where slowAt says so, with as many cycles as a 10 ms
+	// epoch holds.
+	run := func(g *asyncGovernor, first int64, n int, slowAt func(e int64) bool) (polls int) {
+		for e := first; e < first+int64(n); e++ {
+			ep, polling := g.begin(time.Unix(0, e*int64(asyncEpoch)+int64(time.Microsecond)))
+			d, sleep := fast, false
+			switch {
+			case polling:
+				polls++
+				d = polled
+			case slowAt(e):
+				d, sleep = slow, true
+			}
+			for range int(asyncEpoch / d) {
+				g.record(ep, sleep, d, true)
+			}
+		}
+		return polls
+	}
+	var g asyncGovernor
+	const first = 11_000_001
+	n := 16 * asyncProbeMax
+	// Six fast epochs, then four slow, over and over: the slow ones are
+	// a fifth of the cycles.
+	p := run(&g, first, n, func(e int64) bool { return e%10 >= 6 })
+	if g.switches != 0 || g.incumbent {
+		t.Errorf("polling at %v took over from doorbell mode at %v four epochs in ten, %v in the others (%d switches)", polled, slow, fast, g.switches)
+	}
+	if p > n/asyncProbeMin+1 {
+		t.Errorf("%d of %d epochs polled, want at most one in %d", p, n, asyncProbeMin)
+	}
+	// The slow state stays: polling wins.
+	run(&g, first+int64(n), 4*asyncProbeMax, func(int64) bool { return true })
+	if !g.incumbent {
+		t.Errorf("doorbell mode stuck at %v and polling at %v: polling is not the incumbent", slow, polled)
 	}
 }
 
@@ -225,9 +273,9 @@ func pingPong(g *asyncGovernor, first int64, n, nqp int, wait, handle func(polli
 			}
 			now = now.Add(wait(s.polling))
 			if !s.polling {
-				s.rung(now)
+				s.rung(func() time.Time { return now })
 			}
-			s.end(g, now)
+			s.end()
 			now = now.Add(handle(s.polling))
 		}
 	}
@@ -271,9 +319,10 @@ func TestAsyncGovernorJudgesTheRoundTrip(t *testing.T) {
 	})
 }
 
-// A QP's first cycle, a cycle that began in an earlier epoch (in another
-// mode, perhaps) and one that began in its epoch's first asyncSettle
-// count no cycle, though their waits count.
+// A cycle (a wait, then the handling of the work that ended it) is
+// closed by the next wait's begin; one begun in its epoch's first
+// asyncSettle, one across two epochs, and a wait that no work ended count
+// no cycle, though the waits with work count.
 func TestAsyncSpinCycles(t *testing.T) {
 	var g asyncGovernor
 	var s asyncSpin
@@ -281,43 +330,36 @@ func TestAsyncSpinCycles(t *testing.T) {
 	at := func(e int64, us int) time.Time {
 		return time.Unix(0, e*int64(asyncEpoch)+int64(asyncSettle)+int64(us)*int64(time.Microsecond))
 	}
-	cycles := func() (int, int) {
+	want := func(waits, cycles int, what string) {
+		t.Helper()
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		return g.waits, g.cycles
+		if g.waits != waits || g.cycles != cycles {
+			t.Fatalf("%s: %d waits, %d cycles; want %d, %d", what, g.waits, g.cycles, waits, cycles)
+		}
 	}
 	const e = 20_000_001
-	// Work in the settling: the cycles that start there do not count.
 	s.begin(&g, at(e, -20))
-	s.end(&g, at(e, -10))
+	want(0, 0, "the first wait, open")
+	s.end()
 	s.begin(&g, at(e, -5))
-	s.end(&g, at(e, -1))
-	if w, c := cycles(); w != 2 || c != 0 {
-		t.Fatalf("the first wait and a cycle begun settling: %d waits, %d cycles; want 2, 0", w, c)
-	}
+	want(1, 0, "a cycle begun settling")
+	s.end()
 	s.begin(&g, at(e, 1))
-	s.end(&g, at(e, 2))
-	if w, c := cycles(); w != 3 || c != 0 {
-		t.Fatalf("a cycle begun 1 µs before the settling's end: %d waits, %d cycles; want 3, 0", w, c)
-	}
+	want(2, 0, "a cycle begun 5 µs before the settling's end")
 	for i := range 3 {
+		s.end()
 		s.begin(&g, at(e, 10+10*i))
-		s.end(&g, at(e, 15+10*i))
 	}
-	if w, c := cycles(); w != 6 || c != 3 {
-		t.Fatalf("three more: %d waits, %d cycles; want 6, 3", w, c)
-	}
-	// The last work was in epoch e; this wait is the next epoch's.
+	want(5, 3, "three more")
+	s.begin(&g, at(e, 50))
+	want(5, 3, "a wait that no work ended")
+	// The next cycle ends in e+1: it counts in neither, and e+1 starts
+	// afresh.
+	s.end()
 	s.begin(&g, at(e+1, 1))
-	s.end(&g, at(e+1, 2))
-	if w, c := cycles(); w != 1 || c != 0 {
-		t.Fatalf("the first wait of the next epoch: %d waits, %d cycles; want 1, 0", w, c)
-	}
-	// A wait begun in e+1 that ends in e+2 counts in neither.
+	want(0, 0, "epoch e+1 after a cycle across its start")
+	s.end()
 	s.begin(&g, at(e+1, 5))
-	s.end(&g, at(e+2, 5))
-	s.begin(&g, at(e+2, 7))
-	if w, c := cycles(); w != 0 || c != 0 {
-		t.Fatalf("epoch e+2 after a wait across its start: %d waits, %d cycles; want 0, 0", w, c)
-	}
+	want(1, 1, "a cycle of e+1")
 }
