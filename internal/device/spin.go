@@ -42,12 +42,16 @@ package device
 // spinning than there are cores can shorten the tail and still double
 // the typical cycle.
 //
-// Doorbell mode is the incumbent at first. One epoch in gap tries the
-// other (gap from asyncProbeMin, doubling up to asyncProbeMax while the
-// incumbent keeps winning, back to asyncProbeMin on a switch); polling
-// is tried only if at least one wait in asyncSleepy of the last doorbell
+// Doorbell mode is the incumbent at first. Every gap epochs the other is
+// tried (gap from asyncProbeMin, doubling up to asyncProbeMax while the
+// incumbent keeps winning, back to asyncProbeMin on a switch): polling
+// for one epoch, the doorbell for doorbellTry epochs; polling is tried
+// only once doorbell mode has asyncRefEpochs/2 epochs to be judged by,
+// and only if at least one wait in asyncSleepy of the last doorbell
 // epoch slept until its doorbell rang — otherwise doorbell mode's own
-// poll caught the work and a longer one cannot bring it sooner. Polling
+// poll caught the work and a longer one cannot bring it sooner.
+// Doorbell mode's median cycle is that of its last epochs pooled
+// (doorbellMedianLocked), polling's that of its last epoch. Polling
 // becomes the incumbent when its median cycle was shorter than the
 // doorbell's by a quarter in asyncWinsToPoll tries in a row, and stays
 // it only while every try of the doorbell confirms that. A quarter, not
@@ -59,8 +63,8 @@ package device
 // loses: where polling cannot win (fewer cores than spinners, work that
 // comes later than the window), async mode is doorbell mode but for one
 // epoch in asyncProbeMax, and with a core to spare it saves the
-// workload's doorbell system call and the agent's wake-up. On two cores shared by
-// two spinning workloads, doorbell mode itself has two steady states:
+// workload's doorbell system call and the agent's wake-up. On two cores
+// shared by two spinning workloads, doorbell mode itself has two states:
 // its poll catches the next post (memcpy round trip ~11 µs) or every
 // post finds both goroutines asleep (~55 µs), and which one a run falls
 // into changes with the machine's load; polling for longer gives ~27 µs
@@ -103,6 +107,7 @@ const (
 	asyncWinsToPoll = 2
 	asyncSleepy     = 8
 	asyncRefEpochs  = 8
+	asyncTryMax     = 4
 )
 
 // asyncGovernor is an agent's choice between polling and the doorbell
@@ -177,6 +182,15 @@ func (g *asyncGovernor) begin(now time.Time) (int64, bool) {
 // tries every gap epochs.
 func probe(e, gap int64) bool { return e%gap == 0 }
 
+// doorbellTry is how many epochs a try of the doorbell lasts, with tries
+// every gap epochs: a quarter of the gap, from one up to asyncTryMax.
+// One is not enough once polling held the agent a while: on memcpy the
+// doorbell epochs right after polling ones were in doorbell mode's slow
+// state (every wait sleeping, ~50 µs cycles) in every try traced, and
+// its fast state (~10 µs) came back one to three epochs later, so tries
+// of one epoch kept polling (~22 µs) the incumbent for the whole run.
+func doorbellTry(gap int64) int64 { return min(max(gap/4, 1), asyncTryMax) }
+
 // rollLocked closes the epoch in progress and begins e: it learns from
 // the closed epoch's median cycle, and from a try of the other mode which
 // mode wins.
@@ -200,7 +214,10 @@ func (g *asyncGovernor) rollLocked(e int64) {
 		if g.incumbent {
 			inc = 1
 		}
-		if polled != g.incumbent && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
+		// A try of the doorbell is judged at its last epoch, on the
+		// cycles of all of them (doorbellMedianLocked).
+		ends := polled || g.epoch%g.gap == doorbellTry(g.gap)-1
+		if polled != g.incumbent && ends && g.med[inc] > 0 && g.epoch-g.at[inc] <= g.gap {
 			// A try that counted, against the incumbent's last epoch
 			// (one since the last try).
 			// Polling takes over after asyncWinsToPoll tries in a
@@ -225,13 +242,33 @@ func (g *asyncGovernor) rollLocked(e int64) {
 	}
 	g.epoch, g.waits, g.slept, g.cycles, g.hist = e, 0, 0, 0, [waitBuckets]uint32{}
 	var polling uint64
-	if g.incumbent || probe(e, g.gap) && g.sleepy {
+	switch {
+	case g.incumbent:
+		if e%g.gap >= doorbellTry(g.gap) {
+			polling = 1
+		}
+	case probe(e, g.gap) && g.sleepy && g.freshRefLocked(e) >= asyncRefEpochs/2:
+		// Tried only once doorbell mode has epochs enough to judge it
+		// by: an agent's first epochs with async QPs are slow in
+		// either mode (connections, first touches), and polling won
+		// against them and then held the agent.
 		polling = 1
 	}
-	if g.incumbent && probe(e, g.gap) {
-		polling = 0
-	}
 	g.state.Store(uint64(e)<<1 | polling)
+}
+
+// freshRefLocked is how many doorbell epochs of ref are of the last
+// asyncProbeMax epochs before e.
+//
+// +checklocks:g.mu
+func (g *asyncGovernor) freshRefLocked(e int64) int {
+	n := 0
+	for _, at := range g.refAt {
+		if at != 0 && e-at < asyncProbeMax {
+			n++
+		}
+	}
+	return n
 }
 
 // record counts a wait of epoch e that ended with work (slept: it slept

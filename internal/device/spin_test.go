@@ -44,7 +44,8 @@ func runEpochsSleeping(g *asyncGovernor, first int64, n, waits int, sleep bool, 
 }
 
 // The governor starts in doorbell mode, tries polling, keeps it while it
-// wins by more than a tenth, drops it when it stops winning, and then
+// wins by more than a quarter, drops it when it stops winning (a try of
+// the doorbell every gap epochs, up to asyncTryMax epochs long), and then
 // polls only one epoch in asyncProbeMax.
 func TestAsyncGovernorFollowsTheWinner(t *testing.T) {
 	var g asyncGovernor
@@ -64,15 +65,17 @@ func TestAsyncGovernorFollowsTheWinner(t *testing.T) {
 	}
 	// Polling now loses: 40 µs against 20.
 	loses := byMode(40*time.Microsecond, 20*time.Microsecond)
-	runEpochs(&g, first+1+int64(n), asyncProbeMax, 32, loses)
+	e := first + 1 + int64(n)
+	runEpochs(&g, e, asyncProbeMax+asyncTryMax, 32, loses)
 	if g.incumbent {
 		t.Fatal("polling 2× slower is still the incumbent")
 	}
+	e += asyncProbeMax + asyncTryMax
 	// Once the tries have backed off (asyncProbeMin doubling up to
 	// asyncProbeMax: fewer than 2*asyncProbeMax epochs), polling only in
 	// a try every asyncProbeMax epochs.
-	runEpochs(&g, first+1+int64(n)+asyncProbeMax, 2*asyncProbeMax, 32, loses)
-	p := runEpochs(&g, first+1+int64(n)+3*asyncProbeMax, 8*asyncProbeMax, 32, loses)
+	runEpochs(&g, e, 2*asyncProbeMax, 32, loses)
+	p := runEpochs(&g, e+2*asyncProbeMax, 8*asyncProbeMax, 32, loses)
 	if p > 8+1 {
 		t.Errorf("polling 2× slower: %d of %d epochs polled, want at most one in %d", p, 8*asyncProbeMax, asyncProbeMax)
 	}
@@ -232,6 +235,64 @@ func TestAsyncGovernorDoorbellTwoStates(t *testing.T) {
 	run(&g, first+int64(n), 4*asyncProbeMax, func(int64) bool { return true })
 	if !g.incumbent {
 		t.Errorf("doorbell mode stuck at %v and polling at %v: polling is not the incumbent", slow, polled)
+	}
+}
+
+// Doorbell mode whose first two epochs after a polling one are slow (55
+// µs: every wait sleeps) and the others fast (10 µs), as memcpy's after
+// polling held the agent: once polling (22 µs) is the incumbent, the
+// tries of the doorbell must last long enough to see its fast state, and
+// give the agent back to it. Tries of one epoch saw only the slow state
+// and kept polling.
+func TestAsyncGovernorDoorbellAfterPolling(t *testing.T) {
+	const fast, slow, polled = 10 * time.Microsecond, 55 * time.Microsecond, 22 * time.Microsecond
+	var g asyncGovernor
+	first := int64(13_000_001)
+	// Doorbell mode stuck slow first: polling takes over.
+	runEpochs(&g, first, 4*asyncProbeMax, 400, byMode(polled, slow))
+	if !g.incumbent {
+		t.Fatalf("doorbell mode at %v, polling at %v: polling is not the incumbent", slow, polled)
+	}
+	lastPoll := int64(0)
+	polls := 0
+	e := first + 4*asyncProbeMax
+	n := 8 * asyncProbeMax
+	for ; e < first+4*asyncProbeMax+int64(n); e++ {
+		ep, polling := g.begin(time.Unix(0, e*int64(asyncEpoch)+int64(time.Microsecond)))
+		d, sleep := fast, false
+		switch {
+		case polling:
+			d, lastPoll = polled, e
+			polls++
+		case e-lastPoll <= 2:
+			d, sleep = slow, true
+		}
+		for range int(asyncEpoch / d) {
+			g.record(ep, sleep, d, true)
+		}
+	}
+	if g.incumbent {
+		t.Errorf("polling at %v is still the incumbent after %d epochs of a doorbell fast (%v) but in the two epochs after polling", polled, n, fast)
+	}
+	if polls > n/4 {
+		t.Errorf("%d of %d epochs polled, want few", polls, n)
+	}
+}
+
+// Polling is first tried once doorbell mode has asyncRefEpochs/2 epochs
+// that counted: an agent's first epochs with async QPs are slow in
+// either mode.
+func TestAsyncGovernorJudgesDoorbellFirst(t *testing.T) {
+	var g asyncGovernor
+	const first = 15_000_003 // the epoch before a try (a multiple of asyncProbeMin)
+	firstPoll := int64(-1)
+	for e := int64(first); e < first+4*asyncProbeMin; e++ {
+		if runEpochs(&g, e, 1, 32, byMode(time.Microsecond, 50*time.Microsecond)) > 0 && firstPoll < 0 {
+			firstPoll = e
+		}
+	}
+	if firstPoll < first+asyncRefEpochs/2 {
+		t.Errorf("polling first tried at epoch %d of the governor, want one after %d doorbell epochs", firstPoll-first, asyncRefEpochs/2)
 	}
 }
 
