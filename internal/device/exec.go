@@ -121,7 +121,7 @@ func (q *QP) waitWork() bool {
 	dbW := abi.Word(mem, abi.OffSQDoorbell)
 	q.PublishHead()
 	if q.vm.async {
-		q.spin.begin(&q.vm.d.gov, time.Now())
+		q.spin.begin(&q.vm.d.gov, time.Now)
 	}
 	for {
 		if q.stop.Load() {

@@ -367,22 +367,34 @@ type asyncSpin struct {
 	start  time.Time     // the start of the last poll that found nothing
 	polled bool          // the wait polled and found nothing (start is set)
 
-	last    time.Time // when the wait in progress began: its cycle's start
-	epoch   int64     // the governor's epoch of the wait in progress
+	waits   uint32    // waits begun
+	timed   bool      // the wait in progress is timed (asyncSample): its start is last
+	last    time.Time // when the timed wait in progress began: its cycle's start
+	epoch   int64     // the governor's epoch of the timed wait in progress
 	polling bool      // it polls
 	slept   bool      // it slept until the doorbell rang
-	worked  bool      // work ended it (end): the next begin closes its cycle
+	worked  bool      // work ended it (end): the next begin closes its cycle if timed
 }
 
-// begin starts a wait under g at now, and first closes the wait before
-// if work ended it. The cycle it closes (that wait, then the handling of
-// the work that ended it: from its start to now) counts if all of it lay
-// in the wait's epoch, asyncSettle or more after the epoch's start: one
-// mode, settled. The cycles of each epoch's first asyncSettle do not
-// count, nor does one across two epochs, though their waits do.
+// asyncSample: a QP's goroutine times one wait in asyncSample (reads the
+// clock at its start, and at the next wait's start to close its cycle);
+// the other waits take the mode of the governor's epoch in progress
+// without reading the clock or taking its lock. Enough cycles still
+// count: a path's round trip is at most ~150 µs where async mode matters
+// (tcp), 16 or more timed cycles a QP in a 10 ms epoch.
+const asyncSample = 4
+
+// begin starts a wait under g, and first closes the wait before if it
+// was timed and work ended it; it reads clock only then or if this wait
+// is timed (one in asyncSample). The cycle it closes (that wait, then
+// the handling of the work that ended it: from its start to now) counts
+// if all of it lay in the wait's epoch, asyncSettle or more after the
+// epoch's start: one mode, settled. The cycles of each epoch's first
+// asyncSettle do not count, nor does one across two epochs, though
+// their waits do.
 //
-// A cycle is closed here, after the work's handling, rather than when
-// the work is found: what is between the two is the response the
+// A cycle is closed here, after the work's handling, rather than when the
+// work is found: what is between the two is the response the
 // workload waits for, and on memcpy the governor's clock read and lock
 // there (a lock the agent's QPs share) made async mode's round trip
 // 1.3× doorbell mode's with the governor never polling (20 rounds
@@ -390,16 +402,24 @@ type asyncSpin struct {
 // workloads and the agent's two QP threads on two cores settle into a
 // fast or a slow schedule run by run, and the work on the path tipped
 // most runs into the slow one.
-func (s *asyncSpin) begin(g *asyncGovernor, now time.Time) {
+func (s *asyncSpin) begin(g *asyncGovernor, clock func() time.Time) {
 	if s.window == 0 {
 		s.window = asyncSpinMin
 	}
-	if s.worked {
+	s.waits++
+	closes, timing := s.timed && s.worked, s.waits%asyncSample == 0
+	s.timed, s.worked = timing, false
+	if !closes && !timing {
+		s.slept, s.polling = false, g.state.Load()&1 == 1
+		return
+	}
+	now := clock()
+	if closes {
 		from, to := s.last.UnixNano(), now.UnixNano()
 		cycled := from/int64(asyncEpoch) == s.epoch && to/int64(asyncEpoch) == s.epoch && from%int64(asyncEpoch) >= int64(asyncSettle)
 		g.record(s.epoch, s.slept, now.Sub(s.last), cycled)
 	}
-	s.worked, s.slept, s.last = false, false, now
+	s.slept, s.last = false, now
 	s.epoch, s.polling = g.begin(now)
 }
 

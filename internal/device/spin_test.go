@@ -325,7 +325,7 @@ func pingPong(g *asyncGovernor, first int64, n, nqp int, wait, handle func(polli
 	for now.Before(end) {
 		for i := range qps {
 			s := &qps[i]
-			s.begin(g, now)
+			s.begin(g, func() time.Time { return now })
 			if e := now.UnixNano() / int64(asyncEpoch); e != last {
 				last = e
 				if s.polling {
@@ -380,16 +380,31 @@ func TestAsyncGovernorJudgesTheRoundTrip(t *testing.T) {
 	})
 }
 
-// A cycle (a wait, then the handling of the work that ended it) is
-// closed by the next wait's begin; one begun in its epoch's first
-// asyncSettle, one across two epochs, and a wait that no work ended count
-// no cycle, though the waits with work count.
+// Only one wait in asyncSample is timed; its cycle (the wait, then the
+// handling of the work that ended it) is closed by the next wait's
+// begin. A cycle begun in its epoch's first asyncSettle, one across two
+// epochs, and a timed wait that no work ended count no cycle, though the
+// timed waits with work count.
 func TestAsyncSpinCycles(t *testing.T) {
 	var g asyncGovernor
 	var s asyncSpin
 	// at is us µs after epoch e's settling.
-	at := func(e int64, us int) time.Time {
-		return time.Unix(0, e*int64(asyncEpoch)+int64(asyncSettle)+int64(us)*int64(time.Microsecond))
+	at := func(e int64, us int) func() time.Time {
+		return func() time.Time {
+			return time.Unix(0, e*int64(asyncEpoch)+int64(asyncSettle)+int64(us)*int64(time.Microsecond))
+		}
+	}
+	noClock := func() time.Time {
+		t.Fatalf("wait %d, not timed, read the clock", s.waits)
+		return time.Time{}
+	}
+	untimed := func(n int, worked bool) {
+		for range n {
+			s.begin(&g, noClock)
+			if worked {
+				s.end()
+			}
+		}
 	}
 	want := func(waits, cycles int, what string) {
 		t.Helper()
@@ -400,27 +415,33 @@ func TestAsyncSpinCycles(t *testing.T) {
 		}
 	}
 	const e = 20_000_001
-	s.begin(&g, at(e, -20))
-	want(0, 0, "the first wait, open")
-	s.end()
+	untimed(asyncSample-1, true)
 	s.begin(&g, at(e, -5))
-	want(1, 0, "a cycle begun settling")
 	s.end()
 	s.begin(&g, at(e, 1))
-	want(2, 0, "a cycle begun 5 µs before the settling's end")
-	for i := range 3 {
-		s.end()
-		s.begin(&g, at(e, 10+10*i))
-	}
-	want(5, 3, "three more")
-	s.begin(&g, at(e, 50))
-	want(5, 3, "a wait that no work ended")
-	// The next cycle ends in e+1: it counts in neither, and e+1 starts
-	// afresh.
+	want(1, 0, "a cycle begun settling")
+	s.end()
+	untimed(asyncSample-2, true)
+	s.begin(&g, at(e, 10))
+	s.end()
+	s.begin(&g, at(e, 20))
+	want(2, 1, "a timed cycle")
+	s.end()
+	untimed(asyncSample-2, true)
+	s.begin(&g, at(e, 30))
+	untimed(1, false)
+	want(2, 1, "a timed wait that no work ended")
+	// The next timed cycle ends in e+1: it counts in neither, and e+1
+	// starts afresh.
+	untimed(asyncSample-2, true)
+	s.begin(&g, at(e, 40))
 	s.end()
 	s.begin(&g, at(e+1, 1))
 	want(0, 0, "epoch e+1 after a cycle across its start")
 	s.end()
+	untimed(asyncSample-2, true)
 	s.begin(&g, at(e+1, 5))
+	s.end()
+	s.begin(&g, at(e+1, 9))
 	want(1, 1, "a cycle of e+1")
 }
