@@ -257,19 +257,22 @@ func (g *asyncGovernor) rollLocked(e int64) {
 	g.state.Store(uint64(e)<<1 | polling)
 }
 
-// freshRefLocked is how many doorbell epochs of ref are of the last
-// asyncProbeMax epochs before e.
+// freshRefLocked is how many doorbell epochs of ref are fresh at e.
 //
 // +checklocks:g.mu
 func (g *asyncGovernor) freshRefLocked(e int64) int {
 	n := 0
 	for _, at := range g.refAt {
-		if at != 0 && e-at < asyncProbeMax {
+		if freshRef(at, e) {
 			n++
 		}
 	}
 	return n
 }
+
+// freshRef reports whether ref's epoch at (0: none) is of the last
+// asyncProbeMax epochs at e: one that judges doorbell mode.
+func freshRef(at, e int64) bool { return at != 0 && e-at < asyncProbeMax }
 
 // record counts a wait of epoch e that ended with work (slept: it slept
 // until the doorbell rang) and, if cycled, the cycle it closed, of
@@ -337,7 +340,7 @@ func (g *asyncGovernor) doorbellMedianLocked() time.Duration {
 	var pooled [waitBuckets]uint32
 	n := 0
 	for i, at := range g.refAt {
-		if at == 0 || g.epoch-at >= asyncProbeMax {
+		if !freshRef(at, g.epoch) {
 			continue
 		}
 		for b, c := range g.ref[i] {

@@ -414,17 +414,20 @@ func TestAsyncSpinCycles(t *testing.T) {
 			t.Fatalf("%s: %d waits, %d cycles; want %d, %d", what, g.waits, g.cycles, waits, cycles)
 		}
 	}
+	// timed begins the timed wait at from, which work ends, and the
+	// next wait at to, which closes its cycle.
+	timed := func(from, to func() time.Time) {
+		s.begin(&g, from)
+		s.end()
+		s.begin(&g, to)
+	}
 	const e = 20_000_001
 	untimed(asyncSample-1, true)
-	s.begin(&g, at(e, -5))
-	s.end()
-	s.begin(&g, at(e, 1))
+	timed(at(e, -5), at(e, 1))
 	want(1, 0, "a cycle begun settling")
 	s.end()
 	untimed(asyncSample-2, true)
-	s.begin(&g, at(e, 10))
-	s.end()
-	s.begin(&g, at(e, 20))
+	timed(at(e, 10), at(e, 20))
 	want(2, 1, "a timed cycle")
 	s.end()
 	untimed(asyncSample-2, true)
@@ -434,14 +437,10 @@ func TestAsyncSpinCycles(t *testing.T) {
 	// The next timed cycle ends in e+1: it counts in neither, and e+1
 	// starts afresh.
 	untimed(asyncSample-2, true)
-	s.begin(&g, at(e, 40))
-	s.end()
-	s.begin(&g, at(e+1, 1))
+	timed(at(e, 40), at(e+1, 1))
 	want(0, 0, "epoch e+1 after a cycle across its start")
 	s.end()
 	untimed(asyncSample-2, true)
-	s.begin(&g, at(e+1, 5))
-	s.end()
-	s.begin(&g, at(e+1, 9))
+	timed(at(e+1, 5), at(e+1, 9))
 	want(1, 1, "a cycle of e+1")
 }
